@@ -1,0 +1,27 @@
+/* Logging to stderr with a level and the task name:
+ *   2026-11-22 10:00:00.123 INFO ps/0: listening on 127.0.0.1:2222
+ * Thread-safe: each line is written with one write(2). */
+#ifndef PS_LOG_H
+#define PS_LOG_H
+
+typedef enum ps_log_level {
+  PS_LOG_DEBUG = 0,
+  PS_LOG_INFO = 1,
+  PS_LOG_WARN = 2,
+  PS_LOG_ERROR = 3,
+} ps_log_level;
+
+/* Sets the task name printed on every line ("ps/0"); copied. */
+void ps_log_set_task(const char *task);
+void ps_log_set_level(ps_log_level level);
+/* Parses "debug", "info", "warn", "error"; returns -1 if unknown. */
+int ps_log_level_parse(const char *s);
+void ps_log(ps_log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+#define PS_DEBUG(...) ps_log(PS_LOG_DEBUG, __VA_ARGS__)
+#define PS_INFO(...) ps_log(PS_LOG_INFO, __VA_ARGS__)
+#define PS_WARN(...) ps_log(PS_LOG_WARN, __VA_ARGS__)
+#define PS_ERROR(...) ps_log(PS_LOG_ERROR, __VA_ARGS__)
+
+#endif

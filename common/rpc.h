@@ -1,0 +1,128 @@
+/* RPC glue over gRPC core: the only module that calls gRPC directly.
+ *
+ * Every method has one shape (see proto/ps.proto): a header message, then
+ * bulk bytes as Chunk messages, in both directions.  This module moves the
+ * bulk bytes: the sender's tensors go out as zero-copy slices (the ps_buf
+ * that owns them is referenced until gRPC lets go), and received chunks are
+ * copied straight into the segments the handler or caller named.
+ *
+ * Server: handlers run on completion-queue threads.  Client: ps_rpc_run()
+ * issues any number of calls (to any channels) at once and returns when all
+ * have finished. */
+#ifndef PS_RPC_H
+#define PS_RPC_H
+
+#include <protobuf-c/protobuf-c.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "status.h"
+#include "tensor.h"
+
+/* Bulk data larger than this goes in Chunk messages of at most this size;
+ * smaller data may travel inline in the header (inline_data fields). */
+#define PS_RPC_INLINE_MAX (64 * 1024)
+
+void ps_rpc_global_init(void);     /* grpc_init(); call after any fork */
+void ps_rpc_global_shutdown(void); /* grpc_shutdown() */
+
+/* A list of byte ranges.  For sending, each range is kept alive by @owner
+ * (referenced while gRPC holds it; NULL means the bytes are copied). For
+ * receiving, ranges are filled in order. */
+typedef struct ps_rpc_seg {
+  void *ptr;
+  size_t len;
+  ps_buf *owner;
+} ps_rpc_seg;
+
+typedef struct ps_rpc_segs {
+  ps_rpc_seg *v;
+  size_t n, cap;
+  size_t total;
+} ps_rpc_segs;
+
+/* Appends a range; takes a reference on @owner (if any). -1 on no memory. */
+int ps_rpc_segs_add(ps_rpc_segs *s, void *ptr, size_t len, ps_buf *owner);
+void ps_rpc_segs_fini(ps_rpc_segs *s); /* drops owner refs, frees the array */
+/* Copies @n bytes into the ranges, starting at byte @off of the whole list. */
+void ps_rpc_segs_fill(ps_rpc_segs *s, size_t off, const void *p, size_t n);
+
+/* ---- server ---- */
+
+typedef struct ps_rpc_server ps_rpc_server;
+typedef struct ps_rpc_call ps_rpc_call;
+
+typedef struct ps_rpc_handler {
+  const char *method; /* "/paramserver.Ps/Read" */
+  /* Request header arrived.  Parse it; call ps_rpc_call_expect() for bulk
+   * bytes that follow (or fill them from an inline field).  Return 0, or a
+   * code with @st set to fail the call. */
+  int (*on_header)(ps_rpc_call *call, const uint8_t *p, size_t n,
+                   ps_status *st);
+  /* All expected bulk bytes arrived.  Compute, then ps_rpc_call_reply()
+   * (+ ps_rpc_call_reply_data()).  Return 0 or a code with @st set. */
+  int (*on_data)(ps_rpc_call *call, ps_status *st);
+  /* Free per-call state; runs exactly once, also when the call failed. */
+  void (*on_free)(ps_rpc_call *call);
+} ps_rpc_handler;
+
+/* Binds @addr ("127.0.0.1:0" lets the kernel pick). @nthreads completion
+ * queue threads serve the handlers.  NULL with @st set on failure. */
+ps_rpc_server *ps_rpc_server_create(const char *addr, const ps_rpc_handler *h,
+                                    size_t nh, int nthreads, void *user,
+                                    ps_status *st);
+int ps_rpc_server_port(const ps_rpc_server *s);
+void *ps_rpc_server_user(const ps_rpc_server *s);
+void ps_rpc_server_start(ps_rpc_server *s);
+/* Stops accepting new calls; in-flight calls go on.  @done runs on a gRPC
+ * thread once no call remains (it must not block). */
+void ps_rpc_server_shutdown(ps_rpc_server *s, void (*done)(void *arg),
+                            void *arg);
+/* After ps_rpc_server_shutdown(): cancels the calls still running. */
+void ps_rpc_server_cancel_all(ps_rpc_server *s);
+/* After @done ran: joins threads and frees everything. */
+void ps_rpc_server_destroy(ps_rpc_server *s);
+
+void *ps_rpc_call_server_user(ps_rpc_call *c);
+void ps_rpc_call_set_ctx(ps_rpc_call *c, void *ctx);
+void *ps_rpc_call_ctx(ps_rpc_call *c);
+/* Where the request's bulk bytes go; the call takes the list over. */
+void ps_rpc_call_expect(ps_rpc_call *c, ps_rpc_segs *sink);
+/* Sets the response header (packed now; @m is not kept). */
+int ps_rpc_call_reply(ps_rpc_call *c, const ProtobufCMessage *m);
+/* Appends response bulk bytes, sent zero-copy; the call refs @owner. */
+int ps_rpc_call_reply_data(ps_rpc_call *c, void *ptr, size_t len, ps_buf *owner);
+
+/* ---- client ---- */
+
+typedef struct ps_rpc_channel ps_rpc_channel;
+
+ps_rpc_channel *ps_rpc_channel_create(const char *target);
+void ps_rpc_channel_destroy(ps_rpc_channel *ch);
+const char *ps_rpc_channel_target(const ps_rpc_channel *ch);
+
+/* One client call.  Fill the inputs, run it with ps_rpc_run(). */
+typedef struct ps_rpc_req {
+  ps_rpc_channel *ch;
+  const char *method;
+  const ProtobufCMessage *request;
+  ps_rpc_segs *send; /* request bulk bytes (borrowed; may be NULL) */
+  bool unary_response; /* the response never carries chunks */
+  int64_t timeout_ms;
+  /* Response header arrived: parse it and add the ranges its bulk bytes go
+   * to into @sink.  Return 0 or a code with @st set. */
+  int (*on_header)(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
+                   ps_status *st);
+  void *user;
+  /* out */
+  ps_status st;
+  /* internal */
+  void *priv_;
+} ps_rpc_req;
+
+/* Runs all calls concurrently; returns when every one has finished.  Each
+ * req->st holds its outcome.  Returns the number of failed calls. */
+int ps_rpc_run(ps_rpc_req *reqs, size_t n);
+
+#endif

@@ -1,0 +1,343 @@
+/* Data types, shapes, refcounted buffers and elementwise arithmetic.
+ *
+ * Arithmetic on float/double/integers runs in the native type so the
+ * compiler vectorizes it; half and bfloat16 go through float, as
+ * TensorFlow's CPU kernels do. */
+#include "tensor.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+static const struct {
+  int dtype;
+  size_t size;
+  const char *name;
+  const char *enum_name;
+} dtypes[] = {
+    {PS_DT_FLOAT, 4, "float", "DT_FLOAT"},
+    {PS_DT_DOUBLE, 8, "double", "DT_DOUBLE"},
+    {PS_DT_INT32, 4, "int32", "DT_INT32"},
+    {PS_DT_UINT8, 1, "uint8", "DT_UINT8"},
+    {PS_DT_INT16, 2, "int16", "DT_INT16"},
+    {PS_DT_INT8, 1, "int8", "DT_INT8"},
+    {PS_DT_STRING, 0, "string", "DT_STRING"},
+    {PS_DT_COMPLEX64, 8, "complex64", "DT_COMPLEX64"},
+    {PS_DT_INT64, 8, "int64", "DT_INT64"},
+    {PS_DT_BOOL, 1, "bool", "DT_BOOL"},
+    {PS_DT_BFLOAT16, 2, "bfloat16", "DT_BFLOAT16"},
+    {PS_DT_UINT16, 2, "uint16", "DT_UINT16"},
+    {PS_DT_COMPLEX128, 16, "complex128", "DT_COMPLEX128"},
+    {PS_DT_HALF, 2, "half", "DT_HALF"},
+    {PS_DT_UINT32, 4, "uint32", "DT_UINT32"},
+    {PS_DT_UINT64, 8, "uint64", "DT_UINT64"},
+};
+#define NDTYPES (sizeof dtypes / sizeof dtypes[0])
+
+static int dtype_index(int dtype) {
+  for (size_t i = 0; i < NDTYPES; i++)
+    if (dtypes[i].dtype == dtype) return (int)i;
+  return -1;
+}
+
+size_t ps_dtype_size(int dtype) {
+  int i = dtype_index(dtype);
+  return i < 0 ? 0 : dtypes[i].size;
+}
+
+const char *ps_dtype_name(int dtype) {
+  int i = dtype_index(dtype);
+  return i < 0 ? "unknown" : dtypes[i].name;
+}
+
+const char *ps_dtype_enum_name(int dtype) {
+  int i = dtype_index(dtype);
+  return i < 0 ? "DT_INVALID" : dtypes[i].enum_name;
+}
+
+ps_dtype ps_dtype_from_name(const char *s) {
+  if (s == NULL) return PS_DT_INVALID;
+  if (!strcasecmp(s, "float32")) return PS_DT_FLOAT;
+  if (!strcasecmp(s, "float64")) return PS_DT_DOUBLE;
+  if (!strcasecmp(s, "float16")) return PS_DT_HALF;
+  for (size_t i = 0; i < NDTYPES; i++)
+    if (!strcasecmp(s, dtypes[i].name) || !strcasecmp(s, dtypes[i].enum_name))
+      return (ps_dtype)dtypes[i].dtype;
+  return PS_DT_INVALID;
+}
+
+bool ps_dtype_is_numeric(int dtype) {
+  switch (dtype) {
+  case PS_DT_FLOAT: case PS_DT_DOUBLE: case PS_DT_INT32: case PS_DT_UINT8:
+  case PS_DT_INT16: case PS_DT_INT8: case PS_DT_INT64: case PS_DT_BFLOAT16:
+  case PS_DT_UINT16: case PS_DT_HALF: case PS_DT_UINT32: case PS_DT_UINT64:
+    return true;
+  default:
+    return false;
+  }
+}
+
+bool ps_dtype_is_floating(int dtype) {
+  return dtype == PS_DT_FLOAT || dtype == PS_DT_DOUBLE ||
+         dtype == PS_DT_HALF || dtype == PS_DT_BFLOAT16;
+}
+
+int64_t ps_shape_num_elements(const ps_shape *s) {
+  int64_t n = 1;
+  for (int i = 0; i < s->rank; i++) {
+    if (s->dim[i] < 0) return -1;
+    if (s->dim[i] != 0 && n > INT64_MAX / s->dim[i]) return -1;
+    n *= s->dim[i];
+  }
+  return n;
+}
+
+bool ps_shape_equal(const ps_shape *a, const ps_shape *b) {
+  if (a->rank != b->rank) return false;
+  for (int i = 0; i < a->rank; i++)
+    if (a->dim[i] != b->dim[i]) return false;
+  return true;
+}
+
+char *ps_shape_format(const ps_shape *s, char *buf, size_t n) {
+  size_t off = 0;
+  if (n == 0) return buf;
+  buf[0] = '\0';
+  off += (size_t)snprintf(buf + off, n - off, "[");
+  for (int i = 0; i < s->rank && off < n; i++)
+    off += (size_t)snprintf(buf + off, n - off, i ? ",%lld" : "%lld",
+                            (long long)s->dim[i]);
+  if (off < n) snprintf(buf + off, n - off, "]");
+  return buf;
+}
+
+int ps_shape_set(ps_shape *s, const int64_t *dims, size_t rank, ps_status *st) {
+  if (rank > PS_MAX_RANK)
+    return ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "rank %zu exceeds the maximum of %d", rank, PS_MAX_RANK);
+  s->rank = (int)rank;
+  for (size_t i = 0; i < rank; i++) {
+    if (dims[i] < 0)
+      return ps_status_set(st, PS_INVALID_ARGUMENT,
+                           "dimension %zu is negative (%lld)", i,
+                           (long long)dims[i]);
+    s->dim[i] = dims[i];
+  }
+  if (ps_shape_num_elements(s) < 0)
+    return ps_status_set(st, PS_INVALID_ARGUMENT, "shape has too many elements");
+  return 0;
+}
+
+ps_buf *ps_buf_create(size_t size, bool zero) {
+  ps_buf *b = malloc(sizeof *b);
+  if (b == NULL) return NULL;
+  size_t alloc = (size + 63) & ~(size_t)63;
+  if (alloc == 0) alloc = 64;
+  if (zero)
+    b->data = calloc(1, alloc); /* large calloc gets lazily zeroed pages */
+  else
+    b->data = aligned_alloc(64, alloc);
+  if (b->data == NULL) {
+    free(b);
+    return NULL;
+  }
+  atomic_init(&b->refs, 1);
+  b->size = size;
+  return b;
+}
+
+ps_buf *ps_buf_ref(ps_buf *b) {
+  if (b) atomic_fetch_add_explicit(&b->refs, 1, memory_order_relaxed);
+  return b;
+}
+
+void ps_buf_unref(ps_buf *b) {
+  if (b == NULL) return;
+  if (atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) == 1) {
+    free(b->data);
+    free(b);
+  }
+}
+
+ps_tensor *ps_tensor_create(ps_dtype dtype, const ps_shape *shape, bool zero) {
+  size_t es = ps_dtype_size(dtype);
+  int64_t n = ps_shape_num_elements(shape);
+  if (es == 0 || n < 0 || (uint64_t)n > SIZE_MAX / es) return NULL;
+  ps_tensor *t = calloc(1, sizeof *t);
+  if (t == NULL) return NULL;
+  t->dtype = dtype;
+  t->shape = *shape;
+  t->buf = ps_buf_create((size_t)n * es, zero);
+  if (t->buf == NULL) {
+    free(t);
+    return NULL;
+  }
+  return t;
+}
+
+ps_tensor *ps_tensor_new(ps_dtype dtype, int rank, const int64_t *dims) {
+  ps_shape s;
+  if (ps_shape_set(&s, dims, rank < 0 ? 0 : (size_t)rank, NULL) != 0) return NULL;
+  return ps_tensor_create(dtype, &s, true);
+}
+
+void ps_tensor_destroy(ps_tensor *t) {
+  if (t == NULL) return;
+  ps_buf_unref(t->buf);
+  free(t);
+}
+
+size_t ps_tensor_nbytes(const ps_tensor *t) {
+  return (size_t)ps_shape_num_elements(&t->shape) * ps_dtype_size(t->dtype);
+}
+
+int64_t ps_tensor_num_elements(const ps_tensor *t) {
+  return ps_shape_num_elements(&t->shape);
+}
+
+float ps_half_to_float(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+  if (exp == 0) {
+    if (man == 0) {
+      bits = sign;
+    } else { /* subnormal: normalize */
+      int e = -1;
+      do { e++; man <<= 1; } while (!(man & 0x400));
+      bits = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ff) << 13);
+    }
+  } else if (exp == 31) {
+    bits = sign | 0x7f800000u | (man << 13);
+  } else {
+    bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
+  }
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t ps_float_to_half(float f) {
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  uint32_t sign = (x >> 16) & 0x8000;
+  uint32_t absx = x & 0x7fffffffu;
+  if (absx >= 0x7f800000u) /* inf or nan */
+    return (uint16_t)(sign | 0x7c00 | (absx > 0x7f800000u ? 0x200 : 0));
+  if (absx >= 0x477ff000u) return (uint16_t)(sign | 0x7c00); /* overflow */
+  if (absx < 0x38800000u) { /* subnormal or zero in half */
+    if (absx < 0x33000000u) return (uint16_t)sign;
+    uint32_t e = absx >> 23, m = (absx & 0x7fffff) | 0x800000;
+    /* value = m * 2^(e-150); a half subnormal counts units of 2^-24 */
+    int s = 126 - (int)e;
+    uint32_t r = m >> s;
+    uint32_t rem = m & ((1u << s) - 1), half = 1u << (s - 1);
+    if (rem > half || (rem == half && (r & 1))) r++;
+    return (uint16_t)(sign | r);
+  }
+  uint32_t r = ((absx - 0x38000000u) >> 13);
+  uint32_t rem = absx & 0x1fff;
+  if (rem > 0x1000 || (rem == 0x1000 && (r & 1))) r++;
+  return (uint16_t)(sign | r);
+}
+
+float ps_bf16_to_float(uint16_t h) {
+  uint32_t bits = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t ps_float_to_bf16(float f) {
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40);
+  x += 0x7fff + ((x >> 16) & 1);
+  return (uint16_t)(x >> 16);
+}
+
+double ps_elem_get(int dtype, const void *p, int64_t i) {
+  switch (dtype) {
+  case PS_DT_FLOAT: return ((const float *)p)[i];
+  case PS_DT_DOUBLE: return ((const double *)p)[i];
+  case PS_DT_INT32: return ((const int32_t *)p)[i];
+  case PS_DT_UINT8: return ((const uint8_t *)p)[i];
+  case PS_DT_INT16: return ((const int16_t *)p)[i];
+  case PS_DT_INT8: return ((const int8_t *)p)[i];
+  case PS_DT_INT64: return (double)((const int64_t *)p)[i];
+  case PS_DT_BOOL: return ((const uint8_t *)p)[i] != 0;
+  case PS_DT_BFLOAT16: return ps_bf16_to_float(((const uint16_t *)p)[i]);
+  case PS_DT_UINT16: return ((const uint16_t *)p)[i];
+  case PS_DT_HALF: return ps_half_to_float(((const uint16_t *)p)[i]);
+  case PS_DT_UINT32: return ((const uint32_t *)p)[i];
+  case PS_DT_UINT64: return (double)((const uint64_t *)p)[i];
+  default: return 0;
+  }
+}
+
+void ps_elem_set(int dtype, void *p, int64_t i, double v) {
+  switch (dtype) {
+  case PS_DT_FLOAT: ((float *)p)[i] = (float)v; break;
+  case PS_DT_DOUBLE: ((double *)p)[i] = v; break;
+  case PS_DT_INT32: ((int32_t *)p)[i] = (int32_t)v; break;
+  case PS_DT_UINT8: ((uint8_t *)p)[i] = (uint8_t)v; break;
+  case PS_DT_INT16: ((int16_t *)p)[i] = (int16_t)v; break;
+  case PS_DT_INT8: ((int8_t *)p)[i] = (int8_t)v; break;
+  case PS_DT_INT64: ((int64_t *)p)[i] = (int64_t)v; break;
+  case PS_DT_BOOL: ((uint8_t *)p)[i] = v != 0; break;
+  case PS_DT_BFLOAT16: ((uint16_t *)p)[i] = ps_float_to_bf16((float)v); break;
+  case PS_DT_UINT16: ((uint16_t *)p)[i] = (uint16_t)v; break;
+  case PS_DT_HALF: ((uint16_t *)p)[i] = ps_float_to_half((float)v); break;
+  case PS_DT_UINT32: ((uint32_t *)p)[i] = (uint32_t)v; break;
+  case PS_DT_UINT64: ((uint64_t *)p)[i] = (uint64_t)v; break;
+  default: break;
+  }
+}
+
+#define APPLY_NATIVE(T)                                          \
+  do {                                                           \
+    T *d = dst;                                                  \
+    const T *s = src;                                            \
+    if (op == '+')                                               \
+      for (int64_t i = 0; i < n; i++) d[i] = (T)(d[i] + s[i]);   \
+    else if (op == '-')                                          \
+      for (int64_t i = 0; i < n; i++) d[i] = (T)(d[i] - s[i]);   \
+    else                                                         \
+      memcpy(d, s, (size_t)n * sizeof(T));                       \
+    return 0;                                                    \
+  } while (0)
+
+int ps_elem_apply(int dtype, char op, void *dst, const void *src, int64_t n) {
+  switch (dtype) {
+  case PS_DT_FLOAT: APPLY_NATIVE(float);
+  case PS_DT_DOUBLE: APPLY_NATIVE(double);
+  case PS_DT_INT32: APPLY_NATIVE(int32_t);
+  case PS_DT_UINT8: APPLY_NATIVE(uint8_t);
+  case PS_DT_INT16: APPLY_NATIVE(int16_t);
+  case PS_DT_INT8: APPLY_NATIVE(int8_t);
+  case PS_DT_INT64: APPLY_NATIVE(int64_t);
+  case PS_DT_UINT16: APPLY_NATIVE(uint16_t);
+  case PS_DT_UINT32: APPLY_NATIVE(uint32_t);
+  case PS_DT_UINT64: APPLY_NATIVE(uint64_t);
+  case PS_DT_HALF:
+  case PS_DT_BFLOAT16:
+    if (op == '=') {
+      memcpy(dst, src, (size_t)n * 2);
+      return 0;
+    }
+    for (int64_t i = 0; i < n; i++) {
+      double a = ps_elem_get(dtype, dst, i), b = ps_elem_get(dtype, src, i);
+      ps_elem_set(dtype, dst, i, op == '+' ? a + b : a - b);
+    }
+    return 0;
+  case PS_DT_BOOL:
+    if (op == '=') {
+      memcpy(dst, src, (size_t)n);
+      return 0;
+    }
+    return -1;
+  default:
+    return -1;
+  }
+}

@@ -1,0 +1,815 @@
+/* The paramserver.Ps RPC handlers.
+ *
+ * Every handler decodes its header (bytes that do not parse are
+ * INVALID_ARGUMENT), resolves variable names (NOT_FOUND naming the
+ * variable), stages bulk bytes into fresh buffers while the request
+ * streams in, and only then locks the variables it touches (in name order),
+ * validates the whole request against their current state and applies it.
+ * A request that fails validation changes nothing.  Error texts follow
+ * TensorFlow's kernels where TensorFlow has one. */
+#include "service.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "ps.pb-c.h"
+
+struct ps_service {
+  ps_store *store;
+  char task[64];
+  char address[256];
+  struct timespec start;
+  atomic_llong rpcs;
+};
+
+ps_service *ps_service_create(ps_store *store, const char *task) {
+  ps_service *s = calloc(1, sizeof *s);
+  if (s == NULL) return NULL;
+  s->store = store;
+  snprintf(s->task, sizeof s->task, "%s", task);
+  clock_gettime(CLOCK_MONOTONIC, &s->start);
+  return s;
+}
+
+void ps_service_destroy(ps_service *s) { free(s); }
+
+void ps_service_set_address(ps_service *s, const char *addr) {
+  snprintf(s->address, sizeof s->address, "%s", addr);
+}
+
+static ps_service *svc_of(ps_rpc_call *c) {
+  ps_service *s = ps_rpc_call_server_user(c);
+  atomic_fetch_add_explicit(&s->rpcs, 1, memory_order_relaxed);
+  return s;
+}
+
+static int bad_request(ps_status *st, const char *method) {
+  return ps_status_set(st, PS_INVALID_ARGUMENT,
+                       "%s: request message does not parse", method);
+}
+
+static int shape_from(ps_shape *s, const int64_t *dims, size_t n, const char *var,
+                      ps_status *st) {
+  if (ps_shape_set(s, dims, n, st) != 0)
+    return ps_status_prefix(st, "variable %s", var);
+  return 0;
+}
+
+static const char *fmt_shape(const ps_shape *s, char *buf, size_t n) {
+  return ps_shape_format(s, buf, n);
+}
+
+/* ---- Create ---- */
+
+static int init_from_proto(const Paramserver__Initializer *p, const char *var,
+                           int dtype, ps_init_spec *out, ps_status *st) {
+  int t = ps_init_type_from_name(p->type);
+  if (t < 0)
+    return ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "variable %s: unknown initializer '%s'", var, p->type);
+  ps_init_spec_default(out, (ps_init_type)t);
+  out->value = p->value;
+  out->values = p->values;
+  out->nvalues = p->n_values;
+  out->minval = p->minval;
+  out->maxval = p->maxval;
+  out->mean = p->mean;
+  out->stddev = p->stddev;
+  if (p->scale != 0) out->scale = p->scale;
+  if (p->mode[0]) {
+    int m = ps_fan_mode_from_name(p->mode);
+    if (m < 0)
+      return ps_status_set(st, PS_INVALID_ARGUMENT,
+                           "variable %s: unknown fan mode '%s'", var, p->mode);
+    out->mode = (ps_fan_mode)m;
+  }
+  if (p->distribution[0]) {
+    int d = ps_distribution_from_name(p->distribution);
+    if (d < 0)
+      return ps_status_set(st, PS_INVALID_ARGUMENT,
+                           "variable %s: unknown distribution '%s'", var,
+                           p->distribution);
+    out->distribution = (ps_distribution)d;
+  }
+  out->seed = p->seed;
+  bool random = t != PS_INIT_ZEROS && t != PS_INIT_ONES && t != PS_INIT_CONSTANT;
+  if (random && !ps_dtype_is_floating(dtype))
+    return ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "variable %s: initializer %s needs a floating dtype, "
+                         "got %s",
+                         var, p->type, ps_dtype_name(dtype));
+  return 0;
+}
+
+static int create_header(ps_rpc_call *c, const uint8_t *p, size_t n,
+                         ps_status *st) {
+  ps_service *s = svc_of(c);
+  Paramserver__CreateRequest *req =
+      paramserver__create_request__unpack(NULL, n, p);
+  if (req == NULL) return bad_request(st, "Create");
+  Paramserver__CreateResponse resp = PARAMSERVER__CREATE_RESPONSE__INIT;
+  int rc = 0;
+  /* Validate every spec first so a bad one creates nothing. */
+  for (size_t i = 0; i < req->n_vars && rc == 0; i++) {
+    Paramserver__VariableSpec *v = req->vars[i];
+    ps_shape shape;
+    ps_init_spec init;
+    if (v->name[0] == '\0')
+      rc = ps_status_set(st, PS_INVALID_ARGUMENT, "variable %zu has no name", i);
+    else if (ps_dtype_size(v->dtype) == 0 || v->dtype == PS_DT_COMPLEX64 ||
+             v->dtype == PS_DT_COMPLEX128)
+      rc = ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "variable %s: unsupported dtype %d", v->name, v->dtype);
+    else if ((rc = shape_from(&shape, v->shape, v->n_shape, v->name, st)) == 0 &&
+             v->initializer)
+      rc = init_from_proto(v->initializer, v->name, v->dtype, &init, st);
+  }
+  for (size_t i = 0; i < req->n_vars && rc == 0; i++) {
+    Paramserver__VariableSpec *v = req->vars[i];
+    ps_shape shape, full;
+    ps_init_spec init;
+    shape_from(&shape, v->shape, v->n_shape, v->name, st);
+    const ps_init_spec *ip = NULL;
+    const char *full_name = NULL;
+    const ps_shape *fs = NULL;
+    int64_t off = 0;
+    if (v->initializer) {
+      init_from_proto(v->initializer, v->name, v->dtype, &init, st);
+      ip = &init;
+      if (v->initializer->full_name[0]) full_name = v->initializer->full_name;
+      if (v->initializer->n_full_shape) {
+        if ((rc = shape_from(&full, v->initializer->full_shape,
+                             v->initializer->n_full_shape, v->name, st)) != 0)
+          break;
+        fs = &full;
+      }
+      off = v->initializer->offset;
+    }
+    bool created;
+    rc = ps_store_create_var(s->store, v->name, (ps_dtype)v->dtype, &shape, ip,
+                             full_name, fs, off, &created, st);
+    if (rc == 0) {
+      if (created) {
+        resp.created++;
+        PS_DEBUG("created %s", v->name);
+      } else {
+        resp.existed++;
+      }
+    }
+  }
+  if (rc == 0) ps_rpc_call_reply(c, &resp.base);
+  paramserver__create_request__free_unpacked(req, NULL);
+  return rc;
+}
+
+/* ---- Initialize ---- */
+
+/* Variables named in @names (all when empty), or NOT_FOUND. */
+static ps_var **resolve(ps_service *s, char **names, size_t n, size_t *out_n,
+                        ps_status *st) {
+  if (n == 0) return ps_store_list(s->store, out_n);
+  ps_var **vars = malloc(n * sizeof *vars);
+  if (vars == NULL) {
+    ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+    return NULL;
+  }
+  for (size_t i = 0; i < n; i++) {
+    vars[i] = ps_store_find(s->store, names[i], st);
+    if (vars[i] == NULL) {
+      free(vars);
+      return NULL;
+    }
+  }
+  *out_n = n;
+  return vars;
+}
+
+static int initialize_header(ps_rpc_call *c, const uint8_t *p, size_t n,
+                             ps_status *st) {
+  ps_service *s = svc_of(c);
+  Paramserver__InitializeRequest *req =
+      paramserver__initialize_request__unpack(NULL, n, p);
+  if (req == NULL) return bad_request(st, "Initialize");
+  size_t nv = 0;
+  int rc = 0;
+  ps_var **vars = resolve(s, req->names, req->n_names, &nv, st);
+  if (vars == NULL) {
+    paramserver__initialize_request__free_unpacked(req, NULL);
+    return st->code;
+  }
+  bool explicit_names = req->n_names > 0;
+  for (size_t i = 0; i < nv && rc == 0; i++)
+    if (explicit_names && !vars[i]->has_init)
+      rc = ps_status_set(st, PS_FAILED_PRECONDITION,
+                         "variable %s has no initializer on %s: its value must "
+                         "be assigned by the client",
+                         vars[i]->name, s->task);
+  char **done = calloc(nv + 1, sizeof *done);
+  size_t nd = 0;
+  if (rc == 0) {
+    ps_store_lock_set(vars, nv, true);
+    for (size_t i = 0; i < nv && rc == 0; i++) {
+      ps_var *v = vars[i];
+      if (!v->has_init) continue;
+      if (req->only_uninitialized && v->buf) continue;
+      bool dup = false;
+      for (size_t k = 0; k < i; k++) dup |= vars[k] == v;
+      if (dup) continue;
+      rc = ps_var_run_initializer(s->store, v, st);
+      if (rc == 0) done[nd++] = v->name;
+    }
+    ps_store_unlock_set(vars, nv);
+  }
+  if (rc == 0) {
+    Paramserver__InitializeResponse resp = PARAMSERVER__INITIALIZE_RESPONSE__INIT;
+    resp.initialized = done;
+    resp.n_initialized = nd;
+    ps_rpc_call_reply(c, &resp.base);
+  }
+  free(done);
+  free(vars);
+  paramserver__initialize_request__free_unpacked(req, NULL);
+  return rc;
+}
+
+/* ---- IsInitialized / ReportUninitialized ---- */
+
+static int is_init_header(ps_rpc_call *c, const uint8_t *p, size_t n,
+                          ps_status *st) {
+  ps_service *s = svc_of(c);
+  Paramserver__NamesRequest *req = paramserver__names_request__unpack(NULL, n, p);
+  if (req == NULL) return bad_request(st, "IsInitialized");
+  size_t nv = 0;
+  ps_var **vars = resolve(s, req->names, req->n_names, &nv, st);
+  int rc = st->code;
+  if (vars) {
+    protobuf_c_boolean *b = calloc(nv + 1, sizeof *b);
+    for (size_t i = 0; i < nv; i++) {
+      pthread_rwlock_rdlock(&vars[i]->lock);
+      b[i] = vars[i]->buf != NULL;
+      pthread_rwlock_unlock(&vars[i]->lock);
+    }
+    Paramserver__IsInitializedResponse resp =
+        PARAMSERVER__IS_INITIALIZED_RESPONSE__INIT;
+    resp.initialized = b;
+    resp.n_initialized = nv;
+    ps_rpc_call_reply(c, &resp.base);
+    free(b);
+    free(vars);
+    rc = 0;
+  }
+  paramserver__names_request__free_unpacked(req, NULL);
+  return rc;
+}
+
+static int report_header(ps_rpc_call *c, const uint8_t *p, size_t n,
+                         ps_status *st) {
+  ps_service *s = svc_of(c);
+  Paramserver__NamesRequest *req = paramserver__names_request__unpack(NULL, n, p);
+  if (req == NULL) return bad_request(st, "ReportUninitialized");
+  size_t nv = 0;
+  ps_var **vars = resolve(s, req->names, req->n_names, &nv, st);
+  int rc = st->code;
+  if (vars) {
+    char **names = calloc(nv + 1, sizeof *names);
+    size_t k = 0;
+    for (size_t i = 0; i < nv; i++) {
+      pthread_rwlock_rdlock(&vars[i]->lock);
+      if (vars[i]->buf == NULL) names[k++] = vars[i]->name;
+      pthread_rwlock_unlock(&vars[i]->lock);
+    }
+    Paramserver__ReportUninitializedResponse resp =
+        PARAMSERVER__REPORT_UNINITIALIZED_RESPONSE__INIT;
+    resp.names = names;
+    resp.n_names = k;
+    ps_rpc_call_reply(c, &resp.base);
+    free(names);
+    free(vars);
+    rc = 0;
+  }
+  paramserver__names_request__free_unpacked(req, NULL);
+  return rc;
+}
+
+/* ---- List / Status ---- */
+
+static int list_header(ps_rpc_call *c, const uint8_t *p, size_t n,
+                       ps_status *st) {
+  ps_service *s = svc_of(c);
+  Paramserver__ListRequest *req = paramserver__list_request__unpack(NULL, n, p);
+  if (req == NULL) return bad_request(st, "List");
+  paramserver__list_request__free_unpacked(req, NULL);
+  size_t nv = 0;
+  ps_var **vars = ps_store_list(s->store, &nv);
+  Paramserver__VarInfo *infos = calloc(nv + 1, sizeof *infos);
+  Paramserver__VarInfo **ptrs = calloc(nv + 1, sizeof *ptrs);
+  int64_t *dims = calloc(nv * PS_MAX_RANK + 1, sizeof *dims);
+  for (size_t i = 0; i < nv; i++) {
+    ps_var *v = vars[i];
+    paramserver__var_info__init(&infos[i]);
+    pthread_rwlock_rdlock(&v->lock);
+    infos[i].name = v->name;
+    infos[i].dtype = v->dtype;
+    memcpy(dims + i * PS_MAX_RANK, v->shape.dim, (size_t)v->shape.rank * sizeof *dims);
+    infos[i].shape = dims + i * PS_MAX_RANK;
+    infos[i].n_shape = (size_t)v->shape.rank;
+    infos[i].bytes = ps_shape_num_elements(&v->shape) * (int64_t)ps_dtype_size(v->dtype);
+    infos[i].initialized = v->buf != NULL;
+    infos[i].version = v->version;
+    pthread_rwlock_unlock(&v->lock);
+    ptrs[i] = &infos[i];
+  }
+  Paramserver__ListResponse resp = PARAMSERVER__LIST_RESPONSE__INIT;
+  resp.vars = ptrs;
+  resp.n_vars = nv;
+  ps_rpc_call_reply(c, &resp.base);
+  free(dims);
+  free(ptrs);
+  free(infos);
+  free(vars);
+  return 0;
+}
+
+static int status_header(ps_rpc_call *c, const uint8_t *p, size_t n,
+                         ps_status *st) {
+  ps_service *s = svc_of(c);
+  Paramserver__StatusRequest *req = paramserver__status_request__unpack(NULL, n, p);
+  if (req == NULL) return bad_request(st, "Status");
+  paramserver__status_request__free_unpacked(req, NULL);
+  Paramserver__StatusResponse resp = PARAMSERVER__STATUS_RESPONSE__INIT;
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  resp.task = s->task;
+  resp.address = s->address;
+  resp.version = PS_VERSION;
+  ps_store_totals(s->store, &resp.num_vars, &resp.bytes);
+  resp.uptime_secs = (double)(now.tv_sec - s->start.tv_sec) +
+                     (double)(now.tv_nsec - s->start.tv_nsec) / 1e9;
+  resp.pid = getpid();
+  resp.rpcs = atomic_load(&s->rpcs);
+  ps_rpc_call_reply(c, &resp.base);
+  return 0;
+}
+
+static int no_data(ps_rpc_call *c, ps_status *st) { return 0; }
+
+/* ---- Update ---- */
+
+typedef struct upd_item {
+  Paramserver__Update *u;
+  ps_var *v;
+  ps_shape shape;   /* value shape */
+  ps_buf *val;      /* staged value */
+  ps_buf *idx;      /* staged indices (scatter) */
+  size_t isize;     /* bytes per index */
+} upd_item;
+
+typedef struct upd_ctx {
+  Paramserver__UpdateRequest *req;
+  upd_item *items;
+  size_t n;
+} upd_ctx;
+
+static const char *op_name(int op) {
+  switch (op) {
+  case PARAMSERVER__UPDATE_OP__ASSIGN: return "Assign";
+  case PARAMSERVER__UPDATE_OP__ASSIGN_ADD: return "AssignAdd";
+  case PARAMSERVER__UPDATE_OP__ASSIGN_SUB: return "AssignSub";
+  case PARAMSERVER__UPDATE_OP__SCATTER_UPDATE: return "ScatterUpdate";
+  case PARAMSERVER__UPDATE_OP__SCATTER_ADD: return "ScatterAdd";
+  case PARAMSERVER__UPDATE_OP__SCATTER_SUB: return "ScatterSub";
+  default: return "Unknown";
+  }
+}
+
+static bool is_scatter(int op) { return op >= PARAMSERVER__UPDATE_OP__SCATTER_UPDATE; }
+
+static void update_free(ps_rpc_call *c) {
+  upd_ctx *x = ps_rpc_call_ctx(c);
+  if (x == NULL) return;
+  for (size_t i = 0; i < x->n; i++) {
+    ps_buf_unref(x->items[i].val);
+    ps_buf_unref(x->items[i].idx);
+  }
+  free(x->items);
+  if (x->req) paramserver__update_request__free_unpacked(x->req, NULL);
+  free(x);
+}
+
+static int update_header(ps_rpc_call *c, const uint8_t *p, size_t n,
+                         ps_status *st) {
+  ps_service *s = svc_of(c);
+  upd_ctx *x = calloc(1, sizeof *x);
+  if (x == NULL) return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+  ps_rpc_call_set_ctx(c, x);
+  x->req = paramserver__update_request__unpack(NULL, n, p);
+  if (x->req == NULL) return bad_request(st, "Update");
+  x->n = x->req->n_updates;
+  x->items = calloc(x->n + 1, sizeof *x->items);
+  if (x->items == NULL) return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+  ps_rpc_segs sink = {0};
+  int rc = 0;
+  for (size_t i = 0; i < x->n && rc == 0; i++) {
+    upd_item *it = &x->items[i];
+    Paramserver__Update *u = x->req->updates[i];
+    it->u = u;
+    if ((int)u->op < 0 || u->op > PARAMSERVER__UPDATE_OP__SCATTER_SUB) {
+      rc = ps_status_set(st, PS_INVALID_ARGUMENT, "update of %s: unknown op %d",
+                         u->name, (int)u->op);
+      break;
+    }
+    if ((it->v = ps_store_find(s->store, u->name, st)) == NULL) {
+      rc = st->code;
+      break;
+    }
+    size_t es = ps_dtype_size(u->dtype);
+    if (es == 0) {
+      rc = ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "%s %s: unsupported value dtype %d", op_name(u->op),
+                         u->name, u->dtype);
+      break;
+    }
+    if ((rc = shape_from(&it->shape, u->shape, u->n_shape, u->name, st)) != 0) break;
+    if (is_scatter(u->op)) {
+      if (u->index_dtype != PS_DT_INT32 && u->index_dtype != PS_DT_INT64) {
+        rc = ps_status_set(st, PS_INVALID_ARGUMENT,
+                           "%s %s: indices must be int32 or int64, got %s",
+                           op_name(u->op), u->name, ps_dtype_name(u->index_dtype));
+        break;
+      }
+      if (u->num_indices < 0) {
+        rc = ps_status_set(st, PS_INVALID_ARGUMENT, "%s %s: negative index count",
+                           op_name(u->op), u->name);
+        break;
+      }
+      it->isize = ps_dtype_size(u->index_dtype);
+      if ((uint64_t)u->num_indices > SIZE_MAX / 8 ||
+          (it->idx = ps_buf_create((size_t)u->num_indices * it->isize, false)) == NULL) {
+        rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED,
+                           "%s %s: cannot allocate %lld indices", op_name(u->op),
+                           u->name, (long long)u->num_indices);
+        break;
+      }
+      ps_rpc_segs_add(&sink, it->idx->data, it->idx->size, NULL);
+    }
+    int64_t ne = ps_shape_num_elements(&it->shape);
+    if ((uint64_t)ne > SIZE_MAX / es ||
+        (it->val = ps_buf_create((size_t)ne * es, false)) == NULL) {
+      rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED,
+                         "%s %s: cannot allocate the value (%lld elements)",
+                         op_name(u->op), u->name, (long long)ne);
+      break;
+    }
+    ps_rpc_segs_add(&sink, it->val->data, it->val->size, NULL);
+  }
+  if (rc == 0 && x->req->inline_data.len > 0) {
+    if (x->req->inline_data.len != sink.total)
+      rc = ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "Update: inline data has %zu bytes, the updates need %zu",
+                         x->req->inline_data.len, sink.total);
+    else
+      ps_rpc_segs_fill(&sink, 0, x->req->inline_data.data, sink.total);
+    ps_rpc_segs_fini(&sink);
+  }
+  if (rc == 0) ps_rpc_call_expect(c, &sink);
+  ps_rpc_segs_fini(&sink);
+  return rc;
+}
+
+static int64_t index_at(const upd_item *it, int64_t k) {
+  if (it->isize == 4) return ((const int32_t *)it->idx->data)[k];
+  return ((const int64_t *)it->idx->data)[k];
+}
+
+static int check_indices(const void *idx, size_t isize, int64_t n, int64_t bound,
+                         const char *var, const char *op, ps_status *st) {
+  for (int64_t k = 0; k < n; k++) {
+    int64_t i = isize == 4 ? ((const int32_t *)idx)[k] : ((const int64_t *)idx)[k];
+    if (i < 0 || i >= bound)
+      return ps_status_set(st, PS_INVALID_ARGUMENT,
+                           "indices[%lld] = %lld is not in [0, %lld)\n\t "
+                           "[[{{node %s/%s}}]]",
+                           (long long)k, (long long)i, (long long)bound, var, op);
+  }
+  return 0;
+}
+
+/* Simulated state of a variable while validating a batch in order. */
+typedef struct sim {
+  ps_var *v;
+  bool init;
+  ps_shape shape;
+} sim;
+
+static int validate_update(upd_item *it, sim *sm, ps_status *st) {
+  Paramserver__Update *u = it->u;
+  ps_var *v = it->v;
+  char a[256], b[256], c2[256];
+  const char *op = op_name(u->op);
+  if (u->dtype != (int)v->dtype)
+    return ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "%s %s: value has dtype %s that does not match dtype %s "
+                         "of the variable",
+                         op, v->name, ps_dtype_name(u->dtype), ps_dtype_name(v->dtype));
+  if (u->op == PARAMSERVER__UPDATE_OP__ASSIGN) {
+    if (!u->no_validate_shape && !ps_shape_equal(&sm->shape, &it->shape))
+      return ps_status_set(st, PS_INVALID_ARGUMENT,
+                           "Assign requires shapes of both tensors to match. "
+                           "lhs shape= %s rhs shape= %s\n\t [[{{node %s/Assign}}]]",
+                           fmt_shape(&sm->shape, a, sizeof a),
+                           fmt_shape(&it->shape, b, sizeof b), v->name);
+    sm->init = true;
+    sm->shape = it->shape;
+    return 0;
+  }
+  if (!sm->init)
+    return ps_status_set(st, PS_FAILED_PRECONDITION,
+                         "Attempting to use uninitialized value %s", v->name);
+  if (!ps_dtype_is_numeric(v->dtype) && u->op != PARAMSERVER__UPDATE_OP__SCATTER_UPDATE)
+    return ps_status_set(st, PS_INVALID_ARGUMENT, "%s %s: dtype %s has no arithmetic",
+                         op, v->name, ps_dtype_name(v->dtype));
+  if (!is_scatter(u->op)) {
+    if (!ps_shape_equal(&sm->shape, &it->shape))
+      return ps_status_set(st, PS_INVALID_ARGUMENT,
+                           "Cannot update variable with shape %s using a Tensor "
+                           "with shape %s, shapes must be equal.\n\t "
+                           "[[{{node %s/%s}}]]",
+                           fmt_shape(&sm->shape, a, sizeof a),
+                           fmt_shape(&it->shape, b, sizeof b), v->name, op);
+    return 0;
+  }
+  if (sm->shape.rank < 1)
+    return ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "params must be at least 1-D, got shape %s\n\t "
+                         "[[{{node %s/%s}}]]",
+                         fmt_shape(&sm->shape, a, sizeof a), v->name, op);
+  ps_shape want = sm->shape, ishape = {.rank = 1, .dim = {u->num_indices}};
+  want.dim[0] = u->num_indices;
+  if (!ps_shape_equal(&want, &it->shape))
+    return ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "Must have updates.shape = indices.shape + "
+                         "params.shape[1:], got updates.shape %s, indices.shape "
+                         "%s, params.shape %s\n\t [[{{node %s/%s}}]]",
+                         fmt_shape(&it->shape, a, sizeof a),
+                         fmt_shape(&ishape, b, sizeof b),
+                         fmt_shape(&sm->shape, c2, sizeof c2), v->name, op);
+  return check_indices(it->idx->data, it->isize, u->num_indices, sm->shape.dim[0],
+                       v->name, op, st);
+}
+
+static void apply_update(ps_store *store, upd_item *it) {
+  Paramserver__Update *u = it->u;
+  ps_var *v = it->v;
+  ps_status st;
+  if (u->op == PARAMSERVER__UPDATE_OP__ASSIGN) {
+    ps_var_set_buf(store, v, it->val, &it->shape);
+    return;
+  }
+  if (ps_var_make_private(v, &st) != 0) {
+    PS_ERROR("%s", st.msg);
+    return;
+  }
+  int64_t ne = ps_shape_num_elements(&it->shape);
+  switch (u->op) {
+  case PARAMSERVER__UPDATE_OP__ASSIGN_ADD:
+    ps_elem_apply(v->dtype, '+', v->buf->data, it->val->data, ne);
+    break;
+  case PARAMSERVER__UPDATE_OP__ASSIGN_SUB:
+    ps_elem_apply(v->dtype, '-', v->buf->data, it->val->data, ne);
+    break;
+  default: {
+    char opc = u->op == PARAMSERVER__UPDATE_OP__SCATTER_ADD   ? '+'
+               : u->op == PARAMSERVER__UPDATE_OP__SCATTER_SUB ? '-'
+                                                              : '=';
+    int64_t row = v->shape.dim[0] ? ne / (u->num_indices ? u->num_indices : 1) : 0;
+    size_t rb = (size_t)row * ps_dtype_size(v->dtype);
+    for (int64_t k = 0; k < u->num_indices; k++)
+      ps_elem_apply(v->dtype, opc, (uint8_t *)v->buf->data + (size_t)index_at(it, k) * rb,
+                    (uint8_t *)it->val->data + (size_t)k * rb, row);
+    break;
+  }
+  }
+  v->version++;
+}
+
+static int update_data(ps_rpc_call *c, ps_status *st) {
+  ps_service *s = ps_rpc_call_server_user(c);
+  upd_ctx *x = ps_rpc_call_ctx(c);
+  ps_var **vars = malloc((x->n + 1) * sizeof *vars);
+  sim *sims = calloc(x->n + 1, sizeof *sims);
+  if (vars == NULL || sims == NULL) {
+    free(vars);
+    free(sims);
+    return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  for (size_t i = 0; i < x->n; i++) vars[i] = x->items[i].v;
+  ps_store_lock_set(vars, x->n, true);
+  int rc = 0;
+  size_t nsim = 0;
+  for (size_t i = 0; i < x->n && rc == 0; i++) {
+    sim *sm = NULL;
+    for (size_t k = 0; k < nsim; k++)
+      if (sims[k].v == x->items[i].v) sm = &sims[k];
+    if (sm == NULL) {
+      sm = &sims[nsim++];
+      sm->v = x->items[i].v;
+      sm->init = sm->v->buf != NULL;
+      sm->shape = sm->v->shape;
+    }
+    rc = validate_update(&x->items[i], sm, st);
+  }
+  if (rc == 0) {
+    Paramserver__UpdateResponse resp = PARAMSERVER__UPDATE_RESPONSE__INIT;
+    int64_t *versions = calloc(x->n + 1, sizeof *versions);
+    for (size_t i = 0; i < x->n; i++) {
+      apply_update(s->store, &x->items[i]);
+      versions[i] = x->items[i].v->version;
+    }
+    resp.versions = versions;
+    resp.n_versions = x->n;
+    ps_rpc_call_reply(c, &resp.base);
+    free(versions);
+  }
+  ps_store_unlock_set(vars, x->n);
+  free(vars);
+  free(sims);
+  return rc;
+}
+
+/* ---- Read (whole variables and gathers) ---- */
+
+typedef struct read_item {
+  ps_var *v;
+  ps_buf *idx;
+  size_t isize;
+  int64_t nidx;
+  bool gather;
+} read_item;
+
+typedef struct read_ctx {
+  read_item *items;
+  size_t n;
+} read_ctx;
+
+static void read_free(ps_rpc_call *c) {
+  read_ctx *x = ps_rpc_call_ctx(c);
+  if (x == NULL) return;
+  for (size_t i = 0; i < x->n; i++) ps_buf_unref(x->items[i].idx);
+  free(x->items);
+  free(x);
+}
+
+static int read_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *st) {
+  ps_service *s = svc_of(c);
+  Paramserver__ReadRequest *req = paramserver__read_request__unpack(NULL, n, p);
+  if (req == NULL) return bad_request(st, "Read");
+  read_ctx *x = calloc(1, sizeof *x);
+  int rc = 0;
+  if (x == NULL || (x->items = calloc(req->n_items + 1, sizeof *x->items)) == NULL) {
+    free(x);
+    paramserver__read_request__free_unpacked(req, NULL);
+    return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  ps_rpc_call_set_ctx(c, x);
+  x->n = req->n_items;
+  ps_rpc_segs sink = {0};
+  for (size_t i = 0; i < x->n && rc == 0; i++) {
+    Paramserver__ReadItem *ri = req->items[i];
+    read_item *it = &x->items[i];
+    if ((it->v = ps_store_find(s->store, ri->name, st)) == NULL) {
+      rc = st->code;
+      break;
+    }
+    if (!ri->gather) continue;
+    it->gather = true;
+    if (ri->index_dtype != PS_DT_INT32 && ri->index_dtype != PS_DT_INT64) {
+      rc = ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "Gather %s: indices must be int32 or int64, got %s",
+                         ri->name, ps_dtype_name(ri->index_dtype));
+      break;
+    }
+    if (ri->num_indices < 0 || (uint64_t)ri->num_indices > SIZE_MAX / 8) {
+      rc = ps_status_set(st, PS_INVALID_ARGUMENT, "Gather %s: bad index count",
+                         ri->name);
+      break;
+    }
+    it->isize = ps_dtype_size(ri->index_dtype);
+    it->nidx = ri->num_indices;
+    it->idx = ps_buf_create((size_t)it->nidx * it->isize, false);
+    if (it->idx == NULL) {
+      rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Gather %s: out of memory",
+                         ri->name);
+      break;
+    }
+    ps_rpc_segs_add(&sink, it->idx->data, it->idx->size, NULL);
+  }
+  if (rc == 0) ps_rpc_call_expect(c, &sink);
+  ps_rpc_segs_fini(&sink);
+  paramserver__read_request__free_unpacked(req, NULL);
+  return rc;
+}
+
+static int read_data(ps_rpc_call *c, ps_status *st) {
+  read_ctx *x = ps_rpc_call_ctx(c);
+  ps_var **vars = malloc((x->n + 1) * sizeof *vars);
+  Paramserver__TensorMeta *metas = calloc(x->n + 1, sizeof *metas);
+  Paramserver__TensorMeta **mp = calloc(x->n + 1, sizeof *mp);
+  int64_t *dims = calloc((x->n + 1) * PS_MAX_RANK, sizeof *dims);
+  ps_buf **bufs = calloc(x->n + 1, sizeof *bufs);
+  int rc = 0;
+  if (!vars || !metas || !mp || !dims || !bufs) {
+    rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+    goto out;
+  }
+  for (size_t i = 0; i < x->n; i++) vars[i] = x->items[i].v;
+  /* All variables of one read are taken at one moment. */
+  ps_store_lock_set(vars, x->n, false);
+  for (size_t i = 0; i < x->n && rc == 0; i++) {
+    read_item *it = &x->items[i];
+    ps_var *v = it->v;
+    Paramserver__TensorMeta *m = &metas[i];
+    paramserver__tensor_meta__init(m);
+    mp[i] = m;
+    m->name = v->name;
+    m->dtype = v->dtype;
+    m->version = v->version;
+    m->shape = dims + i * PS_MAX_RANK;
+    if (v->buf == NULL) {
+      rc = ps_status_set(st, PS_FAILED_PRECONDITION,
+                         "Attempting to use uninitialized value %s", v->name);
+      break;
+    }
+    if (!it->gather) {
+      memcpy(m->shape, v->shape.dim, (size_t)v->shape.rank * sizeof *dims);
+      m->n_shape = (size_t)v->shape.rank;
+      bufs[i] = ps_buf_ref(v->buf);
+      continue;
+    }
+    char a[256];
+    if (v->shape.rank < 1) {
+      rc = ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "params must be at least 1-D, got shape %s\n\t "
+                         "[[{{node %s/Gather}}]]",
+                         fmt_shape(&v->shape, a, sizeof a), v->name);
+      break;
+    }
+    if ((rc = check_indices(it->idx->data, it->isize, it->nidx, v->shape.dim[0],
+                            v->name, "Gather", st)) != 0)
+      break;
+    memcpy(m->shape, v->shape.dim, (size_t)v->shape.rank * sizeof *dims);
+    m->shape[0] = it->nidx;
+    m->n_shape = (size_t)v->shape.rank;
+    size_t rb = v->shape.dim[0] ? v->buf->size / (size_t)v->shape.dim[0] : 0;
+    bufs[i] = ps_buf_create((size_t)it->nidx * rb, false);
+    if (bufs[i] == NULL) {
+      rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Gather %s: out of memory",
+                         v->name);
+      break;
+    }
+    for (int64_t k = 0; k < it->nidx; k++) {
+      int64_t r = it->isize == 4 ? ((const int32_t *)it->idx->data)[k]
+                                 : ((const int64_t *)it->idx->data)[k];
+      memcpy((uint8_t *)bufs[i]->data + (size_t)k * rb,
+             (const uint8_t *)v->buf->data + (size_t)r * rb, rb);
+    }
+  }
+  ps_store_unlock_set(vars, x->n);
+  if (rc == 0) {
+    Paramserver__ReadResponse resp = PARAMSERVER__READ_RESPONSE__INIT;
+    resp.tensors = mp;
+    resp.n_tensors = x->n;
+    ps_rpc_call_reply(c, &resp.base);
+    for (size_t i = 0; i < x->n; i++)
+      ps_rpc_call_reply_data(c, bufs[i]->data, bufs[i]->size, bufs[i]);
+  }
+out:
+  if (bufs)
+    for (size_t i = 0; i < x->n; i++) ps_buf_unref(bufs[i]);
+  free(bufs);
+  free(dims);
+  free(mp);
+  free(metas);
+  free(vars);
+  return rc;
+}
+
+static const ps_rpc_handler handlers[] = {
+    {"/paramserver.Ps/Create", create_header, no_data, NULL},
+    {"/paramserver.Ps/Initialize", initialize_header, no_data, NULL},
+    {"/paramserver.Ps/IsInitialized", is_init_header, no_data, NULL},
+    {"/paramserver.Ps/ReportUninitialized", report_header, no_data, NULL},
+    {"/paramserver.Ps/Update", update_header, update_data, update_free},
+    {"/paramserver.Ps/Read", read_header, read_data, read_free},
+    {"/paramserver.Ps/List", list_header, no_data, NULL},
+    {"/paramserver.Ps/Status", status_header, no_data, NULL},
+};
+
+const ps_rpc_handler *ps_service_handlers(size_t *n) {
+  *n = sizeof handlers / sizeof handlers[0];
+  return handlers;
+}

@@ -1,0 +1,107 @@
+/* Unit tests of common/tensor: dtypes, shapes, buffers, conversions. */
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tensor.h"
+
+START_TEST(dtype_numbers_match_tensorflow) {
+  ck_assert_int_eq(PS_DT_FLOAT, 1);
+  ck_assert_int_eq(PS_DT_INT64, 9);
+  ck_assert_int_eq(PS_DT_HALF, 19);
+  ck_assert_int_eq(PS_DT_BFLOAT16, 14);
+  ck_assert_uint_eq(ps_dtype_size(PS_DT_DOUBLE), 8);
+  ck_assert_uint_eq(ps_dtype_size(PS_DT_BOOL), 1);
+  ck_assert_uint_eq(ps_dtype_size(PS_DT_HALF), 2);
+  ck_assert_uint_eq(ps_dtype_size(999), 0);
+  ck_assert_str_eq(ps_dtype_name(PS_DT_FLOAT), "float");
+  ck_assert_str_eq(ps_dtype_enum_name(PS_DT_INT32), "DT_INT32");
+  ck_assert_int_eq(ps_dtype_from_name("float32"), PS_DT_FLOAT);
+  ck_assert_int_eq(ps_dtype_from_name("DT_BFLOAT16"), PS_DT_BFLOAT16);
+  ck_assert_int_eq(ps_dtype_from_name("nope"), PS_DT_INVALID);
+}
+END_TEST
+
+START_TEST(shape_format_and_count) {
+  ps_shape s;
+  int64_t d[] = {2, 3};
+  ck_assert_int_eq(ps_shape_set(&s, d, 2, NULL), 0);
+  char buf[64];
+  ck_assert_str_eq(ps_shape_format(&s, buf, sizeof buf), "[2,3]");
+  ck_assert_int_eq(ps_shape_num_elements(&s), 6);
+  ps_shape scalar = {0};
+  ck_assert_str_eq(ps_shape_format(&scalar, buf, sizeof buf), "[]");
+  ck_assert_int_eq(ps_shape_num_elements(&scalar), 1);
+  int64_t neg[] = {2, -1};
+  ps_status st;
+  ck_assert_int_eq(ps_shape_set(&s, neg, 2, &st), PS_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(st.msg, "negative"));
+  int64_t huge[] = {INT64_MAX, 4};
+  ck_assert_int_eq(ps_shape_set(&s, huge, 2, &st), PS_INVALID_ARGUMENT);
+}
+END_TEST
+
+START_TEST(buffers_are_refcounted) {
+  ps_buf *b = ps_buf_create(100, true);
+  ck_assert_ptr_nonnull(b);
+  ck_assert_int_eq(((unsigned char *)b->data)[99], 0);
+  ck_assert_int_eq((uintptr_t)b->data % 64, 0);
+  ps_buf_ref(b);
+  ck_assert_int_eq(atomic_load(&b->refs), 2);
+  ps_buf_unref(b);
+  ps_buf_unref(b);
+  ps_buf_unref(NULL);
+  ps_tensor_destroy(NULL);
+}
+END_TEST
+
+START_TEST(half_and_bfloat16_round_trip) {
+  float vals[] = {0.f, 1.f, -2.5f, 65504.f, 6.1035156e-05f, 5.9604645e-08f, 0.1f};
+  for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) {
+    float h = ps_half_to_float(ps_float_to_half(vals[i]));
+    ck_assert_msg(fabsf(h - vals[i]) <= fabsf(vals[i]) * 1e-3f + 1e-8f,
+                  "half %g -> %g", vals[i], h);
+    float b = ps_bf16_to_float(ps_float_to_bf16(vals[i]));
+    ck_assert_msg(fabsf(b - vals[i]) <= fabsf(vals[i]) * 1e-2f + 1e-30f,
+                  "bf16 %g -> %g", vals[i], b);
+  }
+  ck_assert_uint_eq(ps_float_to_half(1.0f), 0x3c00);
+  ck_assert_uint_eq(ps_float_to_bf16(1.0f), 0x3f80);
+  ck_assert(isinf(ps_half_to_float(ps_float_to_half(1e6f))));
+}
+END_TEST
+
+START_TEST(elementwise_arithmetic) {
+  float a[4] = {1, 2, 3, 4}, b[4] = {10, 20, 30, 40};
+  ck_assert_int_eq(ps_elem_apply(PS_DT_FLOAT, '+', a, b, 4), 0);
+  ck_assert(a[3] == 44.f);
+  ck_assert_int_eq(ps_elem_apply(PS_DT_FLOAT, '-', a, b, 4), 0);
+  ck_assert(a[0] == 1.f);
+  uint16_t h[2] = {ps_float_to_half(1.5f), ps_float_to_half(2.f)};
+  uint16_t g[2] = {ps_float_to_half(0.5f), ps_float_to_half(2.f)};
+  ck_assert_int_eq(ps_elem_apply(PS_DT_HALF, '+', h, g, 2), 0);
+  ck_assert(ps_half_to_float(h[0]) == 2.f && ps_half_to_float(h[1]) == 4.f);
+  uint8_t x[1] = {1}, y[1] = {1};
+  ck_assert_int_eq(ps_elem_apply(PS_DT_BOOL, '+', x, y, 1), -1);
+  int64_t i64[1] = {5}, j64[1] = {7};
+  ps_elem_apply(PS_DT_INT64, '-', i64, j64, 1);
+  ck_assert_int_eq(i64[0], -2);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("tensor");
+  TCase *tc = tcase_create("core");
+  tcase_add_test(tc, dtype_numbers_match_tensorflow);
+  tcase_add_test(tc, shape_format_and_count);
+  tcase_add_test(tc, buffers_are_refcounted);
+  tcase_add_test(tc, half_and_bfloat16_round_trip);
+  tcase_add_test(tc, elementwise_arithmetic);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}

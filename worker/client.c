@@ -1,0 +1,661 @@
+/* libpsworker client over common/rpc.
+ *
+ * Each public call builds one ps_rpc_req per ps task it contacts and runs
+ * them together, so calls to several ps overlap.  Safe calls are retried on
+ * UNAVAILABLE with exponential backoff; updates are not (an assign_add that
+ * reached the ps must not be applied twice). */
+#include "paramserver/client.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/log.h"
+#include "common/rpc.h"
+#include "ps.pb-c.h"
+
+#define M_CREATE "/paramserver.Ps/Create"
+#define M_INITIALIZE "/paramserver.Ps/Initialize"
+#define M_IS_INIT "/paramserver.Ps/IsInitialized"
+#define M_REPORT "/paramserver.Ps/ReportUninitialized"
+#define M_UPDATE "/paramserver.Ps/Update"
+#define M_READ "/paramserver.Ps/Read"
+#define M_LIST "/paramserver.Ps/List"
+#define M_STATUS "/paramserver.Ps/Status"
+
+struct ps_client {
+  ps_client_options opt;
+  int nps;
+  char **addrs;
+  ps_rpc_channel **ch;
+};
+
+void ps_client_options_default(ps_client_options *o) {
+  o->control_timeout_ms = 30000;
+  o->data_timeout_ms = 300000;
+  o->max_retries = 6;
+  o->retry_initial_ms = 50;
+  o->retry_max_ms = 2000;
+}
+
+ps_client *ps_client_create(const ps_cluster *cluster, const char *ps_job,
+                            const ps_client_options *opt, ps_status *st) {
+  const char *job = ps_job ? ps_job : "ps";
+  int n = ps_cluster_num_tasks(cluster, job);
+  if (n <= 0) {
+    ps_status_set(st, PS_INVALID_ARGUMENT, "cluster spec has no \"%s\" job", job);
+    return NULL;
+  }
+  ps_client *c = calloc(1, sizeof *c);
+  if (c == NULL) goto oom;
+  if (opt)
+    c->opt = *opt;
+  else
+    ps_client_options_default(&c->opt);
+  c->nps = n;
+  c->addrs = calloc((size_t)n, sizeof *c->addrs);
+  c->ch = calloc((size_t)n, sizeof *c->ch);
+  if (c->addrs == NULL || c->ch == NULL) goto oom;
+  for (int i = 0; i < n; i++) {
+    const char *a = ps_cluster_address(cluster, job, i);
+    if (a == NULL) {
+      ps_status_set(st, PS_INVALID_ARGUMENT, "cluster spec has no address for %s/%d",
+                    job, i);
+      ps_client_destroy(c);
+      return NULL;
+    }
+    c->addrs[i] = strdup(a);
+    c->ch[i] = ps_rpc_channel_create(a);
+    if (c->addrs[i] == NULL || c->ch[i] == NULL) goto oom;
+  }
+  return c;
+oom:
+  ps_client_destroy(c);
+  ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+  return NULL;
+}
+
+void ps_client_destroy(ps_client *c) {
+  if (c == NULL) return;
+  for (int i = 0; i < c->nps; i++) {
+    if (c->ch) ps_rpc_channel_destroy(c->ch[i]);
+    if (c->addrs) free(c->addrs[i]);
+  }
+  free(c->ch);
+  free(c->addrs);
+  free(c);
+}
+
+int ps_client_num_ps(const ps_client *c) { return c->nps; }
+const char *ps_client_address(const ps_client *c, int task) {
+  return task >= 0 && task < c->nps ? c->addrs[task] : NULL;
+}
+
+static int check_task(ps_client *c, int task, ps_status *st) {
+  if (task < 0 || task >= c->nps)
+    return ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "ps task %d does not exist (the cluster has %d)", task,
+                         c->nps);
+  return 0;
+}
+
+static void sleep_ms(int64_t ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
+  nanosleep(&ts, NULL);
+}
+
+/* Transport errors get the task's name and address; errors the ps sent
+ * (TensorFlow's texts) pass through unchanged. */
+static void annotate(ps_client *c, int task, ps_status *st) {
+  switch (st->code) {
+  case PS_UNAVAILABLE:
+  case PS_DEADLINE_EXCEEDED:
+  case PS_CANCELLED:
+  case PS_UNKNOWN:
+  case PS_INTERNAL:
+    ps_status_prefix(st, "ps/%d at %s", task, c->addrs[task]);
+    break;
+  default:
+    break;
+  }
+}
+
+/* Runs @reqs (one per task in @tasks); retries UNAVAILABLE ones if @safe. */
+static void run_reqs(ps_client *c, ps_rpc_req *reqs, const int *tasks, size_t n,
+                     bool safe) {
+  ps_rpc_run(reqs, n);
+  if (safe) {
+    int64_t backoff = c->opt.retry_initial_ms;
+    for (int attempt = 0; attempt < c->opt.max_retries; attempt++) {
+      size_t nretry = 0;
+      for (size_t i = 0; i < n; i++) nretry += reqs[i].st.code == PS_UNAVAILABLE;
+      if (nretry == 0) break;
+      PS_DEBUG("retrying %zu call(s) after UNAVAILABLE in %lld ms", nretry,
+               (long long)backoff);
+      sleep_ms(backoff);
+      backoff = backoff * 2 > c->opt.retry_max_ms ? c->opt.retry_max_ms : backoff * 2;
+      ps_rpc_req *again = malloc(nretry * sizeof *again);
+      size_t *which = malloc(nretry * sizeof *which);
+      if (again == NULL || which == NULL) {
+        free(again);
+        free(which);
+        break;
+      }
+      size_t k = 0;
+      for (size_t i = 0; i < n; i++)
+        if (reqs[i].st.code == PS_UNAVAILABLE) {
+          which[k] = i;
+          again[k] = reqs[i];
+          again[k].priv_ = NULL;
+          ps_status_clear(&again[k].st);
+          k++;
+        }
+      ps_rpc_run(again, k);
+      for (size_t j = 0; j < k; j++) reqs[which[j]].st = again[j].st;
+      free(again);
+      free(which);
+    }
+  }
+  for (size_t i = 0; i < n; i++) annotate(c, tasks[i], &reqs[i].st);
+}
+
+static void req_init(ps_client *c, ps_rpc_req *r, int task, const char *method,
+                     const ProtobufCMessage *msg, bool unary, bool data) {
+  memset(r, 0, sizeof *r);
+  r->ch = c->ch[task];
+  r->method = method;
+  r->request = msg;
+  r->unary_response = unary;
+  r->timeout_ms = data ? c->opt.data_timeout_ms : c->opt.control_timeout_ms;
+}
+
+/* One control call with a unary response parsed by @parse. */
+static int control_call(ps_client *c, int task, const char *method,
+                        const ProtobufCMessage *msg, bool safe,
+                        int (*parse)(void *, const uint8_t *, size_t,
+                                     ps_rpc_segs *, ps_status *),
+                        void *user, ps_status *st) {
+  if (check_task(c, task, st)) return st->code;
+  ps_rpc_req r;
+  req_init(c, &r, task, method, msg, true, false);
+  r.on_header = parse;
+  r.user = user;
+  run_reqs(c, &r, &task, 1, safe);
+  if (st) *st = r.st;
+  return r.st.code;
+}
+
+static void init_to_proto(const ps_init_spec *in, Paramserver__Initializer *p) {
+  paramserver__initializer__init(p);
+  p->type = (char *)ps_init_type_name(in->type);
+  p->value = in->value;
+  p->values = (double *)in->values;
+  p->n_values = in->nvalues;
+  p->minval = in->minval;
+  p->maxval = in->maxval;
+  p->mean = in->mean;
+  p->stddev = in->stddev;
+  p->scale = in->scale;
+  static const char *const modes[] = {"fan_in", "fan_out", "fan_avg"};
+  static const char *const dists[] = {"truncated_normal", "untruncated_normal",
+                                      "uniform"};
+  p->mode = (char *)modes[in->mode % 3];
+  p->distribution = (char *)dists[in->distribution % 3];
+  p->seed = in->seed;
+}
+
+int ps_client_create_vars(ps_client *c, int task, const ps_var_spec *specs,
+                          size_t n, ps_status *st) {
+  Paramserver__VariableSpec *vs = calloc(n + 1, sizeof *vs);
+  Paramserver__VariableSpec **vp = calloc(n + 1, sizeof *vp);
+  Paramserver__Initializer *inits = calloc(n + 1, sizeof *inits);
+  if (!vs || !vp || !inits) {
+    free(vs);
+    free(vp);
+    free(inits);
+    return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  for (size_t i = 0; i < n; i++) {
+    paramserver__variable_spec__init(&vs[i]);
+    vs[i].name = (char *)specs[i].name;
+    vs[i].dtype = specs[i].dtype;
+    vs[i].shape = (int64_t *)specs[i].shape.dim;
+    vs[i].n_shape = (size_t)specs[i].shape.rank;
+    if (specs[i].init) {
+      init_to_proto(specs[i].init, &inits[i]);
+      if (specs[i].full_name) inits[i].full_name = (char *)specs[i].full_name;
+      if (specs[i].full_shape) {
+        inits[i].full_shape = (int64_t *)specs[i].full_shape->dim;
+        inits[i].n_full_shape = (size_t)specs[i].full_shape->rank;
+      }
+      inits[i].offset = specs[i].offset;
+      vs[i].initializer = &inits[i];
+    }
+    vp[i] = &vs[i];
+  }
+  Paramserver__CreateRequest req = PARAMSERVER__CREATE_REQUEST__INIT;
+  req.vars = vp;
+  req.n_vars = n;
+  int rc = control_call(c, task, M_CREATE, &req.base, true, NULL, NULL, st);
+  free(vs);
+  free(vp);
+  free(inits);
+  return rc;
+}
+
+typedef struct init_out {
+  size_t n;
+} init_out;
+
+static int parse_initialize(void *user, const uint8_t *p, size_t n,
+                            ps_rpc_segs *sink, ps_status *st) {
+  Paramserver__InitializeResponse *r =
+      paramserver__initialize_response__unpack(NULL, n, p);
+  if (r == NULL)
+    return ps_status_set(st, PS_INTERNAL, "Initialize: response does not parse");
+  ((init_out *)user)->n = r->n_initialized;
+  paramserver__initialize_response__free_unpacked(r, NULL);
+  return 0;
+}
+
+int ps_client_initialize(ps_client *c, int task, const char *const *names,
+                         size_t n, bool only_uninitialized, size_t *ninit,
+                         ps_status *st) {
+  Paramserver__InitializeRequest req = PARAMSERVER__INITIALIZE_REQUEST__INIT;
+  req.names = (char **)names;
+  req.n_names = n;
+  req.only_uninitialized = only_uninitialized;
+  init_out out = {0};
+  int rc = control_call(c, task, M_INITIALIZE, &req.base, only_uninitialized,
+                        parse_initialize, &out, st);
+  if (ninit) *ninit = out.n;
+  return rc;
+}
+
+typedef struct bools_out {
+  bool *out;
+  size_t n;
+} bools_out;
+
+static int parse_is_init(void *user, const uint8_t *p, size_t n,
+                         ps_rpc_segs *sink, ps_status *st) {
+  bools_out *o = user;
+  Paramserver__IsInitializedResponse *r =
+      paramserver__is_initialized_response__unpack(NULL, n, p);
+  if (r == NULL)
+    return ps_status_set(st, PS_INTERNAL, "IsInitialized: response does not parse");
+  for (size_t i = 0; i < o->n && i < r->n_initialized; i++) o->out[i] = r->initialized[i];
+  paramserver__is_initialized_response__free_unpacked(r, NULL);
+  return 0;
+}
+
+int ps_client_is_initialized(ps_client *c, int task, const char *const *names,
+                             size_t n, bool *out, ps_status *st) {
+  Paramserver__NamesRequest req = PARAMSERVER__NAMES_REQUEST__INIT;
+  req.names = (char **)names;
+  req.n_names = n;
+  bools_out o = {out, n};
+  return control_call(c, task, M_IS_INIT, &req.base, true, parse_is_init, &o, st);
+}
+
+typedef struct names_out {
+  char **names;
+  size_t n;
+} names_out;
+
+static int parse_report(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
+                        ps_status *st) {
+  names_out *o = user;
+  Paramserver__ReportUninitializedResponse *r =
+      paramserver__report_uninitialized_response__unpack(NULL, n, p);
+  if (r == NULL)
+    return ps_status_set(st, PS_INTERNAL,
+                         "ReportUninitialized: response does not parse");
+  ps_client_free_names(o->names, o->n);
+  o->names = calloc(r->n_names + 1, sizeof *o->names);
+  o->n = r->n_names;
+  for (size_t i = 0; i < r->n_names; i++) o->names[i] = strdup(r->names[i]);
+  paramserver__report_uninitialized_response__free_unpacked(r, NULL);
+  return 0;
+}
+
+int ps_client_report_uninitialized(ps_client *c, int task,
+                                   const char *const *names, size_t n,
+                                   char ***out, size_t *nout, ps_status *st) {
+  Paramserver__NamesRequest req = PARAMSERVER__NAMES_REQUEST__INIT;
+  req.names = (char **)names;
+  req.n_names = n;
+  names_out o = {NULL, 0};
+  int rc = control_call(c, task, M_REPORT, &req.base, true, parse_report, &o, st);
+  if (rc != 0) {
+    ps_client_free_names(o.names, o.n);
+    o.names = NULL;
+    o.n = 0;
+  }
+  *out = o.names;
+  *nout = o.n;
+  return rc;
+}
+
+void ps_client_free_names(char **names, size_t n) {
+  if (names == NULL) return;
+  for (size_t i = 0; i < n; i++) free(names[i]);
+  free(names);
+}
+
+/* ---- updates ---- */
+
+typedef struct upd_build {
+  Paramserver__UpdateRequest req;
+  Paramserver__Update *us;
+  Paramserver__Update **up;
+  ps_rpc_segs segs;
+  uint8_t *inline_buf;
+} upd_build;
+
+static int upd_build_init(upd_build *b, const ps_update *u, size_t n,
+                          ps_status *st) {
+  memset(b, 0, sizeof *b);
+  paramserver__update_request__init(&b->req);
+  b->us = calloc(n + 1, sizeof *b->us);
+  b->up = calloc(n + 1, sizeof *b->up);
+  if (!b->us || !b->up) return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+  for (size_t i = 0; i < n; i++) {
+    Paramserver__Update *p = &b->us[i];
+    paramserver__update__init(p);
+    if (u[i].value == NULL || u[i].name == NULL)
+      return ps_status_set(st, PS_INVALID_ARGUMENT, "update %zu has no %s", i,
+                           u[i].name ? "value" : "name");
+    p->name = (char *)u[i].name;
+    p->op = (Paramserver__UpdateOp)u[i].op;
+    p->dtype = u[i].value->dtype;
+    p->shape = (int64_t *)u[i].value->shape.dim;
+    p->n_shape = (size_t)u[i].value->shape.rank;
+    p->no_validate_shape = u[i].no_validate_shape;
+    if (u[i].op >= PS_SCATTER_UPDATE) {
+      const ps_tensor *ix = u[i].indices;
+      if (ix == NULL || ix->shape.rank != 1 ||
+          (ix->dtype != PS_DT_INT32 && ix->dtype != PS_DT_INT64))
+        return ps_status_set(st, PS_INVALID_ARGUMENT,
+                             "scatter on %s: indices must be a 1-D int32 or "
+                             "int64 tensor",
+                             u[i].name);
+      p->index_dtype = ix->dtype;
+      p->num_indices = ix->shape.dim[0];
+      ps_rpc_segs_add(&b->segs, ps_tensor_data(ix), ps_tensor_nbytes(ix), ix->buf);
+    }
+    ps_rpc_segs_add(&b->segs, ps_tensor_data(u[i].value),
+                    ps_tensor_nbytes(u[i].value), u[i].value->buf);
+    b->up[i] = p;
+  }
+  b->req.updates = b->up;
+  b->req.n_updates = n;
+  if (b->segs.total > 0 && b->segs.total <= PS_RPC_INLINE_MAX) {
+    /* Small updates: the bytes ride in the header, one message per call. */
+    b->inline_buf = malloc(b->segs.total);
+    if (b->inline_buf == NULL)
+      return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+    size_t off = 0;
+    for (size_t i = 0; i < b->segs.n; i++) {
+      memcpy(b->inline_buf + off, b->segs.v[i].ptr, b->segs.v[i].len);
+      off += b->segs.v[i].len;
+    }
+    b->req.inline_data.data = b->inline_buf;
+    b->req.inline_data.len = off;
+    ps_rpc_segs_fini(&b->segs);
+  }
+  return 0;
+}
+
+static void upd_build_fini(upd_build *b) {
+  free(b->us);
+  free(b->up);
+  free(b->inline_buf);
+  ps_rpc_segs_fini(&b->segs);
+}
+
+int ps_client_update_many(ps_client *c, ps_task_updates *t, size_t n,
+                          ps_status *st) {
+  upd_build *bs = calloc(n + 1, sizeof *bs);
+  ps_rpc_req *reqs = calloc(n + 1, sizeof *reqs);
+  int *tasks = calloc(n + 1, sizeof *tasks);
+  int rc = 0;
+  if (!bs || !reqs || !tasks) {
+    rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+    goto out;
+  }
+  for (size_t i = 0; i < n; i++) {
+    ps_status_clear(&t[i].st);
+    if ((rc = check_task(c, t[i].task, st)) != 0) goto out;
+    if ((rc = upd_build_init(&bs[i], t[i].updates, t[i].n, st)) != 0) goto out;
+    req_init(c, &reqs[i], t[i].task, M_UPDATE, &bs[i].req.base, true, true);
+    reqs[i].send = &bs[i].segs;
+    tasks[i] = t[i].task;
+  }
+  run_reqs(c, reqs, tasks, n, false);
+  for (size_t i = 0; i < n; i++) {
+    t[i].st = reqs[i].st;
+    if (rc == 0 && reqs[i].st.code != PS_OK) {
+      rc = reqs[i].st.code;
+      if (st) *st = reqs[i].st;
+    }
+  }
+out:
+  if (bs)
+    for (size_t i = 0; i < n; i++) upd_build_fini(&bs[i]);
+  free(bs);
+  free(reqs);
+  free(tasks);
+  return rc;
+}
+
+int ps_client_update(ps_client *c, int task, const ps_update *u, size_t n,
+                     ps_status *st) {
+  ps_task_updates t = {.task = task, .updates = u, .n = n};
+  return ps_client_update_many(c, &t, 1, st);
+}
+
+/* ---- reads ---- */
+
+typedef struct read_build {
+  Paramserver__ReadRequest req;
+  Paramserver__ReadItem *items;
+  Paramserver__ReadItem **ip;
+  ps_rpc_segs segs;
+  ps_task_reads *t;
+} read_build;
+
+static int parse_read(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
+                      ps_status *st) {
+  read_build *b = user;
+  Paramserver__ReadResponse *r = paramserver__read_response__unpack(NULL, n, p);
+  if (r == NULL) return ps_status_set(st, PS_INTERNAL, "Read: response does not parse");
+  int rc = 0;
+  if (r->n_tensors != b->t->n)
+    rc = ps_status_set(st, PS_INTERNAL, "Read: %zu tensors for %zu items",
+                       r->n_tensors, b->t->n);
+  for (size_t i = 0; i < r->n_tensors && rc == 0; i++) {
+    Paramserver__TensorMeta *m = r->tensors[i];
+    ps_read *rd = &b->t->reads[i];
+    ps_shape shape;
+    if (ps_shape_set(&shape, m->shape, m->n_shape, st) != 0 ||
+        ps_dtype_size(m->dtype) == 0) {
+      rc = ps_status_set(st, PS_INTERNAL, "Read %s: bad tensor metadata", m->name);
+      break;
+    }
+    size_t need = (size_t)ps_shape_num_elements(&shape) * ps_dtype_size(m->dtype);
+    if (rd->out && (rd->out->dtype != (ps_dtype)m->dtype ||
+                    ps_tensor_nbytes(rd->out) != need)) {
+      char a[128], bb[128];
+      rc = ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "read %s: destination is %s %s, the variable is %s %s",
+                         m->name, ps_dtype_name(rd->out->dtype),
+                         ps_shape_format(&rd->out->shape, a, sizeof a),
+                         ps_dtype_name(m->dtype), ps_shape_format(&shape, bb, sizeof bb));
+      break;
+    }
+    if (rd->out == NULL) {
+      rd->out = ps_tensor_create((ps_dtype)m->dtype, &shape, false);
+      if (rd->out == NULL) {
+        rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED,
+                           "read %s: cannot allocate %zu bytes", m->name, need);
+        break;
+      }
+    }
+    rd->out->shape = shape;
+    ps_rpc_segs_add(sink, ps_tensor_data(rd->out), need, NULL);
+  }
+  paramserver__read_response__free_unpacked(r, NULL);
+  return rc;
+}
+
+static int read_build_init(read_build *b, ps_task_reads *t, ps_status *st) {
+  memset(b, 0, sizeof *b);
+  paramserver__read_request__init(&b->req);
+  b->t = t;
+  b->items = calloc(t->n + 1, sizeof *b->items);
+  b->ip = calloc(t->n + 1, sizeof *b->ip);
+  if (!b->items || !b->ip) return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+  for (size_t i = 0; i < t->n; i++) {
+    Paramserver__ReadItem *it = &b->items[i];
+    paramserver__read_item__init(it);
+    it->name = (char *)t->reads[i].name;
+    const ps_tensor *ix = t->reads[i].indices;
+    if (ix) {
+      if (ix->shape.rank != 1 || (ix->dtype != PS_DT_INT32 && ix->dtype != PS_DT_INT64))
+        return ps_status_set(st, PS_INVALID_ARGUMENT,
+                             "gather from %s: indices must be a 1-D int32 or "
+                             "int64 tensor",
+                             t->reads[i].name);
+      it->gather = true;
+      it->index_dtype = ix->dtype;
+      it->num_indices = ix->shape.dim[0];
+      ps_rpc_segs_add(&b->segs, ps_tensor_data(ix), ps_tensor_nbytes(ix), ix->buf);
+    }
+    b->ip[i] = it;
+  }
+  b->req.items = b->ip;
+  b->req.n_items = t->n;
+  return 0;
+}
+
+int ps_client_read_many(ps_client *c, ps_task_reads *t, size_t n, ps_status *st) {
+  read_build *bs = calloc(n + 1, sizeof *bs);
+  ps_rpc_req *reqs = calloc(n + 1, sizeof *reqs);
+  int *tasks = calloc(n + 1, sizeof *tasks);
+  int rc = 0;
+  if (!bs || !reqs || !tasks) {
+    rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+    goto out;
+  }
+  for (size_t i = 0; i < n; i++) {
+    ps_status_clear(&t[i].st);
+    if ((rc = check_task(c, t[i].task, st)) != 0) goto out;
+    if ((rc = read_build_init(&bs[i], &t[i], st)) != 0) goto out;
+    req_init(c, &reqs[i], t[i].task, M_READ, &bs[i].req.base, false, true);
+    reqs[i].send = &bs[i].segs;
+    reqs[i].on_header = parse_read;
+    reqs[i].user = &bs[i];
+    tasks[i] = t[i].task;
+  }
+  run_reqs(c, reqs, tasks, n, true);
+  for (size_t i = 0; i < n; i++) {
+    t[i].st = reqs[i].st;
+    if (rc == 0 && reqs[i].st.code != PS_OK) {
+      rc = reqs[i].st.code;
+      if (st) *st = reqs[i].st;
+    }
+  }
+out:
+  if (bs)
+    for (size_t i = 0; i < n; i++) {
+      free(bs[i].items);
+      free(bs[i].ip);
+      ps_rpc_segs_fini(&bs[i].segs);
+    }
+  free(bs);
+  free(reqs);
+  free(tasks);
+  return rc;
+}
+
+int ps_client_read(ps_client *c, int task, ps_read *r, size_t n, ps_status *st) {
+  ps_task_reads t = {.task = task, .reads = r, .n = n};
+  return ps_client_read_many(c, &t, 1, st);
+}
+
+/* ---- list / status ---- */
+
+typedef struct list_out {
+  ps_var_info *v;
+  size_t n;
+  int task;
+} list_out;
+
+static int parse_list(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
+                      ps_status *st) {
+  list_out *o = user;
+  Paramserver__ListResponse *r = paramserver__list_response__unpack(NULL, n, p);
+  if (r == NULL) return ps_status_set(st, PS_INTERNAL, "List: response does not parse");
+  ps_client_free_var_info(o->v, o->n);
+  o->v = calloc(r->n_vars + 1, sizeof *o->v);
+  o->n = r->n_vars;
+  for (size_t i = 0; i < r->n_vars; i++) {
+    Paramserver__VarInfo *vi = r->vars[i];
+    o->v[i].name = strdup(vi->name);
+    o->v[i].dtype = (ps_dtype)vi->dtype;
+    ps_shape_set(&o->v[i].shape, vi->shape,
+                 vi->n_shape > PS_MAX_RANK ? PS_MAX_RANK : vi->n_shape, NULL);
+    o->v[i].bytes = vi->bytes;
+    o->v[i].initialized = vi->initialized;
+    o->v[i].version = vi->version;
+    o->v[i].task = o->task;
+  }
+  paramserver__list_response__free_unpacked(r, NULL);
+  return 0;
+}
+
+int ps_client_list(ps_client *c, int task, ps_var_info **out, size_t *n,
+                   ps_status *st) {
+  Paramserver__ListRequest req = PARAMSERVER__LIST_REQUEST__INIT;
+  list_out o = {NULL, 0, task};
+  int rc = control_call(c, task, M_LIST, &req.base, true, parse_list, &o, st);
+  if (rc != 0) {
+    ps_client_free_var_info(o.v, o.n);
+    o.v = NULL;
+    o.n = 0;
+  }
+  *out = o.v;
+  *n = o.n;
+  return rc;
+}
+
+void ps_client_free_var_info(ps_var_info *v, size_t n) {
+  if (v == NULL) return;
+  for (size_t i = 0; i < n; i++) free(v[i].name);
+  free(v);
+}
+
+static int parse_status(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
+                        ps_status *st) {
+  ps_task_status *o = user;
+  Paramserver__StatusResponse *r = paramserver__status_response__unpack(NULL, n, p);
+  if (r == NULL) return ps_status_set(st, PS_INTERNAL, "Status: response does not parse");
+  snprintf(o->task, sizeof o->task, "%s", r->task);
+  snprintf(o->address, sizeof o->address, "%s", r->address);
+  snprintf(o->version, sizeof o->version, "%s", r->version);
+  o->num_vars = r->num_vars;
+  o->bytes = r->bytes;
+  o->pid = r->pid;
+  o->rpcs = r->rpcs;
+  o->uptime_secs = r->uptime_secs;
+  paramserver__status_response__free_unpacked(r, NULL);
+  return 0;
+}
+
+int ps_client_status(ps_client *c, int task, ps_task_status *out, ps_status *st) {
+  Paramserver__StatusRequest req = PARAMSERVER__STATUS_REQUEST__INIT;
+  memset(out, 0, sizeof *out);
+  return control_call(c, task, M_STATUS, &req.base, true, parse_status, out, st);
+}

@@ -1,0 +1,148 @@
+/* libpsworker client: typed calls to the ps tasks of a cluster.
+ *
+ * One gRPC channel per ps task.  Every call carries a deadline; calls that
+ * are safe to repeat (create, initialize-if-uninitialized, reads, status)
+ * are retried with exponential backoff when a ps is UNAVAILABLE.  The
+ * *_many functions contact several ps tasks at once and return when all
+ * have answered.
+ *
+ * Thread safety: a ps_client may be used from several threads at once.
+ * Errors: functions return 0 or a gRPC status code, with @st (may be NULL)
+ * holding a message that names the variable or task. */
+#ifndef PARAMSERVER_CLIENT_H
+#define PARAMSERVER_CLIENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/cluster.h"
+#include "common/init.h"
+#include "common/status.h"
+#include "common/tensor.h"
+
+typedef struct ps_client ps_client;
+
+typedef struct ps_client_options {
+  int64_t control_timeout_ms; /* deadline of control calls (default 30 s) */
+  int64_t data_timeout_ms;    /* deadline of reads and updates (default 300 s) */
+  int max_retries;            /* UNAVAILABLE retries of safe calls (default 6) */
+  int64_t retry_initial_ms;   /* first backoff (default 50 ms), doubling */
+  int64_t retry_max_ms;       /* backoff cap (default 2 s) */
+} ps_client_options;
+
+void ps_client_options_default(ps_client_options *o);
+
+/* Channels to every task of @ps_job ("ps") in @cluster (copied).
+ * @opt may be NULL for defaults. */
+ps_client *ps_client_create(const ps_cluster *cluster, const char *ps_job,
+                            const ps_client_options *opt, ps_status *st);
+void ps_client_destroy(ps_client *c); /* NULL is a no-op */
+int ps_client_num_ps(const ps_client *c);
+const char *ps_client_address(const ps_client *c, int task);
+
+typedef struct ps_var_spec {
+  const char *name;
+  ps_dtype dtype;
+  ps_shape shape;
+  const ps_init_spec *init; /* NULL: the value is assigned by the client */
+  /* Parts of partitioned variables: the full variable (else NULL/0). */
+  const char *full_name;
+  const ps_shape *full_shape;
+  int64_t offset; /* first element of this part in the full variable */
+} ps_var_spec;
+
+/* Idempotent for identical specs; ALREADY_EXISTS for a conflicting one. */
+int ps_client_create_vars(ps_client *c, int task, const ps_var_spec *specs,
+                          size_t n, ps_status *st);
+/* Runs the server-side initializers of @names (all when n == 0).  With
+ * @only_uninitialized, variables that hold a value are left alone.
+ * @ninit (may be NULL) receives how many were initialized. */
+int ps_client_initialize(ps_client *c, int task, const char *const *names,
+                         size_t n, bool only_uninitialized, size_t *ninit,
+                         ps_status *st);
+int ps_client_is_initialized(ps_client *c, int task, const char *const *names,
+                             size_t n, bool *out, ps_status *st);
+/* Names of uninitialized variables among @names (all when n == 0);
+ * free with ps_client_free_names(). */
+int ps_client_report_uninitialized(ps_client *c, int task,
+                                   const char *const *names, size_t n,
+                                   char ***out, size_t *nout, ps_status *st);
+void ps_client_free_names(char **names, size_t n);
+
+typedef enum ps_update_op {
+  PS_ASSIGN = 0,
+  PS_ASSIGN_ADD = 1,
+  PS_ASSIGN_SUB = 2,
+  PS_SCATTER_UPDATE = 3,
+  PS_SCATTER_ADD = 4,
+  PS_SCATTER_SUB = 5,
+} ps_update_op;
+
+typedef struct ps_update {
+  const char *name;
+  ps_update_op op;
+  const ps_tensor *value;   /* sent zero-copy: not modified during the call */
+  const ps_tensor *indices; /* scatter ops: 1-D int32 or int64 */
+  bool no_validate_shape;   /* ASSIGN: TensorFlow's validate_shape=False */
+} ps_update;
+
+/* Applies @n updates on one ps atomically: if one fails, none applies. */
+int ps_client_update(ps_client *c, int task, const ps_update *u, size_t n,
+                     ps_status *st);
+
+typedef struct ps_read {
+  const char *name;
+  const ps_tensor *indices; /* NULL: whole variable; else gather rows (axis 0) */
+  ps_tensor *out;           /* in: NULL (allocated) or a tensor of the right
+                               dtype and size, filled in place; out: result */
+} ps_read;
+
+/* Reads @n variables of one ps in one RPC, all as of one moment. */
+int ps_client_read(ps_client *c, int task, ps_read *r, size_t n, ps_status *st);
+
+/* Work for one ps task in a *_many call. */
+typedef struct ps_task_reads {
+  int task;
+  ps_read *reads;
+  size_t n;
+  ps_status st; /* out */
+} ps_task_reads;
+typedef struct ps_task_updates {
+  int task;
+  const ps_update *updates;
+  size_t n;
+  ps_status st; /* out */
+} ps_task_updates;
+
+/* All tasks in parallel; returns 0 if all succeeded, else the first failing
+ * task's code (each entry's st says how it went). */
+int ps_client_read_many(ps_client *c, ps_task_reads *t, size_t n, ps_status *st);
+int ps_client_update_many(ps_client *c, ps_task_updates *t, size_t n,
+                          ps_status *st);
+
+typedef struct ps_var_info {
+  char *name;
+  ps_dtype dtype;
+  ps_shape shape;
+  int64_t bytes;
+  bool initialized;
+  int64_t version;
+  int task;
+} ps_var_info;
+
+int ps_client_list(ps_client *c, int task, ps_var_info **out, size_t *n,
+                   ps_status *st);
+void ps_client_free_var_info(ps_var_info *v, size_t n);
+
+typedef struct ps_task_status {
+  char task[64];
+  char address[256];
+  char version[32];
+  int64_t num_vars, bytes, pid, rpcs;
+  double uptime_secs;
+} ps_task_status;
+
+int ps_client_status(ps_client *c, int task, ps_task_status *out, ps_status *st);
+
+#endif

@@ -1,0 +1,210 @@
+/* psctl: look at and control a running cluster from any machine that can
+ * reach it.  Needs nothing but the cluster spec. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/cluster.h"
+#include "common/log.h"
+#include "common/rpc.h"
+#include "paramserver/client.h"
+
+static const char usage[] =
+    "usage: psctl --cluster FILE [options] COMMAND [ARGS]\n"
+    "\n"
+    "commands:\n"
+    "  status        one line per ps task: address, up/down, variables, bytes\n"
+    "  vars          every variable: name, dtype, shape, task, initialized\n"
+    "  read NAME     print the value of variable NAME\n"
+    "\n"
+    "options:\n"
+    "  --cluster FILE    cluster spec JSON (or set TF_CONFIG)\n"
+    "  --job NAME        the ps job's name (default ps)\n"
+    "  --timeout-ms MS   deadline of each call (default 5000)\n"
+    "  --limit N         read: print at most N elements (default 1000, 0 = all)\n"
+    "  --help, --version\n"
+    "\n"
+    "exit status: 0 ok; 1 an RPC failed or a task is down; 2 usage error\n";
+
+static void print_value(const ps_tensor *t, int64_t limit) {
+  int64_t n = ps_tensor_num_elements(t);
+  const void *p = ps_tensor_data(t);
+  int rank = t->shape.rank;
+  if (rank == 0) {
+    printf("%.9g\n", ps_elem_get(t->dtype, p, 0));
+    return;
+  }
+  int64_t printed = 0;
+  for (int64_t i = 0; i < n; i++) {
+    /* open brackets for every dim whose index is 0 here */
+    int64_t stride = 1, opens = 0;
+    for (int d = rank - 1; d >= 0; d--) {
+      if (i % (stride * t->shape.dim[d]) == 0) opens++; else break;
+      stride *= t->shape.dim[d];
+    }
+    if (opens) {
+      if (i) printf("\n%*s", (int)(rank - opens), "");
+      for (int64_t k = 0; k < opens; k++) putchar('[');
+    } else {
+      printf(", ");
+    }
+    if (limit > 0 && printed >= limit) {
+      printf("... (%lld more)", (long long)(n - printed));
+      for (int k = 0; k < rank; k++) putchar(']');
+      putchar('\n');
+      return;
+    }
+    double v = ps_elem_get(t->dtype, p, i);
+    if (t->dtype == PS_DT_BOOL)
+      printf("%s", v != 0 ? "true" : "false");
+    else
+      printf("%.9g", v);
+    printed++;
+    stride = 1;
+    for (int d = rank - 1; d >= 0; d--) {
+      stride *= t->shape.dim[d];
+      if ((i + 1) % stride == 0) putchar(']'); else break;
+    }
+  }
+  if (n == 0) {
+    for (int k = 0; k < rank; k++) putchar('[');
+    for (int k = 0; k < rank; k++) putchar(']');
+  }
+  putchar('\n');
+}
+
+int main(int argc, char **argv) {
+  const char *cluster_file = NULL, *job = "ps";
+  int64_t timeout_ms = 5000, limit = 1000;
+  static const struct option opts[] = {
+      {"cluster", required_argument, NULL, 'c'},
+      {"job", required_argument, NULL, 'j'},
+      {"timeout-ms", required_argument, NULL, 't'},
+      {"limit", required_argument, NULL, 'L'},
+      {"help", no_argument, NULL, 'h'},
+      {"version", no_argument, NULL, 'V'},
+      {NULL, 0, NULL, 0}};
+  int o;
+  while ((o = getopt_long(argc, argv, "+", opts, NULL)) != -1) {
+    switch (o) {
+    case 'c': cluster_file = optarg; break;
+    case 'j': job = optarg; break;
+    case 't': timeout_ms = atoll(optarg); break;
+    case 'L': limit = atoll(optarg); break;
+    case 'h': fputs(usage, stdout); return 0;
+    case 'V': printf("psctl %s\n", PS_VERSION); return 0;
+    default: fputs(usage, stderr); return 2;
+    }
+  }
+  if (optind >= argc) {
+    fprintf(stderr, "psctl: no command given\n%s", usage);
+    return 2;
+  }
+  const char *cmd = argv[optind++];
+  if (strcmp(cmd, "status") && strcmp(cmd, "vars") && strcmp(cmd, "read")) {
+    fprintf(stderr, "psctl: unknown command '%s'\n%s", cmd, usage);
+    return 2;
+  }
+  if (!strcmp(cmd, "read") && optind >= argc) {
+    fprintf(stderr, "psctl: read needs a variable name\n");
+    return 2;
+  }
+  ps_log_set_task("psctl");
+  ps_status st;
+  ps_status_clear(&st);
+  ps_cluster *cluster = NULL;
+  if (cluster_file) {
+    cluster = ps_cluster_load_file(cluster_file, &st);
+  } else {
+    ps_task_id self;
+    cluster = ps_cluster_resolve(NULL, NULL, 0, &self, &st);
+  }
+  if (cluster == NULL) {
+    fprintf(stderr, "psctl: %s\n", st.msg);
+    return 2;
+  }
+  ps_rpc_global_init();
+  ps_client_options opt;
+  ps_client_options_default(&opt);
+  opt.control_timeout_ms = opt.data_timeout_ms = timeout_ms;
+  opt.max_retries = 0;
+  ps_client *c = ps_client_create(cluster, job, &opt, &st);
+  int rc = 0;
+  if (c == NULL) {
+    fprintf(stderr, "psctl: %s\n", st.msg);
+    rc = 2;
+    goto out;
+  }
+  int nps = ps_client_num_ps(c);
+  if (!strcmp(cmd, "status")) {
+    for (int i = 0; i < nps; i++) {
+      ps_task_status ts;
+      if (ps_client_status(c, i, &ts, &st) == 0) {
+        printf("%s/%d %s up vars=%lld bytes=%lld uptime=%.0fs rpcs=%lld pid=%lld\n",
+               job, i, ps_client_address(c, i), (long long)ts.num_vars,
+               (long long)ts.bytes, ts.uptime_secs, (long long)ts.rpcs,
+               (long long)ts.pid);
+      } else {
+        printf("%s/%d %s down (%s: %s)\n", job, i, ps_client_address(c, i),
+               ps_status_code_name(st.code), st.msg);
+        rc = 1;
+      }
+    }
+  } else if (!strcmp(cmd, "vars")) {
+    printf("%-40s %-10s %-16s %-6s %s\n", "NAME", "DTYPE", "SHAPE", "TASK",
+           "INITIALIZED");
+    for (int i = 0; i < nps; i++) {
+      ps_var_info *v;
+      size_t n;
+      if (ps_client_list(c, i, &v, &n, &st) != 0) {
+        fprintf(stderr, "psctl: %s/%d: %s\n", job, i, st.msg);
+        rc = 1;
+        continue;
+      }
+      for (size_t k = 0; k < n; k++) {
+        char sh[256], task[32];
+        snprintf(task, sizeof task, "%s/%d", job, i);
+        printf("%-40s %-10s %-16s %-6s %s\n", v[k].name, ps_dtype_name(v[k].dtype),
+               ps_shape_format(&v[k].shape, sh, sizeof sh), task,
+               v[k].initialized ? "yes" : "no");
+      }
+      ps_client_free_var_info(v, n);
+    }
+  } else {
+    const char *name = argv[optind];
+    int found = -1, down = 0;
+    for (int i = 0; i < nps && found < 0; i++) {
+      bool init;
+      const char *names[1] = {name};
+      int r = ps_client_is_initialized(c, i, names, 1, &init, &st);
+      if (r == 0) found = i;
+      else if (r != PS_NOT_FOUND) {
+        fprintf(stderr, "psctl: %s/%d: %s\n", job, i, st.msg);
+        down++;
+      }
+    }
+    if (found < 0) {
+      fprintf(stderr, "psctl: variable %s not found on any %s task%s\n", name, job,
+              down ? " that is up" : "");
+      rc = 1;
+    } else {
+      ps_read r = {.name = name};
+      if (ps_client_read(c, found, &r, 1, &st) != 0) {
+        fprintf(stderr, "psctl: %s: %s\n", ps_status_code_name(st.code), st.msg);
+        rc = 1;
+      } else {
+        char sh[256];
+        printf("%s (%s) %s on %s/%d\n", name, ps_dtype_enum_name(r.out->dtype),
+               ps_shape_format(&r.out->shape, sh, sizeof sh), job, found);
+        print_value(r.out, limit);
+      }
+      ps_tensor_destroy(r.out);
+    }
+  }
+out:
+  ps_client_destroy(c);
+  ps_cluster_destroy(cluster);
+  ps_rpc_global_shutdown();
+  return rc;
+}
