@@ -886,7 +886,14 @@ static void ccall_start(ccall *cc, grpc_completion_queue *cq) {
     return;
   }
   cc->hdr_bb = NULL;
-  grpc_byte_buffer *hdr = pack_message(r->request);
+  grpc_byte_buffer *hdr;
+  if (r->request) {
+    hdr = pack_message(r->request);
+  } else {
+    grpc_slice sl = grpc_slice_from_copied_buffer(r->raw_request, r->raw_len);
+    hdr = grpc_raw_byte_buffer_create(&sl, 1);
+    grpc_slice_unref(sl);
+  }
   int has_data = r->send && r->send->total > 0;
   grpc_op ops[6];
   memset(ops, 0, sizeof ops);

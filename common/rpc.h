@@ -107,6 +107,8 @@ typedef struct ps_rpc_req {
   ps_rpc_channel *ch;
   const char *method;
   const ProtobufCMessage *request;
+  const void *raw_request; /* used when request is NULL (tests, fuzzing) */
+  size_t raw_len;
   ps_rpc_segs *send; /* request bulk bytes (borrowed; may be NULL) */
   bool unary_response; /* the response never carries chunks */
   int64_t timeout_ms;

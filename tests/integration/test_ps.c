@@ -1,0 +1,497 @@
+/* Integration tests: real ps-server processes, the libpsworker client. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/rpc.h"
+#include "harness.h"
+#include "paramserver/client.h"
+
+static ps_harness H;
+static ps_client *C;
+
+static void setup(void) {
+  ck_assert_int_eq(harness_start(&H, 2, NULL), 0);
+  ps_rpc_global_init();
+  ps_status st;
+  C = ps_client_create(H.cluster, "ps", NULL, &st);
+  ck_assert_msg(C != NULL, "%s", st.msg);
+}
+
+static void teardown(void) {
+  ps_client_destroy(C);
+  ps_rpc_global_shutdown();
+  ck_assert_int_eq(harness_stop(&H), 0);
+}
+
+static ps_shape shp(int rank, int64_t a, int64_t b) {
+  ps_shape s = {.rank = rank, .dim = {a, b}};
+  return s;
+}
+
+static ps_tensor *ftensor(int rank, int64_t a, int64_t b, const float *vals) {
+  ps_shape s = shp(rank, a, b);
+  ps_tensor *t = ps_tensor_create(PS_DT_FLOAT, &s, true);
+  if (vals) memcpy(ps_tensor_data(t), vals, ps_tensor_nbytes(t));
+  return t;
+}
+
+static ps_tensor *itensor(int64_t n, const int64_t *vals) {
+  ps_shape s = shp(1, n, 0);
+  ps_tensor *t = ps_tensor_create(PS_DT_INT64, &s, true);
+  memcpy(ps_tensor_data(t), vals, (size_t)n * 8);
+  return t;
+}
+
+static void create(int task, const char *name, ps_dtype dt, ps_shape s,
+                   const ps_init_spec *init) {
+  ps_status st;
+  ps_var_spec v = {.name = name, .dtype = dt, .shape = s, .init = init};
+  ck_assert_msg(ps_client_create_vars(C, task, &v, 1, &st) == 0, "%s", st.msg);
+}
+
+static ps_tensor *read1(int task, const char *name, ps_status *st) {
+  ps_read r = {.name = name};
+  if (ps_client_read(C, task, &r, 1, st) != 0) {
+    ps_tensor_destroy(r.out);
+    return NULL;
+  }
+  return r.out;
+}
+
+static float *fdata(ps_tensor *t) { return ps_tensor_data(t); }
+
+START_TEST(create_initialize_read_on_two_ps) {
+  ps_init_spec z, o, k, rn;
+  ps_init_spec_default(&z, PS_INIT_ZEROS);
+  ps_init_spec_default(&o, PS_INIT_ONES);
+  ps_init_spec_default(&k, PS_INIT_CONSTANT);
+  k.value = 3.5;
+  ps_init_spec_default(&rn, PS_INIT_RANDOM_NORMAL);
+  rn.seed = 42;
+  create(0, "a", PS_DT_FLOAT, shp(2, 2, 3), &z);
+  create(1, "b", PS_DT_FLOAT, shp(1, 4, 0), &o);
+  create(1, "c", PS_DT_DOUBLE, shp(0, 0, 0), &k);
+  /* The same variable on different ps draws the same values. */
+  create(0, "w", PS_DT_FLOAT, shp(2, 16, 8), &rn);
+  create(1, "w", PS_DT_FLOAT, shp(2, 16, 8), &rn);
+  ps_status st;
+  size_t n0 = 0, n1 = 0;
+  ck_assert_int_eq(ps_client_initialize(C, 0, NULL, 0, false, &n0, &st), 0);
+  ck_assert_int_eq(ps_client_initialize(C, 1, NULL, 0, false, &n1, &st), 0);
+  ck_assert_uint_eq(n0, 2);
+  ck_assert_uint_eq(n1, 3);
+  ps_read r0[2] = {{.name = "a"}, {.name = "w"}};
+  ps_read r1[3] = {{.name = "b"}, {.name = "c"}, {.name = "w"}};
+  ps_task_reads t[2] = {{.task = 0, .reads = r0, .n = 2}, {.task = 1, .reads = r1, .n = 3}};
+  ck_assert_msg(ps_client_read_many(C, t, 2, &st) == 0, "%s", st.msg);
+  ck_assert_int_eq(r0[0].out->shape.rank, 2);
+  for (int i = 0; i < 6; i++) ck_assert(fdata(r0[0].out)[i] == 0.f);
+  for (int i = 0; i < 4; i++) ck_assert(fdata(r1[0].out)[i] == 1.f);
+  ck_assert(((double *)ps_tensor_data(r1[1].out))[0] == 3.5);
+  ck_assert_int_eq(memcmp(ps_tensor_data(r0[1].out), ps_tensor_data(r1[2].out), 16 * 8 * 4), 0);
+  double sum = 0;
+  for (int i = 0; i < 128; i++) sum += fabsf(fdata(r0[1].out)[i]);
+  ck_assert(sum > 10); /* not all zeros */
+  ps_tensor_destroy(r0[0].out);
+  ps_tensor_destroy(r0[1].out);
+  for (int i = 0; i < 3; i++) ps_tensor_destroy(r1[i].out);
+}
+END_TEST
+
+START_TEST(create_is_idempotent_and_conflicts_fail) {
+  ps_init_spec z;
+  ps_init_spec_default(&z, PS_INIT_ZEROS);
+  create(0, "v", PS_DT_FLOAT, shp(1, 3, 0), &z);
+  create(0, "v", PS_DT_FLOAT, shp(1, 3, 0), &z);
+  ps_status st;
+  ps_var_spec bad = {.name = "v", .dtype = PS_DT_INT32, .shape = shp(1, 3, 0), .init = &z};
+  ck_assert_int_eq(ps_client_create_vars(C, 0, &bad, 1, &st), PS_ALREADY_EXISTS);
+  ck_assert_ptr_nonnull(strstr(st.msg, "variable v already exists"));
+  ck_assert_ptr_nonnull(strstr(st.msg, "int32"));
+  ps_var_spec bad2 = {.name = "v", .dtype = PS_DT_FLOAT, .shape = shp(1, 4, 0), .init = &z};
+  ck_assert_int_eq(ps_client_create_vars(C, 0, &bad2, 1, &st), PS_ALREADY_EXISTS);
+  ck_assert_ptr_nonnull(strstr(st.msg, "[4]"));
+}
+END_TEST
+
+START_TEST(assign_add_sub_and_validate_shape) {
+  create(0, "v", PS_DT_FLOAT, shp(2, 2, 3), NULL);
+  float a[6] = {1, 2, 3, 4, 5, 6}, b[6] = {10, 10, 10, 10, 10, 10};
+  ps_tensor *ta = ftensor(2, 2, 3, a), *tb = ftensor(2, 2, 3, b);
+  ps_status st;
+  ps_update u = {.name = "v", .op = PS_ASSIGN, .value = ta};
+  ck_assert_msg(ps_client_update(C, 0, &u, 1, &st) == 0, "%s", st.msg);
+  ps_update add[2] = {{.name = "v", .op = PS_ASSIGN_ADD, .value = tb},
+                      {.name = "v", .op = PS_ASSIGN_ADD, .value = tb}};
+  ck_assert_msg(ps_client_update(C, 0, add, 2, &st) == 0, "%s", st.msg);
+  ps_update sub = {.name = "v", .op = PS_ASSIGN_SUB, .value = ta};
+  ck_assert_msg(ps_client_update(C, 0, &sub, 1, &st) == 0, "%s", st.msg);
+  ps_tensor *r = read1(0, "v", &st);
+  ck_assert_ptr_nonnull(r);
+  for (int i = 0; i < 6; i++) ck_assert(fdata(r)[i] == 20.f);
+  ps_tensor_destroy(r);
+  /* validate_shape=False: the variable takes the new shape */
+  float c[3] = {7, 8, 9};
+  ps_tensor *tc = ftensor(1, 3, 0, c);
+  ps_update nv = {.name = "v", .op = PS_ASSIGN, .value = tc, .no_validate_shape = true};
+  ck_assert_msg(ps_client_update(C, 0, &nv, 1, &st) == 0, "%s", st.msg);
+  r = read1(0, "v", &st);
+  ck_assert_int_eq(r->shape.rank, 1);
+  ck_assert_int_eq(r->shape.dim[0], 3);
+  ck_assert(fdata(r)[2] == 9.f);
+  ps_tensor_destroy(r);
+  ps_tensor_destroy(ta);
+  ps_tensor_destroy(tb);
+  ps_tensor_destroy(tc);
+}
+END_TEST
+
+START_TEST(scatter_and_gather) {
+  float init[8] = {0, 0, 1, 1, 2, 2, 3, 3};
+  create(1, "e", PS_DT_FLOAT, shp(2, 4, 2), NULL);
+  ps_tensor *t = ftensor(2, 4, 2, init);
+  ps_status st;
+  ps_update u = {.name = "e", .op = PS_ASSIGN, .value = t};
+  ck_assert_int_eq(ps_client_update(C, 1, &u, 1, &st), 0);
+  int64_t idx[3] = {3, 0, 3};
+  float upd[6] = {1, 1, 5, 5, 1, 1};
+  ps_tensor *ti = itensor(3, idx), *tu = ftensor(2, 3, 2, upd);
+  ps_update sa = {.name = "e", .op = PS_SCATTER_ADD, .value = tu, .indices = ti};
+  ck_assert_msg(ps_client_update(C, 1, &sa, 1, &st) == 0, "%s", st.msg);
+  int64_t i1[1] = {1};
+  float u1[2] = {-1, -2};
+  ps_tensor *ti1 = itensor(1, i1), *tu1 = ftensor(2, 1, 2, u1);
+  ps_update su = {.name = "e", .op = PS_SCATTER_UPDATE, .value = tu1, .indices = ti1};
+  ck_assert_int_eq(ps_client_update(C, 1, &su, 1, &st), 0);
+  ps_update ss = {.name = "e", .op = PS_SCATTER_SUB, .value = tu1, .indices = ti1};
+  ck_assert_int_eq(ps_client_update(C, 1, &ss, 1, &st), 0);
+  /* rows: 0 -> 5,5 ; 1 -> 0,0 ; 2 -> 2,2 ; 3 -> 5,5 (duplicates accumulate) */
+  int64_t g[4] = {3, 1, 0, 2};
+  ps_tensor *tg = itensor(4, g);
+  ps_read r = {.name = "e", .indices = tg};
+  ck_assert_msg(ps_client_read(C, 1, &r, 1, &st) == 0, "%s", st.msg);
+  float want[8] = {5, 5, 0, 0, 5, 5, 2, 2};
+  ck_assert_int_eq(r.out->shape.dim[0], 4);
+  ck_assert_int_eq(r.out->shape.dim[1], 2);
+  for (int i = 0; i < 8; i++) ck_assert_msg(fdata(r.out)[i] == want[i], "elem %d", i);
+  ps_tensor_destroy(r.out);
+  ps_tensor *objs[] = {t, ti, tu, ti1, tu1, tg};
+  for (size_t i = 0; i < 6; i++) ps_tensor_destroy(objs[i]);
+}
+END_TEST
+
+/* Each error leaves the daemon serving and the variable unchanged. */
+static void assert_unchanged(void) {
+  ps_status st;
+  ps_tensor *r = read1(0, "w", &st);
+  ck_assert_msg(r != NULL, "ps stopped serving: %s", st.msg);
+  for (int i = 0; i < 6; i++) ck_assert(fdata(r)[i] == (float)i);
+  ck_assert_int_eq(r->shape.dim[0], 2);
+  ps_tensor_destroy(r);
+}
+
+static void errors_setup(void) {
+  setup();
+  create(0, "w", PS_DT_FLOAT, shp(2, 2, 3), NULL);
+  create(0, "u", PS_DT_FLOAT, shp(2, 2, 3), NULL);
+  float v[6] = {0, 1, 2, 3, 4, 5};
+  ps_tensor *t = ftensor(2, 2, 3, v);
+  ps_update u = {.name = "w", .op = PS_ASSIGN, .value = t};
+  ps_status st;
+  ck_assert_int_eq(ps_client_update(C, 0, &u, 1, &st), 0);
+  ps_tensor_destroy(t);
+}
+
+START_TEST(error_uninitialized_read) {
+  ps_status st;
+  ck_assert_ptr_null(read1(0, "u", &st));
+  ck_assert_int_eq(st.code, PS_FAILED_PRECONDITION);
+  ck_assert_str_eq(st.msg, "Attempting to use uninitialized value u");
+  ps_tensor *t = ftensor(2, 2, 3, NULL);
+  ps_update u = {.name = "u", .op = PS_ASSIGN_ADD, .value = t};
+  ck_assert_int_eq(ps_client_update(C, 0, &u, 1, &st), PS_FAILED_PRECONDITION);
+  ck_assert_str_eq(st.msg, "Attempting to use uninitialized value u");
+  ps_tensor_destroy(t);
+  assert_unchanged();
+}
+END_TEST
+
+START_TEST(error_assign_shape) {
+  ps_status st;
+  ps_tensor *t = ftensor(2, 3, 2, NULL);
+  ps_update u = {.name = "w", .op = PS_ASSIGN, .value = t};
+  ck_assert_int_eq(ps_client_update(C, 0, &u, 1, &st), PS_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(st.msg, "Assign requires shapes of both tensors to match. "
+                               "lhs shape= [2,3] rhs shape= [3,2]") == st.msg,
+                "%s", st.msg);
+  ck_assert_ptr_nonnull(strstr(st.msg, "w/Assign"));
+  ps_update a = {.name = "w", .op = PS_ASSIGN_ADD, .value = t};
+  ck_assert_int_eq(ps_client_update(C, 0, &a, 1, &st), PS_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(st.msg, "Cannot update variable with shape [2,3] using "
+                                       "a Tensor with shape [3,2]"));
+  ps_tensor_destroy(t);
+  assert_unchanged();
+}
+END_TEST
+
+START_TEST(error_dtype_mismatch) {
+  ps_status st;
+  ps_shape s = shp(2, 2, 3);
+  ps_tensor *t = ps_tensor_create(PS_DT_INT32, &s, true);
+  ps_update u = {.name = "w", .op = PS_ASSIGN, .value = t};
+  ck_assert_int_eq(ps_client_update(C, 0, &u, 1, &st), PS_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(st.msg, "value has dtype int32 that does not match dtype float") != NULL,
+                "%s", st.msg);
+  ck_assert_ptr_nonnull(strstr(st.msg, "w"));
+  ps_tensor_destroy(t);
+  ps_read r = {.name = "w", .out = ps_tensor_create(PS_DT_DOUBLE, &s, true)};
+  ck_assert_int_eq(ps_client_read(C, 0, &r, 1, &st), PS_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(st.msg, "read w: destination is double [2,3]"));
+  ps_tensor_destroy(r.out);
+  assert_unchanged();
+}
+END_TEST
+
+START_TEST(error_unknown_variable) {
+  ps_status st;
+  ck_assert_ptr_null(read1(0, "nope", &st));
+  ck_assert_int_eq(st.code, PS_NOT_FOUND);
+  ck_assert_str_eq(st.msg, "variable nope does not exist on ps/0");
+  ps_tensor *t = ftensor(2, 2, 3, NULL);
+  ps_update u[2] = {{.name = "w", .op = PS_ASSIGN, .value = t},
+                    {.name = "ghost", .op = PS_ASSIGN, .value = t}};
+  ck_assert_int_eq(ps_client_update(C, 0, u, 2, &st), PS_NOT_FOUND);
+  ck_assert_ptr_nonnull(strstr(st.msg, "ghost"));
+  const char *names[] = {"ghost"};
+  bool b;
+  ck_assert_int_eq(ps_client_is_initialized(C, 0, names, 1, &b, &st), PS_NOT_FOUND);
+  ps_tensor_destroy(t);
+  assert_unchanged(); /* the valid first update did not apply */
+}
+END_TEST
+
+START_TEST(error_index_out_of_range) {
+  ps_status st;
+  int64_t idx[2] = {1, 7};
+  ps_tensor *ti = itensor(2, idx);
+  ps_read r = {.name = "w", .indices = ti};
+  ck_assert_int_eq(ps_client_read(C, 0, &r, 1, &st), PS_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(st.msg, "indices[1] = 7 is not in [0, 2)") == st.msg, "%s", st.msg);
+  ck_assert_ptr_nonnull(strstr(st.msg, "w/Gather"));
+  ps_tensor_destroy(r.out);
+  ps_tensor *tu = ftensor(2, 2, 3, NULL);
+  ps_update u = {.name = "w", .op = PS_SCATTER_ADD, .value = tu, .indices = ti};
+  ck_assert_int_eq(ps_client_update(C, 0, &u, 1, &st), PS_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(st.msg, "indices[1] = 7 is not in [0, 2)") == st.msg, "%s", st.msg);
+  int64_t neg[1] = {-1};
+  ps_tensor *tn = itensor(1, neg), *tu1 = ftensor(2, 1, 3, NULL);
+  ps_update u2 = {.name = "w", .op = PS_SCATTER_UPDATE, .value = tu1, .indices = tn};
+  ck_assert_int_eq(ps_client_update(C, 0, &u2, 1, &st), PS_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(st.msg, "indices[0] = -1 is not in [0, 2)"));
+  /* updates shape must be indices.shape + params.shape[1:] */
+  ps_update u3 = {.name = "w", .op = PS_SCATTER_ADD, .value = tu, .indices = tn};
+  ck_assert_int_eq(ps_client_update(C, 0, &u3, 1, &st), PS_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(st.msg, "Must have updates.shape = indices.shape + "
+                                       "params.shape[1:], got updates.shape [2,3], "
+                                       "indices.shape [1], params.shape [2,3]"));
+  ps_tensor_destroy(ti);
+  ps_tensor_destroy(tu);
+  ps_tensor_destroy(tn);
+  ps_tensor_destroy(tu1);
+  assert_unchanged();
+}
+END_TEST
+
+static ps_rpc_channel *raw_channel(void) {
+  return ps_rpc_channel_create(ps_client_address(C, 0));
+}
+
+START_TEST(error_request_does_not_parse) {
+  ps_rpc_channel *ch = raw_channel();
+  static const uint8_t junk[] = {0xff, 0xff, 0xff, 0xff, 0x0f, 0x01, 0x02};
+  const char *methods[] = {"/paramserver.Ps/Update", "/paramserver.Ps/Read",
+                           "/paramserver.Ps/Create", "/paramserver.Ps/Initialize"};
+  for (size_t i = 0; i < 4; i++) {
+    ps_rpc_req r = {.ch = ch, .method = methods[i], .raw_request = junk,
+                    .raw_len = sizeof junk, .unary_response = i != 1,
+                    .timeout_ms = 10000};
+    ps_rpc_run(&r, 1);
+    ck_assert_int_eq(r.st.code, PS_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(r.st.msg, "request message does not parse") != NULL, "%s",
+                  r.st.msg);
+  }
+  ps_rpc_channel_destroy(ch);
+  assert_unchanged();
+}
+END_TEST
+
+START_TEST(error_unknown_method_is_unimplemented_at_once) {
+  ps_rpc_channel *ch = raw_channel();
+  struct timespec a, b;
+  clock_gettime(CLOCK_MONOTONIC, &a);
+  ps_rpc_req r = {.ch = ch, .method = "/paramserver.Ps/NoSuchMethod",
+                  .raw_request = "", .raw_len = 0, .unary_response = true,
+                  .timeout_ms = 20000};
+  ps_rpc_run(&r, 1);
+  clock_gettime(CLOCK_MONOTONIC, &b);
+  ck_assert_int_eq(r.st.code, PS_UNIMPLEMENTED);
+  ck_assert_ptr_nonnull(strstr(r.st.msg, "NoSuchMethod"));
+  ck_assert_int_lt(b.tv_sec - a.tv_sec, 10); /* not the 20 s deadline */
+  ps_rpc_channel_destroy(ch);
+  assert_unchanged();
+}
+END_TEST
+
+START_TEST(error_truncated_stream) {
+  /* Header announces 1 MiB of data, the client sends 4 KiB then closes. */
+  ps_rpc_channel *ch = raw_channel();
+  uint8_t hdr[64];
+  /* UpdateRequest{updates{name:"w" op:ASSIGN dtype:1 shape:[262144]}} */
+  size_t n = 0;
+  uint8_t upd[32];
+  size_t k = 0;
+  upd[k++] = 0x0a; upd[k++] = 1; upd[k++] = 'w';
+  upd[k++] = 0x18; upd[k++] = 1;
+  upd[k++] = 0x22; upd[k++] = 3; upd[k++] = 0x80; upd[k++] = 0x80; upd[k++] = 0x10;
+  hdr[n++] = 0x0a; hdr[n++] = (uint8_t)k;
+  memcpy(hdr + n, upd, k);
+  n += k;
+  ps_buf *data = ps_buf_create(4096, true);
+  ps_rpc_segs send = {0};
+  ps_rpc_segs_add(&send, data->data, 4096, data);
+  ps_rpc_req r = {.ch = ch, .method = "/paramserver.Ps/Update", .raw_request = hdr,
+                  .raw_len = n, .send = &send, .unary_response = true,
+                  .timeout_ms = 10000};
+  ps_rpc_run(&r, 1);
+  ck_assert_int_eq(r.st.code, PS_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(r.st.msg, "request data truncated: expected 1048576 bytes, got 4096"),
+                "%s", r.st.msg);
+  ps_rpc_segs_fini(&send);
+  ps_buf_unref(data);
+  ps_rpc_channel_destroy(ch);
+  assert_unchanged();
+}
+END_TEST
+
+START_TEST(batch_is_atomic) {
+  ps_status st;
+  float v[6] = {9, 9, 9, 9, 9, 9};
+  ps_tensor *t = ftensor(2, 2, 3, v), *bad = ftensor(1, 5, 0, NULL);
+  ps_update u[2] = {{.name = "w", .op = PS_ASSIGN_ADD, .value = t},
+                    {.name = "w", .op = PS_ASSIGN, .value = bad}};
+  ck_assert_int_eq(ps_client_update(C, 0, u, 2, &st), PS_INVALID_ARGUMENT);
+  ps_tensor_destroy(t);
+  ps_tensor_destroy(bad);
+  assert_unchanged();
+}
+END_TEST
+
+START_TEST(initialized_state_queries) {
+  ps_status st;
+  const char *names[] = {"w", "u"};
+  bool out[2];
+  ck_assert_int_eq(ps_client_is_initialized(C, 0, names, 2, out, &st), 0);
+  ck_assert(out[0] && !out[1]);
+  char **un;
+  size_t nun;
+  ck_assert_int_eq(ps_client_report_uninitialized(C, 0, NULL, 0, &un, &nun, &st), 0);
+  ck_assert_uint_eq(nun, 1);
+  ck_assert_str_eq(un[0], "u");
+  ps_client_free_names(un, nun);
+  /* u has no initializer: initializing it by name is an error */
+  const char *u1[] = {"u"};
+  ck_assert_int_eq(ps_client_initialize(C, 0, u1, 1, false, NULL, &st),
+                   PS_FAILED_PRECONDITION);
+  ck_assert_ptr_nonnull(strstr(st.msg, "variable u has no initializer"));
+  ps_var_info *vi;
+  size_t nv;
+  ck_assert_int_eq(ps_client_list(C, 0, &vi, &nv, &st), 0);
+  ck_assert_uint_eq(nv, 2);
+  ck_assert_str_eq(vi[0].name, "u");
+  ck_assert(!vi[0].initialized);
+  ck_assert_str_eq(vi[1].name, "w");
+  ck_assert(vi[1].initialized);
+  ck_assert_int_eq(vi[1].bytes, 24);
+  ps_client_free_var_info(vi, nv);
+  ps_task_status ts;
+  ck_assert_int_eq(ps_client_status(C, 0, &ts, &st), 0);
+  ck_assert_str_eq(ts.task, "ps/0");
+  ck_assert_int_eq(ts.num_vars, 2);
+  ck_assert_int_eq(ts.bytes, 24);
+}
+END_TEST
+
+START_TEST(tensors_beyond_message_limits) {
+  /* 96 MiB: far past gRPC's 4 MiB default, several chunks. */
+  int64_t n = 24 << 20;
+  ps_shape s = {.rank = 1, .dim = {n}};
+  create(1, "big", PS_DT_FLOAT, s, NULL);
+  ps_tensor *t = ps_tensor_create(PS_DT_FLOAT, &s, false);
+  float *p = ps_tensor_data(t);
+  for (int64_t i = 0; i < n; i++) p[i] = (float)(i % 1000003);
+  ps_status st;
+  ps_update u = {.name = "big", .op = PS_ASSIGN, .value = t};
+  ck_assert_msg(ps_client_update(C, 1, &u, 1, &st) == 0, "%s", st.msg);
+  ps_update a = {.name = "big", .op = PS_ASSIGN_ADD, .value = t};
+  ck_assert_msg(ps_client_update(C, 1, &a, 1, &st) == 0, "%s", st.msg);
+  ps_tensor *r = read1(1, "big", &st);
+  ck_assert_msg(r != NULL, "%s", st.msg);
+  float *q = ps_tensor_data(r);
+  for (int64_t i = 0; i < n; i += 4099) ck_assert(q[i] == 2.f * (float)(i % 1000003));
+  ck_assert(q[n - 1] == 2.f * (float)((n - 1) % 1000003));
+  ps_tensor_destroy(r);
+  ps_tensor_destroy(t);
+}
+END_TEST
+
+START_TEST(unavailable_ps_is_named) {
+  harness_kill(&H, 1);
+  ps_client_options o;
+  ps_client_options_default(&o);
+  o.max_retries = 2;
+  ps_status st;
+  ps_client *c = ps_client_create(H.cluster, "ps", &o, &st);
+  ps_task_status ts;
+  ck_assert_int_eq(ps_client_status(c, 1, &ts, &st), PS_UNAVAILABLE);
+  ck_assert_msg(strstr(st.msg, "ps/1 at 127.0.0.1:") == st.msg, "%s", st.msg);
+  ck_assert_int_eq(ps_client_status(c, 0, &ts, &st), 0);
+  ps_client_destroy(c);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("ps");
+  TCase *tc = tcase_create("ops");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_set_timeout(tc, 240);
+  tcase_add_test(tc, create_initialize_read_on_two_ps);
+  tcase_add_test(tc, create_is_idempotent_and_conflicts_fail);
+  tcase_add_test(tc, assign_add_sub_and_validate_shape);
+  tcase_add_test(tc, scatter_and_gather);
+  tcase_add_test(tc, tensors_beyond_message_limits);
+  tcase_add_test(tc, unavailable_ps_is_named);
+  suite_add_tcase(s, tc);
+  TCase *te = tcase_create("errors");
+  tcase_add_checked_fixture(te, errors_setup, teardown);
+  tcase_set_timeout(te, 240);
+  tcase_add_test(te, error_uninitialized_read);
+  tcase_add_test(te, error_assign_shape);
+  tcase_add_test(te, error_dtype_mismatch);
+  tcase_add_test(te, error_unknown_variable);
+  tcase_add_test(te, error_index_out_of_range);
+  tcase_add_test(te, error_request_does_not_parse);
+  tcase_add_test(te, error_unknown_method_is_unimplemented_at_once);
+  tcase_add_test(te, error_truncated_stream);
+  tcase_add_test(te, batch_is_atomic);
+  tcase_add_test(te, initialized_state_queries);
+  suite_add_tcase(s, te);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}
