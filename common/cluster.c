@@ -466,19 +466,15 @@ ps_cluster *ps_cluster_load_file(const char *path, ps_status *st) {
   }
   for (;;) {
     if (n == cap) {
-      if (cap > PS_CLUSTER_MAX_BYTES) {
-        ps_status_set(st, PS_INVALID_ARGUMENT,
-                      "%s: too large (more than %u bytes)", pre,
-                      PS_CLUSTER_MAX_BYTES);
-        goto out;
-      }
-      char *nb = realloc(buf, cap * 2);
+      size_t nc = cap * 2 > PS_CLUSTER_MAX_BYTES ? PS_CLUSTER_MAX_BYTES + 1
+                                                 : cap * 2;
+      char *nb = realloc(buf, nc);
       if (nb == NULL) {
         oom(pre, st);
         goto out;
       }
       buf = nb;
-      cap *= 2;
+      cap = nc;
     }
     ssize_t r = read(fd, buf + n, cap - n);
     if (r < 0 && errno == EINTR) continue;
@@ -490,6 +486,12 @@ ps_cluster *ps_cluster_load_file(const char *path, ps_status *st) {
     }
     if (r == 0) break;
     n += (size_t)r;
+    if (n > PS_CLUSTER_MAX_BYTES) {
+      ps_status_set(st, PS_INVALID_ARGUMENT,
+                    "%s: too large (more than %u bytes)", pre,
+                    PS_CLUSTER_MAX_BYTES);
+      goto out;
+    }
   }
   json_object *top = json_parse(buf, n, pre, st);
   if (top != NULL) {

@@ -81,7 +81,7 @@ static void on_signal(uv_signal_t *h, int signum) {
 
 int main(int argc, char **argv) {
   const char *cluster_file = NULL, *job = NULL;
-  int task = 0, threads = 2, grace_secs = 10;
+  int task = -1, threads = 2, grace_secs = 10;
   static const struct option opts[] = {
       {"cluster", required_argument, NULL, 'c'},
       {"job", required_argument, NULL, 'j'},
@@ -140,8 +140,12 @@ int main(int argc, char **argv) {
   ps_status st;
   ps_status_clear(&st);
   ps_task_id self;
-  ps_cluster *cluster = ps_cluster_resolve(cluster_file, job ? job : "ps", task,
-                                           &self, &st);
+  /* With a spec file, the job defaults to ps and the task to 0; with
+   * TF_CONFIG or Slurm, the identity comes from there unless given. */
+  if (cluster_file && job == NULL) job = "ps";
+  if (cluster_file && task < 0) task = 0;
+  if (job != NULL && task < 0) task = 0;
+  ps_cluster *cluster = ps_cluster_resolve(cluster_file, job, task, &self, &st);
   if (cluster == NULL) {
     fprintf(stderr, "ps-server: %s\n", st.msg);
     return 2;

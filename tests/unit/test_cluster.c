@@ -462,6 +462,62 @@ START_TEST(test_write_file) {
 }
 END_TEST
 
+/* JSON for one job "w" with @n tasks, all port 0 (so no duplicates). */
+static char *big_spec(int n) {
+  size_t cap = 32 + (size_t)n * 16;
+  char *s = malloc(cap);
+  ck_assert_ptr_nonnull(s);
+  size_t o = (size_t)snprintf(s, cap, "{\"w\": [");
+  for (int i = 0; i < n; i++)
+    o += (size_t)snprintf(s + o, cap - o, "%s\"h%d:0\"", i ? "," : "", i);
+  snprintf(s + o, cap - o, "]}");
+  return s;
+}
+
+START_TEST(test_limits) {
+  ps_status st = {0};
+  /* the most tasks a job may have, read through a file (several reads) */
+  char *s = big_spec(PS_CLUSTER_MAX_TASKS);
+  const char *path = write_tmp("big.json", s);
+  free(s);
+  ps_cluster *c = ps_cluster_load_file(path, &st);
+  ck_assert_msg(c != NULL, "%s", st.msg);
+  ck_assert_int_eq(ps_cluster_num_tasks(c, "w"), PS_CLUSTER_MAX_TASKS);
+  ck_assert_str_eq(ps_cluster_address(c, "w", 65535), "h65535:0");
+  ps_cluster_destroy(c);
+  /* one more is refused */
+  s = big_spec(PS_CLUSTER_MAX_TASKS + 1);
+  parse_fails(s, "cluster spec /tmp/c.json: job \"w\" has too many tasks "
+                 "(max 65536)");
+  free(s);
+
+  /* size cap, for strings and for files */
+  size_t n = PS_CLUSTER_MAX_BYTES + 1;
+  s = malloc(n);
+  ck_assert_ptr_nonnull(s);
+  memset(s, ' ', n);
+  ck_assert_ptr_null(ps_cluster_parse(s, n, "huge", &st));
+  ck_assert_msg_has(st, "cluster spec huge: too large (16777217 bytes, max "
+                        "16777216)");
+  free(s);
+  const char *huge = tmp_path("huge.json");
+  FILE *f = fopen(huge, "w");
+  ck_assert_ptr_nonnull(f);
+  ck_assert_int_eq(ftruncate(fileno(f), (off_t)n), 0);
+  fclose(f);
+  ck_assert_ptr_null(ps_cluster_load_file(huge, &st));
+  ck_assert_int_eq(st.code, PS_INVALID_ARGUMENT);
+  ck_assert_msg_has(st, "too large (more than 16777216 bytes)");
+
+  /* NULL arguments */
+  ck_assert_ptr_null(ps_cluster_load_file(NULL, &st));
+  ck_assert_str_eq(st.msg, "cluster spec (string): no path given");
+  ck_assert_int_eq(ps_cluster_write_file(NULL, tmp_path("x"), &st),
+                   PS_INVALID_ARGUMENT);
+  ck_assert_msg_has(st, "nothing to write");
+}
+END_TEST
+
 /* ---- set_address, chief ------------------------------------------------ */
 
 START_TEST(test_set_address) {
@@ -832,6 +888,21 @@ START_TEST(test_slurm_errors) {
   slurm_fails("ps:1,ps:1", 8888, "jobs \"ps:1,ps:1\": a job is given twice");
   slurm_fails("p-s:2", 8888, "expected NAME:COUNT");
   slurm_fails("ps:1,", 8888, "expected NAME:COUNT");
+  slurm_fails("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa:1",
+              8888, "job name too long");
+  {
+    char spec[2048];
+    size_t o = 0;
+    for (int i = 0; i < 65; i++)
+      o += (size_t)snprintf(spec + o, sizeof spec - o, "%sj%d:1",
+                            i ? "," : "", i);
+    slurm_fails(spec, 8888, "too many jobs");
+  }
+  slurm_env("0", "2", "n1", "1(x65536),1");
+  slurm_fails(NULL, 8888, "Invalid tasks-per-node list format "
+                          "\"1(x65536),1\": too many nodes");
+
+  slurm_env("0", NULL, "n1", "2");
 
   slurm_fails("worker:2", 0, "port base 0 is not a port number");
   slurm_fails("worker:2", 65536, "port base 65536 is not a port number");
@@ -975,6 +1046,7 @@ static Suite *cluster_suite(void) {
   tcase_add_test(tc, test_load_file);
   tcase_add_test(tc, test_load_file_errors);
   tcase_add_test(tc, test_write_file);
+  tcase_add_test(tc, test_limits);
   tcase_add_test(tc, test_resolve_file);
   suite_add_tcase(s, tc);
 

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# CLI tests: ps-server, psctl and ps-demo through real processes on
+# 127.0.0.1 with kernel-picked ports.  Every error a user can reach from the
+# command line is checked by its message.  Prints "N passed, N failed".
+set -uo pipefail
+PS_SERVER=${PS_SERVER:?}; PSCTL=${PSCTL:?}; PS_DEMO=${PS_DEMO:?}
+dir=$(mktemp -d /tmp/ps-cli-XXXXXX)
+pids=()
+pass=0; fail=0
+cleanup() {
+  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+
+ok() { pass=$((pass + 1)); echo "ok: $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL: $1"; [ -n "${2:-}" ] && echo "$2" | sed 's/^/    /'; }
+# expect NAME WANT_RC WANT_SUBSTRING COMMAND...
+expect() {
+  local name=$1 want_rc=$2 want=$3; shift 3
+  local out rc
+  out=$("$@" 2>&1); rc=$?
+  if [ "$rc" != "$want_rc" ]; then bad "$name (exit $rc, want $want_rc)" "$out"; return; fi
+  if [[ "$out" != *"$want"* ]]; then bad "$name (missing '$want')" "$out"; return; fi
+  ok "$name"
+}
+
+# start_ps SPEC TASK -> sets ADDR and PID (reads the readiness line)
+start_ps() {
+  local fifo="$dir/ready.$RANDOM$RANDOM"
+  mkfifo "$fifo"
+  "$PS_SERVER" --cluster "$1" --job ps --task "$2" > "$fifo" 2>> "$dir/ps.log" &
+  PID=$!
+  pids+=("$PID")
+  local line=""
+  read -r -t 60 line < "$fifo" || true
+  ADDR=${line##* }
+}
+
+expect "ps-server --help" 0 "usage: ps-server" "$PS_SERVER" --help
+expect "ps-server --version" 0 "ps-server 0." "$PS_SERVER" --version
+expect "psctl --help" 0 "usage: psctl" "$PSCTL" --help
+expect "psctl --version" 0 "psctl 0." "$PSCTL" --version
+expect "ps-server bad flag" 2 "usage:" "$PS_SERVER" --frobnicate
+expect "ps-server bad task" 2 "--task must be a non-negative integer" "$PS_SERVER" --task x
+expect "psctl unknown command" 2 "unknown command 'frob'" "$PSCTL" --cluster /dev/null frob
+expect "psctl no command" 2 "no command given" "$PSCTL"
+
+# Bad cluster specs: named file, what is wrong, no crash.
+expect "missing spec file" 2 "cluster spec $dir/none.json" "$PS_SERVER" --cluster "$dir/none.json" --job ps --task 0
+echo '{"ps": ["127.0.0.1:0",]' > "$dir/badjson.json"
+expect "invalid JSON" 2 "$dir/badjson.json: invalid JSON" "$PS_SERVER" --cluster "$dir/badjson.json" --job ps --task 0
+echo '{"ps": ["localhost"]}' > "$dir/noport.json"
+expect "address without port" 2 "is not host:port" "$PS_SERVER" --cluster "$dir/noport.json" --job ps --task 0
+echo '["127.0.0.1:1"]' > "$dir/array.json"
+expect "top level not an object" 2 "top level must be an object" "$PS_SERVER" --cluster "$dir/array.json" --job ps --task 0
+echo '{"ps": ["127.0.0.1:0"]}' > "$dir/one.json"
+expect "task not in spec" 2 "not in cluster spec" "$PS_SERVER" --cluster "$dir/one.json" --job ps --task 3
+expect "psctl bad spec" 2 "$dir/badjson.json" "$PSCTL" --cluster "$dir/badjson.json" status
+expect "bad TF_CONFIG" 2 "TF_CONFIG" env TF_CONFIG='{"cluster": {"ps": ["127.0.0.1:0"]}, "task": {"type": "ps"' "$PS_SERVER"
+expect "TF_CONFIG task missing" 2 "TF_CONFIG: task ps/4 is not in the cluster" \
+  env TF_CONFIG='{"cluster": {"ps": ["127.0.0.1:0"]}, "task": {"type": "ps", "index": 4}}' "$PS_SERVER"
+expect "no identity at all" 2 "no cluster spec" env -u TF_CONFIG -u SLURM_PROCID "$PS_SERVER"
+
+# A real cluster: ps/0 from a spec file, ps/1 from TF_CONFIG.
+echo '{"ps": ["127.0.0.1:0", "127.0.0.1:0"]}' > "$dir/boot.json"
+start_ps "$dir/boot.json" 0; A0=$ADDR; P0=$PID
+fifo="$dir/ready.tf"; mkfifo "$fifo"
+TF_CONFIG='{"cluster": {"ps": ["127.0.0.1:0", "127.0.0.1:0"]}, "task": {"type": "ps", "index": 1}}' \
+  "$PS_SERVER" > "$fifo" 2>> "$dir/ps.log" &
+P1=$!; pids+=("$P1"); read -r -t 60 line < "$fifo"; A1=${line##* }
+[[ "$line" == "ps/1 ready on 127.0.0.1:"* ]] && ok "TF_CONFIG identity" || bad "TF_CONFIG identity" "$line"
+echo "{\"ps\": [\"$A0\", \"$A1\"]}" > "$dir/cluster.json"
+expect "port in use is refused" 1 "cannot listen on $A0" "$PS_SERVER" --cluster "$dir/cluster.json" --job ps --task 0
+
+expect "status both up" 0 "ps/1 $A1 up vars=0" "$PSCTL" --cluster "$dir/cluster.json" status
+expect "demo runs" 0 "embedding[1,4] += 1" "$PS_DEMO" "$dir/cluster.json"
+expect "status counts" 0 "ps/0 $A0 up vars=2 bytes=56" "$PSCTL" --cluster "$dir/cluster.json" status
+expect "vars lists" 0 "embedding                                float      [6,2]            ps/1   yes" "$PSCTL" --cluster "$dir/cluster.json" vars
+expect "read prints value" 0 "[-0.5, -0.5, -0.5]" "$PSCTL" --cluster "$dir/cluster.json" read dense/bias
+expect "read scalar" 0 "global_step (DT_INT64) [] on ps/0" "$PSCTL" --cluster "$dir/cluster.json" read global_step
+expect "read unknown" 1 "variable nope not found on any ps task" "$PSCTL" --cluster "$dir/cluster.json" read nope
+expect "psctl via TF_CONFIG" 0 "ps/0 $A0 up" env TF_CONFIG="{\"cluster\": {\"ps\": [\"$A0\", \"$A1\"], \"worker\": [\"127.0.0.1:0\"]}, \"task\": {\"type\": \"worker\", \"index\": 0}}" "$PSCTL" status
+
+# SIGINT and SIGTERM stop a task cleanly (exit 0); psctl sees it down.
+kill -INT "$P1"; wait "$P1"; rc=$?
+[ "$rc" = 0 ] && ok "SIGINT exits 0" || bad "SIGINT exits 0 (got $rc)"
+expect "status shows down" 1 "ps/1 $A1 down (UNAVAILABLE" "$PSCTL" --cluster "$dir/cluster.json" status
+kill -TERM "$P0"; wait "$P0"; rc=$?
+[ "$rc" = 0 ] && ok "SIGTERM exits 0" || bad "SIGTERM exits 0 (got $rc)"
+grep -q "ERROR\|AddressSanitizer\|runtime error" "$dir/ps.log" && bad "ps logs clean" "$(cat "$dir/ps.log")" || ok "ps logs clean"
+
+echo "$pass passed, $fail failed"
+[ "$fail" = 0 ]
