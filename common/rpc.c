@@ -672,9 +672,15 @@ struct ps_rpc_channel {
 ps_rpc_channel *ps_rpc_channel_create(const char *target) {
   ps_rpc_channel *c = calloc(1, sizeof *c);
   if (c == NULL) return NULL;
-  grpc_arg a[3];
+  grpc_arg a[5];
   unlimited_args(a, 0);
-  grpc_channel_args args = {3, a};
+  /* A restarted ps should be found again within ~1 s, not after gRPC's
+   * default backoff of up to two minutes. */
+  a[3] = (grpc_arg){.type = GRPC_ARG_INTEGER,
+                    .key = GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, .value.integer = 100};
+  a[4] = (grpc_arg){.type = GRPC_ARG_INTEGER,
+                    .key = GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, .value.integer = 1000};
+  grpc_channel_args args = {5, a};
   grpc_channel_credentials *cc = grpc_insecure_credentials_create();
   c->ch = grpc_channel_create(target, cc, &args);
   grpc_channel_credentials_release(cc);

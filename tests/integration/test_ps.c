@@ -1,5 +1,7 @@
 /* Integration tests: real ps-server processes, the libpsworker client. */
 #include <check.h>
+#include <fcntl.h>
+#include <unistd.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -463,6 +465,99 @@ START_TEST(unavailable_ps_is_named) {
 }
 END_TEST
 
+/* A safe call retries with backoff until the ps comes (back) up: the
+ * channel has seen the ps refuse connections, the ps restarts on the same
+ * address, and the next status call gets through by retrying. */
+START_TEST(safe_calls_retry_until_ps_is_up) {
+  char addr[64];
+  snprintf(addr, sizeof addr, "%s", H.addrs[1]);
+  harness_kill(&H, 1);
+  ps_client_options o;
+  ps_client_options_default(&o);
+  o.max_retries = 0;
+  ps_status st;
+  ps_client *c = ps_client_create(H.cluster, "ps", &o, &st);
+  ps_task_status ts;
+  ck_assert_int_eq(ps_client_status(c, 1, &ts, &st), PS_UNAVAILABLE);
+  char spec[400];
+  snprintf(spec, sizeof spec, "%s/again.json", H.dir);
+  FILE *f = fopen(spec, "w");
+  fprintf(f, "{\"ps\": [\"%s\", \"%s\"]}\n", H.addrs[0], addr);
+  fclose(f);
+  int p[2];
+  ck_assert_int_eq(pipe(p), 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    const char *prog = harness_prog("PS_SERVER", "build/ps/ps-server");
+    dup2(p[1], 1);
+    close(p[0]);
+    close(p[1]);
+    execl(prog, prog, "--cluster", spec, "--job", "ps", "--task", "1", (char *)NULL);
+    _exit(127);
+  }
+  close(p[1]);
+  H.pids[1] = pid; /* harness_stop stops it */
+  char line[128] = "";
+  ck_assert_int_gt(read(p[0], line, sizeof line - 1), 0);
+  close(p[0]);
+  ck_assert_ptr_nonnull(strstr(line, addr));
+  ps_client_destroy(c);
+  o.max_retries = 12;
+  o.retry_initial_ms = 50;
+  o.retry_max_ms = 500;
+  c = ps_client_create(H.cluster, "ps", &o, &st);
+  ck_assert_msg(ps_client_status(c, 1, &ts, &st) == 0, "%s", st.msg);
+  ck_assert_str_eq(ts.task, "ps/1");
+  ps_client_destroy(c);
+}
+END_TEST
+
+/* Random bytes as headers and as data chunks, to every method: the ps
+ * answers each with an error or a result and keeps serving. */
+START_TEST(random_garbage_never_crashes) {
+  ps_rpc_channel *ch = raw_channel();
+  const char *methods[] = {"/paramserver.Ps/Create", "/paramserver.Ps/Initialize",
+                           "/paramserver.Ps/IsInitialized",
+                           "/paramserver.Ps/ReportUninitialized",
+                           "/paramserver.Ps/Update", "/paramserver.Ps/Read",
+                           "/paramserver.Ps/List", "/paramserver.Ps/Status"};
+  unsigned seed = 12345;
+  uint8_t buf[256];
+  ps_buf *chunk = ps_buf_create(8192, false);
+  for (int i = 0; i < 400; i++) {
+    size_t n = (size_t)(rand_r(&seed) % 64);
+    for (size_t k = 0; k < n; k++) buf[k] = (uint8_t)rand_r(&seed);
+    if (i % 3 == 0 && n > 4) { /* plausible UpdateRequest / ReadRequest prefix */
+      buf[0] = 0x0a;
+      buf[1] = (uint8_t)(n - 2);
+      buf[2] = 0x0a;
+      buf[3] = 1;
+      buf[4] = 'w';
+    }
+    for (size_t k = 0; k < 8192; k++) ((uint8_t *)chunk->data)[k] = (uint8_t)rand_r(&seed);
+    ps_rpc_segs send = {0};
+    if (i % 2) ps_rpc_segs_add(&send, chunk->data, 1 + (size_t)(rand_r(&seed) % 8191), chunk);
+    const char *m = methods[i % 8];
+    ps_rpc_req r = {.ch = ch, .method = m, .raw_request = buf, .raw_len = n,
+                    .send = &send, .unary_response = strstr(m, "Read") == NULL,
+                    .timeout_ms = 10000};
+    ps_rpc_run(&r, 1);
+    ck_assert_msg(r.st.code != PS_UNAVAILABLE && r.st.code != PS_DEADLINE_EXCEEDED,
+                  "call %d to %s: %s", i, m, r.st.msg);
+    ps_rpc_segs_fini(&send);
+  }
+  ps_buf_unref(chunk);
+  ps_rpc_channel_destroy(ch);
+  ps_status st;
+  ps_task_status ts;
+  ck_assert_int_eq(ps_client_status(C, 0, &ts, &st), 0);
+  /* w may have been assigned by a lucky random update; it must be readable */
+  ps_tensor *r = read1(0, "w", &st);
+  ck_assert_msg(r != NULL, "%s", st.msg);
+  ps_tensor_destroy(r);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("ps");
   TCase *tc = tcase_create("ops");
@@ -474,6 +569,7 @@ int main(void) {
   tcase_add_test(tc, scatter_and_gather);
   tcase_add_test(tc, tensors_beyond_message_limits);
   tcase_add_test(tc, unavailable_ps_is_named);
+  tcase_add_test(tc, safe_calls_retry_until_ps_is_up);
   suite_add_tcase(s, tc);
   TCase *te = tcase_create("errors");
   tcase_add_checked_fixture(te, errors_setup, teardown);
@@ -488,6 +584,7 @@ int main(void) {
   tcase_add_test(te, error_truncated_stream);
   tcase_add_test(te, batch_is_atomic);
   tcase_add_test(te, initialized_state_queries);
+  tcase_add_test(te, random_garbage_never_crashes);
   suite_add_tcase(s, te);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

@@ -1,0 +1,865 @@
+/* bench_ps: how close the parameter server gets to what the transport
+ * underneath it can do, each figure against a baseline measured in the same
+ * run, on the same machine, at the same time (interleaved repetitions, so
+ * that noise from a shared box hits both sides alike).
+ *
+ *  (a) read_64MiB / assign_64MiB: ps_client_read / ps_client_update(ASSIGN)
+ *      of a 64 MiB float32 variable, in GB/s (1e9 bytes/s), median of
+ *      several repetitions.  Baseline: raw TCP over loopback between this
+ *      process and a forked child, one request byte then 64 MiB back (pull,
+ *      for reads) or 64 MiB then one ack byte (push, for assigns); the
+ *      receiver writes into a reused, pre-touched buffer, as the client's
+ *      read does (it passes a preallocated output tensor).  Nothing can beat
+ *      the kernel's socket copy, so this is an upper bound.
+ *  (b) assign_add_latency: median round trip of ps_client_update(ASSIGN_ADD)
+ *      of one float.  Baseline: a bare gRPC core unary ping-pong (16-byte
+ *      request, 8-byte reply) against a minimal server in a forked child:
+ *      registered method with the request payload read up front, one
+ *      completion-queue thread, reply in one batch.  Both servers are
+ *      separate processes, both clients use a registered call with a
+ *      deadline, one batch and a `next' completion queue, and both channels
+ *      carry the ps client's channel arguments.  The difference is the ps
+ *      itself: protobuf framing, name lookup, locking and arithmetic.
+ *  (c) read_1000_vars_batched: one step reading 1000 small variables
+ *      (scalars and [4] floats) on one ps in one ps_client_read, against
+ *      1000 one-variable ps_client_read calls; ms per step, ratio = speedup.
+ *
+ * stdout gets exactly one `bench: NAME VALUE UNIT baseline=B ratio=R
+ * target=OP T' line per result; progress and detail go to stderr.  Targets
+ * are reported, not asserted: the exit status is 1 only when something
+ * fails (an RPC error, a wrong value, a server that does not start/stop). */
+#include <errno.h>
+#include <fcntl.h>
+#include <grpc/byte_buffer.h>
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
+#include <grpc/slice.h>
+#include <grpc/support/time.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/rpc.h"
+#include "harness.h"
+#include "paramserver/client.h"
+
+#define BIG_BYTES ((size_t)64 << 20)
+#define BIG_DIM 4096 /* [4096, 4096] float32 = 64 MiB */
+#define NSMALL 1000
+#define PING_METHOD "/bench.Bare/Ping"
+#define PING_REQ 16
+#define PING_REPLY 8
+
+typedef struct opts {
+  int reps;       /* 64 MiB repetitions per kind */
+  int iters;      /* latency samples per side */
+  int warmup;     /* latency warm-up calls per side */
+  int steps;      /* per-variable steps for (c); batched gets 10x */
+  int ps_threads; /* 0: ps-server default */
+} opts;
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Sorts @v in place; returns the value at quantile @q (0..1). */
+static double quantile(double *v, size_t n, double q) {
+  if (n == 0) return 0;
+  qsort(v, n, sizeof *v, cmp_double);
+  size_t i = (size_t)(q * (double)(n - 1) + 0.5);
+  return v[i < n ? i : n - 1];
+}
+
+/* ---- raw TCP baseline (forked child, no gRPC in it) ---- */
+
+static int write_full(int fd, const void *p, size_t n) {
+  const char *c = p;
+  while (n > 0) {
+    ssize_t k = send(fd, c, n, MSG_NOSIGNAL);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return -1;
+    c += k;
+    n -= (size_t)k;
+  }
+  return 0;
+}
+
+static int read_full(int fd, void *p, size_t n) {
+  char *c = p;
+  while (n > 0) {
+    ssize_t k = recv(fd, c, n, MSG_WAITALL);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return -1;
+    c += k;
+    n -= (size_t)k;
+  }
+  return 0;
+}
+
+static void set_nodelay(int fd) {
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+static int tcp_listen(int *port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0,
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof a;
+  if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, 1) != 0 ||
+      getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
+    close(fd);
+    return -1;
+  }
+  *port = ntohs(a.sin_port);
+  return fd;
+}
+
+static int tcp_connect(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+    close(fd);
+    return -1;
+  }
+  set_nodelay(fd);
+  return fd;
+}
+
+/* Child: 'R' -> sends 64 MiB; 'W' -> receives 64 MiB into a reused buffer
+ * and acks with one byte; EOF -> exits. */
+static void tcp_child(int lfd) {
+  int fd = accept(lfd, NULL, NULL);
+  close(lfd);
+  if (fd < 0) _exit(1);
+  set_nodelay(fd);
+  char *buf = malloc(BIG_BYTES);
+  if (buf == NULL) _exit(1);
+  memset(buf, 1, BIG_BYTES);
+  for (;;) {
+    char cmd;
+    if (read_full(fd, &cmd, 1) != 0) break;
+    if (cmd == 'R') {
+      if (write_full(fd, buf, BIG_BYTES) != 0) break;
+    } else if (cmd == 'W') {
+      if (read_full(fd, buf, BIG_BYTES) != 0 || write_full(fd, "k", 1) != 0) break;
+    } else {
+      break;
+    }
+  }
+  free(buf);
+  close(fd);
+  _exit(0);
+}
+
+/* Seconds for one 64 MiB pull ('R') or push ('W'); < 0 on failure. */
+static double tcp_once(int fd, char cmd, char *buf) {
+  double t0 = now_s();
+  if (write_full(fd, &cmd, 1) != 0) return -1;
+  if (cmd == 'R') {
+    if (read_full(fd, buf, BIG_BYTES) != 0) return -1;
+  } else {
+    char ack;
+    if (write_full(fd, buf, BIG_BYTES) != 0 || read_full(fd, &ack, 1) != 0) return -1;
+  }
+  return now_s() - t0;
+}
+
+/* ---- bare gRPC core server (forked child, grpc_init only there) ---- */
+
+enum { BT_CALL = 1, BT_SHUTDOWN };
+
+typedef struct bare_call {
+  int kind; /* BT_CALL; first field, like the shutdown tag */
+  int replying;
+  grpc_call *call;
+  gpr_timespec deadline;
+  grpc_metadata_array md;
+  grpc_byte_buffer *payload;
+  grpc_byte_buffer *reply;
+  int cancelled;
+} bare_call;
+
+static grpc_server *bare_srv;
+static grpc_completion_queue *bare_cq;
+static void *bare_method;
+static atomic_int bare_stopping;
+static int bare_shutdown_tag = BT_SHUTDOWN;
+
+static void unlimited_args(grpc_arg *a, int server) {
+  /* The same arguments common/rpc.c gives the ps server and client. */
+  a[0] = (grpc_arg){.type = GRPC_ARG_INTEGER,
+                    .key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
+                    .value.integer = -1};
+  a[1] = (grpc_arg){.type = GRPC_ARG_INTEGER,
+                    .key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH,
+                    .value.integer = -1};
+  a[2] = (grpc_arg){.type = GRPC_ARG_INTEGER,
+                    .key = server ? GRPC_ARG_ALLOW_REUSEPORT : GRPC_ARG_ENABLE_RETRIES,
+                    .value.integer = 0};
+}
+
+static void bare_free(bare_call *c) {
+  if (c->payload) grpc_byte_buffer_destroy(c->payload);
+  if (c->reply) grpc_byte_buffer_destroy(c->reply);
+  grpc_metadata_array_destroy(&c->md);
+  if (c->call) grpc_call_unref(c->call);
+  free(c);
+}
+
+static void bare_post(void) {
+  bare_call *c = calloc(1, sizeof *c);
+  if (c == NULL) return;
+  c->kind = BT_CALL;
+  grpc_metadata_array_init(&c->md);
+  if (grpc_server_request_registered_call(bare_srv, bare_method, &c->call,
+                                          &c->deadline, &c->md, &c->payload,
+                                          bare_cq, bare_cq, c) != GRPC_CALL_OK)
+    bare_free(c);
+}
+
+/* A request arrived: echo its first bytes back in one batch. */
+static void bare_event(bare_call *c, int ok) {
+  if (c->replying || !ok) {
+    bare_free(c);
+    return;
+  }
+  if (!atomic_load(&bare_stopping)) bare_post();
+  uint8_t out[PING_REPLY] = {0};
+  if (c->payload) {
+    grpc_byte_buffer_reader r;
+    if (grpc_byte_buffer_reader_init(&r, c->payload)) {
+      grpc_slice s = grpc_byte_buffer_reader_readall(&r);
+      size_t n = GRPC_SLICE_LENGTH(s) < PING_REPLY ? GRPC_SLICE_LENGTH(s) : PING_REPLY;
+      memcpy(out, GRPC_SLICE_START_PTR(s), n);
+      grpc_slice_unref(s);
+      grpc_byte_buffer_reader_destroy(&r);
+    }
+  }
+  grpc_slice sl = grpc_slice_from_copied_buffer((const char *)out, sizeof out);
+  c->reply = grpc_raw_byte_buffer_create(&sl, 1);
+  grpc_slice_unref(sl);
+  grpc_op ops[4];
+  memset(ops, 0, sizeof ops);
+  ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+  ops[1].op = GRPC_OP_SEND_MESSAGE;
+  ops[1].data.send_message.send_message = c->reply;
+  ops[2].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+  ops[2].data.send_status_from_server.status = GRPC_STATUS_OK;
+  ops[3].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+  ops[3].data.recv_close_on_server.cancelled = &c->cancelled;
+  c->replying = 1;
+  if (grpc_call_start_batch(c->call, ops, 4, c, NULL) != GRPC_CALL_OK) bare_free(c);
+}
+
+/* Waits for EOF on the control pipe (the parent closed it or died). */
+static void *bare_watch(void *arg) {
+  int fd = *(int *)arg;
+  char b;
+  for (;;) {
+    ssize_t k = read(fd, &b, 1);
+    if (k > 0 || (k < 0 && errno == EINTR)) continue;
+    break;
+  }
+  atomic_store(&bare_stopping, 1);
+  grpc_server_shutdown_and_notify(bare_srv, bare_cq, &bare_shutdown_tag);
+  grpc_server_cancel_all_calls(bare_srv);
+  return NULL;
+}
+
+static void bare_server_main(int port_fd, int ctl_fd) {
+  grpc_init();
+  grpc_arg a[3];
+  unlimited_args(a, 1);
+  grpc_channel_args args = {3, a};
+  bare_srv = grpc_server_create(&args, NULL);
+  bare_cq = grpc_completion_queue_create_for_next(NULL);
+  grpc_server_register_completion_queue(bare_srv, bare_cq, NULL);
+  bare_method = grpc_server_register_method(bare_srv, PING_METHOD, NULL,
+                                            GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
+  grpc_server_credentials *sc = grpc_insecure_server_credentials_create();
+  int port = grpc_server_add_http2_port(bare_srv, "127.0.0.1:0", sc);
+  grpc_server_credentials_release(sc);
+  if (port == 0 || write(port_fd, &port, sizeof port) != (ssize_t)sizeof port)
+    _exit(1);
+  close(port_fd);
+  grpc_server_start(bare_srv);
+  for (int i = 0; i < 8; i++) bare_post(); /* as many as the ps keeps */
+  pthread_t w;
+  if (pthread_create(&w, NULL, bare_watch, &ctl_fd) != 0) _exit(1);
+  /* The one completion-queue thread. */
+  for (;;) {
+    grpc_event ev = grpc_completion_queue_next(bare_cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    if (ev.type != GRPC_OP_COMPLETE) continue;
+    if (*(int *)ev.tag == BT_SHUTDOWN) break;
+    bare_event(ev.tag, ev.success);
+  }
+  grpc_server_destroy(bare_srv);
+  grpc_completion_queue_shutdown(bare_cq);
+  for (;;) {
+    grpc_event ev = grpc_completion_queue_next(bare_cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    if (ev.type == GRPC_QUEUE_SHUTDOWN) break;
+    if (ev.type == GRPC_OP_COMPLETE && *(int *)ev.tag == BT_CALL) bare_free(ev.tag);
+  }
+  grpc_completion_queue_destroy(bare_cq);
+  pthread_join(w, NULL);
+  grpc_shutdown();
+  _exit(0);
+}
+
+/* ---- bare gRPC core client (in this process, after grpc_init) ---- */
+
+typedef struct bare_client {
+  grpc_channel *ch;
+  void *reg;
+  grpc_completion_queue *cq;
+} bare_client;
+
+static int bare_client_init(bare_client *b, int port) {
+  char target[64];
+  snprintf(target, sizeof target, "127.0.0.1:%d", port);
+  grpc_arg a[3];
+  unlimited_args(a, 0);
+  grpc_channel_args args = {3, a};
+  grpc_channel_credentials *cc = grpc_insecure_credentials_create();
+  b->ch = grpc_channel_create(target, cc, &args);
+  grpc_channel_credentials_release(cc);
+  b->reg = grpc_channel_register_call(b->ch, PING_METHOD, NULL, NULL);
+  b->cq = grpc_completion_queue_create_for_next(NULL);
+  return b->ch && b->reg && b->cq ? 0 : -1;
+}
+
+static void bare_client_fini(bare_client *b) {
+  if (b->ch) grpc_channel_destroy(b->ch);
+  if (b->cq) {
+    grpc_completion_queue_shutdown(b->cq);
+    while (grpc_completion_queue_next(b->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL)
+               .type != GRPC_QUEUE_SHUTDOWN) {
+    }
+    grpc_completion_queue_destroy(b->cq);
+  }
+  memset(b, 0, sizeof *b);
+}
+
+/* One unary call in one batch; 0 or -1 (message on stderr). */
+static int bare_ping(bare_client *b, uint32_t seq) {
+  gpr_timespec deadline = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                                       gpr_time_from_millis(30000, GPR_TIMESPAN));
+  grpc_call *call = grpc_channel_create_registered_call(
+      b->ch, NULL, GRPC_PROPAGATE_DEFAULTS, b->cq, b->reg, deadline, NULL);
+  if (call == NULL) {
+    fprintf(stderr, "bench: bare call: cannot create\n");
+    return -1;
+  }
+  uint8_t req[PING_REQ] = {0};
+  memcpy(req, &seq, sizeof seq);
+  grpc_slice sl = grpc_slice_from_copied_buffer((const char *)req, sizeof req);
+  grpc_byte_buffer *send = grpc_raw_byte_buffer_create(&sl, 1);
+  grpc_slice_unref(sl);
+  grpc_byte_buffer *recv = NULL;
+  grpc_metadata_array init_md, trail_md;
+  grpc_metadata_array_init(&init_md);
+  grpc_metadata_array_init(&trail_md);
+  grpc_status_code status = GRPC_STATUS_UNKNOWN;
+  grpc_slice details = grpc_empty_slice();
+  grpc_op ops[6];
+  memset(ops, 0, sizeof ops);
+  ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+  ops[1].op = GRPC_OP_SEND_MESSAGE;
+  ops[1].data.send_message.send_message = send;
+  ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+  ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
+  ops[3].data.recv_initial_metadata.recv_initial_metadata = &init_md;
+  ops[4].op = GRPC_OP_RECV_MESSAGE;
+  ops[4].data.recv_message.recv_message = &recv;
+  ops[5].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+  ops[5].data.recv_status_on_client.trailing_metadata = &trail_md;
+  ops[5].data.recv_status_on_client.status = &status;
+  ops[5].data.recv_status_on_client.status_details = &details;
+  int rc = -1;
+  if (grpc_call_start_batch(call, ops, 6, b, NULL) == GRPC_CALL_OK) {
+    grpc_event ev;
+    do {
+      ev = grpc_completion_queue_next(b->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    } while (ev.type != GRPC_OP_COMPLETE);
+    uint32_t echo = 0;
+    if (ev.success && status == GRPC_STATUS_OK && recv != NULL &&
+        grpc_byte_buffer_length(recv) == PING_REPLY) {
+      grpc_byte_buffer_reader r;
+      if (grpc_byte_buffer_reader_init(&r, recv)) {
+        grpc_slice s = grpc_byte_buffer_reader_readall(&r);
+        memcpy(&echo, GRPC_SLICE_START_PTR(s), sizeof echo);
+        grpc_slice_unref(s);
+        grpc_byte_buffer_reader_destroy(&r);
+      }
+      rc = echo == seq ? 0 : -1;
+    }
+    if (rc != 0)
+      fprintf(stderr, "bench: bare call failed: success=%d status=%d '%.*s'\n",
+              ev.success, (int)status, (int)GRPC_SLICE_LENGTH(details),
+              (const char *)GRPC_SLICE_START_PTR(details));
+  } else {
+    fprintf(stderr, "bench: bare call: start_batch failed\n");
+  }
+  grpc_byte_buffer_destroy(send);
+  if (recv) grpc_byte_buffer_destroy(recv);
+  grpc_slice_unref(details);
+  grpc_metadata_array_destroy(&init_md);
+  grpc_metadata_array_destroy(&trail_md);
+  grpc_call_unref(call);
+  return rc;
+}
+
+/* ---- the measurements ---- */
+
+static int ps_fail(const char *what, const ps_status *st) {
+  fprintf(stderr, "bench: %s failed: %s\n", what, st->msg);
+  return -1;
+}
+
+static void print_reps(const char *name, const double *gbs, int n) {
+  fprintf(stderr, "  %-18s GB/s:", name);
+  for (int i = 0; i < n; i++) fprintf(stderr, " %.2f", gbs[i]);
+  fprintf(stderr, "\n");
+}
+
+/* (a) 64 MiB read and assign against TCP pull and push. */
+static int bench_bulk(ps_client *c, int tfd, const opts *o) {
+  ps_status st;
+  int64_t dims[2] = {BIG_DIM, BIG_DIM};
+  ps_var_spec spec = {.name = "big", .dtype = PS_DT_FLOAT,
+                      .shape = {.rank = 2, .dim = {BIG_DIM, BIG_DIM}}};
+  if (ps_client_create_vars(c, 0, &spec, 1, &st) != 0) return ps_fail("create big", &st);
+  ps_tensor *val = ps_tensor_new(PS_DT_FLOAT, 2, dims);
+  ps_tensor *out = ps_tensor_new(PS_DT_FLOAT, 2, dims);
+  char *tbuf = malloc(BIG_BYTES);
+  double *v = calloc((size_t)o->reps * 4, sizeof *v);
+  int rc = -1;
+  if (!val || !out || !tbuf || !v) {
+    fprintf(stderr, "bench: out of memory\n");
+    goto out;
+  }
+  float *pv = ps_tensor_data(val);
+  for (size_t i = 0; i < BIG_BYTES / 4; i++) pv[i] = (float)(i % 4099);
+  memset(ps_tensor_data(out), 0, BIG_BYTES); /* reused, pre-touched */
+  memset(tbuf, 0, BIG_BYTES);
+  ps_update up = {.name = "big", .op = PS_ASSIGN, .value = val};
+  ps_read rd = {.name = "big", .out = out};
+  /* Warm-up (connections, flow-control windows, allocator); checks values. */
+  if (ps_client_update(c, 0, &up, 1, &st) != 0) {
+    ps_fail("assign big", &st);
+    goto out;
+  }
+  if (ps_client_read(c, 0, &rd, 1, &st) != 0) {
+    ps_fail("read big", &st);
+    goto out;
+  }
+  if (memcmp(ps_tensor_data(out), pv, BIG_BYTES) != 0) {
+    fprintf(stderr, "bench: read of big returned other values than assigned\n");
+    goto out;
+  }
+  if (tcp_once(tfd, 'R', tbuf) < 0 || tcp_once(tfd, 'W', tbuf) < 0) {
+    fprintf(stderr, "bench: tcp baseline failed\n");
+    goto out;
+  }
+  double *tpull = v, *pread = v + o->reps, *tpush = v + 2 * o->reps,
+         *passign = v + 3 * o->reps;
+  const double gb = (double)BIG_BYTES / 1e9;
+  for (int r = 0; r < o->reps; r++) {
+    double t;
+    if ((t = tcp_once(tfd, 'R', tbuf)) < 0) goto tcp_err;
+    tpull[r] = gb / t;
+    t = now_s();
+    if (ps_client_read(c, 0, &rd, 1, &st) != 0) {
+      ps_fail("read big", &st);
+      goto out;
+    }
+    pread[r] = gb / (now_s() - t);
+    if ((t = tcp_once(tfd, 'W', tbuf)) < 0) goto tcp_err;
+    tpush[r] = gb / t;
+    t = now_s();
+    if (ps_client_update(c, 0, &up, 1, &st) != 0) {
+      ps_fail("assign big", &st);
+      goto out;
+    }
+    passign[r] = gb / (now_s() - t);
+    fprintf(stderr, "  rep %d: tcp pull %.2f, ps read %.2f, tcp push %.2f, ps assign %.2f GB/s\n",
+            r + 1, tpull[r], pread[r], tpush[r], passign[r]);
+  }
+  print_reps("tcp pull", tpull, o->reps);
+  print_reps("ps read", pread, o->reps);
+  print_reps("tcp push", tpush, o->reps);
+  print_reps("ps assign", passign, o->reps);
+  {
+    size_t n = (size_t)o->reps;
+    double mpull = quantile(tpull, n, 0.5), mread = quantile(pread, n, 0.5);
+    double mpush = quantile(tpush, n, 0.5), massign = quantile(passign, n, 0.5);
+    fprintf(stderr, "  best: tcp pull %.2f, ps read %.2f, tcp push %.2f, ps assign %.2f GB/s\n",
+            tpull[n - 1], pread[n - 1], tpush[n - 1], passign[n - 1]);
+    printf("bench: read_64MiB %.2f GB/s baseline=%.2f ratio=%.2f target=>= 0.6\n",
+           mread, mpull, mread / mpull);
+    printf("bench: assign_64MiB %.2f GB/s baseline=%.2f ratio=%.2f target=>= 0.6\n",
+           massign, mpush, massign / mpush);
+    fflush(stdout);
+  }
+  rc = 0;
+  goto out;
+tcp_err:
+  fprintf(stderr, "bench: tcp baseline failed\n");
+out:
+  ps_tensor_destroy(val);
+  ps_tensor_destroy(out);
+  free(tbuf);
+  free(v);
+  return rc;
+}
+
+/* (b) scalar assign_add round trip against a bare gRPC unary ping-pong,
+ * alternating blocks of calls so both see the same background load. */
+static int bench_latency(ps_client *c, bare_client *b, const opts *o) {
+  ps_status st;
+  ps_init_spec zeros;
+  ps_init_spec_default(&zeros, PS_INIT_ZEROS);
+  ps_var_spec spec = {.name = "scalar", .dtype = PS_DT_FLOAT, .shape = {.rank = 0},
+                      .init = &zeros};
+  const char *name = "scalar";
+  if (ps_client_create_vars(c, 0, &spec, 1, &st) != 0) return ps_fail("create scalar", &st);
+  if (ps_client_initialize(c, 0, &name, 1, false, NULL, &st) != 0)
+    return ps_fail("initialize scalar", &st);
+  ps_shape s0 = {.rank = 0};
+  ps_tensor *one = ps_tensor_create(PS_DT_FLOAT, &s0, false);
+  size_t n = (size_t)o->iters;
+  double *tp = calloc(n + 1, sizeof *tp), *tb = calloc(n + 1, sizeof *tb);
+  int rc = -1;
+  if (!one || !tp || !tb) {
+    fprintf(stderr, "bench: out of memory\n");
+    goto out;
+  }
+  *(float *)ps_tensor_data(one) = 1.0f;
+  ps_update up = {.name = "scalar", .op = PS_ASSIGN_ADD, .value = one};
+  long adds = 0;
+  uint32_t seq = 0;
+  for (int i = 0; i < o->warmup; i++) {
+    if (ps_client_update(c, 0, &up, 1, &st) != 0) {
+      ps_fail("assign_add scalar", &st);
+      goto out;
+    }
+    adds++;
+    if (bare_ping(b, ++seq) != 0) goto out;
+  }
+  const size_t block = 100;
+  size_t ip = 0, ib = 0;
+  double w0 = now_s(), wp = 0, wb = 0;
+  while (ip < n || ib < n) {
+    double t0 = now_s();
+    for (size_t k = 0; k < block && ip < n; k++, ip++) {
+      double t = now_s();
+      if (ps_client_update(c, 0, &up, 1, &st) != 0) {
+        ps_fail("assign_add scalar", &st);
+        goto out;
+      }
+      tp[ip] = (now_s() - t) * 1e6;
+      adds++;
+    }
+    double t1 = now_s();
+    for (size_t k = 0; k < block && ib < n; k++, ib++) {
+      double t = now_s();
+      if (bare_ping(b, ++seq) != 0) goto out;
+      tb[ib] = (now_s() - t) * 1e6;
+    }
+    wp += t1 - t0;
+    wb += now_s() - t1;
+  }
+  /* The ps must have applied every add exactly once. */
+  ps_read rd = {.name = "scalar"};
+  if (ps_client_read(c, 0, &rd, 1, &st) != 0) {
+    ps_fail("read scalar", &st);
+    goto out;
+  }
+  float got = *(float *)ps_tensor_data(rd.out);
+  ps_tensor_destroy(rd.out);
+  if (got != (float)adds) {
+    fprintf(stderr, "bench: scalar is %g after %ld assign_adds of 1\n", (double)got, adds);
+    goto out;
+  }
+  double pm = quantile(tp, n, 0.5), bm = quantile(tb, n, 0.5);
+  fprintf(stderr, "  ps assign_add: min %.1f p10 %.1f median %.1f p90 %.1f p99 %.1f us, %.0f calls/s\n",
+          tp[0], quantile(tp, n, 0.1), pm, quantile(tp, n, 0.9), quantile(tp, n, 0.99),
+          (double)n / wp);
+  fprintf(stderr, "  bare gRPC unary: min %.1f p10 %.1f median %.1f p90 %.1f p99 %.1f us, %.0f calls/s\n",
+          tb[0], quantile(tb, n, 0.1), bm, quantile(tb, n, 0.9), quantile(tb, n, 0.99),
+          (double)n / wb);
+  fprintf(stderr, "  (%zu samples each, %.1f s wall)\n", n, now_s() - w0);
+  printf("bench: assign_add_latency %.1f us baseline=%.1f ratio=%.2f target=<= 1.3\n",
+         pm, bm, pm / bm);
+  fflush(stdout);
+  rc = 0;
+out:
+  ps_tensor_destroy(one);
+  free(tp);
+  free(tb);
+  return rc;
+}
+
+/* (c) one step = read 1000 small variables: one batched read against one
+ * read per variable. */
+static int bench_many(ps_client *c, const opts *o) {
+  ps_status st;
+  ps_init_spec ones;
+  ps_init_spec_default(&ones, PS_INIT_ONES);
+  char(*names)[16] = calloc(NSMALL, sizeof *names);
+  const char **np = calloc(NSMALL, sizeof *np);
+  ps_var_spec *specs = calloc(NSMALL, sizeof *specs);
+  ps_read *rd = calloc(NSMALL, sizeof *rd);
+  size_t nb = (size_t)o->steps * 10, nu = (size_t)o->steps;
+  double *tb = calloc(nb + 1, sizeof *tb), *tu = calloc(nu + 1, sizeof *tu);
+  int rc = -1;
+  if (!names || !np || !specs || !rd || !tb || !tu) {
+    fprintf(stderr, "bench: out of memory\n");
+    goto out;
+  }
+  for (int i = 0; i < NSMALL; i++) {
+    snprintf(names[i], sizeof names[i], "small/%04d", i);
+    np[i] = names[i];
+    ps_shape sh = {.rank = i % 2, .dim = {4}}; /* scalars and [4] */
+    specs[i] = (ps_var_spec){.name = names[i], .dtype = PS_DT_FLOAT, .shape = sh,
+                             .init = &ones};
+    rd[i].name = names[i];
+    rd[i].out = ps_tensor_create(PS_DT_FLOAT, &sh, true); /* reused */
+    if (rd[i].out == NULL) {
+      fprintf(stderr, "bench: out of memory\n");
+      goto out;
+    }
+  }
+  if (ps_client_create_vars(c, 0, specs, NSMALL, &st) != 0) {
+    ps_fail("create 1000 variables", &st);
+    goto out;
+  }
+  size_t ninit = 0;
+  if (ps_client_initialize(c, 0, np, NSMALL, false, &ninit, &st) != 0) {
+    ps_fail("initialize 1000 variables", &st);
+    goto out;
+  }
+  /* Warm-up, and a check of the values. */
+  if (ps_client_read(c, 0, rd, NSMALL, &st) != 0) {
+    ps_fail("batched read", &st);
+    goto out;
+  }
+  for (int i = 0; i < NSMALL; i++) {
+    if (ps_client_read(c, 0, &rd[i], 1, &st) != 0) {
+      ps_fail("single read", &st);
+      goto out;
+    }
+    float *f = ps_tensor_data(rd[i].out);
+    if (f[0] != 1.0f || (i % 2 && f[3] != 1.0f)) {
+      fprintf(stderr, "bench: %s does not read as ones\n", names[i]);
+      goto out;
+    }
+  }
+  size_t ib = 0;
+  for (size_t s = 0; s < nu; s++) {
+    double t = now_s();
+    for (int i = 0; i < NSMALL; i++)
+      if (ps_client_read(c, 0, &rd[i], 1, &st) != 0) {
+        ps_fail("single read", &st);
+        goto out;
+      }
+    tu[s] = (now_s() - t) * 1e3;
+    for (int k = 0; k < 10; k++, ib++) {
+      t = now_s();
+      if (ps_client_read(c, 0, rd, NSMALL, &st) != 0) {
+        ps_fail("batched read", &st);
+        goto out;
+      }
+      tb[ib] = (now_s() - t) * 1e3;
+    }
+  }
+  double bm = quantile(tb, nb, 0.5), um = quantile(tu, nu, 0.5);
+  fprintf(stderr, "  batched: min %.2f median %.2f max %.2f ms/step (%.0f steps/s), %zu steps\n",
+          tb[0], bm, tb[nb - 1], 1e3 / bm, nb);
+  fprintf(stderr, "  per-variable: min %.1f median %.1f max %.1f ms/step (%.1f steps/s, %.1f us/RPC), %zu steps\n",
+          tu[0], um, tu[nu - 1], 1e3 / um, um * 1e3 / NSMALL, nu);
+  printf("bench: read_1000_vars_batched %.2f ms baseline=%.1f ratio=%.1f target=>= 10\n",
+         bm, um, um / bm);
+  fflush(stdout);
+  rc = 0;
+out:
+  if (rd)
+    for (int i = 0; i < NSMALL; i++) ps_tensor_destroy(rd[i].out);
+  free(names);
+  free(np);
+  free(specs);
+  free(rd);
+  free(tb);
+  free(tu);
+  return rc;
+}
+
+static int parse_int(const char *s, int lo, int hi, int *out) {
+  char *end;
+  long v = strtol(s, &end, 10);
+  if (*s == '\0' || *end || v < lo || v > hi) return -1;
+  *out = (int)v;
+  return 0;
+}
+
+static const char usage[] =
+    "usage: bench_ps [--reps N] [--iters N] [--steps N] [--ps-threads N]\n"
+    "  --reps N        64 MiB repetitions of each kind (default 9)\n"
+    "  --iters N       latency samples per side (default 5000)\n"
+    "  --steps N       per-variable steps of the 1000-variable read; the\n"
+    "                  batched read runs 10x as many (default 10)\n"
+    "  --ps-threads N  pass --threads N to ps-server (default: its own)\n"
+    "Needs PS_SERVER (path of ps-server); see tests/bench/README.md.\n";
+
+int main(int argc, char **argv) {
+  opts o = {.reps = 9, .iters = 5000, .warmup = 500, .steps = 10, .ps_threads = 0};
+  for (int i = 1; i < argc; i++) {
+    int *dst = NULL, lo = 1, hi = 1000000;
+    if (!strcmp(argv[i], "--reps")) dst = &o.reps, hi = 1000;
+    else if (!strcmp(argv[i], "--iters")) dst = &o.iters;
+    else if (!strcmp(argv[i], "--steps")) dst = &o.steps, hi = 10000;
+    else if (!strcmp(argv[i], "--ps-threads")) dst = &o.ps_threads, hi = 256;
+    else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      fputs(usage, stdout);
+      return 0;
+    }
+    if (dst == NULL || i + 1 >= argc || parse_int(argv[i + 1], lo, hi, dst) != 0) {
+      fprintf(stderr, "bench_ps: bad argument '%s'\n%s", argv[i], usage);
+      return 2;
+    }
+    i++;
+  }
+  if (o.warmup > o.iters) o.warmup = o.iters;
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  double t_start = now_s();
+
+  /* Children first: gRPC does not survive a fork after grpc_init(). */
+  int tcp_port = 0, lfd = tcp_listen(&tcp_port);
+  if (lfd < 0) {
+    perror("bench: tcp listen");
+    return 1;
+  }
+  pid_t tcp_pid = fork();
+  if (tcp_pid < 0) {
+    perror("bench: fork");
+    return 1;
+  }
+  if (tcp_pid == 0) tcp_child(lfd);
+  int port_pipe[2], ctl_pipe[2];
+  if (pipe2(port_pipe, O_CLOEXEC) != 0 || pipe2(ctl_pipe, O_CLOEXEC) != 0) {
+    perror("bench: pipe");
+    return 1;
+  }
+  pid_t bare_pid = fork();
+  if (bare_pid < 0) {
+    perror("bench: fork");
+    return 1;
+  }
+  if (bare_pid == 0) {
+    close(lfd);
+    close(port_pipe[0]);
+    close(ctl_pipe[1]);
+    bare_server_main(port_pipe[1], ctl_pipe[0]);
+  }
+  close(port_pipe[1]);
+  close(ctl_pipe[0]);
+  int ctl = ctl_pipe[1];
+
+  int rc = 1, harness_up = 0, grpc_up = 0, bare_port = 0;
+  ps_harness h;
+  ps_client *c = NULL;
+  bare_client bc = {0};
+  int tfd = tcp_connect(tcp_port);
+  close(lfd);
+  struct pollfd pfd = {port_pipe[0], POLLIN, 0};
+  if (tfd < 0) {
+    perror("bench: tcp connect");
+    goto done;
+  }
+  if (poll(&pfd, 1, 30000) != 1 ||
+      read(port_pipe[0], &bare_port, sizeof bare_port) != (ssize_t)sizeof bare_port ||
+      bare_port <= 0) {
+    fprintf(stderr, "bench: the bare gRPC server did not start\n");
+    goto done;
+  }
+  close(port_pipe[0]);
+  port_pipe[0] = -1;
+
+  char threads_arg[16];
+  const char *extra[3] = {"--threads", threads_arg, NULL};
+  snprintf(threads_arg, sizeof threads_arg, "%d", o.ps_threads);
+  if (harness_start(&h, 1, o.ps_threads > 0 ? extra : NULL) != 0) {
+    fprintf(stderr, "bench: cannot start ps-server (PS_SERVER=%s)\n",
+            harness_prog("PS_SERVER", "build/ps/ps-server"));
+    goto done;
+  }
+  harness_up = 1;
+  ps_rpc_global_init();
+  grpc_up = 1;
+  ps_status st;
+  if ((c = ps_client_create(h.cluster, "ps", NULL, &st)) == NULL) {
+    ps_fail("ps_client_create", &st);
+    goto done;
+  }
+  if (bare_client_init(&bc, bare_port) != 0) {
+    fprintf(stderr, "bench: cannot create the bare gRPC channel\n");
+    goto done;
+  }
+  fprintf(stderr, "bench: ps/0 on %s (pid %d), bare gRPC server on 127.0.0.1:%d (pid %d), "
+          "tcp peer pid %d\n", h.addrs[0], (int)h.pids[0], bare_port, (int)bare_pid,
+          (int)tcp_pid);
+
+  fprintf(stderr, "bench: (a) 64 MiB read/assign vs raw TCP, %d reps\n", o.reps);
+  if (bench_bulk(c, tfd, &o) != 0) goto done;
+  fprintf(stderr, "bench: (b) scalar assign_add vs bare gRPC unary, %d calls each\n", o.iters);
+  if (bench_latency(c, &bc, &o) != 0) goto done;
+  fprintf(stderr, "bench: (c) read of %d small variables, batched vs one RPC each\n", NSMALL);
+  if (bench_many(c, &o) != 0) goto done;
+  rc = 0;
+
+done:
+  bare_client_fini(&bc);
+  ps_client_destroy(c);
+  if (grpc_up) ps_rpc_global_shutdown();
+  if (harness_up && harness_stop(&h) != 0) {
+    fprintf(stderr, "bench: ps-server did not stop cleanly\n");
+    rc = 1;
+  }
+  if (port_pipe[0] >= 0) close(port_pipe[0]);
+  close(ctl); /* EOF: the bare server shuts down */
+  if (tfd >= 0) close(tfd); /* EOF: the tcp peer exits */
+  int status;
+  if (waitpid(bare_pid, &status, 0) == bare_pid &&
+      (!WIFEXITED(status) || WEXITSTATUS(status) != 0)) {
+    fprintf(stderr, "bench: bare gRPC server exited with status 0x%x\n", status);
+    rc = 1;
+  }
+  if (waitpid(tcp_pid, &status, 0) == tcp_pid &&
+      (!WIFEXITED(status) || WEXITSTATUS(status) != 0)) {
+    fprintf(stderr, "bench: tcp peer exited with status 0x%x\n", status);
+    rc = 1;
+  }
+  fprintf(stderr, "bench: %s in %.1f s\n", rc ? "FAILED" : "done", now_s() - t_start);
+  return rc;
+}
