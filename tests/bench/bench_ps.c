@@ -66,6 +66,7 @@ typedef struct opts {
   int warmup;     /* latency warm-up calls per side */
   int steps;      /* per-variable steps for (c); batched gets 10x */
   int ps_threads; /* 0: ps-server default */
+  const char *only; /* subset of "abc" to run */
 } opts;
 
 static double now_s(void) {
@@ -730,17 +731,22 @@ static const char usage[] =
     "  --steps N       per-variable steps of the 1000-variable read; the\n"
     "                  batched read runs 10x as many (default 10)\n"
     "  --ps-threads N  pass --threads N to ps-server (default: its own)\n"
+    "  --only LIST     run only these parts, e.g. --only b (default abc)\n"
     "Needs PS_SERVER (path of ps-server); see tests/bench/README.md.\n";
 
 int main(int argc, char **argv) {
-  opts o = {.reps = 9, .iters = 5000, .warmup = 500, .steps = 10, .ps_threads = 0};
+  opts o = {.reps = 9, .iters = 5000, .warmup = 500, .steps = 10, .ps_threads = 0,
+            .only = "abc"};
   for (int i = 1; i < argc; i++) {
     int *dst = NULL, lo = 1, hi = 1000000;
     if (!strcmp(argv[i], "--reps")) dst = &o.reps, hi = 1000;
     else if (!strcmp(argv[i], "--iters")) dst = &o.iters;
     else if (!strcmp(argv[i], "--steps")) dst = &o.steps, hi = 10000;
     else if (!strcmp(argv[i], "--ps-threads")) dst = &o.ps_threads, hi = 256;
-    else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+    else if (!strcmp(argv[i], "--only") && i + 1 < argc) {
+      o.only = argv[++i];
+      continue;
+    } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       fputs(usage, stdout);
       return 0;
     }
@@ -830,12 +836,20 @@ int main(int argc, char **argv) {
           "tcp peer pid %d\n", h.addrs[0], (int)h.pids[0], bare_port, (int)bare_pid,
           (int)tcp_pid);
 
-  fprintf(stderr, "bench: (a) 64 MiB read/assign vs raw TCP, %d reps\n", o.reps);
-  if (bench_bulk(c, tfd, &o) != 0) goto done;
-  fprintf(stderr, "bench: (b) scalar assign_add vs bare gRPC unary, %d calls each\n", o.iters);
-  if (bench_latency(c, &bc, &o) != 0) goto done;
-  fprintf(stderr, "bench: (c) read of %d small variables, batched vs one RPC each\n", NSMALL);
-  if (bench_many(c, &o) != 0) goto done;
+  if (strchr(o.only, 'a')) {
+    fprintf(stderr, "bench: (a) 64 MiB read/assign vs raw TCP, %d reps\n", o.reps);
+    if (bench_bulk(c, tfd, &o) != 0) goto done;
+  }
+  if (strchr(o.only, 'b')) {
+    fprintf(stderr, "bench: (b) scalar assign_add vs bare gRPC unary, %d calls each\n",
+            o.iters);
+    if (bench_latency(c, &bc, &o) != 0) goto done;
+  }
+  if (strchr(o.only, 'c')) {
+    fprintf(stderr, "bench: (c) read of %d small variables, batched vs one RPC each\n",
+            NSMALL);
+    if (bench_many(c, &o) != 0) goto done;
+  }
   rc = 0;
 
 done:

@@ -1,0 +1,139 @@
+/* Unit tests of ps/store: the variable table, copy on write, accounting. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store.h"
+
+static ps_shape shape2(int64_t a, int64_t b) {
+  ps_shape s = {.rank = 2, .dim = {a, b}};
+  return s;
+}
+
+START_TEST(create_is_idempotent_and_conflicts_are_named) {
+  ps_store *s = ps_store_create("ps/3");
+  ps_shape sh = shape2(2, 3);
+  ps_init_spec z;
+  ps_init_spec_default(&z, PS_INIT_ZEROS);
+  bool created;
+  ps_status st;
+  ck_assert_int_eq(ps_store_create_var(s, "w", PS_DT_FLOAT, &sh, &z, NULL, NULL, 0, &created, &st), 0);
+  ck_assert(created);
+  ck_assert_int_eq(ps_store_create_var(s, "w", PS_DT_FLOAT, &sh, &z, NULL, NULL, 0, &created, &st), 0);
+  ck_assert(!created);
+  ps_shape other = shape2(3, 2);
+  ck_assert_int_eq(ps_store_create_var(s, "w", PS_DT_FLOAT, &other, &z, NULL, NULL, 0, &created, &st),
+                   PS_ALREADY_EXISTS);
+  ck_assert_str_eq(st.msg, "variable w already exists on ps/3 with dtype float shape [2,3]; "
+                           "requested dtype float shape [3,2]");
+  ps_init_spec o;
+  ps_init_spec_default(&o, PS_INIT_ONES);
+  ck_assert_int_eq(ps_store_create_var(s, "w", PS_DT_FLOAT, &sh, &o, NULL, NULL, 0, &created, &st),
+                   PS_ALREADY_EXISTS);
+  ck_assert_ptr_nonnull(strstr(st.msg, "different initializer (zeros, requested ones)"));
+  ck_assert_int_eq(ps_store_create_var(s, "", PS_DT_FLOAT, &sh, NULL, NULL, NULL, 0, &created, &st),
+                   PS_INVALID_ARGUMENT);
+  ck_assert_int_eq(ps_store_create_var(s, "x", PS_DT_STRING, &sh, NULL, NULL, NULL, 0, &created, &st),
+                   PS_INVALID_ARGUMENT);
+  ck_assert_ptr_null(ps_store_find(s, "nope", &st));
+  ck_assert_str_eq(st.msg, "variable nope does not exist on ps/3");
+  ps_store_destroy(s);
+}
+END_TEST
+
+START_TEST(many_variables_listed_in_name_order) {
+  ps_store *s = ps_store_create("ps/0");
+  ps_shape sh = {.rank = 1, .dim = {4}};
+  char name[32];
+  bool created;
+  for (int i = 5000; i > 0; i--) { /* forces the table to grow */
+    snprintf(name, sizeof name, "v%05d", i);
+    ck_assert_int_eq(ps_store_create_var(s, name, PS_DT_FLOAT, &sh, NULL, NULL, NULL, 0,
+                                         &created, NULL), 0);
+  }
+  size_t n;
+  ps_var **all = ps_store_list(s, &n);
+  ck_assert_uint_eq(n, 5000);
+  ck_assert_str_eq(all[0]->name, "v00001");
+  ck_assert_str_eq(all[4999]->name, "v05000");
+  free(all);
+  ck_assert_ptr_nonnull(ps_store_lookup(s, "v02500"));
+  ps_store_destroy(s);
+}
+END_TEST
+
+START_TEST(initializer_accounting_and_copy_on_write) {
+  ps_store *s = ps_store_create("ps/0");
+  ps_shape sh = shape2(2, 3);
+  ps_init_spec k;
+  ps_init_spec_default(&k, PS_INIT_CONSTANT);
+  k.value = 2.0;
+  bool created;
+  ps_status st;
+  ck_assert_int_eq(ps_store_create_var(s, "w", PS_DT_FLOAT, &sh, &k, NULL, NULL, 0, &created, &st), 0);
+  ps_var *v = ps_store_lookup(s, "w");
+  ck_assert_ptr_null(v->buf);
+  ck_assert_int_eq(ps_var_run_initializer(s, v, &st), 0);
+  ck_assert_ptr_nonnull(v->buf);
+  ck_assert(((float *)v->buf->data)[5] == 2.0f);
+  int64_t nv, bytes;
+  ps_store_totals(s, &nv, &bytes);
+  ck_assert_int_eq(nv, 1);
+  ck_assert_int_eq(bytes, 24);
+  /* A reader holds the buffer: an in-place writer must copy first. */
+  ps_buf *reader = ps_buf_ref(v->buf);
+  ck_assert_int_eq(ps_var_make_private(v, &st), 0);
+  ck_assert_ptr_ne(v->buf, reader);
+  ((float *)v->buf->data)[0] = 9.0f;
+  ck_assert(((float *)reader->data)[0] == 2.0f);
+  ps_buf_unref(reader);
+  ps_buf *mine = v->buf;
+  ck_assert_int_eq(ps_var_make_private(v, &st), 0);
+  ck_assert_ptr_eq(v->buf, mine); /* sole owner: no copy */
+  /* Replacing the value accounts the size difference. */
+  ps_buf *nb = ps_buf_create(40, true);
+  ps_shape s10 = {.rank = 1, .dim = {10}};
+  ps_var_set_buf(s, v, nb, &s10);
+  ps_buf_unref(nb);
+  ps_store_totals(s, &nv, &bytes);
+  ck_assert_int_eq(bytes, 40);
+  ck_assert_int_eq(v->shape.dim[0], 10);
+  /* No initializer: a clear error. */
+  ck_assert_int_eq(ps_store_create_var(s, "u", PS_DT_FLOAT, &sh, NULL, NULL, NULL, 0, &created, &st), 0);
+  ck_assert_int_eq(ps_var_run_initializer(s, ps_store_lookup(s, "u"), &st), PS_FAILED_PRECONDITION);
+  ck_assert_ptr_nonnull(strstr(st.msg, "variable u has no initializer on ps/0"));
+  ps_store_destroy(s);
+}
+END_TEST
+
+START_TEST(lock_set_tolerates_duplicates) {
+  ps_store *s = ps_store_create("ps/0");
+  ps_shape sh = {.rank = 0};
+  bool created;
+  ps_store_create_var(s, "b", PS_DT_FLOAT, &sh, NULL, NULL, NULL, 0, &created, NULL);
+  ps_store_create_var(s, "a", PS_DT_FLOAT, &sh, NULL, NULL, NULL, 0, &created, NULL);
+  ps_var *vars[3] = {ps_store_lookup(s, "b"), ps_store_lookup(s, "a"), ps_store_lookup(s, "b")};
+  ps_store_lock_set(vars, 3, true);
+  ck_assert_int_ne(pthread_rwlock_trywrlock(&vars[0]->lock), 0);
+  ps_store_unlock_set(vars, 3);
+  ck_assert_int_eq(pthread_rwlock_trywrlock(&vars[0]->lock), 0);
+  pthread_rwlock_unlock(&vars[0]->lock);
+  ps_store_destroy(s);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("store");
+  TCase *tc = tcase_create("core");
+  tcase_add_test(tc, create_is_idempotent_and_conflicts_are_named);
+  tcase_add_test(tc, many_variables_listed_in_name_order);
+  tcase_add_test(tc, initializer_accounting_and_copy_on_write);
+  tcase_add_test(tc, lock_set_tolerates_duplicates);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}
