@@ -104,18 +104,16 @@ static char *dup_n(const char *s, size_t n) {
   return d;
 }
 
-static int check_job_name(const char *name, size_t n, const char *pre,
-                          ps_status *st) {
+static int check_job_name(const char *name, size_t n, const char *pre, ps_status *st) {
   char b[SHOW_MAX];
   if (!is_name(name, n))
     return ps_status_set(st, PS_INVALID_ARGUMENT,
-                         "%s: bad job name \"%s\" (letters, digits and _ only)",
-                         pre, show(name, n, b, sizeof b));
+                         "%s: bad job name \"%s\" (letters, digits and _ only)", pre,
+                         show(name, n, b, sizeof b));
   if (n > PS_CLUSTER_MAX_JOB_NAME)
     return ps_status_set(st, PS_INVALID_ARGUMENT,
-                         "%s: job name \"%s\" is too long (max %d characters)",
-                         pre, show(name, n, b, sizeof b),
-                         PS_CLUSTER_MAX_JOB_NAME);
+                         "%s: job name \"%s\" is too long (max %d characters)", pre,
+                         show(name, n, b, sizeof b), PS_CLUSTER_MAX_JOB_NAME);
   return 0;
 }
 
@@ -133,13 +131,13 @@ static int addr_check(const char *a, size_t n, int *port) {
   if (n == 0 || n > 300) return ADDR_NOT_HOSTPORT;
   if (a[0] == '[') {
     const char *close = memchr(a, ']', n);
-    if (close == NULL || close == a + 1 || close + 1 >= a + n ||
-        close[1] != ':')
+    if (close == NULL || close == a + 1 || close + 1 >= a + n || close[1] != ':')
       return ADDR_NOT_HOSTPORT;
     bool zone = false;
     for (const char *p = a + 1; p < close; p++) {
       unsigned char c = (unsigned char)*p;
-      if (c == '%' && !zone) zone = true;
+      if (c == '%' && !zone)
+        zone = true;
       else if (zone ? !host_char(c) : !(isxdigit(c) || c == ':' || c == '.'))
         return ADDR_NOT_HOSTPORT;
     }
@@ -159,8 +157,8 @@ static int addr_check(const char *a, size_t n, int *port) {
 }
 
 /* Message for a bad address of task @job/@task; @pre may be "". */
-static int addr_error(int why, const char *a, size_t n, const char *pre,
-                      const char *job, int task, ps_status *st) {
+static int addr_error(int why, const char *a, size_t n, const char *pre, const char *job,
+                      int task, ps_status *st) {
   char b[SHOW_MAX];
   show(a, n, b, sizeof b);
   if (why == ADDR_BAD_PORT)
@@ -169,8 +167,7 @@ static int addr_error(int why, const char *a, size_t n, const char *pre,
                          "number from 0 to 65535)",
                          pre, job, task, b);
   return ps_status_set(st, PS_INVALID_ARGUMENT,
-                       "%s: %s/%d: address \"%s\" is not host:port", pre, job,
-                       task, b);
+                       "%s: %s/%d: address \"%s\" is not host:port", pre, job, task, b);
 }
 
 static int addr_port(const char *a) {
@@ -198,7 +195,8 @@ void ps_cluster_destroy(ps_cluster *c) {
   for (int i = 0; i < c->njobs; i++) {
     ps_cluster_job *j = &c->jobs[i];
     if (j->addrs != NULL)
-      for (int t = 0; t < j->ntasks; t++) free(j->addrs[t]);
+      for (int t = 0; t < j->ntasks; t++)
+        free(j->addrs[t]);
     free(j->addrs);
     free(j->name);
   }
@@ -206,8 +204,7 @@ void ps_cluster_destroy(ps_cluster *c) {
   free(c);
 }
 
-static int job_alloc(ps_cluster_job *j, const char *name, size_t namelen,
-                     int ntasks) {
+static int job_alloc(ps_cluster_job *j, const char *name, size_t namelen, int ntasks) {
   j->name = dup_n(name, namelen);
   j->addrs = calloc((size_t)ntasks, sizeof *j->addrs);
   if (j->name == NULL || j->addrs == NULL) return -1;
@@ -216,8 +213,7 @@ static int job_alloc(ps_cluster_job *j, const char *name, size_t namelen,
 }
 
 static int cmp_job(const void *a, const void *b) {
-  return strcmp(((const ps_cluster_job *)a)->name,
-                ((const ps_cluster_job *)b)->name);
+  return strcmp(((const ps_cluster_job *)a)->name, ((const ps_cluster_job *)b)->name);
 }
 
 typedef struct addr_ref {
@@ -239,8 +235,7 @@ static int cluster_finish(ps_cluster *c, const char *pre, ps_status *st) {
   size_t total = 0;
   for (int i = 0; i < c->njobs; i++) {
     if (i > 0 && strcmp(c->jobs[i - 1].name, c->jobs[i].name) == 0)
-      return ps_status_set(st, PS_INVALID_ARGUMENT,
-                           "%s: job \"%s\" is given twice", pre,
+      return ps_status_set(st, PS_INVALID_ARGUMENT, "%s: job \"%s\" is given twice", pre,
                            c->jobs[i].name);
     total += (size_t)c->jobs[i].ntasks;
   }
@@ -258,9 +253,8 @@ static int cluster_finish(ps_cluster *c, const char *pre, ps_status *st) {
     if (strcmp(refs[k - 1].addr, refs[k].addr) == 0)
       rc = ps_status_set(st, PS_INVALID_ARGUMENT,
                          "%s: address %s is used by both %s/%d and %s/%d", pre,
-                         refs[k].addr, c->jobs[refs[k - 1].job].name,
-                         refs[k - 1].task, c->jobs[refs[k].job].name,
-                         refs[k].task);
+                         refs[k].addr, c->jobs[refs[k - 1].job].name, refs[k - 1].task,
+                         c->jobs[refs[k].job].name, refs[k].task);
   free(refs);
   return rc;
 }
@@ -278,15 +272,14 @@ static int line_at(const char *s, size_t off) {
 static json_object *json_parse(const char *text, size_t len, const char *pre,
                                ps_status *st) {
   if (len > PS_CLUSTER_MAX_BYTES)
-    return ps_status_set(st, PS_INVALID_ARGUMENT,
-                         "%s: too large (%zu bytes, max %u)", pre, len,
-                         PS_CLUSTER_MAX_BYTES),
+    return ps_status_set(st, PS_INVALID_ARGUMENT, "%s: too large (%zu bytes, max %u)",
+                         pre, len, PS_CLUSTER_MAX_BYTES),
            NULL;
   const char *nul = memchr(text, '\0', len);
   if (nul != NULL)
     return ps_status_set(st, PS_INVALID_ARGUMENT,
-                         "%s: invalid JSON at line %d: NUL byte in the text",
-                         pre, line_at(text, (size_t)(nul - text))),
+                         "%s: invalid JSON at line %d: NUL byte in the text", pre,
+                         line_at(text, (size_t)(nul - text))),
            NULL;
   /* json-c finishes a top-level number or literal only when it sees the
    * end of the string, so hand it a NUL-terminated copy, NUL included. */
@@ -304,10 +297,9 @@ static json_object *json_parse(const char *text, size_t len, const char *pre,
     size_t end = json_tokener_get_parse_end(tok);
     if (end > len) end = len;
     const char *what = json_tokener_error_desc(err);
-    if (len == 0 || err == json_tokener_continue)
-      what = "unexpected end of data";
-    ps_status_set(st, PS_INVALID_ARGUMENT, "%s: invalid JSON at line %d: %s",
-                  pre, line_at(text, end), what);
+    if (len == 0 || err == json_tokener_continue) what = "unexpected end of data";
+    ps_status_set(st, PS_INVALID_ARGUMENT, "%s: invalid JSON at line %d: %s", pre,
+                  line_at(text, end), what);
     json_object_put(o);
     o = NULL;
   }
@@ -317,14 +309,13 @@ static json_object *json_parse(const char *text, size_t len, const char *pre,
 }
 
 /* Stores element @v as task @t's address of job @j. */
-static int set_task_json(ps_cluster_job *j, int t, json_object *v,
-                         const char *pre, ps_status *st) {
+static int set_task_json(ps_cluster_job *j, int t, json_object *v, const char *pre,
+                         ps_status *st) {
   if (!json_object_is_type(v, json_type_string))
     return ps_status_set(st, PS_INVALID_ARGUMENT,
                          "%s: %s/%d: address must be a \"host:port\" string, "
                          "not %s",
-                         pre, j->name, t,
-                         json_type_to_name(json_object_get_type(v)));
+                         pre, j->name, t, json_type_to_name(json_object_get_type(v)));
   const char *a = json_object_get_string(v);
   size_t n = (size_t)json_object_get_string_len(v);
   int why = strlen(a) != n ? ADDR_NOT_HOSTPORT : addr_check(a, n, NULL);
@@ -344,15 +335,14 @@ static int job_from_json(ps_cluster_job *j, const char *name, json_object *v,
                          "%s: job \"%s\" must be a list of \"host:port\" "
                          "strings or an object",
                          pre, name);
-  size_t n = list ? json_object_array_length(v)
-                  : (size_t)json_object_object_length(v);
+  size_t n = list ? json_object_array_length(v) : (size_t)json_object_object_length(v);
   if (n == 0)
-    return ps_status_set(st, PS_INVALID_ARGUMENT, "%s: job \"%s\" has no tasks",
-                         pre, name);
+    return ps_status_set(st, PS_INVALID_ARGUMENT, "%s: job \"%s\" has no tasks", pre,
+                         name);
   if (n > PS_CLUSTER_MAX_TASKS)
     return ps_status_set(st, PS_INVALID_ARGUMENT,
-                         "%s: job \"%s\" has too many tasks (max %d)", pre,
-                         name, PS_CLUSTER_MAX_TASKS);
+                         "%s: job \"%s\" has too many tasks (max %d)", pre, name,
+                         PS_CLUSTER_MAX_TASKS);
   if (list) {
     if (job_alloc(j, name, namelen, (int)n) != 0) return oom(pre, st);
     for (size_t t = 0; t < n; t++) {
@@ -385,8 +375,8 @@ static int job_from_json(ps_cluster_job *j, const char *name, json_object *v,
     int idx = (int)parse_num(key, strlen(key), PS_CLUSTER_MAX_TASKS - 1);
     if (j->addrs[idx] != NULL)
       return ps_status_set(st, PS_INVALID_ARGUMENT,
-                           "%s: job \"%s\": task index %d is given twice", pre,
-                           name, idx);
+                           "%s: job \"%s\": task index %d is given twice", pre, name,
+                           idx);
     rc = set_task_json(j, idx, json_object_iter_peek_value(&it), pre, st);
     if (rc != 0) return rc;
   }
@@ -394,8 +384,8 @@ static int job_from_json(ps_cluster_job *j, const char *name, json_object *v,
 }
 
 /* @what names @top in messages: "top level" or "\"cluster\"". */
-static ps_cluster *cluster_from_json(json_object *top, const char *what,
-                                     const char *pre, ps_status *st) {
+static ps_cluster *cluster_from_json(json_object *top, const char *what, const char *pre,
+                                     ps_status *st) {
   if (!json_object_is_type(top, json_type_object))
     return ps_status_set(st, PS_INVALID_ARGUMENT,
                          "%s: %s must be an object of job names, like "
@@ -448,13 +438,12 @@ ps_cluster *ps_cluster_load_file(const char *path, ps_status *st) {
   char pre[PRE_MAX];
   make_pre(pre, path);
   if (path == NULL)
-    return ps_status_set(st, PS_INVALID_ARGUMENT, "%s: no path given", pre),
-           NULL;
+    return ps_status_set(st, PS_INVALID_ARGUMENT, "%s: no path given", pre), NULL;
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     int e = errno;
-    return ps_status_set(st, errno_code(e, PS_INVALID_ARGUMENT),
-                         "%s: cannot open: %s", pre, strerror(e)),
+    return ps_status_set(st, errno_code(e, PS_INVALID_ARGUMENT), "%s: cannot open: %s",
+                         pre, strerror(e)),
            NULL;
   }
   size_t cap = 4096, n = 0;
@@ -466,8 +455,7 @@ ps_cluster *ps_cluster_load_file(const char *path, ps_status *st) {
   }
   for (;;) {
     if (n == cap) {
-      size_t nc = cap * 2 > PS_CLUSTER_MAX_BYTES ? PS_CLUSTER_MAX_BYTES + 1
-                                                 : cap * 2;
+      size_t nc = cap * 2 > PS_CLUSTER_MAX_BYTES ? PS_CLUSTER_MAX_BYTES + 1 : cap * 2;
       char *nb = realloc(buf, nc);
       if (nb == NULL) {
         oom(pre, st);
@@ -480,15 +468,14 @@ ps_cluster *ps_cluster_load_file(const char *path, ps_status *st) {
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) {
       int e = errno;
-      ps_status_set(st, errno_code(e, PS_INVALID_ARGUMENT),
-                    "%s: cannot read: %s", pre, strerror(e));
+      ps_status_set(st, errno_code(e, PS_INVALID_ARGUMENT), "%s: cannot read: %s", pre,
+                    strerror(e));
       goto out;
     }
     if (r == 0) break;
     n += (size_t)r;
     if (n > PS_CLUSTER_MAX_BYTES) {
-      ps_status_set(st, PS_INVALID_ARGUMENT,
-                    "%s: too large (more than %u bytes)", pre,
+      ps_status_set(st, PS_INVALID_ARGUMENT, "%s: too large (more than %u bytes)", pre,
                     PS_CLUSTER_MAX_BYTES);
       goto out;
     }
@@ -506,16 +493,17 @@ out:
 
 /* ---- lookups ---------------------------------------------------------- */
 
-const ps_cluster_job *ps_cluster_find_job(const ps_cluster *c,
-                                          const char *job) {
+const ps_cluster_job *ps_cluster_find_job(const ps_cluster *c, const char *job) {
   if (c == NULL || job == NULL) return NULL;
   int lo = 0, hi = c->njobs - 1;
   while (lo <= hi) {
     int mid = lo + (hi - lo) / 2;
     int r = strcmp(job, c->jobs[mid].name);
     if (r == 0) return &c->jobs[mid];
-    if (r < 0) hi = mid - 1;
-    else lo = mid + 1;
+    if (r < 0)
+      hi = mid - 1;
+    else
+      lo = mid + 1;
   }
   return NULL;
 }
@@ -525,24 +513,21 @@ int ps_cluster_num_tasks(const ps_cluster *c, const char *job) {
   return j ? j->ntasks : 0;
 }
 
-const char *ps_cluster_address(const ps_cluster *c, const char *job,
-                               int task) {
+const char *ps_cluster_address(const ps_cluster *c, const char *job, int task) {
   const ps_cluster_job *j = ps_cluster_find_job(c, job);
   if (j == NULL || task < 0 || task >= j->ntasks) return NULL;
   return j->addrs[task];
 }
 
 /* True if job/task has an address; else says why not in @why. */
-static bool task_present(const ps_cluster *c, const char *job, int task,
-                         char *why, size_t n) {
+static bool task_present(const ps_cluster *c, const char *job, int task, char *why,
+                         size_t n) {
   const ps_cluster_job *j = ps_cluster_find_job(c, job);
   char b[SHOW_MAX];
   if (j == NULL) {
-    int o = snprintf(why, n, "no job \"%s\"; jobs:",
-                     show(job, strlen(job), b, sizeof b));
+    int o = snprintf(why, n, "no job \"%s\"; jobs:", show(job, strlen(job), b, sizeof b));
     for (int i = 0; i < c->njobs && o > 0 && (size_t)o < n; i++)
-      o += snprintf(why + o, n - (size_t)o, "%s %s", i ? "," : "",
-                    c->jobs[i].name);
+      o += snprintf(why + o, n - (size_t)o, "%s %s", i ? "," : "", c->jobs[i].name);
     return false;
   }
   if (task < 0 || task >= j->ntasks) {
@@ -563,8 +548,8 @@ static void task_id_set(ps_task_id *id, const char *job, int task) {
   id->task = task;
 }
 
-int ps_cluster_set_address(ps_cluster *c, const char *job, int task,
-                           const char *addr, ps_status *st) {
+int ps_cluster_set_address(ps_cluster *c, const char *job, int task, const char *addr,
+                           ps_status *st) {
   char why[256], b[SHOW_MAX];
   const ps_cluster_job *cj = ps_cluster_find_job(c, job);
   if (c == NULL || job == NULL || addr == NULL)
@@ -577,13 +562,12 @@ int ps_cluster_set_address(ps_cluster *c, const char *job, int task,
   }
   ps_cluster_job *j = &c->jobs[cj - c->jobs];
   int port = -1, rc = addr_check(addr, strlen(addr), &port);
-  if (rc != ADDR_OK) return addr_error(rc, addr, strlen(addr), "cluster",
-                                       j->name, task, st);
+  if (rc != ADDR_OK)
+    return addr_error(rc, addr, strlen(addr), "cluster", j->name, task, st);
   for (int i = 0; port != 0 && i < c->njobs; i++)
     for (int t = 0; t < c->jobs[i].ntasks; t++) {
       const char *a = c->jobs[i].addrs[t];
-      if (a != NULL && !(&c->jobs[i] == j && t == task) &&
-          strcmp(a, addr) == 0)
+      if (a != NULL && !(&c->jobs[i] == j && t == task) && strcmp(a, addr) == 0)
         return ps_status_set(st, PS_INVALID_ARGUMENT,
                              "cluster: %s/%d: address %s is already used by "
                              "%s/%d",
@@ -655,19 +639,15 @@ done:
 }
 
 char *ps_cluster_to_json(const ps_cluster *c) {
-  return to_json_flags(c, JSON_C_TO_STRING_SPACED |
-                              JSON_C_TO_STRING_NOSLASHESCAPE);
+  return to_json_flags(c, JSON_C_TO_STRING_SPACED | JSON_C_TO_STRING_NOSLASHESCAPE);
 }
 
-int ps_cluster_write_file(const ps_cluster *c, const char *path,
-                          ps_status *st) {
+int ps_cluster_write_file(const ps_cluster *c, const char *path, ps_status *st) {
   char pre[PRE_MAX];
   make_pre(pre, path);
   if (c == NULL || path == NULL)
-    return ps_status_set(st, PS_INVALID_ARGUMENT, "%s: nothing to write",
-                         pre);
-  char *text = to_json_flags(c, JSON_C_TO_STRING_PRETTY |
-                                    JSON_C_TO_STRING_NOSLASHESCAPE);
+    return ps_status_set(st, PS_INVALID_ARGUMENT, "%s: nothing to write", pre);
+  char *text = to_json_flags(c, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE);
   size_t plen = strlen(path);
   char *tmp = malloc(plen + sizeof ".tmp.XXXXXX");
   int rc = 0, fd = -1;
@@ -681,8 +661,7 @@ int ps_cluster_write_file(const ps_cluster *c, const char *path,
   if (fd < 0) {
     int e = errno;
     rc = ps_status_set(st, errno_code(e, PS_INTERNAL),
-                       "%s: cannot create temporary file: %s", pre,
-                       strerror(e));
+                       "%s: cannot create temporary file: %s", pre, strerror(e));
     goto out;
   }
   size_t n = strlen(text);
@@ -708,8 +687,8 @@ int ps_cluster_write_file(const ps_cluster *c, const char *path,
   goto out;
 io_fail:;
   int e = errno;
-  rc = ps_status_set(st, errno_code(e, PS_INTERNAL), "%s: cannot %s: %s", pre,
-                     what, strerror(e));
+  rc = ps_status_set(st, errno_code(e, PS_INTERNAL), "%s: cannot %s: %s", pre, what,
+                     strerror(e));
   if (fd >= 0) close(fd);
   fd = -1;
   unlink(tmp);
@@ -779,8 +758,7 @@ ps_cluster *ps_cluster_from_tf_config(const char *tf_config, ps_task_id *self,
     goto fail;
   }
   if (!json_object_object_get_ex(task, "index", &index) ||
-      !json_object_is_type(index, json_type_int) ||
-      json_object_get_int64(index) < 0 ||
+      !json_object_is_type(index, json_type_int) || json_object_get_int64(index) < 0 ||
       json_object_get_int64(index) > INT_MAX) {
     ps_status_set(st, PS_INVALID_ARGUMENT,
                   "TF_CONFIG: \"task\" needs \"index\", an integer >= 0");
@@ -814,7 +792,8 @@ typedef struct strvec {
 } strvec;
 
 static void strvec_fini(strvec *s) {
-  for (size_t i = 0; i < s->n; i++) free(s->v[i]);
+  for (size_t i = 0; i < s->n; i++)
+    free(s->v[i]);
   free(s->v);
   s->v = NULL;
   s->n = s->cap = 0;
@@ -890,9 +869,12 @@ static int expand_hostlist(const char *hl, strvec *out, ps_status *st) {
   char b[SHOW_MAX];
   for (;; p++) {
     if (*p == '\0' || (*p == ',' && !in_br)) {
-      if (in_br) why = "unclosed '['";
-      else if (p == start && *p == ',') why = "empty host name";
-      else if (p > start) why = expand_part(start, (size_t)(p - start), out);
+      if (in_br)
+        why = "unclosed '['";
+      else if (p == start && *p == ',')
+        why = "empty host name";
+      else if (p > start)
+        why = expand_part(start, (size_t)(p - start), out);
       if (why != NULL || *p == '\0') break;
       start = p + 1;
     } else if (*p == '[') {
@@ -914,8 +896,7 @@ static int expand_hostlist(const char *hl, strvec *out, ps_status *st) {
 }
 
 /* SLURM_STEP_TASKS_PER_NODE "3(x2),2,1" -> 3 3 2 1; *@out malloc'd. */
-static int expand_tasks_per_node(const char *s, int **out, size_t *nout,
-                                 ps_status *st) {
+static int expand_tasks_per_node(const char *s, int **out, size_t *nout, ps_status *st) {
   size_t n = 0, cap = 0;
   int *v = NULL;
   const char *p = s, *why = NULL;
@@ -924,12 +905,15 @@ static int expand_tasks_per_node(const char *s, int **out, size_t *nout,
     const char *e = strchr(p, ',');
     if (e == NULL) e = p + strlen(p);
     const char *q = p;
-    while (q < e && *q >= '0' && *q <= '9') q++;
+    while (q < e && *q >= '0' && *q <= '9')
+      q++;
     long count = parse_num(p, (size_t)(q - p), PS_CLUSTER_MAX_TASKS), reps = 1;
     if (count >= 0 && q < e) {
       const char *r = q + 2, *re = e - 1;
-      if (e - q < 4 || q[0] != '(' || q[1] != 'x' || *re != ')') count = -1;
-      else reps = parse_num(r, (size_t)(re - r), SLURM_MAX_HOSTS);
+      if (e - q < 4 || q[0] != '(' || q[1] != 'x' || *re != ')')
+        count = -1;
+      else
+        reps = parse_num(r, (size_t)(re - r), SLURM_MAX_HOSTS);
     }
     if (count < 0 || reps < 0) {
       why = "bad entry";
@@ -949,7 +933,8 @@ static int expand_tasks_per_node(const char *s, int **out, size_t *nout,
       v = nv;
       cap = nc;
     }
-    for (long k = 0; k < reps; k++) v[n++] = (int)count;
+    for (long k = 0; k < reps; k++)
+      v[n++] = (int)count;
     if (*e == '\0') break;
     p = e + 1;
   }
@@ -975,8 +960,7 @@ static int cmp_slurm_job(const void *a, const void *b) {
 }
 
 /* "ps:2,worker:2" -> jobs sorted by name. */
-static int parse_jobs_spec(const char *spec, slurm_job *jobs, int *njobs,
-                           ps_status *st) {
+static int parse_jobs_spec(const char *spec, slurm_job *jobs, int *njobs, ps_status *st) {
   char b[SHOW_MAX];
   const char *p = spec, *why = NULL;
   int n = 0;
@@ -993,8 +977,7 @@ static int parse_jobs_spec(const char *spec, slurm_job *jobs, int *njobs,
       why = "job name too long";
       break;
     }
-    long count = parse_num(colon + 1, (size_t)(e - colon - 1),
-                           PS_CLUSTER_MAX_TASKS);
+    long count = parse_num(colon + 1, (size_t)(e - colon - 1), PS_CLUSTER_MAX_TASKS);
     if (count < 1) {
       why = "COUNT must be a number from 1 to 65536";
       break;
@@ -1034,8 +1017,8 @@ static int cmp_slurm_host(const void *a, const void *b) {
   return (x->order > y->order) - (x->order < y->order);
 }
 
-ps_cluster *ps_cluster_from_slurm(const char *jobs_spec, int port_base,
-                                  ps_task_id *self, ps_status *st) {
+ps_cluster *ps_cluster_from_slurm(const char *jobs_spec, int port_base, ps_task_id *self,
+                                  ps_status *st) {
   slurm_job jobs[SLURM_MAX_JOBS];
   int njobs = 0;
   strvec hosts = {0};
@@ -1061,8 +1044,7 @@ ps_cluster *ps_cluster_from_slurm(const char *jobs_spec, int port_base,
       return ps_status_set(st, PS_INVALID_ARGUMENT,
                            "SLURM_STEP_NUM_TASKS \"%s\" is not a number from "
                            "1 to %d",
-                           show(v, strlen(v), b, sizeof b),
-                           PS_CLUSTER_MAX_TASKS),
+                           show(v, strlen(v), b, sizeof b), PS_CLUSTER_MAX_TASKS),
              NULL;
     snprintf(jobs[0].name, sizeof jobs[0].name, "worker");
     jobs[0].count = (int)n;
@@ -1072,8 +1054,7 @@ ps_cluster *ps_cluster_from_slurm(const char *jobs_spec, int port_base,
   }
   if (port_base < 1 || port_base > 65535)
     return ps_status_set(st, PS_INVALID_ARGUMENT,
-                         "Slurm: port base %d is not a port number (1-65535)",
-                         port_base),
+                         "Slurm: port base %d is not a port number (1-65535)", port_base),
            NULL;
   if ((v = slurm_var("SLURM_STEP_NODELIST", st)) == NULL ||
       expand_hostlist(v, &hosts, st) != 0)
@@ -1095,12 +1076,16 @@ ps_cluster *ps_cluster_from_slurm(const char *jobs_spec, int port_base,
   qsort(hs, nh, sizeof *hs, cmp_slurm_host);
   size_t m = 0;
   for (size_t i = 0; i < nh; i++) {
-    if (m > 0 && strcmp(hs[m - 1].name, hs[i].name) == 0) hs[m - 1] = hs[i];
-    else hs[m++] = hs[i];
+    if (m > 0 && strcmp(hs[m - 1].name, hs[i].name) == 0)
+      hs[m - 1] = hs[i];
+    else
+      hs[m++] = hs[i];
   }
   long long assigned = 0, requested = 0;
-  for (size_t i = 0; i < m; i++) assigned += hs[i].count;
-  for (int i = 0; i < njobs; i++) requested += jobs[i].count;
+  for (size_t i = 0; i < m; i++)
+    assigned += hs[i].count;
+  for (int i = 0; i < njobs; i++)
+    requested += jobs[i].count;
   if (requested != assigned) {
     ps_status_set(st, PS_INVALID_ARGUMENT,
                   "Slurm: Requested %lld tasks but only %lld were assigned. "
@@ -1112,8 +1097,8 @@ ps_cluster *ps_cluster_from_slurm(const char *jobs_spec, int port_base,
   }
   if (rank >= assigned) {
     ps_status_set(st, PS_INVALID_ARGUMENT,
-                  "SLURM_PROCID %ld is out of range: the step has %lld tasks",
-                  rank, assigned);
+                  "SLURM_PROCID %ld is out of range: the step has %lld tasks", rank,
+                  assigned);
     goto fail;
   }
   if ((c = cluster_new(njobs)) == NULL) {
@@ -1121,8 +1106,7 @@ ps_cluster *ps_cluster_from_slurm(const char *jobs_spec, int port_base,
     goto fail;
   }
   for (int i = 0; i < njobs; i++)
-    if (job_alloc(&c->jobs[i], jobs[i].name, strlen(jobs[i].name),
-                  jobs[i].count) != 0) {
+    if (job_alloc(&c->jobs[i], jobs[i].name, strlen(jobs[i].name), jobs[i].count) != 0) {
       oom("Slurm", st);
       goto fail;
     }
@@ -1135,8 +1119,8 @@ ps_cluster *ps_cluster_from_slurm(const char *jobs_spec, int port_base,
       ps_status_set(st, PS_INVALID_ARGUMENT,
                     "Slurm: host %s has %d tasks, so ports from %d run past "
                     "65535",
-                    show(hs[i].name, strlen(hs[i].name), b, sizeof b),
-                    hs[i].count, port_base);
+                    show(hs[i].name, strlen(hs[i].name), b, sizeof b), hs[i].count,
+                    port_base);
       goto fail;
     }
     for (int k = 0; k < hs[i].count; k++, r++) {
@@ -1150,8 +1134,7 @@ ps_cluster *ps_cluster_from_slurm(const char *jobs_spec, int port_base,
       c->jobs[ji].addrs[jt] = a;
       int why = addr_check(a, strlen(a), NULL);
       if (why != ADDR_OK) {
-        addr_error(why, a, strlen(a), "SLURM_STEP_NODELIST", jobs[ji].name,
-                   jt, st);
+        addr_error(why, a, strlen(a), "SLURM_STEP_NODELIST", jobs[ji].name, jt, st);
         goto fail;
       }
       if (r == rank) task_id_set(self, jobs[ji].name, jt);
@@ -1172,8 +1155,8 @@ out:
 
 /* ---- resolution ------------------------------------------------------- */
 
-ps_cluster *ps_cluster_resolve(const char *cluster_file, const char *job,
-                               int task, ps_task_id *self, ps_status *st) {
+ps_cluster *ps_cluster_resolve(const char *cluster_file, const char *job, int task,
+                               ps_task_id *self, ps_status *st) {
   char why[256], b[SHOW_MAX];
   ps_task_id me = {{0}, -1};
   ps_cluster *c;
@@ -1181,15 +1164,13 @@ ps_cluster *ps_cluster_resolve(const char *cluster_file, const char *job,
   if (cluster_file != NULL) {
     if (job == NULL || task < 0)
       return ps_status_set(st, PS_INVALID_ARGUMENT,
-                           "--cluster %s needs --job NAME and --task N",
-                           cluster_file),
+                           "--cluster %s needs --job NAME and --task N", cluster_file),
              NULL;
     if ((c = ps_cluster_load_file(cluster_file, st)) == NULL) return NULL;
     if (!task_present(c, job, task, why, sizeof why)) {
       ps_status_set(st, PS_INVALID_ARGUMENT,
                     "--job %s --task %d: not in cluster spec %s (%s)",
-                    show(job, strlen(job), b, sizeof b), task, cluster_file,
-                    why);
+                    show(job, strlen(job), b, sizeof b), task, cluster_file, why);
       ps_cluster_destroy(c);
       return NULL;
     }
@@ -1205,15 +1186,13 @@ ps_cluster *ps_cluster_resolve(const char *cluster_file, const char *job,
     const char *jobs = getenv("PS_SLURM_JOBS");
     const char *pb = getenv("PS_SLURM_PORT_BASE");
     long port_base = 8888;
-    if (pb != NULL && pb[0] != '\0' &&
-        (port_base = parse_num(pb, strlen(pb), 65535)) < 1)
+    if (pb != NULL && pb[0] != '\0' && (port_base = parse_num(pb, strlen(pb), 65535)) < 1)
       return ps_status_set(st, PS_INVALID_ARGUMENT,
                            "PS_SLURM_PORT_BASE \"%s\" is not a port number "
                            "(1-65535)",
                            show(pb, strlen(pb), b, sizeof b)),
              NULL;
-    c = ps_cluster_from_slurm(jobs && jobs[0] ? jobs : NULL, (int)port_base,
-                              &me, st);
+    c = ps_cluster_from_slurm(jobs && jobs[0] ? jobs : NULL, (int)port_base, &me, st);
   } else {
     return ps_status_set(st, PS_INVALID_ARGUMENT,
                          "no cluster spec: pass --cluster FILE --job NAME "

@@ -62,20 +62,18 @@ ps_cluster *ps_cluster_load_file(const char *path, ps_status *st);
 void ps_cluster_destroy(ps_cluster *c);
 
 /* NULL if @c has no job @job. */
-const ps_cluster_job *ps_cluster_find_job(const ps_cluster *c,
-                                          const char *job);
+const ps_cluster_job *ps_cluster_find_job(const ps_cluster *c, const char *job);
 /* max index + 1; 0 if no such job. */
 int ps_cluster_num_tasks(const ps_cluster *c, const char *job);
 /* NULL if no such job or task, or the task is a hole. */
-const char *ps_cluster_address(const ps_cluster *c, const char *job,
-                               int task);
+const char *ps_cluster_address(const ps_cluster *c, const char *job, int task);
 
 /* Replaces (or fills the hole of) job/task's address with a copy of @addr,
  * e.g. once a test learns the port the kernel picked.  PS_NOT_FOUND if the
  * task is outside the job, PS_INVALID_ARGUMENT if @addr is not host:port
  * or is already another task's. */
-int ps_cluster_set_address(ps_cluster *c, const char *job, int task,
-                           const char *addr, ps_status *st);
+int ps_cluster_set_address(ps_cluster *c, const char *job, int task, const char *addr,
+                           ps_status *st);
 
 /* The spec as TF's ClusterSpec.as_dict() prints it: jobs in name order,
  * each a list, or an {"index": address} object if it has holes (so the
@@ -85,8 +83,7 @@ char *ps_cluster_to_json(const ps_cluster *c);
 
 /* Writes ps_cluster_to_json() (pretty-printed) to @path atomically: a
  * temporary file in the same directory, fsync, rename. */
-int ps_cluster_write_file(const ps_cluster *c, const char *path,
-                          ps_status *st);
+int ps_cluster_write_file(const ps_cluster *c, const char *path, ps_status *st);
 
 /* Reads a TF_CONFIG value.  "cluster" and "task" ({"type": J, "index": N})
  * are required, other keys ignored; J/N must be a task of the cluster; a
@@ -105,8 +102,8 @@ ps_cluster *ps_cluster_from_tf_config(const char *tf_config, ps_task_id *self,
  * "SLURM_X not found in environment. Not running inside a SLURM step?".
  * Fills @self (may be NULL) with the task owning this rank.  GPU
  * assignment (CUDA_VISIBLE_DEVICES) is not done. */
-ps_cluster *ps_cluster_from_slurm(const char *jobs_spec, int port_base,
-                                  ps_task_id *self, ps_status *st);
+ps_cluster *ps_cluster_from_slurm(const char *jobs_spec, int port_base, ps_task_id *self,
+                                  ps_status *st);
 
 /* Resolves the cluster and this task's identity, first source that applies:
  *   1. @cluster_file != NULL: load it; @job and @task (>= 0) are required
@@ -119,8 +116,8 @@ ps_cluster *ps_cluster_from_slurm(const char *jobs_spec, int port_base,
  *      --job NAME --task N or set TF_CONFIG".
  * In cases 2 and 3 a non-NULL @job overrides the task identity found there
  * (as TF's resolvers allow), and must name a task of the cluster. */
-ps_cluster *ps_cluster_resolve(const char *cluster_file, const char *job,
-                               int task, ps_task_id *self, ps_status *st);
+ps_cluster *ps_cluster_resolve(const char *cluster_file, const char *job, int task,
+                               ps_task_id *self, ps_status *st);
 
 /* The chief: "chief"/0 if that job exists, else "worker"/0.  Returns 0, or
  * PS_NOT_FOUND if neither exists. */

@@ -61,8 +61,7 @@ static bool field_is_name(field f) {
   return true;
 }
 
-static int bad_number(const char *what, field f, const char *s,
-                      ps_status *st) {
+static int bad_number(const char *what, field f, const char *s, ps_status *st) {
   return ps_status_set(st, PS_INVALID_ARGUMENT,
                        "device '%.256s': bad %s '%.*s' (must be a number "
                        "from 0 to %d)",
@@ -140,8 +139,7 @@ static int apply_part(ps_device *d, const field *y, int ly, const char *s,
     }
     return set_index(d, y[2], s, st);
   }
-  return ps_status_set(st, PS_INVALID_ARGUMENT,
-                       "Unknown attribute: '%.*s' in '%.256s'",
+  return ps_status_set(st, PS_INVALID_ARGUMENT, "Unknown attribute: '%.*s' in '%.256s'",
                        (int)(y[0].n > 64 ? 64 : y[0].n), y[0].p, s);
 }
 
@@ -189,8 +187,7 @@ char *ps_device_format(const ps_device *d, char *buf, size_t n) {
   char job[72] = "", replica[24] = "", task[24] = "", dev[48] = "";
   if (n == 0) return buf;
   if (d->job[0] != '\0') snprintf(job, sizeof job, "/job:%.63s", d->job);
-  if (d->replica >= 0)
-    snprintf(replica, sizeof replica, "/replica:%d", d->replica);
+  if (d->replica >= 0) snprintf(replica, sizeof replica, "/replica:%d", d->replica);
   if (d->task >= 0) snprintf(task, sizeof task, "/task:%d", d->task);
   if (d->type[0] != '\0') {
     if (d->index >= 0)
@@ -204,6 +201,5 @@ char *ps_device_format(const ps_device *d, char *buf, size_t n) {
 
 bool ps_device_equal(const ps_device *a, const ps_device *b) {
   char x[PS_DEVICE_STRING_MAX], y[PS_DEVICE_STRING_MAX];
-  return strcmp(ps_device_format(a, x, sizeof x),
-                ps_device_format(b, y, sizeof y)) == 0;
+  return strcmp(ps_device_format(a, x, sizeof x), ps_device_format(b, y, sizeof y)) == 0;
 }

@@ -28,6 +28,7 @@
  * target=OP T' line per result; progress and detail go to stderr.  Targets
  * are reported, not asserted: the exit status is 1 only when something
  * fails (an RPC error, a wrong value, a server that does not start/stop). */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <grpc/byte_buffer.h>
@@ -78,6 +79,35 @@ static double now_s(void) {
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return x < y ? -1 : x > y;
+}
+
+static double thread_cpu_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* CPU time used so far by all threads of process @pid, in seconds (from
+ * /proc/PID/task/TID/schedstat, nanoseconds); -1 if unavailable. */
+static double proc_cpu_s(pid_t pid) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+  DIR *d = opendir(path);
+  if (d == NULL) return -1;
+  double sum = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    if (e->d_name[0] == '.') continue;
+    char f[128];
+    snprintf(f, sizeof f, "/proc/%d/task/%.20s/schedstat", (int)pid, e->d_name);
+    FILE *fp = fopen(f, "r");
+    unsigned long long ns = 0;
+    if (fp == NULL) continue;
+    if (fscanf(fp, "%llu", &ns) == 1) sum += (double)ns * 1e-9;
+    fclose(fp);
+  }
+  closedir(d);
+  return sum;
 }
 
 /* Sorts @v in place; returns the value at quantile @q (0..1). */
@@ -537,7 +567,8 @@ out:
 
 /* (b) scalar assign_add round trip against a bare gRPC unary ping-pong,
  * alternating blocks of calls so both see the same background load. */
-static int bench_latency(ps_client *c, bare_client *b, const opts *o) {
+static int bench_latency(ps_client *c, bare_client *b, pid_t ps_pid, pid_t bare_pid,
+                         const opts *o) {
   ps_status st;
   ps_init_spec zeros;
   ps_init_spec_default(&zeros, PS_INIT_ZEROS);
@@ -570,8 +601,10 @@ static int bench_latency(ps_client *c, bare_client *b, const opts *o) {
   }
   const size_t block = 100;
   size_t ip = 0, ib = 0;
-  double w0 = now_s(), wp = 0, wb = 0;
+  double w0 = now_s(), wp = 0, wb = 0, cp = 0, cb = 0;
+  double sp0 = proc_cpu_s(ps_pid), sb0 = proc_cpu_s(bare_pid);
   while (ip < n || ib < n) {
+    double c0 = thread_cpu_s();
     double t0 = now_s();
     for (size_t k = 0; k < block && ip < n; k++, ip++) {
       double t = now_s();
@@ -582,7 +615,7 @@ static int bench_latency(ps_client *c, bare_client *b, const opts *o) {
       tp[ip] = (now_s() - t) * 1e6;
       adds++;
     }
-    double t1 = now_s();
+    double t1 = now_s(), c1 = thread_cpu_s();
     for (size_t k = 0; k < block && ib < n; k++, ib++) {
       double t = now_s();
       if (bare_ping(b, ++seq) != 0) goto out;
@@ -590,7 +623,10 @@ static int bench_latency(ps_client *c, bare_client *b, const opts *o) {
     }
     wp += t1 - t0;
     wb += now_s() - t1;
+    cp += c1 - c0;
+    cb += thread_cpu_s() - c1;
   }
+  double sp = proc_cpu_s(ps_pid) - sp0, sb = proc_cpu_s(bare_pid) - sb0;
   /* The ps must have applied every add exactly once. */
   ps_read rd = {.name = "scalar"};
   if (ps_client_read(c, 0, &rd, 1, &st) != 0) {
@@ -611,6 +647,10 @@ static int bench_latency(ps_client *c, bare_client *b, const opts *o) {
           tb[0], quantile(tb, n, 0.1), bm, quantile(tb, n, 0.9), quantile(tb, n, 0.99),
           (double)n / wb);
   fprintf(stderr, "  (%zu samples each, %.1f s wall)\n", n, now_s() - w0);
+  fprintf(stderr, "  CPU per call: ps server %.1f us, bare server %.1f us; "
+          "client thread %.1f us (ps) vs %.1f us (bare)\n",
+          sp0 < 0 ? -1.0 : sp * 1e6 / (double)n, sb0 < 0 ? -1.0 : sb * 1e6 / (double)n,
+          cp * 1e6 / (double)n, cb * 1e6 / (double)n);
   printf("bench: assign_add_latency %.1f us baseline=%.1f ratio=%.2f target=<= 1.3\n",
          pm, bm, pm / bm);
   fflush(stdout);
@@ -843,7 +883,7 @@ int main(int argc, char **argv) {
   if (strchr(o.only, 'b')) {
     fprintf(stderr, "bench: (b) scalar assign_add vs bare gRPC unary, %d calls each\n",
             o.iters);
-    if (bench_latency(c, &bc, &o) != 0) goto done;
+    if (bench_latency(c, &bc, h.pids[0], bare_pid, &o) != 0) goto done;
   }
   if (strchr(o.only, 'c')) {
     fprintf(stderr, "bench: (c) read of %d small variables, batched vs one RPC each\n",

@@ -23,11 +23,11 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define FAIL(...)                                                             \
-  do {                                                                        \
-    fprintf(stderr, "fuzz_cluster: " __VA_ARGS__);                            \
-    fputc('\n', stderr);                                                      \
-    abort();                                                                  \
+#define FAIL(...)                                                                        \
+  do {                                                                                   \
+    fprintf(stderr, "fuzz_cluster: " __VA_ARGS__);                                       \
+    fputc('\n', stderr);                                                                 \
+    abort();                                                                             \
   } while (0)
 
 static void expect_error(const ps_status *st, const char *what) {
@@ -60,8 +60,7 @@ static void check_cluster(const ps_cluster *c) {
   ps_cluster_destroy(back);
 }
 
-static void check_self(const ps_cluster *c, const ps_task_id *self,
-                       const char *what) {
+static void check_self(const ps_cluster *c, const ps_task_id *self, const char *what) {
   if (ps_cluster_address(c, self->job, self->task) == NULL)
     FAIL("%s: self %s/%d is not in the cluster", what, self->job, self->task);
 }
@@ -101,14 +100,15 @@ static void fuzz_slurm(const char *text) {
     const char *nl = p ? strchr(p, '\n') : NULL;
     const char *v = p ? p : dflt[i];
     size_t n = p ? (nl ? (size_t)(nl - p) : strlen(p)) : strlen(dflt[i]);
-    if (i < 4) env_set(&slots[i], v, n);
-    else snprintf(jobs, sizeof jobs, "%.*s", (int)(n < 511 ? n : 511), v);
+    if (i < 4)
+      env_set(&slots[i], v, n);
+    else
+      snprintf(jobs, sizeof jobs, "%.*s", (int)(n < 511 ? n : 511), v);
     p = nl ? nl + 1 : NULL;
   }
   ps_status st = {0};
   ps_task_id self;
-  ps_cluster *c =
-      ps_cluster_from_slurm(jobs[0] ? jobs : NULL, 8888, &self, &st);
+  ps_cluster *c = ps_cluster_from_slurm(jobs[0] ? jobs : NULL, 8888, &self, &st);
   if (c == NULL) {
     expect_error(&st, "ps_cluster_from_slurm");
     return;
@@ -254,17 +254,56 @@ static uint64_t rng(void) { /* xorshift64* */
   return rng_state * 0x2545f4914f6cdd1du;
 }
 
-static size_t rnd(size_t n) { return n ? (size_t)(rng() % n) : 0; }
+static size_t rnd(size_t n) {
+  return n ? (size_t)(rng() % n) : 0;
+}
 
 /* Pieces of the input languages, so mutations reach deep paths. */
 static const char *const tokens[] = {
-    "{", "}", "[", "]", "\"", ":", ",", " ", "\n", "null", "true", "0", "1",
-    "65535", "65536", "-1", "99999999999", "\\u0000", "\\\"", "\xff",
-    "\"ps\"", "\"worker\"", "\"chief\"", "\"cluster\"", "\"task\"",
-    "\"type\"", "\"index\"", "\"0\"", "\"3\"", "\"h:1\"", "\"[::1]:0\"",
-    "\"127.0.0.1:0\"", "{\"0\": \"a:1\"}", "[\"a:1\",\"b:2\"]",
-    "n[01-03]", "[1-2,5]", "(x2)", "3(x2),2", "ps:2,worker:2", "/job:ps",
-    "/task:1", "/device:GPU:*", "/cpu:0", "/replica:0",
+    "{",
+    "}",
+    "[",
+    "]",
+    "\"",
+    ":",
+    ",",
+    " ",
+    "\n",
+    "null",
+    "true",
+    "0",
+    "1",
+    "65535",
+    "65536",
+    "-1",
+    "99999999999",
+    "\\u0000",
+    "\\\"",
+    "\xff",
+    "\"ps\"",
+    "\"worker\"",
+    "\"chief\"",
+    "\"cluster\"",
+    "\"task\"",
+    "\"type\"",
+    "\"index\"",
+    "\"0\"",
+    "\"3\"",
+    "\"h:1\"",
+    "\"[::1]:0\"",
+    "\"127.0.0.1:0\"",
+    "{\"0\": \"a:1\"}",
+    "[\"a:1\",\"b:2\"]",
+    "n[01-03]",
+    "[1-2,5]",
+    "(x2)",
+    "3(x2),2",
+    "ps:2,worker:2",
+    "/job:ps",
+    "/task:1",
+    "/device:GPU:*",
+    "/cpu:0",
+    "/replica:0",
 };
 #define NTOKENS (sizeof tokens / sizeof tokens[0])
 #define MAX_MUTANT 65536
@@ -325,11 +364,11 @@ static size_t mutate(uint8_t *buf, size_t n, size_t cap) {
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: %s FILE|DIR...  (PS_FUZZ_RUNS=n mutations)\n",
-            argv[0]);
+    fprintf(stderr, "usage: %s FILE|DIR...  (PS_FUZZ_RUNS=n mutations)\n", argv[0]);
     return 2;
   }
-  for (int i = 1; i < argc; i++) add_path(argv[i]);
+  for (int i = 1; i < argc; i++)
+    add_path(argv[i]);
   if (ninputs == 0) {
     fprintf(stderr, "fuzz_cluster: no input files\n");
     return 2;
@@ -352,7 +391,8 @@ int main(int argc, char **argv) {
     LLVMFuzzerTestOneInput(buf, n);
   }
   free(buf);
-  for (size_t i = 0; i < ninputs; i++) free(inputs[i].data);
+  for (size_t i = 0; i < ninputs; i++)
+    free(inputs[i].data);
   free(inputs);
   printf("fuzz_cluster: %zu inputs and %ld mutations passed\n", ninputs, runs);
   return 0;

@@ -14,12 +14,23 @@
 
 #include "cluster.h"
 
-static char tmpdir[256];
+/* One directory per test case (removed by an unchecked teardown, which
+ * runs in the parent even when a test fails), one subdirectory per test. */
+static char basedir[256];
+static char tmpdir[300];
+
+static void setup_basedir(void) {
+  const char *base = getenv("TMPDIR");
+  snprintf(basedir, sizeof basedir, "%s/test_cluster.XXXXXX",
+           base && base[0] ? base : "/tmp");
+  if (mkdtemp(basedir) == NULL) {
+    perror(basedir);
+    exit(EXIT_FAILURE);
+  }
+}
 
 static void setup_tmpdir(void) {
-  const char *base = getenv("TMPDIR");
-  snprintf(tmpdir, sizeof tmpdir, "%s/test_cluster.XXXXXX",
-           base && base[0] ? base : "/tmp");
+  snprintf(tmpdir, sizeof tmpdir, "%s/t.XXXXXX", basedir);
   ck_assert_ptr_nonnull(mkdtemp(tmpdir));
 }
 
@@ -32,14 +43,22 @@ static void remove_tree(const char *dir) {
     if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
     snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
     struct stat sb;
-    if (lstat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) remove_tree(path);
-    else unlink(path);
+    if (lstat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+      remove_tree(path);
+    else
+      unlink(path);
   }
   closedir(d);
   rmdir(dir);
 }
 
-static void teardown_tmpdir(void) { remove_tree(tmpdir); }
+static void teardown_tmpdir(void) {
+  remove_tree(tmpdir);
+}
+
+static void teardown_basedir(void) {
+  remove_tree(basedir);
+}
 
 static const char *tmp_path(const char *name) {
   static char path[2][512];
@@ -70,21 +89,24 @@ static int count_dir_entries(const char *dir) {
 }
 
 static void clear_env(void) {
-  static const char *const vars[] = {
-      "TF_CONFIG",           "SLURM_PROCID",
-      "SLURM_STEP_NUM_TASKS", "SLURM_STEP_NODELIST",
-      "SLURM_STEP_TASKS_PER_NODE", "PS_SLURM_JOBS",
-      "PS_SLURM_PORT_BASE"};
-  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) unsetenv(vars[i]);
+  static const char *const vars[] = {"TF_CONFIG",
+                                     "SLURM_PROCID",
+                                     "SLURM_STEP_NUM_TASKS",
+                                     "SLURM_STEP_NODELIST",
+                                     "SLURM_STEP_TASKS_PER_NODE",
+                                     "PS_SLURM_JOBS",
+                                     "PS_SLURM_PORT_BASE"};
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
+    unsetenv(vars[i]);
 }
 
 static ps_cluster *parse(const char *json, ps_status *st) {
   return ps_cluster_parse(json, strlen(json), "/tmp/c.json", st);
 }
 
-#define ck_assert_msg_has(st, needle)                                         \
-  ck_assert_msg(strstr((st).msg, (needle)) != NULL,                           \
-                "message \"%s\" lacks \"%s\"", (st).msg, (needle))
+#define ck_assert_msg_has(st, needle)                                                    \
+  ck_assert_msg(strstr((st).msg, (needle)) != NULL, "message \"%s\" lacks \"%s\"",       \
+                (st).msg, (needle))
 
 /* @json must fail to parse with @code and a message holding @needle. */
 static void parse_fails_code(const char *json, int code, const char *needle) {
@@ -142,10 +164,9 @@ END_TEST
 
 START_TEST(test_parse_sparse) {
   ps_status st = {0};
-  ps_cluster *c =
-      parse("{\"ps\": [\"a:1\"], \"worker\": {\"3\": \"w3:1\", \"0\": "
-            "\"w0:1\"}}",
-            &st);
+  ps_cluster *c = parse("{\"ps\": [\"a:1\"], \"worker\": {\"3\": \"w3:1\", \"0\": "
+                        "\"w0:1\"}}",
+                        &st);
   ck_assert_msg(c != NULL, "%s", st.msg);
   ck_assert_int_eq(ps_cluster_num_tasks(c, "worker"), 4);
   ck_assert_str_eq(ps_cluster_address(c, "worker", 0), "w0:1");
@@ -209,10 +230,9 @@ END_TEST
 START_TEST(test_parse_accepts) {
   ps_status st = {0};
   /* port 0 may repeat: the kernel picks distinct ports */
-  ps_cluster *c =
-      parse("{\"ps\": [\"127.0.0.1:0\", \"127.0.0.1:0\"], \"worker\": "
-            "[\"127.0.0.1:0\", \"[::1]:2222\", \"localhost:00080\"]}",
-            &st);
+  ps_cluster *c = parse("{\"ps\": [\"127.0.0.1:0\", \"127.0.0.1:0\"], \"worker\": "
+                        "[\"127.0.0.1:0\", \"[::1]:2222\", \"localhost:00080\"]}",
+                        &st);
   ck_assert_msg(c != NULL, "%s", st.msg);
   ck_assert_str_eq(ps_cluster_address(c, "worker", 1), "[::1]:2222");
   ps_cluster_destroy(c);
@@ -354,9 +374,8 @@ END_TEST
 
 START_TEST(test_load_file) {
   ps_status st = {0};
-  const char *path =
-      write_tmp("c.json", "{\"ps\": [\"localhost:2222\"],\n \"worker\": "
-                          "[\"localhost:2223\", \"localhost:2224\"]}\n");
+  const char *path = write_tmp("c.json", "{\"ps\": [\"localhost:2222\"],\n \"worker\": "
+                                         "[\"localhost:2223\", \"localhost:2224\"]}\n");
   ps_cluster *c = ps_cluster_load_file(path, &st);
   ck_assert_msg(c != NULL, "%s", st.msg);
   ck_assert_int_eq(ps_cluster_num_tasks(c, "worker"), 2);
@@ -371,29 +390,26 @@ START_TEST(test_load_file_errors) {
   const char *missing = tmp_path("missing.json");
   ck_assert_ptr_null(ps_cluster_load_file(missing, &st));
   ck_assert_int_eq(st.code, PS_NOT_FOUND);
-  snprintf(want, sizeof want,
-           "cluster spec %s: cannot open: No such file or directory", missing);
+  snprintf(want, sizeof want, "cluster spec %s: cannot open: No such file or directory",
+           missing);
   ck_assert_str_eq(st.msg, want);
 
   ck_assert_ptr_null(ps_cluster_load_file(tmpdir, &st));
   ck_assert_int_eq(st.code, PS_INVALID_ARGUMENT);
-  snprintf(want, sizeof want, "cluster spec %s: cannot read: Is a directory",
-           tmpdir);
+  snprintf(want, sizeof want, "cluster spec %s: cannot read: Is a directory", tmpdir);
   ck_assert_str_eq(st.msg, want);
 
   const char *bad = write_tmp("bad.json", "{\n  \"ps\": [\n    \"a:1\"\n"
                                           "    \"b:2\"\n  ]\n}\n");
   ck_assert_ptr_null(ps_cluster_load_file(bad, &st));
   ck_assert_int_eq(st.code, PS_INVALID_ARGUMENT);
-  snprintf(want, sizeof want, "cluster spec %s: invalid JSON at line 4: ",
-           bad);
+  snprintf(want, sizeof want, "cluster spec %s: invalid JSON at line 4: ", bad);
   ck_assert_msg_has(st, want);
 
   const char *nohost = write_tmp("nohost.json", "{\"ps\": [\"localhost\"]}");
   ck_assert_ptr_null(ps_cluster_load_file(nohost, &st));
   snprintf(want, sizeof want,
-           "cluster spec %s: ps/0: address \"localhost\" is not host:port",
-           nohost);
+           "cluster spec %s: ps/0: address \"localhost\" is not host:port", nohost);
   ck_assert_str_eq(st.msg, want);
 
   const char *empty = write_tmp("empty.json", "");
@@ -428,9 +444,7 @@ START_TEST(test_write_file) {
   ps_cluster_destroy(back);
 
   /* overwrite with learned ports, as a test harness does */
-  ck_assert_int_eq(ps_cluster_set_address(c, "worker", 0, "127.0.0.1:4001",
-                                          &st),
-                   0);
+  ck_assert_int_eq(ps_cluster_set_address(c, "worker", 0, "127.0.0.1:4001", &st), 0);
   ck_assert_int_eq(ps_cluster_write_file(c, path, &st), 0);
   ck_assert_int_eq(count_dir_entries(tmpdir), 1);
   back = ps_cluster_load_file(path, &st);
@@ -512,8 +526,7 @@ START_TEST(test_limits) {
   /* NULL arguments */
   ck_assert_ptr_null(ps_cluster_load_file(NULL, &st));
   ck_assert_str_eq(st.msg, "cluster spec (string): no path given");
-  ck_assert_int_eq(ps_cluster_write_file(NULL, tmp_path("x"), &st),
-                   PS_INVALID_ARGUMENT);
+  ck_assert_int_eq(ps_cluster_write_file(NULL, tmp_path("x"), &st), PS_INVALID_ARGUMENT);
   ck_assert_msg_has(st, "nothing to write");
 }
 END_TEST
@@ -526,19 +539,15 @@ START_TEST(test_set_address) {
                         "\"worker\": {\"1\": \"127.0.0.1:5000\"}}",
                         &st);
   ck_assert_msg(c != NULL, "%s", st.msg);
-  ck_assert_int_eq(ps_cluster_set_address(c, "ps", 0, "127.0.0.1:4000", &st),
-                   0);
+  ck_assert_int_eq(ps_cluster_set_address(c, "ps", 0, "127.0.0.1:4000", &st), 0);
   ck_assert_str_eq(ps_cluster_address(c, "ps", 0), "127.0.0.1:4000");
   /* the same address again on the same task is fine */
-  ck_assert_int_eq(ps_cluster_set_address(c, "ps", 0, "127.0.0.1:4000", &st),
-                   0);
+  ck_assert_int_eq(ps_cluster_set_address(c, "ps", 0, "127.0.0.1:4000", &st), 0);
   /* fills a hole */
-  ck_assert_int_eq(
-      ps_cluster_set_address(c, "worker", 0, "127.0.0.1:5001", &st), 0);
+  ck_assert_int_eq(ps_cluster_set_address(c, "worker", 0, "127.0.0.1:5001", &st), 0);
   ck_assert_str_eq(ps_cluster_address(c, "worker", 0), "127.0.0.1:5001");
   /* port 0 may repeat */
-  ck_assert_int_eq(ps_cluster_set_address(c, "worker", 0, "127.0.0.1:0", &st),
-                   0);
+  ck_assert_int_eq(ps_cluster_set_address(c, "worker", 0, "127.0.0.1:0", &st), 0);
 
   ck_assert_int_eq(ps_cluster_set_address(c, "ps", 1, "127.0.0.1:4000", &st),
                    PS_INVALID_ARGUMENT);
@@ -551,13 +560,10 @@ START_TEST(test_set_address) {
   ck_assert_int_eq(ps_cluster_set_address(c, "ps", 1, "h:70000", &st),
                    PS_INVALID_ARGUMENT);
   ck_assert_msg_has(st, "has a bad port");
-  ck_assert_int_eq(ps_cluster_set_address(c, "ps", 2, "h:1", &st),
-                   PS_NOT_FOUND);
+  ck_assert_int_eq(ps_cluster_set_address(c, "ps", 2, "h:1", &st), PS_NOT_FOUND);
   ck_assert_str_eq(st.msg, "cluster: no task ps/2 (job ps has 2 tasks)");
-  ck_assert_int_eq(ps_cluster_set_address(c, "ps", -1, "h:1", &st),
-                   PS_NOT_FOUND);
-  ck_assert_int_eq(ps_cluster_set_address(c, "chief", 0, "h:1", &st),
-                   PS_NOT_FOUND);
+  ck_assert_int_eq(ps_cluster_set_address(c, "ps", -1, "h:1", &st), PS_NOT_FOUND);
+  ck_assert_int_eq(ps_cluster_set_address(c, "chief", 0, "h:1", &st), PS_NOT_FOUND);
   ck_assert_str_eq(st.msg, "cluster: no task chief/0 (no job \"chief\"; "
                            "jobs: ps, worker)");
   ck_assert_int_eq(ps_cluster_set_address(NULL, "ps", 0, "h:1", &st),
@@ -701,8 +707,8 @@ END_TEST
 
 /* ---- Slurm -------------------------------------------------------------- */
 
-static void slurm_env(const char *procid, const char *ntasks,
-                      const char *nodelist, const char *tpn) {
+static void slurm_env(const char *procid, const char *ntasks, const char *nodelist,
+                      const char *tpn) {
   clear_env();
   if (procid) setenv("SLURM_PROCID", procid, 1);
   if (ntasks) setenv("SLURM_STEP_NUM_TASKS", ntasks, 1);
@@ -725,8 +731,7 @@ static const char *job_addrs(const ps_cluster *c, const char *job) {
   buf[0] = '\0';
   for (int t = 0; t < ps_cluster_num_tasks(c, job); t++) {
     const char *a = ps_cluster_address(c, job, t);
-    o += (size_t)snprintf(buf + o, sizeof buf - o, "%s%s", t ? " " : "",
-                          a ? a : "-");
+    o += (size_t)snprintf(buf + o, sizeof buf - o, "%s%s", t ? " " : "", a ? a : "-");
   }
   return buf;
 }
@@ -822,36 +827,43 @@ END_TEST
 
 START_TEST(test_slurm_errors) {
   slurm_env(NULL, "2", "n1", "2");
-  slurm_fails(NULL, 8888, "SLURM_PROCID not found in environment. Not "
-                          "running inside a SLURM step?");
+  slurm_fails(NULL, 8888,
+              "SLURM_PROCID not found in environment. Not "
+              "running inside a SLURM step?");
   slurm_env("0", NULL, "n1", "2");
-  slurm_fails(NULL, 8888, "SLURM_STEP_NUM_TASKS not found in environment. "
-                          "Not running inside a SLURM step?");
+  slurm_fails(NULL, 8888,
+              "SLURM_STEP_NUM_TASKS not found in environment. "
+              "Not running inside a SLURM step?");
   slurm_env("0", NULL, NULL, "2");
-  slurm_fails("worker:2", 8888, "SLURM_STEP_NODELIST not found in "
-                                "environment. Not running inside a SLURM "
-                                "step?");
+  slurm_fails("worker:2", 8888,
+              "SLURM_STEP_NODELIST not found in "
+              "environment. Not running inside a SLURM "
+              "step?");
   slurm_env("0", NULL, "n1", NULL);
-  slurm_fails("worker:2", 8888, "SLURM_STEP_TASKS_PER_NODE not found in "
-                                "environment. Not running inside a SLURM "
-                                "step?");
+  slurm_fails("worker:2", 8888,
+              "SLURM_STEP_TASKS_PER_NODE not found in "
+              "environment. Not running inside a SLURM "
+              "step?");
 
   slurm_env("x", "2", "n1", "2");
   slurm_fails(NULL, 8888, "SLURM_PROCID \"x\" is not a task rank");
   slurm_env("0", "zero", "n1", "2");
   slurm_fails(NULL, 8888, "SLURM_STEP_NUM_TASKS \"zero\" is not a number");
   slurm_env("2", "2", "n1", "2");
-  slurm_fails(NULL, 8888, "SLURM_PROCID 2 is out of range: the step has 2 "
-                          "tasks");
+  slurm_fails(NULL, 8888,
+              "SLURM_PROCID 2 is out of range: the step has 2 "
+              "tasks");
   slurm_env("0", "5", "n[1-2]", "2(x2)");
   slurm_fails(NULL, 8888, "Requested 5 tasks but only 4 were assigned.");
   slurm_env("0", NULL, "n[1-2]", "2(x2)");
-  slurm_fails("ps:1,worker:1", 8888, "Requested 2 tasks but only 4 were "
-                                     "assigned.");
+  slurm_fails("ps:1,worker:1", 8888,
+              "Requested 2 tasks but only 4 were "
+              "assigned.");
 
   slurm_env("0", "2", "n[1-2", "1,1");
-  slurm_fails(NULL, 8888, "SLURM_STEP_NODELIST: Invalid hostlist format "
-                          "\"n[1-2\"");
+  slurm_fails(NULL, 8888,
+              "SLURM_STEP_NODELIST: Invalid hostlist format "
+              "\"n[1-2\"");
   slurm_env("0", "2", "n1,,n2", "1,1");
   slurm_fails(NULL, 8888, "Invalid hostlist format \"n1,,n2\"");
   slurm_env("0", "2", "n[2-1]", "1,1");
@@ -867,12 +879,14 @@ START_TEST(test_slurm_errors) {
   slurm_env("0", "2", "n[0-99999999]", "2");
   slurm_fails(NULL, 8888, "too many hosts");
   slurm_env("0", "2", "n:1", "2");
-  slurm_fails(NULL, 8888, "SLURM_STEP_NODELIST: worker/0: address "
-                          "\"n:1:8888\" is not host:port");
+  slurm_fails(NULL, 8888,
+              "SLURM_STEP_NODELIST: worker/0: address "
+              "\"n:1:8888\" is not host:port");
 
   slurm_env("0", "2", "n1", "2(x)");
-  slurm_fails(NULL, 8888, "SLURM_STEP_TASKS_PER_NODE: Invalid tasks-per-node "
-                          "list format \"2(x)\"");
+  slurm_fails(NULL, 8888,
+              "SLURM_STEP_TASKS_PER_NODE: Invalid tasks-per-node "
+              "list format \"2(x)\"");
   slurm_env("0", "2", "n1", "");
   slurm_fails(NULL, 8888, "Invalid tasks-per-node list format \"\"");
   slurm_env("0", "2", "n1", "2,");
@@ -888,26 +902,27 @@ START_TEST(test_slurm_errors) {
   slurm_fails("ps:1,ps:1", 8888, "jobs \"ps:1,ps:1\": a job is given twice");
   slurm_fails("p-s:2", 8888, "expected NAME:COUNT");
   slurm_fails("ps:1,", 8888, "expected NAME:COUNT");
-  slurm_fails("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa:1",
-              8888, "job name too long");
+  slurm_fails("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa:1", 8888,
+              "job name too long");
   {
     char spec[2048];
     size_t o = 0;
     for (int i = 0; i < 65; i++)
-      o += (size_t)snprintf(spec + o, sizeof spec - o, "%sj%d:1",
-                            i ? "," : "", i);
+      o += (size_t)snprintf(spec + o, sizeof spec - o, "%sj%d:1", i ? "," : "", i);
     slurm_fails(spec, 8888, "too many jobs");
   }
   slurm_env("0", "2", "n1", "1(x65536),1");
-  slurm_fails(NULL, 8888, "Invalid tasks-per-node list format "
-                          "\"1(x65536),1\": too many nodes");
+  slurm_fails(NULL, 8888,
+              "Invalid tasks-per-node list format "
+              "\"1(x65536),1\": too many nodes");
 
   slurm_env("0", NULL, "n1", "2");
 
   slurm_fails("worker:2", 0, "port base 0 is not a port number");
   slurm_fails("worker:2", 65536, "port base 65536 is not a port number");
-  slurm_fails("worker:2", 65535, "Slurm: host n1 has 2 tasks, so ports from "
-                                 "65535 run past 65535");
+  slurm_fails("worker:2", 65535,
+              "Slurm: host n1 has 2 tasks, so ports from "
+              "65535 run past 65535");
 }
 END_TEST
 
@@ -919,8 +934,8 @@ START_TEST(test_resolve_file) {
   char want[800];
   clear_env();
   setenv("TF_CONFIG", tf_ok, 1); /* the file wins over TF_CONFIG */
-  const char *path = write_tmp(
-      "c.json", "{\"ps\": [\"h:1\", \"h:2\"], \"worker\": [\"h:3\"]}");
+  const char *path =
+      write_tmp("c.json", "{\"ps\": [\"h:1\", \"h:2\"], \"worker\": [\"h:3\"]}");
   ps_cluster *c = ps_cluster_resolve(path, "ps", 1, &self, &st);
   ck_assert_msg(c != NULL, "%s", st.msg);
   ck_assert_str_eq(self.job, "ps");
@@ -931,8 +946,7 @@ START_TEST(test_resolve_file) {
   ck_assert_ptr_null(ps_cluster_resolve(path, "ps", 5, &self, &st));
   ck_assert_int_eq(st.code, PS_INVALID_ARGUMENT);
   snprintf(want, sizeof want,
-           "--job ps --task 5: not in cluster spec %s (job ps has 2 tasks)",
-           path);
+           "--job ps --task 5: not in cluster spec %s (job ps has 2 tasks)", path);
   ck_assert_str_eq(st.msg, want);
   ck_assert_ptr_null(ps_cluster_resolve(path, "foo", 0, &self, &st));
   snprintf(want, sizeof want,
@@ -944,8 +958,7 @@ START_TEST(test_resolve_file) {
   ck_assert_msg_has(st, "needs --job NAME and --task N");
   ck_assert_ptr_null(ps_cluster_resolve(path, "ps", -1, &self, &st));
   ck_assert_msg_has(st, "needs --job NAME and --task N");
-  ck_assert_ptr_null(
-      ps_cluster_resolve(tmp_path("none.json"), "ps", 0, &self, &st));
+  ck_assert_ptr_null(ps_cluster_resolve(tmp_path("none.json"), "ps", 0, &self, &st));
   ck_assert_int_eq(st.code, PS_NOT_FOUND);
   ck_assert_msg_has(st, "cannot open: No such file or directory");
 }
@@ -1042,6 +1055,7 @@ static Suite *cluster_suite(void) {
   suite_add_tcase(s, tc);
 
   tc = tcase_create("files");
+  tcase_add_unchecked_fixture(tc, setup_basedir, teardown_basedir);
   tcase_add_checked_fixture(tc, setup_tmpdir, teardown_tmpdir);
   tcase_add_test(tc, test_load_file);
   tcase_add_test(tc, test_load_file_errors);

@@ -27,8 +27,8 @@ static void parse_fails(const char *in, const char *needle) {
   int rc = ps_device_parse(in, &d, &st);
   ck_assert_msg(rc == PS_INVALID_ARGUMENT, "parse '%s' gave %d", in, rc);
   ck_assert_int_eq(st.code, PS_INVALID_ARGUMENT);
-  ck_assert_msg(strstr(st.msg, needle) != NULL, "'%s': message '%s' lacks '%s'",
-                in, st.msg, needle);
+  ck_assert_msg(strstr(st.msg, needle) != NULL, "'%s': message '%s' lacks '%s'", in,
+                st.msg, needle);
   ck_assert_str_eq(ps_device_format(&d, buf, sizeof buf), "");
 }
 
@@ -48,8 +48,7 @@ END_TEST
 START_TEST(test_parse_fields) {
   ps_status st = {0};
   ps_device d;
-  ck_assert_int_eq(
-      ps_device_parse("/job:ps/replica:0/task:3/device:CPU:1", &d, &st), 0);
+  ck_assert_int_eq(ps_device_parse("/job:ps/replica:0/task:3/device:CPU:1", &d, &st), 0);
   ck_assert_str_eq(d.job, "ps");
   ck_assert_int_eq(d.replica, 0);
   ck_assert_int_eq(d.task, 3);
@@ -81,8 +80,7 @@ END_TEST
 START_TEST(test_round_trips) {
   /* device_test.py testParse */
   ck_assert_str_eq(canon("/job:foo/replica:0"), "/job:foo/replica:0");
-  ck_assert_str_eq(canon("/replica:1/task:0/cpu:0"),
-                   "/replica:1/task:0/device:CPU:0");
+  ck_assert_str_eq(canon("/replica:1/task:0/cpu:0"), "/replica:1/task:0/device:CPU:0");
   ck_assert_str_eq(canon("/replica:1/task:0/device:CPU:0"),
                    "/replica:1/task:0/device:CPU:0");
   ck_assert_str_eq(canon("/job:muu/device:GPU:2"), "/job:muu/device:GPU:2");
@@ -130,18 +128,14 @@ START_TEST(test_merge) {
   ps_device_init(&d);
   ck_assert_int_eq(ps_device_parse("/task:1/cpu:0", &s, &st), 0);
   ps_device_merge(&d, &s);
-  ck_assert_str_eq(ps_device_format(&d, buf, sizeof buf),
-                   "/task:1/device:CPU:0");
+  ck_assert_str_eq(ps_device_format(&d, buf, sizeof buf), "/task:1/device:CPU:0");
   ck_assert_int_eq(ps_device_parse("/job:boo/device:GPU:0", &s, &st), 0);
   ps_device_merge(&d, &s);
-  ck_assert_str_eq(ps_device_format(&d, buf, sizeof buf),
-                   "/job:boo/task:1/device:GPU:0");
+  ck_assert_str_eq(ps_device_format(&d, buf, sizeof buf), "/job:boo/task:1/device:GPU:0");
   ck_assert_int_eq(ps_device_parse("/job:muu/cpu:2", &s, &st), 0);
   ps_device_merge(&d, &s);
-  ck_assert_str_eq(ps_device_format(&d, buf, sizeof buf),
-                   "/job:muu/task:1/device:CPU:2");
-  ck_assert_int_eq(
-      ps_device_parse("/job:muu/device:MyFunnyDevice:2", &s, &st), 0);
+  ck_assert_str_eq(ps_device_format(&d, buf, sizeof buf), "/job:muu/task:1/device:CPU:2");
+  ck_assert_int_eq(ps_device_parse("/job:muu/device:MyFunnyDevice:2", &s, &st), 0);
   ps_device_merge(&d, &s);
   ck_assert_str_eq(ps_device_format(&d, buf, sizeof buf),
                    "/job:muu/task:1/device:MyFunnyDevice:2");
@@ -164,8 +158,7 @@ START_TEST(test_merge) {
 END_TEST
 
 /* replica_device_setter's device function, on TF's documented examples. */
-static const char *setter(const char *ps_dev, int task,
-                          const char *op_device) {
+static const char *setter(const char *ps_dev, int task, const char *op_device) {
   static char buf[PS_DEVICE_STRING_MAX];
   ps_status st = {0};
   ps_device ps, cur;
@@ -179,13 +172,10 @@ static const char *setter(const char *ps_dev, int task,
 
 START_TEST(test_replica_device_setter_examples) {
   ck_assert_str_eq(setter("/job:ps", 0, ""), "/job:ps/task:0");
-  ck_assert_str_eq(setter("/job:ps", 1, "/cpu:0"),
-                   "/job:ps/task:1/device:CPU:0");
+  ck_assert_str_eq(setter("/job:ps", 1, "/cpu:0"), "/job:ps/task:1/device:CPU:0");
   ck_assert_str_eq(setter("/job:ps", 2, "/job:ps/task:3"), "/job:ps/task:3");
-  ck_assert_str_eq(setter("/job:ps", 0, "/gpu:0"),
-                   "/job:ps/task:0/device:GPU:0");
-  ck_assert_str_eq(setter("/job:ps", 1, "/job:worker/task:1"),
-                   "/job:worker/task:1");
+  ck_assert_str_eq(setter("/job:ps", 0, "/gpu:0"), "/job:ps/task:0/device:GPU:0");
+  ck_assert_str_eq(setter("/job:ps", 1, "/job:worker/task:1"), "/job:worker/task:1");
   /* a non-ps op: worker_device merged with the op's device */
   ps_status st = {0};
   ps_device w, cur;
@@ -193,13 +183,11 @@ START_TEST(test_replica_device_setter_examples) {
   ck_assert_int_eq(ps_device_parse("/job:worker/task:3", &w, &st), 0);
   ck_assert_int_eq(ps_device_parse("", &cur, &st), 0);
   ps_device_merge(&w, &cur);
-  ck_assert_str_eq(ps_device_format(&w, buf, sizeof buf),
-                   "/job:worker/task:3");
+  ck_assert_str_eq(ps_device_format(&w, buf, sizeof buf), "/job:worker/task:3");
   ck_assert_int_eq(ps_device_parse("/gpu:0", &cur, &st), 0);
   ck_assert_int_eq(ps_device_parse("/job:worker", &w, &st), 0);
   ps_device_merge(&w, &cur);
-  ck_assert_str_eq(ps_device_format(&w, buf, sizeof buf),
-                   "/job:worker/device:GPU:0");
+  ck_assert_str_eq(ps_device_format(&w, buf, sizeof buf), "/job:worker/device:GPU:0");
 }
 END_TEST
 
@@ -233,9 +221,8 @@ START_TEST(test_errors) {
   parse_fails("/cpu:0:1", "Unknown attribute: 'cpu' in '/cpu:0:1'");
   parse_fails("/a:b:c:d:e", "Unknown attribute: 'a' in '/a:b:c:d:e'");
   parse_fails("/:0", "Unknown attribute: '' in '/:0'");
-  parse_fails("/job:muu/device:GPU:2/cpu:0",
-              "Cannot specify multiple device types: "
-              "/job:muu/device:GPU:2/cpu:0");
+  parse_fails("/job:muu/device:GPU:2/cpu:0", "Cannot specify multiple device types: "
+                                             "/job:muu/device:GPU:2/cpu:0");
   parse_fails("/cpu:0/device:GPU:0", "Cannot specify multiple device types");
   parse_fails("/task:x", "device '/task:x': bad task 'x'");
   parse_fails("/task:-1", "bad task '-1'");
@@ -275,8 +262,7 @@ START_TEST(test_format_truncates) {
   ps_status st = {0};
   ps_device d;
   char big[PS_DEVICE_STRING_MAX], small[6];
-  ck_assert_int_eq(
-      ps_device_parse("/job:ps/replica:0/task:0/device:CPU:0", &d, &st), 0);
+  ck_assert_int_eq(ps_device_parse("/job:ps/replica:0/task:0/device:CPU:0", &d, &st), 0);
   ck_assert_ptr_eq(ps_device_format(&d, small, sizeof small), small);
   ck_assert_str_eq(small, "/job:");
   memset(small, 'x', sizeof small);
