@@ -459,6 +459,7 @@ int ps_client_update(ps_client *c, int task, const ps_update *u, size_t n,
 /* ---- reads ---- */
 
 typedef struct read_build {
+  bool *allocated; /* outputs this call allocated (freed again on failure) */
   Paramserver__ReadRequest req;
   Paramserver__ReadItem *items;
   Paramserver__ReadItem **ip;
@@ -496,6 +497,7 @@ static int parse_read(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
       break;
     }
     if (rd->out == NULL) {
+      b->allocated[i] = true;
       rd->out = ps_tensor_create((ps_dtype)m->dtype, &shape, false);
       if (rd->out == NULL) {
         rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED,
@@ -516,7 +518,8 @@ static int read_build_init(read_build *b, ps_task_reads *t, ps_status *st) {
   b->t = t;
   b->items = calloc(t->n + 1, sizeof *b->items);
   b->ip = calloc(t->n + 1, sizeof *b->ip);
-  if (!b->items || !b->ip) return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+  b->allocated = calloc(t->n + 1, sizeof *b->allocated);
+  if (!b->items || !b->ip || !b->allocated) return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
   for (size_t i = 0; i < t->n; i++) {
     Paramserver__ReadItem *it = &b->items[i];
     paramserver__read_item__init(it);
@@ -562,6 +565,12 @@ int ps_client_read_many(ps_client *c, ps_task_reads *t, size_t n, ps_status *st)
   run_reqs(c, reqs, tasks, n, true);
   for (size_t i = 0; i < n; i++) {
     t[i].st = reqs[i].st;
+    if (reqs[i].st.code != PS_OK)
+      for (size_t k = 0; k < t[i].n; k++)
+        if (bs[i].allocated[k]) {
+          ps_tensor_destroy(t[i].reads[k].out);
+          t[i].reads[k].out = NULL;
+        }
     if (rc == 0 && reqs[i].st.code != PS_OK) {
       rc = reqs[i].st.code;
       if (st) *st = reqs[i].st;
@@ -570,6 +579,7 @@ int ps_client_read_many(ps_client *c, ps_task_reads *t, size_t n, ps_status *st)
 out:
   if (bs)
     for (size_t i = 0; i < n; i++) {
+      free(bs[i].allocated);
       free(bs[i].items);
       free(bs[i].ip);
       ps_rpc_segs_fini(&bs[i].segs);

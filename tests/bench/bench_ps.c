@@ -41,6 +41,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,6 +69,7 @@ typedef struct opts {
   int steps;      /* per-variable steps for (c); batched gets 10x */
   int ps_threads; /* 0: ps-server default */
   const char *only; /* subset of "abc" to run */
+  int pin;          /* control CPU placement (see place()) */
 } opts;
 
 static double now_s(void) {
@@ -108,6 +110,60 @@ static double proc_cpu_s(pid_t pid) {
   }
   closedir(d);
   return sum;
+}
+
+/* ---- CPU placement ----
+ * On this VM a wake-up across vCPUs costs ~50 us, more than a whole RPC, and
+ * the scheduler places the client and a server on the same or on different
+ * vCPUs at random, so unpinned latency figures are bimodal (30 or 150 us)
+ * and a ratio can come out anywhere from 0.3 to 5.  The bench therefore puts
+ * each client/server pair in a fixed, identical situation. */
+
+static cpu_set_t all_cpus;
+static int cpu_a = -1, cpu_b = -1; /* the first two usable CPUs */
+
+static void cpus_init(void) {
+  CPU_ZERO(&all_cpus);
+  if (sched_getaffinity(0, sizeof all_cpus, &all_cpus) != 0) return;
+  for (int i = 0; i < CPU_SETSIZE; i++)
+    if (CPU_ISSET(i, &all_cpus)) {
+      if (cpu_a < 0)
+        cpu_a = i;
+      else if (cpu_b < 0)
+        cpu_b = i;
+    }
+}
+
+/* Every thread of @pid onto @cpu (< 0: back to all CPUs). */
+static void pin_pid(pid_t pid, int cpu) {
+  cpu_set_t set = all_cpus;
+  if (cpu >= 0) {
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+  }
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+  DIR *d = opendir(path);
+  if (d == NULL) return;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL)
+    if (e->d_name[0] != '.') sched_setaffinity(atoi(e->d_name), sizeof set, &set);
+  closedir(d);
+}
+
+/* @client (this process) on one CPU, @servers on @split ? the other : the same. */
+static void place(const opts *o, const pid_t *servers, int n, int split) {
+  if (!o->pin || cpu_a < 0) return;
+  int sc = split && cpu_b >= 0 ? cpu_b : cpu_a;
+  pin_pid(getpid(), cpu_a);
+  for (int i = 0; i < n; i++) pin_pid(servers[i], sc);
+  fprintf(stderr, "  placement: client on cpu %d, servers on cpu %d\n", cpu_a, sc);
+}
+
+static void unplace(const opts *o, const pid_t *servers, int n) {
+  if (!o->pin || cpu_a < 0) return;
+  pin_pid(getpid(), -1);
+  for (int i = 0; i < n; i++) pin_pid(servers[i], -1);
 }
 
 /* Sorts @v in place; returns the value at quantile @q (0..1). */
@@ -766,24 +822,28 @@ static int parse_int(const char *s, int lo, int hi, int *out) {
 
 static const char usage[] =
     "usage: bench_ps [--reps N] [--iters N] [--steps N] [--ps-threads N]\n"
-    "  --reps N        64 MiB repetitions of each kind (default 9)\n"
+    "  --reps N        64 MiB repetitions of each kind (default 11)\n"
     "  --iters N       latency samples per side (default 5000)\n"
     "  --steps N       per-variable steps of the 1000-variable read; the\n"
     "                  batched read runs 10x as many (default 10)\n"
     "  --ps-threads N  pass --threads N to ps-server (default: its own)\n"
     "  --only LIST     run only these parts, e.g. --only b (default abc)\n"
+    "  --no-pin        leave CPU placement to the scheduler (noisy ratios)\n"
     "Needs PS_SERVER (path of ps-server); see tests/bench/README.md.\n";
 
 int main(int argc, char **argv) {
-  opts o = {.reps = 9, .iters = 5000, .warmup = 500, .steps = 10, .ps_threads = 0,
-            .only = "abc"};
+  opts o = {.reps = 11, .iters = 5000, .warmup = 500, .steps = 10, .ps_threads = 0,
+            .only = "abc", .pin = 1};
   for (int i = 1; i < argc; i++) {
     int *dst = NULL, lo = 1, hi = 1000000;
     if (!strcmp(argv[i], "--reps")) dst = &o.reps, hi = 1000;
     else if (!strcmp(argv[i], "--iters")) dst = &o.iters;
     else if (!strcmp(argv[i], "--steps")) dst = &o.steps, hi = 10000;
     else if (!strcmp(argv[i], "--ps-threads")) dst = &o.ps_threads, hi = 256;
-    else if (!strcmp(argv[i], "--only") && i + 1 < argc) {
+    else if (!strcmp(argv[i], "--no-pin")) {
+      o.pin = 0;
+      continue;
+    } else if (!strcmp(argv[i], "--only") && i + 1 < argc) {
       o.only = argv[++i];
       continue;
     } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -799,6 +859,7 @@ int main(int argc, char **argv) {
   if (o.warmup > o.iters) o.warmup = o.iters;
   setvbuf(stdout, NULL, _IOLBF, 0);
   double t_start = now_s();
+  cpus_init();
 
   /* Children first: gRPC does not survive a fork after grpc_init(). */
   int tcp_port = 0, lfd = tcp_listen(&tcp_port);
@@ -876,19 +937,32 @@ int main(int argc, char **argv) {
           "tcp peer pid %d\n", h.addrs[0], (int)h.pids[0], bare_port, (int)bare_pid,
           (int)tcp_pid);
 
+  /* Bulk: sender and receiver run in parallel on two CPUs.  Round trips:
+   * one call outstanding, nothing to overlap, so client and server share
+   * one CPU and no cross-CPU wake-up blurs the software cost. */
+  pid_t servers[3] = {h.pids[0], tcp_pid, bare_pid};
   if (strchr(o.only, 'a')) {
     fprintf(stderr, "bench: (a) 64 MiB read/assign vs raw TCP, %d reps\n", o.reps);
-    if (bench_bulk(c, tfd, &o) != 0) goto done;
+    place(&o, servers, 2, 1);
+    int r = bench_bulk(c, tfd, &o);
+    unplace(&o, servers, 2);
+    if (r != 0) goto done;
   }
   if (strchr(o.only, 'b')) {
     fprintf(stderr, "bench: (b) scalar assign_add vs bare gRPC unary, %d calls each\n",
             o.iters);
-    if (bench_latency(c, &bc, h.pids[0], bare_pid, &o) != 0) goto done;
+    place(&o, servers, 3, 0);
+    int r = bench_latency(c, &bc, h.pids[0], bare_pid, &o);
+    unplace(&o, servers, 3);
+    if (r != 0) goto done;
   }
   if (strchr(o.only, 'c')) {
     fprintf(stderr, "bench: (c) read of %d small variables, batched vs one RPC each\n",
             NSMALL);
-    if (bench_many(c, &o) != 0) goto done;
+    place(&o, servers, 1, 0);
+    int r = bench_many(c, &o);
+    unplace(&o, servers, 1);
+    if (r != 0) goto done;
   }
   rc = 0;
 

@@ -1,6 +1,9 @@
 /* Integration tests: real ps-server processes, the libpsworker client. */
 #include <check.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <math.h>
 #include <stdio.h>
@@ -558,6 +561,56 @@ START_TEST(random_garbage_never_crashes) {
 }
 END_TEST
 
+typedef struct bg_read {
+  ps_client *c;
+  ps_read r;
+  ps_status st;
+  int rc;
+} bg_read;
+
+static void *bg_read_main(void *arg) {
+  bg_read *b = arg;
+  b->rc = ps_client_read(b->c, 1, &b->r, 1, &b->st);
+  return NULL;
+}
+
+/* SIGTERM while a 512 MiB read streams out: the read completes, then the
+ * ps exits 0. */
+START_TEST(sigterm_lets_in_flight_calls_finish) {
+  int64_t n = 128 << 20;
+  ps_shape s = {.rank = 1, .dim = {n}};
+  ps_init_spec k;
+  ps_init_spec_default(&k, PS_INIT_CONSTANT);
+  k.value = 1.5;
+  create(1, "big", PS_DT_FLOAT, s, &k);
+  ps_status st;
+  ck_assert_int_eq(ps_client_initialize(C, 1, NULL, 0, false, NULL, &st), 0);
+  ps_task_status ts;
+  ck_assert_int_eq(ps_client_status(C, 1, &ts, &st), 0);
+  int64_t base = ts.rpcs;
+  bg_read b = {.c = C, .r = {.name = "big"}};
+  pthread_t th;
+  pthread_create(&th, NULL, bg_read_main, &b);
+  /* Wait until the ps has taken the read (Status counts itself too). */
+  for (int i = 0; i < 2000; i++) {
+    ck_assert_int_eq(ps_client_status(C, 1, &ts, &st), 0);
+    if (ts.rpcs >= base + 3) break;
+    struct timespec d = {0, 1000000};
+    nanosleep(&d, NULL);
+  }
+  kill(H.pids[1], SIGTERM);
+  pthread_join(th, NULL);
+  ck_assert_msg(b.rc == 0, "%s", b.st.msg);
+  float *p = ps_tensor_data(b.r.out);
+  ck_assert(p[0] == 1.5f && p[n - 1] == 1.5f);
+  ps_tensor_destroy(b.r.out);
+  int status;
+  ck_assert_int_eq(waitpid(H.pids[1], &status, 0), H.pids[1]);
+  H.pids[1] = 0;
+  ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("ps");
   TCase *tc = tcase_create("ops");
@@ -570,6 +623,7 @@ int main(void) {
   tcase_add_test(tc, tensors_beyond_message_limits);
   tcase_add_test(tc, unavailable_ps_is_named);
   tcase_add_test(tc, safe_calls_retry_until_ps_is_up);
+  tcase_add_test(tc, sigterm_lets_in_flight_calls_finish);
   suite_add_tcase(s, tc);
   TCase *te = tcase_create("errors");
   tcase_add_checked_fixture(te, errors_setup, teardown);

@@ -98,7 +98,8 @@ typedef struct ps_read {
                                dtype and size, filled in place; out: result */
 } ps_read;
 
-/* Reads @n variables of one ps in one RPC, all as of one moment. */
+/* Reads @n variables of one ps in one RPC, all as of one moment.  On
+ * failure, outputs this call allocated are freed and set back to NULL. */
 int ps_client_read(ps_client *c, int task, ps_read *r, size_t n, ps_status *st);
 
 /* Work for one ps task in a *_many call. */
