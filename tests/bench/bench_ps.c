@@ -1,25 +1,30 @@
 /* bench_ps: how close the parameter server gets to what the transport
  * underneath it can do, each figure against a baseline measured in the same
- * run, on the same machine, at the same time (interleaved repetitions, so
- * that noise from a shared box hits both sides alike).
+ * run, on the same machine, interleaved with it (so that the noise of a
+ * shared box hits both sides alike), with the same CPU placement.
  *
  *  (a) read_64MiB / assign_64MiB: ps_client_read / ps_client_update(ASSIGN)
  *      of a 64 MiB float32 variable, in GB/s (1e9 bytes/s), median of
- *      several repetitions.  Baseline: raw TCP over loopback between this
+ *      --reps repetitions.  Baseline: raw TCP over loopback between this
  *      process and a forked child, one request byte then 64 MiB back (pull,
  *      for reads) or 64 MiB then one ack byte (push, for assigns); the
  *      receiver writes into a reused, pre-touched buffer, as the client's
- *      read does (it passes a preallocated output tensor).  Nothing can beat
- *      the kernel's socket copy, so this is an upper bound.
+ *      read does (it passes a preallocated output tensor).  This is the
+ *      practical ceiling: one kernel copy each way, no framing, no extra
+ *      user-space copy.  Client on one CPU, servers on the other.
  *  (b) assign_add_latency: median round trip of ps_client_update(ASSIGN_ADD)
  *      of one float.  Baseline: a bare gRPC core unary ping-pong (16-byte
  *      request, 8-byte reply) against a minimal server in a forked child:
  *      registered method with the request payload read up front, one
  *      completion-queue thread, reply in one batch.  Both servers are
  *      separate processes, both clients use a registered call with a
- *      deadline, one batch and a `next' completion queue, and both channels
- *      carry the ps client's channel arguments.  The difference is the ps
- *      itself: protobuf framing, name lookup, locking and arithmetic.
+ *      deadline, one batch and a `next' completion queue, both channels
+ *      carry the ps client's channel arguments, and calls alternate in
+ *      blocks of 100.  Client and both servers share one CPU (see place()):
+ *      with one call outstanding nothing overlaps anyway, and it keeps the
+ *      VM's cross-CPU wake-ups (random, ~50 us each) out of the comparison.
+ *      The difference is the ps itself: its client library, protobuf
+ *      framing, name lookup, locking, arithmetic and its server threads.
  *  (c) read_1000_vars_batched: one step reading 1000 small variables
  *      (scalars and [4] floats) on one ps in one ps_client_read, against
  *      1000 one-variable ps_client_read calls; ms per step, ratio = speedup.
