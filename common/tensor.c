@@ -6,6 +6,7 @@
 #include "tensor.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -130,12 +131,81 @@ int ps_shape_set(ps_shape *s, const int64_t *dims, size_t rank, ps_status *st) {
   return 0;
 }
 
+/* Recently freed big buffers, reused by exact size.  glibc hands every
+ * allocation above 32 MiB to mmap, so without this each 64 MiB assign on
+ * the ps pays ~16k page faults and an munmap; with it, a same-size buffer
+ * comes back warm.  Bounded (PS_BUF_CACHE_MB, default 256 MiB) so that
+ * resident memory stays close to the bytes actually held. */
+#define CACHE_SLOTS 4
+#define CACHE_MIN ((size_t)1 << 20)
+static pthread_mutex_t cache_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+  size_t size;
+  void *data;
+} cache[CACHE_SLOTS];
+static size_t cache_bytes;
+static long long cache_cap = -1;
+
+static size_t cache_limit(void) {
+  if (cache_cap < 0) {
+    const char *e = getenv("PS_BUF_CACHE_MB");
+    long long mb = e ? atoll(e) : 256;
+    cache_cap = mb < 0 ? 0 : mb << 20;
+  }
+  return (size_t)cache_cap;
+}
+
+static void *cache_take(size_t alloc) {
+  void *p = NULL;
+  pthread_mutex_lock(&cache_mu);
+  for (int i = 0; i < CACHE_SLOTS; i++)
+    if (cache[i].data && cache[i].size == alloc) {
+      p = cache[i].data;
+      cache[i].data = NULL;
+      cache_bytes -= alloc;
+      break;
+    }
+  pthread_mutex_unlock(&cache_mu);
+  return p;
+}
+
+/* Returns true if the cache took @p. */
+static bool cache_put(void *p, size_t alloc) {
+  if (alloc < CACHE_MIN || alloc > cache_limit()) return false;
+  void *evict[CACHE_SLOTS];
+  int ne = 0;
+  bool taken = false;
+  pthread_mutex_lock(&cache_mu);
+  /* make room: drop entries until it fits, oldest slot first */
+  for (int i = 0; i < CACHE_SLOTS && cache_bytes + alloc > cache_limit(); i++)
+    if (cache[i].data) {
+      evict[ne++] = cache[i].data;
+      cache_bytes -= cache[i].size;
+      cache[i].data = NULL;
+    }
+  for (int i = 0; i < CACHE_SLOTS; i++)
+    if (cache[i].data == NULL) {
+      cache[i].data = p;
+      cache[i].size = alloc;
+      cache_bytes += alloc;
+      taken = true;
+      break;
+    }
+  pthread_mutex_unlock(&cache_mu);
+  for (int i = 0; i < ne; i++) free(evict[i]);
+  return taken;
+}
+
 ps_buf *ps_buf_create(size_t size, bool zero) {
   ps_buf *b = malloc(sizeof *b);
   if (b == NULL) return NULL;
   size_t alloc = (size + 63) & ~(size_t)63;
   if (alloc == 0) alloc = 64;
-  if (zero)
+  b->alloc = alloc;
+  b->data = alloc >= CACHE_MIN ? cache_take(alloc) : NULL;
+  if (b->data) {
+    if (zero) memset(b->data, 0, alloc);
+  } else if (zero)
     b->data = calloc(1, alloc); /* large calloc gets lazily zeroed pages */
   else
     b->data = aligned_alloc(64, alloc);
@@ -156,7 +226,7 @@ ps_buf *ps_buf_ref(ps_buf *b) {
 void ps_buf_unref(ps_buf *b) {
   if (b == NULL) return;
   if (atomic_fetch_sub_explicit(&b->refs, 1, memory_order_acq_rel) == 1) {
-    free(b->data);
+    if (!cache_put(b->data, b->alloc)) free(b->data);
     free(b);
   }
 }

@@ -67,10 +67,13 @@ int ps_shape_set(ps_shape *s, const int64_t *dims, size_t rank, ps_status *st);
 typedef struct ps_buf {
   atomic_long refs;
   size_t size;
+  size_t alloc; /* bytes allocated (size rounded up to 64) */
   void *data;
 } ps_buf;
 
-/* Uninitialized bytes (zeroed if @zero).  NULL if out of memory. */
+/* Uninitialized bytes (zeroed if @zero).  NULL if out of memory.  Big
+ * buffers (>= 1 MiB) are recycled through a small bounded cache
+ * (PS_BUF_CACHE_MB, default 256; 0 disables it). */
 ps_buf *ps_buf_create(size_t size, bool zero);
 ps_buf *ps_buf_ref(ps_buf *b);
 void ps_buf_unref(ps_buf *b); /* NULL is a no-op */

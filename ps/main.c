@@ -28,7 +28,7 @@ static const char usage[] =
     "  --cluster FILE     cluster spec JSON: {\"ps\": [\"host:port\", ...], ...}\n"
     "  --job NAME         job of this task (default ps)\n"
     "  --task N           task index (default 0)\n"
-    "  --threads N        RPC threads (default 2)\n"
+    "  --threads N        RPC threads (default: one per two cores, at least 1)\n"
     "  --grace-secs S     on SIGTERM, let calls finish for S seconds (default 10)\n"
     "  --log-level L      debug, info, warn, error (default info; env PS_LOG_LEVEL)\n"
     "  --help             this text\n"
@@ -81,7 +81,11 @@ static void on_signal(uv_signal_t *h, int signum) {
 
 int main(int argc, char **argv) {
   const char *cluster_file = NULL, *job = NULL;
-  int task = -1, threads = 2, grace_secs = 10;
+  int task = -1, grace_secs = 10;
+  /* One completion-queue thread per two cores: on 2 cores a second poller
+   * only adds futex and epoll hand-offs to every call (see tests/bench). */
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  int threads = ncpu >= 4 ? (int)(ncpu / 2 > 8 ? 8 : ncpu / 2) : 1;
   static const struct option opts[] = {
       {"cluster", required_argument, NULL, 'c'},
       {"job", required_argument, NULL, 'j'},

@@ -231,6 +231,13 @@ void ps_store_account(ps_store *s, int64_t delta) {
 }
 
 void ps_store_lock_set(ps_var **vars, size_t n, bool write) {
+  if (n == 1) { /* the common case: no sorting */
+    if (write)
+      pthread_rwlock_wrlock(&vars[0]->lock);
+    else
+      pthread_rwlock_rdlock(&vars[0]->lock);
+    return;
+  }
   ps_var **sorted = malloc(n * sizeof *sorted);
   if (sorted == NULL) { /* fall back: lock one by one in given order */
     abort();
@@ -248,6 +255,10 @@ void ps_store_lock_set(ps_var **vars, size_t n, bool write) {
 }
 
 void ps_store_unlock_set(ps_var **vars, size_t n) {
+  if (n == 1) {
+    pthread_rwlock_unlock(&vars[0]->lock);
+    return;
+  }
   ps_var **sorted = malloc(n * sizeof *sorted);
   if (sorted == NULL) abort();
   memcpy(sorted, vars, n * sizeof *sorted);

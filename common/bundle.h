@@ -1,0 +1,192 @@
+/* TensorFlow V2 checkpoints ("tensor bundles"): read, write and merge.
+ *
+ * A bundle with prefix P is the metadata table P.index plus data files
+ * P.data-00000-of-0000N; the format is specified at the top of bundle.c.
+ * What this module writes is byte for byte what TensorFlow's BundleWriter
+ * and MergeV2Checkpoints write for the same tensors, and it reads anything
+ * they wrote (including Snappy-compressed index blocks from older builds).
+ *
+ * Errors name the file and the fault, e.g.
+ *   checkpoint /ckpt/model-100.index: block 3: bad checksum
+ *   checkpoint /ckpt/model-100.data-00000-of-00002: tensor "w": data checksum
+ *   mismatch (stored 0x..., computed 0x...)
+ * Codes: NOT_FOUND for a missing file or key, DATA_LOSS for corrupt or
+ * truncated files, INVALID_ARGUMENT for bad calls, and the errno mapping of
+ * ps_bundle_errno_code() for I/O failures. */
+#ifndef PS_BUNDLE_H
+#define PS_BUNDLE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "status.h"
+#include "tensor.h"
+
+/* One slice of a partitioned tensor (TensorFlow's TensorSlice): per
+ * dimension a start and a length, length -1 meaning "the whole dimension"
+ * (start is then 0). */
+typedef struct ps_bundle_slice {
+  int rank;
+  int64_t start[PS_MAX_RANK];
+  int64_t length[PS_MAX_RANK];
+} ps_bundle_slice;
+
+/* Parses a SaveV2/RestoreV2 "shape_and_slices" string, e.g. "10 20 0,5:0,20"
+ * (the full shape, then per dimension "start,length" or "-" joined by ':').
+ * The empty string means "the whole tensor": *@sliced = false and @full and
+ * @slice are left untouched.  INVALID_ARGUMENT on a malformed spec or a
+ * slice outside the shape. */
+int ps_bundle_parse_shape_and_slice(const char *spec, ps_shape *full,
+                                    ps_bundle_slice *slice, bool *sliced,
+                                    ps_status *st);
+
+/* Data file name: "<prefix>.data-%05d-of-%05d".  Returns @buf, or NULL if
+ * @n is too small. */
+char *ps_bundle_data_filename(const char *prefix, int shard, int num_shards,
+                              char *buf, size_t n);
+
+/* ---- Writer ----------------------------------------------------------- */
+
+typedef struct ps_bundle_writer ps_bundle_writer;
+
+/* Called on the writer's thread with the total data bytes written so far,
+ * after every add and every 8 MiB within a big tensor. */
+typedef void ps_bundle_progress_fn(void *arg, uint64_t bytes_written);
+
+/* Starts a bundle at @prefix: creates the directory of @prefix if needed and
+ * opens the data file under a temporary name
+ * ("P.data-00000-of-00001.tempstate<random>").  NULL on error. */
+ps_bundle_writer *ps_bundle_writer_create(const char *prefix, ps_status *st);
+
+void ps_bundle_writer_set_progress(ps_bundle_writer *w, ps_bundle_progress_fn *fn,
+                                   void *arg);
+/* Data bytes written so far (the data file's size). */
+uint64_t ps_bundle_writer_bytes_written(const ps_bundle_writer *w);
+
+/* Appends a tensor of a fixed-size dtype (every TensorFlow dtype but
+ * DT_STRING, DT_RESOURCE and DT_VARIANT), @nbytes = elements * element size,
+ * in host byte order.  Keys may come in any order (the index is sorted at
+ * finish; data stays in call order, as TensorFlow does); a duplicate or empty
+ * key is INVALID_ARGUMENT.  @data is copied to the file through a bounded
+ * buffer and checksummed from that copy, so a tensor that changes while it
+ * is written still gives a self-consistent file.  After an I/O error every
+ * later call fails with the same status. */
+int ps_bundle_writer_add(ps_bundle_writer *w, const char *key, int dtype,
+                         const ps_shape *shape, const void *data, size_t nbytes,
+                         ps_status *st);
+
+/* Appends a DT_STRING tensor of ps_shape_num_elements(@shape) strings;
+ * @lens may be NULL for NUL-terminated strings. */
+int ps_bundle_writer_add_strings(ps_bundle_writer *w, const char *key,
+                                 const ps_shape *shape, const char *const *strs,
+                                 const size_t *lens, ps_status *st);
+
+/* Appends one slice of the partitioned tensor @full_name (TensorFlow's
+ * BundleWriter::AddSlice): the entry @full_name records dtype, the full
+ * shape and the list of slices; the values go under an encoded slice key.
+ * @data holds the slice's elements (shape = the slice's lengths) row-major.
+ * A slice covering the whole tensor is a plain ps_bundle_writer_add(). */
+int ps_bundle_writer_add_slice(ps_bundle_writer *w, const char *full_name,
+                               int dtype, const ps_shape *full_shape,
+                               const ps_bundle_slice *slice, const void *data,
+                               size_t nbytes, ps_status *st);
+
+/* Completes the bundle: flushes and fdatasyncs the data file and renames it
+ * into place, writes the index under a temporary name, fsyncs it and
+ * renames it to P.index, then fsyncs the directory.  A crash at any point
+ * leaves either no P.index or a complete one.  The writer is then spent:
+ * destroy it. */
+int ps_bundle_writer_finish(ps_bundle_writer *w, ps_status *st);
+
+/* Frees the writer; an unfinished bundle's temporary files are removed.
+ * NULL is a no-op. */
+void ps_bundle_writer_destroy(ps_bundle_writer *w);
+
+/* ---- Merge ------------------------------------------------------------ */
+
+/* TensorFlow's MergeV2Checkpoints: merges the bundles @part_prefixes[0..n)
+ * (each written by one writer, e.g. "P_temp/part-00000-of-00002") into
+ * @out_prefix.  Part k's data file becomes P.data-0000k-of-0000N (renamed,
+ * not copied); entries get their new shard_id; slices of one partitioned
+ * tensor from several parts are joined.  The merged index is written to a
+ * temporary name and renamed into place last, after the data files, so a
+ * crash never leaves a half-written or dangling P.index.  Then, best
+ * effort, the parts' .index files are deleted and their directories removed
+ * if empty and not the output's directory.  Nothing is moved if any part is
+ * unreadable or conflicts (duplicate key, dtype or shape mismatch). */
+int ps_bundle_merge(const char *const *part_prefixes, size_t n,
+                    const char *out_prefix, ps_status *st);
+
+/* ---- Reader ----------------------------------------------------------- */
+
+typedef struct ps_bundle_reader ps_bundle_reader;
+
+/* One index entry.  Pointers stay valid until the reader is closed. */
+typedef struct ps_bundle_entry {
+  const char *key; /* NUL-terminated; slice keys contain NUL bytes, see key_len */
+  size_t key_len;
+  int dtype;
+  ps_shape shape;   /* for a partitioned tensor: the full shape */
+  bool is_slice;    /* an encoded slice key (TensorFlow hides these in listings) */
+  int shard_id;
+  uint64_t offset;  /* in the data file */
+  uint64_t size;    /* bytes */
+  uint32_t crc32c;  /* masked */
+  size_t nslices;   /* > 0: a partitioned tensor whose values are in slices */
+  const ps_bundle_slice *slices;
+} ps_bundle_entry;
+
+/* Opens P.index: reads the whole table, verifying every block's checksum,
+ * the header and every entry.  Data files are opened on first read.  NULL on
+ * error (NOT_FOUND if P.index does not exist, DATA_LOSS if corrupt).  After
+ * open, all functions may be called from several threads at once. */
+ps_bundle_reader *ps_bundle_reader_open(const char *prefix, ps_status *st);
+void ps_bundle_reader_close(ps_bundle_reader *r); /* NULL is a no-op */
+
+const char *ps_bundle_reader_prefix(const ps_bundle_reader *r);
+int ps_bundle_reader_num_shards(const ps_bundle_reader *r);
+/* Entries in key order, the header excluded. */
+size_t ps_bundle_reader_count(const ps_bundle_reader *r);
+const ps_bundle_entry *ps_bundle_reader_entry(const ps_bundle_reader *r, size_t i);
+/* NULL if there is no such key. */
+const ps_bundle_entry *ps_bundle_reader_find(const ps_bundle_reader *r,
+                                             const char *key);
+
+/* Reads a tensor of a ps_tensor dtype into a new tensor; a partitioned
+ * tensor is assembled from its slices.  NOT_FOUND "Key X not found in
+ * checkpoint" if absent. */
+int ps_bundle_reader_read(ps_bundle_reader *r, const char *key, ps_tensor **out,
+                          ps_status *st);
+
+/* Reads a fixed-size-dtype tensor straight into @dst, which must hold
+ * exactly its @nbytes.  Verifies size and checksum; converts byte order if
+ * the bundle was written on a big-endian host. */
+int ps_bundle_reader_read_into(ps_bundle_reader *r, const char *key, void *dst,
+                               size_t nbytes, ps_status *st);
+
+/* Reads @slice of the tensor @full_name into @dst (the slice's elements,
+ * row-major): from a plain entry, or from the stored slices of a
+ * partitioned one, which must cover @slice (else NOT_FOUND). */
+int ps_bundle_reader_lookup_slice(ps_bundle_reader *r, const char *full_name,
+                                  const ps_bundle_slice *slice, void *dst,
+                                  size_t nbytes, ps_status *st);
+
+/* A DT_STRING tensor: one allocation, freed with ps_bundle_strings_destroy.
+ * str[i] is NUL-terminated (strings may contain NUL bytes: use len[i]). */
+typedef struct ps_bundle_strings {
+  ps_shape shape;
+  size_t n;
+  const char **str;
+  const size_t *len;
+} ps_bundle_strings;
+
+int ps_bundle_reader_read_strings(ps_bundle_reader *r, const char *key,
+                                  ps_bundle_strings **out, ps_status *st);
+void ps_bundle_strings_destroy(ps_bundle_strings *s); /* NULL is a no-op */
+
+/* Reads every entry and checks its size and checksum, without keeping the
+ * values (what TensorFlow does on restore, for a whole checkpoint). */
+int ps_bundle_reader_verify(ps_bundle_reader *r, ps_status *st);
+
+#endif
