@@ -30,7 +30,7 @@
 
 #define CHUNK_MAX ((size_t)16 << 20) /* bytes of one Chunk message */
 #define ZEROCOPY_MIN 4096            /* smaller ranges are copied */
-#define REQS_PER_METHOD 8            /* outstanding server requests */
+#define REQS_PER_METHOD 4            /* outstanding server requests */
 
 enum { TAG_SCALL = 1, TAG_GENERIC, TAG_SHUTDOWN, TAG_CSEND, TAG_CRECV };
 
