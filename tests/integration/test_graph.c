@@ -1,0 +1,256 @@
+/* Worker graphs through real ps processes: variables, scopes, collections,
+ * placement, initialization order and sessions. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/rpc.h"
+#include "harness.h"
+#include "paramserver/graph.h"
+#include "paramserver/session.h"
+
+static ps_harness H;
+static ps_client *C;
+
+static void setup(void) {
+  ck_assert_int_eq(harness_start(&H, 2, NULL), 0);
+  ps_rpc_global_init();
+  ps_status st;
+  C = ps_client_create(H.cluster, "ps", NULL, &st);
+  ck_assert_ptr_nonnull(C);
+}
+
+static void teardown(void) {
+  ps_client_destroy(C);
+  ps_rpc_global_shutdown();
+  ck_assert_int_eq(harness_stop(&H), 0);
+}
+
+static ps_shape shp(int rank, int64_t a, int64_t b) {
+  ps_shape s = {.rank = rank, .dim = {a, b}};
+  return s;
+}
+
+START_TEST(round_robin_placement_in_creation_order) {
+  ps_graph *g = ps_graph_create();
+  ps_device_push_fn(g, ps_replica_device_setter(H.cluster, NULL));
+  ps_status st;
+  ps_shape s = shp(1, 3, 0);
+  ps_variable *a = ps_get_variable(g, "a", PS_DT_FLOAT, &s, NULL, NULL, &st);
+  ps_variable *b = ps_get_variable(g, "b", PS_DT_FLOAT, &s, NULL, NULL, &st);
+  /* an explicit task wins but still takes its turn */
+  ps_device_push(g, "/job:ps/task:0");
+  ps_variable *c = ps_get_variable(g, "c", PS_DT_FLOAT, &s, NULL, NULL, &st);
+  ps_device_pop(g);
+  ps_variable *d = ps_get_variable(g, "d", PS_DT_FLOAT, &s, NULL, NULL, &st);
+  ps_device_push(g, "/cpu:0");
+  ps_variable *e = ps_get_variable(g, "e", PS_DT_FLOAT, &s, NULL, NULL, &st);
+  ps_device_pop(g);
+  ck_assert_str_eq(ps_variable_device(a), "/job:ps/task:0");
+  ck_assert_str_eq(ps_variable_device(b), "/job:ps/task:1");
+  ck_assert_str_eq(ps_variable_device(c), "/job:ps/task:0");
+  ck_assert_str_eq(ps_variable_device(d), "/job:ps/task:1");
+  ck_assert_str_eq(ps_variable_device(e), "/job:ps/task:0/device:CPU:0");
+  ck_assert_int_eq(ps_variable_task(d), 1);
+  /* reads and updates are colocated with the variable */
+  ck_assert_str_eq(ps_node_device(ps_variable_value(b)), "/job:ps/task:1");
+  ps_node *ph = ps_placeholder(g, PS_DT_FLOAT, &s, "x");
+  ck_assert_str_eq(ps_node_device(ph), "/job:worker");
+  ck_assert_str_eq(ps_node_name(ps_variable_value(b)), "b/read");
+  ps_graph_destroy(g);
+}
+END_TEST
+
+START_TEST(greedy_placement_by_bytes) {
+  ps_graph *g = ps_graph_create();
+  ps_rds_options o = {.strategy = PS_STRATEGY_GREEDY_BYTES};
+  ps_device_push_fn(g, ps_replica_device_setter(H.cluster, &o));
+  ps_status st;
+  ps_shape big = shp(2, 100, 100), small = shp(1, 10, 0);
+  ps_variable *a = ps_get_variable(g, "big", PS_DT_FLOAT, &big, NULL, NULL, &st);
+  ps_variable *b = ps_get_variable(g, "s1", PS_DT_FLOAT, &small, NULL, NULL, &st);
+  ps_variable *c = ps_get_variable(g, "s2", PS_DT_FLOAT, &small, NULL, NULL, &st);
+  ps_variable *d = ps_get_variable(g, "s3", PS_DT_FLOAT, &small, NULL, NULL, &st);
+  ck_assert_int_eq(ps_variable_task(a), 0);
+  ck_assert_int_eq(ps_variable_task(b), 1);
+  ck_assert_int_eq(ps_variable_task(c), 1);
+  ck_assert_int_eq(ps_variable_task(d), 1);
+  ps_graph_destroy(g);
+}
+END_TEST
+
+START_TEST(no_ps_job_means_no_device_function) {
+  ps_status st;
+  ps_cluster *c = ps_cluster_parse("{\"worker\": [\"127.0.0.1:1\"]}", strlen("{\"worker\": [\"127.0.0.1:1\"]}"), "test", &st);
+  ck_assert_ptr_nonnull(c);
+  ck_assert_ptr_null(ps_replica_device_setter(c, NULL));
+  ps_cluster_destroy(c);
+}
+END_TEST
+
+START_TEST(scopes_reuse_and_their_errors) {
+  ps_graph *g = ps_graph_create();
+  ps_device_push_fn(g, ps_replica_device_setter(H.cluster, NULL));
+  ps_status st;
+  ps_shape s = shp(2, 3, 3);
+  ps_variable_scope_push(g, "conv1", PS_REUSE_NONE);
+  ps_variable *w = ps_get_variable(g, "weights", PS_DT_FLOAT, &s, NULL, NULL, &st);
+  ck_assert_ptr_nonnull(w);
+  ck_assert_str_eq(ps_variable_name(w), "conv1/weights");
+  ck_assert_ptr_null(ps_get_variable(g, "weights", PS_DT_FLOAT, &s, NULL, NULL, &st));
+  ck_assert_str_eq(st.msg, "Variable conv1/weights already exists, disallowed. Did you "
+                           "mean to set reuse=True or reuse=tf.AUTO_REUSE in VarScope?");
+  ps_variable_scope_pop(g);
+  ps_variable_scope_push(g, "conv1", PS_REUSE_TRUE);
+  ck_assert_ptr_eq(ps_get_variable(g, "weights", PS_DT_FLOAT, &s, NULL, NULL, &st), w);
+  ck_assert_ptr_null(ps_get_variable(g, "biases", PS_DT_FLOAT, &s, NULL, NULL, &st));
+  ck_assert_str_eq(st.msg, "Variable conv1/biases does not exist, or was not created "
+                           "with tf.get_variable(). Did you mean to set "
+                           "reuse=tf.AUTO_REUSE in VarScope?");
+  ps_shape other = shp(2, 3, 4);
+  ck_assert_ptr_null(ps_get_variable(g, "weights", PS_DT_FLOAT, &other, NULL, NULL, &st));
+  ck_assert_str_eq(st.msg, "Trying to share variable conv1/weights, but specified shape "
+                           "[3,4] and found shape [3,3].");
+  /* nested scopes inherit reuse */
+  ps_variable_scope_push(g, "inner", PS_REUSE_NONE);
+  ck_assert_ptr_null(ps_get_variable(g, "x", PS_DT_FLOAT, &s, NULL, NULL, &st));
+  ck_assert_ptr_nonnull(strstr(st.msg, "conv1/inner/x does not exist"));
+  ps_variable_scope_pop(g);
+  ps_variable_scope_pop(g);
+  ps_variable_scope_push(g, "conv2", PS_AUTO_REUSE);
+  ps_variable *a1 = ps_get_variable(g, "w", PS_DT_FLOAT, &s, NULL, NULL, &st);
+  ps_variable *a2 = ps_get_variable(g, "w", PS_DT_FLOAT, &s, NULL, NULL, &st);
+  ck_assert_ptr_nonnull(a1);
+  ck_assert_ptr_eq(a1, a2);
+  ps_variable_scope_pop(g);
+  /* tf.Variable never errors: it uniquifies */
+  ps_shape s0 = {0};
+  ps_tensor *one = ps_tensor_create(PS_DT_FLOAT, &s0, true);
+  ps_node *c1 = ps_constant(g, one, "one");
+  ps_variable *v1 = ps_variable_create(g, c1, "v", NULL);
+  ps_variable *v2 = ps_variable_create(g, c1, "v", NULL);
+  ck_assert_str_eq(ps_variable_name(v1), "v");
+  ck_assert_str_eq(ps_variable_name(v2), "v_1");
+  ps_tensor_destroy(one);
+  /* collections */
+  size_t n;
+  ps_collection_variables(g, PS_GLOBAL_VARIABLES, &n);
+  ck_assert_uint_eq(n, 4);
+  ps_var_options nt = {.not_trainable = true};
+  ps_get_variable(g, "global_step", PS_DT_INT64, &s0, NULL, &nt, &st);
+  ps_collection_variables(g, PS_TRAINABLE_VARIABLES, &n);
+  ck_assert_uint_eq(n, 4);
+  ps_collection_variables(g, PS_GLOBAL_VARIABLES, &n);
+  ck_assert_uint_eq(n, 5);
+  ps_collection_add_variable(g, "my_vars", w);
+  ps_variable *const *mine = ps_collection_variables(g, "my_vars", &n);
+  ck_assert_uint_eq(n, 1);
+  ck_assert_ptr_eq(mine[0], w);
+  ps_graph_destroy(g);
+}
+END_TEST
+
+/* w on ps/0 from an initializer, w2 on ps/1 from w.initialized_value(),
+ * u uninitialized; initialize, read, update, report. */
+START_TEST(initialize_in_dependency_order_across_ps) {
+  ps_graph *g = ps_graph_create();
+  ps_device_push_fn(g, ps_replica_device_setter(H.cluster, NULL));
+  ps_status st;
+  ps_shape s = shp(1, 4, 0);
+  ps_init_spec k;
+  ps_init_spec_default(&k, PS_INIT_CONSTANT);
+  k.value = 3;
+  ps_variable *w = ps_get_variable(g, "w", PS_DT_FLOAT, &s, &k, NULL, &st);
+  ps_variable *w2 = ps_variable_create(g, ps_initialized_value(w), "w2", NULL);
+  ck_assert_int_eq(ps_variable_task(w), 0);
+  ck_assert_int_eq(ps_variable_task(w2), 1);
+  ps_node *init = ps_global_variables_initializer(g);
+  ps_node *report = ps_report_uninitialized_variables(g, NULL, 0);
+  ps_session *sess = ps_session_create(g, C, &st);
+  ck_assert_ptr_nonnull(sess);
+  char **names;
+  size_t nn;
+  ck_assert_int_eq(ps_session_run_report(sess, report, &names, &nn, &st), 0);
+  ck_assert_uint_eq(nn, 2);
+  ck_assert_str_eq(names[0], "w");
+  ck_assert_str_eq(names[1], "w2");
+  ps_client_free_names(names, nn);
+  ck_assert_msg(ps_session_run(sess, NULL, 0, NULL, 0, &init, 1, NULL, &st) == 0, "%s", st.msg);
+  ck_assert_int_eq(ps_session_run_report(sess, report, &names, &nn, &st), 0);
+  ck_assert_uint_eq(nn, 0);
+  free(names);
+  ps_node *fetch[2] = {ps_variable_value(w), ps_variable_value(w2)};
+  ps_tensor *out[2];
+  ck_assert_msg(ps_session_run(sess, NULL, 0, fetch, 2, NULL, 0, out, &st) == 0, "%s", st.msg);
+  int reads, updates;
+  ps_session_last_rpcs(sess, &reads, &updates);
+  ck_assert_int_eq(reads, 2); /* one read per ps, in one wave */
+  for (int i = 0; i < 4; i++) {
+    ck_assert(((float *)ps_tensor_data(out[0]))[i] == 3.f);
+    ck_assert(((float *)ps_tensor_data(out[1]))[i] == 3.f);
+  }
+  ps_tensor_destroy(out[0]);
+  ps_tensor_destroy(out[1]);
+  /* assign_add from a fed placeholder, then read_value after it */
+  ps_node *x = ps_placeholder(g, PS_DT_FLOAT, &s, "x");
+  ps_node *add = ps_assign_add(w2, x);
+  ps_node *after = ps_read_value(w2, &add, 1);
+  ps_tensor *xv = ps_tensor_create(PS_DT_FLOAT, &s, true);
+  for (int i = 0; i < 4; i++) ((float *)ps_tensor_data(xv))[i] = (float)i;
+  ps_feed feed = {x, xv};
+  ps_session_destroy(sess);
+  sess = ps_session_create(g, C, &st);
+  ck_assert_msg(ps_session_run(sess, &feed, 1, &after, 1, NULL, 0, out, &st) == 0, "%s", st.msg);
+  for (int i = 0; i < 4; i++) ck_assert(((float *)ps_tensor_data(out[0]))[i] == 3.f + (float)i);
+  ps_tensor_destroy(out[0]);
+  /* is_variable_initialized */
+  ps_node *isw = ps_is_variable_initialized(w);
+  ck_assert_int_eq(ps_session_run(sess, NULL, 0, &isw, 1, NULL, 0, out, &st), 0);
+  ck_assert_int_eq(*(uint8_t *)ps_tensor_data(out[0]), 1);
+  ps_tensor_destroy(out[0]);
+  /* feeding errors */
+  ps_node *fx = x;
+  ck_assert_int_eq(ps_session_run(sess, NULL, 0, &fx, 1, NULL, 0, out, &st), PS_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(st.msg, "You must feed a value for placeholder tensor 'x'"));
+  ps_tensor_destroy(xv);
+  ps_session_destroy(sess);
+  ps_graph_destroy(g);
+}
+END_TEST
+
+START_TEST(uninitialized_read_through_a_session) {
+  ps_graph *g = ps_graph_create();
+  ps_device_push_fn(g, ps_replica_device_setter(H.cluster, NULL));
+  ps_status st;
+  ps_shape s = shp(1, 2, 0);
+  ps_variable *w = ps_get_variable(g, "lonely", PS_DT_FLOAT, &s, NULL, NULL, &st);
+  ps_session *sess = ps_session_create(g, C, &st);
+  ps_node *r = ps_variable_value(w);
+  ps_tensor *out;
+  ck_assert_int_eq(ps_session_run(sess, NULL, 0, &r, 1, NULL, 0, &out, &st),
+                   PS_FAILED_PRECONDITION);
+  ck_assert_str_eq(st.msg, "Attempting to use uninitialized value lonely");
+  ps_session_destroy(sess);
+  ps_graph_destroy(g);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("graph");
+  TCase *tc = tcase_create("graph");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, round_robin_placement_in_creation_order);
+  tcase_add_test(tc, greedy_placement_by_bytes);
+  tcase_add_test(tc, no_ps_job_means_no_device_function);
+  tcase_add_test(tc, scopes_reuse_and_their_errors);
+  tcase_add_test(tc, initialize_in_dependency_order_across_ps);
+  tcase_add_test(tc, uninitialized_read_through_a_session);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}

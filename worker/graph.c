@@ -1,0 +1,269 @@
+/* Worker graphs: nodes, name and variable scopes, device scopes and
+ * collections.  Variables and placement live in variables.c; math ops in
+ * ops.c; the executor in session.c.
+ *
+ * Names follow TensorFlow: a node's name is "<name scope>/<hint>", and a
+ * name already taken gets "_1", "_2"... (Graph.unique_name). */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph_internal.h"
+#include "graph_priv.h"
+
+extern const ps_op_def ps_op_variable_def_;
+static const ps_op_def op_placeholder = {"Placeholder", PS_OPK_PLACEHOLDER, NULL, NULL};
+static const ps_op_def op_const = {"Const", PS_OPK_CONST, NULL, NULL};
+static const ps_op_def op_noop = {"NoOp", PS_OPK_NOOP, NULL, NULL};
+
+ps_graph *ps_graph_create(void) {
+  ps_graph *g = calloc(1, sizeof *g);
+  if (g == NULL) return NULL;
+  ps_status_clear(&g->st);
+  return g;
+}
+
+static void free_node(ps_node *n) {
+  free(n->name);
+  free(n->in);
+  free(n->ctrl);
+  free(n->extra);
+  ps_tensor_destroy(n->value);
+  free(n);
+}
+
+void ps_graph_destroy(ps_graph *g) {
+  if (g == NULL) return;
+  for (size_t i = 0; i < g->nnodes; i++) free_node(g->nodes[i]);
+  free(g->nodes);
+  for (size_t i = 0; i < g->nvars; i++) ps_variable_free_(g->vars[i]);
+  free(g->vars);
+  for (size_t i = 0; i < g->nnames; i++) free(g->names[i].name);
+  free(g->names);
+  for (size_t i = 0; i < g->ncoll; i++) {
+    free(g->coll[i].key);
+    free(g->coll[i].items);
+  }
+  free(g->coll);
+  for (int i = 0; i < g->nscope; i++) free(g->scope[i]);
+  for (int i = 0; i < g->nvscope; i++) free(g->vscope[i].name);
+  for (int i = 0; i < g->ndev; i++) {
+    free(g->dev[i].str);
+    ps_device_fn_free_(g->dev[i].fn);
+  }
+  free(g);
+}
+
+const ps_status *ps_graph_status(const ps_graph *g) { return &g->st; }
+
+ps_node *ps_graph_fail(ps_graph *g, int code, const char *fmt, ...) {
+  if (g->st.code != PS_OK) return NULL;
+  g->st.code = code;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(g->st.msg, sizeof g->st.msg, fmt, ap);
+  va_end(ap);
+  return NULL;
+}
+
+size_t ps_graph_num_nodes(const ps_graph *g) { return g->nnodes; }
+ps_node *ps_graph_node(const ps_graph *g, size_t i) { return g->nodes[i]; }
+
+/* ---- unique names ---- */
+
+static int name_lookup(ps_graph *g, const char *name) {
+  for (size_t i = 0; i < g->nnames; i++)
+    if (!strcmp(g->names[i].name, name)) return (int)i;
+  return -1;
+}
+
+/* TensorFlow's Graph.unique_name: "x", "x_1", "x_2"... */
+char *ps_graph_unique_name_(ps_graph *g, const char *full) {
+  char buf[1024];
+  snprintf(buf, sizeof buf, "%s", full);
+  int k = name_lookup(g, buf);
+  if (k >= 0) {
+    int i = g->names[k].count;
+    do {
+      snprintf(buf, sizeof buf, "%s_%d", full, i++);
+    } while (name_lookup(g, buf) >= 0);
+    g->names[k].count = i;
+  }
+  if (g->nnames == g->capnames) {
+    g->capnames = g->capnames ? g->capnames * 2 : 64;
+    g->names = realloc(g->names, g->capnames * sizeof *g->names);
+  }
+  g->names[g->nnames].name = strdup(buf);
+  g->names[g->nnames].count = 1;
+  g->nnames++;
+  return strdup(buf);
+}
+
+void ps_graph_scoped_name_(ps_graph *g, const char *hint, char *out, size_t n) {
+  size_t off = 0;
+  out[0] = '\0';
+  for (int i = 0; i < g->nscope; i++)
+    off += (size_t)snprintf(out + off, off < n ? n - off : 0, "%s/", g->scope[i]);
+  if (off < n) snprintf(out + off, n - off, "%s", hint);
+}
+
+void ps_name_scope_push(ps_graph *g, const char *name) {
+  if (g->nscope < PS_MAX_SCOPE) g->scope[g->nscope] = strdup(name);
+  g->nscope++;
+}
+
+void ps_name_scope_pop(ps_graph *g) {
+  if (g->nscope <= 0) return;
+  g->nscope--;
+  if (g->nscope < PS_MAX_SCOPE) free(g->scope[g->nscope]);
+}
+
+/* ---- nodes ---- */
+
+ps_node *ps_node_new(ps_graph *g, const ps_op_def *def, const char *name_hint,
+                     ps_node *const *in, int nin) {
+  for (int i = 0; i < nin; i++)
+    if (in[i] == NULL) {
+      if (g->st.code == PS_OK)
+        ps_graph_fail(g, PS_INVALID_ARGUMENT, "%s: input %d is missing", def->type, i);
+      return NULL;
+    }
+  ps_node *n = calloc(1, sizeof *n);
+  if (n == NULL) return ps_graph_fail(g, PS_RESOURCE_EXHAUSTED, "out of memory");
+  n->g = g;
+  n->def = def;
+  n->id = (int)g->nnodes;
+  char full[1024];
+  ps_graph_scoped_name_(g, name_hint ? name_hint : def->type, full, sizeof full);
+  n->name = ps_graph_unique_name_(g, full);
+  if (nin > 0) {
+    n->in = malloc((size_t)nin * sizeof *n->in);
+    memcpy(n->in, in, (size_t)nin * sizeof *n->in);
+    n->nin = nin;
+    n->dtype = in[0]->dtype;
+    n->shape = in[0]->shape;
+  }
+  /* control dependencies of the current context */
+  if (g->nctx > 0) ps_node_add_control_deps(n, g->ctx, (size_t)g->nctx);
+  /* variables are placed once their dtype and shape are known */
+  if (def != &ps_op_variable_def_) ps_graph_place_(g, n);
+  if (g->nnodes == g->capnodes) {
+    g->capnodes = g->capnodes ? g->capnodes * 2 : 64;
+    g->nodes = realloc(g->nodes, g->capnodes * sizeof *g->nodes);
+  }
+  g->nodes[g->nnodes++] = n;
+  return n;
+}
+
+const char *ps_node_name(const ps_node *n) { return n->name; }
+const char *ps_node_op(const ps_node *n) { return n->def->type; }
+ps_dtype ps_node_dtype(const ps_node *n) { return n->dtype; }
+const ps_shape *ps_node_shape(const ps_node *n) { return &n->shape; }
+const char *ps_node_device(const ps_node *n) { return n->device; }
+
+ps_node *ps_graph_find_node(ps_graph *g, const char *name) {
+  for (size_t i = 0; i < g->nnodes; i++)
+    if (!strcmp(g->nodes[i]->name, name)) return g->nodes[i];
+  return NULL;
+}
+
+int ps_node_add_control_deps(ps_node *n, ps_node *const *deps, size_t ndeps) {
+  if (n == NULL) return -1;
+  n->ctrl = realloc(n->ctrl, ((size_t)n->nctrl + ndeps) * sizeof *n->ctrl);
+  for (size_t i = 0; i < ndeps; i++)
+    if (deps[i]) n->ctrl[n->nctrl++] = deps[i];
+  return 0;
+}
+
+void ps_control_dependencies_push_(ps_graph *g, ps_node *const *deps, size_t n) {
+  for (size_t i = 0; i < n && g->nctx < PS_MAX_CTX; i++) g->ctx[g->nctx++] = deps[i];
+  g->ctx_marks[g->nctxmarks++] = (int)n;
+}
+
+void ps_control_dependencies_pop_(ps_graph *g) {
+  if (g->nctxmarks <= 0) return;
+  g->nctx -= g->ctx_marks[--g->nctxmarks];
+  if (g->nctx < 0) g->nctx = 0;
+}
+
+ps_node *ps_placeholder(ps_graph *g, ps_dtype dtype, const ps_shape *shape,
+                        const char *name) {
+  ps_node *n = ps_node_new(g, &op_placeholder, name ? name : "Placeholder", NULL, 0);
+  if (n == NULL) return NULL;
+  n->dtype = dtype;
+  if (shape)
+    n->shape = *shape;
+  else
+    n->shape.rank = -1;
+  return n;
+}
+
+ps_node *ps_constant(ps_graph *g, const ps_tensor *value, const char *name) {
+  if (value == NULL) return ps_graph_fail(g, PS_INVALID_ARGUMENT, "Const: no value");
+  ps_node *n = ps_node_new(g, &op_const, name ? name : "Const", NULL, 0);
+  if (n == NULL) return NULL;
+  n->dtype = value->dtype;
+  n->shape = value->shape;
+  n->value = ps_tensor_create(value->dtype, &value->shape, false);
+  if (n->value == NULL) return ps_graph_fail(g, PS_RESOURCE_EXHAUSTED, "out of memory");
+  memcpy(ps_tensor_data(n->value), ps_tensor_data(value), ps_tensor_nbytes(value));
+  return n;
+}
+
+ps_node *ps_scalar(ps_graph *g, ps_dtype dtype, double value) {
+  ps_shape s = {0};
+  ps_tensor *t = ps_tensor_create(dtype, &s, true);
+  if (t == NULL) return ps_graph_fail(g, PS_INVALID_ARGUMENT, "scalar: bad dtype %d", dtype);
+  ps_elem_set(dtype, ps_tensor_data(t), 0, value);
+  ps_node *n = ps_constant(g, t, "Const");
+  ps_tensor_destroy(t);
+  return n;
+}
+
+ps_node *ps_group(ps_graph *g, ps_node *const *deps, size_t n, const char *name) {
+  ps_node *x = ps_node_new(g, &op_noop, name ? name : "group_deps", NULL, 0);
+  if (x == NULL) return NULL;
+  x->dtype = PS_DT_FLOAT;
+  x->shape.rank = 0;
+  ps_node_add_control_deps(x, deps, n);
+  return x;
+}
+
+/* ---- collections ---- */
+
+static ps_collection *collection(ps_graph *g, const char *key) {
+  for (size_t i = 0; i < g->ncoll; i++)
+    if (!strcmp(g->coll[i].key, key)) return &g->coll[i];
+  g->coll = realloc(g->coll, (g->ncoll + 1) * sizeof *g->coll);
+  ps_collection *c = &g->coll[g->ncoll++];
+  memset(c, 0, sizeof *c);
+  c->key = strdup(key);
+  return c;
+}
+
+static void coll_add(ps_graph *g, const char *key, void *item, int is_var) {
+  ps_collection *c = collection(g, key);
+  for (size_t i = 0; i < c->n; i++)
+    if (c->items[i] == item) return;
+  c->items = realloc(c->items, (c->n + 1) * sizeof *c->items);
+  c->items[c->n++] = item;
+  c->is_var = is_var;
+}
+
+void ps_collection_add_variable(ps_graph *g, const char *key, ps_variable *v) {
+  coll_add(g, key, v, 1);
+}
+void ps_collection_add_node(ps_graph *g, const char *key, ps_node *n) {
+  coll_add(g, key, n, 0);
+}
+ps_variable *const *ps_collection_variables(ps_graph *g, const char *key, size_t *n) {
+  ps_collection *c = collection(g, key);
+  *n = c->n;
+  return (ps_variable *const *)c->items;
+}
+ps_node *const *ps_collection_nodes(ps_graph *g, const char *key, size_t *n) {
+  ps_collection *c = collection(g, key);
+  *n = c->n;
+  return (ps_node *const *)c->items;
+}

@@ -1,0 +1,100 @@
+/* Internals of worker graphs shared by graph.c, ops.c, grad.c, session.c.
+ *
+ * A node has one output.  Its op definition says how the session runs it:
+ * local ops have a compute kernel that runs on the worker; the other kinds
+ * (variable reads, initializers, updates...) are batched by the session into
+ * one RPC per ps per wave.  A node whose output is the sparse gradient of a
+ * gather carries `sparse_indices` (the node giving the row indices) and
+ * `sparse_dense_shape` (the shape of the dense tensor it stands for); its
+ * own output is the rows. */
+#ifndef PS_GRAPH_INTERNAL_H
+#define PS_GRAPH_INTERNAL_H
+
+#include "common/device.h"
+#include "paramserver/graph.h"
+#include "paramserver/client.h"
+#include "paramserver/ops.h"
+
+typedef enum ps_op_kind {
+  PS_OPK_LOCAL = 0,   /* compute() on the worker */
+  PS_OPK_PLACEHOLDER, /* must be fed */
+  PS_OPK_CONST,       /* n->value */
+  PS_OPK_NOOP,        /* group / control only; output is an empty tensor */
+  PS_OPK_VAR_READ,    /* value of n->var (remote gather when the session can) */
+  PS_OPK_VAR_INIT,    /* run n->var's initializer (input 0: initial value, if any) */
+  PS_OPK_VAR_UPDATE,  /* n->update_op on n->var with input 0 (and sparse indices) */
+  PS_OPK_VAR_IS_INIT, /* scalar bool */
+  PS_OPK_REPORT_UNINIT,
+} ps_op_kind;
+
+typedef struct ps_op_def {
+  const char *type; /* TensorFlow's op type: "MatMul" */
+  ps_op_kind kind;
+  /* Local ops: compute the output from the inputs (borrowed).  *out is a new
+   * tensor owned by the caller. */
+  int (*compute)(ps_node *n, ps_tensor *const *in, ps_tensor **out, ps_status *st);
+  /* Builds the gradient of each input given @dy, the gradient of the
+   * output (same shape).  dx[i] = NULL when input i gets none.  NULL
+   * function: not differentiable (gradient stops). */
+  int (*grad)(ps_graph *g, ps_node *n, ps_node *dy, ps_node **dx, ps_status *st);
+} ps_op_def;
+
+struct ps_node {
+  ps_graph *g;
+  int id;
+  const ps_op_def *def;
+  char *name;
+  ps_node **in;
+  int nin;
+  ps_node **ctrl;
+  int nctrl;
+  ps_dtype dtype;
+  ps_shape shape; /* rank -1: unknown; dim -1: unknown */
+  char device[PS_DEVICE_STRING_MAX];
+  /* attributes */
+  int64_t ia[4];
+  double fa[4];
+  ps_tensor *value;  /* Const */
+  ps_variable *var;  /* variable ops */
+  int update_op;     /* PS_ASSIGN... / PS_APPLY_... */
+  void *extra;       /* op-specific, freed with free() */
+  ps_node *sparse_indices;
+  ps_shape sparse_dense_shape;
+};
+
+struct ps_variable {
+  ps_graph *g;
+  char *name;
+  ps_dtype dtype;
+  ps_shape shape;
+  bool trainable;
+  bool local;
+  char device[PS_DEVICE_STRING_MAX];
+  int task;              /* ps task, -1 when not on a ps */
+  bool has_init;         /* server-side initializer */
+  ps_init_spec init;
+  double *init_values;   /* owned copy of init.values */
+  bool from_get_variable;
+  ps_node *initial_value; /* a worker-side expression, else NULL */
+  ps_node *read;          /* "<name>/read" */
+  ps_node *initializer;   /* "<name>/Assign" */
+  /* parts of partitioned variables */
+  char *full_name;
+  ps_shape full_shape;
+  int64_t offset;         /* first element of this part in the full tensor */
+  ps_variable *primary;   /* optimizer slots: the variable they serve */
+};
+
+/* Creates a node named @name_hint inside the current name scope (made
+ * unique), placed by the device stack, with inputs @in (NULL inputs:
+ * returns NULL, the graph keeps its first error).  dtype/shape start as the
+ * first input's; constructors set them. */
+ps_node *ps_node_new(ps_graph *g, const ps_op_def *def, const char *name_hint,
+                     ps_node *const *in, int nin);
+/* Records the graph's first error; returns NULL for convenience. */
+ps_node *ps_graph_fail(ps_graph *g, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+size_t ps_graph_num_nodes(const ps_graph *g);
+ps_node *ps_graph_node(const ps_graph *g, size_t i);
+
+#endif

@@ -1,0 +1,60 @@
+/* The ps_graph struct, private to graph.c, variables.c and session.c. */
+#ifndef PS_GRAPH_PRIV_H
+#define PS_GRAPH_PRIV_H
+
+#include "graph_internal.h"
+
+#define PS_MAX_SCOPE 64
+#define PS_MAX_CTX 256
+
+typedef struct ps_collection {
+  char *key;
+  void **items;
+  size_t n;
+  int is_var;
+} ps_collection;
+
+typedef struct ps_vscope {
+  char *name;
+  ps_reuse reuse; /* effective (inherited) */
+} ps_vscope;
+
+typedef struct ps_devscope {
+  char *str;        /* a device string, or NULL */
+  ps_device_fn *fn; /* or a device function */
+} ps_devscope;
+
+struct ps_graph {
+  ps_status st;
+  ps_node **nodes;
+  size_t nnodes, capnodes;
+  ps_variable **vars;
+  size_t nvars;
+  struct {
+    char *name;
+    int count;
+  } *names;
+  size_t nnames, capnames;
+  ps_collection *coll;
+  size_t ncoll;
+  char *scope[PS_MAX_SCOPE];
+  int nscope;
+  ps_vscope vscope[PS_MAX_SCOPE];
+  int nvscope;
+  ps_devscope dev[PS_MAX_SCOPE];
+  int ndev;
+  ps_node *ctx[PS_MAX_CTX];
+  int nctx;
+  int ctx_marks[PS_MAX_CTX];
+  int nctxmarks;
+};
+
+char *ps_graph_unique_name_(ps_graph *g, const char *full);
+void ps_graph_scoped_name_(ps_graph *g, const char *hint, char *out, size_t n);
+void ps_graph_place_(ps_graph *g, ps_node *n);
+void ps_variable_free_(ps_variable *v);
+void ps_device_fn_free_(ps_device_fn *fn);
+void ps_control_dependencies_push_(ps_graph *g, ps_node *const *deps, size_t n);
+void ps_control_dependencies_pop_(ps_graph *g);
+
+#endif

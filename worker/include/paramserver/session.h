@@ -1,0 +1,37 @@
+/* Sessions: run(feeds, fetches, targets) executes only the subgraph the
+ * fetches and targets need.  Variable reads, initializers and updates are
+ * remote: per wave of ready nodes, all reads for one ps go in one RPC and
+ * all updates for one ps in one RPC, with the ps contacted in parallel. */
+#ifndef PARAMSERVER_SESSION_H
+#define PARAMSERVER_SESSION_H
+
+#include "paramserver/client.h"
+#include "paramserver/graph.h"
+
+typedef struct ps_session ps_session;
+
+typedef struct ps_feed {
+  ps_node *node;
+  const ps_tensor *value; /* borrowed for the run */
+} ps_feed;
+
+/* @client may be NULL for graphs without variables (local computation).
+ * Variables of the graph are created on their ps at the first run. */
+ps_session *ps_session_create(ps_graph *g, ps_client *client, ps_status *st);
+void ps_session_destroy(ps_session *s);
+
+/* outputs[i] receives a new tensor for fetches[i] (caller destroys). */
+int ps_session_run(ps_session *s, const ps_feed *feeds, size_t nfeeds,
+                   ps_node *const *fetches, size_t nfetches,
+                   ps_node *const *targets, size_t ntargets, ps_tensor **outputs,
+                   ps_status *st);
+
+/* Runs a report_uninitialized_variables node: names of the uninitialized
+ * variables (free with ps_client_free_names). */
+int ps_session_run_report(ps_session *s, ps_node *report, char ***names,
+                          size_t *n, ps_status *st);
+
+/* RPCs issued by the last run: reads and updates (for tests). */
+void ps_session_last_rpcs(const ps_session *s, int *reads, int *updates);
+
+#endif

@@ -1,0 +1,629 @@
+/* Sessions: execute the part of a graph that fetches and targets need.
+ *
+ * Execution goes in waves.  Each wave first runs every ready local node
+ * (their kernels on the worker), then issues the ready remote nodes
+ * together: all variable reads (and row gathers) for one ps in one Read
+ * RPC, all initializers and updates for one ps in one Update RPC, every ps
+ * at once.  A typical training step is therefore one wave of reads, local
+ * forward and backward computation, and one wave of updates.
+ *
+ * Variables with no ps device live in the session itself (local), which is
+ * also the no-RPC baseline the benchmarks compare against. */
+#include "paramserver/session.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph_internal.h"
+#include "graph_priv.h"
+
+typedef struct local_var {
+  ps_tensor *value; /* NULL until initialized */
+} local_var;
+
+struct ps_session {
+  ps_graph *g;
+  ps_client *client;
+  bool *created; /* per graph variable index */
+  size_t ncreated;
+  local_var *locals;
+  size_t nlocals;
+  int last_reads, last_updates;
+};
+
+ps_session *ps_session_create(ps_graph *g, ps_client *client, ps_status *st) {
+  if (g->st.code != PS_OK) {
+    ps_status_set(st, g->st.code, "graph has an error: %s", g->st.msg);
+    return NULL;
+  }
+  ps_session *s = calloc(1, sizeof *s);
+  if (s == NULL) {
+    ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+    return NULL;
+  }
+  s->g = g;
+  s->client = client;
+  return s;
+}
+
+void ps_session_destroy(ps_session *s) {
+  if (s == NULL) return;
+  for (size_t i = 0; i < s->nlocals; i++) ps_tensor_destroy(s->locals[i].value);
+  free(s->locals);
+  free(s->created);
+  free(s);
+}
+
+void ps_session_last_rpcs(const ps_session *s, int *reads, int *updates) {
+  *reads = s->last_reads;
+  *updates = s->last_updates;
+}
+
+static size_t var_index(ps_graph *g, ps_variable *v) {
+  for (size_t i = 0; i < g->nvars; i++)
+    if (g->vars[i] == v) return i;
+  return (size_t)-1;
+}
+
+static local_var *local_of(ps_session *s, ps_variable *v) {
+  size_t i = var_index(s->g, v);
+  if (i >= s->nlocals) {
+    size_t n = s->g->nvars;
+    s->locals = realloc(s->locals, n * sizeof *s->locals);
+    memset(s->locals + s->nlocals, 0, (n - s->nlocals) * sizeof *s->locals);
+    s->nlocals = n;
+  }
+  return &s->locals[i];
+}
+
+/* A tensor sharing @t's bytes (no copy). */
+static ps_tensor *share(const ps_tensor *t) {
+  ps_tensor *o = calloc(1, sizeof *o);
+  o->dtype = t->dtype;
+  o->shape = t->shape;
+  o->buf = ps_buf_ref(t->buf);
+  return o;
+}
+
+static ps_tensor *empty_tensor(void) {
+  ps_shape s = {0};
+  return ps_tensor_create(PS_DT_FLOAT, &s, true);
+}
+
+/* ---- run state ---- */
+
+enum { N_UNNEEDED = 0, N_NEEDED, N_DONE };
+
+typedef struct run {
+  ps_session *s;
+  size_t n;
+  char *state;       /* per node */
+  ps_tensor **val;   /* per node */
+  bool *fed;
+  bool *remote_gather; /* GatherV2 executed as a ps row read */
+  bool *skip_read;     /* a read only gathers use: not read whole */
+  ps_status *st;
+} run;
+
+static void mark_needed(run *r, ps_node *n) {
+  if (r->state[n->id] != N_UNNEEDED) return;
+  r->state[n->id] = N_NEEDED;
+  if (r->fed[n->id]) return;
+  for (int i = 0; i < n->nin; i++) mark_needed(r, n->in[i]);
+  if (n->ia[0] == 1 && n->def->kind == PS_OPK_VAR_READ) return; /* soft deps */
+  for (int i = 0; i < n->nctrl; i++) mark_needed(r, n->ctrl[i]);
+  if (n->sparse_indices) mark_needed(r, n->sparse_indices);
+}
+
+static bool ready(run *r, ps_node *n) {
+  if (r->state[n->id] != N_NEEDED) return false;
+  if (r->fed[n->id]) return true;
+  for (int i = 0; i < n->nin; i++)
+    if (r->state[n->in[i]->id] != N_DONE) return false;
+  for (int i = 0; i < n->nctrl; i++) {
+    ps_node *c = n->ctrl[i];
+    if (r->state[c->id] == N_NEEDED) return false; /* soft deps: only if needed */
+  }
+  if (n->sparse_indices && r->state[n->sparse_indices->id] != N_DONE) return false;
+  return true;
+}
+
+static bool is_remote(const ps_node *n) {
+  switch (n->def->kind) {
+  case PS_OPK_VAR_READ:
+  case PS_OPK_VAR_INIT:
+  case PS_OPK_VAR_UPDATE:
+  case PS_OPK_VAR_IS_INIT:
+  case PS_OPK_REPORT_UNINIT:
+    return n->var == NULL || n->var->task >= 0 || n->def->kind == PS_OPK_REPORT_UNINIT;
+  default:
+    return false;
+  }
+}
+
+static int run_local(run *r, ps_node *n) {
+  ps_status *st = r->st;
+  if (r->fed[n->id]) return 0; /* value already set */
+  switch (n->def->kind) {
+  case PS_OPK_PLACEHOLDER:
+    return ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "You must feed a value for placeholder tensor '%s' with "
+                         "dtype %s",
+                         n->name, ps_dtype_name(n->dtype));
+  case PS_OPK_CONST:
+    r->val[n->id] = share(n->value);
+    return 0;
+  case PS_OPK_NOOP:
+    r->val[n->id] = empty_tensor();
+    return 0;
+  case PS_OPK_LOCAL: {
+    ps_tensor *in[16], **inp = in;
+    if (n->nin > 16) inp = malloc((size_t)n->nin * sizeof *inp);
+    for (int i = 0; i < n->nin; i++) inp[i] = r->val[n->in[i]->id];
+    int rc = n->def->compute(n, inp, &r->val[n->id], st);
+    if (inp != in) free(inp);
+    if (rc != 0) ps_status_prefix(st, "%s (%s)", n->name, n->def->type);
+    return rc;
+  }
+  default:
+    break;
+  }
+  /* variables held by the session */
+  ps_variable *v = n->var;
+  local_var *lv = local_of(r->s, v);
+  switch (n->def->kind) {
+  case PS_OPK_VAR_READ:
+    if (lv->value == NULL)
+      return ps_status_set(st, PS_FAILED_PRECONDITION,
+                           "Attempting to use uninitialized value %s", v->name);
+    r->val[n->id] = share(lv->value);
+    return 0;
+  case PS_OPK_VAR_IS_INIT: {
+    ps_shape s0 = {0};
+    r->val[n->id] = ps_tensor_create(PS_DT_BOOL, &s0, true);
+    *(uint8_t *)ps_tensor_data(r->val[n->id]) = lv->value != NULL;
+    return 0;
+  }
+  case PS_OPK_VAR_INIT:
+  case PS_OPK_VAR_UPDATE: {
+    ps_tensor *x = NULL;
+    if (n->def->kind == PS_OPK_VAR_INIT && v->has_init) {
+      x = ps_tensor_create(v->dtype, &v->shape, false);
+      int rc = ps_init_fill(&v->init, v->full_name ? v->full_name : v->name, v->dtype,
+                            v->full_name ? &v->full_shape : &v->shape, v->offset,
+                            ps_shape_num_elements(&v->shape), ps_tensor_data(x), st);
+      if (rc != 0) {
+        ps_tensor_destroy(x);
+        return rc;
+      }
+    } else {
+      ps_tensor *in = r->val[n->in[0]->id];
+      int op = n->def->kind == PS_OPK_VAR_INIT ? PS_ASSIGN : n->update_op;
+      if (op != PS_ASSIGN && lv->value == NULL)
+        return ps_status_set(st, PS_FAILED_PRECONDITION,
+                             "Attempting to use uninitialized value %s", v->name);
+      if (op == PS_ASSIGN) {
+        if (!ps_shape_equal(&in->shape, &v->shape)) {
+          char a[128], b[128];
+          return ps_status_set(st, PS_INVALID_ARGUMENT,
+                               "Assign requires shapes of both tensors to match. "
+                               "lhs shape= %s rhs shape= %s",
+                               ps_shape_format(&v->shape, a, sizeof a),
+                               ps_shape_format(&in->shape, b, sizeof b));
+        }
+        x = ps_tensor_create(v->dtype, &v->shape, false);
+        memcpy(ps_tensor_data(x), ps_tensor_data(in), ps_tensor_nbytes(in));
+      } else if (op == PS_ASSIGN_ADD || op == PS_ASSIGN_SUB) {
+        x = ps_tensor_create(v->dtype, &v->shape, false);
+        memcpy(ps_tensor_data(x), ps_tensor_data(lv->value), ps_tensor_nbytes(x));
+        if (!ps_shape_equal(&in->shape, &v->shape)) {
+          ps_tensor_destroy(x);
+          return ps_status_set(st, PS_INVALID_ARGUMENT, "%s: shapes differ", n->name);
+        }
+        ps_elem_apply(v->dtype, op == PS_ASSIGN_ADD ? '+' : '-', ps_tensor_data(x),
+                      ps_tensor_data(in), ps_tensor_num_elements(x));
+      } else {
+        return ps_status_set(st, PS_UNIMPLEMENTED,
+                             "%s: update op %d on a local variable", n->name, op);
+      }
+    }
+    ps_tensor_destroy(lv->value);
+    lv->value = x;
+    r->val[n->id] = empty_tensor();
+    return 0;
+  }
+  default:
+    return ps_status_set(st, PS_INTERNAL, "%s: cannot run op kind %d", n->name,
+                         n->def->kind);
+  }
+}
+
+/* ---- remote waves ---- */
+
+typedef struct task_work {
+  ps_read *reads;
+  ps_node **read_nodes;
+  size_t nreads;
+  ps_update *ups;
+  ps_node **up_nodes;
+  size_t nups;
+  const char **init_names;
+  ps_node **init_nodes;
+  size_t ninits;
+} task_work;
+
+#define GROW(arr, n) arr = realloc(arr, ((n) + 1) * sizeof *(arr))
+
+static int ensure_created(run *r, ps_node **wave, size_t nw) {
+  ps_session *s = r->s;
+  ps_graph *g = s->g;
+  if (s->ncreated < g->nvars) {
+    s->created = realloc(s->created, g->nvars * sizeof *s->created);
+    memset(s->created + s->ncreated, 0, (g->nvars - s->ncreated) * sizeof(bool));
+    s->ncreated = g->nvars;
+  }
+  int nps = ps_client_num_ps(s->client);
+  ps_var_spec **specs = calloc((size_t)nps, sizeof *specs);
+  size_t *nspecs = calloc((size_t)nps, sizeof *nspecs);
+  size_t *which = calloc(g->nvars + 1, sizeof *which);
+  int rc = 0;
+  for (size_t k = 0; k < nw; k++) {
+    ps_variable *v = wave[k]->var;
+    if (v == NULL || v->task < 0) continue;
+    size_t i = var_index(g, v);
+    if (s->created[i]) continue;
+    if (v->task >= nps) {
+      rc = ps_status_set(r->st, PS_INVALID_ARGUMENT,
+                         "variable %s is placed on %s but the cluster has %d ps tasks",
+                         v->name, v->device, nps);
+      break;
+    }
+    s->created[i] = true;
+    GROW(specs[v->task], nspecs[v->task]);
+    ps_var_spec *sp = &specs[v->task][nspecs[v->task]++];
+    memset(sp, 0, sizeof *sp);
+    sp->name = v->name;
+    sp->dtype = v->dtype;
+    sp->shape = v->shape;
+    sp->init = v->has_init ? &v->init : NULL;
+    sp->full_name = v->full_name;
+    sp->full_shape = v->full_name ? &v->full_shape : NULL;
+    sp->offset = v->offset;
+  }
+  for (int t = 0; t < nps && rc == 0; t++)
+    if (nspecs[t]) rc = ps_client_create_vars(s->client, t, specs[t], nspecs[t], r->st);
+  for (int t = 0; t < nps; t++) free(specs[t]);
+  free(specs);
+  free(nspecs);
+  free(which);
+  return rc;
+}
+
+static int run_remote(run *r, ps_node **wave, size_t nw) {
+  ps_session *s = r->s;
+  if (s->client == NULL)
+    return ps_status_set(r->st, PS_FAILED_PRECONDITION,
+                         "%s needs a ps, but the session has no client", wave[0]->name);
+  int rc = ensure_created(r, wave, nw);
+  if (rc) return rc;
+  int nps = ps_client_num_ps(s->client);
+  task_work *tw = calloc((size_t)nps, sizeof *tw);
+  ps_tensor **owned = calloc(nw + 1, sizeof *owned);
+  size_t nowned = 0;
+  for (size_t k = 0; k < nw && rc == 0; k++) {
+    ps_node *n = wave[k];
+    if (n->def->kind == PS_OPK_REPORT_UNINIT) continue;
+    ps_variable *v = n->var;
+    task_work *w = &tw[v->task];
+    switch (n->def->kind) {
+    case PS_OPK_VAR_READ:
+      GROW(w->reads, w->nreads);
+      GROW(w->read_nodes, w->nreads);
+      w->reads[w->nreads] = (ps_read){.name = v->name};
+      w->read_nodes[w->nreads++] = n;
+      break;
+    case PS_OPK_LOCAL: /* a gather served by the ps */
+      GROW(w->reads, w->nreads);
+      GROW(w->read_nodes, w->nreads);
+      w->reads[w->nreads] = (ps_read){.name = v->name, .indices = r->val[n->in[1]->id]};
+      w->read_nodes[w->nreads++] = n;
+      break;
+    case PS_OPK_VAR_INIT:
+      if (v->has_init) {
+        GROW(w->init_names, w->ninits);
+        GROW(w->init_nodes, w->ninits);
+        w->init_names[w->ninits] = v->name;
+        w->init_nodes[w->ninits++] = n;
+        break;
+      }
+      /* assign the computed initial value */
+      __attribute__((fallthrough));
+    case PS_OPK_VAR_UPDATE: {
+      ps_node *x = n->in[0];
+      ps_tensor *val = r->val[x->id];
+      int op = n->def->kind == PS_OPK_VAR_INIT ? PS_ASSIGN : n->update_op;
+      const ps_tensor *idx = NULL;
+      if (x->sparse_indices) {
+        idx = r->val[x->sparse_indices->id];
+        if (op == PS_ASSIGN_ADD) op = PS_SCATTER_ADD;
+        else if (op == PS_ASSIGN_SUB) op = PS_SCATTER_SUB;
+        else if (op == PS_ASSIGN) op = PS_SCATTER_UPDATE;
+        if (idx->dtype != PS_DT_INT64 && idx->dtype != PS_DT_INT32) {
+          rc = ps_status_set(r->st, PS_INVALID_ARGUMENT, "%s: bad sparse indices",
+                             n->name);
+          break;
+        }
+      }
+      if (val->dtype != v->dtype) {
+        rc = ps_status_set(r->st, PS_INVALID_ARGUMENT,
+                           "%s: value has dtype %s but %s is %s", n->name,
+                           ps_dtype_name(val->dtype), v->name, ps_dtype_name(v->dtype));
+        break;
+      }
+      GROW(w->ups, w->nups);
+      GROW(w->up_nodes, w->nups);
+      w->ups[w->nups] = (ps_update){.name = v->name, .op = (ps_update_op)op,
+                                    .value = val, .indices = idx};
+      w->up_nodes[w->nups++] = n;
+      break;
+    }
+    default:
+      break;
+    }
+  }
+  /* reads */
+  ps_task_reads *tr = calloc((size_t)nps, sizeof *tr);
+  size_t ntr = 0;
+  for (int t = 0; t < nps && rc == 0; t++)
+    if (tw[t].nreads) tr[ntr++] = (ps_task_reads){.task = t, .reads = tw[t].reads, .n = tw[t].nreads};
+  if (rc == 0 && ntr) {
+    rc = ps_client_read_many(s->client, tr, ntr, r->st);
+    s->last_reads += (int)ntr;
+    if (rc == 0)
+      for (int t = 0; t < nps; t++)
+        for (size_t i = 0; i < tw[t].nreads; i++)
+          r->val[tw[t].read_nodes[i]->id] = tw[t].reads[i].out;
+  }
+  /* server-side initializers */
+  for (int t = 0; t < nps && rc == 0; t++)
+    if (tw[t].ninits) {
+      rc = ps_client_initialize(s->client, t, tw[t].init_names, tw[t].ninits, false,
+                                NULL, r->st);
+      s->last_updates++;
+      for (size_t i = 0; i < tw[t].ninits && rc == 0; i++)
+        r->val[tw[t].init_nodes[i]->id] = empty_tensor();
+    }
+  /* updates */
+  ps_task_updates *tu = calloc((size_t)nps, sizeof *tu);
+  size_t ntu = 0;
+  for (int t = 0; t < nps && rc == 0; t++)
+    if (tw[t].nups) tu[ntu++] = (ps_task_updates){.task = t, .updates = tw[t].ups, .n = tw[t].nups};
+  if (rc == 0 && ntu) {
+    rc = ps_client_update_many(s->client, tu, ntu, r->st);
+    s->last_updates += (int)ntu;
+    if (rc == 0)
+      for (int t = 0; t < nps; t++)
+        for (size_t i = 0; i < tw[t].nups; i++)
+          r->val[tw[t].up_nodes[i]->id] = empty_tensor();
+  }
+  /* is_initialized and report: one call per node (rare, control plane) */
+  for (size_t k = 0; k < nw && rc == 0; k++) {
+    ps_node *n = wave[k];
+    if (n->def->kind == PS_OPK_VAR_IS_INIT) {
+      bool b = false;
+      const char *nm[1] = {n->var->name};
+      rc = ps_client_is_initialized(s->client, n->var->task, nm, 1, &b, r->st);
+      ps_shape s0 = {0};
+      r->val[n->id] = ps_tensor_create(PS_DT_BOOL, &s0, true);
+      *(uint8_t *)ps_tensor_data(r->val[n->id]) = b;
+    } else if (n->def->kind == PS_OPK_REPORT_UNINIT) {
+      r->val[n->id] = empty_tensor(); /* names via ps_session_run_report */
+    }
+  }
+  for (int t = 0; t < nps; t++) {
+    if (rc != 0)
+      for (size_t i = 0; i < tw[t].nreads; i++)
+        if (r->val[tw[t].read_nodes[i]->id] != tw[t].reads[i].out)
+          ps_tensor_destroy(tw[t].reads[i].out);
+    free(tw[t].reads);
+    free(tw[t].read_nodes);
+    free(tw[t].ups);
+    free(tw[t].up_nodes);
+    free(tw[t].init_names);
+    free(tw[t].init_nodes);
+  }
+  for (size_t i = 0; i < nowned; i++) ps_tensor_destroy(owned[i]);
+  free(owned);
+  free(tw);
+  free(tr);
+  free(tu);
+  return rc;
+}
+
+/* Reads whose every needed consumer is a gather of their rows are served
+ * as row reads by the ps: the whole variable never crosses the network. */
+static void plan_gathers(run *r, ps_node *const *fetches, size_t nfetches) {
+  ps_graph *g = r->s->g;
+  for (size_t i = 0; i < r->n; i++) {
+    ps_node *n = g->nodes[i];
+    if (n->def->kind != PS_OPK_VAR_READ || r->state[i] != N_NEEDED || r->fed[i]) continue;
+    if (n->var->task < 0 || n->nctrl > 0) continue;
+    bool only_gathers = true, any = false;
+    for (size_t f = 0; f < nfetches; f++)
+      if (fetches[f] == n) only_gathers = false;
+    for (size_t k = 0; k < r->n && only_gathers; k++) {
+      ps_node *c = g->nodes[k];
+      if (r->state[k] != N_NEEDED) continue;
+      for (int j = 0; j < c->nin; j++)
+        if (c->in[j] == n) {
+          if (strcmp(c->def->type, "GatherV2") != 0 || j != 0) only_gathers = false;
+          else any = true;
+        }
+      for (int j = 0; j < c->nctrl; j++)
+        if (c->ctrl[j] == n) only_gathers = false;
+    }
+    if (!only_gathers || !any) continue;
+    r->skip_read[i] = true;
+    for (size_t k = 0; k < r->n; k++) {
+      ps_node *c = g->nodes[k];
+      if (r->state[k] == N_NEEDED && c->nin >= 2 && c->in[0] == n &&
+          !strcmp(c->def->type, "GatherV2"))
+        r->remote_gather[k] = true;
+    }
+  }
+}
+
+int ps_session_run(ps_session *s, const ps_feed *feeds, size_t nfeeds,
+                   ps_node *const *fetches, size_t nfetches,
+                   ps_node *const *targets, size_t ntargets, ps_tensor **outputs,
+                   ps_status *st) {
+  ps_status local_st;
+  if (st == NULL) st = &local_st;
+  ps_status_clear(st);
+  ps_graph *g = s->g;
+  if (g->st.code != PS_OK)
+    return ps_status_set(st, g->st.code, "graph has an error: %s", g->st.msg);
+  s->last_reads = s->last_updates = 0;
+  run r = {.s = s, .n = g->nnodes, .st = st};
+  r.state = calloc(r.n + 1, 1);
+  r.val = calloc(r.n + 1, sizeof *r.val);
+  r.fed = calloc(r.n + 1, sizeof *r.fed);
+  r.remote_gather = calloc(r.n + 1, sizeof *r.remote_gather);
+  r.skip_read = calloc(r.n + 1, sizeof *r.skip_read);
+  ps_node **wave = calloc(r.n + 1, sizeof *wave);
+  int rc = 0;
+  for (size_t i = 0; i < nfeeds; i++) {
+    ps_node *n = feeds[i].node;
+    const ps_tensor *t = feeds[i].value;
+    if (n == NULL || t == NULL || (size_t)n->id >= r.n || g->nodes[n->id] != n) {
+      rc = ps_status_set(st, PS_INVALID_ARGUMENT, "feed %zu is not a node of this graph", i);
+      goto out;
+    }
+    if (t->dtype != n->dtype) {
+      rc = ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "Cannot feed value of dtype %s for Tensor '%s', which has "
+                         "dtype %s",
+                         ps_dtype_name(t->dtype), n->name, ps_dtype_name(n->dtype));
+      goto out;
+    }
+    if (n->shape.rank >= 0) {
+      bool ok = t->shape.rank == n->shape.rank;
+      for (int d = 0; ok && d < t->shape.rank; d++)
+        ok = n->shape.dim[d] < 0 || n->shape.dim[d] == t->shape.dim[d];
+      if (!ok) {
+        char a[128], b[128];
+        rc = ps_status_set(st, PS_INVALID_ARGUMENT,
+                           "Cannot feed value of shape %s for Tensor '%s', which has "
+                           "shape %s",
+                           ps_shape_format(&t->shape, a, sizeof a), n->name,
+                           ps_shape_format(&n->shape, b, sizeof b));
+        goto out;
+      }
+    }
+    r.fed[n->id] = true;
+    ps_tensor_destroy(r.val[n->id]);
+    r.val[n->id] = share(t);
+  }
+  for (size_t i = 0; i < nfetches; i++) {
+    if (fetches[i] == NULL) {
+      rc = ps_status_set(st, PS_INVALID_ARGUMENT, "fetch %zu is NULL", i);
+      goto out;
+    }
+    mark_needed(&r, fetches[i]);
+  }
+  for (size_t i = 0; i < ntargets; i++)
+    if (targets[i]) mark_needed(&r, targets[i]);
+  plan_gathers(&r, fetches, nfetches);
+  for (size_t i = 0; i < r.n; i++)
+    if (r.skip_read[i]) r.state[i] = N_DONE;
+  for (;;) {
+    /* local nodes until none is ready */
+    bool progress = true, any_left = false;
+    while (progress && rc == 0) {
+      progress = false;
+      for (size_t i = 0; i < r.n && rc == 0; i++) {
+        ps_node *n = g->nodes[i];
+        if (!ready(&r, n) || r.remote_gather[i]) continue;
+        if (!r.fed[i] && is_remote(n)) continue;
+        rc = run_local(&r, n);
+        r.state[i] = N_DONE;
+        progress = true;
+      }
+    }
+    if (rc) break;
+    size_t nw = 0;
+    for (size_t i = 0; i < r.n; i++) {
+      ps_node *n = g->nodes[i];
+      if (r.state[i] == N_NEEDED) any_left = true;
+      if (ready(&r, n) && (r.remote_gather[i] || is_remote(n))) {
+        if (r.remote_gather[i] && n->var == NULL) n->var = n->in[0]->var;
+        wave[nw++] = n;
+      }
+    }
+    if (nw == 0) {
+      if (any_left)
+        rc = ps_status_set(st, PS_INTERNAL, "graph has a dependency cycle");
+      break;
+    }
+    rc = run_remote(&r, wave, nw);
+    for (size_t k = 0; k < nw; k++) r.state[wave[k]->id] = N_DONE;
+    if (rc) break;
+  }
+  if (rc == 0)
+    for (size_t i = 0; i < nfetches; i++) {
+      ps_tensor *v = r.val[fetches[i]->id];
+      outputs[i] = v ? share(v) : NULL;
+    }
+out:
+  for (size_t i = 0; i < r.n; i++) ps_tensor_destroy(r.val[i]);
+  free(r.val);
+  free(r.state);
+  free(r.fed);
+  free(r.remote_gather);
+  free(r.skip_read);
+  free(wave);
+  return rc;
+}
+
+int ps_session_run_report(ps_session *s, ps_node *report, char ***names, size_t *n,
+                          ps_status *st) {
+  *names = NULL;
+  *n = 0;
+  if (report == NULL || report->def->kind != PS_OPK_REPORT_UNINIT)
+    return ps_status_set(st, PS_INVALID_ARGUMENT, "not a report_uninitialized_variables node");
+  struct {
+    size_t n;
+    ps_variable *vars[];
+  } *e = report->extra;
+  char **out = calloc(e->n + 1, sizeof *out);
+  size_t k = 0;
+  int rc = 0;
+  for (size_t i = 0; i < e->n && rc == 0; i++) {
+    ps_variable *v = e->vars[i];
+    bool init = false;
+    if (v->task < 0) {
+      init = local_of(s, v)->value != NULL;
+    } else {
+      if (s->client == NULL) {
+        rc = ps_status_set(st, PS_FAILED_PRECONDITION, "no client for %s", v->name);
+        break;
+      }
+      const char *nm[1] = {v->name};
+      rc = ps_client_is_initialized(s->client, v->task, nm, 1, &init, st);
+      if (rc == PS_NOT_FOUND) { /* not created yet: uninitialized */
+        rc = 0;
+        ps_status_clear(st);
+        init = false;
+      }
+    }
+    if (!init) out[k++] = strdup(v->name);
+  }
+  if (rc) {
+    ps_client_free_names(out, k);
+    return rc;
+  }
+  *names = out;
+  *n = k;
+  return 0;
+}

@@ -1,0 +1,498 @@
+/* Variables, variable scopes and placement.
+ *
+ * A variable is a "VariableV2" node placed by the device stack: that is
+ * where replica_device_setter gives it a ps task (round robin in creation
+ * order, or greedy by bytes; an explicit /job:ps/task:k keeps k but still
+ * takes its turn).  Its read, initializer and update nodes are colocated
+ * with it (TensorFlow's ref-edge rule), so they run on its ps.  A variable
+ * whose device names no ps task lives in the session (local). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph_internal.h"
+#include "graph_priv.h"
+
+const ps_op_def ps_op_variable_def_ = {"VariableV2", PS_OPK_NOOP, NULL, NULL};
+static const ps_op_def op_read = {"Identity", PS_OPK_VAR_READ, NULL, NULL};
+static const ps_op_def op_init = {"Assign", PS_OPK_VAR_INIT, NULL, NULL};
+static const ps_op_def op_update = {"Assign", PS_OPK_VAR_UPDATE, NULL, NULL};
+static const ps_op_def op_is_init = {"IsVariableInitialized", PS_OPK_VAR_IS_INIT, NULL, NULL};
+static const ps_op_def op_report = {"ReportUninitializedVariables", PS_OPK_REPORT_UNINIT,
+                                    NULL, NULL};
+
+/* ---- device functions ---- */
+
+struct ps_device_fn {
+  ps_device ps, worker;
+  int nps;
+  ps_ps_strategy strategy;
+  int next;
+  int64_t *loads;
+  char **ps_ops;
+  size_t nps_ops;
+};
+
+void ps_device_fn_free_(ps_device_fn *fn) {
+  if (fn == NULL) return;
+  free(fn->loads);
+  for (size_t i = 0; i < fn->nps_ops; i++) free(fn->ps_ops[i]);
+  free(fn->ps_ops);
+  free(fn);
+}
+
+ps_device_fn *ps_replica_device_setter(const ps_cluster *cluster,
+                                       const ps_rds_options *opt) {
+  ps_rds_options o = {0};
+  if (opt) o = *opt;
+  ps_device_fn *fn = calloc(1, sizeof *fn);
+  if (fn == NULL) return NULL;
+  if (ps_device_parse(o.ps_device ? o.ps_device : "/job:ps", &fn->ps, NULL) != 0 ||
+      ps_device_parse(o.worker_device ? o.worker_device : "/job:worker", &fn->worker,
+                      NULL) != 0) {
+    free(fn);
+    return NULL;
+  }
+  fn->nps = cluster ? ps_cluster_num_tasks(cluster, fn->ps.job) : 0;
+  if (fn->nps <= 0) { /* TensorFlow returns None: no device function */
+    free(fn);
+    return NULL;
+  }
+  fn->strategy = o.strategy;
+  fn->loads = calloc((size_t)fn->nps, sizeof *fn->loads);
+  const char *def_ops[] = {"VariableV2"};
+  const char *const *ops = o.ps_ops ? o.ps_ops : def_ops;
+  size_t nops = o.ps_ops ? o.nps_ops : 1;
+  fn->ps_ops = calloc(nops, sizeof *fn->ps_ops);
+  for (size_t i = 0; i < nops; i++) fn->ps_ops[i] = strdup(ops[i]);
+  fn->nps_ops = nops;
+  return fn;
+}
+
+static bool is_ps_op(const ps_device_fn *fn, const char *type) {
+  for (size_t i = 0; i < fn->nps_ops; i++)
+    if (!strcmp(fn->ps_ops[i], type)) return true;
+  return false;
+}
+
+static int64_t node_bytes(const ps_node *n) {
+  int64_t e = ps_shape_num_elements(&n->shape);
+  return e < 0 ? 0 : e * (int64_t)ps_dtype_size(n->dtype);
+}
+
+/* _ReplicaDeviceChooser.device_function */
+static void apply_fn(ps_device_fn *fn, ps_node *n, ps_device *cur) {
+  if (is_ps_op(fn, n->def->type)) {
+    ps_device ps = fn->ps;
+    if (ps.job[0] && (!cur->job[0] || !strcmp(cur->job, ps.job))) {
+      int task;
+      if (fn->strategy == PS_STRATEGY_GREEDY_BYTES) {
+        task = 0;
+        for (int i = 1; i < fn->nps; i++)
+          if (fn->loads[i] < fn->loads[task]) task = i;
+        fn->loads[task] += node_bytes(n);
+      } else {
+        task = fn->next;
+        fn->next = (fn->next + 1) % fn->nps;
+      }
+      ps.task = task;
+    }
+    ps_device_merge(&ps, cur);
+    *cur = ps;
+    return;
+  }
+  ps_device w = fn->worker;
+  ps_device_merge(&w, cur);
+  *cur = w;
+}
+
+void ps_graph_place_(ps_graph *g, ps_node *n) {
+  ps_device cur;
+  ps_device_init(&cur);
+  for (int i = g->ndev - 1; i >= 0; i--) {
+    if (g->dev[i].fn) {
+      apply_fn(g->dev[i].fn, n, &cur);
+    } else if (g->dev[i].str) {
+      ps_device d;
+      if (ps_device_parse(g->dev[i].str, &d, NULL) == 0) {
+        ps_device_merge(&d, &cur); /* inner (already set) fields win */
+        cur = d;
+      }
+    } else { /* ps_device_push(NULL): clears the stack below */
+      break;
+    }
+  }
+  ps_device_format(&cur, n->device, sizeof n->device);
+}
+
+void ps_device_push(ps_graph *g, const char *device) {
+  if (g->ndev >= PS_MAX_SCOPE) return;
+  g->dev[g->ndev].str = device ? strdup(device) : NULL;
+  g->dev[g->ndev].fn = NULL;
+  g->ndev++;
+}
+
+void ps_device_push_fn(ps_graph *g, ps_device_fn *fn) {
+  if (g->ndev >= PS_MAX_SCOPE) {
+    ps_device_fn_free_(fn);
+    return;
+  }
+  g->dev[g->ndev].str = NULL;
+  g->dev[g->ndev].fn = fn;
+  g->ndev++;
+}
+
+void ps_device_pop(ps_graph *g) {
+  if (g->ndev <= 0) return;
+  g->ndev--;
+  free(g->dev[g->ndev].str);
+  ps_device_fn_free_(g->dev[g->ndev].fn);
+  g->dev[g->ndev].str = NULL;
+  g->dev[g->ndev].fn = NULL;
+}
+
+/* ---- variable scopes ---- */
+
+void ps_variable_scope_push(ps_graph *g, const char *name, ps_reuse reuse) {
+  ps_reuse eff = reuse;
+  if (g->nvscope > 0 && g->vscope[g->nvscope - 1].reuse != PS_REUSE_NONE &&
+      reuse == PS_REUSE_NONE)
+    eff = g->vscope[g->nvscope - 1].reuse;
+  if (g->nvscope < PS_MAX_SCOPE) {
+    g->vscope[g->nvscope].name = strdup(name);
+    g->vscope[g->nvscope].reuse = eff;
+  }
+  g->nvscope++;
+  ps_name_scope_push(g, name);
+}
+
+void ps_variable_scope_pop(ps_graph *g) {
+  if (g->nvscope <= 0) return;
+  g->nvscope--;
+  if (g->nvscope < PS_MAX_SCOPE) free(g->vscope[g->nvscope].name);
+  ps_name_scope_pop(g);
+}
+
+/* ---- variables ---- */
+
+void ps_variable_free_(ps_variable *v) {
+  free(v->name);
+  free(v->init_values);
+  free(v->full_name);
+  free(v);
+}
+
+static int task_of(const char *device) {
+  ps_device d;
+  if (ps_device_parse(device, &d, NULL) != 0) return -1;
+  if (strcmp(d.job, "ps") != 0) return -1;
+  return d.task < 0 ? 0 : d.task;
+}
+
+/* Node colocated with @v: the variable's device, no device functions. */
+static ps_node *colocated(ps_variable *v, const ps_op_def *def, const char *hint,
+                          ps_node *const *in, int nin) {
+  ps_graph *g = v->g;
+  /* names are relative to the variable, not to the current scope */
+  int saved = g->nscope;
+  char *saved_scope[PS_MAX_SCOPE];
+  memcpy(saved_scope, g->scope, sizeof saved_scope);
+  g->nscope = 0;
+  char name[1024];
+  snprintf(name, sizeof name, "%s/%s", v->name, hint);
+  int saved_dev = g->ndev;
+  g->ndev = 0;
+  ps_node *n = ps_node_new(g, def, name, in, nin);
+  g->ndev = saved_dev;
+  g->nscope = saved;
+  memcpy(g->scope, saved_scope, sizeof saved_scope);
+  if (n) {
+    snprintf(n->device, sizeof n->device, "%s", v->device);
+    n->var = v;
+    n->dtype = v->dtype;
+    n->shape = v->shape;
+  }
+  return n;
+}
+
+static void add_to_collections(ps_graph *g, ps_variable *v, const ps_var_options *o) {
+  if (o && o->collections) {
+    for (size_t i = 0; i < o->ncollections; i++)
+      ps_collection_add_variable(g, o->collections[i], v);
+  } else {
+    ps_collection_add_variable(g, v->local ? PS_LOCAL_VARIABLES : PS_GLOBAL_VARIABLES, v);
+  }
+  if (v->trainable) ps_collection_add_variable(g, PS_TRAINABLE_VARIABLES, v);
+}
+
+/* Creates the variable node with the exact name @full (already unique). */
+static ps_variable *new_variable(ps_graph *g, const char *full, ps_dtype dtype,
+                                 const ps_shape *shape, const ps_var_options *o) {
+  ps_variable *v = calloc(1, sizeof *v);
+  if (v == NULL) return NULL;
+  v->g = g;
+  v->dtype = dtype;
+  v->shape = *shape;
+  v->trainable = !(o && o->not_trainable);
+  v->local = o && o->local;
+  /* the VariableV2 node: named exactly, placed after its shape is known */
+  int saved = g->nscope;
+  g->nscope = 0;
+  ps_node *n = ps_node_new(g, &ps_op_variable_def_, full, NULL, 0);
+  g->nscope = saved;
+  if (n == NULL) {
+    ps_variable_free_(v);
+    return NULL;
+  }
+  n->dtype = dtype;
+  n->shape = *shape;
+  n->var = v;
+  v->name = strdup(n->name); /* @full, made unique for tf.Variable */
+  ps_graph_place_(g, n);
+  snprintf(v->device, sizeof v->device, "%s", n->device);
+  v->task = task_of(v->device);
+  g->vars = realloc(g->vars, (g->nvars + 1) * sizeof *g->vars);
+  g->vars[g->nvars++] = v;
+  v->read = colocated(v, &op_read, "read", NULL, 0);
+  return v;
+}
+
+ps_variable *ps_variable_create(ps_graph *g, ps_node *initial_value,
+                                const char *name, const ps_var_options *opt) {
+  if (initial_value == NULL)
+    return (ps_variable *)ps_graph_fail(g, PS_INVALID_ARGUMENT,
+                                        "Variable %s: no initial value",
+                                        name ? name : "Variable");
+  if (initial_value->shape.rank < 0)
+    return (ps_variable *)ps_graph_fail(g, PS_INVALID_ARGUMENT,
+                                        "Variable %s: the initial value's shape must "
+                                        "be known", name ? name : "Variable");
+  for (int i = 0; i < initial_value->shape.rank; i++)
+    if (initial_value->shape.dim[i] < 0)
+      return (ps_variable *)ps_graph_fail(
+          g, PS_INVALID_ARGUMENT,
+          "Variable %s: the initial value's shape must be fully defined",
+          name ? name : "Variable");
+  char full[1024];
+  ps_graph_scoped_name_(g, name ? name : "Variable", full, sizeof full);
+  ps_variable *v = new_variable(g, full, initial_value->dtype, &initial_value->shape, opt);
+  if (v == NULL) return NULL;
+  v->initial_value = initial_value;
+  ps_node *in[1] = {initial_value};
+  v->initializer = colocated(v, &op_init, "Assign", in, 1);
+  add_to_collections(g, v, opt);
+  return v;
+}
+
+static bool name_taken(ps_graph *g, const char *name) {
+  for (size_t i = 0; i < g->nnames; i++)
+    if (!strcmp(g->names[i].name, name)) return true;
+  return false;
+}
+
+static ps_variable *find_var(ps_graph *g, const char *name) {
+  for (size_t i = 0; i < g->nvars; i++)
+    if (!strcmp(g->vars[i]->name, name)) return g->vars[i];
+  return NULL;
+}
+
+ps_variable *ps_get_variable(ps_graph *g, const char *name, ps_dtype dtype,
+                             const ps_shape *shape, const ps_init_spec *init,
+                             const ps_var_options *opt, ps_status *st) {
+  char full[1024];
+  size_t off = 0;
+  full[0] = '\0';
+  for (int i = 0; i < g->nvscope && i < PS_MAX_SCOPE; i++)
+    off += (size_t)snprintf(full + off, sizeof full - off, "%s/", g->vscope[i].name);
+  snprintf(full + off, sizeof full - off, "%s", name);
+  ps_reuse reuse = g->nvscope > 0 ? g->vscope[g->nvscope - 1].reuse : PS_REUSE_NONE;
+  ps_variable *v = find_var(g, full);
+  char a[256], b[256];
+  if (v && v->from_get_variable) {
+    if (reuse == PS_REUSE_NONE) {
+      ps_status_set(st, PS_INVALID_ARGUMENT,
+                    "Variable %s already exists, disallowed. Did you mean to set "
+                    "reuse=True or reuse=tf.AUTO_REUSE in VarScope?",
+                    full);
+      return NULL;
+    }
+    if (shape && !ps_shape_equal(shape, &v->shape)) {
+      ps_status_set(st, PS_INVALID_ARGUMENT,
+                    "Trying to share variable %s, but specified shape %s and found "
+                    "shape %s.",
+                    full, ps_shape_format(shape, a, sizeof a),
+                    ps_shape_format(&v->shape, b, sizeof b));
+      return NULL;
+    }
+    if (dtype != v->dtype) {
+      ps_status_set(st, PS_INVALID_ARGUMENT,
+                    "Trying to share variable %s, but specified dtype %s and found "
+                    "dtype %s.",
+                    full, ps_dtype_name(dtype), ps_dtype_name(v->dtype));
+      return NULL;
+    }
+    return v;
+  }
+  if (reuse == PS_REUSE_TRUE) {
+    ps_status_set(st, PS_INVALID_ARGUMENT,
+                  "Variable %s does not exist, or was not created with "
+                  "tf.get_variable(). Did you mean to set reuse=tf.AUTO_REUSE in "
+                  "VarScope?",
+                  full);
+    return NULL;
+  }
+  if (v != NULL || name_taken(g, full)) {
+    ps_status_set(st, PS_INVALID_ARGUMENT,
+                  "Variable %s already exists, disallowed. Did you mean to set "
+                  "reuse=True or reuse=tf.AUTO_REUSE in VarScope?",
+                  full);
+    return NULL;
+  }
+  if (shape == NULL || ps_shape_num_elements(shape) < 0) {
+    ps_status_set(st, PS_INVALID_ARGUMENT,
+                  "Shape of a new variable (%s) must be fully defined", full);
+    return NULL;
+  }
+  ps_init_spec def;
+  if (init == NULL) {
+    if (ps_dtype_is_floating(dtype)) {
+      ps_init_spec_default(&def, PS_INIT_GLOROT_UNIFORM);
+    } else if (ps_dtype_is_numeric(dtype) || dtype == PS_DT_BOOL) {
+      ps_init_spec_default(&def, PS_INIT_ZEROS);
+    } else {
+      ps_status_set(st, PS_INVALID_ARGUMENT,
+                    "An initializer for variable %s of %s is required", full,
+                    ps_dtype_name(dtype));
+      return NULL;
+    }
+    init = &def;
+  }
+  v = new_variable(g, full, dtype, shape, opt);
+  if (v == NULL) {
+    ps_status_set(st, g->st.code ? g->st.code : PS_RESOURCE_EXHAUSTED, "%s",
+                  g->st.code ? g->st.msg : "out of memory");
+    return NULL;
+  }
+  v->from_get_variable = true;
+  v->has_init = true;
+  v->init = *init;
+  if (init->nvalues) {
+    v->init_values = malloc(init->nvalues * sizeof(double));
+    memcpy(v->init_values, init->values, init->nvalues * sizeof(double));
+    v->init.values = v->init_values;
+  }
+  v->initializer = colocated(v, &op_init, "Assign", NULL, 0);
+  add_to_collections(g, v, opt);
+  return v;
+}
+
+const char *ps_variable_name(const ps_variable *v) { return v->name; }
+ps_dtype ps_variable_dtype(const ps_variable *v) { return v->dtype; }
+const ps_shape *ps_variable_shape(const ps_variable *v) { return &v->shape; }
+const char *ps_variable_device(const ps_variable *v) { return v->device; }
+int ps_variable_task(const ps_variable *v) { return v->task; }
+bool ps_variable_trainable(const ps_variable *v) { return v->trainable; }
+ps_node *ps_variable_value(ps_variable *v) { return v->read; }
+ps_node *ps_variable_initializer(ps_variable *v) { return v->initializer; }
+
+ps_node *ps_initialized_value(ps_variable *v) {
+  ps_node *n = colocated(v, &op_read, "initialized_value", NULL, 0);
+  if (n) {
+    ps_node_add_control_deps(n, &v->initializer, 1);
+    n->ia[0] = 1; /* soft: waits for the initializer only if it runs too */
+  }
+  return n;
+}
+
+ps_node *ps_read_value(ps_variable *v, ps_node *const *deps, size_t ndeps) {
+  ps_node *n = colocated(v, &op_read, "read", NULL, 0);
+  if (n) ps_node_add_control_deps(n, deps, ndeps);
+  return n;
+}
+
+static ps_node *update(ps_variable *v, ps_node *value, int op, const char *hint) {
+  if (value == NULL) return NULL;
+  if (value->dtype != v->dtype)
+    return ps_graph_fail(v->g, PS_INVALID_ARGUMENT,
+                         "%s %s: value has dtype %s that does not match dtype %s of "
+                         "the variable",
+                         hint, v->name, ps_dtype_name(value->dtype),
+                         ps_dtype_name(v->dtype));
+  ps_node *in[1] = {value};
+  ps_node *n = colocated(v, &op_update, hint, in, 1);
+  if (n) n->update_op = op;
+  return n;
+}
+
+ps_node *ps_assign(ps_variable *v, ps_node *value) {
+  return update(v, value, PS_ASSIGN, "Assign");
+}
+ps_node *ps_assign_add(ps_variable *v, ps_node *value) {
+  return update(v, value, PS_ASSIGN_ADD, "AssignAdd");
+}
+ps_node *ps_assign_sub(ps_variable *v, ps_node *value) {
+  return update(v, value, PS_ASSIGN_SUB, "AssignSub");
+}
+
+ps_node *ps_variables_initializer(ps_graph *g, ps_variable *const *vars, size_t n,
+                                  const char *name) {
+  ps_node **deps = calloc(n + 1, sizeof *deps);
+  for (size_t i = 0; i < n; i++) deps[i] = vars[i]->initializer;
+  ps_node *x = ps_group(g, deps, n, name ? name : "init");
+  free(deps);
+  return x;
+}
+
+ps_node *ps_global_variables_initializer(ps_graph *g) {
+  size_t n;
+  ps_variable *const *v = ps_collection_variables(g, PS_GLOBAL_VARIABLES, &n);
+  return ps_variables_initializer(g, v, n, "init");
+}
+
+ps_node *ps_local_variables_initializer(ps_graph *g) {
+  size_t n;
+  ps_variable *const *v = ps_collection_variables(g, PS_LOCAL_VARIABLES, &n);
+  return ps_variables_initializer(g, v, n, "init_1");
+}
+
+ps_node *ps_is_variable_initialized(ps_variable *v) {
+  ps_node *n = colocated(v, &op_is_init, "IsVariableInitialized", NULL, 0);
+  if (n) {
+    n->dtype = PS_DT_BOOL;
+    n->shape.rank = 0;
+  }
+  return n;
+}
+
+typedef struct report_extra {
+  size_t n;
+  ps_variable *vars[];
+} report_extra;
+
+ps_node *ps_report_uninitialized_variables(ps_graph *g, ps_variable *const *vars,
+                                           size_t n) {
+  if (vars == NULL) {
+    size_t ng, nl;
+    ps_variable *const *gv = ps_collection_variables(g, PS_GLOBAL_VARIABLES, &ng);
+    ps_variable **all = malloc((ng + 1) * sizeof *all);
+    memcpy(all, gv, ng * sizeof *all);
+    ps_variable *const *lv = ps_collection_variables(g, PS_LOCAL_VARIABLES, &nl);
+    all = realloc(all, (ng + nl + 1) * sizeof *all);
+    memcpy(all + ng, lv, nl * sizeof *all);
+    ps_node *r = ps_report_uninitialized_variables(g, all, ng + nl);
+    free(all);
+    return r;
+  }
+  ps_name_scope_push(g, "report_uninitialized_variables");
+  ps_node *x = ps_node_new(g, &op_report, "boolean_mask", NULL, 0);
+  ps_name_scope_pop(g);
+  if (x == NULL) return NULL;
+  report_extra *e = malloc(sizeof *e + (n + 1) * sizeof(ps_variable *));
+  e->n = n;
+  memcpy(e->vars, vars, n * sizeof *vars);
+  x->extra = e;
+  x->dtype = PS_DT_STRING;
+  x->shape.rank = 1;
+  x->shape.dim[0] = -1;
+  return x;
+}
