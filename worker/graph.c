@@ -11,6 +11,7 @@
 
 #include "graph_internal.h"
 #include "graph_priv.h"
+#include "paramserver/partition.h"
 
 extern const ps_op_def ps_op_variable_def_;
 static const ps_op_def op_placeholder = {"Placeholder", PS_OPK_PLACEHOLDER, NULL, NULL};
@@ -39,6 +40,12 @@ void ps_graph_destroy(ps_graph *g) {
   free(g->nodes);
   for (size_t i = 0; i < g->nvars; i++) ps_variable_free_(g->vars[i]);
   free(g->vars);
+  for (size_t i = 0; i < g->npvars; i++) {
+    free(g->pvars[i]->name);
+    free(g->pvars[i]->parts);
+    free(g->pvars[i]);
+  }
+  free(g->pvars);
   for (size_t i = 0; i < g->nnames; i++) free(g->names[i].name);
   free(g->names);
   for (size_t i = 0; i < g->ncoll; i++) {

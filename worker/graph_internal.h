@@ -85,6 +85,16 @@ struct ps_variable {
   ps_variable *primary;   /* optimizer slots: the variable they serve */
 };
 
+/* n->extra of optimizer update nodes. */
+typedef struct ps_apply_extra {
+  const char *slots[4]; /* names owned by the slot variables */
+  size_t nslots;
+  double hparams[8];    /* constant hyperparameters, in kernel order */
+  size_t nhparams;
+  size_t ndynamic;      /* more hparams from inputs 1..ndynamic (scalars) */
+  bool use_nesterov;
+} ps_apply_extra;
+
 /* Creates a node named @name_hint inside the current name scope (made
  * unique), placed by the device stack, with inputs @in (NULL inputs:
  * returns NULL, the graph keeps its first error).  dtype/shape start as the

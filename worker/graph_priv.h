@@ -43,6 +43,8 @@ struct ps_graph {
   int nvscope;
   ps_devscope dev[PS_MAX_SCOPE];
   int ndev;
+  struct ps_partitioned_variable **pvars;
+  size_t npvars;
   ps_node *ctx[PS_MAX_CTX];
   int nctx;
   int ctx_marks[PS_MAX_CTX];
@@ -56,5 +58,7 @@ void ps_variable_free_(ps_variable *v);
 void ps_device_fn_free_(ps_device_fn *fn);
 void ps_control_dependencies_push_(ps_graph *g, ps_node *const *deps, size_t n);
 void ps_control_dependencies_pop_(ps_graph *g);
+ps_variable *ps_slot_create_(ps_variable *primary, const char *name, double value,
+                             const ps_shape *shape, ps_status *st);
 
 #endif

@@ -496,3 +496,37 @@ ps_node *ps_report_uninitialized_variables(ps_graph *g, ps_variable *const *vars
   x->shape.dim[0] = -1;
   return x;
 }
+
+/* Optimizer slots and Adam's beta powers: placed with @primary (TensorFlow's
+ * colocate_with: no device function runs, no round-robin turn is taken),
+ * filled with @value, not trainable, in GLOBAL_VARIABLES.  @name is the
+ * full name ("w/Momentum", "beta1_power"); an existing one is returned. */
+ps_variable *ps_slot_create_(ps_variable *primary, const char *name, double value,
+                             const ps_shape *shape, ps_status *st) {
+  ps_graph *g = primary->g;
+  ps_variable *v = find_var(g, name);
+  if (v) return v;
+  int saved_dev = g->ndev, saved_ns = g->nscope;
+  g->ndev = 0;
+  g->nscope = 0;
+  ps_var_options o = {.not_trainable = true};
+  v = new_variable(g, name, primary->dtype, shape, &o);
+  g->ndev = saved_dev;
+  g->nscope = saved_ns;
+  if (v == NULL) {
+    ps_status_set(st, g->st.code ? g->st.code : PS_RESOURCE_EXHAUSTED, "%s",
+                  g->st.code ? g->st.msg : "out of memory");
+    return NULL;
+  }
+  snprintf(v->device, sizeof v->device, "%s", primary->device);
+  v->task = primary->task;
+  snprintf(v->read->device, sizeof v->read->device, "%s", primary->device);
+  v->from_get_variable = true;
+  v->has_init = true;
+  ps_init_spec_default(&v->init, value == 0 ? PS_INIT_ZEROS : PS_INIT_CONSTANT);
+  v->init.value = value;
+  v->primary = primary;
+  v->initializer = colocated(v, &op_init, "Assign", NULL, 0);
+  add_to_collections(g, v, &o);
+  return v;
+}
