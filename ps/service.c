@@ -6,7 +6,11 @@
  * streams in, and only then locks the variables it touches (in name order),
  * validates the whole request against their current state and applies it.
  * A request that fails validation changes nothing.  Error texts follow
- * TensorFlow's kernels where TensorFlow has one. */
+ * TensorFlow's kernels where TensorFlow has one.
+ *
+ * Optimizer updates (APPLY_*) name slot variables besides the variable:
+ * they join the request's lock set and its simulated state like any
+ * variable it touches, and ps/kernels.c does the arithmetic. */
 #include "service.h"
 
 #include <stdatomic.h>
@@ -17,6 +21,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "kernels.h"
 #include "ps.pb-c.h"
 
 struct ps_service {
@@ -365,8 +370,11 @@ typedef struct upd_item {
   ps_var *v;
   ps_shape shape;   /* value shape */
   ps_buf *val;      /* staged value */
-  ps_buf *idx;      /* staged indices (scatter) */
+  ps_buf *idx;      /* staged indices (scatter, sparse gradient) */
   size_t isize;     /* bytes per index */
+  const ps_opt_info *opt;    /* optimizer ops, else NULL */
+  ps_var *slots[PS_OPT_MAX_SLOTS]; /* its slot variables */
+  bool sparse;                     /* optimizer op with a sparse gradient */
 } upd_item;
 
 typedef struct upd_ctx {
@@ -383,11 +391,99 @@ static const char *op_name(int op) {
   case PARAMSERVER__UPDATE_OP__SCATTER_UPDATE: return "ScatterUpdate";
   case PARAMSERVER__UPDATE_OP__SCATTER_ADD: return "ScatterAdd";
   case PARAMSERVER__UPDATE_OP__SCATTER_SUB: return "ScatterSub";
-  default: return "Unknown";
+  default: {
+    const ps_opt_info *oi =
+        ps_opt_info_get(op - PARAMSERVER__UPDATE_OP__APPLY_GRADIENT_DESCENT);
+    return oi ? oi->op : "Unknown";
+  }
   }
 }
 
-static bool is_scatter(int op) { return op >= PARAMSERVER__UPDATE_OP__SCATTER_UPDATE; }
+static bool is_scatter(int op) {
+  return op >= PARAMSERVER__UPDATE_OP__SCATTER_UPDATE &&
+         op <= PARAMSERVER__UPDATE_OP__SCATTER_SUB;
+}
+
+static bool is_optimizer(int op) {
+  return op >= PARAMSERVER__UPDATE_OP__APPLY_GRADIENT_DESCENT &&
+         op <= PARAMSERVER__UPDATE_OP__APPLY_ADAM;
+}
+
+/* The kernel's name in errors: SparseApplyMomentum for a sparse gradient. */
+static const char *item_op(const upd_item *it) {
+  if (it->opt) return it->sparse ? it->opt->sparse_op : it->opt->op;
+  return op_name(it->u->op);
+}
+
+static const char *plural(size_t n) {
+  return n == 1 ? "" : "s";
+}
+
+/* Checks what only optimizer ops take (slots, hparams, use_nesterov) and
+ * resolves the slot variables; counts are per kernel.  Nothing here depends
+ * on the variables' state, which update_data checks under the locks. */
+static int resolve_optimizer(ps_service *s, upd_item *it, ps_status *st) {
+  Paramserver__Update *u = it->u;
+  if (!is_optimizer(u->op)) {
+    if (u->n_slots || u->n_hparams || u->use_nesterov)
+      return ps_status_set(st, PS_INVALID_ARGUMENT,
+                           "%s %s: only optimizer updates take slots, hparams or "
+                           "use_nesterov",
+                           op_name(u->op), u->name);
+    return 0;
+  }
+  const ps_opt_info *oi =
+      ps_opt_info_get(u->op - PARAMSERVER__UPDATE_OP__APPLY_GRADIENT_DESCENT);
+  it->opt = oi;
+  it->sparse = u->index_dtype != 0;
+  const char *op = item_op(it);
+  if (!it->sparse && u->num_indices != 0)
+    return ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "%s %s: num_indices is %lld but index_dtype is unset; a "
+                         "sparse gradient needs int32 or int64 indices",
+                         op, u->name, (long long)u->num_indices);
+  if (u->n_slots != oi->nslots) {
+    if (oi->nslots == 0)
+      return ps_status_set(st, PS_INVALID_ARGUMENT,
+                           "%s %s: takes no slot variables, got %zu", op, u->name,
+                           u->n_slots);
+    return ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "%s %s: takes %zu slot variable%s (%s), got %zu", op, u->name,
+                         oi->nslots, plural(oi->nslots), oi->slot_names, u->n_slots);
+  }
+  if (u->n_hparams != oi->nhparams)
+    return ps_status_set(
+        st, PS_INVALID_ARGUMENT, "%s %s: takes %zu hparam%s (%s), got %zu", op, u->name,
+        oi->nhparams, plural(oi->nhparams), oi->hparam_names, u->n_hparams);
+  if (u->use_nesterov && !oi->nesterov)
+    return ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "%s %s: use_nesterov applies only to Momentum and Adam", op,
+                         u->name);
+  if (u->use_nesterov && it->sparse && !oi->sparse_nesterov)
+    return ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "%s %s: use_nesterov is not supported with a sparse "
+                         "gradient (TensorFlow's sparse Adam has no Nesterov "
+                         "variant)",
+                         op, u->name);
+  for (size_t k = 0; k < u->n_slots; k++) {
+    ps_var *sv = ps_store_lookup(s->store, u->slots[k]);
+    if (sv == NULL)
+      return ps_status_set(st, PS_NOT_FOUND,
+                           "%s %s: slot variable %s does not exist on %s", op, u->name,
+                           u->slots[k], ps_store_task(s->store));
+    if (sv == it->v)
+      return ps_status_set(st, PS_INVALID_ARGUMENT,
+                           "%s %s: slot variable %s is the variable itself", op, u->name,
+                           u->slots[k]);
+    for (size_t j = 0; j < k; j++)
+      if (it->slots[j] == sv)
+        return ps_status_set(st, PS_INVALID_ARGUMENT,
+                             "%s %s: slot variable %s is given twice", op, u->name,
+                             u->slots[k]);
+    it->slots[k] = sv;
+  }
+  return 0;
+}
 
 static void update_free(ps_rpc_call *c) {
   upd_ctx *x = ps_rpc_call_ctx(c);
@@ -418,7 +514,7 @@ static int update_header(ps_rpc_call *c, const uint8_t *p, size_t n,
     upd_item *it = &x->items[i];
     Paramserver__Update *u = x->req->updates[i];
     it->u = u;
-    if ((int)u->op < 0 || u->op > PARAMSERVER__UPDATE_OP__SCATTER_SUB) {
+    if ((int)u->op < 0 || u->op > PARAMSERVER__UPDATE_OP__APPLY_ADAM) {
       rc = ps_status_set(st, PS_INVALID_ARGUMENT, "update of %s: unknown op %d",
                          u->name, (int)u->op);
       break;
@@ -427,32 +523,33 @@ static int update_header(ps_rpc_call *c, const uint8_t *p, size_t n,
       rc = st->code;
       break;
     }
+    if ((rc = resolve_optimizer(s, it, st)) != 0) break;
+    const char *op = item_op(it);
     size_t es = ps_dtype_size(u->dtype);
     if (es == 0) {
-      rc = ps_status_set(st, PS_INVALID_ARGUMENT,
-                         "%s %s: unsupported value dtype %d", op_name(u->op),
+      rc = ps_status_set(st, PS_INVALID_ARGUMENT, "%s %s: unsupported value dtype %d", op,
                          u->name, u->dtype);
       break;
     }
     if ((rc = shape_from(&it->shape, u->shape, u->n_shape, u->name, st)) != 0) break;
-    if (is_scatter(u->op)) {
+    if (is_scatter(u->op) || it->sparse) {
       if (u->index_dtype != PS_DT_INT32 && u->index_dtype != PS_DT_INT64) {
         rc = ps_status_set(st, PS_INVALID_ARGUMENT,
-                           "%s %s: indices must be int32 or int64, got %s",
-                           op_name(u->op), u->name, ps_dtype_name(u->index_dtype));
+                           "%s %s: indices must be int32 or int64, got %s", op, u->name,
+                           ps_dtype_name(u->index_dtype));
         break;
       }
       if (u->num_indices < 0) {
-        rc = ps_status_set(st, PS_INVALID_ARGUMENT, "%s %s: negative index count",
-                           op_name(u->op), u->name);
+        rc = ps_status_set(st, PS_INVALID_ARGUMENT, "%s %s: negative index count", op,
+                           u->name);
         break;
       }
       it->isize = ps_dtype_size(u->index_dtype);
       if ((uint64_t)u->num_indices > SIZE_MAX / 8 ||
           (it->idx = ps_buf_create((size_t)u->num_indices * it->isize, false)) == NULL) {
         rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED,
-                           "%s %s: cannot allocate %lld indices", op_name(u->op),
-                           u->name, (long long)u->num_indices);
+                           "%s %s: cannot allocate %lld indices", op, u->name,
+                           (long long)u->num_indices);
         break;
       }
       ps_rpc_segs_add(&sink, it->idx->data, it->idx->size, NULL);
@@ -461,8 +558,8 @@ static int update_header(ps_rpc_call *c, const uint8_t *p, size_t n,
     if ((uint64_t)ne > SIZE_MAX / es ||
         (it->val = ps_buf_create((size_t)ne * es, false)) == NULL) {
       rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED,
-                         "%s %s: cannot allocate the value (%lld elements)",
-                         op_name(u->op), u->name, (long long)ne);
+                         "%s %s: cannot allocate the value (%lld elements)", op, u->name,
+                         (long long)ne);
       break;
     }
     ps_rpc_segs_add(&sink, it->val->data, it->val->size, NULL);
@@ -562,10 +659,130 @@ static int validate_update(upd_item *it, sim *sm, ps_status *st) {
                        v->name, op, st);
 }
 
+static sim *sim_of(sim *sims, size_t *nsim, ps_var *v) {
+  for (size_t k = 0; k < *nsim; k++)
+    if (sims[k].v == v) return &sims[k];
+  sim *sm = &sims[(*nsim)++];
+  sm->v = v;
+  sm->init = v->buf != NULL;
+  sm->shape = v->shape;
+  return sm;
+}
+
+/* An optimizer update against the simulated state of its variable (@sm)
+ * and slots (@ss).  It changes neither's shape nor initialization. */
+static int validate_optimizer(upd_item *it, const sim *sm, sim *const *ss,
+                              ps_status *st) {
+  Paramserver__Update *u = it->u;
+  ps_var *v = it->v;
+  const char *op = item_op(it);
+  char a[256], b[256], c2[256];
+  if (u->dtype != (int)v->dtype)
+    return ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "%s %s: gradient has dtype %s that does not match dtype "
+                         "%s of the variable",
+                         op, v->name, ps_dtype_name(u->dtype), ps_dtype_name(v->dtype));
+  if (!ps_kernel_dtype_ok(v->dtype))
+    return ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "%s %s: dtype %s is not supported; the optimizer kernels "
+                         "run on float and double",
+                         op, v->name, ps_dtype_name(v->dtype));
+  if (!sm->init)
+    return ps_status_set(st, PS_FAILED_PRECONDITION,
+                         "Attempting to use uninitialized value %s", v->name);
+  for (size_t k = 0; k < it->opt->nslots; k++) {
+    ps_var *sv = it->slots[k];
+    if (sv->dtype != v->dtype)
+      return ps_status_set(st, PS_INVALID_ARGUMENT,
+                           "%s %s: slot variable %s has dtype %s, the variable has "
+                           "dtype %s",
+                           op, v->name, sv->name, ps_dtype_name(sv->dtype),
+                           ps_dtype_name(v->dtype));
+    if (!ss[k]->init)
+      return ps_status_set(st, PS_FAILED_PRECONDITION,
+                           "Attempting to use uninitialized value %s", sv->name);
+    if (!ps_shape_equal(&ss[k]->shape, &sm->shape))
+      return ps_status_set(st, PS_INVALID_ARGUMENT,
+                           "%s %s: slot variable %s has shape %s, the variable has "
+                           "shape %s",
+                           op, v->name, sv->name, fmt_shape(&ss[k]->shape, a, sizeof a),
+                           fmt_shape(&sm->shape, b, sizeof b));
+  }
+  if (!it->sparse) {
+    if (!ps_shape_equal(&sm->shape, &it->shape))
+      return ps_status_set(st, PS_INVALID_ARGUMENT,
+                           "%s %s: var and grad do not have the same shape: var %s, "
+                           "grad %s",
+                           op, v->name, fmt_shape(&sm->shape, a, sizeof a),
+                           fmt_shape(&it->shape, b, sizeof b));
+    return 0;
+  }
+  if (sm->shape.rank < 1)
+    return ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "%s %s: var must be at least 1 dimensional for a sparse "
+                         "gradient, got shape %s",
+                         op, v->name, fmt_shape(&sm->shape, a, sizeof a));
+  ps_shape want = sm->shape, ishape = {.rank = 1, .dim = {u->num_indices}};
+  want.dim[0] = u->num_indices;
+  if (!ps_shape_equal(&want, &it->shape))
+    return ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "%s %s: Must have grad.shape = indices.shape + "
+                         "var.shape[1:], got grad.shape %s, indices.shape %s, "
+                         "var.shape %s",
+                         op, v->name, fmt_shape(&it->shape, a, sizeof a),
+                         fmt_shape(&ishape, b, sizeof b),
+                         fmt_shape(&sm->shape, c2, sizeof c2));
+  return check_indices(it->idx->data, it->isize, u->num_indices, sm->shape.dim[0],
+                       v->name, op, st);
+}
+
+/* Runs the optimizer kernel on the variable and its slots (validated). */
+static void apply_optimizer(upd_item *it) {
+  ps_var *v = it->v;
+  size_t ns = it->opt->nslots;
+  ps_status st;
+  int rc = ps_var_make_private(v, &st);
+  for (size_t k = 0; k < ns && rc == 0; k++)
+    rc = ps_var_make_private(it->slots[k], &st);
+  if (rc != 0) {
+    PS_ERROR("%s %s: %s", item_op(it), v->name, st.msg);
+    return;
+  }
+  ps_kernel_args a = {
+      .opt = (ps_opt_kind)(it->u->op - PARAMSERVER__UPDATE_OP__APPLY_GRADIENT_DESCENT),
+      .dtype = v->dtype,
+      .var = v->buf->data,
+      .var_elems = ps_shape_num_elements(&v->shape),
+      .row_elems = 1,
+      .grad = it->val->data,
+      .sparse = it->sparse,
+      .indices = it->idx ? it->idx->data : NULL,
+      .index_size = it->isize,
+      .nindices = it->u->num_indices,
+      .hparams = it->u->hparams,
+      .use_nesterov = it->u->use_nesterov,
+  };
+  for (size_t k = 0; k < ns; k++)
+    a.slots[k] = it->slots[k]->buf->data;
+  for (int d = 1; d < v->shape.rank; d++)
+    a.row_elems *= v->shape.dim[d];
+  if (ps_kernel_apply(&a) != 0) {
+    PS_ERROR("%s %s: the kernel refused a validated update", item_op(it), v->name);
+    return;
+  }
+  v->version++;
+  for (size_t k = 0; k < ns; k++)
+    it->slots[k]->version++;
+}
+
 static void apply_update(ps_store *store, upd_item *it) {
   Paramserver__Update *u = it->u;
   ps_var *v = it->v;
   ps_status st;
+  if (it->opt) {
+    apply_optimizer(it);
+    return;
+  }
   if (u->op == PARAMSERVER__UPDATE_OP__ASSIGN) {
     ps_var_set_buf(store, v, it->val, &it->shape);
     return;
@@ -597,31 +814,43 @@ static void apply_update(ps_store *store, upd_item *it) {
   v->version++;
 }
 
+/* Locks every variable of the request, slots included (one write-lock set,
+ * taken in name order), validates the whole batch in order against a
+ * simulated state, and applies it only if all of it is valid. */
 static int update_data(ps_rpc_call *c, ps_status *st) {
   ps_service *s = ps_rpc_call_server_user(c);
   upd_ctx *x = ps_rpc_call_ctx(c);
-  ps_var **vars = malloc((x->n + 1) * sizeof *vars);
-  sim *sims = calloc(x->n + 1, sizeof *sims);
+  size_t nlock = 0;
+  for (size_t i = 0; i < x->n; i++)
+    nlock += 1 + (x->items[i].opt ? x->items[i].opt->nslots : 0);
+  ps_var **vars = malloc((nlock + 1) * sizeof *vars);
+  sim *sims = calloc(nlock + 1, sizeof *sims);
   if (vars == NULL || sims == NULL) {
     free(vars);
     free(sims);
     return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
   }
-  for (size_t i = 0; i < x->n; i++) vars[i] = x->items[i].v;
-  ps_store_lock_set(vars, x->n, true);
+  nlock = 0;
+  for (size_t i = 0; i < x->n; i++) {
+    upd_item *it = &x->items[i];
+    vars[nlock++] = it->v;
+    for (size_t k = 0; it->opt && k < it->opt->nslots; k++)
+      vars[nlock++] = it->slots[k];
+  }
+  ps_store_lock_set(vars, nlock, true);
   int rc = 0;
   size_t nsim = 0;
   for (size_t i = 0; i < x->n && rc == 0; i++) {
-    sim *sm = NULL;
-    for (size_t k = 0; k < nsim; k++)
-      if (sims[k].v == x->items[i].v) sm = &sims[k];
-    if (sm == NULL) {
-      sm = &sims[nsim++];
-      sm->v = x->items[i].v;
-      sm->init = sm->v->buf != NULL;
-      sm->shape = sm->v->shape;
+    upd_item *it = &x->items[i];
+    sim *sm = sim_of(sims, &nsim, it->v);
+    if (it->opt) {
+      sim *ss[PS_OPT_MAX_SLOTS] = {NULL};
+      for (size_t k = 0; k < it->opt->nslots; k++)
+        ss[k] = sim_of(sims, &nsim, it->slots[k]);
+      rc = validate_optimizer(it, sm, ss, st);
+    } else {
+      rc = validate_update(it, sm, st);
     }
-    rc = validate_update(&x->items[i], sm, st);
   }
   if (rc == 0) {
     Paramserver__UpdateResponse resp = PARAMSERVER__UPDATE_RESPONSE__INIT;
@@ -635,7 +864,7 @@ static int update_data(ps_rpc_call *c, ps_status *st) {
     ps_rpc_call_reply(c, &resp.base);
     free(versions);
   }
-  ps_store_unlock_set(vars, x->n);
+  ps_store_unlock_set(vars, nlock);
   free(vars);
   free(sims);
   return rc;

@@ -373,14 +373,26 @@ static int upd_build_init(upd_build *b, const ps_update *u, size_t n,
     p->shape = (int64_t *)u[i].value->shape.dim;
     p->n_shape = (size_t)u[i].value->shape.rank;
     p->no_validate_shape = u[i].no_validate_shape;
-    if (u[i].op >= PS_SCATTER_UPDATE) {
+    if ((u[i].nslots && u[i].slots == NULL) || (u[i].nhparams && u[i].hparams == NULL))
+      return ps_status_set(st, PS_INVALID_ARGUMENT, "update of %s: %s is NULL", u[i].name,
+                           u[i].nslots && !u[i].slots ? "slots" : "hparams");
+    for (size_t k = 0; k < u[i].nslots; k++)
+      if (u[i].slots[k] == NULL)
+        return ps_status_set(st, PS_INVALID_ARGUMENT,
+                             "update of %s: slot %zu has no name", u[i].name, k);
+    p->slots = (char **)u[i].slots;
+    p->n_slots = u[i].nslots;
+    p->hparams = (double *)u[i].hparams;
+    p->n_hparams = u[i].nhparams;
+    p->use_nesterov = u[i].use_nesterov;
+    bool scatter = u[i].op >= PS_SCATTER_UPDATE && u[i].op <= PS_SCATTER_SUB;
+    if (scatter || (u[i].op >= PS_APPLY_GRADIENT_DESCENT && u[i].indices)) {
       const ps_tensor *ix = u[i].indices;
       if (ix == NULL || ix->shape.rank != 1 ||
           (ix->dtype != PS_DT_INT32 && ix->dtype != PS_DT_INT64))
         return ps_status_set(st, PS_INVALID_ARGUMENT,
-                             "scatter on %s: indices must be a 1-D int32 or "
-                             "int64 tensor",
-                             u[i].name);
+                             "%s %s: indices must be a 1-D int32 or int64 tensor",
+                             scatter ? "scatter on" : "sparse gradient of", u[i].name);
       p->index_dtype = ix->dtype;
       p->num_indices = ix->shape.dim[0];
       ps_rpc_segs_add(&b->segs, ps_tensor_data(ix), ps_tensor_nbytes(ix), ix->buf);

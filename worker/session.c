@@ -311,6 +311,8 @@ static int run_remote(run *r, ps_node **wave, size_t nw) {
   task_work *tw = calloc((size_t)nps, sizeof *tw);
   ps_tensor **owned = calloc(nw + 1, sizeof *owned);
   size_t nowned = 0;
+  double **hparams_owned = NULL;
+  size_t nhparams_owned = 0;
   for (size_t k = 0; k < nw && rc == 0; k++) {
     ps_node *n = wave[k];
     if (n->def->kind == PS_OPK_REPORT_UNINIT) continue;
@@ -346,7 +348,9 @@ static int run_remote(run *r, ps_node **wave, size_t nw) {
       const ps_tensor *idx = NULL;
       if (x->sparse_indices) {
         idx = r->val[x->sparse_indices->id];
-        if (op == PS_ASSIGN_ADD) op = PS_SCATTER_ADD;
+        if (op >= PS_APPLY_GRADIENT_DESCENT) {
+          /* optimizer kernels take sparse rows as they are */
+        } else if (op == PS_ASSIGN_ADD) op = PS_SCATTER_ADD;
         else if (op == PS_ASSIGN_SUB) op = PS_SCATTER_SUB;
         else if (op == PS_ASSIGN) op = PS_SCATTER_UPDATE;
         if (idx->dtype != PS_DT_INT64 && idx->dtype != PS_DT_INT32) {
@@ -365,6 +369,24 @@ static int run_remote(run *r, ps_node **wave, size_t nw) {
       GROW(w->up_nodes, w->nups);
       w->ups[w->nups] = (ps_update){.name = v->name, .op = (ps_update_op)op,
                                     .value = val, .indices = idx};
+      if (op >= PS_APPLY_GRADIENT_DESCENT && n->extra) {
+        /* constant hyperparameters, then the per-step ones (Adam's beta
+         * powers, read at the start of the step) */
+        ps_apply_extra *e = n->extra;
+        double *hp = calloc(e->nhparams + e->ndynamic + 1, sizeof *hp);
+        memcpy(hp, e->hparams, e->nhparams * sizeof *hp);
+        for (size_t d = 0; d < e->ndynamic; d++) {
+          ps_tensor *t = r->val[n->in[1 + d]->id];
+          hp[e->nhparams + d] = ps_elem_get(t->dtype, ps_tensor_data(t), 0);
+        }
+        GROW(hparams_owned, nhparams_owned);
+        hparams_owned[nhparams_owned++] = hp;
+        w->ups[w->nups].slots = e->slots;
+        w->ups[w->nups].nslots = e->nslots;
+        w->ups[w->nups].hparams = hp;
+        w->ups[w->nups].nhparams = e->nhparams + e->ndynamic;
+        w->ups[w->nups].use_nesterov = e->use_nesterov;
+      }
       w->up_nodes[w->nups++] = n;
       break;
     }
@@ -434,6 +456,8 @@ static int run_remote(run *r, ps_node **wave, size_t nw) {
     free(tw[t].init_nodes);
   }
   for (size_t i = 0; i < nowned; i++) ps_tensor_destroy(owned[i]);
+  for (size_t i = 0; i < nhparams_owned; i++) free(hparams_owned[i]);
+  free(hparams_owned);
   free(owned);
   free(tw);
   free(tr);

@@ -475,10 +475,10 @@ ps_node *ps_report_uninitialized_variables(ps_graph *g, ps_variable *const *vars
     size_t ng, nl;
     ps_variable *const *gv = ps_collection_variables(g, PS_GLOBAL_VARIABLES, &ng);
     ps_variable **all = malloc((ng + 1) * sizeof *all);
-    memcpy(all, gv, ng * sizeof *all);
+    if (ng) memcpy(all, gv, ng * sizeof *all);
     ps_variable *const *lv = ps_collection_variables(g, PS_LOCAL_VARIABLES, &nl);
     all = realloc(all, (ng + nl + 1) * sizeof *all);
-    memcpy(all + ng, lv, nl * sizeof *all);
+    if (nl) memcpy(all + ng, lv, nl * sizeof *all);
     ps_node *r = ps_report_uninitialized_variables(g, all, ng + nl);
     free(all);
     return r;
@@ -489,7 +489,7 @@ ps_node *ps_report_uninitialized_variables(ps_graph *g, ps_variable *const *vars
   if (x == NULL) return NULL;
   report_extra *e = malloc(sizeof *e + (n + 1) * sizeof(ps_variable *));
   e->n = n;
-  memcpy(e->vars, vars, n * sizeof *vars);
+  if (n) memcpy(e->vars, vars, n * sizeof *vars);
   x->extra = e;
   x->dtype = PS_DT_STRING;
   x->shape.rank = 1;

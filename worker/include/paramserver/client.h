@@ -77,14 +77,65 @@ typedef enum ps_update_op {
   PS_SCATTER_UPDATE = 3,
   PS_SCATTER_ADD = 4,
   PS_SCATTER_SUB = 5,
+  /* Optimizer updates: @value is the gradient and the ps that owns the
+   * variable runs TensorFlow's update kernel on it and its slots. */
+  PS_APPLY_GRADIENT_DESCENT = 6,
+  PS_APPLY_MOMENTUM = 7,
+  PS_APPLY_ADAGRAD = 8,
+  PS_APPLY_ADAM = 9,
 } ps_update_op;
 
+/* One update of one variable.
+ *
+ * Scatter ops: @indices (required) selects rows; @value has shape
+ * [n] + var.shape[1:].
+ *
+ * Optimizer ops (PS_APPLY_*): @value is the gradient, with the variable's
+ * dtype (float or double).  Without @indices it is dense and has the
+ * variable's shape; with @indices it is sparse: row k of @value, shaped
+ * [n] + var.shape[1:], is the gradient of row indices[k].  @slots name the
+ * slot variables (on the same ps, same dtype and shape as the variable,
+ * initialized; they are locked and updated together with it) and @hparams
+ * are the hyperparameters, in this order:
+ *
+ *   PS_APPLY_GRADIENT_DESCENT  slots {}              hparams {lr}
+ *       var -= lr*g; sparse: per row, duplicate indices accumulate.
+ *   PS_APPLY_MOMENTUM          slots {accum}         hparams {lr, momentum}
+ *       accum = accum*momentum + g; var -= lr*accum, or with use_nesterov
+ *       var -= g*lr + accum*momentum*lr; sparse: rows one after another.
+ *   PS_APPLY_ADAGRAD           slots {accum}         hparams {lr}
+ *       accum += g^2; var -= lr*g/sqrt(accum); sparse: rows one after another.
+ *   PS_APPLY_ADAM              slots {m, v}
+ *       hparams {lr, beta1, beta2, epsilon, beta1_power, beta2_power}
+ *       alpha = lr*sqrt(1-beta2_power)/(1-beta1_power);
+ *       m += (g-m)*(1-beta1); v += (g^2-v)*(1-beta2);
+ *       var -= m*alpha/(sqrt(v)+epsilon), or with use_nesterov
+ *       var -= (g*(1-beta1) + beta1*m)*alpha/(sqrt(v)+epsilon).
+ *       Sparse (no use_nesterov): TensorFlow's non-lazy sparse Adam: all rows
+ *       of m and v decay, m[idx] += g*(1-beta1) and v[idx] += g^2*(1-beta2)
+ *       (duplicates accumulate), then var is updated densely.
+ *       The caller keeps beta1_power and beta2_power (beta^t, t from 1) and
+ *       multiplies them by beta1, beta2 after each step, as TensorFlow does.
+ *
+ * The ps applies what it is given: to mirror TensorFlow's Optimizer, sum
+ * the rows of duplicate indices first (except for gradient descent).
+ * Errors (nothing changes): wrong counts of slots or hparams, a slot of
+ * another dtype or shape, use_nesterov where not supported, a gradient of
+ * the wrong dtype or shape, an index out of range (INVALID_ARGUMENT); a
+ * missing slot (NOT_FOUND); an uninitialized variable or slot
+ * (FAILED_PRECONDITION "Attempting to use uninitialized value NAME"). */
 typedef struct ps_update {
   const char *name;
   ps_update_op op;
   const ps_tensor *value;   /* sent zero-copy: not modified during the call */
-  const ps_tensor *indices; /* scatter ops: 1-D int32 or int64 */
+  const ps_tensor *indices; /* scatter ops, sparse gradients: 1-D int32/int64 */
   bool no_validate_shape;   /* ASSIGN: TensorFlow's validate_shape=False */
+  /* Optimizer ops only (else 0/NULL/false).  Borrowed for the call. */
+  const char *const *slots;
+  size_t nslots;
+  const double *hparams;
+  size_t nhparams;
+  bool use_nesterov; /* PS_APPLY_MOMENTUM, PS_APPLY_ADAM */
 } ps_update;
 
 /* Applies @n updates on one ps atomically: if one fails, none applies. */

@@ -1,0 +1,64 @@
+/* Optimizer update kernels: TensorFlow's training ops on raw buffers.
+ *
+ * Pure arithmetic over a variable, its slot variables and a gradient; no
+ * locking, no validation.  The caller (ps/service.c) holds the write locks
+ * of the variable and its slots, has made their buffers private, and has
+ * checked dtypes, shapes, counts and index ranges.  Any thread may call. */
+#ifndef PS_KERNELS_H
+#define PS_KERNELS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/tensor.h"
+
+typedef enum ps_opt_kind {
+  PS_OPT_GRADIENT_DESCENT = 0,
+  PS_OPT_MOMENTUM = 1,
+  PS_OPT_ADAGRAD = 2,
+  PS_OPT_ADAM = 3,
+} ps_opt_kind;
+
+#define PS_OPT_COUNT 4
+#define PS_OPT_MAX_SLOTS 2
+
+/* What an optimizer takes, for validation and error messages. */
+typedef struct ps_opt_info {
+  const char *op;        /* TensorFlow op name: "ApplyMomentum" */
+  const char *sparse_op; /* "SparseApplyMomentum" */
+  size_t nslots;
+  const char *slot_names; /* "accum" / "m, v" ("" when none) */
+  size_t nhparams;
+  const char *hparam_names; /* "lr, momentum" */
+  bool nesterov;            /* accepts use_nesterov (dense) */
+  bool sparse_nesterov;     /* accepts use_nesterov with a sparse gradient */
+} ps_opt_info;
+
+/* NULL for a number outside ps_opt_kind. */
+const ps_opt_info *ps_opt_info_get(int opt);
+
+/* True for the dtypes the kernels implement: float and double. */
+bool ps_kernel_dtype_ok(int dtype);
+
+typedef struct ps_kernel_args {
+  ps_opt_kind opt;
+  ps_dtype dtype;
+  void *var;                     /* var_elems elements */
+  void *slots[PS_OPT_MAX_SLOTS]; /* each var_elems elements */
+  int64_t var_elems;
+  int64_t row_elems;   /* sparse: elements per row of var */
+  const void *grad;    /* dense: var_elems; sparse: nindices rows */
+  bool sparse;         /* grad holds rows of indices[] */
+  const void *indices; /* sparse: nindices in [0, rows of var) */
+  size_t index_size;   /* 4 (int32) or 8 (int64) */
+  int64_t nindices;
+  const double *hparams; /* cast to dtype, as TensorFlow does */
+  bool use_nesterov;
+} ps_kernel_args;
+
+/* Applies one update in place.  Returns 0, or -1 (nothing changed) for a
+ * dtype or optimizer the kernels do not implement. */
+int ps_kernel_apply(const ps_kernel_args *a);
+
+#endif

@@ -1,0 +1,281 @@
+/* Optimizers: gradients on the worker, update kernels on the ps.
+ *
+ * Each trainable variable gets one "Apply" node (an update node colocated
+ * with it) whose input is its gradient; the session batches all of them,
+ * per ps, into one Update RPC.  Hyperparameters that change per step
+ * (Adam's beta powers) are inputs of the node, read at the start of the
+ * step; the rest are constants of the node. */
+#include "paramserver/optimizer.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph_internal.h"
+#include "graph_priv.h"
+
+struct ps_optimizer {
+  int op; /* PS_APPLY_* */
+  double lr, momentum, init_accum, beta1, beta2, epsilon;
+  bool nesterov;
+};
+
+static ps_optimizer *opt_new(int op) {
+  ps_optimizer *o = calloc(1, sizeof *o);
+  if (o) o->op = op;
+  return o;
+}
+
+ps_optimizer *ps_gradient_descent_optimizer(double lr) {
+  ps_optimizer *o = opt_new(PS_APPLY_GRADIENT_DESCENT);
+  if (o) o->lr = lr;
+  return o;
+}
+
+ps_optimizer *ps_momentum_optimizer(double lr, double momentum, bool nesterov) {
+  ps_optimizer *o = opt_new(PS_APPLY_MOMENTUM);
+  if (o) {
+    o->lr = lr;
+    o->momentum = momentum;
+    o->nesterov = nesterov;
+  }
+  return o;
+}
+
+ps_optimizer *ps_adagrad_optimizer(double lr, double init_accum) {
+  ps_optimizer *o = opt_new(PS_APPLY_ADAGRAD);
+  if (o) {
+    o->lr = lr;
+    o->init_accum = init_accum;
+  }
+  return o;
+}
+
+ps_optimizer *ps_adam_optimizer(double lr, double beta1, double beta2, double epsilon) {
+  ps_optimizer *o = opt_new(PS_APPLY_ADAM);
+  if (o) {
+    o->lr = lr;
+    o->beta1 = beta1;
+    o->beta2 = beta2;
+    o->epsilon = epsilon;
+  }
+  return o;
+}
+
+void ps_optimizer_destroy(ps_optimizer *o) { free(o); }
+
+ps_variable *ps_create_global_step(ps_graph *g, ps_status *st) {
+  ps_shape s = {0};
+  ps_init_spec z;
+  ps_init_spec_default(&z, PS_INIT_ZEROS);
+  const char *colls[] = {PS_GLOBAL_VARIABLES, PS_GLOBAL_STEP};
+  ps_var_options o = {.not_trainable = true, .collections = colls, .ncollections = 2};
+  size_t n;
+  ps_collection_variables(g, PS_GLOBAL_STEP, &n);
+  if (n > 0) {
+    ps_status_set(st, PS_INVALID_ARGUMENT, "\"global_step\" already exists.");
+    return NULL;
+  }
+  /* at the root of the variable scopes */
+  int saved = g->nvscope, saved_ns = g->nscope;
+  g->nvscope = 0;
+  g->nscope = 0;
+  ps_variable *v = ps_get_variable(g, "global_step", PS_DT_INT64, &s, &z, &o, st);
+  g->nvscope = saved;
+  g->nscope = saved_ns;
+  return v;
+}
+
+
+static const ps_op_def op_apply = {"Apply", PS_OPK_VAR_UPDATE, NULL, NULL};
+
+/* Sums the rows of duplicate indices (TensorFlow's
+ * _deduplicate_indexed_slices); two nodes over the same mapping. */
+static int dedup_compute(ps_node *n, ps_tensor *const *in, ps_tensor **out,
+                         ps_status *st, bool want_rows) {
+  const ps_tensor *idx = want_rows ? in[1] : in[0];
+  int64_t m = ps_tensor_num_elements(idx);
+  int64_t *uniq = malloc((size_t)(m + 1) * sizeof *uniq);
+  int64_t *slot = malloc((size_t)(m + 1) * sizeof *slot);
+  int64_t k = 0;
+  for (int64_t i = 0; i < m; i++) {
+    int64_t id = idx->dtype == PS_DT_INT32 ? ((const int32_t *)ps_tensor_data(idx))[i]
+                                           : ((const int64_t *)ps_tensor_data(idx))[i];
+    int64_t j = 0;
+    /* first-occurrence order; m is the batch's id count, small */
+    for (j = 0; j < k && uniq[j] != id; j++) {
+    }
+    if (j == k) uniq[k++] = id;
+    slot[i] = j;
+  }
+  if (!want_rows) {
+    ps_shape s = {.rank = 1, .dim = {k}};
+    *out = ps_tensor_create(PS_DT_INT64, &s, false);
+    memcpy(ps_tensor_data(*out), uniq, (size_t)k * sizeof *uniq);
+  } else {
+    const ps_tensor *rows = in[0];
+    ps_shape s = rows->shape;
+    s.dim[0] = k;
+    *out = ps_tensor_create(rows->dtype, &s, true);
+    int64_t re = m ? ps_tensor_num_elements(rows) / m : 0;
+    for (int64_t i = 0; i < m; i++)
+      ps_elem_apply(rows->dtype, '+',
+                    (uint8_t *)ps_tensor_data(*out) + (size_t)(slot[i] * re) * ps_dtype_size(rows->dtype),
+                    (const uint8_t *)ps_tensor_data(rows) + (size_t)(i * re) * ps_dtype_size(rows->dtype),
+                    re);
+  }
+  free(uniq);
+  free(slot);
+  (void)n;
+  (void)st;
+  return 0;
+}
+
+static int dedup_idx_compute(ps_node *n, ps_tensor *const *in, ps_tensor **out, ps_status *st) {
+  return dedup_compute(n, in, out, st, false);
+}
+static int dedup_rows_compute(ps_node *n, ps_tensor *const *in, ps_tensor **out, ps_status *st) {
+  return dedup_compute(n, in, out, st, true);
+}
+static const ps_op_def op_dedup_idx = {"UniqueIndices", PS_OPK_LOCAL, dedup_idx_compute, NULL};
+static const ps_op_def op_dedup_rows = {"SumDuplicateRows", PS_OPK_LOCAL, dedup_rows_compute, NULL};
+
+static ps_node *dedup(ps_graph *g, ps_node *sparse) {
+  ps_node *idx_in[1] = {sparse->sparse_indices};
+  ps_node *ui = ps_node_new(g, &op_dedup_idx, "UniqueIndices", idx_in, 1);
+  ps_node *rin[2] = {sparse, sparse->sparse_indices};
+  ps_node *rows = ps_node_new(g, &op_dedup_rows, "SumDuplicateRows", rin, 2);
+  if (!ui || !rows) return NULL;
+  ui->dtype = PS_DT_INT64;
+  ui->shape = (ps_shape){.rank = 1, .dim = {-1}};
+  rows->dtype = sparse->dtype;
+  rows->shape = sparse->shape;
+  rows->shape.dim[0] = -1;
+  rows->sparse_indices = ui;
+  rows->sparse_dense_shape = sparse->sparse_dense_shape;
+  return rows;
+}
+
+ps_node *ps_optimizer_minimize(ps_optimizer *o, ps_graph *g, ps_node *loss,
+                               ps_variable *global_step,
+                               ps_variable *const *var_list, size_t n,
+                               ps_status *st) {
+  if (o == NULL || loss == NULL) {
+    ps_status_set(st, PS_INVALID_ARGUMENT, "minimize: no optimizer or loss");
+    return NULL;
+  }
+  if (var_list == NULL) var_list = ps_collection_variables(g, PS_TRAINABLE_VARIABLES, &n);
+  ps_variable **vars = malloc((n + 1) * sizeof *vars);
+  memcpy(vars, var_list, n * sizeof *vars);
+  ps_node **xs = malloc((n + 1) * sizeof *xs);
+  ps_node **dxs = calloc(n + 1, sizeof *dxs);
+  for (size_t i = 0; i < n; i++) xs[i] = ps_variable_value(vars[i]);
+  ps_node **updates = calloc(n + 4, sizeof *updates);
+  size_t nup = 0;
+  ps_node *train = NULL;
+  if (ps_gradients(g, loss, xs, n, dxs, st) != 0) goto out;
+  const char *base = o->op == PS_APPLY_GRADIENT_DESCENT ? "GradientDescent"
+                     : o->op == PS_APPLY_MOMENTUM        ? "Momentum"
+                     : o->op == PS_APPLY_ADAGRAD         ? "Adagrad"
+                                                         : "Adam";
+  /* Adam's step-dependent values live with the first variable by name. */
+  ps_variable *b1p = NULL, *b2p = NULL;
+  ps_node *b1r = NULL, *b2r = NULL;
+  if (o->op == PS_APPLY_ADAM) {
+    ps_variable *first = NULL;
+    for (size_t i = 0; i < n; i++)
+      if (dxs[i] && (first == NULL || strcmp(vars[i]->name, first->name) < 0)) first = vars[i];
+    if (first) {
+      ps_shape s0 = {0};
+      b1p = ps_slot_create_(first, "beta1_power", o->beta1, &s0, st);
+      b2p = ps_slot_create_(first, "beta2_power", o->beta2, &s0, st);
+      if (!b1p || !b2p) goto out;
+      b1r = ps_variable_value(b1p);
+      b2r = ps_variable_value(b2p);
+    }
+  }
+  ps_name_scope_push(g, base);
+  for (size_t i = 0; i < n; i++) {
+    if (dxs[i] == NULL) continue;
+    ps_variable *v = vars[i];
+    ps_node *grad = dxs[i];
+    if (grad->sparse_indices && o->op != PS_APPLY_GRADIENT_DESCENT) grad = dedup(g, grad);
+    ps_apply_extra *e = calloc(1, sizeof *e);
+    e->use_nesterov = o->nesterov;
+    ps_node *in[3] = {grad, b1r, b2r};
+    int nin = 1;
+    switch (o->op) {
+    case PS_APPLY_GRADIENT_DESCENT:
+      e->hparams[e->nhparams++] = o->lr;
+      break;
+    case PS_APPLY_MOMENTUM:
+    case PS_APPLY_ADAGRAD: {
+      bool mom = o->op == PS_APPLY_MOMENTUM;
+      char sn[1100];
+      snprintf(sn, sizeof sn, "%s/%s", v->name, mom ? "Momentum" : "Adagrad");
+      ps_variable *acc = ps_slot_create_(v, sn, mom ? 0.0 : o->init_accum, &v->shape, st);
+      if (acc == NULL) {
+        free(e);
+        goto out_scope;
+      }
+      e->slots[e->nslots++] = acc->name;
+      e->hparams[e->nhparams++] = o->lr;
+      if (mom) e->hparams[e->nhparams++] = o->momentum;
+      break;
+    }
+    case PS_APPLY_ADAM: {
+      char mn[1100], vn[1100];
+      snprintf(mn, sizeof mn, "%s/Adam", v->name);
+      snprintf(vn, sizeof vn, "%s/Adam_1", v->name);
+      ps_variable *m = ps_slot_create_(v, mn, 0.0, &v->shape, st);
+      ps_variable *vv = ps_slot_create_(v, vn, 0.0, &v->shape, st);
+      if (!m || !vv) {
+        free(e);
+        goto out_scope;
+      }
+      e->slots[e->nslots++] = m->name;
+      e->slots[e->nslots++] = vv->name;
+      e->hparams[e->nhparams++] = o->lr;
+      e->hparams[e->nhparams++] = o->beta1;
+      e->hparams[e->nhparams++] = o->beta2;
+      e->hparams[e->nhparams++] = o->epsilon;
+      e->ndynamic = 2; /* beta1_power, beta2_power from inputs 1, 2 */
+      nin = 3;
+      break;
+    }
+    }
+    char hint[1100];
+    snprintf(hint, sizeof hint, "update_%s", v->name);
+    ps_node *ap = ps_node_new(g, &op_apply, hint, in, nin);
+    if (ap == NULL) {
+      free(e);
+      goto out_scope;
+    }
+    snprintf(ap->device, sizeof ap->device, "%s", v->device);
+    ap->var = v;
+    ap->update_op = o->op;
+    ap->extra = e;
+    updates[nup++] = ap;
+  }
+  if (b1p) {
+    updates[nup++] = ps_assign(b1p, ps_mul(b1r, ps_scalar(g, b1p->dtype, o->beta1)));
+    updates[nup++] = ps_assign(b2p, ps_mul(b2r, ps_scalar(g, b2p->dtype, o->beta2)));
+  }
+  if (global_step) {
+    ps_node *one = ps_scalar(g, global_step->dtype, 1);
+    updates[nup++] = ps_assign_add(global_step, one);
+  }
+  train = ps_group(g, updates, nup, "train");
+  if (train) ps_collection_add_node(g, PS_TRAIN_OP, train);
+out_scope:
+  ps_name_scope_pop(g);
+out:
+  if (train == NULL && st->code == PS_OK)
+    ps_status_set(st, g->st.code ? g->st.code : PS_INTERNAL, "%s",
+                  g->st.code ? g->st.msg : "minimize failed");
+  free(vars);
+  free(xs);
+  free(dxs);
+  free(updates);
+  return train;
+}
