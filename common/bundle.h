@@ -8,11 +8,13 @@
  *
  * Errors name the file and the fault, e.g.
  *   checkpoint /ckpt/model-100.index: block 3: bad checksum
- *   checkpoint /ckpt/model-100.data-00000-of-00002: tensor "w": data checksum
- *   mismatch (stored 0x..., computed 0x...)
- * Codes: NOT_FOUND for a missing file or key, DATA_LOSS for corrupt or
- * truncated files, INVALID_ARGUMENT for bad calls, and the errno mapping of
- * ps_bundle_errno_code() for I/O failures. */
+ *   checkpoint /ckpt/model-100.data-00000-of-00002: tensor "w": data
+ *   checksum mismatch (stored 0x..., computed 0x...)
+ * Codes: NOT_FOUND for a missing file or key, DATA_LOSS for a corrupt or
+ * truncated file, INVALID_ARGUMENT for bad calls, UNIMPLEMENTED for dtypes
+ * a call cannot handle, and for failed system calls the errno's code
+ * (ENOENT NOT_FOUND, EACCES PERMISSION_DENIED, ENOSPC RESOURCE_EXHAUSTED,
+ * others UNKNOWN) with strerror in the message. */
 #ifndef PS_BUNDLE_H
 #define PS_BUNDLE_H
 
@@ -25,7 +27,8 @@
 
 /* One slice of a partitioned tensor (TensorFlow's TensorSlice): per
  * dimension a start and a length, length -1 meaning "the whole dimension"
- * (start is then 0). */
+ * (start is then 0).  Functions below take the two arrays, with the rank of
+ * the full tensor. */
 typedef struct ps_bundle_slice {
   int rank;
   int64_t start[PS_MAX_RANK];
@@ -38,31 +41,25 @@ typedef struct ps_bundle_slice {
  * @slice are left untouched.  INVALID_ARGUMENT on a malformed spec or a
  * slice outside the shape. */
 int ps_bundle_parse_shape_and_slice(const char *spec, ps_shape *full,
-                                    ps_bundle_slice *slice, bool *sliced,
-                                    ps_status *st);
+                                    ps_bundle_slice *slice, bool *sliced, ps_status *st);
 
 /* Data file name: "<prefix>.data-%05d-of-%05d".  Returns @buf, or NULL if
  * @n is too small. */
-char *ps_bundle_data_filename(const char *prefix, int shard, int num_shards,
-                              char *buf, size_t n);
+char *ps_bundle_data_filename(const char *prefix, int shard, int num_shards, char *buf,
+                              size_t n);
 
 /* ---- Writer ----------------------------------------------------------- */
 
+/* One writer is used by one thread at a time. */
 typedef struct ps_bundle_writer ps_bundle_writer;
-
-/* Called on the writer's thread with the total data bytes written so far,
- * after every add and every 8 MiB within a big tensor. */
-typedef void ps_bundle_progress_fn(void *arg, uint64_t bytes_written);
 
 /* Starts a bundle at @prefix: creates the directory of @prefix if needed and
  * opens the data file under a temporary name
  * ("P.data-00000-of-00001.tempstate<random>").  NULL on error. */
 ps_bundle_writer *ps_bundle_writer_create(const char *prefix, ps_status *st);
 
-void ps_bundle_writer_set_progress(ps_bundle_writer *w, ps_bundle_progress_fn *fn,
-                                   void *arg);
-/* Data bytes written so far (the data file's size). */
-uint64_t ps_bundle_writer_bytes_written(const ps_bundle_writer *w);
+/* Data bytes written so far (the data file's size), for progress reports. */
+uint64_t ps_bundle_writer_bytes(const ps_bundle_writer *w);
 
 /* Appends a tensor of a fixed-size dtype (every TensorFlow dtype but
  * DT_STRING, DT_RESOURCE and DT_VARIANT), @nbytes = elements * element size,
@@ -83,14 +80,17 @@ int ps_bundle_writer_add_strings(ps_bundle_writer *w, const char *key,
                                  const size_t *lens, ps_status *st);
 
 /* Appends one slice of the partitioned tensor @full_name (TensorFlow's
- * BundleWriter::AddSlice): the entry @full_name records dtype, the full
- * shape and the list of slices; the values go under an encoded slice key.
- * @data holds the slice's elements (shape = the slice's lengths) row-major.
- * A slice covering the whole tensor is a plain ps_bundle_writer_add(). */
-int ps_bundle_writer_add_slice(ps_bundle_writer *w, const char *full_name,
-                               int dtype, const ps_shape *full_shape,
-                               const ps_bundle_slice *slice, const void *data,
-                               size_t nbytes, ps_status *st);
+ * BundleWriter::AddSlice): per dimension of @full_shape, @start[d] and
+ * @length[d] (-1 = the whole dimension).  The entry @full_name records
+ * dtype, the full shape and the list of slices; the values go under an
+ * encoded slice key.  @data holds the slice's elements row-major.  A slice
+ * covering the whole tensor is a plain ps_bundle_writer_add().  Adding the
+ * same slice twice, or a slice of a name added as a plain tensor (or with
+ * another dtype or full shape), is INVALID_ARGUMENT. */
+int ps_bundle_writer_add_slice(ps_bundle_writer *w, const char *full_name, int dtype,
+                               const ps_shape *full_shape, const int64_t *start,
+                               const int64_t *length, const void *data, size_t nbytes,
+                               ps_status *st);
 
 /* Completes the bundle: flushes and fdatasyncs the data file and renames it
  * into place, writes the index under a temporary name, fsyncs it and
@@ -110,13 +110,13 @@ void ps_bundle_writer_destroy(ps_bundle_writer *w);
  * @out_prefix.  Part k's data file becomes P.data-0000k-of-0000N (renamed,
  * not copied); entries get their new shard_id; slices of one partitioned
  * tensor from several parts are joined.  The merged index is written to a
- * temporary name and renamed into place last, after the data files, so a
- * crash never leaves a half-written or dangling P.index.  Then, best
+ * temporary name first and renamed into place last, after the data files,
+ * so a crash never leaves a half-written or dangling P.index.  Then, best
  * effort, the parts' .index files are deleted and their directories removed
  * if empty and not the output's directory.  Nothing is moved if any part is
  * unreadable or conflicts (duplicate key, dtype or shape mismatch). */
-int ps_bundle_merge(const char *const *part_prefixes, size_t n,
-                    const char *out_prefix, ps_status *st);
+int ps_bundle_merge(const char *const *part_prefixes, size_t n, const char *out_prefix,
+                    ps_status *st);
 
 /* ---- Reader ----------------------------------------------------------- */
 
@@ -127,50 +127,55 @@ typedef struct ps_bundle_entry {
   const char *key; /* NUL-terminated; slice keys contain NUL bytes, see key_len */
   size_t key_len;
   int dtype;
-  ps_shape shape;   /* for a partitioned tensor: the full shape */
-  bool is_slice;    /* an encoded slice key (TensorFlow hides these in listings) */
+  ps_shape shape; /* for a partitioned tensor: the full shape */
+  bool is_slice;  /* an encoded slice key (TensorFlow hides these in listings) */
   int shard_id;
-  uint64_t offset;  /* in the data file */
-  uint64_t size;    /* bytes */
-  uint32_t crc32c;  /* masked */
-  size_t nslices;   /* > 0: a partitioned tensor whose values are in slices */
+  uint64_t offset; /* in the data file */
+  uint64_t size;   /* bytes */
+  uint32_t crc32c; /* masked */
+  size_t nslices;  /* > 0: a partitioned tensor whose values are in slices */
   const ps_bundle_slice *slices;
 } ps_bundle_entry;
 
 /* Opens P.index: reads the whole table, verifying every block's checksum,
- * the header and every entry.  Data files are opened on first read.  NULL on
- * error (NOT_FOUND if P.index does not exist, DATA_LOSS if corrupt).  After
- * open, all functions may be called from several threads at once. */
+ * the header and every entry.  Data files are opened on first read; a
+ * missing one is NOT_FOUND "...: missing data shard".  NULL on error
+ * (NOT_FOUND if P.index does not exist, DATA_LOSS if corrupt).  After open,
+ * all functions may be called from several threads at once. */
 ps_bundle_reader *ps_bundle_reader_open(const char *prefix, ps_status *st);
 void ps_bundle_reader_close(ps_bundle_reader *r); /* NULL is a no-op */
 
 const char *ps_bundle_reader_prefix(const ps_bundle_reader *r);
 int ps_bundle_reader_num_shards(const ps_bundle_reader *r);
-/* Entries in key order, the header excluded. */
+/* Entries in key order (slice keys first, they start with a NUL byte), the
+ * header excluded. */
 size_t ps_bundle_reader_count(const ps_bundle_reader *r);
 const ps_bundle_entry *ps_bundle_reader_entry(const ps_bundle_reader *r, size_t i);
 /* NULL if there is no such key. */
-const ps_bundle_entry *ps_bundle_reader_find(const ps_bundle_reader *r,
-                                             const char *key);
+const ps_bundle_entry *ps_bundle_reader_find(const ps_bundle_reader *r, const char *key);
 
-/* Reads a tensor of a ps_tensor dtype into a new tensor; a partitioned
- * tensor is assembled from its slices.  NOT_FOUND "Key X not found in
- * checkpoint" if absent. */
+/* Reads a tensor of a ps_tensor dtype into a new tensor (caller destroys
+ * it); a partitioned tensor is assembled from its slices.  NOT_FOUND
+ * "Key X not found in checkpoint P" if absent; DT_STRING is
+ * INVALID_ARGUMENT (use ps_bundle_reader_read_strings). */
 int ps_bundle_reader_read(ps_bundle_reader *r, const char *key, ps_tensor **out,
                           ps_status *st);
 
 /* Reads a fixed-size-dtype tensor straight into @dst, which must hold
  * exactly its @nbytes.  Verifies size and checksum; converts byte order if
- * the bundle was written on a big-endian host. */
+ * the bundle was written on a host of the other byte order. */
 int ps_bundle_reader_read_into(ps_bundle_reader *r, const char *key, void *dst,
                                size_t nbytes, ps_status *st);
 
-/* Reads @slice of the tensor @full_name into @dst (the slice's elements,
- * row-major): from a plain entry, or from the stored slices of a
- * partitioned one, which must cover @slice (else NOT_FOUND). */
-int ps_bundle_reader_lookup_slice(ps_bundle_reader *r, const char *full_name,
-                                  const ps_bundle_slice *slice, void *dst,
-                                  size_t nbytes, ps_status *st);
+/* Reads the slice (@start[d], @length[d]; length -1 = whole dimension, one
+ * pair per dimension of the full tensor) of the fixed-size-dtype tensor
+ * @full_name into @dst (the slice's elements, row-major): from a plain
+ * entry, or from the stored slices of a partitioned one, which must cover
+ * it (else NOT_FOUND).  Every stored piece it touches is read whole and
+ * checksummed. */
+int ps_bundle_reader_read_slice(ps_bundle_reader *r, const char *full_name,
+                                const int64_t *start, const int64_t *length, void *dst,
+                                size_t nbytes, ps_status *st);
 
 /* A DT_STRING tensor: one allocation, freed with ps_bundle_strings_destroy.
  * str[i] is NUL-terminated (strings may contain NUL bytes: use len[i]). */
@@ -185,8 +190,8 @@ int ps_bundle_reader_read_strings(ps_bundle_reader *r, const char *key,
                                   ps_bundle_strings **out, ps_status *st);
 void ps_bundle_strings_destroy(ps_bundle_strings *s); /* NULL is a no-op */
 
-/* Reads every entry and checks its size and checksum, without keeping the
- * values (what TensorFlow does on restore, for a whole checkpoint). */
+/* Reads every entry and checks its size and checksum (and that every slice
+ * of a partitioned tensor is stored), without keeping the values. */
 int ps_bundle_reader_verify(ps_bundle_reader *r, ps_status *st);
 
 #endif

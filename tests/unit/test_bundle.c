@@ -1,0 +1,1319 @@
+/* Unit tests for common/bundle.c and common/crc32c.c: TensorFlow V2
+ * checkpoints.
+ *
+ * Reads the real TensorFlow checkpoints in $PS_TESTDATA/tf-checkpoints
+ * (see the README there) with the values it lists, checks that what we
+ * write is byte for byte what TensorFlow writes, round-trips every dtype,
+ * strings, a ~100 MiB tensor and partitioned (sliced) tensors, merges
+ * parts, and sees the error text of every corruption a user can meet.
+ * Each test works in a fresh mkdtemp() directory, removed afterwards
+ * (even when the test fails). */
+#include <check.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "bundle.h"
+#include "crc32c.h"
+
+/* One directory per run (removed by an unchecked teardown, which runs in
+ * the parent even when a test fails), one subdirectory per test. */
+static char basedir[256];
+static char tmpdir[300];
+
+static void setup_basedir(void) {
+  const char *base = getenv("TMPDIR");
+  snprintf(basedir, sizeof basedir, "%s/test_bundle.XXXXXX",
+           base && base[0] ? base : "/tmp");
+  if (mkdtemp(basedir) == NULL) {
+    perror(basedir);
+    exit(EXIT_FAILURE);
+  }
+}
+
+static void setup_tmpdir(void) {
+  snprintf(tmpdir, sizeof tmpdir, "%s/t.XXXXXX", basedir);
+  ck_assert_ptr_nonnull(mkdtemp(tmpdir));
+}
+
+static void remove_tree(const char *dir) {
+  DIR *d = opendir(dir);
+  if (d == NULL) return;
+  struct dirent *e;
+  char path[1024];
+  while ((e = readdir(d)) != NULL) {
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    struct stat sb;
+    if (lstat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+      remove_tree(path);
+    else
+      unlink(path);
+  }
+  closedir(d);
+  rmdir(dir);
+}
+
+static void teardown_tmpdir(void) {
+  remove_tree(tmpdir);
+}
+static void teardown_basedir(void) {
+  remove_tree(basedir);
+}
+
+/* A path under the test's directory (rotating static buffers). */
+static const char *tmp(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static const char *tmp(const char *fmt, ...) {
+  static char bufs[8][1024];
+  static int i;
+  char *b = bufs[i++ & 7];
+  int o = snprintf(b, 1024, "%s/", tmpdir);
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(b + o, (size_t)(1024 - o), fmt, ap);
+  va_end(ap);
+  return b;
+}
+
+/* A named path buffer that outlives the rotation of tmp(). */
+#define TMP(var, ...)                                                                    \
+  char var[1024];                                                                        \
+  snprintf(var, sizeof var, "%s", tmp(__VA_ARGS__))
+
+/* A path in the TensorFlow test data. */
+static const char *tfdata(const char *rel) {
+  static char bufs[4][1024];
+  static int i;
+  char *b = bufs[i++ & 3];
+  const char *base = getenv("PS_TESTDATA");
+  ck_assert_msg(base != NULL, "PS_TESTDATA is not set");
+  snprintf(b, 1024, "%s/tf-checkpoints/%s", base, rel);
+  return b;
+}
+
+static uint8_t *read_file(const char *path, size_t *n) {
+  FILE *f = fopen(path, "rb");
+  ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
+  fseek(f, 0, SEEK_END);
+  long len = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  uint8_t *p = malloc((size_t)len + 1);
+  ck_assert_ptr_nonnull(p);
+  ck_assert_uint_eq(fread(p, 1, (size_t)len, f), (size_t)len);
+  fclose(f);
+  *n = (size_t)len;
+  return p;
+}
+
+static void write_file(const char *path, const void *p, size_t n) {
+  FILE *f = fopen(path, "wb");
+  ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
+  ck_assert_uint_eq(fwrite(p, 1, n, f), n);
+  fclose(f);
+}
+
+static void copy_file(const char *from, const char *to) {
+  size_t n;
+  uint8_t *p = read_file(from, &n);
+  write_file(to, p, n);
+  free(p);
+}
+
+static bool exists(const char *path) {
+  struct stat sb;
+  return stat(path, &sb) == 0;
+}
+
+static void assert_same_file(const char *a, const char *b) {
+  size_t na, nb;
+  uint8_t *pa = read_file(a, &na), *pb = read_file(b, &nb);
+  ck_assert_msg(na == nb, "%s has %zu bytes, %s %zu", a, na, b, nb);
+  for (size_t i = 0; i < na; i++)
+    ck_assert_msg(pa[i] == pb[i], "%s and %s differ at byte %zu: %02x %02x", a, b, i,
+                  pa[i], pb[i]);
+  free(pa);
+  free(pb);
+}
+
+static ps_shape shp(int rank, ...) {
+  ps_shape s = {.rank = rank};
+  va_list ap;
+  va_start(ap, rank);
+  for (int i = 0; i < rank; i++)
+    s.dim[i] = va_arg(ap, int64_t);
+  va_end(ap);
+  return s;
+}
+
+static float read_float(ps_bundle_reader *r, const char *key) {
+  float v = -1;
+  ps_status st = {0};
+  ck_assert_msg(ps_bundle_reader_read_into(r, key, &v, sizeof v, &st) == 0, "%s: %s", key,
+                st.msg);
+  return v;
+}
+
+#define ASSERT_MSG_HAS(st, s)                                                            \
+  ck_assert_msg(strstr((st).msg, (s)) != NULL, "message \"%s\" lacks \"%s\"", (st).msg,  \
+                (s))
+
+/* ---- CRC32C ------------------------------------------------------------ */
+
+START_TEST(crc32c_check_values) {
+  ck_assert_uint_eq(ps_crc32c("123456789", 9), 0xE3069283u);
+  ck_assert_uint_eq(ps_crc32c_extend_sw(0, "123456789", 9), 0xE3069283u);
+  if (ps_crc32c_hw_available())
+    ck_assert_uint_eq(ps_crc32c_extend_hw(0, "123456789", 9), 0xE3069283u);
+  ck_assert_uint_eq(ps_crc32c(NULL, 0), 0);
+  ck_assert_uint_eq(ps_crc32c_mask(0), 0xa282ead8u);
+  static const uint8_t zero[4] = {0}, half[4] = {0, 0, 0, 0x3f};
+  ck_assert_uint_eq(ps_crc32c_mask(ps_crc32c(zero, 4)), 0x3a117ba6u);
+  ck_assert_uint_eq(ps_crc32c_mask(ps_crc32c(half, 4)), 0x1f273806u);
+  for (uint32_t c = 1; c < 0xF0000000u; c += 0x0F0F0F0Fu)
+    ck_assert_uint_eq(ps_crc32c_unmask(ps_crc32c_mask(c)), c);
+}
+END_TEST
+
+START_TEST(crc32c_hw_and_table_agree) {
+  uint8_t buf[4096 + 16];
+  uint32_t x = 12345;
+  for (size_t i = 0; i < sizeof buf; i++) {
+    x = x * 1103515245u + 12345u;
+    buf[i] = (uint8_t)(x >> 16);
+  }
+  for (size_t off = 0; off < 9; off++) {
+    for (size_t n = 0; n < 200; n += 1 + n / 8) {
+      uint32_t sw = ps_crc32c_extend_sw(0, buf + off, n);
+      ck_assert_uint_eq(ps_crc32c(buf + off, n), sw);
+      if (ps_crc32c_hw_available())
+        ck_assert_uint_eq(ps_crc32c_extend_hw(0, buf + off, n), sw);
+      /* crc(a || b) = extend(crc(a), b) */
+      ck_assert_uint_eq(
+          ps_crc32c_extend(ps_crc32c(buf + off, n / 3), buf + off + n / 3, n - n / 3),
+          sw);
+    }
+  }
+  ck_assert_uint_eq(ps_crc32c_extend_sw(0, buf, 4096),
+                    ps_crc32c_hw_available() ? ps_crc32c_extend_hw(0, buf, 4096)
+                                             : ps_crc32c(buf, 4096));
+}
+END_TEST
+
+/* ---- Checkpoints TensorFlow wrote --------------------------------------- */
+
+START_TEST(reads_tf_counter) {
+  ps_status st = {0};
+  ps_bundle_reader *r = ps_bundle_reader_open(tfdata("counter/variables"), &st);
+  ck_assert_msg(r != NULL, "%s", st.msg);
+  ck_assert_int_eq(ps_bundle_reader_num_shards(r), 1);
+  ck_assert_uint_eq(ps_bundle_reader_count(r), 1);
+  const ps_bundle_entry *e = ps_bundle_reader_entry(r, 0);
+  ck_assert_str_eq(e->key, "counter");
+  ck_assert_int_eq(e->dtype, PS_DT_FLOAT);
+  ck_assert_int_eq(e->shape.rank, 0);
+  ck_assert_uint_eq(e->size, 4);
+  ck_assert_uint_eq(e->crc32c, 0x3a117ba6u);
+  ck_assert(!e->is_slice);
+  ck_assert_uint_eq(e->nslices, 0);
+  ck_assert(ps_bundle_reader_find(r, "counter") == e);
+  ck_assert(ps_bundle_reader_find(r, "count") == NULL);
+  ps_tensor *t;
+  ck_assert_int_eq(ps_bundle_reader_read(r, "counter", &t, &st), 0);
+  ck_assert_int_eq(t->dtype, PS_DT_FLOAT);
+  ck_assert_int_eq(t->shape.rank, 0);
+  ck_assert(*(float *)ps_tensor_data(t) == 0.0f);
+  ps_tensor_destroy(t);
+  ck_assert_int_eq(ps_bundle_reader_verify(r, &st), 0);
+  ck_assert_int_eq(ps_bundle_reader_read(r, "nope", &t, &st), PS_NOT_FOUND);
+  ck_assert_ptr_null(t);
+  ASSERT_MSG_HAS(st, "Key nope not found in checkpoint");
+  ps_bundle_reader_close(r);
+}
+END_TEST
+
+START_TEST(reads_tf_half_plus_two) {
+  ps_status st = {0};
+  ps_bundle_reader *r = ps_bundle_reader_open(tfdata("half_plus_two_gpu/variables"), &st);
+  ck_assert_msg(r != NULL, "%s", st.msg);
+  ck_assert_uint_eq(ps_bundle_reader_count(r), 3);
+  ck_assert(read_float(r, "a") == 0.5f);
+  ck_assert(read_float(r, "b") == 2.0f);
+  ck_assert(read_float(r, "c") == 3.0f);
+  ck_assert_uint_eq(ps_bundle_reader_find(r, "a")->offset, 0);
+  ck_assert_uint_eq(ps_bundle_reader_find(r, "b")->offset, 4);
+  ck_assert_uint_eq(ps_bundle_reader_find(r, "c")->offset, 8);
+  ck_assert_int_eq(ps_bundle_reader_verify(r, &st), 0);
+  ps_bundle_reader_close(r);
+
+  /* The same model with a Snappy-compressed index block. */
+  r = ps_bundle_reader_open(tfdata("half_plus_two_cpu/variables"), &st);
+  ck_assert_msg(r != NULL, "%s", st.msg);
+  static const char *const keys[] = {"a", "a2", "b", "c", "c2"};
+  static const float vals[] = {0.5f, 0.5f, 2.0f, 3.0f, 3.0f};
+  ck_assert_uint_eq(ps_bundle_reader_count(r), 5);
+  for (int i = 0; i < 5; i++) {
+    const ps_bundle_entry *e = ps_bundle_reader_entry(r, (size_t)i);
+    ck_assert_str_eq(e->key, keys[i]);
+    ck_assert_int_eq(e->dtype, PS_DT_FLOAT);
+    ck_assert_int_eq(e->shape.rank, 0);
+    ck_assert(read_float(r, keys[i]) == vals[i]);
+  }
+  ck_assert_int_eq(ps_bundle_reader_verify(r, &st), 0);
+  ps_bundle_reader_close(r);
+}
+END_TEST
+
+START_TEST(reads_tf_index_with_many_restarts) {
+  ps_status st = {0};
+  /* swift-style.index has no data file: the prefix is "swift-style". */
+  ps_bundle_reader *r = ps_bundle_reader_open(tfdata("swift-style"), &st);
+  ck_assert_msg(r != NULL, "%s", st.msg);
+  ck_assert_int_eq(ps_bundle_reader_num_shards(r), 1);
+  ck_assert_uint_eq(ps_bundle_reader_count(r), 92);
+  ck_assert_str_eq(ps_bundle_reader_entry(r, 0)->key, "conv1.conv2d.bias");
+  ck_assert_str_eq(ps_bundle_reader_entry(r, 91)->key, "res5.in2.weight");
+  for (size_t i = 0; i < 92; i++) {
+    const ps_bundle_entry *e = ps_bundle_reader_entry(r, i);
+    ck_assert(ps_bundle_reader_find(r, e->key) == e);
+    ck_assert_int_eq(e->dtype, PS_DT_FLOAT);
+    ck_assert_uint_eq(e->size, 4 * (uint64_t)ps_shape_num_elements(&e->shape));
+    if (i == 0) {
+      ck_assert_uint_eq(e->offset, 0);
+      continue;
+    }
+    /* TF1's Saver adds tensors sorted by name: back to back in key order */
+    const ps_bundle_entry *prev = ps_bundle_reader_entry(r, i - 1);
+    ck_assert_int_lt(strcmp(prev->key, e->key), 0);
+    ck_assert_uint_eq(e->offset, prev->offset + prev->size);
+  }
+  ck_assert_int_eq(ps_bundle_reader_find(r, "conv1.conv2d.weight")->shape.rank, 4);
+  /* Reading needs the data file, which is not there. */
+  float b[32];
+  ck_assert_int_eq(ps_bundle_reader_read_into(r, "conv1.conv2d.bias", b, sizeof b, &st),
+                   PS_NOT_FOUND);
+  ASSERT_MSG_HAS(st, "swift-style.data-00000-of-00001: missing data shard");
+  ps_bundle_reader_close(r);
+}
+END_TEST
+
+/* ---- Byte-for-byte compatibility -------------------------------------- */
+
+START_TEST(writes_counter_exactly_as_tensorflow) {
+  ps_status st = {0};
+  ps_bundle_writer *w = ps_bundle_writer_create(tmp("ckpt/variables"), &st);
+  ck_assert_msg(w != NULL, "%s", st.msg);
+  ps_shape scalar = {.rank = 0};
+  float zero = 0.0f;
+  ck_assert_int_eq(
+      ps_bundle_writer_add(w, "counter", PS_DT_FLOAT, &scalar, &zero, 4, &st), 0);
+  ck_assert_uint_eq(ps_bundle_writer_bytes(w), 4);
+  ck_assert_int_eq(ps_bundle_writer_finish(w, &st), 0);
+  ps_bundle_writer_destroy(w);
+  assert_same_file(tmp("ckpt/variables.index"), tfdata("counter/variables.index"));
+  assert_same_file(tmp("ckpt/variables.data-00000-of-00001"),
+                   tfdata("counter/variables.data-00000-of-00001"));
+  /* Nothing else (no temporary files) is left in the directory. */
+  DIR *d = opendir(tmp("ckpt"));
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL)
+    n += e->d_name[0] != '.';
+  closedir(d);
+  ck_assert_int_eq(n, 2);
+
+  /* half_plus_two: three scalars added in file order. */
+  w = ps_bundle_writer_create(tmp("hp2/variables"), &st);
+  ck_assert_msg(w != NULL, "%s", st.msg);
+  const char *keys[] = {"a", "b", "c"};
+  float vals[] = {0.5f, 2.0f, 3.0f};
+  for (int i = 0; i < 3; i++)
+    ck_assert_int_eq(
+        ps_bundle_writer_add(w, keys[i], PS_DT_FLOAT, &scalar, &vals[i], 4, &st), 0);
+  ck_assert_int_eq(ps_bundle_writer_finish(w, &st), 0);
+  ps_bundle_writer_destroy(w);
+  assert_same_file(tmp("hp2/variables.index"),
+                   tfdata("half_plus_two_gpu/variables.index"));
+  assert_same_file(tmp("hp2/variables.data-00000-of-00001"),
+                   tfdata("half_plus_two_gpu/variables.data-00000-of-00001"));
+}
+END_TEST
+
+/* Merging a single part rewrites its index with our table writer: for
+ * TensorFlow's 92-entry index (several restart intervals, shared prefixes)
+ * the result must be the same bytes. */
+START_TEST(rewrites_tf_index_exactly) {
+  ps_status st = {0};
+  ps_bundle_reader *r = ps_bundle_reader_open(tfdata("swift-style"), &st);
+  ck_assert_msg(r != NULL, "%s", st.msg);
+  uint64_t end = 0;
+  for (size_t i = 0; i < ps_bundle_reader_count(r); i++) {
+    const ps_bundle_entry *e = ps_bundle_reader_entry(r, i);
+    if (e->offset + e->size > end) end = e->offset + e->size;
+  }
+  ps_bundle_reader_close(r);
+  ck_assert_int_eq(mkdir(tmp("part"), 0777), 0);
+  copy_file(tfdata("swift-style.index"), tmp("part/p.index"));
+  int fd = open(tmp("part/p.data-00000-of-00001"), O_CREAT | O_WRONLY, 0666);
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_eq(ftruncate(fd, (off_t)end), 0); /* merge only renames data */
+  close(fd);
+  TMP(part, "part/p");
+  const char *parts[] = {part};
+  ck_assert_msg(ps_bundle_merge(parts, 1, tmp("out/style"), &st) == 0, "%s", st.msg);
+  assert_same_file(tmp("out/style.index"), tfdata("swift-style.index"));
+  ck_assert(exists(tmp("out/style.data-00000-of-00001")));
+  ck_assert(!exists(tmp("part/p.index")));
+  ck_assert(!exists(tmp("part"))); /* the emptied part directory is removed */
+
+  /* Same for counter, whose data file comes along. */
+  ck_assert_int_eq(mkdir(tmp("c"), 0777), 0);
+  copy_file(tfdata("counter/variables.index"), tmp("c/v.index"));
+  copy_file(tfdata("counter/variables.data-00000-of-00001"),
+            tmp("c/v.data-00000-of-00001"));
+  TMP(cv, "c/v");
+  parts[0] = cv;
+  ck_assert_msg(ps_bundle_merge(parts, 1, tmp("out/counter"), &st) == 0, "%s", st.msg);
+  assert_same_file(tmp("out/counter.index"), tfdata("counter/variables.index"));
+  r = ps_bundle_reader_open(tmp("out/counter"), &st);
+  ck_assert_msg(r != NULL, "%s", st.msg);
+  ck_assert(read_float(r, "counter") == 0.0f);
+  ps_bundle_reader_close(r);
+}
+END_TEST
+
+/* ---- Round trips -------------------------------------------------------- */
+
+static const struct {
+  int dtype;
+  size_t size;
+} all_dtypes[] = {
+    {1, 4},  {2, 8},  {3, 4},   {4, 1},  {5, 2},  {6, 1},  {8, 8},
+    {9, 8},  {10, 1}, {11, 1},  {12, 1}, {13, 4}, {14, 2}, {15, 2},
+    {16, 2}, {17, 2}, {18, 16}, {19, 2}, {22, 4}, {23, 8},
+};
+#define NDT (sizeof all_dtypes / sizeof all_dtypes[0])
+
+START_TEST(round_trips_every_dtype) {
+  ps_status st = {0};
+  ps_bundle_writer *w = ps_bundle_writer_create(tmp("rt/model.ckpt-7"), &st);
+  ck_assert_msg(w != NULL, "%s", st.msg);
+  ps_shape sh = shp(2, (int64_t)3, (int64_t)5);
+  uint8_t data[NDT][15 * 16];
+  char key[NDT][32];
+  for (size_t i = 0; i < NDT; i++) {
+    for (size_t j = 0; j < sizeof data[i]; j++)
+      data[i][j] = (uint8_t)(i * 31 + j * 7 + 1);
+    if (all_dtypes[i].dtype == PS_DT_BOOL)
+      for (size_t j = 0; j < 15; j++)
+        data[i][j] = (uint8_t)(j & 1);
+    snprintf(key[i], sizeof key[i], "v/%s_%d", ps_dtype_name(all_dtypes[i].dtype),
+             all_dtypes[i].dtype);
+  }
+  for (size_t i = NDT; i-- > 0;) /* reverse key order: the index sorts */
+    ck_assert_msg(ps_bundle_writer_add(w, key[i], all_dtypes[i].dtype, &sh, data[i],
+                                       15 * all_dtypes[i].size, &st) == 0,
+                  "%s: %s", key[i], st.msg);
+  /* half and bfloat16 values through the conversions */
+  uint16_t h[4], bf[4];
+  float fv[4] = {1.0f, -2.5f, 0.099975586f, 65504.0f};
+  for (int i = 0; i < 4; i++) {
+    h[i] = ps_float_to_half(fv[i]);
+    bf[i] = ps_float_to_bf16(fv[i]);
+  }
+  ps_shape four = shp(1, (int64_t)4);
+  ck_assert_int_eq(ps_bundle_writer_add(w, "half", PS_DT_HALF, &four, h, sizeof h, &st),
+                   0);
+  ck_assert_int_eq(
+      ps_bundle_writer_add(w, "bf16", PS_DT_BFLOAT16, &four, bf, sizeof bf, &st), 0);
+  /* empty tensors and a scalar */
+  ps_shape empty = shp(2, (int64_t)2, (int64_t)0), scalar = {.rank = 0};
+  int64_t big = -1234567890123LL;
+  ck_assert_int_eq(ps_bundle_writer_add(w, "empty", PS_DT_FLOAT, &empty, NULL, 0, &st),
+                   0);
+  ck_assert_int_eq(
+      ps_bundle_writer_add(w, "global_step", PS_DT_INT64, &scalar, &big, 8, &st), 0);
+  ck_assert_int_eq(ps_bundle_writer_finish(w, &st), 0);
+  ps_bundle_writer_destroy(w);
+
+  ps_bundle_reader *r = ps_bundle_reader_open(tmp("rt/model.ckpt-7"), &st);
+  ck_assert_msg(r != NULL, "%s", st.msg);
+  ck_assert_uint_eq(ps_bundle_reader_count(r), NDT + 4);
+  for (size_t i = 1; i < ps_bundle_reader_count(r); i++)
+    ck_assert_int_lt(
+        strcmp(ps_bundle_reader_entry(r, i - 1)->key, ps_bundle_reader_entry(r, i)->key),
+        0);
+  ck_assert_int_eq(ps_bundle_reader_verify(r, &st), 0);
+  for (size_t i = 0; i < NDT; i++) {
+    const ps_bundle_entry *e = ps_bundle_reader_find(r, key[i]);
+    ck_assert_ptr_nonnull(e);
+    ck_assert_int_eq(e->dtype, all_dtypes[i].dtype);
+    ck_assert(ps_shape_equal(&e->shape, &sh));
+    ck_assert_uint_eq(e->size, 15 * all_dtypes[i].size);
+    uint8_t back[15 * 16] = {0};
+    ck_assert_int_eq(ps_bundle_reader_read_into(r, key[i], back, e->size, &st), 0);
+    ck_assert_int_eq(memcmp(back, data[i], e->size), 0);
+    ps_tensor *t = NULL;
+    int rc = ps_bundle_reader_read(r, key[i], &t, &st);
+    if (ps_dtype_size(e->dtype) != 0) {
+      ck_assert_msg(rc == 0, "%s", st.msg);
+      ck_assert_int_eq(memcmp(ps_tensor_data(t), data[i], e->size), 0);
+      ck_assert(ps_shape_equal(&t->shape, &sh));
+      ps_tensor_destroy(t);
+    } else { /* quantized types: bytes only */
+      ck_assert_int_eq(rc, PS_UNIMPLEMENTED);
+      ck_assert_ptr_null(t);
+    }
+    /* a wrong buffer size is the caller's error */
+    ck_assert_int_eq(ps_bundle_reader_read_into(r, key[i], back, e->size - 1, &st),
+                     PS_INVALID_ARGUMENT);
+  }
+  ps_tensor *t;
+  ck_assert_int_eq(ps_bundle_reader_read(r, "half", &t, &st), 0);
+  ck_assert_int_eq(t->dtype, PS_DT_HALF);
+  for (int i = 0; i < 4; i++)
+    ck_assert(ps_half_to_float(((uint16_t *)ps_tensor_data(t))[i]) ==
+              ps_half_to_float(h[i]));
+  ck_assert(ps_half_to_float(((uint16_t *)ps_tensor_data(t))[1]) == -2.5f);
+  ps_tensor_destroy(t);
+  ck_assert_int_eq(ps_bundle_reader_read(r, "bf16", &t, &st), 0);
+  ck_assert_int_eq(t->dtype, PS_DT_BFLOAT16);
+  ck_assert(ps_bf16_to_float(((uint16_t *)ps_tensor_data(t))[0]) == 1.0f);
+  ck_assert(ps_bf16_to_float(((uint16_t *)ps_tensor_data(t))[1]) == -2.5f);
+  ps_tensor_destroy(t);
+  ck_assert_int_eq(ps_bundle_reader_read(r, "empty", &t, &st), 0);
+  ck_assert_int_eq(ps_tensor_num_elements(t), 0);
+  ck_assert_uint_eq(ps_bundle_reader_find(r, "empty")->crc32c, 0xa282ead8u); /* Mask(0) */
+  ps_tensor_destroy(t);
+  int64_t gs = 0;
+  ck_assert_int_eq(ps_bundle_reader_read_into(r, "global_step", &gs, 8, &st), 0);
+  ck_assert_int_eq(gs, big);
+  ps_bundle_reader_close(r);
+}
+END_TEST
+
+START_TEST(round_trips_strings) {
+  ps_status st = {0};
+  ps_bundle_writer *w = ps_bundle_writer_create(tmp("s/ckpt"), &st);
+  ck_assert_msg(w != NULL, "%s", st.msg);
+  /* TensorFlow's StringTensorsOldFormat contents, plus NUL bytes inside. */
+  char c1024[1024];
+  memset(c1024, 'c', sizeof c1024);
+  const char *strs[] = {"hello", "", "x01", c1024};
+  size_t lens[] = {5, 0, 3, 1024};
+  ps_shape four = shp(1, (int64_t)4), one = shp(1, (int64_t)1), scalar = {.rank = 0};
+  ps_shape none = shp(1, (int64_t)0);
+  ck_assert_int_eq(ps_bundle_writer_add_strings(w, "strs", &four, strs, lens, &st), 0);
+  const char *hello[] = {"hello"};
+  ck_assert_int_eq(ps_bundle_writer_add_strings(w, "scalar", &one, hello, NULL, &st), 0);
+  const char *emptys[] = {""};
+  ck_assert_int_eq(
+      ps_bundle_writer_add_strings(w, "string_tensor", &one, emptys, NULL, &st), 0);
+  const char *nul[] = {"a\0b\xff"};
+  size_t nullen[] = {4};
+  ck_assert_int_eq(ps_bundle_writer_add_strings(w, "nul", &scalar, nul, nullen, &st), 0);
+  ck_assert_int_eq(ps_bundle_writer_add_strings(w, "none", &none, NULL, NULL, &st), 0);
+  float f[6] = {16.18f, 16.18f, 16.18f, 16.18f, 16.18f, 16.18f};
+  ps_shape two3 = shp(2, (int64_t)2, (int64_t)3);
+  ck_assert_int_eq(
+      ps_bundle_writer_add(w, "floats", PS_DT_FLOAT, &two3, f, sizeof f, &st), 0);
+  ck_assert_int_eq(ps_bundle_writer_add(w, "bad", PS_DT_STRING, &one, "x", 1, &st),
+                   PS_INVALID_ARGUMENT);
+  ASSERT_MSG_HAS(st, "ps_bundle_writer_add_strings");
+  ck_assert_int_eq(ps_bundle_writer_finish(w, &st), 0);
+  ps_bundle_writer_destroy(w);
+
+  ps_bundle_reader *r = ps_bundle_reader_open(tmp("s/ckpt"), &st);
+  ck_assert_msg(r != NULL, "%s", st.msg);
+  ck_assert_int_eq(ps_bundle_reader_verify(r, &st), 0);
+  ps_bundle_strings *s;
+  ck_assert_int_eq(ps_bundle_reader_read_strings(r, "strs", &s, &st), 0);
+  ck_assert_uint_eq(s->n, 4);
+  ck_assert(ps_shape_equal(&s->shape, &four));
+  for (int i = 0; i < 4; i++) {
+    ck_assert_uint_eq(s->len[i], lens[i]);
+    ck_assert_int_eq(memcmp(s->str[i], strs[i], lens[i]), 0);
+    ck_assert_int_eq(s->str[i][lens[i]], '\0');
+  }
+  ps_bundle_strings_destroy(s);
+  ck_assert_int_eq(ps_bundle_reader_read_strings(r, "nul", &s, &st), 0);
+  ck_assert_uint_eq(s->n, 1);
+  ck_assert_uint_eq(s->len[0], 4);
+  ck_assert_int_eq(memcmp(s->str[0], "a\0b\xff", 4), 0);
+  ps_bundle_strings_destroy(s);
+  ck_assert_int_eq(ps_bundle_reader_read_strings(r, "none", &s, &st), 0);
+  ck_assert_uint_eq(s->n, 0);
+  ps_bundle_strings_destroy(s);
+  /* The layout: varint lengths, masked crc of the lengths as uint32, bytes. */
+  const ps_bundle_entry *e = ps_bundle_reader_find(r, "scalar");
+  ck_assert_int_eq(e->dtype, PS_DT_STRING);
+  ck_assert_uint_eq(e->size, 1 + 4 + 5);
+  size_t n;
+  uint8_t *data = read_file(tmp("s/ckpt.data-00000-of-00001"), &n);
+  const uint8_t *p = data + e->offset;
+  ck_assert_uint_eq(p[0], 5);
+  static const uint8_t five[4] = {5, 0, 0, 0};
+  uint32_t c = ps_crc32c(five, 4);
+  ck_assert_uint_eq((uint32_t)p[1] | (uint32_t)p[2] << 8 | (uint32_t)p[3] << 16 |
+                        (uint32_t)p[4] << 24,
+                    ps_crc32c_mask(c));
+  ck_assert_int_eq(memcmp(p + 5, "hello", 5), 0);
+  ck_assert_uint_eq(e->crc32c, ps_crc32c_mask(ps_crc32c_extend(c, p + 1, 9)));
+  free(data);
+  /* Strings are not tensors of the ps. */
+  ps_tensor *t;
+  ck_assert_int_eq(ps_bundle_reader_read(r, "strs", &t, &st), PS_INVALID_ARGUMENT);
+  ASSERT_MSG_HAS(st, "ps_bundle_reader_read_strings");
+  ck_assert_int_eq(ps_bundle_reader_read_strings(r, "floats", &s, &st),
+                   PS_INVALID_ARGUMENT);
+  ck_assert_int_eq(ps_bundle_reader_read(r, "floats", &t, &st), 0);
+  ck_assert(((float *)ps_tensor_data(t))[5] == 16.18f);
+  ps_tensor_destroy(t);
+  ps_bundle_reader_close(r);
+}
+END_TEST
+
+START_TEST(round_trips_a_100mib_tensor) {
+  ps_status st = {0};
+  const int64_t n = 25 << 20; /* floats: 100 MiB */
+  float *v = malloc((size_t)n * 4);
+  ck_assert_ptr_nonnull(v);
+  for (int64_t i = 0; i < n; i++)
+    v[i] = (float)(i % 1000003) * 0.5f;
+  ps_bundle_writer *w = ps_bundle_writer_create(tmp("big/ckpt"), &st);
+  ck_assert_msg(w != NULL, "%s", st.msg);
+  ps_shape sh = shp(2, (int64_t)(n / 1024), (int64_t)1024), scalar = {.rank = 0};
+  int64_t step = 42;
+  ck_assert_int_eq(
+      ps_bundle_writer_add(w, "global_step", PS_DT_INT64, &scalar, &step, 8, &st), 0);
+  ck_assert_int_eq(
+      ps_bundle_writer_add(w, "emb", PS_DT_FLOAT, &sh, v, (size_t)n * 4, &st), 0);
+  ck_assert_uint_eq(ps_bundle_writer_bytes(w), 8 + (uint64_t)n * 4);
+  ck_assert_int_eq(ps_bundle_writer_finish(w, &st), 0);
+  ps_bundle_writer_destroy(w);
+  ps_bundle_reader *r = ps_bundle_reader_open(tmp("big/ckpt"), &st);
+  ck_assert_msg(r != NULL, "%s", st.msg);
+  ck_assert_uint_eq(ps_bundle_reader_find(r, "emb")->offset, 8);
+  ck_assert_int_eq(ps_bundle_reader_verify(r, &st), 0);
+  ps_tensor *t;
+  ck_assert_msg(ps_bundle_reader_read(r, "emb", &t, &st) == 0, "%s", st.msg);
+  ck_assert_int_eq(memcmp(ps_tensor_data(t), v, (size_t)n * 4), 0);
+  ps_tensor_destroy(t);
+  /* a window out of the middle of a plain entry */
+  int64_t start[2] = {12345, 100}, len[2] = {3, 5};
+  float win[15];
+  ck_assert_int_eq(
+      ps_bundle_reader_read_slice(r, "emb", start, len, win, sizeof win, &st), 0);
+  for (int i = 0; i < 3; i++)
+    for (int j = 0; j < 5; j++)
+      ck_assert(win[i * 5 + j] == v[(12345 + i) * 1024 + 100 + j]);
+  ps_bundle_reader_close(r);
+  free(v);
+}
+END_TEST
+
+/* ---- Partitioned tensors ------------------------------------------------ */
+
+static bool has_bytes(const uint8_t *p, size_t n, const uint8_t *want, size_t wn) {
+  return memmem(p, n, want, wn) != NULL;
+}
+
+/* v = [10,20] float, v[i][j] = 100 i + j, saved as rows 0-4 and 5-9 with
+ * TF1 Python's explicit extents ("10 20 0,5:0,20", "10 20 5,5:0,20"). */
+static float vval(int64_t i, int64_t j) {
+  return (float)(100 * i + j);
+}
+
+static void add_v_slice(ps_bundle_writer *w, int64_t row0, int64_t rows) {
+  ps_status st = {0};
+  ps_shape full = shp(2, (int64_t)10, (int64_t)20);
+  float buf[200];
+  for (int64_t i = 0; i < rows; i++)
+    for (int64_t j = 0; j < 20; j++)
+      buf[i * 20 + j] = vval(row0 + i, j);
+  int64_t start[2] = {row0, 0}, len[2] = {rows, 20};
+  ck_assert_msg(ps_bundle_writer_add_slice(w, "v", PS_DT_FLOAT, &full, start, len, buf,
+                                           (size_t)rows * 20 * 4, &st) == 0,
+                "%s", st.msg);
+}
+
+START_TEST(sliced_entries_match_tensorflow) {
+  ps_status st = {0};
+  ps_bundle_writer *w = ps_bundle_writer_create(tmp("sl/ckpt"), &st);
+  ck_assert_msg(w != NULL, "%s", st.msg);
+  add_v_slice(w, 5, 5); /* any order */
+  add_v_slice(w, 0, 5);
+  /* the same slice twice, an overlapping one, a plain tensor of that name */
+  ps_shape full = shp(2, (int64_t)10, (int64_t)20);
+  float buf[300] = {0};
+  int64_t s0[2] = {0, 0}, l5[2] = {5, 20}, s3[2] = {3, 0};
+  ck_assert_int_eq(
+      ps_bundle_writer_add_slice(w, "v", PS_DT_FLOAT, &full, s0, l5, buf, 400, &st),
+      PS_INVALID_ARGUMENT);
+  ck_assert_int_eq(
+      ps_bundle_writer_add_slice(w, "v", PS_DT_FLOAT, &full, s3, l5, buf, 400, &st),
+      PS_INVALID_ARGUMENT);
+  ASSERT_MSG_HAS(st, "overlaps");
+  ck_assert_int_eq(ps_bundle_writer_add(w, "v", PS_DT_FLOAT, &full, buf, 800, &st),
+                   PS_INVALID_ARGUMENT);
+  ASSERT_MSG_HAS(st, "tensor v added twice");
+  /* a slice outside the shape, a wrong byte count */
+  int64_t s8[2] = {8, 0};
+  ck_assert_int_eq(
+      ps_bundle_writer_add_slice(w, "u", PS_DT_FLOAT, &full, s8, l5, buf, 400, &st),
+      PS_INVALID_ARGUMENT);
+  ASSERT_MSG_HAS(st, "does not fit");
+  ck_assert_int_eq(
+      ps_bundle_writer_add_slice(w, "u", PS_DT_FLOAT, &full, s0, l5, buf, 4, &st),
+      PS_INVALID_ARGUMENT);
+  /* a "slice" covering everything is a plain entry */
+  int64_t z[2] = {0, 0}, all[2] = {-1, 20};
+  ck_assert_int_eq(
+      ps_bundle_writer_add_slice(w, "whole", PS_DT_FLOAT, &full, z, all, buf, 800, &st),
+      0);
+  /* one column range of a [3, 0x500000] tensor: multi-byte OrderedCode */
+  ps_shape wide = shp(2, (int64_t)3, (int64_t)0x500000);
+  int64_t ws[2] = {0, 0x424242}, wl[2] = {-1, 100};
+  ck_assert_int_eq(
+      ps_bundle_writer_add_slice(w, "w", PS_DT_FLOAT, &wide, ws, wl, buf, 1200, &st), 0);
+  ck_assert_int_eq(ps_bundle_writer_finish(w, &st), 0);
+  ps_bundle_writer_destroy(w);
+
+  /* The index holds TensorFlow's bytes (tf-checkpoint-format.md 6.3). */
+  size_t n;
+  uint8_t *idx = read_file(tmp("sl/ckpt.index"), &n);
+  static const uint8_t full_entry[] = {
+      0x08, 0x01, 0x12, 0x08, 0x12, 0x02, 0x08, 0x0a, 0x12, 0x02, 0x08, 0x14, 0x3a,
+      0x0a, 0x0a, 0x04, 0x08, 0x05, 0x10, 0x05, 0x0a, 0x02, 0x10, 0x14, /* 5,5:0,20 */
+      0x3a, 0x08, 0x0a, 0x02, 0x10, 0x05, 0x0a, 0x02, 0x10, 0x14};      /* 0,5:0,20 */
+  ck_assert(has_bytes(idx, n, full_entry, sizeof full_entry));
+  free(idx);
+  ps_bundle_reader *r = ps_bundle_reader_open(tmp("sl/ckpt"), &st);
+  ck_assert_msg(r != NULL, "%s", st.msg);
+  ck_assert_int_eq(ps_bundle_reader_verify(r, &st), 0);
+  ck_assert_uint_eq(ps_bundle_reader_count(r), 3 + 3);
+  static const uint8_t k0[] = {0x00, 0x76, 0x00, 0x01, 0x01,
+                               0x02, 0x80, 0x85, 0x80, 0x94};
+  static const uint8_t k1[] = {0x00, 0x76, 0x00, 0x01, 0x01,
+                               0x02, 0x85, 0x85, 0x80, 0x94};
+  /* 0x424242 -> f0 42 42 42, 100 -> c0 64, whole dimension -> 80 7f */
+  static const uint8_t kw[] = {0x00, 0x77, 0x00, 0x01, 0x01, 0x02, 0x80,
+                               0x7f, 0xf0, 0x42, 0x42, 0x42, 0xc0, 0x64};
+  const ps_bundle_entry *e0 = ps_bundle_reader_entry(r, 0),
+                        *e1 = ps_bundle_reader_entry(r, 1),
+                        *e2 = ps_bundle_reader_entry(r, 2);
+  ck_assert(e0->is_slice && e1->is_slice && e2->is_slice);
+  ck_assert_uint_eq(e0->key_len, sizeof k0);
+  ck_assert_int_eq(memcmp(e0->key, k0, sizeof k0), 0);
+  ck_assert_int_eq(memcmp(e1->key, k1, sizeof k1), 0);
+  ck_assert_uint_eq(e2->key_len, sizeof kw);
+  ck_assert_int_eq(memcmp(e2->key, kw, sizeof kw), 0);
+  ck_assert_int_eq(e0->shape.rank, 2);
+  ck_assert_int_eq(e0->shape.dim[0], 5);
+  ck_assert_uint_eq(e1->offset, 0); /* rows 5-9 were added first */
+  const ps_bundle_entry *v = ps_bundle_reader_find(r, "v");
+  ck_assert_uint_eq(v->nslices, 2);
+  ck_assert_int_eq(v->slices[0].start[0], 5);
+  ck_assert_int_eq(v->slices[1].length[0], 5);
+  ck_assert_int_eq(v->shape.dim[1], 20);
+  ck_assert_uint_eq(ps_bundle_reader_find(r, "whole")->nslices, 0);
+
+  /* The full tensor, assembled. */
+  ps_tensor *t;
+  ck_assert_msg(ps_bundle_reader_read(r, "v", &t, &st) == 0, "%s", st.msg);
+  for (int i = 0; i < 10; i++)
+    for (int j = 0; j < 20; j++)
+      ck_assert(((float *)ps_tensor_data(t))[i * 20 + j] == vval(i, j));
+  ps_tensor_destroy(t);
+  /* A window across both slices, a stored slice exactly, a "-" extent. */
+  int64_t st1[2] = {3, 2}, ln1[2] = {4, 5};
+  float out[200];
+  ck_assert_int_eq(ps_bundle_reader_read_slice(r, "v", st1, ln1, out, 20 * 4, &st), 0);
+  for (int i = 0; i < 4; i++)
+    for (int j = 0; j < 5; j++)
+      ck_assert(out[i * 5 + j] == vval(3 + i, 2 + j));
+  int64_t st2[2] = {5, 0}, ln2[2] = {5, -1};
+  ck_assert_int_eq(ps_bundle_reader_read_slice(r, "v", st2, ln2, out, 100 * 4, &st), 0);
+  ck_assert(out[99] == vval(9, 19));
+  ck_assert_int_eq(ps_bundle_reader_read_slice(r, "v", st2, ln2, out, 99 * 4, &st),
+                   PS_INVALID_ARGUMENT);
+  int64_t bad[2] = {9, 0}, badl[2] = {2, 20};
+  ck_assert_int_eq(ps_bundle_reader_read_slice(r, "v", bad, badl, out, 160, &st),
+                   PS_INVALID_ARGUMENT);
+  /* A slice of the wide tensor that was stored, and one that was not. */
+  int64_t st3[2] = {1, 0x424242 + 10}, ln3[2] = {2, 3};
+  ck_assert_int_eq(ps_bundle_reader_read_slice(r, "w", st3, ln3, out, 6 * 4, &st), 0);
+  int64_t st4[2] = {0, 0}, ln4[2] = {1, 1};
+  ck_assert_int_eq(ps_bundle_reader_read_slice(r, "w", st4, ln4, out, 4, &st),
+                   PS_NOT_FOUND);
+  ASSERT_MSG_HAS(st, "tensor w: the stored slices do not cover slice 0,1:0,1");
+  ck_assert_int_eq(ps_bundle_reader_read(r, "w", &t, &st), PS_NOT_FOUND);
+  ps_bundle_reader_close(r);
+}
+END_TEST
+
+START_TEST(parses_shape_and_slice_specs) {
+  ps_status st = {0};
+  ps_shape full;
+  ps_bundle_slice sl;
+  bool sliced = true;
+  ck_assert_int_eq(ps_bundle_parse_shape_and_slice("", &full, &sl, &sliced, &st), 0);
+  ck_assert(!sliced);
+  ck_assert_int_eq(
+      ps_bundle_parse_shape_and_slice("10 20 0,5:0,20", &full, &sl, &sliced, &st), 0);
+  ck_assert(sliced);
+  ck_assert_int_eq(full.rank, 2);
+  ck_assert_int_eq(full.dim[1], 20);
+  ck_assert_int_eq(sl.rank, 2);
+  ck_assert_int_eq(sl.length[0], 5);
+  ck_assert_int_eq(ps_bundle_parse_shape_and_slice("4 6 -:2,3", &full, &sl, &sliced, &st),
+                   0);
+  ck_assert_int_eq(sl.start[0], 0);
+  ck_assert_int_eq(sl.length[0], -1);
+  ck_assert_int_eq(sl.start[1], 2);
+  static const char *const bad[] = {"10 20",      "10 20 0,5",          "10 20 0,11:0,20",
+                                    "10 x 0,5:-", "10 20 0,5:0,20:0,1", "10 20 -1,5:-",
+                                    "10 20 0,5;-"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    ck_assert_msg(ps_bundle_parse_shape_and_slice(bad[i], &full, &sl, &sliced, &st) ==
+                      PS_INVALID_ARGUMENT,
+                  "%s", bad[i]);
+    ASSERT_MSG_HAS(st, bad[i]);
+  }
+  char name[64];
+  ck_assert_str_eq(ps_bundle_data_filename("/c/m", 3, 12, name, sizeof name),
+                   "/c/m.data-00003-of-00012");
+  ck_assert_ptr_null(ps_bundle_data_filename("/c/m", 3, 12, name, 10));
+}
+END_TEST
+
+/* ---- Merge -------------------------------------------------------------- */
+
+START_TEST(merges_parts_like_merge_v2_checkpoints) {
+  ps_status st = {0};
+  TMP(p0, "P_temp/part-00000-of-00003");
+  TMP(p1, "P_temp/part-00001-of-00003");
+  TMP(p2, "P_temp/part-00002-of-00003");
+  const char *parts[3] = {p0, p1, p2};
+  ps_shape scalar = {.rank = 0};
+  /* ps 0: a and rows 0-4 of v; ps 1: b, rows 5-9 of v; ps 2: strings */
+  ps_bundle_writer *w = ps_bundle_writer_create(parts[0], &st);
+  ck_assert_msg(w != NULL, "%s", st.msg);
+  float a = 1.5f, b = -7.0f;
+  ck_assert_int_eq(ps_bundle_writer_add(w, "a", PS_DT_FLOAT, &scalar, &a, 4, &st), 0);
+  add_v_slice(w, 0, 5);
+  ck_assert_int_eq(ps_bundle_writer_finish(w, &st), 0);
+  ps_bundle_writer_destroy(w);
+  w = ps_bundle_writer_create(parts[1], &st);
+  ck_assert_int_eq(ps_bundle_writer_add(w, "b", PS_DT_FLOAT, &scalar, &b, 4, &st), 0);
+  add_v_slice(w, 5, 5);
+  ck_assert_int_eq(ps_bundle_writer_finish(w, &st), 0);
+  ps_bundle_writer_destroy(w);
+  w = ps_bundle_writer_create(parts[2], &st);
+  const char *names[] = {"x", "yz"};
+  ps_shape two = shp(1, (int64_t)2);
+  ck_assert_int_eq(ps_bundle_writer_add_strings(w, "names", &two, names, NULL, &st), 0);
+  ck_assert_int_eq(ps_bundle_writer_finish(w, &st), 0);
+  ps_bundle_writer_destroy(w);
+
+  ck_assert_msg(ps_bundle_merge(parts, 3, tmp("model.ckpt-100"), &st) == 0, "%s", st.msg);
+  for (int k = 0; k < 3; k++) {
+    char name[64];
+    snprintf(name, sizeof name, "model.ckpt-100.data-%05d-of-00003", k);
+    ck_assert_msg(exists(tmp("%s", name)), "%s", name);
+  }
+  ck_assert(!exists(tmp("P_temp"))); /* parts moved, indexes deleted, dir removed */
+  size_t n;
+  uint8_t *idx = read_file(tmp("model.ckpt-100.index"), &n);
+  static const uint8_t header[] = {0x00, 0x00, 0x06, 0x08, 0x03, 0x1a, 0x02, 0x08, 0x01};
+  ck_assert_int_eq(memcmp(idx, header, sizeof header), 0); /* num_shards = 3 */
+  free(idx);
+
+  ps_bundle_reader *r = ps_bundle_reader_open(tmp("model.ckpt-100"), &st);
+  ck_assert_msg(r != NULL, "%s", st.msg);
+  ck_assert_int_eq(ps_bundle_reader_num_shards(r), 3);
+  ck_assert_int_eq(ps_bundle_reader_verify(r, &st), 0);
+  ck_assert_int_eq(ps_bundle_reader_find(r, "a")->shard_id, 0);
+  ck_assert_int_eq(ps_bundle_reader_find(r, "b")->shard_id, 1);
+  ck_assert_int_eq(ps_bundle_reader_find(r, "names")->shard_id, 2);
+  ck_assert_uint_eq(ps_bundle_reader_find(r, "v")->nslices, 2);
+  ck_assert(read_float(r, "a") == 1.5f);
+  ck_assert(read_float(r, "b") == -7.0f);
+  ps_tensor *t;
+  ck_assert_msg(ps_bundle_reader_read(r, "v", &t, &st) == 0, "%s", st.msg);
+  for (int i = 0; i < 10; i++)
+    ck_assert(((float *)ps_tensor_data(t))[i * 20 + 19] == vval(i, 19));
+  ps_tensor_destroy(t);
+  ps_bundle_strings *s;
+  ck_assert_int_eq(ps_bundle_reader_read_strings(r, "names", &s, &st), 0);
+  ck_assert_str_eq(s->str[1], "yz");
+  ps_bundle_strings_destroy(s);
+  ps_bundle_reader_close(r);
+}
+END_TEST
+
+START_TEST(merge_conflicts_move_nothing) {
+  ps_status st = {0};
+  TMP(p0, "t/p0");
+  TMP(p1, "t/p1");
+  TMP(p2, "t/p2");
+  const char *parts[3] = {p0, p1, p2};
+  ps_shape scalar = {.rank = 0};
+  float x = 1;
+  for (int k = 0; k < 2; k++) {
+    ps_bundle_writer *w = ps_bundle_writer_create(parts[k], &st);
+    ck_assert_msg(w != NULL, "%s", st.msg);
+    ck_assert_int_eq(ps_bundle_writer_add(w, "dup", PS_DT_FLOAT, &scalar, &x, 4, &st), 0);
+    ck_assert_int_eq(ps_bundle_writer_finish(w, &st), 0);
+    ps_bundle_writer_destroy(w);
+  }
+  ck_assert_int_eq(ps_bundle_merge(parts, 2, tmp("out/m"), &st), PS_INVALID_ARGUMENT);
+  ASSERT_MSG_HAS(st, "Duplicate tensor keyed by dup");
+  ASSERT_MSG_HAS(st, "t/p1");
+  ck_assert(exists(tmp("t/p0.index")) && exists(tmp("t/p0.data-00000-of-00001")));
+  ck_assert(exists(tmp("t/p1.index")) && exists(tmp("t/p1.data-00000-of-00001")));
+  ck_assert(!exists(tmp("out/m.index")));
+  /* a missing part, a part whose data file is gone */
+  ck_assert_int_eq(ps_bundle_merge(&parts[1], 2, tmp("out/m"), &st), PS_NOT_FOUND);
+  ASSERT_MSG_HAS(st, "t/p2.index: not found");
+  unlink(tmp("t/p1.data-00000-of-00001"));
+  ck_assert_int_eq(ps_bundle_merge(&parts[1], 1, tmp("out/m"), &st), PS_NOT_FOUND);
+  ASSERT_MSG_HAS(st, "t/p1.data-00000-of-00001: missing data shard");
+  ck_assert(exists(tmp("t/p1.index")));
+  ck_assert(!exists(tmp("out/m.index")));
+  /* a part with no tensors still counts as a shard, and its file moves */
+  ps_bundle_writer *w = ps_bundle_writer_create(parts[2], &st);
+  ck_assert_int_eq(ps_bundle_writer_finish(w, &st), 0);
+  ps_bundle_writer_destroy(w);
+  const char *two[] = {parts[2], parts[0]};
+  ck_assert_msg(ps_bundle_merge(two, 2, tmp("out/m"), &st) == 0, "%s", st.msg);
+  ck_assert(exists(tmp("out/m.data-00000-of-00002")));
+  ps_bundle_reader *r = ps_bundle_reader_open(tmp("out/m"), &st);
+  ck_assert_msg(r != NULL, "%s", st.msg);
+  ck_assert_int_eq(ps_bundle_reader_num_shards(r), 2);
+  ck_assert_int_eq(ps_bundle_reader_find(r, "dup")->shard_id, 0); /* first used */
+  ck_assert(read_float(r, "dup") == 1.0f);
+  ck_assert_int_eq(ps_bundle_reader_verify(r, &st), 0);
+  ps_bundle_reader_close(r);
+  ck_assert(exists(tmp("out/m.data-00001-of-00002")));
+}
+END_TEST
+
+/* ---- Corrupt and truncated files ---------------------------------------- */
+
+/* A small bundle at tmp(dir)/ckpt: w = float[100], s = strings. */
+static void write_sample(const char *dir) {
+  ps_status st = {0};
+  ps_bundle_writer *w = ps_bundle_writer_create(tmp("%s/ckpt", dir), &st);
+  ck_assert_msg(w != NULL, "%s", st.msg);
+  float v[100];
+  for (int i = 0; i < 100; i++)
+    v[i] = (float)i;
+  ps_shape sh = shp(1, (int64_t)100), two = shp(1, (int64_t)2);
+  ck_assert_int_eq(ps_bundle_writer_add(w, "w", PS_DT_FLOAT, &sh, v, sizeof v, &st), 0);
+  const char *strs[] = {"abc", "defgh"};
+  ck_assert_int_eq(ps_bundle_writer_add_strings(w, "s", &two, strs, NULL, &st), 0);
+  ck_assert_int_eq(ps_bundle_writer_finish(w, &st), 0);
+  ps_bundle_writer_destroy(w);
+}
+
+static void flip(const char *path, long off, uint8_t mask) {
+  size_t n;
+  uint8_t *p = read_file(path, &n);
+  size_t at = off >= 0 ? (size_t)off : n - (size_t)(-off);
+  ck_assert_uint_lt(at, n);
+  p[at] ^= mask;
+  write_file(path, p, n);
+  free(p);
+}
+
+static int open_fails(const char *prefix, ps_status *st) {
+  ps_bundle_reader *r = ps_bundle_reader_open(prefix, st);
+  ck_assert_ptr_null(r);
+  ck_assert_msg(strstr(st->msg, prefix) != NULL, "\"%s\" does not name %s", st->msg,
+                prefix);
+  return st->code;
+}
+
+START_TEST(corrupt_index_is_named) {
+  ps_status st = {0};
+  write_sample("ok");
+  ps_bundle_reader *r = ps_bundle_reader_open(tmp("ok/ckpt"), &st);
+  ck_assert_msg(r != NULL, "%s", st.msg);
+  ck_assert_int_eq(ps_bundle_reader_verify(r, &st), 0);
+  ps_bundle_reader_close(r);
+  size_t n;
+  free(read_file(tmp("ok/ckpt.index"), &n));
+
+  write_sample("magic");
+  flip(tmp("magic/ckpt.index"), -1, 0x01);
+  ck_assert_int_eq(open_fails(tmp("magic/ckpt"), &st), PS_DATA_LOSS);
+  ASSERT_MSG_HAS(st, "magic/ckpt.index: not an sstable (bad magic number");
+
+  write_sample("block");
+  flip(tmp("block/ckpt.index"), 10, 0x04); /* inside data block 0 */
+  ck_assert_int_eq(open_fails(tmp("block/ckpt"), &st), PS_DATA_LOSS);
+  ASSERT_MSG_HAS(st, "block/ckpt.index: block 0: bad checksum");
+
+  write_sample("iblock");
+  flip(tmp("iblock/ckpt.index"), -(48 + 5 + 2),
+       0x80); /* the index block's restart count */
+  ck_assert_int_eq(open_fails(tmp("iblock/ckpt"), &st), PS_DATA_LOSS);
+  ASSERT_MSG_HAS(st, "iblock/ckpt.index: index block: bad checksum");
+
+  write_sample("trailer");
+  flip(tmp("trailer/ckpt.index"), -(48 + 1), 0x10); /* the index block's stored crc */
+  ck_assert_int_eq(open_fails(tmp("trailer/ckpt"), &st), PS_DATA_LOSS);
+  ASSERT_MSG_HAS(st, "index block: bad checksum");
+
+  write_sample("trunc");
+  ck_assert_int_eq(truncate(tmp("trunc/ckpt.index"), (off_t)(n / 2)), 0);
+  ck_assert_int_eq(open_fails(tmp("trunc/ckpt"), &st), PS_DATA_LOSS);
+  ASSERT_MSG_HAS(st, "trunc/ckpt.index: not an sstable");
+  ck_assert_int_eq(truncate(tmp("trunc/ckpt.index"), 20), 0);
+  ck_assert_int_eq(open_fails(tmp("trunc/ckpt"), &st), PS_DATA_LOSS);
+  ASSERT_MSG_HAS(st, "trunc/ckpt.index: file too short (20 bytes)");
+  ck_assert_int_eq(truncate(tmp("trunc/ckpt.index"), 0), 0);
+  ck_assert_int_eq(open_fails(tmp("trunc/ckpt"), &st), PS_DATA_LOSS);
+
+  /* the footer says the index block lies beyond the end */
+  write_sample("handle");
+  size_t hn;
+  uint8_t *h = read_file(tmp("handle/ckpt.index"), &hn);
+  uint8_t *f = h + hn - 48;
+  ck_assert_uint_lt(f[0], 0x80); /* metaindex offset, then size, index offset, size */
+  f[2] = (uint8_t)(f[2] + 100) & 0x7f;
+  write_file(tmp("handle/ckpt.index"), h, hn);
+  free(h);
+  ck_assert_int_eq(open_fails(tmp("handle/ckpt"), &st), PS_DATA_LOSS);
+
+  ck_assert_int_eq(open_fails(tmp("nothing/ckpt"), &st), PS_NOT_FOUND);
+  ASSERT_MSG_HAS(st, "nothing/ckpt.index: not found");
+}
+END_TEST
+
+START_TEST(corrupt_data_is_named) {
+  ps_status st = {0};
+  float v[100];
+  ps_tensor *t;
+  ps_bundle_strings *s;
+
+  write_sample("flip");
+  flip(tmp("flip/ckpt.data-00000-of-00001"), 40, 0x01); /* inside w */
+  ps_bundle_reader *r = ps_bundle_reader_open(tmp("flip/ckpt"), &st);
+  ck_assert_msg(r != NULL, "%s", st.msg);
+  ck_assert_int_eq(ps_bundle_reader_read_into(r, "w", v, sizeof v, &st), PS_DATA_LOSS);
+  ASSERT_MSG_HAS(st, "flip/ckpt.data-00000-of-00001: tensor w: data checksum mismatch");
+  ck_assert_int_eq(ps_bundle_reader_read(r, "w", &t, &st), PS_DATA_LOSS);
+  ck_assert_ptr_null(t);
+  ck_assert_int_eq(ps_bundle_reader_verify(r, &st), PS_DATA_LOSS);
+  ASSERT_MSG_HAS(st, "flip/ckpt.data-00000-of-00001: tensor w: data checksum mismatch");
+  ck_assert_int_eq(ps_bundle_reader_read_strings(r, "s", &s, &st), 0); /* untouched */
+  ps_bundle_strings_destroy(s);
+  ps_bundle_reader_close(r);
+
+  /* the string tensor: a length, then a string byte */
+  write_sample("str");
+  flip(tmp("str/ckpt.data-00000-of-00001"), 400, 0x02); /* first length varint */
+  r = ps_bundle_reader_open(tmp("str/ckpt"), &st);
+  ck_assert_int_eq(ps_bundle_reader_read_strings(r, "s", &s, &st), PS_DATA_LOSS);
+  ck_assert_ptr_null(s);
+  ASSERT_MSG_HAS(st, "str/ckpt.data-00000-of-00001: tensor s:");
+  ps_bundle_reader_close(r);
+  write_sample("str2");
+  flip(tmp("str2/ckpt.data-00000-of-00001"), -1, 0x02); /* last byte of "defgh" */
+  r = ps_bundle_reader_open(tmp("str2/ckpt"), &st);
+  ck_assert_int_eq(ps_bundle_reader_read_strings(r, "s", &s, &st), PS_DATA_LOSS);
+  ASSERT_MSG_HAS(st, "str2/ckpt.data-00000-of-00001: tensor s: data checksum mismatch");
+  ps_bundle_reader_close(r);
+  write_sample("str3");
+  flip(tmp("str3/ckpt.data-00000-of-00001"), 403, 0x02); /* the length checksum */
+  r = ps_bundle_reader_open(tmp("str3/ckpt"), &st);
+  ck_assert_int_eq(ps_bundle_reader_read_strings(r, "s", &s, &st), PS_DATA_LOSS);
+  ASSERT_MSG_HAS(st, "tensor s: length checksum mismatch");
+  ps_bundle_reader_close(r);
+
+  write_sample("short");
+  ck_assert_int_eq(truncate(tmp("short/ckpt.data-00000-of-00001"), 399), 0);
+  r = ps_bundle_reader_open(tmp("short/ckpt"), &st);
+  ck_assert_msg(r != NULL, "%s", st.msg);
+  ck_assert_int_eq(ps_bundle_reader_read_into(r, "w", v, sizeof v, &st), PS_DATA_LOSS);
+  ASSERT_MSG_HAS(st,
+                 "short/ckpt.data-00000-of-00001: tensor w: entry past the end of its "
+                 "shard (offset 0 + size 400 > file size 399");
+  ck_assert_int_eq(ps_bundle_reader_read(r, "w", &t, &st), PS_DATA_LOSS);
+  ck_assert_int_eq(ps_bundle_reader_read_strings(r, "s", &s, &st), PS_DATA_LOSS);
+  ASSERT_MSG_HAS(st, "tensor s: entry past the end of its shard");
+  ck_assert_int_eq(ps_bundle_reader_verify(r, &st), PS_DATA_LOSS);
+  ps_bundle_reader_close(r);
+
+  write_sample("gone");
+  ck_assert_int_eq(unlink(tmp("gone/ckpt.data-00000-of-00001")), 0);
+  r = ps_bundle_reader_open(tmp("gone/ckpt"), &st);
+  ck_assert_msg(r != NULL, "%s", st.msg); /* data files open on first read */
+  ck_assert_int_eq(ps_bundle_reader_read_into(r, "w", v, sizeof v, &st), PS_NOT_FOUND);
+  ASSERT_MSG_HAS(st, "gone/ckpt.data-00000-of-00001: missing data shard");
+  ck_assert_int_eq(ps_bundle_reader_verify(r, &st), PS_NOT_FOUND);
+  ASSERT_MSG_HAS(st, "missing data shard");
+  ps_bundle_reader_close(r);
+}
+END_TEST
+
+static uint64_t get_varint(const uint8_t **p) {
+  uint64_t v = 0;
+  for (int s = 0;; s += 7) {
+    uint8_t c = *(*p)++;
+    v |= (uint64_t)(c & 0x7f) << s;
+    if (!(c & 0x80)) return v;
+  }
+}
+
+/* Rewrites block 0 of a table (the first data block) through @fn, with a
+ * valid checksum for the new contents and type. */
+static void rewrite_block0(const char *path,
+                           void (*fn)(uint8_t *b, size_t n, uint8_t *type)) {
+  size_t n;
+  uint8_t *p = read_file(path, &n);
+  const uint8_t *f = p + n - 48;
+  get_varint(&f);
+  get_varint(&f);
+  uint64_t ioff = get_varint(&f);
+  const uint8_t *q = p + ioff;
+  get_varint(&q); /* shared */
+  uint64_t kn = get_varint(&q);
+  get_varint(&q); /* value length */
+  q += kn;
+  uint64_t off = get_varint(&q), size = get_varint(&q);
+  uint8_t *b = p + off, type = b[size];
+  fn(b, (size_t)size, &type);
+  b[size] = type;
+  uint32_t crc = ps_crc32c_mask(ps_crc32c_extend(ps_crc32c(b, (size_t)size), &type, 1));
+  for (int i = 0; i < 4; i++)
+    b[size + 1 + i] = (uint8_t)(crc >> (8 * i));
+  write_file(path, p, n);
+  free(p);
+}
+
+static void break_snappy(uint8_t *b, size_t n, uint8_t *type) {
+  ck_assert_uint_eq(*type, 1);
+  b[0] = 0x7f; /* claims 127 uncompressed bytes */
+  (void)n;
+}
+
+static void unknown_type(uint8_t *b, size_t n, uint8_t *type) {
+  *type = 2;
+  (void)b;
+  (void)n;
+}
+
+START_TEST(corrupt_compressed_block_is_named) {
+  ps_status st = {0};
+  ck_assert_int_eq(mkdir(tmp("z"), 0777), 0);
+  copy_file(tfdata("half_plus_two_cpu/variables.index"), tmp("z/v.index"));
+  rewrite_block0(tmp("z/v.index"), break_snappy);
+  ck_assert_int_eq(open_fails(tmp("z/v"), &st), PS_DATA_LOSS);
+  ASSERT_MSG_HAS(st, "z/v.index: block 0: corrupted compressed block contents");
+  copy_file(tfdata("half_plus_two_gpu/variables.index"), tmp("z/v.index"));
+  rewrite_block0(tmp("z/v.index"), unknown_type);
+  ck_assert_int_eq(open_fails(tmp("z/v"), &st), PS_DATA_LOSS);
+  ASSERT_MSG_HAS(st, "z/v.index: block 0: unknown compression type 2");
+}
+END_TEST
+
+/* ---- Writer misuse ---------------------------------------------------- */
+
+START_TEST(writer_errors_are_named) {
+  ps_status st = {0};
+  ps_shape scalar = {.rank = 0}, three = shp(1, (int64_t)3);
+  float x[3] = {1, 2, 3};
+  ps_bundle_writer *w = ps_bundle_writer_create(tmp("w/ckpt"), &st);
+  ck_assert_msg(w != NULL, "%s", st.msg);
+  ck_assert_int_eq(ps_bundle_writer_add(w, "", PS_DT_FLOAT, &scalar, x, 4, &st),
+                   PS_INVALID_ARGUMENT);
+  ASSERT_MSG_HAS(st, "may not be empty");
+  ck_assert_int_eq(ps_bundle_writer_add(w, "x", PS_DT_FLOAT, &three, x, 8, &st),
+                   PS_INVALID_ARGUMENT);
+  ASSERT_MSG_HAS(st, "tensor x: 8 bytes given for dtype float shape [3]");
+  ck_assert_int_eq(ps_bundle_writer_add(w, "r", 20 /* DT_RESOURCE */, &scalar, x, 4, &st),
+                   PS_UNIMPLEMENTED);
+  ck_assert_int_eq(ps_bundle_writer_add(w, "x", PS_DT_FLOAT, &three, x, 12, &st), 0);
+  ck_assert_int_eq(ps_bundle_writer_add(w, "x", PS_DT_FLOAT, &three, x, 12, &st),
+                   PS_INVALID_ARGUMENT);
+  ASSERT_MSG_HAS(st, "w/ckpt: tensor x added twice");
+  ck_assert_int_eq(ps_bundle_writer_add_strings(w, "x", &scalar, NULL, NULL, &st),
+                   PS_INVALID_ARGUMENT);
+  /* Abandoned: nothing is left behind. */
+  ps_bundle_writer_destroy(w);
+  DIR *d = opendir(tmp("w"));
+  ck_assert_ptr_nonnull(d);
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL)
+    ck_assert_msg(e->d_name[0] == '.', "left behind: %s", e->d_name);
+  closedir(d);
+  ps_bundle_writer_destroy(NULL);
+
+  /* finished: no more adds */
+  w = ps_bundle_writer_create(tmp("w/ckpt"), &st);
+  ck_assert_int_eq(ps_bundle_writer_finish(w, &st), 0);
+  ck_assert_int_eq(ps_bundle_writer_add(w, "y", PS_DT_FLOAT, &scalar, x, 4, &st),
+                   PS_FAILED_PRECONDITION);
+  ck_assert_int_eq(ps_bundle_writer_finish(w, &st), PS_FAILED_PRECONDITION);
+  ps_bundle_writer_destroy(w);
+  /* an empty bundle is still a bundle */
+  ps_bundle_reader *r = ps_bundle_reader_open(tmp("w/ckpt"), &st);
+  ck_assert_msg(r != NULL, "%s", st.msg);
+  ck_assert_uint_eq(ps_bundle_reader_count(r), 0);
+  ps_bundle_reader_close(r);
+
+  /* a directory that cannot be created */
+  write_file(tmp("afile"), "x", 1);
+  ck_assert_ptr_null(ps_bundle_writer_create(tmp("afile/sub/ckpt"), &st));
+  ASSERT_MSG_HAS(st, "afile/sub/ckpt: cannot create directory");
+  ck_assert_ptr_null(ps_bundle_writer_create("", &st));
+  ck_assert_int_eq(st.code, PS_INVALID_ARGUMENT);
+}
+END_TEST
+
+/* ---- Big indexes and threads -------------------------------------------- */
+
+/* 12000 tensors make an index of several 256 KiB blocks: block boundaries,
+ * shortest-separator index keys, and lookups across blocks. */
+START_TEST(index_spans_several_blocks) {
+  ps_status st = {0};
+  ps_bundle_writer *w = ps_bundle_writer_create(tmp("many/ckpt"), &st);
+  ck_assert_msg(w != NULL, "%s", st.msg);
+  ps_shape sh = shp(1, (int64_t)2);
+  char key[128];
+  for (int i = 11999; i >= 0; i--) {
+    snprintf(key, sizeof key, "tower_%d/layer_%04d/some/rather/long/variable/name/kernel",
+             i % 3, i);
+    float v[2] = {(float)i, (float)-i};
+    ck_assert_int_eq(ps_bundle_writer_add(w, key, PS_DT_FLOAT, &sh, v, 8, &st), 0);
+  }
+  ck_assert_int_eq(ps_bundle_writer_finish(w, &st), 0);
+  ps_bundle_writer_destroy(w);
+  /* count the index block's entries: one per data block */
+  size_t n;
+  uint8_t *idx = read_file(tmp("many/ckpt.index"), &n);
+  ck_assert_uint_gt(n, 2 * 262144);
+  const uint8_t *f = idx + n - 48;
+  get_varint(&f);
+  get_varint(&f);
+  uint64_t io = get_varint(&f), is = get_varint(&f);
+  const uint8_t *b = idx + io;
+  uint32_t nrestarts = (uint32_t)b[is - 4] | (uint32_t)b[is - 3] << 8;
+  ck_assert_uint_ge(nrestarts, 3); /* restart interval 1: one per entry */
+  free(idx);
+  ps_bundle_reader *r = ps_bundle_reader_open(tmp("many/ckpt"), &st);
+  ck_assert_msg(r != NULL, "%s", st.msg);
+  ck_assert_uint_eq(ps_bundle_reader_count(r), 12000);
+  for (int i = 0; i < 12000; i += 7) {
+    snprintf(key, sizeof key, "tower_%d/layer_%04d/some/rather/long/variable/name/kernel",
+             i % 3, i);
+    float v[2];
+    ck_assert_int_eq(ps_bundle_reader_read_into(r, key, v, sizeof v, &st), 0);
+    ck_assert(v[0] == (float)i && v[1] == (float)-i);
+  }
+  ck_assert_int_eq(ps_bundle_reader_verify(r, &st), 0);
+  ps_bundle_reader_close(r);
+}
+END_TEST
+
+typedef struct reader_arg {
+  ps_bundle_reader *r;
+  int errors;
+} reader_arg;
+
+static void *read_all(void *p) {
+  reader_arg *a = p;
+  ps_status st = {0};
+  for (int round = 0; round < 20; round++) {
+    ps_tensor *t;
+    if (ps_bundle_reader_read(a->r, "v", &t, &st) != 0) {
+      a->errors++;
+      continue;
+    }
+    for (int i = 0; i < 10; i++)
+      if (((float *)ps_tensor_data(t))[i * 20 + 7] != vval(i, 7)) a->errors++;
+    ps_tensor_destroy(t);
+    float x;
+    if (ps_bundle_reader_read_into(a->r, "x", &x, 4, &st) != 0 || x != 42.0f) a->errors++;
+  }
+  return NULL;
+}
+
+START_TEST(reads_from_several_threads) {
+  ps_status st = {0};
+  ps_bundle_writer *w = ps_bundle_writer_create(tmp("thr/ckpt"), &st);
+  ck_assert_msg(w != NULL, "%s", st.msg);
+  add_v_slice(w, 0, 5);
+  add_v_slice(w, 5, 5);
+  ps_shape scalar = {.rank = 0};
+  float x = 42.0f;
+  ck_assert_int_eq(ps_bundle_writer_add(w, "x", PS_DT_FLOAT, &scalar, &x, 4, &st), 0);
+  /* the same empty slice twice is refused */
+  ps_shape full = shp(2, (int64_t)10, (int64_t)20);
+  int64_t s0[2] = {0, 0}, l0[2] = {0, 20};
+  ck_assert_int_eq(
+      ps_bundle_writer_add_slice(w, "e", PS_DT_FLOAT, &full, s0, l0, NULL, 0, &st), 0);
+  ck_assert_int_eq(
+      ps_bundle_writer_add_slice(w, "e", PS_DT_FLOAT, &full, s0, l0, NULL, 0, &st),
+      PS_INVALID_ARGUMENT);
+  ASSERT_MSG_HAS(st, "the same slice added twice");
+  ck_assert_int_eq(ps_bundle_writer_finish(w, &st), 0);
+  ps_bundle_writer_destroy(w);
+  ps_bundle_reader *r = ps_bundle_reader_open(tmp("thr/ckpt"), &st);
+  ck_assert_msg(r != NULL, "%s", st.msg);
+  pthread_t th[4];
+  reader_arg args[4];
+  for (int i = 0; i < 4; i++) {
+    args[i] = (reader_arg){r, 0};
+    ck_assert_int_eq(pthread_create(&th[i], NULL, read_all, &args[i]), 0);
+  }
+  for (int i = 0; i < 4; i++) {
+    pthread_join(th[i], NULL);
+    ck_assert_int_eq(args[i].errors, 0);
+  }
+  ps_bundle_reader_close(r);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("bundle");
+  TCase *tc = tcase_create("core");
+  tcase_add_unchecked_fixture(tc, setup_basedir, teardown_basedir);
+  tcase_add_checked_fixture(tc, setup_tmpdir, teardown_tmpdir);
+  tcase_set_timeout(tc, 100);
+  tcase_add_test(tc, crc32c_check_values);
+  tcase_add_test(tc, crc32c_hw_and_table_agree);
+  tcase_add_test(tc, reads_tf_counter);
+  tcase_add_test(tc, reads_tf_half_plus_two);
+  tcase_add_test(tc, reads_tf_index_with_many_restarts);
+  tcase_add_test(tc, writes_counter_exactly_as_tensorflow);
+  tcase_add_test(tc, rewrites_tf_index_exactly);
+  tcase_add_test(tc, round_trips_every_dtype);
+  tcase_add_test(tc, round_trips_strings);
+  tcase_add_test(tc, round_trips_a_100mib_tensor);
+  tcase_add_test(tc, sliced_entries_match_tensorflow);
+  tcase_add_test(tc, parses_shape_and_slice_specs);
+  tcase_add_test(tc, merges_parts_like_merge_v2_checkpoints);
+  tcase_add_test(tc, merge_conflicts_move_nothing);
+  tcase_add_test(tc, corrupt_index_is_named);
+  tcase_add_test(tc, corrupt_data_is_named);
+  tcase_add_test(tc, corrupt_compressed_block_is_named);
+  tcase_add_test(tc, writer_errors_are_named);
+  tcase_add_test(tc, index_spans_several_blocks);
+  tcase_add_test(tc, reads_from_several_threads);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}
