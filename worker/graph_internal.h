@@ -76,6 +76,7 @@ struct ps_variable {
   double *init_values;   /* owned copy of init.values */
   bool from_get_variable;
   ps_node *initial_value; /* a worker-side expression, else NULL */
+  ps_node *node;          /* the VariableV2 node */
   ps_node *read;          /* "<name>/read" */
   ps_node *initializer;   /* "<name>/Assign" */
   /* parts of partitioned variables */

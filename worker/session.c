@@ -576,11 +576,22 @@ int ps_session_run(ps_session *s, const ps_feed *feeds, size_t nfeeds,
       }
     }
     if (rc) break;
+    /* Reads go first; updates and initializers wait until nothing else
+     * can run, so that all of a step's updates to one ps share one RPC. */
     size_t nw = 0;
+    bool reads_ready = false;
+    for (size_t i = 0; i < r.n; i++) {
+      ps_node *n = g->nodes[i];
+      if (ready(&r, n) && (r.remote_gather[i] || is_remote(n)) &&
+          n->def->kind != PS_OPK_VAR_UPDATE && n->def->kind != PS_OPK_VAR_INIT)
+        reads_ready = true;
+    }
     for (size_t i = 0; i < r.n; i++) {
       ps_node *n = g->nodes[i];
       if (r.state[i] == N_NEEDED) any_left = true;
       if (ready(&r, n) && (r.remote_gather[i] || is_remote(n))) {
+        bool is_write = n->def->kind == PS_OPK_VAR_UPDATE || n->def->kind == PS_OPK_VAR_INIT;
+        if (is_write && reads_ready) continue;
         if (r.remote_gather[i] && n->var == NULL) n->var = n->in[0]->var;
         wave[nw++] = n;
       }

@@ -248,6 +248,7 @@ static ps_variable *new_variable(ps_graph *g, const char *full, ps_dtype dtype,
   n->shape = *shape;
   n->var = v;
   v->name = strdup(n->name); /* @full, made unique for tf.Variable */
+  v->node = n;
   ps_graph_place_(g, n);
   snprintf(v->device, sizeof v->device, "%s", n->device);
   v->task = task_of(v->device);
@@ -521,6 +522,7 @@ ps_variable *ps_slot_create_(ps_variable *primary, const char *name, double valu
   snprintf(v->device, sizeof v->device, "%s", primary->device);
   v->task = primary->task;
   snprintf(v->read->device, sizeof v->read->device, "%s", primary->device);
+  snprintf(v->node->device, sizeof v->node->device, "%s", primary->device);
   v->from_get_variable = true;
   v->has_init = true;
   ps_init_spec_default(&v->init, value == 0 ? PS_INIT_ZEROS : PS_INIT_CONSTANT);
