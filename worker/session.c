@@ -17,6 +17,7 @@
 
 #include "graph_internal.h"
 #include "graph_priv.h"
+#include "ps/kernels.h"
 
 typedef struct local_var {
   ps_tensor *value; /* NULL until initialized */
@@ -93,9 +94,12 @@ static ps_tensor *empty_tensor(void) {
 
 /* ---- run state ---- */
 
+typedef struct run run;
+static int local_apply(run *r, ps_node *n, local_var *lv, int op, ps_tensor *in);
+
 enum { N_UNNEEDED = 0, N_NEEDED, N_DONE };
 
-typedef struct run {
+struct run {
   ps_session *s;
   size_t n;
   char *state;       /* per node */
@@ -104,7 +108,7 @@ typedef struct run {
   bool *remote_gather; /* GatherV2 executed as a ps row read */
   bool *skip_read;     /* a read only gathers use: not read whole */
   ps_status *st;
-} run;
+};
 
 static void mark_needed(run *r, ps_node *n) {
   if (r->state[n->id] != N_UNNEEDED) return;
@@ -200,6 +204,8 @@ static int run_local(run *r, ps_node *n) {
     } else {
       ps_tensor *in = r->val[n->in[0]->id];
       int op = n->def->kind == PS_OPK_VAR_INIT ? PS_ASSIGN : n->update_op;
+      if (n->in[0]->sparse_indices || op >= PS_APPLY_GRADIENT_DESCENT)
+        return local_apply(r, n, lv, op, in);
       if (op != PS_ASSIGN && lv->value == NULL)
         return ps_status_set(st, PS_FAILED_PRECONDITION,
                              "Attempting to use uninitialized value %s", v->name);
@@ -224,8 +230,7 @@ static int run_local(run *r, ps_node *n) {
         ps_elem_apply(v->dtype, op == PS_ASSIGN_ADD ? '+' : '-', ps_tensor_data(x),
                       ps_tensor_data(in), ps_tensor_num_elements(x));
       } else {
-        return ps_status_set(st, PS_UNIMPLEMENTED,
-                             "%s: update op %d on a local variable", n->name, op);
+        return local_apply(r, n, lv, op, in);
       }
     }
     ps_tensor_destroy(lv->value);
@@ -237,6 +242,100 @@ static int run_local(run *r, ps_node *n) {
     return ps_status_set(st, PS_INTERNAL, "%s: cannot run op kind %d", n->name,
                          n->def->kind);
   }
+}
+
+/* A private copy of a local variable's value before an in-place update
+ * (fetched outputs may share its bytes). */
+static int local_private(local_var *lv, ps_status *st) {
+  if (lv->value && atomic_load(&lv->value->buf->refs) > 1) {
+    ps_tensor *c = ps_tensor_create(lv->value->dtype, &lv->value->shape, false);
+    if (c == NULL) return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+    memcpy(ps_tensor_data(c), ps_tensor_data(lv->value), ps_tensor_nbytes(c));
+    ps_tensor_destroy(lv->value);
+    lv->value = c;
+  }
+  return 0;
+}
+
+static ps_variable *find_var_by_name(ps_graph *g, const char *name) {
+  for (size_t i = 0; i < g->nvars; i++)
+    if (!strcmp(g->vars[i]->name, name)) return g->vars[i];
+  return NULL;
+}
+
+/* Sparse assign_add/sub and optimizer updates of variables held by the
+ * session: the same kernels the ps runs (ps/kernels.c). */
+static int local_apply(run *r, ps_node *n, local_var *lv, int op, ps_tensor *in) {
+  ps_status *st = r->st;
+  ps_variable *v = n->var;
+  ps_node *x = n->in[0];
+  const ps_tensor *idx = x->sparse_indices ? r->val[x->sparse_indices->id] : NULL;
+  if (lv->value == NULL)
+    return ps_status_set(st, PS_FAILED_PRECONDITION,
+                         "Attempting to use uninitialized value %s", v->name);
+  int64_t rows = v->shape.rank ? v->shape.dim[0] : 1;
+  int64_t row_elems = rows ? ps_shape_num_elements(&v->shape) / rows : 0;
+  if (idx) {
+    for (int64_t k = 0; k < ps_tensor_num_elements(idx); k++) {
+      int64_t i = idx->dtype == PS_DT_INT32 ? ((int32_t *)ps_tensor_data(idx))[k]
+                                            : ((int64_t *)ps_tensor_data(idx))[k];
+      if (i < 0 || i >= rows)
+        return ps_status_set(st, PS_INVALID_ARGUMENT, "indices[%lld] = %lld is not in [0, %lld)",
+                             (long long)k, (long long)i, (long long)rows);
+    }
+  }
+  if (local_private(lv, st)) return st->code;
+  if (op == PS_ASSIGN_ADD || op == PS_ASSIGN_SUB) { /* sparse rows */
+    size_t rb = (size_t)row_elems * ps_dtype_size(v->dtype);
+    for (int64_t k = 0; k < ps_tensor_num_elements(idx); k++) {
+      int64_t i = idx->dtype == PS_DT_INT32 ? ((int32_t *)ps_tensor_data(idx))[k]
+                                            : ((int64_t *)ps_tensor_data(idx))[k];
+      ps_elem_apply(v->dtype, op == PS_ASSIGN_ADD ? '+' : '-',
+                    (uint8_t *)ps_tensor_data(lv->value) + (size_t)i * rb,
+                    (uint8_t *)ps_tensor_data(in) + (size_t)k * rb, row_elems);
+    }
+    r->val[n->id] = empty_tensor();
+    return 0;
+  }
+  if (op < PS_APPLY_GRADIENT_DESCENT || n->extra == NULL)
+    return ps_status_set(st, PS_UNIMPLEMENTED, "%s: update op %d on a local variable",
+                         n->name, op);
+  ps_apply_extra *e = n->extra;
+  ps_kernel_args a = {0};
+  a.opt = (ps_opt_kind)(op - PS_APPLY_GRADIENT_DESCENT);
+  a.dtype = v->dtype;
+  a.var = ps_tensor_data(lv->value);
+  for (size_t k = 0; k < e->nslots && k < PS_OPT_MAX_SLOTS; k++) {
+    ps_variable *sv = find_var_by_name(r->s->g, e->slots[k]);
+    local_var *sl = sv ? local_of(r->s, sv) : NULL;
+    if (sl == NULL || sl->value == NULL)
+      return ps_status_set(st, PS_FAILED_PRECONDITION,
+                           "Attempting to use uninitialized value %s", e->slots[k]);
+    if (local_private(sl, st)) return st->code;
+    a.slots[k] = ps_tensor_data(sl->value);
+  }
+  double hp[16];
+  memcpy(hp, e->hparams, e->nhparams * sizeof *hp);
+  for (size_t d = 0; d < e->ndynamic; d++) {
+    ps_tensor *t = r->val[n->in[1 + d]->id];
+    hp[e->nhparams + d] = ps_elem_get(t->dtype, ps_tensor_data(t), 0);
+  }
+  a.var_elems = ps_shape_num_elements(&v->shape);
+  a.row_elems = row_elems;
+  a.grad = ps_tensor_data(in);
+  a.sparse = idx != NULL;
+  if (idx) {
+    a.indices = ps_tensor_data(idx);
+    a.index_size = ps_dtype_size(idx->dtype);
+    a.nindices = ps_tensor_num_elements(idx);
+  }
+  a.hparams = hp;
+  a.use_nesterov = e->use_nesterov;
+  if (ps_kernel_apply(&a) != 0)
+    return ps_status_set(st, PS_INVALID_ARGUMENT, "%s: %s has no %s kernel", n->name,
+                         v->name, ps_dtype_name(v->dtype));
+  r->val[n->id] = empty_tensor();
+  return 0;
 }
 
 /* ---- remote waves ---- */

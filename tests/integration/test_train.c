@@ -273,6 +273,56 @@ START_TEST(initialized_value_times_two_on_another_ps) {
 }
 END_TEST
 
+/* The same model with its variables held by the session (no ps at all)
+ * computes the very same weights: the ps and the session run the same
+ * kernels. */
+static void train_small(ps_client *client, const ps_cluster *cluster, float *w_out) {
+  ps_graph *g = ps_graph_create();
+  if (cluster) ps_device_push_fn(g, ps_replica_device_setter(cluster, NULL));
+  ps_status st;
+  ps_node *x = ps_placeholder(g, PS_DT_FLOAT, &(ps_shape){2, {-1, 3}}, "x");
+  ps_node *y = ps_placeholder(g, PS_DT_FLOAT, &(ps_shape){2, {-1, 1}}, "y");
+  ps_init_spec k;
+  ps_init_spec_default(&k, PS_INIT_GLOROT_UNIFORM);
+  k.seed = 4;
+  ps_variable *w = ps_get_variable(g, "w", PS_DT_FLOAT, &(ps_shape){2, {3, 1}}, &k, NULL, &st);
+  ps_node *loss = ps_mean_squared_error(y, ps_matmul(x, ps_variable_value(w), false, false));
+  ps_optimizer *opt = ps_momentum_optimizer(0.1, 0.9, true);
+  ps_node *train = ps_optimizer_minimize(opt, g, loss, NULL, NULL, 0, &st);
+  ck_assert_msg(train != NULL, "%s", st.msg);
+  ck_assert_int_eq(ps_variable_task(w), cluster ? 0 : -1);
+  ps_node *init = ps_global_variables_initializer(g);
+  ps_session *s = ps_session_create(g, client, &st);
+  ck_assert_msg(ps_session_run(s, NULL, 0, NULL, 0, &init, 1, NULL, &st) == 0, "%s", st.msg);
+  ps_tensor *bx = ps_tensor_create(PS_DT_FLOAT, &(ps_shape){2, {8, 3}}, false);
+  ps_tensor *by = ps_tensor_create(PS_DT_FLOAT, &(ps_shape){2, {8, 1}}, false);
+  unsigned seed = 21;
+  for (int it = 0; it < 20; it++) {
+    for (int i = 0; i < 24; i++) ((float *)ps_tensor_data(bx))[i] = frand(&seed);
+    for (int i = 0; i < 8; i++) ((float *)ps_tensor_data(by))[i] = frand(&seed);
+    ps_feed f[2] = {{x, bx}, {y, by}};
+    run_loss(s, f, 2, loss, train);
+  }
+  ps_node *wv = ps_variable_value(w);
+  ps_tensor *out;
+  ck_assert_int_eq(ps_session_run(s, NULL, 0, &wv, 1, NULL, 0, &out, &st), 0);
+  memcpy(w_out, ps_tensor_data(out), 3 * sizeof(float));
+  ps_tensor_destroy(out);
+  ps_tensor_destroy(bx);
+  ps_tensor_destroy(by);
+  ps_session_destroy(s);
+  ps_optimizer_destroy(opt);
+  ps_graph_destroy(g);
+}
+
+START_TEST(in_process_variables_match_the_ps) {
+  float remote[3], local[3];
+  train_small(C, H.cluster, remote);
+  train_small(NULL, NULL, local);
+  for (int i = 0; i < 3; i++) ck_assert_msg(remote[i] == local[i], "w[%d] %g vs %g", i, remote[i], local[i]);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("train");
   TCase *tc = tcase_create("train");
@@ -282,6 +332,7 @@ int main(void) {
   tcase_add_test(tc, mlp_loss_falls);
   tcase_add_test(tc, partitioned_embedding_trains_with_sparse_updates);
   tcase_add_test(tc, initialized_value_times_two_on_another_ps);
+  tcase_add_test(tc, in_process_variables_match_the_ps);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
