@@ -1018,9 +1018,9 @@ static int walk_index_entry(void *arg, const uint8_t *k, size_t kn, const uint8_
     return ps_status_set(st, PS_DATA_LOSS,
                          "checkpoint %s: index block: bad handle for block %zu",
                          w->src->path, w->block);
-  const uint8_t *b;
-  size_t n;
-  uint8_t *owned;
+  const uint8_t *b = NULL;
+  size_t n = 0;
+  uint8_t *owned = NULL;
   int rc = read_block(w->src, h, what, &b, &n, &owned, st);
   if (rc == 0) rc = iter_block(w->src, what, b, n, &w->key, w->fn, w->arg, st);
   free(owned);
@@ -1047,9 +1047,9 @@ static int table_read(const table_src *src, kv_fn *fn, void *arg, ps_status *st)
   handle mh, ih;
   if (!decode_handle(&p, f + 40, &mh) || !decode_handle(&p, f + 40, &ih))
     return ps_status_set(st, PS_DATA_LOSS, "checkpoint %s: bad footer", src->path);
-  const uint8_t *b;
-  size_t n;
-  uint8_t *owned;
+  const uint8_t *b = NULL;
+  size_t n = 0;
+  uint8_t *owned = NULL;
   /* The metaindex block is always empty in TensorFlow's tables; only its
    * checksum matters. */
   int rc = read_block(src, mh, "metaindex block", &b, &n, &owned, st);

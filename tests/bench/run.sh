@@ -10,7 +10,8 @@ cd "$root"
 if [ ! -f build-release/build.ninja ]; then
   meson setup build-release -Dbuildtype=release >&2
 fi
-ninja -C build-release tests/bench/bench_ps ps/ps-server >&2
+ninja -C build-release tests/bench/bench_ps tests/bench/bench_train ps/ps-server >&2
 PS_SERVER="$root/build-release/ps/ps-server"
 export PS_SERVER
-exec "$root/build-release/tests/bench/bench_ps" "$@"
+"$root/build-release/tests/bench/bench_ps" "$@"
+exec "$root/build-release/tests/bench/bench_train"
