@@ -273,6 +273,58 @@ START_TEST(initialized_value_times_two_on_another_ps) {
 }
 END_TEST
 
+/* embedding_lookup with the mod strategy: id -> part id % n, row id / n;
+ * and ps_ops: only the listed op types go to the ps. */
+START_TEST(embedding_lookup_mod_strategy_and_ps_ops) {
+  ps_graph *g = ps_graph_create();
+  ps_device_push_fn(g, ps_replica_device_setter(H.cluster, NULL));
+  ps_status st;
+  ps_init_spec rn;
+  ps_init_spec_default(&rn, PS_INIT_RANDOM_UNIFORM);
+  ps_partitioner part = {.kind = PS_PART_FIXED, .num_shards = 2};
+  ps_partitioned_variable *emb = ps_get_partitioned_variable(
+      g, "table", PS_DT_FLOAT, &(ps_shape){2, {5, 2}}, &rn, &part, NULL, &st);
+  ck_assert_ptr_nonnull(emb);
+  ps_node *ids = ps_placeholder(g, PS_DT_INT32, &(ps_shape){1, {-1}}, "ids");
+  ps_node *rows = ps_embedding_lookup(g, emb->parts, emb->n, ids, PS_PARTITION_MOD);
+  ps_node *init = ps_global_variables_initializer(g);
+  ps_session *s = ps_session_create(g, C, &st);
+  ck_assert_int_eq(ps_session_run(s, NULL, 0, NULL, 0, &init, 1, NULL, &st), 0);
+  ps_node *pv[2] = {ps_variable_value(emb->parts[0]), ps_variable_value(emb->parts[1])};
+  ps_tensor *p[2];
+  ck_assert_int_eq(ps_session_run(s, NULL, 0, pv, 2, NULL, 0, p, &st), 0);
+  int32_t idv[4] = {3, 4, 0, 1};
+  ps_tensor *tid = ps_tensor_create(PS_DT_INT32, &(ps_shape){1, {4}}, false);
+  memcpy(ps_tensor_data(tid), idv, sizeof idv);
+  ps_feed f = {ids, tid};
+  ps_tensor *got;
+  ck_assert_msg(ps_session_run(s, &f, 1, &rows, 1, NULL, 0, &got, &st) == 0, "%s", st.msg);
+  for (int i = 0; i < 4; i++) {
+    const float *src = (const float *)ps_tensor_data(p[idv[i] % 2]) + (idv[i] / 2) * 2;
+    ck_assert(memcmp((float *)ps_tensor_data(got) + i * 2, src, 8) == 0);
+  }
+  /* out of range ids are reported with TF's text */
+  idv[0] = 5;
+  memcpy(ps_tensor_data(tid), idv, sizeof idv);
+  ck_assert_int_eq(ps_session_run(s, &f, 1, &rows, 1, NULL, 0, &got, &st), PS_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(strstr(st.msg, "indices[0] = 5 is not in [0, 5)"));
+  ps_tensor_destroy(p[0]);
+  ps_tensor_destroy(p[1]);
+  ps_tensor_destroy(tid);
+  ps_session_destroy(s);
+  ps_graph_destroy(g);
+  /* ps_ops: with no VariableV2 in the list, variables stay on the worker */
+  g = ps_graph_create();
+  const char *ops[] = {"MutableHashTable"};
+  ps_rds_options o = {.ps_ops = ops, .nps_ops = 1, .worker_device = "/job:worker/task:3"};
+  ps_device_push_fn(g, ps_replica_device_setter(H.cluster, &o));
+  ps_variable *v = ps_get_variable(g, "v", PS_DT_FLOAT, &(ps_shape){1, {2}}, NULL, NULL, &st);
+  ck_assert_str_eq(ps_variable_device(v), "/job:worker/task:3");
+  ck_assert_int_eq(ps_variable_task(v), -1);
+  ps_graph_destroy(g);
+}
+END_TEST
+
 /* The same model with its variables held by the session (no ps at all)
  * computes the very same weights: the ps and the session run the same
  * kernels. */
@@ -333,6 +385,7 @@ int main(void) {
   tcase_add_test(tc, partitioned_embedding_trains_with_sparse_updates);
   tcase_add_test(tc, initialized_value_times_two_on_another_ps);
   tcase_add_test(tc, in_process_variables_match_the_ps);
+  tcase_add_test(tc, embedding_lookup_mod_strategy_and_ps_ops);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
