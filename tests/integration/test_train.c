@@ -303,6 +303,7 @@ START_TEST(embedding_lookup_mod_strategy_and_ps_ops) {
     const float *src = (const float *)ps_tensor_data(p[idv[i] % 2]) + (idv[i] / 2) * 2;
     ck_assert(memcmp((float *)ps_tensor_data(got) + i * 2, src, 8) == 0);
   }
+  ps_tensor_destroy(got);
   /* out of range ids are reported with TF's text */
   idv[0] = 5;
   memcpy(ps_tensor_data(tid), idv, sizeof idv);
