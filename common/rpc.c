@@ -416,7 +416,9 @@ static void scall_send_next(ps_rpc_call *c, int first) {
 
 static void scall_complete(ps_rpc_call *c) {
   const ps_rpc_handler *h = &c->srv->h[c->hi];
-  if (h->on_data(c, &c->st) != 0) {
+  int rc = h->on_data(c, &c->st);
+  if (rc == PS_RPC_PENDING) return; /* ps_rpc_call_resume() finishes it */
+  if (rc != 0) {
     scall_fail(c);
     return;
   }
@@ -634,6 +636,19 @@ void ps_rpc_server_destroy(ps_rpc_server *s) {
   free(s->threads);
   free(s->reg);
   free(s);
+}
+
+void ps_rpc_call_resume(ps_rpc_call *c, int rc, const ps_status *st) {
+  if (rc != 0) {
+    if (st) c->st = *st;
+    if (c->st.code == PS_OK) c->st.code = rc;
+    scall_fail(c);
+  } else if (c->reply == NULL) {
+    ps_status_set(&c->st, PS_INTERNAL, "handler sent no reply");
+    scall_fail(c);
+  } else {
+    scall_send_next(c, 1);
+  }
 }
 
 void *ps_rpc_call_server_user(ps_rpc_call *c) { return c->srv->user; }

@@ -91,6 +91,13 @@ void *ps_rpc_call_ctx(ps_rpc_call *c);
 void ps_rpc_call_expect(ps_rpc_call *c, ps_rpc_segs *sink);
 /* Sets the response header (packed now; @m is not kept). */
 int ps_rpc_call_reply(ps_rpc_call *c, const ProtobufCMessage *m);
+/* on_data may return PS_RPC_PENDING to answer later from any thread with
+ * ps_rpc_call_resume() (blocking work such as checkpoint files runs off the
+ * completion-queue threads).  @rc/@st: the outcome; on success the reply
+ * must have been set. */
+#define PS_RPC_PENDING (-1)
+void ps_rpc_call_resume(ps_rpc_call *c, int rc, const ps_status *st);
+
 /* Appends response bulk bytes, sent zero-copy; the call refs @owner. */
 int ps_rpc_call_reply_data(ps_rpc_call *c, void *ptr, size_t len, ps_buf *owner);
 

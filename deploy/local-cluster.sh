@@ -27,7 +27,7 @@ addrs=()
 for ((i = 0; i < nps; i++)); do
   fifo="$dir/ready.$i"
   mkfifo "$fifo"
-  "$build/ps/ps-server" --cluster "$boot" --job ps --task "$i" > "$fifo" &
+  "$build/ps/ps-server" --cluster "$boot" --job ps --task "$i" ${PS_EXTRA_ARGS:-} > "$fifo" &
   pids+=($!)
   read -r -t 60 line < "$fifo" || { echo "local-cluster: ps/$i did not start" >&2; cleanup; exit 1; }
   addrs+=("\"${line##* }\"")

@@ -2,7 +2,9 @@
  * cluster spec, serves the Ps service on gRPC threads, and runs a libuv
  * loop for signals: SIGTERM/SIGINT stop accepting calls, let in-flight calls
  * finish (up to --grace-secs, then cancel them) and exit 0. */
+#include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +32,8 @@ static const char usage[] =
     "  --task N           task index (default 0)\n"
     "  --threads N        RPC threads (default: one per two cores, at least 1)\n"
     "  --grace-secs S     on SIGTERM, let calls finish for S seconds (default 10)\n"
+    "  --checkpoint-dir D save and restore checkpoints under D (a filesystem all\n"
+    "                     tasks share); paths that leave D are refused\n"
     "  --log-level L      debug, info, warn, error (default info; env PS_LOG_LEVEL)\n"
     "  --help             this text\n"
     "  --version          print the version\n"
@@ -42,6 +46,8 @@ typedef struct daemon_state {
   uv_signal_t sigterm, sigint;
   uv_timer_t grace;
   uv_async_t done;
+  uv_timer_t tick;
+  ps_store *store;
   ps_rpc_server *srv;
   int grace_ms;
   int stopping;
@@ -58,12 +64,19 @@ static void on_done(uv_async_t *h) {
   uv_close((uv_handle_t *)&d->sigint, NULL);
   uv_close((uv_handle_t *)&d->grace, NULL);
   uv_close((uv_handle_t *)&d->done, NULL);
+  uv_close((uv_handle_t *)&d->tick, NULL);
 }
 
 static void on_grace(uv_timer_t *t) {
   daemon_state *d = t->data;
   PS_WARN("calls still running after the grace period: cancelling them");
   ps_rpc_server_cancel_all(d->srv);
+}
+
+/* Reopens a snapshot gate whose coordinator went away. */
+static void on_tick(uv_timer_t *t) {
+  daemon_state *d = t->data;
+  ps_store_gate_tick(d->store);
 }
 
 static void on_signal(uv_signal_t *h, int signum) {
@@ -80,7 +93,7 @@ static void on_signal(uv_signal_t *h, int signum) {
 }
 
 int main(int argc, char **argv) {
-  const char *cluster_file = NULL, *job = NULL;
+  const char *cluster_file = NULL, *job = NULL, *ckpt_dir = NULL;
   int task = -1, grace_secs = 10;
   /* One completion-queue thread per two cores: on 2 cores a second poller
    * only adds futex and epoll hand-offs to every call (see tests/bench). */
@@ -92,6 +105,7 @@ int main(int argc, char **argv) {
       {"task", required_argument, NULL, 't'},
       {"threads", required_argument, NULL, 'n'},
       {"grace-secs", required_argument, NULL, 'g'},
+      {"checkpoint-dir", required_argument, NULL, 'C'},
       {"log-level", required_argument, NULL, 'l'},
       {"help", no_argument, NULL, 'h'},
       {"version", no_argument, NULL, 'V'},
@@ -123,6 +137,7 @@ int main(int argc, char **argv) {
         return 2;
       }
       break;
+    case 'C': ckpt_dir = optarg; break;
     case 'l': {
       int l = ps_log_level_parse(optarg);
       if (l < 0) {
@@ -168,6 +183,18 @@ int main(int argc, char **argv) {
   ps_rpc_global_init();
   ps_store *store = ps_store_create(taskname);
   ps_service *svc = ps_service_create(store, taskname);
+  if (ckpt_dir) {
+    char real[4096];
+    if (realpath(ckpt_dir, real) == NULL) {
+      PS_ERROR("--checkpoint-dir %s: %s", ckpt_dir, strerror(errno));
+      ps_service_destroy(svc);
+      ps_store_destroy(store);
+      ps_cluster_destroy(cluster);
+      ps_rpc_global_shutdown();
+      return 2;
+    }
+    ps_service_set_checkpoint_dir(svc, real);
+  }
   size_t nh;
   const ps_rpc_handler *h = ps_service_handlers(&nh);
   ps_rpc_server *srv = ps_rpc_server_create(bind_addr, h, nh, threads, svc, &st);
@@ -192,7 +219,10 @@ int main(int argc, char **argv) {
   uv_signal_init(d.loop, &d.sigint);
   uv_timer_init(d.loop, &d.grace);
   uv_async_init(d.loop, &d.done, on_done);
-  d.sigterm.data = d.sigint.data = d.grace.data = d.done.data = &d;
+  d.store = store;
+  uv_timer_init(d.loop, &d.tick);
+  d.sigterm.data = d.sigint.data = d.grace.data = d.done.data = d.tick.data = &d;
+  uv_timer_start(&d.tick, on_tick, 1000, 1000);
   uv_signal_start(&d.sigterm, on_signal, SIGTERM);
   uv_signal_start(&d.sigint, on_signal, SIGINT);
 

@@ -18,14 +18,17 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <errno.h>
 #include <unistd.h>
 
+#include "ckpt.h"
 #include "common/log.h"
 #include "kernels.h"
 #include "ps.pb-c.h"
 
 struct ps_service {
   ps_store *store;
+  char *ckpt_dir;
   char task[64];
   char address[256];
   struct timespec start;
@@ -41,7 +44,17 @@ ps_service *ps_service_create(ps_store *store, const char *task) {
   return s;
 }
 
-void ps_service_destroy(ps_service *s) { free(s); }
+void ps_service_destroy(ps_service *s) {
+  if (s) free(s->ckpt_dir);
+  free(s);
+}
+
+ps_store *ps_service_store(ps_service *s) { return s->store; }
+void ps_service_set_checkpoint_dir(ps_service *s, const char *dir) {
+  free(s->ckpt_dir);
+  s->ckpt_dir = dir ? strdup(dir) : NULL;
+}
+const char *ps_service_checkpoint_dir(ps_service *s) { return s->ckpt_dir; }
 
 void ps_service_set_address(ps_service *s, const char *addr) {
   snprintf(s->address, sizeof s->address, "%s", addr);
@@ -817,7 +830,28 @@ static void apply_update(ps_store *store, upd_item *it) {
 /* Locks every variable of the request, slots included (one write-lock set,
  * taken in name order), validates the whole batch in order against a
  * simulated state, and applies it only if all of it is valid. */
+static int update_apply(ps_rpc_call *c, ps_status *st);
+
+/* An update that found the snapshot gate closed runs here when it opens. */
+static void update_deferred(void *arg) {
+  ps_rpc_call *c = arg;
+  ps_service *s = ps_rpc_call_server_user(c);
+  ps_status st;
+  ps_status_clear(&st);
+  int rc = update_apply(c, &st);
+  ps_store_update_leave(s->store);
+  ps_rpc_call_resume(c, rc, &st);
+}
+
 static int update_data(ps_rpc_call *c, ps_status *st) {
+  ps_service *s = ps_rpc_call_server_user(c);
+  if (!ps_store_update_enter(s->store, update_deferred, c)) return PS_RPC_PENDING;
+  int rc = update_apply(c, st);
+  ps_store_update_leave(s->store);
+  return rc;
+}
+
+static int update_apply(ps_rpc_call *c, ps_status *st) {
   ps_service *s = ps_rpc_call_server_user(c);
   upd_ctx *x = ps_rpc_call_ctx(c);
   size_t nlock = 0;
@@ -1027,7 +1061,9 @@ out:
   return rc;
 }
 
-static const ps_rpc_handler handlers[] = {
+static ps_rpc_handler handlers[64];
+static size_t nhandlers;
+static const ps_rpc_handler base_handlers[] = {
     {"/paramserver.Ps/Create", create_header, no_data, NULL},
     {"/paramserver.Ps/Initialize", initialize_header, no_data, NULL},
     {"/paramserver.Ps/IsInitialized", is_init_header, no_data, NULL},
@@ -1039,6 +1075,146 @@ static const ps_rpc_handler handlers[] = {
 };
 
 const ps_rpc_handler *ps_service_handlers(size_t *n) {
-  *n = sizeof handlers / sizeof handlers[0];
+  if (nhandlers == 0) {
+    size_t nb = sizeof base_handlers / sizeof base_handlers[0];
+    memcpy(handlers, base_handlers, sizeof base_handlers);
+    memcpy(handlers + nb, ps_ckpt_handlers, sizeof ps_ckpt_handlers);
+    nhandlers = nb + sizeof ps_ckpt_handlers / sizeof ps_ckpt_handlers[0];
+  }
+  *n = nhandlers;
   return handlers;
+}
+
+/* ---- the `checkpoint` state file ----
+ * TensorFlow's text CheckpointState: model_checkpoint_path, then every kept
+ * checkpoint oldest first.  Written to a temporary file and renamed, so a
+ * crash leaves the previous state intact.  Paths are written relative to
+ * the directory (save_relative_paths), so the directory can move. */
+
+static char *dir_of(const char *prefix) {
+  char *d = strdup(prefix);
+  char *sl = strrchr(d, '/');
+  if (sl) *sl = '\0';
+  return d;
+}
+
+static const char *base_of(const char *prefix) {
+  const char *sl = strrchr(prefix, '/');
+  return sl ? sl + 1 : prefix;
+}
+
+/* Reads the kept checkpoint names (relative) of @dir. */
+static char **state_read(const char *dir, size_t *n) {
+  char path[4096], line[4096];
+  snprintf(path, sizeof path, "%s/checkpoint", dir);
+  *n = 0;
+  FILE *f = fopen(path, "r");
+  if (f == NULL) return NULL;
+  char **v = NULL;
+  while (fgets(line, sizeof line, f)) {
+    if (strncmp(line, "all_model_checkpoint_paths:", 27) != 0) continue;
+    char *q1 = strchr(line, '"'), *q2 = q1 ? strrchr(q1 + 1, '"') : NULL;
+    if (!q1 || !q2) continue;
+    *q2 = '\0';
+    v = realloc(v, (*n + 1) * sizeof *v);
+    v[(*n)++] = strdup(base_of(q1 + 1));
+  }
+  fclose(f);
+  return v;
+}
+
+static void remove_checkpoint_files(const char *dir, const char *name) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s.index", dir, name);
+  unlink(path);
+  snprintf(path, sizeof path, "%s/%s.meta", dir, name);
+  unlink(path);
+  for (int n = 1; n <= 1024; n++) { /* data shards of any count */
+    int gone = 0;
+    for (int k = 0; k < n; k++) {
+      snprintf(path, sizeof path, "%s/%s.data-%05d-of-%05d", dir, name, k, n);
+      if (unlink(path) == 0) gone++;
+    }
+    if (gone) break;
+  }
+}
+
+int ps_service_update_state(ps_service *svc, const char *prefix, int max_to_keep,
+                            double keep_every_n_hours, ps_status *st) {
+  (void)svc;
+  (void)keep_every_n_hours;
+  char *dir = dir_of(prefix);
+  const char *name = base_of(prefix);
+  size_t n;
+  char **v = state_read(dir, &n);
+  /* a re-saved path moves to the end */
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (!strcmp(v[i], name)) {
+      free(v[i]);
+      continue;
+    }
+    v[k++] = v[i];
+  }
+  n = k;
+  v = realloc(v, (n + 1) * sizeof *v);
+  v[n++] = strdup(name);
+  size_t first = 0;
+  if (max_to_keep > 0 && n > (size_t)max_to_keep) first = n - (size_t)max_to_keep;
+  char tmp[4096], path[4096];
+  snprintf(path, sizeof path, "%s/checkpoint", dir);
+  snprintf(tmp, sizeof tmp, "%s/checkpoint.tmp%d", dir, (int)getpid());
+  FILE *f = fopen(tmp, "w");
+  int rc = 0;
+  if (f == NULL) {
+    rc = ps_status_set(st, PS_INTERNAL, "cannot write %s: %s", tmp, strerror(errno));
+  } else {
+    fprintf(f, "model_checkpoint_path: \"%s\"\n", name);
+    for (size_t i = first; i < n; i++) fprintf(f, "all_model_checkpoint_paths: \"%s\"\n", v[i]);
+    if (fflush(f) != 0 || fsync(fileno(f)) != 0)
+      rc = ps_status_set(st, PS_INTERNAL, "cannot write %s: %s", tmp, strerror(errno));
+    fclose(f);
+    if (rc == 0 && rename(tmp, path) != 0)
+      rc = ps_status_set(st, PS_INTERNAL, "cannot rename %s: %s", tmp, strerror(errno));
+    if (rc) unlink(tmp);
+  }
+  if (rc == 0)
+    for (size_t i = 0; i < first; i++) remove_checkpoint_files(dir, v[i]);
+  for (size_t i = 0; i < n; i++) free(v[i]);
+  free(v);
+  free(dir);
+  return rc;
+}
+
+int ps_service_latest(ps_service *svc, char **prefix, ps_status *st) {
+  const char *dir = svc->ckpt_dir;
+  if (dir == NULL)
+    return ps_status_set(st, PS_FAILED_PRECONDITION,
+                         "this ps has no --checkpoint-dir: it cannot save or restore");
+  char path[4096], line[4096];
+  snprintf(path, sizeof path, "%s/checkpoint", dir);
+  FILE *f = fopen(path, "r");
+  if (f == NULL) return ps_status_set(st, PS_NOT_FOUND, "no checkpoint in %s", dir);
+  char *found = NULL;
+  while (fgets(line, sizeof line, f) && !found) {
+    if (strncmp(line, "model_checkpoint_path:", 22) != 0) continue;
+    char *q1 = strchr(line, '"'), *q2 = q1 ? strrchr(q1 + 1, '"') : NULL;
+    if (q1 && q2) {
+      *q2 = '\0';
+      found = strdup(q1 + 1);
+    }
+  }
+  fclose(f);
+  if (found == NULL) return ps_status_set(st, PS_NOT_FOUND, "no checkpoint in %s", dir);
+  char full[4096];
+  if (found[0] == '/')
+    snprintf(full, sizeof full, "%s", found);
+  else
+    snprintf(full, sizeof full, "%s/%s", dir, found);
+  free(found);
+  snprintf(path, sizeof path, "%s.index", full);
+  if (access(path, F_OK) != 0)
+    return ps_status_set(st, PS_NOT_FOUND, "Couldn't match files for checkpoint %s", full);
+  *prefix = strdup(full);
+  return 0;
 }

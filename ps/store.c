@@ -13,10 +13,23 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/log.h"
 
 struct ps_store {
+  pthread_mutex_t gate_mu;
+  pthread_cond_t gate_cv;
+  int gate_closed;       /* a snapshot is being taken or held */
+  int64_t gate_id;
+  struct timespec gate_until;
+  int in_flight;         /* updates between enter and leave */
+  ps_snapshot *pending[8]; /* taken, not yet written */
+  struct deferred {
+    ps_gate_fn fn;
+    void *arg;
+  } *deferred;
+  size_t ndeferred;
   pthread_rwlock_t lock;
   ps_var **buckets;
   size_t nbuckets, count;
@@ -34,6 +47,8 @@ ps_store *ps_store_create(const char *task) {
   ps_store *s = calloc(1, sizeof *s);
   if (s == NULL) return NULL;
   pthread_rwlock_init(&s->lock, NULL);
+  pthread_mutex_init(&s->gate_mu, NULL);
+  pthread_cond_init(&s->gate_cv, NULL);
   s->nbuckets = 1024;
   s->buckets = calloc(s->nbuckets, sizeof *s->buckets);
   snprintf(s->task, sizeof s->task, "%s", task ? task : "ps");
@@ -60,7 +75,11 @@ void ps_store_destroy(ps_store *s) {
     }
   }
   free(s->buckets);
+  for (int i = 0; i < 8; i++) ps_snapshot_free(s->pending[i]);
+  free(s->deferred);
   pthread_rwlock_destroy(&s->lock);
+  pthread_mutex_destroy(&s->gate_mu);
+  pthread_cond_destroy(&s->gate_cv);
   free(s);
 }
 
@@ -319,4 +338,166 @@ int ps_var_run_initializer(ps_store *s, ps_var *v, ps_status *st) {
   ps_var_set_buf(s, v, b, NULL);
   ps_buf_unref(b);
   return 0;
+}
+
+/* ---- snapshots ---- */
+
+void ps_snapshot_free(ps_snapshot *snap) {
+  if (snap == NULL) return;
+  for (size_t i = 0; i < snap->n; i++) {
+    free(snap->e[i].name);
+    ps_buf_unref(snap->e[i].buf);
+  }
+  free(snap->e);
+  free(snap);
+}
+
+static bool gate_expired(ps_store *s) {
+  struct timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  return now.tv_sec > s->gate_until.tv_sec ||
+         (now.tv_sec == s->gate_until.tv_sec && now.tv_nsec >= s->gate_until.tv_nsec);
+}
+
+/* Opens the gate (gate_mu held, released here) and runs what waited. */
+static void gate_open_locked(ps_store *s) {
+  s->gate_closed = 0;
+  struct deferred *d = s->deferred;
+  size_t n = s->ndeferred;
+  s->deferred = NULL;
+  s->ndeferred = 0;
+  s->in_flight += (int)n;
+  pthread_cond_broadcast(&s->gate_cv);
+  pthread_mutex_unlock(&s->gate_mu);
+  for (size_t i = 0; i < n; i++) d[i].fn(d[i].arg);
+  free(d);
+}
+
+bool ps_store_update_enter(ps_store *s, ps_gate_fn fn, void *arg) {
+  pthread_mutex_lock(&s->gate_mu);
+  if (s->gate_closed && gate_expired(s)) {
+    PS_WARN("snapshot %lld: gate held past its limit, reopening", (long long)s->gate_id);
+    gate_open_locked(s);
+    pthread_mutex_lock(&s->gate_mu);
+  }
+  if (s->gate_closed) {
+    struct deferred *d = realloc(s->deferred, (s->ndeferred + 1) * sizeof *d);
+    if (d != NULL) {
+      s->deferred = d;
+      d[s->ndeferred++] = (struct deferred){fn, arg};
+      pthread_mutex_unlock(&s->gate_mu);
+      return false;
+    }
+  }
+  s->in_flight++;
+  pthread_mutex_unlock(&s->gate_mu);
+  return true;
+}
+
+void ps_store_update_leave(ps_store *s) {
+  pthread_mutex_lock(&s->gate_mu);
+  s->in_flight--;
+  pthread_cond_broadcast(&s->gate_cv);
+  pthread_mutex_unlock(&s->gate_mu);
+}
+
+void ps_store_gate_tick(ps_store *s) {
+  pthread_mutex_lock(&s->gate_mu);
+  if (s->gate_closed && gate_expired(s)) {
+    PS_WARN("snapshot %lld: gate held past its limit, reopening", (long long)s->gate_id);
+    gate_open_locked(s);
+    return;
+  }
+  pthread_mutex_unlock(&s->gate_mu);
+}
+
+int ps_store_snapshot_begin(ps_store *s, int64_t id, int64_t hold_ms,
+                            bool skip_uninitialized, ps_status *st) {
+  pthread_mutex_lock(&s->gate_mu);
+  if (s->gate_closed && !gate_expired(s)) {
+    pthread_mutex_unlock(&s->gate_mu);
+    return ps_status_set(st, PS_ABORTED,
+                         "%s: snapshot %lld is being taken; try again", s->task,
+                         (long long)s->gate_id);
+  }
+  s->gate_closed = 1;
+  s->gate_id = id;
+  clock_gettime(CLOCK_REALTIME, &s->gate_until);
+  s->gate_until.tv_sec += hold_ms / 1000;
+  s->gate_until.tv_nsec += (hold_ms % 1000) * 1000000;
+  if (s->gate_until.tv_nsec >= 1000000000) {
+    s->gate_until.tv_sec++;
+    s->gate_until.tv_nsec -= 1000000000;
+  }
+  while (s->in_flight > 0) pthread_cond_wait(&s->gate_cv, &s->gate_mu);
+  pthread_mutex_unlock(&s->gate_mu);
+  size_t n;
+  ps_var **vars = ps_store_list(s, &n);
+  ps_snapshot *snap = calloc(1, sizeof *snap);
+  snap->id = id;
+  snap->e = calloc(n + 1, sizeof *snap->e);
+  int rc = 0;
+  for (size_t i = 0; i < n && rc == 0; i++) {
+    ps_var *v = vars[i];
+    pthread_rwlock_rdlock(&v->lock);
+    if (v->buf == NULL) {
+      if (!skip_uninitialized)
+        rc = ps_status_set(st, PS_FAILED_PRECONDITION,
+                           "Attempting to use uninitialized value %s", v->name);
+    } else {
+      ps_snapshot_entry *e = &snap->e[snap->n++];
+      e->name = strdup(v->name);
+      e->dtype = v->dtype;
+      e->shape = v->shape;
+      e->buf = ps_buf_ref(v->buf);
+      snap->bytes += (int64_t)v->buf->size;
+    }
+    pthread_rwlock_unlock(&v->lock);
+  }
+  free(vars);
+  pthread_mutex_lock(&s->gate_mu);
+  if (rc != 0) {
+    gate_open_locked(s);
+    pthread_mutex_lock(&s->gate_mu);
+  } else {
+    int slot = (int)(id % 8 + 8) % 8;
+    ps_snapshot_free(s->pending[slot]);
+    s->pending[slot] = snap;
+    snap = NULL;
+  }
+  pthread_mutex_unlock(&s->gate_mu);
+  ps_snapshot_free(snap);
+  return rc;
+}
+
+void ps_store_snapshot_release(ps_store *s, int64_t id) {
+  pthread_mutex_lock(&s->gate_mu);
+  if (s->gate_closed && s->gate_id == id) {
+    gate_open_locked(s);
+    return;
+  }
+  pthread_mutex_unlock(&s->gate_mu);
+}
+
+ps_snapshot *ps_store_snapshot_take(ps_store *s, int64_t id) {
+  ps_snapshot *snap = NULL;
+  pthread_mutex_lock(&s->gate_mu);
+  for (int i = 0; i < 8; i++)
+    if (s->pending[i] && s->pending[i]->id == id) {
+      snap = s->pending[i];
+      s->pending[i] = NULL;
+    }
+  pthread_mutex_unlock(&s->gate_mu);
+  return snap;
+}
+
+void ps_store_snapshot_stats(ps_store *s, int64_t id, int64_t *nvars, int64_t *bytes) {
+  *nvars = *bytes = 0;
+  pthread_mutex_lock(&s->gate_mu);
+  for (int i = 0; i < 8; i++)
+    if (s->pending[i] && s->pending[i]->id == id) {
+      *nvars = (int64_t)s->pending[i]->n;
+      *bytes = s->pending[i]->bytes;
+    }
+  pthread_mutex_unlock(&s->gate_mu);
 }

@@ -67,6 +67,51 @@ void ps_var_set_buf(ps_store *s, ps_var *v, ps_buf *buf, const ps_shape *shape);
  * Returns 0 or RESOURCE_EXHAUSTED. */
 int ps_var_make_private(ps_var *v, ps_status *st);
 
+/* ---- consistent snapshots ----
+ *
+ * Updates pass a gate.  A snapshot closes the gate, waits for the updates
+ * in flight, and takes a reference on every variable's buffer (writers
+ * copy a referenced buffer before changing it, so the snapshot stays as it
+ * was).  The coordinator closes the gate on every ps, then opens them all:
+ * every variable of every ps is captured as of one moment, and training
+ * stalls only for those two round trips, not for the file writes.  A gate
+ * left closed (coordinator gone) reopens by itself after its hold time. */
+typedef struct ps_snapshot_entry {
+  char *name;
+  ps_dtype dtype;
+  ps_shape shape;
+  ps_buf *buf;
+} ps_snapshot_entry;
+
+typedef struct ps_snapshot {
+  int64_t id;
+  size_t n;
+  ps_snapshot_entry *e; /* sorted by name */
+  int64_t bytes;
+} ps_snapshot;
+
+void ps_snapshot_free(ps_snapshot *snap);
+
+/* Enters the gate and returns true, or, while a snapshot holds it closed,
+ * queues @fn(@arg) to run (entered) when it reopens and returns false: an
+ * update never blocks an RPC thread.  Every entry ends with _leave(). */
+typedef void (*ps_gate_fn)(void *arg);
+bool ps_store_update_enter(ps_store *s, ps_gate_fn fn, void *arg);
+void ps_store_update_leave(ps_store *s);
+/* Reopens a gate held past its limit (call periodically). */
+void ps_store_gate_tick(ps_store *s);
+/* Closes the gate for at most @hold_ms and captures the variables (all, or
+ * the initialized ones if @skip_uninitialized; otherwise an uninitialized
+ * one is FAILED_PRECONDITION naming it and the gate is reopened).  The
+ * snapshot is kept under @id until ps_store_snapshot_take(). */
+int ps_store_snapshot_begin(ps_store *s, int64_t id, int64_t hold_ms,
+                            bool skip_uninitialized, ps_status *st);
+void ps_store_snapshot_release(ps_store *s, int64_t id);
+/* Size of the held snapshot @id (0, 0 if none). */
+void ps_store_snapshot_stats(ps_store *s, int64_t id, int64_t *nvars, int64_t *bytes);
+/* The snapshot with @id (caller owns it), or NULL. */
+ps_snapshot *ps_store_snapshot_take(ps_store *s, int64_t id);
+
 /* Accounting of bytes held (for status). */
 void ps_store_account(ps_store *s, int64_t delta);
 

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/log.h"
 #include "common/rpc.h"
@@ -680,4 +681,169 @@ int ps_client_status(ps_client *c, int task, ps_task_status *out, ps_status *st)
   Paramserver__StatusRequest req = PARAMSERVER__STATUS_REQUEST__INIT;
   memset(out, 0, sizeof *out);
   return control_call(c, task, M_STATUS, &req.base, true, parse_status, out, st);
+}
+
+/* ---- checkpoints ---- */
+
+#define M_SNAPSHOT "/paramserver.Ps/Snapshot"
+#define M_RELEASE "/paramserver.Ps/Release"
+#define M_SAVE "/paramserver.Ps/Save"
+#define M_MERGE "/paramserver.Ps/Merge"
+#define M_RESTORE "/paramserver.Ps/Restore"
+
+typedef struct save_out {
+  int64_t bytes;
+  char *prefix;
+  size_t n;
+} save_out;
+
+static int parse_save(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
+                      ps_status *st) {
+  Paramserver__SaveResponse *r = paramserver__save_response__unpack(NULL, n, p);
+  if (r == NULL) return ps_status_set(st, PS_INTERNAL, "Save: response does not parse");
+  ((save_out *)user)->bytes = r->bytes;
+  paramserver__save_response__free_unpacked(r, NULL);
+  return 0;
+}
+
+static int parse_merge(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
+                       ps_status *st) {
+  Paramserver__MergeResponse *r = paramserver__merge_response__unpack(NULL, n, p);
+  if (r == NULL) return ps_status_set(st, PS_INTERNAL, "Merge: response does not parse");
+  free(((save_out *)user)->prefix);
+  ((save_out *)user)->prefix = strdup(r->prefix);
+  paramserver__merge_response__free_unpacked(r, NULL);
+  return 0;
+}
+
+static int parse_restore(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
+                         ps_status *st) {
+  Paramserver__RestoreResponse *r = paramserver__restore_response__unpack(NULL, n, p);
+  if (r == NULL) return ps_status_set(st, PS_INTERNAL, "Restore: response does not parse");
+  ((save_out *)user)->n = r->n_restored;
+  paramserver__restore_response__free_unpacked(r, NULL);
+  return 0;
+}
+
+/* The same unary call to every ps at once; the first failure wins. */
+static int all_ps(ps_client *c, const char *method, const ProtobufCMessage *const *msgs,
+                  int (*parse)(void *, const uint8_t *, size_t, ps_rpc_segs *, ps_status *),
+                  save_out *outs, int64_t timeout_ms, ps_status *st) {
+  ps_rpc_req *reqs = calloc((size_t)c->nps, sizeof *reqs);
+  int *tasks = calloc((size_t)c->nps, sizeof *tasks);
+  for (int t = 0; t < c->nps; t++) {
+    req_init(c, &reqs[t], t, method, msgs[t], true, false);
+    reqs[t].timeout_ms = timeout_ms;
+    reqs[t].on_header = parse;
+    reqs[t].user = outs ? &outs[t] : NULL;
+    tasks[t] = t;
+  }
+  run_reqs(c, reqs, tasks, (size_t)c->nps, false);
+  int rc = 0;
+  for (int t = 0; t < c->nps && rc == 0; t++)
+    if (reqs[t].st.code != PS_OK) {
+      rc = reqs[t].st.code;
+      if (st) *st = reqs[t].st;
+    }
+  free(reqs);
+  free(tasks);
+  return rc;
+}
+
+int ps_client_save(ps_client *c, const char *prefix, const ps_save_options *o,
+                   char **written, int64_t *bytes, ps_status *st) {
+  ps_save_options def = {0};
+  if (o == NULL) o = &def;
+  struct timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  int64_t id = ((int64_t)now.tv_sec << 20) ^ (now.tv_nsec & 0xfffff) ^ (int64_t)getpid();
+  if (id == 0 || id == -1) id = 7;
+  int n = c->nps, rc;
+  Paramserver__SnapshotRequest snap = PARAMSERVER__SNAPSHOT_REQUEST__INIT;
+  snap.id = id;
+  snap.hold_ms = o->hold_ms > 0 ? o->hold_ms : 10000;
+  snap.skip_uninitialized = o->skip_uninitialized;
+  Paramserver__ReleaseRequest rel = PARAMSERVER__RELEASE_REQUEST__INIT;
+  rel.id = id;
+  const ProtobufCMessage **msgs = calloc((size_t)n, sizeof *msgs);
+  Paramserver__SaveRequest *saves = calloc((size_t)n, sizeof *saves);
+  save_out *outs = calloc((size_t)n, sizeof *outs);
+  /* 1. every ps closes its gate and captures its variables */
+  for (int t = 0; t < n; t++) msgs[t] = &snap.base;
+  rc = all_ps(c, M_SNAPSHOT, msgs, NULL, NULL, c->opt.control_timeout_ms, st);
+  /* 2. every gate reopens, whatever happened */
+  ps_status rst;
+  for (int t = 0; t < n; t++) msgs[t] = &rel.base;
+  all_ps(c, M_RELEASE, msgs, NULL, NULL, c->opt.control_timeout_ms, &rst);
+  if (rc) goto out;
+  /* 3. every ps writes its shard */
+  for (int t = 0; t < n; t++) {
+    paramserver__save_request__init(&saves[t]);
+    saves[t].snapshot_id = id;
+    saves[t].prefix = (char *)prefix;
+    saves[t].shard = t;
+    saves[t].num_shards = n;
+    msgs[t] = &saves[t].base;
+  }
+  rc = all_ps(c, M_SAVE, msgs, parse_save, outs, c->opt.data_timeout_ms, st);
+  if (rc) goto out;
+  int64_t total = 0;
+  for (int t = 0; t < n; t++) total += outs[t].bytes;
+  if (bytes) *bytes = total;
+  /* 4. the last ps merges them and replaces the state file */
+  Paramserver__MergeRequest mr = PARAMSERVER__MERGE_REQUEST__INIT;
+  mr.prefix = (char *)prefix;
+  mr.num_shards = n;
+  mr.max_to_keep = o->max_to_keep;
+  mr.keep_every_n_hours = o->keep_every_n_hours;
+  rc = control_call(c, n - 1, M_MERGE, &mr.base, false, parse_merge, &outs[0], st);
+  if (rc == 0 && written) {
+    *written = outs[0].prefix;
+    outs[0].prefix = NULL;
+  }
+out:
+  free(outs[0].prefix);
+  free(outs);
+  free(saves);
+  free(msgs);
+  return rc;
+}
+
+int ps_client_restore(ps_client *c, const char *prefix, size_t *nrestored,
+                      ps_status *st) {
+  Paramserver__RestoreRequest rq = PARAMSERVER__RESTORE_REQUEST__INIT;
+  rq.prefix = (char *)(prefix ? prefix : "");
+  const ProtobufCMessage **msgs = calloc((size_t)c->nps, sizeof *msgs);
+  save_out *outs = calloc((size_t)c->nps, sizeof *outs);
+  for (int t = 0; t < c->nps; t++) msgs[t] = &rq.base;
+  int rc = all_ps(c, M_RESTORE, msgs, parse_restore, outs, c->opt.data_timeout_ms, st);
+  if (nrestored) {
+    *nrestored = 0;
+    for (int t = 0; t < c->nps; t++) *nrestored += outs[t].n;
+  }
+  free(msgs);
+  free(outs);
+  return rc;
+}
+
+int ps_client_restore_vars(ps_client *c, int task, const char *prefix,
+                           const char *const *names, const char *const *keys,
+                           size_t n, ps_status *st) {
+  Paramserver__RestoreRequest rq = PARAMSERVER__RESTORE_REQUEST__INIT;
+  rq.prefix = (char *)(prefix ? prefix : "");
+  Paramserver__RestoreItem *items = calloc(n + 1, sizeof *items);
+  Paramserver__RestoreItem **ip = calloc(n + 1, sizeof *ip);
+  for (size_t i = 0; i < n; i++) {
+    paramserver__restore_item__init(&items[i]);
+    items[i].name = (char *)names[i];
+    items[i].key = (char *)(keys && keys[i] ? keys[i] : "");
+    ip[i] = &items[i];
+  }
+  rq.items = ip;
+  rq.n_items = n;
+  save_out out = {0};
+  int rc = control_call(c, task, M_RESTORE, &rq.base, false, parse_restore, &out, st);
+  free(items);
+  free(ip);
+  return rc;
 }

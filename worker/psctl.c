@@ -17,12 +17,17 @@ static const char usage[] =
     "  status        one line per ps task: address, up/down, variables, bytes\n"
     "  vars          every variable: name, dtype, shape, task, initialized\n"
     "  read NAME     print the value of variable NAME\n"
+    "  save [PREFIX] save every variable of every ps, as of one moment, to\n"
+    "                PREFIX (relative to the ps tasks' --checkpoint-dir; default\n"
+    "                model.ckpt, with -STEP when a global_step variable exists)\n"
+    "  restore [PREFIX]  restore every variable from PREFIX (default: the latest)\n"
     "\n"
     "options:\n"
     "  --cluster FILE    cluster spec JSON (or set TF_CONFIG)\n"
     "  --job NAME        the ps job's name (default ps)\n"
     "  --timeout-ms MS   deadline of each call (default 5000)\n"
     "  --limit N         read: print at most N elements (default 1000, 0 = all)\n"
+    "  --max-to-keep N   save: checkpoints kept (default 5, -1 = all)\n"
     "  --help, --version\n"
     "\n"
     "exit status: 0 ok; 1 an RPC failed or a task is down; 2 usage error\n";
@@ -77,11 +82,13 @@ static void print_value(const ps_tensor *t, int64_t limit) {
 int main(int argc, char **argv) {
   const char *cluster_file = NULL, *job = "ps";
   int64_t timeout_ms = 5000, limit = 1000;
+  int max_to_keep = 0;
   static const struct option opts[] = {
       {"cluster", required_argument, NULL, 'c'},
       {"job", required_argument, NULL, 'j'},
       {"timeout-ms", required_argument, NULL, 't'},
       {"limit", required_argument, NULL, 'L'},
+      {"max-to-keep", required_argument, NULL, 'k'},
       {"help", no_argument, NULL, 'h'},
       {"version", no_argument, NULL, 'V'},
       {NULL, 0, NULL, 0}};
@@ -92,6 +99,7 @@ int main(int argc, char **argv) {
     case 'j': job = optarg; break;
     case 't': timeout_ms = atoll(optarg); break;
     case 'L': limit = atoll(optarg); break;
+    case 'k': max_to_keep = atoi(optarg); break;
     case 'h': fputs(usage, stdout); return 0;
     case 'V': printf("psctl %s\n", PS_VERSION); return 0;
     default: fputs(usage, stderr); return 2;
@@ -102,7 +110,8 @@ int main(int argc, char **argv) {
     return 2;
   }
   const char *cmd = argv[optind++];
-  if (strcmp(cmd, "status") && strcmp(cmd, "vars") && strcmp(cmd, "read")) {
+  if (strcmp(cmd, "status") && strcmp(cmd, "vars") && strcmp(cmd, "read") &&
+      strcmp(cmd, "save") && strcmp(cmd, "restore")) {
     fprintf(stderr, "psctl: unknown command '%s'\n%s", cmd, usage);
     return 2;
   }
@@ -128,6 +137,8 @@ int main(int argc, char **argv) {
   ps_client_options opt;
   ps_client_options_default(&opt);
   opt.control_timeout_ms = opt.data_timeout_ms = timeout_ms;
+  if (!strcmp(cmd, "save") || !strcmp(cmd, "restore"))
+    opt.data_timeout_ms = timeout_ms > 600000 ? timeout_ms : 600000;
   opt.max_retries = 0;
   ps_client *c = ps_client_create(cluster, job, &opt, &st);
   int rc = 0;
@@ -170,6 +181,41 @@ int main(int argc, char **argv) {
                v[k].initialized ? "yes" : "no");
       }
       ps_client_free_var_info(v, n);
+    }
+  } else if (!strcmp(cmd, "save")) {
+    char prefix[1024];
+    if (optind < argc) {
+      snprintf(prefix, sizeof prefix, "%s", argv[optind]);
+    } else {
+      snprintf(prefix, sizeof prefix, "model.ckpt");
+      for (int i = 0; i < nps; i++) {
+        ps_read r = {.name = "global_step"};
+        if (ps_client_read(c, i, &r, 1, &st) == 0) {
+          snprintf(prefix, sizeof prefix, "model.ckpt-%lld",
+                   (long long)ps_elem_get(r.out->dtype, ps_tensor_data(r.out), 0));
+          ps_tensor_destroy(r.out);
+          break;
+        }
+      }
+    }
+    ps_save_options so = {.max_to_keep = max_to_keep};
+    char *written = NULL;
+    int64_t bytes = 0;
+    if (ps_client_save(c, prefix, &so, &written, &bytes, &st) != 0) {
+      fprintf(stderr, "psctl: save: %s: %s\n", ps_status_code_name(st.code), st.msg);
+      rc = 1;
+    } else {
+      printf("saved %s (%lld bytes from %d ps)\n", written, (long long)bytes, nps);
+    }
+    free(written);
+  } else if (!strcmp(cmd, "restore")) {
+    size_t n = 0;
+    const char *prefix = optind < argc ? argv[optind] : NULL;
+    if (ps_client_restore(c, prefix, &n, &st) != 0) {
+      fprintf(stderr, "psctl: restore: %s: %s\n", ps_status_code_name(st.code), st.msg);
+      rc = 1;
+    } else {
+      printf("restored %zu variables from %s\n", n, prefix ? prefix : "the latest checkpoint");
     }
   } else {
     const char *name = argv[optind];

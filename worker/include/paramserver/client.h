@@ -197,4 +197,33 @@ typedef struct ps_task_status {
 
 int ps_client_status(ps_client *c, int task, ps_task_status *out, ps_status *st);
 
+
+/* ---- checkpoints (see proto/ps.proto) ----
+ * Paths are relative to the ps tasks' --checkpoint-dir (a filesystem they
+ * share), e.g. "model.ckpt-1000". */
+typedef struct ps_save_options {
+  int max_to_keep;           /* 0: 5 (TensorFlow's default); -1: keep all */
+  double keep_every_n_hours; /* 0: never */
+  bool skip_uninitialized;   /* else an uninitialized variable fails the save */
+  int64_t hold_ms;           /* the longest the update gates stay closed (10 s) */
+} ps_save_options;
+
+/* Saves every variable of every ps as of one moment: each ps writes its
+ * shard, the last ps merges them into @prefix.index + .data-*, then the
+ * `checkpoint` state file is replaced atomically.  @written (may be NULL)
+ * receives the checkpoint's path on the ps (malloc'd), @bytes the bytes
+ * written. */
+int ps_client_save(ps_client *c, const char *prefix, const ps_save_options *o,
+                   char **written, int64_t *bytes, ps_status *st);
+/* Restores every variable of every ps by name from @prefix (NULL or "":
+ * the latest checkpoint of the directory); no initialization needed.
+ * @nrestored (may be NULL) receives how many variables were restored. */
+int ps_client_restore(ps_client *c, const char *prefix, size_t *nrestored,
+                      ps_status *st);
+/* Restores some variables of one ps, each from @keys[i] in the checkpoint
+ * (NULL: the variable's own name), as TensorFlow's Saver({"key": var}). */
+int ps_client_restore_vars(ps_client *c, int task, const char *prefix,
+                           const char *const *names, const char *const *keys,
+                           size_t n, ps_status *st);
+
 #endif
