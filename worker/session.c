@@ -761,3 +761,16 @@ int ps_session_run_report(ps_session *s, ps_node *report, char ***names, size_t 
   *n = k;
   return 0;
 }
+
+int ps_session_create_variables(ps_session *s, ps_status *st) {
+  ps_graph *g = s->g;
+  if (s->client == NULL) return 0;
+  ps_node **reads = calloc(g->nvars + 1, sizeof *reads);
+  size_t n = 0;
+  for (size_t i = 0; i < g->nvars; i++)
+    if (g->vars[i]->task >= 0) reads[n++] = g->vars[i]->read;
+  run r = {.s = s, .n = g->nnodes, .st = st};
+  int rc = n ? ensure_created(&r, reads, n) : 0;
+  free(reads);
+  return rc;
+}

@@ -26,6 +26,10 @@ int ps_session_run(ps_session *s, const ps_feed *feeds, size_t nfeeds,
                    ps_node *const *targets, size_t ntargets, ps_tensor **outputs,
                    ps_status *st);
 
+/* Creates every variable of the graph on its ps now (a run does it
+ * lazily); needed before restoring a checkpoint into a fresh cluster. */
+int ps_session_create_variables(ps_session *s, ps_status *st);
+
 /* Runs a report_uninitialized_variables node: names of the uninitialized
  * variables (free with ps_client_free_names). */
 int ps_session_run_report(ps_session *s, ps_node *report, char ***names,

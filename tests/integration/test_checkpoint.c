@@ -1,0 +1,275 @@
+/* Cluster-wide checkpoints through real ps processes: consistent save
+ * while training runs, restore into a cluster with another number of ps
+ * and another partitioning, renames, and the errors. */
+#include <check.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/bundle.h"
+#include "common/rpc.h"
+#include "harness.h"
+#include "paramserver/graph.h"
+#include "paramserver/ops.h"
+#include "paramserver/optimizer.h"
+#include "paramserver/partition.h"
+#include "paramserver/session.h"
+
+static char dir[256];
+
+static void setup(void) {
+  snprintf(dir, sizeof dir, "/tmp/ps-ckpt-XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+}
+
+static void teardown(void) {
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  ck_assert_int_eq(system(cmd), 0);
+}
+
+static int start(ps_harness *h, int nps, ps_client **c) {
+  const char *extra[] = {"--checkpoint-dir", dir, NULL};
+  if (harness_start(h, nps, extra) != 0) return -1;
+  ps_rpc_global_init();
+  ps_status st;
+  *c = ps_client_create(h->cluster, "ps", NULL, &st);
+  return *c ? 0 : -1;
+}
+
+static void stop(ps_harness *h, ps_client *c) {
+  ps_client_destroy(c);
+  ps_rpc_global_shutdown();
+  ck_assert_int_eq(harness_stop(h), 0);
+}
+
+typedef struct model {
+  ps_graph *g;
+  ps_variable *w, *step;
+  ps_partitioned_variable *emb;
+} model;
+
+static void build(model *m, const ps_cluster *cluster, int emb_parts) {
+  ps_status st;
+  m->g = ps_graph_create();
+  ps_device_push_fn(m->g, ps_replica_device_setter(cluster, NULL));
+  m->step = ps_create_global_step(m->g, &st);
+  ps_init_spec rn;
+  ps_init_spec_default(&rn, PS_INIT_RANDOM_NORMAL);
+  rn.seed = 3;
+  m->w = ps_get_variable(m->g, "dense/kernel", PS_DT_FLOAT, &(ps_shape){2, {4, 3}}, &rn, NULL, &st);
+  ps_partitioner p = {.kind = PS_PART_FIXED, .num_shards = emb_parts};
+  m->emb = ps_get_partitioned_variable(m->g, "emb", PS_DT_FLOAT, &(ps_shape){2, {7, 2}}, &rn, &p, NULL, &st);
+  ck_assert_ptr_nonnull(m->emb);
+}
+
+/* w, step and the full embedding table, as read from the ps */
+static void read_all(model *m, ps_session *s, float *w, int64_t *step, float *emb) {
+  ps_status st;
+  ps_node *f[8] = {ps_variable_value(m->w), ps_variable_value(m->step)};
+  for (int i = 0; i < m->emb->n; i++) f[2 + i] = ps_variable_value(m->emb->parts[i]);
+  ps_tensor *out[8];
+  ck_assert_msg(ps_session_run(s, NULL, 0, f, (size_t)(2 + m->emb->n), NULL, 0, out, &st) == 0, "%s", st.msg);
+  memcpy(w, ps_tensor_data(out[0]), 12 * 4);
+  *step = *(int64_t *)ps_tensor_data(out[1]);
+  size_t off = 0;
+  for (int i = 0; i < m->emb->n; i++) {
+    memcpy(emb + off, ps_tensor_data(out[2 + i]), ps_tensor_nbytes(out[2 + i]));
+    off += ps_tensor_nbytes(out[2 + i]) / 4;
+  }
+  for (int i = 0; i < 2 + m->emb->n; i++) ps_tensor_destroy(out[i]);
+}
+
+START_TEST(restore_into_another_cluster_shape) {
+  ps_harness h;
+  ps_client *c;
+  ck_assert_int_eq(start(&h, 2, &c), 0);
+  model m;
+  build(&m, h.cluster, 3);
+  ps_status st;
+  ps_session *s = ps_session_create(m.g, c, &st);
+  ps_node *init = ps_global_variables_initializer(m.g);
+  ck_assert_int_eq(ps_session_run(s, NULL, 0, NULL, 0, &init, 1, NULL, &st), 0);
+  /* change every value so restore cannot be confused with init */
+  ps_node *ups[2] = {ps_assign_add(m.step, ps_scalar(m.g, PS_DT_INT64, 41)),
+                     ps_assign_add(m.w, ps_mul(ps_variable_value(m.w), ps_scalar(m.g, PS_DT_FLOAT, 1)))};
+  ck_assert_msg(ps_session_run(s, NULL, 0, NULL, 0, ups, 2, NULL, &st) == 0, "%s", st.msg);
+  float w0[12], emb0[14];
+  int64_t step0;
+  read_all(&m, s, w0, &step0, emb0);
+  ck_assert_int_eq(step0, 41);
+  char *written = NULL;
+  int64_t bytes = 0;
+  ck_assert_msg(ps_client_save(c, "model.ckpt-41", NULL, &written, &bytes, &st) == 0, "%s", st.msg);
+  ck_assert_ptr_nonnull(strstr(written, "model.ckpt-41"));
+  ck_assert_int_gt(bytes, 12 * 4 + 14 * 4);
+  free(written);
+  ps_session_destroy(s);
+  ps_graph_destroy(m.g);
+  stop(&h, c);
+
+  /* the files: a merged bundle with the embedding as one sliced tensor */
+  char prefix[400];
+  snprintf(prefix, sizeof prefix, "%s/model.ckpt-41", dir);
+  ps_bundle_reader *r = ps_bundle_reader_open(prefix, &st);
+  ck_assert_msg(r != NULL, "%s", st.msg);
+  ck_assert_int_eq(ps_bundle_reader_num_shards(r), 2);
+  const ps_bundle_entry *e = ps_bundle_reader_find(r, "emb");
+  ck_assert_ptr_nonnull(e);
+  ck_assert_int_eq(e->shape.dim[0], 7);
+  ck_assert_uint_eq(e->nslices, 3);
+  ps_bundle_reader_close(r);
+  char state[400], line[400];
+  snprintf(state, sizeof state, "%s/checkpoint", dir);
+  FILE *f = fopen(state, "r");
+  ck_assert_ptr_nonnull(fgets(line, sizeof line, f));
+  fclose(f);
+  ck_assert_str_eq(line, "model_checkpoint_path: \"model.ckpt-41\"\n");
+
+  /* 3 ps now, the table in 2 parts: restore by name, re-sliced */
+  ck_assert_int_eq(start(&h, 3, &c), 0);
+  build(&m, h.cluster, 2);
+  s = ps_session_create(m.g, c, &st);
+  ck_assert_int_eq(ps_session_create_variables(s, &st), 0);
+  size_t n = 0;
+  ck_assert_msg(ps_client_restore(c, NULL, &n, &st) == 0, "%s", st.msg);
+  ck_assert_uint_eq(n, 4);
+  float w1[12], emb1[14];
+  int64_t step1;
+  read_all(&m, s, w1, &step1, emb1); /* no initializer ever ran */
+  ck_assert_int_eq(step1, 41);
+  ck_assert_int_eq(memcmp(w0, w1, sizeof w0), 0);
+  ck_assert_int_eq(memcmp(emb0, emb1, sizeof emb0), 0);
+  /* a rename, as Saver({"dense/kernel": other}) */
+  ps_variable *other = ps_get_variable(m.g, "other", PS_DT_FLOAT, &(ps_shape){2, {4, 3}}, NULL, NULL, &st);
+  ck_assert_int_eq(ps_session_create_variables(s, &st), 0);
+  const char *names[1] = {"other"}, *keys[1] = {"dense/kernel"};
+  ck_assert_msg(ps_client_restore_vars(c, ps_variable_task(other), "model.ckpt-41", names, keys, 1, &st) == 0, "%s", st.msg);
+  ps_node *ov = ps_variable_value(other);
+  ps_tensor *o;
+  ck_assert_int_eq(ps_session_run(s, NULL, 0, &ov, 1, NULL, 0, &o, &st), 0);
+  ck_assert_int_eq(memcmp(ps_tensor_data(o), w0, sizeof w0), 0);
+  ps_tensor_destroy(o);
+  /* errors: a missing key names it; a shape mismatch names both */
+  const char *missing[1] = {"other"}, *mkeys[1] = {"nope"};
+  ck_assert_int_eq(ps_client_restore_vars(c, ps_variable_task(other), "model.ckpt-41", missing, mkeys, 1, &st), PS_NOT_FOUND);
+  ck_assert_msg(strstr(st.msg, "Key nope not found in checkpoint") != NULL, "%s", st.msg);
+  ps_variable *bad = ps_get_variable(m.g, "bad", PS_DT_FLOAT, &(ps_shape){2, {3, 4}}, NULL, NULL, &st);
+  ck_assert_int_eq(ps_session_create_variables(s, &st), 0);
+  const char *bn[1] = {"bad"}, *bk[1] = {"dense/kernel"};
+  ck_assert_int_eq(ps_client_restore_vars(c, ps_variable_task(bad), "model.ckpt-41", bn, bk, 1, &st), PS_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(st.msg, "the checkpoint has shape [4,3], the variable has shape [3,4]") != NULL, "%s", st.msg);
+  /* a restore of all variables fails as a whole when one is missing */
+  ck_assert_int_eq(ps_client_restore(c, "model.ckpt-41", &n, &st), PS_NOT_FOUND);
+  ck_assert_ptr_nonnull(strstr(st.msg, "not found in checkpoint"));
+  /* prefixes that leave the checkpoint directory are refused */
+  /* (an uninitialized variable fails a save unless skipped) */
+  ck_assert_int_eq(ps_client_save(c, "x", NULL, NULL, NULL, &st), PS_FAILED_PRECONDITION);
+  ck_assert_ptr_nonnull(strstr(st.msg, "Attempting to use uninitialized value bad"));
+  ps_save_options skip = {.skip_uninitialized = true};
+  ck_assert_int_eq(ps_client_save(c, "../escape", &skip, NULL, NULL, &st), PS_PERMISSION_DENIED);
+  ck_assert_ptr_nonnull(strstr(st.msg, "escapes the checkpoint directory"));
+  ck_assert_int_eq(ps_client_restore(c, "/etc/passwd", &n, &st), PS_PERMISSION_DENIED);
+  ps_session_destroy(s);
+  ps_graph_destroy(m.g);
+  stop(&h, c);
+}
+END_TEST
+
+typedef struct trainer {
+  ps_client *c;
+  atomic_int stop;
+  int64_t steps;
+  double max_pause_ms;
+} trainer;
+
+static void *train_loop(void *arg) {
+  trainer *t = arg;
+  ps_shape s0 = {0};
+  ps_tensor *one = ps_tensor_create(PS_DT_INT64, &s0, false);
+  *(int64_t *)ps_tensor_data(one) = 1;
+  ps_update ux = {.name = "x", .op = PS_ASSIGN_ADD, .value = one};
+  ps_update uy = {.name = "y", .op = PS_ASSIGN_ADD, .value = one};
+  ps_status st;
+  while (!atomic_load(&t->stop)) {
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    if (ps_client_update(t->c, 0, &ux, 1, &st) != 0) break; /* x first, on ps/0 */
+    if (ps_client_update(t->c, 1, &uy, 1, &st) != 0) break; /* then y, on ps/1 */
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    double ms = (double)(b.tv_sec - a.tv_sec) * 1e3 + (double)(b.tv_nsec - a.tv_nsec) / 1e6;
+    if (ms > t->max_pause_ms) t->max_pause_ms = ms;
+    t->steps++;
+  }
+  ps_tensor_destroy(one);
+  return NULL;
+}
+
+/* While a loop does x += 1 on ps/0 then y += 1 on ps/1, every checkpoint
+ * has 0 <= x - y <= 1: both ps were captured at one moment. */
+START_TEST(save_during_training_is_consistent) {
+  ps_harness h;
+  ps_client *c;
+  ck_assert_int_eq(start(&h, 2, &c), 0);
+  ps_status st;
+  ps_init_spec z;
+  ps_init_spec_default(&z, PS_INIT_ZEROS);
+  ps_shape s0 = {0};
+  ps_var_spec vx = {.name = "x", .dtype = PS_DT_INT64, .shape = s0, .init = &z};
+  ps_var_spec vy = {.name = "y", .dtype = PS_DT_INT64, .shape = s0, .init = &z};
+  ps_var_spec big = {.name = "ballast", .dtype = PS_DT_FLOAT, .shape = {1, {4 << 20}}, .init = &z};
+  ck_assert_int_eq(ps_client_create_vars(c, 0, &vx, 1, &st), 0);
+  ck_assert_int_eq(ps_client_create_vars(c, 0, &big, 1, &st), 0);
+  ck_assert_int_eq(ps_client_create_vars(c, 1, &vy, 1, &st), 0);
+  ck_assert_int_eq(ps_client_initialize(c, 0, NULL, 0, false, NULL, &st), 0);
+  ck_assert_int_eq(ps_client_initialize(c, 1, NULL, 0, false, NULL, &st), 0);
+  trainer t = {.c = c};
+  pthread_t th;
+  pthread_create(&th, NULL, train_loop, &t);
+  for (int k = 0; k < 5; k++) {
+    usleep(30000);
+    char name[64];
+    snprintf(name, sizeof name, "consistent-%d", k);
+    ck_assert_msg(ps_client_save(c, name, NULL, NULL, NULL, &st) == 0, "%s", st.msg);
+    char prefix[400];
+    snprintf(prefix, sizeof prefix, "%s/%s", dir, name);
+    ps_bundle_reader *r = ps_bundle_reader_open(prefix, &st);
+    ck_assert_msg(r != NULL, "%s", st.msg);
+    int64_t x, y;
+    ck_assert_int_eq(ps_bundle_reader_read_into(r, "x", &x, 8, &st), 0);
+    ck_assert_int_eq(ps_bundle_reader_read_into(r, "y", &y, 8, &st), 0);
+    ps_bundle_reader_close(r);
+    ck_assert_msg(x - y >= 0 && x - y <= 1, "checkpoint %d: x=%lld y=%lld", k, (long long)x, (long long)y);
+  }
+  atomic_store(&t.stop, 1);
+  pthread_join(th, NULL);
+  ck_assert_int_gt(t.steps, 10);
+  /* max_to_keep 5: the first of six is gone */
+  ck_assert_int_eq(ps_client_save(c, "consistent-5", NULL, NULL, NULL, &st), 0);
+  char p0[400];
+  snprintf(p0, sizeof p0, "%s/consistent-0.index", dir);
+  ck_assert_int_ne(access(p0, F_OK), 0);
+  snprintf(p0, sizeof p0, "%s/consistent-1.index", dir);
+  ck_assert_int_eq(access(p0, F_OK), 0);
+  fprintf(stderr, "%lld steps, longest step %.1f ms during 6 saves\n", (long long)t.steps, t.max_pause_ms);
+  stop(&h, c);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("checkpoint");
+  TCase *tc = tcase_create("checkpoint");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_set_timeout(tc, 300);
+  tcase_add_test(tc, restore_into_another_cluster_shape);
+  tcase_add_test(tc, save_during_training_is_consistent);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}
