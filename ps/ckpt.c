@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,6 +76,16 @@ static int mkdirs(const char *path, ps_status *st) {
   if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
     return ps_status_set(st, PS_INTERNAL, "cannot create %s: %s", tmp, strerror(errno));
   return 0;
+}
+
+/* Fault injection for the crash tests: PS_CRASH_AT=<point> makes this ps
+ * die at that point of a save as kill -9 would (no cleanup, no flush). */
+static void crash_point(const char *point) {
+  const char *at = getenv("PS_CRASH_AT");
+  if (at && !strcmp(at, point)) {
+    PS_WARN("PS_CRASH_AT=%s: dying here", point);
+    raise(SIGKILL);
+  }
 }
 
 static int bad(ps_status *st, const char *m) {
@@ -176,8 +187,10 @@ static int write_shard(job *j, int64_t *tensors, int64_t *bytes) {
     /* the snapshot's reference is dropped as soon as its bytes are out */
     ps_buf_unref(e->buf);
     e->buf = NULL;
+    if (i == 0) crash_point("save_mid_shard");
   }
   if (rc == 0) rc = ps_bundle_writer_finish(w, st);
+  if (rc == 0) crash_point("save_after_shard");
   *bytes = (int64_t)ps_bundle_writer_bytes(w);
   *tensors = (int64_t)j->snap->n;
   ps_bundle_writer_destroy(w);
@@ -260,7 +273,9 @@ static void *merge_thread(void *arg) {
     snprintf(names[k], sizeof names[k], "%s_temp/part-%05d-of-%05d", j->prefix, k, j->nshards);
     parts[k] = names[k];
   }
+  crash_point("merge_before");
   rc = ps_bundle_merge(parts, (size_t)j->nshards, j->prefix, &j->st);
+  if (rc == 0) crash_point("merge_before_state");
   if (rc == 0) {
     char dir[PATH_MAX + 16];
     snprintf(dir, sizeof dir, "%s_temp", j->prefix);

@@ -7,6 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/bundle.h"
@@ -259,6 +262,111 @@ START_TEST(save_during_training_is_consistent) {
 }
 END_TEST
 
+/* Reaps ps tasks that died (the crash points kill them). */
+static void reap_dead(ps_harness *h) {
+  for (int i = 0; i < h->nps; i++) {
+    int status;
+    if (h->pids[i] > 0 && waitpid(h->pids[i], &status, WNOHANG) == h->pids[i]) h->pids[i] = 0;
+  }
+}
+
+static const char *const xname[2] = {"x0", "x1"}; /* one on each ps */
+
+static void put_x(ps_client *c, int64_t v, bool create) {
+  ps_status st;
+  ps_shape s0 = {0};
+  ps_tensor *val = ps_tensor_create(PS_DT_INT64, &s0, false);
+  *(int64_t *)ps_tensor_data(val) = v;
+  for (int t = 0; t < 2; t++) {
+    if (create) {
+      ps_var_spec vx = {.name = xname[t], .dtype = PS_DT_INT64, .shape = s0};
+      ck_assert_int_eq(ps_client_create_vars(c, t, &vx, 1, &st), 0);
+    }
+    ps_update u = {.name = xname[t], .op = PS_ASSIGN, .value = val};
+    ck_assert_int_eq(ps_client_update(c, t, &u, 1, &st), 0);
+  }
+  ps_tensor_destroy(val);
+}
+
+static int64_t get_x(ps_client *c, int t) {
+  ps_status st;
+  ps_read r = {.name = xname[t]};
+  ck_assert_msg(ps_client_read(c, t, &r, 1, &st) == 0, "%s", st.msg);
+  int64_t v = *(int64_t *)ps_tensor_data(r.out);
+  ps_tensor_destroy(r.out);
+  return v;
+}
+
+/* A ps dies (as kill -9) at each point of a save: the save fails, and the
+ * previous checkpoint and the state file still restore. */
+START_TEST(crash_at_any_point_of_a_save_keeps_the_previous_checkpoint) {
+  const char *points[] = {"save_mid_shard", "save_after_shard", "merge_before",
+                          "merge_before_state"};
+  ps_harness h;
+  ps_client *c;
+  ps_status st;
+  ck_assert_int_eq(start(&h, 2, &c), 0);
+  put_x(c, 111, true);
+  ck_assert_msg(ps_client_save(c, "good", NULL, NULL, NULL, &st) == 0, "%s", st.msg);
+  stop(&h, c);
+  for (size_t k = 0; k < sizeof points / sizeof points[0]; k++) {
+    setenv("PS_CRASH_AT", points[k], 1);
+    ck_assert_int_eq(start(&h, 2, &c), 0);
+    unsetenv("PS_CRASH_AT");
+    put_x(c, 222, true);
+    char name[64];
+    snprintf(name, sizeof name, "bad-%zu", k);
+    ck_assert_msg(ps_client_save(c, name, NULL, NULL, NULL, &st) != 0, "%s: save succeeded", points[k]);
+    reap_dead(&h);
+    for (int i = 0; i < h.nps; i++)
+      if (h.pids[i] > 0) {
+        kill(h.pids[i], SIGKILL);
+        waitpid(h.pids[i], NULL, 0);
+        h.pids[i] = 0;
+      }
+    stop(&h, c);
+    /* a fresh cluster restores the latest: the good one */
+    ck_assert_int_eq(start(&h, 2, &c), 0);
+    ps_shape s0 = {0};
+    for (int t = 0; t < 2; t++) {
+      ps_var_spec vx = {.name = xname[t], .dtype = PS_DT_INT64, .shape = s0};
+      ck_assert_int_eq(ps_client_create_vars(c, t, &vx, 1, &st), 0);
+    }
+    size_t n = 0;
+    ck_assert_msg(ps_client_restore(c, NULL, &n, &st) == 0, "%s: %s", points[k], st.msg);
+    ck_assert_int_eq(get_x(c, 0), 111);
+    ck_assert_int_eq(get_x(c, 1), 111);
+    stop(&h, c);
+  }
+}
+END_TEST
+
+/* The coordinator dies after closing the gates: updates wait, then the
+ * gates reopen by themselves and training goes on. */
+START_TEST(gates_reopen_when_the_coordinator_dies) {
+  ps_harness h;
+  ps_client *c;
+  ck_assert_int_eq(start(&h, 2, &c), 0);
+  put_x(c, 1, true);
+  ps_rpc_channel *ch = ps_rpc_channel_create(ps_client_address(c, 0));
+  /* SnapshotRequest{id: 99, hold_ms: 800} by hand */
+  static const uint8_t snap[] = {0x08, 99, 0x10, 0xa0, 0x06};
+  ps_rpc_req r = {.ch = ch, .method = "/paramserver.Ps/Snapshot", .raw_request = snap,
+                  .raw_len = sizeof snap, .unary_response = true, .timeout_ms = 10000};
+  ps_rpc_run(&r, 1);
+  ck_assert_msg(r.st.code == 0, "%s", r.st.msg);
+  struct timespec a, b;
+  clock_gettime(CLOCK_MONOTONIC, &a);
+  put_x(c, 2, false); /* waits for the gate of ps/0 */
+  clock_gettime(CLOCK_MONOTONIC, &b);
+  double s = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) / 1e9;
+  ck_assert_msg(s > 0.3 && s < 5, "update took %.2f s", s);
+  ck_assert_int_eq(get_x(c, 0), 2);
+  ps_rpc_channel_destroy(ch);
+  stop(&h, c);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("checkpoint");
   TCase *tc = tcase_create("checkpoint");
@@ -266,6 +374,8 @@ int main(void) {
   tcase_set_timeout(tc, 300);
   tcase_add_test(tc, restore_into_another_cluster_shape);
   tcase_add_test(tc, save_during_training_is_consistent);
+  tcase_add_test(tc, crash_at_any_point_of_a_save_keeps_the_previous_checkpoint);
+  tcase_add_test(tc, gates_reopen_when_the_coordinator_dies);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
