@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "ckpt.h"
+#include "paramserver/checkpoint.h"
 #include "common/log.h"
 #include "kernels.h"
 #include "ps.pb-c.h"
@@ -1085,136 +1086,27 @@ const ps_rpc_handler *ps_service_handlers(size_t *n) {
   return handlers;
 }
 
-/* ---- the `checkpoint` state file ----
- * TensorFlow's text CheckpointState: model_checkpoint_path, then every kept
- * checkpoint oldest first.  Written to a temporary file and renamed, so a
- * crash leaves the previous state intact.  Paths are written relative to
- * the directory (save_relative_paths), so the directory can move. */
-
-static char *dir_of(const char *prefix) {
-  char *d = strdup(prefix);
-  char *sl = strrchr(d, '/');
-  if (sl) *sl = '\0';
-  return d;
-}
-
-static const char *base_of(const char *prefix) {
-  const char *sl = strrchr(prefix, '/');
-  return sl ? sl + 1 : prefix;
-}
-
-/* Reads the kept checkpoint names (relative) of @dir. */
-static char **state_read(const char *dir, size_t *n) {
-  char path[4096], line[4096];
-  snprintf(path, sizeof path, "%s/checkpoint", dir);
-  *n = 0;
-  FILE *f = fopen(path, "r");
-  if (f == NULL) return NULL;
-  char **v = NULL;
-  while (fgets(line, sizeof line, f)) {
-    if (strncmp(line, "all_model_checkpoint_paths:", 27) != 0) continue;
-    char *q1 = strchr(line, '"'), *q2 = q1 ? strrchr(q1 + 1, '"') : NULL;
-    if (!q1 || !q2) continue;
-    *q2 = '\0';
-    v = realloc(v, (*n + 1) * sizeof *v);
-    v[(*n)++] = strdup(base_of(q1 + 1));
-  }
-  fclose(f);
-  return v;
-}
-
-static void remove_checkpoint_files(const char *dir, const char *name) {
-  char path[4096];
-  snprintf(path, sizeof path, "%s/%s.index", dir, name);
-  unlink(path);
-  snprintf(path, sizeof path, "%s/%s.meta", dir, name);
-  unlink(path);
-  for (int n = 1; n <= 1024; n++) { /* data shards of any count */
-    int gone = 0;
-    for (int k = 0; k < n; k++) {
-      snprintf(path, sizeof path, "%s/%s.data-%05d-of-%05d", dir, name, k, n);
-      if (unlink(path) == 0) gone++;
-    }
-    if (gone) break;
-  }
-}
+/* ---- the `checkpoint` state file (worker/checkpoint.c) ---- */
 
 int ps_service_update_state(ps_service *svc, const char *prefix, int max_to_keep,
                             double keep_every_n_hours, ps_status *st) {
   (void)svc;
-  (void)keep_every_n_hours;
-  char *dir = dir_of(prefix);
-  const char *name = base_of(prefix);
-  size_t n;
-  char **v = state_read(dir, &n);
-  /* a re-saved path moves to the end */
-  size_t k = 0;
-  for (size_t i = 0; i < n; i++) {
-    if (!strcmp(v[i], name)) {
-      free(v[i]);
-      continue;
-    }
-    v[k++] = v[i];
-  }
-  n = k;
-  v = realloc(v, (n + 1) * sizeof *v);
-  v[n++] = strdup(name);
-  size_t first = 0;
-  if (max_to_keep > 0 && n > (size_t)max_to_keep) first = n - (size_t)max_to_keep;
-  char tmp[4096], path[4096];
-  snprintf(path, sizeof path, "%s/checkpoint", dir);
-  snprintf(tmp, sizeof tmp, "%s/checkpoint.tmp%d", dir, (int)getpid());
-  FILE *f = fopen(tmp, "w");
-  int rc = 0;
-  if (f == NULL) {
-    rc = ps_status_set(st, PS_INTERNAL, "cannot write %s: %s", tmp, strerror(errno));
-  } else {
-    fprintf(f, "model_checkpoint_path: \"%s\"\n", name);
-    for (size_t i = first; i < n; i++) fprintf(f, "all_model_checkpoint_paths: \"%s\"\n", v[i]);
-    if (fflush(f) != 0 || fsync(fileno(f)) != 0)
-      rc = ps_status_set(st, PS_INTERNAL, "cannot write %s: %s", tmp, strerror(errno));
-    fclose(f);
-    if (rc == 0 && rename(tmp, path) != 0)
-      rc = ps_status_set(st, PS_INTERNAL, "cannot rename %s: %s", tmp, strerror(errno));
-    if (rc) unlink(tmp);
-  }
-  if (rc == 0)
-    for (size_t i = 0; i < first; i++) remove_checkpoint_files(dir, v[i]);
-  for (size_t i = 0; i < n; i++) free(v[i]);
-  free(v);
-  free(dir);
-  return rc;
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s", prefix);
+  char *sl = strrchr(dir, '/');
+  if (sl) *sl = '\0';
+  ps_ckpt_manager_options o;
+  ps_ckpt_manager_options_init(&o);
+  o.max_to_keep = max_to_keep < 0 ? 0 : max_to_keep;
+  if (keep_every_n_hours > 0) o.keep_checkpoint_every_n_hours = keep_every_n_hours;
+  struct timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  return ps_ckpt_record(dir, prefix, &o, (double)now.tv_sec + (double)now.tv_nsec / 1e9, st);
 }
 
 int ps_service_latest(ps_service *svc, char **prefix, ps_status *st) {
-  const char *dir = svc->ckpt_dir;
-  if (dir == NULL)
+  if (svc->ckpt_dir == NULL)
     return ps_status_set(st, PS_FAILED_PRECONDITION,
                          "this ps has no --checkpoint-dir: it cannot save or restore");
-  char path[4096], line[4096];
-  snprintf(path, sizeof path, "%s/checkpoint", dir);
-  FILE *f = fopen(path, "r");
-  if (f == NULL) return ps_status_set(st, PS_NOT_FOUND, "no checkpoint in %s", dir);
-  char *found = NULL;
-  while (fgets(line, sizeof line, f) && !found) {
-    if (strncmp(line, "model_checkpoint_path:", 22) != 0) continue;
-    char *q1 = strchr(line, '"'), *q2 = q1 ? strrchr(q1 + 1, '"') : NULL;
-    if (q1 && q2) {
-      *q2 = '\0';
-      found = strdup(q1 + 1);
-    }
-  }
-  fclose(f);
-  if (found == NULL) return ps_status_set(st, PS_NOT_FOUND, "no checkpoint in %s", dir);
-  char full[4096];
-  if (found[0] == '/')
-    snprintf(full, sizeof full, "%s", found);
-  else
-    snprintf(full, sizeof full, "%s/%s", dir, found);
-  free(found);
-  snprintf(path, sizeof path, "%s.index", full);
-  if (access(path, F_OK) != 0)
-    return ps_status_set(st, PS_NOT_FOUND, "Couldn't match files for checkpoint %s", full);
-  *prefix = strdup(full);
-  return 0;
+  return ps_latest_checkpoint(svc->ckpt_dir, prefix, st);
 }

@@ -8,6 +8,7 @@
 #include "common/cluster.h"
 #include "common/log.h"
 #include "common/rpc.h"
+#include "paramserver/checkpoint.h"
 #include "paramserver/client.h"
 
 static const char usage[] =
@@ -21,6 +22,10 @@ static const char usage[] =
     "                PREFIX (relative to the ps tasks' --checkpoint-dir; default\n"
     "                model.ckpt, with -STEP when a global_step variable exists)\n"
     "  restore [PREFIX]  restore every variable from PREFIX (default: the latest)\n"
+    "  latest DIR    print the latest checkpoint of DIR (no cluster needed)\n"
+    "  inspect PREFIX [--all]  list a checkpoint's tensors as\n"
+    "                'name (DT_FLOAT) [2,3]'; --all prints the values too; reads\n"
+    "                checkpoints TensorFlow wrote (no cluster needed)\n"
     "\n"
     "options:\n"
     "  --cluster FILE    cluster spec JSON (or set TF_CONFIG)\n"
@@ -83,12 +88,14 @@ int main(int argc, char **argv) {
   const char *cluster_file = NULL, *job = "ps";
   int64_t timeout_ms = 5000, limit = 1000;
   int max_to_keep = 0;
+  bool all_values = false;
   static const struct option opts[] = {
       {"cluster", required_argument, NULL, 'c'},
       {"job", required_argument, NULL, 'j'},
       {"timeout-ms", required_argument, NULL, 't'},
       {"limit", required_argument, NULL, 'L'},
       {"max-to-keep", required_argument, NULL, 'k'},
+      {"all", no_argument, NULL, 'A'},
       {"help", no_argument, NULL, 'h'},
       {"version", no_argument, NULL, 'V'},
       {NULL, 0, NULL, 0}};
@@ -100,6 +107,7 @@ int main(int argc, char **argv) {
     case 't': timeout_ms = atoll(optarg); break;
     case 'L': limit = atoll(optarg); break;
     case 'k': max_to_keep = atoi(optarg); break;
+    case 'A': all_values = true; break;
     case 'h': fputs(usage, stdout); return 0;
     case 'V': printf("psctl %s\n", PS_VERSION); return 0;
     default: fputs(usage, stderr); return 2;
@@ -110,6 +118,37 @@ int main(int argc, char **argv) {
     return 2;
   }
   const char *cmd = argv[optind++];
+  /* commands on checkpoint files need no cluster */
+  if (!strcmp(cmd, "latest") || !strcmp(cmd, "inspect")) {
+    for (int i = optind; i < argc; i++)
+      if (!strcmp(argv[i], "--all")) {
+        all_values = true;
+        memmove(&argv[i], &argv[i + 1], (size_t)(argc - i - 1) * sizeof *argv);
+        argc--;
+        i--;
+      }
+    if (optind >= argc) {
+      fprintf(stderr, "psctl: %s needs a %s\n", cmd, !strcmp(cmd, "latest") ? "directory" : "checkpoint prefix");
+      return 2;
+    }
+    ps_status fst;
+    ps_status_clear(&fst);
+    if (!strcmp(cmd, "latest")) {
+      char *prefix = NULL;
+      if (ps_latest_checkpoint(argv[optind], &prefix, &fst) != 0) {
+        fprintf(stderr, "psctl: latest: %s\n", fst.msg);
+        return 1;
+      }
+      printf("%s\n", prefix);
+      free(prefix);
+      return 0;
+    }
+    if (ps_ckpt_inspect(stdout, argv[optind], all_values, &fst) != 0) {
+      fprintf(stderr, "psctl: inspect: %s\n", fst.msg);
+      return 1;
+    }
+    return 0;
+  }
   if (strcmp(cmd, "status") && strcmp(cmd, "vars") && strcmp(cmd, "read") &&
       strcmp(cmd, "save") && strcmp(cmd, "restore")) {
     fprintf(stderr, "psctl: unknown command '%s'\n%s", cmd, usage);

@@ -82,6 +82,16 @@ expect "read scalar" 0 "global_step (DT_INT64) [] on ps/0" "$PSCTL" --cluster "$
 expect "read unknown" 1 "variable nope not found on any ps task" "$PSCTL" --cluster "$dir/cluster.json" read nope
 expect "psctl via TF_CONFIG" 0 "ps/0 $A0 up" env TF_CONFIG="{\"cluster\": {\"ps\": [\"$A0\", \"$A1\"], \"worker\": [\"127.0.0.1:0\"]}, \"task\": {\"type\": \"worker\", \"index\": 0}}" "$PSCTL" status
 
+expect "save needs --checkpoint-dir" 1 "has no --checkpoint-dir" "$PSCTL" --cluster "$dir/cluster.json" save
+
+# Checkpoint files, no cluster needed; TensorFlow wrote these.
+data="$(cd "$(dirname "$0")/../data/tf-checkpoints" && pwd)"
+expect "inspect a TF checkpoint" 0 "a (DT_FLOAT) []" "$PSCTL" inspect "$data/half_plus_two_cpu/variables"
+expect "inspect --all prints values" 0 "counter (DT_FLOAT) []" "$PSCTL" inspect --all "$data/counter/variables"
+expect "inspect a missing checkpoint" 1 "$dir/none.index" "$PSCTL" inspect "$dir/none"
+expect "latest of an empty dir" 1 "no checkpoint in $dir" "$PSCTL" latest "$dir"
+expect "inspect needs a prefix" 2 "needs a checkpoint prefix" "$PSCTL" inspect
+
 # SIGINT and SIGTERM stop a task cleanly (exit 0); psctl sees it down.
 kill -INT "$P1"; wait "$P1"; rc=$?
 [ "$rc" = 0 ] && ok "SIGINT exits 0" || bad "SIGINT exits 0 (got $rc)"
