@@ -14,7 +14,7 @@
  * RestoreV2 shape_and_slices string.
  *
  * Built with -DPS_LIBFUZZER and -fsanitize=fuzzer it is a libFuzzer
- * target.  Otherwise main() runs the target over every file (or every
+ * target.  Otherwise the shared driver (driver.c) runs it over every file (or every
  * file in each directory) named on the command line and then over
  * PS_FUZZ_RUNS (default 4000) deterministic random mutations of them, so
  * it runs as an ordinary test under gcc + ASan/UBSan. */
@@ -27,9 +27,9 @@
 #include <unistd.h>
 
 #include "bundle.h"
+#include "driver.h"
 #include "crc32c.h"
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define FAIL(...)                                                                        \
   do {                                                                                   \
@@ -285,95 +285,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
 #ifndef PS_LIBFUZZER
 
-typedef struct input {
-  uint8_t *data;
-  size_t size;
-} input;
-
-static input *inputs;
-static size_t ninputs;
-
-static void add_file(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (f == NULL) {
-    perror(path);
-    exit(2);
-  }
-  uint8_t *buf = NULL;
-  size_t n = 0, cap = 0;
-  for (;;) {
-    if (n == cap) {
-      cap = cap ? cap * 2 : 4096;
-      uint8_t *nb = realloc(buf, cap);
-      if (nb == NULL) exit(2);
-      buf = nb;
-    }
-    size_t r = fread(buf + n, 1, cap - n, f);
-    if (r == 0) break;
-    n += r;
-  }
-  fclose(f);
-  input *ni = realloc(inputs, (ninputs + 1) * sizeof *ni);
-  if (ni == NULL) exit(2);
-  inputs = ni;
-  inputs[ninputs++] = (input){buf, n};
-}
-
-static int cmp_str(const void *a, const void *b) {
-  return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/* A file, or every regular file in a directory (sorted, so runs repeat). */
-static void add_path(const char *path) {
-  struct stat sb;
-  if (stat(path, &sb) != 0) {
-    perror(path);
-    exit(2);
-  }
-  if (!S_ISDIR(sb.st_mode)) {
-    add_file(path);
-    return;
-  }
-  DIR *d = opendir(path);
-  if (d == NULL) {
-    perror(path);
-    exit(2);
-  }
-  char **names = NULL;
-  size_t n = 0;
-  struct dirent *e;
-  while ((e = readdir(d)) != NULL) {
-    if (e->d_name[0] == '.') continue;
-    char **nn = realloc(names, (n + 1) * sizeof *nn);
-    if (nn == NULL) exit(2);
-    names = nn;
-    size_t len = strlen(path) + strlen(e->d_name) + 2;
-    names[n] = malloc(len);
-    if (names[n] == NULL) exit(2);
-    snprintf(names[n], len, "%s/%s", path, e->d_name);
-    n++;
-  }
-  closedir(d);
-  qsort(names, n, sizeof *names, cmp_str);
-  for (size_t i = 0; i < n; i++) {
-    if (stat(names[i], &sb) == 0 && S_ISREG(sb.st_mode)) add_file(names[i]);
-    free(names[i]);
-  }
-  free(names);
-}
-
-static uint64_t rng_state = 0x9e3779b97f4a7c15u;
-
-static uint64_t rng(void) { /* xorshift64* */
-  rng_state ^= rng_state >> 12;
-  rng_state ^= rng_state << 25;
-  rng_state ^= rng_state >> 27;
-  return rng_state * 0x2545f4914f6cdd1du;
-}
-
-static size_t rnd(size_t n) {
-  return n ? (size_t)(rng() % n) : 0;
-}
 
 /* Pieces of the format, so mutations reach deep paths: varint edges,
  * proto tags (dtype, shape, dim, shard, offset, size, crc, slice), the
@@ -406,29 +317,28 @@ static const struct {
     {"9223372036854775807", 19},
 };
 #define NTOKENS (sizeof tokens / sizeof tokens[0])
-#define MAX_MUTANT 65536
 
 /* Mutations keep the 4-byte length header mostly intact and aim at the
  * index (the first part) more often than at the data. */
-static size_t mutate(uint8_t *buf, size_t n, size_t cap) {
-  int rounds = 1 + (int)rnd(3);
+size_t fuzz_mutate(uint8_t *buf, size_t n, size_t cap) {
+  int rounds = 1 + (int)fuzz_rnd(3);
   for (int r = 0; r < rounds; r++) {
-    size_t pos = 4 + rnd(n > 4 ? n - 4 + 1 : 1);
+    size_t pos = 4 + fuzz_rnd(n > 4 ? n - 4 + 1 : 1);
     if (pos > n) pos = n;
-    switch (rnd(9)) {
+    switch (fuzz_rnd(9)) {
     case 0: /* flip a bit */
-      if (n > 4) buf[4 + rnd(n - 4)] ^= (uint8_t)(1u << rnd(8));
+      if (n > 4) buf[4 + fuzz_rnd(n - 4)] ^= (uint8_t)(1u << fuzz_rnd(8));
       break;
     case 1: /* random byte */
-      if (n > 4) buf[4 + rnd(n - 4)] = (uint8_t)rng();
+      if (n > 4) buf[4 + fuzz_rnd(n - 4)] = (uint8_t)fuzz_rng();
       break;
     case 2: { /* overwrite with a token */
-      size_t k = rnd(NTOKENS), tl = tokens[k].n;
+      size_t k = fuzz_rnd(NTOKENS), tl = tokens[k].n;
       if (pos + tl <= n) memcpy(buf + pos, tokens[k].p, tl);
       break;
     }
     case 3: { /* insert a token */
-      size_t k = rnd(NTOKENS), tl = tokens[k].n;
+      size_t k = fuzz_rnd(NTOKENS), tl = tokens[k].n;
       if (n + tl > cap) break;
       memmove(buf + pos + tl, buf + pos, n - pos);
       memcpy(buf + pos, tokens[k].p, tl);
@@ -436,25 +346,25 @@ static size_t mutate(uint8_t *buf, size_t n, size_t cap) {
       break;
     }
     case 4: { /* erase a range */
-      size_t len = rnd(n - pos + 1);
-      if (len > 16 && rnd(2)) len = rnd(17);
+      size_t len = fuzz_rnd(n - pos + 1);
+      if (len > 16 && fuzz_rnd(2)) len = fuzz_rnd(17);
       memmove(buf + pos, buf + pos + len, n - pos - len);
       n -= len;
       break;
     }
     case 5: { /* duplicate a range */
-      size_t len = rnd(n - pos + 1);
-      if (len > 64) len = rnd(65);
+      size_t len = fuzz_rnd(n - pos + 1);
+      if (len > 64) len = fuzz_rnd(65);
       if (n + len > cap) break;
       memmove(buf + pos + len, buf + pos, n - pos);
       n += len;
       break;
     }
     case 6: /* nudge a byte by a small amount (lengths, varints) */
-      if (n > 4) buf[4 + rnd(n - 4)] += (uint8_t)(rnd(5) - 2);
+      if (n > 4) buf[4 + fuzz_rnd(n - 4)] += (uint8_t)(fuzz_rnd(5) - 2);
       break;
     case 7: /* move the index/data boundary */
-      if (n >= 4) buf[rnd(2)] ^= (uint8_t)(1u << rnd(8));
+      if (n >= 4) buf[fuzz_rnd(2)] ^= (uint8_t)(1u << fuzz_rnd(8));
       break;
     default: /* truncate */
       n = pos;
@@ -462,42 +372,6 @@ static size_t mutate(uint8_t *buf, size_t n, size_t cap) {
     }
   }
   return n;
-}
-
-int main(int argc, char **argv) {
-  if (argc < 2) {
-    fprintf(stderr, "usage: %s FILE|DIR...  (PS_FUZZ_RUNS=n mutations)\n", argv[0]);
-    return 2;
-  }
-  for (int i = 1; i < argc; i++)
-    add_path(argv[i]);
-  if (ninputs == 0) {
-    fprintf(stderr, "fuzz_bundle: no input files\n");
-    return 2;
-  }
-  const char *env = getenv("PS_FUZZ_RUNS");
-  long runs = env ? strtol(env, NULL, 10) : 4000;
-  for (size_t i = 0; i < ninputs; i++)
-    LLVMFuzzerTestOneInput(inputs[i].data, inputs[i].size);
-  uint8_t *buf = malloc(MAX_MUTANT);
-  if (buf == NULL) return 2;
-  size_t n = 0;
-  for (long r = 0; r < runs; r++) {
-    /* mostly fresh from a seed, sometimes keep mutating the last one */
-    if (r == 0 || rnd(4) != 0) {
-      const input *in = &inputs[rnd(ninputs)];
-      n = in->size < MAX_MUTANT ? in->size : MAX_MUTANT;
-      memcpy(buf, in->data, n);
-    }
-    n = mutate(buf, n, MAX_MUTANT);
-    LLVMFuzzerTestOneInput(buf, n);
-  }
-  free(buf);
-  for (size_t i = 0; i < ninputs; i++)
-    free(inputs[i].data);
-  free(inputs);
-  printf("fuzz_bundle: %zu inputs and %ld mutations passed\n", ninputs, runs);
-  return 0;
 }
 
 #endif
