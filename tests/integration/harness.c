@@ -1,6 +1,9 @@
 /* Test harness: real ps-server processes on 127.0.0.1:0. */
 #include "harness.h"
 
+#include "common/rpc.h"
+#include "paramserver/client.h"
+
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
@@ -182,4 +185,19 @@ long long harness_rss(pid_t pid, long long *peak) {
   }
   fclose(f);
   return rss;
+}
+
+ps_client *harness_start_client(ps_harness *h, int nps, const char *const *extra) {
+  if (harness_start(h, nps, extra) != 0) return NULL;
+  ps_rpc_global_init();
+  ps_status st;
+  ps_client *c = ps_client_create(h->cluster, "ps", NULL, &st);
+  if (c == NULL) fprintf(stderr, "harness: %s\n", st.msg);
+  return c;
+}
+
+int harness_stop_client(ps_harness *h, ps_client *c) {
+  ps_client_destroy(c);
+  ps_rpc_global_shutdown();
+  return harness_stop(h);
 }

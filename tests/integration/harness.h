@@ -23,6 +23,11 @@ typedef struct ps_harness {
  * arguments for ps-server may be given in @extra (NULL-terminated, may be
  * NULL).  Returns 0, or -1 after printing why. */
 int harness_start(ps_harness *h, int nps, const char *const *extra);
+/* harness_start, then gRPC and a client of its ps tasks (NULL after
+ * printing why).  harness_stop_client() undoes all three and returns what
+ * harness_stop() returns. */
+struct ps_client *harness_start_client(ps_harness *h, int nps, const char *const *extra);
+int harness_stop_client(ps_harness *h, struct ps_client *c);
 /* SIGTERM to each live task, waits; returns 0 if every one exited 0. */
 int harness_stop(ps_harness *h);
 /* SIGKILL one task. */

@@ -36,18 +36,11 @@ static void teardown(void) {
 
 static int start(ps_harness *h, int nps, ps_client **c) {
   const char *extra[] = {"--checkpoint-dir", dir, NULL};
-  if (harness_start(h, nps, extra) != 0) return -1;
-  ps_rpc_global_init();
-  ps_status st;
-  *c = ps_client_create(h->cluster, "ps", NULL, &st);
+  *c = harness_start_client(h, nps, extra);
   return *c ? 0 : -1;
 }
 
-static void stop(ps_harness *h, ps_client *c) {
-  ps_client_destroy(c);
-  ps_rpc_global_shutdown();
-  ck_assert_int_eq(harness_stop(h), 0);
-}
+static void stop(ps_harness *h, ps_client *c) { ck_assert_int_eq(harness_stop_client(h, c), 0); }
 
 typedef struct model {
   ps_graph *g;

@@ -19,18 +19,11 @@ static ps_harness H;
 static ps_client *C;
 
 static void setup(void) {
-  ck_assert_int_eq(harness_start(&H, 2, NULL), 0);
-  ps_rpc_global_init();
-  ps_status st;
-  C = ps_client_create(H.cluster, "ps", NULL, &st);
-  ck_assert_msg(C != NULL, "%s", st.msg);
+  C = harness_start_client(&H, 2, NULL);
+  ck_assert_ptr_nonnull(C);
 }
 
-static void teardown(void) {
-  ps_client_destroy(C);
-  ps_rpc_global_shutdown();
-  ck_assert_int_eq(harness_stop(&H), 0);
-}
+static void teardown(void) { ck_assert_int_eq(harness_stop_client(&H, C), 0); }
 
 static ps_shape shp(int rank, int64_t a, int64_t b) {
   ps_shape s = {.rank = rank, .dim = {a, b}};
