@@ -25,80 +25,9 @@
 #include <unistd.h>
 
 #include "common/bundle.h"
+#include "testdir.h"
 #include "paramserver/checkpoint.h"
 
-static char basedir[256];
-static char tmpdir[300];
-
-static void setup_basedir(void) {
-  const char *base = getenv("TMPDIR");
-  snprintf(basedir, sizeof basedir, "%s/test_checkpoint.XXXXXX",
-           base && base[0] ? base : "/tmp");
-  if (mkdtemp(basedir) == NULL) {
-    perror(basedir);
-    exit(EXIT_FAILURE);
-  }
-}
-
-static void setup_tmpdir(void) {
-  snprintf(tmpdir, sizeof tmpdir, "%s/t.XXXXXX", basedir);
-  ck_assert_ptr_nonnull(mkdtemp(tmpdir));
-}
-
-static void remove_tree(const char *dir) {
-  DIR *d = opendir(dir);
-  if (d == NULL) return;
-  chmod(dir, 0755);
-  struct dirent *e;
-  char path[1024];
-  while ((e = readdir(d)) != NULL) {
-    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-    struct stat sb;
-    if (lstat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
-      remove_tree(path);
-    else
-      unlink(path);
-  }
-  closedir(d);
-  rmdir(dir);
-}
-
-static void teardown_tmpdir(void) {
-  remove_tree(tmpdir);
-}
-static void teardown_basedir(void) {
-  remove_tree(basedir);
-}
-
-/* A path under the test's directory (rotating static buffers). */
-static const char *tmp(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static const char *tmp(const char *fmt, ...) {
-  static char bufs[8][1024];
-  static int i;
-  char *b = bufs[i++ & 7];
-  int o = snprintf(b, 1024, "%s/", tmpdir);
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(b + o, (size_t)(1024 - o), fmt, ap);
-  va_end(ap);
-  return b;
-}
-
-#define TMP(var, ...)                                                                    \
-  char var[1024];                                                                        \
-  snprintf(var, sizeof var, "%s", tmp(__VA_ARGS__))
-
-/* A path in the TensorFlow test data. */
-static const char *tfdata(const char *rel) {
-  static char bufs[4][1024];
-  static int i;
-  char *b = bufs[i++ & 3];
-  const char *base = getenv("PS_TESTDATA");
-  ck_assert_msg(base != NULL, "PS_TESTDATA is not set");
-  snprintf(b, 1024, "%s/tf-checkpoints/%s", base, rel);
-  return b;
-}
 
 static char *read_text(const char *path) {
   FILE *f = fopen(path, "rb");

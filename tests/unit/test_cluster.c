@@ -13,52 +13,8 @@
 #include <unistd.h>
 
 #include "cluster.h"
+#include "testdir.h"
 
-/* One directory per test case (removed by an unchecked teardown, which
- * runs in the parent even when a test fails), one subdirectory per test. */
-static char basedir[256];
-static char tmpdir[300];
-
-static void setup_basedir(void) {
-  const char *base = getenv("TMPDIR");
-  snprintf(basedir, sizeof basedir, "%s/test_cluster.XXXXXX",
-           base && base[0] ? base : "/tmp");
-  if (mkdtemp(basedir) == NULL) {
-    perror(basedir);
-    exit(EXIT_FAILURE);
-  }
-}
-
-static void setup_tmpdir(void) {
-  snprintf(tmpdir, sizeof tmpdir, "%s/t.XXXXXX", basedir);
-  ck_assert_ptr_nonnull(mkdtemp(tmpdir));
-}
-
-static void remove_tree(const char *dir) {
-  DIR *d = opendir(dir);
-  if (d == NULL) return;
-  struct dirent *e;
-  char path[512];
-  while ((e = readdir(d)) != NULL) {
-    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-    struct stat sb;
-    if (lstat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
-      remove_tree(path);
-    else
-      unlink(path);
-  }
-  closedir(d);
-  rmdir(dir);
-}
-
-static void teardown_tmpdir(void) {
-  remove_tree(tmpdir);
-}
-
-static void teardown_basedir(void) {
-  remove_tree(basedir);
-}
 
 static const char *tmp_path(const char *name) {
   static char path[2][512];
