@@ -651,6 +651,10 @@ void ps_rpc_call_resume(ps_rpc_call *c, int rc, const ps_status *st) {
   }
 }
 
+bool ps_rpc_call_expired(const ps_rpc_call *c) {
+  return gpr_time_cmp(gpr_now(c->deadline.clock_type), c->deadline) >= 0;
+}
+
 void *ps_rpc_call_server_user(ps_rpc_call *c) { return c->srv->user; }
 void ps_rpc_call_set_ctx(ps_rpc_call *c, void *ctx) { c->ctx = ctx; }
 void *ps_rpc_call_ctx(ps_rpc_call *c) { return c->ctx; }

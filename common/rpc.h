@@ -85,6 +85,10 @@ void ps_rpc_server_cancel_all(ps_rpc_server *s);
 void ps_rpc_server_destroy(ps_rpc_server *s);
 
 void *ps_rpc_call_server_user(ps_rpc_call *c);
+/* True once the client's deadline for @c has passed: work parked for
+ * later (a closed snapshot gate) must then be dropped, never applied after
+ * the client was told it failed.  Any thread. */
+bool ps_rpc_call_expired(const ps_rpc_call *c);
 void ps_rpc_call_set_ctx(ps_rpc_call *c, void *ctx);
 void *ps_rpc_call_ctx(ps_rpc_call *c);
 /* Where the request's bulk bytes go; the call takes the list over. */

@@ -48,12 +48,30 @@ struct ps_service {
   struct timespec start;
   atomic_llong rpcs;
   atomic_bool sync_closed; /* shutting down: no call may start waiting */
+  ps_service_limits limits;
 };
+
+void ps_service_limits_default(ps_service_limits *l) {
+  long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+  l->max_tensor_bytes = pages > 0 && psz > 0 ? (int64_t)pages * psz : INT64_MAX;
+  l->max_read_names = 100000;
+  l->max_gather_rows = 1048576;
+  l->max_hold_ms = 60000;
+}
+
+void ps_service_set_limits(ps_service *s, const ps_service_limits *l) {
+  s->limits = *l;
+}
+
+const ps_service_limits *ps_service_limits_of(const ps_service *s) {
+  return &s->limits;
+}
 
 ps_service *ps_service_create(ps_store *store, const char *task) {
   ps_service *s = calloc(1, sizeof *s);
   if (s == NULL) return NULL;
   s->store = store;
+  ps_service_limits_default(&s->limits);
   snprintf(s->task, sizeof s->task, "%s", task);
   clock_gettime(CLOCK_MONOTONIC, &s->start);
   return s;

@@ -3,17 +3,34 @@
 #define PS_SERVICE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "common/rpc.h"
 #include "store.h"
 
 typedef struct ps_service ps_service;
 
+/* Limits on what one request may make the ps hold or do (flags of
+ * ps-server; README "Limits").  Exceeding one is RESOURCE_EXHAUSTED naming
+ * the limit and its flag. */
+typedef struct ps_service_limits {
+  int64_t max_tensor_bytes; /* one variable or value (--max-tensor-bytes) */
+  int64_t max_read_names;   /* items of one Read (--max-read-names) */
+  int64_t max_gather_rows;  /* rows of one gather response (--max-gather-rows) */
+  int64_t max_hold_ms;      /* longest a snapshot holds updates (--max-hold-ms) */
+} ps_service_limits;
+
+/* The defaults: physical memory, 100000 names, 1048576 rows, 60000 ms. */
+void ps_service_limits_default(ps_service_limits *l);
+
 ps_service *ps_service_create(ps_store *store, const char *task);
 void ps_service_destroy(ps_service *svc);
 /* Address reported by Status (set once bound). */
 void ps_service_set_address(ps_service *svc, const char *addr);
 ps_store *ps_service_store(ps_service *svc);
+/* Replaces the limits (call before the server starts). */
+void ps_service_set_limits(ps_service *svc, const ps_service_limits *l);
+const ps_service_limits *ps_service_limits_of(const ps_service *svc);
 /* Root of every checkpoint path (NULL: saving and restoring are refused). */
 void ps_service_set_checkpoint_dir(ps_service *svc, const char *dir);
 const char *ps_service_checkpoint_dir(ps_service *svc);
