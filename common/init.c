@@ -541,3 +541,21 @@ int ps_init_fill(const ps_init_spec *spec, const char *name, int dtype,
     fill_random_float(&pl, &base, dtype, offset, count, out);
   return 0;
 }
+
+int ps_init_check(const ps_init_spec *spec, const char *name, int dtype,
+                  const ps_shape *full_shape, int64_t offset, int64_t count,
+                  ps_status *st) {
+  /* A fill of no elements runs every parameter check. */
+  int rc = ps_init_fill(spec, name, dtype, full_shape, offset, 0, NULL, st);
+  if (rc != 0) return rc;
+  int64_t nelem = ps_shape_num_elements(full_shape);
+  char sbuf[PS_MAX_RANK * 21 + 3];
+  if (count < 0 || count > nelem - offset)
+    return ps_status_set(
+        st, PS_INVALID_ARGUMENT,
+        "variable %s: elements [%lld, %lld + %lld) are outside "
+        "shape %s (%lld elements)",
+        name, (long long)offset, (long long)offset, (long long)count,
+        ps_shape_format(full_shape, sbuf, sizeof sbuf), (long long)nelem);
+  return 0;
+}

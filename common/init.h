@@ -82,6 +82,14 @@ int ps_init_fill(const ps_init_spec *spec, const char *name, int dtype,
                  const ps_shape *full_shape, int64_t offset, int64_t count,
                  void *out, ps_status *st);
 
+/* Everything ps_init_fill() checks, without filling: the parameters, the
+ * dtype, and that elements [@offset, @offset + @count) lie inside
+ * @full_shape.  0 or INVALID_ARGUMENT naming @name, with ps_init_fill()'s
+ * texts.  A spec that passes cannot make ps_init_fill() fail. */
+int ps_init_check(const ps_init_spec *spec, const char *name, int dtype,
+                  const ps_shape *full_shape, int64_t offset, int64_t count,
+                  ps_status *st);
+
 /* FNV-1a 64 of the name's bytes (NULL hashes as ""); the Philox seed2. */
 uint64_t ps_init_name_hash(const char *name);
 

@@ -131,6 +131,35 @@ int ps_shape_set(ps_shape *s, const int64_t *dims, size_t rank, ps_status *st) {
   return 0;
 }
 
+int ps_size_mul(size_t a, size_t b, size_t *out) {
+  size_t r;
+  if (__builtin_mul_overflow(a, b, &r) || r > PS_SIZE_MAX) return -1;
+  *out = r;
+  return 0;
+}
+
+int ps_size_add(size_t a, size_t b, size_t *out) {
+  size_t r;
+  if (__builtin_add_overflow(a, b, &r) || r > PS_SIZE_MAX) return -1;
+  *out = r;
+  return 0;
+}
+
+int ps_size_elems(int dtype, int64_t count, size_t *out) {
+  size_t es = ps_dtype_size(dtype);
+  if (es == 0 || count < 0) return -1;
+  return ps_size_mul((size_t)count, es, out);
+}
+
+int ps_size_bytes(int dtype, const ps_shape *s, size_t *out) {
+  size_t es = ps_dtype_size(dtype), n = es;
+  if (es == 0 || s->rank < 0 || s->rank > PS_MAX_RANK) return -1;
+  for (int i = 0; i < s->rank; i++)
+    if (s->dim[i] < 0 || ps_size_mul(n, (size_t)s->dim[i], &n) != 0) return -1;
+  *out = n;
+  return 0;
+}
+
 /* Recently freed big buffers, reused by exact size.  glibc hands every
  * allocation above 32 MiB to mmap, so without this each 64 MiB assign on
  * the ps pays ~16k page faults and an munmap; with it, a same-size buffer
@@ -144,15 +173,21 @@ static struct {
   void *data;
 } cache[CACHE_SLOTS];
 static size_t cache_bytes;
-static long long cache_cap = -1;
+static size_t cache_cap;
+static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
 
+static void cache_cap_init(void) {
+  const char *e = getenv("PS_BUF_CACHE_MB");
+  long long mb = e ? atoll(e) : 256;
+  if (mb < 0) mb = 0;
+  if (mb > (1LL << 30)) mb = 1LL << 30; /* no shift overflow */
+  cache_cap = (size_t)mb << 20;
+}
+
+/* Read by every thread that frees a buffer: set once (pthread_once). */
 static size_t cache_limit(void) {
-  if (cache_cap < 0) {
-    const char *e = getenv("PS_BUF_CACHE_MB");
-    long long mb = e ? atoll(e) : 256;
-    cache_cap = mb < 0 ? 0 : mb << 20;
-  }
-  return (size_t)cache_cap;
+  pthread_once(&cache_once, cache_cap_init);
+  return cache_cap;
 }
 
 static void *cache_take(size_t alloc) {
@@ -197,6 +232,7 @@ static bool cache_put(void *p, size_t alloc) {
 }
 
 ps_buf *ps_buf_create(size_t size, bool zero) {
+  if (size > PS_SIZE_MAX) return NULL; /* the rounding below cannot wrap */
   ps_buf *b = malloc(sizeof *b);
   if (b == NULL) return NULL;
   size_t alloc = (size + 63) & ~(size_t)63;
@@ -232,14 +268,13 @@ void ps_buf_unref(ps_buf *b) {
 }
 
 ps_tensor *ps_tensor_create(ps_dtype dtype, const ps_shape *shape, bool zero) {
-  size_t es = ps_dtype_size(dtype);
-  int64_t n = ps_shape_num_elements(shape);
-  if (es == 0 || n < 0 || (uint64_t)n > SIZE_MAX / es) return NULL;
+  size_t bytes;
+  if (ps_size_bytes(dtype, shape, &bytes) != 0) return NULL;
   ps_tensor *t = calloc(1, sizeof *t);
   if (t == NULL) return NULL;
   t->dtype = dtype;
   t->shape = *shape;
-  t->buf = ps_buf_create((size_t)n * es, zero);
+  t->buf = ps_buf_create(bytes, zero);
   if (t->buf == NULL) {
     free(t);
     return NULL;
@@ -260,7 +295,8 @@ void ps_tensor_destroy(ps_tensor *t) {
 }
 
 size_t ps_tensor_nbytes(const ps_tensor *t) {
-  return (size_t)ps_shape_num_elements(&t->shape) * ps_dtype_size(t->dtype);
+  size_t n = 0;
+  return ps_size_bytes(t->dtype, &t->shape, &n) == 0 ? n : 0;
 }
 
 int64_t ps_tensor_num_elements(const ps_tensor *t) {
@@ -365,31 +401,35 @@ void ps_elem_set(int dtype, void *p, int64_t i, double v) {
   }
 }
 
-#define APPLY_NATIVE(T)                                          \
-  do {                                                           \
-    T *d = dst;                                                  \
-    const T *s = src;                                            \
-    if (op == '+')                                               \
-      for (int64_t i = 0; i < n; i++) d[i] = (T)(d[i] + s[i]);   \
-    else if (op == '-')                                          \
-      for (int64_t i = 0; i < n; i++) d[i] = (T)(d[i] - s[i]);   \
-    else                                                         \
-      memcpy(d, s, (size_t)n * sizeof(T));                       \
-    return 0;                                                    \
+/* @U is the unsigned type the arithmetic runs in: for integers it wraps
+ * (two's complement, TensorFlow's behaviour) instead of being a signed
+ * overflow; converting back to a signed type is modulo 2^N in GCC and
+ * Clang.  For floating types U is T. */
+#define APPLY_NATIVE(T, U)                                                   \
+  do {                                                                       \
+    T *d = dst;                                                              \
+    const T *s = src;                                                        \
+    if (op == '+')                                                           \
+      for (int64_t i = 0; i < n; i++) d[i] = (T)((U)d[i] + (U)s[i]);         \
+    else if (op == '-')                                                      \
+      for (int64_t i = 0; i < n; i++) d[i] = (T)((U)d[i] - (U)s[i]);         \
+    else                                                                     \
+      memcpy(d, s, (size_t)n * sizeof(T));                                   \
+    return 0;                                                                \
   } while (0)
 
 int ps_elem_apply(int dtype, char op, void *dst, const void *src, int64_t n) {
   switch (dtype) {
-  case PS_DT_FLOAT: APPLY_NATIVE(float);
-  case PS_DT_DOUBLE: APPLY_NATIVE(double);
-  case PS_DT_INT32: APPLY_NATIVE(int32_t);
-  case PS_DT_UINT8: APPLY_NATIVE(uint8_t);
-  case PS_DT_INT16: APPLY_NATIVE(int16_t);
-  case PS_DT_INT8: APPLY_NATIVE(int8_t);
-  case PS_DT_INT64: APPLY_NATIVE(int64_t);
-  case PS_DT_UINT16: APPLY_NATIVE(uint16_t);
-  case PS_DT_UINT32: APPLY_NATIVE(uint32_t);
-  case PS_DT_UINT64: APPLY_NATIVE(uint64_t);
+  case PS_DT_FLOAT: APPLY_NATIVE(float, float);
+  case PS_DT_DOUBLE: APPLY_NATIVE(double, double);
+  case PS_DT_INT32: APPLY_NATIVE(int32_t, uint32_t);
+  case PS_DT_UINT8: APPLY_NATIVE(uint8_t, uint8_t);
+  case PS_DT_INT16: APPLY_NATIVE(int16_t, uint16_t);
+  case PS_DT_INT8: APPLY_NATIVE(int8_t, uint8_t);
+  case PS_DT_INT64: APPLY_NATIVE(int64_t, uint64_t);
+  case PS_DT_UINT16: APPLY_NATIVE(uint16_t, uint16_t);
+  case PS_DT_UINT32: APPLY_NATIVE(uint32_t, uint32_t);
+  case PS_DT_UINT64: APPLY_NATIVE(uint64_t, uint64_t);
   case PS_DT_HALF:
   case PS_DT_BFLOAT16:
     if (op == '=') {

@@ -63,6 +63,21 @@ char *ps_shape_format(const ps_shape *s, char *buf, size_t n);
  * negative dim. */
 int ps_shape_set(ps_shape *s, const int64_t *dims, size_t rank, ps_status *st);
 
+/* Checked size arithmetic: every byte count computed from sizes that come
+ * from outside (shapes, element and index counts of requests and files)
+ * goes through these before anything is allocated or indexed.  Each
+ * returns 0 and sets *@out, or -1 (*@out untouched) when the result does
+ * not fit in PS_SIZE_MAX (INT64_MAX, so it also fits an int64 and a
+ * size_t). */
+#define PS_SIZE_MAX ((size_t)INT64_MAX)
+int ps_size_mul(size_t a, size_t b, size_t *out);
+int ps_size_add(size_t a, size_t b, size_t *out);
+/* Bytes of a tensor of @dtype and @s: -1 also for a dtype without a fixed
+ * size (string, unknown) and for a negative dim. */
+int ps_size_bytes(int dtype, const ps_shape *s, size_t *out);
+/* Bytes of @count elements of @dtype (a negative count is -1). */
+int ps_size_elems(int dtype, int64_t count, size_t *out);
+
 /* Refcounted byte buffer, 64-byte aligned.  Any thread may ref/unref. */
 typedef struct ps_buf {
   atomic_long refs;
@@ -71,7 +86,8 @@ typedef struct ps_buf {
   void *data;
 } ps_buf;
 
-/* Uninitialized bytes (zeroed if @zero).  NULL if out of memory.  Big
+/* Uninitialized bytes (zeroed if @zero).  NULL if out of memory or if
+ * @size exceeds PS_SIZE_MAX (so the rounding up to 64 cannot wrap).  Big
  * buffers (>= 1 MiB) are recycled through a small bounded cache
  * (PS_BUF_CACHE_MB, default 256; 0 disables it). */
 ps_buf *ps_buf_create(size_t size, bool zero);
@@ -107,6 +123,7 @@ double ps_elem_get(int dtype, const void *p, int64_t i);
 void ps_elem_set(int dtype, void *p, int64_t i, double v);
 
 /* dst op= src elementwise over @n elements of @dtype (op: '+', '-', '=').
+ * Integer arithmetic wraps (two's complement), as TensorFlow's does.
  * Returns -1 for a dtype without arithmetic. */
 int ps_elem_apply(int dtype, char op, void *dst, const void *src, int64_t n);
 

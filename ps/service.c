@@ -36,6 +36,7 @@
 #include "ckpt.h"
 #include "paramserver/checkpoint.h"
 #include "common/log.h"
+#include "common/wire.h"
 #include "kernels.h"
 #include "ps.pb-c.h"
 #include "sync.h"
@@ -61,6 +62,7 @@ void ps_service_limits_default(ps_service_limits *l) {
 
 void ps_service_set_limits(ps_service *s, const ps_service_limits *l) {
   s->limits = *l;
+  ps_store_set_gate_limits(s->store, l->max_hold_ms, l->max_tensor_bytes);
 }
 
 const ps_service_limits *ps_service_limits_of(const ps_service *s) {
@@ -72,6 +74,7 @@ ps_service *ps_service_create(ps_store *store, const char *task) {
   if (s == NULL) return NULL;
   s->store = store;
   ps_service_limits_default(&s->limits);
+  ps_store_set_gate_limits(store, s->limits.max_hold_ms, s->limits.max_tensor_bytes);
   snprintf(s->task, sizeof s->task, "%s", task);
   clock_gettime(CLOCK_MONOTONIC, &s->start);
   return s;
@@ -102,6 +105,42 @@ static ps_service *svc_of(ps_rpc_call *c) {
 static int bad_request(ps_status *st, const char *method) {
   return ps_status_set(st, PS_INVALID_ARGUMENT,
                        "%s: request message does not parse", method);
+}
+
+/* Before unpacking a request: names with NUL or control characters, or
+ * over-long, are INVALID_ARGUMENT (protobuf-c would cut "w\0evil" to "w"). */
+#define CHECK_WIRE(desc, method)                                              \
+  do {                                                                        \
+    int rc_ = ps_wire_check_strings(&(desc), p, n, method, st);               \
+    if (rc_ != 0) return rc_;                                                 \
+  } while (0)
+
+/* The byte size of a tensor of @dtype and @shape that a request names:
+ * INVALID_ARGUMENT if it does not fit in memory at all, RESOURCE_EXHAUSTED
+ * above --max-tensor-bytes; checked before anything is allocated. */
+static int tensor_bytes(ps_service *s, int dtype, const ps_shape *shape,
+                        const char *what, const char *var, size_t *out,
+                        ps_status *st) {
+  char a[256];
+  if (ps_size_bytes(dtype, shape, out) != 0)
+    return ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "%s %s: %s of shape %s does not fit in memory", what, var,
+                         ps_dtype_name(dtype), ps_shape_format(shape, a, sizeof a));
+  if ((uint64_t)*out > (uint64_t)s->limits.max_tensor_bytes)
+    return ps_status_set(st, PS_RESOURCE_EXHAUSTED,
+                         "%s %s: %s of shape %s is %zu bytes, above the limit of "
+                         "%lld bytes (--max-tensor-bytes)",
+                         what, var, ps_dtype_name(dtype),
+                         ps_shape_format(shape, a, sizeof a), *out,
+                         (long long)s->limits.max_tensor_bytes);
+  return 0;
+}
+
+/* The same for @count elements of @dtype (indices, gathered rows). */
+static int elems_bytes(ps_service *s, int dtype, int64_t count, const char *what,
+                       const char *var, size_t *out, ps_status *st) {
+  ps_shape sh = {.rank = 1, .dim = {count}};
+  return tensor_bytes(s, dtype, &sh, what, var, out, st);
 }
 
 static int shape_from(ps_shape *s, const int64_t *dims, size_t n, const char *var,
@@ -157,9 +196,27 @@ static int init_from_proto(const Paramserver__Initializer *p, const char *var,
   return 0;
 }
 
+/* The initializer of spec @v (already parsed into @init) against its
+ * shape and, for a part, its full shape and offset. */
+static int check_spec_init(const Paramserver__VariableSpec *v, const ps_shape *shape,
+                           const ps_init_spec *init, ps_status *st) {
+  const Paramserver__Initializer *pi = v->initializer;
+  ps_shape full = *shape;
+  if (pi->n_full_shape &&
+      shape_from(&full, pi->full_shape, pi->n_full_shape, v->name, st) != 0)
+    return st->code;
+  const char *nm = pi->full_name[0] ? pi->full_name : v->name;
+  int rc = ps_init_check(init, nm, v->dtype, &full, pi->offset,
+                         ps_shape_num_elements(shape), st);
+  if (rc != 0 && strcmp(nm, v->name) != 0)
+    ps_status_prefix(st, "variable %s", v->name);
+  return rc;
+}
+
 static int create_header(ps_rpc_call *c, const uint8_t *p, size_t n,
                          ps_status *st) {
   ps_service *s = svc_of(c);
+  CHECK_WIRE(paramserver__create_request__descriptor, "Create");
   Paramserver__CreateRequest *req =
       paramserver__create_request__unpack(NULL, n, p);
   if (req == NULL) return bad_request(st, "Create");
@@ -170,6 +227,7 @@ static int create_header(ps_rpc_call *c, const uint8_t *p, size_t n,
     Paramserver__VariableSpec *v = req->vars[i];
     ps_shape shape;
     ps_init_spec init;
+    size_t bytes;
     if (v->name[0] == '\0')
       rc = ps_status_set(st, PS_INVALID_ARGUMENT, "variable %zu has no name", i);
     else if (ps_dtype_size(v->dtype) == 0 || v->dtype == PS_DT_COMPLEX64 ||
@@ -177,9 +235,18 @@ static int create_header(ps_rpc_call *c, const uint8_t *p, size_t n,
       rc = ps_status_set(st, PS_INVALID_ARGUMENT,
                          "variable %s: unsupported dtype %d", v->name, v->dtype);
     else if ((rc = shape_from(&shape, v->shape, v->n_shape, v->name, st)) == 0 &&
-             v->initializer)
-      rc = init_from_proto(v->initializer, v->name, v->dtype, &init, st);
+             (rc = tensor_bytes(s, v->dtype, &shape, "Create", v->name, &bytes,
+                                st)) == 0 &&
+             v->initializer &&
+             (rc = init_from_proto(v->initializer, v->name, v->dtype, &init, st)) == 0)
+      rc = check_spec_init(v, &shape, &init, st);
   }
+  /* Then create them; a conflict found by the store undoes what this call
+   * created, so the batch still creates all or nothing. */
+  char **made = calloc(req->n_vars + 1, sizeof *made);
+  size_t nmade = 0;
+  if (made == NULL && rc == 0)
+    rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
   for (size_t i = 0; i < req->n_vars && rc == 0; i++) {
     Paramserver__VariableSpec *v = req->vars[i];
     ps_shape shape, full;
@@ -207,12 +274,28 @@ static int create_header(ps_rpc_call *c, const uint8_t *p, size_t n,
     if (rc == 0) {
       if (created) {
         resp.created++;
+        made[nmade++] = v->name;
         PS_DEBUG("created %s", v->name);
       } else {
         resp.existed++;
       }
     }
   }
+  if (rc != 0 && nmade > 0) {
+    ps_var **gone = NULL;
+    size_t ngone = 0;
+    ps_status st2;
+    if (ps_store_remove(s->store, made, nmade, PS_REMOVE_MISSING_OK, &gone, &ngone,
+                        NULL, &st2) == 0) {
+      for (size_t i = 0; i < ngone; i++) {
+        pthread_rwlock_wrlock(&gone[i]->lock);
+        ps_var_mark_deleted(s->store, gone[i]);
+        pthread_rwlock_unlock(&gone[i]->lock);
+      }
+      free(gone);
+    }
+  }
+  free(made);
   if (rc == 0) ps_rpc_call_reply(c, &resp.base);
   paramserver__create_request__free_unpacked(req, NULL);
   return rc;
@@ -240,9 +323,14 @@ static ps_var **resolve(ps_service *s, char **names, size_t n, size_t *out_n,
   return vars;
 }
 
+/* Validates every initializer of the batch by computing all the new
+ * values first, under the write locks of all the variables; only when all
+ * succeeded are they installed (pointer swaps), so a failed Initialize
+ * changes nothing. */
 static int initialize_header(ps_rpc_call *c, const uint8_t *p, size_t n,
                              ps_status *st) {
   ps_service *s = svc_of(c);
+  CHECK_WIRE(paramserver__initialize_request__descriptor, "Initialize");
   Paramserver__InitializeRequest *req =
       paramserver__initialize_request__unpack(NULL, n, p);
   if (req == NULL) return bad_request(st, "Initialize");
@@ -261,19 +349,28 @@ static int initialize_header(ps_rpc_call *c, const uint8_t *p, size_t n,
                          "be assigned by the client",
                          vars[i]->name, s->task);
   char **done = calloc(nv + 1, sizeof *done);
+  ps_buf **bufs = calloc(nv + 1, sizeof *bufs);
   size_t nd = 0;
-  if (rc == 0) {
+  if (rc == 0 && (done == NULL || bufs == NULL))
+    rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+  if (rc == 0 && nv > 0) {
     ps_store_lock_set(vars, nv, true);
     for (size_t i = 0; i < nv && rc == 0; i++) {
       ps_var *v = vars[i];
+      if ((rc = ps_var_gone(s->store, v, st)) != 0) break;
       if (!v->has_init) continue;
       if (req->only_uninitialized && v->buf) continue;
       bool dup = false;
       for (size_t k = 0; k < i; k++) dup |= vars[k] == v;
       if (dup) continue;
-      rc = ps_var_run_initializer(s->store, v, st);
-      if (rc == 0) done[nd++] = v->name;
+      if ((bufs[i] = ps_var_init_buf(s->store, v, st)) == NULL) rc = st->code;
     }
+    if (rc == 0)
+      for (size_t i = 0; i < nv; i++)
+        if (bufs[i]) {
+          ps_var_set_buf(s->store, vars[i], bufs[i], NULL);
+          done[nd++] = vars[i]->name;
+        }
     ps_store_unlock_set(vars, nv);
   }
   if (rc == 0) {
@@ -282,6 +379,8 @@ static int initialize_header(ps_rpc_call *c, const uint8_t *p, size_t n,
     resp.n_initialized = nd;
     ps_rpc_call_reply(c, &resp.base);
   }
+  for (size_t i = 0; bufs && i < nv; i++) ps_buf_unref(bufs[i]);
+  free(bufs);
   free(done);
   free(vars);
   paramserver__initialize_request__free_unpacked(req, NULL);
@@ -293,6 +392,7 @@ static int initialize_header(ps_rpc_call *c, const uint8_t *p, size_t n,
 static int is_init_header(ps_rpc_call *c, const uint8_t *p, size_t n,
                           ps_status *st) {
   ps_service *s = svc_of(c);
+  CHECK_WIRE(paramserver__names_request__descriptor, "IsInitialized");
   Paramserver__NamesRequest *req = paramserver__names_request__unpack(NULL, n, p);
   if (req == NULL) return bad_request(st, "IsInitialized");
   size_t nv = 0;
@@ -300,11 +400,28 @@ static int is_init_header(ps_rpc_call *c, const uint8_t *p, size_t n,
   int rc = st->code;
   if (vars) {
     protobuf_c_boolean *b = calloc(nv + 1, sizeof *b);
+    if (b == NULL) {
+      free(vars);
+      paramserver__names_request__free_unpacked(req, NULL);
+      return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+    }
+    size_t k = 0;
     for (size_t i = 0; i < nv; i++) {
       pthread_rwlock_rdlock(&vars[i]->lock);
-      b[i] = vars[i]->buf != NULL;
+      /* a variable deleted meanwhile: NOT_FOUND if named, else left out */
+      if (!vars[i]->deleted)
+        b[k++] = vars[i]->buf != NULL;
+      else if (req->n_names && rc == 0)
+        rc = ps_var_gone(s->store, vars[i], st);
       pthread_rwlock_unlock(&vars[i]->lock);
     }
+    if (rc != 0) {
+      free(b);
+      free(vars);
+      paramserver__names_request__free_unpacked(req, NULL);
+      return rc;
+    }
+    nv = k;
     Paramserver__IsInitializedResponse resp =
         PARAMSERVER__IS_INITIALIZED_RESPONSE__INIT;
     resp.initialized = b;
@@ -321,6 +438,7 @@ static int is_init_header(ps_rpc_call *c, const uint8_t *p, size_t n,
 static int report_header(ps_rpc_call *c, const uint8_t *p, size_t n,
                          ps_status *st) {
   ps_service *s = svc_of(c);
+  CHECK_WIRE(paramserver__names_request__descriptor, "ReportUninitialized");
   Paramserver__NamesRequest *req = paramserver__names_request__unpack(NULL, n, p);
   if (req == NULL) return bad_request(st, "ReportUninitialized");
   size_t nv = 0;
@@ -328,11 +446,26 @@ static int report_header(ps_rpc_call *c, const uint8_t *p, size_t n,
   int rc = st->code;
   if (vars) {
     char **names = calloc(nv + 1, sizeof *names);
+    if (names == NULL) {
+      free(vars);
+      paramserver__names_request__free_unpacked(req, NULL);
+      return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+    }
     size_t k = 0;
     for (size_t i = 0; i < nv; i++) {
       pthread_rwlock_rdlock(&vars[i]->lock);
-      if (vars[i]->buf == NULL) names[k++] = vars[i]->name;
+      if (vars[i]->deleted) {
+        if (req->n_names && rc == 0) rc = ps_var_gone(s->store, vars[i], st);
+      } else if (vars[i]->buf == NULL) {
+        names[k++] = vars[i]->name;
+      }
       pthread_rwlock_unlock(&vars[i]->lock);
+    }
+    if (rc != 0) {
+      free(names);
+      free(vars);
+      paramserver__names_request__free_unpacked(req, NULL);
+      return rc;
     }
     Paramserver__ReportUninitializedResponse resp =
         PARAMSERVER__REPORT_UNINITIALIZED_RESPONSE__INIT;
@@ -352,6 +485,7 @@ static int report_header(ps_rpc_call *c, const uint8_t *p, size_t n,
 static int list_header(ps_rpc_call *c, const uint8_t *p, size_t n,
                        ps_status *st) {
   ps_service *s = svc_of(c);
+  CHECK_WIRE(paramserver__list_request__descriptor, "List");
   Paramserver__ListRequest *req = paramserver__list_request__unpack(NULL, n, p);
   if (req == NULL) return bad_request(st, "List");
   paramserver__list_request__free_unpacked(req, NULL);
@@ -360,16 +494,32 @@ static int list_header(ps_rpc_call *c, const uint8_t *p, size_t n,
   Paramserver__VarInfo *infos = calloc(nv + 1, sizeof *infos);
   Paramserver__VarInfo **ptrs = calloc(nv + 1, sizeof *ptrs);
   int64_t *dims = calloc(nv * PS_MAX_RANK + 1, sizeof *dims);
-  for (size_t i = 0; i < nv; i++) {
-    ps_var *v = vars[i];
+  if (!vars || !infos || !ptrs || !dims) {
+    free(dims);
+    free(ptrs);
+    free(infos);
+    free(vars);
+    return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  size_t k = 0;
+  for (size_t j = 0; j < nv; j++) {
+    ps_var *v = vars[j];
+    size_t i = k;
     paramserver__var_info__init(&infos[i]);
     pthread_rwlock_rdlock(&v->lock);
+    if (v->deleted) { /* deleted after the list was taken */
+      pthread_rwlock_unlock(&v->lock);
+      continue;
+    }
+    k++;
     infos[i].name = v->name;
     infos[i].dtype = v->dtype;
     memcpy(dims + i * PS_MAX_RANK, v->shape.dim, (size_t)v->shape.rank * sizeof *dims);
     infos[i].shape = dims + i * PS_MAX_RANK;
     infos[i].n_shape = (size_t)v->shape.rank;
-    infos[i].bytes = ps_shape_num_elements(&v->shape) * (int64_t)ps_dtype_size(v->dtype);
+    size_t bytes = 0;
+    ps_size_bytes(v->dtype, &v->shape, &bytes); /* checked at Create */
+    infos[i].bytes = (int64_t)bytes;
     infos[i].initialized = v->buf != NULL;
     infos[i].version = v->version;
     pthread_rwlock_unlock(&v->lock);
@@ -377,7 +527,7 @@ static int list_header(ps_rpc_call *c, const uint8_t *p, size_t n,
   }
   Paramserver__ListResponse resp = PARAMSERVER__LIST_RESPONSE__INIT;
   resp.vars = ptrs;
-  resp.n_vars = nv;
+  resp.n_vars = k;
   ps_rpc_call_reply(c, &resp.base);
   free(dims);
   free(ptrs);
@@ -389,6 +539,7 @@ static int list_header(ps_rpc_call *c, const uint8_t *p, size_t n,
 static int status_header(ps_rpc_call *c, const uint8_t *p, size_t n,
                          ps_status *st) {
   ps_service *s = svc_of(c);
+  CHECK_WIRE(paramserver__status_request__descriptor, "Status");
   Paramserver__StatusRequest *req = paramserver__status_request__unpack(NULL, n, p);
   if (req == NULL) return bad_request(st, "Status");
   paramserver__status_request__free_unpacked(req, NULL);
@@ -440,6 +591,7 @@ typedef struct upd_ctx {
   size_t n;
   ps_rpc_call *call;
   bool any_sync;
+  int64_t bytes;      /* staged bytes (values and indices) */
   atomic_int pending; /* waiting updates + 1 while the handler runs */
   ps_status err;      /* a failure after validation (out of memory) */
 } upd_ctx;
@@ -621,6 +773,7 @@ static void update_free(ps_rpc_call *c) {
 static int update_header(ps_rpc_call *c, const uint8_t *p, size_t n,
                          ps_status *st) {
   ps_service *s = svc_of(c);
+  CHECK_WIRE(paramserver__update_request__descriptor, "Update");
   upd_ctx *x = calloc(1, sizeof *x);
   if (x == NULL) return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
   ps_rpc_call_set_ctx(c, x);
@@ -670,8 +823,11 @@ static int update_header(ps_rpc_call *c, const uint8_t *p, size_t n,
         break;
       }
       it->isize = ps_dtype_size(u->index_dtype);
-      if ((uint64_t)u->num_indices > SIZE_MAX / 8 ||
-          (it->idx = ps_buf_create((size_t)u->num_indices * it->isize, false)) == NULL) {
+      size_t ib;
+      if ((rc = elems_bytes(s, u->index_dtype, u->num_indices, op, u->name, &ib, st)) !=
+          0)
+        break;
+      if ((it->idx = ps_buf_create(ib, false)) == NULL) {
         rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED,
                            "%s %s: cannot allocate %lld indices", op, u->name,
                            (long long)u->num_indices);
@@ -679,17 +835,17 @@ static int update_header(ps_rpc_call *c, const uint8_t *p, size_t n,
       }
       ps_rpc_segs_add(&sink, it->idx->data, it->idx->size, NULL);
     }
-    int64_t ne = ps_shape_num_elements(&it->shape);
-    if ((uint64_t)ne > SIZE_MAX / es ||
-        (it->val = ps_buf_create((size_t)ne * es, false)) == NULL) {
+    size_t vb;
+    if ((rc = tensor_bytes(s, u->dtype, &it->shape, op, u->name, &vb, st)) != 0) break;
+    if ((it->val = ps_buf_create(vb, false)) == NULL) {
       rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED,
-                         "%s %s: cannot allocate the value (%lld elements)", op, u->name,
-                         (long long)ne);
+                         "%s %s: cannot allocate the value (%zu bytes)", op, u->name, vb);
       break;
     }
     ps_rpc_segs_add(&sink, it->val->data, it->val->size, NULL);
   }
   if (rc == 0 && x->any_sync) rc = check_sync_unique(x, st);
+  x->bytes = (int64_t)sink.total;
   if (rc == 0 && x->req->inline_data.len > 0) {
     if (x->req->inline_data.len != sink.total)
       rc = ps_status_set(st, PS_INVALID_ARGUMENT,
@@ -740,6 +896,13 @@ static int validate_update(upd_item *it, sim *sm, ps_status *st) {
                          "of the variable",
                          op, v->name, ps_dtype_name(u->dtype), ps_dtype_name(v->dtype));
   if (u->op == PARAMSERVER__UPDATE_OP__ASSIGN) {
+    if (u->no_validate_shape && v->init_full_name && strcmp(v->init_full_name, v->name) &&
+        !ps_shape_equal(&sm->shape, &it->shape))
+      return ps_status_set(st, PS_INVALID_ARGUMENT,
+                           "Assign %s: a part of partitioned variable %s cannot "
+                           "change its shape (%s to %s, validate_shape off)",
+                           v->name, v->init_full_name, fmt_shape(&sm->shape, a, sizeof a),
+                           fmt_shape(&it->shape, b, sizeof b));
     if (!u->no_validate_shape && !ps_shape_equal(&sm->shape, &it->shape))
       return ps_status_set(st, PS_INVALID_ARGUMENT,
                            "Assign requires shapes of both tensors to match. "
@@ -1024,7 +1187,8 @@ static void sync_apply_step(ps_store *store, upd_item *it, ps_sync_waiter **done
     break;
   }
   case PS_SYNC_ASSIGN: {
-    size_t bytes = (size_t)ps_shape_num_elements(&v->shape) * ps_dtype_size(v->dtype);
+    size_t bytes = 0;
+    ps_size_bytes(v->dtype, &v->shape, &bytes); /* the variable's: checked */
     ps_buf *b = ps_buf_create(bytes, false);
     if (b == NULL) {
       PS_ERROR("Assign %s: out of memory applying a synchronous step", v->name);
@@ -1195,14 +1359,25 @@ static void update_deferred(void *arg) {
   ps_service *s = ps_rpc_call_server_user(c);
   ps_status st;
   ps_status_clear(&st);
-  int rc = update_apply(c, &st);
+  int rc;
+  if (ps_rpc_call_expired(c)) /* its client was told it failed: never apply it */
+    rc = ps_status_set(&st, PS_DEADLINE_EXCEEDED,
+                       "Update: the deadline passed while the update waited for a "
+                       "snapshot on %s; not applied",
+                       s->task);
+  else
+    rc = update_apply(c, &st);
   ps_store_update_leave(s->store);
   if (rc != PS_RPC_PENDING) ps_rpc_call_resume(c, rc, &st);
 }
 
 static int update_data(ps_rpc_call *c, ps_status *st) {
   ps_service *s = ps_rpc_call_server_user(c);
-  if (!ps_store_update_enter(s->store, update_deferred, c)) return PS_RPC_PENDING;
+  upd_ctx *x = ps_rpc_call_ctx(c);
+  bool parked;
+  int rc0 = ps_store_update_admit(s->store, update_deferred, c, x->bytes, &parked, st);
+  if (rc0 != 0) return rc0;
+  if (parked) return PS_RPC_PENDING;
   int rc = update_apply(c, st);
   ps_store_update_leave(s->store);
   return rc;
@@ -1231,6 +1406,7 @@ static int update_apply(ps_rpc_call *c, ps_status *st) {
   ps_store_lock_set(vars, nlock, true);
   int rc = 0;
   size_t nsim = 0;
+  for (size_t i = 0; i < nlock && rc == 0; i++) rc = ps_var_gone(s->store, vars[i], st);
   for (size_t i = 0; i < x->n && rc == 0; i++) {
     upd_item *it = &x->items[i];
     sim *sm = sim_of(sims, &nsim, it->v);
@@ -1296,8 +1472,17 @@ static void read_free(ps_rpc_call *c) {
 
 static int read_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *st) {
   ps_service *s = svc_of(c);
+  CHECK_WIRE(paramserver__read_request__descriptor, "Read");
   Paramserver__ReadRequest *req = paramserver__read_request__unpack(NULL, n, p);
   if (req == NULL) return bad_request(st, "Read");
+  if ((uint64_t)req->n_items > (uint64_t)s->limits.max_read_names) {
+    size_t ni = req->n_items;
+    paramserver__read_request__free_unpacked(req, NULL);
+    return ps_status_set(st, PS_RESOURCE_EXHAUSTED,
+                         "Read: %zu items, above the limit of %lld per call "
+                         "(--max-read-names)",
+                         ni, (long long)s->limits.max_read_names);
+  }
   read_ctx *x = calloc(1, sizeof *x);
   int rc = 0;
   if (x == NULL || (x->items = calloc(req->n_items + 1, sizeof *x->items)) == NULL) {
@@ -1323,14 +1508,26 @@ static int read_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *st
                          ri->name, ps_dtype_name(ri->index_dtype));
       break;
     }
-    if (ri->num_indices < 0 || (uint64_t)ri->num_indices > SIZE_MAX / 8) {
-      rc = ps_status_set(st, PS_INVALID_ARGUMENT, "Gather %s: bad index count",
-                         ri->name);
+    if (ri->num_indices < 0) {
+      rc = ps_status_set(st, PS_INVALID_ARGUMENT, "Gather %s: negative index count %lld",
+                         ri->name, (long long)ri->num_indices);
       break;
     }
+    if (ri->num_indices > s->limits.max_gather_rows) {
+      rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED,
+                         "Gather %s: %lld rows, above the limit of %lld per gather "
+                         "(--max-gather-rows)",
+                         ri->name, (long long)ri->num_indices,
+                         (long long)s->limits.max_gather_rows);
+      break;
+    }
+    size_t ib;
+    if ((rc = elems_bytes(s, ri->index_dtype, ri->num_indices, "Gather", ri->name, &ib,
+                          st)) != 0)
+      break;
     it->isize = ps_dtype_size(ri->index_dtype);
     it->nidx = ri->num_indices;
-    it->idx = ps_buf_create((size_t)it->nidx * it->isize, false);
+    it->idx = ps_buf_create(ib, false);
     if (it->idx == NULL) {
       rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Gather %s: out of memory",
                          ri->name);
@@ -1345,6 +1542,7 @@ static int read_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *st
 }
 
 static int read_data(ps_rpc_call *c, ps_status *st) {
+  ps_service *s = ps_rpc_call_server_user(c);
   read_ctx *x = ps_rpc_call_ctx(c);
   ps_var **vars = malloc((x->n + 1) * sizeof *vars);
   Paramserver__TensorMeta *metas = calloc(x->n + 1, sizeof *metas);
@@ -1369,6 +1567,7 @@ static int read_data(ps_rpc_call *c, ps_status *st) {
     m->dtype = v->dtype;
     m->version = v->version;
     m->shape = dims + i * PS_MAX_RANK;
+    if ((rc = ps_var_gone(s->store, v, st)) != 0) break;
     if (v->buf == NULL) {
       rc = ps_status_set(st, PS_FAILED_PRECONDITION,
                          "Attempting to use uninitialized value %s", v->name);
@@ -1395,7 +1594,11 @@ static int read_data(ps_rpc_call *c, ps_status *st) {
     m->shape[0] = it->nidx;
     m->n_shape = (size_t)v->shape.rank;
     size_t rb = v->shape.dim[0] ? v->buf->size / (size_t)v->shape.dim[0] : 0;
-    bufs[i] = ps_buf_create((size_t)it->nidx * rb, false);
+    ps_shape gs = v->shape;
+    gs.dim[0] = it->nidx;
+    size_t gb;
+    if ((rc = tensor_bytes(s, v->dtype, &gs, "Gather", v->name, &gb, st)) != 0) break;
+    bufs[i] = ps_buf_create(gb, false);
     if (bufs[i] == NULL) {
       rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Gather %s: out of memory",
                          v->name);
@@ -1428,6 +1631,73 @@ out:
   return rc;
 }
 
+/* ---- Delete ---- */
+
+static int delete_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *st) {
+  ps_service *s = svc_of(c);
+  CHECK_WIRE(paramserver__delete_request__descriptor, "Delete");
+  Paramserver__DeleteRequest *req = paramserver__delete_request__unpack(NULL, n, p);
+  if (req == NULL) return bad_request(st, "Delete");
+  int rc = 0;
+  ps_var **vars = NULL;
+  size_t nv = 0, nmiss = 0;
+  char **names = NULL, **miss = NULL;
+  bool *missing = NULL;
+  if (req->n_names == 0) {
+    rc = ps_status_set(st, PS_INVALID_ARGUMENT, "Delete: no variable names given");
+    goto out;
+  }
+  int flags = (req->with_slots ? PS_REMOVE_SLOTS : 0) |
+              (req->missing_ok ? PS_REMOVE_MISSING_OK : 0);
+  missing = calloc(req->n_names, sizeof *missing);
+  miss = calloc(req->n_names, sizeof *miss);
+  if (missing == NULL || miss == NULL) {
+    rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+    goto out;
+  }
+  if ((rc = ps_store_remove(s->store, req->names, req->n_names, flags, &vars, &nv,
+                            missing, st)) != 0)
+    goto out;
+  for (size_t i = 0; i < req->n_names; i++)
+    if (missing[i]) miss[nmiss++] = req->names[i];
+  /* Out of the table now; mark each deleted under its lock, so calls that
+   * still hold it answer NOT_FOUND, and fail what waits for its step. */
+  for (size_t i = 0; i < nv; i++) {
+    ps_var *v = vars[i];
+    ps_sync_waiter *w = NULL;
+    pthread_rwlock_wrlock(&v->lock);
+    if (v->accum) {
+      char msg[PS_STATUS_MSG_MAX];
+      snprintf(msg, sizeof msg, "variable %s was deleted on %s: synchronous step %lld "
+               "was not applied", v->name, s->task, (long long)ps_accum_step(v->accum));
+      w = ps_accum_fail(v->accum, PS_NOT_FOUND, msg);
+    }
+    ps_var_mark_deleted(s->store, v);
+    pthread_rwlock_unlock(&v->lock);
+    sync_release_all(w);
+    PS_INFO("deleted variable %s", v->name);
+  }
+  names = calloc(nv + 1, sizeof *names);
+  if (names == NULL) {
+    rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+    goto out;
+  }
+  for (size_t i = 0; i < nv; i++) names[i] = vars[i]->name;
+  Paramserver__DeleteResponse resp = PARAMSERVER__DELETE_RESPONSE__INIT;
+  resp.deleted = names;
+  resp.n_deleted = nv;
+  resp.missing = miss;
+  resp.n_missing = nmiss;
+  ps_rpc_call_reply(c, &resp.base);
+out:
+  free(missing);
+  free(miss);
+  free(names);
+  free(vars);
+  paramserver__delete_request__free_unpacked(req, NULL);
+  return rc;
+}
+
 static ps_rpc_handler handlers[64];
 static size_t nhandlers;
 static const ps_rpc_handler base_handlers[] = {
@@ -1439,6 +1709,7 @@ static const ps_rpc_handler base_handlers[] = {
     {"/paramserver.Ps/Read", read_header, read_data, read_free},
     {"/paramserver.Ps/List", list_header, no_data, NULL},
     {"/paramserver.Ps/Status", status_header, no_data, NULL},
+    {"/paramserver.Ps/Delete", delete_header, no_data, NULL},
 };
 
 const ps_rpc_handler *ps_service_handlers(size_t *n) {

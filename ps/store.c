@@ -6,7 +6,14 @@
  * refcounted ps_buf: readers take a reference and stream it out zero-copy
  * after dropping the lock; a writer that wants to change bytes in place
  * first copies a buffer somebody else still references.  So a read never
- * sees a half-applied update, and an assign is a pointer swap. */
+ * sees a half-applied update, and an assign is a pointer swap.
+ *
+ * Beside the table, under the same lock, an index maps the full name of
+ * every partitioned variable to its parts on this ps, so that Create can
+ * keep the checkpoint key space consistent (no plain variable and parts
+ * under one key, no overlapping parts) without scanning the table.
+ * Deleted variables leave both at once and wait in a list until the store
+ * is destroyed, because other calls may still hold pointers to them. */
 #include "store.h"
 
 #include <stdatomic.h>
@@ -31,12 +38,29 @@ struct ps_store {
     void *arg;
   } *deferred;
   size_t ndeferred;
+  int64_t max_hold_ms;      /* longest hold of the gate */
+  int64_t max_parked_bytes; /* bytes parked updates may hold together */
+  int64_t parked_bytes;     /* under gate_mu */
   pthread_rwlock_t lock;
   ps_var **buckets;
   size_t nbuckets, count;
+  struct part_group **groups; /* full name -> parts (GROUP_BUCKETS) */
+  ps_var *graveyard;          /* deleted variables, freed by destroy */
   atomic_llong bytes;
   char task[64];
 };
+
+#define GROUP_BUCKETS 256
+
+/* The parts of one partitioned variable present on this ps. */
+typedef struct part_group {
+  char *full;
+  ps_dtype dtype;
+  ps_shape full_shape;
+  ps_var **parts;
+  size_t n, cap;
+  struct part_group *next;
+} part_group;
 
 static uint64_t hash_name(const char *s) {
   uint64_t h = 1469598103934665603ull;
@@ -52,6 +76,18 @@ ps_store *ps_store_create(const char *task) {
   pthread_cond_init(&s->gate_cv, NULL);
   s->nbuckets = 1024;
   s->buckets = calloc(s->nbuckets, sizeof *s->buckets);
+  s->groups = calloc(GROUP_BUCKETS, sizeof *s->groups);
+  s->max_hold_ms = 60000;
+  s->max_parked_bytes = INT64_MAX;
+  if (s->buckets == NULL || s->groups == NULL) {
+    free(s->buckets);
+    free(s->groups);
+    pthread_rwlock_destroy(&s->lock);
+    pthread_mutex_destroy(&s->gate_mu);
+    pthread_cond_destroy(&s->gate_cv);
+    free(s);
+    return NULL;
+  }
   snprintf(s->task, sizeof s->task, "%s", task ? task : "ps");
   return s;
 }
@@ -77,6 +113,20 @@ void ps_store_destroy(ps_store *s) {
     }
   }
   free(s->buckets);
+  while (s->graveyard) {
+    ps_var *n = s->graveyard->next;
+    var_free(s->graveyard);
+    s->graveyard = n;
+  }
+  for (size_t i = 0; i < GROUP_BUCKETS; i++)
+    while (s->groups[i]) {
+      part_group *g = s->groups[i];
+      s->groups[i] = g->next;
+      free(g->parts);
+      free(g->full);
+      free(g);
+    }
+  free(s->groups);
   for (int i = 0; i < 8; i++) ps_snapshot_free(s->pending[i]);
   free(s->deferred);
   pthread_rwlock_destroy(&s->lock);
@@ -87,11 +137,125 @@ void ps_store_destroy(ps_store *s) {
 
 const char *ps_store_task(const ps_store *s) { return s->task; }
 
+void ps_store_set_gate_limits(ps_store *s, int64_t max_hold_ms, int64_t max_parked_bytes) {
+  pthread_mutex_lock(&s->gate_mu);
+  s->max_hold_ms = max_hold_ms < 0 ? 0 : max_hold_ms;
+  s->max_parked_bytes = max_parked_bytes < 0 ? 0 : max_parked_bytes;
+  pthread_mutex_unlock(&s->gate_mu);
+}
+
 static ps_var *lookup_locked(ps_store *s, const char *name) {
   for (ps_var *v = s->buckets[hash_name(name) % s->nbuckets]; v; v = v->next)
     if (!strcmp(v->name, name)) return v;
   return NULL;
 }
+
+/* ---- the partition index (table lock held) ---- */
+
+/* True if @v is a part of a partitioned variable: its checkpoint key is
+ * its full name, not its own. */
+static bool is_part(const ps_var *v) {
+  return v->init_full_name && strcmp(v->init_full_name, v->name) != 0;
+}
+
+static part_group *group_find(ps_store *s, const char *full) {
+  for (part_group *g = s->groups[hash_name(full) % GROUP_BUCKETS]; g; g = g->next)
+    if (!strcmp(g->full, full)) return g;
+  return NULL;
+}
+
+static int group_add(ps_store *s, ps_var *v) {
+  part_group *g = group_find(s, v->init_full_name);
+  if (g == NULL) {
+    if ((g = calloc(1, sizeof *g)) == NULL) return -1;
+    if ((g->full = strdup(v->init_full_name)) == NULL) {
+      free(g);
+      return -1;
+    }
+    g->dtype = v->dtype;
+    g->full_shape = v->init_full_shape;
+    size_t k = hash_name(g->full) % GROUP_BUCKETS;
+    g->next = s->groups[k];
+    s->groups[k] = g;
+  }
+  if (g->n == g->cap) {
+    size_t c = g->cap ? g->cap * 2 : 4;
+    ps_var **p = realloc(g->parts, c * sizeof *p);
+    if (p == NULL) return -1; /* an empty group stays: harmless */
+    g->parts = p;
+    g->cap = c;
+  }
+  g->parts[g->n++] = v;
+  return 0;
+}
+
+static void group_remove(ps_store *s, ps_var *v) {
+  size_t k = hash_name(v->init_full_name) % GROUP_BUCKETS;
+  for (part_group **pg = &s->groups[k]; *pg; pg = &(*pg)->next) {
+    part_group *g = *pg;
+    if (strcmp(g->full, v->init_full_name)) continue;
+    for (size_t i = 0; i < g->n; i++)
+      if (g->parts[i] == v) {
+        g->parts[i] = g->parts[--g->n];
+        break;
+      }
+    if (g->n == 0) {
+      *pg = g->next;
+      free(g->parts);
+      free(g->full);
+      free(g);
+    }
+    return;
+  }
+}
+
+/* The key-space rules of ps_store_create_var for a new variable @name
+ * (a part of @full when @full is not NULL). */
+static int check_key_space(ps_store *s, const char *name, ps_dtype dtype,
+                           const ps_shape *shape, const char *full,
+                           const ps_shape *full_shape, int64_t offset,
+                           ps_status *st) {
+  char a[256], b[256];
+  if (full == NULL) {
+    part_group *g = group_find(s, name);
+    if (g && g->n > 0)
+      return ps_status_set(st, PS_ALREADY_EXISTS,
+                           "variable %s: %s is the full name of the partitioned "
+                           "variable whose part %s is on %s; a checkpoint cannot "
+                           "hold both under one name",
+                           name, name, g->parts[0]->name, s->task);
+    return 0;
+  }
+  ps_var *o = lookup_locked(s, full);
+  if (o && !is_part(o))
+    return ps_status_set(st, PS_ALREADY_EXISTS,
+                         "variable %s: its full name %s is a variable on %s; a "
+                         "checkpoint cannot hold both under one name",
+                         name, full, s->task);
+  part_group *g = group_find(s, full);
+  if (g == NULL || g->n == 0) return 0;
+  if (g->dtype != dtype || !ps_shape_equal(&g->full_shape, full_shape))
+    return ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "variable %s: part of %s with dtype %s and full shape %s, "
+                         "but its part %s has dtype %s and full shape %s",
+                         name, full, ps_dtype_name(dtype),
+                         ps_shape_format(full_shape, a, sizeof a), g->parts[0]->name,
+                         ps_dtype_name(g->dtype),
+                         ps_shape_format(&g->full_shape, b, sizeof b));
+  int64_t n = ps_shape_num_elements(shape);
+  for (size_t i = 0; i < g->n; i++) {
+    ps_var *p = g->parts[i];
+    int64_t po = p->init_offset, pn = ps_shape_num_elements(&p->shape);
+    if (n > 0 && pn > 0 && offset < po + pn && po < offset + n)
+      return ps_status_set(st, PS_INVALID_ARGUMENT,
+                           "variable %s: its elements [%lld, %lld) of %s overlap "
+                           "those of part %s [%lld, %lld)",
+                           name, (long long)offset, (long long)(offset + n), full,
+                           p->name, (long long)po, (long long)(po + pn));
+  }
+  return 0;
+}
+
 
 ps_var *ps_store_lookup(ps_store *s, const char *name) {
   pthread_rwlock_rdlock(&s->lock);
@@ -163,6 +327,22 @@ int ps_store_create_var(ps_store *s, const char *name, ps_dtype dtype,
                          name);
   pthread_rwlock_wrlock(&s->lock);
   ps_var *v = lookup_locked(s, name);
+  if (v == NULL && init) {
+    const char *fn = full_name && full_name[0] && strcmp(full_name, name) ? full_name
+                                                                            : NULL;
+    int rc = check_key_space(s, name, dtype, shape, fn, full_shape ? full_shape : shape,
+                             offset, st);
+    if (rc != 0) {
+      pthread_rwlock_unlock(&s->lock);
+      return rc;
+    }
+  } else if (v == NULL) {
+    int rc = check_key_space(s, name, dtype, shape, NULL, NULL, 0, st);
+    if (rc != 0) {
+      pthread_rwlock_unlock(&s->lock);
+      return rc;
+    }
+  }
   if (v) {
     char a[256], b[256];
     int rc = 0;
@@ -199,10 +379,13 @@ int ps_store_create_var(ps_store *s, const char *name, ps_dtype dtype,
       memcpy(v->init_values, init->values, init->nvalues * sizeof(double));
       v->init.values = v->init_values;
     }
-    if (full_name && full_name[0]) v->init_full_name = strdup(full_name);
+    if (full_name && full_name[0] &&
+        (v->init_full_name = strdup(full_name)) == NULL)
+      goto oom;
     v->init_full_shape = full_shape ? *full_shape : *shape;
     v->init_offset = offset;
   }
+  if (is_part(v) && group_add(s, v) != 0) goto oom;
   if (s->count + 1 > s->nbuckets) grow(s);
   size_t k = hash_name(name) % s->nbuckets;
   v->next = s->buckets[k];
@@ -215,6 +398,7 @@ oom:
   pthread_rwlock_unlock(&s->lock);
   if (v) {
     free(v->init_values);
+    free(v->init_full_name);
     free(v->name);
     free(v);
   }
@@ -225,6 +409,102 @@ oom:
 static int cmp_var_name(const void *a, const void *b) {
   const ps_var *x = *(ps_var *const *)a, *y = *(ps_var *const *)b;
   return strcmp(x->name, y->name);
+}
+
+int ps_var_gone(ps_store *s, const ps_var *v, ps_status *st) {
+  if (!v->deleted) return 0;
+  return ps_status_set(st, PS_NOT_FOUND, "variable %s does not exist on %s", v->name,
+                       s->task);
+}
+
+/* Appends @v to @out unless it is there already. */
+static int add_unique(ps_var ***out, size_t *n, size_t *cap, ps_var *v) {
+  for (size_t i = 0; i < *n; i++)
+    if ((*out)[i] == v) return 0;
+  if (*n == *cap) {
+    size_t c = *cap ? *cap * 2 : 16;
+    ps_var **p = realloc(*out, c * sizeof *p);
+    if (p == NULL) return -1;
+    *out = p;
+    *cap = c;
+  }
+  (*out)[(*n)++] = v;
+  return 0;
+}
+
+/* True if @name is @parent "/" one more path part. */
+static bool is_slot_of(const char *name, const char *parent) {
+  size_t n = strlen(parent);
+  return !strncmp(name, parent, n) && name[n] == '/' && name[n + 1] != '\0' &&
+         strchr(name + n + 1, '/') == NULL;
+}
+
+int ps_store_remove(ps_store *s, char *const *names, size_t n, int flags,
+                    ps_var ***out, size_t *nout, bool *missing, ps_status *st) {
+  ps_var **vs = NULL;
+  size_t nv = 0, cap = 0;
+  int rc = 0;
+  *out = NULL;
+  *nout = 0;
+  pthread_rwlock_wrlock(&s->lock);
+  for (size_t i = 0; i < n && rc == 0; i++) {
+    ps_var *v = lookup_locked(s, names[i]);
+    if (v && add_unique(&vs, &nv, &cap, v) != 0) goto oom;
+    part_group *g = group_find(s, names[i]);
+    for (size_t k = 0; g && k < g->n; k++)
+      if (add_unique(&vs, &nv, &cap, g->parts[k]) != 0) goto oom;
+    bool none = v == NULL && (g == NULL || g->n == 0);
+    if (missing) missing[i] = none;
+    if (none && !(flags & PS_REMOVE_MISSING_OK))
+      rc = ps_status_set(st, PS_NOT_FOUND, "variable %s does not exist on %s",
+                         names[i], s->task);
+  }
+  if (rc == 0 && (flags & PS_REMOVE_SLOTS) && nv > 0) {
+    size_t nmatched = nv;
+    for (size_t b = 0; b < s->nbuckets; b++)
+      for (ps_var *v = s->buckets[b]; v; v = v->next)
+        for (size_t k = 0; k < nmatched; k++)
+          if (is_slot_of(v->name, vs[k]->name)) {
+            if (add_unique(&vs, &nv, &cap, v) != 0) goto oom;
+            break;
+          }
+  }
+  if (rc == 0)
+    for (size_t i = 0; i < nv; i++) {
+      ps_var *v = vs[i];
+      for (ps_var **pv = &s->buckets[hash_name(v->name) % s->nbuckets]; *pv;
+           pv = &(*pv)->next)
+        if (*pv == v) {
+          *pv = v->next;
+          break;
+        }
+      if (is_part(v)) group_remove(s, v);
+      v->next = s->graveyard;
+      s->graveyard = v;
+      s->count--;
+    }
+  pthread_rwlock_unlock(&s->lock);
+  if (rc != 0) {
+    free(vs);
+    return rc;
+  }
+  if (nv) qsort(vs, nv, sizeof *vs, cmp_var_name);
+  *out = vs;
+  *nout = nv;
+  return 0;
+oom:
+  pthread_rwlock_unlock(&s->lock);
+  free(vs);
+  return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory deleting variables");
+}
+
+void ps_var_mark_deleted(ps_store *s, ps_var *v) {
+  if (v->deleted) return;
+  v->deleted = true;
+  if (v->buf) ps_store_account(s, -(int64_t)v->buf->size);
+  ps_buf_unref(v->buf);
+  v->buf = NULL;
+  v->version++;
 }
 
 ps_var **ps_store_list(ps_store *s, size_t *n) {
@@ -292,6 +572,7 @@ void ps_store_unlock_set(ps_var **vars, size_t n) {
 }
 
 void ps_var_set_buf(ps_store *s, ps_var *v, ps_buf *buf, const ps_shape *shape) {
+  if (v->deleted) return;
   int64_t delta = (int64_t)buf->size - (v->buf ? (int64_t)v->buf->size : 0);
   ps_buf_ref(buf);
   ps_buf_unref(v->buf);
@@ -315,29 +596,41 @@ int ps_var_make_private(ps_var *v, ps_status *st) {
   return 0;
 }
 
-int ps_var_run_initializer(ps_store *s, ps_var *v, ps_status *st) {
-  if (!v->has_init)
-    return ps_status_set(st, PS_FAILED_PRECONDITION,
-                         "variable %s has no initializer on %s: its value must "
-                         "be assigned by the client",
-                         v->name, s->task);
-  int64_t n = ps_shape_num_elements(&v->shape);
-  size_t es = ps_dtype_size(v->dtype);
+ps_buf *ps_var_init_buf(ps_store *s, ps_var *v, ps_status *st) {
+  if (!v->has_init) {
+    ps_status_set(st, PS_FAILED_PRECONDITION,
+                  "variable %s has no initializer on %s: its value must "
+                  "be assigned by the client",
+                  v->name, s->task);
+    return NULL;
+  }
+  size_t bytes;
+  if (ps_size_bytes(v->dtype, &v->shape, &bytes) != 0) {
+    ps_status_set(st, PS_INVALID_ARGUMENT, "variable %s: its size does not fit in memory",
+                  v->name);
+    return NULL;
+  }
   bool zero = v->init.type == PS_INIT_ZEROS;
-  ps_buf *b = ps_buf_create((size_t)n * es, zero);
-  if (b == NULL)
-    return ps_status_set(st, PS_RESOURCE_EXHAUSTED,
-                         "out of memory initializing %s (%lld bytes)", v->name,
-                         (long long)n * (long long)es);
+  ps_buf *b = ps_buf_create(bytes, zero);
+  if (b == NULL) {
+    ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory initializing %s (%zu bytes)",
+                  v->name, bytes);
+    return NULL;
+  }
   if (!zero) {
     const char *nm = v->init_full_name ? v->init_full_name : v->name;
-    int rc = ps_init_fill(&v->init, nm, v->dtype, &v->init_full_shape,
-                          v->init_offset, n, b->data, st);
-    if (rc != 0) {
+    if (ps_init_fill(&v->init, nm, v->dtype, &v->init_full_shape, v->init_offset,
+                     ps_shape_num_elements(&v->shape), b->data, st) != 0) {
       ps_buf_unref(b);
-      return rc;
+      return NULL;
     }
   }
+  return b;
+}
+
+int ps_var_run_initializer(ps_store *s, ps_var *v, ps_status *st) {
+  ps_buf *b = ps_var_init_buf(s, v, st);
+  if (b == NULL) return st->code;
   ps_var_set_buf(s, v, b, NULL);
   ps_buf_unref(b);
   return 0;
@@ -365,6 +658,7 @@ static bool gate_expired(ps_store *s) {
 /* Opens the gate (gate_mu held, released here) and runs what waited. */
 static void gate_open_locked(ps_store *s) {
   s->gate_closed = 0;
+  s->parked_bytes = 0;
   struct deferred *d = s->deferred;
   size_t n = s->ndeferred;
   s->deferred = NULL;
@@ -377,6 +671,14 @@ static void gate_open_locked(ps_store *s) {
 }
 
 bool ps_store_update_enter(ps_store *s, ps_gate_fn fn, void *arg) {
+  bool parked = false;
+  ps_store_update_admit(s, fn, arg, 0, &parked, NULL);
+  return !parked;
+}
+
+int ps_store_update_admit(ps_store *s, ps_gate_fn fn, void *arg, int64_t bytes,
+                          bool *parked, ps_status *st) {
+  *parked = false;
   pthread_mutex_lock(&s->gate_mu);
   if (s->gate_closed && gate_expired(s)) {
     PS_WARN("snapshot %lld: gate held past its limit, reopening", (long long)s->gate_id);
@@ -384,17 +686,36 @@ bool ps_store_update_enter(ps_store *s, ps_gate_fn fn, void *arg) {
     pthread_mutex_lock(&s->gate_mu);
   }
   if (s->gate_closed) {
+    if (s->ndeferred >= PS_STORE_MAX_PARKED ||
+        bytes > s->max_parked_bytes - s->parked_bytes) {
+      int64_t id = s->gate_id, held = s->parked_bytes, lim = s->max_parked_bytes;
+      size_t calls = s->ndeferred;
+      pthread_mutex_unlock(&s->gate_mu);
+      if (calls >= PS_STORE_MAX_PARKED)
+        return ps_status_set(st, PS_RESOURCE_EXHAUSTED,
+                             "%s: %zu updates already wait for snapshot %lld to "
+                             "end, the most that may wait (%d); try again",
+                             s->task, calls, (long long)id, PS_STORE_MAX_PARKED);
+      return ps_status_set(st, PS_RESOURCE_EXHAUSTED,
+                           "%s: updates waiting for snapshot %lld to end hold %lld "
+                           "bytes; this one (%lld bytes) would pass the limit of "
+                           "%lld bytes (--max-tensor-bytes); try again",
+                           s->task, (long long)id, (long long)held, (long long)bytes,
+                           (long long)lim);
+    }
     struct deferred *d = realloc(s->deferred, (s->ndeferred + 1) * sizeof *d);
     if (d != NULL) {
       s->deferred = d;
       d[s->ndeferred++] = (struct deferred){fn, arg};
+      s->parked_bytes += bytes;
       pthread_mutex_unlock(&s->gate_mu);
-      return false;
+      *parked = true;
+      return 0;
     }
   }
   s->in_flight++;
   pthread_mutex_unlock(&s->gate_mu);
-  return true;
+  return 0;
 }
 
 void ps_store_update_leave(ps_store *s) {
@@ -423,6 +744,13 @@ int ps_store_snapshot_begin(ps_store *s, int64_t id, int64_t hold_ms,
                          "%s: snapshot %lld is being taken; try again", s->task,
                          (long long)s->gate_id);
   }
+  if (hold_ms < 0) hold_ms = 0;
+  if (hold_ms > s->max_hold_ms) {
+    PS_WARN("snapshot %lld: hold_ms %lld is above --max-hold-ms; holding the gate "
+            "for at most %lld ms",
+            (long long)id, (long long)hold_ms, (long long)s->max_hold_ms);
+    hold_ms = s->max_hold_ms;
+  }
   s->gate_closed = 1;
   s->gate_id = id;
   clock_gettime(CLOCK_REALTIME, &s->gate_until);
@@ -443,7 +771,9 @@ int ps_store_snapshot_begin(ps_store *s, int64_t id, int64_t hold_ms,
   for (size_t i = 0; i < n && rc == 0; i++) {
     ps_var *v = vars[i];
     pthread_rwlock_rdlock(&v->lock);
-    if (v->buf == NULL) {
+    if (v->deleted) {
+      /* deleted after the list was taken: not part of the snapshot */
+    } else if (v->buf == NULL) {
       if (!skip_uninitialized)
         rc = ps_status_set(st, PS_FAILED_PRECONDITION,
                            "Attempting to use uninitialized value %s", v->name);

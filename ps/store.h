@@ -1,8 +1,12 @@
 /* The ps variable store: name -> variable, and the operations on values.
  *
  * Lock order: the table lock, then variable locks in ascending name order
- * (ps_store_lock_set sorts).  Variables are never removed while the store
- * lives, so a ps_var pointer stays valid after lookup. */
+ * (ps_store_lock_set sorts).  A ps_var pointer stays valid while the
+ * store lives: a deleted variable (ps_store_remove) leaves the table at
+ * once, but its struct is kept until ps_store_destroy(), marked @deleted
+ * under its write lock and without a value.  So a handler that looked a
+ * variable up before it was deleted finds @deleted set once it holds the
+ * variable's lock, and answers NOT_FOUND (ps_var_gone). */
 #ifndef PS_STORE_H
 #define PS_STORE_H
 
@@ -33,7 +37,8 @@ typedef struct ps_var {
    * the first synchronous update; under @lock like the value. */
   struct ps_accum *accum;
   pthread_rwlock_t lock;
-  struct ps_var *next; /* hash chain */
+  struct ps_var *next; /* hash chain; then the list of deleted variables */
+  bool deleted;        /* removed from the table (under @lock) */
 } ps_var;
 
 typedef struct ps_store ps_store;
@@ -42,7 +47,13 @@ ps_store *ps_store_create(const char *task);
 void ps_store_destroy(ps_store *s);
 
 /* Idempotent for an identical spec; ALREADY_EXISTS naming the difference
- * otherwise.  @init may be NULL (the client sends the value).  @full_name,
+ * otherwise.  Also refused, to keep the checkpoint key space consistent
+ * (a variable's key is its full name for a part of a partitioned variable,
+ * else its name): a variable whose key is the full name of parts that
+ * exist (ALREADY_EXISTS), a part whose full name is the key of another
+ * variable (ALREADY_EXISTS), and a part whose dtype or full shape differ
+ * from its sibling parts' or whose elements overlap a sibling's
+ * (INVALID_ARGUMENT).  @init may be NULL (the client sends the value).  @full_name,
  * @full_shape describe the full variable of a partitioned part (NULL: the
  * variable itself).  Copies everything it keeps. */
 int ps_store_create_var(ps_store *s, const char *name, ps_dtype dtype,
@@ -52,6 +63,30 @@ int ps_store_create_var(ps_store *s, const char *name, ps_dtype dtype,
 ps_var *ps_store_lookup(ps_store *s, const char *name);
 /* NOT_FOUND "variable NAME does not exist on ps/0". */
 ps_var *ps_store_find(ps_store *s, const char *name, ps_status *st);
+
+/* NOT_FOUND "variable NAME does not exist on ps/0" if @v was deleted
+ * (caller holds @v's lock), else 0. */
+int ps_var_gone(ps_store *s, const ps_var *v, ps_status *st);
+
+/* Flags of ps_store_remove(). */
+#define PS_REMOVE_SLOTS 1      /* also NAME/SLOT variables (one more path part) */
+#define PS_REMOVE_MISSING_OK 2 /* a name that matches nothing is not an error */
+/* Takes the variables @names match out of the table, atomically: each
+ * name matches the variable of that name and, if it is the full name of a
+ * partitioned variable, its parts; with PS_REMOVE_SLOTS also every
+ * variable named M/S where M is a matched variable and S has no '/'
+ * (TensorFlow's slot names: w/Momentum, w/part_0/Adam_1).  A name that
+ * matches nothing is NOT_FOUND (nothing is removed) unless
+ * PS_REMOVE_MISSING_OK; then @missing (may be NULL; @n entries) tells which
+ * names matched nothing.  *@out (malloc'd, sorted by name, caller frees the
+ * array) receives the removed variables: the caller then marks each with
+ * ps_var_mark_deleted() under its write lock.  A name removed can be
+ * created again at once. */
+int ps_store_remove(ps_store *s, char *const *names, size_t n, int flags,
+                    ps_var ***out, size_t *nout, bool *missing, ps_status *st);
+/* Marks removed @v deleted and frees its value (caller holds the write
+ * lock).  Its accumulator's waiters must have been failed first. */
+void ps_var_mark_deleted(ps_store *s, ps_var *v);
 
 /* All variables sorted by name; caller frees the array (not the vars). */
 ps_var **ps_store_list(ps_store *s, size_t *n);
@@ -66,8 +101,15 @@ void ps_store_unlock_set(ps_var **vars, size_t n);
  * if @v has none. */
 int ps_var_run_initializer(ps_store *s, ps_var *v, ps_status *st);
 
+/* @v's initial value in a new buffer, without installing it (caller
+ * holds @v's lock); NULL with @st set (FAILED_PRECONDITION without an
+ * initializer, INVALID_ARGUMENT from the initializer, RESOURCE_EXHAUSTED).
+ * Install it with ps_var_set_buf(). */
+ps_buf *ps_var_init_buf(ps_store *s, ps_var *v, ps_status *st);
+
 /* Replaces @v's value with @buf (takes a reference).  Caller holds the
- * write lock and has validated dtype and size. */
+ * write lock and has validated dtype and size.  No-op on a deleted
+ * variable. */
 void ps_var_set_buf(ps_store *s, ps_var *v, ps_buf *buf, const ps_shape *shape);
 /* Makes @v's buffer private (copy on write) before an in-place update.
  * Returns 0 or RESOURCE_EXHAUSTED. */
@@ -103,10 +145,25 @@ void ps_snapshot_free(ps_snapshot *snap);
  * update never blocks an RPC thread.  Every entry ends with _leave(). */
 typedef void (*ps_gate_fn)(void *arg);
 bool ps_store_update_enter(ps_store *s, ps_gate_fn fn, void *arg);
+/* The same for an update holding @bytes (its staged values): while the
+ * gate is closed, the parked updates together may hold at most the
+ * store's park limit and be at most PS_STORE_MAX_PARKED calls; past it
+ * the update is refused (RESOURCE_EXHAUSTED naming the limit, returned;
+ * nothing queued).  Otherwise 0, with *@parked telling whether @fn was
+ * queued (true) or the gate entered (false). */
+#define PS_STORE_MAX_PARKED 4096
+int ps_store_update_admit(ps_store *s, ps_gate_fn fn, void *arg, int64_t bytes,
+                          bool *parked, ps_status *st);
+/* Limits of the gate: the longest hold (a snapshot asking for more is
+ * clamped to it, with a warning) and the bytes parked updates may hold
+ * (the --max-tensor-bytes limit: parked updates together may hold no
+ * more than one tensor may).  Call before serving. */
+void ps_store_set_gate_limits(ps_store *s, int64_t max_hold_ms, int64_t max_parked_bytes);
 void ps_store_update_leave(ps_store *s);
 /* Reopens a gate held past its limit (call periodically). */
 void ps_store_gate_tick(ps_store *s);
-/* Closes the gate for at most @hold_ms and captures the variables (all, or
+/* Closes the gate for at most @hold_ms (clamped to the store's maximum
+ * hold) and captures the variables (all, or
  * the initialized ones if @skip_uninitialized; otherwise an uninitialized
  * one is FAILED_PRECONDITION naming it and the gate is reopened).  The
  * snapshot is kept under @id until ps_store_snapshot_take(). */

@@ -194,10 +194,11 @@ static int oom(ps_status *st, const char *what) {
 
 static bool grow(void **p, size_t *cap, size_t need, size_t elem) {
   if (need <= *cap) return true;
-  size_t c = *cap ? *cap : 16;
+  size_t c = *cap ? *cap : 16, bytes;
   while (c < need)
-    c *= 2;
-  void *q = realloc(*p, c * elem);
+    if (ps_size_mul(c, 2, &c) != 0) return false;
+  if (ps_size_mul(c, elem, &bytes) != 0) return false;
+  void *q = realloc(*p, bytes);
   if (q == NULL) return false;
   *p = q;
   *cap = c;
@@ -230,9 +231,10 @@ static int sparse_reserve(ps_accum *a, size_t extra, size_t row_bytes) {
   size_t need = a->n + extra;
   size_t cap = a->cap;
   if (need > cap) {
-    size_t c = cap ? cap : 16;
+    size_t c = cap ? cap : 16, rows_bytes;
     while (c < need)
-      c *= 2;
+      if (ps_size_mul(c, 2, &c) != 0) return -1;
+    if (ps_size_mul(c, row_bytes ? row_bytes : 1, &rows_bytes) != 0) return -1;
     int64_t *idx = realloc(a->idx, c * sizeof *idx);
     if (idx == NULL) return -1;
     a->idx = idx;
@@ -242,7 +244,7 @@ static int sparse_reserve(ps_accum *a, size_t extra, size_t row_bytes) {
     int64_t *last = realloc(a->last, c * sizeof *last);
     if (last == NULL) return -1;
     a->last = last;
-    uint8_t *rows = realloc(a->rows, c * (row_bytes ? row_bytes : 1));
+    uint8_t *rows = realloc(a->rows, rows_bytes);
     if (rows == NULL) return -1;
     a->rows = rows;
     a->cap = c;
@@ -293,11 +295,20 @@ static int set_desc(ps_accum *a, const ps_sync_update *u, ps_status *st) {
   return 0;
 }
 
+/* Sizes of updates the service validated (ps_size_bytes passed for the
+ * whole value), so a row of it fits too. */
 static size_t row_bytes_of(const ps_sync_update *u) {
-  int64_t re = 1;
-  for (int d = 1; d < u->shape.rank; d++)
-    re *= u->shape.dim[d];
-  return (size_t)re * ps_dtype_size(u->dtype);
+  ps_shape row = u->shape;
+  size_t b = 0;
+  if (row.rank > 0) row.dim[0] = 1;
+  ps_size_bytes(u->dtype, &row, &b);
+  return b;
+}
+
+static size_t value_bytes_of(const ps_sync_update *u) {
+  size_t b = 0;
+  ps_size_bytes(u->dtype, &u->shape, &b);
+  return b;
 }
 
 int ps_accum_add(ps_accum *a, const ps_sync_update *u, int64_t epoch, ps_sync_waiter *w,
@@ -307,7 +318,7 @@ int ps_accum_add(ps_accum *a, const ps_sync_update *u, int64_t epoch, ps_sync_wa
   size_t es = ps_dtype_size(u->dtype);
   /* allocate first: a failure changes nothing */
   if (!u->sparse) {
-    size_t bytes = (size_t)ps_shape_num_elements(&u->shape) * es;
+    size_t bytes = value_bytes_of(u);
     if (!grow((void **)&a->sum, &a->sum_cap, bytes ? bytes : 1, 1))
       return oom(st, "value");
   } else {
@@ -338,7 +349,7 @@ int ps_accum_add(ps_accum *a, const ps_sync_update *u, int64_t epoch, ps_sync_wa
     a->epoch = epoch;
   }
   if (!u->sparse) {
-    size_t bytes = (size_t)ps_shape_num_elements(&u->shape) * es;
+    size_t bytes = value_bytes_of(u);
     if (count == 0)
       memcpy(a->sum, u->value, bytes);
     else if (u->kind != PS_SYNC_ASSIGN)
@@ -453,7 +464,8 @@ int ps_accum_take(ps_accum *a, ps_sync_take *out, ps_status *st) {
       free(perm);
       return oom(st, "gradient");
     }
-    uint8_t *rows = realloc(a->out_rows, cap * (rb ? rb : 1));
+    size_t ob;
+    uint8_t *rows = ps_size_mul(cap, rb ? rb : 1, &ob) == 0 ? realloc(a->out_rows, ob) : NULL;
     if (rows == NULL) {
       free(perm);
       return oom(st, "gradient");

@@ -24,6 +24,7 @@
 #define M_READ "/paramserver.Ps/Read"
 #define M_LIST "/paramserver.Ps/List"
 #define M_STATUS "/paramserver.Ps/Status"
+#define M_DELETE "/paramserver.Ps/Delete"
 
 struct ps_client {
   ps_client_options opt;
@@ -336,6 +337,50 @@ int ps_client_report_uninitialized(ps_client *c, int task,
   }
   *out = o.names;
   *nout = o.n;
+  return rc;
+}
+
+static int copy_names(char **in, size_t n, char ***out, size_t *nout, ps_status *st) {
+  *out = calloc(n + 1, sizeof **out);
+  if (*out == NULL) return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+  for (size_t i = 0; i < n; i++) {
+    if (((*out)[i] = strdup(in[i])) == NULL)
+      return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+    (*nout)++;
+  }
+  return 0;
+}
+
+static int parse_delete(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
+                        ps_status *st) {
+  ps_delete_result *o = user;
+  Paramserver__DeleteResponse *r = paramserver__delete_response__unpack(NULL, n, p);
+  if (r == NULL) return ps_status_set(st, PS_INTERNAL, "Delete: response does not parse");
+  int rc = copy_names(r->deleted, r->n_deleted, &o->deleted, &o->ndeleted, st);
+  if (rc == 0) rc = copy_names(r->missing, r->n_missing, &o->missing, &o->nmissing, st);
+  paramserver__delete_response__free_unpacked(r, NULL);
+  return rc;
+}
+
+void ps_delete_result_free(ps_delete_result *r) {
+  if (r == NULL) return;
+  ps_client_free_names(r->deleted, r->ndeleted);
+  ps_client_free_names(r->missing, r->nmissing);
+  memset(r, 0, sizeof *r);
+}
+
+int ps_client_delete(ps_client *c, int task, const char *const *names, size_t n,
+                     int flags, ps_delete_result *out, ps_status *st) {
+  Paramserver__DeleteRequest req = PARAMSERVER__DELETE_REQUEST__INIT;
+  req.names = (char **)names;
+  req.n_names = n;
+  req.with_slots = (flags & PS_DELETE_SLOTS) != 0;
+  req.missing_ok = (flags & PS_DELETE_MISSING_OK) != 0;
+  ps_delete_result o = {0};
+  int rc = control_call(c, task, M_DELETE, &req.base, false, parse_delete, &o, st);
+  if (rc != 0 || out == NULL)
+    ps_delete_result_free(&o);
+  if (out) *out = o;
   return rc;
 }
 

@@ -18,6 +18,10 @@ static const char usage[] =
     "  status        one line per ps task: address, up/down, variables, bytes\n"
     "  vars          every variable: name, dtype, shape, task, initialized\n"
     "  read NAME     print the value of variable NAME\n"
+    "  rm NAME...    delete variables from the live cluster, on every ps task:\n"
+    "                each NAME, the parts of a partitioned NAME, and their\n"
+    "                slot variables (NAME/Momentum, NAME/Adam_1, ...); a NAME\n"
+    "                found on no task is an error (the others are deleted)\n"
     "  save [PREFIX] save every variable of every ps, as of one moment, to\n"
     "                PREFIX (relative to the ps tasks' --checkpoint-dir; default\n"
     "                model.ckpt, with -STEP when a global_step variable exists)\n"
@@ -150,12 +154,16 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (strcmp(cmd, "status") && strcmp(cmd, "vars") && strcmp(cmd, "read") &&
-      strcmp(cmd, "save") && strcmp(cmd, "restore")) {
+      strcmp(cmd, "save") && strcmp(cmd, "restore") && strcmp(cmd, "rm")) {
     fprintf(stderr, "psctl: unknown command '%s'\n%s", cmd, usage);
     return 2;
   }
   if (!strcmp(cmd, "read") && optind >= argc) {
     fprintf(stderr, "psctl: read needs a variable name\n");
+    return 2;
+  }
+  if (!strcmp(cmd, "rm") && optind >= argc) {
+    fprintf(stderr, "psctl: rm needs at least one variable name\n");
     return 2;
   }
   ps_log_set_task("psctl");
@@ -247,6 +255,39 @@ int main(int argc, char **argv) {
       printf("saved %s (%lld bytes from %d ps)\n", written, (long long)bytes, nps);
     }
     free(written);
+  } else if (!strcmp(cmd, "rm")) {
+    const char *const *names = (const char *const *)&argv[optind];
+    size_t nn = (size_t)(argc - optind);
+    size_t *misses = calloc(nn, sizeof *misses);
+    int ok_tasks = 0;
+    for (int i = 0; misses && i < nps; i++) {
+      ps_delete_result dr;
+      if (ps_client_delete(c, i, names, nn, PS_DELETE_SLOTS | PS_DELETE_MISSING_OK, &dr,
+                           &st) != 0) {
+        fprintf(stderr, "psctl: rm: %s/%d: %s: %s\n", job, i,
+                ps_status_code_name(st.code), st.msg);
+        rc = 1;
+        continue;
+      }
+      ok_tasks++;
+      for (size_t k = 0; k < dr.ndeleted; k++)
+        printf("deleted %s on %s/%d\n", dr.deleted[k], job, i);
+      for (size_t k = 0; k < dr.nmissing; k++)
+        for (size_t j = 0; j < nn; j++)
+          if (!strcmp(dr.missing[k], names[j])) misses[j]++;
+      ps_delete_result_free(&dr);
+    }
+    for (size_t j = 0; misses && ok_tasks > 0 && j < nn; j++)
+      if (misses[j] == (size_t)ok_tasks) {
+        fprintf(stderr, "psctl: rm: variable %s not found on any %s task%s\n", names[j],
+                job, ok_tasks < nps ? " that is up" : "");
+        rc = 1;
+      }
+    if (misses == NULL) {
+      fprintf(stderr, "psctl: out of memory\n");
+      rc = 1;
+    }
+    free(misses);
   } else if (!strcmp(cmd, "restore")) {
     size_t n = 0;
     const char *prefix = optind < argc ? argv[optind] : NULL;

@@ -213,6 +213,30 @@ int ps_client_list(ps_client *c, int task, ps_var_info **out, size_t *n,
                    ps_status *st);
 void ps_client_free_var_info(ps_var_info *v, size_t n);
 
+/* Flags of ps_client_delete(). */
+#define PS_DELETE_SLOTS 1      /* also the slot variables NAME/SLOT */
+#define PS_DELETE_MISSING_OK 2 /* a name that matches nothing is no error */
+/* Removes variables from ps @task, atomically.  Each name matches the
+ * variable of that name and, if it is the full name of a partitioned
+ * variable, its parts on that ps; with PS_DELETE_SLOTS also every
+ * variable named M/S where M is a matched variable and S one more path
+ * part without '/' (TensorFlow's slots: w/Momentum, w/Adam_1,
+ * w/part_0/Adagrad).  A name that matches nothing is NOT_FOUND and
+ * nothing is removed, unless PS_DELETE_MISSING_OK.  Calls that hold a
+ * removed variable fail with NOT_FOUND; the name may be created again.
+ * @out (may be NULL) receives the removed names and, with
+ * PS_DELETE_MISSING_OK, the names that matched nothing; free it with
+ * ps_delete_result_free().  Not retried. */
+typedef struct ps_delete_result {
+  char **deleted; /* sorted */
+  size_t ndeleted;
+  char **missing;
+  size_t nmissing;
+} ps_delete_result;
+int ps_client_delete(ps_client *c, int task, const char *const *names, size_t n,
+                     int flags, ps_delete_result *out, ps_status *st);
+void ps_delete_result_free(ps_delete_result *r); /* NULL is a no-op */
+
 typedef struct ps_task_status {
   char task[64];
   char address[256];
