@@ -136,6 +136,19 @@ static int tensor_bytes(ps_service *s, int dtype, const ps_shape *shape,
   return 0;
 }
 
+/* Adds @add bytes to the bytes one request stages or builds (*@total):
+ * together they may not pass --max-tensor-bytes either. */
+static int add_staged(ps_service *s, size_t *total, size_t add, const char *method,
+                      ps_status *st) {
+  if (ps_size_add(*total, add, total) != 0 ||
+      (uint64_t)*total > (uint64_t)s->limits.max_tensor_bytes)
+    return ps_status_set(st, PS_RESOURCE_EXHAUSTED,
+                         "%s: the tensors of the request total more than the limit of "
+                         "%lld bytes (--max-tensor-bytes)",
+                         method, (long long)s->limits.max_tensor_bytes);
+  return 0;
+}
+
 /* The same for @count elements of @dtype (indices, gathered rows). */
 static int elems_bytes(ps_service *s, int dtype, int64_t count, const char *what,
                        const char *var, size_t *out, ps_status *st) {
@@ -786,6 +799,7 @@ static int update_header(ps_rpc_call *c, const uint8_t *p, size_t n,
   if (x->items == NULL) return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
   ps_rpc_segs sink = {0};
   int rc = 0;
+  size_t staged = 0;
   for (size_t i = 0; i < x->n && rc == 0; i++) {
     upd_item *it = &x->items[i];
     Paramserver__Update *u = x->req->updates[i];
@@ -825,7 +839,8 @@ static int update_header(ps_rpc_call *c, const uint8_t *p, size_t n,
       it->isize = ps_dtype_size(u->index_dtype);
       size_t ib;
       if ((rc = elems_bytes(s, u->index_dtype, u->num_indices, op, u->name, &ib, st)) !=
-          0)
+              0 ||
+          (rc = add_staged(s, &staged, ib, "Update", st)) != 0)
         break;
       if ((it->idx = ps_buf_create(ib, false)) == NULL) {
         rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED,
@@ -836,7 +851,9 @@ static int update_header(ps_rpc_call *c, const uint8_t *p, size_t n,
       ps_rpc_segs_add(&sink, it->idx->data, it->idx->size, NULL);
     }
     size_t vb;
-    if ((rc = tensor_bytes(s, u->dtype, &it->shape, op, u->name, &vb, st)) != 0) break;
+    if ((rc = tensor_bytes(s, u->dtype, &it->shape, op, u->name, &vb, st)) != 0 ||
+        (rc = add_staged(s, &staged, vb, "Update", st)) != 0)
+      break;
     if ((it->val = ps_buf_create(vb, false)) == NULL) {
       rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED,
                          "%s %s: cannot allocate the value (%zu bytes)", op, u->name, vb);
@@ -1493,6 +1510,7 @@ static int read_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *st
   ps_rpc_call_set_ctx(c, x);
   x->n = req->n_items;
   ps_rpc_segs sink = {0};
+  size_t staged = 0;
   for (size_t i = 0; i < x->n && rc == 0; i++) {
     Paramserver__ReadItem *ri = req->items[i];
     read_item *it = &x->items[i];
@@ -1523,7 +1541,8 @@ static int read_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *st
     }
     size_t ib;
     if ((rc = elems_bytes(s, ri->index_dtype, ri->num_indices, "Gather", ri->name, &ib,
-                          st)) != 0)
+                          st)) != 0 ||
+        (rc = add_staged(s, &staged, ib, "Read", st)) != 0)
       break;
     it->isize = ps_dtype_size(ri->index_dtype);
     it->nidx = ri->num_indices;
@@ -1555,6 +1574,7 @@ static int read_data(ps_rpc_call *c, ps_status *st) {
     goto out;
   }
   for (size_t i = 0; i < x->n; i++) vars[i] = x->items[i].v;
+  size_t built = 0; /* bytes of the gathered tensors */
   /* All variables of one read are taken at one moment. */
   ps_store_lock_set(vars, x->n, false);
   for (size_t i = 0; i < x->n && rc == 0; i++) {
@@ -1597,7 +1617,9 @@ static int read_data(ps_rpc_call *c, ps_status *st) {
     ps_shape gs = v->shape;
     gs.dim[0] = it->nidx;
     size_t gb;
-    if ((rc = tensor_bytes(s, v->dtype, &gs, "Gather", v->name, &gb, st)) != 0) break;
+    if ((rc = tensor_bytes(s, v->dtype, &gs, "Gather", v->name, &gb, st)) != 0 ||
+        (rc = add_staged(s, &built, gb, "Read", st)) != 0)
+      break;
     bufs[i] = ps_buf_create(gb, false);
     if (bufs[i] == NULL) {
       rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Gather %s: out of memory",

@@ -789,6 +789,22 @@ START_TEST(limits_from_flags) {
   ck_assert_msg_has(st, "Gather wide: float of shape [8,4096] is 131072 bytes, above the limit "
                         "of 65536 bytes (--max-tensor-bytes)");
   ps_tensor_destroy(idx);
+  /* two values of 40000 bytes: each fits, together they do not */
+  create("a", PS_DT_FLOAT, shp1(10000), NULL);
+  create("b", PS_DT_FLOAT, shp1(10000), NULL);
+  ps_shape s1 = shp1(10000);
+  ps_tensor *t = ps_tensor_create(PS_DT_FLOAT, &s1, true);
+  ps_update u2[2] = {{.name = "a", .op = PS_ASSIGN, .value = t},
+                     {.name = "b", .op = PS_ASSIGN, .value = t}};
+  ck_assert_int_eq(ps_client_update(C, 0, u2, 2, &st), PS_RESOURCE_EXHAUSTED);
+  ck_assert_msg_has(st, "Update: the tensors of the request total more than the limit of "
+                        "65536 bytes (--max-tensor-bytes)");
+  ck_assert_msg(ps_client_update(C, 0, u2, 1, &st) == 0, "%s", st.msg);
+  ps_tensor_destroy(t);
+  const char *ab[2] = {"a", "b"};
+  bool init[2];
+  ck_assert_int_eq(ps_client_is_initialized(C, 0, ab, 2, init, &st), 0);
+  ck_assert(init[0] && !init[1]);
   assert_w_unchanged();
 }
 END_TEST
