@@ -894,6 +894,58 @@ START_TEST(hold_is_capped_by_max_hold_ms) {
 }
 END_TEST
 
+/* ---- saves keep working (item 9) ---- */
+
+static char ckdir[64];
+
+static void save_setup(void) {
+  snprintf(ckdir, sizeof ckdir, "/tmp/ps-ckpt-XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(ckdir));
+  const char *extra[] = {"--checkpoint-dir", ckdir, NULL};
+  start(extra);
+}
+
+static void save_teardown(void) {
+  char cmd[128], *out = NULL;
+  snprintf(cmd, sizeof cmd, "rm -rf %s", ckdir);
+  harness_run(cmd, &out);
+  free(out);
+  teardown();
+}
+
+START_TEST(save_works_after_refused_conflicts_and_deletes) {
+  ps_status st;
+  ck_assert_int_eq(create_part("P/part_0", "P", shp2(2, 2), shp2(4, 2), 0, PS_DT_FLOAT, &st), 0);
+  ck_assert_int_eq(create_part("P/part_1", "P", shp2(2, 2), shp2(4, 2), 4, PS_DT_FLOAT, &st), 0);
+  ps_init_spec one;
+  ps_init_spec_default(&one, PS_INIT_ONES);
+  ps_var_spec plain = {.name = "P", .dtype = PS_DT_FLOAT, .shape = shp2(4, 2), .init = &one};
+  ck_assert_int_eq(ps_client_create_vars(C, 0, &plain, 1, &st), PS_ALREADY_EXISTS);
+  ck_assert_int_eq(create_part("P/part_2", "P", shp2(2, 2), shp2(4, 2), 0, PS_DT_FLOAT, &st),
+                   PS_INVALID_ARGUMENT);
+  ck_assert_int_eq(ps_client_initialize(C, 0, NULL, 0, false, NULL, &st), 0);
+  ps_save_options so = {0};
+  char *written = NULL;
+  ck_assert_msg(ps_client_save(C, "one", &so, &written, NULL, &st) == 0, "%s", st.msg);
+  free(written);
+  /* P as parts is gone; a plain P of ones replaces it and saves too */
+  const char *p[1] = {"P"};
+  ck_assert_int_eq(ps_client_delete(C, 0, p, 1, PS_DELETE_SLOTS, NULL, &st), 0);
+  ck_assert_msg(ps_client_create_vars(C, 0, &plain, 1, &st) == 0, "%s", st.msg);
+  ck_assert_int_eq(ps_client_initialize(C, 0, NULL, 0, true, NULL, &st), 0);
+  ck_assert_msg(ps_client_save(C, "two", &so, &written, NULL, &st) == 0, "%s", st.msg);
+  free(written);
+  /* the first checkpoint's P (zeros, from the parts) restores into it */
+  size_t n = 0;
+  ck_assert_msg(ps_client_restore(C, "one", &n, &st) == 0, "%s", st.msg);
+  ck_assert_uint_eq(n, 1);
+  ps_tensor *r = read1("P", &st);
+  ck_assert_ptr_nonnull(r);
+  ck_assert(((float *)ps_tensor_data(r))[7] == 0);
+  ps_tensor_destroy(r);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("hardening");
   TCase *tc = tcase_create("requests");
@@ -926,6 +978,11 @@ int main(void) {
   tcase_set_timeout(th, 120);
   tcase_add_test(th, hold_is_capped_by_max_hold_ms);
   suite_add_tcase(s, th);
+  TCase *ts = tcase_create("save");
+  tcase_add_checked_fixture(ts, save_setup, save_teardown);
+  tcase_set_timeout(ts, 120);
+  tcase_add_test(ts, save_works_after_refused_conflicts_and_deletes);
+  suite_add_tcase(s, ts);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
   int failed = srunner_ntests_failed(sr);
