@@ -369,14 +369,15 @@ int ps_store_create_var(ps_store *s, const char *name, ps_dtype dtype,
   if (v->name == NULL) goto oom;
   v->dtype = dtype;
   v->shape = *shape;
-  pthread_rwlock_init(&v->lock, NULL);
   if (init) {
     v->has_init = true;
     v->init = *init;
     if (init->nvalues) {
-      v->init_values = malloc(init->nvalues * sizeof(double));
-      if (v->init_values == NULL) goto oom;
-      memcpy(v->init_values, init->values, init->nvalues * sizeof(double));
+      size_t nb;
+      if (ps_size_mul(init->nvalues, sizeof(double), &nb) != 0 ||
+          (v->init_values = malloc(nb)) == NULL)
+        goto oom;
+      memcpy(v->init_values, init->values, nb);
       v->init.values = v->init_values;
     }
     if (full_name && full_name[0] &&
@@ -386,6 +387,7 @@ int ps_store_create_var(ps_store *s, const char *name, ps_dtype dtype,
     v->init_offset = offset;
   }
   if (is_part(v) && group_add(s, v) != 0) goto oom;
+  pthread_rwlock_init(&v->lock, NULL); /* nothing fails from here on */
   if (s->count + 1 > s->nbuckets) grow(s);
   size_t k = hash_name(name) % s->nbuckets;
   v->next = s->buckets[k];

@@ -1,0 +1,157 @@
+/* Unit tests of ps/store's removal of variables, its partition index and
+ * the limits of its update gate. */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store.h"
+
+static ps_shape shp(int64_t a, int64_t b) { return (ps_shape){.rank = 2, .dim = {a, b}}; }
+
+static int make(ps_store *s, const char *name, const char *full, int64_t rows, int64_t off,
+                ps_status *st) {
+  ps_init_spec z;
+  ps_init_spec_default(&z, PS_INIT_ZEROS);
+  ps_shape sh = shp(rows, 2), fs = shp(4, 2);
+  bool created;
+  return ps_store_create_var(s, name, PS_DT_FLOAT, &sh, &z, full, full ? &fs : NULL, off,
+                             &created, st);
+}
+
+START_TEST(remove_keeps_pointers_valid_and_names_free) {
+  ps_store *s = ps_store_create("ps/0");
+  ps_status st;
+  ck_assert_int_eq(make(s, "w", NULL, 2, 0, &st), 0);
+  ck_assert_int_eq(make(s, "w/Momentum", NULL, 2, 0, &st), 0);
+  ck_assert_int_eq(make(s, "w/a/b", NULL, 2, 0, &st), 0);
+  ps_var *w = ps_store_lookup(s, "w");
+  pthread_rwlock_wrlock(&w->lock);
+  ck_assert_int_eq(ps_var_run_initializer(s, w, &st), 0);
+  pthread_rwlock_unlock(&w->lock);
+  int64_t nv, bytes;
+  ps_store_totals(s, &nv, &bytes);
+  ck_assert_int_eq(bytes, 16);
+  /* NOT_FOUND removes nothing */
+  char *bad[2] = {"w", "x"};
+  ps_var **out;
+  size_t n;
+  ck_assert_int_eq(ps_store_remove(s, bad, 2, PS_REMOVE_SLOTS, &out, &n, NULL, &st),
+                   PS_NOT_FOUND);
+  ck_assert_str_eq(st.msg, "variable x does not exist on ps/0");
+  ck_assert_ptr_eq(ps_store_lookup(s, "w"), w);
+  bool missing[2];
+  ck_assert_int_eq(ps_store_remove(s, bad, 2, PS_REMOVE_SLOTS | PS_REMOVE_MISSING_OK, &out,
+                                   &n, missing, &st), 0);
+  ck_assert(!missing[0] && missing[1]);
+  ck_assert_uint_eq(n, 2);
+  ck_assert_str_eq(out[0]->name, "w");
+  ck_assert_str_eq(out[1]->name, "w/Momentum");
+  for (size_t i = 0; i < n; i++) {
+    pthread_rwlock_wrlock(&out[i]->lock);
+    ps_var_mark_deleted(s, out[i]);
+    pthread_rwlock_unlock(&out[i]->lock);
+  }
+  free(out);
+  ck_assert_ptr_null(ps_store_lookup(s, "w"));
+  ck_assert_ptr_nonnull(ps_store_lookup(s, "w/a/b"));
+  /* the old pointer is still a readable, deleted variable */
+  pthread_rwlock_rdlock(&w->lock);
+  ck_assert(w->deleted);
+  ck_assert_ptr_null(w->buf);
+  ck_assert_int_eq(ps_var_gone(s, w, &st), PS_NOT_FOUND);
+  pthread_rwlock_unlock(&w->lock);
+  ps_store_totals(s, &nv, &bytes);
+  ck_assert_int_eq(nv, 1);
+  ck_assert_int_eq(bytes, 0);
+  /* a value set on a deleted variable is ignored */
+  ps_buf *b = ps_buf_create(16, true);
+  pthread_rwlock_wrlock(&w->lock);
+  ps_var_set_buf(s, w, b, NULL);
+  ck_assert_ptr_null(w->buf);
+  pthread_rwlock_unlock(&w->lock);
+  ps_buf_unref(b);
+  /* the name is free again */
+  ck_assert_int_eq(make(s, "w", NULL, 2, 0, &st), 0);
+  ck_assert_ptr_ne(ps_store_lookup(s, "w"), w);
+  ps_store_destroy(s);
+}
+END_TEST
+
+START_TEST(partition_index_follows_creates_and_removes) {
+  ps_store *s = ps_store_create("ps/0");
+  ps_status st;
+  ck_assert_int_eq(make(s, "P/part_0", "P", 2, 0, &st), 0);
+  ck_assert_int_eq(make(s, "P", NULL, 4, 0, &st), PS_ALREADY_EXISTS);
+  ck_assert_int_eq(make(s, "P/part_1", "P", 2, 2, &st), PS_INVALID_ARGUMENT);
+  ck_assert_int_eq(make(s, "P/part_1", "P", 2, 4, &st), 0);
+  /* a part whose full name is its own name is a plain variable */
+  ck_assert_int_eq(make(s, "Q", "Q", 4, 0, &st), 0);
+  ck_assert_int_eq(make(s, "Q/part_0", "Q", 2, 0, &st), PS_ALREADY_EXISTS);
+  char *p[1] = {"P"};
+  ps_var **out;
+  size_t n;
+  ck_assert_int_eq(ps_store_remove(s, p, 1, 0, &out, &n, NULL, &st), 0);
+  ck_assert_uint_eq(n, 2);
+  for (size_t i = 0; i < n; i++) ps_var_mark_deleted(s, out[i]);
+  free(out);
+  ck_assert_int_eq(make(s, "P", NULL, 4, 0, &st), 0);
+  ck_assert_int_eq(make(s, "P/part_0", "P", 2, 0, &st), PS_ALREADY_EXISTS);
+  ps_store_destroy(s);
+}
+END_TEST
+
+static int ran;
+static void count_run(void *arg) {
+  (void)arg;
+  ran++;
+}
+
+START_TEST(gate_limits) {
+  ps_store *s = ps_store_create("ps/0");
+  ps_status st;
+  ps_store_set_gate_limits(s, 0, 100);
+  /* hold clamped to 0 ms: the gate reopens at the next tick */
+  ck_assert_int_eq(ps_store_snapshot_begin(s, 1, 1000000000000LL, false, &st), 0);
+  bool parked;
+  ran = 0;
+  ck_assert_int_eq(ps_store_update_admit(s, count_run, NULL, 10, &parked, &st), 0);
+  ck_assert(!parked); /* expired: reopened on entry */
+  ps_store_update_leave(s);
+  ps_snapshot_free(ps_store_snapshot_take(s, 1));
+  ps_store_set_gate_limits(s, 60000, 100);
+  ck_assert_int_eq(ps_store_snapshot_begin(s, 2, 60000, false, &st), 0);
+  ck_assert_int_eq(ps_store_update_admit(s, count_run, NULL, 60, &parked, &st), 0);
+  ck_assert(parked);
+  ck_assert_int_eq(ps_store_update_admit(s, count_run, NULL, 60, &parked, &st),
+                   PS_RESOURCE_EXHAUSTED);
+  ck_assert_str_eq(st.msg, "ps/0: updates waiting for snapshot 2 to end hold 60 bytes; this "
+                           "one (60 bytes) would pass the limit of 100 bytes "
+                           "(--max-tensor-bytes); try again");
+  ck_assert_int_eq(ps_store_update_admit(s, count_run, NULL, 40, &parked, &st), 0);
+  ck_assert(parked);
+  ps_store_snapshot_release(s, 2);
+  ck_assert_int_eq(ran, 2);
+  ps_store_update_leave(s);
+  ps_store_update_leave(s);
+  /* open again: the count starts over */
+  ck_assert_int_eq(ps_store_update_admit(s, count_run, NULL, 60, &parked, &st), 0);
+  ck_assert(!parked);
+  ps_store_update_leave(s);
+  ps_snapshot_free(ps_store_snapshot_take(s, 2));
+  ps_store_destroy(s);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("store_delete");
+  TCase *tc = tcase_create("core");
+  tcase_add_test(tc, remove_keeps_pointers_valid_and_names_free);
+  tcase_add_test(tc, partition_index_follows_creates_and_removes);
+  tcase_add_test(tc, gate_limits);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}
