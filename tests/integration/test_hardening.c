@@ -381,12 +381,20 @@ END_TEST
 
 /* ---- snapshot gates (item 6) ---- */
 
+/* The ps computes a call's deadline from the timeout the client sent when
+ * the call arrived, so it passes there a little after the client gave up:
+ * wait that much before opening the gate (not a readiness wait). */
+static void past_server_deadline(void) {
+  struct timespec d = {0, 500 * 1000000};
+  nanosleep(&d, NULL);
+}
+
 START_TEST(parked_update_past_its_deadline_is_dropped) {
   ps_status st = raw_snapshot(7, 30000);
   ck_assert_msg(st.code == 0, "%s", st.msg);
   ps_client_options o;
   ps_client_options_default(&o);
-  o.data_timeout_ms = 300;
+  o.data_timeout_ms = 1500; /* long enough to arrive and park, also under ASan */
   ps_client *fast = ps_client_create(H.cluster, "ps", &o, &st);
   ck_assert_ptr_nonnull(fast);
   float one[6] = {1, 1, 1, 1, 1, 1};
@@ -397,6 +405,7 @@ START_TEST(parked_update_past_its_deadline_is_dropped) {
   ck_assert_int_eq(ps_client_update(fast, 0, &u, 1, &st), PS_DEADLINE_EXCEEDED);
   ps_client_destroy(fast);
   ps_tensor_destroy(t);
+  past_server_deadline();
   st = raw_release(7);
   ck_assert_msg(st.code == 0, "%s", st.msg);
   /* the parked update ran (and was dropped) when the gate opened */
@@ -852,6 +861,7 @@ START_TEST(parked_updates_are_bounded) {
                                            "limit of 65536 bytes (--max-tensor-bytes)"),
                 "%s", pc[refused].st.msg);
   ck_assert_int_eq(pc[1 - refused].rc, PS_DEADLINE_EXCEEDED);
+  past_server_deadline();
   ck_assert_msg((st = raw_release(9)).code == 0, "%s", st.msg);
   for (int i = 0; i < 2; i++) {
     ps_client_destroy(pc[i].c);
