@@ -21,7 +21,16 @@
  * to zero answers the call (the handler directly, or the call that
  * completed the last step, with ps_rpc_call_resume after dropping its
  * locks), and ps_service_shutdown() fails the waiting updates with
- * UNAVAILABLE so that no call outlives the server. */
+ * UNAVAILABLE so that no call outlives the server.
+ *
+ * Nothing from a request is trusted before it is checked: the raw header
+ * bytes are walked first (common/wire.c: string fields with NUL or control
+ * characters, or longer than 4096 bytes, are INVALID_ARGUMENT, because
+ * protobuf-c would cut "w\0evil" to "w"); every byte size goes through the
+ * checked helpers of common/tensor.h and is held to the limits
+ * (ps_service_limits, README "Limits") before anything is allocated.
+ * Variables may be deleted while other calls hold them (ps/store.h): a
+ * handler checks ps_var_gone() once it holds a variable's lock. */
 #include "service.h"
 
 #include <stdatomic.h>

@@ -12,12 +12,17 @@ typedef struct ps_service ps_service;
 
 /* Limits on what one request may make the ps hold or do (flags of
  * ps-server; README "Limits").  Exceeding one is RESOURCE_EXHAUSTED naming
- * the limit and its flag. */
+ * the limit and its flag, checked before anything is allocated. */
 typedef struct ps_service_limits {
-  int64_t max_tensor_bytes; /* one variable or value (--max-tensor-bytes) */
+  /* one variable, value, index list or gather response; also the bytes
+   * one Update stages or one Read gathers together, and the bytes of the
+   * updates parked at a closed snapshot gate together (--max-tensor-bytes) */
+  int64_t max_tensor_bytes;
   int64_t max_read_names;   /* items of one Read (--max-read-names) */
   int64_t max_gather_rows;  /* rows of one gather response (--max-gather-rows) */
-  int64_t max_hold_ms;      /* longest a snapshot holds updates (--max-hold-ms) */
+  /* longest a snapshot holds updates: a longer hold_ms is clamped to it,
+   * with a warning (--max-hold-ms) */
+  int64_t max_hold_ms;
 } ps_service_limits;
 
 /* The defaults: physical memory, 100000 names, 1048576 rows, 60000 ms. */
@@ -28,7 +33,8 @@ void ps_service_destroy(ps_service *svc);
 /* Address reported by Status (set once bound). */
 void ps_service_set_address(ps_service *svc, const char *addr);
 ps_store *ps_service_store(ps_service *svc);
-/* Replaces the limits (call before the server starts). */
+/* Replaces the limits (call before the server starts); passes the gate's
+ * to the store (ps_store_set_gate_limits). */
 void ps_service_set_limits(ps_service *svc, const ps_service_limits *l);
 const ps_service_limits *ps_service_limits_of(const ps_service *svc);
 /* Root of every checkpoint path (NULL: saving and restoring are refused). */
