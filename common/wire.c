@@ -52,12 +52,12 @@ char *ps_wire_escape(const char *s, size_t n, char *out, size_t cap) {
 }
 
 static int check_string(const ProtobufCMessageDescriptor *d,
-                        const ProtobufCFieldDescriptor *f, const uint8_t *s,
-                        size_t len, const char *what, ps_status *st) {
+                        const ProtobufCFieldDescriptor *f, const uint8_t *s, size_t len,
+                        const char *what, ps_status *st) {
   if (len > PS_WIRE_MAX_STRING)
     return ps_status_set(st, PS_INVALID_ARGUMENT,
-                         "%s: %s.%s is %zu bytes; the limit is %d", what,
-                         d->short_name, f->name, len, PS_WIRE_MAX_STRING);
+                         "%s: %s.%s is %zu bytes; the limit is %d", what, d->short_name,
+                         f->name, len, PS_WIRE_MAX_STRING);
   for (size_t i = 0; i < len; i++)
     if (s[i] < 0x20 || s[i] == 0x7f) {
       char esc[200];
@@ -113,8 +113,8 @@ static int walk(const ProtobufCMessageDescriptor *d, const uint8_t *p, size_t n,
   return 0;
 }
 
-int ps_wire_check_strings(const ProtobufCMessageDescriptor *d, const uint8_t *p,
-                          size_t n, const char *what, ps_status *st) {
+int ps_wire_check_strings(const ProtobufCMessageDescriptor *d, const uint8_t *p, size_t n,
+                          const char *what, ps_status *st) {
   if (d == NULL || (p == NULL && n > 0)) return 0;
   return walk(d, p, n, 0, what, st);
 }

@@ -25,8 +25,8 @@
  *   "Create: VariableSpec.name \"w\\x00evil\" contains a control character
  *    (NUL or 0x01-0x1f, 0x7f)"
  *   "Read: ReadItem.name is 5000 bytes; the limit is 4096". */
-int ps_wire_check_strings(const ProtobufCMessageDescriptor *d, const uint8_t *p,
-                          size_t n, const char *what, ps_status *st);
+int ps_wire_check_strings(const ProtobufCMessageDescriptor *d, const uint8_t *p, size_t n,
+                          const char *what, ps_status *st);
 
 /* Writes @s (@n bytes) into @out (@cap bytes, NUL-terminated) with control
  * characters, backslash, quote and bytes >= 0x7f escaped as \xHH, cut

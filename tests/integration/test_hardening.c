@@ -25,16 +25,24 @@ static void start(const char *const *extra) {
   ck_assert_ptr_nonnull(C);
 }
 
-static void setup(void) { start(NULL); }
+static void setup(void) {
+  start(NULL);
+}
 
-static void teardown(void) { ck_assert_int_eq(harness_stop_client(&H, C), 0); }
+static void teardown(void) {
+  ck_assert_int_eq(harness_stop_client(&H, C), 0);
+}
 
-#define ck_assert_msg_has(st, text)                                               \
-  ck_assert_msg(strstr((st).msg, (text)) != NULL, "message '%s' lacks '%s'", (st).msg, \
+#define ck_assert_msg_has(st, text)                                                      \
+  ck_assert_msg(strstr((st).msg, (text)) != NULL, "message '%s' lacks '%s'", (st).msg,   \
                 (text))
 
-static ps_shape shp1(int64_t a) { return (ps_shape){.rank = 1, .dim = {a}}; }
-static ps_shape shp2(int64_t a, int64_t b) { return (ps_shape){.rank = 2, .dim = {a, b}}; }
+static ps_shape shp1(int64_t a) {
+  return (ps_shape){.rank = 1, .dim = {a}};
+}
+static ps_shape shp2(int64_t a, int64_t b) {
+  return (ps_shape){.rank = 2, .dim = {a, b}};
+}
 
 static void create(const char *name, ps_dtype dt, ps_shape s, const ps_init_spec *init) {
   ps_status st;
@@ -74,7 +82,8 @@ static void assert_w_unchanged(void) {
   ck_assert_msg(r != NULL, "ps stopped serving: %s", st.msg);
   ck_assert_int_eq(r->shape.rank, 2);
   ck_assert_int_eq(r->shape.dim[0], 2);
-  for (int i = 0; i < 6; i++) ck_assert(((float *)ps_tensor_data(r))[i] == (float)i);
+  for (int i = 0; i < 6; i++)
+    ck_assert(((float *)ps_tensor_data(r))[i] == (float)i);
   ps_tensor_destroy(r);
 }
 
@@ -107,11 +116,16 @@ static void patch(uint8_t *b, size_t n, const char *from, const char *to, size_t
   ck_abort_msg("pattern %s not in the request", from);
 }
 
-static ps_status raw_call(const char *method, const void *req, size_t n, ps_rpc_segs *send,
-                          bool unary, int64_t timeout_ms) {
+static ps_status raw_call(const char *method, const void *req, size_t n,
+                          ps_rpc_segs *send, bool unary, int64_t timeout_ms) {
   ps_rpc_channel *ch = ps_rpc_channel_create(ps_client_address(C, 0));
-  ps_rpc_req r = {.ch = ch, .method = method, .raw_request = req, .raw_len = n,
-                  .send = send, .unary_response = unary, .timeout_ms = timeout_ms};
+  ps_rpc_req r = {.ch = ch,
+                  .method = method,
+                  .raw_request = req,
+                  .raw_len = n,
+                  .send = send,
+                  .unary_response = unary,
+                  .timeout_ms = timeout_ms};
   ps_rpc_run(&r, 1);
   ps_rpc_channel_destroy(ch);
   return r.st;
@@ -154,7 +168,8 @@ static ps_status raw_update(const char *name, int op, int dtype, const int64_t *
   return st;
 }
 
-static ps_status raw_gather(const char *name, int index_dtype, int64_t num, size_t chunk) {
+static ps_status raw_gather(const char *name, int index_dtype, int64_t num,
+                            size_t chunk) {
   Paramserver__ReadItem it = PARAMSERVER__READ_ITEM__INIT;
   it.name = (char *)name;
   it.gather = true;
@@ -194,26 +209,31 @@ static ps_status raw_release(int64_t id) {
 START_TEST(update_of_a_size_that_does_not_fit_is_refused) {
   /* float [2^62 - 1]: just under 2^64 bytes, with a 100-byte chunk */
   int64_t huge[1] = {4611686018427387903LL};
-  ps_status st = raw_update("w", PARAMSERVER__UPDATE_OP__ASSIGN, PS_DT_FLOAT, huge, 1, 0, 0,
-                            100);
+  ps_status st =
+      raw_update("w", PARAMSERVER__UPDATE_OP__ASSIGN, PS_DT_FLOAT, huge, 1, 0, 0, 100);
   ck_assert_int_eq(st.code, PS_INVALID_ARGUMENT);
-  ck_assert_msg_has(st, "Assign w: float of shape [4611686018427387903] does not fit in memory");
-  st = raw_update("w", PARAMSERVER__UPDATE_OP__ASSIGN, PS_DT_FLOAT, huge, 1, 0, 0, 1 << 20);
+  ck_assert_msg_has(
+      st, "Assign w: float of shape [4611686018427387903] does not fit in memory");
+  st = raw_update("w", PARAMSERVER__UPDATE_OP__ASSIGN, PS_DT_FLOAT, huge, 1, 0, 0,
+                  1 << 20);
   ck_assert_int_eq(st.code, PS_INVALID_ARGUMENT);
   /* 4 TiB fits a size_t but not the default --max-tensor-bytes (memory) */
   int64_t big[1] = {1LL << 40};
-  st = raw_update("w", PARAMSERVER__UPDATE_OP__ASSIGN_ADD, PS_DT_FLOAT, big, 1, 0, 0, 100);
+  st =
+      raw_update("w", PARAMSERVER__UPDATE_OP__ASSIGN_ADD, PS_DT_FLOAT, big, 1, 0, 0, 100);
   ck_assert_int_eq(st.code, PS_RESOURCE_EXHAUSTED);
-  ck_assert_msg_has(st, "AssignAdd w: float of shape [1099511627776] is 4398046511104 bytes, "
-                        "above the limit of ");
+  ck_assert_msg_has(st,
+                    "AssignAdd w: float of shape [1099511627776] is 4398046511104 bytes, "
+                    "above the limit of ");
   ck_assert_msg_has(st, "bytes (--max-tensor-bytes)");
   /* 2^61 int64 indices: 2^64 bytes */
   int64_t rows[2] = {1, 3};
   st = raw_update("w", PARAMSERVER__UPDATE_OP__SCATTER_UPDATE, PS_DT_FLOAT, rows, 2,
                   PS_DT_INT64, 1LL << 61, 100);
   ck_assert_int_eq(st.code, PS_INVALID_ARGUMENT);
-  ck_assert_msg_has(st, "ScatterUpdate w: int64 of shape [2305843009213693952] does not fit "
-                        "in memory");
+  ck_assert_msg_has(st,
+                    "ScatterUpdate w: int64 of shape [2305843009213693952] does not fit "
+                    "in memory");
   assert_w_unchanged();
 }
 END_TEST
@@ -221,17 +241,21 @@ END_TEST
 START_TEST(create_of_a_size_that_does_not_fit_is_refused) {
   ps_init_spec z;
   ps_init_spec_default(&z, PS_INIT_ZEROS);
-  ps_var_spec v = {.name = "big", .dtype = PS_DT_FLOAT, .shape = shp1(1LL << 62), .init = &z};
+  ps_var_spec v = {
+      .name = "big", .dtype = PS_DT_FLOAT, .shape = shp1(1LL << 62), .init = &z};
   ps_status st;
   ck_assert_int_eq(ps_client_create_vars(C, 0, &v, 1, &st), PS_INVALID_ARGUMENT);
-  ck_assert_msg_has(st, "Create big: float of shape [4611686018427387904] does not fit in memory");
+  ck_assert_msg_has(
+      st, "Create big: float of shape [4611686018427387904] does not fit in memory");
   v.shape = shp2(1LL << 31, 1LL << 31);
   ck_assert_int_eq(ps_client_create_vars(C, 0, &v, 1, &st), PS_INVALID_ARGUMENT);
-  ck_assert_msg_has(st, "Create big: float of shape [2147483648,2147483648] does not fit");
+  ck_assert_msg_has(st,
+                    "Create big: float of shape [2147483648,2147483648] does not fit");
   v.shape = shp1(1LL << 50);
   ck_assert_int_eq(ps_client_create_vars(C, 0, &v, 1, &st), PS_RESOURCE_EXHAUSTED);
-  ck_assert_msg_has(st, "Create big: float of shape [1125899906842624] is 4503599627370496 "
-                        "bytes, above the limit of ");
+  ck_assert_msg_has(st,
+                    "Create big: float of shape [1125899906842624] is 4503599627370496 "
+                    "bytes, above the limit of ");
   ck_assert_msg_has(st, "(--max-tensor-bytes)");
   ck_assert(!exists("big"));
   /* nothing to initialize: Initialize of everything still works */
@@ -243,8 +267,9 @@ END_TEST
 START_TEST(huge_gather_is_refused_before_allocating) {
   ps_status st = raw_gather("w", PS_DT_INT64, (1LL << 61) - 1, 100);
   ck_assert_int_eq(st.code, PS_RESOURCE_EXHAUSTED);
-  ck_assert_msg_has(st, "Gather w: 2305843009213693951 rows, above the limit of 1048576 per "
-                        "gather (--max-gather-rows)");
+  ck_assert_msg_has(st,
+                    "Gather w: 2305843009213693951 rows, above the limit of 1048576 per "
+                    "gather (--max-gather-rows)");
   st = raw_gather("w", PS_DT_INT32, -5, 0);
   ck_assert_int_eq(st.code, PS_INVALID_ARGUMENT);
   ck_assert_msg_has(st, "Gather w: negative index count -5");
@@ -325,8 +350,9 @@ START_TEST(bad_initializers_are_refused_at_create) {
   ps_init_spec_default(&lst, PS_INIT_CONSTANT);
   lst.values = vals;
   lst.nvalues = 5;
-  ps_var_spec v[2] = {{.name = "a", .dtype = PS_DT_FLOAT, .shape = shp1(3), .init = &z},
-                      {.name = "m", .dtype = PS_DT_FLOAT, .shape = shp1(3), .init = &bad}};
+  ps_var_spec v[2] = {
+      {.name = "a", .dtype = PS_DT_FLOAT, .shape = shp1(3), .init = &z},
+      {.name = "m", .dtype = PS_DT_FLOAT, .shape = shp1(3), .init = &bad}};
   ps_status st;
   ck_assert_int_eq(ps_client_create_vars(C, 0, v, 2, &st), PS_INVALID_ARGUMENT);
   ck_assert_msg_has(st, "variable m: random_uniform needs minval <= maxval, got minval=2 "
@@ -350,7 +376,8 @@ START_TEST(bad_initializers_are_refused_at_create) {
   ck_assert_int_eq(ps_client_initialize(C, 0, NULL, 0, false, &ninit, &st), 0);
   v[1].init = &z;
   ck_assert_msg(ps_client_create_vars(C, 0, v, 2, &st) == 0, "%s", st.msg);
-  ck_assert_msg(ps_client_initialize(C, 0, NULL, 0, false, &ninit, &st) == 0, "%s", st.msg);
+  ck_assert_msg(ps_client_initialize(C, 0, NULL, 0, false, &ninit, &st) == 0, "%s",
+                st.msg);
   ck_assert_uint_eq(ninit, 2);
   assert_w_unchanged();
 }
@@ -419,8 +446,13 @@ static int create_part(const char *name, const char *full, ps_shape shape, ps_sh
                        int64_t off, ps_dtype dt, ps_status *st) {
   ps_init_spec z;
   ps_init_spec_default(&z, PS_INIT_ZEROS);
-  ps_var_spec v = {.name = name, .dtype = dt, .shape = shape, .init = &z,
-                   .full_name = full, .full_shape = &fs, .offset = off};
+  ps_var_spec v = {.name = name,
+                   .dtype = dt,
+                   .shape = shape,
+                   .init = &z,
+                   .full_name = full,
+                   .full_shape = &fs,
+                   .offset = off};
   return ps_client_create_vars(C, 0, &v, 1, st);
 }
 
@@ -428,52 +460,67 @@ START_TEST(key_space_conflicts_are_refused) {
   ps_status st;
   ps_init_spec z;
   ps_init_spec_default(&z, PS_INIT_ZEROS);
-  ck_assert_msg(create_part("P/part_0", "P", shp2(2, 2), shp2(4, 2), 0, PS_DT_FLOAT, &st) == 0,
-                "%s", st.msg);
+  ck_assert_msg(
+      create_part("P/part_0", "P", shp2(2, 2), shp2(4, 2), 0, PS_DT_FLOAT, &st) == 0,
+      "%s", st.msg);
   /* a plain P beside parts of P */
-  ps_var_spec plain = {.name = "P", .dtype = PS_DT_FLOAT, .shape = shp2(4, 2), .init = &z};
+  ps_var_spec plain = {
+      .name = "P", .dtype = PS_DT_FLOAT, .shape = shp2(4, 2), .init = &z};
   ck_assert_int_eq(ps_client_create_vars(C, 0, &plain, 1, &st), PS_ALREADY_EXISTS);
-  ck_assert_msg_has(st, "variable P: P is the full name of the partitioned variable whose "
-                        "part P/part_0 is on ps/0");
+  ck_assert_msg_has(st,
+                    "variable P: P is the full name of the partitioned variable whose "
+                    "part P/part_0 is on ps/0");
   /* the other order: parts of the plain variable w */
-  ck_assert_int_eq(create_part("w/part_0", "w", shp2(1, 3), shp2(2, 3), 0, PS_DT_FLOAT, &st),
-                   PS_ALREADY_EXISTS);
+  ck_assert_int_eq(
+      create_part("w/part_0", "w", shp2(1, 3), shp2(2, 3), 0, PS_DT_FLOAT, &st),
+      PS_ALREADY_EXISTS);
   ck_assert_msg_has(st, "variable w/part_0: its full name w is a variable on ps/0");
   /* overlapping parts: rows [1, 3) overlap rows [0, 2) */
-  ck_assert_int_eq(create_part("P/part_1", "P", shp2(2, 2), shp2(4, 2), 2, PS_DT_FLOAT, &st),
-                   PS_INVALID_ARGUMENT);
-  ck_assert_msg_has(st, "variable P/part_1: its elements [2, 6) of P overlap those of part "
-                        "P/part_0 [0, 4)");
+  ck_assert_int_eq(
+      create_part("P/part_1", "P", shp2(2, 2), shp2(4, 2), 2, PS_DT_FLOAT, &st),
+      PS_INVALID_ARGUMENT);
+  ck_assert_msg_has(st,
+                    "variable P/part_1: its elements [2, 6) of P overlap those of part "
+                    "P/part_0 [0, 4)");
   /* disagreeing full shape, dtype */
-  ck_assert_int_eq(create_part("P/part_1", "P", shp2(2, 2), shp2(6, 2), 4, PS_DT_FLOAT, &st),
-                   PS_INVALID_ARGUMENT);
-  ck_assert_msg_has(st, "variable P/part_1: part of P with dtype float and full shape [6,2], "
-                        "but its part P/part_0 has dtype float and full shape [4,2]");
-  ck_assert_int_eq(create_part("P/part_1", "P", shp2(2, 2), shp2(4, 2), 4, PS_DT_DOUBLE, &st),
-                   PS_INVALID_ARGUMENT);
+  ck_assert_int_eq(
+      create_part("P/part_1", "P", shp2(2, 2), shp2(6, 2), 4, PS_DT_FLOAT, &st),
+      PS_INVALID_ARGUMENT);
+  ck_assert_msg_has(st,
+                    "variable P/part_1: part of P with dtype float and full shape [6,2], "
+                    "but its part P/part_0 has dtype float and full shape [4,2]");
+  ck_assert_int_eq(
+      create_part("P/part_1", "P", shp2(2, 2), shp2(4, 2), 4, PS_DT_DOUBLE, &st),
+      PS_INVALID_ARGUMENT);
   ck_assert_msg_has(st, "but its part P/part_0 has dtype float");
   /* a part outside its full shape */
-  ck_assert_int_eq(create_part("P/part_1", "P", shp2(2, 2), shp2(4, 2), 6, PS_DT_FLOAT, &st),
-                   PS_INVALID_ARGUMENT);
-  ck_assert_msg_has(st, "variable P/part_1: variable P: elements [6, 6 + 4) are outside shape "
-                        "[4,2]");
+  ck_assert_int_eq(
+      create_part("P/part_1", "P", shp2(2, 2), shp2(4, 2), 6, PS_DT_FLOAT, &st),
+      PS_INVALID_ARGUMENT);
+  ck_assert_msg_has(
+      st, "variable P/part_1: variable P: elements [6, 6 + 4) are outside shape "
+          "[4,2]");
   ck_assert(!exists("P/part_1"));
   ck_assert(!exists("P"));
   /* the right second part works, and a batch with a conflict creates nothing */
-  ps_var_spec two[2] = {{.name = "Q", .dtype = PS_DT_FLOAT, .shape = shp1(2), .init = &z},
-                        {.name = "P", .dtype = PS_DT_FLOAT, .shape = shp1(2), .init = &z}};
+  ps_var_spec two[2] = {
+      {.name = "Q", .dtype = PS_DT_FLOAT, .shape = shp1(2), .init = &z},
+      {.name = "P", .dtype = PS_DT_FLOAT, .shape = shp1(2), .init = &z}};
   ck_assert_int_eq(ps_client_create_vars(C, 0, two, 2, &st), PS_ALREADY_EXISTS);
   ck_assert(!exists("Q"));
-  ck_assert_msg(create_part("P/part_1", "P", shp2(2, 2), shp2(4, 2), 4, PS_DT_FLOAT, &st) == 0,
-                "%s", st.msg);
+  ck_assert_msg(
+      create_part("P/part_1", "P", shp2(2, 2), shp2(4, 2), 4, PS_DT_FLOAT, &st) == 0,
+      "%s", st.msg);
   ck_assert_int_eq(ps_client_initialize(C, 0, NULL, 0, false, NULL, &st), 0);
   /* a part's shape cannot change, even with validate_shape off */
   ps_shape s3 = shp2(3, 2);
   ps_tensor *t = ps_tensor_create(PS_DT_FLOAT, &s3, true);
-  ps_update u = {.name = "P/part_1", .op = PS_ASSIGN, .value = t, .no_validate_shape = true};
+  ps_update u = {
+      .name = "P/part_1", .op = PS_ASSIGN, .value = t, .no_validate_shape = true};
   ck_assert_int_eq(ps_client_update(C, 0, &u, 1, &st), PS_INVALID_ARGUMENT);
-  ck_assert_msg_has(st, "Assign P/part_1: a part of partitioned variable P cannot change its "
-                        "shape ([2,2] to [3,2], validate_shape off)");
+  ck_assert_msg_has(st,
+                    "Assign P/part_1: a part of partitioned variable P cannot change its "
+                    "shape ([2,2] to [3,2], validate_shape off)");
   ps_tensor_destroy(t);
   ps_tensor *r = read1("P/part_1", &st);
   ck_assert_ptr_nonnull(r);
@@ -495,7 +542,8 @@ START_TEST(delete_removes_variables_and_their_slots) {
   ps_status st;
   /* a name that matches nothing: NOT_FOUND, nothing deleted */
   const char *bad[2] = {"w", "nosuch"};
-  ck_assert_int_eq(ps_client_delete(C, 0, bad, 2, PS_DELETE_SLOTS, NULL, &st), PS_NOT_FOUND);
+  ck_assert_int_eq(ps_client_delete(C, 0, bad, 2, PS_DELETE_SLOTS, NULL, &st),
+                   PS_NOT_FOUND);
   ck_assert_msg_has(st, "variable nosuch does not exist on ps/0");
   assert_w_unchanged();
   /* control characters are refused before anything is looked up */
@@ -509,7 +557,8 @@ START_TEST(delete_removes_variables_and_their_slots) {
   st = raw_call("/paramserver.Ps/Delete", b, n, NULL, true, 10000);
   free(b);
   ck_assert_int_eq(st.code, PS_INVALID_ARGUMENT);
-  ck_assert_msg_has(st, "Delete: DeleteRequest.names \"w\\x0au\" contains a control character");
+  ck_assert_msg_has(
+      st, "Delete: DeleteRequest.names \"w\\x0au\" contains a control character");
   ck_assert_int_eq(ps_client_delete(C, 0, NULL, 0, 0, NULL, &st), PS_INVALID_ARGUMENT);
   ck_assert_msg_has(st, "Delete: no variable names given");
   ps_task_status ts;
@@ -518,7 +567,8 @@ START_TEST(delete_removes_variables_and_their_slots) {
   ck_assert_int_eq(ts.bytes, 24); /* w; the others are not initialized */
   ps_delete_result res;
   const char *w[1] = {"w"};
-  ck_assert_msg(ps_client_delete(C, 0, w, 1, PS_DELETE_SLOTS, &res, &st) == 0, "%s", st.msg);
+  ck_assert_msg(ps_client_delete(C, 0, w, 1, PS_DELETE_SLOTS, &res, &st) == 0, "%s",
+                st.msg);
   ck_assert_uint_eq(res.ndeleted, 3);
   ck_assert_str_eq(res.deleted[0], "w");
   ck_assert_str_eq(res.deleted[1], "w/Adam_1");
@@ -557,14 +607,17 @@ END_TEST
 
 START_TEST(delete_removes_the_parts_of_a_partitioned_variable) {
   ps_status st;
-  ck_assert_int_eq(create_part("P/part_0", "P", shp2(2, 2), shp2(4, 2), 0, PS_DT_FLOAT, &st), 0);
-  ck_assert_int_eq(create_part("P/part_1", "P", shp2(2, 2), shp2(4, 2), 4, PS_DT_FLOAT, &st), 0);
+  ck_assert_int_eq(
+      create_part("P/part_0", "P", shp2(2, 2), shp2(4, 2), 0, PS_DT_FLOAT, &st), 0);
+  ck_assert_int_eq(
+      create_part("P/part_1", "P", shp2(2, 2), shp2(4, 2), 4, PS_DT_FLOAT, &st), 0);
   ps_init_spec z;
   ps_init_spec_default(&z, PS_INIT_ZEROS);
   create("P/part_0/Momentum", PS_DT_FLOAT, shp2(2, 2), &z);
   ps_delete_result res;
   const char *p[1] = {"P"};
-  ck_assert_msg(ps_client_delete(C, 0, p, 1, PS_DELETE_SLOTS, &res, &st) == 0, "%s", st.msg);
+  ck_assert_msg(ps_client_delete(C, 0, p, 1, PS_DELETE_SLOTS, &res, &st) == 0, "%s",
+                st.msg);
   ck_assert_uint_eq(res.ndeleted, 3);
   ck_assert_str_eq(res.deleted[0], "P/part_0");
   ck_assert_str_eq(res.deleted[1], "P/part_0/Momentum");
@@ -610,7 +663,8 @@ START_TEST(delete_is_safe_while_other_calls_use_the_variable) {
   ch.c = ps_client_create(H.cluster, "ps", NULL, &st);
   ck_assert_ptr_nonnull(ch.c);
   pthread_t th[2];
-  for (int i = 0; i < 2; i++) pthread_create(&th[i], NULL, churn_main, &ch);
+  for (int i = 0; i < 2; i++)
+    pthread_create(&th[i], NULL, churn_main, &ch);
   const char *w[1] = {"w"};
   for (int k = 0; k < 40; k++) {
     ck_assert_msg(ps_client_delete(C, 0, w, 1, 0, NULL, &st) == 0, "%s", st.msg);
@@ -618,9 +672,11 @@ START_TEST(delete_is_safe_while_other_calls_use_the_variable) {
     assign_f("w", shp2(2, 3), NULL);
   }
   ch.stop = 1;
-  for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+  for (int i = 0; i < 2; i++)
+    pthread_join(th[i], NULL);
   ps_client_destroy(ch.c);
-  ck_assert_msg(ch.errors_other == 0, "%d unexpected errors, last: %s", ch.errors_other, ch.last);
+  ck_assert_msg(ch.errors_other == 0, "%d unexpected errors, last: %s", ch.errors_other,
+                ch.last);
   ck_assert_int_eq(ps_client_status(C, 0, &(ps_task_status){0}, &st), 0);
 }
 END_TEST
@@ -635,7 +691,8 @@ static void *sync_main(void *arg) {
   sync_call *sc = arg;
   ps_shape s = shp2(2, 3);
   ps_tensor *t = ps_tensor_create(PS_DT_FLOAT, &s, true);
-  ps_update u = {.name = "w", .op = PS_ASSIGN_ADD, .value = t, .replicas_to_aggregate = 2};
+  ps_update u = {
+      .name = "w", .op = PS_ASSIGN_ADD, .value = t, .replicas_to_aggregate = 2};
   sc->rc = ps_client_update(sc->c, 0, &u, 1, &sc->st);
   ps_tensor_destroy(t);
   return NULL;
@@ -672,15 +729,18 @@ START_TEST(psctl_rm) {
   ps_init_spec_default(&z, PS_INIT_ZEROS);
   create("w/Momentum", PS_DT_FLOAT, shp2(2, 3), &z);
   char cmd[1024], *out = NULL;
-  snprintf(cmd, sizeof cmd, "%s --cluster %s rm w", harness_prog("PSCTL", "psctl"), H.spec);
+  snprintf(cmd, sizeof cmd, "%s --cluster %s rm w", harness_prog("PSCTL", "psctl"),
+           H.spec);
   ck_assert_int_eq(harness_run(cmd, &out), 0);
-  ck_assert_msg(strstr(out, "deleted w on ps/0\ndeleted w/Momentum on ps/0\n"), "%s", out);
+  ck_assert_msg(strstr(out, "deleted w on ps/0\ndeleted w/Momentum on ps/0\n"), "%s",
+                out);
   free(out);
   ck_assert(!exists("w"));
   snprintf(cmd, sizeof cmd, "%s --cluster %s rm nosuch", harness_prog("PSCTL", "psctl"),
            H.spec);
   ck_assert_int_eq(harness_run(cmd, &out), 1);
-  ck_assert_msg(strstr(out, "psctl: rm: variable nosuch not found on any ps task"), "%s", out);
+  ck_assert_msg(strstr(out, "psctl: rm: variable nosuch not found on any ps task"), "%s",
+                out);
   free(out);
   snprintf(cmd, sizeof cmd, "%s --cluster %s rm", harness_prog("PSCTL", "psctl"), H.spec);
   ck_assert_int_eq(harness_run(cmd, &out), 2);
@@ -723,12 +783,14 @@ START_TEST(names_with_control_characters_are_refused) {
   st = raw_call("/paramserver.Ps/Read", b, n, NULL, false, 10000);
   free(b);
   ck_assert_int_eq(st.code, PS_INVALID_ARGUMENT);
-  ck_assert_msg_has(st, "Read: ReadItem.name \"w\\x00evil\" contains a control character");
+  ck_assert_msg_has(st,
+                    "Read: ReadItem.name \"w\\x00evil\" contains a control character");
   /* a slot name with an escape character, nested in an Update */
   st = raw_update("w\x1b[31m", PARAMSERVER__UPDATE_OP__ASSIGN, PS_DT_FLOAT,
                   (int64_t[]){2, 3}, 2, 0, 0, 24);
   ck_assert_int_eq(st.code, PS_INVALID_ARGUMENT);
-  ck_assert_msg_has(st, "Update: Update.name \"w\\x1b[31m\" contains a control character");
+  ck_assert_msg_has(st,
+                    "Update: Update.name \"w\\x1b[31m\" contains a control character");
   /* Initialize, IsInitialized with DEL */
   Paramserver__NamesRequest nr = PARAMSERVER__NAMES_REQUEST__INIT;
   char *names[1] = {"w\x7f"};
@@ -736,7 +798,8 @@ START_TEST(names_with_control_characters_are_refused) {
   nr.n_names = 1;
   st = raw_msg("/paramserver.Ps/IsInitialized", &nr.base, true);
   ck_assert_int_eq(st.code, PS_INVALID_ARGUMENT);
-  ck_assert_msg_has(st, "IsInitialized: NamesRequest.names \"w\\x7f\" contains a control");
+  ck_assert_msg_has(st,
+                    "IsInitialized: NamesRequest.names \"w\\x7f\" contains a control");
   /* over-long names */
   char *longname = malloc(5001);
   memset(longname, 'a', 5000);
@@ -759,8 +822,13 @@ END_TEST
 /* ---- limits set by flags ---- */
 
 static void limits_setup(void) {
-  static const char *const extra[] = {"--max-tensor-bytes", "65536", "--max-read-names", "4",
-                                      "--max-gather-rows", "8", NULL};
+  static const char *const extra[] = {"--max-tensor-bytes",
+                                      "65536",
+                                      "--max-read-names",
+                                      "4",
+                                      "--max-gather-rows",
+                                      "8",
+                                      NULL};
   start(extra);
   create("w", PS_DT_FLOAT, shp2(2, 3), NULL);
   float v[6] = {0, 1, 2, 3, 4, 5};
@@ -772,21 +840,26 @@ START_TEST(limits_from_flags) {
   /* a variable of 65540 bytes */
   ps_var_spec v = {.name = "big", .dtype = PS_DT_FLOAT, .shape = shp1(16385)};
   ck_assert_int_eq(ps_client_create_vars(C, 0, &v, 1, &st), PS_RESOURCE_EXHAUSTED);
-  ck_assert_msg_has(st, "Create big: float of shape [16385] is 65540 bytes, above the limit of "
-                        "65536 bytes (--max-tensor-bytes)");
+  ck_assert_msg_has(
+      st, "Create big: float of shape [16385] is 65540 bytes, above the limit of "
+          "65536 bytes (--max-tensor-bytes)");
   ck_assert(!exists("big"));
   /* 5 names */
-  ps_read r[5] = {{.name = "w"}, {.name = "w"}, {.name = "w"}, {.name = "w"}, {.name = "w"}};
+  ps_read r[5] = {
+      {.name = "w"}, {.name = "w"}, {.name = "w"}, {.name = "w"}, {.name = "w"}};
   ck_assert_int_eq(ps_client_read(C, 0, r, 5, &st), PS_RESOURCE_EXHAUSTED);
-  ck_assert_msg_has(st, "Read: 5 items, above the limit of 4 per call (--max-read-names)");
+  ck_assert_msg_has(st,
+                    "Read: 5 items, above the limit of 4 per call (--max-read-names)");
   ck_assert_msg(ps_client_read(C, 0, r, 4, &st) == 0, "%s", st.msg);
-  for (int i = 0; i < 4; i++) ps_tensor_destroy(r[i].out);
+  for (int i = 0; i < 4; i++)
+    ps_tensor_destroy(r[i].out);
   /* 9 rows */
   ps_shape s9 = shp1(9);
   ps_tensor *idx = ps_tensor_create(PS_DT_INT64, &s9, true);
   ps_read g = {.name = "w", .indices = idx};
   ck_assert_int_eq(ps_client_read(C, 0, &g, 1, &st), PS_RESOURCE_EXHAUSTED);
-  ck_assert_msg_has(st, "Gather w: 9 rows, above the limit of 8 per gather (--max-gather-rows)");
+  ck_assert_msg_has(
+      st, "Gather w: 9 rows, above the limit of 8 per gather (--max-gather-rows)");
   ps_tensor_destroy(idx);
   /* 8 rows of 16 KiB: a 128 KiB response */
   create("wide", PS_DT_FLOAT, shp2(4, 4096), NULL);
@@ -795,8 +868,9 @@ START_TEST(limits_from_flags) {
   idx = ps_tensor_create(PS_DT_INT64, &s8, true);
   ps_read g8 = {.name = "wide", .indices = idx};
   ck_assert_int_eq(ps_client_read(C, 0, &g8, 1, &st), PS_RESOURCE_EXHAUSTED);
-  ck_assert_msg_has(st, "Gather wide: float of shape [8,4096] is 131072 bytes, above the limit "
-                        "of 65536 bytes (--max-tensor-bytes)");
+  ck_assert_msg_has(
+      st, "Gather wide: float of shape [8,4096] is 131072 bytes, above the limit "
+          "of 65536 bytes (--max-tensor-bytes)");
   ps_tensor_destroy(idx);
   /* two values of 40000 bytes: each fits, together they do not */
   create("a", PS_DT_FLOAT, shp1(10000), NULL);
@@ -852,13 +926,15 @@ START_TEST(parked_updates_are_bounded) {
     pc[i].c = ps_client_create(H.cluster, "ps", &o, &st);
     pthread_create(&th[i], NULL, parked_main, &pc[i]);
   }
-  for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+  for (int i = 0; i < 2; i++)
+    pthread_join(th[i], NULL);
   /* one parked (then missed its deadline), one refused: 128000 bytes > 65536 */
   int refused = pc[0].rc == PS_RESOURCE_EXHAUSTED ? 0 : 1;
   ck_assert_int_eq(pc[refused].rc, PS_RESOURCE_EXHAUSTED);
-  ck_assert_msg(strstr(pc[refused].st.msg, "ps/0: updates waiting for snapshot 9 to end hold "
-                                           "64000 bytes; this one (64000 bytes) would pass the "
-                                           "limit of 65536 bytes (--max-tensor-bytes)"),
+  ck_assert_msg(strstr(pc[refused].st.msg,
+                       "ps/0: updates waiting for snapshot 9 to end hold "
+                       "64000 bytes; this one (64000 bytes) would pass the "
+                       "limit of 65536 bytes (--max-tensor-bytes)"),
                 "%s", pc[refused].st.msg);
   ck_assert_int_eq(pc[1 - refused].rc, PS_DEADLINE_EXCEEDED);
   past_server_deadline();
@@ -925,14 +1001,18 @@ static void save_teardown(void) {
 
 START_TEST(save_works_after_refused_conflicts_and_deletes) {
   ps_status st;
-  ck_assert_int_eq(create_part("P/part_0", "P", shp2(2, 2), shp2(4, 2), 0, PS_DT_FLOAT, &st), 0);
-  ck_assert_int_eq(create_part("P/part_1", "P", shp2(2, 2), shp2(4, 2), 4, PS_DT_FLOAT, &st), 0);
+  ck_assert_int_eq(
+      create_part("P/part_0", "P", shp2(2, 2), shp2(4, 2), 0, PS_DT_FLOAT, &st), 0);
+  ck_assert_int_eq(
+      create_part("P/part_1", "P", shp2(2, 2), shp2(4, 2), 4, PS_DT_FLOAT, &st), 0);
   ps_init_spec one;
   ps_init_spec_default(&one, PS_INIT_ONES);
-  ps_var_spec plain = {.name = "P", .dtype = PS_DT_FLOAT, .shape = shp2(4, 2), .init = &one};
+  ps_var_spec plain = {
+      .name = "P", .dtype = PS_DT_FLOAT, .shape = shp2(4, 2), .init = &one};
   ck_assert_int_eq(ps_client_create_vars(C, 0, &plain, 1, &st), PS_ALREADY_EXISTS);
-  ck_assert_int_eq(create_part("P/part_2", "P", shp2(2, 2), shp2(4, 2), 0, PS_DT_FLOAT, &st),
-                   PS_INVALID_ARGUMENT);
+  ck_assert_int_eq(
+      create_part("P/part_2", "P", shp2(2, 2), shp2(4, 2), 0, PS_DT_FLOAT, &st),
+      PS_INVALID_ARGUMENT);
   ck_assert_int_eq(ps_client_initialize(C, 0, NULL, 0, false, NULL, &st), 0);
   ps_save_options so = {0};
   char *written = NULL;

@@ -6,10 +6,12 @@
 
 #include "store.h"
 
-static ps_shape shp(int64_t a, int64_t b) { return (ps_shape){.rank = 2, .dim = {a, b}}; }
+static ps_shape shp(int64_t a, int64_t b) {
+  return (ps_shape){.rank = 2, .dim = {a, b}};
+}
 
-static int make(ps_store *s, const char *name, const char *full, int64_t rows, int64_t off,
-                ps_status *st) {
+static int make(ps_store *s, const char *name, const char *full, int64_t rows,
+                int64_t off, ps_status *st) {
   ps_init_spec z;
   ps_init_spec_default(&z, PS_INIT_ZEROS);
   ps_shape sh = shp(rows, 2), fs = shp(4, 2);
@@ -40,8 +42,9 @@ START_TEST(remove_keeps_pointers_valid_and_names_free) {
   ck_assert_str_eq(st.msg, "variable x does not exist on ps/0");
   ck_assert_ptr_eq(ps_store_lookup(s, "w"), w);
   bool missing[2];
-  ck_assert_int_eq(ps_store_remove(s, bad, 2, PS_REMOVE_SLOTS | PS_REMOVE_MISSING_OK, &out,
-                                   &n, missing, &st), 0);
+  ck_assert_int_eq(ps_store_remove(s, bad, 2, PS_REMOVE_SLOTS | PS_REMOVE_MISSING_OK,
+                                   &out, &n, missing, &st),
+                   0);
   ck_assert(!missing[0] && missing[1]);
   ck_assert_uint_eq(n, 2);
   ck_assert_str_eq(out[0]->name, "w");
@@ -92,7 +95,8 @@ START_TEST(partition_index_follows_creates_and_removes) {
   size_t n;
   ck_assert_int_eq(ps_store_remove(s, p, 1, 0, &out, &n, NULL, &st), 0);
   ck_assert_uint_eq(n, 2);
-  for (size_t i = 0; i < n; i++) ps_var_mark_deleted(s, out[i]);
+  for (size_t i = 0; i < n; i++)
+    ps_var_mark_deleted(s, out[i]);
   free(out);
   ck_assert_int_eq(make(s, "P", NULL, 4, 0, &st), 0);
   ck_assert_int_eq(make(s, "P/part_0", "P", 2, 0, &st), PS_ALREADY_EXISTS);
@@ -124,9 +128,10 @@ START_TEST(gate_limits) {
   ck_assert(parked);
   ck_assert_int_eq(ps_store_update_admit(s, count_run, NULL, 60, &parked, &st),
                    PS_RESOURCE_EXHAUSTED);
-  ck_assert_str_eq(st.msg, "ps/0: updates waiting for snapshot 2 to end hold 60 bytes; this "
-                           "one (60 bytes) would pass the limit of 100 bytes "
-                           "(--max-tensor-bytes); try again");
+  ck_assert_str_eq(st.msg,
+                   "ps/0: updates waiting for snapshot 2 to end hold 60 bytes; this "
+                   "one (60 bytes) would pass the limit of 100 bytes "
+                   "(--max-tensor-bytes); try again");
   ck_assert_int_eq(ps_store_update_admit(s, count_run, NULL, 40, &parked, &st), 0);
   ck_assert(parked);
   ps_store_snapshot_release(s, 2);

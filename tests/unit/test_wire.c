@@ -98,27 +98,33 @@ START_TEST(wire_strings_are_checked) {
   size_t n;
   uint8_t *b = pack_create("good/name", &n);
   ck_assert_int_eq(ps_wire_check_strings(&paramserver__create_request__descriptor, b, n,
-                                         "Create", &st), 0);
+                                         "Create", &st),
+                   0);
   patch(b, n, "good/", '\0');
   ck_assert_int_eq(ps_wire_check_strings(&paramserver__create_request__descriptor, b, n,
-                                         "Create", &st), PS_INVALID_ARGUMENT);
-  ck_assert_str_eq(st.msg, "Create: VariableSpec.name \"good\\x00name\" contains a control "
-                           "character (NUL or 0x01-0x1f, 0x7f)");
+                                         "Create", &st),
+                   PS_INVALID_ARGUMENT);
+  ck_assert_str_eq(st.msg,
+                   "Create: VariableSpec.name \"good\\x00name\" contains a control "
+                   "character (NUL or 0x01-0x1f, 0x7f)");
   free(b);
   /* nested: Initializer.full_name */
   b = pack_create("w", &n);
   patch(b, n, "FU", '\n');
   ck_assert_int_eq(ps_wire_check_strings(&paramserver__create_request__descriptor, b, n,
-                                         "Create", &st), PS_INVALID_ARGUMENT);
-  ck_assert_str_eq(st.msg, "Create: Initializer.full_name \"F\\x0aLL\" contains a control "
-                           "character (NUL or 0x01-0x1f, 0x7f)");
+                                         "Create", &st),
+                   PS_INVALID_ARGUMENT);
+  ck_assert_str_eq(st.msg,
+                   "Create: Initializer.full_name \"F\\x0aLL\" contains a control "
+                   "character (NUL or 0x01-0x1f, 0x7f)");
   free(b);
   char *longname = malloc(PS_WIRE_MAX_STRING + 2);
   memset(longname, 'x', PS_WIRE_MAX_STRING + 1);
   longname[PS_WIRE_MAX_STRING + 1] = '\0';
   b = pack_create(longname, &n);
   ck_assert_int_eq(ps_wire_check_strings(&paramserver__create_request__descriptor, b, n,
-                                         "Create", &st), PS_INVALID_ARGUMENT);
+                                         "Create", &st),
+                   PS_INVALID_ARGUMENT);
   ck_assert_str_eq(st.msg, "Create: VariableSpec.name is 4097 bytes; the limit is 4096");
   free(b);
   free(longname);
@@ -128,13 +134,16 @@ START_TEST(wire_strings_are_checked) {
   for (size_t k = 0; k < n; k++)
     ps_wire_check_strings(&paramserver__create_request__descriptor, b, k, "Create", &st);
   free(b);
-  static const uint8_t junk[] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01};
+  static const uint8_t junk[] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+                                 0xff, 0xff, 0xff, 0xff, 0x01};
   ck_assert_int_eq(ps_wire_check_strings(&paramserver__create_request__descriptor, junk,
-                                         sizeof junk, "Create", &st), 0);
+                                         sizeof junk, "Create", &st),
+                   0);
   /* UTF-8 is fine */
   b = pack_create("w\xc3\xa9", &n);
   ck_assert_int_eq(ps_wire_check_strings(&paramserver__create_request__descriptor, b, n,
-                                         "Create", &st), 0);
+                                         "Create", &st),
+                   0);
   free(b);
 }
 END_TEST
