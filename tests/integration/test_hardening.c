@@ -6,6 +6,7 @@
  * and the state for being unchanged afterwards. */
 #include <check.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -631,16 +632,17 @@ END_TEST
 
 typedef struct churn {
   ps_client *c;
-  int errors_other; /* codes other than 0 and NOT_FOUND */
+  pthread_mutex_t mu;
+  int errors_other; /* codes other than 0 and NOT_FOUND (under mu) */
   char last[PS_STATUS_MSG_MAX];
-  volatile int stop;
+  atomic_int stop;
 } churn;
 
 static void *churn_main(void *arg) {
   churn *ch = arg;
   ps_shape s = shp2(2, 3);
   ps_tensor *t = ps_tensor_create(PS_DT_FLOAT, &s, true);
-  while (!ch->stop) {
+  while (!atomic_load(&ch->stop)) {
     ps_status st;
     ps_update u = {.name = "w", .op = PS_ASSIGN_ADD, .value = t};
     int rc = ps_client_update(ch->c, 0, &u, 1, &st);
@@ -649,8 +651,10 @@ static void *churn_main(void *arg) {
     ps_tensor_destroy(r.out);
     if ((rc && rc != PS_NOT_FOUND && rc != PS_FAILED_PRECONDITION) ||
         (rc2 && rc2 != PS_NOT_FOUND && rc2 != PS_FAILED_PRECONDITION)) {
+      pthread_mutex_lock(&ch->mu);
       ch->errors_other++;
       snprintf(ch->last, sizeof ch->last, "%s", st.msg);
+      pthread_mutex_unlock(&ch->mu);
     }
   }
   ps_tensor_destroy(t);
@@ -659,7 +663,7 @@ static void *churn_main(void *arg) {
 
 START_TEST(delete_is_safe_while_other_calls_use_the_variable) {
   ps_status st;
-  churn ch = {0};
+  churn ch = {.mu = PTHREAD_MUTEX_INITIALIZER};
   ch.c = ps_client_create(H.cluster, "ps", NULL, &st);
   ck_assert_ptr_nonnull(ch.c);
   pthread_t th[2];
@@ -671,7 +675,7 @@ START_TEST(delete_is_safe_while_other_calls_use_the_variable) {
     create("w", PS_DT_FLOAT, shp2(2, 3), NULL);
     assign_f("w", shp2(2, 3), NULL);
   }
-  ch.stop = 1;
+  atomic_store(&ch.stop, 1);
   for (int i = 0; i < 2; i++)
     pthread_join(th[i], NULL);
   ps_client_destroy(ch.c);
