@@ -419,10 +419,8 @@ int ps_var_gone(ps_store *s, const ps_var *v, ps_status *st) {
                        s->task);
 }
 
-/* Appends @v to @out unless it is there already. */
-static int add_unique(ps_var ***out, size_t *n, size_t *cap, ps_var *v) {
-  for (size_t i = 0; i < *n; i++)
-    if ((*out)[i] == v) return 0;
+/* Appends @v to @out (duplicates are removed later by dedup()). */
+static int push(ps_var ***out, size_t *n, size_t *cap, ps_var *v) {
   if (*n == *cap) {
     size_t c = *cap ? *cap * 2 : 16;
     ps_var **p = realloc(*out, c * sizeof *p);
@@ -434,11 +432,38 @@ static int add_unique(ps_var ***out, size_t *n, size_t *cap, ps_var *v) {
   return 0;
 }
 
-/* True if @name is @parent "/" one more path part. */
-static bool is_slot_of(const char *name, const char *parent) {
-  size_t n = strlen(parent);
-  return !strncmp(name, parent, n) && name[n] == '/' && name[n + 1] != '\0' &&
-         strchr(name + n + 1, '/') == NULL;
+/* Sorts @vs by name and drops duplicates (names in the table are unique,
+ * so equal names are the same variable); returns the new count. */
+static size_t dedup(ps_var **vs, size_t n) {
+  if (n == 0) return 0;
+  qsort(vs, n, sizeof *vs, cmp_var_name);
+  size_t k = 1;
+  for (size_t i = 1; i < n; i++)
+    if (vs[i] != vs[k - 1]) vs[k++] = vs[i];
+  return k;
+}
+
+/* Orders a name of @len bytes (not NUL-terminated) against a variable's. */
+typedef struct name_key {
+  const char *s;
+  size_t len;
+} name_key;
+
+static int cmp_key_var(const void *k, const void *e) {
+  const name_key *a = k;
+  const char *b = (*(ps_var *const *)e)->name;
+  int c = strncmp(a->s, b, a->len);
+  if (c != 0) return c;
+  return b[a->len] == '\0' ? 0 : -1;
+}
+
+/* True if @name is M "/" S, with S non-empty and without '/', for a
+ * variable M among @vs[0..n) (sorted by name). */
+static bool is_slot_of_any(const char *name, ps_var **vs, size_t n) {
+  const char *slash = strrchr(name, '/');
+  if (slash == NULL || slash[1] == '\0') return false;
+  name_key k = {name, (size_t)(slash - name)};
+  return bsearch(&k, vs, n, sizeof *vs, cmp_key_var) != NULL;
 }
 
 int ps_store_remove(ps_store *s, char *const *names, size_t n, int flags,
@@ -451,10 +476,10 @@ int ps_store_remove(ps_store *s, char *const *names, size_t n, int flags,
   pthread_rwlock_wrlock(&s->lock);
   for (size_t i = 0; i < n && rc == 0; i++) {
     ps_var *v = lookup_locked(s, names[i]);
-    if (v && add_unique(&vs, &nv, &cap, v) != 0) goto oom;
+    if (v && push(&vs, &nv, &cap, v) != 0) goto oom;
     part_group *g = group_find(s, names[i]);
     for (size_t k = 0; g && k < g->n; k++)
-      if (add_unique(&vs, &nv, &cap, g->parts[k]) != 0) goto oom;
+      if (push(&vs, &nv, &cap, g->parts[k]) != 0) goto oom;
     bool none = v == NULL && (g == NULL || g->n == 0);
     if (missing) missing[i] = none;
     if (none && !(flags & PS_REMOVE_MISSING_OK))
@@ -462,15 +487,15 @@ int ps_store_remove(ps_store *s, char *const *names, size_t n, int flags,
                          names[i], s->task);
   }
   if (rc == 0 && (flags & PS_REMOVE_SLOTS) && nv > 0) {
-    size_t nmatched = nv;
+    /* one pass over the table, each name's parent looked up among the
+     * matched variables (sorted): O(table * log matched) */
+    size_t nmatched = nv = dedup(vs, nv);
     for (size_t b = 0; b < s->nbuckets; b++)
       for (ps_var *v = s->buckets[b]; v; v = v->next)
-        for (size_t k = 0; k < nmatched; k++)
-          if (is_slot_of(v->name, vs[k]->name)) {
-            if (add_unique(&vs, &nv, &cap, v) != 0) goto oom;
-            break;
-          }
+        if (is_slot_of_any(v->name, vs, nmatched) && push(&vs, &nv, &cap, v) != 0)
+          goto oom;
   }
+  nv = dedup(vs, nv);
   if (rc == 0)
     for (size_t i = 0; i < nv; i++) {
       ps_var *v = vs[i];
@@ -490,7 +515,6 @@ int ps_store_remove(ps_store *s, char *const *names, size_t n, int flags,
     free(vs);
     return rc;
   }
-  if (nv) qsort(vs, nv, sizeof *vs, cmp_var_name);
   *out = vs;
   *nout = nv;
   return 0;

@@ -1,6 +1,7 @@
 /* Unit tests of ps/store's removal of variables, its partition index and
  * the limits of its update gate. */
 #include <check.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -104,6 +105,46 @@ START_TEST(partition_index_follows_creates_and_removes) {
 }
 END_TEST
 
+START_TEST(remove_of_many_with_slots) {
+  ps_store *s = ps_store_create("ps/0");
+  ps_status st;
+  enum { N = 20000 };
+  char **names = calloc(N, sizeof *names);
+  for (int i = 0; i < N; i++) {
+    char b[64];
+    snprintf(b, sizeof b, "v%d", i);
+    names[i] = strdup(b);
+    ck_assert_int_eq(make(s, b, NULL, 1, 0, &st), 0);
+    snprintf(b, sizeof b, "v%d/Momentum", i);
+    ck_assert_int_eq(make(s, b, NULL, 1, 0, &st), 0);
+  }
+  /* every other name, one given twice and one slot named explicitly too */
+  char **del = calloc(N / 2 + 2, sizeof *del);
+  for (int i = 0; i < N / 2; i++)
+    del[i] = names[2 * i];
+  del[N / 2] = names[0];
+  del[N / 2 + 1] = "v2/Momentum";
+  ps_var **out;
+  size_t n;
+  ck_assert_int_eq(
+      ps_store_remove(s, del, N / 2 + 2, PS_REMOVE_SLOTS, &out, &n, NULL, &st), 0);
+  ck_assert_uint_eq(n, N);
+  for (size_t i = 1; i < n; i++)
+    ck_assert(strcmp(out[i - 1]->name, out[i]->name) < 0);
+  free(out);
+  int64_t nv, bytes;
+  ps_store_totals(s, &nv, &bytes);
+  ck_assert_int_eq(nv, N);
+  ck_assert_ptr_null(ps_store_lookup(s, "v0/Momentum"));
+  ck_assert_ptr_nonnull(ps_store_lookup(s, "v1/Momentum"));
+  for (int i = 0; i < N; i++)
+    free(names[i]);
+  free(names);
+  free(del);
+  ps_store_destroy(s);
+}
+END_TEST
+
 static int ran;
 static void count_run(void *arg) {
   (void)arg;
@@ -153,6 +194,7 @@ int main(void) {
   tcase_add_test(tc, remove_keeps_pointers_valid_and_names_free);
   tcase_add_test(tc, partition_index_follows_creates_and_removes);
   tcase_add_test(tc, gate_limits);
+  tcase_add_test(tc, remove_of_many_with_slots);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
