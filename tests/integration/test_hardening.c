@@ -753,6 +753,39 @@ START_TEST(psctl_rm) {
 }
 END_TEST
 
+static void two_ps_setup(void) {
+  C = harness_start_client(&H, 2, NULL);
+  ck_assert_ptr_nonnull(C);
+}
+
+START_TEST(psctl_rm_on_every_ps_task) {
+  ps_status st;
+  ps_var_spec a = {.name = "a", .dtype = PS_DT_FLOAT, .shape = shp1(1)};
+  ps_var_spec b = {.name = "b", .dtype = PS_DT_FLOAT, .shape = shp1(1)};
+  ck_assert_int_eq(ps_client_create_vars(C, 0, &a, 1, &st), 0);
+  ck_assert_int_eq(ps_client_create_vars(C, 1, &b, 1, &st), 0);
+  char cmd[1024], *out = NULL;
+  snprintf(cmd, sizeof cmd, "%s --cluster %s rm a b", harness_prog("PSCTL", "psctl"),
+           H.spec);
+  ck_assert_int_eq(harness_run(cmd, &out), 0);
+  ck_assert_msg(strstr(out, "deleted a on ps/0\n") && strstr(out, "deleted b on ps/1\n"),
+                "%s", out);
+  free(out);
+  ps_var_info *vi;
+  size_t n;
+  for (int t = 0; t < 2; t++) {
+    ck_assert_int_eq(ps_client_list(C, t, &vi, &n, &st), 0);
+    ck_assert_uint_eq(n, 0);
+    ps_client_free_var_info(vi, n);
+  }
+  ck_assert_int_eq(harness_run(cmd, &out), 1);
+  ck_assert_msg(strstr(out, "psctl: rm: variable a not found on any ps task") &&
+                    strstr(out, "psctl: rm: variable b not found on any ps task"),
+                "%s", out);
+  free(out);
+}
+END_TEST
+
 /* ---- names (item 10) ---- */
 
 START_TEST(names_with_control_characters_are_refused) {
@@ -1072,6 +1105,11 @@ int main(void) {
   tcase_set_timeout(th, 120);
   tcase_add_test(th, hold_is_capped_by_max_hold_ms);
   suite_add_tcase(s, th);
+  TCase *t2 = tcase_create("two_ps");
+  tcase_add_checked_fixture(t2, two_ps_setup, teardown);
+  tcase_set_timeout(t2, 120);
+  tcase_add_test(t2, psctl_rm_on_every_ps_task);
+  suite_add_tcase(s, t2);
   TCase *ts = tcase_create("save");
   tcase_add_checked_fixture(ts, save_setup, save_teardown);
   tcase_set_timeout(ts, 120);
