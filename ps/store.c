@@ -668,6 +668,7 @@ void ps_snapshot_free(ps_snapshot *snap) {
   if (snap == NULL) return;
   for (size_t i = 0; i < snap->n; i++) {
     free(snap->e[i].name);
+    free(snap->e[i].full_name);
     ps_buf_unref(snap->e[i].buf);
   }
   free(snap->e);
@@ -791,9 +792,14 @@ int ps_store_snapshot_begin(ps_store *s, int64_t id, int64_t hold_ms,
   size_t n;
   ps_var **vars = ps_store_list(s, &n);
   ps_snapshot *snap = calloc(1, sizeof *snap);
-  snap->id = id;
-  snap->e = calloc(n + 1, sizeof *snap->e);
   int rc = 0;
+  if (vars == NULL || snap == NULL || (snap->e = calloc(n + 1, sizeof *snap->e)) == NULL) {
+    rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory taking snapshot %lld",
+                       (long long)id);
+    n = 0;
+  } else {
+    snap->id = id;
+  }
   for (size_t i = 0; i < n && rc == 0; i++) {
     ps_var *v = vars[i];
     pthread_rwlock_rdlock(&v->lock);
@@ -809,6 +815,17 @@ int ps_store_snapshot_begin(ps_store *s, int64_t id, int64_t hold_ms,
       e->dtype = v->dtype;
       e->shape = v->shape;
       e->buf = ps_buf_ref(v->buf);
+      if (is_part(v)) {
+        e->full_name = strdup(v->init_full_name);
+        e->full_shape = v->init_full_shape;
+        e->offset = v->init_offset;
+        if (e->full_name == NULL)
+          rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory taking snapshot %lld",
+                             (long long)id);
+      }
+      if (e->name == NULL)
+        rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory taking snapshot %lld",
+                           (long long)id);
       snap->bytes += (int64_t)v->buf->size;
     }
     pthread_rwlock_unlock(&v->lock);

@@ -129,6 +129,12 @@ typedef struct ps_snapshot_entry {
   ps_dtype dtype;
   ps_shape shape;
   ps_buf *buf;
+  /* A part of a partitioned variable, as it was at the snapshot (the
+   * variable may be deleted or created again since): its full name
+   * (NULL for a plain variable), full shape and first element. */
+  char *full_name;
+  ps_shape full_shape;
+  int64_t offset;
 } ps_snapshot_entry;
 
 typedef struct ps_snapshot {

@@ -145,6 +145,42 @@ START_TEST(remove_of_many_with_slots) {
 }
 END_TEST
 
+START_TEST(snapshot_keeps_partition_info_of_deleted_parts) {
+  ps_store *s = ps_store_create("ps/0");
+  ps_status st;
+  ck_assert_int_eq(make(s, "P/part_1", "P", 2, 4, &st), 0);
+  ck_assert_int_eq(make(s, "w", NULL, 2, 0, &st), 0);
+  ps_var *p = ps_store_lookup(s, "P/part_1"), *w = ps_store_lookup(s, "w");
+  ck_assert_int_eq(ps_var_run_initializer(s, p, &st), 0);
+  ck_assert_int_eq(ps_var_run_initializer(s, w, &st), 0);
+  ck_assert_int_eq(ps_store_snapshot_begin(s, 5, 1000, false, &st), 0);
+  ps_store_snapshot_release(s, 5);
+  char *names[1] = {"P"};
+  ps_var **out;
+  size_t n;
+  ck_assert_int_eq(ps_store_remove(s, names, 1, 0, &out, &n, NULL, &st), 0);
+  ck_assert_uint_eq(n, 1);
+  ps_var_mark_deleted(s, out[0]);
+  free(out);
+  ps_snapshot *snap = ps_store_snapshot_take(s, 5);
+  ck_assert_ptr_nonnull(snap);
+  ck_assert_uint_eq(snap->n, 2);
+  ck_assert_str_eq(snap->e[0].name, "P/part_1");
+  ck_assert_str_eq(snap->e[0].full_name, "P");
+  ck_assert_int_eq(snap->e[0].offset, 4);
+  ck_assert_int_eq(snap->e[0].full_shape.dim[0], 4);
+  ck_assert_ptr_null(snap->e[1].full_name);
+  ps_snapshot_free(snap);
+  /* a snapshot after the delete does not see the part */
+  ck_assert_int_eq(ps_store_snapshot_begin(s, 6, 1000, false, &st), 0);
+  ps_store_snapshot_release(s, 6);
+  snap = ps_store_snapshot_take(s, 6);
+  ck_assert_uint_eq(snap->n, 1);
+  ps_snapshot_free(snap);
+  ps_store_destroy(s);
+}
+END_TEST
+
 static int ran;
 static void count_run(void *arg) {
   (void)arg;
@@ -195,6 +231,7 @@ int main(void) {
   tcase_add_test(tc, partition_index_follows_creates_and_removes);
   tcase_add_test(tc, gate_limits);
   tcase_add_test(tc, remove_of_many_with_slots);
+  tcase_add_test(tc, snapshot_keeps_partition_info_of_deleted_parts);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
