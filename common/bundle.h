@@ -58,6 +58,12 @@ typedef struct ps_bundle_writer ps_bundle_writer;
  * ("P.data-00000-of-00001.tempstate<random>").  NULL on error. */
 ps_bundle_writer *ps_bundle_writer_create(const char *prefix, ps_status *st);
 
+/* @cancel(@arg) is asked before each piece (4 MiB) goes to the file; when
+ * it returns true the writer stops with CANCELLED (sticky, like an I/O
+ * error), so a big tensor does not delay a shutdown.  NULL: never. */
+void ps_bundle_writer_set_cancel(ps_bundle_writer *w, bool (*cancel)(void *arg),
+                                 void *arg);
+
 /* Data bytes written so far (the data file's size), for progress reports. */
 uint64_t ps_bundle_writer_bytes(const ps_bundle_writer *w);
 
