@@ -1710,8 +1710,10 @@ int ps_ckpt_path_confined(const char *root, const char *prefix, char *resolved, 
   goto done;
 outside:
   rc = ps_status_set(st, PS_PERMISSION_DENIED,
-                     "checkpoint path %s is outside the checkpoint directory %s", prefix,
-                     root);
+                     "checkpoint path %s is outside the checkpoint directory %s%s", prefix,
+                     root,
+                     strstr(prefix, "..") ? " (\"..\" escapes the checkpoint directory)"
+                                          : "");
   goto done;
 is_root:
   rc = ps_status_set(st, PS_INVALID_ARGUMENT,
