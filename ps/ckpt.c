@@ -664,7 +664,12 @@ static void *merge_thread(void *arg) {
                        "checkpoint %s: no parts to merge (%s: %s)", j->prefix, dir,
                        strerror(errno));
   slow_point("merge");
-  if (rc == 0) rc = job_check(j, "merge");
+  if (rc == 0 && (rc = job_check(j, "merge")) != 0) {
+    /* the save is cut short: its parts are of no use any more */
+    for (int k = 0; k < j->nshards; k++)
+      remove_bundle(names[k], 1);
+    rmdir(dir);
+  }
   if (rc == 0) crash_point("merge_before");
   if (rc == 0) rc = ps_bundle_merge(parts, (size_t)j->nshards, j->prefix, &j->st);
   merged = rc == 0;
@@ -835,7 +840,11 @@ static void *restore_thread(void *arg) {
       if ((vars[i] = ps_store_find(store, j->rq->items[i]->name, st)) == NULL)
         rc = st->code;
   }
-  if (rc == 0) sv = calloc(nv + 1, sizeof *sv);
+  if (rc == 0) {
+    sv = calloc(nv + 1, sizeof *sv);
+    if (sv == NULL) rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Restore: out of memory");
+    else PS_INFO("restoring %zu variables from %s", nv, j->prefix);
+  }
   /* Phase 1, no locks: a variable whose own buffer can take the tensor
    * (a live variable: no page faults, the point of the restore bench) has
    * its tensor checked through a small scratch buffer first; the others

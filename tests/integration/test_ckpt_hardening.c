@@ -302,6 +302,87 @@ START_TEST(sigterm_during_a_long_save_keeps_the_previous_checkpoint) {
 }
 END_TEST
 
+/* Polls the ps log for @what (bounded). */
+static bool log_has(const char *what, double limit) {
+  double t0 = now_s();
+  do {
+    char *log = ps_log();
+    bool found = strstr(log, what) != NULL;
+    free(log);
+    if (found) return true;
+    struct timespec ts = {0, 5000000};
+    nanosleep(&ts, NULL);
+  } while (now_s() - t0 < limit);
+  return false;
+}
+
+static void *restorer(void *arg) {
+  saver_arg *a = arg;
+  a->rc = ps_client_restore(client, "first", NULL, &a->st);
+  return NULL;
+}
+
+START_TEST(sigterm_during_a_long_restore_or_merge) {
+  ps_status st;
+  ps_up(NULL, "1");
+  put_vars(20, 100, 1.5f);
+  ck_assert_msg(ps_client_save(client, "first", NULL, NULL, NULL, &st) == 0, "%s",
+                st.msg);
+  ck_assert_int_eq(ps_term(30), 0);
+  ps_down();
+  char state[400];
+  snprintf(state, sizeof state, "%s/checkpoint", ck);
+  size_t n0 = 0;
+  char *state0 = slurp(state, &n0);
+  ck_assert_ptr_nonnull(state0);
+
+  /* a restore of 20 tensors at 500 ms each */
+  ps_up("PS_SLOW_AT=restore_tensor:500", "1");
+  put_vars(20, 100, 2.5f);
+  pthread_t t;
+  saver_arg a = {0};
+  ck_assert_int_eq(pthread_create(&t, NULL, restorer, &a), 0);
+  ck_assert(log_has("restoring 20 variables from", 30));
+  double t1 = now_s();
+  int rc = ps_term(30);
+  double took = now_s() - t1;
+  pthread_join(t, NULL);
+  char *log = ps_log();
+  ck_assert_msg(rc == 0 && took < 6, "exit %d after %.1f s; log:\n%s", rc, took, log);
+  ck_assert_msg(strstr(log, "restore of ") && strstr(log, "/first cut short") &&
+                    strstr(log, "stopped ("),
+                "%s", log);
+  free(log);
+  ck_assert_int_ne(a.rc, 0);
+  ps_down();
+
+  /* a merge that waits 20 s */
+  ps_up("PS_SLOW_AT=merge:20000", "1");
+  put_vars(20, 100, 3.5f);
+  saver_arg b = {0};
+  ck_assert_int_eq(pthread_create(&t, NULL, saver, &b), 0);
+  ck_assert(log_has("saved shard 0 of 1 of ", 30));
+  t1 = now_s();
+  rc = ps_term(30);
+  took = now_s() - t1;
+  pthread_join(t, NULL);
+  log = ps_log();
+  ck_assert_msg(rc == 0 && took < 6, "exit %d after %.1f s; log:\n%s", rc, took, log);
+  ck_assert_msg(strstr(log, "merge of ") && strstr(log, "/second cut short"), "%s", log);
+  free(log);
+  ck_assert_int_ne(b.rc, 0);
+  ck_assert(!exists("%s/second_temp%s", ck, ""));
+  ck_assert(!exists("%s/second%s", ck, ".index"));
+  size_t n1 = 0;
+  char *state1 = slurp(state, &n1);
+  ck_assert_ptr_nonnull(state1);
+  ck_assert_uint_eq(n0, n1);
+  ck_assert_int_eq(memcmp(state0, state1, n0), 0);
+  free(state0);
+  free(state1);
+}
+END_TEST
+
 /* ---- confinement ---- */
 
 START_TEST(symbolic_links_cannot_lead_out_of_the_checkpoint_directory) {
@@ -506,6 +587,7 @@ static Suite *suite(void) {
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_set_timeout(tc, 240);
   tcase_add_test(tc, sigterm_during_a_long_save_keeps_the_previous_checkpoint);
+  tcase_add_test(tc, sigterm_during_a_long_restore_or_merge);
   tcase_add_test(tc, symbolic_links_cannot_lead_out_of_the_checkpoint_directory);
   tcase_add_test(tc, bad_prefixes_are_invalid_argument);
   tcase_add_test(tc, stale_temp_directories_are_swept_live_ones_kept);
