@@ -64,11 +64,12 @@
 /* The same for the last component of a prefix (file names <= NAME_MAX). */
 #define NAME_ROOM 64
 
-/* Checks a prefix as the client sent it (@raw/@rawlen: the request
- * message, @field its prefix field, to see a NUL that the unpacked string
- * hides) and confines it under --checkpoint-dir.  INVALID_ARGUMENT for a
- * NUL or control character or a path over the limits, PERMISSION_DENIED
- * outside the directory, FAILED_PRECONDITION without a directory. */
+/* Checks a prefix a client sent (a NUL is caught before, in the raw
+ * request: check_raw_prefix) and confines it under --checkpoint-dir into
+ * @out.  INVALID_ARGUMENT for a control character or a path over the
+ * limits (PATH_MAX for the whole, NAME_MAX per component, each less the
+ * room the file suffixes need), PERMISSION_DENIED outside the directory,
+ * FAILED_PRECONDITION without a directory. */
 static int ckpt_path(const char *root, const char *prefix, char *out, size_t n,
                      ps_status *st) {
   if (root == NULL || root[0] == '\0')
@@ -77,7 +78,7 @@ static int ckpt_path(const char *root, const char *prefix, char *out, size_t n,
   if (prefix == NULL || prefix[0] == '\0')
     return ps_status_set(st, PS_INVALID_ARGUMENT, "checkpoint prefix is empty");
   size_t len = strlen(prefix), limit = PATH_MAX - SUFFIX_ROOM - 1;
-  if (len + strlen(root) + 1 > limit)
+  if ((prefix[0] == '/' ? len : len + strlen(root) + 1) > limit)
     return ps_status_set(st, PS_INVALID_ARGUMENT,
                          "checkpoint prefix of %zu bytes under %s is too long: the "
                          "limit is %zu bytes with the directory (PATH_MAX %d less %d "
