@@ -2887,6 +2887,12 @@ int ps_bundle_merge(const char *const *part_prefixes, size_t n, const char *out_
   if ((e = fsync_dir(out_dir)) != 0) {
     rc = ps_status_set(st, errno_code(e), "checkpoint %s: fsync directory: %s", out_dir,
                        strerror(e));
+    /* not durable: a failed merge leaves nothing of its own behind */
+    unlink(index_path);
+    while (nmoved > 0) {
+      nmoved--;
+      rename(dst[nmoved], src[nmoved]);
+    }
     goto out;
   }
   /* Best effort: the parts' indexes, then their directories if empty. */

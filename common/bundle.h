@@ -120,7 +120,8 @@ void ps_bundle_writer_destroy(ps_bundle_writer *w);
  * so a crash never leaves a half-written or dangling P.index.  Then, best
  * effort, the parts' .index files are deleted and their directories removed
  * if empty and not the output's directory.  Nothing is moved if any part is
- * unreadable or conflicts (duplicate key, dtype or shape mismatch). */
+ * unreadable or conflicts (duplicate key, dtype or shape mismatch); on any
+ * failure the merged index is removed and the data files are moved back. */
 int ps_bundle_merge(const char *const *part_prefixes, size_t n, const char *out_prefix,
                     ps_status *st);
 
