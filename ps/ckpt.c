@@ -664,6 +664,7 @@ static void *merge_thread(void *arg) {
     rc = ps_status_set(&j->st, errno == ENOENT ? PS_NOT_FOUND : errno_code(errno),
                        "checkpoint %s: no parts to merge (%s: %s)", j->prefix, dir,
                        strerror(errno));
+  if (rc == 0) PS_INFO("merging %d parts into %s", j->nshards, j->prefix);
   slow_point("merge");
   if (rc == 0 && (rc = job_check(j, "merge")) != 0) {
     /* the save is cut short: its parts are of no use any more */
