@@ -1537,6 +1537,8 @@ struct ps_bundle_writer {
   ps_status err;  /* first I/O error: sticky */
   bool finished;
   entry_set set;
+  bool (*cancel)(void *arg); /* asked between pieces; true stops */
+  void *cancel_arg;
 };
 
 static int writer_fail(ps_bundle_writer *w, int e, const char *path, const char *what,
@@ -1547,6 +1549,12 @@ static int writer_fail(ps_bundle_writer *w, int e, const char *path, const char 
 }
 
 static int writer_flush(ps_bundle_writer *w, ps_status *st) {
+  if (w->cancel && w->cancel(w->cancel_arg)) {
+    w->buf_n = 0;
+    ps_status_set(&w->err, PS_CANCELLED, "checkpoint %s: cancelled", w->prefix);
+    if (st) *st = w->err;
+    return w->err.code;
+  }
   int e = write_all(w->fd, w->buf, w->buf_n);
   w->buf_n = 0;
   return e ? writer_fail(w, e, w->data_tmp, "write", st) : 0;
@@ -1607,6 +1615,12 @@ oom:
 fail:
   ps_bundle_writer_destroy(w);
   return NULL;
+}
+
+void ps_bundle_writer_set_cancel(ps_bundle_writer *w, bool (*cancel)(void *arg),
+                                 void *arg) {
+  w->cancel = cancel;
+  w->cancel_arg = arg;
 }
 
 uint64_t ps_bundle_writer_bytes(const ps_bundle_writer *w) {
@@ -2873,6 +2887,12 @@ int ps_bundle_merge(const char *const *part_prefixes, size_t n, const char *out_
   if ((e = fsync_dir(out_dir)) != 0) {
     rc = ps_status_set(st, errno_code(e), "checkpoint %s: fsync directory: %s", out_dir,
                        strerror(e));
+    /* not durable: a failed merge leaves nothing of its own behind */
+    unlink(index_path);
+    while (nmoved > 0) {
+      nmoved--;
+      rename(dst[nmoved], src[nmoved]);
+    }
     goto out;
   }
   /* Best effort: the parts' indexes, then their directories if empty. */

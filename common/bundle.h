@@ -58,6 +58,12 @@ typedef struct ps_bundle_writer ps_bundle_writer;
  * ("P.data-00000-of-00001.tempstate<random>").  NULL on error. */
 ps_bundle_writer *ps_bundle_writer_create(const char *prefix, ps_status *st);
 
+/* @cancel(@arg) is asked before each piece (4 MiB) goes to the file; when
+ * it returns true the writer stops with CANCELLED (sticky, like an I/O
+ * error), so a big tensor does not delay a shutdown.  NULL: never. */
+void ps_bundle_writer_set_cancel(ps_bundle_writer *w, bool (*cancel)(void *arg),
+                                 void *arg);
+
 /* Data bytes written so far (the data file's size), for progress reports. */
 uint64_t ps_bundle_writer_bytes(const ps_bundle_writer *w);
 
@@ -114,7 +120,8 @@ void ps_bundle_writer_destroy(ps_bundle_writer *w);
  * so a crash never leaves a half-written or dangling P.index.  Then, best
  * effort, the parts' .index files are deleted and their directories removed
  * if empty and not the output's directory.  Nothing is moved if any part is
- * unreadable or conflicts (duplicate key, dtype or shape mismatch). */
+ * unreadable or conflicts (duplicate key, dtype or shape mismatch); on any
+ * failure the merged index is removed and the data files are moved back. */
 int ps_bundle_merge(const char *const *part_prefixes, size_t n, const char *out_prefix,
                     ps_status *st);
 

@@ -9,78 +9,198 @@
  * Restore reads tensors straight into new buffers and swaps them in under
  * the variables' locks.  Parts of partitioned variables are saved as
  * slices of the full tensor and restored by slice, so a checkpoint can be
- * restored into a cluster with another number of ps.  Every path is
- * confined under --checkpoint-dir. */
+ * restored into a cluster with another number of ps.
+ *
+ * Paths: every file this module opens, creates or deletes goes through
+ * ps_ckpt_path_confined() (worker/checkpoint.c, the one confinement rule:
+ * lexical, then realpath of every existing component, dangling links
+ * refused) under --checkpoint-dir.  Files are created under temporary names
+ * with O_EXCL and renamed into place, so a link planted at a final name is
+ * replaced, never followed.
+ *
+ * Jobs: save, merge and restore threads are counted (jobs_mu/jobs_cv);
+ * ps_ckpt_abort_all() makes them stop at their next safe point (between
+ * tensors, between 4 MiB pieces of a tensor) and fail with UNAVAILABLE, and
+ * ps_ckpt_wait_all() returns when none runs, so main.c can free the store
+ * and the server only after them.  A save thread does not touch the store
+ * after its snapshot is taken (what it needs is copied in save_header).
+ *
+ * Leftover `P_temp` directories (a save that crashed): the checkpoint
+ * directory is shared by every ps of the cluster and another ps may be
+ * writing its part of a save right now, so a temp directory is removed only
+ * if (1) no writer holds its lock (every save and merge holds flock(LOCK_SH)
+ * on the temp directory while it works in it; the sweeper needs
+ * LOCK_EX|LOCK_NB) and (2) nothing in it was modified for
+ * PS_CKPT_TEMP_STALE_SECS (finished parts wait unlocked for their merge;
+ * the age also covers filesystems where flock is local).  Swept at startup
+ * (ps_ckpt_sweep) and, in the prefix's directory, before each save. */
 #include "ckpt.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/bundle.h"
 #include "common/log.h"
+#include "paramserver/checkpoint.h"
 #include "ps.pb-c.h"
 #include "service.h"
 #include "store.h"
 
-/* @prefix relative to @root (or absolute under it); no ".." component. */
-static int confine(const char *root, const char *prefix, char *out, size_t n,
-                   ps_status *st) {
+/* Room left after a prefix for the longest name derived from it
+ * ("_temp/part-00000-of-00001.data-00000-of-00001.tempstate<20 digits>"). */
+#define SUFFIX_ROOM 96
+/* The same for the last component of a prefix (file names <= NAME_MAX). */
+#define NAME_ROOM 64
+
+/* Checks a prefix a client sent (a NUL is caught before, in the raw
+ * request: check_raw_prefix) and confines it under --checkpoint-dir into
+ * @out.  INVALID_ARGUMENT for a control character or a path over the
+ * limits (PATH_MAX for the whole, NAME_MAX per component, each less the
+ * room the file suffixes need), PERMISSION_DENIED outside the directory,
+ * FAILED_PRECONDITION without a directory. */
+static int ckpt_path(const char *root, const char *prefix, char *out, size_t n,
+                     ps_status *st) {
   if (root == NULL || root[0] == '\0')
     return ps_status_set(st, PS_FAILED_PRECONDITION,
                          "this ps has no --checkpoint-dir: it cannot save or restore");
   if (prefix == NULL || prefix[0] == '\0')
     return ps_status_set(st, PS_INVALID_ARGUMENT, "checkpoint prefix is empty");
-  const char *rel = prefix;
-  size_t rl = strlen(root);
-  while (rl > 1 && root[rl - 1] == '/')
-    rl--;
-  if (prefix[0] == '/') {
-    if (strncmp(prefix, root, rl) != 0 || (prefix[rl] != '/' && prefix[rl] != '\0'))
-      return ps_status_set(st, PS_PERMISSION_DENIED,
-                           "checkpoint prefix %s is outside the checkpoint directory %s",
-                           prefix, root);
-    rel = prefix + rl;
-    while (*rel == '/')
-      rel++;
+  size_t len = strlen(prefix), limit = PATH_MAX - SUFFIX_ROOM - 1;
+  if ((prefix[0] == '/' ? len : len + strlen(root) + 1) > limit)
+    return ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "checkpoint prefix of %zu bytes under %s is too long: the "
+                         "limit is %zu bytes with the directory (PATH_MAX %d less %d "
+                         "for the file suffixes)",
+                         len, root, limit, PATH_MAX, SUFFIX_ROOM);
+  const char *base = strrchr(prefix, '/');
+  base = base ? base + 1 : prefix;
+  for (const char *c = prefix; *c;) { /* every component <= NAME_MAX */
+    size_t cl = strcspn(c, "/");
+    size_t max = c == base ? (size_t)NAME_MAX - NAME_ROOM : (size_t)NAME_MAX;
+    if (cl > max)
+      return ps_status_set(st, PS_INVALID_ARGUMENT,
+                           "checkpoint prefix has a path component of %zu bytes: the "
+                           "limit is %zu bytes (NAME_MAX %d%s)",
+                           cl, max, NAME_MAX,
+                           c == base ? ", less room for the file suffixes" : "");
+    c += cl;
+    while (*c == '/')
+      c++;
   }
-  for (const char *p = rel; *p;) {
-    const char *e = strchr(p, '/');
-    size_t len = e ? (size_t)(e - p) : strlen(p);
-    if (len == 2 && p[0] == '.' && p[1] == '.')
-      return ps_status_set(st, PS_PERMISSION_DENIED,
-                           "checkpoint prefix %s escapes the checkpoint directory %s",
-                           prefix, root);
-    p += len;
-    while (*p == '/')
-      p++;
+  return ps_ckpt_path_confined(root, prefix, out, n, st);
+}
+
+/* Whether the top-level string field @field of the message @p[0..n)
+ * holds a NUL byte (protobuf-c's unpacked string would end there). */
+static bool pb_field_has_nul(const uint8_t *p, size_t n, uint32_t field) {
+  size_t i = 0;
+  while (i < n) {
+    uint64_t key = 0;
+    for (int sh = 0; i < n && sh < 64; sh += 7) {
+      key |= (uint64_t)(p[i] & 0x7f) << sh;
+      if (!(p[i++] & 0x80)) break;
+    }
+    uint64_t len = 0;
+    switch (key & 7) {
+    case 0:
+      while (i < n && (p[i++] & 0x80)) {}
+      continue;
+    case 1: i += 8; continue;
+    case 5: i += 4; continue;
+    case 2:
+      for (int sh = 0; i < n && sh < 64; sh += 7) {
+        len |= (uint64_t)(p[i] & 0x7f) << sh;
+        if (!(p[i++] & 0x80)) break;
+      }
+      if (len > n - i) return false; /* does not parse: unpack says so */
+      if ((key >> 3) == field && memchr(p + i, 0, (size_t)len)) return true;
+      i += (size_t)len;
+      continue;
+    default: return false;
+    }
   }
-  if ((size_t)snprintf(out, n, "%.*s/%s", (int)rl, root, rel) >= n)
-    return ps_status_set(st, PS_INVALID_ARGUMENT, "checkpoint prefix %s is too long",
-                         prefix);
+  return false;
+}
+
+static int check_raw_prefix(const uint8_t *p, size_t n, uint32_t field, const char *m,
+                            ps_status *st) {
+  if (pb_field_has_nul(p, n, field))
+    return ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "%s: the checkpoint prefix has a NUL byte: refused", m);
   return 0;
+}
+
+static int errno_code(int e) {
+  switch (e) {
+  case ENOENT: return PS_NOT_FOUND;
+  case EACCES: case EPERM: case EROFS: return PS_PERMISSION_DENIED;
+  case ENOSPC: case EDQUOT: return PS_RESOURCE_EXHAUSTED;
+  case ENAMETOOLONG: return PS_INVALID_ARGUMENT;
+  default: return PS_INTERNAL;
+  }
 }
 
 static int mkdirs(const char *path, ps_status *st) {
   char tmp[PATH_MAX];
-  snprintf(tmp, sizeof tmp, "%s", path);
+  if ((size_t)snprintf(tmp, sizeof tmp, "%s", path) >= sizeof tmp)
+    return ps_status_set(st, PS_INVALID_ARGUMENT, "path %s is too long", path);
   for (char *p = tmp + 1; *p; p++)
     if (*p == '/') {
       *p = '\0';
       if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
-        return ps_status_set(st, PS_INTERNAL, "cannot create %s: %s", tmp,
-                             strerror(errno));
+        return ps_status_set(st, errno_code(errno), "cannot create %s: %s",
+                             tmp, strerror(errno));
       *p = '/';
     }
   if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
-    return ps_status_set(st, PS_INTERNAL, "cannot create %s: %s", tmp, strerror(errno));
+    return ps_status_set(st, errno_code(errno), "cannot create %s: %s", tmp,
+                         strerror(errno));
   return 0;
+}
+
+/* ---- Jobs: every save, merge and restore thread ---- */
+
+static pthread_mutex_t jobs_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t jobs_cv = PTHREAD_COND_INITIALIZER;
+static int jobs_running;
+static atomic_bool jobs_abort;
+
+void ps_ckpt_abort_all(void) {
+  pthread_mutex_lock(&jobs_mu);
+  atomic_store(&jobs_abort, true);
+  pthread_cond_broadcast(&jobs_cv); /* wakes slow_point() sleepers */
+  pthread_mutex_unlock(&jobs_mu);
+}
+
+void ps_ckpt_wait_all(void) {
+  pthread_mutex_lock(&jobs_mu);
+  while (jobs_running > 0)
+    pthread_cond_wait(&jobs_cv, &jobs_mu);
+  pthread_mutex_unlock(&jobs_mu);
+}
+
+static void job_done(void) {
+  pthread_mutex_lock(&jobs_mu);
+  jobs_running--;
+  pthread_cond_broadcast(&jobs_cv);
+  pthread_mutex_unlock(&jobs_mu);
+}
+
+static bool aborting(void *arg) {
+  (void)arg;
+  return atomic_load(&jobs_abort);
 }
 
 /* Fault injection for the crash tests: PS_CRASH_AT=<point> makes this ps
@@ -91,6 +211,143 @@ static void crash_point(const char *point) {
     PS_WARN("PS_CRASH_AT=%s: dying here", point);
     raise(SIGKILL);
   }
+}
+
+/* And PS_SLOW_AT=<point>:<ms> makes a job sleep there (each time), to
+ * test shutdown during a long save; an abort ends the sleep. */
+static void slow_point(const char *point) {
+  const char *at = getenv("PS_SLOW_AT");
+  size_t pl = strlen(point);
+  if (at == NULL || strncmp(at, point, pl) != 0 || at[pl] != ':') return;
+  long ms = strtol(at + pl + 1, NULL, 10);
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += ms / 1000;
+  until.tv_nsec += (ms % 1000) * 1000000L;
+  if (until.tv_nsec >= 1000000000L) {
+    until.tv_sec++;
+    until.tv_nsec -= 1000000000L;
+  }
+  pthread_mutex_lock(&jobs_mu);
+  while (!atomic_load(&jobs_abort) &&
+         pthread_cond_timedwait(&jobs_cv, &jobs_mu, &until) != ETIMEDOUT) {
+  }
+  pthread_mutex_unlock(&jobs_mu);
+}
+
+/* ---- Leftover temp directories ---- */
+
+/* Holds @dir's lock: shared by workers in it, exclusive by the sweeper. */
+static int temp_lock(const char *dir, int how) {
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return -1;
+  if (flock(fd, how) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+/* Opens (creating it if needed) the temp directory @dir and holds it
+ * shared; retried if a sweeper removed it between mkdir and the lock. */
+static int temp_enter(const char *dir, ps_status *st) {
+  for (int tries = 0; tries < 5; tries++) {
+    if (mkdirs(dir, st)) return -1;
+    int fd = temp_lock(dir, LOCK_SH);
+    if (fd < 0) {
+      if (errno == ENOENT) continue;
+      ps_status_set(st, errno_code(errno), "cannot lock %s: %s", dir, strerror(errno));
+      return -1;
+    }
+    struct stat a, b;
+    if (fstat(fd, &a) == 0 && stat(dir, &b) == 0 && a.st_ino == b.st_ino &&
+        a.st_dev == b.st_dev)
+      return fd;
+    close(fd);
+  }
+  ps_status_set(st, PS_ABORTED, "cannot hold %s: it keeps being removed", dir);
+  return -1;
+}
+
+/* The newest mtime of @dir and its entries (not recursive: a temp
+ * directory holds files only). */
+static time_t newest_mtime(const char *dir) {
+  struct stat sb;
+  time_t t = stat(dir, &sb) == 0 ? sb.st_mtime : time(NULL);
+  DIR *d = opendir(dir);
+  if (d == NULL) return time(NULL);
+  struct dirent *e;
+  char p[PATH_MAX];
+  while ((e = readdir(d)) != NULL) {
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+    if ((size_t)snprintf(p, sizeof p, "%s/%s", dir, e->d_name) >= sizeof p) continue;
+    if (lstat(p, &sb) == 0 && sb.st_mtime > t) t = sb.st_mtime;
+  }
+  closedir(d);
+  return t;
+}
+
+/* Removes the temp directory @dir if it is stale (see the top of the file);
+ * 1 if removed. */
+static int sweep_one(const char *dir) {
+  int fd = temp_lock(dir, LOCK_EX | LOCK_NB);
+  if (fd < 0) return 0; /* a save or merge works in it: live */
+  int removed = 0;
+  if (time(NULL) - newest_mtime(dir) >= PS_CKPT_TEMP_STALE_SECS) {
+    DIR *d = opendir(dir);
+    if (d != NULL) {
+      struct dirent *e;
+      char p[PATH_MAX];
+      while ((e = readdir(d)) != NULL) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        if ((size_t)snprintf(p, sizeof p, "%s/%s", dir, e->d_name) < sizeof p) unlink(p);
+      }
+      closedir(d);
+    }
+    removed = rmdir(dir) == 0;
+    if (removed) PS_INFO("removed the leftover temp directory %s", dir);
+    else PS_WARN("cannot remove the leftover temp directory %s: %s", dir, strerror(errno));
+  }
+  close(fd);
+  return removed;
+}
+
+static bool ends_with_temp(const char *name) {
+  size_t n = strlen(name);
+  return n > 5 && !strcmp(name + n - 5, "_temp");
+}
+
+/* Sweeps @dir (and, to @depth levels, its subdirectories; links are not
+ * followed). */
+static int sweep_dir(const char *dir, int depth) {
+  DIR *d = opendir(dir);
+  if (d == NULL) return 0;
+  int n = 0;
+  struct dirent *e;
+  char p[PATH_MAX];
+  while ((e = readdir(d)) != NULL) {
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+    if ((size_t)snprintf(p, sizeof p, "%s/%s", dir, e->d_name) >= sizeof p) continue;
+    struct stat sb;
+    if (lstat(p, &sb) != 0 || !S_ISDIR(sb.st_mode)) continue;
+    if (ends_with_temp(e->d_name))
+      n += sweep_one(p);
+    else if (depth > 0)
+      n += sweep_dir(p, depth - 1);
+  }
+  closedir(d);
+  return n;
+}
+
+int ps_ckpt_sweep(const char *dir, ps_status *st) {
+  char real[PATH_MAX];
+  if (dir == NULL || realpath(dir, real) == NULL)
+    return ps_status_set(st, dir ? errno_code(errno) : PS_INVALID_ARGUMENT,
+                         "checkpoint directory %s: %s", dir ? dir : "(none)",
+                         dir ? strerror(errno) : "not given");
+  int n = sweep_dir(real, 8);
+  if (n > 0) PS_INFO("%d leftover temp directories removed from %s", n, real);
+  return 0;
 }
 
 static int bad(ps_status *st, const char *m) {
@@ -129,8 +386,6 @@ static int release_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status 
   return 0;
 }
 
-void ps_ckpt_abort_all(void) {}
-void ps_ckpt_wait_all(void) {}
 
 static int no_data(ps_rpc_call *c, ps_status *st) {
   return 0;
@@ -138,10 +393,20 @@ static int no_data(ps_rpc_call *c, ps_status *st) {
 
 /* ---- Save ---- */
 
+/* What a save needs of a variable besides its snapshot entry, copied when
+ * the snapshot is taken: the save thread never looks at the store. */
+typedef struct part_info {
+  char *full_name; /* NULL: not a part of a partitioned variable */
+  ps_shape full_shape;
+  int64_t offset;
+} part_info;
+
 typedef struct job {
   ps_rpc_call *c;
   ps_service *svc;
   ps_snapshot *snap;
+  part_info *pi; /* [snap->n] */
+  char task[64];
   char prefix[PATH_MAX]; /* checkpoint prefix (absolute) */
   char part[PATH_MAX + 64];
   int shard, nshards;
@@ -156,6 +421,9 @@ typedef struct job {
 static void job_free(ps_rpc_call *c) {
   job *j = ps_rpc_call_ctx(c);
   if (j == NULL) return;
+  for (size_t i = 0; j->pi && j->snap && i < j->snap->n; i++)
+    free(j->pi[i].full_name);
+  free(j->pi);
   ps_snapshot_free(j->snap);
   if (j->rq) paramserver__restore_request__free_unpacked(j->rq, NULL);
   free(j);
@@ -166,46 +434,94 @@ static job *job_new(ps_rpc_call *c) {
   if (j == NULL) return NULL;
   j->c = c;
   j->svc = ps_rpc_call_server_user(c);
+  snprintf(j->task, sizeof j->task, "%s", ps_store_task(ps_service_store(j->svc)));
   ps_rpc_call_set_ctx(c, j);
   return j;
+}
+
+/* UNAVAILABLE once shutdown asked the jobs to stop. */
+static int job_check(job *j, const char *what) {
+  if (!atomic_load(&jobs_abort)) return 0;
+  return ps_status_set(&j->st, PS_UNAVAILABLE, "%s is shutting down: %s of %s cut short",
+                       j->task, what, j->prefix);
+}
+
+/* Removes P.index and P.data-?????-of-NNNNN (@nshards) of a bundle this
+ * job wrote and could not finish; best effort. */
+static void remove_bundle(const char *prefix, int nshards) {
+  char p[PATH_MAX + 64];
+  snprintf(p, sizeof p, "%s.index", prefix);
+  unlink(p);
+  for (int k = 0; k < nshards; k++)
+    if (ps_bundle_data_filename(prefix, k, nshards, p, sizeof p)) unlink(p);
 }
 
 static int write_shard(job *j, int64_t *tensors, int64_t *bytes) {
   ps_status *st = &j->st;
   char dir[PATH_MAX + 16];
   snprintf(dir, sizeof dir, "%s_temp", j->prefix);
-  if (mkdirs(dir, st)) return st->code;
-  ps_bundle_writer *w = ps_bundle_writer_create(j->part, st);
-  if (w == NULL) return st->code;
-  ps_store *store = ps_service_store(j->svc);
+  /* every file of the part, confined (a link planted in the directory) */
+  char conf[PATH_MAX + 64];
+  char pidx[PATH_MAX + 64], pdata[PATH_MAX + 64];
+  snprintf(pidx, sizeof pidx, "%s.index", j->part);
+  snprintf(pdata, sizeof pdata, "%s.data-00000-of-00001", j->part);
+  const char *root = ps_service_checkpoint_dir(j->svc);
+  if (ps_ckpt_path_confined(root, pidx, conf, sizeof conf, st) ||
+      ps_ckpt_path_confined(root, pdata, conf, sizeof conf, st))
+    return st->code;
+  /* leftovers of crashed saves beside this one */
+  char pdir[PATH_MAX];
+  snprintf(pdir, sizeof pdir, "%s", j->prefix);
+  char *sl = strrchr(pdir, '/');
+  if (sl) {
+    *sl = '\0';
+    sweep_dir(pdir, 0);
+  }
+  int lock = temp_enter(dir, st);
+  if (lock < 0) return st->code;
   int rc = 0;
+  ps_bundle_writer *w = ps_bundle_writer_create(j->part, st);
+  if (w == NULL) {
+    close(lock);
+    return st->code;
+  }
+  ps_bundle_writer_set_cancel(w, aborting, NULL);
   for (size_t i = 0; i < j->snap->n && rc == 0; i++) {
     ps_snapshot_entry *e = &j->snap->e[i];
-    ps_var *v = ps_store_lookup(store, e->name);
-    if (v && v->init_full_name && e->shape.rank > 0) {
+    part_info *pi = &j->pi[i];
+    slow_point("save_tensor");
+    if ((rc = job_check(j, "save")) != 0) break;
+    if (pi->full_name && e->shape.rank > 0) {
       /* a part of a partitioned variable: a slice of the full tensor */
       int64_t start[PS_MAX_RANK] = {0}, len[PS_MAX_RANK];
       int64_t row =
           e->shape.dim[0] ? ps_shape_num_elements(&e->shape) / e->shape.dim[0] : 0;
-      start[0] = row ? v->init_offset / row : 0;
+      start[0] = row ? pi->offset / row : 0;
       for (int d = 0; d < e->shape.rank; d++)
         len[d] = e->shape.dim[d];
-      rc = ps_bundle_writer_add_slice(w, v->init_full_name, e->dtype, &v->init_full_shape,
-                                      start, len, e->buf->data, e->buf->size, st);
+      rc = ps_bundle_writer_add_slice(w, pi->full_name, e->dtype, &pi->full_shape, start,
+                                      len, e->buf->data, e->buf->size, st);
     } else {
       rc = ps_bundle_writer_add(w, e->name, e->dtype, &e->shape, e->buf->data,
                                 e->buf->size, st);
     }
+    if (rc == PS_CANCELLED) rc = job_check(j, "save");
     /* the snapshot's reference is dropped as soon as its bytes are out */
     ps_buf_unref(e->buf);
     e->buf = NULL;
     if (i == 0) crash_point("save_mid_shard");
   }
+  if (rc == 0) rc = job_check(j, "save");
   if (rc == 0) rc = ps_bundle_writer_finish(w, st);
   if (rc == 0) crash_point("save_after_shard");
   *bytes = (int64_t)ps_bundle_writer_bytes(w);
   *tensors = (int64_t)j->snap->n;
-  ps_bundle_writer_destroy(w);
+  ps_bundle_writer_destroy(w); /* an unfinished part's files go with it */
+  if (rc != 0) {
+    remove_bundle(j->part, 1);
+    rmdir(dir); /* if this ps was the only one in it */
+  }
+  close(lock);
   return rc;
 }
 
@@ -223,20 +539,30 @@ static void *save_thread(void *arg) {
   } else {
     PS_ERROR("save of %s failed: %s", j->prefix, j->st.msg);
   }
-  ps_rpc_call_resume(j->c, rc, &j->st);
+  ps_rpc_call_resume(j->c, rc, &j->st); /* @j may be freed from here on */
+  job_done();
   return NULL;
 }
 
 static int spawn(void *(*fn)(void *), job *j, ps_status *st) {
+  pthread_mutex_lock(&jobs_mu);
+  if (atomic_load(&jobs_abort)) {
+    pthread_mutex_unlock(&jobs_mu);
+    return ps_status_set(st, PS_UNAVAILABLE, "%s is shutting down", j->task);
+  }
+  jobs_running++;
+  pthread_mutex_unlock(&jobs_mu);
   pthread_t t;
   pthread_attr_t a;
   pthread_attr_init(&a);
   pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
   int e = pthread_create(&t, &a, fn, j);
   pthread_attr_destroy(&a);
-  if (e != 0)
+  if (e != 0) {
+    job_done();
     return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "cannot start a thread: %s",
                          strerror(e));
+  }
   return PS_RPC_PENDING;
 }
 
@@ -245,11 +571,14 @@ static int save_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *st
   if (j == NULL) return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
   Paramserver__SaveRequest *rq = paramserver__save_request__unpack(NULL, n, p);
   if (rq == NULL) return bad(st, "Save");
-  int rc = confine(ps_service_checkpoint_dir(j->svc), rq->prefix, j->prefix,
+  int rc = check_raw_prefix(p, n, 2, "Save", st);
+  if (rc == 0)
+    rc = ckpt_path(ps_service_checkpoint_dir(j->svc), rq->prefix, j->prefix,
                    sizeof j->prefix, st);
   j->shard = rq->shard;
   j->nshards = rq->num_shards;
-  if (rc == 0 && (rq->num_shards < 1 || rq->shard < 0 || rq->shard >= rq->num_shards))
+  if (rc == 0 && (rq->num_shards < 1 || rq->num_shards > 99999 || rq->shard < 0 ||
+                  rq->shard >= rq->num_shards))
     rc = ps_status_set(st, PS_INVALID_ARGUMENT, "Save: shard %d of %d is not valid",
                        rq->shard, rq->num_shards);
   int64_t sid = rq->snapshot_id;
@@ -257,18 +586,31 @@ static int save_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *st
   if (rc) return rc;
   snprintf(j->part, sizeof j->part, "%s_temp/part-%05d-of-%05d", j->prefix, j->shard,
            j->nshards);
+  ps_store *store = ps_service_store(j->svc);
   if (sid == 0) { /* this ps alone, now */
-    ps_store *store = ps_service_store(j->svc);
     if ((rc = ps_store_snapshot_begin(store, -1, 10000, false, st)) != 0) return rc;
     ps_store_snapshot_release(store, -1);
     j->snap = ps_store_snapshot_take(store, -1);
   } else {
-    j->snap = ps_store_snapshot_take(ps_service_store(j->svc), sid);
+    j->snap = ps_store_snapshot_take(store, sid);
     if (j->snap == NULL)
       return ps_status_set(st, PS_FAILED_PRECONDITION,
                            "Save: snapshot %lld is not held by %s (taken already, or "
                            "never)",
-                           (long long)sid, ps_store_task(ps_service_store(j->svc)));
+                           (long long)sid, j->task);
+  }
+  if (j->snap == NULL)
+    return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Save: out of memory");
+  j->pi = calloc(j->snap->n + 1, sizeof *j->pi);
+  if (j->pi == NULL) return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+  for (size_t i = 0; i < j->snap->n; i++) {
+    ps_var *v = ps_store_lookup(store, j->snap->e[i].name);
+    if (v == NULL || v->init_full_name == NULL) continue;
+    j->pi[i].full_name = strdup(v->init_full_name);
+    if (j->pi[i].full_name == NULL)
+      return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+    j->pi[i].full_shape = v->init_full_shape;
+    j->pi[i].offset = v->init_offset;
   }
   return 0;
 }
@@ -279,35 +621,87 @@ static int save_data(ps_rpc_call *c, ps_status *st) {
 
 /* ---- Merge ---- */
 
+/* Confines P.index and P.data-?????-of-NNNNN of a bundle. */
+static int confine_bundle(const char *root, const char *prefix, int nshards,
+                          ps_status *st) {
+  char p[PATH_MAX + 64], out[PATH_MAX + 64];
+  snprintf(p, sizeof p, "%s.index", prefix);
+  if (ps_ckpt_path_confined(root, p, out, sizeof out, st)) return st->code;
+  for (int k = 0; k < nshards; k++) {
+    if (!ps_bundle_data_filename(prefix, k, nshards, p, sizeof p))
+      return ps_status_set(st, PS_INVALID_ARGUMENT, "checkpoint %s: name too long", prefix);
+    if (ps_ckpt_path_confined(root, p, out, sizeof out, st)) return st->code;
+  }
+  return 0;
+}
+
 static void *merge_thread(void *arg) {
   job *j = arg;
-  int rc = 0;
+  const char *root = ps_service_checkpoint_dir(j->svc);
+  int rc = 0, lock = -1;
+  bool merged = false;
   const char **parts = calloc((size_t)j->nshards, sizeof *parts);
   char(*names)[PATH_MAX + 64] = calloc((size_t)j->nshards, sizeof *names);
-  for (int k = 0; k < j->nshards; k++) {
+  char dir[PATH_MAX + 16], state[PATH_MAX + 16], conf[PATH_MAX + 16];
+  snprintf(dir, sizeof dir, "%s_temp", j->prefix);
+  snprintf(state, sizeof state, "%s", j->prefix);
+  char *sl = strrchr(state, '/');
+  snprintf(sl ? sl + 1 : state, sizeof state - (size_t)(sl ? sl + 1 - state : 0), "%s",
+           PS_CKPT_STATE_FILENAME);
+  if (parts == NULL || names == NULL) {
+    rc = ps_status_set(&j->st, PS_RESOURCE_EXHAUSTED, "Merge: out of memory");
+    goto out;
+  }
+  for (int k = 0; k < j->nshards && rc == 0; k++) {
     snprintf(names[k], sizeof names[k], "%s_temp/part-%05d-of-%05d", j->prefix, k,
              j->nshards);
     parts[k] = names[k];
+    rc = confine_bundle(root, names[k], 1, &j->st);
   }
-  crash_point("merge_before");
-  rc = ps_bundle_merge(parts, (size_t)j->nshards, j->prefix, &j->st);
+  if (rc == 0) rc = confine_bundle(root, j->prefix, j->nshards, &j->st);
+  if (rc == 0) rc = ps_ckpt_path_confined(root, state, conf, sizeof conf, &j->st);
+  if (rc == 0 && (lock = temp_lock(dir, LOCK_SH)) < 0)
+    rc = ps_status_set(&j->st, errno == ENOENT ? PS_NOT_FOUND : errno_code(errno),
+                       "checkpoint %s: no parts to merge (%s: %s)", j->prefix, dir,
+                       strerror(errno));
+  if (rc == 0) PS_INFO("merging %d parts into %s", j->nshards, j->prefix);
+  slow_point("merge");
+  if (rc == 0 && (rc = job_check(j, "merge")) != 0) {
+    /* the save is cut short: its parts are of no use any more */
+    for (int k = 0; k < j->nshards; k++)
+      remove_bundle(names[k], 1);
+    rmdir(dir);
+  }
+  if (rc == 0) crash_point("merge_before");
+  if (rc == 0) rc = ps_bundle_merge(parts, (size_t)j->nshards, j->prefix, &j->st);
+  merged = rc == 0;
   if (rc == 0) crash_point("merge_before_state");
+  if (rc == 0) rc = job_check(j, "merge");
   if (rc == 0) {
-    char dir[PATH_MAX + 16];
-    snprintf(dir, sizeof dir, "%s_temp", j->prefix);
     rmdir(dir);
     rc =
         ps_service_update_state(j->svc, j->prefix, j->max_to_keep, j->keep_hours, &j->st);
+  }
+  if (rc != 0 && merged) {
+    /* the state file does not name it: what this merge wrote goes */
+    remove_bundle(j->prefix, j->nshards);
+    PS_WARN("merge of %s failed after writing it: its .index and .data files removed",
+            j->prefix);
   }
   if (rc == 0) {
     PS_INFO("checkpoint %s written (%d shards)", j->prefix, j->nshards);
     Paramserver__MergeResponse r = PARAMSERVER__MERGE_RESPONSE__INIT;
     r.prefix = j->prefix;
     ps_rpc_call_reply(j->c, &r.base);
+  } else {
+    PS_ERROR("merge of %s failed: %s", j->prefix, j->st.msg);
   }
+out:
+  if (lock >= 0) close(lock);
   free(parts);
   free(names);
-  ps_rpc_call_resume(j->c, rc, &j->st);
+  ps_rpc_call_resume(j->c, rc, &j->st); /* @j may be freed from here on */
+  job_done();
   return NULL;
 }
 
@@ -316,7 +710,9 @@ static int merge_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *s
   if (j == NULL) return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
   Paramserver__MergeRequest *rq = paramserver__merge_request__unpack(NULL, n, p);
   if (rq == NULL) return bad(st, "Merge");
-  int rc = confine(ps_service_checkpoint_dir(j->svc), rq->prefix, j->prefix,
+  int rc = check_raw_prefix(p, n, 1, "Merge", st);
+  if (rc == 0)
+    rc = ckpt_path(ps_service_checkpoint_dir(j->svc), rq->prefix, j->prefix,
                    sizeof j->prefix, st);
   j->nshards = rq->num_shards;
   j->max_to_keep = rq->max_to_keep == 0 ? 5 : rq->max_to_keep;
@@ -423,12 +819,20 @@ static void *restore_thread(void *arg) {
   ps_status *st = &j->st;
   ps_store *store = ps_service_store(j->svc);
   int rc = 0;
-  ps_bundle_reader *r = ps_bundle_reader_open(j->prefix, st);
+  const char *root = ps_service_checkpoint_dir(j->svc);
+  char idx[PATH_MAX + 16], conf[PATH_MAX + 16];
+  snprintf(idx, sizeof idx, "%s.index", j->prefix);
+  ps_bundle_reader *r = NULL;
   staged *sv = NULL;
   size_t nv = 0;
   ps_var **vars = NULL;
-  if (r == NULL) {
+  /* the index, then (their number is in it) the data files, are confined
+   * before a byte of them is read */
+  if ((rc = ps_ckpt_path_confined(root, idx, conf, sizeof conf, st)) != 0) {
+  } else if ((r = ps_bundle_reader_open(j->prefix, st)) == NULL) {
     rc = st->code ? st->code : PS_INTERNAL;
+  } else if ((rc = confine_bundle(root, j->prefix, ps_bundle_reader_num_shards(r), st)) !=
+             0) {
   } else if (j->rq->n_items == 0) {
     vars = ps_store_list(store, &nv);
   } else {
@@ -438,12 +842,18 @@ static void *restore_thread(void *arg) {
       if ((vars[i] = ps_store_find(store, j->rq->items[i]->name, st)) == NULL)
         rc = st->code;
   }
-  if (rc == 0) sv = calloc(nv + 1, sizeof *sv);
+  if (rc == 0) {
+    sv = calloc(nv + 1, sizeof *sv);
+    if (sv == NULL) rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Restore: out of memory");
+    else PS_INFO("restoring %zu variables from %s", nv, j->prefix);
+  }
   /* Phase 1, no locks: a variable whose own buffer can take the tensor
    * (a live variable: no page faults, the point of the restore bench) has
    * its tensor checked through a small scratch buffer first; the others
    * get a new buffer, read and checked. */
   for (size_t i = 0; i < nv && rc == 0; i++) {
+    slow_point("restore_tensor");
+    if ((rc = job_check(j, "restore")) != 0) break;
     ps_var *v = vars[i];
     const char *key = j->rq->n_items ? j->rq->items[i]->key : NULL;
     sv[i].v = v;
@@ -507,7 +917,9 @@ static void *restore_thread(void *arg) {
   free(sv);
   free(vars);
   ps_bundle_reader_close(r);
-  ps_rpc_call_resume(j->c, rc, st);
+  if (rc) PS_ERROR("restore from %s failed: %s", j->prefix, st->msg);
+  ps_rpc_call_resume(j->c, rc, st); /* @j may be freed from here on */
+  job_done();
   return NULL;
 }
 
@@ -516,16 +928,20 @@ static int restore_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status 
   if (j == NULL) return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
   j->rq = paramserver__restore_request__unpack(NULL, n, p);
   if (j->rq == NULL) return bad(st, "Restore");
+  int rc = check_raw_prefix(p, n, 1, "Restore", st);
+  if (rc) return rc;
   const char *root = ps_service_checkpoint_dir(j->svc);
   if (j->rq->prefix[0] == '\0') {
     char *latest = NULL;
-    int rc = ps_service_latest(j->svc, &latest, st);
-    if (rc) return rc;
-    int rc2 = confine(root, latest, j->prefix, sizeof j->prefix, st);
+    char conf[PATH_MAX];
+    if ((rc = ckpt_path(root, PS_CKPT_STATE_FILENAME, conf, sizeof conf, st)) != 0)
+      return rc;
+    if ((rc = ps_service_latest(j->svc, &latest, st)) != 0) return rc;
+    rc = ckpt_path(root, latest, j->prefix, sizeof j->prefix, st);
     free(latest);
-    return rc2;
+    return rc;
   }
-  return confine(root, j->rq->prefix, j->prefix, sizeof j->prefix, st);
+  return ckpt_path(root, j->rq->prefix, j->prefix, sizeof j->prefix, st);
 }
 
 static int restore_data(ps_rpc_call *c, ps_status *st) {

@@ -1255,8 +1255,13 @@ int ps_ckpt_manager_add(ps_ckpt_manager *m, const char *prefix, double now,
     for (size_t j = 0; j < ne; j++)
       is_evicted |= evicted[j] == next[i];
     if (is_evicted) {
+      /* A state file may list any path (it is a text file anyone can
+       * edit): only files inside the managed directory are deleted. */
       ps_status dst = {0};
-      if (ps_ckpt_remove(next[i]->full, &dst) != 0)
+      char conf[4096];
+      if (ps_ckpt_path_confined(m->dir, next[i]->full, conf, sizeof conf, &dst) != 0)
+        PS_WARN("checkpoint %s not deleted: %s", next[i]->full, dst.msg);
+      else if (ps_ckpt_remove(conf, &dst) != 0)
         PS_WARN("checkpoint %s not fully deleted: %s", next[i]->full, dst.msg);
     }
     mentry_free(next[i]);
@@ -1629,6 +1634,12 @@ int ps_ckpt_path_confined(const char *root, const char *prefix, char *resolved, 
   if (prefix == NULL || prefix[0] == '\0')
     return ps_status_set(st, PS_INVALID_ARGUMENT, "empty checkpoint path (directory %s)",
                          root);
+  for (const unsigned char *c = (const unsigned char *)prefix; *c; c++)
+    if (*c < 0x20 || *c == 0x7f)
+      return ps_status_set(st, PS_INVALID_ARGUMENT,
+                           "checkpoint path has a control character (byte 0x%02x at "
+                           "offset %zu): refused (directory %s)",
+                           *c, (size_t)((const char *)c - prefix), root);
   int rc = 0;
   char *rootn = NULL, *pn = NULL, *cand = NULL, *cand_abs = NULL, *root_abs = NULL;
   char *rroot = NULL, *cur = NULL;
@@ -1661,6 +1672,15 @@ int ps_ckpt_path_confined(const char *root, const char *prefix, char *resolved, 
     if (cur == NULL) goto nomem;
     while (path_within(cur, root_abs) && strcmp(cur, root_abs) != 0) {
       char *real = realpath(cur, NULL);
+      struct stat lsb;
+      if (real == NULL && lstat(cur, &lsb) == 0 && S_ISLNK(lsb.st_mode)) {
+        /* a dangling link: creating the file would follow it anywhere */
+        rc = ps_status_set(st, PS_PERMISSION_DENIED,
+                           "checkpoint path %s: %s is a symbolic link that does not "
+                           "resolve; refused (checkpoint directory %s)",
+                           prefix, cur, root);
+        goto done;
+      }
       if (real != NULL) {
         bool inside = path_within(real, rroot);
         if (!inside) {
@@ -1690,8 +1710,10 @@ int ps_ckpt_path_confined(const char *root, const char *prefix, char *resolved, 
   goto done;
 outside:
   rc = ps_status_set(st, PS_PERMISSION_DENIED,
-                     "checkpoint path %s is outside the checkpoint directory %s", prefix,
-                     root);
+                     "checkpoint path %s is outside the checkpoint directory %s%s", prefix,
+                     root,
+                     strstr(prefix, "..") ? " (\"..\" escapes the checkpoint directory)"
+                                          : "");
   goto done;
 is_root:
   rc = ps_status_set(st, PS_INVALID_ARGUMENT,

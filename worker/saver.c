@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/crc32c.h"
 #include "common/log.h"
 #include "graph_internal.h"
 #include "graph_priv.h"
@@ -23,7 +24,11 @@
 #include "paramserver/partition.h"
 #include "paramserver/saver.h"
 
-#define META_FORMAT "paramserver.meta/1"
+/* The format written; /1 (no checksum) is still read.  See proto/meta.proto
+ * for the checksum: the last 5 bytes of the file. */
+#define META_FORMAT "paramserver.meta/2"
+#define META_FORMAT_V1 "paramserver.meta/1"
+#define META_CHECKSUM_TAG 0x7d /* field 15, wire type 5 (fixed32) */
 
 extern const ps_op_def ps_op_variable_def_;
 
@@ -473,10 +478,16 @@ uint8_t *ps_meta_graph_serialize(ps_graph *g, const ps_saver *saver, size_t *len
     m.saver = &sd;
   }
   if (a.failed) goto oom;
-  *len = paramserver__meta__meta_graph_def__get_packed_size(&m);
-  out = malloc(*len ? *len : 1);
+  /* checksum 0 is not packed (proto3); the field goes last, by hand */
+  size_t body = paramserver__meta__meta_graph_def__get_packed_size(&m);
+  *len = body + 5;
+  out = malloc(*len);
   if (out == NULL) goto oom;
   paramserver__meta__meta_graph_def__pack(&m, out);
+  uint32_t crc = ps_crc32c_mask(ps_crc32c(out, body));
+  out[body] = META_CHECKSUM_TAG;
+  for (int i = 0; i < 4; i++)
+    out[body + 1 + (size_t)i] = (uint8_t)(crc >> (8 * i));
   arena_free(&a);
   return out;
 oom:
@@ -929,15 +940,49 @@ static int saver_in(importer *im, const Paramserver__Meta__MetaGraphDef *m,
 ps_graph *ps_meta_graph_parse(const uint8_t *p, size_t n, const char *what,
                               ps_saver **saver, ps_status *st) {
   if (saver) *saver = NULL;
+  /* the passes test st->code: it starts clear, whatever the caller had */
+  ps_status local;
+  if (st == NULL) st = &local;
+  memset(st, 0, sizeof *st);
   importer im = {.what = what ? what : "(memory)", .st = st};
+  /* The checksum (see proto/meta.proto): a file of format /2 must end in
+   * the checksum of the bytes before it.  A file without a valid one is
+   * read only if it parses, has format /1 and no checksum field at all: an
+   * older file (whose last bytes may look like the tag by chance). */
+  bool sum_ok = false;
+  uint32_t want = 0, got = 0;
+  if (n >= 5 && p[n - 5] == META_CHECKSUM_TAG) {
+    want = (uint32_t)p[n - 4] | (uint32_t)p[n - 3] << 8 | (uint32_t)p[n - 2] << 16 |
+           (uint32_t)p[n - 1] << 24;
+    got = ps_crc32c_mask(ps_crc32c(p, n - 5));
+    sum_ok = want == got;
+  }
   Paramserver__Meta__MetaGraphDef *m =
       paramserver__meta__meta_graph_def__unpack(NULL, n, p);
+  const char *fmt = m && m->format ? m->format : "";
+  bool legacy = m && m->checksum == 0 && strcmp(fmt, META_FORMAT_V1) == 0;
+  if (!sum_ok && !legacy) {
+    if (want != got)
+      bad(&im, "checksum mismatch (stored 0x%08x, computed 0x%08x): the file is corrupt",
+          want, got);
+    else if (m == NULL)
+      bad(&im, "not a MetaGraph (%zu bytes do not parse)", n);
+    else if (m->checksum != 0)
+      bad(&im, "the checksum is not the last field: the file is corrupt");
+    else if (strcmp(fmt, META_FORMAT) == 0)
+      bad(&im, "format \"%s\" without its checksum at the end: the file is truncated "
+          "or corrupt", fmt);
+    else
+      bad(&im, "format \"%s\", expected \"%s\"", fmt, META_FORMAT);
+    if (m) paramserver__meta__meta_graph_def__free_unpacked(m, NULL);
+    return NULL;
+  }
   if (m == NULL) {
     bad(&im, "not a MetaGraph (%zu bytes do not parse)", n);
     return NULL;
   }
-  if (m->format == NULL || strcmp(m->format, META_FORMAT) != 0) {
-    bad(&im, "format \"%s\", expected \"%s\"", m->format ? m->format : "", META_FORMAT);
+  if (strcmp(fmt, META_FORMAT) != 0 && strcmp(fmt, META_FORMAT_V1) != 0) {
+    bad(&im, "format \"%s\", expected \"%s\"", fmt, META_FORMAT);
     paramserver__meta__meta_graph_def__free_unpacked(m, NULL);
     return NULL;
   }

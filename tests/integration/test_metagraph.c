@@ -315,8 +315,9 @@ START_TEST(sync_graph_round_trip) {
 }
 END_TEST
 
-/* Every truncation and many byte flips: an error naming the file, or (a
- * cut that happens to fall between whole fields) a graph; never a crash. */
+/* The .meta checksum: every truncation and every one of 3000 random flips
+ * of 1 to 4 bits is an error naming the file (never a graph, never a
+ * crash); an older file (format /1, no checksum) is still read. */
 START_TEST(corrupt_meta_files) {
   ps_status st;
   const char *spec = "{\"ps\": [\"127.0.0.1:1\", \"127.0.0.1:2\"]}";
@@ -327,36 +328,63 @@ START_TEST(corrupt_meta_files) {
   uint8_t *buf = ps_meta_graph_serialize(g, NULL, &len, &st);
   ck_assert_ptr_nonnull(buf);
   ck_assert_uint_gt(len, 1000);
-  int errors = 0, graphs = 0;
-  for (size_t cut = 0; cut < len; cut += (cut < 64 ? 1 : 7)) {
+  ps_graph *whole = ps_meta_graph_parse(buf, len, "whole.meta", NULL, &st);
+  ck_assert_msg(whole != NULL, "%s", st.msg);
+  ps_graph_destroy(whole);
+  int cuts = 0;
+  for (size_t cut = 0; cut < len; cut++, cuts++) {
     ps_graph *x = ps_meta_graph_parse(buf, cut, "cut.meta", NULL, &st);
-    if (x) {
-      graphs++;
-      ps_graph_destroy(x);
-    } else {
-      errors++;
-      ck_assert_msg(strstr(st.msg, "MetaGraph cut.meta: ") == st.msg, "%s", st.msg);
-    }
+    ck_assert_msg(x == NULL, "a cut at %zu of %zu bytes was imported", cut, len);
+    ck_assert_int_eq(st.code, PS_DATA_LOSS);
+    ck_assert_msg(strstr(st.msg, "MetaGraph cut.meta: ") == st.msg, "%s", st.msg);
   }
-  ck_assert_int_gt(errors, 0);
+  ck_assert_int_eq(cuts, (int)len);
   uint8_t *copy = malloc(len);
   unsigned seed = 12345;
+  int sums = 0;
   for (int i = 0; i < 3000; i++) {
     memcpy(copy, buf, len);
     for (int k = 0; k < 1 + i % 4; k++) {
       seed = seed * 1103515245u + 12345u;
       copy[(seed >> 8) % len] ^= (uint8_t)(1u << ((seed >> 4) % 8));
     }
+    if (memcmp(copy, buf, len) == 0) continue; /* two flips undid each other */
     ps_saver *sv = NULL;
     ps_graph *x = ps_meta_graph_parse(copy, len, "flip.meta", &sv, &st);
-    if (x == NULL)
-      ck_assert_msg(strstr(st.msg, "MetaGraph flip.meta: ") == st.msg, "%s", st.msg);
-    ps_graph_destroy(x);
+    ck_assert_msg(x == NULL, "flip %d was imported silently", i);
+    ck_assert_int_eq(st.code, PS_DATA_LOSS);
+    ck_assert_msg(strstr(st.msg, "MetaGraph flip.meta: ") == st.msg, "%s", st.msg);
+    sums += strstr(st.msg, "checksum") != NULL;
     ps_saver_destroy(sv);
   }
+  ck_assert_int_gt(sums, 2500);
+  /* a file as paramserver wrote it before the checksum: format /1, no
+   * trailing field; read when it parses */
+  memcpy(copy, buf, len - 5);
+  uint8_t *f2 = memmem(copy, len - 5, "paramserver.meta/2", 18);
+  ck_assert_ptr_nonnull(f2);
+  f2[17] = '1';
+  ps_graph *old = ps_meta_graph_parse(copy, len - 5, "old.meta", NULL, &st);
+  ck_assert_msg(old != NULL, "%s", st.msg);
+  ps_graph_destroy(old);
+  /* the same bytes claiming format /2: refused */
+  f2[17] = '2';
+  ck_assert_ptr_null(ps_meta_graph_parse(copy, len - 5, "unsigned.meta", NULL, &st));
+  ck_assert_msg(strstr(st.msg, "MetaGraph unsigned.meta: format \"paramserver.meta/2\" "
+                               "without its checksum"),
+                "%s", st.msg);
   free(copy);
-  /* a missing file, and a file that is not a MetaGraph */
+  /* through a file: a flipped byte names the file */
   char p[400];
+  snprintf(p, sizeof p, "%s/flipped.meta", dir);
+  FILE *ff = fopen(p, "wb");
+  buf[len / 2] ^= 0x10;
+  fwrite(buf, 1, len, ff);
+  fclose(ff);
+  ck_assert_ptr_null(ps_import_meta_graph(p, NULL, &st));
+  ck_assert_int_eq(st.code, PS_DATA_LOSS);
+  ck_assert_msg(strstr(st.msg, p) && strstr(st.msg, "checksum mismatch"), "%s", st.msg);
+  /* a missing file, and a file that is not a MetaGraph */
   snprintf(p, sizeof p, "%s/none.meta", dir);
   ck_assert_ptr_null(ps_import_meta_graph(p, NULL, &st));
   ck_assert_int_eq(st.code, PS_NOT_FOUND);

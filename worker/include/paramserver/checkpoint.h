@@ -187,12 +187,21 @@ int ps_ckpt_inspect(FILE *out, const char *prefix, bool all_values, ps_status *s
 /* Resolves the checkpoint prefix @prefix under the directory @root (for
  * the ps's --checkpoint-dir): a relative @prefix is joined with @root, an
  * absolute one must lie inside it; "." and ".." are resolved lexically and
- * the existing directories on the way are resolved with realpath, so
- * neither "../x" nor a symbolic link inside @root can lead out of it.
- * Writes the lexically normalized path (root-joined, no "." or "..") to
- * @resolved[0..n).  PERMISSION_DENIED naming both paths if it escapes @root;
- * INVALID_ARGUMENT for an empty @root or @prefix, a @prefix naming @root
- * itself (its files would be beside @root), or @n too small. */
+ * the deepest existing component on the way (the file itself if it exists)
+ * is resolved with realpath, so neither "../x" nor a symbolic link inside
+ * @root (to a directory or to a file) can lead out of it; a link that does
+ * not resolve is refused too (creating the file would follow it).  This is
+ * the one confinement rule: the ps runs every file it opens, creates or
+ * deletes for a checkpoint through it (ps/ckpt.c), and retention deletes
+ * only what it accepts.  Writes the lexically normalized path (root-joined,
+ * no "." or "..") to @resolved[0..n).  PERMISSION_DENIED naming both paths
+ * if it escapes @root or through a dangling link; INVALID_ARGUMENT for an
+ * empty @root or @prefix, a control character (bytes 0x01-0x1f, 0x7f) in
+ * @prefix, a @prefix naming @root itself (its files would be beside @root),
+ * or @n too small.  Checked, then used: a local user who can swap a
+ * directory for a link between the two is not defended against (files are
+ * created under temporary names with O_EXCL and renamed, so a link at a
+ * final name is replaced, never followed). */
 int ps_ckpt_path_confined(const char *root, const char *prefix, char *resolved, size_t n,
                           ps_status *st);
 

@@ -1,0 +1,609 @@
+/* Checkpoint hardening through a real ps-server (issue 9): SIGTERM during a
+ * long save, path confinement (symbolic links, long and control-character
+ * prefixes), leftover temp directories, a merge that fails after writing,
+ * and retention that never deletes outside the checkpoint directory.
+ *
+ * Each ps is started here (not through the harness) because the tests read
+ * its log: stderr goes to a file.  Children die with the test
+ * (PR_SET_PDEATHSIG) and are killed in every outcome by the teardown. */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/cluster.h"
+#include "common/rpc.h"
+#include "harness.h"
+#include "paramserver/client.h"
+
+static char dir[256];  /* scratch: spec, logs */
+static char ck[300];   /* --checkpoint-dir */
+static char out[300];  /* outside the checkpoint directory */
+static pid_t pid = -1; /* the running ps */
+static char addr[64];
+static ps_client *client;
+static ps_cluster *cluster;
+
+static void setup(void) {
+  snprintf(dir, sizeof dir, "/tmp/ps-ckh-XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(ck, sizeof ck, "%s/ck", dir);
+  snprintf(out, sizeof out, "%s/outside", dir);
+  ck_assert_int_eq(mkdir(ck, 0755), 0);
+  ck_assert_int_eq(mkdir(out, 0755), 0);
+  ps_rpc_global_init();
+}
+
+static void ps_down(void) {
+  ps_client_destroy(client);
+  client = NULL;
+  ps_cluster_destroy(cluster);
+  cluster = NULL;
+  if (pid > 0) {
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    pid = -1;
+  }
+}
+
+static void teardown(void) {
+  ps_down();
+  char cmd[400];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", dir);
+}
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/* Starts one ps with --checkpoint-dir, its log in dir/ps.log; @env is
+ * "NAME=VALUE" or NULL. */
+static void ps_up(const char *env, const char *grace) {
+  char boot[400], log[400], spec[400];
+  snprintf(boot, sizeof boot, "%s/boot.json", dir);
+  snprintf(log, sizeof log, "%s/ps.log", dir);
+  FILE *f = fopen(boot, "w");
+  ck_assert_ptr_nonnull(f);
+  fputs("{\"ps\": [\"127.0.0.1:0\"], \"worker\": [\"127.0.0.1:0\"]}\n", f);
+  fclose(f);
+  int p[2];
+  ck_assert_int_eq(pipe(p), 0);
+  const char *prog = harness_prog("PS_SERVER", "build/ps/ps-server");
+  pid_t parent = getpid();
+  pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127);
+    int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(p[1], 1);
+    dup2(fd, 2);
+    close(p[0]);
+    close(p[1]);
+    if (env) putenv((char *)env);
+    execl(prog, prog, "--cluster", boot, "--job", "ps", "--task", "0",
+          "--checkpoint-dir", ck, "--grace-secs", grace, (char *)NULL);
+    _exit(127);
+  }
+  close(p[1]);
+  char line[256];
+  size_t k = 0;
+  while (k + 1 < sizeof line) {
+    struct pollfd pfd = {p[0], POLLIN, 0};
+    ck_assert_msg(poll(&pfd, 1, 60000) == 1, "ps-server did not report ready");
+    char ch;
+    if (read(p[0], &ch, 1) != 1 || ch == '\n') break;
+    line[k++] = ch;
+  }
+  line[k] = '\0';
+  close(p[0]);
+  const char *a = strstr(line, "ready on ");
+  ck_assert_msg(a != NULL, "readiness line '%s'", line);
+  snprintf(addr, sizeof addr, "%s", a + 9);
+  snprintf(spec, sizeof spec, "{\"ps\": [\"%s\"], \"worker\": [\"127.0.0.1:0\"]}", addr);
+  ps_status st;
+  cluster = ps_cluster_parse(spec, strlen(spec), "test", &st);
+  ck_assert_msg(cluster != NULL, "%s", st.msg);
+  client = ps_client_create(cluster, "ps", NULL, &st);
+  ck_assert_msg(client != NULL, "%s", st.msg);
+}
+
+/* SIGTERM, then the exit status within @limit seconds (-1: not exited). */
+static int ps_term(double limit) {
+  kill(pid, SIGTERM);
+  double t0 = now_s();
+  int status = 0;
+  while (now_s() - t0 < limit) {
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      pid = -1;
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+    struct timespec ts = {0, 10000000};
+    nanosleep(&ts, NULL);
+  }
+  return -1;
+}
+
+static char *slurp(const char *path, size_t *n) {
+  FILE *f = fopen(path, "rb");
+  if (f == NULL) return NULL;
+  char *b = malloc(1 << 20);
+  size_t k = fread(b, 1, (1 << 20) - 1, f);
+  b[k] = '\0';
+  fclose(f);
+  if (n) *n = k;
+  return b;
+}
+
+static char *ps_log(void) {
+  char p[400];
+  snprintf(p, sizeof p, "%s/ps.log", dir);
+  char *s = slurp(p, NULL);
+  ck_assert_ptr_nonnull(s);
+  return s;
+}
+
+static bool exists(const char *fmt, const char *a, const char *b) {
+  char p[600];
+  snprintf(p, sizeof p, fmt, a, b);
+  struct stat sb;
+  return lstat(p, &sb) == 0;
+}
+
+/* @n float variables v00.. of @elems elements, all set to @val. */
+static void put_vars(int n, int64_t elems, float val) {
+  ps_status st;
+  ps_tensor *t = ps_tensor_new(PS_DT_FLOAT, 1, (int64_t[]){elems});
+  float *d = ps_tensor_data(t);
+  for (int64_t i = 0; i < elems; i++)
+    d[i] = val;
+  for (int i = 0; i < n; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "v%02d", i);
+    ps_var_spec vs = {.name = name, .dtype = PS_DT_FLOAT, .shape = {1, {elems}}};
+    ps_status cst;
+    ps_client_create_vars(client, 0, &vs, 1, &cst); /* exists already: fine */
+    ps_update u = {.name = name, .op = PS_ASSIGN, .value = t};
+    ck_assert_msg(ps_client_update(client, 0, &u, 1, &st) == 0, "%s", st.msg);
+  }
+  ps_tensor_destroy(t);
+}
+
+static float get_var(const char *name) {
+  ps_status st;
+  ps_read r = {.name = name};
+  ck_assert_msg(ps_client_read(client, 0, &r, 1, &st) == 0, "%s", st.msg);
+  float v = *(float *)ps_tensor_data(r.out);
+  ps_tensor_destroy(r.out);
+  return v;
+}
+
+/* A raw request to the ps; returns its status code, message in @msg. */
+static int raw(const char *method, const uint8_t *p, size_t n, char *msg, size_t mn) {
+  ps_rpc_channel *ch = ps_rpc_channel_create(addr);
+  ps_rpc_req r = {.ch = ch,
+                  .method = method,
+                  .raw_request = p,
+                  .raw_len = n,
+                  .unary_response = true,
+                  .timeout_ms = 20000};
+  ps_rpc_run(&r, 1);
+  snprintf(msg, mn, "%s", r.st.msg);
+  ps_rpc_channel_destroy(ch);
+  return r.st.code;
+}
+
+/* SaveRequest{prefix: @prefix (length @plen), shard 0, num_shards 1} */
+static size_t save_req(uint8_t *b, const char *prefix, size_t plen) {
+  size_t k = 0;
+  b[k++] = 0x12;
+  size_t l = plen;
+  while (l >= 0x80) {
+    b[k++] = (uint8_t)(l | 0x80);
+    l >>= 7;
+  }
+  b[k++] = (uint8_t)l;
+  memcpy(b + k, prefix, plen);
+  k += plen;
+  b[k++] = 0x18;
+  b[k++] = 0;
+  b[k++] = 0x20;
+  b[k++] = 1;
+  return k;
+}
+
+/* ---- SIGTERM during a save longer than --grace-secs ---- */
+
+typedef struct saver_arg {
+  int rc;
+  ps_status st;
+} saver_arg;
+
+static void *saver(void *arg) {
+  saver_arg *a = arg;
+  a->rc = ps_client_save(client, "second", NULL, NULL, NULL, &a->st);
+  return NULL;
+}
+
+START_TEST(sigterm_during_a_long_save_keeps_the_previous_checkpoint) {
+  ps_status st;
+  /* a good checkpoint first */
+  ps_up(NULL, "1");
+  put_vars(20, 1000, 1.5f);
+  ck_assert_msg(ps_client_save(client, "first", NULL, NULL, NULL, &st) == 0, "%s",
+                st.msg);
+  ck_assert_int_eq(ps_term(30), 0);
+  ps_down();
+  char state[400];
+  snprintf(state, sizeof state, "%s/checkpoint", ck);
+  size_t n0 = 0;
+  char *state0 = slurp(state, &n0);
+  ck_assert_ptr_nonnull(state0);
+
+  /* each tensor of the save now takes 500 ms: 10 s in all, grace is 1 s */
+  ps_up("PS_SLOW_AT=save_tensor:500", "1");
+  put_vars(20, 1000, 2.5f);
+  pthread_t t;
+  saver_arg a = {0};
+  ck_assert_int_eq(pthread_create(&t, NULL, saver, &a), 0);
+  double t0 = now_s();
+  while (!exists("%s/second_temp%s", ck, "") && now_s() - t0 < 30) {
+    struct timespec ts = {0, 5000000};
+    nanosleep(&ts, NULL);
+  }
+  ck_assert_msg(exists("%s/second_temp%s", ck, ""), "the save never started");
+  double t1 = now_s();
+  int rc = ps_term(30);
+  double took = now_s() - t1;
+  pthread_join(t, NULL);
+  char *log = ps_log();
+  ck_assert_msg(rc == 0, "ps-server exited with %d; log:\n%s", rc, log);
+  ck_assert_msg(took < 6, "stopping took %.1f s: the save was not cut short", took);
+  ck_assert_msg(strstr(log, "stopped (") != NULL, "no stopped line:\n%s", log);
+  ck_assert_msg(strstr(log, "is shutting down: save of ") != NULL &&
+                    strstr(log, "/second cut short") != NULL,
+                "no cut-short line:\n%s", log);
+  ck_assert_int_ne(a.rc, 0);
+  free(log);
+  /* nothing of the cut save is left, the state file is as it was */
+  ck_assert(!exists("%s/second_temp%s", ck, ""));
+  ck_assert(!exists("%s/second%s", ck, ".index"));
+  size_t n1 = 0;
+  char *state1 = slurp(state, &n1);
+  ck_assert_ptr_nonnull(state1);
+  ck_assert_uint_eq(n0, n1);
+  ck_assert_int_eq(memcmp(state0, state1, n0), 0);
+  free(state0);
+  free(state1);
+  /* and the previous checkpoint restores */
+  ps_down();
+  ps_up(NULL, "1");
+  put_vars(20, 1000, 9.0f);
+  size_t nr = 0;
+  ck_assert_msg(ps_client_restore(client, NULL, &nr, &st) == 0, "%s", st.msg);
+  ck_assert_uint_eq(nr, 20);
+  ck_assert(get_var("v00") == 1.5f);
+  ck_assert(get_var("v19") == 1.5f);
+  ck_assert_int_eq(ps_term(30), 0);
+}
+END_TEST
+
+/* Polls the ps log for @what (bounded). */
+static bool log_has(const char *what, double limit) {
+  double t0 = now_s();
+  do {
+    char *log = ps_log();
+    bool found = strstr(log, what) != NULL;
+    free(log);
+    if (found) return true;
+    struct timespec ts = {0, 5000000};
+    nanosleep(&ts, NULL);
+  } while (now_s() - t0 < limit);
+  return false;
+}
+
+static void *restorer(void *arg) {
+  saver_arg *a = arg;
+  a->rc = ps_client_restore(client, "first", NULL, &a->st);
+  return NULL;
+}
+
+START_TEST(sigterm_during_a_long_restore_or_merge) {
+  ps_status st;
+  ps_up(NULL, "1");
+  put_vars(20, 100, 1.5f);
+  ck_assert_msg(ps_client_save(client, "first", NULL, NULL, NULL, &st) == 0, "%s",
+                st.msg);
+  ck_assert_int_eq(ps_term(30), 0);
+  ps_down();
+  char state[400];
+  snprintf(state, sizeof state, "%s/checkpoint", ck);
+  size_t n0 = 0;
+  char *state0 = slurp(state, &n0);
+  ck_assert_ptr_nonnull(state0);
+
+  /* a restore of 20 tensors at 500 ms each */
+  ps_up("PS_SLOW_AT=restore_tensor:500", "1");
+  put_vars(20, 100, 2.5f);
+  pthread_t t;
+  saver_arg a = {0};
+  ck_assert_int_eq(pthread_create(&t, NULL, restorer, &a), 0);
+  ck_assert(log_has("restoring 20 variables from", 30));
+  double t1 = now_s();
+  int rc = ps_term(30);
+  double took = now_s() - t1;
+  pthread_join(t, NULL);
+  char *log = ps_log();
+  ck_assert_msg(rc == 0 && took < 6, "exit %d after %.1f s; log:\n%s", rc, took, log);
+  ck_assert_msg(strstr(log, "restore of ") && strstr(log, "/first cut short") &&
+                    strstr(log, "stopped ("),
+                "%s", log);
+  free(log);
+  ck_assert_int_ne(a.rc, 0);
+  ps_down();
+
+  /* a merge that waits 20 s */
+  ps_up("PS_SLOW_AT=merge:20000", "1");
+  put_vars(20, 100, 3.5f);
+  saver_arg b = {0};
+  ck_assert_int_eq(pthread_create(&t, NULL, saver, &b), 0);
+  ck_assert(log_has("merging 1 parts into ", 30));
+  t1 = now_s();
+  rc = ps_term(30);
+  took = now_s() - t1;
+  pthread_join(t, NULL);
+  log = ps_log();
+  ck_assert_msg(rc == 0 && took < 6, "exit %d after %.1f s; log:\n%s", rc, took, log);
+  ck_assert_msg(strstr(log, "merge of ") && strstr(log, "/second cut short"), "%s", log);
+  free(log);
+  ck_assert_int_ne(b.rc, 0);
+  ck_assert(!exists("%s/second_temp%s", ck, ""));
+  ck_assert(!exists("%s/second%s", ck, ".index"));
+  size_t n1 = 0;
+  char *state1 = slurp(state, &n1);
+  ck_assert_ptr_nonnull(state1);
+  ck_assert_uint_eq(n0, n1);
+  ck_assert_int_eq(memcmp(state0, state1, n0), 0);
+  free(state0);
+  free(state1);
+}
+END_TEST
+
+/* ---- confinement ---- */
+
+START_TEST(symbolic_links_cannot_lead_out_of_the_checkpoint_directory) {
+  ps_status st;
+  char p[700], q[700];
+  ps_up(NULL, "5");
+  put_vars(2, 4, 3.0f);
+  /* a good checkpoint, copied outside */
+  ck_assert_msg(ps_client_save(client, "good", NULL, NULL, NULL, &st) == 0, "%s", st.msg);
+  snprintf(p, sizeof p, "cp %s/good.index %s/good.data-00000-of-00001 %s/", ck, ck, out);
+  ck_assert_int_eq(system(p), 0);
+  /* a directory link */
+  snprintf(p, sizeof p, "%s/link", ck);
+  ck_assert_int_eq(symlink(out, p), 0);
+  ck_assert_int_ne(ps_client_save(client, "link/m", NULL, NULL, NULL, &st), 0);
+  ck_assert_int_eq(st.code, PS_PERMISSION_DENIED);
+  ck_assert_msg(strstr(st.msg, "link/m") && strstr(st.msg, "outside the checkpoint"),
+                "%s", st.msg);
+  ck_assert(!exists("%s/m_temp%s", out, ""));
+  ck_assert(!exists("%s/m%s", out, ".index"));
+  ck_assert_int_ne(ps_client_restore(client, "link/good", NULL, &st), 0);
+  ck_assert_int_eq(st.code, PS_PERMISSION_DENIED);
+  ck_assert_msg(strstr(st.msg, "link/good"), "%s", st.msg);
+  /* a file link: evil.index -> outside/good.index */
+  snprintf(p, sizeof p, "%s/evil.index", ck);
+  snprintf(q, sizeof q, "%s/good.index", out);
+  ck_assert_int_eq(symlink(q, p), 0);
+  ck_assert_int_ne(ps_client_restore(client, "evil", NULL, &st), 0);
+  ck_assert_int_eq(st.code, PS_PERMISSION_DENIED);
+  ck_assert_msg(strstr(st.msg, "evil.index"), "%s", st.msg);
+  /* a data file link: mixed.index inside, its data outside */
+  snprintf(p, sizeof p, "cp %s/good.index %s/mixed.index", ck, ck);
+  ck_assert_int_eq(system(p), 0);
+  snprintf(p, sizeof p, "%s/mixed.data-00000-of-00001", ck);
+  snprintf(q, sizeof q, "%s/good.data-00000-of-00001", out);
+  ck_assert_int_eq(symlink(q, p), 0);
+  ck_assert_int_ne(ps_client_restore(client, "mixed", NULL, &st), 0);
+  ck_assert_int_eq(st.code, PS_PERMISSION_DENIED);
+  ck_assert_msg(strstr(st.msg, "mixed.data-00000-of-00001"), "%s", st.msg);
+  /* a temp directory link, and a dangling link where a file will go */
+  snprintf(p, sizeof p, "%s/t_temp", ck);
+  ck_assert_int_eq(symlink(out, p), 0);
+  ck_assert_int_ne(ps_client_save(client, "t", NULL, NULL, NULL, &st), 0);
+  ck_assert_int_eq(st.code, PS_PERMISSION_DENIED);
+  ck_assert(!exists("%s/part-00000-of-00001.index%s", out, ""));
+  snprintf(p, sizeof p, "%s/d_temp", ck);
+  ck_assert_int_eq(mkdir(p, 0755), 0);
+  snprintf(p, sizeof p, "%s/d_temp/part-00000-of-00001.index", ck);
+  snprintf(q, sizeof q, "%s/planted.index", out);
+  ck_assert_int_eq(symlink(q, p), 0);
+  ck_assert_int_ne(ps_client_save(client, "d", NULL, NULL, NULL, &st), 0);
+  ck_assert_int_eq(st.code, PS_PERMISSION_DENIED);
+  ck_assert_msg(strstr(st.msg, "does not resolve"), "%s", st.msg);
+  ck_assert(!exists("%s/planted.index%s", out, ""));
+  /* the variables are as they were, and a good save still works */
+  ck_assert(get_var("v00") == 3.0f);
+  ck_assert_msg(ps_client_save(client, "again", NULL, NULL, NULL, &st) == 0, "%s",
+                st.msg);
+  ck_assert_int_eq(ps_term(30), 0);
+}
+END_TEST
+
+START_TEST(bad_prefixes_are_invalid_argument) {
+  char msg[1024];
+  uint8_t b[9000];
+  ps_up(NULL, "5");
+  put_vars(1, 4, 1.0f);
+  /* 4000 characters */
+  char *longp = malloc(4001);
+  for (int i = 0; i < 4000; i++)
+    longp[i] = (i % 100 == 99) ? '/' : 'a';
+  longp[4000] = '\0';
+  size_t n = save_req(b, longp, 4000);
+  ck_assert_int_eq(raw("/paramserver.Ps/Save", b, n, msg, sizeof msg), PS_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(msg, "too long") && strstr(msg, "limit is"), "%s", msg);
+  /* one component longer than a file name may be */
+  memset(longp, 'b', 300);
+  n = save_req(b, longp, 300);
+  ck_assert_int_eq(raw("/paramserver.Ps/Save", b, n, msg, sizeof msg), PS_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(msg, "component of 300 bytes") && strstr(msg, "NAME_MAX"), "%s",
+                msg);
+  free(longp);
+  /* a newline, and a NUL */
+  n = save_req(b, "a\nb", 3);
+  ck_assert_int_eq(raw("/paramserver.Ps/Save", b, n, msg, sizeof msg), PS_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(msg, "control character (byte 0x0a at offset 1)"), "%s", msg);
+  n = save_req(b, "w\0evil", 6);
+  ck_assert_int_eq(raw("/paramserver.Ps/Save", b, n, msg, sizeof msg), PS_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(msg, "Save: the checkpoint prefix has a NUL byte"), "%s", msg);
+  /* RestoreRequest{prefix: "w\0evil"}, MergeRequest{prefix: "a\x01", num_shards: 1} */
+  static const uint8_t rr[] = {0x0a, 6, 'w', 0, 'e', 'v', 'i', 'l'};
+  ck_assert_int_eq(raw("/paramserver.Ps/Restore", rr, sizeof rr, msg, sizeof msg),
+                   PS_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(msg, "Restore: the checkpoint prefix has a NUL byte"), "%s", msg);
+  static const uint8_t mr[] = {0x0a, 2, 'a', 1, 0x10, 1};
+  ck_assert_int_eq(raw("/paramserver.Ps/Merge", mr, sizeof mr, msg, sizeof msg),
+                   PS_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(msg, "control character (byte 0x01"), "%s", msg);
+  /* nothing was written */
+  char cmd[400];
+  snprintf(cmd, sizeof cmd, "test -z \"$(ls -A %s)\"", ck);
+  ck_assert_int_eq(system(cmd), 0);
+  ck_assert(get_var("v00") == 1.0f);
+  ck_assert_int_eq(ps_term(30), 0);
+}
+END_TEST
+
+/* ---- leftovers ---- */
+
+static void make_temp(const char *name, bool old) {
+  char p[600];
+  snprintf(p, sizeof p, "%s/%s", ck, name);
+  ck_assert_int_eq(mkdir(p, 0755), 0);
+  snprintf(p, sizeof p, "%s/%s/part-00000-of-00002.data-00000-of-00001", ck, name);
+  FILE *f = fopen(p, "w");
+  ck_assert_ptr_nonnull(f);
+  fputs("bytes", f);
+  fclose(f);
+  if (!old) return;
+  struct timespec ts[2];
+  clock_gettime(CLOCK_REALTIME, &ts[0]);
+  ts[0].tv_sec -= 3600;
+  ts[1] = ts[0];
+  ck_assert_int_eq(utimensat(AT_FDCWD, p, ts, 0), 0);
+  snprintf(p, sizeof p, "%s/%s", ck, name);
+  ck_assert_int_eq(utimensat(AT_FDCWD, p, ts, 0), 0);
+}
+
+START_TEST(stale_temp_directories_are_swept_live_ones_kept) {
+  ps_status st;
+  make_temp("old_temp", true);
+  make_temp("fresh_temp", false); /* a part that waits for its merge */
+  make_temp("locked_temp", true); /* a save that writes right now */
+  char p[600];
+  snprintf(p, sizeof p, "%s/locked_temp", ck);
+  int fd = open(p, O_RDONLY | O_DIRECTORY);
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_eq(flock(fd, LOCK_SH), 0);
+  ps_up(NULL, "5");
+  put_vars(1, 4, 1.0f);
+  ck_assert_msg(ps_client_save(client, "x", NULL, NULL, NULL, &st) == 0, "%s", st.msg);
+  ck_assert(!exists("%s/old_temp%s", ck, ""));
+  ck_assert(exists("%s/fresh_temp%s", ck, ""));
+  ck_assert(exists("%s/locked_temp%s", ck, ""));
+  char *log = ps_log();
+  ck_assert_msg(strstr(log, "removed the leftover temp directory") &&
+                    strstr(log, "/old_temp"),
+                "%s", log);
+  free(log);
+  close(fd);
+  ck_assert_int_eq(ps_term(30), 0);
+}
+END_TEST
+
+START_TEST(a_failed_merge_removes_what_it_wrote) {
+  ps_status st;
+  ps_up(NULL, "5");
+  put_vars(2, 4, 1.0f);
+  /* the state file cannot be replaced: it is a directory */
+  char p[600];
+  snprintf(p, sizeof p, "%s/checkpoint", ck);
+  ck_assert_int_eq(mkdir(p, 0755), 0);
+  ck_assert_int_ne(ps_client_save(client, "m", NULL, NULL, NULL, &st), 0);
+  ck_assert_int_eq(st.code, PS_UNKNOWN); /* EISDIR */
+  ck_assert_msg(strstr(st.msg, "checkpoint state ") && strstr(st.msg, p) &&
+                    strstr(st.msg, "Is a directory"),
+                "%s", st.msg);
+  ck_assert(!exists("%s/m%s", ck, ".index"));
+  ck_assert(!exists("%s/m%s", ck, ".data-00000-of-00001"));
+  ck_assert(get_var("v00") == 1.0f);
+  ck_assert_int_eq(ps_term(30), 0);
+}
+END_TEST
+
+START_TEST(retention_never_deletes_outside_the_directory) {
+  ps_status st;
+  char p[700];
+  /* a state file (anyone can edit it) listing a path outside */
+  snprintf(p, sizeof p, "%s/victim.index", out);
+  FILE *f = fopen(p, "w");
+  fputs("precious", f);
+  fclose(f);
+  ps_up(NULL, "5");
+  put_vars(1, 4, 1.0f);
+  ck_assert_msg(ps_client_save(client, "a", NULL, NULL, NULL, &st) == 0, "%s", st.msg);
+  snprintf(p, sizeof p, "%s/checkpoint", ck);
+  f = fopen(p, "w");
+  fprintf(f,
+          "model_checkpoint_path: \"a\"\nall_model_checkpoint_paths: \"%s/victim\"\n"
+          "all_model_checkpoint_paths: \"a\"\n",
+          out);
+  fclose(f);
+  ps_save_options o = {.max_to_keep = 1};
+  ck_assert_msg(ps_client_save(client, "b", &o, NULL, NULL, &st) == 0, "%s", st.msg);
+  ck_assert(exists("%s/victim%s", out, ".index"));
+  ck_assert(!exists("%s/a%s", ck, ".index")); /* inside: deleted as usual */
+  ck_assert(exists("%s/b%s", ck, ".index"));
+  ck_assert_int_eq(ps_term(30), 0);
+}
+END_TEST
+
+static Suite *suite(void) {
+  Suite *s = suite_create("ckpt_hardening");
+  TCase *tc = tcase_create("ckpt_hardening");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_set_timeout(tc, 240);
+  tcase_add_test(tc, sigterm_during_a_long_save_keeps_the_previous_checkpoint);
+  tcase_add_test(tc, sigterm_during_a_long_restore_or_merge);
+  tcase_add_test(tc, symbolic_links_cannot_lead_out_of_the_checkpoint_directory);
+  tcase_add_test(tc, bad_prefixes_are_invalid_argument);
+  tcase_add_test(tc, stale_temp_directories_are_swept_live_ones_kept);
+  tcase_add_test(tc, a_failed_merge_removes_what_it_wrote);
+  tcase_add_test(tc, retention_never_deletes_outside_the_directory);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  SRunner *r = srunner_create(suite());
+  srunner_run_all(r, CK_NORMAL);
+  int failed = srunner_ntests_failed(r);
+  srunner_free(r);
+  return failed ? 1 : 0;
+}
