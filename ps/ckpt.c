@@ -53,6 +53,7 @@
 
 #include "common/bundle.h"
 #include "common/log.h"
+#include "common/wire.h"
 #include "paramserver/checkpoint.h"
 #include "ps.pb-c.h"
 #include "service.h"
@@ -358,6 +359,9 @@ static int bad(ps_status *st, const char *m) {
 
 static int snapshot_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *st) {
   ps_service *svc = ps_rpc_call_server_user(c);
+  if (ps_wire_check_strings(&paramserver__snapshot_request__descriptor, p, n, "Snapshot",
+                            st))
+    return st->code;
   Paramserver__SnapshotRequest *rq = paramserver__snapshot_request__unpack(NULL, n, p);
   if (rq == NULL) return bad(st, "Snapshot");
   int64_t hold = rq->hold_ms > 0 ? rq->hold_ms : 10000;
@@ -377,6 +381,9 @@ static int snapshot_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status
 
 static int release_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *st) {
   ps_service *svc = ps_rpc_call_server_user(c);
+  if (ps_wire_check_strings(&paramserver__release_request__descriptor, p, n, "Release",
+                            st))
+    return st->code;
   Paramserver__ReleaseRequest *rq = paramserver__release_request__unpack(NULL, n, p);
   if (rq == NULL) return bad(st, "Release");
   ps_store_snapshot_release(ps_service_store(svc), rq->id);
@@ -575,6 +582,8 @@ static int save_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *st
   if (rc == 0)
     rc = ckpt_path(ps_service_checkpoint_dir(j->svc), rq->prefix, j->prefix,
                    sizeof j->prefix, st);
+  if (rc == 0)
+    rc = ps_wire_check_strings(&paramserver__save_request__descriptor, p, n, "Save", st);
   j->shard = rq->shard;
   j->nshards = rq->num_shards;
   if (rc == 0 && (rq->num_shards < 1 || rq->num_shards > 99999 || rq->shard < 0 ||
@@ -604,13 +613,13 @@ static int save_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *st
   j->pi = calloc(j->snap->n + 1, sizeof *j->pi);
   if (j->pi == NULL) return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
   for (size_t i = 0; i < j->snap->n; i++) {
-    ps_var *v = ps_store_lookup(store, j->snap->e[i].name);
-    if (v == NULL || v->init_full_name == NULL) continue;
-    j->pi[i].full_name = strdup(v->init_full_name);
+    const ps_snapshot_entry *e = &j->snap->e[i];
+    if (e->full_name == NULL) continue;
+    j->pi[i].full_name = strdup(e->full_name);
     if (j->pi[i].full_name == NULL)
       return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
-    j->pi[i].full_shape = v->init_full_shape;
-    j->pi[i].offset = v->init_offset;
+    j->pi[i].full_shape = e->full_shape;
+    j->pi[i].offset = e->offset;
   }
   return 0;
 }
@@ -714,6 +723,8 @@ static int merge_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *s
   if (rc == 0)
     rc = ckpt_path(ps_service_checkpoint_dir(j->svc), rq->prefix, j->prefix,
                    sizeof j->prefix, st);
+  if (rc == 0)
+    rc = ps_wire_check_strings(&paramserver__merge_request__descriptor, p, n, "Merge", st);
   j->nshards = rq->num_shards;
   j->max_to_keep = rq->max_to_keep == 0 ? 5 : rq->max_to_keep;
   j->keep_hours = rq->keep_every_n_hours;
@@ -873,6 +884,8 @@ static void *restore_thread(void *arg) {
      * changed since); if its buffer was shared meanwhile (a snapshot),
      * into a new one. */
     ps_store_lock_set(vars, nv, true);
+    /* a variable deleted since phase 1 fails the whole restore */
+    for (size_t i = 0; i < nv && rc == 0; i++) rc = ps_var_gone(store, sv[i].v, st);
     for (size_t i = 0; i < nv && rc == 0; i++) {
       if (sv[i].buf) continue;
       ps_var *v = sv[i].v;
@@ -929,6 +942,9 @@ static int restore_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status 
   j->rq = paramserver__restore_request__unpack(NULL, n, p);
   if (j->rq == NULL) return bad(st, "Restore");
   int rc = check_raw_prefix(p, n, 1, "Restore", st);
+  if (rc == 0)
+    rc = ps_wire_check_strings(&paramserver__restore_request__descriptor, p, n, "Restore",
+                               st);
   if (rc) return rc;
   const char *root = ps_service_checkpoint_dir(j->svc);
   if (j->rq->prefix[0] == '\0') {
