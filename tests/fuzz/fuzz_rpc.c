@@ -21,8 +21,14 @@
  * each input to FILE before it runs (after a failure: the reproducer, to
  * run alone with PS_FUZZ_RUNS=0).
  *
+ * Mutations know the input format and the method's request message: most
+ * unpack the header with its protobuf-c descriptor, set one field anywhere
+ * in it to a boundary or hostile value and pack it again, so that they
+ * reach the checks behind the decoder; the rest change bytes.
+ *
  * Built with -DPS_LIBFUZZER and -fsanitize=fuzzer it is a libFuzzer target
- * (meson -Dfuzzing=true).  Otherwise the shared driver (driver.c) replays
+ * (meson -Dfuzzing=true) whose custom mutator does the same, with
+ * libFuzzer's own byte mutations.  Otherwise the shared driver (driver.c) replays
  * the seed corpus and PS_FUZZ_RUNS (default 4000) deterministic mutations,
  * so it runs as an ordinary test under gcc and under ASan + UBSan. */
 #include <dirent.h>
@@ -346,35 +352,6 @@ static void setup(void) {
   check_status();
 }
 
-/* ---- request descriptors (structure-aware mutations) ---- */
-
-/* The request message of each method; a method missing here is mutated
- * as bytes only. */
-static const struct {
-  const char *name;
-  const ProtobufCMessageDescriptor *d;
-} requests[] = {
-    {"Create", &paramserver__create_request__descriptor},
-    {"Initialize", &paramserver__initialize_request__descriptor},
-    {"IsInitialized", &paramserver__names_request__descriptor},
-    {"ReportUninitialized", &paramserver__names_request__descriptor},
-    {"Update", &paramserver__update_request__descriptor},
-    {"Read", &paramserver__read_request__descriptor},
-    {"List", &paramserver__list_request__descriptor},
-    {"Status", &paramserver__status_request__descriptor},
-    {"Snapshot", &paramserver__snapshot_request__descriptor},
-    {"Release", &paramserver__release_request__descriptor},
-    {"Save", &paramserver__save_request__descriptor},
-    {"Merge", &paramserver__merge_request__descriptor},
-    {"Restore", &paramserver__restore_request__descriptor},
-};
-
-static const ProtobufCMessageDescriptor *request_descriptor(void) {
-  for (size_t i = 0; i < sizeof requests / sizeof requests[0]; i++)
-    if (!strcmp(requests[i].name, F.name)) return requests[i].d;
-  return NULL;
-}
-
 /* ---- one input ---- */
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -481,6 +458,56 @@ static size_t mutate_message(uint8_t *buf, size_t n, size_t cap) {
   }
   return n;
 }
+#else
+/* libFuzzer: its own byte mutations, and a generator for ours seeded by
+ * the seed it passes. */
+size_t LLVMFuzzerMutate(uint8_t *data, size_t size, size_t max_size);
+size_t LLVMFuzzerCustomMutator(uint8_t *data, size_t size, size_t max_size, unsigned int seed);
+
+static uint64_t rng_state = 1;
+
+static uint64_t fuzz_rng(void) { /* xorshift64*, as driver.c */
+  rng_state ^= rng_state >> 12;
+  rng_state ^= rng_state << 25;
+  rng_state ^= rng_state >> 27;
+  return rng_state * 0x2545f4914f6cdd1du;
+}
+
+static size_t fuzz_rnd(size_t n) { return n ? (size_t)(fuzz_rng() % n) : 0; }
+
+static size_t mutate_message(uint8_t *buf, size_t n, size_t cap) {
+  return LLVMFuzzerMutate(buf, n, cap);
+}
+#endif
+
+/* ---- request descriptors (structure-aware mutations) ---- */
+
+/* The request message of each method; a method missing here is mutated
+ * as bytes only. */
+static const struct {
+  const char *name;
+  const ProtobufCMessageDescriptor *d;
+} requests[] = {
+    {"Create", &paramserver__create_request__descriptor},
+    {"Initialize", &paramserver__initialize_request__descriptor},
+    {"IsInitialized", &paramserver__names_request__descriptor},
+    {"ReportUninitialized", &paramserver__names_request__descriptor},
+    {"Update", &paramserver__update_request__descriptor},
+    {"Read", &paramserver__read_request__descriptor},
+    {"List", &paramserver__list_request__descriptor},
+    {"Status", &paramserver__status_request__descriptor},
+    {"Snapshot", &paramserver__snapshot_request__descriptor},
+    {"Release", &paramserver__release_request__descriptor},
+    {"Save", &paramserver__save_request__descriptor},
+    {"Merge", &paramserver__merge_request__descriptor},
+    {"Restore", &paramserver__restore_request__descriptor},
+};
+
+static const ProtobufCMessageDescriptor *request_descriptor(void) {
+  for (size_t i = 0; i < sizeof requests / sizeof requests[0]; i++)
+    if (!strcmp(requests[i].name, F.name)) return requests[i].d;
+  return NULL;
+}
 
 /* Structure-aware: the header is unpacked with the method's descriptor,
  * one scalar field anywhere in it (nested messages and repeated elements
@@ -573,7 +600,7 @@ static size_t mutate_structure(uint8_t *buf, size_t n, size_t cap,
     case PROTOBUF_C_TYPE_SFIXED64:
     case PROTOBUF_C_TYPE_UINT64:
     case PROTOBUF_C_TYPE_FIXED64:
-      if (fuzz_rnd(3) == 0) v = *(int64_t *)x.p + (int64_t)fuzz_rnd(5) - 2;
+      if (fuzz_rnd(3) == 0) v = (int64_t)(*(uint64_t *)x.p + fuzz_rnd(5) - 2); /* wraps */
       *(int64_t *)x.p = v;
       break;
     case PROTOBUF_C_TYPE_DOUBLE: {
@@ -602,7 +629,7 @@ static size_t mutate_structure(uint8_t *buf, size_t n, size_t cap,
       }
       break;
     default: /* 32-bit integers and enums */
-      if (fuzz_rnd(3) == 0) v = *(int32_t *)x.p + (int32_t)fuzz_rnd(5) - 2;
+      if (fuzz_rnd(3) == 0) v = (int32_t)(*(uint32_t *)x.p + (uint32_t)fuzz_rnd(5) - 2u);
       *(int32_t *)x.p = (int32_t)v;
       break;
     }
@@ -620,7 +647,7 @@ static size_t mutate_structure(uint8_t *buf, size_t n, size_t cap,
 /* Mutates the header (mostly) or the bulk bytes and rewrites the length
  * prefix to match, so that most mutants still split where they should;
  * sometimes the prefix itself is moved. */
-size_t fuzz_mutate(uint8_t *buf, size_t n, size_t cap) {
+static size_t mutate_input(uint8_t *buf, size_t n, size_t cap) {
   static uint8_t part[65536];
   if (n < 4 || fuzz_rnd(16) == 0) return mutate_message(buf, n, cap);
   uint32_t l = (uint32_t)buf[0] | (uint32_t)buf[1] << 8 | (uint32_t)buf[2] << 16 |
@@ -650,5 +677,12 @@ size_t fuzz_mutate(uint8_t *buf, size_t n, size_t cap) {
   buf[2] = (uint8_t)(nh >> 16);
   buf[3] = (uint8_t)(nh >> 24);
   return 4 + nh + nb;
+}
+#ifndef PS_LIBFUZZER
+size_t fuzz_mutate(uint8_t *buf, size_t n, size_t cap) { return mutate_input(buf, n, cap); }
+#else
+size_t LLVMFuzzerCustomMutator(uint8_t *data, size_t size, size_t max_size, unsigned int seed) {
+  rng_state = ((uint64_t)seed << 1 | 1) * 0x9e3779b97f4a7c15u;
+  return mutate_input(data, size, max_size);
 }
 #endif
