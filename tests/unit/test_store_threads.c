@@ -189,15 +189,16 @@ START_TEST(updates_reads_and_snapshots_from_many_threads_are_exact) {
 }
 END_TEST
 
-/* The first buffers of a process, from many threads at once (the buffer
- * cache sizes itself on first use). */
+/* The first big buffers of a process, from many threads at once: buffers
+ * of 1 MiB and more go back to a cache, which reads its size limit on
+ * first use. */
 static pthread_barrier_t barrier;
 
 static void *buffers(void *arg) {
   (void)arg;
   pthread_barrier_wait(&barrier);
-  for (int k = 0; k < 2000; k++) {
-    ps_buf *b = ps_buf_create((size_t)(64 + 64 * (k % 8)), k % 2 == 0);
+  for (int k = 0; k < 200; k++) {
+    ps_buf *b = ps_buf_create(((size_t)1 << 20) + (size_t)(65536 * (k % 8)), k % 2 == 0);
     ck_assert_ptr_nonnull(b);
     memset(b->data, 1, b->size);
     ps_buf *r = ps_buf_ref(b);
