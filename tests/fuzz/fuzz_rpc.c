@@ -13,9 +13,10 @@
  * (the method's request message, as raw bytes: nothing checks it on the
  * way), then the rest as the request's bulk bytes, sent as Chunk messages
  * (inputs shorter than 4 bytes are a header alone).  The call goes through
- * the real gRPC path with ps_rpc_run() and a 1 s deadline.  Besides "no
- * crash, no leak, no UB" it checks: a failed call carries a message; and
- * after every input the ps still answers Status.  PS_FUZZ_STRICT=1 also
+ * the real gRPC path with ps_rpc_run() and a 1 s deadline (10 s for the
+ * Status after it).  Besides "no crash, no leak, no UB" it checks: a failed
+ * call carries a message; and after every input the ps still answers
+ * Status.  PS_FUZZ_STRICT=1 also
  * fails on INTERNAL and UNKNOWN (a request should never cause those);
  * PS_FUZZ_VERBOSE=1 prints every input's outcome; PS_FUZZ_LAST=FILE writes
  * each input to FILE before it runs (after a failure: the reproducer, to
@@ -57,7 +58,8 @@
     abort();                                                                             \
   } while (0)
 
-#define CALL_MS 1000
+#define CALL_MS 1000    /* an input's call (a parked synchronous update waits) */
+#define STATUS_MS 10000 /* the Status after it: generous, for loaded machines */
 #define MAX_RESPONSE ((size_t)64 << 20) /* a Read response bigger than this fails */
 
 static struct {
@@ -73,8 +75,8 @@ static struct {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   bool server_done;
-  bool verbose; /* PS_FUZZ_VERBOSE=1: each input's outcome on stderr */
-  bool strict;  /* PS_FUZZ_STRICT=1: INTERNAL or UNKNOWN fails the run */
+  bool verbose;     /* PS_FUZZ_VERBOSE=1: each input's outcome on stderr */
+  bool strict;      /* PS_FUZZ_STRICT=1: INTERNAL or UNKNOWN fails the run */
   const char *last; /* PS_FUZZ_LAST=FILE: each input is written there first */
 } F = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
@@ -114,8 +116,8 @@ static int read_sink(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
 }
 
 /* One call of @method with a raw header and bulk bytes; returns its code. */
-static int call_raw(const char *method, const uint8_t *hdr, size_t nh, const uint8_t *bulk,
-                    size_t nb, ps_status *out) {
+static int call_raw(const char *method, const uint8_t *hdr, size_t nh,
+                    const uint8_t *bulk, size_t nb, int64_t timeout_ms, ps_status *out) {
   ps_rpc_segs send = {0};
   bool read = strcmp(method, "/paramserver.Ps/Read") == 0;
   sink_ctx x = {NULL};
@@ -126,7 +128,7 @@ static int call_raw(const char *method, const uint8_t *hdr, size_t nh, const uin
                   .raw_len = nh,
                   .send = nb ? &send : NULL,
                   .unary_response = !read,
-                  .timeout_ms = CALL_MS,
+                  .timeout_ms = timeout_ms,
                   .on_header = read ? read_sink : NULL,
                   .user = &x};
   ps_rpc_run(&r, 1);
@@ -145,21 +147,23 @@ static void call_ok(const char *method, const ProtobufCMessage *m) {
   if (buf == NULL) FAIL("no memory");
   protobuf_c_message_pack(m, buf);
   ps_status st;
-  if (call_raw(method, buf, n, NULL, 0, &st) != 0) FAIL("set-up %s failed: %s", method, st.msg);
+  if (call_raw(method, buf, n, NULL, 0, STATUS_MS, &st) != 0)
+    FAIL("set-up %s failed: %s", method, st.msg);
   free(buf);
 }
 
 static void check_status(void) {
   ps_status st; /* an empty StatusRequest is zero bytes */
-  if (call_raw("/paramserver.Ps/Status", NULL, 0, NULL, 0, &st) != 0)
+  if (call_raw("/paramserver.Ps/Status", NULL, 0, NULL, 0, STATUS_MS, &st) != 0)
     FAIL("after input %ld the ps no longer answers Status: %s", F.inputs, st.msg);
 }
 
 /* ---- set-up ---- */
 
-static Paramserver__VariableSpec *spec(Paramserver__VariableSpec *v, Paramserver__Initializer *in,
-                                       const char *name, int dtype, int64_t *shape,
-                                       size_t rank, const char *init) {
+static Paramserver__VariableSpec *spec(Paramserver__VariableSpec *v,
+                                       Paramserver__Initializer *in, const char *name,
+                                       int dtype, int64_t *shape, size_t rank,
+                                       const char *init) {
   paramserver__variable_spec__init(v);
   v->name = (char *)name;
   v->dtype = dtype;
@@ -195,7 +199,8 @@ static void create_vars(void) {
   pv[n] = spec(&v[n], &in[n], "i", 3, s2, 1, "ones"), n++;
   pv[n] = spec(&v[n], &in[n], "u", 1, s2, 1, NULL), n++; /* never initialized */
   for (int part = 0; part < 2; part++) {
-    pv[n] = spec(&v[n], &in[n], part ? "p/part_1" : "p/part_0", 1, s54, 2, "truncated_normal");
+    pv[n] = spec(&v[n], &in[n], part ? "p/part_1" : "p/part_0", 1, s54, 2,
+                 "truncated_normal");
     in[n].full_name = "p";
     in[n].full_shape = full;
     in[n].n_full_shape = 2;
@@ -206,8 +211,8 @@ static void create_vars(void) {
   cr.vars = pv;
   cr.n_vars = n;
   call_ok("/paramserver.Ps/Create", &cr.base);
-  char *names[] = {"w", "w/Momentum", "b", "step", "emb", "emb/Adam", "emb/Adam_1",
-                   "d", "i", "p/part_0", "p/part_1"};
+  char *names[] = {"w",          "w/Momentum", "b", "step",     "emb",     "emb/Adam",
+                   "emb/Adam_1", "d",          "i", "p/part_0", "p/part_1"};
   Paramserver__InitializeRequest ir = PARAMSERVER__INITIALIZE_REQUEST__INIT;
   ir.names = names;
   ir.n_names = sizeof names / sizeof names[0];
@@ -251,7 +256,8 @@ static void remove_tree(const char *path, bool keep_seed) {
   struct dirent *e;
   while ((e = readdir(d)) != NULL) {
     if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-    if (keep_seed && (!strncmp(e->d_name, "seed.", 5) || !strcmp(e->d_name, "checkpoint")))
+    if (keep_seed &&
+        (!strncmp(e->d_name, "seed.", 5) || !strcmp(e->d_name, "checkpoint")))
       continue;
     char p[4096];
     snprintf(p, sizeof p, "%s/%s", path, e->d_name);
@@ -281,7 +287,8 @@ static void teardown(void) {
   ps_service_shutdown(F.svc);
   ps_rpc_server_cancel_all(F.srv);
   pthread_mutex_lock(&F.mu);
-  while (!F.server_done) pthread_cond_wait(&F.cv, &F.mu);
+  while (!F.server_done)
+    pthread_cond_wait(&F.cv, &F.mu);
   pthread_mutex_unlock(&F.mu);
   ps_ckpt_abort_all();
   ps_ckpt_wait_all();
@@ -315,7 +322,8 @@ static void setup(void) {
   size_t nh;
   const ps_rpc_handler *h = ps_service_handlers(&nh);
   bool known = false;
-  for (size_t i = 0; i < nh; i++) known |= strcmp(h[i].method, F.method) == 0;
+  for (size_t i = 0; i < nh; i++)
+    known |= strcmp(h[i].method, F.method) == 0;
   if (!known) FAIL("the ps has no method %s", F.method);
   const char *base = getenv("TMPDIR");
   snprintf(F.dir, sizeof F.dir, "%s/fuzz_rpc.XXXXXX", base && base[0] ? base : "/tmp");
@@ -373,18 +381,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   bool is_snapshot = strcmp(F.name, "Snapshot") == 0;
   if (strcmp(F.name, "Merge") == 0) save("mg", false); /* shards to merge */
-  if (strcmp(F.name, "Save") == 0) snapshot(77);     /* what seeds save */
+  if (strcmp(F.name, "Save") == 0) snapshot(77);       /* what seeds save */
   ps_status st;
-  int code = call_raw(F.method, hdr, nh, bulk, nb, &st);
+  int code = call_raw(F.method, hdr, nh, bulk, nb, CALL_MS, &st);
   F.inputs++;
   F.codes[code >= 0 && code < 17 ? code : 16]++;
-  if (code != 0 && st.msg[0] == '\0') FAIL("input %ld: code %d without a message", F.inputs, code);
+  if (code != 0 && st.msg[0] == '\0')
+    FAIL("input %ld: code %d without a message", F.inputs, code);
   if (F.strict && (code == PS_INTERNAL || code == PS_UNKNOWN))
     FAIL("input %ld: code %d: %s", F.inputs, code, st.msg);
-  if (F.verbose) fprintf(stderr, "input %ld: %zu+%zu bytes: %d %s\n", F.inputs, nh, nb, code,
-                         code ? st.msg : "OK");
+  if (F.verbose)
+    fprintf(stderr, "input %ld: %zu+%zu bytes: %d %s\n", F.inputs, nh, nb, code,
+            code ? st.msg : "OK");
   if (is_snapshot) { /* reopen the gate at once, as a coordinator would */
-    Paramserver__SnapshotRequest *rq = paramserver__snapshot_request__unpack(NULL, nh, hdr);
+    Paramserver__SnapshotRequest *rq =
+        paramserver__snapshot_request__unpack(NULL, nh, hdr);
     if (rq) {
       ps_store_snapshot_release(F.store, rq->id);
       paramserver__snapshot_request__free_unpacked(rq, NULL);
@@ -411,13 +422,13 @@ static const uint8_t tokens[][11] = {
     {2, 0xff, 0x01},
     {5, 0xff, 0xff, 0xff, 0xff, 0x0f},
     {10, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}, /* -1 */
-    {9, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x3f},       /* 2^62-1 */
-    {9, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x40},       /* 2^62 */
-    {5, 0x80, 0x80, 0x80, 0x80, 0x08},                               /* 2^31 */
-    {3, 0x80, 0x80, 0x04},                                           /* 65536 */
-    {2, 0x0a, 0x00},                                                 /* field 1, "" */
-    {3, 0x12, 0x01, 0x00},                                           /* field 2, "\0" */
-    {2, 0x22, 0x7f},                                                 /* field 4, len 127 */
+    {9, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x3f},        /* 2^62-1 */
+    {9, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x40},        /* 2^62 */
+    {5, 0x80, 0x80, 0x80, 0x80, 0x08},                                /* 2^31 */
+    {3, 0x80, 0x80, 0x04},                                            /* 65536 */
+    {2, 0x0a, 0x00},                                                  /* field 1, "" */
+    {3, 0x12, 0x01, 0x00},                                            /* field 2, "\0" */
+    {2, 0x22, 0x7f}, /* field 4, len 127 */
 };
 #define NTOKENS (sizeof tokens / sizeof tokens[0])
 
@@ -462,7 +473,8 @@ static size_t mutate_message(uint8_t *buf, size_t n, size_t cap) {
 /* libFuzzer: its own byte mutations, and a generator for ours seeded by
  * the seed it passes. */
 size_t LLVMFuzzerMutate(uint8_t *data, size_t size, size_t max_size);
-size_t LLVMFuzzerCustomMutator(uint8_t *data, size_t size, size_t max_size, unsigned int seed);
+size_t LLVMFuzzerCustomMutator(uint8_t *data, size_t size, size_t max_size,
+                               unsigned int seed);
 
 static uint64_t rng_state = 1;
 
@@ -473,7 +485,9 @@ static uint64_t fuzz_rng(void) { /* xorshift64*, as driver.c */
   return rng_state * 0x2545f4914f6cdd1du;
 }
 
-static size_t fuzz_rnd(size_t n) { return n ? (size_t)(fuzz_rng() % n) : 0; }
+static size_t fuzz_rnd(size_t n) {
+  return n ? (size_t)(fuzz_rng() % n) : 0;
+}
 
 static size_t mutate_message(uint8_t *buf, size_t n, size_t cap) {
   return LLVMFuzzerMutate(buf, n, cap);
@@ -527,12 +541,18 @@ static size_t elem_size(ProtobufCType t) {
   case PROTOBUF_C_TYPE_SFIXED64:
   case PROTOBUF_C_TYPE_UINT64:
   case PROTOBUF_C_TYPE_FIXED64:
-  case PROTOBUF_C_TYPE_DOUBLE: return 8;
-  case PROTOBUF_C_TYPE_BOOL: return sizeof(protobuf_c_boolean);
-  case PROTOBUF_C_TYPE_STRING: return sizeof(char *);
-  case PROTOBUF_C_TYPE_BYTES: return sizeof(ProtobufCBinaryData);
-  case PROTOBUF_C_TYPE_MESSAGE: return sizeof(void *);
-  default: return 4;
+  case PROTOBUF_C_TYPE_DOUBLE:
+    return 8;
+  case PROTOBUF_C_TYPE_BOOL:
+    return sizeof(protobuf_c_boolean);
+  case PROTOBUF_C_TYPE_STRING:
+    return sizeof(char *);
+  case PROTOBUF_C_TYPE_BYTES:
+    return sizeof(ProtobufCBinaryData);
+  case PROTOBUF_C_TYPE_MESSAGE:
+    return sizeof(void *);
+  default:
+    return 4;
   }
 }
 
@@ -559,19 +579,70 @@ static void collect(ProtobufCMessage *m, field_ref *refs, size_t *n) {
   }
 }
 
-static const int64_t ints[] = {0, 1, -1, 2, 3, 9, 19, 100, 65536, INT32_MAX, INT32_MIN,
-                               (int64_t)1 << 31, (int64_t)1 << 32, (int64_t)1 << 40,
-                               (int64_t)1 << 61, ((int64_t)1 << 61) - 1, (int64_t)1 << 62,
-                               4611686018427387903LL, INT64_MAX, INT64_MIN};
-static const char *const strs[] = {
-    "", "w", "b", "emb", "u", "d", "i", "p", "p/part_0", "p/part_1", "step", "w/Momentum",
-    "emb/Adam", "nope", "seed", "mg", "fz", "sub/x", "../x", "/etc/passwd", "a\nb", "a\x01b",
-    "seed/../seed", ".", "..", "checkpoint", "zeros", "ones", "constant", "random_uniform",
-    "truncated_normal", "variance_scaling", "fan_in", "fan_out", "uniform", "normal",
-    "untruncated_normal", "bogus",
-    "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
-    "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
-    "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"};
+static const int64_t ints[] = {0,
+                               1,
+                               -1,
+                               2,
+                               3,
+                               9,
+                               19,
+                               100,
+                               65536,
+                               INT32_MAX,
+                               INT32_MIN,
+                               (int64_t)1 << 31,
+                               (int64_t)1 << 32,
+                               (int64_t)1 << 40,
+                               (int64_t)1 << 61,
+                               ((int64_t)1 << 61) - 1,
+                               (int64_t)1 << 62,
+                               4611686018427387903LL,
+                               INT64_MAX,
+                               INT64_MIN};
+static const char *const strs[] = {"",
+                                   "w",
+                                   "b",
+                                   "emb",
+                                   "u",
+                                   "d",
+                                   "i",
+                                   "p",
+                                   "p/part_0",
+                                   "p/part_1",
+                                   "step",
+                                   "w/Momentum",
+                                   "emb/Adam",
+                                   "nope",
+                                   "seed",
+                                   "mg",
+                                   "fz",
+                                   "sub/x",
+                                   "../x",
+                                   "/etc/passwd",
+                                   "a\nb",
+                                   "a\x01b",
+                                   "seed/../seed",
+                                   ".",
+                                   "..",
+                                   "checkpoint",
+                                   "zeros",
+                                   "ones",
+                                   "constant",
+                                   "random_uniform",
+                                   "truncated_normal",
+                                   "variance_scaling",
+                                   "fan_in",
+                                   "fan_out",
+                                   "uniform",
+                                   "normal",
+                                   "untruncated_normal",
+                                   "bogus",
+                                   "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+                                   "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+                                   "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+                                   "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+                                   "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+                                   "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"};
 static const double dbls[] = {0, -0.0, 1, -1, 0.5, 2, 1e308, -1e308, 1e-310, 1e20};
 static uint8_t zeros64[64];
 
@@ -609,8 +680,12 @@ static size_t mutate_structure(uint8_t *buf, size_t n, size_t cap,
       *(double *)x.p = dv;
       break;
     }
-    case PROTOBUF_C_TYPE_FLOAT: *(float *)x.p = (float)dbls[fuzz_rnd(5)]; break;
-    case PROTOBUF_C_TYPE_BOOL: *(protobuf_c_boolean *)x.p = !*(protobuf_c_boolean *)x.p; break;
+    case PROTOBUF_C_TYPE_FLOAT:
+      *(float *)x.p = (float)dbls[fuzz_rnd(5)];
+      break;
+    case PROTOBUF_C_TYPE_BOOL:
+      *(protobuf_c_boolean *)x.p = !*(protobuf_c_boolean *)x.p;
+      break;
     case PROTOBUF_C_TYPE_STRING:
     case PROTOBUF_C_TYPE_BYTES:
       if (ns == 4) break;
@@ -679,9 +754,12 @@ static size_t mutate_input(uint8_t *buf, size_t n, size_t cap) {
   return 4 + nh + nb;
 }
 #ifndef PS_LIBFUZZER
-size_t fuzz_mutate(uint8_t *buf, size_t n, size_t cap) { return mutate_input(buf, n, cap); }
+size_t fuzz_mutate(uint8_t *buf, size_t n, size_t cap) {
+  return mutate_input(buf, n, cap);
+}
 #else
-size_t LLVMFuzzerCustomMutator(uint8_t *data, size_t size, size_t max_size, unsigned int seed) {
+size_t LLVMFuzzerCustomMutator(uint8_t *data, size_t size, size_t max_size,
+                               unsigned int seed) {
   rng_state = ((uint64_t)seed << 1 | 1) * 0x9e3779b97f4a7c15u;
   return mutate_input(data, size, max_size);
 }

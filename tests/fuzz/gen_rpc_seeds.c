@@ -45,7 +45,8 @@ static void put(const char *method, const char *seed, const ProtobufCMessage *m,
 }
 
 static void creates(void) {
-  static int64_t s23[] = {2, 3}, s4[] = {4}, big[] = {4611686018427387903LL}, neg[] = {-1, 2};
+  static int64_t s23[] = {2, 3}, s4[] = {4}, big[] = {4611686018427387903LL},
+                 neg[] = {-1, 2};
   Paramserver__CreateRequest r = PARAMSERVER__CREATE_REQUEST__INIT;
   Paramserver__VariableSpec v = PARAMSERVER__VARIABLE_SPEC__INIT, *pv = &v;
   Paramserver__Initializer in = PARAMSERVER__INITIALIZER__INIT;
@@ -57,9 +58,9 @@ static void creates(void) {
   v.n_shape = 2;
   put("Create", "no_initializer", &r.base, NULL, 0);
   v.initializer = &in;
-  const char *types[] = {"zeros", "ones", "constant", "random_uniform", "random_normal",
-                         "truncated_normal", "glorot_uniform", "glorot_normal",
-                         "variance_scaling"};
+  const char *types[] = {"zeros",          "ones",          "constant",
+                         "random_uniform", "random_normal", "truncated_normal",
+                         "glorot_uniform", "glorot_normal", "variance_scaling"};
   for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
     in.type = (char *)types[i];
     in.maxval = 1;
@@ -150,9 +151,12 @@ static void update(const char *seed, Paramserver__Update *u, const void *bulk, s
 
 static void updates(void) {
   float v12[12], v8[8], v3[3];
-  for (int i = 0; i < 12; i++) v12[i] = 0.25f * (float)i;
-  for (int i = 0; i < 8; i++) v8[i] = 1.0f + (float)i;
-  for (int i = 0; i < 3; i++) v3[i] = 0.5f;
+  for (int i = 0; i < 12; i++)
+    v12[i] = 0.25f * (float)i;
+  for (int i = 0; i < 8; i++)
+    v8[i] = 1.0f + (float)i;
+  for (int i = 0; i < 3; i++)
+    v3[i] = 0.5f;
   static int64_t s43[] = {4, 3}, s24[] = {2, 4}, s3[] = {3}, s2[] = {2};
   Paramserver__Update u = PARAMSERVER__UPDATE__INIT;
   u.name = "w";
@@ -256,7 +260,8 @@ static void updates(void) {
 }
 
 static void reads(void) {
-  Paramserver__ReadItem a = PARAMSERVER__READ_ITEM__INIT, b = PARAMSERVER__READ_ITEM__INIT;
+  Paramserver__ReadItem a = PARAMSERVER__READ_ITEM__INIT,
+                        b = PARAMSERVER__READ_ITEM__INIT;
   Paramserver__ReadItem *items[] = {&a, &b};
   Paramserver__ReadRequest r = PARAMSERVER__READ_REQUEST__INIT;
   r.items = items;

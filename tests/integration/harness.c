@@ -63,8 +63,8 @@ static int start_guardian(ps_harness *h) {
     perror("harness: pipe");
     return -1;
   }
-  const char *argv[] = {"/bin/sh", "-c", guardian_script, "ps-harness-guardian", h->dir,
-                        NULL};
+  const char *argv[] = {"/bin/sh", "-c", guardian_script, "ps-harness-guardian",
+                        h->dir,    NULL};
   pid_t pid = fork();
   if (pid < 0) {
     perror("harness: fork");
@@ -77,6 +77,7 @@ static int start_guardian(ps_harness *h) {
     dup2(p[0], 0);
     int null = open("/dev/null", O_WRONLY);
     if (null >= 0) dup2(null, 1);
+    close_range(3, ~0u, 0); /* hold none of the test's sockets or pipes */
     execv(argv[0], (char *const *)argv);
     _exit(127);
   }
@@ -99,8 +100,9 @@ static unsigned long long start_time(pid_t pid) {
   if (q == NULL) return 0;
   unsigned long long v = 0;
   /* after ") ": field 3 (state) ... field 22 */
-  if (sscanf(q + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d "
-                    "%*d %*d %llu",
+  if (sscanf(q + 2,
+             "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d "
+             "%*d %*d %llu",
              &v) != 1)
     return 0;
   return v;
@@ -209,7 +211,8 @@ int harness_start(ps_harness *h, int nps, const char *const *extra) {
     snprintf(task, sizeof task, "%d", i);
     const char *argv[32] = {prog, "--cluster", boot, "--job", "ps", "--task", task};
     int argc = 7;
-    for (int k = 0; extra && extra[k] && argc < 31; k++) argv[argc++] = extra[k];
+    for (int k = 0; extra && extra[k] && argc < 31; k++)
+      argv[argc++] = extra[k];
     argv[argc] = NULL;
     int out;
     pid_t pid = harness_spawn(h, argv, &out);

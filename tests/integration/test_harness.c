@@ -10,11 +10,15 @@
  * ends well; "bare-kill" is the same start and SIGKILL without Check
  * (whose runner kills the test's process group after each test, so only
  * PR_SET_PDEATHSIG and the guardian can clean up after a program that is
- * not a Check test, or a test run with CK_FORK=no).  Run without arguments, each test below runs the victim as a
- * child, checks how it ended, and then requires, within a bounded
- * deadline, that no process of that run is alive (none names its scratch
- * directory on its command line, the two pids are gone) and that the
- * scratch directory is gone. */
+ * not a Check test, or a test run with CK_FORK=no).
+ *
+ * Run without arguments, each test below runs the victim as a child, checks
+ * how it ended, and then requires, within a bounded deadline, that no
+ * process of that run is alive (none names its scratch directory on its
+ * command line, the two pids are gone) and that the scratch directory is
+ * gone.  With the harness of before (no PR_SET_PDEATHSIG, no guardian)
+ * "assert", "kill" and "timeout" fail on the directory left behind, and
+ * "bare-kill" times out: the two ps left running hold its output pipe. */
 #include <check.h>
 #include <dirent.h>
 #include <errno.h>
@@ -33,7 +37,9 @@
 static ps_harness H;
 static const char *victim_mode, *victim_report;
 
-static void victim_teardown(void) { harness_stop(&H); }
+static void victim_teardown(void) {
+  harness_stop(&H);
+}
 
 START_TEST(victim) {
   ck_assert_int_eq(harness_start(&H, 2, NULL), 0);
@@ -41,10 +47,12 @@ START_TEST(victim) {
   ck_assert_ptr_nonnull(f);
   fprintf(f, "%d %d %s\n", (int)H.pids[0], (int)H.pids[1], H.dir);
   ck_assert_int_eq(fclose(f), 0);
-  if (!strcmp(victim_mode, "assert")) ck_assert_msg(0, "deliberate failure with 2 ps running");
+  if (!strcmp(victim_mode, "assert"))
+    ck_assert_msg(0, "deliberate failure with 2 ps running");
   if (!strcmp(victim_mode, "kill")) raise(SIGKILL);
   if (!strcmp(victim_mode, "timeout"))
-    for (;;) pause(); /* until Check's timeout kills the process group */
+    for (;;)
+      pause(); /* until Check's timeout kills the process group */
 }
 END_TEST
 
@@ -144,14 +152,17 @@ static void check_mode(const char *mode, int want_fail, const char *want_text) {
   int got = f ? fscanf(f, "%d %d %255s", &p0, &p1, dir) : 0;
   if (f) fclose(f);
   unlink(report);
-  ck_assert_msg(got == 3, "%s: the victim did not report its ps (rc %d):\n%s", mode, rc, out);
-  ck_assert_msg(strncmp(dir, "/tmp/ps-test-", 13) == 0, "%s: scratch dir '%s'", mode, dir);
+  ck_assert_msg(got == 3, "%s: the victim did not report its ps (rc %d):\n%s", mode, rc,
+                out);
+  ck_assert_msg(strncmp(dir, "/tmp/ps-test-", 13) == 0, "%s: scratch dir '%s'", mode,
+                dir);
   if (want_fail)
     ck_assert_msg(rc != 0, "%s: the victim passed:\n%s", mode, out);
   else
     ck_assert_msg(rc == 0, "%s: the victim failed (rc %d):\n%s", mode, rc, out);
   if (want_text)
-    ck_assert_msg(strstr(out, want_text) != NULL, "%s: no '%s' in:\n%s", mode, want_text, out);
+    ck_assert_msg(strstr(out, want_text) != NULL, "%s: no '%s' in:\n%s", mode, want_text,
+                  out);
   free(out);
   /* Poll for the cleanup (the guardian runs after the test process is
    * gone); a bounded deadline, then say what is left. */
@@ -180,8 +191,8 @@ static void check_mode(const char *mode, int want_fail, const char *want_text) {
   }
   ck_assert_msg(!p0_alive && !p1_alive, "%s: ps-server %d %s, %d %s after 30 s", mode, p0,
                 p0_alive ? "alive" : "gone", p1, p1_alive ? "alive" : "gone");
-  ck_assert_msg(left == 0, "%s: %d processes still name %s (pid %d) after 30 s", mode, left,
-                dir, (int)first);
+  ck_assert_msg(left == 0, "%s: %d processes still name %s (pid %d) after 30 s", mode,
+                left, dir, (int)first);
   ck_assert_msg(!dir_left, "%s: %s still exists after 30 s", mode, dir);
 }
 
@@ -190,16 +201,24 @@ START_TEST(failed_assert_leaves_nothing) {
 }
 END_TEST
 
-START_TEST(killed_test_leaves_nothing) { check_mode("kill", 1, NULL); }
+START_TEST(killed_test_leaves_nothing) {
+  check_mode("kill", 1, NULL);
+}
 END_TEST
 
-START_TEST(timed_out_test_leaves_nothing) { check_mode("timeout", 1, "Test timeout expired"); }
+START_TEST(timed_out_test_leaves_nothing) {
+  check_mode("timeout", 1, "Test timeout expired");
+}
 END_TEST
 
-START_TEST(killed_program_leaves_nothing) { check_mode("bare-kill", 1, NULL); }
+START_TEST(killed_program_leaves_nothing) {
+  check_mode("bare-kill", 1, NULL);
+}
 END_TEST
 
-START_TEST(passing_test_leaves_nothing) { check_mode("pass", 0, "100%"); }
+START_TEST(passing_test_leaves_nothing) {
+  check_mode("pass", 0, "100%");
+}
 END_TEST
 
 int main(int argc, char **argv) {

@@ -51,7 +51,8 @@ static void apply(void *arg) {
   ck_assert_int_eq(ps_var_make_private(vars[1], &st), 0);
   ((int64_t *)vars[0]->buf->data)[0] += 1;
   float *a = vars[1]->buf->data;
-  for (int i = 0; i < N_ELEMS; i++) a[i] += 1.0f;
+  for (int i = 0; i < N_ELEMS; i++)
+    a[i] += 1.0f;
   vars[0]->version++;
   vars[1]->version++;
   ps_store_unlock_set(vars, 2);
@@ -72,7 +73,8 @@ static void *updater(void *arg) {
     } else { /* parked: the snapshotter's release runs it */
       atomic_fetch_add(&u.sh->parked, 1);
       pthread_mutex_lock(&u.mu);
-      while (!u.done) pthread_cond_wait(&u.cv, &u.mu);
+      while (!u.done)
+        pthread_cond_wait(&u.cv, &u.mu);
       pthread_mutex_unlock(&u.mu);
     }
   }
@@ -145,8 +147,8 @@ static void *creator(void *arg) {
     snprintf(name, sizeof name, "x%d", i % 400);
     bool created;
     ps_status st;
-    ck_assert_int_eq(ps_store_create_var(sh->s, name, PS_DT_FLOAT, &sh8, &k, NULL, NULL, 0,
-                                         &created, &st),
+    ck_assert_int_eq(ps_store_create_var(sh->s, name, PS_DT_FLOAT, &sh8, &k, NULL, NULL,
+                                         0, &created, &st),
                      0);
     ps_var *v = lookup(sh->s, name);
     ps_store_lock_set(&v, 1, true);
@@ -165,18 +167,27 @@ START_TEST(updates_reads_and_snapshots_from_many_threads_are_exact) {
   ps_shape sa = {.rank = 1, .dim = {N_ELEMS}}, sc = {.rank = 0};
   bool created;
   ps_status st;
-  ck_assert_int_eq(ps_store_create_var(sh.s, "a", PS_DT_FLOAT, &sa, &z, NULL, NULL, 0, &created, &st), 0);
-  ck_assert_int_eq(ps_store_create_var(sh.s, "c", PS_DT_INT64, &sc, &z, NULL, NULL, 0, &created, &st), 0);
+  ck_assert_int_eq(
+      ps_store_create_var(sh.s, "a", PS_DT_FLOAT, &sa, &z, NULL, NULL, 0, &created, &st),
+      0);
+  ck_assert_int_eq(
+      ps_store_create_var(sh.s, "c", PS_DT_INT64, &sc, &z, NULL, NULL, 0, &created, &st),
+      0);
   ps_var *vars[2] = {lookup(sh.s, "a"), lookup(sh.s, "c")};
-  for (int i = 0; i < 2; i++) ck_assert_int_eq(ps_var_run_initializer(sh.s, vars[i], &st), 0);
+  for (int i = 0; i < 2; i++)
+    ck_assert_int_eq(ps_var_run_initializer(sh.s, vars[i], &st), 0);
   pthread_t up[N_UPDATERS], rd[N_READERS], sn, cr;
-  for (int i = 0; i < N_UPDATERS; i++) ck_assert_int_eq(pthread_create(&up[i], NULL, updater, &sh), 0);
-  for (int i = 0; i < N_READERS; i++) ck_assert_int_eq(pthread_create(&rd[i], NULL, reader, &sh), 0);
+  for (int i = 0; i < N_UPDATERS; i++)
+    ck_assert_int_eq(pthread_create(&up[i], NULL, updater, &sh), 0);
+  for (int i = 0; i < N_READERS; i++)
+    ck_assert_int_eq(pthread_create(&rd[i], NULL, reader, &sh), 0);
   ck_assert_int_eq(pthread_create(&sn, NULL, snapshotter, &sh), 0);
   ck_assert_int_eq(pthread_create(&cr, NULL, creator, &sh), 0);
-  for (int i = 0; i < N_UPDATERS; i++) pthread_join(up[i], NULL);
+  for (int i = 0; i < N_UPDATERS; i++)
+    pthread_join(up[i], NULL);
   atomic_store(&sh.stop, 1);
-  for (int i = 0; i < N_READERS; i++) pthread_join(rd[i], NULL);
+  for (int i = 0; i < N_READERS; i++)
+    pthread_join(rd[i], NULL);
   pthread_join(sn, NULL);
   pthread_join(cr, NULL);
   ck_assert_int_eq(atomic_load(&sh.applied), N_UPDATERS * N_UPDATES);
@@ -212,8 +223,10 @@ START_TEST(first_buffers_from_many_threads) {
   enum { T = 8 };
   pthread_t th[T];
   ck_assert_int_eq(pthread_barrier_init(&barrier, NULL, T), 0);
-  for (int i = 0; i < T; i++) ck_assert_int_eq(pthread_create(&th[i], NULL, buffers, NULL), 0);
-  for (int i = 0; i < T; i++) pthread_join(th[i], NULL);
+  for (int i = 0; i < T; i++)
+    ck_assert_int_eq(pthread_create(&th[i], NULL, buffers, NULL), 0);
+  for (int i = 0; i < T; i++)
+    pthread_join(th[i], NULL);
   pthread_barrier_destroy(&barrier);
 }
 END_TEST
