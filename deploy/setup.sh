@@ -100,8 +100,12 @@ case "$mode" in
         "build-fuzz/tests/fuzz/fuzz_rpc_$m" -max_total_time="$secs" -timeout=30 -rss_limit_mb=4096 \
         -fork=1 -ignore_crashes=1 -ignore_ooms=1 -ignore_timeouts=1 \
         -artifact_prefix="build-fuzz/crashes/$m/" -print_final_stats=1 \
-        "build-fuzz/corpus/$m" "${seeds[@]}" 2>&1 | grep -v ' INFO \| WARN ' | tail -25
+        "build-fuzz/corpus/$m" "${seeds[@]}" 2>&1 | grep -v ' INFO \| WARN ' | tail -25 || true
     done
+    if compgen -G "build-fuzz/crashes/*/*" >/dev/null; then
+      echo "setup: inputs that failed are in build-fuzz/crashes/ (reproduce: the target with the file)" >&2
+      exit 1
+    fi
     ;;
   *)
     echo "usage: bash deploy/setup.sh [demo|test|tsan|fuzz [SECONDS]|build]" >&2
