@@ -160,6 +160,16 @@ static void check_status(void) {
 
 /* ---- set-up ---- */
 
+/* "Update": the macro of a libFuzzer build, else the environment (NULL if
+ * unset).  Mutators may run before the first input, so not only F.name. */
+static const char *method_name(void) {
+#ifdef PS_FUZZ_METHOD
+  return PS_FUZZ_METHOD;
+#else
+  return getenv("PS_FUZZ_METHOD");
+#endif
+}
+
 static Paramserver__VariableSpec *spec(Paramserver__VariableSpec *v,
                                        Paramserver__Initializer *in, const char *name,
                                        int dtype, int64_t *shape, size_t rank,
@@ -306,11 +316,7 @@ static void teardown(void) {
 }
 
 static void setup(void) {
-#ifdef PS_FUZZ_METHOD
-  F.name = PS_FUZZ_METHOD;
-#else
-  F.name = getenv("PS_FUZZ_METHOD");
-#endif
+  F.name = method_name();
   if (F.name == NULL || F.name[0] == '\0') {
     fprintf(stderr, "fuzz_rpc: set PS_FUZZ_METHOD to a method of paramserver.Ps\n");
     exit(2);
@@ -518,8 +524,9 @@ static const struct {
 };
 
 static const ProtobufCMessageDescriptor *request_descriptor(void) {
-  for (size_t i = 0; i < sizeof requests / sizeof requests[0]; i++)
-    if (!strcmp(requests[i].name, F.name)) return requests[i].d;
+  const char *name = method_name();
+  for (size_t i = 0; name && i < sizeof requests / sizeof requests[0]; i++)
+    if (!strcmp(requests[i].name, name)) return requests[i].d;
   return NULL;
 }
 
