@@ -3,7 +3,12 @@
 #
 #   bash deploy/setup.sh demo   install what is missing, build, run the main job
 #   bash deploy/setup.sh test   install what is missing, build, run every test
-#                               (plain build, then under ASan + UBSan)
+#                               (plain build, then under ASan + UBSan, then
+#                               the concurrency tests under TSan)
+#   bash deploy/setup.sh tsan   only the concurrency tests under ThreadSanitizer
+#   bash deploy/setup.sh fuzz [SECONDS]
+#                               libFuzzer build (clang) of tests/fuzz; runs each
+#                               RPC target for SECONDS (default 600)
 #   bash deploy/setup.sh build  install and build only
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,6 +32,22 @@ if ((${#missing[@]})); then
 fi
 
 jobs=$(nproc 2>/dev/null || echo 2)
+# The concurrency tests run under ThreadSanitizer: they use ps_store and the
+# tensor buffers from many threads without gRPC (gRPC is not built with
+# TSan, so tests through it would only report its uninstrumented
+# synchronisation).  No suppressions are needed for them; if one ever is,
+# it must name uninstrumented third-party code only (tests/unit/tsan.supp).
+tsan_tests=(unit_store_threads unit_store unit_tensor)
+tsan() {
+  if [ ! -f build-tsan/build.ninja ]; then
+    meson setup build-tsan -Db_sanitize=thread -Db_lundef=false >/dev/null
+  fi
+  ninja -C build-tsan -j "$jobs" tests/unit/test_store_threads tests/unit/test_store \
+    tests/unit/test_tensor >/dev/null
+  echo "== concurrency tests under ThreadSanitizer (build-tsan/)"
+  TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/unit/tsan.supp" \
+    meson test -C build-tsan --no-rebuild --print-errorlogs --num-processes "$jobs" "${tsan_tests[@]}"
+}
 build() { # dir, meson options...
   local dir=$1; shift
   if [ ! -f "$dir/build.ninja" ]; then meson setup "$dir" "$@" >/dev/null; fi
@@ -49,9 +70,45 @@ case "$mode" in
     echo "== tests under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/)"
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
       meson test -C build-asan --print-errorlogs --num-processes "$jobs"
+    tsan
+    ;;
+  tsan)
+    tsan
+    ;;
+  fuzz)
+    secs=${2:-600}
+    command -v clang >/dev/null || {
+      echo "setup: installing clang libclang-rt-14-dev" >&2
+      sudo_cmd=()
+      [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+      DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends \
+        clang libclang-rt-14-dev >/dev/null
+    }
+    if [ ! -f build-fuzz/build.ninja ]; then
+      CC=clang meson setup build-fuzz -Dfuzzing=true -Db_sanitize=address,undefined \
+        -Db_lundef=false -Dc_args=-fsanitize=fuzzer-no-link >/dev/null
+    fi
+    ninja -C build-fuzz -j "$jobs" >/dev/null
+    for m in Create Initialize IsInitialized ReportUninitialized Update Read List Status \
+      Snapshot Release Save Merge Restore; do
+      mkdir -p "build-fuzz/corpus/$m" "build-fuzz/crashes/$m"
+      echo "== fuzz_rpc_$m for $secs s (new inputs: build-fuzz/corpus/$m)"
+      seeds=(tests/fuzz/corpus_rpc/_generic)
+      [ -d "tests/fuzz/corpus_rpc/$m" ] && seeds=("tests/fuzz/corpus_rpc/$m" "${seeds[@]}")
+      # -fork=1 with -ignore_*: a crash is saved and the run goes on
+      ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+        "build-fuzz/tests/fuzz/fuzz_rpc_$m" -max_total_time="$secs" -timeout=30 -rss_limit_mb=4096 \
+        -fork=1 -ignore_crashes=1 -ignore_ooms=1 -ignore_timeouts=1 \
+        -artifact_prefix="build-fuzz/crashes/$m/" -print_final_stats=1 \
+        "build-fuzz/corpus/$m" "${seeds[@]}" 2>&1 | grep -v ' INFO \| WARN ' | tail -25 || true
+    done
+    if compgen -G "build-fuzz/crashes/*/*" >/dev/null; then
+      echo "setup: inputs that failed are in build-fuzz/crashes/ (reproduce: the target with the file)" >&2
+      exit 1
+    fi
     ;;
   *)
-    echo "usage: bash deploy/setup.sh [demo|test|build]" >&2
+    echo "usage: bash deploy/setup.sh [demo|test|tsan|fuzz [SECONDS]|build]" >&2
     exit 2
     ;;
 esac

@@ -5,11 +5,13 @@
 #include "paramserver/client.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -35,51 +37,199 @@ static int read_line(int fd, char *buf, size_t n, int timeout_ms) {
   return 0;
 }
 
+/* The guardian: sh reading "p PID STARTTIME" lines, then "d" (disarm) or
+ * EOF (the test process is gone).  On EOF it SIGKILLs each recorded child
+ * still alive with the same start time (a pid may have been reused), waits
+ * for them to go, and removes the scratch directory.  It is exec'd at once
+ * after fork: the test process has gRPC threads, so the child of fork may
+ * only call async-signal-safe functions. */
+static const char guardian_script[] =
+    "trap '' INT TERM HUP PIPE\n"
+    "pids=''\n"
+    "while read -r kind a b; do\n"
+    "  case $kind in p) pids=\"$pids $a:$b\";; d) exit 0;; esac\n"
+    "done\n"
+    "alive() { [ \"$(cut -d' ' -f22 /proc/$1/stat 2>/dev/null)\" = \"$2\" ]; }\n"
+    "for x in $pids; do alive ${x%%:*} ${x#*:} && kill -KILL ${x%%:*} 2>/dev/null; done\n"
+    "i=0\n"
+    "for x in $pids; do\n"
+    "  while alive ${x%%:*} ${x#*:} && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done\n"
+    "done\n"
+    "rm -rf \"$1\" 2>/dev/null || { sleep 0.2; rm -rf \"$1\"; }\n";
+
+static int start_guardian(ps_harness *h) {
+  int p[2];
+  if (pipe2(p, O_CLOEXEC) != 0) {
+    perror("harness: pipe");
+    return -1;
+  }
+  const char *argv[] = {"/bin/sh", "-c", guardian_script, "ps-harness-guardian",
+                        h->dir,    NULL};
+  pid_t pid = fork();
+  if (pid < 0) {
+    perror("harness: fork");
+    close(p[0]);
+    close(p[1]);
+    return -1;
+  }
+  if (pid == 0) {
+    setsid(); /* out of the test's process group: survives its killpg */
+    dup2(p[0], 0);
+    int null = open("/dev/null", O_WRONLY);
+    if (null >= 0) dup2(null, 1);
+    close_range(3, ~0u, 0); /* hold none of the test's sockets or pipes */
+    execv(argv[0], (char *const *)argv);
+    _exit(127);
+  }
+  close(p[0]);
+  h->guardian = pid;
+  h->guard_fd = p[1];
+  return 0;
+}
+
+/* Field 22 of /proc/PID/stat (start time in clock ticks), or 0. */
+static unsigned long long start_time(pid_t pid) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  FILE *f = fopen(path, "r");
+  if (f == NULL) return 0;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  char *q = strrchr(buf, ')'); /* comm may hold spaces */
+  if (q == NULL) return 0;
+  unsigned long long v = 0;
+  /* after ") ": field 3 (state) ... field 22 */
+  if (sscanf(q + 2,
+             "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d "
+             "%*d %*d %llu",
+             &v) != 1)
+    return 0;
+  return v;
+}
+
+static void guard_tell(ps_harness *h, const char *line) {
+  if (h->guard_fd < 0) return;
+  size_t n = strlen(line);
+  if (write(h->guard_fd, line, n) != (ssize_t)n)
+    fprintf(stderr, "harness: cannot tell the guardian '%s'\n", line);
+}
+
+static void stop_guardian(ps_harness *h) {
+  if (h->guardian <= 0) return; /* never started (a zeroed struct too) */
+  if (h->guard_fd >= 0) {
+    guard_tell(h, "d\n");
+    close(h->guard_fd);
+    h->guard_fd = -1;
+  }
+  if (h->guardian > 0) {
+    waitpid(h->guardian, NULL, 0);
+    h->guardian = 0;
+  }
+}
+
+pid_t harness_spawn(ps_harness *h, const char *const *argv, int *stdout_fd) {
+  int p[2] = {-1, -1};
+  if (stdout_fd && pipe2(p, O_CLOEXEC) != 0) {
+    perror("harness: pipe");
+    return -1;
+  }
+  pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid < 0) {
+    perror("harness: fork");
+    if (stdout_fd) {
+      close(p[0]);
+      close(p[1]);
+    }
+    return -1;
+  }
+  if (pid == 0) {
+    /* Dies with the thread that forked it.  If that thread is already gone
+     * (a race before prctl), the parent changed: give up at once. */
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) _exit(126);
+    if (stdout_fd) dup2(p[1], 1); /* dup2 clears O_CLOEXEC on fd 1 */
+    execv(argv[0], (char *const *)argv);
+    static const char msg[] = "harness: exec failed\n";
+    if (write(2, msg, sizeof msg - 1) < 0) _exit(127);
+    _exit(127);
+  }
+  if (stdout_fd) {
+    close(p[1]);
+    *stdout_fd = p[0];
+  }
+  char line[96];
+  snprintf(line, sizeof line, "p %d %llu\n", (int)pid, start_time(pid));
+  guard_tell(h, line);
+  return pid;
+}
+
+static int write_spec(const char *path, int nps, char (*addrs)[64]) {
+  FILE *f = fopen(path, "w");
+  if (f == NULL) {
+    fprintf(stderr, "harness: cannot write %s: %s\n", path, strerror(errno));
+    return -1;
+  }
+  fprintf(f, "{\"ps\": [");
+  for (int i = 0; i < nps; i++)
+    fprintf(f, "%s\"%s\"", i ? ", " : "", addrs ? addrs[i] : "127.0.0.1:0");
+  fprintf(f, "], \"worker\": [\"127.0.0.1:0\"]}\n");
+  if (fclose(f) != 0) {
+    fprintf(stderr, "harness: cannot write %s: %s\n", path, strerror(errno));
+    return -1;
+  }
+  return 0;
+}
+
 int harness_start(ps_harness *h, int nps, const char *const *extra) {
   memset(h, 0, sizeof *h);
+  h->guard_fd = -1;
+  if (nps < 1 || nps > HARNESS_MAX_PS) {
+    fprintf(stderr, "harness: %d ps tasks (1 to %d)\n", nps, HARNESS_MAX_PS);
+    return -1;
+  }
   h->nps = nps;
   snprintf(h->dir, sizeof h->dir, "/tmp/ps-test-XXXXXX");
   if (mkdtemp(h->dir) == NULL) {
     perror("mkdtemp");
+    h->dir[0] = '\0';
+    return -1;
+  }
+  if (start_guardian(h) != 0) {
+    harness_stop(h);
     return -1;
   }
   char boot[300];
   snprintf(boot, sizeof boot, "%s/boot.json", h->dir);
-  FILE *f = fopen(boot, "w");
-  fprintf(f, "{\"ps\": [");
-  for (int i = 0; i < nps; i++) fprintf(f, "%s\"127.0.0.1:0\"", i ? ", " : "");
-  fprintf(f, "], \"worker\": [\"127.0.0.1:0\"]}\n");
-  fclose(f);
+  if (write_spec(boot, nps, NULL) != 0) {
+    harness_stop(h);
+    return -1;
+  }
   const char *prog = harness_prog("PS_SERVER", "build/ps/ps-server");
   for (int i = 0; i < nps; i++) {
-    int p[2];
-    if (pipe(p) != 0) return -1;
     char task[16];
     snprintf(task, sizeof task, "%d", i);
     const char *argv[32] = {prog, "--cluster", boot, "--job", "ps", "--task", task};
     int argc = 7;
-    for (int k = 0; extra && extra[k] && argc < 30; k++) argv[argc++] = extra[k];
+    for (int k = 0; extra && extra[k] && argc < 31; k++)
+      argv[argc++] = extra[k];
     argv[argc] = NULL;
-    pid_t pid = fork();
-    if (pid == 0) {
-      dup2(p[1], 1);
-      close(p[0]);
-      close(p[1]);
-      execv(prog, (char *const *)argv);
-      fprintf(stderr, "exec %s: %s\n", prog, strerror(errno));
-      _exit(127);
-    }
-    close(p[1]);
-    h->pids[i] = pid;
-    char line[256];
-    /* Sanitizer builds start slowly on a loaded machine: wait generously. */
-    if (read_line(p[0], line, sizeof line, 60000) != 0) {
-      fprintf(stderr, "harness: ps/%d did not report ready\n", i);
-      close(p[0]);
+    int out;
+    pid_t pid = harness_spawn(h, argv, &out);
+    if (pid < 0) {
       harness_stop(h);
       return -1;
     }
-    close(p[0]);
+    h->pids[i] = pid;
+    char line[256];
+    /* Sanitizer builds start slowly on a loaded machine: wait generously. */
+    if (read_line(out, line, sizeof line, 60000) != 0) {
+      fprintf(stderr, "harness: ps/%d did not report ready\n", i);
+      close(out);
+      harness_stop(h);
+      return -1;
+    }
+    close(out);
     const char *a = strstr(line, "ready on ");
     if (a == NULL) {
       fprintf(stderr, "harness: unexpected readiness line '%s'\n", line);
@@ -89,11 +239,10 @@ int harness_start(ps_harness *h, int nps, const char *const *extra) {
     snprintf(h->addrs[i], sizeof h->addrs[i], "%s", a + 9);
   }
   snprintf(h->spec, sizeof h->spec, "%s/cluster.json", h->dir);
-  f = fopen(h->spec, "w");
-  fprintf(f, "{\"ps\": [");
-  for (int i = 0; i < nps; i++) fprintf(f, "%s\"%s\"", i ? ", " : "", h->addrs[i]);
-  fprintf(f, "], \"worker\": [\"127.0.0.1:0\"]}\n");
-  fclose(f);
+  if (write_spec(h->spec, nps, h->addrs) != 0) {
+    harness_stop(h);
+    return -1;
+  }
   ps_status st;
   h->cluster = ps_cluster_load_file(h->spec, &st);
   if (h->cluster == NULL) {
@@ -146,6 +295,7 @@ int harness_stop(ps_harness *h) {
     if (system(cmd) != 0) bad = 1;
     h->dir[0] = '\0';
   }
+  stop_guardian(h);
   return bad ? -1 : 0;
 }
 

@@ -1,6 +1,18 @@
 /* Test harness: starts real ps-server processes on 127.0.0.1 with ports the
  * kernel picks, learns their addresses from the readiness line, writes the
- * real cluster spec, and stops them. */
+ * real cluster spec, and stops them.
+ *
+ * Nothing outlives a test, however it ends (a failed ck_assert, which in
+ * Check's fork mode is _exit(1) without the checked teardown; a crash; a
+ * timeout's SIGKILL):
+ *  - every child is forked with PR_SET_PDEATHSIG(SIGKILL), so it dies with
+ *    the thread that started it: call harness_start() (and harness_spawn())
+ *    from the test's own thread, not from a thread that ends before it;
+ *  - harness_start() also starts a guardian (a small sh in its own session,
+ *    so a kill of the test's process group spares it) that holds the read
+ *    end of a pipe only the test process writes to.  When the test process
+ *    is gone without harness_stop(), the pipe reads EOF: the guardian kills
+ *    what is left of the children and removes the scratch directory. */
 #ifndef PS_TEST_HARNESS_H
 #define PS_TEST_HARNESS_H
 
@@ -17,6 +29,8 @@ typedef struct ps_harness {
   char dir[256];       /* scratch directory, removed by harness_stop */
   char spec[300];      /* the real cluster spec file */
   ps_cluster *cluster; /* parsed real spec */
+  pid_t guardian;      /* cleans up if the test dies (see above) */
+  int guard_fd;        /* write end of the guardian's pipe (-1: none) */
 } ps_harness;
 
 /* Starts @nps ps tasks (plus one worker address in the spec).  Extra
@@ -30,6 +44,12 @@ struct ps_client *harness_start_client(ps_harness *h, int nps, const char *const
 int harness_stop_client(ps_harness *h, struct ps_client *c);
 /* SIGTERM to each live task, waits; returns 0 if every one exited 0. */
 int harness_stop(ps_harness *h);
+/* Forks and execs @argv (argv[0] is the program) the way harness_start
+ * starts a ps: PR_SET_PDEATHSIG(SIGKILL), known to the guardian.  If
+ * @stdout_fd is not NULL, the child's stdout is a pipe whose read end is
+ * returned there.  Returns the pid, or -1 after printing why.  The caller
+ * waits for the child (or puts it in h->pids[] for harness_stop). */
+pid_t harness_spawn(ps_harness *h, const char *const *argv, int *stdout_fd);
 /* SIGKILL one task. */
 void harness_kill(ps_harness *h, int task);
 /* Path of a built program from the environment (PS_SERVER, PSCTL...). */
