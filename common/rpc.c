@@ -354,6 +354,7 @@ struct ps_rpc_server {
   /* calls with a grpc_call, for the stall check */
   pthread_mutex_t calls_mu;
   ps_rpc_call *calls;
+  int cancelled_all; /* under calls_mu */
   /* listener and monitor thread */
   int lfd[MAX_LISTENERS];
   int nlfd;
@@ -388,6 +389,8 @@ static void server_unref(ps_rpc_server *s) {
   if (atomic_fetch_sub(&s->live, 1) == 1 && s->done) s->done(s->done_arg);
 }
 
+static void cancel_call(ps_rpc_call *c);
+
 static void call_link(ps_rpc_call *c) {
   ps_rpc_server *s = c->srv;
   pthread_mutex_lock(&s->calls_mu);
@@ -396,6 +399,7 @@ static void call_link(ps_rpc_call *c) {
   if (s->calls) s->calls->prev = c;
   s->calls = c;
   c->linked = 1;
+  if (s->cancelled_all) cancel_call(c);
   pthread_mutex_unlock(&s->calls_mu);
 }
 
@@ -1023,8 +1027,21 @@ void ps_rpc_server_shutdown(ps_rpc_server *s, void (*done)(void *), void *arg) {
   grpc_server_shutdown_and_notify(s->srv, s->cq, &s->shutdown_tag);
 }
 
+/* Cancels @c (under calls_mu). */
+static void cancel_call(ps_rpc_call *c) {
+  grpc_call_cancel_with_status(c->call, GRPC_STATUS_UNAVAILABLE,
+                               "ps shutting down: call cancelled", NULL);
+}
+
 void ps_rpc_server_cancel_all(ps_rpc_server *s) {
   grpc_server_cancel_all_calls(s->srv);
+  /* gRPC 1.51 closes the connections, but a stream whose client stopped
+   * reading can stay blocked in a send: cancel every call directly too.
+   * Calls starting later are cancelled as they are linked. */
+  pthread_mutex_lock(&s->calls_mu);
+  s->cancelled_all = 1;
+  for (ps_rpc_call *c = s->calls; c; c = c->next) cancel_call(c);
+  pthread_mutex_unlock(&s->calls_mu);
 }
 
 void ps_rpc_server_destroy(ps_rpc_server *s) {
@@ -1229,7 +1246,8 @@ static int ccall_send_next(ccall *cc) {
   cc->send_bb = build_chunk(s, &cc->cur);
   ops[n].op = GRPC_OP_SEND_MESSAGE;
   ops[n++].data.send_message.send_message = cc->send_bb;
-  if (cc->cur.off == s->total) ops[n++].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+  if (cc->cur.off == s->total && !cc->req->keep_open)
+    ops[n++].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
   return grpc_call_start_batch(cc->call, ops, n, &cc->send_tag, NULL) == GRPC_CALL_OK;
 }
 
@@ -1334,7 +1352,7 @@ static void ccall_start(ccall *cc, grpc_completion_queue *cq) {
   ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
   ops[n].op = GRPC_OP_SEND_MESSAGE;
   ops[n++].data.send_message.send_message = hdr;
-  if (!has_data) ops[n++].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+  if (!has_data && !r->keep_open) ops[n++].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
   if (!has_data && r->unary_response) {
     /* One batch for the whole call: the lowest latency path. */
     ops[n].op = GRPC_OP_RECV_INITIAL_METADATA;

@@ -157,6 +157,7 @@ typedef struct ps_rpc_req {
   size_t raw_len;
   ps_rpc_segs *send; /* request bulk bytes (borrowed; may be NULL) */
   bool unary_response; /* the response never carries chunks */
+  bool keep_open; /* tests: never end the request stream (a stalled client) */
   int64_t timeout_ms;
   /* Response header arrived: parse it and add the ranges its bulk bytes go
    * to into @sink.  Return 0 or a code with @st set. */

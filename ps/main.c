@@ -163,7 +163,7 @@ static long raise_fd_limit(void) {
 
 /* Descriptors kept for everything but connections: checkpoint files,
  * gRPC's epoll and wakeup fds, the libuv loop. */
-#define FD_RESERVE 64
+#define FD_RESERVE(nofile) ((nofile) / 4 < 64 ? (nofile) / 4 : 64)
 
 int main(int argc, char **argv) {
   const char *cluster_file = NULL, *job = NULL, *ckpt_dir = NULL;
@@ -299,9 +299,9 @@ int main(int argc, char **argv) {
   long nofile = raise_fd_limit();
   if (max_conns < 0) {
     max_conns = PS_RPC_DEFAULT_MAX_CONNECTIONS;
-    if (nofile > 0 && nofile - FD_RESERVE < max_conns)
-      max_conns = nofile - FD_RESERVE > 1 ? nofile - FD_RESERVE : 1;
-  } else if (nofile > 0 && nofile - FD_RESERVE < max_conns) {
+    if (nofile > 0 && nofile - FD_RESERVE(nofile) < max_conns)
+      max_conns = nofile - FD_RESERVE(nofile) > 1 ? nofile - FD_RESERVE(nofile) : 1;
+  } else if (nofile > 0 && nofile - FD_RESERVE(nofile) < max_conns) {
     PS_WARN("--max-connections %lld: the open-file limit is %ld, so accepting "
             "may pause when descriptors run out",
             (long long)max_conns, nofile);
@@ -365,9 +365,10 @@ int main(int argc, char **argv) {
   uv_run(d.loop, UV_RUN_DEFAULT);
   uv_loop_close(d.loop);
 
-  ps_rpc_server_destroy(srv);
-  /* A checkpoint job may still be unwinding after answering its call. */
+  /* Every call is gone, but a checkpoint job may still be unwinding after
+   * answering its call: it must be done before anything is freed. */
   ps_ckpt_wait_all();
+  ps_rpc_server_destroy(srv);
   int64_t nvars, bytes;
   ps_store_totals(store, &nvars, &bytes);
   ps_service_destroy(svc);
