@@ -27,6 +27,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <arpa/inet.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -34,7 +35,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <linux/sockios.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -283,7 +286,10 @@ static void unlimited_args(grpc_arg *a, int server) {
  * (a request message, or a response message the client must read), the
  * call records when it started; the monitor thread cancels calls that have
  * waited longer than stream_timeout_ms.  Calls parked by a handler do not
- * count: they wait on the ps, not on the client. */
+ * count: they wait on the ps, not on the client.
+ *
+ * Locks: calls_mu (the call list) before accept_mu (accepting, the table
+ * of connections); neither is held while a handler runs. */
 
 typedef struct tag {
   int kind;
@@ -331,6 +337,8 @@ typedef struct conn_slot {
   int fd;
   ino_t ino;
   dev_t dev;
+  int64_t suspect_ms; /* a call of it timed out waiting for the client */
+  int outq;           /* unsent bytes then */
 } conn_slot;
 
 #define MAX_LISTENERS 8
@@ -810,7 +818,8 @@ static int open_listeners(ps_rpc_server *s, const char *addr, ps_status *st) {
   return 0;
 }
 
-/* Forgets connections gRPC has closed (their fd is closed or reused). */
+/* Forgets connections gRPC has closed (their fd is closed or reused).
+ * Under accept_mu. */
 static void conns_sweep(ps_rpc_server *s) {
   int k = 0;
   for (int i = 0; i < s->nconns; i++) {
@@ -840,6 +849,7 @@ static void accept_ready(ps_rpc_server *s, int lfd, int64_t *backoff_until) {
       *backoff_until = t + 100;
       return;
     }
+    pthread_mutex_lock(&s->accept_mu);
     if (s->nconns >= s->opt.max_connections) conns_sweep(s);
     if (s->nconns >= s->opt.max_connections) {
       int64_t t = now_ms();
@@ -848,28 +858,101 @@ static void accept_ready(ps_rpc_server *s, int lfd, int64_t *backoff_until) {
                 s->nconns);
         s->last_full_log_ms = t;
       }
+      pthread_mutex_unlock(&s->accept_mu);
       close(fd);
       continue;
     }
     struct stat sb;
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    if (fstat(fd, &sb) != 0) {
-      close(fd);
-      continue;
-    }
-    pthread_mutex_lock(&s->accept_mu);
-    if (!s->accepting) {
+    if (fstat(fd, &sb) != 0 || !s->accepting) {
       pthread_mutex_unlock(&s->accept_mu);
       close(fd);
       return;
     }
-    s->conns[s->nconns++] = (conn_slot){fd, sb.st_ino, sb.st_dev};
+    s->conns[s->nconns++] = (conn_slot){fd, sb.st_ino, sb.st_dev, 0, 0};
     grpc_server_credentials *sc = grpc_insecure_server_credentials_create();
     grpc_server_add_channel_from_fd(s->srv, fd, sc); /* gRPC owns fd now */
     grpc_server_credentials_release(sc);
     pthread_mutex_unlock(&s->accept_mu);
   }
+}
+
+/* Shuts down the sockets of the connections still open (all, or the one
+ * whose peer is @peer, as gRPC spells it: "fd:12" for connections added
+ * by fd, "ipv4:127.0.0.1:5000").  gRPC
+ * 1.51 delays closing a connection until its in-flight write finishes, and
+ * a write to a client that stopped reading never does: so a cancelled call
+ * would stay, holding its memory, and shutdown would wait forever.  A
+ * socket shut down under it fails the write.  Returns the number shut. */
+static int conns_shutdown(ps_rpc_server *s, const char *peer) {
+  int n = 0;
+  pthread_mutex_lock(&s->accept_mu);
+  conns_sweep(s);
+  for (int i = 0; i < s->nconns; i++) {
+    if (peer && !strncmp(peer, "fd:", 3)) {
+      /* Connections handed over by fd are named after it. */
+      if (atoi(peer + 3) != s->conns[i].fd) continue;
+    } else if (peer) {
+      struct sockaddr_storage sa;
+      socklen_t sl = sizeof sa;
+      char host[INET6_ADDRSTRLEN], name[INET6_ADDRSTRLEN + 32];
+      if (getpeername(s->conns[i].fd, (struct sockaddr *)&sa, &sl) != 0) continue;
+      if (sa.ss_family == AF_INET) {
+        struct sockaddr_in *a = (struct sockaddr_in *)&sa;
+        inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
+        snprintf(name, sizeof name, "ipv4:%s:%d", host, ntohs(a->sin_port));
+      } else if (sa.ss_family == AF_INET6) {
+        struct sockaddr_in6 *a = (struct sockaddr_in6 *)&sa;
+        inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
+        snprintf(name, sizeof name, "ipv6:[%s]:%d", host, ntohs(a->sin6_port));
+      } else {
+        continue;
+      }
+      if (strcmp(name, peer) != 0) continue;
+    }
+    if (shutdown(s->conns[i].fd, SHUT_RDWR) == 0) n++;
+  }
+  pthread_mutex_unlock(&s->accept_mu);
+  return n;
+}
+
+/* A call timed out waiting for its client to read: remember how much each
+ * connection's socket had not sent yet. */
+static void conns_suspect(ps_rpc_server *s, int64_t t) {
+  pthread_mutex_lock(&s->accept_mu);
+  conns_sweep(s);
+  for (int i = 0; i < s->nconns; i++) {
+    int q = 0;
+    if (s->conns[i].suspect_ms || ioctl(s->conns[i].fd, SIOCOUTQ, &q) != 0 || q == 0)
+      continue;
+    s->conns[i].suspect_ms = t;
+    s->conns[i].outq = q;
+  }
+  pthread_mutex_unlock(&s->accept_mu);
+}
+
+/* 2 s after a call was cancelled that way: a connection that has still
+ * not sent a byte of what it had queued belongs to a client that reads
+ * nothing, and
+ * gRPC would keep the connection, its write and all it references for
+ * good (see conns_shutdown): shut the socket down. */
+static void conns_check_suspects(ps_rpc_server *s, int64_t t) {
+  pthread_mutex_lock(&s->accept_mu);
+  for (int i = 0; i < s->nconns; i++) {
+    conn_slot *c = &s->conns[i];
+    if (c->suspect_ms == 0 || t - c->suspect_ms < 2000) continue;
+    int q = 0;
+    struct stat sb;
+    if (fstat(c->fd, &sb) == 0 && sb.st_ino == c->ino && sb.st_dev == c->dev &&
+        ioctl(c->fd, SIOCOUTQ, &q) == 0 && q > 0 && q == c->outq &&
+        shutdown(c->fd, SHUT_RDWR) == 0)
+      PS_WARN("closed the connection of fd:%d: its client has read nothing for "
+              "%lld s (--stream-timeout-secs)",
+              c->fd, (long long)((t - c->suspect_ms) / 1000 + s->opt.stream_timeout_ms / 1000));
+    c->suspect_ms = 0;
+  }
+  pthread_mutex_unlock(&s->accept_mu);
 }
 
 /* Cancels calls that waited on their client for too long. */
@@ -879,7 +962,8 @@ static void check_stalls(ps_rpc_server *s) {
   pthread_mutex_lock(&s->calls_mu);
   for (ps_rpc_call *c = s->calls; c; c = c->next) {
     int64_t since = atomic_load(&c->wait_since_ms);
-    if (since == 0 || t - since < limit || atomic_load(&c->timed_out)) continue;
+    if (since == 0 || t - since < limit) continue;
+    if (atomic_load(&c->timed_out)) continue;
     atomic_store(&c->timed_out, 1);
     char msg[256];
     int dir = atomic_load(&c->wait_dir);
@@ -890,6 +974,9 @@ static void check_stalls(ps_rpc_server *s) {
              (long long)(limit / 1000));
     PS_WARN("%s", msg);
     grpc_call_cancel_with_status(c->call, GRPC_STATUS_RESOURCE_EXHAUSTED, msg, NULL);
+    /* gRPC names a connection added by fd "unknown", so every
+     * connection is checked for a client that reads nothing at all. */
+    if (dir == 2) conns_suspect(s, t);
   }
   pthread_mutex_unlock(&s->calls_mu);
 }
@@ -923,6 +1010,7 @@ static void *monitor_thread(void *arg) {
     for (int i = 1; r > 0 && i < n; i++)
       if (p[i].revents & POLLIN) accept_ready(s, p[i].fd, &backoff_until);
     check_stalls(s);
+    conns_check_suspects(s, now_ms());
   }
   return NULL;
 }
@@ -1042,6 +1130,7 @@ void ps_rpc_server_cancel_all(ps_rpc_server *s) {
   s->cancelled_all = 1;
   for (ps_rpc_call *c = s->calls; c; c = c->next) cancel_call(c);
   pthread_mutex_unlock(&s->calls_mu);
+  conns_shutdown(s, NULL);
 }
 
 void ps_rpc_server_destroy(ps_rpc_server *s) {

@@ -649,6 +649,28 @@ START_TEST(stream_timeout_response) {
 }
 END_TEST
 
+/* A reader that stopped for good: the call is cancelled, and when its
+ * connection stays stuck in a write, the connection is closed. */
+START_TEST(stream_timeout_stopped_reader) {
+  const char *const extra[] = {"--stream-timeout-secs", "1", "--log-level", "debug", NULL};
+  srv_start(extra, 0);
+  pid_t ch = start_client_loop(1);
+  wait_rss(ch, rss_of(ch), (long long)16 << 20);
+  kill(ch, SIGSTOP);
+  ck_assert_msg(log_wait("the client read no response data for 1 s: call cancelled", 30000),
+                "the stalled call was not cancelled");
+  /* Gone (if its connection stayed stuck in a write, the connection was
+   * closed after 2 s more), so the ps stops without waiting for it. */
+  ck_assert_msg(log_wait(": its client has read nothing for ", 10000),
+                "the stuck connection was not closed: %s", slurp(S.log));
+  int64_t t0 = now_ms();
+  srv_stop_ok();
+  ck_assert_int_lt(now_ms() - t0, 8000); /* not the 10 s grace */
+  stop_child();
+  cleanup();
+}
+END_TEST
+
 static float read_first(ps_client *c, const char *name) {
   ps_status st;
   ps_read r = {.name = name};
@@ -844,6 +866,7 @@ int main(void) {
   tcase_add_test(tr, max_message_bytes);
   tcase_add_test(tr, stream_timeout_request);
   tcase_add_test(tr, stream_timeout_response);
+  tcase_add_test(tr, stream_timeout_stopped_reader);
   tcase_add_test(tr, data_after_announced_bytes);
   tcase_add_test(tr, bad_flag_values_exit_2);
   tcase_add_test(tr, good_flag_values_start);
