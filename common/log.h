@@ -1,8 +1,12 @@
 /* Logging to stderr with a level and the task name:
  *   2026-11-22 10:00:00.123 INFO ps/0: listening on 127.0.0.1:2222
- * Thread-safe: each line is written with one write(2). */
+ * Thread-safe: each line is written with one write(2).  Control characters
+ * in the message are written escaped (\n, \t, \r, \xHH), so text from
+ * outside cannot split or forge a line. */
 #ifndef PS_LOG_H
 #define PS_LOG_H
+
+#include <stddef.h>
 
 typedef enum ps_log_level {
   PS_LOG_DEBUG = 0,
@@ -16,6 +20,10 @@ void ps_log_set_task(const char *task);
 void ps_log_set_level(ps_log_level level);
 /* Parses "debug", "info", "warn", "error"; returns -1 if unknown. */
 int ps_log_level_parse(const char *s);
+/* Copies @len bytes of @src to @dst (size @n, NUL-terminated, truncated
+ * at a whole character) with control characters escaped as above; returns
+ * the length written. */
+size_t ps_log_escape(char *dst, size_t n, const char *src, size_t len);
 void ps_log(ps_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 

@@ -16,19 +16,33 @@
 #include <grpc/byte_buffer.h>
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
+#include <grpc/grpc_posix.h>
 #include <grpc/grpc_security.h>
 #include <grpc/slice.h>
 #include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <arpa/inet.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <linux/sockios.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "log.h"
 
-#define CHUNK_MAX ((size_t)16 << 20) /* bytes of one Chunk message */
 #define ZEROCOPY_MIN 4096            /* smaller ranges are copied */
 #define REQS_PER_METHOD 4            /* outstanding server requests */
 
@@ -82,10 +96,10 @@ typedef struct cursor {
 
 static void unref_owner(void *owner) { ps_buf_unref(owner); }
 
-/* The next Chunk message of at most CHUNK_MAX bytes from @s at @cur. */
+/* The next Chunk message of at most PS_RPC_CHUNK_MAX bytes from @s at @cur. */
 static grpc_byte_buffer *build_chunk(ps_rpc_segs *s, cursor *cur) {
   size_t len = s->total - cur->off;
-  if (len > CHUNK_MAX) len = CHUNK_MAX;
+  if (len > PS_RPC_CHUNK_MAX) len = PS_RPC_CHUNK_MAX;
   grpc_slice stack_slices[16], *slices = stack_slices;
   size_t ns = 0, cap = 16;
   uint8_t hdr[11];
@@ -248,13 +262,40 @@ static void unlimited_args(grpc_arg *a, int server) {
                     .value.integer = 0};
 }
 
-/* ---- server ---- */
+/* ---- server ----
+ *
+ * Lifetime.  Every call object (a registered call, a generic call, posted
+ * or running, parked with PS_RPC_PENDING or not) holds one count of
+ * s->live, and gRPC's shutdown tag holds one more until it arrives.  Who
+ * brings the count to zero runs @done; nothing touches the server after
+ * dropping its count.  So @done means: gRPC is done with the server and no
+ * call of ours can start a batch any more, and only then may the
+ * completion queue be shut down (a batch started on a shut-down queue
+ * aborts in grpc_cq_begin_op).
+ *
+ * Listener.  The server binds its own sockets and runs its own accept loop
+ * on the monitor thread, handing each connection to gRPC with
+ * grpc_server_add_channel_from_fd.  gRPC 1.51's own listener gives up for
+ * good on the first accept4() error other than EAGAIN (EMFILE included);
+ * ours backs off and accepts again, and closes connections beyond
+ * max_connections at once.  The fds handed over are tracked by number and
+ * inode (fstat), so connections gRPC has closed are noticed without
+ * keeping any descriptor of ours open on them.
+ *
+ * Stalled streams.  While a batch that waits on the client is in flight
+ * (a request message, or a response message the client must read), the
+ * call records when it started; the monitor thread cancels calls that have
+ * waited longer than stream_timeout_ms.  Calls parked by a handler do not
+ * count: they wait on the ps, not on the client.
+ *
+ * Locks: calls_mu (the call list) before accept_mu (accepting, the table
+ * of connections); neither is held while a handler runs. */
 
 typedef struct tag {
   int kind;
 } tag;
 
-enum { S_REQUESTED, S_RECEIVING, S_SENDING, S_FINISH };
+enum { S_REQUESTED, S_RECEIVING, S_EOS, S_PARKED, S_SENDING, S_FINISH };
 
 struct ps_rpc_call {
   tag t;
@@ -274,6 +315,12 @@ struct ps_rpc_call {
   ps_rpc_segs out;
   cursor cur;
   ps_status st;
+  /* monitor */
+  struct ps_rpc_call *prev, *next; /* s->calls, under s->calls_mu */
+  int linked;
+  atomic_llong wait_since_ms; /* 0: not waiting on the client */
+  atomic_int wait_dir;        /* 1 request stream, 2 response */
+  atomic_int timed_out;
 };
 
 typedef struct generic_call {
@@ -286,6 +333,16 @@ typedef struct generic_call {
   int cancelled;
 } generic_call;
 
+typedef struct conn_slot {
+  int fd;
+  ino_t ino;
+  dev_t dev;
+  int64_t suspect_ms; /* a call of it timed out waiting for the client */
+  int outq;           /* unsent bytes then */
+} conn_slot;
+
+#define MAX_LISTENERS 8
+
 struct ps_rpc_server {
   grpc_server *srv;
   grpc_completion_queue *cq;
@@ -296,11 +353,82 @@ struct ps_rpc_server {
   pthread_t *threads;
   int nthreads;
   void *user;
+  ps_rpc_server_options opt;
   atomic_int shutting_down;
+  atomic_long live; /* see "Lifetime" above */
   tag shutdown_tag;
   void (*done)(void *);
   void *done_arg;
+  /* calls with a grpc_call, for the stall check */
+  pthread_mutex_t calls_mu;
+  ps_rpc_call *calls;
+  int cancelled_all; /* under calls_mu */
+  /* listener and monitor thread */
+  int lfd[MAX_LISTENERS];
+  int nlfd;
+  int wake[2];
+  pthread_t monitor;
+  int monitor_on;
+  pthread_mutex_t accept_mu; /* accepting + handing fds to gRPC */
+  int accepting;
+  atomic_int stop_monitor;
+  conn_slot *conns;
+  int nconns;
+  int64_t last_full_log_ms, last_emfile_log_ms;
 };
+
+static int64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void ps_rpc_server_options_default(ps_rpc_server_options *o) {
+  memset(o, 0, sizeof *o);
+  o->nthreads = 1;
+  o->max_message_bytes = PS_RPC_DEFAULT_MAX_MESSAGE_BYTES;
+  o->stream_timeout_ms = (int64_t)PS_RPC_DEFAULT_STREAM_TIMEOUT_SECS * 1000;
+  o->max_connections = PS_RPC_DEFAULT_MAX_CONNECTIONS;
+}
+
+/* Drops one count of s->live; the last one runs @done.  The caller must
+ * not touch @s afterwards. */
+static void server_unref(ps_rpc_server *s) {
+  if (atomic_fetch_sub(&s->live, 1) == 1 && s->done) s->done(s->done_arg);
+}
+
+static void cancel_call(ps_rpc_call *c);
+
+static void call_link(ps_rpc_call *c) {
+  ps_rpc_server *s = c->srv;
+  pthread_mutex_lock(&s->calls_mu);
+  c->prev = NULL;
+  c->next = s->calls;
+  if (s->calls) s->calls->prev = c;
+  s->calls = c;
+  c->linked = 1;
+  if (s->cancelled_all) cancel_call(c);
+  pthread_mutex_unlock(&s->calls_mu);
+}
+
+static void call_unlink(ps_rpc_call *c) {
+  ps_rpc_server *s = c->srv;
+  if (!c->linked) return;
+  pthread_mutex_lock(&s->calls_mu);
+  if (c->prev)
+    c->prev->next = c->next;
+  else
+    s->calls = c->next;
+  if (c->next) c->next->prev = c->prev;
+  c->linked = 0;
+  pthread_mutex_unlock(&s->calls_mu);
+}
+
+/* Before a batch that waits on the client (@dir 1: request, 2: response). */
+static void wait_client(ps_rpc_call *c, int dir) {
+  atomic_store(&c->wait_dir, dir);
+  atomic_store(&c->wait_since_ms, now_ms());
+}
 
 static void post_request(ps_rpc_server *s, size_t hi) {
   ps_rpc_call *c = calloc(1, sizeof *c);
@@ -309,12 +437,14 @@ static void post_request(ps_rpc_server *s, size_t hi) {
   c->srv = s;
   c->hi = hi;
   grpc_metadata_array_init(&c->md);
+  atomic_fetch_add(&s->live, 1);
   grpc_call_error e = grpc_server_request_registered_call(
       s->srv, s->reg[hi], &c->call, &c->deadline, &c->md, &c->payload, s->cq,
       s->cq, c);
   if (e != GRPC_CALL_OK) {
     grpc_metadata_array_destroy(&c->md);
     free(c);
+    server_unref(s);
   }
 }
 
@@ -325,16 +455,20 @@ static void post_generic(ps_rpc_server *s) {
   g->srv = s;
   grpc_call_details_init(&g->details);
   grpc_metadata_array_init(&g->md);
+  atomic_fetch_add(&s->live, 1);
   if (grpc_server_request_call(s->srv, &g->call, &g->details, &g->md, s->cq,
                                s->cq, g) != GRPC_CALL_OK) {
     grpc_call_details_destroy(&g->details);
     grpc_metadata_array_destroy(&g->md);
     free(g);
+    server_unref(s);
   }
 }
 
 static void scall_free(ps_rpc_call *c) {
-  const ps_rpc_handler *h = &c->srv->h[c->hi];
+  ps_rpc_server *s = c->srv;
+  const ps_rpc_handler *h = &s->h[c->hi];
+  call_unlink(c);
   if (c->state != S_REQUESTED && h->on_free) h->on_free(c);
   ps_rpc_segs_fini(&c->sink);
   ps_rpc_segs_fini(&c->out);
@@ -344,6 +478,7 @@ static void scall_free(ps_rpc_call *c) {
   grpc_metadata_array_destroy(&c->md);
   if (c->call) grpc_call_unref(c->call);
   free(c);
+  server_unref(s);
 }
 
 /* Starts the final batch carrying @code; the call is freed on completion. */
@@ -361,6 +496,7 @@ static void scall_finish(ps_rpc_call *c, int with_md, int code, const char *msg)
   ops[n].data.recv_close_on_server.cancelled = &c->cancelled;
   n++;
   c->state = S_FINISH;
+  wait_client(c, 2);
   grpc_call_error e = grpc_call_start_batch(c->call, ops, n, c, NULL);
   grpc_slice_unref(details);
   if (e != GRPC_CALL_OK) scall_free(c);
@@ -378,7 +514,9 @@ static void scall_recv_next(ps_rpc_call *c) {
   memset(&op, 0, sizeof op);
   op.op = GRPC_OP_RECV_MESSAGE;
   op.data.recv_message.recv_message = &c->bb;
-  c->state = S_RECEIVING;
+  /* All announced bytes in: the next message must be the end of stream. */
+  c->state = c->received < c->sink.total ? S_RECEIVING : S_EOS;
+  wait_client(c, 1);
   if (grpc_call_start_batch(c->call, &op, 1, c, NULL) != GRPC_CALL_OK)
     scall_free(c);
 }
@@ -410,12 +548,14 @@ static void scall_send_next(ps_rpc_call *c, int first) {
     n++;
   }
   c->state = last ? S_FINISH : S_SENDING;
+  wait_client(c, 2);
   if (grpc_call_start_batch(c->call, ops, n, c, NULL) != GRPC_CALL_OK)
     scall_free(c);
 }
 
 static void scall_complete(ps_rpc_call *c) {
   const ps_rpc_handler *h = &c->srv->h[c->hi];
+  c->state = S_PARKED;
   int rc = h->on_data(c, &c->st);
   if (rc == PS_RPC_PENDING) return; /* ps_rpc_call_resume() finishes it */
   if (rc != 0) {
@@ -430,8 +570,21 @@ static void scall_complete(ps_rpc_call *c) {
   scall_send_next(c, 1);
 }
 
+/* RESOURCE_EXHAUSTED if @bb is over the message limit. */
+static int check_size(ps_rpc_call *c, grpc_byte_buffer *bb) {
+  size_t n = grpc_byte_buffer_length(bb);
+  int64_t max = c->srv->opt.max_message_bytes;
+  if (max > 0 && (uint64_t)n > (uint64_t)max)
+    return ps_status_set(&c->st, PS_RESOURCE_EXHAUSTED,
+                         "%s: request message of %zu bytes is over the limit "
+                         "of %lld bytes (--max-message-bytes)",
+                         c->srv->h[c->hi].method, n, (long long)max);
+  return 0;
+}
+
 static void scall_event(ps_rpc_call *c, int ok) {
   ps_rpc_server *s = c->srv;
+  atomic_store(&c->wait_since_ms, 0);
   switch (c->state) {
   case S_REQUESTED: {
     if (!ok) { /* server shutting down */
@@ -441,9 +594,14 @@ static void scall_event(ps_rpc_call *c, int ok) {
     if (!atomic_load(&s->shutting_down)) post_request(s, c->hi);
     const ps_rpc_handler *h = &s->h[c->hi];
     c->state = S_RECEIVING; /* from here on_free runs */
+    call_link(c);
     if (c->payload == NULL) {
       ps_status_set(&c->st, PS_INVALID_ARGUMENT, "%s: no request message",
                     h->method);
+      scall_fail(c);
+      return;
+    }
+    if (check_size(c, c->payload) != 0) {
       scall_fail(c);
       return;
     }
@@ -453,22 +611,32 @@ static void scall_event(ps_rpc_call *c, int ok) {
     int rc = h->on_header(c, GRPC_SLICE_START_PTR(sl), GRPC_SLICE_LENGTH(sl),
                           &c->st);
     grpc_slice_unref(sl);
-    if (rc != 0) {
+    if (rc != 0)
       scall_fail(c);
-    } else if (c->received < c->sink.total) {
+    else
       scall_recv_next(c);
-    } else {
-      scall_complete(c);
-    }
     return;
   }
-  case S_RECEIVING: {
+  case S_RECEIVING:
+  case S_EOS: {
     if (!ok) {
       scall_free(c);
       return;
     }
     grpc_byte_buffer *bb = c->bb;
     c->bb = NULL;
+    if (c->state == S_EOS) {
+      if (bb == NULL) {
+        scall_complete(c);
+        return;
+      }
+      grpc_byte_buffer_destroy(bb);
+      ps_status_set(&c->st, PS_INVALID_ARGUMENT,
+                    "%s: more data than announced (%zu bytes)",
+                    s->h[c->hi].method, c->sink.total);
+      scall_fail(c);
+      return;
+    }
     if (bb == NULL) {
       ps_status_set(&c->st, PS_INVALID_ARGUMENT,
                     "%s: request data truncated: expected %zu bytes, got %zu",
@@ -476,15 +644,15 @@ static void scall_event(ps_rpc_call *c, int ok) {
       scall_fail(c);
       return;
     }
-    int rc = consume_chunk(bb, &c->sink, &c->received, s->h[c->hi].method,
-                           &c->st);
+    int rc = check_size(c, bb);
+    if (rc == 0)
+      rc = consume_chunk(bb, &c->sink, &c->received, s->h[c->hi].method,
+                         &c->st);
     grpc_byte_buffer_destroy(bb);
     if (rc != 0)
       scall_fail(c);
-    else if (c->received < c->sink.total)
-      scall_recv_next(c);
     else
-      scall_complete(c);
+      scall_recv_next(c);
     return;
   }
   case S_SENDING:
@@ -506,10 +674,12 @@ static void scall_event(ps_rpc_call *c, int ok) {
 }
 
 static void generic_free(generic_call *g) {
+  ps_rpc_server *s = g->srv;
   grpc_call_details_destroy(&g->details);
   grpc_metadata_array_destroy(&g->md);
   if (g->call) grpc_call_unref(g->call);
   free(g);
+  server_unref(s);
 }
 
 /* Unknown methods: the core would leave them hanging until the client's
@@ -550,55 +720,367 @@ static void *server_thread(void *arg) {
     switch (t->kind) {
     case TAG_SCALL: scall_event((ps_rpc_call *)t, ev.success); break;
     case TAG_GENERIC: generic_event((generic_call *)t, ev.success); break;
-    case TAG_SHUTDOWN:
-      if (s->done) s->done(s->done_arg);
-      break;
+    case TAG_SHUTDOWN: server_unref(s); break;
     default: break;
     }
   }
   return NULL;
 }
 
+/* ---- listener ---- */
+
+static void close_listeners(ps_rpc_server *s) {
+  for (int i = 0; i < s->nlfd; i++) close(s->lfd[i]);
+  s->nlfd = 0;
+}
+
+/* Splits "host:port" / "[v6]:port"; 0 or -1. */
+static int split_addr(const char *addr, char *host, size_t hn, char *port,
+                      size_t pn) {
+  const char *colon = strrchr(addr, ':');
+  if (colon == NULL || colon[1] == '\0') return -1;
+  const char *h = addr;
+  size_t hl = (size_t)(colon - addr);
+  if (hl >= 2 && h[0] == '[' && h[hl - 1] == ']') {
+    h++;
+    hl -= 2;
+  }
+  if (hl >= hn || strlen(colon + 1) >= pn) return -1;
+  memcpy(host, h, hl);
+  host[hl] = '\0';
+  snprintf(port, pn, "%s", colon + 1);
+  return 0;
+}
+
+/* Binds and listens on every address of @addr; the port of the first
+ * socket is used for the others when @addr asks for port 0. */
+static int open_listeners(ps_rpc_server *s, const char *addr, ps_status *st) {
+  char host[256], port[32];
+  if (split_addr(addr, host, sizeof host, port, sizeof port) != 0)
+    return ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "cannot listen on %s: not HOST:PORT", addr);
+  struct addrinfo hints, *res = NULL;
+  memset(&hints, 0, sizeof hints);
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  int e = getaddrinfo(host[0] ? host : NULL, port, &hints, &res);
+  if (e != 0)
+    return ps_status_set(st, PS_UNAVAILABLE, "cannot listen on %s: %s", addr,
+                         gai_strerror(e));
+  int bound_port = 0, err = 0;
+  for (struct addrinfo *ai = res; ai && s->nlfd < MAX_LISTENERS; ai = ai->ai_next) {
+    struct sockaddr_storage sa;
+    memcpy(&sa, ai->ai_addr, ai->ai_addrlen);
+    if (bound_port) {
+      if (sa.ss_family == AF_INET)
+        ((struct sockaddr_in *)&sa)->sin_port = htons((uint16_t)bound_port);
+      else if (sa.ss_family == AF_INET6)
+        ((struct sockaddr_in6 *)&sa)->sin6_port = htons((uint16_t)bound_port);
+    }
+    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                    ai->ai_protocol);
+    if (fd < 0) {
+      err = errno;
+      continue;
+    }
+    int one = 1;
+    /* SO_REUSEADDR only: a restarted ps may bind over TIME_WAIT, but no
+     * second process can share the port (no SO_REUSEPORT). */
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (ai->ai_family == AF_INET6)
+      setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+    if (bind(fd, (struct sockaddr *)&sa, ai->ai_addrlen) != 0 ||
+        listen(fd, SOMAXCONN) != 0) {
+      err = errno;
+      close(fd);
+      if (err == EADDRINUSE) break;
+      continue;
+    }
+    struct sockaddr_storage got;
+    socklen_t gl = sizeof got;
+    if (getsockname(fd, (struct sockaddr *)&got, &gl) == 0) {
+      if (got.ss_family == AF_INET)
+        bound_port = ntohs(((struct sockaddr_in *)&got)->sin_port);
+      else if (got.ss_family == AF_INET6)
+        bound_port = ntohs(((struct sockaddr_in6 *)&got)->sin6_port);
+    }
+    s->lfd[s->nlfd++] = fd;
+  }
+  freeaddrinfo(res);
+  if (s->nlfd == 0 || err == EADDRINUSE) {
+    close_listeners(s);
+    return ps_status_set(st, PS_UNAVAILABLE, "cannot listen on %s: %s", addr,
+                         err == EADDRINUSE ? "address in use"
+                                           : err ? strerror(err) : "no address");
+  }
+  s->port = bound_port;
+  return 0;
+}
+
+/* Forgets connections gRPC has closed (their fd is closed or reused).
+ * Under accept_mu. */
+static void conns_sweep(ps_rpc_server *s) {
+  int k = 0;
+  for (int i = 0; i < s->nconns; i++) {
+    struct stat sb;
+    conn_slot *c = &s->conns[i];
+    if (fstat(c->fd, &sb) == 0 && S_ISSOCK(sb.st_mode) && sb.st_ino == c->ino &&
+        sb.st_dev == c->dev)
+      s->conns[k++] = *c;
+  }
+  s->nconns = k;
+}
+
+static void accept_ready(ps_rpc_server *s, int lfd, int64_t *backoff_until) {
+  for (;;) {
+    int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+      /* EMFILE, ENFILE, ENOBUFS, ENOMEM...: leave the connection in the
+       * backlog and try again shortly. */
+      int64_t t = now_ms();
+      if (t - s->last_emfile_log_ms >= 10000) {
+        PS_WARN("accepting connections: %s; retrying every 100 ms",
+                strerror(errno));
+        s->last_emfile_log_ms = t;
+      }
+      *backoff_until = t + 100;
+      return;
+    }
+    pthread_mutex_lock(&s->accept_mu);
+    if (s->nconns >= s->opt.max_connections) conns_sweep(s);
+    if (s->nconns >= s->opt.max_connections) {
+      int64_t t = now_ms();
+      if (t - s->last_full_log_ms >= 10000) {
+        PS_WARN("%d connections open (--max-connections): closing new ones",
+                s->nconns);
+        s->last_full_log_ms = t;
+      }
+      pthread_mutex_unlock(&s->accept_mu);
+      close(fd);
+      continue;
+    }
+    struct stat sb;
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (fstat(fd, &sb) != 0 || !s->accepting) {
+      pthread_mutex_unlock(&s->accept_mu);
+      close(fd);
+      return;
+    }
+    s->conns[s->nconns++] = (conn_slot){fd, sb.st_ino, sb.st_dev, 0, 0};
+    grpc_server_credentials *sc = grpc_insecure_server_credentials_create();
+    grpc_server_add_channel_from_fd(s->srv, fd, sc); /* gRPC owns fd now */
+    grpc_server_credentials_release(sc);
+    pthread_mutex_unlock(&s->accept_mu);
+  }
+}
+
+/* Shuts down the sockets of the connections still open (all, or the one
+ * whose peer is @peer, as gRPC spells it: "fd:12" for connections added
+ * by fd, "ipv4:127.0.0.1:5000").  gRPC
+ * 1.51 delays closing a connection until its in-flight write finishes, and
+ * a write to a client that stopped reading never does: so a cancelled call
+ * would stay, holding its memory, and shutdown would wait forever.  A
+ * socket shut down under it fails the write.  Returns the number shut. */
+static int conns_shutdown(ps_rpc_server *s, const char *peer) {
+  int n = 0;
+  pthread_mutex_lock(&s->accept_mu);
+  conns_sweep(s);
+  for (int i = 0; i < s->nconns; i++) {
+    if (peer && !strncmp(peer, "fd:", 3)) {
+      /* Connections handed over by fd are named after it. */
+      if (atoi(peer + 3) != s->conns[i].fd) continue;
+    } else if (peer) {
+      struct sockaddr_storage sa;
+      socklen_t sl = sizeof sa;
+      char host[INET6_ADDRSTRLEN], name[INET6_ADDRSTRLEN + 32];
+      if (getpeername(s->conns[i].fd, (struct sockaddr *)&sa, &sl) != 0) continue;
+      if (sa.ss_family == AF_INET) {
+        struct sockaddr_in *a = (struct sockaddr_in *)&sa;
+        inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
+        snprintf(name, sizeof name, "ipv4:%s:%d", host, ntohs(a->sin_port));
+      } else if (sa.ss_family == AF_INET6) {
+        struct sockaddr_in6 *a = (struct sockaddr_in6 *)&sa;
+        inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
+        snprintf(name, sizeof name, "ipv6:[%s]:%d", host, ntohs(a->sin6_port));
+      } else {
+        continue;
+      }
+      if (strcmp(name, peer) != 0) continue;
+    }
+    if (shutdown(s->conns[i].fd, SHUT_RDWR) == 0) n++;
+  }
+  pthread_mutex_unlock(&s->accept_mu);
+  return n;
+}
+
+/* A call timed out waiting for its client to read: remember how much each
+ * connection's socket had not sent yet. */
+static void conns_suspect(ps_rpc_server *s, int64_t t) {
+  pthread_mutex_lock(&s->accept_mu);
+  conns_sweep(s);
+  for (int i = 0; i < s->nconns; i++) {
+    int q = 0;
+    if (s->conns[i].suspect_ms || ioctl(s->conns[i].fd, SIOCOUTQ, &q) != 0 || q == 0)
+      continue;
+    s->conns[i].suspect_ms = t;
+    s->conns[i].outq = q;
+  }
+  pthread_mutex_unlock(&s->accept_mu);
+}
+
+/* 2 s after a call was cancelled that way: a connection that has still
+ * not sent a byte of what it had queued belongs to a client that reads
+ * nothing, and
+ * gRPC would keep the connection, its write and all it references for
+ * good (see conns_shutdown): shut the socket down. */
+static void conns_check_suspects(ps_rpc_server *s, int64_t t) {
+  pthread_mutex_lock(&s->accept_mu);
+  for (int i = 0; i < s->nconns; i++) {
+    conn_slot *c = &s->conns[i];
+    if (c->suspect_ms == 0 || t - c->suspect_ms < 2000) continue;
+    int q = 0;
+    struct stat sb;
+    if (fstat(c->fd, &sb) == 0 && sb.st_ino == c->ino && sb.st_dev == c->dev &&
+        ioctl(c->fd, SIOCOUTQ, &q) == 0 && q > 0 && q == c->outq &&
+        shutdown(c->fd, SHUT_RDWR) == 0)
+      PS_WARN("closed the connection of fd:%d: its client has read nothing for "
+              "%lld s (--stream-timeout-secs)",
+              c->fd, (long long)((t - c->suspect_ms) / 1000 + s->opt.stream_timeout_ms / 1000));
+    c->suspect_ms = 0;
+  }
+  pthread_mutex_unlock(&s->accept_mu);
+}
+
+/* Cancels calls that waited on their client for too long. */
+static void check_stalls(ps_rpc_server *s) {
+  int64_t limit = s->opt.stream_timeout_ms, t = now_ms();
+  if (limit <= 0) return;
+  pthread_mutex_lock(&s->calls_mu);
+  for (ps_rpc_call *c = s->calls; c; c = c->next) {
+    int64_t since = atomic_load(&c->wait_since_ms);
+    if (since == 0 || t - since < limit) continue;
+    if (atomic_load(&c->timed_out)) continue;
+    atomic_store(&c->timed_out, 1);
+    char msg[256];
+    int dir = atomic_load(&c->wait_dir);
+    snprintf(msg, sizeof msg,
+             "%s: %s for %lld s: call cancelled (limit --stream-timeout-secs)",
+             s->h[c->hi].method,
+             dir == 1 ? "no request data arrived" : "the client read no response data",
+             (long long)(limit / 1000));
+    PS_WARN("%s", msg);
+    grpc_call_cancel_with_status(c->call, GRPC_STATUS_RESOURCE_EXHAUSTED, msg, NULL);
+    /* gRPC names a connection added by fd "unknown", so every
+     * connection is checked for a client that reads nothing at all. */
+    if (dir == 2) conns_suspect(s, t);
+  }
+  pthread_mutex_unlock(&s->calls_mu);
+}
+
+static void *monitor_thread(void *arg) {
+  ps_rpc_server *s = arg;
+  int64_t backoff_until = 0;
+  while (!atomic_load(&s->stop_monitor)) {
+    struct pollfd p[MAX_LISTENERS + 1];
+    int n = 0;
+    p[n++] = (struct pollfd){s->wake[0], POLLIN, 0};
+    int64_t t = now_ms();
+    int listening = s->nlfd > 0 && t >= backoff_until;
+    if (listening)
+      for (int i = 0; i < s->nlfd; i++) p[n++] = (struct pollfd){s->lfd[i], POLLIN, 0};
+    int timeout = 1000;
+    if (s->opt.stream_timeout_ms > 0 && s->opt.stream_timeout_ms / 4 < timeout)
+      timeout = (int)(s->opt.stream_timeout_ms / 4) + 1;
+    if (s->nlfd > 0 && !listening && backoff_until - t < timeout)
+      timeout = (int)(backoff_until - t) + 1;
+    int r = poll(p, (nfds_t)n, timeout);
+    if (r > 0 && (p[0].revents & POLLIN)) {
+      char buf[64];
+      while (read(s->wake[0], buf, sizeof buf) > 0) {
+      }
+      pthread_mutex_lock(&s->accept_mu);
+      if (!s->accepting) close_listeners(s);
+      pthread_mutex_unlock(&s->accept_mu);
+      continue;
+    }
+    for (int i = 1; r > 0 && i < n; i++)
+      if (p[i].revents & POLLIN) accept_ready(s, p[i].fd, &backoff_until);
+    check_stalls(s);
+    conns_check_suspects(s, now_ms());
+  }
+  return NULL;
+}
+
+static void server_free(ps_rpc_server *s) {
+  close_listeners(s);
+  if (s->wake[0] >= 0) close(s->wake[0]);
+  if (s->wake[1] >= 0) close(s->wake[1]);
+  pthread_mutex_destroy(&s->calls_mu);
+  pthread_mutex_destroy(&s->accept_mu);
+  free(s->conns);
+  free(s->threads);
+  free(s->reg);
+  free(s);
+}
+
 ps_rpc_server *ps_rpc_server_create(const char *addr, const ps_rpc_handler *h,
-                                    size_t nh, int nthreads, void *user,
-                                    ps_status *st) {
+                                    size_t nh, const ps_rpc_server_options *opt,
+                                    void *user, ps_status *st) {
   ps_rpc_server *s = calloc(1, sizeof *s);
   if (s == NULL) {
     ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
     return NULL;
   }
+  s->wake[0] = s->wake[1] = -1;
+  pthread_mutex_init(&s->calls_mu, NULL);
+  pthread_mutex_init(&s->accept_mu, NULL);
+  if (opt)
+    s->opt = *opt;
+  else
+    ps_rpc_server_options_default(&s->opt);
+  if (s->opt.max_message_bytes > 0 && s->opt.max_message_bytes < PS_RPC_MIN_MESSAGE_BYTES)
+    s->opt.max_message_bytes = PS_RPC_MIN_MESSAGE_BYTES;
+  if (s->opt.max_connections < 1) s->opt.max_connections = 1;
+  s->h = h;
+  s->nh = nh;
+  s->user = user;
+  s->nthreads = s->opt.nthreads < 1 ? 1 : s->opt.nthreads;
+  s->shutdown_tag.kind = TAG_SHUTDOWN;
+  atomic_init(&s->live, 1); /* the shutdown tag's */
+  s->reg = calloc(nh ? nh : 1, sizeof *s->reg);
+  s->conns = calloc((size_t)s->opt.max_connections, sizeof *s->conns);
+  if (s->reg == NULL || s->conns == NULL) {
+    ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+    goto fail;
+  }
+  if (pipe2(s->wake, O_CLOEXEC | O_NONBLOCK) != 0) {
+    ps_status_set(st, PS_UNAVAILABLE, "pipe: %s", strerror(errno));
+    goto fail;
+  }
+  if (open_listeners(s, addr, st) != 0) goto fail;
   grpc_arg a[3];
   unlimited_args(a, 1);
+  /* Our own check (with a message naming the flag) runs below this;
+   * gRPC's stops a far larger message before it is all buffered. */
+  if (s->opt.max_message_bytes > 0)
+    a[0].value.integer = s->opt.max_message_bytes > INT_MAX / 2
+                             ? INT_MAX
+                             : (int)(2 * s->opt.max_message_bytes);
   grpc_channel_args args = {3, a};
   s->srv = grpc_server_create(&args, NULL);
   s->cq = grpc_completion_queue_create_for_next(NULL);
   grpc_server_register_completion_queue(s->srv, s->cq, NULL);
-  s->h = h;
-  s->nh = nh;
-  s->user = user;
-  s->nthreads = nthreads < 1 ? 1 : nthreads;
-  s->shutdown_tag.kind = TAG_SHUTDOWN;
-  s->reg = calloc(nh, sizeof *s->reg);
   for (size_t i = 0; i < nh; i++)
     s->reg[i] = grpc_server_register_method(
         s->srv, h[i].method, NULL, GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
-  grpc_server_credentials *sc = grpc_insecure_server_credentials_create();
-  s->port = grpc_server_add_http2_port(s->srv, addr, sc);
-  grpc_server_credentials_release(sc);
-  if (s->port == 0) {
-    ps_status_set(st, PS_UNAVAILABLE,
-                  "cannot listen on %s (address in use or not local)", addr);
-    grpc_server_destroy(s->srv);
-    grpc_completion_queue_shutdown(s->cq);
-    while (grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_REALTIME),
-                                      NULL).type != GRPC_QUEUE_SHUTDOWN) {
-    }
-    grpc_completion_queue_destroy(s->cq);
-    free(s->reg);
-    free(s);
-    return NULL;
-  }
   return s;
+fail:
+  server_free(s);
+  return NULL;
 }
 
 int ps_rpc_server_port(const ps_rpc_server *s) { return s->port; }
@@ -611,31 +1093,60 @@ void ps_rpc_server_start(ps_rpc_server *s) {
   post_generic(s);
   post_generic(s);
   s->threads = calloc((size_t)s->nthreads, sizeof *s->threads);
-  for (int i = 0; i < s->nthreads; i++)
-    pthread_create(&s->threads[i], NULL, server_thread, s);
+  for (int i = 0; i < s->nthreads && s->threads; i++)
+    if (pthread_create(&s->threads[i], NULL, server_thread, s) != 0)
+      PS_ERROR("cannot start an RPC thread");
+  s->accepting = 1;
+  s->monitor_on = pthread_create(&s->monitor, NULL, monitor_thread, s) == 0;
+  if (!s->monitor_on) PS_ERROR("cannot start the accept thread");
 }
 
 void ps_rpc_server_shutdown(ps_rpc_server *s, void (*done)(void *), void *arg) {
   s->done = done;
   s->done_arg = arg;
   atomic_store(&s->shutting_down, 1);
+  /* No connection is handed to gRPC from here on; the listening sockets
+   * close, so clients fail over at once. */
+  pthread_mutex_lock(&s->accept_mu);
+  s->accepting = 0;
+  pthread_mutex_unlock(&s->accept_mu);
+  ssize_t w = write(s->wake[1], "x", 1);
+  (void)w;
   grpc_server_shutdown_and_notify(s->srv, s->cq, &s->shutdown_tag);
+}
+
+/* Cancels @c (under calls_mu). */
+static void cancel_call(ps_rpc_call *c) {
+  grpc_call_cancel_with_status(c->call, GRPC_STATUS_UNAVAILABLE,
+                               "ps shutting down: call cancelled", NULL);
 }
 
 void ps_rpc_server_cancel_all(ps_rpc_server *s) {
   grpc_server_cancel_all_calls(s->srv);
+  /* gRPC 1.51 closes the connections, but a stream whose client stopped
+   * reading can stay blocked in a send: cancel every call directly too.
+   * Calls starting later are cancelled as they are linked. */
+  pthread_mutex_lock(&s->calls_mu);
+  s->cancelled_all = 1;
+  for (ps_rpc_call *c = s->calls; c; c = c->next) cancel_call(c);
+  pthread_mutex_unlock(&s->calls_mu);
+  conns_shutdown(s, NULL);
 }
 
 void ps_rpc_server_destroy(ps_rpc_server *s) {
   if (s == NULL) return;
+  if (s->monitor_on) {
+    atomic_store(&s->stop_monitor, 1);
+    ssize_t w = write(s->wake[1], "x", 1);
+    (void)w;
+    pthread_join(s->monitor, NULL);
+  }
   grpc_server_destroy(s->srv);
   grpc_completion_queue_shutdown(s->cq);
   for (int i = 0; i < s->nthreads && s->threads; i++)
     pthread_join(s->threads[i], NULL);
   grpc_completion_queue_destroy(s->cq);
-  free(s->threads);
-  free(s->reg);
-  free(s);
+  server_free(s);
 }
 
 void ps_rpc_call_resume(ps_rpc_call *c, int rc, const ps_status *st) {
@@ -824,7 +1335,8 @@ static int ccall_send_next(ccall *cc) {
   cc->send_bb = build_chunk(s, &cc->cur);
   ops[n].op = GRPC_OP_SEND_MESSAGE;
   ops[n++].data.send_message.send_message = cc->send_bb;
-  if (cc->cur.off == s->total) ops[n++].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+  if (cc->cur.off == s->total && !cc->req->keep_open)
+    ops[n++].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
   return grpc_call_start_batch(cc->call, ops, n, &cc->send_tag, NULL) == GRPC_CALL_OK;
 }
 
@@ -929,7 +1441,7 @@ static void ccall_start(ccall *cc, grpc_completion_queue *cq) {
   ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
   ops[n].op = GRPC_OP_SEND_MESSAGE;
   ops[n++].data.send_message.send_message = hdr;
-  if (!has_data) ops[n++].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+  if (!has_data && !r->keep_open) ops[n++].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
   if (!has_data && r->unary_response) {
     /* One batch for the whole call: the lowest latency path. */
     ops[n].op = GRPC_OP_RECV_INITIAL_METADATA;

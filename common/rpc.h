@@ -67,21 +67,56 @@ typedef struct ps_rpc_handler {
   void (*on_free)(ps_rpc_call *call);
 } ps_rpc_handler;
 
-/* Binds @addr ("127.0.0.1:0" lets the kernel pick). @nthreads completion
- * queue threads serve the handlers.  NULL with @st set on failure. */
+/* Bytes of bulk data in one Chunk message sent by this module. */
+#define PS_RPC_CHUNK_MAX ((size_t)16 << 20)
+/* The smallest message limit that still lets a full Chunk message in. */
+#define PS_RPC_MIN_MESSAGE_BYTES ((int64_t)PS_RPC_CHUNK_MAX + 16)
+
+/* Receive limits and resources of a server (ps-server flags, README
+ * "Limits"). */
+typedef struct ps_rpc_server_options {
+  int nthreads; /* completion-queue threads serving the handlers */
+  /* One request message (header or chunk) larger than this is refused with
+   * RESOURCE_EXHAUSTED naming --max-message-bytes; gRPC itself stops
+   * reading a message at twice this size.  At least PS_RPC_MIN_MESSAGE_BYTES. */
+  int64_t max_message_bytes;
+  /* A call whose request stream brings no message, or whose client reads
+   * none of its response, for this long is cancelled with
+   * RESOURCE_EXHAUSTED naming --stream-timeout-secs (0: never). */
+  int64_t stream_timeout_ms;
+  /* Connections served at once; more are accepted and closed at once. */
+  int max_connections;
+} ps_rpc_server_options;
+
+#define PS_RPC_DEFAULT_MAX_MESSAGE_BYTES ((int64_t)32 << 20)
+#define PS_RPC_DEFAULT_STREAM_TIMEOUT_SECS 60
+#define PS_RPC_DEFAULT_MAX_CONNECTIONS 4096
+
+void ps_rpc_server_options_default(ps_rpc_server_options *o);
+
+/* Binds @addr ("127.0.0.1:0" lets the kernel pick; no other process may
+ * share the port).  The server owns its listening sockets and accept loop:
+ * out of file descriptors or at @opt->max_connections, it keeps the
+ * listener and accepts again once connections close.  @opt may be NULL
+ * for the defaults.  NULL with @st set on failure. */
 ps_rpc_server *ps_rpc_server_create(const char *addr, const ps_rpc_handler *h,
-                                    size_t nh, int nthreads, void *user,
-                                    ps_status *st);
+                                    size_t nh, const ps_rpc_server_options *opt,
+                                    void *user, ps_status *st);
 int ps_rpc_server_port(const ps_rpc_server *s);
 void *ps_rpc_server_user(const ps_rpc_server *s);
 void ps_rpc_server_start(ps_rpc_server *s);
-/* Stops accepting new calls; in-flight calls go on.  @done runs on a gRPC
- * thread once no call remains (it must not block). */
+/* Stops accepting connections and calls; in-flight calls go on.  @done
+ * runs once gRPC's shutdown completed and no call object remains, counting
+ * calls parked with PS_RPC_PENDING until they are resumed and finished.  It
+ * runs on whichever thread freed the last call (a gRPC thread, or the one
+ * that called ps_rpc_call_resume) and must not block.  Call once. */
 void ps_rpc_server_shutdown(ps_rpc_server *s, void (*done)(void *arg),
                             void *arg);
-/* After ps_rpc_server_shutdown(): cancels the calls still running. */
+/* After ps_rpc_server_shutdown(): cancels the calls still running (calls
+ * parked with PS_RPC_PENDING stay until resumed). */
 void ps_rpc_server_cancel_all(ps_rpc_server *s);
-/* After @done ran: joins threads and frees everything. */
+/* After @done ran: joins threads and frees everything.  No batch of this
+ * server starts after @done, so nothing freed here is still in use. */
 void ps_rpc_server_destroy(ps_rpc_server *s);
 
 void *ps_rpc_call_server_user(ps_rpc_call *c);
@@ -122,6 +157,7 @@ typedef struct ps_rpc_req {
   size_t raw_len;
   ps_rpc_segs *send; /* request bulk bytes (borrowed; may be NULL) */
   bool unary_response; /* the response never carries chunks */
+  bool keep_open; /* tests: never end the request stream (a stalled client) */
   int64_t timeout_ms;
   /* Response header arrived: parse it and add the ranges its bulk bytes go
    * to into @sink.  Return 0 or a code with @st set. */

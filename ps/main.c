@@ -1,19 +1,23 @@
 /* ps-server: one ps task.  Parses flags, resolves its address from the
  * cluster spec, serves the Ps service on gRPC threads, and runs a libuv
  * loop for signals: SIGTERM/SIGINT stop accepting calls, let in-flight calls
- * finish (up to --grace-secs, then cancel them) and exit 0. */
+ * finish (up to --grace-secs, then cancel them and ask running checkpoint
+ * jobs to stop at a safe point), wait for every call and checkpoint job,
+ * and exit 0. */
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 #include <uv.h>
 
 #include "common/cluster.h"
 #include "common/log.h"
 #include "common/rpc.h"
+#include "ckpt.h"
 #include "service.h"
 #include "store.h"
 
@@ -35,6 +39,20 @@ static const char usage[] =
     "  --checkpoint-dir D save and restore checkpoints under D (a filesystem all\n"
     "                     tasks share); paths that leave D are refused\n"
     "  --log-level L      debug, info, warn, error (default info; env PS_LOG_LEVEL)\n"
+    "\n"
+    "limits (sizes take a K, M or G suffix, powers of 1024; README \"Limits\"):\n"
+    "  --max-tensor-bytes N     bytes of one variable or value (default: physical\n"
+    "                           memory)\n"
+    "  --max-read-names N       variables named in one Read (default 100000)\n"
+    "  --max-gather-rows N      rows gathered by one Read (default 1048576)\n"
+    "  --max-hold-ms N          longest a snapshot may hold updates (default 60000)\n"
+    "  --max-message-bytes N    one request message, header or data chunk\n"
+    "                           (default 32M, at least 16M+16)\n"
+    "  --stream-timeout-secs S  cancel a call whose client sends no request data,\n"
+    "                           or reads no response data, for S seconds\n"
+    "                           (default 60; 0: never)\n"
+    "  --max-connections N      connections served at once, more are closed\n"
+    "                           (default 4096, lowered to fit the open-file limit)\n"
     "  --help             this text\n"
     "  --version          print the version\n"
     "\n"
@@ -68,10 +86,17 @@ static void on_done(uv_async_t *h) {
   uv_close((uv_handle_t *)&d->tick, NULL);
 }
 
+/* Cancels running calls and asks checkpoint jobs to stop at a safe
+ * point; parked calls are answered as their jobs stop. */
+static void cancel_everything(daemon_state *d) {
+  ps_ckpt_abort_all();
+  ps_rpc_server_cancel_all(d->srv);
+}
+
 static void on_grace(uv_timer_t *t) {
   daemon_state *d = t->data;
   PS_WARN("calls still running after the grace period: cancelling them");
-  ps_rpc_server_cancel_all(d->srv);
+  cancel_everything(d);
 }
 
 /* Reopens a snapshot gate whose coordinator went away. */
@@ -84,7 +109,7 @@ static void on_signal(uv_signal_t *h, int signum) {
   daemon_state *d = h->data;
   if (d->stopping) {
     PS_WARN("second signal: cancelling running calls");
-    ps_rpc_server_cancel_all(d->srv);
+    cancel_everything(d);
     return;
   }
   d->stopping = 1;
@@ -94,6 +119,51 @@ static void on_signal(uv_signal_t *h, int signum) {
   ps_service_shutdown(d->svc);
   uv_timer_start(&d->grace, on_grace, (uint64_t)d->grace_ms, 0);
 }
+
+/* Parses a count or byte size ("64M"); -1 if malformed or below @min. */
+static int parse_size(const char *s, int64_t min, int64_t *out) {
+  char *end;
+  errno = 0;
+  if (s == NULL || *s < '0' || *s > '9') return -1;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (errno) return -1;
+  int shift = 0;
+  if (*end) {
+    switch (*end) {
+    case 'k': case 'K': shift = 10; break;
+    case 'm': case 'M': shift = 20; break;
+    case 'g': case 'G': shift = 30; break;
+    case 't': case 'T': shift = 40; break;
+    default: return -1;
+    }
+    end++;
+    if (*end == 'i' && end[1] == 'B') end += 2;
+    else if (*end == 'B') end++;
+    if (*end) return -1;
+  }
+  if (v > (unsigned long long)INT64_MAX >> shift) return -1;
+  int64_t r = (int64_t)(v << shift);
+  if (r < min) return -1;
+  *out = r;
+  return 0;
+}
+
+/* Raises the soft open-file limit to the hard one; returns the soft limit. */
+static long raise_fd_limit(void) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return -1;
+  if (rl.rlim_cur < rl.rlim_max) {
+    rlim_t want = rl.rlim_max;
+    rl.rlim_cur = want;
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0) getrlimit(RLIMIT_NOFILE, &rl);
+  }
+  return rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > LONG_MAX ? LONG_MAX
+                                                                 : (long)rl.rlim_cur;
+}
+
+/* Descriptors kept for everything but connections: checkpoint files,
+ * gRPC's epoll and wakeup fds, the libuv loop. */
+#define FD_RESERVE(nofile) ((nofile) / 4 < 64 ? (nofile) / 4 : 64)
 
 int main(int argc, char **argv) {
   const char *cluster_file = NULL, *job = NULL, *ckpt_dir = NULL;
@@ -110,12 +180,53 @@ int main(int argc, char **argv) {
       {"grace-secs", required_argument, NULL, 'g'},
       {"checkpoint-dir", required_argument, NULL, 'C'},
       {"log-level", required_argument, NULL, 'l'},
+      {"max-tensor-bytes", required_argument, NULL, 1000},
+      {"max-read-names", required_argument, NULL, 1001},
+      {"max-gather-rows", required_argument, NULL, 1002},
+      {"max-hold-ms", required_argument, NULL, 1003},
+      {"max-message-bytes", required_argument, NULL, 1004},
+      {"stream-timeout-secs", required_argument, NULL, 1005},
+      {"max-connections", required_argument, NULL, 1006},
       {"help", no_argument, NULL, 'h'},
       {"version", no_argument, NULL, 'V'},
       {NULL, 0, NULL, 0}};
-  int o;
+  ps_service_limits limits;
+  ps_service_limits_default(&limits);
+  ps_rpc_server_options ropt;
+  ps_rpc_server_options_default(&ropt);
+  int64_t max_conns = -1, v;
+  int o, li = 0;
   char *end;
-  while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+  while ((o = getopt_long(argc, argv, "", opts, &li)) != -1) {
+    if (o >= 1000 && o <= 1006) {
+      const char *flag = opts[li].name;
+      int64_t min = o == 1004 ? PS_RPC_MIN_MESSAGE_BYTES : o == 1005 ? 0 : 1;
+      if (parse_size(optarg, min, &v) != 0 || (o == 1006 && v > INT32_MAX) ||
+          (o == 1005 && v > INT64_MAX / 1000)) {
+        if (o == 1004)
+          fprintf(stderr,
+                  "ps-server: --%s must be a size of at least %lld bytes "
+                  "(16M+16: one data chunk and its framing), got '%s'\n",
+                  flag, (long long)PS_RPC_MIN_MESSAGE_BYTES, optarg);
+        else
+          fprintf(stderr,
+                  "ps-server: --%s must be %s integer%s, got '%s'\n", flag,
+                  min ? "a positive" : "a non-negative",
+                  o == 1000 || o == 1004 ? " (optionally with a K, M or G suffix)" : "",
+                  optarg);
+        return 2;
+      }
+      switch (o) {
+      case 1000: limits.max_tensor_bytes = v; break;
+      case 1001: limits.max_read_names = v; break;
+      case 1002: limits.max_gather_rows = v; break;
+      case 1003: limits.max_hold_ms = v; break;
+      case 1004: ropt.max_message_bytes = v; break;
+      case 1005: ropt.stream_timeout_ms = v * 1000; break;
+      default: max_conns = v; break;
+      }
+      continue;
+    }
     switch (o) {
     case 'c': cluster_file = optarg; break;
     case 'j': job = optarg; break;
@@ -183,9 +294,25 @@ int main(int argc, char **argv) {
   char host[256];
   snprintf(host, sizeof host, "%.*s", (int)(colon - addr), addr);
 
+  /* Each connection costs a descriptor: take all the system allows, and
+   * serve no more connections than fit beside the reserve. */
+  long nofile = raise_fd_limit();
+  if (max_conns < 0) {
+    max_conns = PS_RPC_DEFAULT_MAX_CONNECTIONS;
+    if (nofile > 0 && nofile - FD_RESERVE(nofile) < max_conns)
+      max_conns = nofile - FD_RESERVE(nofile) > 1 ? nofile - FD_RESERVE(nofile) : 1;
+  } else if (nofile > 0 && nofile - FD_RESERVE(nofile) < max_conns) {
+    PS_WARN("--max-connections %lld: the open-file limit is %ld, so accepting "
+            "may pause when descriptors run out",
+            (long long)max_conns, nofile);
+  }
+  ropt.max_connections = (int)max_conns;
+  ropt.nthreads = threads;
+
   ps_rpc_global_init();
   ps_store *store = ps_store_create(taskname);
   ps_service *svc = ps_service_create(store, taskname);
+  ps_service_set_limits(svc, &limits);
   if (ckpt_dir) {
     char real[4096];
     if (realpath(ckpt_dir, real) == NULL) {
@@ -200,7 +327,7 @@ int main(int argc, char **argv) {
   }
   size_t nh;
   const ps_rpc_handler *h = ps_service_handlers(&nh);
-  ps_rpc_server *srv = ps_rpc_server_create(bind_addr, h, nh, threads, svc, &st);
+  ps_rpc_server *srv = ps_rpc_server_create(bind_addr, h, nh, &ropt, svc, &st);
   if (srv == NULL) {
     PS_ERROR("%s", st.msg);
     ps_service_destroy(svc);
@@ -230,13 +357,17 @@ int main(int argc, char **argv) {
   uv_signal_start(&d.sigterm, on_signal, SIGTERM);
   uv_signal_start(&d.sigint, on_signal, SIGINT);
 
-  PS_INFO("serving on %s with %d threads (pid %d)", real_addr, threads, (int)getpid());
+  PS_INFO("serving on %s with %d threads (pid %d, at most %d connections)",
+          real_addr, threads, (int)getpid(), ropt.max_connections);
   printf("%s ready on %s\n", taskname, real_addr);
   fflush(stdout);
 
   uv_run(d.loop, UV_RUN_DEFAULT);
   uv_loop_close(d.loop);
 
+  /* Every call is gone, but a checkpoint job may still be unwinding after
+   * answering its call: it must be done before anything is freed. */
+  ps_ckpt_wait_all();
   ps_rpc_server_destroy(srv);
   int64_t nvars, bytes;
   ps_store_totals(store, &nvars, &bytes);
