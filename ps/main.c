@@ -324,6 +324,9 @@ int main(int argc, char **argv) {
       return 2;
     }
     ps_service_set_checkpoint_dir(svc, real);
+    /* temp directories of saves that crashed (never a live one) */
+    if (ps_ckpt_sweep(real, &st) != 0) PS_WARN("%s", st.msg);
+    ps_status_clear(&st);
   }
   size_t nh;
   const ps_rpc_handler *h = ps_service_handlers(&nh);

@@ -352,7 +352,12 @@ static void setup(void) {
   lim.max_hold_ms = 2000;
   ps_service_set_limits(F.svc, &lim);
   ps_status st;
-  F.srv = ps_rpc_server_create("127.0.0.1:0", h, nh, 1, F.svc, &st);
+  ps_rpc_server_options so;
+  ps_rpc_server_options_default(&so);
+  so.nthreads = 1;
+  so.max_message_bytes = 1 << 20;
+  so.stream_timeout_ms = 5000;
+  F.srv = ps_rpc_server_create("127.0.0.1:0", h, nh, &so, F.svc, &st);
   if (F.srv == NULL) FAIL("server: %s", st.msg);
   char addr[64];
   snprintf(addr, sizeof addr, "127.0.0.1:%d", ps_rpc_server_port(F.srv));
