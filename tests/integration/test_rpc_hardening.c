@@ -353,7 +353,7 @@ START_TEST(sigterm_during_read) {
     srv_start(GRACE1, 0);
     pid_t ch = start_client_loop(1);
     long long base = rss_of(ch);
-    wait_rss(ch, base, (long long)(16 + 24 * round) << 20);
+    wait_rss(ch, base, (long long)(16 + 8 * round) << 20);
     /* A reader that stopped reading: gRPC's cancel-all alone left such a
      * call blocked in its send (the ps never stopped). */
     if (round >= 2) kill(ch, SIGSTOP);
