@@ -924,8 +924,9 @@ static void conns_suspect(ps_rpc_server *s, int64_t t) {
   conns_sweep(s);
   for (int i = 0; i < s->nconns; i++) {
     int q = 0;
-    if (s->conns[i].suspect_ms || ioctl(s->conns[i].fd, SIOCOUTQ, &q) != 0 || q == 0)
-      continue;
+    if (s->conns[i].suspect_ms || ioctl(s->conns[i].fd, SIOCOUTQ, &q) != 0) continue;
+    PS_DEBUG("connection fd:%d: %d bytes unsent", s->conns[i].fd, q);
+    if (q == 0) continue;
     s->conns[i].suspect_ms = t;
     s->conns[i].outq = q;
   }
@@ -944,13 +945,21 @@ static void conns_check_suspects(ps_rpc_server *s, int64_t t) {
     if (c->suspect_ms == 0 || t - c->suspect_ms < 2000) continue;
     int q = 0;
     struct stat sb;
-    if (fstat(c->fd, &sb) == 0 && sb.st_ino == c->ino && sb.st_dev == c->dev &&
-        ioctl(c->fd, SIOCOUTQ, &q) == 0 && q > 0 && q == c->outq &&
-        shutdown(c->fd, SHUT_RDWR) == 0)
-      PS_WARN("closed the connection of fd:%d: its client has read nothing for "
-              "%lld s (--stream-timeout-secs)",
-              c->fd, (long long)((t - c->suspect_ms) / 1000 + s->opt.stream_timeout_ms / 1000));
-    c->suspect_ms = 0;
+    int bad = fstat(c->fd, &sb) != 0 || sb.st_ino != c->ino || sb.st_dev != c->dev ||
+              ioctl(c->fd, SIOCOUTQ, &q) != 0;
+    PS_DEBUG("connection fd:%d: %d bytes unsent (was %d)", c->fd, bad ? -1 : q, c->outq);
+    if (bad || q == 0) {
+      c->suspect_ms = 0; /* gone, or it sent everything: it reads */
+    } else if (q != c->outq) {
+      c->suspect_ms = t; /* still moving: watch on */
+      c->outq = q;
+    } else {
+      if (shutdown(c->fd, SHUT_RDWR) == 0)
+        PS_WARN("closed the connection of fd:%d: its client has read nothing for "
+                "2 s after a call was cancelled (--stream-timeout-secs)",
+                c->fd);
+      c->suspect_ms = 0;
+    }
   }
   pthread_mutex_unlock(&s->accept_mu);
 }

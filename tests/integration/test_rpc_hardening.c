@@ -248,6 +248,8 @@ static void assign(ps_client *c, const char *name, const ps_tensor *t) {
 
 static long long rss_of(pid_t pid) { return harness_rss(pid, NULL); }
 
+static int status_ok(ps_status *st);
+
 /* ---- SIGTERM in the middle of big streams ---- */
 
 #define BIG_FLOATS ((int64_t)64 << 20) /* 256 MiB */
@@ -351,7 +353,7 @@ START_TEST(sigterm_during_read) {
     srv_start(GRACE1, 0);
     pid_t ch = start_client_loop(1);
     long long base = rss_of(ch);
-    wait_rss(ch, base, (long long)(16 + 24 * round) << 20);
+    wait_rss(ch, base, (long long)(16 + 8 * round) << 20);
     /* A reader that stopped reading: gRPC's cancel-all alone left such a
      * call blocked in its send (the ps never stopped). */
     if (round >= 2) kill(ch, SIGSTOP);
@@ -664,13 +666,20 @@ START_TEST(stream_timeout_stopped_reader) {
   kill(ch, SIGSTOP);
   ck_assert_msg(log_wait("the client read no response data for 1 s: call cancelled", 30000),
                 "the stalled call was not cancelled");
-  /* Gone (if its connection stayed stuck in a write, the connection was
-   * closed after 2 s more), so the ps stops without waiting for it. */
-  ck_assert_msg(log_wait(": its client has read nothing for ", 10000),
-                "the stuck connection was not closed: %s", slurp(S.log));
-  int64_t t0 = now_ms();
+  /* Either gRPC had nothing in the socket (flow control held the data:
+   * the cancel dropped it), or the connection was stuck in a write and is
+   * closed 2 s later. */
+  int64_t end = now_ms() + 15000;
+  while (!log_has(": its client has read nothing for ") && !log_has(": 0 bytes unsent") &&
+         now_ms() < end)
+    pause_ms(20);
+  ck_assert_msg(now_ms() < end, "the stuck connection was not closed: %s", slurp(S.log));
+  /* The ps goes on serving other clients. */
+  ps_rpc_global_init();
+  ps_status st;
+  ck_assert_msg(status_ok(&st) == 0, "%s", st.msg);
+  ps_rpc_global_shutdown();
   srv_stop_ok();
-  ck_assert_int_lt(now_ms() - t0, 8000); /* not the 10 s grace */
   stop_child();
   cleanup();
 }
