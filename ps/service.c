@@ -1368,6 +1368,9 @@ void ps_service_shutdown(ps_service *s) {
   }
   free(vars);
   if (failed) PS_INFO("shutdown: failed %zu waiting synchronous update(s)", failed);
+  /* updates parked at a closed snapshot gate are answered now (UNAVAILABLE,
+   * see update_deferred) rather than when the gate's hold runs out */
+  ps_store_gate_open(s->store);
 }
 
 /* ---- the Update handler ---- */
@@ -1386,7 +1389,12 @@ static void update_deferred(void *arg) {
   ps_status st;
   ps_status_clear(&st);
   int rc;
-  if (ps_rpc_call_expired(c)) /* its client was told it failed: never apply it */
+  if (atomic_load(&s->sync_closed)) /* shutting down: answer, apply nothing */
+    rc = ps_status_set(&st, PS_UNAVAILABLE,
+                       "%s is shutting down: the update waited for a snapshot and was "
+                       "not applied",
+                       s->task);
+  else if (ps_rpc_call_expired(c)) /* its client was told it failed: never apply it */
     rc = ps_status_set(&st, PS_DEADLINE_EXCEEDED,
                        "Update: the deadline passed while the update waited for a "
                        "snapshot on %s; not applied",

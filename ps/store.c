@@ -752,6 +752,15 @@ void ps_store_update_leave(ps_store *s) {
   pthread_mutex_unlock(&s->gate_mu);
 }
 
+void ps_store_gate_open(ps_store *s) {
+  pthread_mutex_lock(&s->gate_mu);
+  if (s->gate_closed) {
+    gate_open_locked(s);
+    return;
+  }
+  pthread_mutex_unlock(&s->gate_mu);
+}
+
 void ps_store_gate_tick(ps_store *s) {
   pthread_mutex_lock(&s->gate_mu);
   if (s->gate_closed && gate_expired(s)) {

@@ -168,6 +168,8 @@ void ps_store_set_gate_limits(ps_store *s, int64_t max_hold_ms, int64_t max_park
 void ps_store_update_leave(ps_store *s);
 /* Reopens a gate held past its limit (call periodically). */
 void ps_store_gate_tick(ps_store *s);
+/* Reopens a closed gate now, running the parked updates (shutdown). */
+void ps_store_gate_open(ps_store *s);
 /* Closes the gate for at most @hold_ms (clamped to the store's maximum
  * hold) and captures the variables (all, or
  * the initialized ones if @skip_uninitialized; otherwise an uninitialized

@@ -441,6 +441,62 @@ START_TEST(parked_update_past_its_deadline_is_dropped) {
 }
 END_TEST
 
+typedef struct parked_arg {
+  int rc;
+  ps_status st;
+} parked_arg;
+
+static void *parked_updater(void *arg) {
+  parked_arg *a = arg;
+  ps_client *c = ps_client_create(H.cluster, "ps", NULL, &a->st);
+  if (c == NULL) {
+    a->rc = -1;
+    return NULL;
+  }
+  float one[6] = {1, 1, 1, 1, 1, 1};
+  ps_shape s = shp2(2, 3);
+  ps_tensor *t = ps_tensor_create(PS_DT_FLOAT, &s, false);
+  memcpy(ps_tensor_data(t), one, sizeof one);
+  ps_update u = {.name = "w", .op = PS_ASSIGN_ADD, .value = t};
+  a->rc = ps_client_update(c, 0, &u, 1, &a->st);
+  ps_tensor_destroy(t);
+  ps_client_destroy(c);
+  return NULL;
+}
+
+/* SIGTERM while an update waits at a closed snapshot gate: the update is
+ * answered UNAVAILABLE at once (not applied when the 30 s hold runs out)
+ * and the ps exits 0 well inside its grace period. */
+START_TEST(sigterm_answers_updates_parked_at_a_closed_gate) {
+  ps_status st;
+  ps_task_status ts0;
+  ck_assert_msg(ps_client_status(C, 0, &ts0, &st) == 0, "%s", st.msg);
+  st = raw_snapshot(21, 30000);
+  ck_assert_msg(st.code == 0, "%s", st.msg);
+  parked_arg a = {0};
+  pthread_t t;
+  ck_assert_int_eq(pthread_create(&t, NULL, parked_updater, &a), 0);
+  /* the Update's header reached the ps (its RPC count went up by 2:
+   * Snapshot and Update); its few data bytes follow in the same flight */
+  for (int k = 0; k < 1000; k++) {
+    ps_task_status ts;
+    ck_assert_msg(ps_client_status(C, 0, &ts, &st) == 0, "%s", st.msg);
+    if (ts.rpcs >= ts0.rpcs + 3) break; /* + this Status call */
+    struct timespec d = {0, 10000000};
+    nanosleep(&d, NULL);
+  }
+  struct timespec b, e;
+  clock_gettime(CLOCK_MONOTONIC, &b);
+  ck_assert_int_eq(harness_stop(&H), 0); /* SIGTERM; exit status 0 */
+  clock_gettime(CLOCK_MONOTONIC, &e);
+  pthread_join(t, NULL);
+  double secs = (double)(e.tv_sec - b.tv_sec) + (double)(e.tv_nsec - b.tv_nsec) / 1e9;
+  ck_assert_msg(secs < 8, "the ps took %.1f s to stop (grace 10 s, hold 30 s)", secs);
+  ck_assert_int_eq(a.rc, PS_UNAVAILABLE);
+  ck_assert_msg_has(a.st, "shutting down");
+}
+END_TEST
+
 /* ---- the checkpoint key space (item 9) ---- */
 
 static int create_part(const char *name, const char *full, ps_shape shape, ps_shape fs,
@@ -1086,6 +1142,7 @@ int main(void) {
   tcase_add_test(tc, bad_initializers_are_refused_at_create);
   tcase_add_test(tc, initialize_changes_nothing_when_one_name_fails);
   tcase_add_test(tc, parked_update_past_its_deadline_is_dropped);
+  tcase_add_test(tc, sigterm_answers_updates_parked_at_a_closed_gate);
   tcase_add_test(tc, key_space_conflicts_are_refused);
   tcase_add_test(tc, delete_removes_variables_and_their_slots);
   tcase_add_test(tc, delete_removes_the_parts_of_a_partitioned_variable);
