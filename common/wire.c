@@ -113,6 +113,35 @@ static int walk(const ProtobufCMessageDescriptor *d, const uint8_t *p, size_t n,
   return 0;
 }
 
+size_t ps_wire_count_field(const uint8_t *p, size_t n, uint32_t field) {
+  size_t off = 0, count = 0;
+  while (off < n) {
+    uint64_t tag, v;
+    if (!read_varint(p, n, &off, &tag)) break;
+    switch (tag & 7) {
+    case 0:
+      if (!read_varint(p, n, &off, &v)) return count;
+      break;
+    case 1:
+      if (n - off < 8) return count;
+      off += 8;
+      break;
+    case 5:
+      if (n - off < 4) return count;
+      off += 4;
+      break;
+    case 2:
+      if (!read_varint(p, n, &off, &v) || v > n - off) return count;
+      off += (size_t)v;
+      break;
+    default:
+      return count;
+    }
+    if ((tag >> 3) == field) count++;
+  }
+  return count;
+}
+
 int ps_wire_check_strings(const ProtobufCMessageDescriptor *d, const uint8_t *p, size_t n,
                           const char *what, ps_status *st) {
   if (d == NULL || (p == NULL && n > 0)) return 0;

@@ -28,6 +28,12 @@
 int ps_wire_check_strings(const ProtobufCMessageDescriptor *d, const uint8_t *p, size_t n,
                           const char *what, ps_status *st);
 
+/* How many times top-level field @field occurs in the message @p[0..@n)
+ * (a repeated field's element count), without unpacking anything: a limit
+ * on list lengths is checked before protobuf-c allocates the list.  Stops
+ * at malformed bytes (the unpacker refuses those). */
+size_t ps_wire_count_field(const uint8_t *p, size_t n, uint32_t field);
+
 /* Writes @s (@n bytes) into @out (@cap bytes, NUL-terminated) with control
  * characters, backslash, quote and bytes >= 0x7f escaped as \xHH, cut
  * with "..." when it does not fit.  For log lines and error texts. */

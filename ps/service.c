@@ -118,9 +118,25 @@ static int bad_request(ps_status *st, const char *method) {
 
 /* Before unpacking a request: names with NUL or control characters, or
  * over-long, are INVALID_ARGUMENT (protobuf-c would cut "w\0evil" to "w"). */
+/* Every request's list (field 1: Create's vars, Update's updates, Read's
+ * items, the names of Initialize, IsInitialized, ReportUninitialized and
+ * Delete) is counted on the wire before protobuf-c allocates it: a 32 MiB
+ * header could otherwise hold millions of items. */
+static int check_items(ps_service *s, const uint8_t *p, size_t n, const char *method,
+                       ps_status *st) {
+  size_t k = ps_wire_count_field(p, n, 1);
+  if ((uint64_t)k > (uint64_t)s->limits.max_read_names)
+    return ps_status_set(st, PS_RESOURCE_EXHAUSTED,
+                         "%s: %zu items, above the limit of %lld per call "
+                         "(--max-read-names)",
+                         method, k, (long long)s->limits.max_read_names);
+  return 0;
+}
+
 #define CHECK_WIRE(desc, method)                                              \
   do {                                                                        \
     int rc_ = ps_wire_check_strings(&(desc), p, n, method, st);               \
+    if (rc_ == 0) rc_ = check_items(s, p, n, method, st);                     \
     if (rc_ != 0) return rc_;                                                 \
   } while (0)
 

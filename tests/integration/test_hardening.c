@@ -1002,6 +1002,49 @@ static void *parked_main(void *arg) {
   return NULL;
 }
 
+/* Every request's list is bounded by --max-read-names before it is
+ * unpacked (a 32 MiB header could hold millions of items). */
+START_TEST(every_request_list_is_bounded) {
+  char *names[5] = {"a", "b", "c", "d", "e"};
+  Paramserver__NamesRequest nr = PARAMSERVER__NAMES_REQUEST__INIT;
+  nr.names = names;
+  nr.n_names = 5;
+  ps_status st = raw_msg("/paramserver.Ps/IsInitialized", &nr.base, true);
+  ck_assert_int_eq(st.code, PS_RESOURCE_EXHAUSTED);
+  ck_assert_msg_has(st, "IsInitialized: 5 items, above the limit of 4 per call "
+                        "(--max-read-names)");
+  Paramserver__DeleteRequest dr = PARAMSERVER__DELETE_REQUEST__INIT;
+  dr.names = names;
+  dr.n_names = 5;
+  st = raw_msg("/paramserver.Ps/Delete", &dr.base, true);
+  ck_assert_int_eq(st.code, PS_RESOURCE_EXHAUSTED);
+  ck_assert_msg_has(st, "Delete: 5 items, above the limit of 4");
+  Paramserver__VariableSpec vs[5];
+  Paramserver__VariableSpec *vp[5];
+  int64_t dim = 1;
+  for (int i = 0; i < 5; i++) {
+    paramserver__variable_spec__init(&vs[i]);
+    vs[i].name = names[i];
+    vs[i].dtype = PS_DT_FLOAT;
+    vs[i].shape = &dim;
+    vs[i].n_shape = 1;
+    vp[i] = &vs[i];
+  }
+  Paramserver__CreateRequest cr = PARAMSERVER__CREATE_REQUEST__INIT;
+  cr.vars = vp;
+  cr.n_vars = 5;
+  st = raw_msg("/paramserver.Ps/Create", &cr.base, true);
+  ck_assert_int_eq(st.code, PS_RESOURCE_EXHAUSTED);
+  ck_assert_msg_has(st, "Create: 5 items, above the limit of 4 per call");
+  /* nothing was created; four are fine */
+  ck_assert(!exists("a"));
+  cr.n_vars = 4;
+  st = raw_msg("/paramserver.Ps/Create", &cr.base, true);
+  ck_assert_msg(st.code == 0, "%s", st.msg);
+  ck_assert(exists("a"));
+}
+END_TEST
+
 START_TEST(parked_updates_are_bounded) {
   ps_init_spec z;
   ps_init_spec_default(&z, PS_INIT_ZEROS);
@@ -1156,6 +1199,7 @@ int main(void) {
   tcase_set_timeout(tl, 120);
   tcase_add_test(tl, limits_from_flags);
   tcase_add_test(tl, parked_updates_are_bounded);
+  tcase_add_test(tl, every_request_list_is_bounded);
   suite_add_tcase(s, tl);
   TCase *th = tcase_create("hold");
   tcase_add_checked_fixture(th, hold_setup, teardown);
