@@ -5,6 +5,7 @@
 #include "log.h"
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,14 +14,15 @@
 #include <unistd.h>
 
 static char g_task[64] = "-";
-static int g_level = -1;
+/* -1 until set or read from PS_LOG_LEVEL; atomic: any thread logs */
+static atomic_int g_level = -1;
 
 void ps_log_set_task(const char *task) {
   if (task == NULL) task = "-";
   ps_log_escape(g_task, sizeof g_task, task, strlen(task));
 }
 
-void ps_log_set_level(ps_log_level level) { g_level = (int)level; }
+void ps_log_set_level(ps_log_level level) { atomic_store(&g_level, (int)level); }
 
 int ps_log_level_parse(const char *s) {
   if (s == NULL) return -1;
@@ -32,11 +34,13 @@ int ps_log_level_parse(const char *s) {
 }
 
 static int current_level(void) {
-  if (g_level < 0) {
+  int cur = atomic_load(&g_level);
+  if (cur < 0) { /* racing first readers all compute the same value */
     int l = ps_log_level_parse(getenv("PS_LOG_LEVEL"));
-    g_level = l < 0 ? PS_LOG_INFO : l;
+    int want = l < 0 ? PS_LOG_INFO : l;
+    if (atomic_compare_exchange_strong(&g_level, &cur, want)) cur = want;
   }
-  return g_level;
+  return cur;
 }
 
 size_t ps_log_escape(char *dst, size_t n, const char *src, size_t len) {
