@@ -77,20 +77,26 @@ case "$mode" in
     ;;
   fuzz)
     secs=${2:-600}
-    command -v clang >/dev/null || {
-      echo "setup: installing clang libclang-rt-14-dev" >&2
+    fz_missing=()
+    for p in clang libclang-rt-14-dev; do
+      dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || fz_missing+=("$p")
+    done
+    if ((${#fz_missing[@]})); then
+      echo "setup: installing ${fz_missing[*]}" >&2
       sudo_cmd=()
       [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+      "${sudo_cmd[@]}" apt-get update -qq
       DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends \
-        clang libclang-rt-14-dev >/dev/null
-    }
+        "${fz_missing[@]}" >/dev/null
+    fi
     if [ ! -f build-fuzz/build.ninja ]; then
       CC=clang meson setup build-fuzz -Dfuzzing=true -Db_sanitize=address,undefined \
         -Db_lundef=false -Dc_args=-fsanitize=fuzzer-no-link >/dev/null
     fi
     ninja -C build-fuzz -j "$jobs" >/dev/null
-    for m in Create Initialize IsInitialized ReportUninitialized Update Read List Status \
-      Snapshot Release Save Merge Restore; do
+    for exe in build-fuzz/tests/fuzz/fuzz_rpc_*; do # one per method (tests/fuzz/meson.build)
+      [ -f "$exe" ] && [ -x "$exe" ] || continue
+      m=${exe##*/fuzz_rpc_}
       mkdir -p "build-fuzz/corpus/$m" "build-fuzz/crashes/$m"
       echo "== fuzz_rpc_$m for $secs s (new inputs: build-fuzz/corpus/$m)"
       seeds=(tests/fuzz/corpus_rpc/_generic)
