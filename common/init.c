@@ -462,6 +462,17 @@ static int make_plan(const ps_init_spec *spec, const char *name,
 
 /* ---- entry point -------------------------------------------------------- */
 
+/* INVALID_ARGUMENT: elements [offset, offset + count) are not in the shape. */
+static int outside_error(const char *name, int64_t offset, int64_t count,
+                         const ps_shape *full_shape, int64_t nelem, ps_status *st) {
+  char sbuf[PS_MAX_RANK * 21 + 3];
+  return ps_status_set(st, PS_INVALID_ARGUMENT,
+                       "variable %s: elements [%lld, %lld + %lld) are outside "
+                       "shape %s (%lld elements)",
+                       name, (long long)offset, (long long)offset, (long long)count,
+                       ps_shape_format(full_shape, sbuf, sizeof sbuf), (long long)nelem);
+}
+
 int ps_init_fill(const ps_init_spec *spec, const char *name, int dtype,
                  const ps_shape *full_shape, int64_t offset, int64_t count,
                  void *out, ps_status *st) {
@@ -482,12 +493,7 @@ int ps_init_fill(const ps_init_spec *spec, const char *name, int dtype,
                          "variable %s: invalid shape %s", name,
                          ps_shape_format(full_shape, sbuf, sizeof sbuf));
   if (offset < 0 || count < 0 || offset > nelem || count > nelem - offset)
-    return ps_status_set(
-        st, PS_INVALID_ARGUMENT,
-        "variable %s: elements [%lld, %lld + %lld) are outside "
-        "shape %s (%lld elements)",
-        name, (long long)offset, (long long)offset, (long long)count,
-        ps_shape_format(full_shape, sbuf, sizeof sbuf), (long long)nelem);
+    return outside_error(name, offset, count, full_shape, nelem, st);
   int t = (int)spec->type;
   if (t < 0 || t >= NTYPES)
     return ps_status_set(st, PS_INVALID_ARGUMENT,
@@ -549,13 +555,7 @@ int ps_init_check(const ps_init_spec *spec, const char *name, int dtype,
   int rc = ps_init_fill(spec, name, dtype, full_shape, offset, 0, NULL, st);
   if (rc != 0) return rc;
   int64_t nelem = ps_shape_num_elements(full_shape);
-  char sbuf[PS_MAX_RANK * 21 + 3];
   if (count < 0 || count > nelem - offset)
-    return ps_status_set(
-        st, PS_INVALID_ARGUMENT,
-        "variable %s: elements [%lld, %lld + %lld) are outside "
-        "shape %s (%lld elements)",
-        name, (long long)offset, (long long)offset, (long long)count,
-        ps_shape_format(full_shape, sbuf, sizeof sbuf), (long long)nelem);
+    return outside_error(name, offset, count, full_shape, nelem, st);
   return 0;
 }
