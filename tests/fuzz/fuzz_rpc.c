@@ -395,6 +395,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (strcmp(F.name, "Save") == 0) snapshot(77);       /* what seeds save */
   ps_status st;
   int code = call_raw(F.method, hdr, nh, bulk, nb, CALL_MS, &st);
+  if (strcmp(F.name, "Delete") == 0) create_vars(); /* the next input finds them */
   F.inputs++;
   F.codes[code >= 0 && code < 17 ? code : 16]++;
   if (code != 0 && st.msg[0] == '\0')
@@ -526,6 +527,7 @@ static const struct {
     {"Save", &paramserver__save_request__descriptor},
     {"Merge", &paramserver__merge_request__descriptor},
     {"Restore", &paramserver__restore_request__descriptor},
+    {"Delete", &paramserver__delete_request__descriptor},
 };
 
 static const ProtobufCMessageDescriptor *request_descriptor(void) {

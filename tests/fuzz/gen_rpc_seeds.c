@@ -132,6 +132,19 @@ static void names(void) {
   nr.n_names = 2;
   put("IsInitialized", "missing", &nr.base, NULL, 0);
   put("ReportUninitialized", "missing", &nr.base, NULL, 0);
+  Paramserver__DeleteRequest dr = PARAMSERVER__DELETE_REQUEST__INIT;
+  dr.names = all;
+  dr.n_names = 1;
+  put("Delete", "one", &dr.base, NULL, 0);
+  dr.with_slots = 1;
+  put("Delete", "with_slots", &dr.base, NULL, 0);
+  char *part[] = {"p", "nope"};
+  dr.names = part;
+  dr.n_names = 2;
+  dr.missing_ok = 1;
+  put("Delete", "partitioned_missing_ok", &dr.base, NULL, 0);
+  dr.missing_ok = 0;
+  put("Delete", "missing", &dr.base, NULL, 0);
 }
 
 /* UpdateRequest with one update; the bulk bytes go inline or as chunks. */
