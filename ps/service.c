@@ -763,10 +763,11 @@ static int resolve_sync(upd_ctx *x, size_t i, ps_status *st) {
                          "Assign %s: a synchronous assign cannot change the shape "
                          "(no_validate_shape)",
                          u->name);
-  if (u->sync_local_step < 0)
+  /* the accumulator adopts a fresh local step and counts on from it */
+  if (u->sync_local_step < 0 || u->sync_local_step == INT64_MAX)
     return ps_status_set(st, PS_INVALID_ARGUMENT,
-                         "%s %s: sync_local_step must be >= 0, got %lld", op, u->name,
-                         (long long)u->sync_local_step);
+                         "%s %s: sync_local_step must be in [0, %lld), got %lld", op,
+                         u->name, (long long)INT64_MAX, (long long)u->sync_local_step);
   it->sync = true;
   x->any_sync = true;
   return 0;
