@@ -497,6 +497,33 @@ START_TEST(sigterm_answers_updates_parked_at_a_closed_gate) {
 }
 END_TEST
 
+/* A synchronous local step of 2^63-1 would overflow the accumulator's
+ * step when it completes (found by fuzz_rpc_Update). */
+START_TEST(sync_local_step_at_int64_max_is_refused) {
+  Paramserver__Update u = PARAMSERVER__UPDATE__INIT;
+  u.name = "w";
+  u.op = PARAMSERVER__UPDATE_OP__ASSIGN_ADD;
+  u.dtype = PS_DT_FLOAT;
+  int64_t shape[2] = {2, 3};
+  u.shape = shape;
+  u.n_shape = 2;
+  u.replicas_to_aggregate = 1;
+  u.sync_local_step = INT64_MAX;
+  Paramserver__Update *up[1] = {&u};
+  Paramserver__UpdateRequest req = PARAMSERVER__UPDATE_REQUEST__INIT;
+  req.updates = up;
+  req.n_updates = 1;
+  float one[6] = {1, 1, 1, 1, 1, 1};
+  req.inline_data.data = (uint8_t *)one;
+  req.inline_data.len = sizeof one;
+  ps_status st = raw_msg("/paramserver.Ps/Update", &req.base, true);
+  ck_assert_int_eq(st.code, PS_INVALID_ARGUMENT);
+  ck_assert_msg_has(st, "AssignAdd w: sync_local_step must be in [0, 9223372036854775807), "
+                        "got 9223372036854775807");
+  assert_w_unchanged();
+}
+END_TEST
+
 /* ---- the checkpoint key space (item 9) ---- */
 
 static int create_part(const char *name, const char *full, ps_shape shape, ps_shape fs,
@@ -1185,6 +1212,7 @@ int main(void) {
   tcase_add_test(tc, bad_initializers_are_refused_at_create);
   tcase_add_test(tc, initialize_changes_nothing_when_one_name_fails);
   tcase_add_test(tc, parked_update_past_its_deadline_is_dropped);
+  tcase_add_test(tc, sync_local_step_at_int64_max_is_refused);
   tcase_add_test(tc, sigterm_answers_updates_parked_at_a_closed_gate);
   tcase_add_test(tc, key_space_conflicts_are_refused);
   tcase_add_test(tc, delete_removes_variables_and_their_slots);
