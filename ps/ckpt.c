@@ -644,35 +644,69 @@ static int confine_bundle(const char *root, const char *prefix, int nshards,
   return 0;
 }
 
+static void free_names(char **names, int n) {
+  if (names == NULL) return;
+  for (int k = 0; k < n; k++)
+    free(names[k]);
+  free(names);
+}
+
+/* The parts a merge reads, P_temp/part-K-of-N for K < @n, as NULL when
+ * out of memory.  Sized to the names (a request may ask for 99999). */
+static char **part_names(const char *prefix, int n) {
+  char **names = calloc((size_t)n, sizeof *names);
+  if (names == NULL) return NULL;
+  for (int k = 0; k < n; k++) {
+    size_t len = strlen(prefix) + 32;
+    if ((names[k] = malloc(len)) == NULL) {
+      free_names(names, k);
+      return NULL;
+    }
+    snprintf(names[k], len, "%s_temp/part-%05d-of-%05d", prefix, k, n);
+  }
+  return names;
+}
+
+/* NOT_FOUND unless the first and the last of @n parts of @prefix are
+ * there: checked before anything is sized to @n. */
+static int parts_present(const char *prefix, int n, ps_status *st) {
+  int ks[2] = {0, n - 1};
+  for (int i = 0; i < 2; i++) {
+    char p[PATH_MAX + 64];
+    snprintf(p, sizeof p, "%s_temp/part-%05d-of-%05d.index", prefix, ks[i], n);
+    if (access(p, F_OK) != 0)
+      return ps_status_set(st, errno == ENOENT ? PS_NOT_FOUND : errno_code(errno),
+                           "checkpoint %s: merge of %d parts, but part %d is not "
+                           "there (%s: %s)",
+                           prefix, n, ks[i], p, strerror(errno));
+  }
+  return 0;
+}
+
 static void *merge_thread(void *arg) {
   job *j = arg;
   const char *root = ps_service_checkpoint_dir(j->svc);
   int rc = 0, lock = -1;
   bool merged = false;
-  const char **parts = calloc((size_t)j->nshards, sizeof *parts);
-  char(*names)[PATH_MAX + 64] = calloc((size_t)j->nshards, sizeof *names);
+  char **names = NULL;
   char dir[PATH_MAX + 16], state[PATH_MAX + 16], conf[PATH_MAX + 16];
   snprintf(dir, sizeof dir, "%s_temp", j->prefix);
   snprintf(state, sizeof state, "%s", j->prefix);
   char *sl = strrchr(state, '/');
   snprintf(sl ? sl + 1 : state, sizeof state - (size_t)(sl ? sl + 1 - state : 0), "%s",
            PS_CKPT_STATE_FILENAME);
-  if (parts == NULL || names == NULL) {
-    rc = ps_status_set(&j->st, PS_RESOURCE_EXHAUSTED, "Merge: out of memory");
-    goto out;
-  }
-  for (int k = 0; k < j->nshards && rc == 0; k++) {
-    snprintf(names[k], sizeof names[k], "%s_temp/part-%05d-of-%05d", j->prefix, k,
-             j->nshards);
-    parts[k] = names[k];
-    rc = confine_bundle(root, names[k], 1, &j->st);
-  }
-  if (rc == 0) rc = confine_bundle(root, j->prefix, j->nshards, &j->st);
-  if (rc == 0) rc = ps_ckpt_path_confined(root, state, conf, sizeof conf, &j->st);
+  rc = ps_ckpt_path_confined(root, dir, conf, sizeof conf, &j->st);
   if (rc == 0 && (lock = temp_lock(dir, LOCK_SH)) < 0)
     rc = ps_status_set(&j->st, errno == ENOENT ? PS_NOT_FOUND : errno_code(errno),
                        "checkpoint %s: no parts to merge (%s: %s)", j->prefix, dir,
                        strerror(errno));
+  if (rc == 0) rc = parts_present(j->prefix, j->nshards, &j->st);
+  if (rc == 0 && (names = part_names(j->prefix, j->nshards)) == NULL)
+    rc = ps_status_set(&j->st, PS_RESOURCE_EXHAUSTED, "Merge: out of memory");
+  for (int k = 0; k < j->nshards && rc == 0; k++)
+    rc = confine_bundle(root, names[k], 1, &j->st);
+  if (rc == 0) rc = confine_bundle(root, j->prefix, j->nshards, &j->st);
+  if (rc == 0) rc = ps_ckpt_path_confined(root, state, conf, sizeof conf, &j->st);
   if (rc == 0) PS_INFO("merging %d parts into %s", j->nshards, j->prefix);
   slow_point("merge");
   if (rc == 0 && (rc = job_check(j, "merge")) != 0) {
@@ -682,7 +716,8 @@ static void *merge_thread(void *arg) {
     rmdir(dir);
   }
   if (rc == 0) crash_point("merge_before");
-  if (rc == 0) rc = ps_bundle_merge(parts, (size_t)j->nshards, j->prefix, &j->st);
+  if (rc == 0)
+    rc = ps_bundle_merge((const char *const *)names, (size_t)j->nshards, j->prefix, &j->st);
   merged = rc == 0;
   if (rc == 0) crash_point("merge_before_state");
   if (rc == 0) rc = job_check(j, "merge");
@@ -705,10 +740,8 @@ static void *merge_thread(void *arg) {
   } else {
     PS_ERROR("merge of %s failed: %s", j->prefix, j->st.msg);
   }
-out:
   if (lock >= 0) close(lock);
-  free(parts);
-  free(names);
+  free_names(names, j->nshards);
   ps_rpc_call_resume(j->c, rc, &j->st); /* @j may be freed from here on */
   job_done();
   return NULL;
@@ -729,7 +762,8 @@ static int merge_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *s
   j->max_to_keep = rq->max_to_keep == 0 ? 5 : rq->max_to_keep;
   j->keep_hours = rq->keep_every_n_hours;
   if (rc == 0 && (j->nshards < 1 || j->nshards > 99999))
-    rc = ps_status_set(st, PS_INVALID_ARGUMENT, "Merge: %d shards", j->nshards);
+    rc = ps_status_set(st, PS_INVALID_ARGUMENT,
+                       "Merge: num_shards %d is outside [1, 99999]", j->nshards);
   paramserver__merge_request__free_unpacked(rq, NULL);
   return rc;
 }

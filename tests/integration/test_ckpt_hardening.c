@@ -584,6 +584,42 @@ START_TEST(retention_never_deletes_outside_the_directory) {
 }
 END_TEST
 
+START_TEST(a_merge_of_many_shards_is_refused_before_it_sizes_anything) {
+  char msg[512], p[600];
+  ps_up(NULL, "5");
+  /* MergeRequest{prefix: "big", num_shards: 99999}: no temp directory */
+  static const uint8_t m1[] = {0x0a, 3, 'b', 'i', 'g', 0x10, 0x9f, 0x8d, 0x06};
+  ck_assert_int_eq(raw("/paramserver.Ps/Merge", m1, sizeof m1, msg, sizeof msg),
+                   PS_NOT_FOUND);
+  ck_assert_msg(strstr(msg, "checkpoint ") && strstr(msg, "big: no parts to merge"), "%s",
+                msg);
+  /* its temp directory with part 0 of 99999, but not the last part */
+  snprintf(p, sizeof p, "%s/big_temp", ck);
+  ck_assert_int_eq(mkdir(p, 0755), 0);
+  snprintf(p, sizeof p, "%s/big_temp/part-00000-of-99999.index", ck);
+  FILE *f = fopen(p, "w");
+  ck_assert_ptr_nonnull(f);
+  fclose(f);
+  ck_assert_int_eq(raw("/paramserver.Ps/Merge", m1, sizeof m1, msg, sizeof msg),
+                   PS_NOT_FOUND);
+  ck_assert_msg(strstr(msg, "merge of 99999 parts, but part 99998 is not there") &&
+                    strstr(msg, "part-99998-of-99999.index"),
+                "%s", msg);
+  /* nothing was sized to 99999 parts (4 KiB each were 416 MB before) */
+  long long peak = 0;
+  harness_rss(pid, &peak);
+  ck_assert_msg(peak > 0 && peak < (64ll << 20), "peak RSS %lld bytes", peak);
+  /* MergeRequest{prefix: "big", num_shards: 100000} */
+  static const uint8_t m2[] = {0x0a, 3, 'b', 'i', 'g', 0x10, 0xa0, 0x8d, 0x06};
+  ck_assert_int_eq(raw("/paramserver.Ps/Merge", m2, sizeof m2, msg, sizeof msg),
+                   PS_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(msg, "Merge: num_shards 100000 is outside [1, 99999]"), "%s", msg);
+  ck_assert(exists("%s/big_temp/part-00000-of-99999%s", ck, ".index"));
+  ck_assert(!exists("%s/big%s", ck, ".index"));
+  ck_assert_int_eq(ps_term(30), 0);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("ckpt_hardening");
   TCase *tc = tcase_create("ckpt_hardening");
@@ -595,6 +631,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, bad_prefixes_are_invalid_argument);
   tcase_add_test(tc, stale_temp_directories_are_swept_live_ones_kept);
   tcase_add_test(tc, a_failed_merge_removes_what_it_wrote);
+  tcase_add_test(tc, a_merge_of_many_shards_is_refused_before_it_sizes_anything);
   tcase_add_test(tc, retention_never_deletes_outside_the_directory);
   suite_add_tcase(s, tc);
   return s;
