@@ -51,6 +51,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -877,7 +878,10 @@ int main(int argc, char **argv) {
     perror("bench: fork");
     return 1;
   }
-  if (tcp_pid == 0) tcp_child(lfd);
+  if (tcp_pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL); /* dies with the bench */
+    tcp_child(lfd);
+  }
   int port_pipe[2], ctl_pipe[2];
   if (pipe2(port_pipe, O_CLOEXEC) != 0 || pipe2(ctl_pipe, O_CLOEXEC) != 0) {
     perror("bench: pipe");
@@ -889,6 +893,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   if (bare_pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
     close(lfd);
     close(port_pipe[0]);
     close(ctl_pipe[1]);

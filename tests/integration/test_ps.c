@@ -480,22 +480,15 @@ START_TEST(safe_calls_retry_until_ps_is_up) {
   FILE *f = fopen(spec, "w");
   fprintf(f, "{\"ps\": [\"%s\", \"%s\"]}\n", H.addrs[0], addr);
   fclose(f);
-  int p[2];
-  ck_assert_int_eq(pipe(p), 0);
-  pid_t pid = fork();
-  if (pid == 0) {
-    const char *prog = harness_prog("PS_SERVER", "build/ps/ps-server");
-    dup2(p[1], 1);
-    close(p[0]);
-    close(p[1]);
-    execl(prog, prog, "--cluster", spec, "--job", "ps", "--task", "1", (char *)NULL);
-    _exit(127);
-  }
-  close(p[1]);
+  const char *argv[] = {harness_prog("PS_SERVER", "build/ps/ps-server"), "--cluster", spec,
+                        "--job", "ps", "--task", "1", NULL};
+  int out = -1;
+  pid_t pid = harness_spawn(&H, argv, &out); /* dies with the test */
+  ck_assert_int_gt(pid, 0);
   H.pids[1] = pid; /* harness_stop stops it */
   char line[128] = "";
-  ck_assert_int_gt(read(p[0], line, sizeof line - 1), 0);
-  close(p[0]);
+  ck_assert_int_gt(read(out, line, sizeof line - 1), 0);
+  close(out);
   ck_assert_ptr_nonnull(strstr(line, addr));
   ps_client_destroy(c);
   o.max_retries = 12;
