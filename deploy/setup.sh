@@ -102,7 +102,7 @@ case "$mode" in
       seeds=(tests/fuzz/corpus_rpc/_generic)
       [ -d "tests/fuzz/corpus_rpc/$m" ] && seeds=("tests/fuzz/corpus_rpc/$m" "${seeds[@]}")
       # -fork=1 with -ignore_*: a crash is saved and the run goes on
-      ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+      PS_FUZZ_STRICT=1 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
         "build-fuzz/tests/fuzz/fuzz_rpc_$m" -max_total_time="$secs" -timeout=30 -rss_limit_mb=4096 \
         -fork=1 -ignore_crashes=1 -ignore_ooms=1 -ignore_timeouts=1 \
         -artifact_prefix="build-fuzz/crashes/$m/" -print_final_stats=1 \
