@@ -753,12 +753,16 @@ static int split_addr(const char *addr, char *host, size_t hn, char *port,
 }
 
 /* Binds and listens on every address of @addr; the port of the first
- * socket is used for the others when @addr asks for port 0. */
+ * socket is used for the others when @addr asks for port 0.  The
+ * wildcards 0.0.0.0 and [::] listen on both IPv4 and IPv6, as gRPC's own
+ * listener does. */
 static int open_listeners(ps_rpc_server *s, const char *addr, ps_status *st) {
   char host[256], port[32];
   if (split_addr(addr, host, sizeof host, port, sizeof port) != 0)
     return ps_status_set(st, PS_INVALID_ARGUMENT,
                          "cannot listen on %s: not HOST:PORT", addr);
+  if (!strcmp(host, "0.0.0.0") || !strcmp(host, "::") || !strcmp(host, "*"))
+    host[0] = '\0';
   struct addrinfo hints, *res = NULL;
   memset(&hints, 0, sizeof hints);
   hints.ai_family = AF_UNSPEC;
@@ -794,7 +798,9 @@ static int open_listeners(ps_rpc_server *s, const char *addr, ps_status *st) {
         listen(fd, SOMAXCONN) != 0) {
       err = errno;
       close(fd);
-      if (err == EADDRINUSE) break;
+      if (err == EADDRINUSE && s->nlfd == 0) break;
+      /* the other family of a wildcard: serve on what was bound */
+      if (s->nlfd > 0) err = 0;
       continue;
     }
     struct sockaddr_storage got;

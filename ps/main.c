@@ -288,7 +288,7 @@ int main(int argc, char **argv) {
   ps_log_set_task(taskname);
   const char *addr = ps_cluster_address(cluster, self.job, self.task);
   char bind_addr[300];
-  /* Listen on all interfaces of the port named in the spec. */
+  /* Listen on the address of the spec (0.0.0.0 and [::]: IPv4 and IPv6). */
   const char *colon = strrchr(addr, ':');
   snprintf(bind_addr, sizeof bind_addr, "%s", addr);
   char host[256];

@@ -77,6 +77,19 @@ echo "{\"ps\": [\"$A0\", \"$A1\"]}" > "$dir/cluster.json"
 expect "port in use is refused" 1 "cannot listen on $A0" "$PS_SERVER" --cluster "$dir/cluster.json" --job ps --task 0
 
 expect "status both up" 0 "ps/1 $A1 up vars=0" "$PSCTL" --cluster "$dir/cluster.json" status
+
+# The wildcards listen on IPv4 and IPv6 both, as gRPC's own listener does.
+hosts=(127.0.0.1)
+if grep -q ' lo$' /proc/net/if_inet6 2>/dev/null; then hosts+=('[::1]'); else echo "note: no IPv6 on lo, [::1] not tried"; fi
+for wild in '0.0.0.0' '[::]'; do
+  echo "{\"ps\": [\"$wild:0\"]}" > "$dir/wild.json"
+  start_ps "$dir/wild.json" 0; WP=${ADDR##*:}
+  for host in "${hosts[@]}"; do
+    echo "{\"ps\": [\"$host:$WP\"]}" > "$dir/wildc.json"
+    expect "$wild listens on $host" 0 "ps/0 $host:$WP up" "$PSCTL" --cluster "$dir/wildc.json" status
+  done
+  kill -TERM "$PID"; wait "$PID"
+done
 expect "demo runs" 0 "embedding[1,4] += 1" "$PS_DEMO" "$dir/cluster.json"
 expect "status counts" 0 "ps/0 $A0 up vars=2 bytes=56" "$PSCTL" --cluster "$dir/cluster.json" status
 expect "vars lists" 0 "embedding                                float      [6,2]            ps/1   yes" "$PSCTL" --cluster "$dir/cluster.json" vars
