@@ -532,7 +532,9 @@ static int list_header(ps_rpc_call *c, const uint8_t *p, size_t n,
   Paramserver__VarInfo *infos = calloc(nv + 1, sizeof *infos);
   Paramserver__VarInfo **ptrs = calloc(nv + 1, sizeof *ptrs);
   int64_t *dims = calloc(nv * PS_MAX_RANK + 1, sizeof *dims);
-  if (!vars || !infos || !ptrs || !dims) {
+  int64_t *fdims = calloc(nv * PS_MAX_RANK + 1, sizeof *fdims);
+  if (!vars || !infos || !ptrs || !dims || !fdims) {
+    free(fdims);
     free(dims);
     free(ptrs);
     free(infos);
@@ -560,6 +562,14 @@ static int list_header(ps_rpc_call *c, const uint8_t *p, size_t n,
     infos[i].bytes = (int64_t)bytes;
     infos[i].initialized = v->buf != NULL;
     infos[i].version = v->version;
+    if (v->init_full_name && strcmp(v->init_full_name, v->name) != 0) {
+      infos[i].full_name = v->init_full_name; /* fixed at Create */
+      memcpy(fdims + i * PS_MAX_RANK, v->init_full_shape.dim,
+             (size_t)v->init_full_shape.rank * sizeof *fdims);
+      infos[i].full_shape = fdims + i * PS_MAX_RANK;
+      infos[i].n_full_shape = (size_t)v->init_full_shape.rank;
+      infos[i].offset = v->init_offset;
+    }
     pthread_rwlock_unlock(&v->lock);
     ptrs[i] = &infos[i];
   }
@@ -567,6 +577,7 @@ static int list_header(ps_rpc_call *c, const uint8_t *p, size_t n,
   resp.vars = ptrs;
   resp.n_vars = k;
   ps_rpc_call_reply(c, &resp.base);
+  free(fdims);
   free(dims);
   free(ptrs);
   free(infos);

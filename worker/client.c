@@ -6,6 +6,7 @@
  * reached the ps must not be applied twice). */
 #include "paramserver/client.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -207,8 +208,128 @@ static void init_to_proto(const ps_init_spec *in, Paramserver__Initializer *p) {
   p->seed = in->seed;
 }
 
+/* ---- the checkpoint key space across tasks ---- */
+
+static const char *spec_full(const ps_var_spec *s) {
+  return s->full_name && strcmp(s->full_name, s->name) != 0 ? s->full_name : NULL;
+}
+
+static const char *info_key(const ps_var_info *v) {
+  return v->full_name ? v->full_name : v->name;
+}
+
+static int cmp_info_name(const void *a, const void *b) {
+  return strcmp((*(ps_var_info *const *)a)->name, (*(ps_var_info *const *)b)->name);
+}
+
+static int cmp_info_key(const void *a, const void *b) {
+  return strcmp(info_key(*(ps_var_info *const *)a), info_key(*(ps_var_info *const *)b));
+}
+
+/* The first of @by (sorted by @cmp) equal to @probe, or -1. */
+static ptrdiff_t lower_bound(ps_var_info **by, size_t n, ps_var_info *probe,
+                             int (*cmp)(const void *, const void *)) {
+  size_t lo = 0, hi = n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (cmp(&by[mid], &probe) < 0) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo < n && cmp(&by[lo], &probe) == 0 ? (ptrdiff_t)lo : -1;
+}
+
+/* Would @s, created on ps @task, share a checkpoint key with one of
+ * @vars of another task in a way no checkpoint can hold? */
+static int key_conflict(int task, const ps_var_spec *s, ps_var_info **by_name,
+                        ps_var_info **by_key, size_t nv, ps_status *st) {
+  char a[256], b[256];
+  const char *full = spec_full(s), *key = full ? full : s->name;
+  ps_var_info probe = {.name = (char *)s->name};
+  ptrdiff_t i = lower_bound(by_name, nv, &probe, cmp_info_name);
+  if (i >= 0)
+    return ps_status_set(st, PS_ALREADY_EXISTS,
+                         "variable %s: a variable of that name is on ps/%d; creating "
+                         "it on ps/%d too would put it twice in every checkpoint",
+                         s->name, by_name[i]->task, task);
+  probe.name = (char *)key;
+  i = lower_bound(by_key, nv, &probe, cmp_info_key);
+  for (; i >= 0 && (size_t)i < nv && !strcmp(info_key(by_key[i]), key); i++) {
+    const ps_var_info *v = by_key[i];
+    if (full == NULL)
+      return ps_status_set(st, PS_ALREADY_EXISTS,
+                           "variable %s: %s is the full name of the partitioned "
+                           "variable whose part %s is on ps/%d; a checkpoint cannot "
+                           "hold both under one name",
+                           s->name, s->name, v->name, v->task);
+    if (v->full_name == NULL)
+      return ps_status_set(st, PS_ALREADY_EXISTS,
+                           "variable %s: its full name %s is a variable on ps/%d; a "
+                           "checkpoint cannot hold both under one name",
+                           s->name, full, v->task);
+    const ps_shape *fs = s->full_shape ? s->full_shape : &s->shape;
+    if (v->dtype != s->dtype || !ps_shape_equal(&v->full_shape, fs))
+      return ps_status_set(st, PS_INVALID_ARGUMENT,
+                           "variable %s: part of %s with dtype %s and full shape %s, "
+                           "but its part %s on ps/%d has dtype %s and full shape %s",
+                           s->name, full, ps_dtype_name(s->dtype),
+                           ps_shape_format(fs, a, sizeof a), v->name, v->task,
+                           ps_dtype_name(v->dtype),
+                           ps_shape_format(&v->full_shape, b, sizeof b));
+    int64_t n = ps_shape_num_elements(&s->shape), pn = ps_shape_num_elements(&v->shape);
+    int64_t po = v->offset, o = s->offset;
+    if (n > 0 && pn > 0 && o < po + pn && po < o + n)
+      return ps_status_set(st, PS_INVALID_ARGUMENT,
+                           "variable %s: its elements [%lld, %lld) of %s overlap "
+                           "those of part %s [%lld, %lld) on ps/%d",
+                           s->name, (long long)o, (long long)(o + n), full, v->name,
+                           (long long)po, (long long)(po + pn), v->task);
+  }
+  return 0;
+}
+
+/* The key-space rules of ps_client_create_vars() against every other task. */
+static int check_key_space(ps_client *c, int task, const ps_var_spec *specs, size_t n,
+                           ps_status *st) {
+  int rc = 0;
+  for (int u = 0; u < c->nps && rc == 0; u++) {
+    if (u == task) continue;
+    ps_var_info *v = NULL;
+    size_t nv = 0;
+    ps_status lst;
+    if (ps_client_list(c, u, &v, &nv, &lst) != 0) {
+      PS_WARN("creating variables on ps/%d: ps/%d not checked for checkpoint key "
+              "conflicts: %s",
+              task, u, lst.msg);
+      continue;
+    }
+    ps_var_info **by_name = calloc(nv + 1, sizeof *by_name);
+    ps_var_info **by_key = calloc(nv + 1, sizeof *by_key);
+    if (by_name == NULL || by_key == NULL) {
+      rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+    } else {
+      for (size_t i = 0; i < nv; i++) by_name[i] = by_key[i] = &v[i];
+      qsort(by_name, nv, sizeof *by_name, cmp_info_name);
+      qsort(by_key, nv, sizeof *by_key, cmp_info_key);
+      for (size_t i = 0; i < n && rc == 0; i++)
+        rc = key_conflict(task, &specs[i], by_name, by_key, nv, st);
+    }
+    free(by_name);
+    free(by_key);
+    ps_client_free_var_info(v, nv);
+  }
+  return rc;
+}
+
 int ps_client_create_vars(ps_client *c, int task, const ps_var_spec *specs,
                           size_t n, ps_status *st) {
+  if (check_task(c, task, st)) return st->code;
+  for (size_t i = 0; i < n; i++)
+    if (specs[i].name == NULL)
+      return ps_status_set(st, PS_INVALID_ARGUMENT, "Create: variable %zu has no name", i);
+  if (c->nps > 1) {
+    int rc = check_key_space(c, task, specs, n, st);
+    if (rc != 0) return rc;
+  }
   Paramserver__VariableSpec *vs = calloc(n + 1, sizeof *vs);
   Paramserver__VariableSpec **vp = calloc(n + 1, sizeof *vp);
   Paramserver__Initializer *inits = calloc(n + 1, sizeof *inits);
@@ -700,6 +821,12 @@ static int parse_list(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
     o->v[i].initialized = vi->initialized;
     o->v[i].version = vi->version;
     o->v[i].task = o->task;
+    if (vi->full_name && vi->full_name[0]) {
+      o->v[i].full_name = strdup(vi->full_name);
+      ps_shape_set(&o->v[i].full_shape, vi->full_shape,
+                   vi->n_full_shape > PS_MAX_RANK ? PS_MAX_RANK : vi->n_full_shape, NULL);
+      o->v[i].offset = vi->offset;
+    }
   }
   paramserver__list_response__free_unpacked(r, NULL);
   return 0;
@@ -722,7 +849,10 @@ int ps_client_list(ps_client *c, int task, ps_var_info **out, size_t *n,
 
 void ps_client_free_var_info(ps_var_info *v, size_t n) {
   if (v == NULL) return;
-  for (size_t i = 0; i < n; i++) free(v[i].name);
+  for (size_t i = 0; i < n; i++) {
+    free(v[i].name);
+    free(v[i].full_name);
+  }
   free(v);
 }
 

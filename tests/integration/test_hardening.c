@@ -526,8 +526,8 @@ END_TEST
 
 /* ---- the checkpoint key space (item 9) ---- */
 
-static int create_part(const char *name, const char *full, ps_shape shape, ps_shape fs,
-                       int64_t off, ps_dtype dt, ps_status *st) {
+static int create_part_on(int task, const char *name, const char *full, ps_shape shape,
+                          ps_shape fs, int64_t off, ps_dtype dt, ps_status *st) {
   ps_init_spec z;
   ps_init_spec_default(&z, PS_INIT_ZEROS);
   ps_var_spec v = {.name = name,
@@ -537,7 +537,12 @@ static int create_part(const char *name, const char *full, ps_shape shape, ps_sh
                    .full_name = full,
                    .full_shape = &fs,
                    .offset = off};
-  return ps_client_create_vars(C, 0, &v, 1, st);
+  return ps_client_create_vars(C, task, &v, 1, st);
+}
+
+static int create_part(const char *name, const char *full, ps_shape shape, ps_shape fs,
+                       int64_t off, ps_dtype dt, ps_status *st) {
+  return create_part_on(0, name, full, shape, fs, off, dt, st);
 }
 
 START_TEST(key_space_conflicts_are_refused) {
@@ -1162,6 +1167,122 @@ static void save_teardown(void) {
   teardown();
 }
 
+
+static void two_ps_save_setup(void) {
+  snprintf(ckdir, sizeof ckdir, "/tmp/ps-ckpt-XXXXXX");
+  ck_assert_ptr_nonnull(mkdtemp(ckdir));
+  const char *extra[] = {"--checkpoint-dir", ckdir, NULL};
+  C = harness_start_client(&H, 2, extra);
+  ck_assert_ptr_nonnull(C);
+}
+
+/* The checkpoint key space spans the ps tasks: one merged checkpoint holds
+ * the shards of all of them, so a key on two tasks broke every save. */
+START_TEST(key_space_conflicts_across_tasks_are_refused) {
+  ps_status st;
+  ps_init_spec z;
+  ps_init_spec_default(&z, PS_INIT_ZEROS);
+  ck_assert_msg(
+      create_part_on(0, "P/part_0", "P", shp2(2, 2), shp2(4, 2), 0, PS_DT_FLOAT, &st) == 0,
+      "%s", st.msg);
+  ps_var_spec w = {.name = "w", .dtype = PS_DT_FLOAT, .shape = shp2(2, 3), .init = &z};
+  ck_assert_msg(ps_client_create_vars(C, 0, &w, 1, &st) == 0, "%s", st.msg);
+  /* a plain P on ps/1 beside the part of P on ps/0 */
+  ps_var_spec plain = {.name = "P", .dtype = PS_DT_FLOAT, .shape = shp2(4, 2), .init = &z};
+  ck_assert_int_eq(ps_client_create_vars(C, 1, &plain, 1, &st), PS_ALREADY_EXISTS);
+  ck_assert_msg_has(st,
+                    "variable P: P is the full name of the partitioned variable whose "
+                    "part P/part_0 is on ps/0");
+  /* parts of the plain w of ps/0 */
+  ck_assert_int_eq(
+      create_part_on(1, "w/part_0", "w", shp2(1, 3), shp2(2, 3), 0, PS_DT_FLOAT, &st),
+      PS_ALREADY_EXISTS);
+  ck_assert_msg_has(st, "variable w/part_0: its full name w is a variable on ps/0");
+  /* the same name on both */
+  ck_assert_int_eq(ps_client_create_vars(C, 1, &w, 1, &st), PS_ALREADY_EXISTS);
+  ck_assert_msg_has(st, "variable w: a variable of that name is on ps/0; creating it on "
+                        "ps/1 too would put it twice in every checkpoint");
+  /* overlapping parts, disagreeing full shape or dtype */
+  ck_assert_int_eq(
+      create_part_on(1, "P/part_1", "P", shp2(2, 2), shp2(4, 2), 2, PS_DT_FLOAT, &st),
+      PS_INVALID_ARGUMENT);
+  ck_assert_msg_has(st, "variable P/part_1: its elements [2, 6) of P overlap those of "
+                        "part P/part_0 [0, 4) on ps/0");
+  ck_assert_int_eq(
+      create_part_on(1, "P/part_1", "P", shp2(2, 2), shp2(6, 2), 4, PS_DT_FLOAT, &st),
+      PS_INVALID_ARGUMENT);
+  ck_assert_msg_has(st, "variable P/part_1: part of P with dtype float and full shape "
+                        "[6,2], but its part P/part_0 on ps/0 has dtype float and full "
+                        "shape [4,2]");
+  ck_assert_int_eq(
+      create_part_on(1, "P/part_1", "P", shp2(2, 2), shp2(4, 2), 4, PS_DT_INT32, &st),
+      PS_INVALID_ARGUMENT);
+  ck_assert_msg_has(st, "but its part P/part_0 on ps/0 has dtype float");
+  /* nothing reached ps/1 */
+  ps_var_info *vi;
+  size_t n;
+  ck_assert_int_eq(ps_client_list(C, 1, &vi, &n, &st), 0);
+  ck_assert_uint_eq(n, 0);
+  ps_client_free_var_info(vi, n);
+  /* the right second part: List tells whose part it is */
+  ck_assert_msg(
+      create_part_on(1, "P/part_1", "P", shp2(2, 2), shp2(4, 2), 4, PS_DT_FLOAT, &st) == 0,
+      "%s", st.msg);
+  ck_assert_int_eq(ps_client_list(C, 1, &vi, &n, &st), 0);
+  ck_assert_uint_eq(n, 1);
+  ck_assert_str_eq(vi[0].full_name, "P");
+  ck_assert_int_eq(vi[0].offset, 4);
+  ck_assert_int_eq(vi[0].full_shape.rank, 2);
+  ck_assert_int_eq(vi[0].full_shape.dim[0], 4);
+  ps_client_free_var_info(vi, n);
+  /* and the cluster saves and restores */
+  for (int t = 0; t < 2; t++)
+    ck_assert_int_eq(ps_client_initialize(C, t, NULL, 0, false, NULL, &st), 0);
+  char *written = NULL;
+  ck_assert_msg(ps_client_save(C, "both", NULL, &written, NULL, &st) == 0, "%s", st.msg);
+  free(written);
+  size_t nr = 0;
+  ck_assert_msg(ps_client_restore(C, "both", &nr, &st) == 0, "%s", st.msg);
+  ck_assert_uint_eq(nr, 3);
+  /* a raw Create bypasses the client: R on ps/1, a part of R on ps/0.
+   * Merge then names the duplicate key, and removing the part mends it. */
+  ps_var_spec r = {.name = "R", .dtype = PS_DT_FLOAT, .shape = shp1(4), .init = &z};
+  ck_assert_int_eq(ps_client_create_vars(C, 1, &r, 1, &st), 0);
+  Paramserver__Initializer in = PARAMSERVER__INITIALIZER__INIT;
+  in.type = "zeros";
+  in.full_name = "R";
+  int64_t full[1] = {4}, part[1] = {2};
+  in.full_shape = full;
+  in.n_full_shape = 1;
+  Paramserver__VariableSpec vs = PARAMSERVER__VARIABLE_SPEC__INIT;
+  vs.name = "R/part_0";
+  vs.dtype = PS_DT_FLOAT;
+  vs.shape = part;
+  vs.n_shape = 1;
+  vs.initializer = &in;
+  Paramserver__VariableSpec *vp[1] = {&vs};
+  Paramserver__CreateRequest cr = PARAMSERVER__CREATE_REQUEST__INIT;
+  cr.vars = vp;
+  cr.n_vars = 1;
+  uint8_t *b = pack(&cr.base, &n);
+  st = raw_call("/paramserver.Ps/Create", b, n, NULL, true, 10000);
+  free(b);
+  ck_assert_msg(st.code == 0, "%s", st.msg);
+  for (int t = 0; t < 2; t++)
+    ck_assert_int_eq(ps_client_initialize(C, t, NULL, 0, true, NULL, &st), 0);
+  ck_assert_int_eq(ps_client_save(C, "dup", NULL, NULL, NULL, &st), PS_INVALID_ARGUMENT);
+  ck_assert_msg_has(st, "Duplicate tensor keyed by R encountered, when merging prefix: ");
+  ck_assert_msg_has(st, "dup_temp/part-0000");
+  const char *rp[1] = {"R/part_0"};
+  ck_assert_int_eq(ps_client_delete(C, 0, rp, 1, 0, NULL, &st), 0);
+  ck_assert_msg(ps_client_save(C, "dup", NULL, NULL, NULL, &st) == 0, "%s", st.msg);
+  /* a task that is down is not checked, and creating goes on */
+  harness_kill(&H, 1);
+  ps_var_spec u = {.name = "u", .dtype = PS_DT_FLOAT, .shape = shp1(1), .init = &z};
+  ck_assert_msg(ps_client_create_vars(C, 0, &u, 1, &st) == 0, "%s", st.msg);
+}
+END_TEST
+
 START_TEST(save_works_after_refused_conflicts_and_deletes) {
   ps_status st;
   ck_assert_int_eq(
@@ -1244,6 +1365,11 @@ int main(void) {
   tcase_set_timeout(ts, 120);
   tcase_add_test(ts, save_works_after_refused_conflicts_and_deletes);
   suite_add_tcase(s, ts);
+  TCase *t2s = tcase_create("two_ps_save");
+  tcase_add_checked_fixture(t2s, two_ps_save_setup, save_teardown);
+  tcase_set_timeout(t2s, 120);
+  tcase_add_test(t2s, key_space_conflicts_across_tasks_are_refused);
+  suite_add_tcase(s, t2s);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
   int failed = srunner_ntests_failed(sr);

@@ -52,7 +52,14 @@ typedef struct ps_var_spec {
   int64_t offset; /* first element of this part in the full variable */
 } ps_var_spec;
 
-/* Idempotent for identical specs; ALREADY_EXISTS for a conflicting one. */
+/* Idempotent for identical specs; ALREADY_EXISTS for a conflicting one.
+ * With more than one ps, the variables of the other tasks are listed first
+ * and a spec that would put two tensors under one checkpoint key across
+ * tasks is refused before anything is created: a name already on another
+ * task, or a plain variable beside parts of it (ALREADY_EXISTS), parts of
+ * one variable with another dtype or full shape, or overlapping elements
+ * (INVALID_ARGUMENT); each message names both variables and the task.  A
+ * task that cannot be listed is skipped with a warning. */
 int ps_client_create_vars(ps_client *c, int task, const ps_var_spec *specs,
                           size_t n, ps_status *st);
 /* Runs the server-side initializers of @names (all when n == 0).  With
@@ -207,6 +214,11 @@ typedef struct ps_var_info {
   bool initialized;
   int64_t version;
   int task;
+  /* A part of a partitioned variable: the full variable (its checkpoint
+   * key) and this part's first element in it; else NULL/0. */
+  char *full_name;
+  ps_shape full_shape;
+  int64_t offset;
 } ps_var_info;
 
 int ps_client_list(ps_client *c, int task, ps_var_info **out, size_t *n,
