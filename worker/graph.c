@@ -5,6 +5,7 @@
  * Names follow TensorFlow: a node's name is "<name scope>/<hint>", and a
  * name already taken gets "_1", "_2"... (Graph.unique_name). */
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,6 +75,29 @@ ps_node *ps_graph_fail(ps_graph *g, int code, const char *fmt, ...) {
   return NULL;
 }
 
+ps_node *ps_graph_oom_(ps_graph *g) {
+  return ps_graph_fail(g, PS_RESOURCE_EXHAUSTED, "out of memory");
+}
+
+int ps_grow_(void *arrp, size_t *cap, size_t need, size_t elem) {
+  size_t c = cap ? *cap : 0;
+  if (cap && need <= c) return 0;
+  size_t nc = cap ? (c ? c : 8) : need;
+  while (nc < need) {
+    if (nc > SIZE_MAX / 2) return -1;
+    nc *= 2;
+  }
+  if (elem && nc > SIZE_MAX / elem) return -1;
+  void *old;
+  memcpy(&old, arrp, sizeof old);
+  size_t bytes = nc * elem;
+  void *p = realloc(old, bytes > 0 ? bytes : 1);
+  if (p == NULL) return -1;
+  memcpy(arrp, &p, sizeof p);
+  if (cap) *cap = nc;
+  return 0;
+}
+
 size_t ps_graph_num_nodes(const ps_graph *g) { return g->nnodes; }
 ps_node *ps_graph_node(const ps_graph *g, size_t i) { return g->nodes[i]; }
 
@@ -97,26 +121,32 @@ char *ps_graph_unique_name_(ps_graph *g, const char *full) {
     } while (name_lookup(g, buf) >= 0);
     g->names[k].count = i;
   }
-  if (g->nnames == g->capnames) {
-    g->capnames = g->capnames ? g->capnames * 2 : 64;
-    g->names = realloc(g->names, g->capnames * sizeof *g->names);
+  char *mine = strdup(buf), *out = strdup(buf);
+  if (mine == NULL || out == NULL ||
+      ps_grow_(&g->names, &g->capnames, g->nnames + 1, sizeof *g->names) != 0) {
+    free(mine);
+    free(out);
+    ps_graph_oom_(g);
+    return NULL;
   }
-  g->names[g->nnames].name = strdup(buf);
+  g->names[g->nnames].name = mine;
   g->names[g->nnames].count = 1;
   g->nnames++;
-  return strdup(buf);
+  return out;
 }
 
 void ps_graph_scoped_name_(ps_graph *g, const char *hint, char *out, size_t n) {
   size_t off = 0;
   out[0] = '\0';
-  for (int i = 0; i < g->nscope; i++)
-    off += (size_t)snprintf(out + off, off < n ? n - off : 0, "%s/", g->scope[i]);
+  for (int i = 0; i < g->nscope && i < PS_MAX_SCOPE; i++)
+    if (g->scope[i])
+      off += (size_t)snprintf(out + off, off < n ? n - off : 0, "%s/", g->scope[i]);
   if (off < n) snprintf(out + off, n - off, "%s", hint);
 }
 
 void ps_name_scope_push(ps_graph *g, const char *name) {
-  if (g->nscope < PS_MAX_SCOPE) g->scope[g->nscope] = strdup(name);
+  if (g->nscope < PS_MAX_SCOPE && (g->scope[g->nscope] = strdup(name)) == NULL)
+    ps_graph_oom_(g);
   g->nscope++;
 }
 
@@ -144,8 +174,13 @@ ps_node *ps_node_new(ps_graph *g, const ps_op_def *def, const char *name_hint,
   char full[1024];
   ps_graph_scoped_name_(g, name_hint ? name_hint : def->type, full, sizeof full);
   n->name = ps_graph_unique_name_(g, full);
+  if (n->name == NULL ||
+      ps_grow_(&g->nodes, &g->capnodes, g->nnodes + 1, sizeof *g->nodes) != 0 ||
+      (nin > 0 && (n->in = malloc((size_t)nin * sizeof *n->in)) == NULL)) {
+    free_node(n);
+    return ps_graph_oom_(g);
+  }
   if (nin > 0) {
-    n->in = malloc((size_t)nin * sizeof *n->in);
     memcpy(n->in, in, (size_t)nin * sizeof *n->in);
     n->nin = nin;
     n->dtype = in[0]->dtype;
@@ -155,11 +190,7 @@ ps_node *ps_node_new(ps_graph *g, const ps_op_def *def, const char *name_hint,
   if (g->nctx > 0) ps_node_add_control_deps(n, g->ctx, (size_t)g->nctx);
   /* variables are placed once their dtype and shape are known */
   if (def != &ps_op_variable_def_) ps_graph_place_(g, n);
-  if (g->nnodes == g->capnodes) {
-    g->capnodes = g->capnodes ? g->capnodes * 2 : 64;
-    g->nodes = realloc(g->nodes, g->capnodes * sizeof *g->nodes);
-  }
-  g->nodes[g->nnodes++] = n;
+  g->nodes[g->nnodes++] = n; /* room made above */
   return n;
 }
 
@@ -177,7 +208,10 @@ ps_node *ps_graph_find_node(ps_graph *g, const char *name) {
 
 int ps_node_add_control_deps(ps_node *n, ps_node *const *deps, size_t ndeps) {
   if (n == NULL) return -1;
-  n->ctrl = realloc(n->ctrl, ((size_t)n->nctrl + ndeps) * sizeof *n->ctrl);
+  if (ps_grow_(&n->ctrl, NULL, (size_t)n->nctrl + ndeps, sizeof *n->ctrl) != 0) {
+    ps_graph_oom_(n->g);
+    return -1;
+  }
   for (size_t i = 0; i < ndeps; i++)
     if (deps[i]) n->ctrl[n->nctrl++] = deps[i];
   return 0;
@@ -242,18 +276,27 @@ ps_node *ps_group(ps_graph *g, ps_node *const *deps, size_t n, const char *name)
 static ps_collection *collection(ps_graph *g, const char *key) {
   for (size_t i = 0; i < g->ncoll; i++)
     if (!strcmp(g->coll[i].key, key)) return &g->coll[i];
-  g->coll = realloc(g->coll, (g->ncoll + 1) * sizeof *g->coll);
+  char *k = strdup(key);
+  if (k == NULL || ps_grow_(&g->coll, NULL, g->ncoll + 1, sizeof *g->coll) != 0) {
+    free(k);
+    ps_graph_oom_(g);
+    return NULL;
+  }
   ps_collection *c = &g->coll[g->ncoll++];
   memset(c, 0, sizeof *c);
-  c->key = strdup(key);
+  c->key = k;
   return c;
 }
 
 static void coll_add(ps_graph *g, const char *key, void *item, int is_var) {
   ps_collection *c = collection(g, key);
+  if (c == NULL) return;
   for (size_t i = 0; i < c->n; i++)
     if (c->items[i] == item) return;
-  c->items = realloc(c->items, (c->n + 1) * sizeof *c->items);
+  if (ps_grow_(&c->items, NULL, c->n + 1, sizeof *c->items) != 0) {
+    ps_graph_oom_(g);
+    return;
+  }
   c->items[c->n++] = item;
   c->is_var = is_var;
 }
@@ -266,12 +309,14 @@ void ps_collection_add_node(ps_graph *g, const char *key, ps_node *n) {
 }
 ps_variable *const *ps_collection_variables(ps_graph *g, const char *key, size_t *n) {
   ps_collection *c = collection(g, key);
-  *n = c->n;
+  *n = c ? c->n : 0;
+  if (c == NULL) return NULL;
   return (ps_variable *const *)c->items;
 }
 ps_node *const *ps_collection_nodes(ps_graph *g, const char *key, size_t *n) {
   ps_collection *c = collection(g, key);
-  *n = c->n;
+  *n = c ? c->n : 0;
+  if (c == NULL) return NULL;
   return (ps_node *const *)c->items;
 }
 

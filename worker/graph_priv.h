@@ -51,6 +51,16 @@ struct ps_graph {
   int nctxmarks;
 };
 
+/* The out-of-memory policy of the graph code: the graph's status becomes
+ * RESOURCE_EXHAUSTED "out of memory" (sticky, like every graph error) and
+ * the builder returns NULL; nothing aborts.  Returns NULL. */
+ps_node *ps_graph_oom_(ps_graph *g);
+/* Makes room for @need elements of @elem bytes in the array *@arrp (any
+ * object pointer type): with @cap, capacity doubles from 8; without, the
+ * array is sized to @need exactly.  0, or -1 (*@arrp unchanged) when out of
+ * memory or the size would overflow. */
+int ps_grow_(void *arrp, size_t *cap, size_t need, size_t elem);
+/* A unique name for @full (malloc'd), or NULL with the graph failed. */
 char *ps_graph_unique_name_(ps_graph *g, const char *full);
 void ps_graph_scoped_name_(ps_graph *g, const char *hint, char *out, size_t n);
 void ps_graph_place_(ps_graph *g, ps_node *n);

@@ -61,11 +61,21 @@ ps_partitioned_variable *ps_get_partitioned_variable(
   }
   int n = ps_partitioner_num_parts(part, dtype, shape);
   ps_partitioned_variable *pv = calloc(1, sizeof *pv);
-  pv->name = strdup(full);
+  if (pv == NULL || (pv->name = strdup(full)) == NULL ||
+      (pv->parts = calloc((size_t)n, sizeof *pv->parts)) == NULL ||
+      ps_grow_(&g->pvars, NULL, g->npvars + 1, sizeof *g->pvars) != 0) {
+    if (pv) {
+      free(pv->name);
+      free(pv->parts);
+    }
+    free(pv);
+    ps_graph_oom_(g);
+    ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+    return NULL;
+  }
   pv->dtype = dtype;
   pv->shape = *shape;
   pv->n = n;
-  pv->parts = calloc((size_t)n, sizeof *pv->parts);
   int64_t dim0 = shape->dim[0], base = dim0 / n, extra = dim0 % n, row = 0;
   int64_t row_elems = dim0 ? ps_shape_num_elements(shape) / dim0 : 0;
   for (int i = 0; i < n; i++) {
@@ -87,16 +97,21 @@ ps_partitioned_variable *ps_get_partitioned_variable(
     }
     if (!exists) {
       free(v->full_name);
-      v->full_name = strdup(full);
+      if ((v->full_name = strdup(full)) == NULL) {
+        free(pv->parts);
+        free(pv->name);
+        free(pv);
+        ps_graph_oom_(g);
+        ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+        return NULL;
+      }
       v->full_shape = *shape;
       v->offset = row * row_elems;
     }
     pv->parts[i] = v;
     row += ps.dim[0];
   }
-  /* the graph owns it */
-  g->pvars = realloc(g->pvars, (g->npvars + 1) * sizeof *g->pvars);
-  g->pvars[g->npvars++] = pv;
+  g->pvars[g->npvars++] = pv; /* the graph owns it; room made above */
   return pv;
 }
 
@@ -147,6 +162,7 @@ static int part_select(ps_node *n, ps_tensor *const *in, ps_tensor **out, ps_sta
   }
   s.dim[0] = k;
   *out = ps_tensor_create(PS_DT_INT64, &s, false);
+  if (*out == NULL) return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
   int64_t *o = ps_tensor_data(*out);
   k = 0;
   for (int64_t i = 0; i < m; i++) {
@@ -182,12 +198,14 @@ static int stitch_compute(ps_node *n, ps_tensor *const *in, ps_tensor **out,
   ps_shape s = r0->shape;
   s.dim[0] = m;
   *out = ps_tensor_create(r0->dtype, &s, false);
+  if (*out == NULL) return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
   size_t rb = r0->shape.dim[0] ? ps_tensor_nbytes(r0) / (size_t)r0->shape.dim[0] : 0;
   if (rb == 0) { /* find the row size from any non-empty part */
     for (int p = 0; p < si->pi.nparts; p++)
       if (in[1 + p]->shape.dim[0]) rb = ps_tensor_nbytes(in[1 + p]) / (size_t)in[1 + p]->shape.dim[0];
   }
   int64_t *next = calloc((size_t)si->pi.nparts, sizeof *next);
+  if (next == NULL) return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
   for (int64_t i = 0; i < m; i++) {
     int64_t part, row;
     assign_id(&si->pi, id_at(ids, i), &part, &row);
@@ -217,6 +235,12 @@ ps_node *ps_embedding_lookup(ps_graph *g, ps_variable *const *parts, int n,
   ps_name_scope_push(g, "embedding_lookup");
   ps_node **in = calloc((size_t)n + 1, sizeof *in);
   stitch_info *si = calloc(1, sizeof *si + (size_t)n * sizeof(ps_node *));
+  if (in == NULL || si == NULL) {
+    free(in);
+    free(si);
+    ps_name_scope_pop(g);
+    return ps_graph_oom_(g);
+  }
   si->pi = (part_info){0, n, strategy, total};
   in[0] = ids;
   for (int p = 0; p < n; p++) {
@@ -224,6 +248,12 @@ ps_node *ps_embedding_lookup(ps_graph *g, ps_variable *const *parts, int n,
     ps_node *pos = ps_node_new(g, &op_part_positions, "PartPositions", &ids, 1);
     if (!rows || !pos) break;
     part_info *a = malloc(sizeof *a), *b = malloc(sizeof *b);
+    if (a == NULL || b == NULL) {
+      free(a);
+      free(b);
+      ps_graph_oom_(g);
+      break;
+    }
     *a = (part_info){p, n, strategy, total};
     *b = *a;
     rows->extra = a;

@@ -78,20 +78,26 @@ static size_t var_index(ps_graph *g, ps_variable *v) {
   return (size_t)-1;
 }
 
+/* NULL when out of memory. */
 static local_var *local_of(ps_session *s, ps_variable *v) {
   size_t i = var_index(s->g, v);
   if (i >= s->nlocals) {
     size_t n = s->g->nvars;
-    s->locals = realloc(s->locals, n * sizeof *s->locals);
+    if (ps_grow_(&s->locals, NULL, n, sizeof *s->locals) != 0) return NULL;
     memset(s->locals + s->nlocals, 0, (n - s->nlocals) * sizeof *s->locals);
     s->nlocals = n;
   }
   return &s->locals[i];
 }
 
-/* A tensor sharing @t's bytes (no copy). */
+static int oom(ps_status *st) {
+  return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+}
+
+/* A tensor sharing @t's bytes (no copy); NULL when out of memory. */
 static ps_tensor *share(const ps_tensor *t) {
   ps_tensor *o = calloc(1, sizeof *o);
+  if (o == NULL) return NULL;
   o->dtype = t->dtype;
   o->shape = t->shape;
   o->buf = ps_buf_ref(t->buf);
@@ -174,7 +180,8 @@ static int run_local(run *r, ps_node *n) {
     return 0;
   case PS_OPK_LOCAL: {
     ps_tensor *in[16], **inp = in;
-    if (n->nin > 16) inp = malloc((size_t)n->nin * sizeof *inp);
+    if (n->nin > 16 && (inp = malloc((size_t)n->nin * sizeof *inp)) == NULL)
+      return oom(st);
     for (int i = 0; i < n->nin; i++) inp[i] = r->val[n->in[i]->id];
     int rc = n->def->compute(n, inp, &r->val[n->id], st);
     if (inp != in) free(inp);
@@ -187,6 +194,7 @@ static int run_local(run *r, ps_node *n) {
   /* variables held by the session */
   ps_variable *v = n->var;
   local_var *lv = local_of(r->s, v);
+  if (lv == NULL) return oom(st);
   switch (n->def->kind) {
   case PS_OPK_VAR_READ:
     if (lv->value == NULL)
@@ -197,6 +205,7 @@ static int run_local(run *r, ps_node *n) {
   case PS_OPK_VAR_IS_INIT: {
     ps_shape s0 = {0};
     r->val[n->id] = ps_tensor_create(PS_DT_BOOL, &s0, true);
+    if (r->val[n->id] == NULL) return oom(st);
     *(uint8_t *)ps_tensor_data(r->val[n->id]) = lv->value != NULL;
     return 0;
   }
@@ -205,6 +214,7 @@ static int run_local(run *r, ps_node *n) {
     ps_tensor *x = NULL;
     if (n->def->kind == PS_OPK_VAR_INIT && v->has_init) {
       x = ps_tensor_create(v->dtype, &v->shape, false);
+      if (x == NULL) return oom(st);
       int rc = ps_init_fill(&v->init, v->full_name ? v->full_name : v->name, v->dtype,
                             v->full_name ? &v->full_shape : &v->shape, v->offset,
                             ps_shape_num_elements(&v->shape), ps_tensor_data(x), st);
@@ -230,9 +240,11 @@ static int run_local(run *r, ps_node *n) {
                                ps_shape_format(&in->shape, b, sizeof b));
         }
         x = ps_tensor_create(v->dtype, &v->shape, false);
+        if (x == NULL) return oom(st);
         memcpy(ps_tensor_data(x), ps_tensor_data(in), ps_tensor_nbytes(in));
       } else if (op == PS_ASSIGN_ADD || op == PS_ASSIGN_SUB) {
         x = ps_tensor_create(v->dtype, &v->shape, false);
+        if (x == NULL) return oom(st);
         memcpy(ps_tensor_data(x), ps_tensor_data(lv->value), ps_tensor_nbytes(x));
         if (!ps_shape_equal(&in->shape, &v->shape)) {
           ps_tensor_destroy(x);
@@ -319,6 +331,7 @@ static int local_apply(run *r, ps_node *n, local_var *lv, int op, ps_tensor *in)
   for (size_t k = 0; k < e->nslots && k < PS_OPT_MAX_SLOTS; k++) {
     ps_variable *sv = find_var_by_name(r->s->g, e->slots[k]);
     local_var *sl = sv ? local_of(r->s, sv) : NULL;
+    if (sv && sl == NULL) return oom(st);
     if (sl == NULL || sl->value == NULL)
       return ps_status_set(st, PS_FAILED_PRECONDITION,
                            "Attempting to use uninitialized value %s", e->slots[k]);
@@ -364,22 +377,23 @@ typedef struct task_work {
   size_t ninits;
 } task_work;
 
-#define GROW(arr, n) arr = realloc(arr, ((n) + 1) * sizeof *(arr))
+/* Room for element @n of @arr; false when out of memory. */
+#define GROW(arr, n) (ps_grow_(&(arr), NULL, (n) + 1, sizeof *(arr)) == 0)
 
 static int ensure_created(run *r, ps_node **wave, size_t nw) {
   ps_session *s = r->s;
   ps_graph *g = s->g;
   if (s->ncreated < g->nvars) {
-    s->created = realloc(s->created, g->nvars * sizeof *s->created);
+    if (ps_grow_(&s->created, NULL, g->nvars, sizeof *s->created) != 0) return oom(r->st);
     memset(s->created + s->ncreated, 0, (g->nvars - s->ncreated) * sizeof(bool));
     s->ncreated = g->nvars;
   }
   int nps = ps_client_num_ps(s->client);
   ps_var_spec **specs = calloc((size_t)nps, sizeof *specs);
   size_t *nspecs = calloc((size_t)nps, sizeof *nspecs);
-  size_t *which = calloc(g->nvars + 1, sizeof *which);
-  int rc = 0;
-  for (size_t k = 0; k < nw; k++) {
+  size_t *which = calloc(g->nvars + 1, sizeof *which), nwhich = 0;
+  int rc = specs && nspecs && which ? 0 : oom(r->st);
+  for (size_t k = 0; k < nw && rc == 0; k++) {
     ps_variable *v = wave[k]->var;
     if (v == NULL || v->task < 0) continue;
     size_t i = var_index(g, v);
@@ -390,8 +404,12 @@ static int ensure_created(run *r, ps_node **wave, size_t nw) {
                          v->name, v->device, nps);
       break;
     }
+    if (!GROW(specs[v->task], nspecs[v->task])) {
+      rc = oom(r->st);
+      break;
+    }
     s->created[i] = true;
-    GROW(specs[v->task], nspecs[v->task]);
+    which[nwhich++] = i;
     ps_var_spec *sp = &specs[v->task][nspecs[v->task]++];
     memset(sp, 0, sizeof *sp);
     sp->name = v->name;
@@ -404,7 +422,10 @@ static int ensure_created(run *r, ps_node **wave, size_t nw) {
   }
   for (int t = 0; t < nps && rc == 0; t++)
     if (nspecs[t]) rc = ps_client_create_vars(s->client, t, specs[t], nspecs[t], r->st);
-  for (int t = 0; t < nps; t++) free(specs[t]);
+  /* not created after all: the next run tries again (and says why again) */
+  if (rc != 0)
+    for (size_t j = 0; j < nwhich; j++) s->created[which[j]] = false;
+  for (int t = 0; t < nps && specs; t++) free(specs[t]);
   free(specs);
   free(nspecs);
   free(which);
@@ -421,6 +442,15 @@ static int run_remote(run *r, ps_node **wave, size_t nw) {
   int nps = ps_client_num_ps(s->client);
   task_work *tw = calloc((size_t)nps, sizeof *tw);
   ps_tensor **owned = calloc(nw + 1, sizeof *owned);
+  ps_task_reads *tr = calloc((size_t)nps, sizeof *tr);
+  ps_task_updates *tu = calloc((size_t)nps, sizeof *tu);
+  if (!tw || !owned || !tr || !tu) {
+    free(tw);
+    free(owned);
+    free(tr);
+    free(tu);
+    return oom(r->st);
+  }
   size_t nowned = 0;
   double **hparams_owned = NULL;
   size_t nhparams_owned = 0;
@@ -431,21 +461,27 @@ static int run_remote(run *r, ps_node **wave, size_t nw) {
     task_work *w = &tw[v->task];
     switch (n->def->kind) {
     case PS_OPK_VAR_READ:
-      GROW(w->reads, w->nreads);
-      GROW(w->read_nodes, w->nreads);
+      if (!GROW(w->reads, w->nreads) || !GROW(w->read_nodes, w->nreads)) {
+        rc = oom(r->st);
+        break;
+      }
       w->reads[w->nreads] = (ps_read){.name = v->name};
       w->read_nodes[w->nreads++] = n;
       break;
     case PS_OPK_LOCAL: /* a gather served by the ps */
-      GROW(w->reads, w->nreads);
-      GROW(w->read_nodes, w->nreads);
+      if (!GROW(w->reads, w->nreads) || !GROW(w->read_nodes, w->nreads)) {
+        rc = oom(r->st);
+        break;
+      }
       w->reads[w->nreads] = (ps_read){.name = v->name, .indices = r->val[n->in[1]->id]};
       w->read_nodes[w->nreads++] = n;
       break;
     case PS_OPK_VAR_INIT:
       if (v->has_init) {
-        GROW(w->init_names, w->ninits);
-        GROW(w->init_nodes, w->ninits);
+        if (!GROW(w->init_names, w->ninits) || !GROW(w->init_nodes, w->ninits)) {
+          rc = oom(r->st);
+          break;
+        }
         w->init_names[w->ninits] = v->name;
         w->init_nodes[w->ninits++] = n;
         break;
@@ -476,9 +512,11 @@ static int run_remote(run *r, ps_node **wave, size_t nw) {
                            ps_dtype_name(val->dtype), v->name, ps_dtype_name(v->dtype));
         break;
       }
-      GROW(w->ups, w->nups);
-      GROW(w->up_nodes, w->nups);
-      GROW(w->up_results, w->nups);
+      if (!GROW(w->ups, w->nups) || !GROW(w->up_nodes, w->nups) ||
+          !GROW(w->up_results, w->nups)) {
+        rc = oom(r->st);
+        break;
+      }
       w->ups[w->nups] = (ps_update){.name = v->name, .op = (ps_update_op)op,
                                     .value = val, .indices = idx};
       w->up_results[w->nups] = (ps_update_result){0};
@@ -506,13 +544,17 @@ static int run_remote(run *r, ps_node **wave, size_t nw) {
          * powers, read at the start of the step) */
         ps_apply_extra *e = n->extra;
         double *hp = calloc(e->nhparams + e->ndynamic + 1, sizeof *hp);
+        if (hp == NULL || !GROW(hparams_owned, nhparams_owned)) {
+          free(hp);
+          rc = oom(r->st);
+          break;
+        }
         memcpy(hp, e->hparams, e->nhparams * sizeof *hp);
         for (size_t d = 0; d < e->ndynamic; d++) {
           ps_tensor *t = r->val[n->in[1 + d]->id];
           hp[e->nhparams + d] = ps_elem_get(t->dtype, ps_tensor_data(t), 0);
         }
-        GROW(hparams_owned, nhparams_owned);
-        hparams_owned[nhparams_owned++] = hp;
+        hparams_owned[nhparams_owned++] = hp; /* room made above */
         w->ups[w->nups].slots = e->slots;
         w->ups[w->nups].nslots = e->nslots;
         w->ups[w->nups].hparams = hp;
@@ -527,7 +569,6 @@ static int run_remote(run *r, ps_node **wave, size_t nw) {
     }
   }
   /* reads */
-  ps_task_reads *tr = calloc((size_t)nps, sizeof *tr);
   size_t ntr = 0;
   for (int t = 0; t < nps && rc == 0; t++)
     if (tw[t].nreads) tr[ntr++] = (ps_task_reads){.task = t, .reads = tw[t].reads, .n = tw[t].nreads};
@@ -546,10 +587,9 @@ static int run_remote(run *r, ps_node **wave, size_t nw) {
                                 NULL, r->st);
       s->last_updates++;
       for (size_t i = 0; i < tw[t].ninits && rc == 0; i++)
-        r->val[tw[t].init_nodes[i]->id] = empty_tensor();
+        if ((r->val[tw[t].init_nodes[i]->id] = empty_tensor()) == NULL) rc = oom(r->st);
     }
   /* updates */
-  ps_task_updates *tu = calloc((size_t)nps, sizeof *tu);
   size_t ntu = 0;
   for (int t = 0; t < nps && rc == 0; t++)
     if (tw[t].nups) tu[ntu++] = (ps_task_updates){.task = t, .updates = tw[t].ups, .n = tw[t].nups};
@@ -563,7 +603,7 @@ static int run_remote(run *r, ps_node **wave, size_t nw) {
     if (rc == 0)
       for (int t = 0; t < nps; t++)
         for (size_t i = 0; i < tw[t].nups; i++) {
-          r->val[tw[t].up_nodes[i]->id] = empty_tensor();
+          if ((r->val[tw[t].up_nodes[i]->id] = empty_tensor()) == NULL) rc = oom(r->st);
           if (tw[t].ups[i].result == NULL) continue;
           if (tw[t].up_results[i].stale)
             s->last_sync_stale++;
@@ -579,10 +619,12 @@ static int run_remote(run *r, ps_node **wave, size_t nw) {
       const char *nm[1] = {n->var->name};
       rc = ps_client_is_initialized(s->client, n->var->task, nm, 1, &b, r->st);
       ps_shape s0 = {0};
-      r->val[n->id] = ps_tensor_create(PS_DT_BOOL, &s0, true);
-      *(uint8_t *)ps_tensor_data(r->val[n->id]) = b;
+      if (rc == 0 && (r->val[n->id] = ps_tensor_create(PS_DT_BOOL, &s0, true)) == NULL)
+        rc = oom(r->st);
+      if (rc == 0) *(uint8_t *)ps_tensor_data(r->val[n->id]) = b;
     } else if (n->def->kind == PS_OPK_REPORT_UNINIT) {
-      r->val[n->id] = empty_tensor(); /* names via ps_session_run_report */
+      /* names via ps_session_run_report */
+      if ((r->val[n->id] = empty_tensor()) == NULL) rc = oom(r->st);
     }
   }
   for (int t = 0; t < nps; t++) {
@@ -661,6 +703,10 @@ int ps_session_run(ps_session *s, const ps_feed *feeds, size_t nfeeds,
   r.skip_read = calloc(r.n + 1, sizeof *r.skip_read);
   ps_node **wave = calloc(r.n + 1, sizeof *wave);
   int rc = 0;
+  if (!r.state || !r.val || !r.fed || !r.remote_gather || !r.skip_read || !wave) {
+    rc = oom(st);
+    goto out;
+  }
   for (size_t i = 0; i < nfeeds; i++) {
     ps_node *n = feeds[i].node;
     const ps_tensor *t = feeds[i].value;
@@ -691,7 +737,10 @@ int ps_session_run(ps_session *s, const ps_feed *feeds, size_t nfeeds,
     }
     r.fed[n->id] = true;
     ps_tensor_destroy(r.val[n->id]);
-    r.val[n->id] = share(t);
+    if ((r.val[n->id] = share(t)) == NULL) {
+      rc = oom(st);
+      goto out;
+    }
   }
   for (size_t i = 0; i < nfetches; i++) {
     if (fetches[i] == NULL) {
@@ -715,6 +764,8 @@ int ps_session_run(ps_session *s, const ps_feed *feeds, size_t nfeeds,
         if (!ready(&r, n) || r.remote_gather[i]) continue;
         if (!r.fed[i] && is_remote(n)) continue;
         rc = run_local(&r, n);
+        /* every op leaves a value (an empty one for updates) */
+        if (rc == 0 && r.val[i] == NULL) rc = oom(st);
         r.state[i] = N_DONE;
         progress = true;
       }
@@ -753,6 +804,14 @@ int ps_session_run(ps_session *s, const ps_feed *feeds, size_t nfeeds,
     for (size_t i = 0; i < nfetches; i++) {
       ps_tensor *v = r.val[fetches[i]->id];
       outputs[i] = v ? share(v) : NULL;
+      if (v && outputs[i] == NULL) {
+        for (size_t j = 0; j < i; j++) {
+          ps_tensor_destroy(outputs[j]);
+          outputs[j] = NULL;
+        }
+        rc = oom(st);
+        break;
+      }
     }
 out:
   for (size_t i = 0; i < r.n; i++) ps_tensor_destroy(r.val[i]);
@@ -777,12 +836,17 @@ int ps_session_run_report(ps_session *s, ps_node *report, char ***names, size_t 
   } *e = report->extra;
   char **out = calloc(e->n + 1, sizeof *out);
   size_t k = 0;
-  int rc = 0;
+  int rc = out ? 0 : oom(st);
   for (size_t i = 0; i < e->n && rc == 0; i++) {
     ps_variable *v = e->vars[i];
     bool init = false;
     if (v->task < 0) {
-      init = local_of(s, v)->value != NULL;
+      local_var *lv = local_of(s, v);
+      if (lv == NULL) {
+        rc = oom(st);
+        break;
+      }
+      init = lv->value != NULL;
     } else {
       if (s->client == NULL) {
         rc = ps_status_set(st, PS_FAILED_PRECONDITION, "no client for %s", v->name);
@@ -796,7 +860,7 @@ int ps_session_run_report(ps_session *s, ps_node *report, char ***names, size_t 
         init = false;
       }
     }
-    if (!init) out[k++] = strdup(v->name);
+    if (!init && (out[k++] = strdup(v->name)) == NULL) rc = oom(st);
   }
   if (rc) {
     ps_client_free_names(out, k);
@@ -811,6 +875,7 @@ int ps_session_create_variables(ps_session *s, ps_status *st) {
   ps_graph *g = s->g;
   if (s->client == NULL) return 0;
   ps_node **reads = calloc(g->nvars + 1, sizeof *reads);
+  if (reads == NULL) return oom(st);
   size_t n = 0;
   for (size_t i = 0; i < g->nvars; i++)
     if (g->vars[i]->task >= 0) reads[n++] = g->vars[i]->read;

@@ -63,9 +63,14 @@ ps_device_fn *ps_replica_device_setter(const ps_cluster *cluster,
   const char *def_ops[] = {"VariableV2"};
   const char *const *ops = o.ps_ops ? o.ps_ops : def_ops;
   size_t nops = o.ps_ops ? o.nps_ops : 1;
-  fn->ps_ops = calloc(nops, sizeof *fn->ps_ops);
-  for (size_t i = 0; i < nops; i++) fn->ps_ops[i] = strdup(ops[i]);
-  fn->nps_ops = nops;
+  fn->ps_ops = calloc(nops + 1, sizeof *fn->ps_ops);
+  bool oom = fn->loads == NULL || fn->ps_ops == NULL;
+  for (size_t i = 0; i < nops && !oom; i++, fn->nps_ops++)
+    oom = (fn->ps_ops[i] = strdup(ops[i])) == NULL;
+  if (oom) { /* out of memory: no device function, like TensorFlow's None */
+    ps_device_fn_free_(fn);
+    return NULL;
+  }
   return fn;
 }
 
@@ -128,6 +133,7 @@ void ps_graph_place_(ps_graph *g, ps_node *n) {
 void ps_device_push(ps_graph *g, const char *device) {
   if (g->ndev >= PS_MAX_SCOPE) return;
   g->dev[g->ndev].str = device ? strdup(device) : NULL;
+  if (device && g->dev[g->ndev].str == NULL) ps_graph_oom_(g);
   g->dev[g->ndev].fn = NULL;
   g->ndev++;
 }
@@ -159,7 +165,7 @@ void ps_variable_scope_push(ps_graph *g, const char *name, ps_reuse reuse) {
       reuse == PS_REUSE_NONE)
     eff = g->vscope[g->nvscope - 1].reuse;
   if (g->nvscope < PS_MAX_SCOPE) {
-    g->vscope[g->nvscope].name = strdup(name);
+    if ((g->vscope[g->nvscope].name = strdup(name)) == NULL) ps_graph_oom_(g);
     g->vscope[g->nvscope].reuse = eff;
   }
   g->nvscope++;
@@ -229,7 +235,11 @@ static void add_to_collections(ps_graph *g, ps_variable *v, const ps_var_options
 static ps_variable *new_variable(ps_graph *g, const char *full, ps_dtype dtype,
                                  const ps_shape *shape, const ps_var_options *o) {
   ps_variable *v = calloc(1, sizeof *v);
-  if (v == NULL) return NULL;
+  if (v == NULL || ps_grow_(&g->vars, NULL, g->nvars + 1, sizeof *g->vars) != 0) {
+    free(v);
+    ps_graph_oom_(g);
+    return NULL;
+  }
   v->g = g;
   v->dtype = dtype;
   v->shape = *shape;
@@ -248,12 +258,17 @@ static ps_variable *new_variable(ps_graph *g, const char *full, ps_dtype dtype,
   n->shape = *shape;
   n->var = v;
   v->name = strdup(n->name); /* @full, made unique for tf.Variable */
+  if (v->name == NULL) {
+    n->var = NULL;
+    ps_variable_free_(v);
+    ps_graph_oom_(g);
+    return NULL;
+  }
   v->node = n;
   ps_graph_place_(g, n);
   snprintf(v->device, sizeof v->device, "%s", n->device);
   v->task = task_of(v->device);
-  g->vars = realloc(g->vars, (g->nvars + 1) * sizeof *g->vars);
-  g->vars[g->nvars++] = v;
+  g->vars[g->nvars++] = v; /* room made above */
   v->read = colocated(v, &op_read, "read", NULL, 0);
   return v;
 }
@@ -379,6 +394,13 @@ ps_variable *ps_get_variable(ps_graph *g, const char *name, ps_dtype dtype,
   v->init = *init;
   if (init->nvalues) {
     v->init_values = malloc(init->nvalues * sizeof(double));
+    if (v->init_values == NULL) {
+      v->init.values = NULL;
+      v->init.nvalues = 0;
+      ps_graph_oom_(g);
+      ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+      return NULL; /* the graph owns @v */
+    }
     memcpy(v->init_values, init->values, init->nvalues * sizeof(double));
     v->init.values = v->init_values;
   }
@@ -438,6 +460,7 @@ ps_node *ps_assign_sub(ps_variable *v, ps_node *value) {
 ps_node *ps_variables_initializer(ps_graph *g, ps_variable *const *vars, size_t n,
                                   const char *name) {
   ps_node **deps = calloc(n + 1, sizeof *deps);
+  if (deps == NULL) return ps_graph_oom_(g);
   for (size_t i = 0; i < n; i++) deps[i] = vars[i]->initializer;
   ps_node *x = ps_group(g, deps, n, name ? name : "init");
   free(deps);
@@ -472,10 +495,10 @@ ps_node *ps_report_uninitialized_variables(ps_graph *g, ps_variable *const *vars
   if (vars == NULL) {
     size_t ng, nl;
     ps_variable *const *gv = ps_collection_variables(g, PS_GLOBAL_VARIABLES, &ng);
-    ps_variable **all = malloc((ng + 1) * sizeof *all);
-    if (ng) memcpy(all, gv, ng * sizeof *all);
     ps_variable *const *lv = ps_collection_variables(g, PS_LOCAL_VARIABLES, &nl);
-    all = realloc(all, (ng + nl + 1) * sizeof *all);
+    ps_variable **all = malloc((ng + nl + 1) * sizeof *all);
+    if (all == NULL) return ps_graph_oom_(g);
+    if (ng) memcpy(all, gv, ng * sizeof *all);
     if (nl) memcpy(all + ng, lv, nl * sizeof *all);
     ps_node *r = ps_report_uninitialized_variables(g, all, ng + nl);
     free(all);
@@ -486,6 +509,7 @@ ps_node *ps_report_uninitialized_variables(ps_graph *g, ps_variable *const *vars
   ps_name_scope_pop(g);
   if (x == NULL) return NULL;
   report_extra *e = malloc(sizeof *e + (n + 1) * sizeof(ps_variable *));
+  if (e == NULL) return ps_graph_oom_(g); /* @x stays in the failed graph */
   e->n = n;
   if (n) memcpy(e->vars, vars, n * sizeof *vars);
   x->extra = e;
