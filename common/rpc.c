@@ -375,6 +375,8 @@ struct ps_rpc_server {
   conn_slot *conns;
   int nconns;
   int64_t last_full_log_ms, last_emfile_log_ms;
+  int64_t idle_since_ms; /* shutting down: since when no call runs (monitor) */
+  int idle_closed;       /* the idle connections are shut (monitor) */
 };
 
 static int64_t now_ms(void) {
@@ -996,6 +998,32 @@ static void check_stalls(ps_rpc_server *s) {
   pthread_mutex_unlock(&s->calls_mu);
 }
 
+/* Shutting down with no call left: gRPC waits for every connection to go,
+ * and a client that keeps one open without calls (or never finishes its
+ * handshake) would hold the exit until the grace period ends.  Once no
+ * call has run for IDLE_CLOSE_MS, the sockets are shut down (what the
+ * finished calls sent is in the kernel already and still goes out). */
+#define IDLE_CLOSE_MS 200
+static void close_idle(ps_rpc_server *s) {
+  if (!atomic_load(&s->shutting_down) || s->idle_closed) return;
+  pthread_mutex_lock(&s->calls_mu);
+  bool idle = s->calls == NULL;
+  pthread_mutex_unlock(&s->calls_mu);
+  int64_t t = now_ms();
+  if (!idle) {
+    s->idle_since_ms = 0;
+    return;
+  }
+  if (s->idle_since_ms == 0) {
+    s->idle_since_ms = t;
+    return;
+  }
+  if (t - s->idle_since_ms < IDLE_CLOSE_MS) return;
+  int n = conns_shutdown(s, NULL);
+  if (n > 0) PS_INFO("shutting down: closed %d idle connection%s", n, n == 1 ? "" : "s");
+  s->idle_closed = 1;
+}
+
 static void *monitor_thread(void *arg) {
   ps_rpc_server *s = arg;
   int64_t backoff_until = 0;
@@ -1007,7 +1035,7 @@ static void *monitor_thread(void *arg) {
     int listening = s->nlfd > 0 && t >= backoff_until;
     if (listening)
       for (int i = 0; i < s->nlfd; i++) p[n++] = (struct pollfd){s->lfd[i], POLLIN, 0};
-    int timeout = 1000;
+    int timeout = atomic_load(&s->shutting_down) && !s->idle_closed ? IDLE_CLOSE_MS / 2 : 1000;
     if (s->opt.stream_timeout_ms > 0 && s->opt.stream_timeout_ms / 4 < timeout)
       timeout = (int)(s->opt.stream_timeout_ms / 4) + 1;
     if (s->nlfd > 0 && !listening && backoff_until - t < timeout)
@@ -1026,6 +1054,7 @@ static void *monitor_thread(void *arg) {
       if (p[i].revents & POLLIN) accept_ready(s, p[i].fd, &backoff_until);
     check_stalls(s);
     conns_check_suspects(s, now_ms());
+    close_idle(s);
   }
   return NULL;
 }

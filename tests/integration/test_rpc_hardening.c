@@ -861,12 +861,44 @@ START_TEST(log_escapes_control_characters) {
 }
 END_TEST
 
+/* Connections without calls (a silent TCP client, one that stops after the
+ * HTTP/2 preface, an idle gRPC channel) do not hold the exit until the
+ * grace period ends. */
+START_TEST(sigterm_with_idle_connections_exits_at_once) {
+  const char *extra[] = {"--grace-secs", "60", NULL};
+  srv_start(extra, 0);
+  int a = tcp_connect(S.addr), b = tcp_connect(S.addr);
+  ck_assert(a >= 0 && b >= 0);
+  static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+  ck_assert_int_eq(write(b, preface, sizeof preface - 1), (ssize_t)(sizeof preface - 1));
+  ps_rpc_global_init();
+  ps_client *c = client();
+  ps_task_status ts;
+  ps_status st;
+  ck_assert_msg(ps_client_status(c, 0, &ts, &st) == 0, "%s", st.msg);
+  ck_assert(log_wait("serving on", 10000));
+  int64_t t0 = now_ms();
+  srv_stop_ok(); /* within 60 s */
+  int64_t took = now_ms() - t0;
+  ck_assert_msg(took < 30000, "SIGTERM took %lld ms with a 60 s grace period",
+                (long long)took);
+  ck_assert(log_has("shutting down: closed "));
+  ck_assert(!log_has("after the grace period"));
+  ps_client_destroy(c);
+  ps_rpc_global_shutdown();
+  close(a);
+  close(b);
+  cleanup();
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("rpc_hardening");
   TCase *tc = tcase_create("shutdown");
   tcase_set_timeout(tc, 600);
   tcase_add_test(tc, sigterm_during_upload);
   tcase_add_test(tc, sigterm_during_read);
+  tcase_add_test(tc, sigterm_with_idle_connections_exits_at_once);
   suite_add_tcase(s, tc);
   TCase *tl = tcase_create("listener");
   tcase_set_timeout(tl, 300);
