@@ -90,6 +90,7 @@
 #include <unistd.h>
 
 #include "crc32c.h"
+#include "fileio.h"
 
 #define BLOCK_SIZE 262144
 #define RESTART_INTERVAL 16
@@ -147,23 +148,6 @@ static int host_endianness(void) {
 #endif
 }
 
-static int errno_code(int e) {
-  switch (e) {
-  case ENOENT:
-    return PS_NOT_FOUND;
-  case EACCES:
-  case EPERM:
-  case EROFS:
-    return PS_PERMISSION_DENIED;
-  case ENOSPC:
-  case EDQUOT:
-    return PS_RESOURCE_EXHAUSTED;
-  case EEXIST:
-    return PS_ALREADY_EXISTS;
-  default:
-    return PS_UNKNOWN;
-  }
-}
 
 /* A key for messages: printable bytes as they are, others as \xNN,
  * shortened past 200 bytes. */
@@ -1295,17 +1279,6 @@ static char *temp_path(const char *path) {
   return path_cat(path, suffix);
 }
 
-/* The directory part of @path ("." if none); malloc'd. */
-static char *dir_of(const char *path) {
-  const char *slash = strrchr(path, '/');
-  if (slash == NULL) return strdup(".");
-  if (slash == path) return strdup("/");
-  char *d = malloc((size_t)(slash - path) + 1);
-  if (d == NULL) return NULL;
-  memcpy(d, path, (size_t)(slash - path));
-  d[slash - path] = '\0';
-  return d;
-}
 
 /* mkdir -p */
 static int make_dirs(const char *dir) {
@@ -1328,63 +1301,28 @@ static int make_dirs(const char *dir) {
   return err;
 }
 
-static int fsync_dir(const char *dir) {
-  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return errno;
-  int err = fsync(fd) != 0 ? errno : 0;
-  close(fd);
-  return (err == EINVAL || err == EROFS) ? 0 : err; /* some fs cannot */
-}
 
-static int write_all(int fd, const uint8_t *p, size_t n) {
-  while (n > 0) {
-    ssize_t w = write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return errno;
-    }
-    p += w;
-    n -= (size_t)w;
-  }
-  return 0;
-}
 
-/* Writes @p to a new temporary file beside @path and fsyncs it; its name
- * in *@tmp (malloc'd).  Returns 0 or an errno (no file left behind). */
+/* Writes @p to a new temporary file beside @path (TensorFlow's
+ * "P.tempstate<r>" name) and fsyncs it; its name in *@tmp (malloc'd).
+ * Returns 0 or an errno (no file left behind). */
 static int write_temp(const char *path, const uint8_t *p, size_t n, char **tmp) {
   *tmp = temp_path(path);
   if (*tmp == NULL) return ENOMEM;
-  int fd = open(*tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-  if (fd < 0) {
-    int err = errno;
-    free(*tmp);
-    *tmp = NULL;
-    return err;
-  }
-  int err = write_all(fd, p, n);
-  if (err == 0 && fsync(fd) != 0) err = errno;
-  if (close(fd) != 0 && err == 0) err = errno;
+  int err = ps_write_file(*tmp, p, n, NULL);
   if (err != 0) {
-    unlink(*tmp);
     free(*tmp);
     *tmp = NULL;
   }
   return err;
 }
 
-/* Writes @p to a temporary file beside @path, fsyncs it and renames it to
- * @path, then fsyncs the directory.  Returns 0 or an errno. */
+/* ps_replace_file with TensorFlow's temporary name.  0 or an errno. */
 static int write_file_atomic(const char *path, const uint8_t *p, size_t n) {
-  char *tmp, *dir = dir_of(path);
-  if (dir == NULL) return ENOMEM;
-  int err = write_temp(path, p, n, &tmp);
-  if (err == 0 && rename(tmp, path) != 0) {
-    err = errno;
-    unlink(tmp);
-  }
-  if (err == 0) err = fsync_dir(dir);
+  char *tmp = temp_path(path);
+  if (tmp == NULL) return ENOMEM;
+  int err = ps_replace_file(path, tmp, p, n, NULL, NULL);
   free(tmp);
-  free(dir);
   return err;
 }
 
@@ -1543,7 +1481,7 @@ struct ps_bundle_writer {
 
 static int writer_fail(ps_bundle_writer *w, int e, const char *path, const char *what,
                        ps_status *st) {
-  ps_status_set(&w->err, errno_code(e), "checkpoint %s: %s: %s", path, what, strerror(e));
+  ps_status_set(&w->err, ps_status_code_from_errno(e), "checkpoint %s: %s: %s", path, what, strerror(e));
   if (st) *st = w->err;
   return w->err.code;
 }
@@ -1555,7 +1493,7 @@ static int writer_flush(ps_bundle_writer *w, ps_status *st) {
     if (st) *st = w->err;
     return w->err.code;
   }
-  int e = write_all(w->fd, w->buf, w->buf_n);
+  int e = ps_write_all(w->fd, w->buf, w->buf_n);
   w->buf_n = 0;
   return e ? writer_fail(w, e, w->data_tmp, "write", st) : 0;
 }
@@ -1591,11 +1529,11 @@ ps_bundle_writer *ps_bundle_writer_create(const char *prefix, ps_status *st) {
   w->data_tmp = w->data_final ? temp_path(w->data_final) : NULL;
   w->buf = malloc(WRITE_BUF);
   if (w->prefix == NULL || w->data_tmp == NULL || w->buf == NULL) goto oom;
-  char *dir = dir_of(prefix);
+  char *dir = ps_dir_of(prefix);
   if (dir == NULL) goto oom;
   int e = make_dirs(dir);
   if (e != 0) {
-    ps_status_set(st, errno_code(e), "checkpoint %s: cannot create directory %s: %s",
+    ps_status_set(st, ps_status_code_from_errno(e), "checkpoint %s: cannot create directory %s: %s",
                   prefix, dir, strerror(e));
     free(dir);
     goto fail;
@@ -1604,7 +1542,7 @@ ps_bundle_writer *ps_bundle_writer_create(const char *prefix, ps_status *st) {
   w->fd = open(w->data_tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
   if (w->fd < 0) {
     e = errno;
-    ps_status_set(st, errno_code(e), "checkpoint %s: cannot create: %s", w->data_tmp,
+    ps_status_set(st, ps_status_code_from_errno(e), "checkpoint %s: cannot create: %s", w->data_tmp,
                   strerror(e));
     goto fail;
   }
@@ -2022,7 +1960,7 @@ ps_bundle_reader *ps_bundle_reader_open(const char *prefix, ps_status *st) {
   size_t n = 0;
   int e = slurp(r->index_path, &file, &n);
   if (e != 0) {
-    ps_status_set(st, errno_code(e), "checkpoint %s: %s", r->index_path,
+    ps_status_set(st, ps_status_code_from_errno(e), "checkpoint %s: %s", r->index_path,
                   e == ENOENT ? "not found" : strerror(e));
     goto fail;
   }
@@ -2123,7 +2061,7 @@ static int entry_shard(ps_bundle_reader *r, const ps_bundle_entry *e, shard **ou
         int err = errno;
         if (fd >= 0) close(fd);
         rc = ps_status_set(
-            st, err == ENOENT ? PS_NOT_FOUND : errno_code(err), "checkpoint %s: %s (%s)",
+            st, err == ENOENT ? PS_NOT_FOUND : ps_status_code_from_errno(err), "checkpoint %s: %s (%s)",
             sh->path, err == ENOENT ? "missing data shard" : "cannot open data shard",
             strerror(err));
       } else {
@@ -2174,7 +2112,7 @@ static int read_range(ps_bundle_reader *r, const ps_bundle_entry *e, uint8_t *ds
       int err = got < 0 ? errno : 0;
       char kb[KEYBUF];
       free(scratch);
-      return ps_status_set(st, err ? errno_code(err) : PS_DATA_LOSS,
+      return ps_status_set(st, err ? ps_status_code_from_errno(err) : PS_DATA_LOSS,
                            "checkpoint %s: tensor %s: %s", sh->path,
                            key_str(e->key, e->key_len, kb, sizeof kb),
                            err ? strerror(err) : "unexpected end of file");
@@ -2521,7 +2459,7 @@ int ps_bundle_reader_read_checked(ps_bundle_reader *r, const char *key, void *ds
     if (got <= 0) {
       int err = got < 0 ? errno : 0;
       char kb[KEYBUF];
-      return ps_status_set(st, err ? errno_code(err) : PS_DATA_LOSS,
+      return ps_status_set(st, err ? ps_status_code_from_errno(err) : PS_DATA_LOSS,
                            "checkpoint %s: tensor %s: %s", sh->path,
                            key_str(e->key, e->key_len, kb, sizeof kb),
                            err ? strerror(err) : "unexpected end of file");
@@ -2844,7 +2782,7 @@ int ps_bundle_merge(const char *const *part_prefixes, size_t n, const char *out_
       struct stat sb;
       if (stat(src[*id], &sb) != 0) {
         e = errno;
-        rc = ps_status_set(st, e == ENOENT ? PS_NOT_FOUND : errno_code(e),
+        rc = ps_status_set(st, e == ENOENT ? PS_NOT_FOUND : ps_status_code_from_errno(e),
                            "checkpoint %s: %s (%s)", src[*id],
                            e == ENOENT ? "missing data shard" : "cannot stat data shard",
                            strerror(e));
@@ -2856,36 +2794,36 @@ int ps_bundle_merge(const char *const *part_prefixes, size_t n, const char *out_
   if (!build_index(&m, total, r0->endianness, r0->version, r0->version_len, &idx))
     goto oom;
   index_path = path_cat(out_prefix, ".index");
-  out_dir = dir_of(out_prefix);
+  out_dir = ps_dir_of(out_prefix);
   if (index_path == NULL || out_dir == NULL) goto oom;
   if ((e = make_dirs(out_dir)) != 0) {
-    rc = ps_status_set(st, errno_code(e), "checkpoint %s: cannot create directory %s: %s",
+    rc = ps_status_set(st, ps_status_code_from_errno(e), "checkpoint %s: cannot create directory %s: %s",
                        out_prefix, out_dir, strerror(e));
     goto out;
   }
   if ((e = write_temp(index_path, idx.p, idx.n, &tmp)) != 0) {
-    rc = ps_status_set(st, errno_code(e), "checkpoint %s: write: %s", index_path,
+    rc = ps_status_set(st, ps_status_code_from_errno(e), "checkpoint %s: write: %s", index_path,
                        strerror(e));
     goto out;
   }
   for (; nmoved < (size_t)total; nmoved++) {
     if (rename(src[nmoved], dst[nmoved]) != 0) {
       e = errno;
-      rc = ps_status_set(st, errno_code(e), "checkpoint %s: cannot rename to %s: %s",
+      rc = ps_status_set(st, ps_status_code_from_errno(e), "checkpoint %s: cannot rename to %s: %s",
                          src[nmoved], dst[nmoved], strerror(e));
       goto out;
     }
   }
   if (rename(tmp, index_path) != 0) {
     e = errno;
-    rc = ps_status_set(st, errno_code(e), "checkpoint %s: rename: %s", index_path,
+    rc = ps_status_set(st, ps_status_code_from_errno(e), "checkpoint %s: rename: %s", index_path,
                        strerror(e));
     goto out;
   }
   free(tmp);
   tmp = NULL;
-  if ((e = fsync_dir(out_dir)) != 0) {
-    rc = ps_status_set(st, errno_code(e), "checkpoint %s: fsync directory: %s", out_dir,
+  if ((e = ps_fsync_dir(out_dir)) != 0) {
+    rc = ps_status_set(st, ps_status_code_from_errno(e), "checkpoint %s: fsync directory: %s", out_dir,
                        strerror(e));
     /* not durable: a failed merge leaves nothing of its own behind */
     unlink(index_path);
@@ -2899,7 +2837,7 @@ int ps_bundle_merge(const char *const *part_prefixes, size_t n, const char *out_
   for (size_t p = 0; p < n; p++) {
     ps_bundle_reader *r = parts[p].r;
     unlink(r->index_path);
-    char *d = dir_of(r->prefix);
+    char *d = ps_dir_of(r->prefix);
     if (d != NULL && strcmp(d, out_dir) != 0) rmdir(d);
     free(d);
   }

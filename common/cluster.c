@@ -40,23 +40,10 @@
 
 /* ---- helpers ---------------------------------------------------------- */
 
-/* The one place that maps errno to a status code. */
+/* ps_status_code_from_errno, with @otherwise for what it calls UNKNOWN. */
 static int errno_code(int e, int otherwise) {
-  switch (e) {
-  case ENOENT:
-  case ENOTDIR:
-    return PS_NOT_FOUND;
-  case EACCES:
-  case EPERM:
-  case EROFS:
-    return PS_PERMISSION_DENIED;
-  case ENOSPC:
-  case EDQUOT:
-  case ENOMEM:
-    return PS_RESOURCE_EXHAUSTED;
-  default:
-    return otherwise;
-  }
+  int c = ps_status_code_from_errno(e);
+  return c == PS_UNKNOWN ? otherwise : c;
 }
 
 static int oom(const char *pre, ps_status *st) {

@@ -1,6 +1,7 @@
 /* Status values: a gRPC code plus a message naming what failed. */
 #include "status.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -42,4 +43,41 @@ const char *ps_status_code_name(int code) {
       "UNAUTHENTICATED"};
   if (code < 0 || code >= (int)(sizeof names / sizeof names[0])) return "UNKNOWN";
   return names[code];
+}
+
+int ps_status_code_from_errno(int e) {
+  switch (e) {
+  case ENOENT:
+  case ENOTDIR:
+    return PS_NOT_FOUND;
+  case EACCES:
+  case EPERM:
+  case EROFS:
+    return PS_PERMISSION_DENIED;
+  case ENOSPC:
+  case EDQUOT:
+  case ENOMEM:
+  case EMFILE:
+  case ENFILE:
+    return PS_RESOURCE_EXHAUSTED;
+  case EEXIST:
+    return PS_ALREADY_EXISTS;
+  case EFBIG:
+  case EOVERFLOW:
+  case ERANGE:
+    return PS_OUT_OF_RANGE;
+  case ENAMETOOLONG:
+  case EINVAL:
+  case E2BIG:
+  case ELOOP:
+    return PS_INVALID_ARGUMENT;
+  case EAGAIN:
+  case EBUSY:
+  case ETIMEDOUT:
+  case ECONNREFUSED:
+  case ECONNRESET:
+    return PS_UNAVAILABLE;
+  default:
+    return PS_UNKNOWN;
+  }
 }

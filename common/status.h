@@ -48,4 +48,10 @@ static inline int ps_status_ok(const ps_status *st) { return st->code == PS_OK; 
  * codes map to "UNKNOWN". */
 const char *ps_status_code_name(int code);
 
+/* The one errno -> status code mapping (TensorFlow's ErrnoToCode, with
+ * ENOTDIR as NOT_FOUND): NOT_FOUND, PERMISSION_DENIED, RESOURCE_EXHAUSTED,
+ * ALREADY_EXISTS, OUT_OF_RANGE, INVALID_ARGUMENT, UNAVAILABLE, else
+ * UNKNOWN. */
+int ps_status_code_from_errno(int e);
+
 #endif

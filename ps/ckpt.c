@@ -143,15 +143,6 @@ static int check_raw_prefix(const uint8_t *p, size_t n, uint32_t field, const ch
   return 0;
 }
 
-static int errno_code(int e) {
-  switch (e) {
-  case ENOENT: return PS_NOT_FOUND;
-  case EACCES: case EPERM: case EROFS: return PS_PERMISSION_DENIED;
-  case ENOSPC: case EDQUOT: return PS_RESOURCE_EXHAUSTED;
-  case ENAMETOOLONG: return PS_INVALID_ARGUMENT;
-  default: return PS_INTERNAL;
-  }
-}
 
 static int mkdirs(const char *path, ps_status *st) {
   char tmp[PATH_MAX];
@@ -161,12 +152,12 @@ static int mkdirs(const char *path, ps_status *st) {
     if (*p == '/') {
       *p = '\0';
       if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
-        return ps_status_set(st, errno_code(errno), "cannot create %s: %s",
+        return ps_status_set(st, ps_status_code_from_errno(errno), "cannot create %s: %s",
                              tmp, strerror(errno));
       *p = '/';
     }
   if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
-    return ps_status_set(st, errno_code(errno), "cannot create %s: %s", tmp,
+    return ps_status_set(st, ps_status_code_from_errno(errno), "cannot create %s: %s", tmp,
                          strerror(errno));
   return 0;
 }
@@ -257,7 +248,7 @@ static int temp_enter(const char *dir, ps_status *st) {
     int fd = temp_lock(dir, LOCK_SH);
     if (fd < 0) {
       if (errno == ENOENT) continue;
-      ps_status_set(st, errno_code(errno), "cannot lock %s: %s", dir, strerror(errno));
+      ps_status_set(st, ps_status_code_from_errno(errno), "cannot lock %s: %s", dir, strerror(errno));
       return -1;
     }
     struct stat a, b;
@@ -343,7 +334,7 @@ static int sweep_dir(const char *dir, int depth) {
 int ps_ckpt_sweep(const char *dir, ps_status *st) {
   char real[PATH_MAX];
   if (dir == NULL || realpath(dir, real) == NULL)
-    return ps_status_set(st, dir ? errno_code(errno) : PS_INVALID_ARGUMENT,
+    return ps_status_set(st, dir ? ps_status_code_from_errno(errno) : PS_INVALID_ARGUMENT,
                          "checkpoint directory %s: %s", dir ? dir : "(none)",
                          dir ? strerror(errno) : "not given");
   int n = sweep_dir(real, 8);
@@ -675,7 +666,7 @@ static int parts_present(const char *prefix, int n, ps_status *st) {
     char p[PATH_MAX + 64];
     snprintf(p, sizeof p, "%s_temp/part-%05d-of-%05d.index", prefix, ks[i], n);
     if (access(p, F_OK) != 0)
-      return ps_status_set(st, errno == ENOENT ? PS_NOT_FOUND : errno_code(errno),
+      return ps_status_set(st, errno == ENOENT ? PS_NOT_FOUND : ps_status_code_from_errno(errno),
                            "checkpoint %s: merge of %d parts, but part %d is not "
                            "there (%s: %s)",
                            prefix, n, ks[i], p, strerror(errno));
@@ -697,7 +688,7 @@ static void *merge_thread(void *arg) {
            PS_CKPT_STATE_FILENAME);
   rc = ps_ckpt_path_confined(root, dir, conf, sizeof conf, &j->st);
   if (rc == 0 && (lock = temp_lock(dir, LOCK_SH)) < 0)
-    rc = ps_status_set(&j->st, errno == ENOENT ? PS_NOT_FOUND : errno_code(errno),
+    rc = ps_status_set(&j->st, errno == ENOENT ? PS_NOT_FOUND : ps_status_code_from_errno(errno),
                        "checkpoint %s: no parts to merge (%s: %s)", j->prefix, dir,
                        strerror(errno));
   if (rc == 0) rc = parts_present(j->prefix, j->nshards, &j->st);

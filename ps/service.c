@@ -46,7 +46,7 @@
 #include "paramserver/checkpoint.h"
 #include "common/log.h"
 #include "common/wire.h"
-#include "kernels.h"
+#include "common/kernels.h"
 #include "ps.pb-c.h"
 #include "sync.h"
 

@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels.h"
+#include "common/kernels.h"
 
 struct ps_accum {
   bool started; /* a step number has been set */

@@ -45,29 +45,12 @@
 #include <unistd.h>
 
 #include "common/bundle.h"
+#include "common/fileio.h"
 #include "common/log.h"
 #include "common/tensor.h"
 
 /* ---- Small helpers ------------------------------------------------------- */
 
-static int errno_code(int e) {
-  switch (e) {
-  case ENOENT:
-  case ENOTDIR:
-    return PS_NOT_FOUND;
-  case EACCES:
-  case EPERM:
-  case EROFS:
-    return PS_PERMISSION_DENIED;
-  case ENOSPC:
-  case EDQUOT:
-    return PS_RESOURCE_EXHAUSTED;
-  case EFBIG:
-    return PS_OUT_OF_RANGE;
-  default:
-    return PS_UNKNOWN;
-  }
-}
 
 /* A growable string; on allocation failure it stays NULL-terminated and
  * remembers the failure. */
@@ -711,7 +694,7 @@ static int read_whole_file(const char *path, const char *what, uint8_t **out, si
   *n = 0;
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0)
-    return ps_status_set(st, errno_code(errno), "%s %s: %s", what, path, strerror(errno));
+    return ps_status_set(st, ps_status_code_from_errno(errno), "%s %s: %s", what, path, strerror(errno));
   sbuf b = {0};
   sb_puts(&b, "");
   char chunk[8192];
@@ -722,7 +705,7 @@ static int read_whole_file(const char *path, const char *what, uint8_t **out, si
       int e = errno;
       close(fd);
       free(b.p);
-      return ps_status_set(st, errno_code(e), "%s %s: %s", what, path, strerror(e));
+      return ps_status_set(st, ps_status_code_from_errno(e), "%s %s: %s", what, path, strerror(e));
     }
     if (r == 0) break;
     sb_putn(&b, chunk, (size_t)r);
@@ -787,52 +770,6 @@ nomem:
   return oom(st);
 }
 
-/* 32 random hex digits, as Python's uuid4().hex in TensorFlow's temporary
- * names. */
-static void random_hex(char out[33]) {
-  uint8_t r[16];
-  if (getrandom(r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r) {
-    static _Atomic uint64_t counter;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    uint64_t x = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30) ^
-                 ((uint64_t)getpid() << 48) ^ (counter++ * 0x9E3779B97F4A7C15ull);
-    for (int i = 0; i < 16; i++) {
-      x += 0x9E3779B97F4A7C15ull;
-      uint64_t z = x;
-      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-      z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-      r[i] = (uint8_t)(z ^ (z >> 31));
-    }
-  }
-  for (int i = 0; i < 16; i++)
-    snprintf(out + 2 * i, 3, "%02x", r[i]);
-}
-
-static int write_all(int fd, const char *p, size_t n) {
-  while (n > 0) {
-    ssize_t w = write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) return -1;
-    p += w;
-    n -= (size_t)w;
-  }
-  return 0;
-}
-
-/* Makes a rename in @dir durable.  A failure here is logged, not returned:
- * the new file is already in place and nothing can undo that. */
-static void fsync_dir(const char *dir) {
-  int fd = open(dir[0] ? dir : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) {
-    PS_WARN("checkpoint directory %s: open for fsync: %s", dir, strerror(errno));
-    return;
-  }
-  if (fsync(fd) != 0 && errno != EINVAL && errno != EROFS)
-    PS_WARN("checkpoint directory %s: fsync: %s", dir, strerror(errno));
-  close(fd);
-}
-
 int ps_ckpt_state_write(const char *dir, const ps_ckpt_state *s, ps_status *st) {
   if (s->model_checkpoint_path == NULL || s->model_checkpoint_path[0] == '\0')
     return ps_status_set(st, PS_INVALID_ARGUMENT,
@@ -844,7 +781,7 @@ int ps_ckpt_state_write(const char *dir, const ps_ckpt_state *s, ps_status *st) 
   char *text = NULL, *tmp_path = NULL;
   ps_status local;
   if (st == NULL) st = &local;
-  int fd = -1, rc;
+  int rc;
   if (tk == NULL || mk == NULL) {
     rc = oom(st);
     goto done;
@@ -862,43 +799,18 @@ int ps_ckpt_state_write(const char *dir, const ps_ckpt_state *s, ps_status *st) 
     rc = st->code;
     goto done;
   }
-  for (int attempt = 0;; attempt++) {
-    char hex[33];
-    random_hex(hex);
-    free(tmp_path);
-    if ((tmp_path = str_cat3(target, ".tmp", hex)) == NULL) {
-      rc = oom(st);
-      goto done;
-    }
-    fd = open(tmp_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd >= 0 || errno != EEXIST || attempt == 10) break;
+  const char *op = NULL;
+  int e = ps_replace_file(target, NULL, text, len, &op, &tmp_path);
+  if (e != 0 && !strcmp(op, "syncing the directory of")) {
+    /* the new file is in place and nothing can undo that: say so only */
+    PS_WARN("checkpoint directory %s: fsync: %s", dir, strerror(e));
+    e = 0;
   }
-  if (fd < 0) {
-    rc = ps_status_set(st, errno_code(errno), "checkpoint state %s: creating %s: %s",
-                       target, tmp_path, strerror(errno));
-    goto done;
-  }
-  const char *op = "writing";
-  if (write_all(fd, text, len) != 0) goto io_fail;
-  op = "syncing";
-  if (fsync(fd) != 0) goto io_fail;
-  op = "closing";
-  int cfd = fd;
-  fd = -1;
-  if (close(cfd) != 0) goto io_fail;
-  op = "renaming";
-  if (rename(tmp_path, target) != 0) goto io_fail;
-  fsync_dir(dir);
-  rc = 0;
-  goto done;
-io_fail:
-  rc = ps_status_set(st, errno_code(errno), "checkpoint state %s: %s %s: %s", target, op,
-                     tmp_path, strerror(errno));
-  if (fd >= 0) close(fd);
-  fd = -1;
-  unlink(tmp_path);
+  rc = e == 0 ? 0
+              : ps_status_set(st, ps_status_code_from_errno(e),
+                              "checkpoint state %s: %s %s: %s", target, op,
+                              tmp_path ? tmp_path : target, strerror(e));
 done:
-  if (fd >= 0) close(fd);
   free(tmp_path);
   free(text);
   free(tk);
@@ -964,7 +876,7 @@ static void remove_one(const char *path, int *rc, ps_status *st) {
   if (unlink(path) == 0 || errno == ENOENT) return;
   int e = errno;
   if (*rc == 0)
-    *rc = ps_status_set(st, errno_code(e), "deleting %s: %s", path, strerror(e));
+    *rc = ps_status_set(st, ps_status_code_from_errno(e), "deleting %s: %s", path, strerror(e));
 }
 
 int ps_ckpt_remove(const char *prefix, ps_status *st) {
@@ -983,7 +895,7 @@ int ps_ckpt_remove(const char *prefix, ps_status *st) {
   DIR *d = opendir(dname);
   if (d == NULL) {
     if (errno != ENOENT && rc == 0)
-      rc = ps_status_set(st, errno_code(errno), "deleting checkpoint %s: listing %s: %s",
+      rc = ps_status_set(st, ps_status_code_from_errno(errno), "deleting checkpoint %s: listing %s: %s",
                          prefix, dname, strerror(errno));
   } else {
     struct dirent *e;

@@ -126,20 +126,6 @@ enum {
 
 /* ---- IDX files ---- */
 
-static int errno_code(int e) {
-  switch (e) {
-  case ENOENT:
-  case ENOTDIR:
-    return PS_NOT_FOUND;
-  case EACCES:
-  case EPERM:
-    return PS_PERMISSION_DENIED;
-  case ENOMEM:
-    return PS_RESOURCE_EXHAUSTED;
-  default:
-    return PS_UNKNOWN;
-  }
-}
 
 /* The error zlib recorded for @f, if any (a truncated gzip stream is not
  * an error here: the caller sees the short count). */
@@ -148,7 +134,7 @@ static int gz_fault(gzFile f, const char *path, ps_status *st) {
   const char *msg = gzerror(f, &errnum);
   if (errnum == Z_OK || errnum == Z_BUF_ERROR) return 0;
   if (errnum == Z_ERRNO)
-    return ps_status_set(st, errno_code(errno), "IDX file %s: read: %s", path,
+    return ps_status_set(st, ps_status_code_from_errno(errno), "IDX file %s: read: %s", path,
                          strerror(errno));
   if (errnum == Z_MEM_ERROR) return oom(st, path);
   return ps_status_set(st, PS_DATA_LOSS, "IDX file %s: corrupt gzip data: %s", path, msg);
@@ -263,7 +249,7 @@ int ps_idx_load(const char *path, ps_tensor **out, ps_status *st) {
   gzFile f = gzopen(path, "rb");
   if (f == NULL) {
     int e = errno ? errno : ENOMEM;
-    return ps_status_set(st, errno_code(e), "IDX file %s: %s", path,
+    return ps_status_set(st, ps_status_code_from_errno(e), "IDX file %s: %s", path,
                          e == ENOENT ? "not found" : strerror(e));
   }
   gzbuffer(f, 1 << 17);

@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/fileio.h"
 #include "common/crc32c.h"
 #include "common/log.h"
 #include "graph_internal.h"
@@ -501,32 +502,13 @@ int ps_export_meta_graph(ps_graph *g, const ps_saver *saver, const char *path,
   size_t len = 0;
   uint8_t *buf = ps_meta_graph_serialize(g, saver, &len, st);
   if (buf == NULL) return st->code;
-  char tmp[2100];
-  snprintf(tmp, sizeof tmp, "%s.tmp%ld", path, (long)getpid());
-  int rc = 0;
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    rc = ps_status_set(st, errno == ENOENT ? PS_NOT_FOUND : PS_INTERNAL,
-                       "MetaGraph %s: %s", path, strerror(errno));
-    free(buf);
-    return rc;
-  }
-  size_t off = 0;
-  while (off < len) {
-    ssize_t w = write(fd, buf + off, len - off);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) break;
-    off += (size_t)w;
-  }
-  if (off != len || fsync(fd) != 0) {
-    rc = ps_status_set(st, PS_INTERNAL, "MetaGraph %s: writing %s: %s", path, tmp,
-                       strerror(errno));
-    close(fd);
-    unlink(tmp);
-  } else if (close(fd) != 0 || rename(tmp, path) != 0) {
-    rc = ps_status_set(st, PS_INTERNAL, "MetaGraph %s: %s", path, strerror(errno));
-    unlink(tmp);
-  }
+  const char *op = NULL;
+  char *tmp = NULL;
+  int rc = 0, e = ps_replace_file(path, NULL, buf, len, &op, &tmp);
+  if (e != 0)
+    rc = ps_status_set(st, ps_status_code_from_errno(e), "MetaGraph %s: %s %s: %s", path,
+                       op, tmp ? tmp : path, strerror(e));
+  free(tmp);
   free(buf);
   return rc;
 }
@@ -1030,8 +1012,8 @@ ps_graph *ps_import_meta_graph(const char *path, ps_saver **saver, ps_status *st
   if (saver) *saver = NULL;
   FILE *f = fopen(path, "rb");
   if (f == NULL) {
-    ps_status_set(st, errno == ENOENT ? PS_NOT_FOUND : PS_INTERNAL, "MetaGraph %s: %s",
-                  path, strerror(errno));
+    ps_status_set(st, ps_status_code_from_errno(errno), "MetaGraph %s: %s", path,
+                  strerror(errno));
     return NULL;
   }
   uint8_t *buf = NULL;

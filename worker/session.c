@@ -22,7 +22,7 @@
 
 #include "graph_internal.h"
 #include "graph_priv.h"
-#include "ps/kernels.h"
+#include "common/kernels.h"
 
 typedef struct local_var {
   ps_tensor *value; /* NULL until initialized */

@@ -1,0 +1,120 @@
+/* File writes every module shares (see fileio.h). */
+#include "fileio.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+int ps_write_all(int fd, const void *p, size_t n) {
+  const char *b = p;
+  while (n > 0) {
+    ssize_t w = write(fd, b, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    if (w == 0) return EIO;
+    b += w;
+    n -= (size_t)w;
+  }
+  return 0;
+}
+
+int ps_fsync_dir(const char *dir) {
+  int fd = open(dir[0] ? dir : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return errno;
+  int err = fsync(fd) != 0 ? errno : 0;
+  close(fd);
+  return (err == EINVAL || err == EROFS) ? 0 : err;
+}
+
+char *ps_dir_of(const char *path) {
+  const char *slash = strrchr(path, '/');
+  if (slash == NULL) return strdup(".");
+  if (slash == path) return strdup("/");
+  size_t n = (size_t)(slash - path);
+  char *d = malloc(n + 1);
+  if (d == NULL) return NULL;
+  memcpy(d, path, n);
+  d[n] = '\0';
+  return d;
+}
+
+static char *temp_name(const char *path) {
+  uint64_t r;
+  if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r)
+    r = ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)&r ^ (uint64_t)time(NULL);
+  size_t n = strlen(path) + 32;
+  char *t = malloc(n);
+  if (t != NULL) snprintf(t, n, "%s.tmp%016" PRIx64, path, r);
+  return t;
+}
+
+int ps_write_file(const char *tmp, const void *p, size_t n, const char **op) {
+  const char *step = "creating";
+  int err = 0, fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    if (op) *op = step;
+    return errno;
+  }
+  step = "writing";
+  err = ps_write_all(fd, p, n);
+  if (err == 0) {
+    step = "syncing";
+    if (fsync(fd) != 0) err = errno;
+  }
+  if (close(fd) != 0 && err == 0) {
+    step = "closing";
+    err = errno;
+  }
+  if (err != 0) unlink(tmp);
+  if (op) *op = step;
+  return err;
+}
+
+int ps_replace_file(const char *path, const char *tmp, const void *p, size_t n,
+                    const char **op, char **tmp_used) {
+  const char *step = "creating";
+  char *t = NULL, *dir = ps_dir_of(path);
+  int err = 0;
+  if (dir == NULL) {
+    err = ENOMEM;
+  } else if (tmp != NULL) {
+    if ((t = strdup(tmp)) == NULL) err = ENOMEM;
+    else err = ps_write_file(t, p, n, &step);
+  } else {
+    for (int attempt = 0; attempt < 10; attempt++) { /* a fresh name on EEXIST */
+      free(t);
+      if ((t = temp_name(path)) == NULL) {
+        err = ENOMEM;
+        break;
+      }
+      if ((err = ps_write_file(t, p, n, &step)) != EEXIST) break;
+    }
+  }
+  if (err == 0) {
+    step = "renaming";
+    if (rename(t, path) != 0) {
+      err = errno;
+      unlink(t);
+    }
+  }
+  if (err == 0) {
+    step = "syncing the directory of";
+    err = ps_fsync_dir(dir);
+  }
+  if (op) *op = step;
+  if (tmp_used)
+    *tmp_used = t;
+  else
+    free(t);
+  free(dir);
+  return err;
+}

@@ -1,0 +1,34 @@
+/* File writes every module shares: one write loop, one directory fsync,
+ * one durable replace.  Each returns 0 or an errno (map it with
+ * ps_status_code_from_errno, common/status.h); none logs. */
+#ifndef PS_FILEIO_H
+#define PS_FILEIO_H
+
+#include <stddef.h>
+
+/* Writes all @n bytes of @p to @fd, retrying short writes and EINTR. */
+int ps_write_all(int fd, const void *p, size_t n);
+
+/* Makes the renames in @dir ("" is ".") durable.  File systems that cannot
+ * fsync a directory (EINVAL, EROFS) count as success. */
+int ps_fsync_dir(const char *dir);
+
+/* The directory part of @path: "." if none, "/" for "/x"; malloc'd, NULL
+ * when out of memory. */
+char *ps_dir_of(const char *path);
+
+/* Creates @tmp (O_EXCL), writes @p to it and fsyncs it.  On failure the
+ * file is removed and *@op (if not NULL) names the step: "creating",
+ * "writing", "syncing", "closing". */
+int ps_write_file(const char *tmp, const void *p, size_t n, const char **op);
+
+/* Replaces @path durably: ps_write_file of @tmp (NULL: @path + ".tmp" +
+ * 16 random hex digits), rename over @path, fsync of the directory.  A
+ * reader sees the old file or the new one, never a torn one.  On failure
+ * *@op (if not NULL) names the step that failed (the steps above,
+ * "renaming", "syncing the directory of") and no temporary file is left;
+ * the temporary name is in *@tmp_used if not NULL (malloc'd, for messages). */
+int ps_replace_file(const char *path, const char *tmp, const void *p, size_t n,
+                    const char **op, char **tmp_used);
+
+#endif
