@@ -16,6 +16,7 @@
  * binary search and every derived order (Slurm rank slicing, JSON output)
  * matches TF's. */
 #include "cluster.h"
+#include "fileio.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -635,53 +636,22 @@ int ps_cluster_write_file(const ps_cluster *c, const char *path, ps_status *st) 
   if (c == NULL || path == NULL)
     return ps_status_set(st, PS_INVALID_ARGUMENT, "%s: nothing to write", pre);
   char *text = to_json_flags(c, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE);
-  size_t plen = strlen(path);
-  char *tmp = malloc(plen + sizeof ".tmp.XXXXXX");
-  int rc = 0, fd = -1;
-  if (text == NULL || tmp == NULL) {
-    rc = oom(pre, st);
-    goto out;
-  }
-  memcpy(tmp, path, plen);
-  memcpy(tmp + plen, ".tmp.XXXXXX", sizeof ".tmp.XXXXXX");
-  fd = mkostemp(tmp, O_CLOEXEC);
-  if (fd < 0) {
-    int e = errno;
+  if (text == NULL) return oom(pre, st);
+  size_t n = strlen(text);
+  text[n] = '\n'; /* replaces the NUL; the length is n + 1 */
+  const char *op = NULL;
+  int rc = 0, e = ps_replace_file(path, NULL, text, n + 1, &op, NULL);
+  if (e != 0 && !strcmp(op, "creating"))
     rc = ps_status_set(st, errno_code(e, PS_INTERNAL),
                        "%s: cannot create temporary file: %s", pre, strerror(e));
-    goto out;
-  }
-  size_t n = strlen(text);
-  text[n] = '\n'; /* replaces the NUL; length is tracked by n + 1 */
-  const char *what = "write";
-  size_t off = 0;
-  while (off < n + 1) {
-    ssize_t w = write(fd, text + off, n + 1 - off);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) goto io_fail;
-    off += (size_t)w;
-  }
-  what = "chmod";
-  if (fchmod(fd, 0644) != 0) goto io_fail;
-  what = "fsync";
-  if (fsync(fd) != 0) goto io_fail;
-  what = "close";
-  int cfd = fd;
-  fd = -1;
-  if (close(cfd) != 0) goto io_fail;
-  what = "rename";
-  if (rename(tmp, path) != 0) goto io_fail;
-  goto out;
-io_fail:;
-  int e = errno;
-  rc = ps_status_set(st, errno_code(e, PS_INTERNAL), "%s: cannot %s: %s", pre, what,
-                     strerror(e));
-  if (fd >= 0) close(fd);
-  fd = -1;
-  unlink(tmp);
-out:
-  if (fd >= 0) close(fd);
-  free(tmp);
+  else if (e != 0)
+    rc = ps_status_set(st, errno_code(e, PS_INTERNAL), "%s: cannot %s: %s", pre,
+                       !strcmp(op, "renaming")  ? "rename"
+                       : !strcmp(op, "writing") ? "write"
+                       : !strcmp(op, "closing") ? "close"
+                       : !strcmp(op, "syncing") ? "fsync"
+                                                : "fsync the directory",
+                       strerror(e));
   free(text);
   return rc;
 }

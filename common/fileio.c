@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -65,7 +66,8 @@ int ps_write_file(const char *tmp, const void *p, size_t n, const char **op) {
     return errno;
   }
   step = "writing";
-  err = ps_write_all(fd, p, n);
+  if (fchmod(fd, 0644) != 0) err = errno; /* whatever the umask */
+  if (err == 0) err = ps_write_all(fd, p, n);
   if (err == 0) {
     step = "syncing";
     if (fsync(fd) != 0) err = errno;

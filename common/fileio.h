@@ -17,7 +17,7 @@ int ps_fsync_dir(const char *dir);
  * when out of memory. */
 char *ps_dir_of(const char *path);
 
-/* Creates @tmp (O_EXCL), writes @p to it and fsyncs it.  On failure the
+/* Creates @tmp (O_EXCL, mode 0644), writes @p to it and fsyncs it.  On failure the
  * file is removed and *@op (if not NULL) names the step: "creating",
  * "writing", "syncing", "closing". */
 int ps_write_file(const char *tmp, const void *p, size_t n, const char **op);
