@@ -26,9 +26,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "bundle.h"
+#include "common/bundle.h"
 #include "driver.h"
-#include "crc32c.h"
+#include "common/crc32c.h"
 
 
 #define FAIL(...)                                                                        \

@@ -17,9 +17,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "cluster.h"
+#include "common/cluster.h"
 #include "driver.h"
-#include "device.h"
+#include "common/device.h"
 
 
 #define FAIL(...)                                                                        \

@@ -20,9 +20,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "bundle.h"
+#include "common/bundle.h"
 #include "testdir.h"
-#include "crc32c.h"
+#include "common/crc32c.h"
 
 
 static uint8_t *read_file(const char *path, size_t *n) {

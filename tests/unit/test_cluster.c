@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cluster.h"
+#include "common/cluster.h"
 #include "testdir.h"
 
 

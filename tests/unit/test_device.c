@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "device.h"
+#include "common/device.h"
 
 /* Parses @in, which must succeed, and returns its to_string(). */
 static const char *canon(const char *in) {

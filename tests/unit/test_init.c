@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "init.h"
-#include "philox.h"
+#include "common/init.h"
+#include "common/philox.h"
 
 #define SHAPE(...)                                                             \
   mkshape((int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)),           \

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "philox.h"
+#include "common/philox.h"
 
 static void run_kat(const uint32_t key[2], const uint32_t ctr[4],
                     const uint32_t want[4]) {

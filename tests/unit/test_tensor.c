@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tensor.h"
+#include "common/tensor.h"
 
 START_TEST(dtype_numbers_match_tensorflow) {
   ck_assert_int_eq(PS_DT_FLOAT, 1);

@@ -7,8 +7,8 @@
 #include <string.h>
 
 #include "ps.pb-c.h"
-#include "tensor.h"
-#include "wire.h"
+#include "common/tensor.h"
+#include "common/wire.h"
 
 START_TEST(size_helpers_refuse_overflow) {
   size_t n = 0;
