@@ -294,6 +294,10 @@ void ps_tensor_destroy(ps_tensor *t) {
   free(t);
 }
 
+/* The library's exported symbol; code inside the project gets the inline
+ * version through the macro in tensor.h (hence the parentheses). */
+void *(ps_tensor_data)(const ps_tensor *t) { return ps_tensor_data_inline(t); }
+
 size_t ps_tensor_nbytes(const ps_tensor *t) {
   size_t n = 0;
   return ps_size_bytes(t->dtype, &t->shape, &n) == 0 ? n : 0;
