@@ -12,28 +12,38 @@
 #include <string.h>
 #include <strings.h>
 
+/* The numbers are TensorFlow's types.proto DataType values; they travel in
+ * requests and checkpoints, so an edit of PS_DTYPE_LIST that changes one
+ * must fail to compile.  The sizes must be the C types' sizes. */
+_Static_assert(PS_DT_INVALID == 0, "DT_INVALID");
+_Static_assert(PS_DT_FLOAT == 1 && PS_DT_DOUBLE == 2 && PS_DT_INT32 == 3 &&
+                   PS_DT_UINT8 == 4 && PS_DT_INT16 == 5 && PS_DT_INT8 == 6 &&
+                   PS_DT_STRING == 7 && PS_DT_COMPLEX64 == 8 && PS_DT_INT64 == 9 &&
+                   PS_DT_BOOL == 10 && PS_DT_BFLOAT16 == 14 && PS_DT_UINT16 == 17 &&
+                   PS_DT_COMPLEX128 == 18 && PS_DT_HALF == 19 && PS_DT_UINT32 == 22 &&
+                   PS_DT_UINT64 == 23,
+               "ps_dtype must be TensorFlow's DataType numbering (types.proto)");
+#define SIZE_FLOAT(T, S) (sizeof(T) == (S))
+#define SIZE_INT(T, S) (sizeof(T) == (S))
+#define SIZE_HALF(T, S) (sizeof(T) == (S))
+#define SIZE_BF16(T, S) (sizeof(T) == (S))
+#define SIZE_BOOL(T, S) (sizeof(T) == (S))
+#define SIZE_COMPLEX(T, S) (2 * sizeof(T) == (S))
+#define SIZE_STRING(T, S) ((S) == 0)
+#define X(E, N, NAME, SIZE, T, U, KIND)                                     \
+  _Static_assert(SIZE_##KIND(T, SIZE), "size of DT_" #E);
+PS_DTYPE_LIST(X)
+#undef X
+
 static const struct {
   int dtype;
   size_t size;
   const char *name;
   const char *enum_name;
 } dtypes[] = {
-    {PS_DT_FLOAT, 4, "float", "DT_FLOAT"},
-    {PS_DT_DOUBLE, 8, "double", "DT_DOUBLE"},
-    {PS_DT_INT32, 4, "int32", "DT_INT32"},
-    {PS_DT_UINT8, 1, "uint8", "DT_UINT8"},
-    {PS_DT_INT16, 2, "int16", "DT_INT16"},
-    {PS_DT_INT8, 1, "int8", "DT_INT8"},
-    {PS_DT_STRING, 0, "string", "DT_STRING"},
-    {PS_DT_COMPLEX64, 8, "complex64", "DT_COMPLEX64"},
-    {PS_DT_INT64, 8, "int64", "DT_INT64"},
-    {PS_DT_BOOL, 1, "bool", "DT_BOOL"},
-    {PS_DT_BFLOAT16, 2, "bfloat16", "DT_BFLOAT16"},
-    {PS_DT_UINT16, 2, "uint16", "DT_UINT16"},
-    {PS_DT_COMPLEX128, 16, "complex128", "DT_COMPLEX128"},
-    {PS_DT_HALF, 2, "half", "DT_HALF"},
-    {PS_DT_UINT32, 4, "uint32", "DT_UINT32"},
-    {PS_DT_UINT64, 8, "uint64", "DT_UINT64"},
+#define X(E, N, NAME, SIZE, T, U, KIND) {PS_DT_##E, SIZE, NAME, "DT_" #E},
+    PS_DTYPE_LIST(X)
+#undef X
 };
 #define NDTYPES (sizeof dtypes / sizeof dtypes[0])
 
@@ -69,20 +79,40 @@ ps_dtype ps_dtype_from_name(const char *s) {
   return PS_DT_INVALID;
 }
 
+/* Per kind: numeric (the ps does arithmetic on it), floating. */
+#define NUMERIC_FLOAT 1
+#define NUMERIC_INT 1
+#define NUMERIC_HALF 1
+#define NUMERIC_BF16 1
+#define NUMERIC_BOOL 0
+#define NUMERIC_COMPLEX 0
+#define NUMERIC_STRING 0
+#define FLOATING_FLOAT 1
+#define FLOATING_INT 0
+#define FLOATING_HALF 1
+#define FLOATING_BF16 1
+#define FLOATING_BOOL 0
+#define FLOATING_COMPLEX 0
+#define FLOATING_STRING 0
+
 bool ps_dtype_is_numeric(int dtype) {
   switch (dtype) {
-  case PS_DT_FLOAT: case PS_DT_DOUBLE: case PS_DT_INT32: case PS_DT_UINT8:
-  case PS_DT_INT16: case PS_DT_INT8: case PS_DT_INT64: case PS_DT_BFLOAT16:
-  case PS_DT_UINT16: case PS_DT_HALF: case PS_DT_UINT32: case PS_DT_UINT64:
-    return true;
+#define X(E, N, NAME, SIZE, T, U, KIND) case PS_DT_##E: return NUMERIC_##KIND;
+    PS_DTYPE_LIST(X)
+#undef X
   default:
     return false;
   }
 }
 
 bool ps_dtype_is_floating(int dtype) {
-  return dtype == PS_DT_FLOAT || dtype == PS_DT_DOUBLE ||
-         dtype == PS_DT_HALF || dtype == PS_DT_BFLOAT16;
+  switch (dtype) {
+#define X(E, N, NAME, SIZE, T, U, KIND) case PS_DT_##E: return FLOATING_##KIND;
+    PS_DTYPE_LIST(X)
+#undef X
+  default:
+    return false;
+  }
 }
 
 int64_t ps_shape_num_elements(const ps_shape *s) {
@@ -294,6 +324,10 @@ void ps_tensor_destroy(ps_tensor *t) {
   free(t);
 }
 
+/* The library's exported symbol; code inside the project gets the inline
+ * version through the macro in tensor.h (hence the parentheses). */
+void *(ps_tensor_data)(const ps_tensor *t) { return ps_tensor_data_inline(t); }
+
 size_t ps_tensor_nbytes(const ps_tensor *t) {
   size_t n = 0;
   return ps_size_bytes(t->dtype, &t->shape, &n) == 0 ? n : 0;
@@ -363,40 +397,38 @@ uint16_t ps_float_to_bf16(float f) {
   return (uint16_t)(x >> 16);
 }
 
+/* Element access per kind: native types convert as a C cast does; half
+ * and bfloat16 go through float; bool reads nonzero as 1 and stores v != 0;
+ * complex and string have no single value (get 0, set nothing). */
+#define GET_FLOAT(E, T) case PS_DT_##E: return ((const T *)p)[i];
+#define GET_INT(E, T) case PS_DT_##E: return (double)((const T *)p)[i];
+#define GET_HALF(E, T) case PS_DT_##E: return ps_half_to_float(((const T *)p)[i]);
+#define GET_BF16(E, T) case PS_DT_##E: return ps_bf16_to_float(((const T *)p)[i]);
+#define GET_BOOL(E, T) case PS_DT_##E: return ((const T *)p)[i] != 0;
+#define GET_COMPLEX(E, T)
+#define GET_STRING(E, T)
+#define SET_FLOAT(E, T) case PS_DT_##E: ((T *)p)[i] = (T)v; break;
+#define SET_INT(E, T) case PS_DT_##E: ((T *)p)[i] = (T)v; break;
+#define SET_HALF(E, T) case PS_DT_##E: ((T *)p)[i] = ps_float_to_half((float)v); break;
+#define SET_BF16(E, T) case PS_DT_##E: ((T *)p)[i] = ps_float_to_bf16((float)v); break;
+#define SET_BOOL(E, T) case PS_DT_##E: ((T *)p)[i] = v != 0; break;
+#define SET_COMPLEX(E, T)
+#define SET_STRING(E, T)
+
 double ps_elem_get(int dtype, const void *p, int64_t i) {
   switch (dtype) {
-  case PS_DT_FLOAT: return ((const float *)p)[i];
-  case PS_DT_DOUBLE: return ((const double *)p)[i];
-  case PS_DT_INT32: return ((const int32_t *)p)[i];
-  case PS_DT_UINT8: return ((const uint8_t *)p)[i];
-  case PS_DT_INT16: return ((const int16_t *)p)[i];
-  case PS_DT_INT8: return ((const int8_t *)p)[i];
-  case PS_DT_INT64: return (double)((const int64_t *)p)[i];
-  case PS_DT_BOOL: return ((const uint8_t *)p)[i] != 0;
-  case PS_DT_BFLOAT16: return ps_bf16_to_float(((const uint16_t *)p)[i]);
-  case PS_DT_UINT16: return ((const uint16_t *)p)[i];
-  case PS_DT_HALF: return ps_half_to_float(((const uint16_t *)p)[i]);
-  case PS_DT_UINT32: return ((const uint32_t *)p)[i];
-  case PS_DT_UINT64: return (double)((const uint64_t *)p)[i];
+#define X(E, N, NAME, SIZE, T, U, KIND) GET_##KIND(E, T)
+    PS_DTYPE_LIST(X)
+#undef X
   default: return 0;
   }
 }
 
 void ps_elem_set(int dtype, void *p, int64_t i, double v) {
   switch (dtype) {
-  case PS_DT_FLOAT: ((float *)p)[i] = (float)v; break;
-  case PS_DT_DOUBLE: ((double *)p)[i] = v; break;
-  case PS_DT_INT32: ((int32_t *)p)[i] = (int32_t)v; break;
-  case PS_DT_UINT8: ((uint8_t *)p)[i] = (uint8_t)v; break;
-  case PS_DT_INT16: ((int16_t *)p)[i] = (int16_t)v; break;
-  case PS_DT_INT8: ((int8_t *)p)[i] = (int8_t)v; break;
-  case PS_DT_INT64: ((int64_t *)p)[i] = (int64_t)v; break;
-  case PS_DT_BOOL: ((uint8_t *)p)[i] = v != 0; break;
-  case PS_DT_BFLOAT16: ((uint16_t *)p)[i] = ps_float_to_bf16((float)v); break;
-  case PS_DT_UINT16: ((uint16_t *)p)[i] = (uint16_t)v; break;
-  case PS_DT_HALF: ((uint16_t *)p)[i] = ps_float_to_half((float)v); break;
-  case PS_DT_UINT32: ((uint32_t *)p)[i] = (uint32_t)v; break;
-  case PS_DT_UINT64: ((uint64_t *)p)[i] = (uint64_t)v; break;
+#define X(E, N, NAME, SIZE, T, U, KIND) SET_##KIND(E, T)
+    PS_DTYPE_LIST(X)
+#undef X
   default: break;
   }
 }
@@ -418,35 +450,36 @@ void ps_elem_set(int dtype, void *p, int64_t i, double v) {
     return 0;                                                                \
   } while (0)
 
+/* Half and bfloat16 add through float; bool only assigns. */
+#define APPLY_FLOAT(E, T, U) case PS_DT_##E: APPLY_NATIVE(T, U);
+#define APPLY_INT(E, T, U) case PS_DT_##E: APPLY_NATIVE(T, U);
+#define APPLY_HALF(E, T, U) case PS_DT_##E: return apply_via_float(dtype, op, dst, src, n);
+#define APPLY_BF16(E, T, U) case PS_DT_##E: return apply_via_float(dtype, op, dst, src, n);
+#define APPLY_BOOL(E, T, U)                                                  \
+  case PS_DT_##E:                                                            \
+    if (op != '=') return -1;                                                \
+    memcpy(dst, src, (size_t)n * sizeof(T));                                 \
+    return 0;
+#define APPLY_COMPLEX(E, T, U)
+#define APPLY_STRING(E, T, U)
+
+static int apply_via_float(int dtype, char op, void *dst, const void *src, int64_t n) {
+  if (op == '=') {
+    memcpy(dst, src, (size_t)n * ps_dtype_size(dtype));
+    return 0;
+  }
+  for (int64_t i = 0; i < n; i++) {
+    double a = ps_elem_get(dtype, dst, i), b = ps_elem_get(dtype, src, i);
+    ps_elem_set(dtype, dst, i, op == '+' ? a + b : a - b);
+  }
+  return 0;
+}
+
 int ps_elem_apply(int dtype, char op, void *dst, const void *src, int64_t n) {
   switch (dtype) {
-  case PS_DT_FLOAT: APPLY_NATIVE(float, float);
-  case PS_DT_DOUBLE: APPLY_NATIVE(double, double);
-  case PS_DT_INT32: APPLY_NATIVE(int32_t, uint32_t);
-  case PS_DT_UINT8: APPLY_NATIVE(uint8_t, uint8_t);
-  case PS_DT_INT16: APPLY_NATIVE(int16_t, uint16_t);
-  case PS_DT_INT8: APPLY_NATIVE(int8_t, uint8_t);
-  case PS_DT_INT64: APPLY_NATIVE(int64_t, uint64_t);
-  case PS_DT_UINT16: APPLY_NATIVE(uint16_t, uint16_t);
-  case PS_DT_UINT32: APPLY_NATIVE(uint32_t, uint32_t);
-  case PS_DT_UINT64: APPLY_NATIVE(uint64_t, uint64_t);
-  case PS_DT_HALF:
-  case PS_DT_BFLOAT16:
-    if (op == '=') {
-      memcpy(dst, src, (size_t)n * 2);
-      return 0;
-    }
-    for (int64_t i = 0; i < n; i++) {
-      double a = ps_elem_get(dtype, dst, i), b = ps_elem_get(dtype, src, i);
-      ps_elem_set(dtype, dst, i, op == '+' ? a + b : a - b);
-    }
-    return 0;
-  case PS_DT_BOOL:
-    if (op == '=') {
-      memcpy(dst, src, (size_t)n);
-      return 0;
-    }
-    return -1;
+#define X(E, N, NAME, SIZE, T, U, KIND) APPLY_##KIND(E, T, U)
+    PS_DTYPE_LIST(X)
+#undef X
   default:
     return -1;
   }

@@ -6,6 +6,7 @@
  * reached the ps must not be applied twice). */
 #include "paramserver/client.h"
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +27,31 @@
 #define M_LIST "/paramserver.Ps/List"
 #define M_STATUS "/paramserver.Ps/Status"
 #define M_DELETE "/paramserver.Ps/Delete"
+
+/* ---- library init ------------------------------------------------------ */
+
+/* The RPC runtime is started by the first ps_library_init() and stopped by
+ * the last ps_library_shutdown(); the count is guarded by one mutex so
+ * libraries layered on this one can init and shut down in pairs. */
+static pthread_mutex_t lib_mu = PTHREAD_MUTEX_INITIALIZER;
+static long lib_refs;
+
+int ps_library_init(void) {
+  pthread_mutex_lock(&lib_mu);
+  if (lib_refs++ == 0) ps_rpc_global_init();
+  pthread_mutex_unlock(&lib_mu);
+  return 0;
+}
+
+void ps_library_shutdown(void) {
+  pthread_mutex_lock(&lib_mu);
+  if (lib_refs > 0 && --lib_refs == 0) ps_rpc_global_shutdown();
+  pthread_mutex_unlock(&lib_mu);
+}
+
+const char *ps_library_version(void) { return PS_VERSION; }
+
+/* ---- client ------------------------------------------------------------ */
 
 struct ps_client {
   ps_client_options opt;

@@ -33,6 +33,7 @@
 #include <zlib.h>
 
 #include "common/log.h"
+#include "common/tensor.h"
 #include "common/philox.h"
 
 /* ---- datasets ---- */

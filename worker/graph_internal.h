@@ -11,6 +11,8 @@
 #define PS_GRAPH_INTERNAL_H
 
 #include "common/device.h"
+#include "common/init.h"
+#include "common/tensor.h"
 #include "paramserver/graph.h"
 #include "paramserver/client.h"
 #include "paramserver/ops.h"

@@ -16,7 +16,6 @@
 
 #include "common/cluster.h"
 #include "common/log.h"
-#include "common/rpc.h"
 #include "paramserver/coordinator.h"
 #include "paramserver/dataset.h"
 #include "paramserver/graph.h"
@@ -725,7 +724,7 @@ int main(int argc, char **argv) {
   bool rpc_up = false;
   if (load_data(&o, &train, &test, &st)) goto fail;
   if (cluster) {
-    ps_rpc_global_init();
+    ps_library_init();
     rpc_up = true;
     client = ps_client_create(cluster, "ps", NULL, &st);
     if (client == NULL) goto fail;
@@ -861,6 +860,6 @@ out:
   ps_graph_destroy(m.g);
   ps_client_destroy(client);
   ps_cluster_destroy(cluster);
-  if (rpc_up) ps_rpc_global_shutdown();
+  if (rpc_up) ps_library_shutdown();
   return rc;
 }

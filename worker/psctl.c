@@ -7,7 +7,6 @@
 
 #include "common/cluster.h"
 #include "common/log.h"
-#include "common/rpc.h"
 #include "paramserver/checkpoint.h"
 #include "paramserver/client.h"
 
@@ -180,7 +179,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "psctl: %s\n", st.msg);
     return 2;
   }
-  ps_rpc_global_init();
+  ps_library_init();
   ps_client_options opt;
   ps_client_options_default(&opt);
   opt.control_timeout_ms = opt.data_timeout_ms = timeout_ms;
@@ -331,6 +330,6 @@ int main(int argc, char **argv) {
 out:
   ps_client_destroy(c);
   ps_cluster_destroy(cluster);
-  ps_rpc_global_shutdown();
+  ps_library_shutdown();
   return rc;
 }

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <zlib.h>
 
+#include "common/tensor.h"
 #include "paramserver/dataset.h"
 #include "paramserver/graph.h"
 #include "paramserver/ops.h"

@@ -1,14 +1,13 @@
 /* ps-demo: a client that uses every remote variable operation on a running
  * cluster and prints what it did.  It is the main job until the training
- * demo exists, and a compact example of the libpsworker client API. */
+ * demo exists, and a compact example of the libpsworker client API: it
+ * includes only the installed public header, so it also builds outside the
+ * tree with `cc ps_demo.c $(pkg-config --cflags --libs paramserver)`. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/cluster.h"
-#include "common/log.h"
-#include "common/rpc.h"
-#include "paramserver/client.h"
+#include <paramserver/paramserver.h>
 
 #define CHECK(call)                                                          \
   do {                                                                       \
@@ -35,14 +34,13 @@ int main(int argc, char **argv) {
            "variables on every ps task of the cluster and prints what it did.\n");
     return argc == 2 ? 0 : 2;
   }
-  ps_log_set_task("demo");
   ps_status st;
   ps_cluster *cluster = ps_cluster_load_file(argv[1], &st);
   if (cluster == NULL) {
     fprintf(stderr, "ps-demo: %s\n", st.msg);
     return 2;
   }
-  ps_rpc_global_init();
+  ps_library_init();
   ps_client *c = ps_client_create(cluster, "ps", NULL, &st);
   ps_tensor *delta = NULL, *rows = NULL, *idx = NULL, *one = NULL;
   ps_read r0[2] = {{.name = "dense/kernel"}, {.name = "global_step"}};
@@ -136,6 +134,6 @@ fail:
   ps_tensor_destroy(one);
   ps_client_destroy(c);
   ps_cluster_destroy(cluster);
-  ps_rpc_global_shutdown();
+  ps_library_shutdown();
   return rc;
 }

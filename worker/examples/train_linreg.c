@@ -10,8 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/log.h"
-#include "common/rpc.h"
 #include "paramserver/graph.h"
 #include "paramserver/ops.h"
 #include "paramserver/optimizer.h"
@@ -43,14 +41,13 @@ int main(int argc, char **argv) {
     return argc < 2 ? 2 : 0;
   }
   int steps = argc > 2 ? atoi(argv[2]) : 300;
-  ps_log_set_task("worker/0");
   ps_status st;
   ps_cluster *cluster = ps_cluster_load_file(argv[1], &st);
   if (cluster == NULL) {
     fprintf(stderr, "train-linreg: %s\n", st.msg);
     return 2;
   }
-  ps_rpc_global_init();
+  ps_library_init();
   ps_client *client = ps_client_create(cluster, "ps", NULL, &st);
   ps_graph *g = ps_graph_create();
   ps_device_push_fn(g, ps_replica_device_setter(cluster, NULL));
@@ -127,6 +124,6 @@ out:
   ps_graph_destroy(g);
   ps_client_destroy(client);
   ps_cluster_destroy(cluster);
-  ps_rpc_global_shutdown();
+  ps_library_shutdown();
   return rc;
 }

@@ -37,7 +37,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "common/status.h"
+#include "paramserver/status.h"
 
 /* TensorFlow's default latest_filename. */
 #define PS_CKPT_STATE_FILENAME "checkpoint"

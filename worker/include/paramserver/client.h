@@ -8,7 +8,19 @@
  *
  * Thread safety: a ps_client may be used from several threads at once.
  * Errors: functions return 0 or a gRPC status code, with @st (may be NULL)
- * holding a message that names the variable or task. */
+ * holding a message that names the variable or task.
+ *
+ * Setup: a program calls ps_library_init() (paramserver/library.h) once
+ * before ps_client_create() and ps_library_shutdown() once after the last
+ * ps_client_destroy():
+ *
+ *   ps_library_init();
+ *   ps_cluster *cl = ps_cluster_load_file("cluster.json", &st);
+ *   ps_client *c = ps_client_create(cl, "ps", NULL, &st);
+ *   ...
+ *   ps_client_destroy(c);
+ *   ps_cluster_destroy(cl);
+ *   ps_library_shutdown(); */
 #ifndef PARAMSERVER_CLIENT_H
 #define PARAMSERVER_CLIENT_H
 
@@ -16,10 +28,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/cluster.h"
-#include "common/init.h"
-#include "common/status.h"
-#include "common/tensor.h"
+#include "paramserver/cluster.h"
+#include "paramserver/init.h"
+#include "paramserver/library.h"
+#include "paramserver/status.h"
+#include "paramserver/tensor.h"
 
 typedef struct ps_client ps_client;
 

@@ -25,8 +25,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "common/status.h"
-#include "common/tensor.h"
+#include "paramserver/status.h"
+#include "paramserver/tensor.h"
 
 typedef struct ps_dataset {
   int64_t n;        /* examples: dim 0 of every tensor below */

@@ -15,10 +15,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/cluster.h"
-#include "common/init.h"
-#include "common/status.h"
-#include "common/tensor.h"
+#include "paramserver/cluster.h"
+#include "paramserver/init.h"
+#include "paramserver/status.h"
+#include "paramserver/tensor.h"
 
 typedef struct ps_graph ps_graph;
 typedef struct ps_node ps_node;

@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# The installed tree is usable on its own: `meson install --destdir` of the
+# build directory, then the example client built with nothing but
+# `pkg-config paramserver` against that tree (shared and static), run
+# against the installed ps-server on kernel-picked ports; the man pages and
+# LICENSE are there.  Prints "N passed, N failed".
+#   test_install.sh BUILD_DIR PS_DEMO_SOURCE
+set -uo pipefail
+build=${1:?build dir}; demo_src=${2:?ps_demo.c}
+CC=${CC:-cc}
+command -v pkg-config >/dev/null || { echo "skip: no pkg-config"; exit 77; }
+dir=$(mktemp -d /tmp/ps-install-XXXXXX)
+pass=0; fail=0
+cleanup() {
+  for p in $(jobs -p); do kill -KILL "$p" 2>/dev/null; done
+  wait 2>/dev/null
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+trap 'exit 143' TERM
+trap 'exit 130' INT
+
+ok() { pass=$((pass + 1)); echo "ok: $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL: $1"; [ -n "${2:-}" ] && echo "$2" | sed 's/^/    /'; }
+# expect NAME WANT_RC WANT_SUBSTRING COMMAND...
+expect() {
+  local name=$1 want_rc=$2 want=$3; shift 3
+  local out rc
+  out=$("$@" 2>&1); rc=$?
+  if [ "$rc" != "$want_rc" ]; then bad "$name (exit $rc, want $want_rc)" "$out"; return; fi
+  if [[ "$out" != *"$want"* ]]; then bad "$name (missing '$want')" "$out"; return; fi
+  ok "$name"
+}
+finish() { echo "$pass passed, $fail failed"; [ "$fail" = 0 ]; exit; }
+
+dest="$dir/root"
+out=$(meson install -C "$build" --destdir "$dest" --no-rebuild 2>&1) \
+  || { bad "meson install --destdir" "$out"; finish; }
+ok "meson install --destdir"
+
+# Locate the tree through the .pc file only: the prefix is where meson was
+# configured to install, rewritten to live under $dest.
+pc=$(find "$dest" -name paramserver.pc -path '*/pkgconfig/*' | head -n 1)
+[ -n "$pc" ] || { bad "paramserver.pc installed"; finish; }
+ok "paramserver.pc installed"
+export PKG_CONFIG_PATH=$(dirname "$pc")
+unset PKG_CONFIG_SYSROOT_DIR
+prefix=$(pkg-config --variable=prefix paramserver)
+root="$dest$prefix"
+pcx=(--define-variable=prefix="$root")
+libdir=$(pkg-config "${pcx[@]}" --variable=libdir paramserver)
+cflags=$(pkg-config "${pcx[@]}" --cflags paramserver)
+libs=$(pkg-config "${pcx[@]}" --libs paramserver)
+[[ "$cflags" == *"-I$root/include"* && "$libs" == *"-L$libdir"* ]] \
+  && ok "pkg-config points into the installed tree" \
+  || bad "pkg-config points into the installed tree" "$cflags $libs"
+[ -L "$libdir/libpsworker.so" ] && [ -f "$libdir/libpsworker.a" ] \
+  && ok "shared and static libpsworker" || bad "shared and static libpsworker" "$(ls -l "$libdir")"
+soname=$(readelf -d "$libdir/libpsworker.so" 2>/dev/null | sed -n 's/.*SONAME.*\[\(.*\)\]/\1/p')
+major=$(pkg-config --modversion paramserver | cut -d. -f1)
+[ "$soname" = "libpsworker.so.$major" ] && ok "soname $soname" || bad "soname" "'$soname'"
+
+# Every public header compiles alone from the installed tree.
+hdr_fail=""
+for h in "$root"/include/paramserver/*.h; do
+  printf "#include <paramserver/%s>\ntypedef int ps_header_check_;\n" "$(basename "$h")" |
+    $CC -std=c11 -Wall -Wextra -Wpedantic -Werror -fsyntax-only $cflags -x c - 2>&1 ||
+    hdr_fail+=" $(basename "$h")"
+done
+[ -z "$hdr_fail" ] && ok "headers self-contained" || bad "headers self-contained" "$hdr_fail"
+
+# Build the example and a version/init check with the installed flags only.
+cp "$demo_src" "$dir/ps_demo.c"
+expect "build ps_demo (shared)" 0 "" \
+  $CC -std=c11 -Wall -Wextra -Werror -o "$dir/demo" "$dir/ps_demo.c" $cflags $libs
+expect "build ps_demo (static)" 0 "" \
+  $CC -std=c11 -Wall -Wextra -Werror -o "$dir/demo-static" "$dir/ps_demo.c" $cflags \
+  "$libdir/libpsworker.a" $(pkg-config "${pcx[@]}" --static --libs paramserver | sed 's/-lpsworker//')
+cat > "$dir/version.c" <<'C'
+#include <paramserver/paramserver.h>
+#include <stdio.h>
+#include <string.h>
+int main(void) {
+  /* reference counted: nested pairs, and an extra shutdown is a no-op */
+  if (ps_library_init() != 0 || ps_library_init() != 0) return 1;
+  ps_library_shutdown();
+  ps_library_shutdown();
+  ps_library_shutdown();
+  if (ps_library_init() != 0) return 1;
+  ps_library_shutdown();
+  printf("%d.%d.%d %s %s %s\n", PS_VERSION_MAJOR, PS_VERSION_MINOR, PS_VERSION_PATCH,
+         PS_VERSION_STRING, ps_library_version(),
+         PS_VERSION_AT_LEAST(PS_VERSION_MAJOR, 0, 0) ? "ok" : "bad");
+  return strcmp(PS_VERSION_STRING, ps_library_version()) != 0;
+}
+C
+v=$(pkg-config --modversion paramserver)
+expect "build version check" 0 "" $CC -std=c11 -Wall -Wextra -Werror -o "$dir/version" "$dir/version.c" $cflags $libs
+export LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+expect "version macros and ps_library_*" 0 "$v $v $v ok" "$dir/version"
+[[ "$(ldd "$dir/demo")" == *"$libdir/libpsworker.so.$major"* ]] \
+  && ok "demo loads the installed libpsworker" || bad "demo loads the installed libpsworker" "$(ldd "$dir/demo")"
+
+# A real cluster of two installed ps-servers, ports picked by the kernel;
+# they die with this script even if it is killed (setpriv, util-linux).
+pdeath=()
+setpriv --pdeathsig KILL true 2>/dev/null && pdeath=(setpriv --pdeathsig KILL)
+start_ps() {
+  local fifo="$dir/ready.$1"
+  mkfifo "$fifo"
+  "${pdeath[@]}" "$root/bin/ps-server" --cluster "$dir/boot.json" --job ps --task "$1" > "$fifo" 2>> "$dir/ps.log" &
+  local line=""
+  read -r -t 60 line < "$fifo" || true
+  ADDR=${line##* }
+  [[ "$line" == "ps/$1 ready on 127.0.0.1:"* ]]
+}
+echo '{"ps": ["127.0.0.1:0", "127.0.0.1:0"]}' > "$dir/boot.json"
+if start_ps 0 && A0=$ADDR && start_ps 1 && A1=$ADDR; then
+  ok "installed ps-server ready"
+  echo "{\"ps\": [\"$A0\", \"$A1\"]}" > "$dir/cluster.json"
+  expect "demo (shared) runs" 0 "updated: global_step += 1; dense/bias -= 0.5; embedding[1,4] += 1" \
+    "$dir/demo" "$dir/cluster.json"
+  expect "demo saw both ps" 0 "ps/1 at $A1: 2 variables" "$dir/demo" "$dir/cluster.json"
+  expect "demo (static) runs" 0 "cluster: 2 ps task(s)" "$dir/demo-static" "$dir/cluster.json"
+  expect "installed psctl sees them" 0 "ps/1 $A1 up vars=2" \
+    "$root/bin/psctl" --cluster "$dir/cluster.json" status
+else
+  bad "installed ps-server ready" "$(cat "$dir/ps.log" 2>/dev/null)"
+fi
+
+# Programs, man pages, LICENSE.
+for p in ps-server psctl ps-worker ps-launch; do
+  expect "$p installed" 0 "usage: $p" "$root/bin/$p" --help
+  m="$root/share/man/man1/$p.1"
+  if [ -f "$m" ] && grep -q '^\.SH NAME' "$m" && grep -q '^\.SH OPTIONS' "$m"; then
+    ok "man page $p.1"
+  else
+    bad "man page $p.1" "$(ls "$root/share/man/man1" 2>&1)"
+  fi
+done
+lic="$root/share/doc/paramserver/LICENSE"
+grep -q 'Apache License' "$lic" 2>/dev/null && grep -q 'Version 2.0, January 2004' "$lic" \
+  && ok "LICENSE installed" || bad "LICENSE installed" "$lic"
+finish
