@@ -112,19 +112,27 @@ static grpc_byte_buffer *build_chunk(ps_rpc_segs *s, cursor *cur) {
     }
     hdr[hn++] = (uint8_t)(v | 0x80);
   }
-  /* Small pieces accumulate here and become one copied slice. */
+  /* Small pieces accumulate here and become one copied slice.  Out of
+   * memory, the chunk is abandoned (NULL): the call then fails. */
   uint8_t *small = NULL;
   size_t small_n = 0, small_cap = 0;
+  bool oom = false;
 #define PUSH_SLICE(sl)                                                   \
   do {                                                                   \
+    grpc_slice sl_ = (sl);                                               \
     if (ns == cap) {                                                     \
       grpc_slice *nv = malloc(2 * cap * sizeof *nv);                     \
+      if (nv == NULL) {                                                  \
+        grpc_slice_unref(sl_);                                           \
+        oom = true;                                                      \
+        break;                                                           \
+      }                                                                  \
       memcpy(nv, slices, ns * sizeof *nv);                               \
       if (slices != stack_slices) free(slices);                          \
       slices = nv;                                                       \
       cap *= 2;                                                          \
     }                                                                    \
-    slices[ns++] = (sl);                                                 \
+    slices[ns++] = sl_;                                                  \
   } while (0)
 #define FLUSH_SMALL()                                                    \
   do {                                                                   \
@@ -136,15 +144,21 @@ static grpc_byte_buffer *build_chunk(ps_rpc_segs *s, cursor *cur) {
 #define ADD_SMALL(p, k)                                                  \
   do {                                                                   \
     if (small_n + (k) > small_cap) {                                     \
-      small_cap = (small_n + (k)) * 2 + 256;                             \
-      small = realloc(small, small_cap);                                 \
+      size_t nc_ = (small_n + (k)) * 2 + 256;                            \
+      uint8_t *ns_ = realloc(small, nc_);                                \
+      if (ns_ == NULL) {                                                 \
+        oom = true;                                                      \
+        break;                                                           \
+      }                                                                  \
+      small = ns_;                                                       \
+      small_cap = nc_;                                                   \
     }                                                                    \
     memcpy(small + small_n, (p), (k));                                   \
     small_n += (k);                                                      \
   } while (0)
   ADD_SMALL(hdr, hn);
   size_t left = len;
-  while (left > 0 && cur->seg < s->n) {
+  while (left > 0 && cur->seg < s->n && !oom) {
     ps_rpc_seg *g = &s->v[cur->seg];
     size_t k = g->len - cur->pos;
     if (k > left) k = left;
@@ -164,9 +178,9 @@ static grpc_byte_buffer *build_chunk(ps_rpc_segs *s, cursor *cur) {
       cur->pos = 0;
     }
   }
-  FLUSH_SMALL();
+  if (!oom) FLUSH_SMALL();
   free(small);
-  grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(slices, ns);
+  grpc_byte_buffer *bb = oom ? NULL : grpc_raw_byte_buffer_create(slices, ns);
   for (size_t i = 0; i < ns; i++) grpc_slice_unref(slices[i]);
   if (slices != stack_slices) free(slices);
   return bb;
@@ -536,6 +550,11 @@ static void scall_send_next(ps_rpc_call *c, int first) {
     n++;
   } else {
     c->bb = build_chunk(&c->out, &c->cur);
+    if (c->bb == NULL) {
+      scall_finish(c, 0, PS_RESOURCE_EXHAUSTED,
+                   "out of memory building a response chunk");
+      return;
+    }
     ops[n].op = GRPC_OP_SEND_MESSAGE;
     ops[n].data.send_message.send_message = c->bb;
     n++;
@@ -1377,6 +1396,11 @@ static int ccall_send_next(ccall *cc) {
   memset(ops, 0, sizeof ops);
   size_t n = 0;
   cc->send_bb = build_chunk(s, &cc->cur);
+  if (cc->send_bb == NULL) {
+    ps_status_set(&cc->err, PS_RESOURCE_EXHAUSTED, "out of memory building a request chunk");
+    ccall_local_error(cc); /* the call ends; the server sees it cancelled */
+    return 0;
+  }
   ops[n].op = GRPC_OP_SEND_MESSAGE;
   ops[n++].data.send_message.send_message = cc->send_bb;
   if (cc->cur.off == s->total && !cc->req->keep_open)
