@@ -10,7 +10,7 @@
  *
  * Optimizer updates (APPLY_*) name slot variables besides the variable:
  * they join the request's lock set and its simulated state like any
- * variable it touches, and ps/kernels.c does the arithmetic.
+ * variable it touches, and common/kernels.c does the arithmetic.
  *
  * Synchronous updates (replicas_to_aggregate > 0) go into their variable's
  * conditional accumulator (ps/sync.c) instead, under the same locks and
@@ -1790,7 +1790,7 @@ const ps_rpc_handler *ps_service_handlers(size_t *n) {
   return handlers;
 }
 
-/* ---- the `checkpoint` state file (worker/checkpoint.c) ---- */
+/* ---- the `checkpoint` state file (common/checkpoint.c) ---- */
 
 int ps_service_update_state(ps_service *svc, const char *prefix, int max_to_keep,
                             double keep_every_n_hours, ps_status *st) {

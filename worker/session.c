@@ -287,7 +287,7 @@ static ps_variable *find_var_by_name(ps_graph *g, const char *name) {
 }
 
 /* Sparse assign_add/sub and optimizer updates of variables held by the
- * session: the same kernels the ps runs (ps/kernels.c). */
+ * session: the same kernels the ps runs (common/kernels.c). */
 static int local_apply(run *r, ps_node *n, local_var *lv, int op, ps_tensor *in) {
   ps_status *st = r->st;
   ps_variable *v = n->var;
