@@ -47,6 +47,7 @@
 #include "common/log.h"
 #include "common/wire.h"
 #include "common/kernels.h"
+#include "common/variable.h"
 #include "ps.pb-c.h"
 #include "sync.h"
 
@@ -944,45 +945,32 @@ static int validate_update(upd_item *it, sim *sm, ps_status *st) {
   ps_var *v = it->v;
   char a[256], b[256], c2[256];
   const char *op = op_name(u->op);
-  if (u->dtype != (int)v->dtype)
+  if (u->op == PARAMSERVER__UPDATE_OP__ASSIGN && u->no_validate_shape &&
+      u->dtype == (int)v->dtype && v->init_full_name &&
+      strcmp(v->init_full_name, v->name) && !ps_shape_equal(&sm->shape, &it->shape))
     return ps_status_set(st, PS_INVALID_ARGUMENT,
-                         "%s %s: value has dtype %s that does not match dtype %s "
-                         "of the variable",
-                         op, v->name, ps_dtype_name(u->dtype), ps_dtype_name(v->dtype));
-  if (u->op == PARAMSERVER__UPDATE_OP__ASSIGN) {
-    if (u->no_validate_shape && v->init_full_name && strcmp(v->init_full_name, v->name) &&
-        !ps_shape_equal(&sm->shape, &it->shape))
-      return ps_status_set(st, PS_INVALID_ARGUMENT,
-                           "Assign %s: a part of partitioned variable %s cannot "
-                           "change its shape (%s to %s, validate_shape off)",
-                           v->name, v->init_full_name, fmt_shape(&sm->shape, a, sizeof a),
-                           fmt_shape(&it->shape, b, sizeof b));
-    if (!u->no_validate_shape && !ps_shape_equal(&sm->shape, &it->shape))
-      return ps_status_set(st, PS_INVALID_ARGUMENT,
-                           "Assign requires shapes of both tensors to match. "
-                           "lhs shape= %s rhs shape= %s\n\t [[{{node %s/Assign}}]]",
-                           fmt_shape(&sm->shape, a, sizeof a),
-                           fmt_shape(&it->shape, b, sizeof b), v->name);
-    sm->init = true;
-    sm->shape = it->shape;
-    return 0;
+                         "Assign %s: a part of partitioned variable %s cannot "
+                         "change its shape (%s to %s, validate_shape off)",
+                         v->name, v->init_full_name, fmt_shape(&sm->shape, a, sizeof a),
+                         fmt_shape(&it->shape, b, sizeof b));
+  if (!is_scatter(u->op)) {
+    ps_var_update_kind k = u->op == PARAMSERVER__UPDATE_OP__ASSIGN       ? PS_VAR_ASSIGN
+                           : u->op == PARAMSERVER__UPDATE_OP__ASSIGN_ADD ? PS_VAR_ASSIGN_ADD
+                                                                         : PS_VAR_ASSIGN_SUB;
+    int rc = ps_var_check_update(k, v->name, v->dtype, &sm->shape, sm->init,
+                                 (ps_dtype)u->dtype, &it->shape, !u->no_validate_shape, st);
+    if (rc == 0 && k == PS_VAR_ASSIGN) {
+      sm->init = true;
+      sm->shape = it->shape;
+    }
+    return rc;
   }
-  if (!sm->init)
-    return ps_status_set(st, PS_FAILED_PRECONDITION,
-                         "Attempting to use uninitialized value %s", v->name);
+  int rc = ps_var_check_dtype(op, v->name, "value", (ps_dtype)u->dtype, v->dtype, st);
+  if (rc != 0) return rc;
+  if (!sm->init) return ps_var_uninitialized(v->name, st);
   if (!ps_dtype_is_numeric(v->dtype) && u->op != PARAMSERVER__UPDATE_OP__SCATTER_UPDATE)
     return ps_status_set(st, PS_INVALID_ARGUMENT, "%s %s: dtype %s has no arithmetic",
                          op, v->name, ps_dtype_name(v->dtype));
-  if (!is_scatter(u->op)) {
-    if (!ps_shape_equal(&sm->shape, &it->shape))
-      return ps_status_set(st, PS_INVALID_ARGUMENT,
-                           "Cannot update variable with shape %s using a Tensor "
-                           "with shape %s, shapes must be equal.\n\t "
-                           "[[{{node %s/%s}}]]",
-                           fmt_shape(&sm->shape, a, sizeof a),
-                           fmt_shape(&it->shape, b, sizeof b), v->name, op);
-    return 0;
-  }
   if (sm->shape.rank < 1)
     return ps_status_set(st, PS_INVALID_ARGUMENT,
                          "params must be at least 1-D, got shape %s\n\t "
@@ -1020,19 +1008,15 @@ static int validate_optimizer(upd_item *it, const sim *sm, sim *const *ss,
   ps_var *v = it->v;
   const char *op = item_op(it);
   char a[256], b[256], c2[256];
-  if (u->dtype != (int)v->dtype)
-    return ps_status_set(st, PS_INVALID_ARGUMENT,
-                         "%s %s: gradient has dtype %s that does not match dtype "
-                         "%s of the variable",
-                         op, v->name, ps_dtype_name(u->dtype), ps_dtype_name(v->dtype));
+  if (ps_var_check_dtype(op, v->name, "gradient", (ps_dtype)u->dtype, v->dtype, st))
+    return st->code;
   if (!ps_kernel_dtype_ok(v->dtype))
     return ps_status_set(st, PS_INVALID_ARGUMENT,
                          "%s %s: dtype %s is not supported; the optimizer kernels "
                          "run on float and double",
                          op, v->name, ps_dtype_name(v->dtype));
   if (!sm->init)
-    return ps_status_set(st, PS_FAILED_PRECONDITION,
-                         "Attempting to use uninitialized value %s", v->name);
+    return ps_var_uninitialized(v->name, st);
   for (size_t k = 0; k < it->opt->nslots; k++) {
     ps_var *sv = it->slots[k];
     if (sv->dtype != v->dtype)
@@ -1042,8 +1026,7 @@ static int validate_optimizer(upd_item *it, const sim *sm, sim *const *ss,
                            op, v->name, sv->name, ps_dtype_name(sv->dtype),
                            ps_dtype_name(v->dtype));
     if (!ss[k]->init)
-      return ps_status_set(st, PS_FAILED_PRECONDITION,
-                           "Attempting to use uninitialized value %s", sv->name);
+      return ps_var_uninitialized(sv->name, st);
     if (!ps_shape_equal(&ss[k]->shape, &sm->shape))
       return ps_status_set(st, PS_INVALID_ARGUMENT,
                            "%s %s: slot variable %s has shape %s, the variable has "
@@ -1473,8 +1456,7 @@ static int update_apply(ps_rpc_call *c, ps_status *st) {
     upd_item *it = &x->items[i];
     sim *sm = sim_of(sims, &nsim, it->v);
     if (it->sync && !sm->init) {
-      rc = ps_status_set(st, PS_FAILED_PRECONDITION,
-                         "Attempting to use uninitialized value %s", it->v->name);
+      rc = ps_var_uninitialized(it->v->name, st);
       break;
     }
     if (it->opt) {
@@ -1634,8 +1616,7 @@ static int read_data(ps_rpc_call *c, ps_status *st) {
     m->shape = dims + i * PS_MAX_RANK;
     if ((rc = ps_var_gone(s->store, v, st)) != 0) break;
     if (v->buf == NULL) {
-      rc = ps_status_set(st, PS_FAILED_PRECONDITION,
-                         "Attempting to use uninitialized value %s", v->name);
+      rc = ps_var_uninitialized(v->name, st);
       break;
     }
     if (!it->gather) {

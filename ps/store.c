@@ -16,6 +16,8 @@
  * is destroyed, because other calls may still hold pointers to them. */
 #include "store.h"
 
+#include "common/variable.h"
+
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -816,8 +818,7 @@ int ps_store_snapshot_begin(ps_store *s, int64_t id, int64_t hold_ms,
       /* deleted after the list was taken: not part of the snapshot */
     } else if (v->buf == NULL) {
       if (!skip_uninitialized)
-        rc = ps_status_set(st, PS_FAILED_PRECONDITION,
-                           "Attempting to use uninitialized value %s", v->name);
+        rc = ps_var_uninitialized(v->name, st);
     } else {
       ps_snapshot_entry *e = &snap->e[snap->n++];
       e->name = strdup(v->name);

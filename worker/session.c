@@ -23,6 +23,7 @@
 #include "graph_internal.h"
 #include "graph_priv.h"
 #include "common/kernels.h"
+#include "common/variable.h"
 
 typedef struct local_var {
   ps_tensor *value; /* NULL until initialized */
@@ -198,8 +199,7 @@ static int run_local(run *r, ps_node *n) {
   switch (n->def->kind) {
   case PS_OPK_VAR_READ:
     if (lv->value == NULL)
-      return ps_status_set(st, PS_FAILED_PRECONDITION,
-                           "Attempting to use uninitialized value %s", v->name);
+      return ps_var_uninitialized(v->name, st);
     r->val[n->id] = share(lv->value);
     return 0;
   case PS_OPK_VAR_IS_INIT: {
@@ -227,18 +227,17 @@ static int run_local(run *r, ps_node *n) {
       int op = n->def->kind == PS_OPK_VAR_INIT ? PS_ASSIGN : n->update_op;
       if (n->in[0]->sparse_indices || op >= PS_APPLY_GRADIENT_DESCENT)
         return local_apply(r, n, lv, op, in);
-      if (op != PS_ASSIGN && lv->value == NULL)
-        return ps_status_set(st, PS_FAILED_PRECONDITION,
-                             "Attempting to use uninitialized value %s", v->name);
+      if (op == PS_ASSIGN || op == PS_ASSIGN_ADD || op == PS_ASSIGN_SUB) {
+        /* the same rules and texts as the ps (common/variable.c) */
+        ps_var_update_kind k = op == PS_ASSIGN       ? PS_VAR_ASSIGN
+                               : op == PS_ASSIGN_ADD ? PS_VAR_ASSIGN_ADD
+                                                     : PS_VAR_ASSIGN_SUB;
+        const ps_shape *cur = lv->value ? &lv->value->shape : &v->shape;
+        int rc = ps_var_check_update(k, v->name, v->dtype, cur, lv->value != NULL,
+                                     in->dtype, &in->shape, true, st);
+        if (rc != 0) return rc;
+      }
       if (op == PS_ASSIGN) {
-        if (!ps_shape_equal(&in->shape, &v->shape)) {
-          char a[128], b[128];
-          return ps_status_set(st, PS_INVALID_ARGUMENT,
-                               "Assign requires shapes of both tensors to match. "
-                               "lhs shape= %s rhs shape= %s",
-                               ps_shape_format(&v->shape, a, sizeof a),
-                               ps_shape_format(&in->shape, b, sizeof b));
-        }
         x = ps_tensor_create(v->dtype, &v->shape, false);
         if (x == NULL) return oom(st);
         memcpy(ps_tensor_data(x), ps_tensor_data(in), ps_tensor_nbytes(in));
@@ -246,10 +245,6 @@ static int run_local(run *r, ps_node *n) {
         x = ps_tensor_create(v->dtype, &v->shape, false);
         if (x == NULL) return oom(st);
         memcpy(ps_tensor_data(x), ps_tensor_data(lv->value), ps_tensor_nbytes(x));
-        if (!ps_shape_equal(&in->shape, &v->shape)) {
-          ps_tensor_destroy(x);
-          return ps_status_set(st, PS_INVALID_ARGUMENT, "%s: shapes differ", n->name);
-        }
         ps_elem_apply(v->dtype, op == PS_ASSIGN_ADD ? '+' : '-', ps_tensor_data(x),
                       ps_tensor_data(in), ps_tensor_num_elements(x));
       } else {
@@ -294,8 +289,7 @@ static int local_apply(run *r, ps_node *n, local_var *lv, int op, ps_tensor *in)
   ps_node *x = n->in[0];
   const ps_tensor *idx = x->sparse_indices ? r->val[x->sparse_indices->id] : NULL;
   if (lv->value == NULL)
-    return ps_status_set(st, PS_FAILED_PRECONDITION,
-                         "Attempting to use uninitialized value %s", v->name);
+    return ps_var_uninitialized(v->name, st);
   int64_t rows = v->shape.rank ? v->shape.dim[0] : 1;
   int64_t row_elems = rows ? ps_shape_num_elements(&v->shape) / rows : 0;
   if (idx) {
@@ -333,8 +327,7 @@ static int local_apply(run *r, ps_node *n, local_var *lv, int op, ps_tensor *in)
     local_var *sl = sv ? local_of(r->s, sv) : NULL;
     if (sv && sl == NULL) return oom(st);
     if (sl == NULL || sl->value == NULL)
-      return ps_status_set(st, PS_FAILED_PRECONDITION,
-                           "Attempting to use uninitialized value %s", e->slots[k]);
+      return ps_var_uninitialized(e->slots[k], st);
     if (local_private(sl, st)) return st->code;
     a.slots[k] = ps_tensor_data(sl->value);
   }

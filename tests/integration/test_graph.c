@@ -229,6 +229,66 @@ START_TEST(uninitialized_read_through_a_session) {
 }
 END_TEST
 
+/* A variable the session holds (no ps device) and one on a ps refuse the
+ * same updates with the same texts (common/variable.c). */
+START_TEST(local_and_remote_variables_say_the_same) {
+  ps_graph *g = ps_graph_create();
+  ps_status st;
+  ps_shape s2 = shp(1, 2, 0), s3 = shp(1, 3, 0);
+  ps_init_spec z;
+  ps_init_spec_default(&z, PS_INIT_ZEROS);
+  ps_device_push(g, "/job:ps/task:0");
+  ps_variable *r = ps_get_variable(g, "r", PS_DT_FLOAT, &s2, &z, NULL, &st);
+  ps_device_pop(g);
+  ps_variable *l = ps_get_variable(g, "l", PS_DT_FLOAT, &s2, &z, NULL, &st);
+  ck_assert(r != NULL && l != NULL);
+  ck_assert_int_eq(ps_variable_task(r), 0);
+  ck_assert_int_lt(ps_variable_task(l), 0);
+  ps_node *x = ps_placeholder(g, PS_DT_FLOAT, NULL, "x");
+  ps_node *add_r = ps_assign_add(r, x), *add_l = ps_assign_add(l, x);
+  ps_node *set_r = ps_assign(r, x), *set_l = ps_assign(l, x);
+  ck_assert(add_r && add_l && set_r && set_l);
+  ps_session *sess = ps_session_create(g, C, &st);
+  ck_assert_ptr_nonnull(sess);
+  ps_tensor *three = ps_tensor_create(PS_DT_FLOAT, &s3, true);
+  ps_feed f = {x, three};
+  const char *names[2] = {"r", "l"};
+  ps_node *adds[2] = {add_r, add_l}, *sets[2] = {set_r, set_l};
+  for (int i = 0; i < 2; i++) {
+    char want[256];
+    /* not initialized yet */
+    ck_assert_int_eq(ps_session_run(sess, &f, 1, NULL, 0, &adds[i], 1, NULL, &st),
+                     PS_FAILED_PRECONDITION);
+    snprintf(want, sizeof want, "Attempting to use uninitialized value %s", names[i]);
+    ck_assert_msg(strstr(st.msg, want) != NULL, "%s", st.msg);
+    /* shapes */
+    ck_assert_int_eq(ps_session_run(sess, &f, 1, NULL, 0, &sets[i], 1, NULL, &st),
+                     PS_INVALID_ARGUMENT);
+    snprintf(want, sizeof want,
+             "Assign requires shapes of both tensors to match. lhs shape= [2] rhs "
+             "shape= [3]\n\t [[{{node %s/Assign}}]]",
+             names[i]);
+    ck_assert_msg(strstr(st.msg, want) != NULL, "%s", st.msg);
+  }
+  ps_node *init = ps_global_variables_initializer(g);
+  ck_assert_msg(ps_session_run(sess, NULL, 0, NULL, 0, &init, 1, NULL, &st) == 0, "%s",
+                st.msg);
+  for (int i = 0; i < 2; i++) {
+    char want[256];
+    ck_assert_int_eq(ps_session_run(sess, &f, 1, NULL, 0, &adds[i], 1, NULL, &st),
+                     PS_INVALID_ARGUMENT);
+    snprintf(want, sizeof want,
+             "Cannot update variable with shape [2] using a Tensor with shape [3], "
+             "shapes must be equal.\n\t [[{{node %s/AssignAdd}}]]",
+             names[i]);
+    ck_assert_msg(strstr(st.msg, want) != NULL, "%s", st.msg);
+  }
+  ps_tensor_destroy(three);
+  ps_session_destroy(sess);
+  ps_graph_destroy(g);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("graph");
   TCase *tc = tcase_create("graph");
@@ -240,6 +300,7 @@ int main(void) {
   tcase_add_test(tc, scopes_reuse_and_their_errors);
   tcase_add_test(tc, initialize_in_dependency_order_across_ps);
   tcase_add_test(tc, uninitialized_read_through_a_session);
+  tcase_add_test(tc, local_and_remote_variables_say_the_same);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);
