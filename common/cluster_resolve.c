@@ -1,0 +1,532 @@
+/* Which cluster this process is in and which task it is: TensorFlow's
+ * TF_CONFIG, Slurm's environment (as TensorFlow's SlurmClusterResolver),
+ * and the resolution order ps-server, ps-worker and psctl use (see
+ * cluster.h).  The spec itself is cluster.c. */
+#include <ctype.h>
+#include <errno.h>
+#include <json-c/json.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cluster.h"
+#include "cluster_internal.h"
+
+/* ---- TF_CONFIG -------------------------------------------------------- */
+
+ps_cluster *ps_cluster_from_tf_config(const char *tf_config, ps_task_id *self,
+                                      ps_status *st) {
+  const char *pre = "TF_CONFIG";
+  char b[SHOW_MAX], why[256];
+  if (tf_config == NULL)
+    return ps_status_set(st, PS_INVALID_ARGUMENT, "TF_CONFIG: not set"), NULL;
+  json_object *top = ps_cl_json_parse_(tf_config, strlen(tf_config), pre, st);
+  if (top == NULL) return NULL;
+  ps_cluster *c = NULL;
+  json_object *cl = NULL, *task = NULL, *type = NULL, *index = NULL;
+  if (!json_object_is_type(top, json_type_object)) {
+    ps_status_set(st, PS_INVALID_ARGUMENT,
+                  "TF_CONFIG: top level must be an object like {\"cluster\": "
+                  "{...}, \"task\": {\"type\": \"worker\", \"index\": 0}}");
+    goto fail;
+  }
+  if (!json_object_object_get_ex(top, "cluster", &cl) || cl == NULL) {
+    ps_status_set(st, PS_INVALID_ARGUMENT,
+                  "TF_CONFIG: no \"cluster\" (TF's local mode): a parameter "
+                  "server needs one");
+    goto fail;
+  }
+  /* TF's RunConfig check, done on the JSON so that an empty "chief" gets
+   * TF's message rather than the generic "has no tasks". */
+  json_object *chief = NULL;
+  if (json_object_object_get_ex(cl, "chief", &chief) &&
+      ((json_object_is_type(chief, json_type_array) &&
+        json_object_array_length(chief) == 0) ||
+       (json_object_is_type(chief, json_type_object) &&
+        json_object_object_length(chief) == 0))) {
+    ps_status_set(st, PS_INVALID_ARGUMENT,
+                  "TF_CONFIG: If \"cluster\" is set in TF_CONFIG, it must "
+                  "have one \"chief\" node.");
+    goto fail;
+  }
+  c = ps_cl_cluster_from_json_(cl, "\"cluster\"", pre, st);
+  if (c == NULL) goto fail;
+  if (ps_cluster_num_tasks(c, "chief") > 1) {
+    ps_status_set(st, PS_INVALID_ARGUMENT,
+                  "TF_CONFIG: The \"cluster\" in TF_CONFIG must have only one "
+                  "\"chief\" node.");
+    goto fail;
+  }
+  if (!json_object_object_get_ex(top, "task", &task) ||
+      !json_object_is_type(task, json_type_object)) {
+    ps_status_set(st, PS_INVALID_ARGUMENT,
+                  "TF_CONFIG: \"task\" must be an object saying which task "
+                  "this is, like {\"type\": \"worker\", \"index\": 0}");
+    goto fail;
+  }
+  if (!json_object_object_get_ex(task, "type", &type) ||
+      !json_object_is_type(type, json_type_string)) {
+    ps_status_set(st, PS_INVALID_ARGUMENT,
+                  "TF_CONFIG: \"task\" needs \"type\", a job name string");
+    goto fail;
+  }
+  if (!json_object_object_get_ex(task, "index", &index) ||
+      !json_object_is_type(index, json_type_int) || json_object_get_int64(index) < 0 ||
+      json_object_get_int64(index) > INT_MAX) {
+    ps_status_set(st, PS_INVALID_ARGUMENT,
+                  "TF_CONFIG: \"task\" needs \"index\", an integer >= 0");
+    goto fail;
+  }
+  const char *tname = json_object_get_string(type);
+  int tidx = (int)json_object_get_int64(index);
+  size_t tlen = (size_t)json_object_get_string_len(type);
+  if (strlen(tname) != tlen || !ps_cl_task_present_(c, tname, tidx, why, sizeof why)) {
+    if (strlen(tname) != tlen) snprintf(why, sizeof why, "bad job name");
+    ps_status_set(st, PS_INVALID_ARGUMENT,
+                  "TF_CONFIG: task %s/%d is not in the cluster (%s)",
+                  ps_cl_show_(tname, tlen, b, sizeof b), tidx, why);
+    goto fail;
+  }
+  ps_cl_task_id_set_(self, tname, tidx);
+  json_object_put(top);
+  return c;
+fail:
+  ps_cluster_destroy(c);
+  json_object_put(top);
+  return NULL;
+}
+
+/* ---- Slurm ------------------------------------------------------------ */
+
+/* Growable array of strings, capped. */
+typedef struct strvec {
+  char **v;
+  size_t n, cap;
+} strvec;
+
+static void strvec_fini(strvec *s) {
+  for (size_t i = 0; i < s->n; i++)
+    free(s->v[i]);
+  free(s->v);
+  s->v = NULL;
+  s->n = s->cap = 0;
+}
+
+/* Takes ownership of @str (NULL = out of memory). */
+static int strvec_push(strvec *s, char *str) {
+  if (str == NULL) return -1;
+  if (s->n == s->cap) {
+    size_t nc = s->cap ? s->cap * 2 : 16;
+    char **nv = realloc(s->v, nc * sizeof *nv);
+    if (nv == NULL) {
+      free(str);
+      return -1;
+    }
+    s->v = nv;
+    s->cap = nc;
+  }
+  s->v[s->n++] = str;
+  return 0;
+}
+
+static const char *slurm_var(const char *name, ps_status *st) {
+  const char *v = getenv(name);
+  if (v == NULL)
+    ps_status_set(st, PS_INVALID_ARGUMENT,
+                  "%s not found in environment. Not running inside a SLURM "
+                  "step?",
+                  name);
+  return v;
+}
+
+/* One hostlist part: "prefix" or "prefix[ranges]".  Returns NULL or the
+ * reason it is invalid. */
+static const char *expand_part(const char *s, size_t n, strvec *out) {
+  const char *lb = memchr(s, '[', n);
+  size_t plen = lb ? (size_t)(lb - s) : n;
+  if (memchr(s, ']', plen) != NULL) return "Invalid part";
+  if (lb == NULL) {
+    if (out->n >= SLURM_MAX_HOSTS) return "too many hosts";
+    return strvec_push(out, ps_cl_dup_n_(s, n)) ? "out of memory" : NULL;
+  }
+  const char *body = lb + 1, *bend = s + n - 1;
+  if (*bend != ']' || bend == body || memchr(body, ']', (size_t)(bend - body)))
+    return "Invalid part";
+  while (body < bend) {
+    const char *comma = memchr(body, ',', (size_t)(bend - body));
+    const char *e = comma ? comma : bend;
+    const char *dash = memchr(body, '-', (size_t)(e - body));
+    const char *hi_s = dash ? dash + 1 : body;
+    size_t lo_n = (size_t)((dash ? dash : e) - body);
+    long lo = ps_cl_parse_num_(body, lo_n, 999999999);
+    long hi = ps_cl_parse_num_(hi_s, (size_t)(e - hi_s), 999999999);
+    if (lo < 0 || hi < 0 || hi < lo) return "Invalid range";
+    if (hi - lo >= (long)(SLURM_MAX_HOSTS - out->n)) return "too many hosts";
+    for (long i = lo; i <= hi; i++) {
+      char *h = malloc(plen + lo_n + 12);
+      if (h == NULL) return "out of memory";
+      /* zfill(len(first bound)), as newer TF does: n[01-02] -> n01 n02 */
+      snprintf(h, plen + lo_n + 12, "%.*s%0*ld", (int)plen, s, (int)lo_n, i);
+      if (strvec_push(out, h) != 0) return "out of memory";
+    }
+    body = comma ? comma + 1 : bend;
+    if (comma && body == bend) return "Invalid range";
+  }
+  return NULL;
+}
+
+/* SLURM_STEP_NODELIST "n[1-2],m5,o[3-4,6]" -> n1 n2 m5 o3 o4 o6. */
+static int expand_hostlist(const char *hl, strvec *out, ps_status *st) {
+  const char *why = NULL, *p = hl, *start = hl;
+  bool in_br = false;
+  char b[SHOW_MAX];
+  for (;; p++) {
+    if (*p == '\0' || (*p == ',' && !in_br)) {
+      if (in_br)
+        why = "unclosed '['";
+      else if (p == start && *p == ',')
+        why = "empty host name";
+      else if (p > start)
+        why = expand_part(start, (size_t)(p - start), out);
+      if (why != NULL || *p == '\0') break;
+      start = p + 1;
+    } else if (*p == '[') {
+      if (in_br) {
+        why = "'[' inside a range";
+        break;
+      }
+      in_br = true;
+    } else if (*p == ']' && in_br) {
+      in_br = false;
+    }
+  }
+  if (why == NULL && out->n == 0) why = "no hosts";
+  if (why == NULL) return 0;
+  return ps_status_set(st, PS_INVALID_ARGUMENT,
+                       "SLURM_STEP_NODELIST: Invalid hostlist format \"%s\": "
+                       "%s",
+                       ps_cl_show_(hl, strlen(hl), b, sizeof b), why);
+}
+
+/* SLURM_STEP_TASKS_PER_NODE "3(x2),2,1" -> 3 3 2 1; *@out malloc'd. */
+static int expand_tasks_per_node(const char *s, int **out, size_t *nout, ps_status *st) {
+  size_t n = 0, cap = 0;
+  int *v = NULL;
+  const char *p = s, *why = NULL;
+  char b[SHOW_MAX];
+  for (;;) {
+    const char *e = strchr(p, ',');
+    if (e == NULL) e = p + strlen(p);
+    const char *q = p;
+    while (q < e && *q >= '0' && *q <= '9')
+      q++;
+    long count = ps_cl_parse_num_(p, (size_t)(q - p), PS_CLUSTER_MAX_TASKS), reps = 1;
+    if (count >= 0 && q < e) {
+      const char *r = q + 2, *re = e - 1;
+      if (e - q < 4 || q[0] != '(' || q[1] != 'x' || *re != ')')
+        count = -1;
+      else
+        reps = ps_cl_parse_num_(r, (size_t)(re - r), SLURM_MAX_HOSTS);
+    }
+    if (count < 0 || reps < 0) {
+      why = "bad entry";
+      break;
+    }
+    if ((size_t)reps > SLURM_MAX_HOSTS - n) {
+      why = "too many nodes";
+      break;
+    }
+    if (n + (size_t)reps > cap) {
+      size_t nc = n + (size_t)reps + 16;
+      int *nv = realloc(v, nc * sizeof *nv);
+      if (nv == NULL) {
+        why = "out of memory";
+        break;
+      }
+      v = nv;
+      cap = nc;
+    }
+    for (long k = 0; k < reps; k++)
+      v[n++] = (int)count;
+    if (*e == '\0') break;
+    p = e + 1;
+  }
+  if (why != NULL) {
+    free(v);
+    return ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "SLURM_STEP_TASKS_PER_NODE: Invalid tasks-per-node "
+                         "list format \"%s\": %s",
+                         ps_cl_show_(s, strlen(s), b, sizeof b), why);
+  }
+  *out = v;
+  *nout = n;
+  return 0;
+}
+
+typedef struct slurm_job {
+  char name[PS_CLUSTER_MAX_JOB_NAME + 1];
+  int count;
+} slurm_job;
+
+static int cmp_slurm_job(const void *a, const void *b) {
+  return strcmp(((const slurm_job *)a)->name, ((const slurm_job *)b)->name);
+}
+
+/* "ps:2,worker:2" -> jobs sorted by name. */
+static int parse_jobs_spec(const char *spec, slurm_job *jobs, int *njobs, ps_status *st) {
+  char b[SHOW_MAX];
+  const char *p = spec, *why = NULL;
+  int n = 0;
+  for (;;) {
+    const char *e = strchr(p, ',');
+    if (e == NULL) e = p + strlen(p);
+    const char *colon = memchr(p, ':', (size_t)(e - p));
+    if (colon == NULL || !ps_cl_is_name_(p, (size_t)(colon - p))) {
+      why = "expected NAME:COUNT[,NAME:COUNT...] with NAME letters, digits "
+            "and _";
+      break;
+    }
+    if ((size_t)(colon - p) > PS_CLUSTER_MAX_JOB_NAME) {
+      why = "job name too long";
+      break;
+    }
+    long count = ps_cl_parse_num_(colon + 1, (size_t)(e - colon - 1), PS_CLUSTER_MAX_TASKS);
+    if (count < 1) {
+      why = "COUNT must be a number from 1 to 65536";
+      break;
+    }
+    if (n == SLURM_MAX_JOBS) {
+      why = "too many jobs";
+      break;
+    }
+    memcpy(jobs[n].name, p, (size_t)(colon - p));
+    jobs[n].name[colon - p] = '\0';
+    jobs[n].count = (int)count;
+    for (int i = 0; i < n && why == NULL; i++)
+      if (strcmp(jobs[i].name, jobs[n].name) == 0) why = "a job is given twice";
+    if (why != NULL) break;
+    n++;
+    if (*e == '\0') break;
+    p = e + 1;
+  }
+  if (why != NULL)
+    return ps_status_set(st, PS_INVALID_ARGUMENT, "jobs \"%s\": %s",
+                         ps_cl_show_(spec, strlen(spec), b, sizeof b), why);
+  qsort(jobs, (size_t)n, sizeof *jobs, cmp_slurm_job);
+  *njobs = n;
+  return 0;
+}
+
+typedef struct slurm_host {
+  const char *name;
+  int count;
+  size_t order;
+} slurm_host;
+
+static int cmp_slurm_host(const void *a, const void *b) {
+  const slurm_host *x = a, *y = b;
+  int r = strcmp(x->name, y->name);
+  if (r != 0) return r;
+  return (x->order > y->order) - (x->order < y->order);
+}
+
+ps_cluster *ps_cluster_from_slurm(const char *jobs_spec, int port_base, ps_task_id *self,
+                                  ps_status *st) {
+  slurm_job jobs[SLURM_MAX_JOBS];
+  int njobs = 0;
+  strvec hosts = {0};
+  int *tpn = NULL;
+  size_t ntpn = 0;
+  slurm_host *hs = NULL;
+  ps_cluster *c = NULL;
+  char b[SHOW_MAX];
+
+  const char *v = slurm_var("SLURM_PROCID", st);
+  if (v == NULL) return NULL;
+  long rank = ps_cl_parse_num_(v, strlen(v), INT_MAX);
+  if (rank < 0)
+    return ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "SLURM_PROCID \"%s\" is not a task rank (a number "
+                         ">= 0)",
+                         ps_cl_show_(v, strlen(v), b, sizeof b)),
+           NULL;
+  if (jobs_spec == NULL) {
+    if ((v = slurm_var("SLURM_STEP_NUM_TASKS", st)) == NULL) return NULL;
+    long n = ps_cl_parse_num_(v, strlen(v), PS_CLUSTER_MAX_TASKS);
+    if (n < 1)
+      return ps_status_set(st, PS_INVALID_ARGUMENT,
+                           "SLURM_STEP_NUM_TASKS \"%s\" is not a number from "
+                           "1 to %d",
+                           ps_cl_show_(v, strlen(v), b, sizeof b), PS_CLUSTER_MAX_TASKS),
+             NULL;
+    snprintf(jobs[0].name, sizeof jobs[0].name, "worker");
+    jobs[0].count = (int)n;
+    njobs = 1;
+  } else if (parse_jobs_spec(jobs_spec, jobs, &njobs, st) != 0) {
+    return NULL;
+  }
+  if (port_base < 1 || port_base > 65535)
+    return ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "Slurm: port base %d is not a port number (1-65535)", port_base),
+           NULL;
+  if ((v = slurm_var("SLURM_STEP_NODELIST", st)) == NULL ||
+      expand_hostlist(v, &hosts, st) != 0)
+    goto fail;
+  if ((v = slurm_var("SLURM_STEP_TASKS_PER_NODE", st)) == NULL ||
+      expand_tasks_per_node(v, &tpn, &ntpn, st) != 0)
+    goto fail;
+
+  /* TF: dict(zip(hostlist, tasks_per_node)), then sorted(): the shorter
+   * list wins, a repeated host keeps its last count. */
+  size_t nh = hosts.n < ntpn ? hosts.n : ntpn;
+  hs = malloc((nh ? nh : 1) * sizeof *hs);
+  if (hs == NULL) {
+    ps_cl_oom_("Slurm", st);
+    goto fail;
+  }
+  for (size_t i = 0; i < nh; i++)
+    hs[i] = (slurm_host){hosts.v[i], tpn[i], i};
+  qsort(hs, nh, sizeof *hs, cmp_slurm_host);
+  size_t m = 0;
+  for (size_t i = 0; i < nh; i++) {
+    if (m > 0 && strcmp(hs[m - 1].name, hs[i].name) == 0)
+      hs[m - 1] = hs[i];
+    else
+      hs[m++] = hs[i];
+  }
+  long long assigned = 0, requested = 0;
+  for (size_t i = 0; i < m; i++)
+    assigned += hs[i].count;
+  for (int i = 0; i < njobs; i++)
+    requested += jobs[i].count;
+  if (requested != assigned) {
+    ps_status_set(st, PS_INVALID_ARGUMENT,
+                  "Slurm: Requested %lld tasks but only %lld were assigned. "
+                  "(jobs %s; SLURM_STEP_NODELIST and "
+                  "SLURM_STEP_TASKS_PER_NODE give the step's tasks)",
+                  requested, assigned,
+                  jobs_spec ? jobs_spec : "from SLURM_STEP_NUM_TASKS");
+    goto fail;
+  }
+  if (rank >= assigned) {
+    ps_status_set(st, PS_INVALID_ARGUMENT,
+                  "SLURM_PROCID %ld is out of range: the step has %lld tasks", rank,
+                  assigned);
+    goto fail;
+  }
+  if ((c = ps_cl_cluster_new_(njobs)) == NULL) {
+    ps_cl_oom_("Slurm", st);
+    goto fail;
+  }
+  for (int i = 0; i < njobs; i++)
+    if (ps_cl_job_alloc_(&c->jobs[i], jobs[i].name, strlen(jobs[i].name), jobs[i].count) != 0) {
+      ps_cl_oom_("Slurm", st);
+      goto fail;
+    }
+  /* Hosts in name order, each host's tasks on consecutive ports, dealt out
+   * to the jobs in name order: rank r is the r-th address. */
+  int ji = 0, jt = 0;
+  long long r = 0;
+  for (size_t i = 0; i < m; i++) {
+    if (port_base + (long long)hs[i].count - 1 > 65535) {
+      ps_status_set(st, PS_INVALID_ARGUMENT,
+                    "Slurm: host %s has %d tasks, so ports from %d run past "
+                    "65535",
+                    ps_cl_show_(hs[i].name, strlen(hs[i].name), b, sizeof b), hs[i].count,
+                    port_base);
+      goto fail;
+    }
+    for (int k = 0; k < hs[i].count; k++, r++) {
+      size_t len = strlen(hs[i].name);
+      char *a = malloc(len + 8);
+      if (a == NULL) {
+        ps_cl_oom_("Slurm", st);
+        goto fail;
+      }
+      snprintf(a, len + 8, "%s:%d", hs[i].name, port_base + k);
+      c->jobs[ji].addrs[jt] = a;
+      int why = ps_cl_addr_check_(a, strlen(a), NULL);
+      if (why != ADDR_OK) {
+        ps_cl_addr_error_(why, a, strlen(a), "SLURM_STEP_NODELIST", jobs[ji].name, jt, st);
+        goto fail;
+      }
+      if (r == rank) ps_cl_task_id_set_(self, jobs[ji].name, jt);
+      if (++jt == c->jobs[ji].ntasks) ji++, jt = 0;
+    }
+  }
+  if (ps_cl_cluster_finish_(c, "Slurm", st) != 0) goto fail;
+  goto out;
+fail:
+  ps_cluster_destroy(c);
+  c = NULL;
+out:
+  free(hs);
+  free(tpn);
+  strvec_fini(&hosts);
+  return c;
+}
+
+/* ---- resolution ------------------------------------------------------- */
+
+ps_cluster *ps_cluster_resolve(const char *cluster_file, const char *job, int task,
+                               ps_task_id *self, ps_status *st) {
+  char why[256], b[SHOW_MAX];
+  ps_task_id me = {{0}, -1};
+  ps_cluster *c;
+  const char *source;
+  if (cluster_file != NULL) {
+    if (job == NULL || task < 0)
+      return ps_status_set(st, PS_INVALID_ARGUMENT,
+                           "--cluster %s needs --job NAME and --task N", cluster_file),
+             NULL;
+    if ((c = ps_cluster_load_file(cluster_file, st)) == NULL) return NULL;
+    if (!ps_cl_task_present_(c, job, task, why, sizeof why)) {
+      ps_status_set(st, PS_INVALID_ARGUMENT,
+                    "--job %s --task %d: not in cluster spec %s (%s)",
+                    ps_cl_show_(job, strlen(job), b, sizeof b), task, cluster_file, why);
+      ps_cluster_destroy(c);
+      return NULL;
+    }
+    ps_cl_task_id_set_(self, job, task);
+    return c;
+  }
+  const char *tf = getenv("TF_CONFIG");
+  if (tf != NULL && tf[0] != '\0') {
+    source = "TF_CONFIG";
+    c = ps_cluster_from_tf_config(tf, &me, st);
+  } else if (getenv("SLURM_PROCID") != NULL) {
+    source = "the Slurm step";
+    const char *jobs = getenv("PS_SLURM_JOBS");
+    const char *pb = getenv("PS_SLURM_PORT_BASE");
+    long port_base = 8888;
+    if (pb != NULL && pb[0] != '\0' && (port_base = ps_cl_parse_num_(pb, strlen(pb), 65535)) < 1)
+      return ps_status_set(st, PS_INVALID_ARGUMENT,
+                           "PS_SLURM_PORT_BASE \"%s\" is not a port number "
+                           "(1-65535)",
+                           ps_cl_show_(pb, strlen(pb), b, sizeof b)),
+             NULL;
+    c = ps_cluster_from_slurm(jobs && jobs[0] ? jobs : NULL, (int)port_base, &me, st);
+  } else {
+    return ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "no cluster spec: pass --cluster FILE --job NAME "
+                         "--task N or set TF_CONFIG"),
+           NULL;
+  }
+  if (c == NULL) return NULL;
+  if (job != NULL) {
+    if (!ps_cl_task_present_(c, job, task, why, sizeof why)) {
+      ps_status_set(st, PS_INVALID_ARGUMENT,
+                    "--job %s --task %d: not in the cluster from %s (%s)",
+                    ps_cl_show_(job, strlen(job), b, sizeof b), task, source, why);
+      ps_cluster_destroy(c);
+      return NULL;
+    }
+    ps_cl_task_id_set_(&me, job, task);
+  }
+  if (self != NULL) *self = me;
+  return c;
+}
