@@ -646,6 +646,20 @@ typedef struct upd_ctx {
   ps_status err;      /* a failure after validation (out of memory) */
 } upd_ctx;
 
+/* An APPLY_* op minus APPLY_GRADIENT_DESCENT is its ps_opt_kind. */
+#define OPT_OF(op, kind)                                                                 \
+  _Static_assert(PARAMSERVER__UPDATE_OP__##op - PARAMSERVER__UPDATE_OP__APPLY_GRADIENT_DESCENT == \
+                     (kind),                                                             \
+                 #op " is " #kind)
+OPT_OF(APPLY_GRADIENT_DESCENT, PS_OPT_GRADIENT_DESCENT);
+OPT_OF(APPLY_MOMENTUM, PS_OPT_MOMENTUM);
+OPT_OF(APPLY_ADAGRAD, PS_OPT_ADAGRAD);
+OPT_OF(APPLY_ADAM, PS_OPT_ADAM);
+_Static_assert(PARAMSERVER__UPDATE_OP__APPLY_ADAM - PARAMSERVER__UPDATE_OP__APPLY_GRADIENT_DESCENT ==
+                   PS_OPT_COUNT - 1,
+               "every APPLY_* op has a kernel");
+#undef OPT_OF
+
 static const char *op_name(int op) {
   switch (op) {
   case PARAMSERVER__UPDATE_OP__ASSIGN: return "Assign";

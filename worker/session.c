@@ -319,6 +319,10 @@ static int local_apply(run *r, ps_node *n, local_var *lv, int op, ps_tensor *in)
                          n->name, op);
   ps_apply_extra *e = n->extra;
   ps_kernel_args a = {0};
+  _Static_assert(PS_APPLY_MOMENTUM - PS_APPLY_GRADIENT_DESCENT == PS_OPT_MOMENTUM &&
+                     PS_APPLY_ADAGRAD - PS_APPLY_GRADIENT_DESCENT == PS_OPT_ADAGRAD &&
+                     PS_APPLY_ADAM - PS_APPLY_GRADIENT_DESCENT == PS_OPT_ADAM,
+                 "PS_APPLY_* minus PS_APPLY_GRADIENT_DESCENT is the ps_opt_kind");
   a.opt = (ps_opt_kind)(op - PS_APPLY_GRADIENT_DESCENT);
   a.dtype = v->dtype;
   a.var = ps_tensor_data(lv->value);
