@@ -89,8 +89,10 @@ int ps_replace_file(const char *path, const char *tmp, const void *p, size_t n,
   if (dir == NULL) {
     err = ENOMEM;
   } else if (tmp != NULL) {
-    if ((t = strdup(tmp)) == NULL) err = ENOMEM;
-    else err = ps_write_file(t, p, n, &step);
+    if ((t = strdup(tmp)) == NULL)
+      err = ENOMEM;
+    else
+      err = ps_write_file(t, p, n, &step);
   } else {
     for (int attempt = 0; attempt < 10; attempt++) { /* a fresh name on EEXIST */
       free(t);

@@ -4,24 +4,28 @@
 
 const char *ps_var_update_name(ps_var_update_kind k) {
   switch (k) {
-  case PS_VAR_ASSIGN: return "Assign";
-  case PS_VAR_ASSIGN_ADD: return "AssignAdd";
-  case PS_VAR_ASSIGN_SUB: return "AssignSub";
+  case PS_VAR_ASSIGN:
+    return "Assign";
+  case PS_VAR_ASSIGN_ADD:
+    return "AssignAdd";
+  case PS_VAR_ASSIGN_SUB:
+    return "AssignSub";
   }
   return "Unknown";
 }
 
 int ps_var_uninitialized(const char *name, ps_status *st) {
-  return ps_status_set(st, PS_FAILED_PRECONDITION, "Attempting to use uninitialized value %s",
-                       name);
+  return ps_status_set(st, PS_FAILED_PRECONDITION,
+                       "Attempting to use uninitialized value %s", name);
 }
 
 int ps_var_check_dtype(const char *op, const char *name, const char *what,
                        ps_dtype value_dtype, ps_dtype var_dtype, ps_status *st) {
   if (value_dtype == var_dtype) return 0;
-  return ps_status_set(st, PS_INVALID_ARGUMENT,
-                       "%s %s: %s has dtype %s that does not match dtype %s of the variable",
-                       op, name, what, ps_dtype_name(value_dtype), ps_dtype_name(var_dtype));
+  return ps_status_set(
+      st, PS_INVALID_ARGUMENT,
+      "%s %s: %s has dtype %s that does not match dtype %s of the variable", op, name,
+      what, ps_dtype_name(value_dtype), ps_dtype_name(var_dtype));
 }
 
 int ps_var_check_update(ps_var_update_kind k, const char *name, ps_dtype dtype,

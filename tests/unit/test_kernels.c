@@ -9,8 +9,9 @@
 
 #include "common/kernels.h"
 
-#define NEAR(a, b, tol) ck_assert_msg(fabs((double)(a) - (double)(b)) <= (tol), \
-                                      "%s = %.9g, want %.9g", #a, (double)(a), (double)(b))
+#define NEAR(a, b, tol)                                                                  \
+  ck_assert_msg(fabs((double)(a) - (double)(b)) <= (tol), "%s = %.9g, want %.9g", #a,    \
+                (double)(a), (double)(b))
 
 static ps_kernel_args dense(ps_opt_kind opt, ps_dtype dt, void *var, int64_t n,
                             const void *grad, const double *hp) {

@@ -165,19 +165,22 @@ START_TEST(mismatches_are_refused_with_their_texts) {
   rep.replicas = 4;
   ck_assert_int_eq(ps_accum_check(a, &rep, 0, 2, "w", &stale, &completes, &st),
                    PS_INVALID_ARGUMENT);
-  ck_assert_str_eq(st.msg, "synchronous update of w: replicas_to_aggregate is 4 but step 2 "
-                           "is aggregating 3");
+  ck_assert_str_eq(st.msg,
+                   "synchronous update of w: replicas_to_aggregate is 4 but step 2 "
+                   "is aggregating 3");
   ps_sync_update dt = u;
   dt.dtype = PS_DT_DOUBLE;
   ck_assert_int_eq(ps_accum_check(a, &dt, 0, 2, "w", &stale, &completes, &st),
                    PS_INVALID_ARGUMENT);
-  ck_assert_str_eq(st.msg, "synchronous update of w: dtype double does not match float of "
-                           "step 2");
+  ck_assert_str_eq(st.msg,
+                   "synchronous update of w: dtype double does not match float of "
+                   "step 2");
   ps_sync_update sh = dense_add(g3, 3, 3, 2);
   ck_assert_int_eq(ps_accum_check(a, &sh, 0, 2, "w", &stale, &completes, &st),
                    PS_INVALID_ARGUMENT);
-  ck_assert_str_eq(st.msg, "synchronous update of w: Shape mismatch: value shape [3], step "
-                           "2 aggregates shape [2]");
+  ck_assert_str_eq(st.msg,
+                   "synchronous update of w: Shape mismatch: value shape [3], step "
+                   "2 aggregates shape [2]");
   /* nothing of that changed the step */
   ck_assert(!ps_accum_full(a));
   ck_assert_int_eq(ps_accum_step(a), 2);
