@@ -1,7 +1,7 @@
 /* TensorFlow V2 checkpoints ("tensor bundles"): read, write and merge.
  *
  * A bundle with prefix P is the metadata table P.index plus data files
- * P.data-00000-of-0000N; the format is specified at the top of bundle.c.
+ * P.data-00000-of-0000N; the format is specified at the top of bundle_format.c.
  * What this module writes is byte for byte what TensorFlow's BundleWriter
  * and MergeV2Checkpoints write for the same tensors, and it reads anything
  * they wrote (including Snappy-compressed index blocks from older builds).

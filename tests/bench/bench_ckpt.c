@@ -11,7 +11,7 @@
  *
  *  (a) ckpt_save: ps_client_save of the whole cluster, in GB/s (1e9 B/s) of
  *      the data bytes the save reports.  Each ps writes its shard on a
- *      thread of its own and fdatasyncs it (common/bundle.c,
+ *      thread of its own and fdatasyncs it (common/bundle_writer.c,
  *      ps_bundle_writer_finish), fsyncs its index, the last ps merges the
  *      shards by renaming the data files and rewrites the small index and
  *      the `checkpoint` state file (fsync + rename + directory fsync).

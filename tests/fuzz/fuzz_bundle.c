@@ -1,4 +1,4 @@
-/* Fuzz target for the checkpoint bundle reader (common/bundle.c): the
+/* Fuzz target for the checkpoint bundle reader (common/bundle_reader.c): the
  * index table (footer, blocks, Snappy, prefix-compressed keys, restarts),
  * the header and entry protos, and the data file (sizes, checksums,
  * string tensors, slices of partitioned tensors).

@@ -1,4 +1,4 @@
-/* Unit tests for common/bundle.c and common/crc32c.c: TensorFlow V2
+/* Unit tests for common/bundle_*.c and common/crc32c.c: TensorFlow V2
  * checkpoints.
  *
  * Reads the real TensorFlow checkpoints in $PS_TESTDATA/tf-checkpoints
