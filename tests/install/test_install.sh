@@ -9,29 +9,8 @@ set -uo pipefail
 build=${1:?build dir}; demo_src=${2:?ps_demo.c}
 CC=${CC:-cc}
 command -v pkg-config >/dev/null || { echo "skip: no pkg-config"; exit 77; }
-dir=$(mktemp -d /tmp/ps-install-XXXXXX)
-pass=0; fail=0
-cleanup() {
-  for p in $(jobs -p); do kill -KILL "$p" 2>/dev/null; done
-  wait 2>/dev/null
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-trap 'exit 143' TERM
-trap 'exit 130' INT
-
-ok() { pass=$((pass + 1)); echo "ok: $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL: $1"; [ -n "${2:-}" ] && echo "$2" | sed 's/^/    /'; }
-# expect NAME WANT_RC WANT_SUBSTRING COMMAND...
-expect() {
-  local name=$1 want_rc=$2 want=$3; shift 3
-  local out rc
-  out=$("$@" 2>&1); rc=$?
-  if [ "$rc" != "$want_rc" ]; then bad "$name (exit $rc, want $want_rc)" "$out"; return; fi
-  if [[ "$out" != *"$want"* ]]; then bad "$name (missing '$want')" "$out"; return; fi
-  ok "$name"
-}
-finish() { echo "$pass passed, $fail failed"; [ "$fail" = 0 ]; exit; }
+source "$(dirname "$0")/../support/lib.sh"
+test_init install
 
 dest="$dir/root"
 out=$(meson install -C "$build" --destdir "$dest" --no-rebuild 2>&1) \

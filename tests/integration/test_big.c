@@ -11,6 +11,7 @@
 #include "common/rpc.h"
 #include "harness.h"
 #include "paramserver/client.h"
+#include "tests/support/assert.h"
 
 START_TEST(three_gib_variable_round_trip) {
   ps_harness h;
@@ -28,9 +29,9 @@ START_TEST(three_gib_variable_round_trip) {
   float *p = ps_tensor_data(t);
   for (int64_t i = 0; i < n; i++) p[i] = (float)(i & 0xfffff);
   ps_update u = {.name = "huge", .op = PS_ASSIGN, .value = t};
-  ck_assert_msg(ps_client_update(c, 0, &u, 1, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_client_update(c, 0, &u, 1, &st), st);
   ps_read r = {.name = "huge"};
-  ck_assert_msg(ps_client_read(c, 0, &r, 1, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_client_read(c, 0, &r, 1, &st), st);
   ck_assert_int_eq(r.out->shape.dim[0], n);
   ck_assert_int_eq(memcmp(ps_tensor_data(r.out), p, (size_t)n * 4), 0);
   long long peak = 0, rss = harness_rss(h.pids[0], &peak);

@@ -20,6 +20,7 @@
 #include "paramserver/optimizer.h"
 #include "paramserver/partition.h"
 #include "paramserver/session.h"
+#include "tests/support/assert.h"
 
 static char dir[256];
 
@@ -142,7 +143,7 @@ START_TEST(restore_into_another_cluster_shape) {
   s = ps_session_create(m.g, c, &st);
   ck_assert_int_eq(ps_session_create_variables(s, &st), 0);
   size_t n = 0;
-  ck_assert_msg(ps_client_restore(c, NULL, &n, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_client_restore(c, NULL, &n, &st), st);
   ck_assert_uint_eq(n, 4);
   float w1[12], emb1[14];
   int64_t step1;
@@ -213,7 +214,7 @@ START_TEST(restore_in_place_and_corrupt_data) {
       {.name = "b", .dtype = PS_DT_DOUBLE, .shape = {2, {10, 10}}, .init = &one}};
   ck_assert_int_eq(ps_client_create_vars(c, 0, specs, 2, &st), 0);
   ck_assert_int_eq(ps_client_initialize(c, 0, NULL, 0, false, NULL, &st), 0);
-  ck_assert_msg(ps_client_save(c, "p", NULL, NULL, NULL, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_client_save(c, "p", NULL, NULL, NULL, &st), st);
   /* change both */
   ps_tensor *va = ps_tensor_new(PS_DT_FLOAT, 1, (int64_t[]){1000});
   ps_tensor *vb = ps_tensor_new(PS_DT_DOUBLE, 2, (int64_t[]){10, 10});
@@ -225,7 +226,7 @@ START_TEST(restore_in_place_and_corrupt_data) {
                     {.name = "b", .op = PS_ASSIGN, .value = vb}};
   ck_assert_int_eq(ps_client_update(c, 0, u, 2, &st), 0);
   size_t n = 0;
-  ck_assert_msg(ps_client_restore(c, "p", &n, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_client_restore(c, "p", &n, &st), st);
   ck_assert_uint_eq(n, 2);
   ps_read r[2] = {{.name = "a"}, {.name = "b"}};
   ck_assert_int_eq(ps_client_read(c, 0, r, 2, &st), 0);
@@ -320,7 +321,7 @@ START_TEST(save_during_training_is_consistent) {
     usleep(30000);
     char name[64];
     snprintf(name, sizeof name, "consistent-%d", k);
-    ck_assert_msg(ps_client_save(c, name, NULL, NULL, NULL, &st) == 0, "%s", st.msg);
+    PS_ASSERT_OK(ps_client_save(c, name, NULL, NULL, NULL, &st), st);
     char prefix[400];
     snprintf(prefix, sizeof prefix, "%s/%s", dir, name);
     ps_bundle_reader *r = ps_bundle_reader_open(prefix, &st);
@@ -378,7 +379,7 @@ static void put_x(ps_client *c, int64_t v, bool create) {
 static int64_t get_x(ps_client *c, int t) {
   ps_status st;
   ps_read r = {.name = xname[t]};
-  ck_assert_msg(ps_client_read(c, t, &r, 1, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_client_read(c, t, &r, 1, &st), st);
   int64_t v = *(int64_t *)ps_tensor_data(r.out);
   ps_tensor_destroy(r.out);
   return v;
@@ -394,7 +395,7 @@ START_TEST(crash_at_any_point_of_a_save_keeps_the_previous_checkpoint) {
   ps_status st;
   ck_assert_int_eq(start(&h, 2, &c), 0);
   put_x(c, 111, true);
-  ck_assert_msg(ps_client_save(c, "good", NULL, NULL, NULL, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_client_save(c, "good", NULL, NULL, NULL, &st), st);
   stop(&h, c);
   for (size_t k = 0; k < sizeof points / sizeof points[0]; k++) {
     setenv("PS_CRASH_AT", points[k], 1);

@@ -26,6 +26,7 @@
 #include "common/rpc.h"
 #include "harness.h"
 #include "paramserver/client.h"
+#include "tests/support/assert.h"
 
 static char dir[256];  /* scratch: spec, logs */
 static char ck[300];   /* --checkpoint-dir */
@@ -178,7 +179,7 @@ static void put_vars(int n, int64_t elems, float val) {
     ps_status cst;
     ps_client_create_vars(client, 0, &vs, 1, &cst); /* exists already: fine */
     ps_update u = {.name = name, .op = PS_ASSIGN, .value = t};
-    ck_assert_msg(ps_client_update(client, 0, &u, 1, &st) == 0, "%s", st.msg);
+    PS_ASSERT_OK(ps_client_update(client, 0, &u, 1, &st), st);
   }
   ps_tensor_destroy(t);
 }
@@ -186,7 +187,7 @@ static void put_vars(int n, int64_t elems, float val) {
 static float get_var(const char *name) {
   ps_status st;
   ps_read r = {.name = name};
-  ck_assert_msg(ps_client_read(client, 0, &r, 1, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_client_read(client, 0, &r, 1, &st), st);
   float v = *(float *)ps_tensor_data(r.out);
   ps_tensor_destroy(r.out);
   return v;
@@ -294,7 +295,7 @@ START_TEST(sigterm_during_a_long_save_keeps_the_previous_checkpoint) {
   ps_up(NULL, "1");
   put_vars(20, 1000, 9.0f);
   size_t nr = 0;
-  ck_assert_msg(ps_client_restore(client, NULL, &nr, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_client_restore(client, NULL, &nr, &st), st);
   ck_assert_uint_eq(nr, 20);
   ck_assert(get_var("v00") == 1.5f);
   ck_assert(get_var("v19") == 1.5f);
@@ -391,7 +392,7 @@ START_TEST(symbolic_links_cannot_lead_out_of_the_checkpoint_directory) {
   ps_up(NULL, "5");
   put_vars(2, 4, 3.0f);
   /* a good checkpoint, copied outside */
-  ck_assert_msg(ps_client_save(client, "good", NULL, NULL, NULL, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_client_save(client, "good", NULL, NULL, NULL, &st), st);
   snprintf(p, sizeof p, "cp %s/good.index %s/good.data-00000-of-00001 %s/", ck, ck, out);
   ck_assert_int_eq(system(p), 0);
   /* a directory link */
@@ -523,7 +524,7 @@ START_TEST(stale_temp_directories_are_swept_live_ones_kept) {
   ck_assert_int_eq(flock(fd, LOCK_SH), 0);
   ps_up(NULL, "5");
   put_vars(1, 4, 1.0f);
-  ck_assert_msg(ps_client_save(client, "x", NULL, NULL, NULL, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_client_save(client, "x", NULL, NULL, NULL, &st), st);
   ck_assert(!exists("%s/old_temp%s", ck, ""));
   ck_assert(exists("%s/fresh_temp%s", ck, ""));
   ck_assert(exists("%s/locked_temp%s", ck, ""));
@@ -567,7 +568,7 @@ START_TEST(retention_never_deletes_outside_the_directory) {
   fclose(f);
   ps_up(NULL, "5");
   put_vars(1, 4, 1.0f);
-  ck_assert_msg(ps_client_save(client, "a", NULL, NULL, NULL, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_client_save(client, "a", NULL, NULL, NULL, &st), st);
   snprintf(p, sizeof p, "%s/checkpoint", ck);
   f = fopen(p, "w");
   fprintf(f,
@@ -576,7 +577,7 @@ START_TEST(retention_never_deletes_outside_the_directory) {
           out);
   fclose(f);
   ps_save_options o = {.max_to_keep = 1};
-  ck_assert_msg(ps_client_save(client, "b", &o, NULL, NULL, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_client_save(client, "b", &o, NULL, NULL, &st), st);
   ck_assert(exists("%s/victim%s", out, ".index"));
   ck_assert(!exists("%s/a%s", ck, ".index")); /* inside: deleted as usual */
   ck_assert(exists("%s/b%s", ck, ".index"));

@@ -4,41 +4,8 @@
 # command line is checked by its message.  Prints "N passed, N failed".
 set -uo pipefail
 PS_SERVER=${PS_SERVER:?}; PSCTL=${PSCTL:?}; PS_DEMO=${PS_DEMO:?}
-dir=$(mktemp -d /tmp/ps-cli-XXXXXX)
-pids=()
-pass=0; fail=0
-cleanup() {
-  # only children not reaped yet: a pid already waited for may belong to
-  # another process by now
-  for p in $(jobs -p); do kill -KILL "$p" 2>/dev/null; done
-  wait 2>/dev/null
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-
-ok() { pass=$((pass + 1)); echo "ok: $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL: $1"; [ -n "${2:-}" ] && echo "$2" | sed 's/^/    /'; }
-# expect NAME WANT_RC WANT_SUBSTRING COMMAND...
-expect() {
-  local name=$1 want_rc=$2 want=$3; shift 3
-  local out rc
-  out=$("$@" 2>&1); rc=$?
-  if [ "$rc" != "$want_rc" ]; then bad "$name (exit $rc, want $want_rc)" "$out"; return; fi
-  if [[ "$out" != *"$want"* ]]; then bad "$name (missing '$want')" "$out"; return; fi
-  ok "$name"
-}
-
-# start_ps SPEC TASK -> sets ADDR and PID (reads the readiness line)
-start_ps() {
-  local fifo="$dir/ready.$RANDOM$RANDOM"
-  mkfifo "$fifo"
-  "$PS_SERVER" --cluster "$1" --job ps --task "$2" > "$fifo" 2>> "$dir/ps.log" &
-  PID=$!
-  pids+=("$PID")
-  local line=""
-  read -r -t 60 line < "$fifo" || true
-  ADDR=${line##* }
-}
+source "$(dirname "$0")/../support/lib.sh"
+test_init cli
 
 expect "ps-server --help" 0 "usage: ps-server" "$PS_SERVER" --help
 expect "ps-server --version" 0 "ps-server 0." "$PS_SERVER" --version
@@ -71,7 +38,7 @@ start_ps "$dir/boot.json" 0; A0=$ADDR; P0=$PID
 fifo="$dir/ready.tf"; mkfifo "$fifo"
 TF_CONFIG='{"cluster": {"ps": ["127.0.0.1:0", "127.0.0.1:0"]}, "task": {"type": "ps", "index": 1}}' \
   "$PS_SERVER" > "$fifo" 2>> "$dir/ps.log" &
-P1=$!; pids+=("$P1"); read -r -t 60 line < "$fifo"; A1=${line##* }
+P1=$!; read -r -t 60 line < "$fifo"; A1=${line##* }
 [[ "$line" == "ps/1 ready on 127.0.0.1:"* ]] && ok "TF_CONFIG identity" || bad "TF_CONFIG identity" "$line"
 echo "{\"ps\": [\"$A0\", \"$A1\"]}" > "$dir/cluster.json"
 expect "port in use is refused" 1 "cannot listen on $A0" "$PS_SERVER" --cluster "$dir/cluster.json" --job ps --task 0
@@ -116,5 +83,4 @@ kill -TERM "$P0"; wait "$P0"; rc=$?
 [ "$rc" = 0 ] && ok "SIGTERM exits 0" || bad "SIGTERM exits 0 (got $rc)"
 grep -q "ERROR\|AddressSanitizer\|runtime error" "$dir/ps.log" && bad "ps logs clean" "$(cat "$dir/ps.log")" || ok "ps logs clean"
 
-echo "$pass passed, $fail failed"
-[ "$fail" = 0 ]
+finish

@@ -13,6 +13,7 @@
 #include "paramserver/graph.h"
 #include "paramserver/ops.h"
 #include "paramserver/session.h"
+#include "tests/support/assert.h"
 
 typedef struct model {
   ps_graph *g;
@@ -41,7 +42,7 @@ static void values(ps_session *s, model *m, float *w, float *w2) {
   ps_node *f[2] = {ps_variable_value(m->w), ps_variable_value(m->w2)};
   ps_tensor *out[2];
   ps_status st;
-  ck_assert_msg(ps_session_run(s, NULL, 0, f, 2, NULL, 0, out, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_session_run(s, NULL, 0, f, 2, NULL, 0, out, &st), st);
   memcpy(w, ps_tensor_data(out[0]), 16);
   memcpy(w2, ps_tensor_data(out[1]), 16);
   ps_tensor_destroy(out[0]);
@@ -58,7 +59,7 @@ START_TEST(initializes_in_dependency_order_across_ps) {
   ps_session *s = ps_session_create(m.g, c, &st);
   ps_coordinator_options o = {.is_chief = true};
   ps_coordinator_outcome out;
-  ck_assert_msg(ps_coordinator_prepare(s, &o, &out, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_coordinator_prepare(s, &o, &out, &st), st);
   ck_assert_int_eq(out, PS_COORD_INITIALIZED);
   float w[4], w2[4];
   values(s, &m, w, w2);
@@ -74,7 +75,7 @@ START_TEST(initializes_in_dependency_order_across_ps) {
   ck_assert_int_eq(ps_client_update(c, 0, &u, 1, &st), 0);
   ps_session_destroy(s);
   s = ps_session_create(m.g, c, &st);
-  ck_assert_msg(ps_coordinator_prepare(s, &o, &out, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_coordinator_prepare(s, &o, &out, &st), st);
   ck_assert_int_eq(out, PS_COORD_LIVE);
   values(s, &m, w, w2);
   for (int i = 0; i < 4; i++) {
@@ -106,7 +107,7 @@ START_TEST(initializes_only_what_is_missing) {
   ck_assert_int_eq(ps_client_update(c, 0, &u, 1, &st), 0);
   ps_coordinator_options o = {.is_chief = true, .no_restore = true};
   ps_coordinator_outcome out;
-  ck_assert_msg(ps_coordinator_prepare(s, &o, &out, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_coordinator_prepare(s, &o, &out, &st), st);
   ck_assert_int_eq(out, PS_COORD_INITIALIZED);
   float w[4], w2[4];
   values(s, &m, w, w2);
@@ -150,7 +151,7 @@ START_TEST(non_chief_waits_for_the_chief) {
   usleep(300 * 1000); /* the waiter is polling; nothing is there yet */
   ps_session *chief = ps_session_create(m1.g, c, &st);
   ps_coordinator_options o = {.is_chief = true};
-  ck_assert_msg(ps_coordinator_prepare(chief, &o, NULL, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_coordinator_prepare(chief, &o, NULL, &st), st);
   pthread_join(th, NULL);
   ck_assert_msg(wt.rc == 0, "%s", wt.st.msg);
   ck_assert_int_eq(wt.out, PS_COORD_JOINED);

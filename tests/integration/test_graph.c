@@ -9,6 +9,7 @@
 #include "harness.h"
 #include "paramserver/graph.h"
 #include "paramserver/session.h"
+#include "tests/support/assert.h"
 
 static ps_harness H;
 static ps_client *C;
@@ -169,13 +170,13 @@ START_TEST(initialize_in_dependency_order_across_ps) {
   ck_assert_str_eq(names[0], "w");
   ck_assert_str_eq(names[1], "w2");
   ps_client_free_names(names, nn);
-  ck_assert_msg(ps_session_run(sess, NULL, 0, NULL, 0, &init, 1, NULL, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_session_run(sess, NULL, 0, NULL, 0, &init, 1, NULL, &st), st);
   ck_assert_int_eq(ps_session_run_report(sess, report, &names, &nn, &st), 0);
   ck_assert_uint_eq(nn, 0);
   free(names);
   ps_node *fetch[2] = {ps_variable_value(w), ps_variable_value(w2)};
   ps_tensor *out[2];
-  ck_assert_msg(ps_session_run(sess, NULL, 0, fetch, 2, NULL, 0, out, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_session_run(sess, NULL, 0, fetch, 2, NULL, 0, out, &st), st);
   int reads, updates;
   ps_session_last_rpcs(sess, &reads, &updates);
   ck_assert_int_eq(reads, 2); /* one read per ps, in one wave */
@@ -194,7 +195,7 @@ START_TEST(initialize_in_dependency_order_across_ps) {
   ps_feed feed = {x, xv};
   ps_session_destroy(sess);
   sess = ps_session_create(g, C, &st);
-  ck_assert_msg(ps_session_run(sess, &feed, 1, &after, 1, NULL, 0, out, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_session_run(sess, &feed, 1, &after, 1, NULL, 0, out, &st), st);
   for (int i = 0; i < 4; i++) ck_assert(((float *)ps_tensor_data(out[0]))[i] == 3.f + (float)i);
   ps_tensor_destroy(out[0]);
   /* is_variable_initialized */

@@ -17,6 +17,7 @@
 #include "harness.h"
 #include "paramserver/client.h"
 #include "ps.pb-c.h"
+#include "tests/support/assert.h"
 
 static ps_harness H;
 static ps_client *C;
@@ -34,9 +35,6 @@ static void teardown(void) {
   ck_assert_int_eq(harness_stop_client(&H, C), 0);
 }
 
-#define ck_assert_msg_has(st, text)                                                      \
-  ck_assert_msg(strstr((st).msg, (text)) != NULL, "message '%s' lacks '%s'", (st).msg,   \
-                (text))
 
 static ps_shape shp1(int64_t a) {
   return (ps_shape){.rank = 1, .dim = {a}};
@@ -48,7 +46,7 @@ static ps_shape shp2(int64_t a, int64_t b) {
 static void create(const char *name, ps_dtype dt, ps_shape s, const ps_init_spec *init) {
   ps_status st;
   ps_var_spec v = {.name = name, .dtype = dt, .shape = s, .init = init};
-  ck_assert_msg(ps_client_create_vars(C, 0, &v, 1, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_client_create_vars(C, 0, &v, 1, &st), st);
 }
 
 static void assign_f(const char *name, ps_shape s, const float *vals) {
@@ -56,7 +54,7 @@ static void assign_f(const char *name, ps_shape s, const float *vals) {
   if (vals) memcpy(ps_tensor_data(t), vals, ps_tensor_nbytes(t));
   ps_update u = {.name = name, .op = PS_ASSIGN, .value = t};
   ps_status st;
-  ck_assert_msg(ps_client_update(C, 0, &u, 1, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_client_update(C, 0, &u, 1, &st), st);
   ps_tensor_destroy(t);
 }
 
@@ -213,7 +211,7 @@ START_TEST(update_of_a_size_that_does_not_fit_is_refused) {
   ps_status st =
       raw_update("w", PARAMSERVER__UPDATE_OP__ASSIGN, PS_DT_FLOAT, huge, 1, 0, 0, 100);
   ck_assert_int_eq(st.code, PS_INVALID_ARGUMENT);
-  ck_assert_msg_has(
+  PS_ASSERT_MSG_HAS(
       st, "Assign w: float of shape [4611686018427387903] does not fit in memory");
   st = raw_update("w", PARAMSERVER__UPDATE_OP__ASSIGN, PS_DT_FLOAT, huge, 1, 0, 0,
                   1 << 20);
@@ -223,16 +221,16 @@ START_TEST(update_of_a_size_that_does_not_fit_is_refused) {
   st =
       raw_update("w", PARAMSERVER__UPDATE_OP__ASSIGN_ADD, PS_DT_FLOAT, big, 1, 0, 0, 100);
   ck_assert_int_eq(st.code, PS_RESOURCE_EXHAUSTED);
-  ck_assert_msg_has(st,
+  PS_ASSERT_MSG_HAS(st,
                     "AssignAdd w: float of shape [1099511627776] is 4398046511104 bytes, "
                     "above the limit of ");
-  ck_assert_msg_has(st, "bytes (--max-tensor-bytes)");
+  PS_ASSERT_MSG_HAS(st, "bytes (--max-tensor-bytes)");
   /* 2^61 int64 indices: 2^64 bytes */
   int64_t rows[2] = {1, 3};
   st = raw_update("w", PARAMSERVER__UPDATE_OP__SCATTER_UPDATE, PS_DT_FLOAT, rows, 2,
                   PS_DT_INT64, 1LL << 61, 100);
   ck_assert_int_eq(st.code, PS_INVALID_ARGUMENT);
-  ck_assert_msg_has(st,
+  PS_ASSERT_MSG_HAS(st,
                     "ScatterUpdate w: int64 of shape [2305843009213693952] does not fit "
                     "in memory");
   assert_w_unchanged();
@@ -246,18 +244,18 @@ START_TEST(create_of_a_size_that_does_not_fit_is_refused) {
       .name = "big", .dtype = PS_DT_FLOAT, .shape = shp1(1LL << 62), .init = &z};
   ps_status st;
   ck_assert_int_eq(ps_client_create_vars(C, 0, &v, 1, &st), PS_INVALID_ARGUMENT);
-  ck_assert_msg_has(
+  PS_ASSERT_MSG_HAS(
       st, "Create big: float of shape [4611686018427387904] does not fit in memory");
   v.shape = shp2(1LL << 31, 1LL << 31);
   ck_assert_int_eq(ps_client_create_vars(C, 0, &v, 1, &st), PS_INVALID_ARGUMENT);
-  ck_assert_msg_has(st,
+  PS_ASSERT_MSG_HAS(st,
                     "Create big: float of shape [2147483648,2147483648] does not fit");
   v.shape = shp1(1LL << 50);
   ck_assert_int_eq(ps_client_create_vars(C, 0, &v, 1, &st), PS_RESOURCE_EXHAUSTED);
-  ck_assert_msg_has(st,
+  PS_ASSERT_MSG_HAS(st,
                     "Create big: float of shape [1125899906842624] is 4503599627370496 "
                     "bytes, above the limit of ");
-  ck_assert_msg_has(st, "(--max-tensor-bytes)");
+  PS_ASSERT_MSG_HAS(st, "(--max-tensor-bytes)");
   ck_assert(!exists("big"));
   /* nothing to initialize: Initialize of everything still works */
   ck_assert_int_eq(ps_client_initialize(C, 0, NULL, 0, false, NULL, &st), 0);
@@ -268,12 +266,11 @@ END_TEST
 START_TEST(huge_gather_is_refused_before_allocating) {
   ps_status st = raw_gather("w", PS_DT_INT64, (1LL << 61) - 1, 100);
   ck_assert_int_eq(st.code, PS_RESOURCE_EXHAUSTED);
-  ck_assert_msg_has(st,
+  PS_ASSERT_MSG_HAS(st,
                     "Gather w: 2305843009213693951 rows, above the limit of 1048576 per "
                     "gather (--max-gather-rows)");
   st = raw_gather("w", PS_DT_INT32, -5, 0);
-  ck_assert_int_eq(st.code, PS_INVALID_ARGUMENT);
-  ck_assert_msg_has(st, "Gather w: negative index count -5");
+  PS_ASSERT_STATUS(st.code, st, PS_INVALID_ARGUMENT, "Gather w: negative index count -5");
   assert_w_unchanged();
 }
 END_TEST
@@ -292,7 +289,7 @@ START_TEST(read_with_too_many_names_is_refused) {
   req.n_items = n;
   ps_status st = raw_msg("/paramserver.Ps/Read", &req.base, false);
   ck_assert_int_eq(st.code, PS_RESOURCE_EXHAUSTED);
-  ck_assert_msg_has(st, "Read: 100001 items, above the limit of 100000 per call "
+  PS_ASSERT_MSG_HAS(st, "Read: 100001 items, above the limit of 100000 per call "
                         "(--max-read-names)");
   free(ip);
   free(items);
@@ -317,7 +314,7 @@ START_TEST(integer_arithmetic_wraps) {
                     {.name = "i64", .op = PS_ASSIGN, .value = b},
                     {.name = "i64", .op = PS_ASSIGN_SUB, .value = e}};
   ps_status st;
-  ck_assert_msg(ps_client_update(C, 0, u, 4, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_client_update(C, 0, u, 4, &st), st);
   ps_tensor *r = read1("i32", &st);
   ck_assert_ptr_nonnull(r);
   ck_assert_int_eq(((int32_t *)ps_tensor_data(r))[0], INT32_MIN);
@@ -356,19 +353,17 @@ START_TEST(bad_initializers_are_refused_at_create) {
       {.name = "m", .dtype = PS_DT_FLOAT, .shape = shp1(3), .init = &bad}};
   ps_status st;
   ck_assert_int_eq(ps_client_create_vars(C, 0, v, 2, &st), PS_INVALID_ARGUMENT);
-  ck_assert_msg_has(st, "variable m: random_uniform needs minval <= maxval, got minval=2 "
+  PS_ASSERT_MSG_HAS(st, "variable m: random_uniform needs minval <= maxval, got minval=2 "
                         "maxval=1");
   v[1].init = &neg;
-  ck_assert_int_eq(ps_client_create_vars(C, 0, v, 2, &st), PS_INVALID_ARGUMENT);
-  ck_assert_msg_has(st, "variable m: truncated_normal needs stddev >= 0, got -1");
+  PS_ASSERT_STATUS(ps_client_create_vars(C, 0, v, 2, &st), st, PS_INVALID_ARGUMENT, "variable m: truncated_normal needs stddev >= 0, got -1");
   v[1].dtype = PS_DT_INT8;
   v[1].init = &cst;
-  ck_assert_int_eq(ps_client_create_vars(C, 0, v, 2, &st), PS_INVALID_ARGUMENT);
-  ck_assert_msg_has(st, "variable m: constant 300 is not representable as int8");
+  PS_ASSERT_STATUS(ps_client_create_vars(C, 0, v, 2, &st), st, PS_INVALID_ARGUMENT, "variable m: constant 300 is not representable as int8");
   v[1].dtype = PS_DT_FLOAT;
   v[1].init = &lst;
   ck_assert_int_eq(ps_client_create_vars(C, 0, v, 2, &st), PS_INVALID_ARGUMENT);
-  ck_assert_msg_has(st, "variable m: Too many elements provided. Needed at most 3, but "
+  PS_ASSERT_MSG_HAS(st, "variable m: Too many elements provided. Needed at most 3, but "
                         "received 5");
   /* nothing was created, and Initialize of everything keeps working */
   ck_assert(!exists("a"));
@@ -376,7 +371,7 @@ START_TEST(bad_initializers_are_refused_at_create) {
   size_t ninit = 0;
   ck_assert_int_eq(ps_client_initialize(C, 0, NULL, 0, false, &ninit, &st), 0);
   v[1].init = &z;
-  ck_assert_msg(ps_client_create_vars(C, 0, v, 2, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_client_create_vars(C, 0, v, 2, &st), st);
   ck_assert_msg(ps_client_initialize(C, 0, NULL, 0, false, &ninit, &st) == 0, "%s",
                 st.msg);
   ck_assert_uint_eq(ninit, 2);
@@ -393,12 +388,11 @@ START_TEST(initialize_changes_nothing_when_one_name_fails) {
   float v[3] = {7, 7, 7};
   assign_f("a", shp1(3), v);
   const char *names[3] = {"a", "w", "nosuch"};
-  ck_assert_int_eq(ps_client_initialize(C, 0, names, 3, false, NULL, &st), PS_NOT_FOUND);
-  ck_assert_msg_has(st, "variable nosuch does not exist on ps/0");
+  PS_ASSERT_STATUS(ps_client_initialize(C, 0, names, 3, false, NULL, &st), st, PS_NOT_FOUND, "variable nosuch does not exist on ps/0");
   /* w has no initializer: FAILED_PRECONDITION, a keeps its value */
   ck_assert_int_eq(ps_client_initialize(C, 0, names, 2, false, NULL, &st),
                    PS_FAILED_PRECONDITION);
-  ck_assert_msg_has(st, "variable w has no initializer on ps/0");
+  PS_ASSERT_MSG_HAS(st, "variable w has no initializer on ps/0");
   ps_tensor *r = read1("a", &st);
   ck_assert_ptr_nonnull(r);
   ck_assert(((float *)ps_tensor_data(r))[0] == 7);
@@ -419,7 +413,7 @@ static void past_server_deadline(void) {
 
 START_TEST(parked_update_past_its_deadline_is_dropped) {
   ps_status st = raw_snapshot(7, 30000);
-  ck_assert_msg(st.code == 0, "%s", st.msg);
+  PS_ASSERT_OK(st.code, st);
   ps_client_options o;
   ps_client_options_default(&o);
   o.data_timeout_ms = 1500; /* long enough to arrive and park, also under ASan */
@@ -435,7 +429,7 @@ START_TEST(parked_update_past_its_deadline_is_dropped) {
   ps_tensor_destroy(t);
   past_server_deadline();
   st = raw_release(7);
-  ck_assert_msg(st.code == 0, "%s", st.msg);
+  PS_ASSERT_OK(st.code, st);
   /* the parked update ran (and was dropped) when the gate opened */
   assert_w_unchanged();
 }
@@ -470,9 +464,9 @@ static void *parked_updater(void *arg) {
 START_TEST(sigterm_answers_updates_parked_at_a_closed_gate) {
   ps_status st;
   ps_task_status ts0;
-  ck_assert_msg(ps_client_status(C, 0, &ts0, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_client_status(C, 0, &ts0, &st), st);
   st = raw_snapshot(21, 30000);
-  ck_assert_msg(st.code == 0, "%s", st.msg);
+  PS_ASSERT_OK(st.code, st);
   parked_arg a = {0};
   pthread_t t;
   ck_assert_int_eq(pthread_create(&t, NULL, parked_updater, &a), 0);
@@ -480,7 +474,7 @@ START_TEST(sigterm_answers_updates_parked_at_a_closed_gate) {
    * Snapshot and Update); its few data bytes follow in the same flight */
   for (int k = 0; k < 1000; k++) {
     ps_task_status ts;
-    ck_assert_msg(ps_client_status(C, 0, &ts, &st) == 0, "%s", st.msg);
+    PS_ASSERT_OK(ps_client_status(C, 0, &ts, &st), st);
     if (ts.rpcs >= ts0.rpcs + 3) break; /* + this Status call */
     struct timespec d = {0, 10000000};
     nanosleep(&d, NULL);
@@ -493,7 +487,7 @@ START_TEST(sigterm_answers_updates_parked_at_a_closed_gate) {
   double secs = (double)(e.tv_sec - b.tv_sec) + (double)(e.tv_nsec - b.tv_nsec) / 1e9;
   ck_assert_msg(secs < 8, "the ps took %.1f s to stop (grace 10 s, hold 30 s)", secs);
   ck_assert_int_eq(a.rc, PS_UNAVAILABLE);
-  ck_assert_msg_has(a.st, "shutting down");
+  PS_ASSERT_MSG_HAS(a.st, "shutting down");
 }
 END_TEST
 
@@ -518,7 +512,7 @@ START_TEST(sync_local_step_at_int64_max_is_refused) {
   req.inline_data.len = sizeof one;
   ps_status st = raw_msg("/paramserver.Ps/Update", &req.base, true);
   ck_assert_int_eq(st.code, PS_INVALID_ARGUMENT);
-  ck_assert_msg_has(st, "AssignAdd w: sync_local_step must be in [0, 9223372036854775807), "
+  PS_ASSERT_MSG_HAS(st, "AssignAdd w: sync_local_step must be in [0, 9223372036854775807), "
                         "got 9223372036854775807");
   assert_w_unchanged();
 }
@@ -556,37 +550,37 @@ START_TEST(key_space_conflicts_are_refused) {
   ps_var_spec plain = {
       .name = "P", .dtype = PS_DT_FLOAT, .shape = shp2(4, 2), .init = &z};
   ck_assert_int_eq(ps_client_create_vars(C, 0, &plain, 1, &st), PS_ALREADY_EXISTS);
-  ck_assert_msg_has(st,
+  PS_ASSERT_MSG_HAS(st,
                     "variable P: P is the full name of the partitioned variable whose "
                     "part P/part_0 is on ps/0");
   /* the other order: parts of the plain variable w */
   ck_assert_int_eq(
       create_part("w/part_0", "w", shp2(1, 3), shp2(2, 3), 0, PS_DT_FLOAT, &st),
       PS_ALREADY_EXISTS);
-  ck_assert_msg_has(st, "variable w/part_0: its full name w is a variable on ps/0");
+  PS_ASSERT_MSG_HAS(st, "variable w/part_0: its full name w is a variable on ps/0");
   /* overlapping parts: rows [1, 3) overlap rows [0, 2) */
   ck_assert_int_eq(
       create_part("P/part_1", "P", shp2(2, 2), shp2(4, 2), 2, PS_DT_FLOAT, &st),
       PS_INVALID_ARGUMENT);
-  ck_assert_msg_has(st,
+  PS_ASSERT_MSG_HAS(st,
                     "variable P/part_1: its elements [2, 6) of P overlap those of part "
                     "P/part_0 [0, 4)");
   /* disagreeing full shape, dtype */
   ck_assert_int_eq(
       create_part("P/part_1", "P", shp2(2, 2), shp2(6, 2), 4, PS_DT_FLOAT, &st),
       PS_INVALID_ARGUMENT);
-  ck_assert_msg_has(st,
+  PS_ASSERT_MSG_HAS(st,
                     "variable P/part_1: part of P with dtype float and full shape [6,2], "
                     "but its part P/part_0 has dtype float and full shape [4,2]");
   ck_assert_int_eq(
       create_part("P/part_1", "P", shp2(2, 2), shp2(4, 2), 4, PS_DT_DOUBLE, &st),
       PS_INVALID_ARGUMENT);
-  ck_assert_msg_has(st, "but its part P/part_0 has dtype float");
+  PS_ASSERT_MSG_HAS(st, "but its part P/part_0 has dtype float");
   /* a part outside its full shape */
   ck_assert_int_eq(
       create_part("P/part_1", "P", shp2(2, 2), shp2(4, 2), 6, PS_DT_FLOAT, &st),
       PS_INVALID_ARGUMENT);
-  ck_assert_msg_has(
+  PS_ASSERT_MSG_HAS(
       st, "variable P/part_1: variable P: elements [6, 6 + 4) are outside shape "
           "[4,2]");
   ck_assert(!exists("P/part_1"));
@@ -607,7 +601,7 @@ START_TEST(key_space_conflicts_are_refused) {
   ps_update u = {
       .name = "P/part_1", .op = PS_ASSIGN, .value = t, .no_validate_shape = true};
   ck_assert_int_eq(ps_client_update(C, 0, &u, 1, &st), PS_INVALID_ARGUMENT);
-  ck_assert_msg_has(st,
+  PS_ASSERT_MSG_HAS(st,
                     "Assign P/part_1: a part of partitioned variable P cannot change its "
                     "shape ([2,2] to [3,2], validate_shape off)");
   ps_tensor_destroy(t);
@@ -633,7 +627,7 @@ START_TEST(delete_removes_variables_and_their_slots) {
   const char *bad[2] = {"w", "nosuch"};
   ck_assert_int_eq(ps_client_delete(C, 0, bad, 2, PS_DELETE_SLOTS, NULL, &st),
                    PS_NOT_FOUND);
-  ck_assert_msg_has(st, "variable nosuch does not exist on ps/0");
+  PS_ASSERT_MSG_HAS(st, "variable nosuch does not exist on ps/0");
   assert_w_unchanged();
   /* control characters are refused before anything is looked up */
   Paramserver__DeleteRequest dr = PARAMSERVER__DELETE_REQUEST__INIT;
@@ -646,10 +640,9 @@ START_TEST(delete_removes_variables_and_their_slots) {
   st = raw_call("/paramserver.Ps/Delete", b, n, NULL, true, 10000);
   free(b);
   ck_assert_int_eq(st.code, PS_INVALID_ARGUMENT);
-  ck_assert_msg_has(
+  PS_ASSERT_MSG_HAS(
       st, "Delete: DeleteRequest.names \"w\\x0au\" contains a control character");
-  ck_assert_int_eq(ps_client_delete(C, 0, NULL, 0, 0, NULL, &st), PS_INVALID_ARGUMENT);
-  ck_assert_msg_has(st, "Delete: no variable names given");
+  PS_ASSERT_STATUS(ps_client_delete(C, 0, NULL, 0, 0, NULL, &st), st, PS_INVALID_ARGUMENT, "Delete: no variable names given");
   ps_task_status ts;
   ck_assert_int_eq(ps_client_status(C, 0, &ts, &st), 0);
   ck_assert_int_eq(ts.num_vars, 5);
@@ -668,8 +661,7 @@ START_TEST(delete_removes_variables_and_their_slots) {
   ck_assert(exists("w/dense/kernel")); /* not a slot: two more path parts */
   ck_assert(exists("u"));
   ck_assert_ptr_null(read1("w", &st));
-  ck_assert_int_eq(st.code, PS_NOT_FOUND);
-  ck_assert_msg_has(st, "variable w does not exist on ps/0");
+  PS_ASSERT_STATUS(st.code, st, PS_NOT_FOUND, "variable w does not exist on ps/0");
   ps_var_info *vi;
   ck_assert_int_eq(ps_client_list(C, 0, &vi, &n, &st), 0);
   ck_assert_uint_eq(n, 2);
@@ -759,7 +751,7 @@ START_TEST(delete_is_safe_while_other_calls_use_the_variable) {
     pthread_create(&th[i], NULL, churn_main, &ch);
   const char *w[1] = {"w"};
   for (int k = 0; k < 40; k++) {
-    ck_assert_msg(ps_client_delete(C, 0, w, 1, 0, NULL, &st) == 0, "%s", st.msg);
+    PS_ASSERT_OK(ps_client_delete(C, 0, w, 1, 0, NULL, &st), st);
     create("w", PS_DT_FLOAT, shp2(2, 3), NULL);
     assign_f("w", shp2(2, 3), NULL);
   }
@@ -807,7 +799,7 @@ START_TEST(delete_fails_waiting_synchronous_updates) {
     nanosleep(&d, NULL);
   }
   const char *w[1] = {"w"};
-  ck_assert_msg(ps_client_delete(C, 0, w, 1, 0, NULL, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_client_delete(C, 0, w, 1, 0, NULL, &st), st);
   pthread_join(th, NULL);
   ck_assert_int_eq(sc.rc, PS_NOT_FOUND);
   ck_assert(strstr(sc.st.msg, "variable w does not exist on ps/0") ||
@@ -894,7 +886,7 @@ START_TEST(names_with_control_characters_are_refused) {
   ps_status st = raw_call("/paramserver.Ps/Create", b, n, NULL, true, 10000);
   free(b);
   ck_assert_int_eq(st.code, PS_INVALID_ARGUMENT);
-  ck_assert_msg_has(st, "Create: VariableSpec.name \"w\\x00evil\" contains a control "
+  PS_ASSERT_MSG_HAS(st, "Create: VariableSpec.name \"w\\x00evil\" contains a control "
                         "character (NUL or 0x01-0x1f, 0x7f)");
   /* Read of "w\0evil" must not read w */
   Paramserver__ReadItem it = PARAMSERVER__READ_ITEM__INIT;
@@ -908,13 +900,13 @@ START_TEST(names_with_control_characters_are_refused) {
   st = raw_call("/paramserver.Ps/Read", b, n, NULL, false, 10000);
   free(b);
   ck_assert_int_eq(st.code, PS_INVALID_ARGUMENT);
-  ck_assert_msg_has(st,
+  PS_ASSERT_MSG_HAS(st,
                     "Read: ReadItem.name \"w\\x00evil\" contains a control character");
   /* a slot name with an escape character, nested in an Update */
   st = raw_update("w\x1b[31m", PARAMSERVER__UPDATE_OP__ASSIGN, PS_DT_FLOAT,
                   (int64_t[]){2, 3}, 2, 0, 0, 24);
   ck_assert_int_eq(st.code, PS_INVALID_ARGUMENT);
-  ck_assert_msg_has(st,
+  PS_ASSERT_MSG_HAS(st,
                     "Update: Update.name \"w\\x1b[31m\" contains a control character");
   /* Initialize, IsInitialized with DEL */
   Paramserver__NamesRequest nr = PARAMSERVER__NAMES_REQUEST__INIT;
@@ -923,7 +915,7 @@ START_TEST(names_with_control_characters_are_refused) {
   nr.n_names = 1;
   st = raw_msg("/paramserver.Ps/IsInitialized", &nr.base, true);
   ck_assert_int_eq(st.code, PS_INVALID_ARGUMENT);
-  ck_assert_msg_has(st,
+  PS_ASSERT_MSG_HAS(st,
                     "IsInitialized: NamesRequest.names \"w\\x7f\" contains a control");
   /* over-long names */
   char *longname = malloc(5001);
@@ -932,9 +924,9 @@ START_TEST(names_with_control_characters_are_refused) {
   v.name = longname;
   ps_var_spec spec = {.name = longname, .dtype = PS_DT_FLOAT, .shape = shp1(1)};
   ck_assert_int_eq(ps_client_create_vars(C, 0, &spec, 1, &st), PS_INVALID_ARGUMENT);
-  ck_assert_msg_has(st, "Create: VariableSpec.name is 5000 bytes; the limit is 4096");
+  PS_ASSERT_MSG_HAS(st, "Create: VariableSpec.name is 5000 bytes; the limit is 4096");
   longname[4096] = '\0'; /* 4096 is fine */
-  ck_assert_msg(ps_client_create_vars(C, 0, &spec, 1, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_client_create_vars(C, 0, &spec, 1, &st), st);
   free(longname);
   assert_w_unchanged();
   ps_var_info *vi;
@@ -965,7 +957,7 @@ START_TEST(limits_from_flags) {
   /* a variable of 65540 bytes */
   ps_var_spec v = {.name = "big", .dtype = PS_DT_FLOAT, .shape = shp1(16385)};
   ck_assert_int_eq(ps_client_create_vars(C, 0, &v, 1, &st), PS_RESOURCE_EXHAUSTED);
-  ck_assert_msg_has(
+  PS_ASSERT_MSG_HAS(
       st, "Create big: float of shape [16385] is 65540 bytes, above the limit of "
           "65536 bytes (--max-tensor-bytes)");
   ck_assert(!exists("big"));
@@ -973,9 +965,9 @@ START_TEST(limits_from_flags) {
   ps_read r[5] = {
       {.name = "w"}, {.name = "w"}, {.name = "w"}, {.name = "w"}, {.name = "w"}};
   ck_assert_int_eq(ps_client_read(C, 0, r, 5, &st), PS_RESOURCE_EXHAUSTED);
-  ck_assert_msg_has(st,
+  PS_ASSERT_MSG_HAS(st,
                     "Read: 5 items, above the limit of 4 per call (--max-read-names)");
-  ck_assert_msg(ps_client_read(C, 0, r, 4, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_client_read(C, 0, r, 4, &st), st);
   for (int i = 0; i < 4; i++)
     ps_tensor_destroy(r[i].out);
   /* 9 rows */
@@ -983,7 +975,7 @@ START_TEST(limits_from_flags) {
   ps_tensor *idx = ps_tensor_create(PS_DT_INT64, &s9, true);
   ps_read g = {.name = "w", .indices = idx};
   ck_assert_int_eq(ps_client_read(C, 0, &g, 1, &st), PS_RESOURCE_EXHAUSTED);
-  ck_assert_msg_has(
+  PS_ASSERT_MSG_HAS(
       st, "Gather w: 9 rows, above the limit of 8 per gather (--max-gather-rows)");
   ps_tensor_destroy(idx);
   /* 8 rows of 16 KiB: a 128 KiB response */
@@ -993,7 +985,7 @@ START_TEST(limits_from_flags) {
   idx = ps_tensor_create(PS_DT_INT64, &s8, true);
   ps_read g8 = {.name = "wide", .indices = idx};
   ck_assert_int_eq(ps_client_read(C, 0, &g8, 1, &st), PS_RESOURCE_EXHAUSTED);
-  ck_assert_msg_has(
+  PS_ASSERT_MSG_HAS(
       st, "Gather wide: float of shape [8,4096] is 131072 bytes, above the limit "
           "of 65536 bytes (--max-tensor-bytes)");
   ps_tensor_destroy(idx);
@@ -1005,9 +997,9 @@ START_TEST(limits_from_flags) {
   ps_update u2[2] = {{.name = "a", .op = PS_ASSIGN, .value = t},
                      {.name = "b", .op = PS_ASSIGN, .value = t}};
   ck_assert_int_eq(ps_client_update(C, 0, u2, 2, &st), PS_RESOURCE_EXHAUSTED);
-  ck_assert_msg_has(st, "Update: the tensors of the request total more than the limit of "
+  PS_ASSERT_MSG_HAS(st, "Update: the tensors of the request total more than the limit of "
                         "65536 bytes (--max-tensor-bytes)");
-  ck_assert_msg(ps_client_update(C, 0, u2, 1, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_client_update(C, 0, u2, 1, &st), st);
   ps_tensor_destroy(t);
   const char *ab[2] = {"a", "b"};
   bool init[2];
@@ -1043,14 +1035,13 @@ START_TEST(every_request_list_is_bounded) {
   nr.n_names = 5;
   ps_status st = raw_msg("/paramserver.Ps/IsInitialized", &nr.base, true);
   ck_assert_int_eq(st.code, PS_RESOURCE_EXHAUSTED);
-  ck_assert_msg_has(st, "IsInitialized: 5 items, above the limit of 4 per call "
+  PS_ASSERT_MSG_HAS(st, "IsInitialized: 5 items, above the limit of 4 per call "
                         "(--max-read-names)");
   Paramserver__DeleteRequest dr = PARAMSERVER__DELETE_REQUEST__INIT;
   dr.names = names;
   dr.n_names = 5;
   st = raw_msg("/paramserver.Ps/Delete", &dr.base, true);
-  ck_assert_int_eq(st.code, PS_RESOURCE_EXHAUSTED);
-  ck_assert_msg_has(st, "Delete: 5 items, above the limit of 4");
+  PS_ASSERT_STATUS(st.code, st, PS_RESOURCE_EXHAUSTED, "Delete: 5 items, above the limit of 4");
   Paramserver__VariableSpec vs[5];
   Paramserver__VariableSpec *vp[5];
   int64_t dim = 1;
@@ -1066,13 +1057,12 @@ START_TEST(every_request_list_is_bounded) {
   cr.vars = vp;
   cr.n_vars = 5;
   st = raw_msg("/paramserver.Ps/Create", &cr.base, true);
-  ck_assert_int_eq(st.code, PS_RESOURCE_EXHAUSTED);
-  ck_assert_msg_has(st, "Create: 5 items, above the limit of 4 per call");
+  PS_ASSERT_STATUS(st.code, st, PS_RESOURCE_EXHAUSTED, "Create: 5 items, above the limit of 4 per call");
   /* nothing was created; four are fine */
   ck_assert(!exists("a"));
   cr.n_vars = 4;
   st = raw_msg("/paramserver.Ps/Create", &cr.base, true);
-  ck_assert_msg(st.code == 0, "%s", st.msg);
+  PS_ASSERT_OK(st.code, st);
   ck_assert(exists("a"));
 }
 END_TEST
@@ -1084,7 +1074,7 @@ START_TEST(parked_updates_are_bounded) {
   create("b", PS_DT_FLOAT, shp1(16000), &z);
   ps_status st;
   ck_assert_int_eq(ps_client_initialize(C, 0, NULL, 0, false, NULL, &st), 0);
-  ck_assert_msg((st = raw_snapshot(9, 60000)).code == 0, "%s", st.msg);
+  PS_ASSERT_OK((st = raw_snapshot(9, 60000)).code, st);
   ps_client_options o;
   ps_client_options_default(&o);
   o.data_timeout_ms = 1500;
@@ -1106,7 +1096,7 @@ START_TEST(parked_updates_are_bounded) {
                 "%s", pc[refused].st.msg);
   ck_assert_int_eq(pc[1 - refused].rc, PS_DEADLINE_EXCEEDED);
   past_server_deadline();
-  ck_assert_msg((st = raw_release(9)).code == 0, "%s", st.msg);
+  PS_ASSERT_OK((st = raw_release(9)).code, st);
   for (int i = 0; i < 2; i++) {
     ps_client_destroy(pc[i].c);
     ps_tensor *r = read1(pc[i].name, &st);
@@ -1127,7 +1117,7 @@ static void hold_setup(void) {
 
 START_TEST(hold_is_capped_by_max_hold_ms) {
   ps_status st = raw_snapshot(11, 1000000000000LL);
-  ck_assert_msg(st.code == 0, "%s", st.msg);
+  PS_ASSERT_OK(st.code, st);
   struct timespec a, b;
   clock_gettime(CLOCK_MONOTONIC, &a);
   float one[6] = {1, 1, 1, 1, 1, 1};
@@ -1136,7 +1126,7 @@ START_TEST(hold_is_capped_by_max_hold_ms) {
   memcpy(ps_tensor_data(t), one, sizeof one);
   ps_update u = {.name = "w", .op = PS_ASSIGN_ADD, .value = t};
   /* parks, and runs when the gate reopens after 300 ms, not 10^12 */
-  ck_assert_msg(ps_client_update(C, 0, &u, 1, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_client_update(C, 0, &u, 1, &st), st);
   clock_gettime(CLOCK_MONOTONIC, &b);
   double secs = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) / 1e9;
   ck_assert_msg(secs < 20, "the update waited %.1f s", secs);
@@ -1186,38 +1176,38 @@ START_TEST(key_space_conflicts_across_tasks_are_refused) {
       create_part_on(0, "P/part_0", "P", shp2(2, 2), shp2(4, 2), 0, PS_DT_FLOAT, &st) == 0,
       "%s", st.msg);
   ps_var_spec w = {.name = "w", .dtype = PS_DT_FLOAT, .shape = shp2(2, 3), .init = &z};
-  ck_assert_msg(ps_client_create_vars(C, 0, &w, 1, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_client_create_vars(C, 0, &w, 1, &st), st);
   /* a plain P on ps/1 beside the part of P on ps/0 */
   ps_var_spec plain = {.name = "P", .dtype = PS_DT_FLOAT, .shape = shp2(4, 2), .init = &z};
   ck_assert_int_eq(ps_client_create_vars(C, 1, &plain, 1, &st), PS_ALREADY_EXISTS);
-  ck_assert_msg_has(st,
+  PS_ASSERT_MSG_HAS(st,
                     "variable P: P is the full name of the partitioned variable whose "
                     "part P/part_0 is on ps/0");
   /* parts of the plain w of ps/0 */
   ck_assert_int_eq(
       create_part_on(1, "w/part_0", "w", shp2(1, 3), shp2(2, 3), 0, PS_DT_FLOAT, &st),
       PS_ALREADY_EXISTS);
-  ck_assert_msg_has(st, "variable w/part_0: its full name w is a variable on ps/0");
+  PS_ASSERT_MSG_HAS(st, "variable w/part_0: its full name w is a variable on ps/0");
   /* the same name on both */
   ck_assert_int_eq(ps_client_create_vars(C, 1, &w, 1, &st), PS_ALREADY_EXISTS);
-  ck_assert_msg_has(st, "variable w: a variable of that name is on ps/0; creating it on "
+  PS_ASSERT_MSG_HAS(st, "variable w: a variable of that name is on ps/0; creating it on "
                         "ps/1 too would put it twice in every checkpoint");
   /* overlapping parts, disagreeing full shape or dtype */
   ck_assert_int_eq(
       create_part_on(1, "P/part_1", "P", shp2(2, 2), shp2(4, 2), 2, PS_DT_FLOAT, &st),
       PS_INVALID_ARGUMENT);
-  ck_assert_msg_has(st, "variable P/part_1: its elements [2, 6) of P overlap those of "
+  PS_ASSERT_MSG_HAS(st, "variable P/part_1: its elements [2, 6) of P overlap those of "
                         "part P/part_0 [0, 4) on ps/0");
   ck_assert_int_eq(
       create_part_on(1, "P/part_1", "P", shp2(2, 2), shp2(6, 2), 4, PS_DT_FLOAT, &st),
       PS_INVALID_ARGUMENT);
-  ck_assert_msg_has(st, "variable P/part_1: part of P with dtype float and full shape "
+  PS_ASSERT_MSG_HAS(st, "variable P/part_1: part of P with dtype float and full shape "
                         "[6,2], but its part P/part_0 on ps/0 has dtype float and full "
                         "shape [4,2]");
   ck_assert_int_eq(
       create_part_on(1, "P/part_1", "P", shp2(2, 2), shp2(4, 2), 4, PS_DT_INT32, &st),
       PS_INVALID_ARGUMENT);
-  ck_assert_msg_has(st, "but its part P/part_0 on ps/0 has dtype float");
+  PS_ASSERT_MSG_HAS(st, "but its part P/part_0 on ps/0 has dtype float");
   /* nothing reached ps/1 */
   ps_var_info *vi;
   size_t n;
@@ -1239,10 +1229,10 @@ START_TEST(key_space_conflicts_across_tasks_are_refused) {
   for (int t = 0; t < 2; t++)
     ck_assert_int_eq(ps_client_initialize(C, t, NULL, 0, false, NULL, &st), 0);
   char *written = NULL;
-  ck_assert_msg(ps_client_save(C, "both", NULL, &written, NULL, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_client_save(C, "both", NULL, &written, NULL, &st), st);
   free(written);
   size_t nr = 0;
-  ck_assert_msg(ps_client_restore(C, "both", &nr, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_client_restore(C, "both", &nr, &st), st);
   ck_assert_uint_eq(nr, 3);
   /* a raw Create bypasses the client: R on ps/1, a part of R on ps/0.
    * Merge then names the duplicate key, and removing the part mends it. */
@@ -1267,19 +1257,18 @@ START_TEST(key_space_conflicts_across_tasks_are_refused) {
   uint8_t *b = pack(&cr.base, &n);
   st = raw_call("/paramserver.Ps/Create", b, n, NULL, true, 10000);
   free(b);
-  ck_assert_msg(st.code == 0, "%s", st.msg);
+  PS_ASSERT_OK(st.code, st);
   for (int t = 0; t < 2; t++)
     ck_assert_int_eq(ps_client_initialize(C, t, NULL, 0, true, NULL, &st), 0);
-  ck_assert_int_eq(ps_client_save(C, "dup", NULL, NULL, NULL, &st), PS_INVALID_ARGUMENT);
-  ck_assert_msg_has(st, "Duplicate tensor keyed by R encountered, when merging prefix: ");
-  ck_assert_msg_has(st, "dup_temp/part-0000");
+  PS_ASSERT_STATUS(ps_client_save(C, "dup", NULL, NULL, NULL, &st), st, PS_INVALID_ARGUMENT, "Duplicate tensor keyed by R encountered, when merging prefix: ");
+  PS_ASSERT_MSG_HAS(st, "dup_temp/part-0000");
   const char *rp[1] = {"R/part_0"};
   ck_assert_int_eq(ps_client_delete(C, 0, rp, 1, 0, NULL, &st), 0);
-  ck_assert_msg(ps_client_save(C, "dup", NULL, NULL, NULL, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_client_save(C, "dup", NULL, NULL, NULL, &st), st);
   /* a task that is down is not checked, and creating goes on */
   harness_kill(&H, 1);
   ps_var_spec u = {.name = "u", .dtype = PS_DT_FLOAT, .shape = shp1(1), .init = &z};
-  ck_assert_msg(ps_client_create_vars(C, 0, &u, 1, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_client_create_vars(C, 0, &u, 1, &st), st);
 }
 END_TEST
 
@@ -1300,18 +1289,18 @@ START_TEST(save_works_after_refused_conflicts_and_deletes) {
   ck_assert_int_eq(ps_client_initialize(C, 0, NULL, 0, false, NULL, &st), 0);
   ps_save_options so = {0};
   char *written = NULL;
-  ck_assert_msg(ps_client_save(C, "one", &so, &written, NULL, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_client_save(C, "one", &so, &written, NULL, &st), st);
   free(written);
   /* P as parts is gone; a plain P of ones replaces it and saves too */
   const char *p[1] = {"P"};
   ck_assert_int_eq(ps_client_delete(C, 0, p, 1, PS_DELETE_SLOTS, NULL, &st), 0);
-  ck_assert_msg(ps_client_create_vars(C, 0, &plain, 1, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_client_create_vars(C, 0, &plain, 1, &st), st);
   ck_assert_int_eq(ps_client_initialize(C, 0, NULL, 0, true, NULL, &st), 0);
-  ck_assert_msg(ps_client_save(C, "two", &so, &written, NULL, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_client_save(C, "two", &so, &written, NULL, &st), st);
   free(written);
   /* the first checkpoint's P (zeros, from the parts) restores into it */
   size_t n = 0;
-  ck_assert_msg(ps_client_restore(C, "one", &n, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_client_restore(C, "one", &n, &st), st);
   ck_assert_uint_eq(n, 1);
   ps_tensor *r = read1("P", &st);
   ck_assert_ptr_nonnull(r);

@@ -8,26 +8,11 @@
 # Prints "N passed, N failed".
 set -uo pipefail
 PS_SERVER=${PS_SERVER:?}; PSCTL=${PSCTL:?}; PS_WORKER=${PS_WORKER:?}; PS_LAUNCH=${PS_LAUNCH:?}
-dir=$(mktemp -d /tmp/ps-jobs-XXXXXX)
-pids=()
-pass=0; fail=0
-cleanup() {
-  # only children not reaped yet: a pid already waited for may belong to
-  # another process by now
-  for p in $(jobs -p); do kill -KILL "$p" 2>/dev/null; done
-  wait 2>/dev/null
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-
-ok() { pass=$((pass + 1)); echo "ok: $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL: $1"; [ -n "${2:-}" ] && echo "$2" | tail -40 | sed 's/^/    /'; }
-check() { # NAME CONDITION-COMMAND... [-- OUTPUT-FILE]
-  local name=$1; shift
-  if "$@"; then ok "$name"; else bad "$name"; fi
-}
+source "$(dirname "$0")/../support/lib.sh"
+test_init jobs
+BAD_TAIL=40
 has() { grep -q -- "$2" "$1"; }
-# wait_for FILE PATTERN SECS: until PATTERN appears in FILE
+# wait_for FILE PATTERN SECS: until PATTERN (a basic regex) appears in FILE
 wait_for() {
   local i
   for ((i = 0; i < $3 * 20; i++)); do
@@ -188,15 +173,6 @@ check "restart: the chief restored the lost variables" has "$dir/rs.err" "worker
 check "restart: the job still reaches its accuracy" test -n "$(accuracy "$dir/rs.out")"
 
 # ---- 7. argument errors
-# expect NAME WANT_RC WANT_SUBSTRING COMMAND...
-expect() {
-  local name=$1 want_rc=$2 want=$3; shift 3
-  local out rc
-  out=$("$@" 2>&1); rc=$?
-  if [ "$rc" != "$want_rc" ]; then bad "$name (exit $rc, want $want_rc)" "$out"; return; fi
-  if [[ "$out" != *"$want"* ]]; then bad "$name (missing '$want')" "$out"; return; fi
-  ok "$name"
-}
 expect "ps-worker --model nope" 2 "unknown --model 'nope'" "$PS_WORKER" --model nope
 expect "ps-worker --steps -3" 2 "--steps must be an integer >= 0" "$PS_WORKER" --steps -3
 expect "ps-worker --placement nope" 2 "unknown --placement 'nope'" "$PS_WORKER" --placement nope
@@ -210,5 +186,4 @@ echo "{\"ps\": [\"127.0.0.1:$port\"], \"worker\": [\"127.0.0.1:0\"]}" > "$dir/de
 expect "ps-worker --ps-timeout" 1 "ps/0 (127.0.0.1:$port) and 0 other ps task(s) did not answer within 1 s" \
   "$PS_WORKER" --cluster "$dir/dead.json" --ps-timeout 1 --steps 1
 
-echo "$pass passed, $fail failed"
-[ "$fail" = 0 ]
+finish

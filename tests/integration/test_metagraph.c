@@ -18,6 +18,7 @@
 #include "paramserver/partition.h"
 #include "paramserver/saver.h"
 #include "paramserver/session.h"
+#include "tests/support/assert.h"
 
 static char dir[256];
 
@@ -129,7 +130,7 @@ static int64_t global_step(ps_graph *g, ps_session *s) {
   ps_node *r = ps_variable_value(v[0]);
   ps_tensor *out;
   ps_status st;
-  ck_assert_msg(ps_session_run(s, NULL, 0, &r, 1, NULL, 0, &out, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_session_run(s, NULL, 0, &r, 1, NULL, 0, &out, &st), st);
   int64_t k = *(int64_t *)ps_tensor_data(out);
   ps_tensor_destroy(out);
   return k;
@@ -194,7 +195,7 @@ START_TEST(export_import_restore_continue) {
   c = start(&h, 2);
   ps_session *s2 = ps_session_create(g2, c, &st);
   ck_assert_ptr_nonnull(s2);
-  ck_assert_msg(ps_saver_restore(sv2, s2, NULL, &st) == 0, "%s", st.msg); /* latest */
+  PS_ASSERT_OK(ps_saver_restore(sv2, s2, NULL, &st), st); /* latest */
   ck_assert_int_eq(global_step(g2, s2), 5);
   for (int i = 0; i < 4; i++) {
     double l = step_loss(g2, s2, 5 + i);
@@ -231,7 +232,7 @@ START_TEST(name_map_and_eviction) {
   ps_saver_options so = {.max_to_keep = 2};
   ps_saver *sv = ps_saver_create(g, &so, &st);
   for (int i = 1; i <= 3; i++)
-    ck_assert_msg(ps_saver_save(sv, s, "m", i, dir, NULL, &st) == 0, "%s", st.msg);
+    PS_ASSERT_OK(ps_saver_save(sv, s, "m", i, dir, NULL, &st), st);
   char p[400];
   struct stat sb;
   for (int i = 1; i <= 3; i++) {
@@ -248,7 +249,7 @@ START_TEST(name_map_and_eviction) {
   sv = ps_saver_create(g, &rn, &st);
   ck_assert_ptr_nonnull(sv);
   snprintf(p, sizeof p, "%s/renamed.meta", dir);
-  ck_assert_msg(ps_export_meta_graph(g, sv, p, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_export_meta_graph(g, sv, p, &st), st);
   ps_saver *sv2 = NULL;
   ps_graph *g2 = ps_import_meta_graph(p, &sv2, &st);
   ck_assert_msg(g2 != NULL, "%s", st.msg);
@@ -291,7 +292,7 @@ START_TEST(sync_graph_round_trip) {
   ps_collection_add_node(g, PS_TRAIN_OP, train);
   char p[400];
   snprintf(p, sizeof p, "%s/sync.meta", dir);
-  ck_assert_msg(ps_export_meta_graph(g, NULL, p, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_export_meta_graph(g, NULL, p, &st), st);
   ps_graph_destroy(g);
   ps_graph *g2 = ps_import_meta_graph(p, NULL, &st);
   ck_assert_msg(g2 != NULL, "%s", st.msg);
@@ -303,7 +304,7 @@ START_TEST(sync_graph_round_trip) {
   ps_feed f = {ps_graph_find_node(g2, "x"), xv};
   size_t n;
   ps_node *t = ps_collection_nodes(g2, PS_TRAIN_OP, &n)[0];
-  ck_assert_msg(ps_session_run(s, &f, 1, NULL, 0, &t, 1, NULL, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_session_run(s, &f, 1, NULL, 0, &t, 1, NULL, &st), st);
   int applied = 0, stale = 0;
   ps_session_last_sync(s, &applied, &stale);
   ck_assert_int_gt(applied, 0);

@@ -20,6 +20,7 @@
 #include "harness.h"
 #include "paramserver/client.h"
 #include "ps.pb-c.h"
+#include "tests/support/assert.h"
 
 static ps_harness H;
 static ps_client *C;
@@ -64,7 +65,7 @@ static ps_tensor *indices(ps_dtype dt, int64_t n, const int64_t *vals) {
 static void create(const char *name, ps_dtype dt, ps_shape s) {
   ps_status st;
   ps_var_spec v = {.name = name, .dtype = dt, .shape = s};
-  ck_assert_msg(ps_client_create_vars(C, 0, &v, 1, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_client_create_vars(C, 0, &v, 1, &st), st);
 }
 
 static void assign(const char *name, ps_dtype dt, ps_shape s, const double *vals) {
@@ -377,8 +378,8 @@ START_TEST(large_sparse_gradient_streams_in_chunks) {
                  .hparams = hp,
                  .nhparams = 2};
   ps_status st;
-  ck_assert_msg(ps_client_update(C, 0, &u, 1, &st) == 0, "%s", st.msg);
-  ck_assert_msg(ps_client_update(C, 0, &u, 1, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_client_update(C, 0, &u, 1, &st), st);
+  PS_ASSERT_OK(ps_client_update(C, 0, &u, 1, &st), st);
   double *acc = calloc(64000, 8);
   ref r = {1000, 64, init, acc, NULL};
   ref_step(&r, PS_APPLY_MOMENTUM, false, g, idx, 300, hp);
@@ -464,7 +465,7 @@ START_TEST(batch_assigns_slot_then_applies) {
                      .hparams = hp,
                      .nhparams = 2}};
   ps_status st;
-  ck_assert_msg(ps_client_update(C, 0, u, 2, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_client_update(C, 0, u, 2, &st), st);
   ref r = {2, 3, w0, a0, NULL};
   ref_step(&r, PS_APPLY_MOMENTUM, false, g0, NULL, 0, hp);
   expect("w", PS_DT_FLOAT, s, w0, "assign then apply");

@@ -14,6 +14,7 @@
 #include "common/rpc.h"
 #include "harness.h"
 #include "paramserver/client.h"
+#include "tests/support/assert.h"
 
 static ps_harness H;
 static ps_client *C;
@@ -48,7 +49,7 @@ static void create(int task, const char *name, ps_dtype dt, ps_shape s,
                    const ps_init_spec *init) {
   ps_status st;
   ps_var_spec v = {.name = name, .dtype = dt, .shape = s, .init = init};
-  ck_assert_msg(ps_client_create_vars(C, task, &v, 1, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_client_create_vars(C, task, &v, 1, &st), st);
 }
 
 static ps_tensor *read1(int task, const char *name, ps_status *st) {
@@ -83,7 +84,7 @@ START_TEST(create_initialize_read_on_two_ps) {
   ps_read r0[2] = {{.name = "a"}, {.name = "w"}};
   ps_read r1[2] = {{.name = "b"}, {.name = "c"}};
   ps_task_reads t[2] = {{.task = 0, .reads = r0, .n = 2}, {.task = 1, .reads = r1, .n = 2}};
-  ck_assert_msg(ps_client_read_many(C, t, 2, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_client_read_many(C, t, 2, &st), st);
   ck_assert_int_eq(r0[0].out->shape.rank, 2);
   for (int i = 0; i < 6; i++) ck_assert(fdata(r0[0].out)[i] == 0.f);
   for (int i = 0; i < 4; i++) ck_assert(fdata(r1[0].out)[i] == 1.f);
@@ -129,12 +130,12 @@ START_TEST(assign_add_sub_and_validate_shape) {
   ps_tensor *ta = ftensor(2, 2, 3, a), *tb = ftensor(2, 2, 3, b);
   ps_status st;
   ps_update u = {.name = "v", .op = PS_ASSIGN, .value = ta};
-  ck_assert_msg(ps_client_update(C, 0, &u, 1, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_client_update(C, 0, &u, 1, &st), st);
   ps_update add[2] = {{.name = "v", .op = PS_ASSIGN_ADD, .value = tb},
                       {.name = "v", .op = PS_ASSIGN_ADD, .value = tb}};
-  ck_assert_msg(ps_client_update(C, 0, add, 2, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_client_update(C, 0, add, 2, &st), st);
   ps_update sub = {.name = "v", .op = PS_ASSIGN_SUB, .value = ta};
-  ck_assert_msg(ps_client_update(C, 0, &sub, 1, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_client_update(C, 0, &sub, 1, &st), st);
   ps_tensor *r = read1(0, "v", &st);
   ck_assert_ptr_nonnull(r);
   for (int i = 0; i < 6; i++) ck_assert(fdata(r)[i] == 20.f);
@@ -143,7 +144,7 @@ START_TEST(assign_add_sub_and_validate_shape) {
   float c[3] = {7, 8, 9};
   ps_tensor *tc = ftensor(1, 3, 0, c);
   ps_update nv = {.name = "v", .op = PS_ASSIGN, .value = tc, .no_validate_shape = true};
-  ck_assert_msg(ps_client_update(C, 0, &nv, 1, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_client_update(C, 0, &nv, 1, &st), st);
   r = read1(0, "v", &st);
   ck_assert_int_eq(r->shape.rank, 1);
   ck_assert_int_eq(r->shape.dim[0], 3);
@@ -166,7 +167,7 @@ START_TEST(scatter_and_gather) {
   float upd[6] = {1, 1, 5, 5, 1, 1};
   ps_tensor *ti = itensor(3, idx), *tu = ftensor(2, 3, 2, upd);
   ps_update sa = {.name = "e", .op = PS_SCATTER_ADD, .value = tu, .indices = ti};
-  ck_assert_msg(ps_client_update(C, 1, &sa, 1, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_client_update(C, 1, &sa, 1, &st), st);
   int64_t i1[1] = {1};
   float u1[2] = {-1, -2};
   ps_tensor *ti1 = itensor(1, i1), *tu1 = ftensor(2, 1, 2, u1);
@@ -178,7 +179,7 @@ START_TEST(scatter_and_gather) {
   int64_t g[4] = {3, 1, 0, 2};
   ps_tensor *tg = itensor(4, g);
   ps_read r = {.name = "e", .indices = tg};
-  ck_assert_msg(ps_client_read(C, 1, &r, 1, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_client_read(C, 1, &r, 1, &st), st);
   float want[8] = {5, 5, 0, 0, 5, 5, 2, 2};
   ck_assert_int_eq(r.out->shape.dim[0], 4);
   ck_assert_int_eq(r.out->shape.dim[1], 2);
@@ -440,9 +441,9 @@ START_TEST(tensors_beyond_message_limits) {
   for (int64_t i = 0; i < n; i++) p[i] = (float)(i % 1000003);
   ps_status st;
   ps_update u = {.name = "big", .op = PS_ASSIGN, .value = t};
-  ck_assert_msg(ps_client_update(C, 1, &u, 1, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_client_update(C, 1, &u, 1, &st), st);
   ps_update a = {.name = "big", .op = PS_ASSIGN_ADD, .value = t};
-  ck_assert_msg(ps_client_update(C, 1, &a, 1, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_client_update(C, 1, &a, 1, &st), st);
   ps_tensor *r = read1(1, "big", &st);
   ck_assert_msg(r != NULL, "%s", st.msg);
   float *q = ps_tensor_data(r);
@@ -502,7 +503,7 @@ START_TEST(safe_calls_retry_until_ps_is_up) {
   o.retry_initial_ms = 50;
   o.retry_max_ms = 500;
   c = ps_client_create(H.cluster, "ps", &o, &st);
-  ck_assert_msg(ps_client_status(c, 1, &ts, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_client_status(c, 1, &ts, &st), st);
   ck_assert_str_eq(ts.task, "ps/1");
   ps_client_destroy(c);
 }

@@ -27,6 +27,7 @@
 #include "harness.h"
 #include "paramserver/client.h"
 #include "ps.pb-c.h"
+#include "tests/support/assert.h"
 
 /* ---- one ps-server ---- */
 
@@ -229,7 +230,7 @@ static ps_client *client(void) {
 static void create_float(ps_client *c, const char *name, int64_t n) {
   ps_status st;
   ps_var_spec v = {.name = name, .dtype = PS_DT_FLOAT, .shape = {.rank = 1, .dim = {n}}};
-  ck_assert_msg(ps_client_create_vars(c, 0, &v, 1, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_client_create_vars(c, 0, &v, 1, &st), st);
 }
 
 static ps_tensor *ftensor(int64_t n, float fill) {
@@ -243,7 +244,7 @@ static ps_tensor *ftensor(int64_t n, float fill) {
 static void assign(ps_client *c, const char *name, const ps_tensor *t) {
   ps_status st;
   ps_update u = {.name = name, .op = PS_ASSIGN, .value = t};
-  ck_assert_msg(ps_client_update(c, 0, &u, 1, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_client_update(c, 0, &u, 1, &st), st);
 }
 
 static long long rss_of(pid_t pid) { return harness_rss(pid, NULL); }
@@ -492,7 +493,7 @@ START_TEST(port_zero_and_no_sharing) {
   free(out);
   ps_rpc_global_init();
   ps_status st;
-  ck_assert_msg(status_ok(&st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(status_ok(&st), st);
   ps_rpc_global_shutdown();
   srv_stop_ok();
   cleanup();
@@ -647,7 +648,7 @@ START_TEST(stream_timeout_response) {
   /* The server goes on serving. */
   ps_status st;
   ps_task_status ts;
-  ck_assert_msg(ps_client_status(c, 0, &ts, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_client_status(c, 0, &ts, &st), st);
   ps_client_destroy(c);
   ps_rpc_channel_destroy(ch);
   ps_rpc_global_shutdown();
@@ -677,7 +678,7 @@ START_TEST(stream_timeout_stopped_reader) {
   /* The ps goes on serving other clients. */
   ps_rpc_global_init();
   ps_status st;
-  ck_assert_msg(status_ok(&st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(status_ok(&st), st);
   ps_rpc_global_shutdown();
   srv_stop_ok();
   stop_child();
@@ -688,7 +689,7 @@ END_TEST
 static float read_first(ps_client *c, const char *name) {
   ps_status st;
   ps_read r = {.name = name};
-  ck_assert_msg(ps_client_read(c, 0, &r, 1, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_client_read(c, 0, &r, 1, &st), st);
   float v = ((float *)ps_tensor_data(r.out))[0];
   ps_tensor_destroy(r.out);
   return v;
@@ -875,7 +876,7 @@ START_TEST(sigterm_with_idle_connections_exits_at_once) {
   ps_client *c = client();
   ps_task_status ts;
   ps_status st;
-  ck_assert_msg(ps_client_status(c, 0, &ts, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_client_status(c, 0, &ts, &st), st);
   ck_assert(log_wait("serving on", 10000));
   int64_t t0 = now_ms();
   srv_stop_ok(); /* within 60 s */

@@ -21,6 +21,7 @@
 #include "paramserver/ops.h"
 #include "paramserver/optimizer.h"
 #include "paramserver/session.h"
+#include "tests/support/assert.h"
 
 static ps_harness H;
 static ps_client *C;
@@ -487,7 +488,7 @@ static void sleep_ms(int ms) {
 static int64_t ps0_rpcs(void) {
   ps_task_status ts;
   ps_status st;
-  ck_assert_msg(ps_client_status(C, 0, &ts, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_client_status(C, 0, &ts, &st), st);
   return ts.rpcs;
 }
 

@@ -14,6 +14,7 @@
 #include "paramserver/optimizer.h"
 #include "paramserver/partition.h"
 #include "paramserver/session.h"
+#include "tests/support/assert.h"
 
 static ps_harness H;
 static ps_client *C;
@@ -31,7 +32,7 @@ static float run_loss(ps_session *s, ps_feed *f, size_t nf, ps_node *loss, ps_no
   ps_status st;
   ps_tensor *out = NULL;
   int rc = ps_session_run(s, f, nf, &loss, 1, train ? &train : NULL, train ? 1 : 0, &out, &st);
-  ck_assert_msg(rc == 0, "%s", st.msg);
+  PS_ASSERT_OK(rc, st);
   float v = *(float *)ps_tensor_data(out);
   ps_tensor_destroy(out);
   return v;
@@ -133,7 +134,7 @@ START_TEST(mlp_loss_falls) {
                    ps_variable_device(w1));
   ps_node *init = ps_global_variables_initializer(g);
   ps_session *s = ps_session_create(g, C, &st);
-  ck_assert_msg(ps_session_run(s, NULL, 0, NULL, 0, &init, 1, NULL, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_session_run(s, NULL, 0, NULL, 0, &init, 1, NULL, &st), st);
   enum { B = 64 };
   ps_tensor *bx = ps_tensor_create(PS_DT_FLOAT, &(ps_shape){2, {B, 784}}, false);
   ps_tensor *bl = ps_tensor_create(PS_DT_INT64, &(ps_shape){1, {B}}, false);
@@ -195,7 +196,7 @@ START_TEST(partitioned_embedding_trains_with_sparse_updates) {
   ck_assert_msg(train != NULL, "%s", st.msg);
   ps_node *init = ps_global_variables_initializer(g);
   ps_session *s = ps_session_create(g, C, &st);
-  ck_assert_msg(ps_session_run(s, NULL, 0, NULL, 0, &init, 1, NULL, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_session_run(s, NULL, 0, NULL, 0, &init, 1, NULL, &st), st);
   /* full table before training */
   ps_node *parts[3] = {ps_variable_value(emb->parts[0]), ps_variable_value(emb->parts[1]),
                        ps_variable_value(emb->parts[2])};
@@ -253,7 +254,7 @@ START_TEST(initialized_value_times_two_on_another_ps) {
   ck_assert_int_ne(ps_variable_task(w), ps_variable_task(w2));
   ps_node *init = ps_global_variables_initializer(g);
   ps_session *s = ps_session_create(g, C, &st);
-  ck_assert_msg(ps_session_run(s, NULL, 0, NULL, 0, &init, 1, NULL, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_session_run(s, NULL, 0, NULL, 0, &init, 1, NULL, &st), st);
   ps_node *fetch[2] = {ps_variable_value(w), ps_variable_value(w2)};
   ps_tensor *out[2];
   ck_assert_int_eq(ps_session_run(s, NULL, 0, fetch, 2, NULL, 0, out, &st), 0);
@@ -291,7 +292,7 @@ START_TEST(embedding_lookup_mod_strategy_and_ps_ops) {
   memcpy(ps_tensor_data(tid), idv, sizeof idv);
   ps_feed f = {ids, tid};
   ps_tensor *got;
-  ck_assert_msg(ps_session_run(s, &f, 1, &rows, 1, NULL, 0, &got, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_session_run(s, &f, 1, &rows, 1, NULL, 0, &got, &st), st);
   for (int i = 0; i < 4; i++) {
     const float *src = (const float *)ps_tensor_data(p[idv[i] % 2]) + (idv[i] / 2) * 2;
     ck_assert(memcmp((float *)ps_tensor_data(got) + i * 2, src, 8) == 0);
@@ -339,7 +340,7 @@ static void train_small(ps_client *client, const ps_cluster *cluster, float *w_o
   ck_assert_int_eq(ps_variable_task(w), cluster ? 0 : -1);
   ps_node *init = ps_global_variables_initializer(g);
   ps_session *s = ps_session_create(g, client, &st);
-  ck_assert_msg(ps_session_run(s, NULL, 0, NULL, 0, &init, 1, NULL, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_session_run(s, NULL, 0, NULL, 0, &init, 1, NULL, &st), st);
   ps_tensor *bx = ps_tensor_create(PS_DT_FLOAT, &(ps_shape){2, {8, 3}}, false);
   ps_tensor *by = ps_tensor_create(PS_DT_FLOAT, &(ps_shape){2, {8, 1}}, false);
   unsigned seed = 21;

@@ -7,13 +7,13 @@
 set -uo pipefail
 PS_LAUNCH=${PS_LAUNCH:?}; PS_SERVER=${PS_SERVER:?}; PSCTL=${PSCTL:?}
 export PSCTL
-dir=$(mktemp -d /tmp/ps-launch-test-XXXXXX)
+source "$(dirname "$0")/../support/lib.sh"
+test_init launch-test
 # ps-launch puts its temporary spec under TMPDIR, so every process of a run
 # (ps-server, the worker script) names $dir on its command line.
 export TMPDIR=$dir
 export PS_TEST_DIR=$dir
 bg=()
-pass=0; fail=0
 
 # Processes of this run still alive: anything naming $dir, and the sleeps
 # the worker script recorded.  A zombie is dead (orphans wait for pid 1 to
@@ -35,47 +35,15 @@ leftovers() {
   fi
   echo "$out"
 }
-cleanup() {
-  # only children not reaped yet: a pid already waited for may belong to
-  # another process by now
-  for p in $(jobs -p); do kill -KILL "$p" 2>/dev/null; done
-  wait 2>/dev/null
+# ps-launch's children are not ours: the cleanup kills what is left of them
+test_cleanup_hook() {
   for p in $(leftovers); do kill -KILL "$p" 2>/dev/null; done
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-
-ok() { pass=$((pass + 1)); echo "ok: $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL: $1"; [ -n "${2:-}" ] && echo "$2" | sed 's/^/    /'; }
-# check NAME COND_COMMAND... ; on failure shows $show (a file) if set
-show=""
-check() {
-  local name=$1; shift
-  if "$@"; then ok "$name"; else bad "$name" "$( [ -n "$show" ] && cat $show)"; fi
 }
 has() { grep -qE -- "$2" "$1"; }
 contains() { [[ "$(cat "$1"; echo .)" == *"$2"* ]]; }
 rc_is() { [ "$1" = "$2" ]; }
-# wait_for FILE REGEX [SECONDS]: until a line of FILE matches
-wait_for() {
-  local i
-  for ((i = 0; i < ${3:-60} * 10; i++)); do
-    grep -qE -- "$2" "$1" 2>/dev/null && return 0
-    sleep 0.1
-  done
-  return 1
-}
 no_leftovers() { local l; l=$(leftovers); [ -z "$l" ] || { echo "left running:$l"; return 1; }; }
 launched_pid() { grep -oE "started $2 \(pid [0-9]+\)" "$1" | tail -1 | grep -oE '[0-9]+\)' | tr -d ')'; }
-# expect NAME WANT_RC WANT_SUBSTRING COMMAND...
-expect() {
-  local name=$1 want_rc=$2 want=$3; shift 3
-  local out rc
-  out=$("$@" 2>&1); rc=$?
-  if [ "$rc" != "$want_rc" ]; then bad "$name (exit $rc, want $want_rc)" "$out"; return; fi
-  if [[ "$out" != *"$want"* ]]; then bad "$name (missing '$want')" "$out"; return; fi
-  ok "$name"
-}
 # Foreground runs have a deadline; background ones are signalled directly
 # (their pid must be ps-launch's own) and killed by cleanup if need be.
 L() { timeout -k 10 180 "$PS_LAUNCH" "$@"; }
@@ -318,5 +286,4 @@ check "h: SIGHUP -> 129" rc_is "$rc" 129
 check "h: ps stopped" has "$dir/h.err" 'launch: ps/0 stopped \(exited with status 0\)'
 check "h: no process left" no_leftovers
 
-echo "$pass passed, $fail failed"
-[ "$fail" = 0 ]
+finish

@@ -27,6 +27,7 @@
 #include "common/bundle.h"
 #include "testdir.h"
 #include "paramserver/checkpoint.h"
+#include "tests/support/assert.h"
 
 
 static char *read_text(const char *path) {
@@ -81,9 +82,6 @@ static void assert_dir_has(const char *dir, const char *want) {
   free(got);
 }
 
-#define ASSERT_MSG_HAS(st, s)                                                            \
-  ck_assert_msg(strstr((st).msg, (s)) != NULL, "message \"%s\" lacks \"%s\"", (st).msg,  \
-                (s))
 
 /* Runs ps_ckpt_inspect into a string. */
 static char *inspect(const char *prefix, bool values, ps_status *st) {
@@ -229,7 +227,7 @@ START_TEST(state_round_trips_through_the_directory) {
   ps_status st = {0};
   ck_assert_int_eq(ps_ckpt_state_write(tmpdir, &s, &st), 0);
   ps_ckpt_state r;
-  ck_assert_msg(ps_ckpt_state_read(tmpdir, &r, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_ckpt_state_read(tmpdir, &r, &st), st);
   /* relative paths are joined with the directory, absolute ones kept */
   ck_assert_str_eq(r.model_checkpoint_path, tmp("sub dir/model \"3\""));
   ck_assert_uint_eq(r.num_paths, 3);
@@ -261,7 +259,7 @@ START_TEST(parses_tensorflow_written_state_files) {
       "all_model_checkpoint_paths: \"/tmp/saved_model_half_plus_two/00000123/export\"\n");
   ps_ckpt_state r;
   ps_status st = {0};
-  ck_assert_msg(ps_ckpt_state_read(tmpdir, &r, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_ckpt_state_read(tmpdir, &r, &st), st);
   ck_assert_str_eq(r.model_checkpoint_path,
                    "/tmp/saved_model_half_plus_two/00000123/export");
   ck_assert_uint_eq(r.num_paths, 1);
@@ -277,7 +275,7 @@ START_TEST(parses_tensorflow_written_state_files) {
                                 "all_model_checkpoint_timestamps: 1601612029.9504316\n"
                                 "all_model_checkpoint_timestamps: 1601613798.8340204\n"
                                 "last_preserved_timestamp: 1601611588.861176\n");
-  ck_assert_msg(ps_ckpt_state_read(tmpdir, &r, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_ckpt_state_read(tmpdir, &r, &st), st);
   ck_assert_str_eq(r.model_checkpoint_path, tmp("ckpt-12"));
   ck_assert_str_eq(r.all_model_checkpoint_paths[0], tmp("ckpt-11"));
   ck_assert_str_eq(r.all_model_checkpoint_paths[1], tmp("ckpt-12"));
@@ -359,27 +357,24 @@ START_TEST(state_errors_are_named) {
     ck_assert_int_eq(
         ps_ckpt_state_parse((const uint8_t *)bad[i].text, strlen(bad[i].text), &r, &st),
         PS_DATA_LOSS);
-    ASSERT_MSG_HAS(st, bad[i].msg);
+    PS_ASSERT_MSG_HAS(st, bad[i].msg);
     ck_assert_ptr_null(r.model_checkpoint_path);
     ck_assert_uint_eq(r.num_paths, 0);
     /* read names the file */
     write_text(tmp("checkpoint"), bad[i].text);
-    ck_assert_int_eq(ps_ckpt_state_read(tmpdir, &r, &st), PS_DATA_LOSS);
-    ASSERT_MSG_HAS(st, tmp("checkpoint"));
-    ASSERT_MSG_HAS(st, bad[i].msg);
+    PS_ASSERT_STATUS(ps_ckpt_state_read(tmpdir, &r, &st), st, PS_DATA_LOSS, tmp("checkpoint"));
+    PS_ASSERT_MSG_HAS(st, bad[i].msg);
   }
   ps_ckpt_state r;
   ps_status st = {0};
   /* no model_checkpoint_path: TensorFlow's ValueError */
   write_text(tmp("checkpoint"), "all_model_checkpoint_paths: \"a\"\n");
-  ck_assert_int_eq(ps_ckpt_state_read(tmpdir, &r, &st), PS_DATA_LOSS);
-  ASSERT_MSG_HAS(st, "Invalid checkpoint state loaded from");
+  PS_ASSERT_STATUS(ps_ckpt_state_read(tmpdir, &r, &st), st, PS_DATA_LOSS, "Invalid checkpoint state loaded from");
   /* no state file */
   TMP(empty, "empty");
   ck_assert_int_eq(mkdir(empty, 0755), 0);
-  ck_assert_int_eq(ps_ckpt_state_read(empty, &r, &st), PS_NOT_FOUND);
-  ASSERT_MSG_HAS(st, tmp("empty/checkpoint"));
-  ASSERT_MSG_HAS(st, "No such file");
+  PS_ASSERT_STATUS(ps_ckpt_state_read(empty, &r, &st), st, PS_NOT_FOUND, tmp("empty/checkpoint"));
+  PS_ASSERT_MSG_HAS(st, "No such file");
 
   /* bad states are not written */
   char *paths[] = {"a", "b"};
@@ -389,22 +384,19 @@ START_TEST(state_errors_are_named) {
                      .all_model_checkpoint_paths = paths,
                      .num_timestamps = 1,
                      .all_model_checkpoint_timestamps = ts};
-  ck_assert_int_eq(ps_ckpt_state_write(empty, &s, &st), PS_INVALID_ARGUMENT);
-  ASSERT_MSG_HAS(st, "got 2 paths and 1 timestamps");
+  PS_ASSERT_STATUS(ps_ckpt_state_write(empty, &s, &st), st, PS_INVALID_ARGUMENT, "got 2 paths and 1 timestamps");
   ck_assert_ptr_null(ps_ckpt_state_format(&s, NULL, &st));
   s.num_timestamps = 0;
   s.model_checkpoint_path = "";
-  ck_assert_int_eq(ps_ckpt_state_write(empty, &s, &st), PS_INVALID_ARGUMENT);
-  ASSERT_MSG_HAS(st, "empty model_checkpoint_path");
+  PS_ASSERT_STATUS(ps_ckpt_state_write(empty, &s, &st), st, PS_INVALID_ARGUMENT, "empty model_checkpoint_path");
   s.model_checkpoint_path = "./checkpoint";
   ck_assert_int_eq(ps_ckpt_state_write(empty, &s, &st), PS_INVALID_ARGUMENT);
-  ASSERT_MSG_HAS(
+  PS_ASSERT_MSG_HAS(
       st, "Save path './checkpoint' conflicts with path used for checkpoint state");
   assert_dir_has(empty, "");
   /* a directory that does not exist */
   s.model_checkpoint_path = "b";
-  ck_assert_int_eq(ps_ckpt_state_write(tmp("nonexistent"), &s, &st), PS_NOT_FOUND);
-  ASSERT_MSG_HAS(st, tmp("nonexistent/checkpoint.tmp"));
+  PS_ASSERT_STATUS(ps_ckpt_state_write(tmp("nonexistent"), &s, &st), st, PS_NOT_FOUND, tmp("nonexistent/checkpoint.tmp"));
 }
 END_TEST
 
@@ -419,7 +411,7 @@ static void write_state_a(const char *dir) {
                      .num_paths = 1,
                      .all_model_checkpoint_paths = paths};
   ps_status st = {0};
-  ck_assert_msg(ps_ckpt_state_write(dir, &s, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_ckpt_state_write(dir, &s, &st), st);
 }
 
 /* A state long enough to cross the file size limit set below. */
@@ -449,10 +441,9 @@ START_TEST(failed_write_keeps_the_previous_state) {
   ps_status st = {0};
   int rc = write_state_b(tmpdir, &st);
   ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &old), 0);
-  ck_assert_int_eq(rc, PS_OUT_OF_RANGE);
-  ASSERT_MSG_HAS(st, "writing");
-  ASSERT_MSG_HAS(st, tmp("checkpoint.tmp"));
-  ASSERT_MSG_HAS(st, "File too large");
+  PS_ASSERT_STATUS(rc, st, PS_OUT_OF_RANGE, "writing");
+  PS_ASSERT_MSG_HAS(st, tmp("checkpoint.tmp"));
+  PS_ASSERT_MSG_HAS(st, "File too large");
   assert_file_text(tmp("checkpoint"), state_a);
   assert_dir_has(tmpdir, "checkpoint");
   /* and a later write succeeds */
@@ -472,8 +463,8 @@ START_TEST(failed_rename_leaves_no_temporary) {
   write_text(tmp("sub/checkpoint/x"), "x");
   ps_status st = {0};
   ck_assert_int_ne(write_state_b(sub, &st), 0);
-  ASSERT_MSG_HAS(st, "renaming");
-  ASSERT_MSG_HAS(st, tmp("sub/checkpoint.tmp"));
+  PS_ASSERT_MSG_HAS(st, "renaming");
+  PS_ASSERT_MSG_HAS(st, tmp("sub/checkpoint.tmp"));
   assert_dir_has(sub, "checkpoint");
   assert_dir_has(tmp("sub/checkpoint"), "x");
 }
@@ -491,8 +482,7 @@ START_TEST(read_only_directory_keeps_the_previous_state) {
     return;
   }
   ps_status st = {0};
-  ck_assert_int_eq(write_state_b(tmpdir, &st), PS_PERMISSION_DENIED);
-  ASSERT_MSG_HAS(st, "Permission denied");
+  PS_ASSERT_STATUS(write_state_b(tmpdir, &st), st, PS_PERMISSION_DENIED, "Permission denied");
   chmod(tmpdir, 0755);
   assert_file_text(tmp("checkpoint"), state_a);
   assert_dir_has(tmpdir, "checkpoint");
@@ -509,10 +499,9 @@ START_TEST(latest_checkpoint_like_tensorflow) {
   ck_assert_ptr_null(p);
   char want[1200];
   snprintf(want, sizeof want, "no checkpoint in %s", tmpdir);
-  ASSERT_MSG_HAS(st, want);
+  PS_ASSERT_MSG_HAS(st, want);
   /* a directory that does not exist */
-  ck_assert_int_eq(ps_latest_checkpoint(tmp("nope"), &p, &st), PS_NOT_FOUND);
-  ASSERT_MSG_HAS(st, "no checkpoint in");
+  PS_ASSERT_STATUS(ps_latest_checkpoint(tmp("nope"), &p, &st), st, PS_NOT_FOUND, "no checkpoint in");
   /* a state naming a checkpoint whose index is gone */
   write_text(tmp("checkpoint"), "model_checkpoint_path: \"model.ckpt-5\"\n"
                                 "all_model_checkpoint_paths: \"model.ckpt-5\"\n");
@@ -523,7 +512,7 @@ START_TEST(latest_checkpoint_like_tensorflow) {
   ck_assert_str_eq(st.msg, want);
   /* relative: joined with the directory */
   write_text(tmp("model.ckpt-5.index"), "");
-  ck_assert_msg(ps_latest_checkpoint(tmpdir, &p, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_latest_checkpoint(tmpdir, &p, &st), st);
   ck_assert_str_eq(p, tmp("model.ckpt-5"));
   free(p);
   /* relative with a subdirectory */
@@ -543,8 +532,7 @@ START_TEST(latest_checkpoint_like_tensorflow) {
   free(p);
   /* unparsable */
   write_text(tmp("checkpoint"), "model_checkpoint_path: \"x");
-  ck_assert_int_eq(ps_latest_checkpoint(tmpdir, &p, &st), PS_DATA_LOSS);
-  ASSERT_MSG_HAS(st, "unterminated string");
+  PS_ASSERT_STATUS(ps_latest_checkpoint(tmpdir, &p, &st), st, PS_DATA_LOSS, "unterminated string");
   ck_assert_ptr_null(p);
 }
 END_TEST
@@ -775,8 +763,7 @@ START_TEST(retention_errors) {
   ps_status st = {0};
   ps_ckpt_manager_options opt = {.max_to_keep = -1};
   ck_assert_ptr_null(ps_ckpt_manager_create(tmpdir, &opt, 1e9, &st));
-  ck_assert_int_eq(st.code, PS_INVALID_ARGUMENT);
-  ASSERT_MSG_HAS(st, "max_to_keep -1 must be >= 0");
+  PS_ASSERT_STATUS(st.code, st, PS_INVALID_ARGUMENT, "max_to_keep -1 must be >= 0");
   ck_assert_ptr_null(ps_ckpt_manager_create("", NULL, 1e9, &st));
   ck_assert_int_eq(st.code, PS_INVALID_ARGUMENT);
   ps_ckpt_manager *m = ps_ckpt_manager_create(tmpdir, NULL, 1e9, &st);
@@ -784,7 +771,7 @@ START_TEST(retention_errors) {
   /* not in the managed directory */
   ck_assert_int_eq(ps_ckpt_manager_add(m, "/elsewhere/model.ckpt-1", 1e9, &st),
                    PS_INVALID_ARGUMENT);
-  ASSERT_MSG_HAS(st,
+  PS_ASSERT_MSG_HAS(st,
                  "checkpoint /elsewhere/model.ckpt-1 is not in the managed directory");
   ck_assert_int_eq(ps_ckpt_manager_add(m, tmp("sub/model.ckpt-1"), 1e9, &st),
                    PS_INVALID_ARGUMENT);
@@ -792,7 +779,7 @@ START_TEST(retention_errors) {
   /* the state file's own name */
   ck_assert_int_eq(ps_ckpt_manager_add(m, tmp("checkpoint"), 1e9, &st),
                    PS_INVALID_ARGUMENT);
-  ASSERT_MSG_HAS(st, "conflicts with path used for checkpoint state");
+  PS_ASSERT_MSG_HAS(st, "conflicts with path used for checkpoint state");
   assert_dir_has(tmpdir, "");
   /* a failed state write changes nothing */
   add_ok(m, "model.ckpt-1", 1e9 + 1);
@@ -802,13 +789,13 @@ START_TEST(retention_errors) {
   write_text(tmp("checkpoint/x"), "x");
   make_ckpt("model.ckpt-2");
   ck_assert_int_ne(ps_ckpt_manager_add(m, tmp("model.ckpt-2"), 1e9 + 2, &st), 0);
-  ASSERT_MSG_HAS(st, "renaming");
+  PS_ASSERT_MSG_HAS(st, "renaming");
   ck_assert_uint_eq(ps_ckpt_manager_count(m), 1);
   ck_assert_str_eq(ps_ckpt_manager_latest(m), tmp("model.ckpt-1"));
   ps_ckpt_manager_destroy(m);
   /* a state file that is a directory cannot be read */
   ck_assert_ptr_null(ps_ckpt_manager_create(tmpdir, NULL, 1e9, &st));
-  ASSERT_MSG_HAS(st, tmp("checkpoint"));
+  PS_ASSERT_MSG_HAS(st, tmp("checkpoint"));
 }
 END_TEST
 
@@ -872,26 +859,22 @@ END_TEST
 START_TEST(inspect_errors_name_the_file) {
   ps_status st = {0};
   char *out = inspect(tmp("missing"), false, &st);
-  ck_assert_int_eq(st.code, PS_NOT_FOUND);
-  ASSERT_MSG_HAS(st, tmp("missing.index"));
+  PS_ASSERT_STATUS(st.code, st, PS_NOT_FOUND, tmp("missing.index"));
   ck_assert_str_eq(out, "");
   free(out);
   /* given the index file instead of the prefix */
   out = inspect(tfdata("counter/variables.index"), false, &st);
-  ck_assert_int_eq(st.code, PS_NOT_FOUND);
-  ASSERT_MSG_HAS(st, "variables.index.index");
-  ASSERT_MSG_HAS(st, "give the checkpoint prefix");
+  PS_ASSERT_STATUS(st.code, st, PS_NOT_FOUND, "variables.index.index");
+  PS_ASSERT_MSG_HAS(st, "give the checkpoint prefix");
   free(out);
   /* a directory without checkpoints */
   out = inspect(tmpdir, false, &st);
-  ck_assert_int_eq(st.code, PS_NOT_FOUND);
-  ASSERT_MSG_HAS(st, "no checkpoint in");
+  PS_ASSERT_STATUS(st.code, st, PS_NOT_FOUND, "no checkpoint in");
   free(out);
   /* a corrupt index */
   write_text(tmp("bad.index"), "not a table");
   out = inspect(tmp("bad"), false, &st);
-  ck_assert_int_eq(st.code, PS_DATA_LOSS);
-  ASSERT_MSG_HAS(st, tmp("bad.index"));
+  PS_ASSERT_STATUS(st.code, st, PS_DATA_LOSS, tmp("bad.index"));
   free(out);
   /* a missing data file: the lines before the failing value stay */
   ps_bundle_writer *w = ps_bundle_writer_create(tmp("nodata"), &st);
@@ -904,8 +887,7 @@ START_TEST(inspect_errors_name_the_file) {
   ck_assert_int_eq(unlink(tmp("nodata.data-00000-of-00001")), 0);
   assert_inspect(tmp("nodata"), false, "v (DT_FLOAT) []\n");
   out = inspect(tmp("nodata"), true, &st);
-  ck_assert_int_eq(st.code, PS_NOT_FOUND);
-  ASSERT_MSG_HAS(st, tmp("nodata.data-00000-of-00001"));
+  PS_ASSERT_STATUS(st.code, st, PS_NOT_FOUND, tmp("nodata.data-00000-of-00001"));
   ck_assert_str_eq(out, "v (DT_FLOAT) []\n");
   free(out);
 }
@@ -961,7 +943,7 @@ START_TEST(inspect_values_like_numpy) {
   free(table);
   uint64_t big = UINT64_MAX;
   add_tensor(w, "u64", PS_DT_UINT64, (ps_shape){1, {1}}, &big);
-  ck_assert_msg(ps_bundle_writer_finish(w, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_bundle_writer_finish(w, &st), st);
   ps_bundle_writer_destroy(w);
 
   assert_inspect(prefix, false,
@@ -1032,9 +1014,9 @@ static void assert_refused(const char *root, const char *prefix, int code,
   ps_status st = {0};
   ck_assert_int_eq(ps_ckpt_path_confined(root, prefix, out, sizeof out, &st), code);
   ck_assert_int_eq(st.code, code);
-  ASSERT_MSG_HAS(st, msg);
-  if (prefix[0]) ASSERT_MSG_HAS(st, prefix);
-  if (root[0]) ASSERT_MSG_HAS(st, root);
+  PS_ASSERT_MSG_HAS(st, msg);
+  if (prefix[0]) PS_ASSERT_MSG_HAS(st, prefix);
+  if (root[0]) PS_ASSERT_MSG_HAS(st, root);
   ck_assert_str_eq(out, "untouched");
 }
 
@@ -1085,7 +1067,7 @@ START_TEST(path_confinement) {
   ps_status st = {0};
   ck_assert_int_eq(ps_ckpt_path_confined(root, "model", small, sizeof small, &st),
                    PS_INVALID_ARGUMENT);
-  ASSERT_MSG_HAS(st, "more than the 7 allowed");
+  PS_ASSERT_MSG_HAS(st, "more than the 7 allowed");
 }
 END_TEST
 

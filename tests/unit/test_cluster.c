@@ -14,6 +14,7 @@
 
 #include "common/cluster.h"
 #include "testdir.h"
+#include "tests/support/assert.h"
 
 
 static const char *tmp_path(const char *name) {
@@ -60,9 +61,6 @@ static ps_cluster *parse(const char *json, ps_status *st) {
   return ps_cluster_parse(json, strlen(json), "/tmp/c.json", st);
 }
 
-#define ck_assert_msg_has(st, needle)                                                    \
-  ck_assert_msg(strstr((st).msg, (needle)) != NULL, "message \"%s\" lacks \"%s\"",       \
-                (st).msg, (needle))
 
 /* @json must fail to parse with @code and a message holding @needle. */
 static void parse_fails_code(const char *json, int code, const char *needle) {
@@ -70,7 +68,7 @@ static void parse_fails_code(const char *json, int code, const char *needle) {
   ps_cluster *c = parse(json, &st);
   ck_assert_msg(c == NULL, "parsed: %s", json);
   ck_assert_int_eq(st.code, code);
-  ck_assert_msg_has(st, needle);
+  PS_ASSERT_MSG_HAS(st, needle);
 }
 
 static void parse_fails(const char *json, const char *needle) {
@@ -82,8 +80,7 @@ static void tf_config_fails(const char *json, const char *needle) {
   ps_task_id self;
   ps_cluster *c = ps_cluster_from_tf_config(json, &self, &st);
   ck_assert_msg(c == NULL, "accepted TF_CONFIG: %s", json);
-  ck_assert_int_eq(st.code, PS_INVALID_ARGUMENT);
-  ck_assert_msg_has(st, needle);
+  PS_ASSERT_STATUS(st.code, st, PS_INVALID_ARGUMENT, needle);
 }
 
 /* ---- parsing ------------------------------------------------------------ */
@@ -218,7 +215,7 @@ START_TEST(test_parse_errors) {
     const char nul[] = "{\"ps\":\n [\"a:1\"]\0}";
     ps_status st = {0};
     ck_assert_ptr_null(ps_cluster_parse(nul, sizeof nul - 1, "x", &st));
-    ck_assert_msg_has(st, "cluster spec x: invalid JSON at line 2: NUL byte");
+    PS_ASSERT_MSG_HAS(st, "cluster spec x: invalid JSON at line 2: NUL byte");
   }
   {
     char deep[200];
@@ -299,9 +296,9 @@ END_TEST
 START_TEST(test_parse_error_origin) {
   ps_status st = {0};
   ck_assert_ptr_null(ps_cluster_parse("[]", 2, NULL, &st));
-  ck_assert_msg_has(st, "cluster spec (string): top level must be");
+  PS_ASSERT_MSG_HAS(st, "cluster spec (string): top level must be");
   ck_assert_ptr_null(ps_cluster_parse(NULL, 0, "o", &st));
-  ck_assert_msg_has(st, "cluster spec o: invalid JSON at line 1");
+  PS_ASSERT_MSG_HAS(st, "cluster spec o: invalid JSON at line 1");
   /* a NULL status is allowed */
   ck_assert_ptr_null(ps_cluster_parse("[]", 2, "o", NULL));
   /* an enormous bad address is cut short in the message */
@@ -310,7 +307,7 @@ START_TEST(test_parse_error_origin) {
   memset(big + 9, 'a', 4000);
   strcpy(big + 4009, "\"]}");
   ck_assert_ptr_null(parse(big, &st));
-  ck_assert_msg_has(st, "...\" is not host:port");
+  PS_ASSERT_MSG_HAS(st, "...\" is not host:port");
   ck_assert_uint_lt(strlen(st.msg), 300);
 }
 END_TEST
@@ -360,7 +357,7 @@ START_TEST(test_load_file_errors) {
   ck_assert_ptr_null(ps_cluster_load_file(bad, &st));
   ck_assert_int_eq(st.code, PS_INVALID_ARGUMENT);
   snprintf(want, sizeof want, "cluster spec %s: invalid JSON at line 4: ", bad);
-  ck_assert_msg_has(st, want);
+  PS_ASSERT_MSG_HAS(st, want);
 
   const char *nohost = write_tmp("nohost.json", "{\"ps\": [\"localhost\"]}");
   ck_assert_ptr_null(ps_cluster_load_file(nohost, &st));
@@ -370,14 +367,13 @@ START_TEST(test_load_file_errors) {
 
   const char *empty = write_tmp("empty.json", "");
   ck_assert_ptr_null(ps_cluster_load_file(empty, &st));
-  ck_assert_msg_has(st, "invalid JSON at line 1: unexpected end of data");
+  PS_ASSERT_MSG_HAS(st, "invalid JSON at line 1: unexpected end of data");
 
   if (geteuid() != 0) { /* root reads anything */
     const char *locked = write_tmp("locked.json", "{\"ps\": [\"a:1\"]}");
     ck_assert_int_eq(chmod(locked, 0), 0);
     ck_assert_ptr_null(ps_cluster_load_file(locked, &st));
-    ck_assert_int_eq(st.code, PS_PERMISSION_DENIED);
-    ck_assert_msg_has(st, "cannot open: Permission denied");
+    PS_ASSERT_STATUS(st.code, st, PS_PERMISSION_DENIED, "cannot open: Permission denied");
   }
 }
 END_TEST
@@ -426,7 +422,7 @@ START_TEST(test_write_file) {
   ck_assert_int_eq(mkdir(tmp_path("sub/x"), 0755), 0);
   ck_assert_int_eq(write_tmp("sub/x/f", "") != NULL, 1);
   ck_assert_int_ne(ps_cluster_write_file(c, tmp_path("sub/x"), &st), 0);
-  ck_assert_msg_has(st, "cannot rename: ");
+  PS_ASSERT_MSG_HAS(st, "cannot rename: ");
   ck_assert_int_eq(count_dir_entries(tmp_path("sub")), 1);
   ps_cluster_destroy(c);
 }
@@ -467,7 +463,7 @@ START_TEST(test_limits) {
   ck_assert_ptr_nonnull(s);
   memset(s, ' ', n);
   ck_assert_ptr_null(ps_cluster_parse(s, n, "huge", &st));
-  ck_assert_msg_has(st, "cluster spec huge: too large (16777217 bytes, max "
+  PS_ASSERT_MSG_HAS(st, "cluster spec huge: too large (16777217 bytes, max "
                         "16777216)");
   free(s);
   const char *huge = tmp_path("huge.json");
@@ -476,14 +472,12 @@ START_TEST(test_limits) {
   ck_assert_int_eq(ftruncate(fileno(f), (off_t)n), 0);
   fclose(f);
   ck_assert_ptr_null(ps_cluster_load_file(huge, &st));
-  ck_assert_int_eq(st.code, PS_INVALID_ARGUMENT);
-  ck_assert_msg_has(st, "too large (more than 16777216 bytes)");
+  PS_ASSERT_STATUS(st.code, st, PS_INVALID_ARGUMENT, "too large (more than 16777216 bytes)");
 
   /* NULL arguments */
   ck_assert_ptr_null(ps_cluster_load_file(NULL, &st));
   ck_assert_str_eq(st.msg, "cluster spec (string): no path given");
-  ck_assert_int_eq(ps_cluster_write_file(NULL, tmp_path("x"), &st), PS_INVALID_ARGUMENT);
-  ck_assert_msg_has(st, "nothing to write");
+  PS_ASSERT_STATUS(ps_cluster_write_file(NULL, tmp_path("x"), &st), st, PS_INVALID_ARGUMENT, "nothing to write");
 }
 END_TEST
 
@@ -515,7 +509,7 @@ START_TEST(test_set_address) {
                            "host:port");
   ck_assert_int_eq(ps_cluster_set_address(c, "ps", 1, "h:70000", &st),
                    PS_INVALID_ARGUMENT);
-  ck_assert_msg_has(st, "has a bad port");
+  PS_ASSERT_MSG_HAS(st, "has a bad port");
   ck_assert_int_eq(ps_cluster_set_address(c, "ps", 2, "h:1", &st), PS_NOT_FOUND);
   ck_assert_str_eq(st.msg, "cluster: no task ps/2 (job ps has 2 tasks)");
   ck_assert_int_eq(ps_cluster_set_address(c, "ps", -1, "h:1", &st), PS_NOT_FOUND);
@@ -676,8 +670,7 @@ static void slurm_fails(const char *jobs, int port_base, const char *needle) {
   ps_status st = {0};
   ps_task_id self;
   ck_assert_ptr_null(ps_cluster_from_slurm(jobs, port_base, &self, &st));
-  ck_assert_int_eq(st.code, PS_INVALID_ARGUMENT);
-  ck_assert_msg_has(st, needle);
+  PS_ASSERT_STATUS(st.code, st, PS_INVALID_ARGUMENT, needle);
 }
 
 /* "a:1 b:2 ..." for job @job, to compare in one assertion. */
@@ -911,12 +904,11 @@ START_TEST(test_resolve_file) {
            path);
   ck_assert_str_eq(st.msg, want);
   ck_assert_ptr_null(ps_cluster_resolve(path, NULL, 0, &self, &st));
-  ck_assert_msg_has(st, "needs --job NAME and --task N");
+  PS_ASSERT_MSG_HAS(st, "needs --job NAME and --task N");
   ck_assert_ptr_null(ps_cluster_resolve(path, "ps", -1, &self, &st));
-  ck_assert_msg_has(st, "needs --job NAME and --task N");
+  PS_ASSERT_MSG_HAS(st, "needs --job NAME and --task N");
   ck_assert_ptr_null(ps_cluster_resolve(tmp_path("none.json"), "ps", 0, &self, &st));
-  ck_assert_int_eq(st.code, PS_NOT_FOUND);
-  ck_assert_msg_has(st, "cannot open: No such file or directory");
+  PS_ASSERT_STATUS(st.code, st, PS_NOT_FOUND, "cannot open: No such file or directory");
 }
 END_TEST
 
@@ -981,7 +973,7 @@ START_TEST(test_resolve_slurm) {
   unsetenv("PS_SLURM_PORT_BASE");
   unsetenv("SLURM_STEP_NODELIST");
   ck_assert_ptr_null(ps_cluster_resolve(NULL, NULL, -1, &self, &st));
-  ck_assert_msg_has(st, "SLURM_STEP_NODELIST not found in environment");
+  PS_ASSERT_MSG_HAS(st, "SLURM_STEP_NODELIST not found in environment");
 }
 END_TEST
 

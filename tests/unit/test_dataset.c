@@ -19,6 +19,7 @@
 #include "paramserver/optimizer.h"
 #include "paramserver/session.h"
 #include "testdir.h"
+#include "tests/support/assert.h"
 
 /* ---- helpers ---- */
 
@@ -97,7 +98,7 @@ static void expect_idx_error(const char *path, int code, const char *what) {
 static ps_tensor *load_ok(const char *path) {
   ps_tensor *t = NULL;
   ps_status st;
-  ck_assert_msg(ps_idx_load(path, &t, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_idx_load(path, &t, &st), st);
   ck_assert_ptr_nonnull(t);
   return t;
 }
@@ -500,14 +501,14 @@ START_TEST(mlp_learns_synthetic_fashion_mnist) {
   ps_dataset_iter *it = ps_dataset_iter_create(&train, &o, &st);
   ps_dataset b = {0};
   for (int step = 0; step < 300; step++) {
-    ck_assert_msg(ps_dataset_iter_next(it, &b, &st) == 0, "%s", st.msg);
+    PS_ASSERT_OK(ps_dataset_iter_next(it, &b, &st), st);
     ps_feed f[2] = {{x, b.x}, {labels, b.y}};
     ck_assert_msg(ps_session_run(s, f, 2, NULL, 0, &train_op, 1, NULL, &st) == 0, "%s",
                   st.msg);
   }
   ps_feed f[2] = {{x, test.x}, {labels, test.y}};
   ps_tensor *out = NULL;
-  ck_assert_msg(ps_session_run(s, f, 2, &acc, 1, NULL, 0, &out, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_session_run(s, f, 2, &acc, 1, NULL, 0, &out, &st), st);
   float a = *(float *)ps_tensor_data(out);
   fprintf(stderr, "MLP on synthetic Fashion-MNIST: test accuracy %.3f after 300 steps\n",
           a);
@@ -608,7 +609,7 @@ START_TEST(linreg_matches_its_model) {
   ps_dataset d = {0};
   double w[D], b;
   ps_status st;
-  ck_assert_msg(ps_dataset_linreg(N, D, 7, &d, w, &b, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_dataset_linreg(N, D, 7, &d, w, &b, &st), st);
   ck_assert_int_eq(d.n, N);
   ck_assert_int_eq(d.x->dtype, PS_DT_FLOAT);
   ck_assert_int_eq(d.x->shape.rank, 2);
@@ -658,7 +659,7 @@ START_TEST(ctr_ids_labels_and_learnability) {
   enum { N = 30000, NTRAIN = 24000, V = 500, F = 6, K = PS_DATASET_CTR_DENSE };
   ps_dataset d = {0};
   ps_status st;
-  ck_assert_msg(ps_dataset_ctr(N, V, F, 3, &d, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_dataset_ctr(N, V, F, 3, &d, &st), st);
   ck_assert_int_eq(d.n, N);
   ck_assert_ptr_null(d.x);
   ck_assert_int_eq(d.ids->dtype, PS_DT_INT64);
@@ -805,7 +806,7 @@ static int64_t *pull(ps_dataset_iter *it, int nbatches, int64_t bs) {
   ps_dataset b = {0};
   ps_status st;
   for (int k = 0; k < nbatches; k++) {
-    ck_assert_msg(ps_dataset_iter_next(it, &b, &st) == 0, "%s", st.msg);
+    PS_ASSERT_OK(ps_dataset_iter_next(it, &b, &st), st);
     ck_assert_int_eq(b.n, bs);
     for (int64_t i = 0; i < bs; i++) {
       int64_t id = ((int64_t *)ps_tensor_data(b.y))[i];

@@ -11,6 +11,7 @@
 #include "paramserver/ops.h"
 #include "paramserver/session.h"
 #include "worker/graph_internal.h" /* sparse_indices, sparse_dense_shape */
+#include "tests/support/assert.h"
 
 #define D(...) ((const int64_t[]){__VA_ARGS__})
 #define V(...) ((const double[]){__VA_ARGS__})
@@ -443,7 +444,7 @@ END_TEST
 static ps_tensor *fetch(ps_session *s, ps_node *n) {
   ps_tensor *out = NULL;
   ps_status st;
-  ck_assert_msg(ps_session_run(s, NULL, 0, &n, 1, NULL, 0, &out, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_session_run(s, NULL, 0, &n, 1, NULL, 0, &out, &st), st);
   return out;
 }
 
@@ -669,10 +670,10 @@ static void mlp_grads(ps_dtype dt, double out[3][15]) {
              ps_reduce_sum(ps_log_softmax(ps_tanh(s)), PS_ALL_AXES, false));
   ps_node *xs[3] = {w1, b1, w2}, *dx[3];
   ps_status st;
-  ck_assert_msg(ps_gradients(g, loss, xs, 3, dx, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_gradients(g, loss, xs, 3, dx, &st), st);
   ps_session *sess = ps_session_create(g, NULL, &st);
   ps_tensor *t[3];
-  ck_assert_msg(ps_session_run(sess, NULL, 0, dx, 3, NULL, 0, t, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_session_run(sess, NULL, 0, dx, 3, NULL, 0, t, &st), st);
   for (int i = 0; i < 3; i++) {
     ck_assert_int_eq(t[i]->dtype, dt);
     for (int64_t k = 0; k < ps_tensor_num_elements(t[i]); k++)

@@ -10,6 +10,7 @@
 
 #include "common/init.h"
 #include "common/philox.h"
+#include "tests/support/assert.h"
 
 #define SHAPE(...)                                                             \
   mkshape((int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)),           \
@@ -532,7 +533,7 @@ START_TEST(test_partition_independence) {
         int rc =
             ps_init_fill(&s, "part/v", dtypes[d], &shape, cuts[c][0],
                          cuts[c][1], parts + (size_t)cuts[c][0] * esz, &st);
-        ck_assert_msg(rc == 0, "%s", st.msg);
+        PS_ASSERT_OK(rc, st);
       }
       ck_assert_msg(memcmp(whole, parts, (size_t)n * esz) == 0,
                     "%s on %s differs when filled in parts",
