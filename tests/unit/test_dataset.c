@@ -1,4 +1,4 @@
-/* Unit tests for worker/dataset.c: IDX files (plain and gzip, every dtype,
+/* Unit tests for worker/data/dataset.c: IDX files (plain and gzip, every dtype,
  * every corruption a user can meet, with the file named in the error),
  * Fashion-MNIST (the real files when installed, the synthetic fallback
  * when not, corrupt files refused), the synthetic regression and

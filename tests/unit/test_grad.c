@@ -1,4 +1,4 @@
-/* Unit tests of worker/grad.c: every differentiable op's gradient against
+/* Unit tests of worker/ops/grad.c: every differentiable op's gradient against
  * central finite differences (in double precision, inputs fed to
  * placeholders, run by a session), and the sparse gradients of gathers. */
 #include <check.h>
@@ -10,7 +10,7 @@
 #include "paramserver/graph.h"
 #include "paramserver/ops.h"
 #include "paramserver/session.h"
-#include "worker/graph_internal.h" /* sparse_indices, sparse_dense_shape */
+#include "worker/graph/node.h" /* sparse_indices, sparse_dense_shape */
 #include "tests/support/assert.h"
 
 #define D(...) ((const int64_t[]){__VA_ARGS__})

@@ -1,4 +1,4 @@
-/* Unit tests of worker/ops.c: forward values of every op against numbers
+/* Unit tests of worker/ops/ops.c: forward values of every op against numbers
  * computed by hand, static shape inference, and the error texts. */
 #include <check.h>
 #include <math.h>

@@ -40,7 +40,7 @@ ps_node *ps_square(ps_node *x);
 /* Reverse-mode gradients of the scalar @y with respect to @xs (dy = 1).
  * dxs[i] is NULL when y does not depend on xs[i].  A gradient reaching a
  * variable's value only through gathers is sparse: its node has
- * sparse_indices set (see graph_internal.h).  Gradients of several paths
+ * sparse_indices set (see worker/graph/node.h).  Gradients of several paths
  * are summed (sparse + sparse stays sparse by concatenation). */
 int ps_gradients(ps_graph *g, ps_node *y, ps_node *const *xs, size_t n,
                  ps_node **dxs, ps_status *st);

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "graph_internal.h"
+#include "node.h"
 #include "graph_priv.h"
 
 const ps_op_def ps_op_variable_def_ = {"VariableV2", PS_OPK_NOOP, NULL, NULL};

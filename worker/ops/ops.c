@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "graph_internal.h"
+#include "graph/node.h"
 #include "ops_internal.h"
 
 /* ---- shapes, dtypes and messages ---- */

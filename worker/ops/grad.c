@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "graph_internal.h"
+#include "graph/node.h"
 #include "ops_internal.h"
 
 static bool fully_known(const ps_shape *s) {

@@ -8,7 +8,7 @@
 #ifndef PS_OPS_INTERNAL_H
 #define PS_OPS_INTERNAL_H
 
-#include "graph_internal.h"
+#include "graph/node.h"
 
 /* ---- helper ops (ops.c) ---- */
 ps_node *ps_identity_(ps_node *x);

@@ -20,8 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "graph_internal.h"
-#include "graph_priv.h"
+#include "graph/node.h"
+#include "graph/graph_priv.h"
 #include "common/kernels.h"
 #include "common/variable.h"
 

@@ -21,8 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "graph_internal.h"
-#include "graph_priv.h"
+#include "graph/node.h"
+#include "graph/graph_priv.h"
 
 struct ps_optimizer {
   int op; /* PS_APPLY_* */

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "graph_internal.h"
+#include "node.h"
 #include "graph_priv.h"
 #include "paramserver/partition.h"
 

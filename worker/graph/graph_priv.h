@@ -2,7 +2,7 @@
 #ifndef PS_GRAPH_PRIV_H
 #define PS_GRAPH_PRIV_H
 
-#include "graph_internal.h"
+#include "node.h"
 
 #define PS_MAX_SCOPE 64
 #define PS_MAX_CTX 256

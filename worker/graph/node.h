@@ -7,8 +7,8 @@
  * gather carries `sparse_indices` (the node giving the row indices) and
  * `sparse_dense_shape` (the shape of the dense tensor it stands for); its
  * own output is the rows. */
-#ifndef PS_GRAPH_INTERNAL_H
-#define PS_GRAPH_INTERNAL_H
+#ifndef PS_WORKER_GRAPH_NODE_H
+#define PS_WORKER_GRAPH_NODE_H
 
 #include "common/device.h"
 #include "common/init.h"

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "graph_internal.h"
+#include "node.h"
 #include "graph_priv.h"
 
 int ps_partitioner_num_parts(const ps_partitioner *p, ps_dtype dtype,

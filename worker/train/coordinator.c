@@ -8,8 +8,8 @@
 #include <time.h>
 
 #include "common/log.h"
-#include "graph_internal.h"
-#include "graph_priv.h"
+#include "graph/node.h"
+#include "graph/graph_priv.h"
 #include "paramserver/coordinator.h"
 
 const char *ps_coordinator_outcome_name(ps_coordinator_outcome o) {
