@@ -8,7 +8,9 @@
 # - gRPC headers appear in common/rpc.c alone (benchmarks excepted);
 # - no meson.build compiles another folder's sources or puts ".." on the
 #   include path;
-# - public headers include only each other and system headers.
+# - public headers include only each other and system headers;
+# - a folder's private headers (*_priv.h, *_internal.h) are included only
+#   by the files of that folder (worker/graph/graph_priv.h by worker/graph/).
 # Prints each violation as FILE:LINE: why, and exits 1 if there is any.
 set -uo pipefail
 root=${1:-$(cd "$(dirname "$0")/.." && pwd)}
@@ -40,6 +42,16 @@ check_includes() { # FOLDER FORBIDDEN-PREFIX-REGEX FORBIDDEN-BARE-NAMES WHY
 check_includes common '^(ps|worker)/' "$ps_h $worker_h" "common/ depends on nothing above it"
 check_includes ps '^worker/' "$worker_h" "ps/ may use worker/ only through paramserver/ public headers"
 check_includes worker '^ps/' "$ps_h" "worker/ never includes ps/"
+
+# private headers: their own folder only (tests included: they go through
+# a folder's interface like everyone else)
+while IFS= read -r hit; do
+  f=${hit%%:*}; rest=${hit#*:}; line=${rest%%:*}
+  inc=$(sed -n "${line}p" "$f" | sed -E 's/.*#include *"([^"]*)".*/\1/')
+  case "$inc" in */*) target=$inc ;; *) target=$(dirname "$f")/$inc ;; esac
+  [ "$(dirname "$target")" = "$(dirname "$f")" ] && [ -f "$target" ] && continue
+  say "$f:$line" "includes \"$inc\", a header private to its own folder"
+done < <(grep -rn --include='*.c' --include='*.h' -E '#[[:space:]]*include[[:space:]]*"[^"]*(_priv|_internal)\.h"' common ps worker deploy tests | cut -d: -f1,2)
 
 # gRPC core: common/rpc.c alone
 while IFS= read -r hit; do

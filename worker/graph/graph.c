@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/array.h"
 #include "node.h"
 #include "graph_priv.h"
 #include "paramserver/partition.h"
@@ -79,27 +80,99 @@ ps_node *ps_graph_oom_(ps_graph *g) {
   return ps_graph_fail(g, PS_RESOURCE_EXHAUSTED, "out of memory");
 }
 
-int ps_grow_(void *arrp, size_t *cap, size_t need, size_t elem) {
-  size_t c = cap ? *cap : 0;
-  if (cap && need <= c) return 0;
-  size_t nc = cap ? (c ? c : 8) : need;
-  while (nc < need) {
-    if (nc > SIZE_MAX / 2) return -1;
-    nc *= 2;
-  }
-  if (elem && nc > SIZE_MAX / elem) return -1;
-  void *old;
-  memcpy(&old, arrp, sizeof old);
-  size_t bytes = nc * elem;
-  void *p = realloc(old, bytes > 0 ? bytes : 1);
-  if (p == NULL) return -1;
-  memcpy(arrp, &p, sizeof p);
-  if (cap) *cap = nc;
-  return 0;
-}
-
 size_t ps_graph_num_nodes(const ps_graph *g) { return g->nnodes; }
 ps_node *ps_graph_node(const ps_graph *g, size_t i) { return g->nodes[i]; }
+
+/* ---- the graph's contents, for the runtime (node.h) ---- */
+
+size_t ps_graph_num_vars_(const ps_graph *g) { return g->nvars; }
+ps_variable *ps_graph_var_(const ps_graph *g, size_t i) { return g->vars[i]; }
+ps_variable **ps_graph_vars_(const ps_graph *g, size_t *n) {
+  *n = g->nvars;
+  return g->vars;
+}
+
+ps_variable *ps_graph_find_var_(const ps_graph *g, const char *name) {
+  for (size_t i = 0; i < g->nvars; i++)
+    if (!strcmp(g->vars[i]->name, name)) return g->vars[i];
+  return NULL;
+}
+
+size_t ps_graph_num_partitioned_(const ps_graph *g) { return g->npvars; }
+const ps_partitioned_variable *ps_graph_partitioned_(const ps_graph *g, size_t i) {
+  return g->pvars[i];
+}
+
+size_t ps_graph_num_collections_(const ps_graph *g) { return g->ncoll; }
+const char *ps_graph_collection_(const ps_graph *g, size_t i, void *const **items, size_t *n,
+                                 bool *is_var) {
+  *items = g->coll[i].items;
+  *n = g->coll[i].n;
+  *is_var = g->coll[i].is_var != 0;
+  return g->coll[i].key;
+}
+
+ps_scope_mark ps_graph_scopes_clear_(ps_graph *g) {
+  ps_scope_mark m = {g->nscope, g->nvscope};
+  g->nscope = 0;
+  g->nvscope = 0;
+  return m;
+}
+
+void ps_graph_scopes_restore_(ps_graph *g, ps_scope_mark m) {
+  g->nscope = m.nscope;
+  g->nvscope = m.nvscope;
+}
+
+/* ---- MetaGraph import (node.h) ---- */
+
+ps_node *ps_graph_import_node_(ps_graph *g, const ps_op_def *def, const char *name) {
+  if (ps_array_grow(&g->nodes, &g->capnodes, g->nnodes + 1, sizeof *g->nodes) != 0)
+    return ps_graph_oom_(g);
+  ps_node *n = calloc(1, sizeof *n);
+  if (n == NULL) return ps_graph_oom_(g);
+  n->name = ps_graph_unique_name_(g, name);
+  if (n->name == NULL) {
+    free(n);
+    return NULL;
+  }
+  n->g = g;
+  n->id = (int)g->nnodes;
+  n->def = def;
+  g->nodes[g->nnodes++] = n;
+  return n;
+}
+
+ps_variable *ps_graph_import_var_(ps_graph *g, const char *name) {
+  if (ps_array_grow(&g->vars, NULL, g->nvars + 1, sizeof *g->vars) != 0)
+    return (void *)ps_graph_oom_(g);
+  ps_variable *v = calloc(1, sizeof *v);
+  if (v == NULL || (v->name = strdup(name)) == NULL) {
+    free(v);
+    return (void *)ps_graph_oom_(g);
+  }
+  v->g = g;
+  g->vars[g->nvars++] = v;
+  return v;
+}
+
+ps_partitioned_variable *ps_graph_import_partitioned_(ps_graph *g, const char *name,
+                                                      size_t nparts) {
+  if (ps_array_grow(&g->pvars, NULL, g->npvars + 1, sizeof *g->pvars) != 0)
+    return (void *)ps_graph_oom_(g);
+  ps_partitioned_variable *pv = calloc(1, sizeof *pv);
+  if (pv == NULL) return (void *)ps_graph_oom_(g);
+  pv->name = strdup(name);
+  pv->parts = calloc(nparts + 1, sizeof *pv->parts);
+  if (pv->name == NULL || pv->parts == NULL) {
+    free(pv->name);
+    free(pv->parts);
+    free(pv);
+    return (void *)ps_graph_oom_(g);
+  }
+  g->pvars[g->npvars++] = pv;
+  return pv;
+}
 
 /* ---- unique names ---- */
 
@@ -123,7 +196,7 @@ char *ps_graph_unique_name_(ps_graph *g, const char *full) {
   }
   char *mine = strdup(buf), *out = strdup(buf);
   if (mine == NULL || out == NULL ||
-      ps_grow_(&g->names, &g->capnames, g->nnames + 1, sizeof *g->names) != 0) {
+      ps_array_grow(&g->names, &g->capnames, g->nnames + 1, sizeof *g->names) != 0) {
     free(mine);
     free(out);
     ps_graph_oom_(g);
@@ -175,7 +248,7 @@ ps_node *ps_node_new(ps_graph *g, const ps_op_def *def, const char *name_hint,
   ps_graph_scoped_name_(g, name_hint ? name_hint : def->type, full, sizeof full);
   n->name = ps_graph_unique_name_(g, full);
   if (n->name == NULL ||
-      ps_grow_(&g->nodes, &g->capnodes, g->nnodes + 1, sizeof *g->nodes) != 0 ||
+      ps_array_grow(&g->nodes, &g->capnodes, g->nnodes + 1, sizeof *g->nodes) != 0 ||
       (nin > 0 && (n->in = malloc((size_t)nin * sizeof *n->in)) == NULL)) {
     free_node(n);
     return ps_graph_oom_(g);
@@ -208,7 +281,7 @@ ps_node *ps_graph_find_node(ps_graph *g, const char *name) {
 
 int ps_node_add_control_deps(ps_node *n, ps_node *const *deps, size_t ndeps) {
   if (n == NULL) return -1;
-  if (ps_grow_(&n->ctrl, NULL, (size_t)n->nctrl + ndeps, sizeof *n->ctrl) != 0) {
+  if (ps_array_grow(&n->ctrl, NULL, (size_t)n->nctrl + ndeps, sizeof *n->ctrl) != 0) {
     ps_graph_oom_(n->g);
     return -1;
   }
@@ -277,7 +350,7 @@ static ps_collection *collection(ps_graph *g, const char *key) {
   for (size_t i = 0; i < g->ncoll; i++)
     if (!strcmp(g->coll[i].key, key)) return &g->coll[i];
   char *k = strdup(key);
-  if (k == NULL || ps_grow_(&g->coll, NULL, g->ncoll + 1, sizeof *g->coll) != 0) {
+  if (k == NULL || ps_array_grow(&g->coll, NULL, g->ncoll + 1, sizeof *g->coll) != 0) {
     free(k);
     ps_graph_oom_(g);
     return NULL;
@@ -293,7 +366,7 @@ static void coll_add(ps_graph *g, const char *key, void *item, int is_var) {
   if (c == NULL) return;
   for (size_t i = 0; i < c->n; i++)
     if (c->items[i] == item) return;
-  if (ps_grow_(&c->items, NULL, c->n + 1, sizeof *c->items) != 0) {
+  if (ps_array_grow(&c->items, NULL, c->n + 1, sizeof *c->items) != 0) {
     ps_graph_oom_(g);
     return;
   }

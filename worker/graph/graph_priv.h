@@ -1,7 +1,10 @@
-/* The ps_graph struct, private to graph.c, variables.c and session.c. */
+/* The ps_graph struct and the graph's own helpers, private to worker/graph/
+ * (graph.c, variables.c, partition.c).  The rest of the worker reaches a
+ * graph through the functions in node.h and the public graph.h. */
 #ifndef PS_GRAPH_PRIV_H
 #define PS_GRAPH_PRIV_H
 
+#include "common/array.h"
 #include "node.h"
 
 #define PS_MAX_SCOPE 64
@@ -55,11 +58,6 @@ struct ps_graph {
  * RESOURCE_EXHAUSTED "out of memory" (sticky, like every graph error) and
  * the builder returns NULL; nothing aborts.  Returns NULL. */
 ps_node *ps_graph_oom_(ps_graph *g);
-/* Makes room for @need elements of @elem bytes in the array *@arrp (any
- * object pointer type): with @cap, capacity doubles from 8; without, the
- * array is sized to @need exactly.  0, or -1 (*@arrp unchanged) when out of
- * memory or the size would overflow. */
-int ps_grow_(void *arrp, size_t *cap, size_t need, size_t elem);
 /* A unique name for @full (malloc'd), or NULL with the graph failed. */
 char *ps_graph_unique_name_(ps_graph *g, const char *full);
 void ps_graph_scoped_name_(ps_graph *g, const char *hint, char *out, size_t n);
@@ -68,7 +66,5 @@ void ps_variable_free_(ps_variable *v);
 void ps_device_fn_free_(ps_device_fn *fn);
 void ps_control_dependencies_push_(ps_graph *g, ps_node *const *deps, size_t n);
 void ps_control_dependencies_pop_(ps_graph *g);
-ps_variable *ps_slot_create_(ps_variable *primary, const char *name, double value,
-                             const ps_shape *shape, ps_status *st);
 
 #endif

@@ -1,4 +1,8 @@
-/* Internals of worker graphs shared by graph.c, ops.c, grad.c, session.c.
+/* The graph's interface to the rest of the worker (ops/, train/): what a
+ * node, an op definition and a variable are, and the functions through
+ * which ops add nodes and the runtime (session, saver, coordinator,
+ * optimizer) reads and, for MetaGraph import, builds a graph.  The ps_graph
+ * struct itself is private to worker/graph/ (graph_priv.h).
  *
  * A node has one output.  Its op definition says how the session runs it:
  * local ops have a compute kernel that runs on the worker; the other kinds
@@ -137,5 +141,44 @@ extern const ps_op_def *const ps_opdefs_ops_[], *const ps_opdefs_graph_[],
     *const ps_opdefs_variables_[], *const ps_opdefs_partition_[],
     *const ps_opdefs_optimizer_[];
 ps_node *ps_graph_node(const ps_graph *g, size_t i);
+
+/* ---- the graph's contents, for the runtime ---- */
+size_t ps_graph_num_vars_(const ps_graph *g);
+ps_variable *ps_graph_var_(const ps_graph *g, size_t i);
+/* All variables, in creation order (borrowed; valid until the next one is
+ * created); *n gets their number. */
+ps_variable **ps_graph_vars_(const ps_graph *g, size_t *n);
+/* The variable named @name, or NULL. */
+ps_variable *ps_graph_find_var_(const ps_graph *g, const char *name);
+size_t ps_graph_num_partitioned_(const ps_graph *g);
+const struct ps_partitioned_variable *ps_graph_partitioned_(const ps_graph *g, size_t i);
+size_t ps_graph_num_collections_(const ps_graph *g);
+/* Collection @i: returns its key; *items (ps_variable * when *is_var, else
+ * ps_node *) and *n are borrowed. */
+const char *ps_graph_collection_(const ps_graph *g, size_t i, void *const **items, size_t *n,
+                                 bool *is_var);
+/* Empties the name and variable scope stacks (without freeing them) so that
+ * what is built next is named from the root, as TensorFlow names
+ * global_step; ps_graph_scopes_restore_ puts them back. */
+typedef struct ps_scope_mark {
+  int nscope, nvscope;
+} ps_scope_mark;
+ps_scope_mark ps_graph_scopes_clear_(ps_graph *g);
+void ps_graph_scopes_restore_(ps_graph *g, ps_scope_mark m);
+/* An optimizer slot of @primary (named "<primary>/<name>"), filled with
+ * @value, on @primary's device; NULL with @st set on error. */
+ps_variable *ps_slot_create_(ps_variable *primary, const char *name, double value,
+                             const ps_shape *shape, ps_status *st);
+
+/* ---- MetaGraph import (train/saver.c) builds a graph with these ---- */
+/* Appends a zeroed node with op @def, named @name made unique; NULL (the
+ * graph failed with "out of memory") when out of memory. */
+ps_node *ps_graph_import_node_(ps_graph *g, const ps_op_def *def, const char *name);
+/* Appends a zeroed variable named @name (a copy); NULL when out of memory. */
+ps_variable *ps_graph_import_var_(ps_graph *g, const char *name);
+/* Appends a zeroed partitioned variable named @name with room for @nparts
+ * parts; NULL when out of memory. */
+struct ps_partitioned_variable *ps_graph_import_partitioned_(ps_graph *g, const char *name,
+                                                             size_t nparts);
 
 #endif

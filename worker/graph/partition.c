@@ -63,7 +63,7 @@ ps_partitioned_variable *ps_get_partitioned_variable(
   ps_partitioned_variable *pv = calloc(1, sizeof *pv);
   if (pv == NULL || (pv->name = strdup(full)) == NULL ||
       (pv->parts = calloc((size_t)n, sizeof *pv->parts)) == NULL ||
-      ps_grow_(&g->pvars, NULL, g->npvars + 1, sizeof *g->pvars) != 0) {
+      ps_array_grow(&g->pvars, NULL, g->npvars + 1, sizeof *g->pvars) != 0) {
     if (pv) {
       free(pv->name);
       free(pv->parts);

@@ -235,7 +235,7 @@ static void add_to_collections(ps_graph *g, ps_variable *v, const ps_var_options
 static ps_variable *new_variable(ps_graph *g, const char *full, ps_dtype dtype,
                                  const ps_shape *shape, const ps_var_options *o) {
   ps_variable *v = calloc(1, sizeof *v);
-  if (v == NULL || ps_grow_(&g->vars, NULL, g->nvars + 1, sizeof *g->vars) != 0) {
+  if (v == NULL || ps_array_grow(&g->vars, NULL, g->nvars + 1, sizeof *g->vars) != 0) {
     free(v);
     ps_graph_oom_(g);
     return NULL;

@@ -9,7 +9,6 @@
 
 #include "common/log.h"
 #include "graph/node.h"
-#include "graph/graph_priv.h"
 #include "paramserver/coordinator.h"
 
 const char *ps_coordinator_outcome_name(ps_coordinator_outcome o) {
@@ -101,11 +100,12 @@ typedef struct var_set {
 } var_set;
 
 static int ps_vars(ps_graph *g, var_set *out, ps_status *st) {
-  out->v = calloc(g->nvars + 1, sizeof *out->v);
+  size_t nvars = ps_graph_num_vars_(g);
+  out->v = calloc(nvars + 1, sizeof *out->v);
   out->n = 0;
   if (out->v == NULL) return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
-  for (size_t i = 0; i < g->nvars; i++)
-    if (g->vars[i]->task >= 0) out->v[out->n++] = g->vars[i];
+  for (size_t i = 0; i < nvars; i++)
+    if (ps_graph_var_(g, i)->task >= 0) out->v[out->n++] = ps_graph_var_(g, i);
   return 0;
 }
 
@@ -178,8 +178,8 @@ static int init_some(ps_session *s, var_set *vs, const bool *want, size_t nwant,
                      ps_status *st) {
   ps_graph *g = ps_session_graph(s);
   ps_node **targets = calloc(nwant + 1, sizeof *targets);
-  bool *seen = calloc(g->nnodes + 1, sizeof *seen);
-  ps_feed *feeds = calloc(g->nvars + 1, sizeof *feeds);
+  bool *seen = calloc(ps_graph_num_nodes(g) + 1, sizeof *seen);
+  ps_feed *feeds = calloc(ps_graph_num_vars_(g) + 1, sizeof *feeds);
   size_t nt = 0, nf = 0;
   int rc = 0;
   if (targets == NULL || seen == NULL || feeds == NULL) {
@@ -419,12 +419,13 @@ static int wait_ready(ps_session *s, const ps_coordinator_options *o, ps_status 
  * initializes its own. */
 static int init_session_vars(ps_session *s, ps_status *st) {
   ps_graph *g = ps_session_graph(s);
-  var_set all = {g->vars, g->nvars};
-  bool *want = calloc(g->nvars + 1, sizeof *want);
+  var_set all;
+  all.v = ps_graph_vars_(g, &all.n);
+  bool *want = calloc(all.n + 1, sizeof *want);
   if (want == NULL) return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
   size_t n = 0;
-  for (size_t i = 0; i < g->nvars; i++)
-    if (g->vars[i]->task < 0) want[i] = true, n++;
+  for (size_t i = 0; i < all.n; i++)
+    if (all.v[i]->task < 0) want[i] = true, n++;
   int rc = n ? init_some(s, &all, want, n, st) : 0;
   free(want);
   return rc;

@@ -22,7 +22,6 @@
 #include <string.h>
 
 #include "graph/node.h"
-#include "graph/graph_priv.h"
 
 struct ps_optimizer {
   int op; /* PS_APPLY_* */
@@ -165,12 +164,9 @@ ps_variable *ps_create_global_step(ps_graph *g, ps_status *st) {
     return NULL;
   }
   /* at the root of the variable scopes */
-  int saved = g->nvscope, saved_ns = g->nscope;
-  g->nvscope = 0;
-  g->nscope = 0;
+  ps_scope_mark mark = ps_graph_scopes_clear_(g);
   ps_variable *v = ps_get_variable(g, "global_step", PS_DT_INT64, &s, &z, &o, st);
-  g->nvscope = saved;
-  g->nscope = saved_ns;
+  ps_graph_scopes_restore_(g, mark);
   return v;
 }
 
@@ -399,9 +395,11 @@ ps_node *ps_optimizer_minimize(ps_optimizer *o, ps_graph *g, ps_node *loss,
 out_scope:
   ps_name_scope_pop(g);
 out:
-  if (train == NULL && st->code == PS_OK)
-    ps_status_set(st, g->st.code ? g->st.code : PS_INTERNAL, "%s",
-                  g->st.code ? g->st.msg : "minimize failed");
+  if (train == NULL && st->code == PS_OK) {
+    const ps_status *gs = ps_graph_status(g);
+    ps_status_set(st, gs->code ? gs->code : PS_INTERNAL, "%s",
+                  gs->code ? gs->msg : "minimize failed");
+  }
   free(vars);
   free(xs);
   free(dxs);

@@ -20,7 +20,6 @@
 #include "common/crc32c.h"
 #include "common/log.h"
 #include "graph/node.h"
-#include "graph/graph_priv.h"
 #include "meta.pb-c.h"
 #include "paramserver/partition.h"
 #include "paramserver/saver.h"
@@ -182,9 +181,7 @@ int ps_saver_restore(ps_saver *s, ps_session *sess, const char *prefix, ps_statu
     keys = calloc(s->n + 1, sizeof *keys);
     if (vars == NULL || keys == NULL) goto oom;
     for (size_t i = 0; i < s->n; i++) {
-      ps_variable *v = NULL;
-      for (size_t j = 0; j < g->nvars && v == NULL; j++)
-        if (!strcmp(g->vars[j]->name, s->vars[i])) v = g->vars[j];
+      ps_variable *v = ps_graph_find_var_(g, s->vars[i]);
       if (v == NULL) {
         rc = ps_status_set(st, PS_NOT_FOUND, "Saver: variable %s is not in the graph",
                            s->vars[i]);
@@ -423,17 +420,19 @@ uint8_t *ps_meta_graph_serialize(ps_graph *g, const ps_saver *saver, size_t *len
   Paramserver__Meta__SaverDef sd = PARAMSERVER__META__SAVER_DEF__INIT;
   uint8_t *out = NULL;
   m.format = (char *)META_FORMAT;
-  m.node = ARENA_ARRAY(&a, Paramserver__Meta__NodeDef *, g->nnodes);
-  m.variable = ARENA_ARRAY(&a, Paramserver__Meta__VariableDef *, g->nvars);
-  m.partitioned = ARENA_ARRAY(&a, Paramserver__Meta__PartitionedVariableDef *, g->npvars);
-  m.collection = ARENA_ARRAY(&a, Paramserver__Meta__CollectionDef *, g->ncoll);
+  size_t nnodes = ps_graph_num_nodes(g), nvars = ps_graph_num_vars_(g),
+         npvars = ps_graph_num_partitioned_(g), ncoll = ps_graph_num_collections_(g);
+  m.node = ARENA_ARRAY(&a, Paramserver__Meta__NodeDef *, nnodes);
+  m.variable = ARENA_ARRAY(&a, Paramserver__Meta__VariableDef *, nvars);
+  m.partitioned = ARENA_ARRAY(&a, Paramserver__Meta__PartitionedVariableDef *, npvars);
+  m.collection = ARENA_ARRAY(&a, Paramserver__Meta__CollectionDef *, ncoll);
   if (a.failed) goto oom;
-  for (size_t i = 0; i < g->nnodes; i++)
-    if ((m.node[m.n_node++] = node_out(&a, g->nodes[i])) == NULL) goto oom;
-  for (size_t i = 0; i < g->nvars; i++)
-    if ((m.variable[m.n_variable++] = var_out(&a, g->vars[i])) == NULL) goto oom;
-  for (size_t i = 0; i < g->npvars; i++) {
-    const ps_partitioned_variable *pv = g->pvars[i];
+  for (size_t i = 0; i < nnodes; i++)
+    if ((m.node[m.n_node++] = node_out(&a, ps_graph_node(g, i))) == NULL) goto oom;
+  for (size_t i = 0; i < nvars; i++)
+    if ((m.variable[m.n_variable++] = var_out(&a, ps_graph_var_(g, i))) == NULL) goto oom;
+  for (size_t i = 0; i < npvars; i++) {
+    const ps_partitioned_variable *pv = ps_graph_partitioned_(g, i);
     Paramserver__Meta__PartitionedVariableDef *d = arena_alloc(&a, sizeof *d);
     if (d == NULL) goto oom;
     paramserver__meta__partitioned_variable_def__init(d);
@@ -446,18 +445,21 @@ uint8_t *ps_meta_graph_serialize(ps_graph *g, const ps_saver *saver, size_t *len
       d->part[d->n_part++] = pv->parts[k]->name;
     m.partitioned[m.n_partitioned++] = d;
   }
-  for (size_t i = 0; i < g->ncoll; i++) {
-    const ps_collection *c = &g->coll[i];
+  for (size_t i = 0; i < ncoll; i++) {
+    void *const *items;
+    size_t nitems;
+    bool is_var;
+    const char *key = ps_graph_collection_(g, i, &items, &nitems, &is_var);
     Paramserver__Meta__CollectionDef *d = arena_alloc(&a, sizeof *d);
     if (d == NULL) goto oom;
     paramserver__meta__collection_def__init(d);
-    d->key = c->key;
-    d->is_variable = c->is_var != 0;
-    d->item = ARENA_ARRAY(&a, char *, c->n);
+    d->key = (char *)key;
+    d->is_variable = is_var;
+    d->item = ARENA_ARRAY(&a, char *, nitems);
     if (d->item == NULL) goto oom;
-    for (size_t k = 0; k < c->n; k++)
+    for (size_t k = 0; k < nitems; k++)
       d->item[d->n_item++] =
-          c->is_var ? ((ps_variable *)c->items[k])->name : ((ps_node *)c->items[k])->name;
+          is_var ? ((ps_variable *)items[k])->name : ((ps_node *)items[k])->name;
     m.collection[m.n_collection++] = d;
   }
   if (saver) {
@@ -574,8 +576,8 @@ static ps_node *node_ref(importer *im, const char *name, const char *whose) {
 
 static ps_variable *var_ref(importer *im, const char *name, const char *whose) {
   if (name == NULL || name[0] == '\0') return NULL;
-  for (size_t i = 0; i < im->g->nvars; i++)
-    if (!strcmp(im->g->vars[i]->name, name)) return im->g->vars[i];
+  ps_variable *v = ps_graph_find_var_(im->g, name);
+  if (v != NULL) return v;
   bad(im, "%s refers to variable %s, which is not in the graph", whose, name);
   return NULL;
 }
@@ -592,23 +594,8 @@ static int node_in(importer *im, const Paramserver__Meta__NodeDef *m) {
   if (dtype_in(im, m->dtype, m->name, true) ||
       shape_in(im, m->shape, &(ps_shape){0}, m->name))
     return im->st->code;
-  ps_node *n = calloc(1, sizeof *n);
+  ps_node *n = ps_graph_import_node_(g, def, m->name);
   if (n == NULL) return ps_status_set(im->st, PS_RESOURCE_EXHAUSTED, "out of memory");
-  if (g->nnodes == g->capnodes) {
-    size_t cap = g->capnodes ? g->capnodes * 2 : 64;
-    ps_node **nn = realloc(g->nodes, cap * sizeof *nn);
-    if (nn == NULL) {
-      free(n);
-      return ps_status_set(im->st, PS_RESOURCE_EXHAUSTED, "out of memory");
-    }
-    g->nodes = nn;
-    g->capnodes = cap;
-  }
-  n->g = g;
-  n->id = (int)g->nnodes;
-  n->def = def;
-  n->name = ps_graph_unique_name_(g, m->name);
-  g->nodes[g->nnodes++] = n;
   n->dtype = m->dtype;
   shape_in(im, m->shape, &n->shape, m->name);
   snprintf(n->device, sizeof n->device, "%s", m->device ? m->device : "");
@@ -768,22 +755,10 @@ static int node_links(importer *im, ps_node *n, const Paramserver__Meta__NodeDef
 static int var_in(importer *im, const Paramserver__Meta__VariableDef *m) {
   ps_graph *g = im->g;
   if (m->name == NULL || m->name[0] == '\0') return bad(im, "a variable has no name");
-  for (size_t i = 0; i < g->nvars; i++)
-    if (!strcmp(g->vars[i]->name, m->name))
-      return bad(im, "two variables are named %s", m->name);
-  ps_variable *v = calloc(1, sizeof *v);
+  if (ps_graph_find_var_(g, m->name))
+    return bad(im, "two variables are named %s", m->name);
+  ps_variable *v = ps_graph_import_var_(g, m->name);
   if (v == NULL) return ps_status_set(im->st, PS_RESOURCE_EXHAUSTED, "out of memory");
-  ps_variable **vv = realloc(g->vars, (g->nvars + 1) * sizeof *vv);
-  if (vv == NULL) {
-    free(v);
-    return ps_status_set(im->st, PS_RESOURCE_EXHAUSTED, "out of memory");
-  }
-  g->vars = vv;
-  g->vars[g->nvars++] = v;
-  v->g = g;
-  v->name = strdup(m->name);
-  if (v->name == NULL)
-    return ps_status_set(im->st, PS_RESOURCE_EXHAUSTED, "out of memory");
   if (dtype_in(im, m->dtype, m->name, false) ||
       shape_in(im, m->shape, &v->shape, m->name))
     return im->st->code;
@@ -854,20 +829,9 @@ static int var_links(importer *im, ps_variable *v,
 
 static int partitioned_in(importer *im,
                           const Paramserver__Meta__PartitionedVariableDef *m) {
-  ps_graph *g = im->g;
-  ps_partitioned_variable *pv = calloc(1, sizeof *pv);
+  ps_partitioned_variable *pv =
+      ps_graph_import_partitioned_(im->g, m->name ? m->name : "", m->n_part);
   if (pv == NULL) return ps_status_set(im->st, PS_RESOURCE_EXHAUSTED, "out of memory");
-  struct ps_partitioned_variable **pp = realloc(g->pvars, (g->npvars + 1) * sizeof *pp);
-  if (pp == NULL) {
-    free(pv);
-    return ps_status_set(im->st, PS_RESOURCE_EXHAUSTED, "out of memory");
-  }
-  g->pvars = pp;
-  g->pvars[g->npvars++] = pv;
-  pv->name = strdup(m->name ? m->name : "");
-  pv->parts = calloc(m->n_part + 1, sizeof *pv->parts);
-  if (pv->name == NULL || pv->parts == NULL)
-    return ps_status_set(im->st, PS_RESOURCE_EXHAUSTED, "out of memory");
   if (dtype_in(im, m->dtype, pv->name, false) ||
       shape_in(im, m->shape, &pv->shape, pv->name))
     return im->st->code;
@@ -981,16 +945,16 @@ ps_graph *ps_meta_graph_parse(const uint8_t *p, size_t n, const char *what,
   for (size_t i = 0; i < m->n_variable && rc == 0; i++)
     rc = var_in(&im, m->variable[i]);
   for (size_t i = 0; i < m->n_node && rc == 0; i++)
-    rc = node_links(&im, im.g->nodes[i], m->node[i]);
+    rc = node_links(&im, ps_graph_node(im.g, i), m->node[i]);
   for (size_t i = 0; i < m->n_variable && rc == 0; i++)
-    rc = var_links(&im, im.g->vars[i], m->variable[i]);
+    rc = var_links(&im, ps_graph_var_(im.g, i), m->variable[i]);
   for (size_t i = 0; i < m->n_partitioned && rc == 0; i++)
     rc = partitioned_in(&im, m->partitioned[i]);
   for (size_t i = 0; i < m->n_collection && rc == 0; i++)
     rc = collection_in(&im, m->collection[i]);
   /* every variable op must point at a variable whose own nodes are known */
-  for (size_t i = 0; i < im.g->nnodes && rc == 0; i++) {
-    ps_node *x = im.g->nodes[i];
+  for (size_t i = 0; i < ps_graph_num_nodes(im.g) && rc == 0; i++) {
+    ps_node *x = ps_graph_node(im.g, i);
     if (x->var && x->var->node == NULL)
       rc = bad(&im, "node %s: variable %s is incomplete", x->name, x->var->name);
   }

@@ -21,7 +21,7 @@
 #include <string.h>
 
 #include "graph/node.h"
-#include "graph/graph_priv.h"
+#include "common/array.h"
 #include "common/kernels.h"
 #include "common/variable.h"
 
@@ -41,8 +41,9 @@ struct ps_session {
 };
 
 ps_session *ps_session_create(ps_graph *g, ps_client *client, ps_status *st) {
-  if (g->st.code != PS_OK) {
-    ps_status_set(st, g->st.code, "graph has an error: %s", g->st.msg);
+  if (ps_graph_status(g)->code != PS_OK) {
+    ps_status_set(st, ps_graph_status(g)->code, "graph has an error: %s",
+                  ps_graph_status(g)->msg);
     return NULL;
   }
   ps_session *s = calloc(1, sizeof *s);
@@ -74,8 +75,8 @@ void ps_session_last_sync(const ps_session *s, int *applied, int *stale) {
 }
 
 static size_t var_index(ps_graph *g, ps_variable *v) {
-  for (size_t i = 0; i < g->nvars; i++)
-    if (g->vars[i] == v) return i;
+  for (size_t i = 0; i < ps_graph_num_vars_(g); i++)
+    if (ps_graph_var_(g, i) == v) return i;
   return (size_t)-1;
 }
 
@@ -83,8 +84,8 @@ static size_t var_index(ps_graph *g, ps_variable *v) {
 static local_var *local_of(ps_session *s, ps_variable *v) {
   size_t i = var_index(s->g, v);
   if (i >= s->nlocals) {
-    size_t n = s->g->nvars;
-    if (ps_grow_(&s->locals, NULL, n, sizeof *s->locals) != 0) return NULL;
+    size_t n = ps_graph_num_vars_(s->g);
+    if (ps_array_grow(&s->locals, NULL, n, sizeof *s->locals) != 0) return NULL;
     memset(s->locals + s->nlocals, 0, (n - s->nlocals) * sizeof *s->locals);
     s->nlocals = n;
   }
@@ -276,9 +277,7 @@ static int local_private(local_var *lv, ps_status *st) {
 }
 
 static ps_variable *find_var_by_name(ps_graph *g, const char *name) {
-  for (size_t i = 0; i < g->nvars; i++)
-    if (!strcmp(g->vars[i]->name, name)) return g->vars[i];
-  return NULL;
+  return ps_graph_find_var_(g, name);
 }
 
 /* Sparse assign_add/sub and optimizer updates of variables held by the
@@ -375,20 +374,21 @@ typedef struct task_work {
 } task_work;
 
 /* Room for element @n of @arr; false when out of memory. */
-#define GROW(arr, n) (ps_grow_(&(arr), NULL, (n) + 1, sizeof *(arr)) == 0)
+#define GROW(arr, n) (ps_array_grow(&(arr), NULL, (n) + 1, sizeof *(arr)) == 0)
 
 static int ensure_created(run *r, ps_node **wave, size_t nw) {
   ps_session *s = r->s;
   ps_graph *g = s->g;
-  if (s->ncreated < g->nvars) {
-    if (ps_grow_(&s->created, NULL, g->nvars, sizeof *s->created) != 0) return oom(r->st);
-    memset(s->created + s->ncreated, 0, (g->nvars - s->ncreated) * sizeof(bool));
-    s->ncreated = g->nvars;
+  size_t nvars = ps_graph_num_vars_(g);
+  if (s->ncreated < nvars) {
+    if (ps_array_grow(&s->created, NULL, nvars, sizeof *s->created) != 0) return oom(r->st);
+    memset(s->created + s->ncreated, 0, (nvars - s->ncreated) * sizeof(bool));
+    s->ncreated = nvars;
   }
   int nps = ps_client_num_ps(s->client);
   ps_var_spec **specs = calloc((size_t)nps, sizeof *specs);
   size_t *nspecs = calloc((size_t)nps, sizeof *nspecs);
-  size_t *which = calloc(g->nvars + 1, sizeof *which), nwhich = 0;
+  size_t *which = calloc(nvars + 1, sizeof *which), nwhich = 0;
   int rc = specs && nspecs && which ? 0 : oom(r->st);
   for (size_t k = 0; k < nw && rc == 0; k++) {
     ps_variable *v = wave[k]->var;
@@ -652,14 +652,14 @@ static int run_remote(run *r, ps_node **wave, size_t nw) {
 static void plan_gathers(run *r, ps_node *const *fetches, size_t nfetches) {
   ps_graph *g = r->s->g;
   for (size_t i = 0; i < r->n; i++) {
-    ps_node *n = g->nodes[i];
+    ps_node *n = ps_graph_node(g, i);
     if (n->def->kind != PS_OPK_VAR_READ || r->state[i] != N_NEEDED || r->fed[i]) continue;
     if (n->var->task < 0 || n->nctrl > 0) continue;
     bool only_gathers = true, any = false;
     for (size_t f = 0; f < nfetches; f++)
       if (fetches[f] == n) only_gathers = false;
     for (size_t k = 0; k < r->n && only_gathers; k++) {
-      ps_node *c = g->nodes[k];
+      ps_node *c = ps_graph_node(g, k);
       if (r->state[k] != N_NEEDED) continue;
       for (int j = 0; j < c->nin; j++)
         if (c->in[j] == n) {
@@ -672,7 +672,7 @@ static void plan_gathers(run *r, ps_node *const *fetches, size_t nfetches) {
     if (!only_gathers || !any) continue;
     r->skip_read[i] = true;
     for (size_t k = 0; k < r->n; k++) {
-      ps_node *c = g->nodes[k];
+      ps_node *c = ps_graph_node(g, k);
       if (r->state[k] == N_NEEDED && c->nin >= 2 && c->in[0] == n &&
           !strcmp(c->def->type, "GatherV2"))
         r->remote_gather[k] = true;
@@ -688,11 +688,12 @@ int ps_session_run(ps_session *s, const ps_feed *feeds, size_t nfeeds,
   if (st == NULL) st = &local_st;
   ps_status_clear(st);
   ps_graph *g = s->g;
-  if (g->st.code != PS_OK)
-    return ps_status_set(st, g->st.code, "graph has an error: %s", g->st.msg);
+  if (ps_graph_status(g)->code != PS_OK)
+    return ps_status_set(st, ps_graph_status(g)->code, "graph has an error: %s",
+                         ps_graph_status(g)->msg);
   s->last_reads = s->last_updates = 0;
   s->last_sync_applied = s->last_sync_stale = 0;
-  run r = {.s = s, .n = g->nnodes, .st = st};
+  run r = {.s = s, .n = ps_graph_num_nodes(g), .st = st};
   r.state = calloc(r.n + 1, 1);
   r.val = calloc(r.n + 1, sizeof *r.val);
   r.fed = calloc(r.n + 1, sizeof *r.fed);
@@ -707,7 +708,7 @@ int ps_session_run(ps_session *s, const ps_feed *feeds, size_t nfeeds,
   for (size_t i = 0; i < nfeeds; i++) {
     ps_node *n = feeds[i].node;
     const ps_tensor *t = feeds[i].value;
-    if (n == NULL || t == NULL || (size_t)n->id >= r.n || g->nodes[n->id] != n) {
+    if (n == NULL || t == NULL || (size_t)n->id >= r.n || ps_graph_node(g, n->id) != n) {
       rc = ps_status_set(st, PS_INVALID_ARGUMENT, "feed %zu is not a node of this graph", i);
       goto out;
     }
@@ -757,7 +758,7 @@ int ps_session_run(ps_session *s, const ps_feed *feeds, size_t nfeeds,
     while (progress && rc == 0) {
       progress = false;
       for (size_t i = 0; i < r.n && rc == 0; i++) {
-        ps_node *n = g->nodes[i];
+        ps_node *n = ps_graph_node(g, i);
         if (!ready(&r, n) || r.remote_gather[i]) continue;
         if (!r.fed[i] && is_remote(n)) continue;
         rc = run_local(&r, n);
@@ -773,13 +774,13 @@ int ps_session_run(ps_session *s, const ps_feed *feeds, size_t nfeeds,
     size_t nw = 0;
     bool reads_ready = false;
     for (size_t i = 0; i < r.n; i++) {
-      ps_node *n = g->nodes[i];
+      ps_node *n = ps_graph_node(g, i);
       if (ready(&r, n) && (r.remote_gather[i] || is_remote(n)) &&
           n->def->kind != PS_OPK_VAR_UPDATE && n->def->kind != PS_OPK_VAR_INIT)
         reads_ready = true;
     }
     for (size_t i = 0; i < r.n; i++) {
-      ps_node *n = g->nodes[i];
+      ps_node *n = ps_graph_node(g, i);
       if (r.state[i] == N_NEEDED) any_left = true;
       if (ready(&r, n) && (r.remote_gather[i] || is_remote(n))) {
         bool is_write = n->def->kind == PS_OPK_VAR_UPDATE || n->def->kind == PS_OPK_VAR_INIT;
@@ -871,12 +872,12 @@ int ps_session_run_report(ps_session *s, ps_node *report, char ***names, size_t 
 int ps_session_create_variables(ps_session *s, ps_status *st) {
   ps_graph *g = s->g;
   if (s->client == NULL) return 0;
-  ps_node **reads = calloc(g->nvars + 1, sizeof *reads);
+  ps_node **reads = calloc(ps_graph_num_vars_(g) + 1, sizeof *reads);
   if (reads == NULL) return oom(st);
   size_t n = 0;
-  for (size_t i = 0; i < g->nvars; i++)
-    if (g->vars[i]->task >= 0) reads[n++] = g->vars[i]->read;
-  run r = {.s = s, .n = g->nnodes, .st = st};
+  for (size_t i = 0; i < ps_graph_num_vars_(g); i++)
+    if (ps_graph_var_(g, i)->task >= 0) reads[n++] = ps_graph_var_(g, i)->read;
+  run r = {.s = s, .n = ps_graph_num_nodes(g), .st = st};
   int rc = n ? ensure_created(&r, reads, n) : 0;
   free(reads);
   return rc;
