@@ -18,6 +18,7 @@
 
 #include "bundle.h"
 #include "bundle_internal.h"
+#include "common/array.h"
 #include "crc32c.h"
 #include "fileio.h"
 
@@ -59,13 +60,7 @@ static void es_index(entry_set *s, size_t idx) {
 /* Appends a zeroed entry with a copy of key @k (not yet present).  NULL if
  * out of memory. */
 ps_bundle_entry *ps_bdl_es_add_(entry_set *s, const char *k, size_t n) {
-  if (s->n == s->cap) {
-    size_t cap = s->cap ? 2 * s->cap : 64;
-    ps_bundle_entry *ne = realloc(s->e, cap * sizeof *ne);
-    if (ne == NULL) return NULL;
-    s->e = ne;
-    s->cap = cap;
-  }
+  if (ps_array_grow(&s->e, &s->cap, s->n + 1, sizeof *s->e) != 0) return NULL;
   if (2 * (s->n + 1) > s->nslot) {
     size_t nslot = s->nslot ? 2 * s->nslot : 128;
     size_t *ns = calloc(nslot, sizeof *ns);

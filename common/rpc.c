@@ -13,6 +13,8 @@
  * tensor is copied once on receive and never on send. */
 #include "rpc.h"
 
+#include "array.h"
+
 #include <grpc/byte_buffer.h>
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
@@ -55,13 +57,7 @@ void ps_rpc_global_shutdown(void) { grpc_shutdown(); }
 
 int ps_rpc_segs_add(ps_rpc_segs *s, void *ptr, size_t len, ps_buf *owner) {
   if (len == 0) return 0;
-  if (s->n == s->cap) {
-    size_t cap = s->cap ? s->cap * 2 : 8;
-    ps_rpc_seg *v = realloc(s->v, cap * sizeof *v);
-    if (v == NULL) return -1;
-    s->v = v;
-    s->cap = cap;
-  }
+  if (ps_array_grow(&s->v, &s->cap, s->n + 1, sizeof *s->v) != 0) return -1;
   s->v[s->n++] = (ps_rpc_seg){ptr, len, ps_buf_ref(owner)};
   s->total += len;
   return 0;

@@ -24,6 +24,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/array.h"
 #include "common/log.h"
 #include "sync.h"
 
@@ -180,13 +181,8 @@ static int group_add(ps_store *s, ps_var *v) {
     g->next = s->groups[k];
     s->groups[k] = g;
   }
-  if (g->n == g->cap) {
-    size_t c = g->cap ? g->cap * 2 : 4;
-    ps_var **p = realloc(g->parts, c * sizeof *p);
-    if (p == NULL) return -1; /* an empty group stays: harmless */
-    g->parts = p;
-    g->cap = c;
-  }
+  if (ps_array_grow(&g->parts, &g->cap, g->n + 1, sizeof *g->parts) != 0)
+    return -1; /* an empty group stays: harmless */
   g->parts[g->n++] = v;
   return 0;
 }
@@ -423,13 +419,7 @@ int ps_var_gone(ps_store *s, const ps_var *v, ps_status *st) {
 
 /* Appends @v to @out (duplicates are removed later by dedup()). */
 static int push(ps_var ***out, size_t *n, size_t *cap, ps_var *v) {
-  if (*n == *cap) {
-    size_t c = *cap ? *cap * 2 : 16;
-    ps_var **p = realloc(*out, c * sizeof *p);
-    if (p == NULL) return -1;
-    *out = p;
-    *cap = c;
-  }
+  if (ps_array_grow(out, cap, *n + 1, sizeof **out) != 0) return -1;
   (*out)[(*n)++] = v;
   return 0;
 }

@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/array.h"
 #include "common/fileio.h"
 #include "common/crc32c.h"
 #include "common/log.h"
@@ -242,15 +243,9 @@ typedef struct arena {
 } arena;
 
 static void *arena_alloc(arena *a, size_t size) {
-  if (a->n == a->cap) {
-    size_t cap = a->cap ? a->cap * 2 : 256;
-    void **p = realloc(a->p, cap * sizeof *p);
-    if (p == NULL) {
-      a->failed = true;
-      return NULL;
-    }
-    a->p = p;
-    a->cap = cap;
+  if (ps_array_grow(&a->p, &a->cap, a->n + 1, sizeof *a->p) != 0) {
+    a->failed = true;
+    return NULL;
   }
   void *x = calloc(1, size ? size : 1);
   if (x == NULL) {
@@ -983,16 +978,11 @@ ps_graph *ps_import_meta_graph(const char *path, ps_saver **saver, ps_status *st
   uint8_t *buf = NULL;
   size_t n = 0, cap = 0;
   for (;;) {
-    if (n == cap) {
-      cap = cap ? cap * 2 : 1 << 16;
-      uint8_t *b = realloc(buf, cap);
-      if (b == NULL) {
-        free(buf);
-        fclose(f);
-        ps_status_set(st, PS_RESOURCE_EXHAUSTED, "MetaGraph %s: out of memory", path);
-        return NULL;
-      }
-      buf = b;
+    if (ps_array_grow(&buf, &cap, n + (1 << 16), 1) != 0) {
+      free(buf);
+      fclose(f);
+      ps_status_set(st, PS_RESOURCE_EXHAUSTED, "MetaGraph %s: out of memory", path);
+      return NULL;
     }
     size_t r = fread(buf + n, 1, cap - n, f);
     n += r;
