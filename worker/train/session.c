@@ -429,49 +429,147 @@ static int ensure_created(run *r, ps_node **wave, size_t nw) {
   return rc;
 }
 
-static int run_remote(run *r, ps_node **wave, size_t nw) {
-  ps_session *s = r->s;
-  if (s->client == NULL)
-    return ps_status_set(r->st, PS_FAILED_PRECONDITION,
-                         "%s needs a ps, but the session has no client", wave[0]->name);
-  int rc = ensure_created(r, wave, nw);
-  if (rc) return rc;
-  int nps = ps_client_num_ps(s->client);
-  task_work *tw = calloc((size_t)nps, sizeof *tw);
-  ps_tensor **owned = calloc(nw + 1, sizeof *owned);
-  ps_task_reads *tr = calloc((size_t)nps, sizeof *tr);
-  ps_task_updates *tu = calloc((size_t)nps, sizeof *tu);
-  if (!tw || !owned || !tr || !tu) {
-    free(tw);
-    free(owned);
-    free(tr);
-    free(tu);
+/* One wave's remote work: per ps task, the reads, initializers and updates
+ * that go out as one batched call each. */
+typedef struct remote_batch {
+  int nps;
+  task_work *tw;
+  ps_task_reads *tr;
+  ps_task_updates *tu;
+  double **hparams; /* the per-update hyperparameter arrays, owned */
+  size_t nhparams;
+} remote_batch;
+
+static void batch_free(remote_batch *b, run *r, int rc) {
+  for (int t = 0; b->tw && t < b->nps; t++) {
+    task_work *w = &b->tw[t];
+    if (rc != 0)
+      for (size_t i = 0; i < w->nreads; i++)
+        if (r->val[w->read_nodes[i]->id] != w->reads[i].out) ps_tensor_destroy(w->reads[i].out);
+    free(w->reads);
+    free(w->read_nodes);
+    free(w->ups);
+    free(w->up_nodes);
+    free(w->up_results);
+    free(w->init_names);
+    free(w->init_nodes);
+  }
+  for (size_t i = 0; i < b->nhparams; i++) free(b->hparams[i]);
+  free(b->hparams);
+  free(b->tw);
+  free(b->tr);
+  free(b->tu);
+}
+
+/* A read of @n's variable (rows @indices, or all of it when NULL). */
+static int batch_add_read(run *r, task_work *w, ps_node *n, const ps_tensor *indices) {
+  if (!GROW(w->reads, w->nreads) || !GROW(w->read_nodes, w->nreads)) return oom(r->st);
+  w->reads[w->nreads] = (ps_read){.name = n->var->name, .indices = indices};
+  w->read_nodes[w->nreads++] = n;
+  return 0;
+}
+
+/* The update op that goes out for @n (an assign of its initial value, or its
+ * update), the sparse form when the value is a sparse gradient; *idx gets
+ * the row indices then. */
+static int update_op_of(run *r, ps_node *n, const ps_tensor **idx, int *opp) {
+  ps_node *x = n->in[0];
+  int op = n->def->kind == PS_OPK_VAR_INIT ? PS_ASSIGN : n->update_op;
+  *idx = NULL;
+  if (x->sparse_indices) {
+    *idx = r->val[x->sparse_indices->id];
+    if (op >= PS_APPLY_GRADIENT_DESCENT) {
+      /* optimizer kernels take sparse rows as they are */
+    } else if (op == PS_ASSIGN_ADD) op = PS_SCATTER_ADD;
+    else if (op == PS_ASSIGN_SUB) op = PS_SCATTER_SUB;
+    else if (op == PS_ASSIGN) op = PS_SCATTER_UPDATE;
+    if ((*idx)->dtype != PS_DT_INT64 && (*idx)->dtype != PS_DT_INT32)
+      return ps_status_set(r->st, PS_INVALID_ARGUMENT, "%s: bad sparse indices", n->name);
+  }
+  *opp = op;
+  return 0;
+}
+
+/* SyncReplicas: the local step of update @u, global_step as this run read
+ * it (input 1 + ndynamic of @n). */
+static int set_sync_step(run *r, ps_node *n, const ps_apply_extra *se, ps_update *u,
+                         ps_update_result *res) {
+  if ((int)(1 + se->ndynamic) >= n->nin)
+    return ps_status_set(r->st, PS_INVALID_ARGUMENT,
+                         "%s: a synchronous update without its local step input", n->name);
+  const ps_tensor *ls = r->val[n->in[1 + se->ndynamic]->id];
+  const void *lp = ps_tensor_data(ls);
+  int64_t step = ls->dtype == PS_DT_INT64   ? *(const int64_t *)lp
+                 : ls->dtype == PS_DT_INT32 ? *(const int32_t *)lp
+                                            : (int64_t)ps_elem_get(ls->dtype, lp, 0);
+  u->replicas_to_aggregate = se->sync_replicas_to_aggregate;
+  u->sync_local_step = step;
+  u->result = res;
+  return 0;
+}
+
+/* An optimizer update's hyperparameters: the constant ones, then the
+ * per-step ones (Adam's beta powers, read at the start of the step). */
+static int set_hparams(run *r, remote_batch *b, ps_node *n, ps_update *u) {
+  ps_apply_extra *e = n->extra;
+  double *hp = calloc(e->nhparams + e->ndynamic + 1, sizeof *hp);
+  if (hp == NULL || !GROW(b->hparams, b->nhparams)) {
+    free(hp);
     return oom(r->st);
   }
-  size_t nowned = 0;
-  double **hparams_owned = NULL;
-  size_t nhparams_owned = 0;
+  memcpy(hp, e->hparams, e->nhparams * sizeof *hp);
+  for (size_t d = 0; d < e->ndynamic; d++) {
+    ps_tensor *t = r->val[n->in[1 + d]->id];
+    hp[e->nhparams + d] = ps_elem_get(t->dtype, ps_tensor_data(t), 0);
+  }
+  b->hparams[b->nhparams++] = hp; /* room made above */
+  u->slots = e->slots;
+  u->nslots = e->nslots;
+  u->hparams = hp;
+  u->nhparams = e->nhparams + e->ndynamic;
+  u->use_nesterov = e->use_nesterov;
+  return 0;
+}
+
+/* An update of @n's variable (or the assign of its computed initial value). */
+static int batch_add_update(run *r, remote_batch *b, task_work *w, ps_node *n) {
+  ps_variable *v = n->var;
+  ps_tensor *val = r->val[n->in[0]->id];
+  const ps_tensor *idx;
+  int op = 0, rc = update_op_of(r, n, &idx, &op);
+  if (rc) return rc;
+  if (val->dtype != v->dtype)
+    return ps_status_set(r->st, PS_INVALID_ARGUMENT, "%s: value has dtype %s but %s is %s",
+                         n->name, ps_dtype_name(val->dtype), v->name, ps_dtype_name(v->dtype));
+  if (!GROW(w->ups, w->nups) || !GROW(w->up_nodes, w->nups) || !GROW(w->up_results, w->nups))
+    return oom(r->st);
+  ps_update *u = &w->ups[w->nups];
+  *u = (ps_update){.name = v->name, .op = (ps_update_op)op, .value = val, .indices = idx};
+  w->up_results[w->nups] = (ps_update_result){0};
+  ps_apply_extra *se = n->def->kind == PS_OPK_VAR_UPDATE ? n->extra : NULL;
+  if (se && se->sync_replicas_to_aggregate > 0 &&
+      (rc = set_sync_step(r, n, se, u, &w->up_results[w->nups])) != 0)
+    return rc;
+  if (op >= PS_APPLY_GRADIENT_DESCENT && n->extra && (rc = set_hparams(r, b, n, u)) != 0)
+    return rc;
+  w->up_nodes[w->nups++] = n;
+  return 0;
+}
+
+/* Sorts the wave's variable ops into per-task work. */
+static int batch_collect(run *r, remote_batch *b, ps_node **wave, size_t nw) {
+  int rc = 0;
   for (size_t k = 0; k < nw && rc == 0; k++) {
     ps_node *n = wave[k];
     if (n->def->kind == PS_OPK_REPORT_UNINIT) continue;
     ps_variable *v = n->var;
-    task_work *w = &tw[v->task];
+    task_work *w = &b->tw[v->task];
     switch (n->def->kind) {
     case PS_OPK_VAR_READ:
-      if (!GROW(w->reads, w->nreads) || !GROW(w->read_nodes, w->nreads)) {
-        rc = oom(r->st);
-        break;
-      }
-      w->reads[w->nreads] = (ps_read){.name = v->name};
-      w->read_nodes[w->nreads++] = n;
+      rc = batch_add_read(r, w, n, NULL);
       break;
     case PS_OPK_LOCAL: /* a gather served by the ps */
-      if (!GROW(w->reads, w->nreads) || !GROW(w->read_nodes, w->nreads)) {
-        rc = oom(r->st);
-        break;
-      }
-      w->reads[w->nreads] = (ps_read){.name = v->name, .indices = r->val[n->in[1]->id]};
-      w->read_nodes[w->nreads++] = n;
+      rc = batch_add_read(r, w, n, r->val[n->in[1]->id]);
       break;
     case PS_OPK_VAR_INIT:
       if (v->has_init) {
@@ -485,136 +583,85 @@ static int run_remote(run *r, ps_node **wave, size_t nw) {
       }
       /* assign the computed initial value */
       __attribute__((fallthrough));
-    case PS_OPK_VAR_UPDATE: {
-      ps_node *x = n->in[0];
-      ps_tensor *val = r->val[x->id];
-      int op = n->def->kind == PS_OPK_VAR_INIT ? PS_ASSIGN : n->update_op;
-      const ps_tensor *idx = NULL;
-      if (x->sparse_indices) {
-        idx = r->val[x->sparse_indices->id];
-        if (op >= PS_APPLY_GRADIENT_DESCENT) {
-          /* optimizer kernels take sparse rows as they are */
-        } else if (op == PS_ASSIGN_ADD) op = PS_SCATTER_ADD;
-        else if (op == PS_ASSIGN_SUB) op = PS_SCATTER_SUB;
-        else if (op == PS_ASSIGN) op = PS_SCATTER_UPDATE;
-        if (idx->dtype != PS_DT_INT64 && idx->dtype != PS_DT_INT32) {
-          rc = ps_status_set(r->st, PS_INVALID_ARGUMENT, "%s: bad sparse indices",
-                             n->name);
-          break;
-        }
-      }
-      if (val->dtype != v->dtype) {
-        rc = ps_status_set(r->st, PS_INVALID_ARGUMENT,
-                           "%s: value has dtype %s but %s is %s", n->name,
-                           ps_dtype_name(val->dtype), v->name, ps_dtype_name(v->dtype));
-        break;
-      }
-      if (!GROW(w->ups, w->nups) || !GROW(w->up_nodes, w->nups) ||
-          !GROW(w->up_results, w->nups)) {
-        rc = oom(r->st);
-        break;
-      }
-      w->ups[w->nups] = (ps_update){.name = v->name, .op = (ps_update_op)op,
-                                    .value = val, .indices = idx};
-      w->up_results[w->nups] = (ps_update_result){0};
-      ps_apply_extra *se = n->def->kind == PS_OPK_VAR_UPDATE ? n->extra : NULL;
-      if (se && se->sync_replicas_to_aggregate > 0) {
-        /* the local step: global_step as this run read it */
-        if ((int)(1 + se->ndynamic) >= n->nin) {
-          rc = ps_status_set(r->st, PS_INVALID_ARGUMENT,
-                             "%s: a synchronous update without its local step input",
-                             n->name);
-          break;
-        }
-        const ps_tensor *ls = r->val[n->in[1 + se->ndynamic]->id];
-        const void *lp = ps_tensor_data(ls);
-        int64_t step = ls->dtype == PS_DT_INT64 ? *(const int64_t *)lp
-                       : ls->dtype == PS_DT_INT32
-                           ? *(const int32_t *)lp
-                           : (int64_t)ps_elem_get(ls->dtype, lp, 0);
-        w->ups[w->nups].replicas_to_aggregate = se->sync_replicas_to_aggregate;
-        w->ups[w->nups].sync_local_step = step;
-        w->ups[w->nups].result = &w->up_results[w->nups];
-      }
-      if (op >= PS_APPLY_GRADIENT_DESCENT && n->extra) {
-        /* constant hyperparameters, then the per-step ones (Adam's beta
-         * powers, read at the start of the step) */
-        ps_apply_extra *e = n->extra;
-        double *hp = calloc(e->nhparams + e->ndynamic + 1, sizeof *hp);
-        if (hp == NULL || !GROW(hparams_owned, nhparams_owned)) {
-          free(hp);
-          rc = oom(r->st);
-          break;
-        }
-        memcpy(hp, e->hparams, e->nhparams * sizeof *hp);
-        for (size_t d = 0; d < e->ndynamic; d++) {
-          ps_tensor *t = r->val[n->in[1 + d]->id];
-          hp[e->nhparams + d] = ps_elem_get(t->dtype, ps_tensor_data(t), 0);
-        }
-        hparams_owned[nhparams_owned++] = hp; /* room made above */
-        w->ups[w->nups].slots = e->slots;
-        w->ups[w->nups].nslots = e->nslots;
-        w->ups[w->nups].hparams = hp;
-        w->ups[w->nups].nhparams = e->nhparams + e->ndynamic;
-        w->ups[w->nups].use_nesterov = e->use_nesterov;
-      }
-      w->up_nodes[w->nups++] = n;
+    case PS_OPK_VAR_UPDATE:
+      rc = batch_add_update(r, b, w, n);
       break;
-    }
     default:
       break;
     }
   }
-  /* reads */
+  return rc;
+}
+
+/* The reads, one call per task, all tasks at once. */
+static int batch_read(run *r, remote_batch *b) {
+  ps_session *s = r->s;
   size_t ntr = 0;
-  for (int t = 0; t < nps && rc == 0; t++)
-    if (tw[t].nreads) tr[ntr++] = (ps_task_reads){.task = t, .reads = tw[t].reads, .n = tw[t].nreads};
-  if (rc == 0 && ntr) {
-    rc = ps_client_read_many(s->client, tr, ntr, r->st);
-    s->last_reads += (int)ntr;
-    if (rc == 0)
-      for (int t = 0; t < nps; t++)
-        for (size_t i = 0; i < tw[t].nreads; i++)
-          r->val[tw[t].read_nodes[i]->id] = tw[t].reads[i].out;
+  for (int t = 0; t < b->nps; t++)
+    if (b->tw[t].nreads)
+      b->tr[ntr++] = (ps_task_reads){.task = t, .reads = b->tw[t].reads, .n = b->tw[t].nreads};
+  if (ntr == 0) return 0;
+  int rc = ps_client_read_many(s->client, b->tr, ntr, r->st);
+  s->last_reads += (int)ntr;
+  if (rc == 0)
+    for (int t = 0; t < b->nps; t++)
+      for (size_t i = 0; i < b->tw[t].nreads; i++)
+        r->val[b->tw[t].read_nodes[i]->id] = b->tw[t].reads[i].out;
+  return rc;
+}
+
+/* Server-side initializers, one call per task. */
+static int batch_initialize(run *r, remote_batch *b) {
+  ps_session *s = r->s;
+  int rc = 0;
+  for (int t = 0; t < b->nps && rc == 0; t++) {
+    task_work *w = &b->tw[t];
+    if (w->ninits == 0) continue;
+    rc = ps_client_initialize(s->client, t, w->init_names, w->ninits, false, NULL, r->st);
+    s->last_updates++;
+    for (size_t i = 0; i < w->ninits && rc == 0; i++)
+      if ((r->val[w->init_nodes[i]->id] = empty_tensor()) == NULL) rc = oom(r->st);
   }
-  /* server-side initializers */
-  for (int t = 0; t < nps && rc == 0; t++)
-    if (tw[t].ninits) {
-      rc = ps_client_initialize(s->client, t, tw[t].init_names, tw[t].ninits, false,
-                                NULL, r->st);
-      s->last_updates++;
-      for (size_t i = 0; i < tw[t].ninits && rc == 0; i++)
-        if ((r->val[tw[t].init_nodes[i]->id] = empty_tensor()) == NULL) rc = oom(r->st);
-    }
-  /* updates */
+  return rc;
+}
+
+/* The updates, one call per task, all tasks at once. */
+static int batch_update(run *r, remote_batch *b) {
+  ps_session *s = r->s;
   size_t ntu = 0;
-  for (int t = 0; t < nps && rc == 0; t++)
-    if (tw[t].nups) tu[ntu++] = (ps_task_updates){.task = t, .updates = tw[t].ups, .n = tw[t].nups};
-  if (rc == 0 && ntu) {
-    /* the results array may have moved while growing: point again */
-    for (int t = 0; t < nps; t++)
-      for (size_t i = 0; i < tw[t].nups; i++)
-        if (tw[t].ups[i].result) tw[t].ups[i].result = &tw[t].up_results[i];
-    rc = ps_client_update_many(s->client, tu, ntu, r->st);
-    s->last_updates += (int)ntu;
-    if (rc == 0)
-      for (int t = 0; t < nps; t++)
-        for (size_t i = 0; i < tw[t].nups; i++) {
-          if ((r->val[tw[t].up_nodes[i]->id] = empty_tensor()) == NULL) rc = oom(r->st);
-          if (tw[t].ups[i].result == NULL) continue;
-          if (tw[t].up_results[i].stale)
-            s->last_sync_stale++;
-          else
-            s->last_sync_applied++;
-        }
-  }
-  /* is_initialized and report: one call per node (rare, control plane) */
+  for (int t = 0; t < b->nps; t++)
+    if (b->tw[t].nups)
+      b->tu[ntu++] = (ps_task_updates){.task = t, .updates = b->tw[t].ups, .n = b->tw[t].nups};
+  if (ntu == 0) return 0;
+  /* the results array may have moved while growing: point again */
+  for (int t = 0; t < b->nps; t++)
+    for (size_t i = 0; i < b->tw[t].nups; i++)
+      if (b->tw[t].ups[i].result) b->tw[t].ups[i].result = &b->tw[t].up_results[i];
+  int rc = ps_client_update_many(s->client, b->tu, ntu, r->st);
+  s->last_updates += (int)ntu;
+  if (rc == 0)
+    for (int t = 0; t < b->nps; t++)
+      for (size_t i = 0; i < b->tw[t].nups; i++) {
+        task_work *w = &b->tw[t];
+        if ((r->val[w->up_nodes[i]->id] = empty_tensor()) == NULL) rc = oom(r->st);
+        if (w->ups[i].result == NULL) continue;
+        if (w->up_results[i].stale)
+          s->last_sync_stale++;
+        else
+          s->last_sync_applied++;
+      }
+  return rc;
+}
+
+/* is_initialized and report: one call per node (rare, control plane). */
+static int run_control_ops(run *r, ps_node **wave, size_t nw) {
+  int rc = 0;
   for (size_t k = 0; k < nw && rc == 0; k++) {
     ps_node *n = wave[k];
     if (n->def->kind == PS_OPK_VAR_IS_INIT) {
       bool b = false;
       const char *nm[1] = {n->var->name};
-      rc = ps_client_is_initialized(s->client, n->var->task, nm, 1, &b, r->st);
+      rc = ps_client_is_initialized(r->s->client, n->var->task, nm, 1, &b, r->st);
       ps_shape s0 = {0};
       if (rc == 0 && (r->val[n->id] = ps_tensor_create(PS_DT_BOOL, &s0, true)) == NULL)
         rc = oom(r->st);
@@ -624,26 +671,29 @@ static int run_remote(run *r, ps_node **wave, size_t nw) {
       if ((r->val[n->id] = empty_tensor()) == NULL) rc = oom(r->st);
     }
   }
-  for (int t = 0; t < nps; t++) {
-    if (rc != 0)
-      for (size_t i = 0; i < tw[t].nreads; i++)
-        if (r->val[tw[t].read_nodes[i]->id] != tw[t].reads[i].out)
-          ps_tensor_destroy(tw[t].reads[i].out);
-    free(tw[t].reads);
-    free(tw[t].read_nodes);
-    free(tw[t].ups);
-    free(tw[t].up_nodes);
-    free(tw[t].up_results);
-    free(tw[t].init_names);
-    free(tw[t].init_nodes);
-  }
-  for (size_t i = 0; i < nowned; i++) ps_tensor_destroy(owned[i]);
-  for (size_t i = 0; i < nhparams_owned; i++) free(hparams_owned[i]);
-  free(hparams_owned);
-  free(owned);
-  free(tw);
-  free(tr);
-  free(tu);
+  return rc;
+}
+
+/* The wave's remote ops: reads, then initializers, then updates, batched
+ * per task; then the control-plane ops. */
+static int run_remote(run *r, ps_node **wave, size_t nw) {
+  ps_session *s = r->s;
+  if (s->client == NULL)
+    return ps_status_set(r->st, PS_FAILED_PRECONDITION,
+                         "%s needs a ps, but the session has no client", wave[0]->name);
+  int rc = ensure_created(r, wave, nw);
+  if (rc) return rc;
+  remote_batch b = {.nps = ps_client_num_ps(s->client)};
+  b.tw = calloc((size_t)b.nps, sizeof *b.tw);
+  b.tr = calloc((size_t)b.nps, sizeof *b.tr);
+  b.tu = calloc((size_t)b.nps, sizeof *b.tu);
+  if (!b.tw || !b.tr || !b.tu) rc = oom(r->st);
+  if (rc == 0) rc = batch_collect(r, &b, wave, nw);
+  if (rc == 0) rc = batch_read(r, &b);
+  if (rc == 0) rc = batch_initialize(r, &b);
+  if (rc == 0) rc = batch_update(r, &b);
+  if (rc == 0) rc = run_control_ops(r, wave, nw);
+  batch_free(&b, r, rc);
   return rc;
 }
 
@@ -680,6 +730,117 @@ static void plan_gathers(run *r, ps_node *const *fetches, size_t nfetches) {
   }
 }
 
+/* Feed @i (@f) checked against its node, as TensorFlow checks feeds. */
+static int apply_feed(run *r, const ps_feed *f, size_t i) {
+  ps_graph *g = r->s->g;
+  ps_node *n = f->node;
+  const ps_tensor *t = f->value;
+  if (n == NULL || t == NULL || (size_t)n->id >= r->n || ps_graph_node(g, n->id) != n)
+    return ps_status_set(r->st, PS_INVALID_ARGUMENT, "feed %zu is not a node of this graph", i);
+  if (t->dtype != n->dtype)
+    return ps_status_set(r->st, PS_INVALID_ARGUMENT,
+                         "Cannot feed value of dtype %s for Tensor '%s', which has "
+                         "dtype %s",
+                         ps_dtype_name(t->dtype), n->name, ps_dtype_name(n->dtype));
+  if (n->shape.rank >= 0) {
+    bool ok = t->shape.rank == n->shape.rank;
+    for (int d = 0; ok && d < t->shape.rank; d++)
+      ok = n->shape.dim[d] < 0 || n->shape.dim[d] == t->shape.dim[d];
+    if (!ok) {
+      char a[128], b[128];
+      return ps_status_set(r->st, PS_INVALID_ARGUMENT,
+                           "Cannot feed value of shape %s for Tensor '%s', which has "
+                           "shape %s",
+                           ps_shape_format(&t->shape, a, sizeof a), n->name,
+                           ps_shape_format(&n->shape, b, sizeof b));
+    }
+  }
+  r->fed[n->id] = true;
+  ps_tensor_destroy(r->val[n->id]);
+  if ((r->val[n->id] = share(t)) == NULL) return oom(r->st);
+  return 0;
+}
+
+/* Runs local nodes until none is ready. */
+static int run_local_ready(run *r) {
+  ps_graph *g = r->s->g;
+  int rc = 0;
+  bool progress = true;
+  while (progress && rc == 0) {
+    progress = false;
+    for (size_t i = 0; i < r->n && rc == 0; i++) {
+      ps_node *n = ps_graph_node(g, i);
+      if (!ready(r, n) || r->remote_gather[i]) continue;
+      if (!r->fed[i] && is_remote(n)) continue;
+      rc = run_local(r, n);
+      /* every op leaves a value (an empty one for updates) */
+      if (rc == 0 && r->val[i] == NULL) rc = oom(r->st);
+      r->state[i] = N_DONE;
+      progress = true;
+    }
+  }
+  return rc;
+}
+
+/* The next wave of remote ops into @wave; returns their number.  Reads go
+ * first; updates and initializers wait until nothing else can run, so that
+ * all of a step's updates to one ps share one RPC.  *any_left: some needed
+ * node is not done. */
+static size_t next_wave(run *r, ps_node **wave, bool *any_left) {
+  ps_graph *g = r->s->g;
+  size_t nw = 0;
+  bool reads_ready = false;
+  *any_left = false;
+  for (size_t i = 0; i < r->n; i++) {
+    ps_node *n = ps_graph_node(g, i);
+    if (ready(r, n) && (r->remote_gather[i] || is_remote(n)) &&
+        n->def->kind != PS_OPK_VAR_UPDATE && n->def->kind != PS_OPK_VAR_INIT)
+      reads_ready = true;
+  }
+  for (size_t i = 0; i < r->n; i++) {
+    ps_node *n = ps_graph_node(g, i);
+    if (r->state[i] == N_NEEDED) *any_left = true;
+    if (ready(r, n) && (r->remote_gather[i] || is_remote(n))) {
+      bool is_write = n->def->kind == PS_OPK_VAR_UPDATE || n->def->kind == PS_OPK_VAR_INIT;
+      if (is_write && reads_ready) continue;
+      if (r->remote_gather[i] && n->var == NULL) n->var = n->in[0]->var;
+      wave[nw++] = n;
+    }
+  }
+  return nw;
+}
+
+/* Local nodes and remote waves in turn until every needed node is done. */
+static int execute(run *r, ps_node **wave) {
+  for (;;) {
+    int rc = run_local_ready(r);
+    if (rc) return rc;
+    bool any_left;
+    size_t nw = next_wave(r, wave, &any_left);
+    if (nw == 0)
+      return any_left ? ps_status_set(r->st, PS_INTERNAL, "graph has a dependency cycle") : 0;
+    rc = run_remote(r, wave, nw);
+    for (size_t k = 0; k < nw; k++) r->state[wave[k]->id] = N_DONE;
+    if (rc) return rc;
+  }
+}
+
+/* The fetched values, shared into @outputs (all or none). */
+static int share_outputs(run *r, ps_node *const *fetches, size_t nfetches, ps_tensor **outputs) {
+  for (size_t i = 0; i < nfetches; i++) {
+    ps_tensor *v = r->val[fetches[i]->id];
+    outputs[i] = v ? share(v) : NULL;
+    if (v && outputs[i] == NULL) {
+      for (size_t j = 0; j < i; j++) {
+        ps_tensor_destroy(outputs[j]);
+        outputs[j] = NULL;
+      }
+      return oom(r->st);
+    }
+  }
+  return 0;
+}
+
 int ps_session_run(ps_session *s, const ps_feed *feeds, size_t nfeeds,
                    ps_node *const *fetches, size_t nfetches,
                    ps_node *const *targets, size_t ntargets, ps_tensor **outputs,
@@ -701,118 +862,24 @@ int ps_session_run(ps_session *s, const ps_feed *feeds, size_t nfeeds,
   r.skip_read = calloc(r.n + 1, sizeof *r.skip_read);
   ps_node **wave = calloc(r.n + 1, sizeof *wave);
   int rc = 0;
-  if (!r.state || !r.val || !r.fed || !r.remote_gather || !r.skip_read || !wave) {
-    rc = oom(st);
-    goto out;
-  }
-  for (size_t i = 0; i < nfeeds; i++) {
-    ps_node *n = feeds[i].node;
-    const ps_tensor *t = feeds[i].value;
-    if (n == NULL || t == NULL || (size_t)n->id >= r.n || ps_graph_node(g, n->id) != n) {
-      rc = ps_status_set(st, PS_INVALID_ARGUMENT, "feed %zu is not a node of this graph", i);
-      goto out;
-    }
-    if (t->dtype != n->dtype) {
-      rc = ps_status_set(st, PS_INVALID_ARGUMENT,
-                         "Cannot feed value of dtype %s for Tensor '%s', which has "
-                         "dtype %s",
-                         ps_dtype_name(t->dtype), n->name, ps_dtype_name(n->dtype));
-      goto out;
-    }
-    if (n->shape.rank >= 0) {
-      bool ok = t->shape.rank == n->shape.rank;
-      for (int d = 0; ok && d < t->shape.rank; d++)
-        ok = n->shape.dim[d] < 0 || n->shape.dim[d] == t->shape.dim[d];
-      if (!ok) {
-        char a[128], b[128];
-        rc = ps_status_set(st, PS_INVALID_ARGUMENT,
-                           "Cannot feed value of shape %s for Tensor '%s', which has "
-                           "shape %s",
-                           ps_shape_format(&t->shape, a, sizeof a), n->name,
-                           ps_shape_format(&n->shape, b, sizeof b));
-        goto out;
-      }
-    }
-    r.fed[n->id] = true;
-    ps_tensor_destroy(r.val[n->id]);
-    if ((r.val[n->id] = share(t)) == NULL) {
-      rc = oom(st);
-      goto out;
-    }
-  }
-  for (size_t i = 0; i < nfetches; i++) {
-    if (fetches[i] == NULL) {
+  if (!r.state || !r.val || !r.fed || !r.remote_gather || !r.skip_read || !wave) rc = oom(st);
+  for (size_t i = 0; i < nfeeds && rc == 0; i++) rc = apply_feed(&r, &feeds[i], i);
+  for (size_t i = 0; i < nfetches && rc == 0; i++) {
+    if (fetches[i] == NULL)
       rc = ps_status_set(st, PS_INVALID_ARGUMENT, "fetch %zu is NULL", i);
-      goto out;
-    }
-    mark_needed(&r, fetches[i]);
+    else
+      mark_needed(&r, fetches[i]);
   }
-  for (size_t i = 0; i < ntargets; i++)
-    if (targets[i]) mark_needed(&r, targets[i]);
-  plan_gathers(&r, fetches, nfetches);
-  for (size_t i = 0; i < r.n; i++)
-    if (r.skip_read[i]) r.state[i] = N_DONE;
-  for (;;) {
-    /* local nodes until none is ready */
-    bool progress = true, any_left = false;
-    while (progress && rc == 0) {
-      progress = false;
-      for (size_t i = 0; i < r.n && rc == 0; i++) {
-        ps_node *n = ps_graph_node(g, i);
-        if (!ready(&r, n) || r.remote_gather[i]) continue;
-        if (!r.fed[i] && is_remote(n)) continue;
-        rc = run_local(&r, n);
-        /* every op leaves a value (an empty one for updates) */
-        if (rc == 0 && r.val[i] == NULL) rc = oom(st);
-        r.state[i] = N_DONE;
-        progress = true;
-      }
-    }
-    if (rc) break;
-    /* Reads go first; updates and initializers wait until nothing else
-     * can run, so that all of a step's updates to one ps share one RPC. */
-    size_t nw = 0;
-    bool reads_ready = false;
-    for (size_t i = 0; i < r.n; i++) {
-      ps_node *n = ps_graph_node(g, i);
-      if (ready(&r, n) && (r.remote_gather[i] || is_remote(n)) &&
-          n->def->kind != PS_OPK_VAR_UPDATE && n->def->kind != PS_OPK_VAR_INIT)
-        reads_ready = true;
-    }
-    for (size_t i = 0; i < r.n; i++) {
-      ps_node *n = ps_graph_node(g, i);
-      if (r.state[i] == N_NEEDED) any_left = true;
-      if (ready(&r, n) && (r.remote_gather[i] || is_remote(n))) {
-        bool is_write = n->def->kind == PS_OPK_VAR_UPDATE || n->def->kind == PS_OPK_VAR_INIT;
-        if (is_write && reads_ready) continue;
-        if (r.remote_gather[i] && n->var == NULL) n->var = n->in[0]->var;
-        wave[nw++] = n;
-      }
-    }
-    if (nw == 0) {
-      if (any_left)
-        rc = ps_status_set(st, PS_INTERNAL, "graph has a dependency cycle");
-      break;
-    }
-    rc = run_remote(&r, wave, nw);
-    for (size_t k = 0; k < nw; k++) r.state[wave[k]->id] = N_DONE;
-    if (rc) break;
+  if (rc == 0) {
+    for (size_t i = 0; i < ntargets; i++)
+      if (targets[i]) mark_needed(&r, targets[i]);
+    plan_gathers(&r, fetches, nfetches);
+    for (size_t i = 0; i < r.n; i++)
+      if (r.skip_read[i]) r.state[i] = N_DONE;
+    rc = execute(&r, wave);
   }
-  if (rc == 0)
-    for (size_t i = 0; i < nfetches; i++) {
-      ps_tensor *v = r.val[fetches[i]->id];
-      outputs[i] = v ? share(v) : NULL;
-      if (v && outputs[i] == NULL) {
-        for (size_t j = 0; j < i; j++) {
-          ps_tensor_destroy(outputs[j]);
-          outputs[j] = NULL;
-        }
-        rc = oom(st);
-        break;
-      }
-    }
-out:
-  for (size_t i = 0; i < r.n; i++) ps_tensor_destroy(r.val[i]);
+  if (rc == 0) rc = share_outputs(&r, fetches, nfetches, outputs);
+  for (size_t i = 0; r.val && i < r.n; i++) ps_tensor_destroy(r.val[i]);
   free(r.val);
   free(r.state);
   free(r.fed);
