@@ -54,10 +54,6 @@ struct ps_graph {
   int nctxmarks;
 };
 
-/* The out-of-memory policy of the graph code: the graph's status becomes
- * RESOURCE_EXHAUSTED "out of memory" (sticky, like every graph error) and
- * the builder returns NULL; nothing aborts.  Returns NULL. */
-ps_node *ps_graph_oom_(ps_graph *g);
 /* A unique name for @full (malloc'd), or NULL with the graph failed. */
 char *ps_graph_unique_name_(ps_graph *g, const char *full);
 void ps_graph_scoped_name_(ps_graph *g, const char *hint, char *out, size_t n);

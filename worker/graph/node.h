@@ -132,6 +132,10 @@ typedef struct ps_report_extra {
  * first input's; constructors set them. */
 ps_node *ps_node_new(ps_graph *g, const ps_op_def *def, const char *name_hint,
                      ps_node *const *in, int nin);
+/* The out-of-memory policy of the graph code: the graph's status becomes
+ * RESOURCE_EXHAUSTED "out of memory" (sticky, like every graph error) and
+ * the builder returns NULL; nothing aborts.  Returns NULL. */
+ps_node *ps_graph_oom_(ps_graph *g);
 /* Records the graph's first error; returns NULL for convenience. */
 ps_node *ps_graph_fail(ps_graph *g, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

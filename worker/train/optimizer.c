@@ -262,6 +262,139 @@ static ps_node *dedup(ps_graph *g, ps_node *sparse) {
   return rows;
 }
 
+/* The slots and hyperparameters of @o's update of @v into @e; returns the
+ * number of inputs the update node takes before the local step (1, or 3
+ * with Adam's beta powers), or -1 with @st set. */
+static int fill_apply_extra(const ps_optimizer *o, ps_variable *v, ps_apply_extra *e,
+                            ps_status *st) {
+  switch (o->op) {
+  case PS_APPLY_GRADIENT_DESCENT:
+    e->hparams[e->nhparams++] = o->lr;
+    return 1;
+  case PS_APPLY_MOMENTUM:
+  case PS_APPLY_ADAGRAD: {
+    bool mom = o->op == PS_APPLY_MOMENTUM;
+    char sn[1100];
+    snprintf(sn, sizeof sn, "%s/%s", v->name, mom ? "Momentum" : "Adagrad");
+    ps_variable *acc = ps_slot_create_(v, sn, mom ? 0.0 : o->init_accum, &v->shape, st);
+    if (acc == NULL) return -1;
+    e->slots[e->nslots++] = acc->name;
+    e->hparams[e->nhparams++] = o->lr;
+    if (mom) e->hparams[e->nhparams++] = o->momentum;
+    return 1;
+  }
+  default: { /* PS_APPLY_ADAM */
+    char mn[1100], vn[1100];
+    snprintf(mn, sizeof mn, "%s/Adam", v->name);
+    snprintf(vn, sizeof vn, "%s/Adam_1", v->name);
+    ps_variable *m = ps_slot_create_(v, mn, 0.0, &v->shape, st);
+    ps_variable *vv = ps_slot_create_(v, vn, 0.0, &v->shape, st);
+    if (!m || !vv) return -1;
+    e->slots[e->nslots++] = m->name;
+    e->slots[e->nslots++] = vv->name;
+    e->hparams[e->nhparams++] = o->lr;
+    e->hparams[e->nhparams++] = o->beta1;
+    e->hparams[e->nhparams++] = o->beta2;
+    e->hparams[e->nhparams++] = o->epsilon;
+    e->ndynamic = 2; /* beta1_power, beta2_power from inputs 1, 2 */
+    return 3;
+  }
+  }
+}
+
+/* What every update of one minimize() shares. */
+typedef struct minimize_ctx {
+  const ps_optimizer *o;
+  ps_graph *g;
+  ps_variable *global_step;
+  ps_variable *b1p, *b2p; /* Adam's beta powers, else NULL */
+  ps_node *b1r, *b2r;     /* their reads */
+  ps_node *local_step;    /* synchronous updates: global_step as read */
+  int replicas, total;    /* synchronous when replicas > 0 */
+} minimize_ctx;
+
+/* The update node of @v with gradient @grad; NULL with @st or the graph
+ * failed. */
+static ps_node *apply_update(const minimize_ctx *c, ps_variable *v, ps_node *grad,
+                             ps_status *st) {
+  const ps_optimizer *o = c->o;
+  if (grad->sparse_indices && o->op != PS_APPLY_GRADIENT_DESCENT) grad = dedup(c->g, grad);
+  ps_apply_extra *e = calloc(1, sizeof *e);
+  if (e == NULL) return ps_graph_oom_(c->g);
+  e->use_nesterov = o->nesterov;
+  e->sync_replicas_to_aggregate = c->replicas;
+  e->sync_total_num_replicas = c->total;
+  ps_node *in[4] = {grad, c->b1r, c->b2r, NULL};
+  int nin = fill_apply_extra(o, v, e, st);
+  if (nin < 0) {
+    free(e);
+    return NULL;
+  }
+  if (c->replicas) in[nin++] = c->local_step;
+  char hint[1100];
+  snprintf(hint, sizeof hint, "update_%s", v->name);
+  ps_node *ap = ps_node_new(c->g, &op_apply, hint, in, nin);
+  if (ap == NULL) {
+    free(e);
+    return NULL;
+  }
+  snprintf(ap->device, sizeof ap->device, "%s", v->device);
+  ap->var = v;
+  ap->update_op = o->op;
+  ap->extra = e;
+  return ap;
+}
+
+/* Adam's beta powers, slots of the first variable (by name) that has a
+ * gradient; 0, or -1 with @st set. */
+static int adam_powers(minimize_ctx *c, ps_variable *const *vars, ps_node *const *dxs,
+                       size_t n, ps_status *st) {
+  ps_variable *first = NULL;
+  for (size_t i = 0; i < n; i++)
+    if (dxs[i] && (first == NULL || strcmp(vars[i]->name, first->name) < 0)) first = vars[i];
+  if (first == NULL) return 0;
+  ps_shape s0 = {0};
+  c->b1p = ps_slot_create_(first, "beta1_power", c->o->beta1, &s0, st);
+  c->b2p = ps_slot_create_(first, "beta2_power", c->o->beta2, &s0, st);
+  if (!c->b1p || !c->b2p) return -1;
+  c->b1r = ps_variable_value(c->b1p);
+  c->b2r = ps_variable_value(c->b2p);
+  return 0;
+}
+
+/* The once-per-step updates (beta powers, global_step) appended to
+ * @updates. */
+static void step_updates(const minimize_ctx *c, ps_node **updates, size_t *nup) {
+  const ps_optimizer *o = c->o;
+  ps_graph *g = c->g;
+  if (c->b1p && c->replicas) {
+    updates[(*nup)++] = sync_update(g, c->b1p, PS_ASSIGN,
+                                    ps_mul(c->b1r, ps_scalar(g, c->b1p->dtype, o->beta1)),
+                                    c->local_step, c->replicas, c->total, "update_beta1_power");
+    updates[(*nup)++] = sync_update(g, c->b2p, PS_ASSIGN,
+                                    ps_mul(c->b2r, ps_scalar(g, c->b2p->dtype, o->beta2)),
+                                    c->local_step, c->replicas, c->total, "update_beta2_power");
+  } else if (c->b1p) {
+    updates[(*nup)++] = ps_assign(c->b1p, ps_mul(c->b1r, ps_scalar(g, c->b1p->dtype, o->beta1)));
+    updates[(*nup)++] = ps_assign(c->b2p, ps_mul(c->b2r, ps_scalar(g, c->b2p->dtype, o->beta2)));
+  }
+  if (c->global_step && c->replicas) {
+    ps_node *one = ps_scalar(g, c->global_step->dtype, 1);
+    updates[(*nup)++] = sync_update(g, c->global_step, PS_ASSIGN_ADD, one, c->local_step,
+                                    c->replicas, c->total, "update_global_step");
+  } else if (c->global_step) {
+    ps_node *one = ps_scalar(g, c->global_step->dtype, 1);
+    updates[(*nup)++] = ps_assign_add(c->global_step, one);
+  }
+}
+
+static const char *optimizer_base_name(const ps_optimizer *o) {
+  return o->op == PS_APPLY_GRADIENT_DESCENT ? "GradientDescent"
+         : o->op == PS_APPLY_MOMENTUM       ? "Momentum"
+         : o->op == PS_APPLY_ADAGRAD        ? "Adagrad"
+                                            : "Adam";
+}
+
 ps_node *ps_optimizer_minimize(ps_optimizer *o, ps_graph *g, ps_node *loss,
                                ps_variable *global_step,
                                ps_variable *const *var_list, size_t n,
@@ -270,126 +403,32 @@ ps_node *ps_optimizer_minimize(ps_optimizer *o, ps_graph *g, ps_node *loss,
     ps_status_set(st, PS_INVALID_ARGUMENT, "minimize: no optimizer or loss");
     return NULL;
   }
-  int replicas = 0, total = 0; /* synchronous when replicas > 0 */
-  if (o->sync && (o = sync_unwrap(o, global_step, &replicas, &total, st)) == NULL)
+  minimize_ctx c = {.g = g, .global_step = global_step};
+  if (o->sync && (o = sync_unwrap(o, global_step, &c.replicas, &c.total, st)) == NULL)
     return NULL;
+  c.o = o;
   if (var_list == NULL) var_list = ps_collection_variables(g, PS_TRAINABLE_VARIABLES, &n);
   ps_variable **vars = malloc((n + 1) * sizeof *vars);
-  memcpy(vars, var_list, n * sizeof *vars);
   ps_node **xs = malloc((n + 1) * sizeof *xs);
   ps_node **dxs = calloc(n + 1, sizeof *dxs);
-  for (size_t i = 0; i < n; i++) xs[i] = ps_variable_value(vars[i]);
   ps_node **updates = calloc(n + 4, sizeof *updates);
   size_t nup = 0;
   ps_node *train = NULL;
-  if (ps_gradients(g, loss, xs, n, dxs, st) != 0) goto out;
-  const char *base = o->op == PS_APPLY_GRADIENT_DESCENT ? "GradientDescent"
-                     : o->op == PS_APPLY_MOMENTUM        ? "Momentum"
-                     : o->op == PS_APPLY_ADAGRAD         ? "Adagrad"
-                                                         : "Adam";
-  /* Adam's step-dependent values live with the first variable by name. */
-  ps_variable *b1p = NULL, *b2p = NULL;
-  ps_node *b1r = NULL, *b2r = NULL;
-  if (o->op == PS_APPLY_ADAM) {
-    ps_variable *first = NULL;
-    for (size_t i = 0; i < n; i++)
-      if (dxs[i] && (first == NULL || strcmp(vars[i]->name, first->name) < 0)) first = vars[i];
-    if (first) {
-      ps_shape s0 = {0};
-      b1p = ps_slot_create_(first, "beta1_power", o->beta1, &s0, st);
-      b2p = ps_slot_create_(first, "beta2_power", o->beta2, &s0, st);
-      if (!b1p || !b2p) goto out;
-      b1r = ps_variable_value(b1p);
-      b2r = ps_variable_value(b2p);
-    }
+  if (!vars || !xs || !dxs || !updates) {
+    ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+    goto out;
   }
-  /* the local step of synchronous updates: global_step as this run read it */
-  ps_node *local_step = replicas ? ps_variable_value(global_step) : NULL;
-  ps_name_scope_push(g, base);
+  if (n) memcpy(vars, var_list, n * sizeof *vars);
+  for (size_t i = 0; i < n; i++) xs[i] = ps_variable_value(vars[i]);
+  if (ps_gradients(g, loss, xs, n, dxs, st) != 0) goto out;
+  if (o->op == PS_APPLY_ADAM && adam_powers(&c, vars, dxs, n, st) != 0) goto out;
+  c.local_step = c.replicas ? ps_variable_value(global_step) : NULL;
+  ps_name_scope_push(g, optimizer_base_name(o));
   for (size_t i = 0; i < n; i++) {
     if (dxs[i] == NULL) continue;
-    ps_variable *v = vars[i];
-    ps_node *grad = dxs[i];
-    if (grad->sparse_indices && o->op != PS_APPLY_GRADIENT_DESCENT) grad = dedup(g, grad);
-    ps_apply_extra *e = calloc(1, sizeof *e);
-    e->use_nesterov = o->nesterov;
-    e->sync_replicas_to_aggregate = replicas;
-    e->sync_total_num_replicas = total;
-    ps_node *in[4] = {grad, b1r, b2r, NULL};
-    int nin = 1;
-    switch (o->op) {
-    case PS_APPLY_GRADIENT_DESCENT:
-      e->hparams[e->nhparams++] = o->lr;
-      break;
-    case PS_APPLY_MOMENTUM:
-    case PS_APPLY_ADAGRAD: {
-      bool mom = o->op == PS_APPLY_MOMENTUM;
-      char sn[1100];
-      snprintf(sn, sizeof sn, "%s/%s", v->name, mom ? "Momentum" : "Adagrad");
-      ps_variable *acc = ps_slot_create_(v, sn, mom ? 0.0 : o->init_accum, &v->shape, st);
-      if (acc == NULL) {
-        free(e);
-        goto out_scope;
-      }
-      e->slots[e->nslots++] = acc->name;
-      e->hparams[e->nhparams++] = o->lr;
-      if (mom) e->hparams[e->nhparams++] = o->momentum;
-      break;
-    }
-    case PS_APPLY_ADAM: {
-      char mn[1100], vn[1100];
-      snprintf(mn, sizeof mn, "%s/Adam", v->name);
-      snprintf(vn, sizeof vn, "%s/Adam_1", v->name);
-      ps_variable *m = ps_slot_create_(v, mn, 0.0, &v->shape, st);
-      ps_variable *vv = ps_slot_create_(v, vn, 0.0, &v->shape, st);
-      if (!m || !vv) {
-        free(e);
-        goto out_scope;
-      }
-      e->slots[e->nslots++] = m->name;
-      e->slots[e->nslots++] = vv->name;
-      e->hparams[e->nhparams++] = o->lr;
-      e->hparams[e->nhparams++] = o->beta1;
-      e->hparams[e->nhparams++] = o->beta2;
-      e->hparams[e->nhparams++] = o->epsilon;
-      e->ndynamic = 2; /* beta1_power, beta2_power from inputs 1, 2 */
-      nin = 3;
-      break;
-    }
-    }
-    if (replicas) in[nin++] = local_step;
-    char hint[1100];
-    snprintf(hint, sizeof hint, "update_%s", v->name);
-    ps_node *ap = ps_node_new(g, &op_apply, hint, in, nin);
-    if (ap == NULL) {
-      free(e);
-      goto out_scope;
-    }
-    snprintf(ap->device, sizeof ap->device, "%s", v->device);
-    ap->var = v;
-    ap->update_op = o->op;
-    ap->extra = e;
-    updates[nup++] = ap;
+    if ((updates[nup++] = apply_update(&c, vars[i], dxs[i], st)) == NULL) goto out_scope;
   }
-  if (b1p && replicas) {
-    updates[nup++] = sync_update(g, b1p, PS_ASSIGN,
-                                 ps_mul(b1r, ps_scalar(g, b1p->dtype, o->beta1)),
-                                 local_step, replicas, total, "update_beta1_power");
-    updates[nup++] = sync_update(g, b2p, PS_ASSIGN,
-                                 ps_mul(b2r, ps_scalar(g, b2p->dtype, o->beta2)),
-                                 local_step, replicas, total, "update_beta2_power");
-  } else if (b1p) {
-    updates[nup++] = ps_assign(b1p, ps_mul(b1r, ps_scalar(g, b1p->dtype, o->beta1)));
-    updates[nup++] = ps_assign(b2p, ps_mul(b2r, ps_scalar(g, b2p->dtype, o->beta2)));
-  }
-  if (global_step && replicas) {
-    ps_node *one = ps_scalar(g, global_step->dtype, 1);
-    updates[nup++] = sync_update(g, global_step, PS_ASSIGN_ADD, one, local_step, replicas,
-                                 total, "update_global_step");
-  } else if (global_step) {
-    ps_node *one = ps_scalar(g, global_step->dtype, 1);
-    updates[nup++] = ps_assign_add(global_step, one);
-  }
+  step_updates(&c, updates, &nup);
   train = ps_group(g, updates, nup, "train");
   if (train) ps_collection_add_node(g, PS_TRAIN_OP, train);
 out_scope:
