@@ -636,7 +636,8 @@ static ps_node **node_list(importer *im, char **names, size_t n, const char *who
 }
 
 /* Pass 2: inputs, variables and extras. */
-static int node_links(importer *im, ps_node *n, const Paramserver__Meta__NodeDef *m) {
+/* A node's inputs, control inputs, variable and sparse-gradient links. */
+static int node_edges(importer *im, ps_node *n, const Paramserver__Meta__NodeDef *m) {
   if (m->n_input > 1024 || m->n_control_input > 65536)
     return bad(im, "node %s: %zu inputs", n->name, m->n_input);
   if (m->n_input) {
@@ -668,6 +669,12 @@ static int node_links(importer *im, ps_node *n, const Paramserver__Meta__NodeDef
     if (shape_in(im, m->sparse_dense_shape, &n->sparse_dense_shape, n->name))
       return im->st->code;
   }
+  return 0;
+}
+
+/* n->extra of Reshape and of optimizer updates. */
+static int node_extra_in(importer *im, ps_node *n, const Paramserver__Meta__NodeDef *m) {
+  int kind = n->def->kind;
   if (m->reshape_to) {
     ps_shape *s = malloc(sizeof *s);
     if (s == NULL) return ps_status_set(im->st, PS_RESOURCE_EXHAUSTED, "out of memory");
@@ -703,6 +710,13 @@ static int node_links(importer *im, ps_node *n, const Paramserver__Meta__NodeDef
   } else if (kind == PS_OPK_VAR_UPDATE && n->update_op >= PS_APPLY_GRADIENT_DESCENT) {
     return bad(im, "node %s: an optimizer update without its settings", n->name);
   }
+  return 0;
+}
+
+/* n->extra of the embedding-lookup helpers and of ReportUninitialized. */
+static int node_lookup_extra_in(importer *im, ps_node *n,
+                                const Paramserver__Meta__NodeDef *m) {
+  int kind = n->def->kind;
   bool part_op = is_part_op(n);
   if (part_op != (m->part != NULL))
     return bad(im, "node %s: %s embedding-lookup settings", n->name,
@@ -745,6 +759,13 @@ static int node_links(importer *im, ps_node *n, const Paramserver__Meta__NodeDef
         return im->st->code;
   }
   return 0;
+}
+
+static int node_links(importer *im, ps_node *n, const Paramserver__Meta__NodeDef *m) {
+  int rc = node_edges(im, n, m);
+  if (rc == 0) rc = node_extra_in(im, n, m);
+  if (rc == 0) rc = node_lookup_extra_in(im, n, m);
+  return rc;
 }
 
 static int var_in(importer *im, const Paramserver__Meta__VariableDef *m) {
