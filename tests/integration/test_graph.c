@@ -8,6 +8,7 @@
 #include "common/rpc.h"
 #include "harness.h"
 #include "paramserver/graph.h"
+#include "paramserver/partition.h"
 #include "paramserver/session.h"
 #include "tests/support/assert.h"
 
@@ -141,6 +142,36 @@ START_TEST(scopes_reuse_and_their_errors) {
   ps_variable *const *mine = ps_collection_variables(g, "my_vars", &n);
   ck_assert_uint_eq(n, 1);
   ck_assert_ptr_eq(mine[0], w);
+  ps_graph_destroy(g);
+}
+END_TEST
+
+/* Variable scopes whose names add up to more than a name buffer: an error
+ * naming the limit, for plain and partitioned variables (the scoped name
+ * was built with an unchecked offset and overran the stack). */
+START_TEST(a_scoped_name_over_the_limit_is_refused) {
+  ps_graph *g = ps_graph_create();
+  ps_status st;
+  ps_shape s = shp(2, 4, 3);
+  char scope[700];
+  memset(scope, 'a', sizeof scope - 1);
+  scope[sizeof scope - 1] = '\0';
+  ps_variable_scope_push(g, scope, PS_REUSE_NONE);
+  ps_variable_scope_push(g, scope, PS_REUSE_NONE);
+  ck_assert_ptr_null(ps_get_variable(g, "w", PS_DT_FLOAT, &s, NULL, NULL, &st));
+  ck_assert_int_eq(st.code, PS_INVALID_ARGUMENT);
+  PS_ASSERT_MSG_HAS(st, "variable w...: the name with its variable scopes is longer than "
+                        "1023 bytes");
+  ps_partitioner p = {.kind = PS_PART_FIXED, .num_shards = 2};
+  ck_assert_ptr_null(ps_get_partitioned_variable(g, "e", PS_DT_FLOAT, &s, NULL, &p, NULL, &st));
+  ck_assert_int_eq(st.code, PS_INVALID_ARGUMENT);
+  PS_ASSERT_MSG_HAS(st, "variable e...: the name with its variable scopes is longer than "
+                        "1023 bytes");
+  ps_variable_scope_pop(g);
+  ps_variable *w = ps_get_variable(g, "w", PS_DT_FLOAT, &s, NULL, NULL, &st);
+  ck_assert_ptr_nonnull(w);
+  ck_assert_uint_eq(strlen(ps_variable_name(w)), 699 + 2);
+  ps_variable_scope_pop(g);
   ps_graph_destroy(g);
 }
 END_TEST
@@ -299,6 +330,7 @@ int main(void) {
   tcase_add_test(tc, greedy_placement_by_bytes);
   tcase_add_test(tc, no_ps_job_means_no_device_function);
   tcase_add_test(tc, scopes_reuse_and_their_errors);
+  tcase_add_test(tc, a_scoped_name_over_the_limit_is_refused);
   tcase_add_test(tc, initialize_in_dependency_order_across_ps);
   tcase_add_test(tc, uninitialized_read_through_a_session);
   tcase_add_test(tc, local_and_remote_variables_say_the_same);

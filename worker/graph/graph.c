@@ -174,6 +174,28 @@ ps_partitioned_variable *ps_graph_import_partitioned_(ps_graph *g, const char *n
   return pv;
 }
 
+int ps_graph_vscope_name_(const ps_graph *g, const char *name, char *out, size_t n,
+                          ps_reuse *reuse, ps_status *st) {
+  size_t off = 0;
+  for (int i = 0; i < g->nvscope && i < PS_MAX_SCOPE && off < n; i++) {
+    int k = snprintf(out + off, n - off, "%s/", g->vscope[i].name);
+    off = k < 0 ? n : off + (size_t)k;
+  }
+  if (off < n) {
+    int k = snprintf(out + off, n - off, "%s", name);
+    off = k < 0 ? n : off + (size_t)k;
+  }
+  if (off >= n) {
+    out[0] = '\0';
+    return ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "variable %.64s...: the name with its variable scopes is longer "
+                         "than %zu bytes",
+                         name, n - 1);
+  }
+  *reuse = g->nvscope > 0 ? g->vscope[g->nvscope - 1].reuse : PS_REUSE_NONE;
+  return 0;
+}
+
 /* ---- unique names ---- */
 
 static int name_lookup(ps_graph *g, const char *name) {

@@ -58,6 +58,12 @@ struct ps_graph {
 char *ps_graph_unique_name_(ps_graph *g, const char *full);
 void ps_graph_scoped_name_(ps_graph *g, const char *hint, char *out, size_t n);
 void ps_graph_place_(ps_graph *g, ps_node *n);
+/* @name inside the current variable scopes ("outer/inner/name") into @out
+ * (@n bytes) and the innermost scope's reuse (PS_REUSE_NONE at the root)
+ * into *@reuse; INVALID_ARGUMENT naming the limit when the name does not
+ * fit. */
+int ps_graph_vscope_name_(const ps_graph *g, const char *name, char *out, size_t n,
+                          ps_reuse *reuse, ps_status *st);
 void ps_variable_free_(ps_variable *v);
 void ps_device_fn_free_(ps_device_fn *fn);
 void ps_control_dependencies_push_(ps_graph *g, ps_node *const *deps, size_t n);

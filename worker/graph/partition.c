@@ -40,12 +40,8 @@ ps_partitioned_variable *ps_get_partitioned_variable(
     const ps_init_spec *init, const ps_partitioner *part,
     const ps_var_options *opt, ps_status *st) {
   char full[1024];
-  size_t off = 0;
-  full[0] = '\0';
-  for (int i = 0; i < g->nvscope && i < PS_MAX_SCOPE; i++)
-    off += (size_t)snprintf(full + off, sizeof full - off, "%s/", g->vscope[i].name);
-  snprintf(full + off, sizeof full - off, "%s", name);
-  ps_reuse reuse = g->nvscope > 0 ? g->vscope[g->nvscope - 1].reuse : PS_REUSE_NONE;
+  ps_reuse reuse;
+  if (ps_graph_vscope_name_(g, name, full, sizeof full, &reuse, st) != 0) return NULL;
   /* an existing partitioned variable of that name? */
   char part0[1100];
   snprintf(part0, sizeof part0, "%s/part_0", full);

@@ -316,12 +316,8 @@ ps_variable *ps_get_variable(ps_graph *g, const char *name, ps_dtype dtype,
                              const ps_shape *shape, const ps_init_spec *init,
                              const ps_var_options *opt, ps_status *st) {
   char full[1024];
-  size_t off = 0;
-  full[0] = '\0';
-  for (int i = 0; i < g->nvscope && i < PS_MAX_SCOPE; i++)
-    off += (size_t)snprintf(full + off, sizeof full - off, "%s/", g->vscope[i].name);
-  snprintf(full + off, sizeof full - off, "%s", name);
-  ps_reuse reuse = g->nvscope > 0 ? g->vscope[g->nvscope - 1].reuse : PS_REUSE_NONE;
+  ps_reuse reuse;
+  if (ps_graph_vscope_name_(g, name, full, sizeof full, &reuse, st) != 0) return NULL;
   ps_variable *v = find_var(g, full);
   char a[256], b[256];
   if (v && v->from_get_variable) {
