@@ -19,6 +19,7 @@
  * This file holds the spec (construction, JSON in and out, lookups);
  * cluster_resolve.c reads TF_CONFIG and Slurm's environment and decides
  * which task this process is. */
+#include "common/appendf.h"
 #include "cluster.h"
 #include "cluster_internal.h"
 #include "fileio.h"
@@ -510,9 +511,11 @@ bool ps_cl_task_present_(const ps_cluster *c, const char *job, int task, char *w
   const ps_cluster_job *j = ps_cluster_find_job(c, job);
   char b[SHOW_MAX];
   if (j == NULL) {
-    int o = snprintf(why, n, "no job \"%s\"; jobs:", ps_cl_show_(job, strlen(job), b, sizeof b));
-    for (int i = 0; i < c->njobs && o > 0 && (size_t)o < n; i++)
-      o += snprintf(why + o, n - (size_t)o, "%s %s", i ? "," : "", c->jobs[i].name);
+    size_t o = 0;
+    if (n) why[0] = '\0';
+    ps_appendf(why, n, &o, "no job \"%s\"; jobs:", ps_cl_show_(job, strlen(job), b, sizeof b));
+    for (int i = 0; i < c->njobs; i++)
+      ps_appendf(why, n, &o, "%s %s", i ? "," : "", c->jobs[i].name);
     return false;
   }
   if (task < 0 || task >= j->ntasks) {

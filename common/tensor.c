@@ -3,6 +3,7 @@
  * Arithmetic on float/double/integers runs in the native type so the
  * compiler vectorizes it; half and bfloat16 go through float, as
  * TensorFlow's CPU kernels do. */
+#include "common/appendf.h"
 #include "tensor.h"
 
 #include <math.h>
@@ -136,11 +137,10 @@ char *ps_shape_format(const ps_shape *s, char *buf, size_t n) {
   size_t off = 0;
   if (n == 0) return buf;
   buf[0] = '\0';
-  off += (size_t)snprintf(buf + off, n - off, "[");
-  for (int i = 0; i < s->rank && off < n; i++)
-    off += (size_t)snprintf(buf + off, n - off, i ? ",%lld" : "%lld",
-                            (long long)s->dim[i]);
-  if (off < n) snprintf(buf + off, n - off, "]");
+  ps_appendf(buf, n, &off, "[");
+  for (int i = 0; i < s->rank; i++)
+    ps_appendf(buf, n, &off, i ? ",%lld" : "%lld", (long long)s->dim[i]);
+  ps_appendf(buf, n, &off, "]");
   return buf;
 }
 

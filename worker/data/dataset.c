@@ -22,6 +22,7 @@
  * the arguments only; the generators are simple on purpose: what matters is
  * that a model of the intended kind can learn them, and that tests can
  * check that it did. */
+#include "common/appendf.h"
 #include "paramserver/dataset.h"
 
 #include <errno.h>
@@ -298,11 +299,12 @@ int ps_idx_load(const char *path, ps_tensor **out, ps_status *st) {
   size_t es = ps_dtype_size(dtype);
   uint64_t nbytes = es;
   bool overflow = false;
-  char dims[16 * 12] = "", *dp = dims;
+  char dims[16 * 12] = "";
+  size_t dlen = 0;
   for (int i = 0; i < rank; i++) {
     uint32_t d = be32(hdr + 4 + 4 * i);
     shape.dim[i] = d;
-    dp += snprintf(dp, (size_t)(dims + sizeof dims - dp), "%s%u", i ? "," : "", d);
+    ps_appendf(dims, sizeof dims, &dlen, "%s%u", i ? "," : "", d);
     if (d != 0 && nbytes > (uint64_t)INT64_MAX / d)
       overflow = true;
     else

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/appendf.h"
 #include "common/array.h"
 #include "node.h"
 #include "graph_priv.h"
@@ -177,15 +178,12 @@ ps_partitioned_variable *ps_graph_import_partitioned_(ps_graph *g, const char *n
 int ps_graph_vscope_name_(const ps_graph *g, const char *name, char *out, size_t n,
                           ps_reuse *reuse, ps_status *st) {
   size_t off = 0;
-  for (int i = 0; i < g->nvscope && i < PS_MAX_SCOPE && off < n; i++) {
-    int k = snprintf(out + off, n - off, "%s/", g->vscope[i].name);
-    off = k < 0 ? n : off + (size_t)k;
-  }
-  if (off < n) {
-    int k = snprintf(out + off, n - off, "%s", name);
-    off = k < 0 ? n : off + (size_t)k;
-  }
-  if (off >= n) {
+  int rc = 0;
+  out[0] = '\0';
+  for (int i = 0; i < g->nvscope && i < PS_MAX_SCOPE; i++)
+    rc |= ps_appendf(out, n, &off, "%s/", g->vscope[i].name);
+  rc |= ps_appendf(out, n, &off, "%s", name);
+  if (rc != 0) {
     out[0] = '\0';
     return ps_status_set(st, PS_INVALID_ARGUMENT,
                          "variable %.64s...: the name with its variable scopes is longer "
@@ -234,9 +232,8 @@ void ps_graph_scoped_name_(ps_graph *g, const char *hint, char *out, size_t n) {
   size_t off = 0;
   out[0] = '\0';
   for (int i = 0; i < g->nscope && i < PS_MAX_SCOPE; i++)
-    if (g->scope[i])
-      off += (size_t)snprintf(out + off, off < n ? n - off : 0, "%s/", g->scope[i]);
-  if (off < n) snprintf(out + off, n - off, "%s", hint);
+    if (g->scope[i]) ps_appendf(out, n, &off, "%s/", g->scope[i]);
+  ps_appendf(out, n, &off, "%s", hint);
 }
 
 void ps_name_scope_push(ps_graph *g, const char *name) {

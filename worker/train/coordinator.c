@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/appendf.h"
 #include "common/log.h"
 #include "graph/node.h"
 #include "paramserver/coordinator.h"
@@ -78,10 +79,10 @@ int ps_coordinator_wait_for_ps(ps_session *s, double timeout_secs, ps_status *st
     if (delay == 0 || now - last_log >= 5.0) {
       char list[512] = "";
       size_t off = 0;
-      for (int t = 0; t < nps && off < sizeof list - 64; t++)
+      for (int t = 0; t < nps; t++)
         if (!up[t])
-          off += (size_t)snprintf(list + off, sizeof list - off, "%sps/%d (%s)",
-                                  off ? ", " : "", t, ps_client_address(c, t));
+          ps_appendf(list, sizeof list, &off, "%sps/%d (%s)", off ? ", " : "", t,
+                     ps_client_address(c, t));
       PS_INFO("waiting for %d ps task(s): %s", waiting, list);
       last_log = now;
     }
