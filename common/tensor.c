@@ -433,18 +433,16 @@ void ps_elem_set(int dtype, void *p, int64_t i, double v) {
   }
 }
 
-/* @U is the unsigned type the arithmetic runs in: for integers it wraps
- * (two's complement, TensorFlow's behaviour) instead of being a signed
- * overflow; converting back to a signed type is modulo 2^N in GCC and
- * Clang.  For floating types U is T. */
+/* Integers wrap (PS_WRAP_ADD, common/tensor.h); for floating types U is
+ * T. */
 #define APPLY_NATIVE(T, U)                                                   \
   do {                                                                       \
     T *d = dst;                                                              \
     const T *s = src;                                                        \
     if (op == '+')                                                           \
-      for (int64_t i = 0; i < n; i++) d[i] = (T)((U)d[i] + (U)s[i]);         \
+      for (int64_t i = 0; i < n; i++) d[i] = PS_WRAP_ADD(T, U, d[i], s[i]);  \
     else if (op == '-')                                                      \
-      for (int64_t i = 0; i < n; i++) d[i] = (T)((U)d[i] - (U)s[i]);         \
+      for (int64_t i = 0; i < n; i++) d[i] = PS_WRAP_SUB(T, U, d[i], s[i]);  \
     else                                                                     \
       memcpy(d, s, (size_t)n * sizeof(T));                                   \
     return 0;                                                                \

@@ -60,4 +60,53 @@ static inline void *ps_tensor_data_inline(const ps_tensor *t) {
  * Returns -1 for a dtype without arithmetic. */
 int ps_elem_apply(int dtype, char op, void *dst, const void *src, int64_t n);
 
+/* ---- per-dtype code from PS_DTYPE_LIST ----
+ *
+ * Integer arithmetic wraps (two's complement), TensorFlow's rule, written
+ * once: T is the element type, U its arithmetic type (the list's unsigned
+ * twin).  1u * widens narrow types to unsigned int first, so that no
+ * operand is promoted to a signed int that could overflow. */
+#define PS_WRAP_ADD(T, U, a, b) ((T)(1u * (U)(a) + 1u * (U)(b)))
+#define PS_WRAP_SUB(T, U, a, b) ((T)(1u * (U)(a) - 1u * (U)(b)))
+#define PS_WRAP_MUL(T, U, a, b) ((T)(1u * (U)(a) * (U)(b)))
+
+/* A switch on @dt with one case per dtype of PS_DTYPE_LIST that code runs
+ * natively.  The caller defines, around the switch,
+ *   PS_CASE_FLOAT(T, U)   the statement for float and double
+ *   PS_CASE_INT(T, U)     (PS_DTYPE_SWITCH_NATIVE) the one for the integers
+ * and every other dtype runs @otherwise.  Each case ends with break. */
+#define PS_DTYPE_CASE_FLOAT_(E, T, U) case PS_DT_##E: PS_CASE_FLOAT(T, U); break;
+#define PS_DTYPE_CASE_INT_(E, T, U) case PS_DT_##E: PS_CASE_INT(T, U); break;
+#define PS_DTYPE_CASE_NONE_(E, T, U)
+#define PS_DTYPE_FLOAT_FLOAT_ PS_DTYPE_CASE_FLOAT_
+#define PS_DTYPE_FLOAT_INT_ PS_DTYPE_CASE_NONE_
+#define PS_DTYPE_NATIVE_FLOAT_ PS_DTYPE_CASE_FLOAT_
+#define PS_DTYPE_NATIVE_INT_ PS_DTYPE_CASE_INT_
+#define PS_DTYPE_FLOAT_HALF_ PS_DTYPE_CASE_NONE_
+#define PS_DTYPE_NATIVE_HALF_ PS_DTYPE_CASE_NONE_
+#define PS_DTYPE_FLOAT_BF16_ PS_DTYPE_CASE_NONE_
+#define PS_DTYPE_NATIVE_BF16_ PS_DTYPE_CASE_NONE_
+#define PS_DTYPE_FLOAT_BOOL_ PS_DTYPE_CASE_NONE_
+#define PS_DTYPE_NATIVE_BOOL_ PS_DTYPE_CASE_NONE_
+#define PS_DTYPE_FLOAT_COMPLEX_ PS_DTYPE_CASE_NONE_
+#define PS_DTYPE_NATIVE_COMPLEX_ PS_DTYPE_CASE_NONE_
+#define PS_DTYPE_FLOAT_STRING_ PS_DTYPE_CASE_NONE_
+#define PS_DTYPE_NATIVE_STRING_ PS_DTYPE_CASE_NONE_
+#define PS_DTYPE_X_FLOAT_(E, N, NAME, SIZE, T, U, KIND) PS_DTYPE_FLOAT_##KIND##_(E, T, U)
+#define PS_DTYPE_X_NATIVE_(E, N, NAME, SIZE, T, U, KIND) PS_DTYPE_NATIVE_##KIND##_(E, T, U)
+#define PS_DTYPE_SWITCH_FLOAT(dt, otherwise)                                 \
+  switch (dt) {                                                              \
+    PS_DTYPE_LIST(PS_DTYPE_X_FLOAT_)                                         \
+  default:                                                                   \
+    otherwise;                                                               \
+    break;                                                                   \
+  }
+#define PS_DTYPE_SWITCH_NATIVE(dt, otherwise)                                \
+  switch (dt) {                                                              \
+    PS_DTYPE_LIST(PS_DTYPE_X_NATIVE_)                                        \
+  default:                                                                   \
+    otherwise;                                                               \
+    break;                                                                   \
+  }
+
 #endif

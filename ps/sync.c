@@ -395,52 +395,21 @@ bool ps_accum_full(const ps_accum *a) {
 }
 
 /* p[0..n) /= d in @dtype's arithmetic (integers truncate, as C and
- * TensorFlow's integer division of a tensor by a scalar do). */
+ * TensorFlow's integer division of a tensor by a scalar do).  Integers are
+ * divided by d itself, not by d converted to their type: 256 replicas of
+ * an int8 variable would divide by zero. */
 static void divide(ps_dtype dtype, void *p, int64_t n, int64_t d) {
   if (d == 1) return;
-#define DIV(T)                                                                           \
-  do {                                                                                   \
-    T *x = p;                                                                            \
-    for (int64_t i = 0; i < n; i++)                                                      \
-      x[i] = (T)(x[i] / (T)d);                                                           \
-  } while (0)
-  switch (dtype) {
-  case PS_DT_FLOAT:
-    DIV(float);
-    return;
-  case PS_DT_DOUBLE:
-    DIV(double);
-    return;
-  case PS_DT_INT32:
-    DIV(int32_t);
-    return;
-  case PS_DT_INT64:
-    DIV(int64_t);
-    return;
-  case PS_DT_INT16:
-    DIV(int16_t);
-    return;
-  case PS_DT_INT8:
-    DIV(int8_t);
-    return;
-  case PS_DT_UINT8:
-    DIV(uint8_t);
-    return;
-  case PS_DT_UINT16:
-    DIV(uint16_t);
-    return;
-  case PS_DT_UINT32:
-    DIV(uint32_t);
-    return;
-  case PS_DT_UINT64:
-    DIV(uint64_t);
-    return;
-  default:
-    for (int64_t i = 0; i < n; i++)
-      ps_elem_set(dtype, p, i, ps_elem_get(dtype, p, i) / (double)d);
-    return;
-  }
-#undef DIV
+#define PS_CASE_FLOAT(T, U)                                                              \
+  for (int64_t i = 0; i < n; i++)                                                        \
+    ((T *)p)[i] = (T)(((T *)p)[i] / (T)d)
+#define PS_CASE_INT(T, U)                                                                \
+  for (int64_t i = 0; i < n; i++)                                                        \
+    ((T *)p)[i] = (T)(((T *)p)[i] / d)
+  PS_DTYPE_SWITCH_NATIVE(dtype, for (int64_t i = 0; i < n; i++)
+                                    ps_elem_set(dtype, p, i, ps_elem_get(dtype, p, i) / (double)d))
+#undef PS_CASE_FLOAT
+#undef PS_CASE_INT
 }
 
 typedef struct keyed {

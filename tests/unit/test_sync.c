@@ -65,6 +65,35 @@ START_TEST(dense_mean_of_three_replicas) {
 }
 END_TEST
 
+/* 256 replicas of an int8 variable: the sum wraps as int8 arithmetic does
+ * and is divided by 256 itself (it was divided by (int8_t)256 == 0: the ps
+ * died of SIGFPE). */
+START_TEST(an_int8_mean_over_256_replicas_divides_by_256) {
+  ps_accum *a = ps_accum_create();
+  ck_assert_ptr_nonnull(a);
+  static ps_sync_waiter w[256];
+  memset(w, 0, sizeof w);
+  int8_t one[2] = {1, -1};
+  ps_status st;
+  bool stale, completes;
+  for (int i = 0; i < 256; i++) {
+    ps_sync_update u = dense_add(NULL, 2, 256, 3);
+    u.dtype = PS_DT_INT8;
+    u.value = one;
+    ck_assert_int_eq(join(a, &u, 0, 2, &w[i], &stale, &completes, &st), 0);
+  }
+  ck_assert(ps_accum_full(a));
+  ps_sync_take t;
+  ck_assert_int_eq(ps_accum_take(a, &t, &st), 0);
+  const int8_t *mean = t.value;
+  /* 256 * 1 wraps to 0 in int8; 0 / 256 = 0 */
+  ck_assert_int_eq(mean[0], 0);
+  ck_assert_int_eq(mean[1], 0);
+  ps_accum_finish(a, 1, 0);
+  ps_accum_destroy(a);
+}
+END_TEST
+
 START_TEST(stale_updates_are_dropped_and_the_step_moves_up) {
   ps_accum *a = ps_accum_create();
   float g[2] = {1, 1};
@@ -198,6 +227,7 @@ int main(void) {
   Suite *s = suite_create("sync");
   TCase *tc = tcase_create("sync");
   tcase_add_test(tc, dense_mean_of_three_replicas);
+  tcase_add_test(tc, an_int8_mean_over_256_replicas_divides_by_256);
   tcase_add_test(tc, stale_updates_are_dropped_and_the_step_moves_up);
   tcase_add_test(tc, sparse_rows_are_averaged_per_index);
   tcase_add_test(tc, mismatches_are_refused_with_their_texts);
