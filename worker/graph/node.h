@@ -141,7 +141,8 @@ ps_node *ps_graph_fail(ps_graph *g, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Every op definition of each file, NULL-terminated: MetaGraph import finds
  * an op by its type and kind there. */
-extern const ps_op_def *const ps_opdefs_ops_[], *const ps_opdefs_graph_[],
+extern const ps_op_def *const ps_opdefs_math_[], *const ps_opdefs_nn_[],
+    *const ps_opdefs_reduce_[], *const ps_opdefs_array_[], *const ps_opdefs_graph_[],
     *const ps_opdefs_variables_[], *const ps_opdefs_partition_[],
     *const ps_opdefs_optimizer_[];
 ps_node *ps_graph_node(const ps_graph *g, size_t i);

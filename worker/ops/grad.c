@@ -24,13 +24,6 @@
 #include "graph/node.h"
 #include "ops_internal.h"
 
-static bool fully_known(const ps_shape *s) {
-  if (s->rank < 0) return false;
-  for (int i = 0; i < s->rank; i++)
-    if (s->dim[i] < 0) return false;
-  return true;
-}
-
 static int graph_code(ps_graph *g) {
   return ps_graph_status(g)->code;
 }
