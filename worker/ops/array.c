@@ -494,17 +494,17 @@ static int segment_sum_compute(ps_node *n, ps_tensor *const *in, ps_tensor **out
                            "segment_ids[%s] = %lld is out of range [0, %lld)",
                            index_str(is, i, s1), (long long)id, (long long)num);
     }
-    if (dt == PS_DT_FLOAT) {
-      float *d = (float *)oa + id * row;
-      const float *s = (const float *)ra + i * row;
-      for (int64_t j = 0; j < row; j++)
-        d[j] += s[j];
-    } else if (dt == PS_DT_DOUBLE) {
-      double *d = (double *)oa + id * row;
-      const double *s = (const double *)ra + i * row;
-      for (int64_t j = 0; j < row; j++)
-        d[j] += s[j];
-    } else {
+    bool native = true;
+#define PS_CASE_FLOAT(T, U)                                                              \
+  do {                                                                                   \
+    T *d = (T *)oa + id * row;                                                           \
+    const T *s = (const T *)ra + i * row;                                                \
+    for (int64_t j = 0; j < row; j++)                                                    \
+      d[j] += s[j];                                                                      \
+  } while (0)
+    PS_DTYPE_SWITCH_FLOAT(dt, native = false)
+#undef PS_CASE_FLOAT
+    if (!native) {
       for (int64_t j = 0; j < row; j++)
         ps_elem_set(dt, oa, id * row + j,
                     ps_elem_get(dt, oa, id * row + j) + ps_elem_get(dt, ra, i * row + j));

@@ -64,21 +64,20 @@ static double bin_d(binop op, double x, double y) {
     }                                                                                    \
   } while (0)
 
-/* Integers wrap as in TensorFlow; the arithmetic is done unsigned (U) so
- * that an overflow is defined. */
+/* Integers wrap as in TensorFlow (PS_WRAP_*, common/tensor.h). */
 #define BIN_INT(T, U)                                                                    \
   do {                                                                                   \
     const T *x = xa, *y = ya;                                                            \
     T *o = oa;                                                                           \
     switch (op) {                                                                        \
     case B_ADD:                                                                          \
-      BC_LOOP(b, o[k] = (T)((U)x[ia] + (U)y[ib]));                                       \
+      BC_LOOP(b, o[k] = PS_WRAP_ADD(T, U, x[ia], y[ib]));                                  \
       break;                                                                             \
     case B_SUB:                                                                          \
-      BC_LOOP(b, o[k] = (T)((U)x[ia] - (U)y[ib]));                                       \
+      BC_LOOP(b, o[k] = PS_WRAP_SUB(T, U, x[ia], y[ib]));                                  \
       break;                                                                             \
     case B_MUL:                                                                          \
-      BC_LOOP(b, o[k] = (T)((U)x[ia] * (U)y[ib]));                                       \
+      BC_LOOP(b, o[k] = PS_WRAP_MUL(T, U, x[ia], y[ib]));                                  \
       break;                                                                             \
     default:                                                                             \
       BC_LOOP(b, o[k] = (T)bin_d(op, (double)x[ia], (double)y[ib]));                     \
@@ -88,42 +87,13 @@ static double bin_d(binop op, double x, double y) {
 
 static void run_binop(binop op, ps_dtype dt, const ps_bc *b, const void *xa, const void *ya,
                       void *oa) {
-  switch (dt) {
-  case PS_DT_FLOAT:
-    BIN_FLOAT(float);
-    break;
-  case PS_DT_DOUBLE:
-    BIN_FLOAT(double);
-    break;
-  case PS_DT_INT8:
-    BIN_INT(int8_t, uint32_t);
-    break;
-  case PS_DT_INT16:
-    BIN_INT(int16_t, uint32_t);
-    break;
-  case PS_DT_INT32:
-    BIN_INT(int32_t, uint32_t);
-    break;
-  case PS_DT_INT64:
-    BIN_INT(int64_t, uint64_t);
-    break;
-  case PS_DT_UINT8:
-    BIN_INT(uint8_t, uint32_t);
-    break;
-  case PS_DT_UINT16:
-    BIN_INT(uint16_t, uint32_t);
-    break;
-  case PS_DT_UINT32:
-    BIN_INT(uint32_t, uint32_t);
-    break;
-  case PS_DT_UINT64:
-    BIN_INT(uint64_t, uint64_t);
-    break;
-  default:
-    BC_LOOP(b, ps_elem_set(dt, oa, k,
-                           bin_d(op, ps_elem_get(dt, xa, ia), ps_elem_get(dt, ya, ib))));
-    break;
-  }
+#define PS_CASE_FLOAT(T, U) BIN_FLOAT(T)
+#define PS_CASE_INT(T, U) BIN_INT(T, U)
+  PS_DTYPE_SWITCH_NATIVE(dt, BC_LOOP(b, ps_elem_set(dt, oa, k,
+                                                    bin_d(op, ps_elem_get(dt, xa, ia),
+                                                          ps_elem_get(dt, ya, ib)))))
+#undef PS_CASE_FLOAT
+#undef PS_CASE_INT
 }
 
 /* ---- elementwise binary ops ---- */
@@ -154,10 +124,12 @@ static int equal_compute(ps_node *n, ps_tensor *const *in, ps_tensor **out,
     const T *x = xa, *y = ya;                                                            \
     BC_LOOP(&b, o[k] = x[ia] == y[ib]);                                                  \
   } while (0)
-  if (dt == PS_DT_FLOAT)
-    EQ(float);
-  else if (dt == PS_DT_DOUBLE)
-    EQ(double);
+  bool native = true;
+#define PS_CASE_FLOAT(T, U) EQ(T)
+  PS_DTYPE_SWITCH_FLOAT(dt, native = false)
+#undef PS_CASE_FLOAT
+  if (native)
+    ;
   else if (dt == PS_DT_HALF || dt == PS_DT_BFLOAT16)
     BC_LOOP(&b, o[k] = ps_elem_get(dt, xa, ia) == ps_elem_get(dt, ya, ib));
   else if (dt == PS_DT_BOOL)
@@ -263,7 +235,7 @@ static double un_d(unop op, double x) {
   return 0;
 }
 
-#define UN_FLOAT(T, EXP, TANH)                                                           \
+#define UN_FLOAT(T)                                                                     \
   do {                                                                                   \
     const T *x = xa;                                                                     \
     T *o = oa;                                                                           \
@@ -282,15 +254,15 @@ static double un_d(unop op, double x) {
       break;                                                                             \
     case U_SIGMOID:                                                                      \
       for (int64_t i = 0; i < n; i++)                                                    \
-        o[i] = 1 / (1 + EXP(-x[i]));                                                     \
+        o[i] = 1 / (1 + PS_EXP_OF(T)(-x[i]));                                                     \
       break;                                                                             \
     case U_TANH:                                                                         \
       for (int64_t i = 0; i < n; i++)                                                    \
-        o[i] = TANH(x[i]);                                                               \
+        o[i] = PS_TANH_OF(T)(x[i]);                                                            \
       break;                                                                             \
     case U_EXP:                                                                          \
       for (int64_t i = 0; i < n; i++)                                                    \
-        o[i] = EXP(x[i]);                                                                \
+        o[i] = PS_EXP_OF(T)(x[i]);                                                            \
       break;                                                                             \
     }                                                                                    \
   } while (0)
@@ -305,19 +277,21 @@ static int unary_compute(ps_node *nd, ps_tensor *const *in, ps_tensor **out,
   const void *xa = ps_tensor_data(t);
   void *oa = ps_tensor_data(ot);
   ps_dtype dt = t->dtype;
-  if (dt == PS_DT_FLOAT) {
-    UN_FLOAT(float, expf, tanhf);
-  } else if (dt == PS_DT_DOUBLE) {
-    UN_FLOAT(double, exp, tanh);
-  } else if (is_int(dt)) { /* Neg and Square, wrapping */
-    for (int64_t i = 0; i < n; i++) {
-      uint64_t v = (uint64_t)ps_geti_(dt, xa, i);
-      ps_seti_(dt, oa, i, (int64_t)(op == U_NEG ? 0 - v : v * v));
-    }
-  } else {
-    for (int64_t i = 0; i < n; i++)
-      ps_elem_set(dt, oa, i, un_d(op, ps_elem_get(dt, xa, i)));
-  }
+  /* integers: Neg and Square, wrapping */
+#define UN_INT(T, U)                                                                     \
+  do {                                                                                   \
+    const T *x = xa;                                                                     \
+    T *o = oa;                                                                           \
+    for (int64_t i = 0; i < n; i++)                                                      \
+      o[i] = op == U_NEG ? PS_WRAP_SUB(T, U, 0, x[i]) : PS_WRAP_MUL(T, U, x[i], x[i]);   \
+  } while (0)
+#define PS_CASE_FLOAT(T, U) UN_FLOAT(T)
+#define PS_CASE_INT(T, U) UN_INT(T, U)
+  PS_DTYPE_SWITCH_NATIVE(dt, for (int64_t i = 0; i < n; i++)
+                                 ps_elem_set(dt, oa, i, un_d(op, ps_elem_get(dt, xa, i))))
+#undef PS_CASE_FLOAT
+#undef PS_CASE_INT
+#undef UN_INT
   *out = ot;
   return 0;
 }

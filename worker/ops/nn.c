@@ -78,18 +78,23 @@ static int sum_to(const ps_tensor *x, const ps_shape *to, ps_tensor **out,
   const void *xa = ps_tensor_data(x);
   void *oa = ps_tensor_data(o);
   ps_dtype dt = x->dtype;
-  if (dt == PS_DT_FLOAT) {
-    const float *xp = xa;
-    float *op = oa;
-    BC_LOOP(&b, op[ib] += xp[ia]);
-  } else if (dt == PS_DT_DOUBLE) {
-    const double *xp = xa;
-    double *op = oa;
-    BC_LOOP(&b, op[ib] += xp[ia]);
-  } else if (is_int(dt)) {
-    BC_LOOP(&b, ps_seti_(dt, oa, ib,
-                     (int64_t)((uint64_t)ps_geti_(dt, oa, ib) + (uint64_t)ps_geti_(dt, xa, ia))));
-  } else {
+  bool native = true;
+#define PS_CASE_FLOAT(T, U)                                                              \
+  do {                                                                                   \
+    const T *xp = xa;                                                                    \
+    T *op = oa;                                                                          \
+    BC_LOOP(&b, op[ib] += xp[ia]);                                                       \
+  } while (0)
+#define PS_CASE_INT(T, U)                                                                \
+  do {                                                                                   \
+    const T *xp = xa;                                                                    \
+    T *op = oa;                                                                          \
+    BC_LOOP(&b, op[ib] = PS_WRAP_ADD(T, U, op[ib], xp[ia]));                             \
+  } while (0)
+  PS_DTYPE_SWITCH_NATIVE(dt, native = false)
+#undef PS_CASE_FLOAT
+#undef PS_CASE_INT
+  if (!native) {
     int64_t no = ps_shape_num_elements(to);
     double *acc = calloc((size_t)(no > 0 ? no : 1), sizeof *acc);
     if (acc == NULL) {
@@ -144,7 +149,7 @@ ps_node *ps_sum_to_shape_(ps_node *x, ps_node *ref) {
 
 /* ---- softmax and cross entropy ---- */
 
-#define SOFTMAX_ROWS(T, EXP, LOG)                                                        \
+#define SOFTMAX_ROWS(T)                                                                  \
   do {                                                                                   \
     const T *xp = ps_tensor_data(x);                                                     \
     T *op = ps_tensor_data(o);                                                           \
@@ -156,11 +161,11 @@ ps_node *ps_sum_to_shape_(ps_node *x, ps_node *ref) {
         if (xr[j] > mx) mx = xr[j];                                                      \
       double sum = 0;                                                                    \
       for (int64_t j = 0; j < c; j++) {                                                  \
-        orow[j] = EXP(xr[j] - mx);                                                       \
+        orow[j] = PS_EXP_OF(T)(xr[j] - mx);                                                 \
         sum += orow[j];                                                                  \
       }                                                                                  \
       if (log_out) {                                                                     \
-        T ls = (T)LOG(sum);                                                              \
+        T ls = (T)log(sum);                                                              \
         for (int64_t j = 0; j < c; j++)                                                  \
           orow[j] = xr[j] - mx - ls;                                                     \
       } else {                                                                           \
@@ -184,10 +189,9 @@ static int softmax_compute(ps_node *n, ps_tensor *const *in, ps_tensor **out,
   bool log_out = n->ia[0];
   ps_tensor *o = ps_new_tensor_(x->dtype, &x->shape, false, st);
   if (o == NULL) return st->code;
-  if (x->dtype == PS_DT_FLOAT)
-    SOFTMAX_ROWS(float, expf, log);
-  else
-    SOFTMAX_ROWS(double, exp, log);
+#define PS_CASE_FLOAT(T, U) SOFTMAX_ROWS(T)
+  PS_DTYPE_SWITCH_FLOAT(x->dtype, ps_tensor_destroy(o); return ps_unsupported_(x, st))
+#undef PS_CASE_FLOAT
   *out = o;
   return 0;
 }
@@ -254,7 +258,7 @@ static int xent_check(const ps_tensor *logits, const ps_tensor *labels, ps_statu
 
 /* loss[i] = logsumexp(x[i]) - x[i][label]; with @dy: the gradient
  * (softmax(x[i]) - onehot(label)) * dy[i] instead. */
-#define XENT_ROWS(T, EXP)                                                                \
+#define XENT_ROWS(T)                                                                     \
   do {                                                                                   \
     const T *xp = ps_tensor_data(logits);                                                \
     T *op = ps_tensor_data(o);                                                           \
@@ -267,13 +271,13 @@ static int xent_check(const ps_tensor *logits, const ps_tensor *labels, ps_statu
         if (xr[j] > mx) mx = xr[j];                                                      \
       double sum = 0;                                                                    \
       for (int64_t j = 0; j < c; j++)                                                    \
-        sum += EXP(xr[j] - mx);                                                          \
+        sum += PS_EXP_OF(T)(xr[j] - mx);                                                        \
       if (dyp == NULL) {                                                                 \
         op[r] = (T)(log(sum) - (double)(xr[l] - mx));                                    \
       } else {                                                                           \
         T *orow = op + r * c;                                                            \
         for (int64_t j = 0; j < c; j++)                                                  \
-          orow[j] = (T)((EXP(xr[j] - mx) / sum - (j == l)) * dyp[r]);                    \
+          orow[j] = (T)((PS_EXP_OF(T)(xr[j] - mx) / sum - (j == l)) * dyp[r]);                    \
       }                                                                                  \
     }                                                                                    \
   } while (0)
@@ -293,10 +297,9 @@ static int xent_compute(ps_node *n, ps_tensor *const *in, ps_tensor **out,
   ps_shape os = {.rank = 1, .dim = {rows}};
   ps_tensor *o = ps_new_tensor_(logits->dtype, dy ? &logits->shape : &os, false, st);
   if (o == NULL) return st->code;
-  if (logits->dtype == PS_DT_FLOAT)
-    XENT_ROWS(float, expf);
-  else
-    XENT_ROWS(double, exp);
+#define PS_CASE_FLOAT(T, U) XENT_ROWS(T)
+  PS_DTYPE_SWITCH_FLOAT(logits->dtype, ps_tensor_destroy(o); return ps_unsupported_(logits, st))
+#undef PS_CASE_FLOAT
   *out = o;
   return 0;
 }

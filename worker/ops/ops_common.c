@@ -176,63 +176,26 @@ ps_tensor *ps_share_as_(const ps_tensor *t, const ps_shape *s, ps_status *st) {
 }
 
 int64_t ps_geti_(ps_dtype dt, const void *p, int64_t i) {
-  switch (dt) {
-  case PS_DT_INT8:
-    return ((const int8_t *)p)[i];
-  case PS_DT_INT16:
-    return ((const int16_t *)p)[i];
-  case PS_DT_INT32:
-    return ((const int32_t *)p)[i];
-  case PS_DT_INT64:
-    return ((const int64_t *)p)[i];
-  case PS_DT_UINT8:
-    return ((const uint8_t *)p)[i];
-  case PS_DT_UINT16:
-    return ((const uint16_t *)p)[i];
-  case PS_DT_UINT32:
-    return ((const uint32_t *)p)[i];
-  case PS_DT_UINT64:
-    return (int64_t)((const uint64_t *)p)[i];
-  case PS_DT_BOOL:
-    return ((const uint8_t *)p)[i] != 0;
-  default:
-    return 0;
-  }
+  if (dt == PS_DT_BOOL) return ((const uint8_t *)p)[i] != 0;
+#define PS_CASE_FLOAT(T, U) return 0
+#define PS_CASE_INT(T, U) return (int64_t)((const T *)p)[i]
+  PS_DTYPE_SWITCH_NATIVE(dt, return 0)
+#undef PS_CASE_FLOAT
+#undef PS_CASE_INT
+  return 0;
 }
 
 /* Stores @v wrapped to the type's width, as a C cast does. */
 void ps_seti_(ps_dtype dt, void *p, int64_t i, int64_t v) {
-  switch (dt) {
-  case PS_DT_INT8:
-    ((int8_t *)p)[i] = (int8_t)v;
-    break;
-  case PS_DT_INT16:
-    ((int16_t *)p)[i] = (int16_t)v;
-    break;
-  case PS_DT_INT32:
-    ((int32_t *)p)[i] = (int32_t)v;
-    break;
-  case PS_DT_INT64:
-    ((int64_t *)p)[i] = v;
-    break;
-  case PS_DT_UINT8:
-    ((uint8_t *)p)[i] = (uint8_t)v;
-    break;
-  case PS_DT_UINT16:
-    ((uint16_t *)p)[i] = (uint16_t)v;
-    break;
-  case PS_DT_UINT32:
-    ((uint32_t *)p)[i] = (uint32_t)v;
-    break;
-  case PS_DT_UINT64:
-    ((uint64_t *)p)[i] = (uint64_t)v;
-    break;
-  case PS_DT_BOOL:
+  if (dt == PS_DT_BOOL) {
     ((uint8_t *)p)[i] = v != 0;
-    break;
-  default:
-    break;
+    return;
   }
+#define PS_CASE_FLOAT(T, U) (void)0
+#define PS_CASE_INT(T, U) ((T *)p)[i] = (T)(U)v
+  PS_DTYPE_SWITCH_NATIVE(dt, (void)0)
+#undef PS_CASE_FLOAT
+#undef PS_CASE_INT
 }
 
 int ps_unsupported_(const ps_tensor *t, ps_status *st) {

@@ -10,6 +10,7 @@
 #ifndef PS_OPS_INTERNAL_H
 #define PS_OPS_INTERNAL_H
 
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -87,6 +88,11 @@ static inline int norm_axis(int64_t axis, int r) {
   if (axis < -r || axis >= r) return -1;
   return (int)(axis < 0 ? axis + r : axis);
 }
+
+/* The C math function of element type T (float: expf, double: exp), for
+ * kernels written once for both floating types (PS_DTYPE_SWITCH_FLOAT). */
+#define PS_EXP_OF(T) _Generic((T)0, float: expf, default: exp)
+#define PS_TANH_OF(T) _Generic((T)0, float: tanhf, default: tanh)
 
 /* The broadcast of two shapes, planned once per call (ops_common.c). */
 typedef struct ps_bc {

@@ -70,44 +70,30 @@ static int reduce_compute(ps_node *n, ps_tensor *const *in, ps_tensor **out,
       }
     } else {
       double *a = acc;
-      if (dt == PS_DT_FLOAT && inner == 1) {
-        /* a contiguous run: independent partial sums vectorize */
-        const float *xp = (const float *)xa + base;
-        double part[8] = {0};
-        int64_t k = 0;
-        for (; k + 8 <= len; k += 8)
-          for (int j = 0; j < 8; j++)
-            part[j] += xp[k + j];
-        for (; k < len; k++)
-          part[0] += xp[k];
-        for (int j = 0; j < 8; j++)
-          a[0] += part[j];
-      } else if (dt == PS_DT_DOUBLE && inner == 1) {
-        const double *xp = (const double *)xa + base;
-        double part[8] = {0};
-        int64_t k = 0;
-        for (; k + 8 <= len; k += 8)
-          for (int j = 0; j < 8; j++)
-            part[j] += xp[k + j];
-        for (; k < len; k++)
-          part[0] += xp[k];
-        for (int j = 0; j < 8; j++)
-          a[0] += part[j];
-      } else if (dt == PS_DT_FLOAT) {
-        const float *xp = (const float *)xa + base;
-        for (int64_t k = 0; k < len; k++)
-          for (int64_t i = 0; i < inner; i++)
-            a[i] += xp[k * inner + i];
-      } else if (dt == PS_DT_DOUBLE) {
-        const double *xp = (const double *)xa + base;
-        for (int64_t k = 0; k < len; k++)
-          for (int64_t i = 0; i < inner; i++)
-            a[i] += xp[k * inner + i];
-      } else {
-        for (int64_t k = 0; k < len; k++)
-          for (int64_t i = 0; i < inner; i++)
-            a[i] += ps_elem_get(dt, xa, base + k * inner + i);
-      }
+      /* a contiguous run (inner == 1): independent partial sums vectorize */
+#define PS_CASE_FLOAT(T, U)                                                              \
+  do {                                                                                   \
+    const T *xp = (const T *)xa + base;                                                  \
+    if (inner == 1) {                                                                    \
+      double part[8] = {0};                                                              \
+      int64_t k = 0;                                                                     \
+      for (; k + 8 <= len; k += 8)                                                       \
+        for (int j = 0; j < 8; j++)                                                      \
+          part[j] += xp[k + j];                                                          \
+      for (; k < len; k++)                                                               \
+        part[0] += xp[k];                                                                \
+      for (int j = 0; j < 8; j++)                                                        \
+        a[0] += part[j];                                                                 \
+    } else {                                                                             \
+      for (int64_t k = 0; k < len; k++)                                                  \
+        for (int64_t i = 0; i < inner; i++)                                              \
+          a[i] += xp[k * inner + i];                                                     \
+    }                                                                                    \
+  } while (0)
+      PS_DTYPE_SWITCH_FLOAT(dt, for (int64_t k = 0; k < len; k++)
+                                    for (int64_t i = 0; i < inner; i++)
+                                        a[i] += ps_elem_get(dt, xa, base + k * inner + i))
+#undef PS_CASE_FLOAT
       for (int64_t i = 0; i < inner; i++)
         ps_elem_set(dt, oa, ou * inner + i,
                     mean ? (len > 0 ? a[i] / (double)len : NAN) : a[i]);
@@ -159,19 +145,12 @@ ps_node *ps_reduce_mean(ps_node *x, int axis, bool keep_dims) {
 /* ---- ArgMax ---- */
 
 static bool elem_gt(ps_dtype dt, const void *p, int64_t i, int64_t j) {
-  switch (dt) {
-  case PS_DT_FLOAT:
-    return ((const float *)p)[i] > ((const float *)p)[j];
-  case PS_DT_DOUBLE:
-    return ((const double *)p)[i] > ((const double *)p)[j];
-  case PS_DT_UINT64:
-    return ((const uint64_t *)p)[i] > ((const uint64_t *)p)[j];
-  case PS_DT_HALF:
-  case PS_DT_BFLOAT16:
-    return ps_elem_get(dt, p, i) > ps_elem_get(dt, p, j);
-  default:
-    return ps_geti_(dt, p, i) > ps_geti_(dt, p, j);
-  }
+#define PS_CASE_FLOAT(T, U) return ((const T *)p)[i] > ((const T *)p)[j]
+#define PS_CASE_INT(T, U) return ((const T *)p)[i] > ((const T *)p)[j]
+  PS_DTYPE_SWITCH_NATIVE(dt, return ps_elem_get(dt, p, i) > ps_elem_get(dt, p, j))
+#undef PS_CASE_FLOAT
+#undef PS_CASE_INT
+  return false;
 }
 
 static int argmax_compute(ps_node *n, ps_tensor *const *in, ps_tensor **out,
