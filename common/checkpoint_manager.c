@@ -1,0 +1,389 @@
+/* Retention of a checkpoint directory (TensorFlow's CheckpointManager and
+ * Saver's max_to_keep / keep_checkpoint_every_n_hours), and deleting a
+ * checkpoint's files.
+ *
+ * Retention writes the new state before it deletes anything, so a crash in
+ * between leaves unlisted files behind (harmless) rather than a state
+ * naming deleted checkpoints.  The manager persists everything its policy
+ * needs in TensorFlow's own fields (timestamps, last_preserved_timestamp),
+ * so TensorFlow's CheckpointManager and this code can take turns on one
+ * directory. */
+#include "paramserver/checkpoint.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/bundle.h"
+#include "common/fileio.h"
+#include "common/log.h"
+#include "common/tensor.h"
+#include "checkpoint_internal.h"
+
+/* ---- Deleting a checkpoint ---------------------------------------------- */
+
+/* "<base>.data-NNNNN-of-NNNNN", five digits each (TensorFlow's glob
+ * "?????"). */
+static bool is_data_file(const char *name, const char *base) {
+  size_t bl = strlen(base);
+  if (strncmp(name, base, bl) != 0) return false;
+  const char *p = name + bl;
+  static const char pat[] = ".data-#####-of-#####";
+  for (size_t i = 0; i < sizeof pat - 1; i++, p++) {
+    if (pat[i] == '#' ? !(*p >= '0' && *p <= '9') : *p != pat[i]) return false;
+  }
+  return *p == '\0';
+}
+
+static void remove_one(const char *path, int *rc, ps_status *st) {
+  if (unlink(path) == 0 || errno == ENOENT) return;
+  int e = errno;
+  if (*rc == 0)
+    *rc = ps_status_set(st, ps_status_code_from_errno(e), "deleting %s: %s", path, strerror(e));
+}
+
+int ps_ckpt_remove(const char *prefix, ps_status *st) {
+  int rc = 0;
+  const char *slash = strrchr(prefix, '/');
+  const char *base = slash ? slash + 1 : prefix;
+  char *index = ps_str_cat3_(prefix, ".index", "");
+  char *meta = ps_str_cat3_(prefix, ".meta", "");
+  char *dname = slash ? strndup(prefix, slash == prefix ? 1 : (size_t)(slash - prefix))
+                      : strdup(".");
+  if (index == NULL || meta == NULL || dname == NULL) {
+    rc = ps_ckpt_oom_(st);
+    goto done;
+  }
+  remove_one(index, &rc, st);
+  DIR *d = opendir(dname);
+  if (d == NULL) {
+    if (errno != ENOENT && rc == 0)
+      rc = ps_status_set(st, ps_status_code_from_errno(errno), "deleting checkpoint %s: listing %s: %s",
+                         prefix, dname, strerror(errno));
+  } else {
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+      if (!is_data_file(e->d_name, base)) continue;
+      char *p = ps_path_join_(dname, e->d_name);
+      if (p == NULL) {
+        if (rc == 0) rc = ps_ckpt_oom_(st);
+        continue;
+      }
+      remove_one(p, &rc, st);
+      free(p);
+    }
+    closedir(d);
+  }
+  remove_one(meta, &rc, st);
+done:
+  free(index);
+  free(meta);
+  free(dname);
+  return rc;
+}
+
+/* ---- Retention ----------------------------------------------------------- */
+
+void ps_ckpt_manager_options_init(ps_ckpt_manager_options *opt) {
+  opt->max_to_keep = 5;
+  opt->keep_checkpoint_every_n_hours = 10000.0;
+}
+
+typedef struct mentry {
+  char *raw;  /* as in the state file */
+  char *full; /* joined with the directory */
+  char *key;  /* absolute and normalized, to recognize a path saved again */
+  double ts;
+} mentry;
+
+struct ps_ckpt_manager {
+  char *dir;
+  char *dirkey; /* absolute and normalized */
+  int max_to_keep;
+  double period; /* seconds; 0 = never preserve */
+  /* TensorFlow's CheckpointManager rule: an evicted checkpoint is kept if
+   * its timestamp >= last_preserved + period, and then becomes the last
+   * preserved.  (TF1's Saver advances a "next time" by one period instead,
+   * so after a long pause it keeps a run of consecutive checkpoints; the
+   * two agree otherwise, and this one is what last_preserved_timestamp
+   * means in the state file.) */
+  double last_preserved;
+  char *latest;
+  mentry **e; /* oldest first */
+  size_t n;
+};
+
+static void mentry_free(mentry *x) {
+  if (x == NULL) return;
+  free(x->raw);
+  free(x->full);
+  free(x->key);
+  free(x);
+}
+
+static mentry *mentry_new(const char *dir, const char *raw, double ts) {
+  mentry *x = calloc(1, sizeof *x);
+  if (x == NULL) return NULL;
+  x->raw = strdup(raw);
+  x->full = x->raw ? ps_path_join_(dir, raw) : NULL;
+  x->key = x->full ? ps_path_abs_normalize_(x->full) : NULL;
+  x->ts = ts;
+  if (x->key == NULL) {
+    mentry_free(x);
+    return NULL;
+  }
+  return x;
+}
+
+void ps_ckpt_manager_destroy(ps_ckpt_manager *m) {
+  if (m == NULL) return;
+  for (size_t i = 0; i < m->n; i++)
+    mentry_free(m->e[i]);
+  free(m->e);
+  free(m->dir);
+  free(m->dirkey);
+  free(m->latest);
+  free(m);
+}
+
+/* When a recovered checkpoint was saved, for state files without
+ * timestamps: the mtime of its index (TF1's recover_last_checkpoints). */
+static double index_mtime(const char *full, double fallback) {
+  char *index = ps_str_cat3_(full, ".index", "");
+  struct stat sb;
+  double t = fallback;
+  if (index && stat(index, &sb) == 0)
+    t = (double)sb.st_mtim.tv_sec + (double)sb.st_mtim.tv_nsec * 1e-9;
+  free(index);
+  return t;
+}
+
+/* Appends @x, dropping an earlier entry for the same path. */
+static void entries_push(mentry **e, size_t *n, mentry *x, mentry **dropped) {
+  *dropped = NULL;
+  for (size_t i = 0; i < *n; i++) {
+    if (strcmp(e[i]->key, x->key) == 0) {
+      *dropped = e[i];
+      memmove(e + i, e + i + 1, (*n - i - 1) * sizeof *e);
+      (*n)--;
+      break;
+    }
+  }
+  e[(*n)++] = x;
+}
+
+ps_ckpt_manager *ps_ckpt_manager_create(const char *dir,
+                                        const ps_ckpt_manager_options *opt, double now,
+                                        ps_status *st) {
+  ps_ckpt_manager_options defaults;
+  if (opt == NULL) {
+    ps_ckpt_manager_options_init(&defaults);
+    opt = &defaults;
+  }
+  if (dir == NULL || dir[0] == '\0') {
+    ps_status_set(st, PS_INVALID_ARGUMENT, "checkpoint manager: empty directory");
+    return NULL;
+  }
+  if (opt->max_to_keep < 0 || isnan(opt->keep_checkpoint_every_n_hours) || isnan(now)) {
+    ps_status_set(st, PS_INVALID_ARGUMENT,
+                  "checkpoint manager for %s: max_to_keep %d must be >= 0 and "
+                  "keep_checkpoint_every_n_hours and the time must be numbers",
+                  dir, opt->max_to_keep);
+    return NULL;
+  }
+  ps_ckpt_state s;
+  ps_status rst = {0};
+  int rc = ps_ckpt_state_read_raw_(dir, &s, &rst);
+  if (rc == PS_DATA_LOSS) {
+    PS_WARN("%s; starting a new checkpoint state for %s", rst.msg, dir);
+  } else if (rc != 0 && rc != PS_NOT_FOUND) {
+    if (st) *st = rst;
+    return NULL;
+  }
+  if (rc != 0) memset(&s, 0, sizeof s);
+
+  ps_ckpt_manager *m = calloc(1, sizeof *m);
+  if (m == NULL) goto nomem;
+  m->max_to_keep = opt->max_to_keep;
+  m->period = opt->keep_checkpoint_every_n_hours > 0
+                  ? opt->keep_checkpoint_every_n_hours * 3600.0
+                  : 0;
+  m->dir = strdup(dir);
+  m->dirkey = ps_path_abs_normalize_(dir);
+  m->e = calloc(s.num_paths + 1, sizeof *m->e);
+  if (m->dir == NULL || m->dirkey == NULL || m->e == NULL) goto nomem;
+  /* A last_preserved_timestamp in the future means the clock went back:
+   * clamp, as TensorFlow does, so old checkpoints are not kept forever. */
+  m->last_preserved = s.last_preserved_timestamp > 0 && s.last_preserved_timestamp < now
+                          ? s.last_preserved_timestamp
+                          : now;
+  bool have_ts = s.num_timestamps == s.num_paths;
+  for (size_t i = 0; i < s.num_paths; i++) {
+    mentry *x = mentry_new(dir, s.all_model_checkpoint_paths[i], 0);
+    if (x == NULL) goto nomem;
+    x->ts = have_ts ? s.all_model_checkpoint_timestamps[i] : index_mtime(x->full, now);
+    if (!(x->ts <= now)) x->ts = now;
+    mentry *dropped;
+    entries_push(m->e, &m->n, x, &dropped);
+    mentry_free(dropped);
+  }
+  if (s.model_checkpoint_path &&
+      (m->latest = ps_path_join_(dir, s.model_checkpoint_path)) == NULL)
+    goto nomem;
+  ps_ckpt_state_free(&s);
+  return m;
+nomem:
+  ps_ckpt_state_free(&s);
+  ps_ckpt_manager_destroy(m);
+  ps_ckpt_oom_(st);
+  return NULL;
+}
+
+int ps_ckpt_manager_add(ps_ckpt_manager *m, const char *prefix, double now,
+                        ps_status *st) {
+  if (prefix == NULL || prefix[0] == '\0')
+    return ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "checkpoint manager for %s: empty prefix", m->dir);
+  if (isnan(now))
+    return ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "checkpoint manager for %s: time is NaN", m->dir);
+  int rc = 0;
+  mentry *x = NULL, **next = NULL, **evicted = NULL;
+  char *pkey = ps_path_abs_normalize_(prefix);
+  if (pkey == NULL) return ps_ckpt_oom_(st);
+  char *slash = strrchr(pkey, '/');
+  const char *base = slash ? slash + 1 : pkey;
+  bool in_dir = false;
+  if (slash && base[0] != '\0' && strcmp(base, "..") != 0) {
+    *slash = '\0';
+    in_dir = strcmp(pkey[0] ? pkey : "/", m->dirkey) == 0;
+  }
+  if (!in_dir) {
+    rc =
+        ps_status_set(st, PS_INVALID_ARGUMENT,
+                      "checkpoint %s is not in the managed directory %s", prefix, m->dir);
+    goto done;
+  }
+  x = mentry_new(m->dir, base, now);
+  next = calloc(m->n + 1, sizeof *next);
+  evicted = calloc(m->n + 1, sizeof *evicted);
+  if (x == NULL || next == NULL || evicted == NULL) {
+    rc = ps_ckpt_oom_(st);
+    goto done;
+  }
+  size_t nn = m->n, ne = 0;
+  memcpy(next, m->e, m->n * sizeof *next);
+  mentry *resaved;
+  entries_push(next, &nn, x, &resaved);
+  double lp = m->last_preserved;
+  size_t first = 0; /* next[first..nn) stay listed */
+  if (m->max_to_keep == 0) {
+    first = nn - 1; /* every file kept, only the latest listed */
+  } else {
+    while (nn - first > (size_t)m->max_to_keep) {
+      mentry *old = next[first++];
+      if (m->period > 0 && old->ts >= lp + m->period)
+        lp = old->ts; /* preserved: stays on disk, no longer listed */
+      else
+        evicted[ne++] = old;
+    }
+  }
+
+  size_t nk = nn - first;
+  char **paths = calloc(nk, sizeof *paths);
+  double *ts = calloc(nk, sizeof *ts);
+  if (paths == NULL || ts == NULL) {
+    free(paths);
+    free(ts);
+    rc = ps_ckpt_oom_(st);
+    goto done;
+  }
+  for (size_t i = 0; i < nk; i++) {
+    paths[i] = next[first + i]->raw;
+    ts[i] = next[first + i]->ts;
+  }
+  ps_ckpt_state s = {
+      .model_checkpoint_path = x->raw,
+      .num_paths = nk,
+      .all_model_checkpoint_paths = paths,
+      .num_timestamps = nk,
+      .all_model_checkpoint_timestamps = ts,
+      .last_preserved_timestamp = lp,
+  };
+  rc = ps_ckpt_state_write(m->dir, &s, st);
+  free(paths);
+  free(ts);
+  if (rc != 0) goto done;
+
+  /* Committed: the state on disk lists next[first..nn). */
+  char *latest = strdup(x->full);
+  if (latest == NULL) {
+    rc = ps_ckpt_oom_(st);
+    goto done;
+  }
+  free(m->latest);
+  m->latest = latest;
+  m->last_preserved = lp;
+  mentry_free(resaved);
+  for (size_t i = 0; i < first; i++) {
+    bool is_evicted = false;
+    for (size_t j = 0; j < ne; j++)
+      is_evicted |= evicted[j] == next[i];
+    if (is_evicted) {
+      /* A state file may list any path (it is a text file anyone can
+       * edit): only files inside the managed directory are deleted. */
+      ps_status dst = {0};
+      char conf[4096];
+      if (ps_ckpt_path_confined(m->dir, next[i]->full, conf, sizeof conf, &dst) != 0)
+        PS_WARN("checkpoint %s not deleted: %s", next[i]->full, dst.msg);
+      else if (ps_ckpt_remove(conf, &dst) != 0)
+        PS_WARN("checkpoint %s not fully deleted: %s", next[i]->full, dst.msg);
+    }
+    mentry_free(next[i]);
+  }
+  memmove(next, next + first, nk * sizeof *next);
+  free(m->e);
+  m->e = next;
+  m->n = nk;
+  next = NULL;
+  x = NULL;
+done:
+  free(next); /* not committed: m->e still owns every old entry */
+  mentry_free(x);
+  free(evicted);
+  free(pkey);
+  return rc;
+}
+
+const char *ps_ckpt_manager_latest(const ps_ckpt_manager *m) {
+  return m->latest;
+}
+size_t ps_ckpt_manager_count(const ps_ckpt_manager *m) {
+  return m->n;
+}
+const char *ps_ckpt_manager_path(const ps_ckpt_manager *m, size_t i) {
+  return i < m->n ? m->e[i]->full : NULL;
+}
+double ps_ckpt_manager_timestamp(const ps_ckpt_manager *m, size_t i) {
+  return i < m->n ? m->e[i]->ts : 0;
+}
+
+int ps_ckpt_record(const char *dir, const char *prefix,
+                   const ps_ckpt_manager_options *opt, double now, ps_status *st) {
+  ps_status local;
+  if (st == NULL) st = &local;
+  ps_ckpt_manager *m = ps_ckpt_manager_create(dir, opt, now, st);
+  if (m == NULL) return st->code;
+  int rc = ps_ckpt_manager_add(m, prefix, now, st);
+  ps_ckpt_manager_destroy(m);
+  return rc;
+}
