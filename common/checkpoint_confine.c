@@ -25,50 +25,19 @@
 
 /* ---- Path confinement ---------------------------------------------------- */
 
-int ps_ckpt_path_confined(const char *root, const char *prefix, char *resolved, size_t n,
-                          ps_status *st) {
-  if (root == NULL || root[0] == '\0')
-    return ps_status_set(st, PS_INVALID_ARGUMENT, "empty checkpoint directory (for %s)",
-                         prefix ? prefix : "(null)");
-  if (prefix == NULL || prefix[0] == '\0')
-    return ps_status_set(st, PS_INVALID_ARGUMENT, "empty checkpoint path (directory %s)",
-                         root);
-  for (const unsigned char *c = (const unsigned char *)prefix; *c; c++)
-    if (*c < 0x20 || *c == 0x7f)
-      return ps_status_set(st, PS_INVALID_ARGUMENT,
-                           "checkpoint path has a control character (byte 0x%02x at "
-                           "offset %zu): refused (directory %s)",
-                           *c, (size_t)((const char *)c - prefix), root);
+/* Symbolic links: the deepest existing directory on the way from @cand_abs
+ * up to @root_abs must really be inside the real root, and no link on the
+ * way may dangle. */
+static int check_links(const char *prefix, const char *root, const char *root_abs,
+                       const char *cand_abs, ps_status *st) {
+  char *rroot = realpath(root_abs, NULL), *cur = NULL;
   int rc = 0;
-  char *rootn = NULL, *pn = NULL, *cand = NULL, *cand_abs = NULL, *root_abs = NULL;
-  char *rroot = NULL, *cur = NULL;
-  if (prefix[0] == '/') {
-    root_abs = ps_path_abs_normalize_(root);
-    cand = ps_path_normalize_(prefix);
-    if (root_abs == NULL || cand == NULL) goto nomem;
-    if (!ps_path_within_(cand, root_abs)) goto outside;
-  } else {
-    rootn = ps_path_normalize_(root);
-    pn = ps_path_normalize_(prefix);
-    if (rootn == NULL || pn == NULL) goto nomem;
-    if (strcmp(pn, "..") == 0 || strncmp(pn, "../", 3) == 0) goto outside;
-    if (strcmp(pn, ".") == 0) goto is_root;
-    char *j = ps_path_join_(rootn, pn);
-    if (j == NULL) goto nomem;
-    cand = ps_path_normalize_(j);
-    free(j);
-    root_abs = ps_path_abs_normalize_(root);
-    if (cand == NULL || root_abs == NULL) goto nomem;
-  }
-  cand_abs = ps_path_abs_normalize_(cand);
-  if (cand_abs == NULL) goto nomem;
-  if (strcmp(cand_abs, root_abs) == 0) goto is_root;
-  /* Symbolic links: the deepest existing directory on the way must really
-   * be inside the real root. */
-  rroot = realpath(root_abs, NULL);
   if (rroot != NULL) {
     cur = strdup(cand_abs);
-    if (cur == NULL) goto nomem;
+    if (cur == NULL) {
+      rc = ps_ckpt_oom_(st);
+      goto done;
+    }
     while (ps_path_within_(cur, root_abs) && strcmp(cur, root_abs) != 0) {
       char *real = realpath(cur, NULL);
       struct stat lsb;
@@ -98,6 +67,56 @@ int ps_ckpt_path_confined(const char *root, const char *prefix, char *resolved, 
       *slash = '\0';
     }
   }
+done:
+  free(rroot);
+  free(cur);
+  return rc;
+}
+
+/* Control characters have no business in a checkpoint path. */
+static int check_chars(const char *root, const char *prefix, ps_status *st) {
+  for (const unsigned char *c = (const unsigned char *)prefix; *c; c++)
+    if (*c < 0x20 || *c == 0x7f)
+      return ps_status_set(st, PS_INVALID_ARGUMENT,
+                           "checkpoint path has a control character (byte 0x%02x at "
+                           "offset %zu): refused (directory %s)",
+                           *c, (size_t)((const char *)c - prefix), root);
+  return 0;
+}
+
+int ps_ckpt_path_confined(const char *root, const char *prefix, char *resolved, size_t n,
+                          ps_status *st) {
+  if (root == NULL || root[0] == '\0')
+    return ps_status_set(st, PS_INVALID_ARGUMENT, "empty checkpoint directory (for %s)",
+                         prefix ? prefix : "(null)");
+  if (prefix == NULL || prefix[0] == '\0')
+    return ps_status_set(st, PS_INVALID_ARGUMENT, "empty checkpoint path (directory %s)",
+                         root);
+  int rc = check_chars(root, prefix, st);
+  if (rc != 0) return rc;
+  char *rootn = NULL, *pn = NULL, *cand = NULL, *cand_abs = NULL, *root_abs = NULL;
+  if (prefix[0] == '/') {
+    root_abs = ps_path_abs_normalize_(root);
+    cand = ps_path_normalize_(prefix);
+    if (root_abs == NULL || cand == NULL) goto nomem;
+    if (!ps_path_within_(cand, root_abs)) goto outside;
+  } else {
+    rootn = ps_path_normalize_(root);
+    pn = ps_path_normalize_(prefix);
+    if (rootn == NULL || pn == NULL) goto nomem;
+    if (strcmp(pn, "..") == 0 || strncmp(pn, "../", 3) == 0) goto outside;
+    if (strcmp(pn, ".") == 0) goto is_root;
+    char *j = ps_path_join_(rootn, pn);
+    if (j == NULL) goto nomem;
+    cand = ps_path_normalize_(j);
+    free(j);
+    root_abs = ps_path_abs_normalize_(root);
+    if (cand == NULL || root_abs == NULL) goto nomem;
+  }
+  cand_abs = ps_path_abs_normalize_(cand);
+  if (cand_abs == NULL) goto nomem;
+  if (strcmp(cand_abs, root_abs) == 0) goto is_root;
+  if ((rc = check_links(prefix, root, root_abs, cand_abs, st)) != 0) goto done;
   if (strlen(cand) >= n) {
     rc =
         ps_status_set(st, PS_INVALID_ARGUMENT,
@@ -128,7 +147,5 @@ done:
   free(cand);
   free(cand_abs);
   free(root_abs);
-  free(rroot);
-  free(cur);
   return rc;
 }

@@ -71,52 +71,65 @@ static void put_bytes_repr(sbuf *b, const char *s, size_t n) {
 }
 
 /* Element @i of a tensor's values, as numpy's str() shows it. */
+/* A complex element as Python prints one: "(1+2j)". */
+static void put_complex(sbuf *b, int dtype, const uint8_t *p, int64_t i) {
+  double re, im;
+  if (dtype == PS_DT_COMPLEX64) {
+    float f[2];
+    memcpy(f, p + 8 * i, 8);
+    re = f[0], im = f[1];
+  } else {
+    memcpy(&re, p + 16 * i, 8);
+    memcpy(&im, p + 16 * i + 8, 8);
+  }
+  int kind = dtype == PS_DT_COMPLEX64 ? K_FLOAT : K_DOUBLE;
+  ps_sb_putc_(b, '(');
+  ps_repr_float_(b, re, kind, true);
+  if (!(signbit(im) && !isnan(im))) ps_sb_putc_(b, '+');
+  ps_repr_float_(b, im, kind, true);
+  ps_sb_puts_(b, "j)");
+}
+
+/* Element @i of a tensor of @dtype, as numpy prints it. */
 static void put_element(sbuf *b, int dtype, const void *data,
                         const ps_bundle_strings *strs, int64_t i) {
   char t[48];
   const uint8_t *p = data;
+#define PS_CASE_FLOAT(T, U)                                                              \
+  do {                                                                                   \
+    T v;                                                                                 \
+    memcpy(&v, p + sizeof v * (size_t)i, sizeof v);                                      \
+    ps_repr_float_(b, v, sizeof v == 4 ? K_FLOAT : K_DOUBLE, false);                     \
+  } while (0)
+#define PS_CASE_INT(T, U)                                                                \
+  do {                                                                                   \
+    T v;                                                                                 \
+    memcpy(&v, p + sizeof v * (size_t)i, sizeof v);                                      \
+    if (_Generic((T)0, int8_t: 1, int16_t: 1, int32_t: 1, int64_t: 1, default: 0))       \
+      snprintf(t, sizeof t, "%" PRId64, (int64_t)v);                                     \
+    else                                                                                 \
+      snprintf(t, sizeof t, "%" PRIu64, (uint64_t)v);                                    \
+    ps_sb_puts_(b, t);                                                                   \
+  } while (0)
+  bool native = true;
+  PS_DTYPE_SWITCH_NATIVE(dtype, native = false)
+#undef PS_CASE_FLOAT
+#undef PS_CASE_INT
+  if (native) return;
+  uint16_t h;
   switch (dtype) {
-  case PS_DT_FLOAT: {
-    float v;
-    memcpy(&v, p + 4 * i, 4);
-    ps_repr_float_(b, v, K_FLOAT, false);
-    return;
-  }
-  case PS_DT_DOUBLE: {
-    double v;
-    memcpy(&v, p + 8 * i, 8);
-    ps_repr_float_(b, v, K_DOUBLE, false);
-    return;
-  }
   case PS_DT_HALF:
-  case PS_DT_BFLOAT16: {
-    uint16_t h;
     memcpy(&h, p + 2 * i, 2);
-    if (dtype == PS_DT_HALF)
-      ps_repr_float_(b, ps_half_to_float(h), K_HALF, false);
-    else
-      ps_repr_float_(b, ps_bf16_to_float(h), K_BF16, false);
+    ps_repr_float_(b, ps_half_to_float(h), K_HALF, false);
     return;
-  }
+  case PS_DT_BFLOAT16:
+    memcpy(&h, p + 2 * i, 2);
+    ps_repr_float_(b, ps_bf16_to_float(h), K_BF16, false);
+    return;
   case PS_DT_COMPLEX64:
-  case PS_DT_COMPLEX128: {
-    double re, im;
-    if (dtype == PS_DT_COMPLEX64) {
-      float f[2];
-      memcpy(f, p + 8 * i, 8);
-      re = f[0], im = f[1];
-    } else {
-      memcpy(&re, p + 16 * i, 8);
-      memcpy(&im, p + 16 * i + 8, 8);
-    }
-    int kind = dtype == PS_DT_COMPLEX64 ? K_FLOAT : K_DOUBLE;
-    ps_sb_putc_(b, '(');
-    ps_repr_float_(b, re, kind, true);
-    if (!(signbit(im) && !isnan(im))) ps_sb_putc_(b, '+');
-    ps_repr_float_(b, im, kind, true);
-    ps_sb_puts_(b, "j)");
+  case PS_DT_COMPLEX128:
+    put_complex(b, dtype, p, i);
     return;
-  }
   case PS_DT_BOOL:
     ps_sb_puts_(b, p[i] ? "True" : "False");
     return;
@@ -124,67 +137,9 @@ static void put_element(sbuf *b, int dtype, const void *data,
     put_bytes_repr(b, strs->str[i], strs->len[i]);
     return;
   default:
-    break;
-  }
-  int64_t sv = 0;
-  uint64_t uv = 0;
-  bool is_signed = true;
-  switch (dtype) {
-  case PS_DT_INT8: {
-    int8_t v;
-    memcpy(&v, p + i, 1);
-    sv = v;
-    break;
-  }
-  case PS_DT_INT16: {
-    int16_t v;
-    memcpy(&v, p + 2 * i, 2);
-    sv = v;
-    break;
-  }
-  case PS_DT_INT32: {
-    int32_t v;
-    memcpy(&v, p + 4 * i, 4);
-    sv = v;
-    break;
-  }
-  case PS_DT_INT64: {
-    memcpy(&sv, p + 8 * i, 8);
-    break;
-  }
-  case PS_DT_UINT8: {
-    uv = p[i];
-    is_signed = false;
-    break;
-  }
-  case PS_DT_UINT16: {
-    uint16_t v;
-    memcpy(&v, p + 2 * i, 2);
-    uv = v;
-    is_signed = false;
-    break;
-  }
-  case PS_DT_UINT32: {
-    uint32_t v;
-    memcpy(&v, p + 4 * i, 4);
-    uv = v;
-    is_signed = false;
-    break;
-  }
-  case PS_DT_UINT64: {
-    memcpy(&uv, p + 8 * i, 8);
-    is_signed = false;
-    break;
-  }
-  default:
     ps_sb_puts_(b, "?");
     return;
   }
-  if (is_signed)
-    snprintf(t, sizeof t, "%" PRId64, sv);
-  else
-    snprintf(t, sizeof t, "%" PRIu64, uv);
-  ps_sb_puts_(b, t);
 }
 
 #define SUMMARY_THRESHOLD 1000 /* numpy's print threshold and edgeitems */

@@ -248,68 +248,54 @@ nomem:
   return NULL;
 }
 
-int ps_ckpt_manager_add(ps_ckpt_manager *m, const char *prefix, double now,
-                        ps_status *st) {
-  if (prefix == NULL || prefix[0] == '\0')
-    return ps_status_set(st, PS_INVALID_ARGUMENT,
-                         "checkpoint manager for %s: empty prefix", m->dir);
-  if (isnan(now))
-    return ps_status_set(st, PS_INVALID_ARGUMENT,
-                         "checkpoint manager for %s: time is NaN", m->dir);
-  int rc = 0;
-  mentry *x = NULL, **next = NULL, **evicted = NULL;
-  char *pkey = ps_path_abs_normalize_(prefix);
-  if (pkey == NULL) return ps_ckpt_oom_(st);
-  char *slash = strrchr(pkey, '/');
-  const char *base = slash ? slash + 1 : pkey;
+/* The base name of @prefix when it names a file directly in the managed
+ * directory; *@pkey (freed by the caller) holds the normalized prefix. */
+static int base_in_dir(const ps_ckpt_manager *m, const char *prefix, char **pkey,
+                       const char **base, ps_status *st) {
+  if ((*pkey = ps_path_abs_normalize_(prefix)) == NULL) return ps_ckpt_oom_(st);
+  char *slash = strrchr(*pkey, '/');
+  *base = slash ? slash + 1 : *pkey;
   bool in_dir = false;
-  if (slash && base[0] != '\0' && strcmp(base, "..") != 0) {
+  if (slash && (*base)[0] != '\0' && strcmp(*base, "..") != 0) {
     *slash = '\0';
-    in_dir = strcmp(pkey[0] ? pkey : "/", m->dirkey) == 0;
+    in_dir = strcmp((*pkey)[0] ? *pkey : "/", m->dirkey) == 0;
   }
-  if (!in_dir) {
-    rc =
-        ps_status_set(st, PS_INVALID_ARGUMENT,
-                      "checkpoint %s is not in the managed directory %s", prefix, m->dir);
-    goto done;
-  }
-  x = mentry_new(m->dir, base, now);
-  next = calloc(m->n + 1, sizeof *next);
-  evicted = calloc(m->n + 1, sizeof *evicted);
-  if (x == NULL || next == NULL || evicted == NULL) {
-    rc = ps_ckpt_oom_(st);
-    goto done;
-  }
-  size_t nn = m->n, ne = 0;
-  memcpy(next, m->e, m->n * sizeof *next);
-  mentry *resaved;
-  entries_push(next, &nn, x, &resaved);
-  double lp = m->last_preserved;
-  size_t first = 0; /* next[first..nn) stay listed */
-  if (m->max_to_keep == 0) {
-    first = nn - 1; /* every file kept, only the latest listed */
-  } else {
-    while (nn - first > (size_t)m->max_to_keep) {
-      mentry *old = next[first++];
-      if (m->period > 0 && old->ts >= lp + m->period)
-        lp = old->ts; /* preserved: stays on disk, no longer listed */
-      else
-        evicted[ne++] = old;
-    }
-  }
+  if (!in_dir)
+    return ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "checkpoint %s is not in the managed directory %s", prefix, m->dir);
+  return 0;
+}
 
-  size_t nk = nn - first;
-  char **paths = calloc(nk, sizeof *paths);
-  double *ts = calloc(nk, sizeof *ts);
+/* The retention policy over next[0..nn): returns the first entry that stays
+ * listed; the ones before it are evicted (into evicted[0..*ne)) or, every
+ * keep_checkpoint_every_n_hours, preserved on disk (*lp moves). */
+static size_t apply_policy(const ps_ckpt_manager *m, mentry **next, size_t nn,
+                           mentry **evicted, size_t *ne, double *lp) {
+  size_t first = 0;
+  if (m->max_to_keep == 0) return nn - 1; /* every file kept, only the latest listed */
+  while (nn - first > (size_t)m->max_to_keep) {
+    mentry *old = next[first++];
+    if (m->period > 0 && old->ts >= *lp + m->period)
+      *lp = old->ts; /* preserved: stays on disk, no longer listed */
+    else
+      evicted[(*ne)++] = old;
+  }
+  return first;
+}
+
+/* Writes the state that lists @keep[0..nk), the latest being @x. */
+static int write_listed(const ps_ckpt_manager *m, const mentry *x, mentry *const *keep,
+                        size_t nk, double lp, ps_status *st) {
+  char **paths = calloc(nk + 1, sizeof *paths);
+  double *ts = calloc(nk + 1, sizeof *ts);
   if (paths == NULL || ts == NULL) {
     free(paths);
     free(ts);
-    rc = ps_ckpt_oom_(st);
-    goto done;
+    return ps_ckpt_oom_(st);
   }
   for (size_t i = 0; i < nk; i++) {
-    paths[i] = next[first + i]->raw;
-    ts[i] = next[first + i]->ts;
+    paths[i] = keep[i]->raw;
+    ts[i] = keep[i]->ts;
   }
   ps_ckpt_state s = {
       .model_checkpoint_path = x->raw,
@@ -319,21 +305,16 @@ int ps_ckpt_manager_add(ps_ckpt_manager *m, const char *prefix, double now,
       .all_model_checkpoint_timestamps = ts,
       .last_preserved_timestamp = lp,
   };
-  rc = ps_ckpt_state_write(m->dir, &s, st);
+  int rc = ps_ckpt_state_write(m->dir, &s, st);
   free(paths);
   free(ts);
-  if (rc != 0) goto done;
+  return rc;
+}
 
-  /* Committed: the state on disk lists next[first..nn). */
-  char *latest = strdup(x->full);
-  if (latest == NULL) {
-    rc = ps_ckpt_oom_(st);
-    goto done;
-  }
-  free(m->latest);
-  m->latest = latest;
-  m->last_preserved = lp;
-  mentry_free(resaved);
+/* Deletes the files of the evicted entries among next[0..first) and frees
+ * all of those entries. */
+static void drop_unlisted(const ps_ckpt_manager *m, mentry **next, size_t first,
+                          mentry *const *evicted, size_t ne) {
   for (size_t i = 0; i < first; i++) {
     bool is_evicted = false;
     for (size_t j = 0; j < ne; j++)
@@ -350,6 +331,46 @@ int ps_ckpt_manager_add(ps_ckpt_manager *m, const char *prefix, double now,
     }
     mentry_free(next[i]);
   }
+}
+
+int ps_ckpt_manager_add(ps_ckpt_manager *m, const char *prefix, double now,
+                        ps_status *st) {
+  if (prefix == NULL || prefix[0] == '\0')
+    return ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "checkpoint manager for %s: empty prefix", m->dir);
+  if (isnan(now))
+    return ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "checkpoint manager for %s: time is NaN", m->dir);
+  mentry *x = NULL, **next = NULL, **evicted = NULL;
+  char *pkey = NULL, *latest = NULL;
+  const char *base = NULL;
+  int rc = base_in_dir(m, prefix, &pkey, &base, st);
+  if (rc != 0) goto done;
+  x = mentry_new(m->dir, base, now);
+  next = calloc(m->n + 1, sizeof *next);
+  evicted = calloc(m->n + 1, sizeof *evicted);
+  if (x == NULL || next == NULL || evicted == NULL) {
+    rc = ps_ckpt_oom_(st);
+    goto done;
+  }
+  size_t nn = m->n, ne = 0;
+  memcpy(next, m->e, m->n * sizeof *next);
+  mentry *resaved;
+  entries_push(next, &nn, x, &resaved);
+  double lp = m->last_preserved;
+  size_t first = apply_policy(m, next, nn, evicted, &ne, &lp); /* next[first..nn) stay */
+  size_t nk = nn - first;
+  if ((rc = write_listed(m, x, next + first, nk, lp, st)) != 0) goto done;
+  /* Committed: the state on disk lists next[first..nn). */
+  if ((latest = strdup(x->full)) == NULL) {
+    rc = ps_ckpt_oom_(st);
+    goto done;
+  }
+  free(m->latest);
+  m->latest = latest;
+  m->last_preserved = lp;
+  mentry_free(resaved);
+  drop_unlisted(m, next, first, evicted, ne);
   memmove(next, next + first, nk * sizeof *next);
   free(m->e);
   m->e = next;
