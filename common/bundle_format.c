@@ -99,32 +99,9 @@
 #define DT_VARIANT 21
 
 /* Element sizes of every fixed-size TensorFlow dtype, including those the
- * ps does no arithmetic on (quantized types): a checkpoint may hold them. */
-size_t ps_bdl_elem_size_(int dtype) {
-  static const uint8_t sizes[] = {
-      [1] = 4,   /* float */
-      [2] = 8,   /* double */
-      [3] = 4,   /* int32 */
-      [4] = 1,   /* uint8 */
-      [5] = 2,   /* int16 */
-      [6] = 1,   /* int8 */
-      [8] = 8,   /* complex64 */
-      [9] = 8,   /* int64 */
-      [10] = 1,  /* bool */
-      [11] = 1,  /* qint8 */
-      [12] = 1,  /* quint8 */
-      [13] = 4,  /* qint32 */
-      [14] = 2,  /* bfloat16 */
-      [15] = 2,  /* qint16 */
-      [16] = 2,  /* quint16 */
-      [17] = 2,  /* uint16 */
-      [18] = 16, /* complex128 */
-      [19] = 2,  /* half */
-      [22] = 4,  /* uint32 */
-      [23] = 8,  /* uint64 */
-  };
-  return dtype > 0 && (size_t)dtype < sizeof sizes ? sizes[dtype] : 0;
-}
+ * ps does no arithmetic on (quantized types): a checkpoint may hold them
+ * (PS_DTYPE_LIST and PS_DTYPE_STORED_LIST, common/tensor.h). */
+size_t ps_bdl_elem_size_(int dtype) { return ps_dtype_stored_size(dtype); }
 
 /* Byte-swap unit: complex numbers swap each half. */
 size_t ps_bdl_swap_size_(int dtype) {

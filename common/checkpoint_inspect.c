@@ -23,21 +23,10 @@
 
 /* ---- inspect_checkpoint --------------------------------------------------- */
 
-/* TensorFlow's DataType names the ps has no tensors for. */
+/* TensorFlow's DataType name of @dtype, known or not. */
 static const char *dtype_name(int dtype, char *buf, size_t n) {
-  static const struct {
-    int dtype;
-    const char *name;
-  } extra[] = {
-      {11, "DT_QINT8"},   {12, "DT_QUINT8"},      {13, "DT_QINT32"},
-      {15, "DT_QINT16"},  {16, "DT_QUINT16"},     {20, "DT_RESOURCE"},
-      {21, "DT_VARIANT"}, {24, "DT_FLOAT8_E5M2"}, {25, "DT_FLOAT8_E4M3FN"},
-      {29, "DT_INT4"},    {30, "DT_UINT4"},
-  };
-  if (dtype == PS_DT_INVALID || strcmp(ps_dtype_enum_name(dtype), "DT_INVALID") != 0)
-    return ps_dtype_enum_name(dtype);
-  for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++)
-    if (extra[i].dtype == dtype) return extra[i].name;
+  const char *name = dtype == PS_DT_INVALID ? "DT_INVALID" : ps_dtype_any_enum_name(dtype);
+  if (name) return name;
   snprintf(buf, n, "DT_UNKNOWN_%d", dtype);
   return buf;
 }

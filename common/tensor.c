@@ -69,6 +69,32 @@ const char *ps_dtype_enum_name(int dtype) {
   return i < 0 ? "DT_INVALID" : dtypes[i].enum_name;
 }
 
+size_t ps_dtype_stored_size(int dtype) {
+  if (dtype_index(dtype) >= 0) return ps_dtype_size(dtype);
+  switch (dtype) {
+#define X(N, NAME, SIZE)                                                     \
+  case N:                                                                    \
+    return SIZE;
+    PS_DTYPE_STORED_LIST(X)
+#undef X
+  default:
+    return 0;
+  }
+}
+
+const char *ps_dtype_any_enum_name(int dtype) {
+  if (dtype_index(dtype) >= 0) return ps_dtype_enum_name(dtype);
+  switch (dtype) {
+#define X(N, NAME, SIZE)                                                     \
+  case N:                                                                    \
+    return NAME;
+    PS_DTYPE_STORED_LIST(X)
+#undef X
+  default:
+    return NULL;
+  }
+}
+
 ps_dtype ps_dtype_from_name(const char *s) {
   if (s == NULL) return PS_DT_INVALID;
   if (!strcasecmp(s, "float32")) return PS_DT_FLOAT;

@@ -60,6 +60,29 @@ static inline void *ps_tensor_data_inline(const ps_tensor *t) {
  * Returns -1 for a dtype without arithmetic. */
 int ps_elem_apply(int dtype, char op, void *dst, const void *src, int64_t n);
 
+/* TensorFlow's other dtypes (types.proto), which a checkpoint may hold but
+ * the ps computes nothing on, written once:
+ *   X(number, enum name, bytes per element: 0 when not a fixed size) */
+#define PS_DTYPE_STORED_LIST(X)                                              \
+  X(11, "DT_QINT8", 1)                                                       \
+  X(12, "DT_QUINT8", 1)                                                      \
+  X(13, "DT_QINT32", 4)                                                      \
+  X(15, "DT_QINT16", 2)                                                      \
+  X(16, "DT_QUINT16", 2)                                                     \
+  X(20, "DT_RESOURCE", 0)                                                    \
+  X(21, "DT_VARIANT", 0)                                                     \
+  X(24, "DT_FLOAT8_E5M2", 0)                                                 \
+  X(25, "DT_FLOAT8_E4M3FN", 0)                                               \
+  X(29, "DT_INT4", 0)                                                        \
+  X(30, "DT_UINT4", 0)
+
+/* Bytes per element of any dtype of either list (a checkpoint's entries);
+ * 0 for strings, unknown numbers and dtypes without a fixed size. */
+size_t ps_dtype_stored_size(int dtype);
+/* TensorFlow's enum name of any dtype of either list ("DT_QINT8"); NULL
+ * for an unknown number. */
+const char *ps_dtype_any_enum_name(int dtype);
+
 /* ---- per-dtype code from PS_DTYPE_LIST ----
  *
  * Integer arithmetic wraps (two's complement), TensorFlow's rule, written
