@@ -16,7 +16,7 @@ mode=${1:-demo}
 
 packages=(build-essential meson ninja-build pkg-config
   libgrpc-dev libprotobuf-c-dev protobuf-c-compiler libuv1-dev check
-  libjson-c-dev libsnappy-dev zlib1g-dev libopenblas-dev iperf3
+  libjson-c-dev libsnappy-dev zlib1g-dev libopenblas-dev iperf3 clang-format
   dataset-fashion-mnist)
 
 missing=()

@@ -87,11 +87,19 @@ static void print_value(const ps_tensor *t, int64_t limit) {
   putchar('\n');
 }
 
-int main(int argc, char **argv) {
-  const char *cluster_file = NULL, *job = "ps";
-  int64_t timeout_ms = 5000, limit = 1000;
-  int max_to_keep = 0;
-  bool all_values = false;
+/* The command line, once parsed. */
+typedef struct psctl_args {
+  const char *cluster_file, *job;
+  int64_t timeout_ms, limit;
+  int max_to_keep;
+  bool all_values;
+  const char *cmd;
+  char **rest; /* the command's arguments */
+  int nrest;
+} psctl_args;
+
+/* Options before the command; -1 to go on, else the exit status. */
+static int parse_options(int argc, char **argv, psctl_args *a) {
   static const struct option opts[] = {
       {"cluster", required_argument, NULL, 'c'},
       {"job", required_argument, NULL, 'j'},
@@ -105,12 +113,12 @@ int main(int argc, char **argv) {
   int o;
   while ((o = getopt_long(argc, argv, "+", opts, NULL)) != -1) {
     switch (o) {
-    case 'c': cluster_file = optarg; break;
-    case 'j': job = optarg; break;
-    case 't': timeout_ms = atoll(optarg); break;
-    case 'L': limit = atoll(optarg); break;
-    case 'k': max_to_keep = atoi(optarg); break;
-    case 'A': all_values = true; break;
+    case 'c': a->cluster_file = optarg; break;
+    case 'j': a->job = optarg; break;
+    case 't': a->timeout_ms = atoll(optarg); break;
+    case 'L': a->limit = atoll(optarg); break;
+    case 'k': a->max_to_keep = atoi(optarg); break;
+    case 'A': a->all_values = true; break;
     case 'h': fputs(usage, stdout); return 0;
     case 'V': printf("psctl %s\n", PS_VERSION); return 0;
     default: fputs(usage, stderr); return 2;
@@ -120,214 +128,258 @@ int main(int argc, char **argv) {
     fprintf(stderr, "psctl: no command given\n%s", usage);
     return 2;
   }
-  const char *cmd = argv[optind++];
-  /* commands on checkpoint files need no cluster */
-  if (!strcmp(cmd, "latest") || !strcmp(cmd, "inspect")) {
-    for (int i = optind; i < argc; i++)
-      if (!strcmp(argv[i], "--all")) {
-        all_values = true;
-        memmove(&argv[i], &argv[i + 1], (size_t)(argc - i - 1) * sizeof *argv);
-        argc--;
-        i--;
-      }
-    if (optind >= argc) {
-      fprintf(stderr, "psctl: %s needs a %s\n", cmd, !strcmp(cmd, "latest") ? "directory" : "checkpoint prefix");
-      return 2;
+  a->cmd = argv[optind++];
+  a->rest = &argv[optind];
+  a->nrest = argc - optind;
+  return -1;
+}
+
+/* latest and inspect: commands on checkpoint files, no cluster needed. */
+static int run_offline(psctl_args *a) {
+  for (int i = 0; i < a->nrest; i++)
+    if (!strcmp(a->rest[i], "--all")) {
+      a->all_values = true;
+      memmove(&a->rest[i], &a->rest[i + 1], (size_t)(a->nrest - i - 1) * sizeof *a->rest);
+      a->nrest--;
+      i--;
     }
-    ps_status fst;
-    ps_status_clear(&fst);
-    if (!strcmp(cmd, "latest")) {
-      char *prefix = NULL;
-      if (ps_latest_checkpoint(argv[optind], &prefix, &fst) != 0) {
-        fprintf(stderr, "psctl: latest: %s\n", fst.msg);
-        return 1;
-      }
-      printf("%s\n", prefix);
-      free(prefix);
-      return 0;
-    }
-    if (ps_ckpt_inspect(stdout, argv[optind], all_values, &fst) != 0) {
-      fprintf(stderr, "psctl: inspect: %s\n", fst.msg);
+  if (a->nrest < 1) {
+    fprintf(stderr, "psctl: %s needs a %s\n", a->cmd,
+            !strcmp(a->cmd, "latest") ? "directory" : "checkpoint prefix");
+    return 2;
+  }
+  ps_status fst;
+  ps_status_clear(&fst);
+  if (!strcmp(a->cmd, "latest")) {
+    char *prefix = NULL;
+    if (ps_latest_checkpoint(a->rest[0], &prefix, &fst) != 0) {
+      fprintf(stderr, "psctl: latest: %s\n", fst.msg);
       return 1;
     }
+    printf("%s\n", prefix);
+    free(prefix);
     return 0;
   }
-  if (strcmp(cmd, "status") && strcmp(cmd, "vars") && strcmp(cmd, "read") &&
-      strcmp(cmd, "save") && strcmp(cmd, "restore") && strcmp(cmd, "rm")) {
-    fprintf(stderr, "psctl: unknown command '%s'\n%s", cmd, usage);
+  if (ps_ckpt_inspect(stdout, a->rest[0], a->all_values, &fst) != 0) {
+    fprintf(stderr, "psctl: inspect: %s\n", fst.msg);
+    return 1;
+  }
+  return 0;
+}
+
+static int cmd_status(const psctl_args *a, ps_client *c, ps_status *st) {
+  int rc = 0;
+  for (int i = 0; i < ps_client_num_ps(c); i++) {
+    ps_task_status ts;
+    if (ps_client_status(c, i, &ts, st) == 0) {
+      printf("%s/%d %s up vars=%lld bytes=%lld uptime=%.0fs rpcs=%lld pid=%lld\n", a->job, i,
+             ps_client_address(c, i), (long long)ts.num_vars, (long long)ts.bytes,
+             ts.uptime_secs, (long long)ts.rpcs, (long long)ts.pid);
+    } else {
+      printf("%s/%d %s down (%s: %s)\n", a->job, i, ps_client_address(c, i),
+             ps_status_code_name(st->code), st->msg);
+      rc = 1;
+    }
+  }
+  return rc;
+}
+
+static int cmd_vars(const psctl_args *a, ps_client *c, ps_status *st) {
+  int rc = 0;
+  printf("%-40s %-10s %-16s %-6s %s\n", "NAME", "DTYPE", "SHAPE", "TASK", "INITIALIZED");
+  for (int i = 0; i < ps_client_num_ps(c); i++) {
+    ps_var_info *v;
+    size_t n;
+    if (ps_client_list(c, i, &v, &n, st) != 0) {
+      fprintf(stderr, "psctl: %s/%d: %s\n", a->job, i, st->msg);
+      rc = 1;
+      continue;
+    }
+    for (size_t k = 0; k < n; k++) {
+      char sh[256], task[32];
+      snprintf(task, sizeof task, "%s/%d", a->job, i);
+      printf("%-40s %-10s %-16s %-6s %s\n", v[k].name, ps_dtype_name(v[k].dtype),
+             ps_shape_format(&v[k].shape, sh, sizeof sh), task, v[k].initialized ? "yes" : "no");
+    }
+    ps_client_free_var_info(v, n);
+  }
+  return rc;
+}
+
+static int cmd_save(const psctl_args *a, ps_client *c, ps_status *st) {
+  int nps = ps_client_num_ps(c);
+  char prefix[1024];
+  if (a->nrest > 0) {
+    snprintf(prefix, sizeof prefix, "%s", a->rest[0]);
+  } else {
+    snprintf(prefix, sizeof prefix, "model.ckpt");
+    for (int i = 0; i < nps; i++) {
+      ps_read r = {.name = "global_step"};
+      if (ps_client_read(c, i, &r, 1, st) == 0) {
+        snprintf(prefix, sizeof prefix, "model.ckpt-%lld",
+                 (long long)ps_elem_get(r.out->dtype, ps_tensor_data(r.out), 0));
+        ps_tensor_destroy(r.out);
+        break;
+      }
+    }
+  }
+  ps_save_options so = {.max_to_keep = a->max_to_keep};
+  char *written = NULL;
+  int64_t bytes = 0;
+  int rc = 0;
+  if (ps_client_save(c, prefix, &so, &written, &bytes, st) != 0) {
+    fprintf(stderr, "psctl: save: %s: %s\n", ps_status_code_name(st->code), st->msg);
+    rc = 1;
+  } else {
+    printf("saved %s (%lld bytes from %d ps)\n", written, (long long)bytes, nps);
+  }
+  free(written);
+  return rc;
+}
+
+static int cmd_rm(const psctl_args *a, ps_client *c, ps_status *st) {
+  int nps = ps_client_num_ps(c), rc = 0;
+  const char *const *names = (const char *const *)a->rest;
+  size_t nn = (size_t)a->nrest;
+  size_t *misses = calloc(nn, sizeof *misses);
+  int ok_tasks = 0;
+  for (int i = 0; misses && i < nps; i++) {
+    ps_delete_result dr;
+    if (ps_client_delete(c, i, names, nn, PS_DELETE_SLOTS | PS_DELETE_MISSING_OK, &dr, st) !=
+        0) {
+      fprintf(stderr, "psctl: rm: %s/%d: %s: %s\n", a->job, i, ps_status_code_name(st->code),
+              st->msg);
+      rc = 1;
+      continue;
+    }
+    ok_tasks++;
+    for (size_t k = 0; k < dr.ndeleted; k++)
+      printf("deleted %s on %s/%d\n", dr.deleted[k], a->job, i);
+    for (size_t k = 0; k < dr.nmissing; k++)
+      for (size_t j = 0; j < nn; j++)
+        if (!strcmp(dr.missing[k], names[j])) misses[j]++;
+    ps_delete_result_free(&dr);
+  }
+  for (size_t j = 0; misses && ok_tasks > 0 && j < nn; j++)
+    if (misses[j] == (size_t)ok_tasks) {
+      fprintf(stderr, "psctl: rm: variable %s not found on any %s task%s\n", names[j], a->job,
+              ok_tasks < nps ? " that is up" : "");
+      rc = 1;
+    }
+  if (misses == NULL) {
+    fprintf(stderr, "psctl: out of memory\n");
+    rc = 1;
+  }
+  free(misses);
+  return rc;
+}
+
+static int cmd_restore(const psctl_args *a, ps_client *c, ps_status *st) {
+  size_t n = 0;
+  const char *prefix = a->nrest > 0 ? a->rest[0] : NULL;
+  if (ps_client_restore(c, prefix, &n, st) != 0) {
+    fprintf(stderr, "psctl: restore: %s: %s\n", ps_status_code_name(st->code), st->msg);
+    return 1;
+  }
+  printf("restored %zu variables from %s\n", n, prefix ? prefix : "the latest checkpoint");
+  return 0;
+}
+
+static int cmd_read(const psctl_args *a, ps_client *c, ps_status *st) {
+  const char *name = a->rest[0];
+  int found = -1, down = 0;
+  for (int i = 0; i < ps_client_num_ps(c) && found < 0; i++) {
+    bool init;
+    const char *names[1] = {name};
+    int r = ps_client_is_initialized(c, i, names, 1, &init, st);
+    if (r == 0) {
+      found = i;
+    } else if (r != PS_NOT_FOUND) {
+      fprintf(stderr, "psctl: %s/%d: %s\n", a->job, i, st->msg);
+      down++;
+    }
+  }
+  if (found < 0) {
+    fprintf(stderr, "psctl: variable %s not found on any %s task%s\n", name, a->job,
+            down ? " that is up" : "");
+    return 1;
+  }
+  ps_read r = {.name = name};
+  int rc = 0;
+  if (ps_client_read(c, found, &r, 1, st) != 0) {
+    fprintf(stderr, "psctl: %s: %s\n", ps_status_code_name(st->code), st->msg);
+    rc = 1;
+  } else {
+    char sh[256];
+    printf("%s (%s) %s on %s/%d\n", name, ps_dtype_enum_name(r.out->dtype),
+           ps_shape_format(&r.out->shape, sh, sizeof sh), a->job, found);
+    print_value(r.out, a->limit);
+  }
+  ps_tensor_destroy(r.out);
+  return rc;
+}
+
+/* The commands that talk to the cluster. */
+static const struct {
+  const char *name;
+  int (*run)(const psctl_args *a, ps_client *c, ps_status *st);
+  const char *needs; /* the error when no argument is given, else NULL */
+} commands[] = {
+    {"status", cmd_status, NULL},
+    {"vars", cmd_vars, NULL},
+    {"read", cmd_read, "psctl: read needs a variable name\n"},
+    {"save", cmd_save, NULL},
+    {"restore", cmd_restore, NULL},
+    {"rm", cmd_rm, "psctl: rm needs at least one variable name\n"},
+};
+
+/* The cluster from --cluster or TF_CONFIG; NULL after saying why. */
+static ps_cluster *load_cluster(const psctl_args *a, ps_status *st) {
+  ps_cluster *cluster;
+  if (a->cluster_file) {
+    cluster = ps_cluster_load_file(a->cluster_file, st);
+  } else {
+    ps_task_id self;
+    cluster = ps_cluster_resolve(NULL, NULL, 0, &self, st);
+  }
+  if (cluster == NULL) fprintf(stderr, "psctl: %s\n", st->msg);
+  return cluster;
+}
+
+int main(int argc, char **argv) {
+  psctl_args a = {.job = "ps", .timeout_ms = 5000, .limit = 1000};
+  int rc = parse_options(argc, argv, &a);
+  if (rc >= 0) return rc;
+  if (!strcmp(a.cmd, "latest") || !strcmp(a.cmd, "inspect")) return run_offline(&a);
+  size_t k = 0;
+  while (k < sizeof commands / sizeof commands[0] && strcmp(a.cmd, commands[k].name)) k++;
+  if (k == sizeof commands / sizeof commands[0]) {
+    fprintf(stderr, "psctl: unknown command '%s'\n%s", a.cmd, usage);
     return 2;
   }
-  if (!strcmp(cmd, "read") && optind >= argc) {
-    fprintf(stderr, "psctl: read needs a variable name\n");
-    return 2;
-  }
-  if (!strcmp(cmd, "rm") && optind >= argc) {
-    fprintf(stderr, "psctl: rm needs at least one variable name\n");
+  if (commands[k].needs && a.nrest < 1) {
+    fputs(commands[k].needs, stderr);
     return 2;
   }
   ps_log_set_task("psctl");
   ps_status st;
   ps_status_clear(&st);
-  ps_cluster *cluster = NULL;
-  if (cluster_file) {
-    cluster = ps_cluster_load_file(cluster_file, &st);
-  } else {
-    ps_task_id self;
-    cluster = ps_cluster_resolve(NULL, NULL, 0, &self, &st);
-  }
-  if (cluster == NULL) {
-    fprintf(stderr, "psctl: %s\n", st.msg);
-    return 2;
-  }
+  ps_cluster *cluster = load_cluster(&a, &st);
+  if (cluster == NULL) return 2;
   ps_library_init();
   ps_client_options opt;
   ps_client_options_default(&opt);
-  opt.control_timeout_ms = opt.data_timeout_ms = timeout_ms;
-  if (!strcmp(cmd, "save") || !strcmp(cmd, "restore"))
-    opt.data_timeout_ms = timeout_ms > 600000 ? timeout_ms : 600000;
+  opt.control_timeout_ms = opt.data_timeout_ms = a.timeout_ms;
+  if (!strcmp(a.cmd, "save") || !strcmp(a.cmd, "restore"))
+    opt.data_timeout_ms = a.timeout_ms > 600000 ? a.timeout_ms : 600000;
   opt.max_retries = 0;
-  ps_client *c = ps_client_create(cluster, job, &opt, &st);
-  int rc = 0;
+  ps_client *c = ps_client_create(cluster, a.job, &opt, &st);
   if (c == NULL) {
     fprintf(stderr, "psctl: %s\n", st.msg);
     rc = 2;
-    goto out;
-  }
-  int nps = ps_client_num_ps(c);
-  if (!strcmp(cmd, "status")) {
-    for (int i = 0; i < nps; i++) {
-      ps_task_status ts;
-      if (ps_client_status(c, i, &ts, &st) == 0) {
-        printf("%s/%d %s up vars=%lld bytes=%lld uptime=%.0fs rpcs=%lld pid=%lld\n",
-               job, i, ps_client_address(c, i), (long long)ts.num_vars,
-               (long long)ts.bytes, ts.uptime_secs, (long long)ts.rpcs,
-               (long long)ts.pid);
-      } else {
-        printf("%s/%d %s down (%s: %s)\n", job, i, ps_client_address(c, i),
-               ps_status_code_name(st.code), st.msg);
-        rc = 1;
-      }
-    }
-  } else if (!strcmp(cmd, "vars")) {
-    printf("%-40s %-10s %-16s %-6s %s\n", "NAME", "DTYPE", "SHAPE", "TASK",
-           "INITIALIZED");
-    for (int i = 0; i < nps; i++) {
-      ps_var_info *v;
-      size_t n;
-      if (ps_client_list(c, i, &v, &n, &st) != 0) {
-        fprintf(stderr, "psctl: %s/%d: %s\n", job, i, st.msg);
-        rc = 1;
-        continue;
-      }
-      for (size_t k = 0; k < n; k++) {
-        char sh[256], task[32];
-        snprintf(task, sizeof task, "%s/%d", job, i);
-        printf("%-40s %-10s %-16s %-6s %s\n", v[k].name, ps_dtype_name(v[k].dtype),
-               ps_shape_format(&v[k].shape, sh, sizeof sh), task,
-               v[k].initialized ? "yes" : "no");
-      }
-      ps_client_free_var_info(v, n);
-    }
-  } else if (!strcmp(cmd, "save")) {
-    char prefix[1024];
-    if (optind < argc) {
-      snprintf(prefix, sizeof prefix, "%s", argv[optind]);
-    } else {
-      snprintf(prefix, sizeof prefix, "model.ckpt");
-      for (int i = 0; i < nps; i++) {
-        ps_read r = {.name = "global_step"};
-        if (ps_client_read(c, i, &r, 1, &st) == 0) {
-          snprintf(prefix, sizeof prefix, "model.ckpt-%lld",
-                   (long long)ps_elem_get(r.out->dtype, ps_tensor_data(r.out), 0));
-          ps_tensor_destroy(r.out);
-          break;
-        }
-      }
-    }
-    ps_save_options so = {.max_to_keep = max_to_keep};
-    char *written = NULL;
-    int64_t bytes = 0;
-    if (ps_client_save(c, prefix, &so, &written, &bytes, &st) != 0) {
-      fprintf(stderr, "psctl: save: %s: %s\n", ps_status_code_name(st.code), st.msg);
-      rc = 1;
-    } else {
-      printf("saved %s (%lld bytes from %d ps)\n", written, (long long)bytes, nps);
-    }
-    free(written);
-  } else if (!strcmp(cmd, "rm")) {
-    const char *const *names = (const char *const *)&argv[optind];
-    size_t nn = (size_t)(argc - optind);
-    size_t *misses = calloc(nn, sizeof *misses);
-    int ok_tasks = 0;
-    for (int i = 0; misses && i < nps; i++) {
-      ps_delete_result dr;
-      if (ps_client_delete(c, i, names, nn, PS_DELETE_SLOTS | PS_DELETE_MISSING_OK, &dr,
-                           &st) != 0) {
-        fprintf(stderr, "psctl: rm: %s/%d: %s: %s\n", job, i,
-                ps_status_code_name(st.code), st.msg);
-        rc = 1;
-        continue;
-      }
-      ok_tasks++;
-      for (size_t k = 0; k < dr.ndeleted; k++)
-        printf("deleted %s on %s/%d\n", dr.deleted[k], job, i);
-      for (size_t k = 0; k < dr.nmissing; k++)
-        for (size_t j = 0; j < nn; j++)
-          if (!strcmp(dr.missing[k], names[j])) misses[j]++;
-      ps_delete_result_free(&dr);
-    }
-    for (size_t j = 0; misses && ok_tasks > 0 && j < nn; j++)
-      if (misses[j] == (size_t)ok_tasks) {
-        fprintf(stderr, "psctl: rm: variable %s not found on any %s task%s\n", names[j],
-                job, ok_tasks < nps ? " that is up" : "");
-        rc = 1;
-      }
-    if (misses == NULL) {
-      fprintf(stderr, "psctl: out of memory\n");
-      rc = 1;
-    }
-    free(misses);
-  } else if (!strcmp(cmd, "restore")) {
-    size_t n = 0;
-    const char *prefix = optind < argc ? argv[optind] : NULL;
-    if (ps_client_restore(c, prefix, &n, &st) != 0) {
-      fprintf(stderr, "psctl: restore: %s: %s\n", ps_status_code_name(st.code), st.msg);
-      rc = 1;
-    } else {
-      printf("restored %zu variables from %s\n", n, prefix ? prefix : "the latest checkpoint");
-    }
   } else {
-    const char *name = argv[optind];
-    int found = -1, down = 0;
-    for (int i = 0; i < nps && found < 0; i++) {
-      bool init;
-      const char *names[1] = {name};
-      int r = ps_client_is_initialized(c, i, names, 1, &init, &st);
-      if (r == 0) found = i;
-      else if (r != PS_NOT_FOUND) {
-        fprintf(stderr, "psctl: %s/%d: %s\n", job, i, st.msg);
-        down++;
-      }
-    }
-    if (found < 0) {
-      fprintf(stderr, "psctl: variable %s not found on any %s task%s\n", name, job,
-              down ? " that is up" : "");
-      rc = 1;
-    } else {
-      ps_read r = {.name = name};
-      if (ps_client_read(c, found, &r, 1, &st) != 0) {
-        fprintf(stderr, "psctl: %s: %s\n", ps_status_code_name(st.code), st.msg);
-        rc = 1;
-      } else {
-        char sh[256];
-        printf("%s (%s) %s on %s/%d\n", name, ps_dtype_enum_name(r.out->dtype),
-               ps_shape_format(&r.out->shape, sh, sizeof sh), job, found);
-        print_value(r.out, limit);
-      }
-      ps_tensor_destroy(r.out);
-    }
+    rc = commands[k].run(&a, c, &st);
   }
-out:
   ps_client_destroy(c);
   ps_cluster_destroy(cluster);
   ps_library_shutdown();
