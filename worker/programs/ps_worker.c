@@ -448,39 +448,198 @@ static int parse_f64(const char *flag, const char *s, double min, double *out) {
   return 0;
 }
 
+/* The option codes, in groups (apply_option). */
+enum {
+  O_CLUSTER = 1000,
+  O_JOB,
+  O_TASK,
+  O_LOCAL,
+  O_MODEL,
+  O_DATA,
+  O_HIDDEN,
+  O_VOCAB,
+  O_PARTS,
+  O_STEPS,
+  O_BATCH,
+  O_OPT,
+  O_LR,
+  O_SEED,
+  O_SYNC,
+  O_REPL,
+  O_LOG_EVERY,
+  O_CKPT,
+  O_SAVE_STEPS,
+  O_SAVE_SECS,
+  O_NO_FINAL,
+  O_RESTORE,
+  O_NO_RESTORE,
+  O_KEEP,
+  O_PS_TIMEOUT,
+  O_LOG_LEVEL,
+  O_PLACEMENT,
+  O_META,
+  O_HELP,
+  O_VERSION
+};
+
+/* Where the task is: --cluster, --job, --task, --local. */
+static int cluster_option(int c, options *o) {
+  int64_t v;
+  switch (c) {
+  case O_CLUSTER:
+    o->cluster_file = optarg;
+    break;
+  case O_JOB:
+    o->job = optarg;
+    break;
+  case O_TASK:
+    if (parse_i64("--task", optarg, 0, &v)) return 2;
+    o->task = (int)v;
+    break;
+  case O_LOCAL:
+    o->local = true;
+    break;
+  }
+  return 0;
+}
+
+/* What is trained and how: --model ... --seed. */
+static int model_option(int c, options *o) {
+  int64_t v;
+  switch (c) {
+  case O_MODEL:
+    if (!strcmp(optarg, "linreg"))
+      o->model = M_LINREG;
+    else if (!strcmp(optarg, "softmax"))
+      o->model = M_SOFTMAX;
+    else if (!strcmp(optarg, "mlp"))
+      o->model = M_MLP;
+    else if (!strcmp(optarg, "wide_deep") || !strcmp(optarg, "wide-deep"))
+      o->model = M_WIDE_DEEP;
+    else {
+      fprintf(stderr,
+              "ps-worker: unknown --model '%s' (linreg, softmax, mlp, wide_deep)\n",
+              optarg);
+      return 2;
+    }
+    break;
+  case O_DATA:
+    o->data_dir = optarg;
+    break;
+  case O_HIDDEN:
+    if (parse_i64("--hidden", optarg, 1, &v)) return 2;
+    o->hidden = (int)v;
+    break;
+  case O_VOCAB:
+    if (parse_i64("--vocab", optarg, 2, &o->vocab)) return 2;
+    break;
+  case O_PARTS:
+    if (parse_i64("--embedding-parts", optarg, 1, &v)) return 2;
+    o->parts = (int)v;
+    break;
+  case O_STEPS:
+    if (parse_i64("--steps", optarg, 0, &o->steps)) return 2;
+    break;
+  case O_BATCH:
+    if (parse_i64("--batch", optarg, 1, &o->batch)) return 2;
+    break;
+  case O_OPT:
+    o->optimizer = optarg;
+    break;
+  case O_LR:
+    if (parse_f64("--learning-rate", optarg, 0, &o->lr)) return 2;
+    break;
+  case O_SEED:
+    if (parse_i64("--seed", optarg, 0, &v)) return 2;
+    o->seed = (uint64_t)v;
+    break;
+  }
+  return 0;
+}
+
+/* How the job runs: --sync ... --import-meta. */
+static int run_option(int c, options *o) {
+  int64_t v;
+  double d;
+  switch (c) {
+  case O_SYNC:
+    o->sync = true;
+    break;
+  case O_REPL:
+    if (parse_i64("--replicas-to-aggregate", optarg, 1, &v)) return 2;
+    o->replicas = (int)v;
+    break;
+  case O_LOG_EVERY:
+    if (parse_i64("--log-every", optarg, 1, &o->log_every)) return 2;
+    break;
+  case O_CKPT:
+    o->ckpt_dir = optarg;
+    break;
+  case O_SAVE_STEPS:
+    if (parse_i64("--save-every-steps", optarg, 1, &o->save_every_steps)) return 2;
+    break;
+  case O_SAVE_SECS:
+    if (parse_f64("--save-every-secs", optarg, 0.001, &o->save_every_secs)) return 2;
+    break;
+  case O_NO_FINAL:
+    o->final_save = false;
+    break;
+  case O_RESTORE:
+    o->restore = optarg;
+    break;
+  case O_NO_RESTORE:
+    o->no_restore = true;
+    break;
+  case O_KEEP:
+    if (parse_i64("--max-to-keep", optarg, -1, &v)) return 2;
+    o->max_to_keep = (int)v;
+    break;
+  case O_PS_TIMEOUT:
+    if (parse_f64("--ps-timeout", optarg, 0, &d)) return 2;
+    o->ps_timeout = d;
+    break;
+  case O_LOG_LEVEL: {
+    int l = ps_log_level_parse(optarg);
+    if (l < 0) {
+      fprintf(stderr, "ps-worker: unknown --log-level '%s'\n", optarg);
+      return 2;
+    }
+    ps_log_set_level((ps_log_level)l);
+    break;
+  }
+  case O_META:
+    o->meta = optarg;
+    break;
+  case O_PLACEMENT:
+    if (strcmp(optarg, "round_robin") && strcmp(optarg, "greedy")) {
+      fprintf(stderr, "ps-worker: unknown --placement '%s' (round_robin, greedy)\n",
+              optarg);
+      return 2;
+    }
+    o->greedy = !strcmp(optarg, "greedy");
+    break;
+  }
+  return 0;
+}
+
+/* 0, 1 (--help or --version: exit 0) or 2 (a usage error). */
+static int apply_option(int c, options *o) {
+  if (c >= O_CLUSTER && c < O_MODEL) return cluster_option(c, o);
+  if (c >= O_MODEL && c < O_SYNC) return model_option(c, o);
+  if (c >= O_SYNC && c < O_HELP) return run_option(c, o);
+  if (c == O_HELP) {
+    fputs(usage, stdout);
+    return 1;
+  }
+  if (c == O_VERSION) {
+    printf("ps-worker %s\n", PS_VERSION);
+    return 1;
+  }
+  fputs(usage, stderr);
+  return 2;
+}
+
 static int parse_args(int argc, char **argv, options *o) {
-  enum {
-    O_CLUSTER = 1000,
-    O_JOB,
-    O_TASK,
-    O_LOCAL,
-    O_MODEL,
-    O_DATA,
-    O_HIDDEN,
-    O_VOCAB,
-    O_PARTS,
-    O_STEPS,
-    O_BATCH,
-    O_OPT,
-    O_LR,
-    O_SEED,
-    O_SYNC,
-    O_REPL,
-    O_LOG_EVERY,
-    O_CKPT,
-    O_SAVE_STEPS,
-    O_SAVE_SECS,
-    O_NO_FINAL,
-    O_RESTORE,
-    O_NO_RESTORE,
-    O_KEEP,
-    O_PS_TIMEOUT,
-    O_LOG_LEVEL,
-    O_PLACEMENT,
-    O_META,
-    O_HELP,
-    O_VERSION
-  };
   static const struct option opts[] = {
       {"cluster", required_argument, NULL, O_CLUSTER},
       {"job", required_argument, NULL, O_JOB},
@@ -513,9 +672,6 @@ static int parse_args(int argc, char **argv, options *o) {
       {"help", no_argument, NULL, O_HELP},
       {"version", no_argument, NULL, O_VERSION},
       {NULL, 0, NULL, 0}};
-  int c;
-  int64_t v;
-  double d;
   o->task = -1;
   o->model = M_MLP;
   o->steps = -1;
@@ -527,134 +683,9 @@ static int parse_args(int argc, char **argv, options *o) {
   o->final_save = true;
   o->lr = -1;
   o->max_to_keep = 5;
-  while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-    switch (c) {
-    case O_CLUSTER:
-      o->cluster_file = optarg;
-      break;
-    case O_JOB:
-      o->job = optarg;
-      break;
-    case O_TASK:
-      if (parse_i64("--task", optarg, 0, &v)) return 2;
-      o->task = (int)v;
-      break;
-    case O_LOCAL:
-      o->local = true;
-      break;
-    case O_MODEL:
-      if (!strcmp(optarg, "linreg"))
-        o->model = M_LINREG;
-      else if (!strcmp(optarg, "softmax"))
-        o->model = M_SOFTMAX;
-      else if (!strcmp(optarg, "mlp"))
-        o->model = M_MLP;
-      else if (!strcmp(optarg, "wide_deep") || !strcmp(optarg, "wide-deep"))
-        o->model = M_WIDE_DEEP;
-      else {
-        fprintf(stderr,
-                "ps-worker: unknown --model '%s' (linreg, softmax, mlp, wide_deep)\n",
-                optarg);
-        return 2;
-      }
-      break;
-    case O_DATA:
-      o->data_dir = optarg;
-      break;
-    case O_HIDDEN:
-      if (parse_i64("--hidden", optarg, 1, &v)) return 2;
-      o->hidden = (int)v;
-      break;
-    case O_VOCAB:
-      if (parse_i64("--vocab", optarg, 2, &o->vocab)) return 2;
-      break;
-    case O_PARTS:
-      if (parse_i64("--embedding-parts", optarg, 1, &v)) return 2;
-      o->parts = (int)v;
-      break;
-    case O_STEPS:
-      if (parse_i64("--steps", optarg, 0, &o->steps)) return 2;
-      break;
-    case O_BATCH:
-      if (parse_i64("--batch", optarg, 1, &o->batch)) return 2;
-      break;
-    case O_OPT:
-      o->optimizer = optarg;
-      break;
-    case O_LR:
-      if (parse_f64("--learning-rate", optarg, 0, &o->lr)) return 2;
-      break;
-    case O_SEED:
-      if (parse_i64("--seed", optarg, 0, &v)) return 2;
-      o->seed = (uint64_t)v;
-      break;
-    case O_SYNC:
-      o->sync = true;
-      break;
-    case O_REPL:
-      if (parse_i64("--replicas-to-aggregate", optarg, 1, &v)) return 2;
-      o->replicas = (int)v;
-      break;
-    case O_LOG_EVERY:
-      if (parse_i64("--log-every", optarg, 1, &o->log_every)) return 2;
-      break;
-    case O_CKPT:
-      o->ckpt_dir = optarg;
-      break;
-    case O_SAVE_STEPS:
-      if (parse_i64("--save-every-steps", optarg, 1, &o->save_every_steps)) return 2;
-      break;
-    case O_SAVE_SECS:
-      if (parse_f64("--save-every-secs", optarg, 0.001, &o->save_every_secs)) return 2;
-      break;
-    case O_NO_FINAL:
-      o->final_save = false;
-      break;
-    case O_RESTORE:
-      o->restore = optarg;
-      break;
-    case O_NO_RESTORE:
-      o->no_restore = true;
-      break;
-    case O_KEEP:
-      if (parse_i64("--max-to-keep", optarg, -1, &v)) return 2;
-      o->max_to_keep = (int)v;
-      break;
-    case O_PS_TIMEOUT:
-      if (parse_f64("--ps-timeout", optarg, 0, &d)) return 2;
-      o->ps_timeout = d;
-      break;
-    case O_LOG_LEVEL: {
-      int l = ps_log_level_parse(optarg);
-      if (l < 0) {
-        fprintf(stderr, "ps-worker: unknown --log-level '%s'\n", optarg);
-        return 2;
-      }
-      ps_log_set_level((ps_log_level)l);
-      break;
-    }
-    case O_META:
-      o->meta = optarg;
-      break;
-    case O_PLACEMENT:
-      if (strcmp(optarg, "round_robin") && strcmp(optarg, "greedy")) {
-        fprintf(stderr, "ps-worker: unknown --placement '%s' (round_robin, greedy)\n",
-                optarg);
-        return 2;
-      }
-      o->greedy = !strcmp(optarg, "greedy");
-      break;
-    case O_HELP:
-      fputs(usage, stdout);
-      return 1;
-    case O_VERSION:
-      printf("ps-worker %s\n", PS_VERSION);
-      return 1;
-    default:
-      fputs(usage, stderr);
-      return 2;
-    }
-  }
+  int c, rc;
+  while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1)
+    if ((rc = apply_option(c, o)) != 0) return rc;
   if (optind < argc) {
     fprintf(stderr, "ps-worker: unexpected argument '%s'\n%s", argv[optind], usage);
     return 2;
@@ -673,193 +704,237 @@ static int parse_args(int argc, char **argv, options *o) {
   return 0;
 }
 
-int main(int argc, char **argv) {
-  options o = {0};
-  int prc = parse_args(argc, argv, &o);
-  if (prc) return prc == 1 ? 0 : 2;
-  ps_status st;
-  ps_status_clear(&st);
-  ps_task_id self = {.job = "local", .task = 0};
-  ps_cluster *cluster = NULL;
-  bool chief = true;
-  int num_workers = 1, worker_index = 0;
-  if (!o.local) {
-    const char *job = o.job;
-    int task = o.task;
-    if (o.cluster_file && job == NULL) job = "worker";
-    if (job != NULL && task < 0) task = 0;
-    cluster = ps_cluster_resolve(o.cluster_file, job, task, &self, &st);
-    if (cluster == NULL) {
-      fprintf(stderr, "ps-worker: %s\n", st.msg);
-      return 2;
-    }
-    if (ps_cluster_num_tasks(cluster, "ps") < 1) {
-      fprintf(stderr, "ps-worker: the cluster spec has no ps job (use --local to train "
-                      "in one process)\n");
-      ps_cluster_destroy(cluster);
-      return 2;
-    }
-    ps_task_id ch;
-    chief = ps_cluster_chief(cluster, &ch) == 0 && !strcmp(ch.job, self.job) &&
-            ch.task == self.task;
-    int nchief = ps_cluster_num_tasks(cluster, "chief");
-    num_workers = nchief + ps_cluster_num_tasks(cluster, "worker");
-    worker_index = !strcmp(self.job, "chief") ? 0 : nchief + self.task;
-  }
-  char taskname[96];
-  snprintf(taskname, sizeof taskname, "%s/%d", self.job, self.task);
-  ps_log_set_task(taskname);
-  if (o.replicas == 0) o.replicas = num_workers;
-  o.num_workers = num_workers;
-  signal(SIGINT, on_signal);
-  signal(SIGTERM, on_signal);
+/* One worker's job: where it runs, what it trains, and the objects it
+ * made (freed by job_free). */
+typedef struct job {
+  options o;
+  ps_task_id self;
+  ps_cluster *cluster;
+  bool chief;
+  int num_workers, worker_index;
+  model m;
+  ps_client *client;
+  ps_session *s;
+  ps_saver *saver;
+  ps_dataset train, test, batch;
+  ps_dataset_iter *it;
+  bool rpc_up;
+  ps_coordinator_options co;
+  /* the training loop's progress */
+  int64_t gs, local, saved_step;
+  bool trained;
+} job;
 
-  int rc = 1;
-  model m = {0};
-  ps_client *client = NULL;
-  ps_session *s = NULL;
-  ps_saver *saver = NULL;
-  ps_dataset train = {0}, test = {0}, batch = {0};
-  ps_dataset_iter *it = NULL;
-  bool rpc_up = false;
-  if (load_data(&o, &train, &test, &st)) goto fail;
-  if (cluster) {
+/* The cluster and this task's place in it (--local: none); 0 or 2. */
+static int resolve_cluster(job *j, ps_status *st) {
+  j->self = (ps_task_id){.job = "local", .task = 0};
+  j->chief = true;
+  j->num_workers = 1;
+  if (j->o.local) return 0;
+  const char *name = j->o.job;
+  int task = j->o.task;
+  if (j->o.cluster_file && name == NULL) name = "worker";
+  if (name != NULL && task < 0) task = 0;
+  j->cluster = ps_cluster_resolve(j->o.cluster_file, name, task, &j->self, st);
+  if (j->cluster == NULL) {
+    fprintf(stderr, "ps-worker: %s\n", st->msg);
+    return 2;
+  }
+  if (ps_cluster_num_tasks(j->cluster, "ps") < 1) {
+    fprintf(stderr, "ps-worker: the cluster spec has no ps job (use --local to train "
+                    "in one process)\n");
+    return 2;
+  }
+  ps_task_id ch;
+  j->chief = ps_cluster_chief(j->cluster, &ch) == 0 && !strcmp(ch.job, j->self.job) &&
+             ch.task == j->self.task;
+  int nchief = ps_cluster_num_tasks(j->cluster, "chief");
+  j->num_workers = nchief + ps_cluster_num_tasks(j->cluster, "worker");
+  j->worker_index = !strcmp(j->self.job, "chief") ? 0 : nchief + j->self.task;
+  return 0;
+}
+
+/* Data, client, model, saver, session, and the coordinator's start-up;
+ * then the iterator over this worker's share of the training data. */
+static int set_up(job *j, ps_status *st) {
+  const options *o = &j->o;
+  if (load_data(o, &j->train, &j->test, st)) return -1;
+  if (j->cluster) {
     ps_library_init();
-    rpc_up = true;
-    client = ps_client_create(cluster, "ps", NULL, &st);
-    if (client == NULL) goto fail;
+    j->rpc_up = true;
+    if ((j->client = ps_client_create(j->cluster, "ps", NULL, st)) == NULL) return -1;
   }
-  if (o.meta) {
-    if (import_model(o.meta, &m, &saver, &st)) goto fail;
-    PS_INFO("graph imported from %s (%zu nodes)", o.meta, ps_graph_num_nodes(m.g));
+  if (o->meta) {
+    if (import_model(o->meta, &j->m, &j->saver, st)) return -1;
+    PS_INFO("graph imported from %s (%zu nodes)", o->meta, ps_graph_num_nodes(j->m.g));
   } else {
-    if (build_model(&o, cluster, client ? ps_client_num_ps(client) : 0, &m, &st))
-      goto fail;
-    ps_saver_options so = {.max_to_keep = o.max_to_keep};
-    if ((saver = ps_saver_create(m.g, &so, &st)) == NULL) goto fail;
+    if (build_model(o, j->cluster, j->client ? ps_client_num_ps(j->client) : 0, &j->m, st))
+      return -1;
+    ps_saver_options so = {.max_to_keep = o->max_to_keep};
+    if ((j->saver = ps_saver_create(j->m.g, &so, st)) == NULL) return -1;
   }
-  if ((s = ps_session_create(m.g, client, &st)) == NULL) goto fail;
-  PS_INFO("%s model%s, %d worker(s), this one %s%s", model_name(o.model),
-          o.sync ? " (synchronous)" : "", num_workers,
-          chief ? "the chief" : "not the chief", o.local ? " (local variables)" : "");
-  ps_coordinator_options co = {.is_chief = chief,
-                               .ps_timeout_secs = o.ps_timeout,
-                               .restore_prefix = o.restore,
-                               .no_restore = o.no_restore,
-                               .saver = saver};
+  if ((j->s = ps_session_create(j->m.g, j->client, st)) == NULL) return -1;
+  PS_INFO("%s model%s, %d worker(s), this one %s%s", model_name(o->model),
+          o->sync ? " (synchronous)" : "", j->num_workers,
+          j->chief ? "the chief" : "not the chief", o->local ? " (local variables)" : "");
+  j->co = (ps_coordinator_options){.is_chief = j->chief,
+                                   .ps_timeout_secs = o->ps_timeout,
+                                   .restore_prefix = o->restore,
+                                   .no_restore = o->no_restore,
+                                   .saver = j->saver};
   ps_coordinator_outcome outcome;
   /* The chief zeroes the done counter before it marks the cluster ready,
    * so no other worker can have counted itself yet. */
-  if (chief && client &&
-      (ps_coordinator_wait_for_ps(s, o.ps_timeout, &st) ||
-       done_counter_reset(client, &st)))
-    goto fail;
-  if (ps_coordinator_prepare(s, &co, &outcome, &st)) goto fail;
-  int64_t gs = read_step(&m, s, &st);
-  if (gs < 0) goto fail;
+  if (j->chief && j->client &&
+      (ps_coordinator_wait_for_ps(j->s, o->ps_timeout, st) ||
+       done_counter_reset(j->client, st)))
+    return -1;
+  if (ps_coordinator_prepare(j->s, &j->co, &outcome, st)) return -1;
+  if ((j->gs = read_step(&j->m, j->s, st)) < 0) return -1;
   PS_INFO("cluster ready (%s) at global step %lld; training to step %lld",
-          ps_coordinator_outcome_name(outcome), (long long)gs, (long long)o.steps);
-  ps_dataset_iter_options io = {.batch_size = o.batch,
+          ps_coordinator_outcome_name(outcome), (long long)j->gs, (long long)o->steps);
+  ps_dataset_iter_options io = {.batch_size = o->batch,
                                 .shuffle = true,
-                                .seed = o.seed * 1000003u + (uint64_t)worker_index,
-                                .task = worker_index,
-                                .num_tasks = num_workers};
-  if ((it = ps_dataset_iter_create(&train, &io, &st)) == NULL) goto fail;
-  ps_node *fetch[2] = {m.loss, ps_variable_value(m.step)};
+                                .seed = o->seed * 1000003u + (uint64_t)j->worker_index,
+                                .task = j->worker_index,
+                                .num_tasks = j->num_workers};
+  if ((j->it = ps_dataset_iter_create(&j->train, &io, st)) == NULL) return -1;
+  return 0;
+}
+
+/* After a failed step that may pass (a ps restarted or went away): a new
+ * session, and the coordinator restores or re-joins. */
+static int recover(job *j, const ps_status *e, ps_status *st) {
+  PS_WARN("step failed (%s); waiting for the cluster to recover", e->msg);
+  ps_session_destroy(j->s);
+  if ((j->s = ps_session_create(j->m.g, j->client, st)) == NULL) return -1;
+  ps_coordinator_outcome outcome;
+  if (ps_coordinator_prepare(j->s, &j->co, &outcome, st)) return -1;
+  PS_INFO("recovered (%s)", ps_coordinator_outcome_name(outcome));
+  return 0;
+}
+
+/* Steps until global_step reaches --steps or a signal: logs every
+ * --log-every steps; the chief saves on schedule. */
+static int train_loop(job *j, ps_status *st) {
+  const options *o = &j->o;
+  ps_node *fetch[2] = {j->m.loss, ps_variable_value(j->m.step)};
   double t0 = now_secs(), tlog = t0, last_save_t = t0, loss_sum = 0;
-  int64_t local = 0, since_log = 0, last_save_step = gs, saved_step = -1;
+  int64_t since_log = 0, last_save_step = j->gs;
   int recoveries = 0;
-  bool trained = false;
-  while (gs < o.steps && !atomic_load(&stop_requested)) {
-    if (ps_dataset_iter_next(it, &batch, &st)) goto fail;
+  while (j->gs < o->steps && !atomic_load(&stop_requested)) {
+    if (ps_dataset_iter_next(j->it, &j->batch, st)) return -1;
     ps_feed f[4];
-    size_t nf = feeds_of(&m, &batch, f);
+    size_t nf = feeds_of(&j->m, &j->batch, f);
     ps_tensor *out[2] = {NULL, NULL};
     ps_status e;
-    if (ps_session_run(s, f, nf, fetch, 2, &m.train, 1, out, &e) != 0) {
+    if (ps_session_run(j->s, f, nf, fetch, 2, &j->m.train, 1, out, &e) != 0) {
       if (!recoverable(&e) || ++recoveries > 10) {
-        st = e;
-        goto fail;
+        *st = e;
+        return -1;
       }
-      /* a ps restarted or went away: wait, then restore / re-join */
-      PS_WARN("step failed (%s); waiting for the cluster to recover", e.msg);
-      ps_session_destroy(s);
-      if ((s = ps_session_create(m.g, client, &st)) == NULL) goto fail;
-      if (ps_coordinator_prepare(s, &co, &outcome, &st)) goto fail;
-      PS_INFO("recovered (%s)", ps_coordinator_outcome_name(outcome));
+      if (recover(j, &e, st)) return -1;
       continue;
     }
-    trained = true;
+    j->trained = true;
     double loss = *(float *)ps_tensor_data(out[0]);
-    gs = *(int64_t *)ps_tensor_data(out[1]) + 1;
+    j->gs = *(int64_t *)ps_tensor_data(out[1]) + 1;
     ps_tensor_destroy(out[0]);
     ps_tensor_destroy(out[1]);
-    local++;
+    j->local++;
     since_log++;
     loss_sum += loss;
     double now = now_secs();
-    if (since_log == o.log_every) {
-      PS_INFO("step %lld loss %.4f examples/s %.0f", (long long)gs,
-              loss_sum / (double)since_log, (double)(since_log * o.batch) / (now - tlog));
+    if (since_log == o->log_every) {
+      PS_INFO("step %lld loss %.4f examples/s %.0f", (long long)j->gs,
+              loss_sum / (double)since_log, (double)(since_log * o->batch) / (now - tlog));
       since_log = 0;
       loss_sum = 0;
       tlog = now;
     }
-    if (chief && client &&
-        ((o.save_every_steps && gs - last_save_step >= o.save_every_steps) ||
-         (o.save_every_secs > 0 && now - last_save_t >= o.save_every_secs))) {
+    if (j->chief && j->client &&
+        ((o->save_every_steps && j->gs - last_save_step >= o->save_every_steps) ||
+         (o->save_every_secs > 0 && now - last_save_t >= o->save_every_secs))) {
       ps_status se;
-      if (ps_saver_save(saver, s, "model.ckpt", gs, o.ckpt_dir, NULL, &se) != 0)
+      if (ps_saver_save(j->saver, j->s, "model.ckpt", j->gs, o->ckpt_dir, NULL, &se) != 0)
         PS_WARN("periodic save failed: %s", se.msg);
       else
-        saved_step = gs;
-      last_save_step = gs;
+        j->saved_step = j->gs;
+      last_save_step = j->gs;
       last_save_t = now_secs();
     }
   }
   double secs = now_secs() - t0;
-  if (local)
-    PS_INFO("trained %lld local steps in %.1f s: %.0f examples/s", (long long)local, secs,
-            (double)(local * o.batch) / secs);
+  if (j->local)
+    PS_INFO("trained %lld local steps in %.1f s: %.0f examples/s", (long long)j->local, secs,
+            (double)(j->local * o->batch) / secs);
   if (atomic_load(&stop_requested))
-    PS_WARN("stopped by a signal at global step %lld", (long long)gs);
-  if (!chief && client && done_counter(client, 1, &st) < 0) goto fail;
-  if (chief && client && num_workers > 1 && trained)
-    wait_workers_done(&m, s, client, num_workers - 1, 3.0);
-  if (chief) {
-    gs = read_step(&m, s, &st);
-    if (gs < 0) goto fail;
-    bool saving = o.ckpt_dir || o.save_every_steps || o.save_every_secs > 0;
-    if (client && saving && o.final_save && trained && saved_step != gs) {
-      char *path = NULL;
-      if (ps_saver_save(saver, s, "model.ckpt", gs, o.ckpt_dir, &path, &st) != 0)
-        goto fail;
-      printf("checkpoint %s\n", path);
-      free(path);
-    }
-    double metric;
-    if (evaluate(&m, s, &test, &metric, &st)) goto fail;
-    PS_INFO("global step %lld: test %s %.4f", (long long)gs,
-            m.classifier ? "accuracy" : "mse", metric);
-    printf("global step %lld\ntest %s %.4f\n", (long long)gs,
-           m.classifier ? "accuracy" : "mse", metric);
-    fflush(stdout);
+    PS_WARN("stopped by a signal at global step %lld", (long long)j->gs);
+  return 0;
+}
+
+/* The end of the job: workers report done; the chief waits for them,
+ * saves a final checkpoint and evaluates on the test set. */
+static int finish(job *j, ps_status *st) {
+  const options *o = &j->o;
+  if (!j->chief && j->client && done_counter(j->client, 1, st) < 0) return -1;
+  if (!j->chief) return 0;
+  if (j->client && j->num_workers > 1 && j->trained)
+    wait_workers_done(&j->m, j->s, j->client, j->num_workers - 1, 3.0);
+  if ((j->gs = read_step(&j->m, j->s, st)) < 0) return -1;
+  bool saving = o->ckpt_dir || o->save_every_steps || o->save_every_secs > 0;
+  if (j->client && saving && o->final_save && j->trained && j->saved_step != j->gs) {
+    char *path = NULL;
+    if (ps_saver_save(j->saver, j->s, "model.ckpt", j->gs, o->ckpt_dir, &path, st) != 0)
+      return -1;
+    printf("checkpoint %s\n", path);
+    free(path);
   }
-  rc = 0;
-  goto out;
-fail:
-  PS_ERROR("%s", st.msg);
-  fprintf(stderr, "ps-worker: %s\n", st.msg);
-out:
-  ps_dataset_iter_destroy(it);
-  ps_dataset_free(&batch);
-  ps_dataset_free(&train);
-  ps_dataset_free(&test);
-  ps_session_destroy(s);
-  ps_saver_destroy(saver);
-  ps_graph_destroy(m.g);
-  ps_client_destroy(client);
-  ps_cluster_destroy(cluster);
-  if (rpc_up) ps_library_shutdown();
+  double metric;
+  if (evaluate(&j->m, j->s, &j->test, &metric, st)) return -1;
+  const char *what = j->m.classifier ? "accuracy" : "mse";
+  PS_INFO("global step %lld: test %s %.4f", (long long)j->gs, what, metric);
+  printf("global step %lld\ntest %s %.4f\n", (long long)j->gs, what, metric);
+  fflush(stdout);
+  return 0;
+}
+
+static void job_free(job *j) {
+  ps_dataset_iter_destroy(j->it);
+  ps_dataset_free(&j->batch);
+  ps_dataset_free(&j->train);
+  ps_dataset_free(&j->test);
+  ps_session_destroy(j->s);
+  ps_saver_destroy(j->saver);
+  ps_graph_destroy(j->m.g);
+  ps_client_destroy(j->client);
+  ps_cluster_destroy(j->cluster);
+  if (j->rpc_up) ps_library_shutdown();
+}
+
+int main(int argc, char **argv) {
+  job j = {.saved_step = -1};
+  int prc = parse_args(argc, argv, &j.o);
+  if (prc) return prc == 1 ? 0 : 2;
+  ps_status st;
+  ps_status_clear(&st);
+  if (resolve_cluster(&j, &st) != 0) {
+    ps_cluster_destroy(j.cluster);
+    return 2;
+  }
+  char taskname[96];
+  snprintf(taskname, sizeof taskname, "%s/%d", j.self.job, j.self.task);
+  ps_log_set_task(taskname);
+  if (j.o.replicas == 0) j.o.replicas = j.num_workers;
+  j.o.num_workers = j.num_workers;
+  signal(SIGINT, on_signal);
+  signal(SIGTERM, on_signal);
+  int rc = 0;
+  if (set_up(&j, &st) != 0 || train_loop(&j, &st) != 0 || finish(&j, &st) != 0) {
+    PS_ERROR("%s", st.msg);
+    fprintf(stderr, "ps-worker: %s\n", st.msg);
+    rc = 1;
+  }
+  job_free(&j);
   return rc;
 }
