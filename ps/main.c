@@ -165,137 +165,134 @@ static long raise_fd_limit(void) {
  * gRPC's epoll and wakeup fds, the libuv loop. */
 #define FD_RESERVE(nofile) ((nofile) / 4 < 64 ? (nofile) / 4 : 64)
 
-int main(int argc, char **argv) {
-  const char *cluster_file = NULL, *job = NULL, *ckpt_dir = NULL;
-  int task = -1, grace_secs = 10;
+/* The command line, once parsed. */
+typedef struct server_args {
+  const char *cluster_file, *job, *ckpt_dir;
+  int task, grace_secs, threads;
+  ps_service_limits limits;
+  ps_rpc_server_options ropt;
+  int64_t max_conns; /* -1: as many as descriptors allow */
+} server_args;
+
+static const struct option opts[] = {
+    {"cluster", required_argument, NULL, 'c'},
+    {"job", required_argument, NULL, 'j'},
+    {"task", required_argument, NULL, 't'},
+    {"threads", required_argument, NULL, 'n'},
+    {"grace-secs", required_argument, NULL, 'g'},
+    {"checkpoint-dir", required_argument, NULL, 'C'},
+    {"log-level", required_argument, NULL, 'l'},
+    {"max-tensor-bytes", required_argument, NULL, 1000},
+    {"max-read-names", required_argument, NULL, 1001},
+    {"max-gather-rows", required_argument, NULL, 1002},
+    {"max-hold-ms", required_argument, NULL, 1003},
+    {"max-message-bytes", required_argument, NULL, 1004},
+    {"stream-timeout-secs", required_argument, NULL, 1005},
+    {"max-connections", required_argument, NULL, 1006},
+    {"help", no_argument, NULL, 'h'},
+    {"version", no_argument, NULL, 'V'},
+    {NULL, 0, NULL, 0}};
+
+/* A limit option (codes 1000..1006, opts[li]); 0 or 2. */
+static int limit_option(server_args *a, int o, int li) {
+  const char *flag = opts[li].name;
+  int64_t min = o == 1004 ? PS_RPC_MIN_MESSAGE_BYTES : o == 1005 ? 0 : 1, v;
+  if (parse_size(optarg, min, &v) != 0 || (o == 1006 && v > INT32_MAX) ||
+      (o == 1005 && v > INT64_MAX / 1000)) {
+    if (o == 1004)
+      fprintf(stderr,
+              "ps-server: --%s must be a size of at least %lld bytes "
+              "(16M+16: one data chunk and its framing), got '%s'\n",
+              flag, (long long)PS_RPC_MIN_MESSAGE_BYTES, optarg);
+    else
+      fprintf(stderr, "ps-server: --%s must be %s integer%s, got '%s'\n", flag,
+              min ? "a positive" : "a non-negative",
+              o == 1000 || o == 1004 ? " (optionally with a K, M or G suffix)" : "", optarg);
+    return 2;
+  }
+  switch (o) {
+  case 1000: a->limits.max_tensor_bytes = v; break;
+  case 1001: a->limits.max_read_names = v; break;
+  case 1002: a->limits.max_gather_rows = v; break;
+  case 1003: a->limits.max_hold_ms = v; break;
+  case 1004: a->ropt.max_message_bytes = v; break;
+  case 1005: a->ropt.stream_timeout_ms = v * 1000; break;
+  default: a->max_conns = v; break;
+  }
+  return 0;
+}
+
+/* Any other option; 0, or the exit status (--help, --version: 0). */
+static int other_option(server_args *a, int o, bool *exit_now) {
+  char *end;
+  switch (o) {
+  case 'c': a->cluster_file = optarg; break;
+  case 'j': a->job = optarg; break;
+  case 't':
+    a->task = (int)strtol(optarg, &end, 10);
+    if (*end || a->task < 0) {
+      fprintf(stderr, "ps-server: --task must be a non-negative integer, got '%s'\n", optarg);
+      return 2;
+    }
+    break;
+  case 'n':
+    a->threads = (int)strtol(optarg, &end, 10);
+    if (*end || a->threads < 1 || a->threads > 256) {
+      fprintf(stderr, "ps-server: --threads must be 1..256, got '%s'\n", optarg);
+      return 2;
+    }
+    break;
+  case 'g':
+    a->grace_secs = (int)strtol(optarg, &end, 10);
+    if (*end || a->grace_secs < 0) {
+      fprintf(stderr, "ps-server: --grace-secs must be >= 0, got '%s'\n", optarg);
+      return 2;
+    }
+    break;
+  case 'C': a->ckpt_dir = optarg; break;
+  case 'l': {
+    int l = ps_log_level_parse(optarg);
+    if (l < 0) {
+      fprintf(stderr, "ps-server: unknown --log-level '%s'\n", optarg);
+      return 2;
+    }
+    ps_log_set_level((ps_log_level)l);
+    break;
+  }
+  case 'h': fputs(usage, stdout); *exit_now = true; return 0;
+  case 'V': printf("ps-server %s\n", PS_VERSION); *exit_now = true; return 0;
+  default: fputs(usage, stderr); return 2;
+  }
+  return 0;
+}
+
+/* -1 to go on, else the exit status. */
+static int parse_args(int argc, char **argv, server_args *a) {
   /* One completion-queue thread per two cores: on 2 cores a second poller
    * only adds futex and epoll hand-offs to every call (see tests/bench). */
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-  int threads = ncpu >= 4 ? (int)(ncpu / 2 > 8 ? 8 : ncpu / 2) : 1;
-  static const struct option opts[] = {
-      {"cluster", required_argument, NULL, 'c'},
-      {"job", required_argument, NULL, 'j'},
-      {"task", required_argument, NULL, 't'},
-      {"threads", required_argument, NULL, 'n'},
-      {"grace-secs", required_argument, NULL, 'g'},
-      {"checkpoint-dir", required_argument, NULL, 'C'},
-      {"log-level", required_argument, NULL, 'l'},
-      {"max-tensor-bytes", required_argument, NULL, 1000},
-      {"max-read-names", required_argument, NULL, 1001},
-      {"max-gather-rows", required_argument, NULL, 1002},
-      {"max-hold-ms", required_argument, NULL, 1003},
-      {"max-message-bytes", required_argument, NULL, 1004},
-      {"stream-timeout-secs", required_argument, NULL, 1005},
-      {"max-connections", required_argument, NULL, 1006},
-      {"help", no_argument, NULL, 'h'},
-      {"version", no_argument, NULL, 'V'},
-      {NULL, 0, NULL, 0}};
-  ps_service_limits limits;
-  ps_service_limits_default(&limits);
-  ps_rpc_server_options ropt;
-  ps_rpc_server_options_default(&ropt);
-  int64_t max_conns = -1, v;
-  int o, li = 0;
-  char *end;
+  a->threads = ncpu >= 4 ? (int)(ncpu / 2 > 8 ? 8 : ncpu / 2) : 1;
+  a->task = -1;
+  a->grace_secs = 10;
+  a->max_conns = -1;
+  ps_service_limits_default(&a->limits);
+  ps_rpc_server_options_default(&a->ropt);
+  int o, li = 0, rc;
+  bool exit_now = false;
   while ((o = getopt_long(argc, argv, "", opts, &li)) != -1) {
-    if (o >= 1000 && o <= 1006) {
-      const char *flag = opts[li].name;
-      int64_t min = o == 1004 ? PS_RPC_MIN_MESSAGE_BYTES : o == 1005 ? 0 : 1;
-      if (parse_size(optarg, min, &v) != 0 || (o == 1006 && v > INT32_MAX) ||
-          (o == 1005 && v > INT64_MAX / 1000)) {
-        if (o == 1004)
-          fprintf(stderr,
-                  "ps-server: --%s must be a size of at least %lld bytes "
-                  "(16M+16: one data chunk and its framing), got '%s'\n",
-                  flag, (long long)PS_RPC_MIN_MESSAGE_BYTES, optarg);
-        else
-          fprintf(stderr,
-                  "ps-server: --%s must be %s integer%s, got '%s'\n", flag,
-                  min ? "a positive" : "a non-negative",
-                  o == 1000 || o == 1004 ? " (optionally with a K, M or G suffix)" : "",
-                  optarg);
-        return 2;
-      }
-      switch (o) {
-      case 1000: limits.max_tensor_bytes = v; break;
-      case 1001: limits.max_read_names = v; break;
-      case 1002: limits.max_gather_rows = v; break;
-      case 1003: limits.max_hold_ms = v; break;
-      case 1004: ropt.max_message_bytes = v; break;
-      case 1005: ropt.stream_timeout_ms = v * 1000; break;
-      default: max_conns = v; break;
-      }
-      continue;
-    }
-    switch (o) {
-    case 'c': cluster_file = optarg; break;
-    case 'j': job = optarg; break;
-    case 't':
-      task = (int)strtol(optarg, &end, 10);
-      if (*end || task < 0) {
-        fprintf(stderr, "ps-server: --task must be a non-negative integer, got '%s'\n", optarg);
-        return 2;
-      }
-      break;
-    case 'n':
-      threads = (int)strtol(optarg, &end, 10);
-      if (*end || threads < 1 || threads > 256) {
-        fprintf(stderr, "ps-server: --threads must be 1..256, got '%s'\n", optarg);
-        return 2;
-      }
-      break;
-    case 'g':
-      grace_secs = (int)strtol(optarg, &end, 10);
-      if (*end || grace_secs < 0) {
-        fprintf(stderr, "ps-server: --grace-secs must be >= 0, got '%s'\n", optarg);
-        return 2;
-      }
-      break;
-    case 'C': ckpt_dir = optarg; break;
-    case 'l': {
-      int l = ps_log_level_parse(optarg);
-      if (l < 0) {
-        fprintf(stderr, "ps-server: unknown --log-level '%s'\n", optarg);
-        return 2;
-      }
-      ps_log_set_level((ps_log_level)l);
-      break;
-    }
-    case 'h': fputs(usage, stdout); return 0;
-    case 'V': printf("ps-server %s\n", PS_VERSION); return 0;
-    default: fputs(usage, stderr); return 2;
-    }
+    rc = o >= 1000 && o <= 1006 ? limit_option(a, o, li) : other_option(a, o, &exit_now);
+    if (rc != 0 || exit_now) return rc;
   }
   if (optind < argc) {
     fprintf(stderr, "ps-server: unexpected argument '%s'\n%s", argv[optind], usage);
     return 2;
   }
-  ps_status st;
-  ps_status_clear(&st);
-  ps_task_id self;
-  /* With a spec file, the job defaults to ps and the task to 0; with
-   * TF_CONFIG or Slurm, the identity comes from there unless given. */
-  if (cluster_file && job == NULL) job = "ps";
-  if (cluster_file && task < 0) task = 0;
-  if (job != NULL && task < 0) task = 0;
-  ps_cluster *cluster = ps_cluster_resolve(cluster_file, job, task, &self, &st);
-  if (cluster == NULL) {
-    fprintf(stderr, "ps-server: %s\n", st.msg);
-    return 2;
-  }
-  char taskname[96];
-  snprintf(taskname, sizeof taskname, "%s/%d", self.job, self.task);
-  ps_log_set_task(taskname);
-  const char *addr = ps_cluster_address(cluster, self.job, self.task);
-  char bind_addr[300];
-  /* Listen on the address of the spec (0.0.0.0 and [::]: IPv4 and IPv6). */
-  const char *colon = strrchr(addr, ':');
-  snprintf(bind_addr, sizeof bind_addr, "%s", addr);
-  char host[256];
-  snprintf(host, sizeof host, "%.*s", (int)(colon - addr), addr);
+  return -1;
+}
 
-  /* Each connection costs a descriptor: take all the system allows, and
-   * serve no more connections than fit beside the reserve. */
+/* Each connection costs a descriptor: take all the system allows, and
+ * serve no more connections than fit beside the reserve. */
+static int connection_limit(int64_t max_conns) {
   long nofile = raise_fd_limit();
   if (max_conns < 0) {
     max_conns = PS_RPC_DEFAULT_MAX_CONNECTIONS;
@@ -306,44 +303,12 @@ int main(int argc, char **argv) {
             "may pause when descriptors run out",
             (long long)max_conns, nofile);
   }
-  ropt.max_connections = (int)max_conns;
-  ropt.nthreads = threads;
+  return (int)max_conns;
+}
 
-  ps_rpc_global_init();
-  ps_store *store = ps_store_create(taskname);
-  ps_service *svc = ps_service_create(store, taskname);
-  ps_service_set_limits(svc, &limits);
-  if (ckpt_dir) {
-    char real[4096];
-    if (realpath(ckpt_dir, real) == NULL) {
-      PS_ERROR("--checkpoint-dir %s: %s", ckpt_dir, strerror(errno));
-      ps_service_destroy(svc);
-      ps_store_destroy(store);
-      ps_cluster_destroy(cluster);
-      ps_rpc_global_shutdown();
-      return 2;
-    }
-    ps_service_set_checkpoint_dir(svc, real);
-    /* temp directories of saves that crashed (never a live one) */
-    if (ps_ckpt_sweep(real, &st) != 0) PS_WARN("%s", st.msg);
-    ps_status_clear(&st);
-  }
-  size_t nh;
-  const ps_rpc_handler *h = ps_service_handlers(&nh);
-  ps_rpc_server *srv = ps_rpc_server_create(bind_addr, h, nh, &ropt, svc, &st);
-  if (srv == NULL) {
-    PS_ERROR("%s", st.msg);
-    ps_service_destroy(svc);
-    ps_store_destroy(store);
-    ps_cluster_destroy(cluster);
-    ps_rpc_global_shutdown();
-    return 1;
-  }
-  char real_addr[300];
-  snprintf(real_addr, sizeof real_addr, "%s:%d", host, ps_rpc_server_port(srv));
-  ps_service_set_address(svc, real_addr);
-  ps_rpc_server_start(srv);
-
+/* The daemon's loop: signals, the grace timer and the status tick, until
+ * the server has drained. */
+static void run_loop(ps_rpc_server *srv, ps_store *store, ps_service *svc, int grace_secs) {
   daemon_state d = {0};
   d.loop = uv_default_loop();
   d.srv = srv;
@@ -359,26 +324,90 @@ int main(int argc, char **argv) {
   uv_timer_start(&d.tick, on_tick, 1000, 1000);
   uv_signal_start(&d.sigterm, on_signal, SIGTERM);
   uv_signal_start(&d.sigint, on_signal, SIGINT);
-
-  PS_INFO("serving on %s with %d threads (pid %d, at most %d connections)",
-          real_addr, threads, (int)getpid(), ropt.max_connections);
-  printf("%s ready on %s\n", taskname, real_addr);
-  fflush(stdout);
-
   uv_run(d.loop, UV_RUN_DEFAULT);
   uv_loop_close(d.loop);
+}
 
+/* --checkpoint-dir, resolved; the temp directories of saves that crashed
+ * are swept.  0, or -1 after logging why. */
+static int set_checkpoint_dir(ps_service *svc, const char *ckpt_dir) {
+  char real[4096];
+  if (realpath(ckpt_dir, real) == NULL) {
+    PS_ERROR("--checkpoint-dir %s: %s", ckpt_dir, strerror(errno));
+    return -1;
+  }
+  ps_service_set_checkpoint_dir(svc, real);
+  /* temp directories of saves that crashed (never a live one) */
+  ps_status st;
+  ps_status_clear(&st);
+  if (ps_ckpt_sweep(real, &st) != 0) PS_WARN("%s", st.msg);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  server_args a = {0};
+  int rc = parse_args(argc, argv, &a);
+  if (rc >= 0) return rc;
+  ps_status st;
+  ps_status_clear(&st);
+  ps_task_id self;
+  /* With a spec file, the job defaults to ps and the task to 0; with
+   * TF_CONFIG or Slurm, the identity comes from there unless given. */
+  if (a.cluster_file && a.job == NULL) a.job = "ps";
+  if (a.cluster_file && a.task < 0) a.task = 0;
+  if (a.job != NULL && a.task < 0) a.task = 0;
+  ps_cluster *cluster = ps_cluster_resolve(a.cluster_file, a.job, a.task, &self, &st);
+  if (cluster == NULL) {
+    fprintf(stderr, "ps-server: %s\n", st.msg);
+    return 2;
+  }
+  char taskname[96];
+  snprintf(taskname, sizeof taskname, "%s/%d", self.job, self.task);
+  ps_log_set_task(taskname);
+  /* Listen on the address of the spec (0.0.0.0 and [::]: IPv4 and IPv6). */
+  const char *addr = ps_cluster_address(cluster, self.job, self.task);
+  const char *colon = strrchr(addr, ':');
+  char host[256];
+  snprintf(host, sizeof host, "%.*s", (int)(colon - addr), addr);
+  a.ropt.max_connections = connection_limit(a.max_conns);
+  a.ropt.nthreads = a.threads;
+
+  ps_rpc_global_init();
+  ps_store *store = ps_store_create(taskname);
+  ps_service *svc = ps_service_create(store, taskname);
+  ps_rpc_server *srv = NULL;
+  ps_service_set_limits(svc, &a.limits);
+  rc = 2;
+  if (a.ckpt_dir && set_checkpoint_dir(svc, a.ckpt_dir) != 0) goto out;
+  size_t nh;
+  const ps_rpc_handler *h = ps_service_handlers(&nh);
+  rc = 1;
+  if ((srv = ps_rpc_server_create(addr, h, nh, &a.ropt, svc, &st)) == NULL) {
+    PS_ERROR("%s", st.msg);
+    goto out;
+  }
+  char real_addr[300];
+  snprintf(real_addr, sizeof real_addr, "%s:%d", host, ps_rpc_server_port(srv));
+  ps_service_set_address(svc, real_addr);
+  ps_rpc_server_start(srv);
+  PS_INFO("serving on %s with %d threads (pid %d, at most %d connections)", real_addr,
+          a.threads, (int)getpid(), a.ropt.max_connections);
+  printf("%s ready on %s\n", taskname, real_addr);
+  fflush(stdout);
+  run_loop(srv, store, svc, a.grace_secs);
   /* Every call is gone, but a checkpoint job may still be unwinding after
    * answering its call: it must be done before anything is freed. */
   ps_ckpt_wait_all();
   ps_rpc_server_destroy(srv);
   int64_t nvars, bytes;
   ps_store_totals(store, &nvars, &bytes);
+  PS_INFO("stopped (%lld variables, %lld bytes released)", (long long)nvars,
+          (long long)bytes);
+  rc = 0;
+out:
   ps_service_destroy(svc);
   ps_store_destroy(store);
   ps_cluster_destroy(cluster);
   ps_rpc_global_shutdown();
-  PS_INFO("stopped (%lld variables, %lld bytes released)", (long long)nvars,
-          (long long)bytes);
-  return 0;
+  return rc;
 }
