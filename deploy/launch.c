@@ -846,17 +846,9 @@ static void cleanup_files(launcher *L) {
   rmdir(L->tmpdir);
 }
 
-int main(int argc, char **argv) {
-  static launcher launch; /* big read buffer: not on the stack */
-  launcher *L = &launch;
-  int nps = -1, nworkers = -1, rc = 2;
-  L->max_restarts = 3;
-  L->grace_secs = 10;
-  L->ready_secs = 60;
-  ps_log_set_task("launch");
-  L->ps_args = calloc((size_t)argc, sizeof *L->ps_args);
-  if (L->ps_args == NULL) return 1;
-
+/* Options before the command into @L, *@nps and *@nworkers; -1 to go on,
+ * else the exit status (0 for --help and --version, 2 for a usage error). */
+static int parse_options(launcher *L, int argc, char **argv, int *nps, int *nworkers) {
   static const struct option opts[] = {{"cluster", required_argument, NULL, 'c'},
                                        {"ps", required_argument, NULL, 'p'},
                                        {"workers", required_argument, NULL, 'w'},
@@ -871,131 +863,98 @@ int main(int argc, char **argv) {
                                        {"help", no_argument, NULL, 'h'},
                                        {"version", no_argument, NULL, 'V'},
                                        {NULL, 0, NULL, 0}};
-  int o;
+  int o, l;
   /* "+": options end at the first non-option, which starts the command. */
   while ((o = getopt_long(argc, argv, "+", opts, NULL)) != -1) {
     switch (o) {
-    case 'c':
-      L->cluster_file = optarg;
-      break;
+    case 'c': L->cluster_file = optarg; break;
     case 'p':
-      if (parse_int("--ps", optarg, 1, 10000, &nps) != 0) goto out;
+      if (parse_int("--ps", optarg, 1, 10000, nps) != 0) return 2;
       break;
     case 'w':
-      if (parse_int("--workers", optarg, 0, 10000, &nworkers) != 0) goto out;
+      if (parse_int("--workers", optarg, 0, 10000, nworkers) != 0) return 2;
       break;
-    case 'W':
-      L->write_cluster = optarg;
-      break;
-    case 'S':
-      L->ps_server_opt = optarg;
-      break;
-    case 'a':
-      L->ps_args[L->nps_args++] = optarg;
-      break;
-    case 'r':
-      L->restart = 1;
-      break;
+    case 'W': L->write_cluster = optarg; break;
+    case 'S': L->ps_server_opt = optarg; break;
+    case 'a': L->ps_args[L->nps_args++] = optarg; break;
+    case 'r': L->restart = 1; break;
     case 'm':
-      if (parse_int("--max-restarts", optarg, 0, 1000000, &L->max_restarts) != 0)
-        goto out;
+      if (parse_int("--max-restarts", optarg, 0, 1000000, &L->max_restarts) != 0) return 2;
       break;
     case 'g':
-      if (parse_int("--grace-secs", optarg, 0, 86400, &L->grace_secs) != 0) goto out;
+      if (parse_int("--grace-secs", optarg, 0, 86400, &L->grace_secs) != 0) return 2;
       break;
     case 'R':
-      if (parse_int("--ready-timeout", optarg, 1, 86400, &L->ready_secs) != 0) goto out;
+      if (parse_int("--ready-timeout", optarg, 1, 86400, &L->ready_secs) != 0) return 2;
       break;
-    case 'l': {
-      int l = ps_log_level_parse(optarg);
-      if (l < 0) {
+    case 'l':
+      if ((l = ps_log_level_parse(optarg)) < 0) {
         fprintf(stderr, "ps-launch: unknown --log-level '%s'\n", optarg);
-        goto out;
+        return 2;
       }
       ps_log_set_level((ps_log_level)l);
       break;
-    }
-    case 'h':
-      fputs(usage, stdout);
-      rc = 0;
-      goto out;
-    case 'V':
-      printf("ps-launch %s\n", PS_VERSION);
-      rc = 0;
-      goto out;
-    default:
-      fputs(usage, stderr);
-      goto out;
+    case 'h': fputs(usage, stdout); return 0;
+    case 'V': printf("ps-launch %s\n", PS_VERSION); return 0;
+    default: fputs(usage, stderr); return 2;
     }
   }
   L->cmd = argv + optind;
   L->ncmd = argc - optind;
+  return -1;
+}
 
+/* The cluster: --cluster FILE checked for what the launch needs, or one
+ * generated from --ps and --workers; 0, or 2 after saying why. */
+static int load_spec(launcher *L, int nps, int nworkers) {
   if ((L->cluster_file != NULL) == (nps >= 0)) {
     fprintf(stderr, "ps-launch: give either --cluster FILE or --ps N\n%s", usage);
-    goto out;
+    return 2;
   }
   if (L->cluster_file && nworkers >= 0) {
     fprintf(stderr, "ps-launch: --workers goes with --ps, not with --cluster\n");
-    goto out;
+    return 2;
   }
   if (nps >= 0 && nworkers < 0) nworkers = 1;
   if (nps >= 0 && nworkers == 0 && L->ncmd > 0) {
     fprintf(stderr, "ps-launch: --workers 0 leaves no task to run %s\n", L->cmd[0]);
-    goto out;
+    return 2;
   }
-
   ps_status st;
   ps_status_clear(&st);
-  if (L->cluster_file) {
-    L->spec = ps_cluster_load_file(L->cluster_file, &st);
-    if (L->spec == NULL) {
+  if (L->cluster_file == NULL) {
+    if ((L->spec = generated_spec(nps, nworkers, &st)) == NULL) {
       fprintf(stderr, "ps-launch: %s\n", st.msg);
-      goto out;
+      return 2;
     }
-    if (ps_cluster_find_job(L->spec, "ps") == NULL) {
-      fprintf(stderr, "ps-launch: cluster spec %s: no \"ps\" job\n", L->cluster_file);
-      goto out;
-    }
-    if (L->ncmd > 0 && ps_cluster_chief(L->spec, NULL) != 0) {
-      fprintf(stderr,
-              "ps-launch: cluster spec %s: no \"worker\" or \"chief\" job (task 0) to "
-              "run %s\n",
-              L->cluster_file, L->cmd[0]);
-      goto out;
-    }
-    L->spec_path = xstrdup(L->cluster_file);
-  } else {
-    L->spec = generated_spec(nps, nworkers, &st);
-    if (L->spec == NULL) {
-      fprintf(stderr, "ps-launch: %s\n", st.msg);
-      goto out;
-    }
+    return 0;
   }
-  L->ps_server = find_ps_server(L->ps_server_opt);
-  if (L->ps_server == NULL) {
-    if (L->ps_server_opt)
-      fprintf(stderr, "ps-launch: --ps-server %s: not an executable file\n",
-              L->ps_server_opt);
-    else
-      fprintf(stderr, "ps-launch: cannot find ps-server beside ps-launch or on PATH; "
-                      "pass --ps-server PATH\n");
-    goto out;
+  if ((L->spec = ps_cluster_load_file(L->cluster_file, &st)) == NULL) {
+    fprintf(stderr, "ps-launch: %s\n", st.msg);
+    return 2;
   }
-  if (L->spec_path == NULL) {
-    rc = 1;
-    if (tmpdir_get(L) != 0) goto out;
-    L->spec_path = path_join(L->tmpdir, "boot.json");
-    if (ps_cluster_write_file(L->spec, L->spec_path, &st) != 0) {
-      PS_ERROR("%s", st.msg);
-      goto out;
-    }
+  if (ps_cluster_find_job(L->spec, "ps") == NULL) {
+    fprintf(stderr, "ps-launch: cluster spec %s: no \"ps\" job\n", L->cluster_file);
+    return 2;
   }
+  if (L->ncmd > 0 && ps_cluster_chief(L->spec, NULL) != 0) {
+    fprintf(stderr,
+            "ps-launch: cluster spec %s: no \"worker\" or \"chief\" job (task 0) to "
+            "run %s\n",
+            L->cluster_file, L->cmd[0]);
+    return 2;
+  }
+  L->spec_path = xstrdup(L->cluster_file);
+  return 0;
+}
 
-  rc = 1;
+/* The event loop: every ps task is started, the workers follow when the
+ * ps tasks are ready (on_ready...), until every task has ended.  Returns
+ * the launch's exit status. */
+static int run_tasks(launcher *L) {
   signal(SIGPIPE, SIG_IGN); /* a closed stdout must not kill us; children
                                get default dispositions from uv_spawn */
-  if (uv_loop_init(&L->loop) != 0) goto out;
+  if (uv_loop_init(&L->loop) != 0) return 1;
   uv_signal_init(&L->loop, &L->sigint);
   uv_signal_init(&L->loop, &L->sigterm);
   uv_signal_init(&L->loop, &L->sighup);
@@ -1007,7 +966,7 @@ int main(int argc, char **argv) {
     maybe_finish(L);
     uv_run(&L->loop, UV_RUN_DEFAULT);
     uv_loop_close(&L->loop);
-    goto out;
+    return 1;
   }
   uv_signal_start(&L->sigint, on_signal, SIGINT);
   uv_signal_start(&L->sigterm, on_signal, SIGTERM);
@@ -1026,10 +985,11 @@ int main(int argc, char **argv) {
   maybe_finish(L);
   uv_run(&L->loop, UV_RUN_DEFAULT);
   if (uv_loop_close(&L->loop) != 0) PS_WARN("event loop still busy at exit");
-  rc = L->exit_code;
   if (L->exit_code != 0) PS_INFO("exit status %d", L->exit_code);
+  return L->exit_code;
+}
 
-out:
+static void launcher_free(launcher *L) {
   cleanup_files(L);
   for (int i = 0; i < L->ntasks; i++)
     free(L->tasks[i].addr);
@@ -1040,5 +1000,45 @@ out:
   free(L->eff_path);
   free(L->tmpdir);
   free(L->ps_args);
+}
+
+int main(int argc, char **argv) {
+  static launcher launch; /* big read buffer: not on the stack */
+  launcher *L = &launch;
+  int nps = -1, nworkers = -1, rc;
+  L->max_restarts = 3;
+  L->grace_secs = 10;
+  L->ready_secs = 60;
+  ps_log_set_task("launch");
+  L->ps_args = calloc((size_t)argc, sizeof *L->ps_args);
+  if (L->ps_args == NULL) return 1;
+  if ((rc = parse_options(L, argc, argv, &nps, &nworkers)) >= 0 ||
+      (rc = load_spec(L, nps, nworkers)) != 0)
+    goto out;
+  rc = 2;
+  L->ps_server = find_ps_server(L->ps_server_opt);
+  if (L->ps_server == NULL) {
+    if (L->ps_server_opt)
+      fprintf(stderr, "ps-launch: --ps-server %s: not an executable file\n",
+              L->ps_server_opt);
+    else
+      fprintf(stderr, "ps-launch: cannot find ps-server beside ps-launch or on PATH; "
+                      "pass --ps-server PATH\n");
+    goto out;
+  }
+  if (L->spec_path == NULL) {
+    ps_status st;
+    ps_status_clear(&st);
+    rc = 1;
+    if (tmpdir_get(L) != 0) goto out;
+    L->spec_path = path_join(L->tmpdir, "boot.json");
+    if (ps_cluster_write_file(L->spec, L->spec_path, &st) != 0) {
+      PS_ERROR("%s", st.msg);
+      goto out;
+    }
+  }
+  rc = run_tasks(L);
+out:
+  launcher_free(L);
   return rc;
 }
