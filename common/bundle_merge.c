@@ -84,6 +84,86 @@ oom:
   return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "checkpoint merge: out of memory");
 }
 
+static int merge_oom(const char *out_prefix, ps_status *st) {
+  return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "checkpoint merge %s: out of memory",
+                       out_prefix);
+}
+
+/* Opens every part; they must agree in endianness and version.  *total
+ * gets their number of data shards. */
+static int open_parts(const char *const *part_prefixes, size_t n, merge_part *parts,
+                      int *total, const char *out_prefix, ps_status *st) {
+  for (size_t p = 0; p < n; p++) {
+    parts[p].r = ps_bundle_reader_open(part_prefixes[p], st);
+    if (parts[p].r == NULL) return st ? st->code : PS_UNKNOWN;
+    ps_bundle_reader *r = parts[p].r, *r0 = parts[0].r;
+    if (r->endianness != r0->endianness || r->version_len != r0->version_len ||
+        (r->version_len && memcmp(r->version, r0->version, r->version_len) != 0))
+      return ps_status_set(st, PS_INVALID_ARGUMENT,
+                           "checkpoint %s: endianness or version differs from %s",
+                           r->index_path, r0->index_path);
+    if (r->num_shards > MAX_SHARDS - *total)
+      return ps_status_set(st, PS_INVALID_ARGUMENT, "checkpoint merge: too many shards");
+    *total += r->num_shards;
+    parts[p].ids = malloc((size_t)r->num_shards * sizeof(int));
+    if (parts[p].ids == NULL) return merge_oom(out_prefix, st);
+    for (int s = 0; s < r->num_shards; s++)
+      parts[p].ids[s] = -1;
+  }
+  return 0;
+}
+
+/* Every input data file and its merged name, by merged id; all must exist
+ * before anything moves. */
+static int plan_moves(merge_part *parts, size_t n, const char *out_prefix, int total,
+                      int next_id, char **src, char **dst, ps_status *st) {
+  for (size_t p = 0; p < n; p++) {
+    ps_bundle_reader *r = parts[p].r;
+    for (int s = 0; s < r->num_shards; s++) {
+      int *id = &parts[p].ids[s];
+      if (*id < 0) *id = next_id++;
+      src[*id] = ps_bdl_data_path_(r->prefix, s, r->num_shards);
+      dst[*id] = ps_bdl_data_path_(out_prefix, *id, total);
+      if (src[*id] == NULL || dst[*id] == NULL) return merge_oom(out_prefix, st);
+      struct stat sb;
+      if (stat(src[*id], &sb) != 0) {
+        int e = errno;
+        return ps_status_set(st, e == ENOENT ? PS_NOT_FOUND : ps_status_code_from_errno(e),
+                             "checkpoint %s: %s (%s)", src[*id],
+                             e == ENOENT ? "missing data shard" : "cannot stat data shard",
+                             strerror(e));
+      }
+    }
+  }
+  return 0;
+}
+
+/* Moves data shard src[i] to dst[i] for i < total, counting the moves in
+ * *nmoved (the caller moves them back on failure). */
+static int move_shards(char *const *src, char *const *dst, int total, size_t *nmoved,
+                       ps_status *st) {
+  for (; *nmoved < (size_t)total; (*nmoved)++) {
+    if (rename(src[*nmoved], dst[*nmoved]) != 0) {
+      int e = errno;
+      return ps_status_set(st, ps_status_code_from_errno(e),
+                           "checkpoint %s: cannot rename to %s: %s", src[*nmoved],
+                           dst[*nmoved], strerror(e));
+    }
+  }
+  return 0;
+}
+
+/* Best effort: the parts' indexes, then their directories if empty. */
+static void remove_parts(const merge_part *parts, size_t n, const char *out_dir) {
+  for (size_t p = 0; p < n; p++) {
+    ps_bundle_reader *r = parts[p].r;
+    unlink(r->index_path);
+    char *d = ps_dir_of(r->prefix);
+    if (d != NULL && strcmp(d, out_dir) != 0) rmdir(d);
+    free(d);
+  }
+}
+
 int ps_bundle_merge(const char *const *part_prefixes, size_t n, const char *out_prefix,
                     ps_status *st) {
   if (n == 0 || out_prefix == NULL || out_prefix[0] == '\0')
@@ -97,54 +177,12 @@ int ps_bundle_merge(const char *const *part_prefixes, size_t n, const char *out_
   char **src = NULL, **dst = NULL;
   merge_part *parts = calloc(n, sizeof *parts);
   if (parts == NULL) goto oom;
-  for (size_t p = 0; p < n; p++) {
-    parts[p].r = ps_bundle_reader_open(part_prefixes[p], st);
-    if (parts[p].r == NULL) {
-      rc = st ? st->code : PS_UNKNOWN;
-      goto out;
-    }
-    ps_bundle_reader *r = parts[p].r, *r0 = parts[0].r;
-    if (r->endianness != r0->endianness || r->version_len != r0->version_len ||
-        (r->version_len && memcmp(r->version, r0->version, r->version_len) != 0)) {
-      rc = ps_status_set(st, PS_INVALID_ARGUMENT,
-                         "checkpoint %s: endianness or version differs from %s",
-                         r->index_path, r0->index_path);
-      goto out;
-    }
-    if (r->num_shards > MAX_SHARDS - total) {
-      rc = ps_status_set(st, PS_INVALID_ARGUMENT, "checkpoint merge: too many shards");
-      goto out;
-    }
-    total += r->num_shards;
-    parts[p].ids = malloc((size_t)r->num_shards * sizeof(int));
-    if (parts[p].ids == NULL) goto oom;
-    for (int s = 0; s < r->num_shards; s++)
-      parts[p].ids[s] = -1;
-  }
+  if ((rc = open_parts(part_prefixes, n, parts, &total, out_prefix, st)) != 0) goto out;
   if ((rc = merge_entries(parts, n, &m, &next_id, st)) != 0) goto out;
   src = calloc((size_t)total, sizeof *src);
   dst = calloc((size_t)total, sizeof *dst);
   if (src == NULL || dst == NULL) goto oom;
-  /* Every input data file, by merged id; all must exist before any moves. */
-  for (size_t p = 0; p < n; p++) {
-    ps_bundle_reader *r = parts[p].r;
-    for (int s = 0; s < r->num_shards; s++) {
-      int *id = &parts[p].ids[s];
-      if (*id < 0) *id = next_id++;
-      src[*id] = ps_bdl_data_path_(r->prefix, s, r->num_shards);
-      dst[*id] = ps_bdl_data_path_(out_prefix, *id, total);
-      if (src[*id] == NULL || dst[*id] == NULL) goto oom;
-      struct stat sb;
-      if (stat(src[*id], &sb) != 0) {
-        e = errno;
-        rc = ps_status_set(st, e == ENOENT ? PS_NOT_FOUND : ps_status_code_from_errno(e),
-                           "checkpoint %s: %s (%s)", src[*id],
-                           e == ENOENT ? "missing data shard" : "cannot stat data shard",
-                           strerror(e));
-        goto out;
-      }
-    }
-  }
+  if ((rc = plan_moves(parts, n, out_prefix, total, next_id, src, dst, st)) != 0) goto out;
   ps_bundle_reader *r0 = parts[0].r;
   if (!ps_bdl_build_index_(&m, total, r0->endianness, r0->version, r0->version_len, &idx))
     goto oom;
@@ -152,34 +190,28 @@ int ps_bundle_merge(const char *const *part_prefixes, size_t n, const char *out_
   out_dir = ps_dir_of(out_prefix);
   if (index_path == NULL || out_dir == NULL) goto oom;
   if ((e = ps_bdl_make_dirs_(out_dir)) != 0) {
-    rc = ps_status_set(st, ps_status_code_from_errno(e), "checkpoint %s: cannot create directory %s: %s",
-                       out_prefix, out_dir, strerror(e));
+    rc = ps_status_set(st, ps_status_code_from_errno(e),
+                       "checkpoint %s: cannot create directory %s: %s", out_prefix, out_dir,
+                       strerror(e));
     goto out;
   }
   if ((e = ps_bdl_write_temp_(index_path, idx.p, idx.n, &tmp)) != 0) {
-    rc = ps_status_set(st, ps_status_code_from_errno(e), "checkpoint %s: write: %s", index_path,
-                       strerror(e));
+    rc = ps_status_set(st, ps_status_code_from_errno(e), "checkpoint %s: write: %s",
+                       index_path, strerror(e));
     goto out;
   }
-  for (; nmoved < (size_t)total; nmoved++) {
-    if (rename(src[nmoved], dst[nmoved]) != 0) {
-      e = errno;
-      rc = ps_status_set(st, ps_status_code_from_errno(e), "checkpoint %s: cannot rename to %s: %s",
-                         src[nmoved], dst[nmoved], strerror(e));
-      goto out;
-    }
-  }
+  if ((rc = move_shards(src, dst, total, &nmoved, st)) != 0) goto out;
   if (rename(tmp, index_path) != 0) {
     e = errno;
-    rc = ps_status_set(st, ps_status_code_from_errno(e), "checkpoint %s: rename: %s", index_path,
-                       strerror(e));
+    rc = ps_status_set(st, ps_status_code_from_errno(e), "checkpoint %s: rename: %s",
+                       index_path, strerror(e));
     goto out;
   }
   free(tmp);
   tmp = NULL;
   if ((e = ps_fsync_dir(out_dir)) != 0) {
-    rc = ps_status_set(st, ps_status_code_from_errno(e), "checkpoint %s: fsync directory: %s", out_dir,
-                       strerror(e));
+    rc = ps_status_set(st, ps_status_code_from_errno(e), "checkpoint %s: fsync directory: %s",
+                       out_dir, strerror(e));
     /* not durable: a failed merge leaves nothing of its own behind */
     unlink(index_path);
     while (nmoved > 0) {
@@ -188,18 +220,10 @@ int ps_bundle_merge(const char *const *part_prefixes, size_t n, const char *out_
     }
     goto out;
   }
-  /* Best effort: the parts' indexes, then their directories if empty. */
-  for (size_t p = 0; p < n; p++) {
-    ps_bundle_reader *r = parts[p].r;
-    unlink(r->index_path);
-    char *d = ps_dir_of(r->prefix);
-    if (d != NULL && strcmp(d, out_dir) != 0) rmdir(d);
-    free(d);
-  }
+  remove_parts(parts, n, out_dir);
   goto out;
 oom:
-  rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "checkpoint merge %s: out of memory",
-                     out_prefix);
+  rc = merge_oom(out_prefix, st);
 out:
   if (tmp != NULL) { /* failed before the index went into place: undo */
     unlink(tmp);
