@@ -334,13 +334,86 @@ static int cmp_slurm_host(const void *a, const void *b) {
   return (x->order > y->order) - (x->order < y->order);
 }
 
+/* The jobs: --slurm-jobs' spec, or one "worker" job of SLURM_STEP_NUM_TASKS
+ * tasks. */
+static int slurm_jobs(const char *jobs_spec, slurm_job *jobs, int *njobs, ps_status *st) {
+  char b[SHOW_MAX];
+  if (jobs_spec != NULL) return parse_jobs_spec(jobs_spec, jobs, njobs, st);
+  const char *v = slurm_var("SLURM_STEP_NUM_TASKS", st);
+  if (v == NULL) return st->code;
+  long n = ps_cl_parse_num_(v, strlen(v), PS_CLUSTER_MAX_TASKS);
+  if (n < 1)
+    return ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "SLURM_STEP_NUM_TASKS \"%s\" is not a number from "
+                         "1 to %d",
+                         ps_cl_show_(v, strlen(v), b, sizeof b), PS_CLUSTER_MAX_TASKS);
+  snprintf(jobs[0].name, sizeof jobs[0].name, "worker");
+  jobs[0].count = (int)n;
+  *njobs = 1;
+  return 0;
+}
+
+/* The step's hosts with their task counts, as TensorFlow pairs them:
+ * dict(zip(hostlist, tasks_per_node)), then sorted(): the shorter list
+ * wins, a repeated host keeps its last count.  *hs (malloc'd) and *m. */
+static int slurm_hosts(const strvec *hosts, const int *tpn, size_t ntpn, slurm_host **hs,
+                       size_t *m, ps_status *st) {
+  size_t nh = hosts->n < ntpn ? hosts->n : ntpn;
+  if ((*hs = malloc((nh ? nh : 1) * sizeof **hs)) == NULL) return ps_cl_oom_("Slurm", st);
+  slurm_host *h = *hs;
+  for (size_t i = 0; i < nh; i++)
+    h[i] = (slurm_host){hosts->v[i], tpn[i], i};
+  qsort(h, nh, sizeof *h, cmp_slurm_host);
+  *m = 0;
+  for (size_t i = 0; i < nh; i++) {
+    if (*m > 0 && strcmp(h[*m - 1].name, h[i].name) == 0)
+      h[*m - 1] = h[i];
+    else
+      h[(*m)++] = h[i];
+  }
+  return 0;
+}
+
+/* Hosts in name order, each host's tasks on consecutive ports, dealt out
+ * to the jobs in name order: rank r is the r-th address. */
+static int slurm_addresses(ps_cluster *c, const slurm_job *jobs, const slurm_host *hs,
+                           size_t m, int port_base, long rank, ps_task_id *self,
+                           ps_status *st) {
+  char b[SHOW_MAX];
+  int ji = 0, jt = 0;
+  long long r = 0;
+  for (size_t i = 0; i < m; i++) {
+    if (port_base + (long long)hs[i].count - 1 > 65535)
+      return ps_status_set(st, PS_INVALID_ARGUMENT,
+                           "Slurm: host %s has %d tasks, so ports from %d run past "
+                           "65535",
+                           ps_cl_show_(hs[i].name, strlen(hs[i].name), b, sizeof b),
+                           hs[i].count, port_base);
+    for (int k = 0; k < hs[i].count; k++, r++) {
+      size_t len = strlen(hs[i].name);
+      char *a = malloc(len + 8);
+      if (a == NULL) return ps_cl_oom_("Slurm", st);
+      snprintf(a, len + 8, "%s:%d", hs[i].name, port_base + k);
+      c->jobs[ji].addrs[jt] = a;
+      int why = ps_cl_addr_check_(a, strlen(a), NULL);
+      if (why != ADDR_OK) {
+        ps_cl_addr_error_(why, a, strlen(a), "SLURM_STEP_NODELIST", jobs[ji].name, jt, st);
+        return st->code;
+      }
+      if (r == rank) ps_cl_task_id_set_(self, jobs[ji].name, jt);
+      if (++jt == c->jobs[ji].ntasks) ji++, jt = 0;
+    }
+  }
+  return 0;
+}
+
 ps_cluster *ps_cluster_from_slurm(const char *jobs_spec, int port_base, ps_task_id *self,
                                   ps_status *st) {
   slurm_job jobs[SLURM_MAX_JOBS];
   int njobs = 0;
   strvec hosts = {0};
   int *tpn = NULL;
-  size_t ntpn = 0;
+  size_t ntpn = 0, m = 0;
   slurm_host *hs = NULL;
   ps_cluster *c = NULL;
   char b[SHOW_MAX];
@@ -354,21 +427,7 @@ ps_cluster *ps_cluster_from_slurm(const char *jobs_spec, int port_base, ps_task_
                          ">= 0)",
                          ps_cl_show_(v, strlen(v), b, sizeof b)),
            NULL;
-  if (jobs_spec == NULL) {
-    if ((v = slurm_var("SLURM_STEP_NUM_TASKS", st)) == NULL) return NULL;
-    long n = ps_cl_parse_num_(v, strlen(v), PS_CLUSTER_MAX_TASKS);
-    if (n < 1)
-      return ps_status_set(st, PS_INVALID_ARGUMENT,
-                           "SLURM_STEP_NUM_TASKS \"%s\" is not a number from "
-                           "1 to %d",
-                           ps_cl_show_(v, strlen(v), b, sizeof b), PS_CLUSTER_MAX_TASKS),
-             NULL;
-    snprintf(jobs[0].name, sizeof jobs[0].name, "worker");
-    jobs[0].count = (int)n;
-    njobs = 1;
-  } else if (parse_jobs_spec(jobs_spec, jobs, &njobs, st) != 0) {
-    return NULL;
-  }
+  if (slurm_jobs(jobs_spec, jobs, &njobs, st) != 0) return NULL;
   if (port_base < 1 || port_base > 65535)
     return ps_status_set(st, PS_INVALID_ARGUMENT,
                          "Slurm: port base %d is not a port number (1-65535)", port_base),
@@ -379,25 +438,7 @@ ps_cluster *ps_cluster_from_slurm(const char *jobs_spec, int port_base, ps_task_
   if ((v = slurm_var("SLURM_STEP_TASKS_PER_NODE", st)) == NULL ||
       expand_tasks_per_node(v, &tpn, &ntpn, st) != 0)
     goto fail;
-
-  /* TF: dict(zip(hostlist, tasks_per_node)), then sorted(): the shorter
-   * list wins, a repeated host keeps its last count. */
-  size_t nh = hosts.n < ntpn ? hosts.n : ntpn;
-  hs = malloc((nh ? nh : 1) * sizeof *hs);
-  if (hs == NULL) {
-    ps_cl_oom_("Slurm", st);
-    goto fail;
-  }
-  for (size_t i = 0; i < nh; i++)
-    hs[i] = (slurm_host){hosts.v[i], tpn[i], i};
-  qsort(hs, nh, sizeof *hs, cmp_slurm_host);
-  size_t m = 0;
-  for (size_t i = 0; i < nh; i++) {
-    if (m > 0 && strcmp(hs[m - 1].name, hs[i].name) == 0)
-      hs[m - 1] = hs[i];
-    else
-      hs[m++] = hs[i];
-  }
+  if (slurm_hosts(&hosts, tpn, ntpn, &hs, &m, st) != 0) goto fail;
   long long assigned = 0, requested = 0;
   for (size_t i = 0; i < m; i++)
     assigned += hs[i].count;
@@ -408,14 +449,12 @@ ps_cluster *ps_cluster_from_slurm(const char *jobs_spec, int port_base, ps_task_
                   "Slurm: Requested %lld tasks but only %lld were assigned. "
                   "(jobs %s; SLURM_STEP_NODELIST and "
                   "SLURM_STEP_TASKS_PER_NODE give the step's tasks)",
-                  requested, assigned,
-                  jobs_spec ? jobs_spec : "from SLURM_STEP_NUM_TASKS");
+                  requested, assigned, jobs_spec ? jobs_spec : "from SLURM_STEP_NUM_TASKS");
     goto fail;
   }
   if (rank >= assigned) {
     ps_status_set(st, PS_INVALID_ARGUMENT,
-                  "SLURM_PROCID %ld is out of range: the step has %lld tasks", rank,
-                  assigned);
+                  "SLURM_PROCID %ld is out of range: the step has %lld tasks", rank, assigned);
     goto fail;
   }
   if ((c = ps_cl_cluster_new_(njobs)) == NULL) {
@@ -427,38 +466,9 @@ ps_cluster *ps_cluster_from_slurm(const char *jobs_spec, int port_base, ps_task_
       ps_cl_oom_("Slurm", st);
       goto fail;
     }
-  /* Hosts in name order, each host's tasks on consecutive ports, dealt out
-   * to the jobs in name order: rank r is the r-th address. */
-  int ji = 0, jt = 0;
-  long long r = 0;
-  for (size_t i = 0; i < m; i++) {
-    if (port_base + (long long)hs[i].count - 1 > 65535) {
-      ps_status_set(st, PS_INVALID_ARGUMENT,
-                    "Slurm: host %s has %d tasks, so ports from %d run past "
-                    "65535",
-                    ps_cl_show_(hs[i].name, strlen(hs[i].name), b, sizeof b), hs[i].count,
-                    port_base);
-      goto fail;
-    }
-    for (int k = 0; k < hs[i].count; k++, r++) {
-      size_t len = strlen(hs[i].name);
-      char *a = malloc(len + 8);
-      if (a == NULL) {
-        ps_cl_oom_("Slurm", st);
-        goto fail;
-      }
-      snprintf(a, len + 8, "%s:%d", hs[i].name, port_base + k);
-      c->jobs[ji].addrs[jt] = a;
-      int why = ps_cl_addr_check_(a, strlen(a), NULL);
-      if (why != ADDR_OK) {
-        ps_cl_addr_error_(why, a, strlen(a), "SLURM_STEP_NODELIST", jobs[ji].name, jt, st);
-        goto fail;
-      }
-      if (r == rank) ps_cl_task_id_set_(self, jobs[ji].name, jt);
-      if (++jt == c->jobs[ji].ntasks) ji++, jt = 0;
-    }
-  }
-  if (ps_cl_cluster_finish_(c, "Slurm", st) != 0) goto fail;
+  if (slurm_addresses(c, jobs, hs, m, port_base, rank, self, st) != 0 ||
+      ps_cl_cluster_finish_(c, "Slurm", st) != 0)
+    goto fail;
   goto out;
 fail:
   ps_cluster_destroy(c);
