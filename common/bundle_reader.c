@@ -451,82 +451,79 @@ static char *slice_spec(const ps_bundle_slice *sl, char *buf, size_t n) {
 /* Reads slice @t of tensor @e into @dst.  Checks everything (sizes, shard
  * bounds, coverage) before reading anything; with @dst NULL only checks,
  * so a caller can allocate knowing the bytes are really there. */
-static int read_slice_impl(ps_bundle_reader *r, const ps_bundle_entry *e,
+/* A slice of an entry stored whole: read it, and copy the box out when the
+ * slice is not all of it. */
+static int read_from_whole(ps_bundle_reader *r, const ps_bundle_entry *e, const box *tb,
                            const ps_bundle_slice *t, uint8_t *dst, ps_status *st) {
-  const ps_shape *full = &e->shape;
-  int rank = full->rank;
-  size_t es = ps_bdl_elem_size_(e->dtype);
-  box tb;
-  make_box(t, full, &tb);
-  char kb[KEYBUF], sb[512];
   uint64_t n;
   int rc;
-  if (e->nslices == 0) {
-    if ((rc = check_fixed_entry(r, e, &n, st)) != 0 || dst == NULL) return rc;
-    if (ps_bdl_slice_is_full_(t, full)) return read_fixed(r, e, dst, st);
-    uint8_t *tmp = malloc(n ? (size_t)n : 1);
-    if (tmp == NULL)
-      return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "checkpoint %s: out of memory",
-                           r->prefix);
-    rc = read_fixed(r, e, tmp, st);
-    if (rc == 0) {
-      int64_t zero[PS_MAX_RANK] = {0};
-      copy_box(rank, es, tb.lo, tb.hi, tmp, zero, full->dim, dst, tb.lo, tb.dim);
-    }
-    free(tmp);
-    return rc;
-  }
-  if (es == 0)
-    return ps_status_set(st, PS_UNIMPLEMENTED,
-                         "checkpoint %s: tensor %s: partitioned tensors of dtype %s "
-                         "are not supported",
-                         r->index_path, ps_bdl_key_str_(e->key, e->key_len, kb, sizeof kb),
-                         ps_dtype_enum_name(e->dtype));
-  size_t *use = malloc(e->nslices * sizeof *use);
-  if (use == NULL)
+  if ((rc = check_fixed_entry(r, e, &n, st)) != 0 || dst == NULL) return rc;
+  if (ps_bdl_slice_is_full_(t, &e->shape)) return read_fixed(r, e, dst, st);
+  uint8_t *tmp = malloc(n ? (size_t)n : 1);
+  if (tmp == NULL)
     return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "checkpoint %s: out of memory",
                          r->prefix);
-  size_t nuse = 0;
+  rc = read_fixed(r, e, tmp, st);
+  if (rc == 0) {
+    int64_t zero[PS_MAX_RANK] = {0};
+    copy_box(e->shape.rank, ps_bdl_elem_size_(e->dtype), tb->lo, tb->hi, tmp, zero,
+             e->shape.dim, dst, tb->lo, tb->dim);
+  }
+  free(tmp);
+  return rc;
+}
+
+/* The stored slices of @e that meet box @tb, into use[0..*nuse); they must
+ * not overlap and must cover @tb. */
+static int slices_covering(ps_bundle_reader *r, const ps_bundle_entry *e, const box *tb,
+                           const ps_bundle_slice *t, size_t *use, size_t *nuse,
+                           ps_status *st) {
+  char kb[KEYBUF], sb[512];
+  int rank = e->shape.rank;
   int64_t covered = 0;
   box sbox, ibox, jbox, x;
+  *nuse = 0;
   for (size_t i = 0; i < e->nslices; i++) {
-    make_box(&e->slices[i], full, &sbox);
-    int64_t v = intersect(&sbox, &tb, rank, &ibox);
+    make_box(&e->slices[i], &e->shape, &sbox);
+    int64_t v = intersect(&sbox, tb, rank, &ibox);
     if (v == 0) continue;
-    for (size_t j = 0; j < nuse; j++) {
-      make_box(&e->slices[use[j]], full, &jbox);
-      if (intersect(&sbox, &jbox, rank, &x) != 0) {
-        size_t other = use[j];
-        free(use);
+    for (size_t j = 0; j < *nuse; j++) {
+      make_box(&e->slices[use[j]], &e->shape, &jbox);
+      if (intersect(&sbox, &jbox, rank, &x) != 0)
         return ps_status_set(st, PS_DATA_LOSS,
                              "checkpoint %s: tensor %s: stored slices %zu and %zu "
                              "overlap",
                              r->index_path, ps_bdl_key_str_(e->key, e->key_len, kb, sizeof kb),
-                             other, i);
-      }
+                             use[j], i);
     }
-    use[nuse++] = i;
+    use[(*nuse)++] = i;
     covered += v;
   }
   int64_t want = 1;
   for (int d = 0; d < rank; d++)
-    want *= tb.dim[d];
-  rc = 0;
+    want *= tb->dim[d];
   if (covered != want)
-    rc = ps_status_set(st, PS_NOT_FOUND,
-                       "checkpoint %s: tensor %s: the stored slices do not cover "
-                       "slice %s",
-                       r->prefix, ps_bdl_key_str_(e->key, e->key_len, kb, sizeof kb),
-                       slice_spec(t, sb, sizeof sb));
-  /* Every contributing slice entry must exist, match and be in its file. */
-  bbuf key = {0};
+    return ps_status_set(st, PS_NOT_FOUND,
+                         "checkpoint %s: tensor %s: the stored slices do not cover "
+                         "slice %s",
+                         r->prefix, ps_bdl_key_str_(e->key, e->key_len, kb, sizeof kb),
+                         slice_spec(t, sb, sizeof sb));
+  return 0;
+}
+
+/* Every contributing slice entry must exist, match and be in its file. */
+static int check_slice_entries(ps_bundle_reader *r, const ps_bundle_entry *e,
+                               const size_t *use, size_t nuse, bbuf *key, ps_status *st) {
+  char kb[KEYBUF], sb[512];
+  uint64_t n;
+  int rc = 0;
   for (size_t k = 0; k < nuse && rc == 0; k++) {
     const ps_bundle_slice *sl = &e->slices[use[k]];
-    key.n = 0;
-    ps_bdl_encode_slice_key_(&key, e->key, e->key_len, sl);
-    const ps_bundle_entry *se = key.oom ? NULL : find_key(r, (const char *)key.p, key.n);
+    key->n = 0;
+    ps_bdl_encode_slice_key_(key, e->key, e->key_len, sl);
+    const ps_bundle_entry *se = key->oom ? NULL : find_key(r, (const char *)key->p, key->n);
     ps_shape ss;
-    ps_bdl_slice_shape_(sl, full, &ss);
+    ps_bdl_slice_shape_(sl, &e->shape, &ss);
     if (se == NULL || se->nslices != 0 || se->dtype != e->dtype ||
         !ps_shape_equal(&se->shape, &ss))
       rc = ps_status_set(st, PS_DATA_LOSS, "checkpoint %s: tensor %s: slice %s is %s",
@@ -536,29 +533,60 @@ static int read_slice_impl(ps_bundle_reader *r, const ps_bundle_entry *e,
     else
       rc = check_fixed_entry(r, se, &n, st);
   }
-  for (size_t k = 0; k < nuse && rc == 0 && dst != NULL; k++) {
+  return rc;
+}
+
+/* Copies the part of each contributing slice inside box @tb into @dst. */
+static int copy_slices(ps_bundle_reader *r, const ps_bundle_entry *e, const box *tb,
+                       const size_t *use, size_t nuse, bbuf *key, uint8_t *dst,
+                       ps_status *st) {
+  int rank = e->shape.rank, rc = 0;
+  size_t es = ps_bdl_elem_size_(e->dtype);
+  box sbox, ibox;
+  for (size_t k = 0; k < nuse && rc == 0; k++) {
     const ps_bundle_slice *sl = &e->slices[use[k]];
-    key.n = 0;
-    ps_bdl_encode_slice_key_(&key, e->key, e->key_len, sl);
-    const ps_bundle_entry *se = find_key(r, (const char *)key.p, key.n);
-    make_box(sl, full, &sbox);
-    intersect(&sbox, &tb, rank, &ibox);
-    if (memcmp(sbox.lo, tb.lo, (size_t)rank * sizeof tb.lo[0]) == 0 &&
-        memcmp(sbox.hi, tb.hi, (size_t)rank * sizeof tb.hi[0]) == 0) {
+    key->n = 0;
+    ps_bdl_encode_slice_key_(key, e->key, e->key_len, sl);
+    const ps_bundle_entry *se = find_key(r, (const char *)key->p, key->n);
+    make_box(sl, &e->shape, &sbox);
+    intersect(&sbox, tb, rank, &ibox);
+    if (memcmp(sbox.lo, tb->lo, (size_t)rank * sizeof tb->lo[0]) == 0 &&
+        memcmp(sbox.hi, tb->hi, (size_t)rank * sizeof tb->hi[0]) == 0) {
       rc = read_fixed(r, se, dst, st); /* the slice is exactly what is wanted */
       continue;
     }
     uint8_t *tmp = malloc(se->size ? (size_t)se->size : 1);
-    if (tmp == NULL) {
-      rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "checkpoint %s: out of memory",
-                         r->prefix);
-      break;
-    }
+    if (tmp == NULL)
+      return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "checkpoint %s: out of memory",
+                           r->prefix);
     rc = read_fixed(r, se, tmp, st);
     if (rc == 0)
-      copy_box(rank, es, ibox.lo, ibox.hi, tmp, sbox.lo, sbox.dim, dst, tb.lo, tb.dim);
+      copy_box(rank, es, ibox.lo, ibox.hi, tmp, sbox.lo, sbox.dim, dst, tb->lo, tb->dim);
     free(tmp);
   }
+  return rc;
+}
+
+static int read_slice_impl(ps_bundle_reader *r, const ps_bundle_entry *e,
+                           const ps_bundle_slice *t, uint8_t *dst, ps_status *st) {
+  box tb;
+  make_box(t, &e->shape, &tb);
+  if (e->nslices == 0) return read_from_whole(r, e, &tb, t, dst, st);
+  char kb[KEYBUF];
+  if (ps_bdl_elem_size_(e->dtype) == 0)
+    return ps_status_set(st, PS_UNIMPLEMENTED,
+                         "checkpoint %s: tensor %s: partitioned tensors of dtype %s "
+                         "are not supported",
+                         r->index_path, ps_bdl_key_str_(e->key, e->key_len, kb, sizeof kb),
+                         ps_dtype_enum_name(e->dtype));
+  size_t *use = malloc(e->nslices * sizeof *use), nuse = 0;
+  if (use == NULL)
+    return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "checkpoint %s: out of memory",
+                         r->prefix);
+  bbuf key = {0};
+  int rc = slices_covering(r, e, &tb, t, use, &nuse, st);
+  if (rc == 0) rc = check_slice_entries(r, e, use, nuse, &key, st);
+  if (rc == 0 && dst != NULL) rc = copy_slices(r, e, &tb, use, nuse, &key, dst, st);
   ps_bdl_bb_free_(&key);
   free(use);
   return rc;
