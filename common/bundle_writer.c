@@ -446,6 +446,8 @@ int ps_bundle_writer_add_slice(ps_bundle_writer *w, const char *full_name, int d
   rc = writer_add_raw(w, (const char *)key.p, key.n, dtype, &ss, data, nbytes, st);
   ps_bdl_bb_free_(&key);
   if (rc != 0) return rc;
+  /* the slice's entry may have moved the entries: find the full one again */
+  full = ps_bdl_es_find_(&w->set, full_name, nlen);
   if (full == NULL) {
     full = ps_bdl_es_add_(&w->set, full_name, nlen);
     if (full == NULL) return writer_oom(w, st);
