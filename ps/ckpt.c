@@ -850,43 +850,41 @@ static int restore_one(ps_bundle_reader *r, ps_var *v, const char *key, ps_buf *
   return 0;
 }
 
-static void *restore_thread(void *arg) {
-  job *j = arg;
-  ps_status *st = &j->st;
+/* The reader of the checkpoint and the variables to restore (those of the
+ * request, else every variable).  The index, then (their number is in it)
+ * the data files, are confined before a byte of them is read. */
+static int restore_open(job *j, ps_bundle_reader **r, ps_var ***vars, size_t *nv,
+                        ps_status *st) {
   ps_store *store = ps_service_store(j->svc);
-  int rc = 0;
   const char *root = ps_service_checkpoint_dir(j->svc);
   char idx[PATH_MAX + 16], conf[PATH_MAX + 16];
   snprintf(idx, sizeof idx, "%s.index", j->prefix);
-  ps_bundle_reader *r = NULL;
-  staged *sv = NULL;
-  size_t nv = 0;
-  ps_var **vars = NULL;
-  /* the index, then (their number is in it) the data files, are confined
-   * before a byte of them is read */
-  if ((rc = ps_ckpt_path_confined(root, idx, conf, sizeof conf, st)) != 0) {
-  } else if ((r = ps_bundle_reader_open(j->prefix, st)) == NULL) {
-    rc = st->code ? st->code : PS_INTERNAL;
-  } else if ((rc = confine_bundle(root, j->prefix, ps_bundle_reader_num_shards(r), st)) !=
-             0) {
-  } else if (j->rq->n_items == 0) {
-    vars = ps_store_list(store, &nv);
-  } else {
-    nv = j->rq->n_items;
-    vars = calloc(nv + 1, sizeof *vars);
-    for (size_t i = 0; i < nv && rc == 0; i++)
-      if ((vars[i] = ps_store_find(store, j->rq->items[i]->name, st)) == NULL)
-        rc = st->code;
+  int rc;
+  if ((rc = ps_ckpt_path_confined(root, idx, conf, sizeof conf, st)) != 0) return rc;
+  if ((*r = ps_bundle_reader_open(j->prefix, st)) == NULL)
+    return st->code ? st->code : PS_INTERNAL;
+  if ((rc = confine_bundle(root, j->prefix, ps_bundle_reader_num_shards(*r), st)) != 0)
+    return rc;
+  if (j->rq->n_items == 0) {
+    *vars = ps_store_list(store, nv);
+    return 0;
   }
-  if (rc == 0) {
-    sv = calloc(nv + 1, sizeof *sv);
-    if (sv == NULL) rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Restore: out of memory");
-    else PS_INFO("restoring %zu variables from %s", nv, j->prefix);
-  }
-  /* Phase 1, no locks: a variable whose own buffer can take the tensor
-   * (a live variable: no page faults, the point of the restore bench) has
-   * its tensor checked through a small scratch buffer first; the others
-   * get a new buffer, read and checked. */
+  *nv = j->rq->n_items;
+  if ((*vars = calloc(*nv + 1, sizeof **vars)) == NULL)
+    return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Restore: out of memory");
+  for (size_t i = 0; i < *nv; i++)
+    if (((*vars)[i] = ps_store_find(store, j->rq->items[i]->name, st)) == NULL)
+      return st->code;
+  return 0;
+}
+
+/* Phase 1, no locks: a variable whose own buffer can take the tensor (a
+ * live variable: no page faults, the point of the restore bench) has its
+ * tensor checked through a small scratch buffer first; the others get a
+ * new buffer, read and checked. */
+static int restore_stage(job *j, ps_bundle_reader *r, ps_var **vars, staged *sv, size_t nv,
+                         ps_status *st) {
+  int rc = 0;
   for (size_t i = 0; i < nv && rc == 0; i++) {
     slow_point("restore_tensor");
     if ((rc = job_check(j, "restore")) != 0) break;
@@ -903,53 +901,79 @@ static void *restore_thread(void *arg) {
       rc = restore_one(r, v, key, &sv[i].buf, st);
     }
   }
-  if (rc == 0) {
-    /* Phase 2: all or nothing, and as one update.  A tensor checked in
-     * phase 1 is read into its variable (checked again only if its file
-     * changed since); if its buffer was shared meanwhile (a snapshot),
-     * into a new one. */
-    ps_store_lock_set(vars, nv, true);
-    /* a variable deleted since phase 1 fails the whole restore */
-    for (size_t i = 0; i < nv && rc == 0; i++) rc = ps_var_gone(store, sv[i].v, st);
-    for (size_t i = 0; i < nv && rc == 0; i++) {
-      if (sv[i].buf) continue;
-      ps_var *v = sv[i].v;
-      if (in_place_ok(r, v, sv[i].key))
-        rc = ps_bundle_reader_read_checked(r, sv[i].key, v->buf->data, v->buf->size, st);
-      else
-        rc = restore_one(r, v, sv[i].key, &sv[i].buf, st);
-      if (rc && !sv[i].buf)
-        PS_ERROR(
-            "restoring %s in place from %s failed after its check (the file changed?): "
-            "%s",
-            v->name, j->prefix, st->msg);
-    }
-    for (size_t i = 0; i < nv && rc == 0; i++) {
-      ps_var *v = sv[i].v;
-      if (sv[i].buf) {
-        sv[i].old = v->buf ? ps_buf_ref(v->buf) : NULL;
-        ps_var_set_buf(store, v, sv[i].buf, NULL);
-      } else {
-        ps_var_set_buf(store, v, v->buf, NULL); /* a new version, initialized */
-      }
-    }
-    ps_store_unlock_set(vars, nv);
-    /* the replaced buffers are unmapped outside the locks */
-    for (size_t i = 0; i < nv; i++)
-      ps_buf_unref(sv[i].old);
+  return rc;
+}
+
+/* Phase 2: all or nothing, and as one update.  A tensor checked in phase 1
+ * is read into its variable (checked again only if its file changed
+ * since); if its buffer was shared meanwhile (a snapshot), into a new one. */
+static int restore_apply(job *j, ps_bundle_reader *r, ps_var **vars, staged *sv, size_t nv,
+                         ps_status *st) {
+  ps_store *store = ps_service_store(j->svc);
+  int rc = 0;
+  ps_store_lock_set(vars, nv, true);
+  /* a variable deleted since phase 1 fails the whole restore */
+  for (size_t i = 0; i < nv && rc == 0; i++) rc = ps_var_gone(store, sv[i].v, st);
+  for (size_t i = 0; i < nv && rc == 0; i++) {
+    if (sv[i].buf) continue;
+    ps_var *v = sv[i].v;
+    if (in_place_ok(r, v, sv[i].key))
+      rc = ps_bundle_reader_read_checked(r, sv[i].key, v->buf->data, v->buf->size, st);
+    else
+      rc = restore_one(r, v, sv[i].key, &sv[i].buf, st);
+    if (rc && !sv[i].buf)
+      PS_ERROR("restoring %s in place from %s failed after its check (the file changed?): "
+               "%s",
+               v->name, j->prefix, st->msg);
   }
-  if (rc == 0) {
-    Paramserver__RestoreResponse resp = PARAMSERVER__RESTORE_RESPONSE__INIT;
-    char **names = calloc(nv + 1, sizeof *names);
-    for (size_t i = 0; i < nv; i++)
-      names[i] = vars[i]->name;
-    resp.restored = names;
-    resp.n_restored = nv;
-    resp.prefix = j->prefix;
-    ps_rpc_call_reply(j->c, &resp.base);
-    free(names);
-    PS_INFO("restored %zu variables from %s", nv, j->prefix);
+  for (size_t i = 0; i < nv && rc == 0; i++) {
+    ps_var *v = sv[i].v;
+    if (sv[i].buf) {
+      sv[i].old = v->buf ? ps_buf_ref(v->buf) : NULL;
+      ps_var_set_buf(store, v, sv[i].buf, NULL);
+    } else {
+      ps_var_set_buf(store, v, v->buf, NULL); /* a new version, initialized */
+    }
   }
+  ps_store_unlock_set(vars, nv);
+  /* the replaced buffers are unmapped outside the locks */
+  for (size_t i = 0; i < nv; i++)
+    ps_buf_unref(sv[i].old);
+  return rc;
+}
+
+/* The response: the names restored. */
+static int restore_reply(job *j, ps_var **vars, size_t nv, ps_status *st) {
+  Paramserver__RestoreResponse resp = PARAMSERVER__RESTORE_RESPONSE__INIT;
+  char **names = calloc(nv + 1, sizeof *names);
+  if (names == NULL) return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Restore: out of memory");
+  for (size_t i = 0; i < nv; i++)
+    names[i] = vars[i]->name;
+  resp.restored = names;
+  resp.n_restored = nv;
+  resp.prefix = j->prefix;
+  ps_rpc_call_reply(j->c, &resp.base);
+  free(names);
+  PS_INFO("restored %zu variables from %s", nv, j->prefix);
+  return 0;
+}
+
+static void *restore_thread(void *arg) {
+  job *j = arg;
+  ps_status *st = &j->st;
+  ps_bundle_reader *r = NULL;
+  staged *sv = NULL;
+  size_t nv = 0;
+  ps_var **vars = NULL;
+  int rc = restore_open(j, &r, &vars, &nv, st);
+  if (rc == 0) {
+    sv = calloc(nv + 1, sizeof *sv);
+    if (sv == NULL) rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Restore: out of memory");
+    else PS_INFO("restoring %zu variables from %s", nv, j->prefix);
+  }
+  if (rc == 0) rc = restore_stage(j, r, vars, sv, nv, st);
+  if (rc == 0) rc = restore_apply(j, r, vars, sv, nv, st);
+  if (rc == 0) rc = restore_reply(j, vars, nv, st);
   for (size_t i = 0; sv && i < nv; i++)
     ps_buf_unref(sv[i].buf);
   free(sv);
