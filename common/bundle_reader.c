@@ -18,6 +18,7 @@
 
 #include "bundle.h"
 #include "bundle_internal.h"
+#include "common/array.h"
 #include "crc32c.h"
 #include "fileio.h"
 
@@ -59,15 +60,9 @@ static int load_kv(void *arg, const uint8_t *k, size_t kn, const uint8_t *v, siz
                                       (const char *)k, kn) >= 0))
     return ps_status_set(st, PS_DATA_LOSS, "checkpoint %s: entry %s: keys out of order",
                          r->index_path, ps_bdl_key_str_((const char *)k, kn, kb, sizeof kb));
-  if (s->n == s->cap) {
-    size_t cap = s->cap ? 2 * s->cap : 64;
-    ps_bundle_entry *ne = realloc(s->e, cap * sizeof *ne);
-    if (ne == NULL)
-      return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "checkpoint %s: out of memory",
-                           r->index_path);
-    s->e = ne;
-    s->cap = cap;
-  }
+  if (ps_array_grow(&s->e, &s->cap, s->n + 1, sizeof *s->e) != 0)
+    return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "checkpoint %s: out of memory",
+                         r->index_path);
   ps_bundle_entry *e = &s->e[s->n];
   *e = (ps_bundle_entry){0};
   if (ps_bdl_decode_entry_(v, vn, e, why, sizeof why) != 0)
