@@ -318,18 +318,11 @@ static ps_node *aggregate(ps_graph *g, ps_node *target, grads *c) {
 
 enum { REACHES_Y = 1, FROM_X = 2, IS_X = 4 };
 
-int ps_gradients(ps_graph *g, ps_node *y, ps_node *const *xs, size_t n, ps_node **dxs,
-                 ps_status *st) {
-  ps_status local;
-  if (st == NULL) st = &local;
-  ps_status_clear(st);
-  if (g == NULL || y == NULL || (n > 0 && (xs == NULL || dxs == NULL)))
-    return ps_status_set(st, PS_INVALID_ARGUMENT, "gradients: missing argument");
-  for (size_t i = 0; i < n; i++)
-    dxs[i] = NULL;
+/* The arguments of ps_gradients, checked. */
+static int check_gradient_args(ps_graph *g, ps_node *y, ps_node *const *xs, size_t n,
+                               ps_status *st) {
   const ps_status *gs = ps_graph_status(g);
-  if (gs->code != PS_OK)
-    return ps_status_set(st, gs->code, "graph has an error: %s", gs->msg);
+  if (gs->code != PS_OK) return ps_status_set(st, gs->code, "graph has an error: %s", gs->msg);
   if (y->g != g)
     return ps_status_set(st, PS_INVALID_ARGUMENT, "gradients: %s is not in this graph",
                          y->name);
@@ -342,15 +335,13 @@ int ps_gradients(ps_graph *g, ps_node *y, ps_node *const *xs, size_t n, ps_node 
     if (xs[i] == NULL || xs[i]->g != g)
       return ps_status_set(st, PS_INVALID_ARGUMENT, "gradients: xs[%zu] is %s", i,
                            xs[i] ? "not in this graph" : "NULL");
+  return 0;
+}
 
-  size_t nn = (size_t)y->id + 1; /* only nodes up to y matter */
-  unsigned char *fl = calloc(nn, 1);
-  grads *c = calloc(nn, sizeof *c);
-  if (fl == NULL || c == NULL) {
-    free(fl);
-    free(c);
-    return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
-  }
+/* Marks in fl[0..nn) the nodes that reach @y and those that depend on an x
+ * (nodes are in topological order: an input's id is below its user's). */
+static void mark_paths(ps_graph *g, ps_node *y, ps_node *const *xs, size_t n,
+                       unsigned char *fl, size_t nn) {
   for (size_t i = 0; i < n; i++)
     if ((size_t)xs[i]->id < nn) fl[xs[i]->id] |= IS_X | FROM_X;
   fl[y->id] |= REACHES_Y;
@@ -365,21 +356,52 @@ int ps_gradients(ps_graph *g, ps_node *y, ps_node *const *xs, size_t n, ps_node 
     for (int i = 0; i < nd->nin && !(fl[id] & FROM_X); i++)
       if (fl[nd->in[i]->id] & FROM_X) fl[id] |= FROM_X;
   }
+}
 
+/* Runs @nd's gradient builder with its output's gradient @dy and adds what
+ * it gives each input (that depends on an x) to that input's list. */
+static int backprop_node(ps_graph *g, ps_node *nd, ps_node *dy, const unsigned char *fl,
+                         grads *c, ps_status *st) {
+  if (dy->sparse_indices) dy = densify(dy, nd);
+  ps_node **dx = calloc((size_t)nd->nin, sizeof *dx);
+  if (dx == NULL || dy == NULL) {
+    free(dx);
+    return dy ? ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory") : -1;
+  }
+  char scope[1100];
+  snprintf(scope, sizeof scope, "%s_grad", nd->name);
+  ps_name_scope_push(g, scope);
+  int rc = nd->def->grad(g, nd, dy, dx, st);
+  ps_name_scope_pop(g);
+  for (int i = 0; rc == 0 && i < nd->nin; i++) {
+    ps_node *in = nd->in[i];
+    if (dx[i] == NULL || !(fl[in->id] & FROM_X) || !ps_dtype_is_floating(in->dtype)) continue;
+    if (dx[i]->dtype != in->dtype)
+      rc = ps_status_set(st, PS_INTERNAL,
+                         "gradients: the gradient of %s input %d has dtype %s, not %s",
+                         nd->name, i, ps_dtype_name(dx[i]->dtype), ps_dtype_name(in->dtype));
+    else if (grads_push(&c[in->id], dx[i]))
+      rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  free(dx);
+  if (rc == 0 && graph_code(g) != PS_OK) rc = -1;
+  return rc;
+}
+
+/* Back from @y: each node on a path from an x gets the sum of its
+ * gradients, which its builder passes on to its inputs. */
+static int backprop(ps_graph *g, ps_node *y, ps_node *const *xs, size_t n, ps_node **dxs,
+                    const unsigned char *fl, grads *c, ps_status *st) {
   int rc = 0;
-  ps_name_scope_push(g, "gradients");
   if (fl[y->id] & FROM_X) {
     ps_node *seed = y->shape.rank == 0 ? ps_scalar(g, y->dtype, 1.0) : ps_ones_like_(y);
     if (seed == NULL || grads_push(&c[y->id], seed)) rc = -1;
   }
-  for (size_t id = nn; rc == 0 && id-- > 0;) {
+  for (size_t id = (size_t)y->id + 1; rc == 0 && id-- > 0;) {
     if ((fl[id] & (REACHES_Y | FROM_X)) != (REACHES_Y | FROM_X) || c[id].n == 0) continue;
     ps_node *nd = ps_graph_node(g, id);
     ps_node *dy = aggregate(g, nd, &c[id]);
-    if (dy == NULL) {
-      rc = -1;
-      break;
-    }
+    if (dy == NULL) return -1;
     if (fl[id] & IS_X)
       for (size_t k = 0; k < n; k++)
         if (xs[k] == nd) dxs[k] = dy;
@@ -387,37 +409,36 @@ int ps_gradients(ps_graph *g, ps_node *y, ps_node *const *xs, size_t n, ps_node 
     bool wanted = false;
     for (int i = 0; i < nd->nin; i++)
       wanted |= (fl[nd->in[i]->id] & FROM_X) && ps_dtype_is_floating(nd->in[i]->dtype);
-    if (!wanted) continue;
-    if (dy->sparse_indices) dy = densify(dy, nd);
-    ps_node **dx = calloc((size_t)nd->nin, sizeof *dx);
-    if (dx == NULL || dy == NULL) {
-      free(dx);
-      rc = dy ? ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory") : -1;
-      break;
-    }
-    char scope[1100];
-    snprintf(scope, sizeof scope, "%s_grad", nd->name);
-    ps_name_scope_push(g, scope);
-    rc = nd->def->grad(g, nd, dy, dx, st);
-    ps_name_scope_pop(g);
-    for (int i = 0; rc == 0 && i < nd->nin; i++) {
-      ps_node *in = nd->in[i];
-      if (dx[i] == NULL || !(fl[in->id] & FROM_X) || !ps_dtype_is_floating(in->dtype))
-        continue;
-      if (dx[i]->dtype != in->dtype)
-        rc = ps_status_set(st, PS_INTERNAL,
-                           "gradients: the gradient of %s input %d has dtype %s, not %s",
-                           nd->name, i, ps_dtype_name(dx[i]->dtype),
-                           ps_dtype_name(in->dtype));
-      else if (grads_push(&c[in->id], dx[i]))
-        rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
-    }
-    free(dx);
-    if (rc == 0 && graph_code(g) != PS_OK) rc = -1;
+    if (wanted) rc = backprop_node(g, nd, dy, fl, c, st);
   }
+  return rc;
+}
+
+int ps_gradients(ps_graph *g, ps_node *y, ps_node *const *xs, size_t n, ps_node **dxs,
+                 ps_status *st) {
+  ps_status local;
+  if (st == NULL) st = &local;
+  ps_status_clear(st);
+  if (g == NULL || y == NULL || (n > 0 && (xs == NULL || dxs == NULL)))
+    return ps_status_set(st, PS_INVALID_ARGUMENT, "gradients: missing argument");
+  for (size_t i = 0; i < n; i++)
+    dxs[i] = NULL;
+  int rc = check_gradient_args(g, y, xs, n, st);
+  if (rc != 0) return rc;
+  size_t nn = (size_t)y->id + 1; /* only nodes up to y matter */
+  unsigned char *fl = calloc(nn, 1);
+  grads *c = calloc(nn, sizeof *c);
+  if (fl == NULL || c == NULL) {
+    free(fl);
+    free(c);
+    return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  mark_paths(g, y, xs, n, fl, nn);
+  ps_name_scope_push(g, "gradients");
+  rc = backprop(g, y, xs, n, dxs, fl, c, st);
   ps_name_scope_pop(g);
   if (st->code == PS_OK && (rc != 0 || graph_code(g) != PS_OK)) {
-    gs = ps_graph_status(g);
+    const ps_status *gs = ps_graph_status(g);
     rc = ps_status_set(st, gs->code != PS_OK ? gs->code : PS_INTERNAL, "gradients: %s",
                        gs->code != PS_OK ? gs->msg : "failed");
   }
