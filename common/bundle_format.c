@@ -1,77 +1,18 @@
 /* TensorFlow V2 checkpoints: a reader, a writer and the merge of sharded
  * saves, byte compatible with TensorFlow's BundleWriter/BundleReader.
  *
- * The ps saves its variables with a writer, the coordinator merges the
- * parts of all ps tasks, and restore reads entries (or slices of
+ * Each ps saves its variables with a writer, one ps merges the parts of
+ * all ps tasks into one checkpoint, and restore reads entries (or slices of
  * partitioned variables) by name; TensorFlow tools read what we write and
  * we read what TensorFlow wrote.  Everything read from disk is untrusted:
  * every length and count is checked against the bytes actually there
  * before it is used or allocated, and every checksum is verified.
  *
- * THE FORMAT
- *
- * A bundle with prefix P is P.index plus the data files
- * P.data-SSSSS-of-NNNNN (printf "%s.data-%05d-of-%05d", shard ids from 0).
- *
- * Data files hold tensor bytes back to back, in the order they were added,
- * with no header and no padding.  A fixed-size dtype is stored as its
- * row-major elements in the writer's byte order.  A DT_STRING tensor of n
- * strings is: n varint64 lengths; a fixed32 "length checksum", the masked
- * CRC32C of the lengths each written as a little-endian uint32 (uint64 if
- * the length does not fit); then the string bytes concatenated.  Its entry
- * checksum continues that CRC (unmasked) over the 4 stored checksum bytes
- * and then the string bytes.
- *
- * P.index is a LevelDB table (TensorFlow's fork, no filter blocks):
- *
- *   data block, trailer ... data block, trailer
- *   metaindex block, trailer      always the empty block
- *   index block, trailer          one entry per data block
- *   footer                        48 bytes
- *
- * A trailer is 5 bytes: the compression type (0 none, 1 Snappy raw block
- * format) and the fixed32 masked CRC32C of the stored block bytes followed
- * by that type byte.  The footer is two block handles (varint64 offset,
- * varint64 size excluding the trailer): metaindex, then index; zeros up to
- * byte 40; then the magic 0xdb4775248b80fb57 as two fixed32, low word
- * first.  All fixed-width integers are little-endian.
- *
- * A block is a sequence of entries followed by the restart array and its
- * length (fixed32 each):
- *
- *   entry := varint32 shared, varint32 unshared, varint32 value_len,
- *            key bytes [shared..shared+unshared), value bytes
- *
- * where the key is the previous key's first @shared bytes plus the stored
- * delta.  A restart entry has shared = 0 and its offset listed in the
- * restart array; TensorFlow restarts every 16 entries in data blocks and at
- * every entry in the index block.  The writer cuts a data block when its
- * estimated size (bytes + 4 * restarts + 4) reaches 256 KiB, or before an
- * entry whose key + value is at least 512 KiB.  The index block's key for
- * a data block is the shortest separator between its last key and the
- * next block's first key (the short successor of the last key for the last
- * block), its value the block's handle.  TensorFlow writes uncompressed
- * blocks; Snappy blocks come from older or Google-internal builds.
- *
- * Keys sort bytewise.  The first key is "" whose value is the
- * BundleHeaderProto {1: num_shards, 2: endianness (0 little, 1 big),
- * 3: VersionDef {1: producer = 1, 2: min_consumer, 3: bad_consumers}}.
- * Every other value is a BundleEntryProto {1: dtype, 2: TensorShapeProto
- * {2: repeated Dim {1: size}}, 3: shard_id, 4: offset, 5: size,
- * 6: fixed32 masked crc32c of the stored bytes, 7: repeated
- * TensorSliceProto {1: repeated Extent {1: start, 2: length}}}, serialized
- * in field order with zero scalars omitted and the shape always present.
- *
- * A partitioned tensor saved in slices has one entry under its name with
- * the full shape and the list of slices (an extent without length is the
- * whole dimension), and one ordinary entry per slice under the key
- * OrderedCode(0, name, rank, start0, length0, start1, ...) (numbers as
- * OrderedCode's NumIncreasing and SignedNumIncreasing, a whole dimension as
- * start 0 length -1), which starts with a NUL byte.  Merging N bundles
- * renumbers their data files in first-use order and joins the slice lists
- * of a partitioned tensor.
- *
- * Masked CRC32C (crc32c.h): rotate right by 15 and add 0xa282ead8. */
+ * The format, byte by byte (data files, the index as a LevelDB table,
+ * BundleHeaderProto and BundleEntryProto, slice keys, string tensors, the
+ * masked CRC32C) is described once, in CHECKPOINT_FORMAT.md beside this
+ * file.  This file holds the protobuf encoding of the header and entries
+ * and the byte-level helpers the other bundle_*.c files share. */
 
 #include <errno.h>
 #include <fcntl.h>

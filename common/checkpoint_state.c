@@ -8,30 +8,11 @@
  * The state file is the one piece of a checkpoint directory that is
  * rewritten in place, so it is always replaced by rename: a reader (a
  * TensorFlow job restoring, `psctl`, a restarted ps) sees the old file or
- * the new one, never a torn one.  Retention writes the new state before it
- * deletes anything, so a crash in between leaves unlisted files behind
- * (harmless) rather than a state naming deleted checkpoints.  The manager
- * persists everything its policy needs in TensorFlow's own fields
- * (timestamps, last_preserved_timestamp), so TensorFlow's CheckpointManager
- * and this code can take turns on one directory.
+ * the new one, never a torn one.
  *
- * The state file format (CheckpointState, protobuf text format as Python's
- * text_format.MessageToString writes it):
- *
- *   field 1  model_checkpoint_path: "<string>"          omitted if empty
- *   field 2  all_model_checkpoint_paths: "<string>"     one line per path
- *   field 3  all_model_checkpoint_timestamps: <double>  one line per path
- *   field 4  last_preserved_timestamp: <double>         omitted if 0
- *
- * one "name: value\n" line per value, in field-number order.  Strings are
- * double-quoted with Python's CEscape: \n \r \t \" \' \\ and every other
- * byte below 0x20 or above 0x7e as a three-digit octal escape (UTF-8 is
- * therefore escaped byte by byte).  Doubles are Python's repr(): the
- * shortest digits that read back exactly, positional with at least one
- * decimal ("1672531200.0") when the decimal exponent is in [-4, 16),
- * otherwise "1e+16", "1.5e-05"; "inf", "-inf", "nan".  Readers accept the
- * whole text format (see ps_ckpt_state_parse).  Relative paths are relative
- * to the directory holding the state file. */
+ * The state file's format (CheckpointState in protobuf text format as
+ * Python's text_format.MessageToString writes it) is described in
+ * CHECKPOINT_FORMAT.md beside this file. */
 #include "paramserver/checkpoint.h"
 
 #include <dirent.h>

@@ -12,7 +12,7 @@
  * restored into a cluster with another number of ps.
  *
  * Paths: every file this module opens, creates or deletes goes through
- * ps_ckpt_path_confined() (common/checkpoint.c, the one confinement rule:
+ * ps_ckpt_path_confined() (common/checkpoint_confine.c, the one confinement rule:
  * lexical, then realpath of every existing component, dangling links
  * refused) under --checkpoint-dir.  Files are created under temporary names
  * with O_EXCL and renamed into place, so a link planted at a final name is

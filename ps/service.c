@@ -690,7 +690,7 @@ const ps_rpc_handler *ps_service_handlers(size_t *n) {
   return handlers;
 }
 
-/* ---- the `checkpoint` state file (common/checkpoint.c) ---- */
+/* ---- the `checkpoint` state file (common/checkpoint_state.c) ---- */
 
 int ps_service_update_state(ps_service *svc, const char *prefix, int max_to_keep,
                             double keep_every_n_hours, ps_status *st) {

@@ -1,4 +1,4 @@
-/* Fuzz target for the `checkpoint` state file (common/checkpoint.c):
+/* Fuzz target for the `checkpoint` state file (common/checkpoint_lexer.c):
  * ps_ckpt_state_parse, the protobuf text-format decoder of a
  * CheckpointState, and ps_ckpt_state_format, its encoder.
  *

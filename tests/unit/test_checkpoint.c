@@ -1,4 +1,4 @@
-/* Unit tests for common/checkpoint.c: checkpoint directories as
+/* Unit tests for common/checkpoint_*.c: checkpoint directories as
  * TensorFlow's Saver keeps them.
  *
  * The `checkpoint` state file is compared byte for byte with what

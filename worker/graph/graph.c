@@ -1,6 +1,7 @@
 /* Worker graphs: nodes, name and variable scopes, device scopes and
- * collections.  Variables and placement live in variables.c; math ops in
- * ops.c; the executor in session.c.
+ * collections.  Variables and placement live in variables.c, partitioned
+ * variables in partition.c; ops in worker/ops/; the executor in
+ * worker/train/session.c.
  *
  * Names follow TensorFlow: a node's name is "<name scope>/<hint>", and a
  * name already taken gets "_1", "_2"... (Graph.unique_name). */
