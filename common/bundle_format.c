@@ -34,15 +34,15 @@
 #include "crc32c.h"
 #include "fileio.h"
 
-
-
 #define DT_RESOURCE 20
 #define DT_VARIANT 21
 
 /* Element sizes of every fixed-size TensorFlow dtype, including those the
  * ps does no arithmetic on (quantized types): a checkpoint may hold them
  * (PS_DTYPE_LIST and PS_DTYPE_STORED_LIST, common/tensor.h). */
-size_t ps_bdl_elem_size_(int dtype) { return ps_dtype_stored_size(dtype); }
+size_t ps_bdl_elem_size_(int dtype) {
+  return ps_dtype_stored_size(dtype);
+}
 
 /* Byte-swap unit: complex numbers swap each half. */
 size_t ps_bdl_swap_size_(int dtype) {
@@ -57,7 +57,6 @@ int ps_bdl_host_endianness_(void) {
   return 0;
 #endif
 }
-
 
 /* A key for messages: printable bytes as they are, others as \xNN,
  * shortened past 200 bytes. */
@@ -79,7 +78,6 @@ const char *ps_bdl_key_str_(const char *k, size_t n, char *buf, size_t cap) {
 }
 
 /* ---- Growable byte buffer --------------------------------------------- */
-
 
 static void bb_reserve(bbuf *b, size_t more) {
   if (b->oom) return;
@@ -251,8 +249,8 @@ void ps_bdl_encode_entry_(bbuf *b, const ps_bundle_entry *e) {
 /* The header as TensorFlow writes it: num_shards, endianness, and the
  * VersionDef's serialized bytes (producer 1 = "08 01" for a new bundle;
  * a merge keeps the first part's). */
-void ps_bdl_encode_header_(bbuf *b, int num_shards, int endianness, const uint8_t *version,
-                          size_t version_len) {
+void ps_bdl_encode_header_(bbuf *b, int num_shards, int endianness,
+                           const uint8_t *version, size_t version_len) {
   if (num_shards != 0) {
     bb_tag(b, 1, 0);
     ps_bdl_bb_varint_(b, (uint64_t)(int64_t)num_shards);
@@ -308,7 +306,6 @@ static int next_field(const uint8_t **p, const uint8_t *end, pfield *f) {
     return -1;
   }
 }
-
 
 /* On error returns -1 with the fault in @why. */
 static int decode_version(const uint8_t *p, size_t n, char *why, size_t cap) {
@@ -512,7 +509,7 @@ bool ps_bdl_slice_inside_(const ps_bundle_slice *sl, const ps_shape *full) {
 /* Fills @e (key fields excepted) from a BundleEntryProto; the slices array
  * is malloc'd into e->slices. */
 int ps_bdl_decode_entry_(const uint8_t *p, size_t n, ps_bundle_entry *e, char *why,
-                        size_t cap) {
+                         size_t cap) {
   const uint8_t *end = p + n;
   pfield f;
   int r;
@@ -587,4 +584,3 @@ fail:
   free(slices);
   return -1;
 }
-

@@ -128,10 +128,10 @@ static int plan_moves(merge_part *parts, size_t n, const char *out_prefix, int t
       struct stat sb;
       if (stat(src[*id], &sb) != 0) {
         int e = errno;
-        return ps_status_set(st, e == ENOENT ? PS_NOT_FOUND : ps_status_code_from_errno(e),
-                             "checkpoint %s: %s (%s)", src[*id],
-                             e == ENOENT ? "missing data shard" : "cannot stat data shard",
-                             strerror(e));
+        return ps_status_set(
+            st, e == ENOENT ? PS_NOT_FOUND : ps_status_code_from_errno(e),
+            "checkpoint %s: %s (%s)", src[*id],
+            e == ENOENT ? "missing data shard" : "cannot stat data shard", strerror(e));
       }
     }
   }
@@ -182,7 +182,8 @@ int ps_bundle_merge(const char *const *part_prefixes, size_t n, const char *out_
   src = calloc((size_t)total, sizeof *src);
   dst = calloc((size_t)total, sizeof *dst);
   if (src == NULL || dst == NULL) goto oom;
-  if ((rc = plan_moves(parts, n, out_prefix, total, next_id, src, dst, st)) != 0) goto out;
+  if ((rc = plan_moves(parts, n, out_prefix, total, next_id, src, dst, st)) != 0)
+    goto out;
   ps_bundle_reader *r0 = parts[0].r;
   if (!ps_bdl_build_index_(&m, total, r0->endianness, r0->version, r0->version_len, &idx))
     goto oom;
@@ -191,8 +192,8 @@ int ps_bundle_merge(const char *const *part_prefixes, size_t n, const char *out_
   if (index_path == NULL || out_dir == NULL) goto oom;
   if ((e = ps_bdl_make_dirs_(out_dir)) != 0) {
     rc = ps_status_set(st, ps_status_code_from_errno(e),
-                       "checkpoint %s: cannot create directory %s: %s", out_prefix, out_dir,
-                       strerror(e));
+                       "checkpoint %s: cannot create directory %s: %s", out_prefix,
+                       out_dir, strerror(e));
     goto out;
   }
   if ((e = ps_bdl_write_temp_(index_path, idx.p, idx.n, &tmp)) != 0) {
@@ -210,8 +211,8 @@ int ps_bundle_merge(const char *const *part_prefixes, size_t n, const char *out_
   free(tmp);
   tmp = NULL;
   if ((e = ps_fsync_dir(out_dir)) != 0) {
-    rc = ps_status_set(st, ps_status_code_from_errno(e), "checkpoint %s: fsync directory: %s",
-                       out_dir, strerror(e));
+    rc = ps_status_set(st, ps_status_code_from_errno(e),
+                       "checkpoint %s: fsync directory: %s", out_dir, strerror(e));
     /* not durable: a failed merge leaves nothing of its own behind */
     unlink(index_path);
     while (nmoved > 0) {
@@ -250,4 +251,3 @@ out:
   free(parts);
   return rc;
 }
-

@@ -24,8 +24,6 @@
 
 /* ---- Reader ----------------------------------------------------------- */
 
-
-
 typedef struct load_state {
   ps_bundle_reader *r;
   bool have_header;
@@ -57,9 +55,10 @@ static int load_kv(void *arg, const uint8_t *k, size_t kn, const uint8_t *v, siz
   }
   entry_set *s = &r->set;
   if (kn == 0 || (s->n > 0 && ps_bdl_cmp_key_(s->e[s->n - 1].key, s->e[s->n - 1].key_len,
-                                      (const char *)k, kn) >= 0))
+                                              (const char *)k, kn) >= 0))
     return ps_status_set(st, PS_DATA_LOSS, "checkpoint %s: entry %s: keys out of order",
-                         r->index_path, ps_bdl_key_str_((const char *)k, kn, kb, sizeof kb));
+                         r->index_path,
+                         ps_bdl_key_str_((const char *)k, kn, kb, sizeof kb));
   if (ps_array_grow(&s->e, &s->cap, s->n + 1, sizeof *s->e) != 0)
     return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "checkpoint %s: out of memory",
                          r->index_path);
@@ -73,8 +72,9 @@ static int load_kv(void *arg, const uint8_t *k, size_t kn, const uint8_t *v, siz
     return ps_status_set(st, PS_DATA_LOSS,
                          "checkpoint %s: entry %s: shard_id %d but the bundle has %d "
                          "shard(s)",
-                         r->index_path, ps_bdl_key_str_((const char *)k, kn, kb, sizeof kb),
-                         e->shard_id, r->num_shards);
+                         r->index_path,
+                         ps_bdl_key_str_((const char *)k, kn, kb, sizeof kb), e->shard_id,
+                         r->num_shards);
   }
   char *key = malloc(kn + 1);
   if (key == NULL) {
@@ -230,7 +230,8 @@ static int entry_shard(ps_bundle_reader *r, const ps_bundle_entry *e, shard **ou
   int rc = 0;
   pthread_mutex_lock(&r->mu);
   if (sh->fd < 0) {
-    if (sh->path == NULL) sh->path = ps_bdl_data_path_(r->prefix, e->shard_id, r->num_shards);
+    if (sh->path == NULL)
+      sh->path = ps_bdl_data_path_(r->prefix, e->shard_id, r->num_shards);
     if (sh->path == NULL) {
       rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "checkpoint %s: out of memory",
                          r->prefix);
@@ -241,8 +242,9 @@ static int entry_shard(ps_bundle_reader *r, const ps_bundle_entry *e, shard **ou
         int err = errno;
         if (fd >= 0) close(fd);
         rc = ps_status_set(
-            st, err == ENOENT ? PS_NOT_FOUND : ps_status_code_from_errno(err), "checkpoint %s: %s (%s)",
-            sh->path, err == ENOENT ? "missing data shard" : "cannot open data shard",
+            st, err == ENOENT ? PS_NOT_FOUND : ps_status_code_from_errno(err),
+            "checkpoint %s: %s (%s)", sh->path,
+            err == ENOENT ? "missing data shard" : "cannot open data shard",
             strerror(err));
       } else {
         sh->fd = fd;
@@ -260,8 +262,8 @@ static int entry_shard(ps_bundle_reader *r, const ps_bundle_entry *e, shard **ou
                          "checkpoint %s: tensor %s: entry past the end of its shard "
                          "(offset %" PRIu64 " + size %" PRIu64 " > file size %" PRIu64
                          "; truncated?)",
-                         sh->path, ps_bdl_key_str_(e->key, e->key_len, kb, sizeof kb), e->offset,
-                         e->size, sh->size);
+                         sh->path, ps_bdl_key_str_(e->key, e->key_len, kb, sizeof kb),
+                         e->offset, e->size, sh->size);
   }
   *out = sh;
   return 0;
@@ -334,19 +336,20 @@ static int check_fixed_entry(ps_bundle_reader *r, const ps_bundle_entry *e,
   char kb[KEYBUF];
   size_t es = ps_bdl_elem_size_(e->dtype);
   if (es == 0)
-    return ps_status_set(st,
-                         e->dtype == DT_STRING ? PS_INVALID_ARGUMENT : PS_UNIMPLEMENTED,
-                         "checkpoint %s: tensor %s: dtype %s (%d) is not a "
-                         "fixed-size type",
-                         r->index_path, ps_bdl_key_str_(e->key, e->key_len, kb, sizeof kb),
-                         ps_dtype_enum_name(e->dtype), e->dtype);
+    return ps_status_set(
+        st, e->dtype == DT_STRING ? PS_INVALID_ARGUMENT : PS_UNIMPLEMENTED,
+        "checkpoint %s: tensor %s: dtype %s (%d) is not a "
+        "fixed-size type",
+        r->index_path, ps_bdl_key_str_(e->key, e->key_len, kb, sizeof kb),
+        ps_dtype_enum_name(e->dtype), e->dtype);
   uint64_t n = (uint64_t)ps_shape_num_elements(&e->shape);
   if (n > UINT64_MAX / es || n * es != e->size)
     return ps_status_set(st, PS_DATA_LOSS,
                          "checkpoint %s: tensor %s: invalid size in bundle entry "
                          "(stored %" PRIu64 " bytes, the shape needs %" PRIu64 ")",
-                         r->index_path, ps_bdl_key_str_(e->key, e->key_len, kb, sizeof kb),
-                         e->size, n > UINT64_MAX / es ? UINT64_MAX : n * es);
+                         r->index_path,
+                         ps_bdl_key_str_(e->key, e->key_len, kb, sizeof kb), e->size,
+                         n > UINT64_MAX / es ? UINT64_MAX : n * es);
   shard *sh;
   int rc = entry_shard(r, e, &sh, st);
   if (rc != 0) return rc;
@@ -364,7 +367,8 @@ static int read_fixed(ps_bundle_reader *r, const ps_bundle_entry *e, void *dst,
   if (rc != 0) return rc;
   if (crc != ps_crc32c_unmask(e->crc32c))
     return checksum_mismatch(r, e, "data checksum", ps_crc32c_unmask(e->crc32c), crc, st);
-  if (r->endianness != ps_bdl_host_endianness_()) swap_bytes(dst, (size_t)n, ps_bdl_swap_size_(e->dtype));
+  if (r->endianness != ps_bdl_host_endianness_())
+    swap_bytes(dst, (size_t)n, ps_bdl_swap_size_(e->dtype));
   return 0;
 }
 
@@ -485,11 +489,11 @@ static int slices_covering(ps_bundle_reader *r, const ps_bundle_entry *e, const 
     for (size_t j = 0; j < *nuse; j++) {
       make_box(&e->slices[use[j]], &e->shape, &jbox);
       if (intersect(&sbox, &jbox, rank, &x) != 0)
-        return ps_status_set(st, PS_DATA_LOSS,
-                             "checkpoint %s: tensor %s: stored slices %zu and %zu "
-                             "overlap",
-                             r->index_path, ps_bdl_key_str_(e->key, e->key_len, kb, sizeof kb),
-                             use[j], i);
+        return ps_status_set(
+            st, PS_DATA_LOSS,
+            "checkpoint %s: tensor %s: stored slices %zu and %zu "
+            "overlap",
+            r->index_path, ps_bdl_key_str_(e->key, e->key_len, kb, sizeof kb), use[j], i);
     }
     use[(*nuse)++] = i;
     covered += v;
@@ -516,15 +520,17 @@ static int check_slice_entries(ps_bundle_reader *r, const ps_bundle_entry *e,
     const ps_bundle_slice *sl = &e->slices[use[k]];
     key->n = 0;
     ps_bdl_encode_slice_key_(key, e->key, e->key_len, sl);
-    const ps_bundle_entry *se = key->oom ? NULL : find_key(r, (const char *)key->p, key->n);
+    const ps_bundle_entry *se =
+        key->oom ? NULL : find_key(r, (const char *)key->p, key->n);
     ps_shape ss;
     ps_bdl_slice_shape_(sl, &e->shape, &ss);
     if (se == NULL || se->nslices != 0 || se->dtype != e->dtype ||
         !ps_shape_equal(&se->shape, &ss))
-      rc = ps_status_set(st, PS_DATA_LOSS, "checkpoint %s: tensor %s: slice %s is %s",
-                         r->index_path, ps_bdl_key_str_(e->key, e->key_len, kb, sizeof kb),
-                         slice_spec(sl, sb, sizeof sb),
-                         se ? "stored with another dtype or shape" : "missing");
+      rc =
+          ps_status_set(st, PS_DATA_LOSS, "checkpoint %s: tensor %s: slice %s is %s",
+                        r->index_path, ps_bdl_key_str_(e->key, e->key_len, kb, sizeof kb),
+                        slice_spec(sl, sb, sizeof sb),
+                        se ? "stored with another dtype or shape" : "missing");
     else
       rc = check_fixed_entry(r, se, &n, st);
   }
@@ -572,7 +578,8 @@ static int read_slice_impl(ps_bundle_reader *r, const ps_bundle_entry *e,
     return ps_status_set(st, PS_UNIMPLEMENTED,
                          "checkpoint %s: tensor %s: partitioned tensors of dtype %s "
                          "are not supported",
-                         r->index_path, ps_bdl_key_str_(e->key, e->key_len, kb, sizeof kb),
+                         r->index_path,
+                         ps_bdl_key_str_(e->key, e->key_len, kb, sizeof kb),
                          ps_dtype_enum_name(e->dtype));
   size_t *use = malloc(e->nslices * sizeof *use), nuse = 0;
   if (use == NULL)
@@ -614,8 +621,9 @@ static int check_dst(ps_bundle_reader *r, const ps_bundle_entry *e,
     return ps_status_set(st, PS_INVALID_ARGUMENT,
                          "checkpoint %s: tensor %s: a buffer of %zu bytes given for "
                          "%s %s",
-                         r->prefix, ps_bdl_key_str_(e->key, e->key_len, kb, sizeof kb), nbytes,
-                         ps_dtype_name(e->dtype), ps_shape_format(&ts, sb, sizeof sb));
+                         r->prefix, ps_bdl_key_str_(e->key, e->key_len, kb, sizeof kb),
+                         nbytes, ps_dtype_name(e->dtype),
+                         ps_shape_format(&ts, sb, sizeof sb));
   return 0;
 }
 
@@ -635,8 +643,8 @@ int ps_bundle_reader_check(ps_bundle_reader *r, const char *key, ps_status *st) 
   if (e == NULL) return not_found(r, key, st);
   if (e->nslices > 0 || e->dtype == DT_STRING)
     return ps_status_set(st, PS_INVALID_ARGUMENT,
-                         "checkpoint %s: %s is not a plain fixed-size tensor", r->index_path,
-                         key);
+                         "checkpoint %s: %s is not a plain fixed-size tensor",
+                         r->index_path, key);
   uint64_t n;
   uint32_t crc;
   int rc = check_fixed_entry(r, e, &n, st);
@@ -653,11 +661,13 @@ int ps_bundle_reader_read_checked(ps_bundle_reader *r, const char *key, void *ds
   shard *sh;
   uint64_t n;
   struct stat sb;
-  if (e->nslices > 0 || e->dtype == DT_STRING || r->endianness != ps_bdl_host_endianness_() ||
-      check_fixed_entry(r, e, &n, st) != 0 || n != nbytes || entry_shard(r, e, &sh, st) != 0 ||
-      fstat(sh->fd, &sb) != 0 || (uint64_t)sb.st_size != sh->size ||
-      sb.st_mtim.tv_sec != sh->mtime.tv_sec || sb.st_mtim.tv_nsec != sh->mtime.tv_nsec ||
-      sb.st_ctim.tv_sec != sh->ctime.tv_sec || sb.st_ctim.tv_nsec != sh->ctime.tv_nsec)
+  if (e->nslices > 0 || e->dtype == DT_STRING ||
+      r->endianness != ps_bdl_host_endianness_() ||
+      check_fixed_entry(r, e, &n, st) != 0 || n != nbytes ||
+      entry_shard(r, e, &sh, st) != 0 || fstat(sh->fd, &sb) != 0 ||
+      (uint64_t)sb.st_size != sh->size || sb.st_mtim.tv_sec != sh->mtime.tv_sec ||
+      sb.st_mtim.tv_nsec != sh->mtime.tv_nsec || sb.st_ctim.tv_sec != sh->ctime.tv_sec ||
+      sb.st_ctim.tv_nsec != sh->ctime.tv_nsec)
     return ps_bundle_reader_read_into(r, key, dst, nbytes, st); /* the checked way */
   uint64_t done = 0;
   while (done < e->size) {
@@ -851,7 +861,8 @@ int ps_bundle_reader_verify(ps_bundle_reader *r, ps_status *st) {
         if (se == NULL || se->nslices != 0 || se->dtype != e->dtype ||
             !ps_shape_equal(&se->shape, &ss))
           rc = ps_status_set(st, PS_DATA_LOSS, "checkpoint %s: tensor %s: slice %s is %s",
-                             r->index_path, ps_bdl_key_str_(e->key, e->key_len, kb, sizeof kb),
+                             r->index_path,
+                             ps_bdl_key_str_(e->key, e->key_len, kb, sizeof kb),
                              slice_spec(&e->slices[k], sb, sizeof sb),
                              se ? "stored with another dtype or shape" : "missing");
       }
@@ -872,4 +883,3 @@ int ps_bundle_reader_verify(ps_bundle_reader *r, ps_status *st) {
   ps_bdl_bb_free_(&key);
   return rc;
 }
-

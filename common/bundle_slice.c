@@ -80,7 +80,7 @@ static void oc_signed_num_increasing(bbuf *b, int64_t v) {
 
 /* The key TensorFlow's EncodeTensorNameSlice gives slice @sl of @name. */
 void ps_bdl_encode_slice_key_(bbuf *b, const char *name, size_t name_len,
-                             const ps_bundle_slice *sl) {
+                              const ps_bundle_slice *sl) {
   oc_num_increasing(b, 0);
   oc_string(b, (const uint8_t *)name, name_len);
   oc_num_increasing(b, (uint64_t)sl->rank);
@@ -95,7 +95,7 @@ void ps_bdl_encode_slice_key_(bbuf *b, const char *name, size_t name_len,
 
 /* Normalized extents: [lo, hi) per dimension. */
 void ps_bdl_slice_bounds_(const ps_bundle_slice *sl, const ps_shape *full, int d,
-                         int64_t *lo, int64_t *hi) {
+                          int64_t *lo, int64_t *hi) {
   if (sl->length[d] < 0) {
     *lo = 0;
     *hi = full->dim[d];
@@ -122,7 +122,7 @@ bool ps_bdl_slice_is_full_(const ps_bundle_slice *sl, const ps_shape *full) {
 
 /* Fills @sl from caller arrays, checking it against @full. */
 int ps_bdl_make_slice_(const ps_shape *full, const int64_t *start, const int64_t *length,
-                      ps_bundle_slice *sl, const char *name, ps_status *st) {
+                       ps_bundle_slice *sl, const char *name, ps_status *st) {
   sl->rank = full->rank;
   for (int d = 0; d < full->rank; d++) {
     sl->start[d] = start[d];
@@ -248,7 +248,6 @@ char *ps_bdl_temp_path_(const char *path) {
   return ps_bdl_path_cat_(path, suffix);
 }
 
-
 /* mkdir -p */
 int ps_bdl_make_dirs_(const char *dir) {
   char *d = strdup(dir);
@@ -269,8 +268,6 @@ int ps_bdl_make_dirs_(const char *dir) {
   free(d);
   return err;
 }
-
-
 
 /* Writes @p to a new temporary file beside @path (TensorFlow's
  * "P.tempstate<r>" name) and fsyncs it; its name in *@tmp (malloc'd).
@@ -294,4 +291,3 @@ int ps_bdl_write_file_atomic_(const char *path, const uint8_t *p, size_t n) {
   free(tmp);
   return err;
 }
-

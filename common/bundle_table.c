@@ -21,7 +21,6 @@
 #include "crc32c.h"
 #include "fileio.h"
 
-
 static void bl_reset(block_builder *bl) {
   bl->buf.n = 0;
   bl->restarts.n = 0;
@@ -72,7 +71,6 @@ static void bl_add(block_builder *bl, const uint8_t *k, size_t kn, const uint8_t
   bl->counter++;
 }
 
-
 static void bb_handle(bbuf *b, handle h) {
   ps_bdl_bb_varint_(b, h.offset);
   ps_bdl_bb_varint_(b, h.size);
@@ -117,7 +115,6 @@ static void short_successor(bbuf *key) {
   }
 }
 
-
 void ps_bdl_tb_init_(table_builder *tb) {
   *tb = (table_builder){0};
   bl_init(&tb->data, RESTART_INTERVAL);
@@ -148,7 +145,7 @@ static void tb_add_index_entry(table_builder *tb) {
 
 /* Keys must come strictly increasing. */
 void ps_bdl_tb_add_(table_builder *tb, const uint8_t *k, size_t kn, const uint8_t *v,
-                   size_t vn) {
+                    size_t vn) {
   if (tb->nentries > 0 && kn + vn >= 2 * (size_t)BLOCK_SIZE) tb_flush(tb);
   if (tb->pending) {
     shortest_separator(&tb->last_key, k, kn);
@@ -185,8 +182,6 @@ bool ps_bdl_tb_finish_(table_builder *tb) {
 }
 
 /* ---- The table: reading ----------------------------------------------- */
-
-
 
 static bool decode_handle(const uint8_t **p, const uint8_t *end, handle *h) {
   return ps_bdl_get_varint_(p, end, &h->offset) && ps_bdl_get_varint_(p, end, &h->size);
@@ -260,9 +255,10 @@ static int iter_block(const table_src *src, const char *what, const uint8_t *b, 
   key->n = 0;
   while (p < end) {
     uint64_t shared, unshared, vlen;
-    if (!ps_bdl_get_varint_(&p, end, &shared) || !ps_bdl_get_varint_(&p, end, &unshared) ||
-        !ps_bdl_get_varint_(&p, end, &vlen) || shared > key->n ||
-        unshared > (uint64_t)(end - p) || vlen > (uint64_t)(end - p) - unshared)
+    if (!ps_bdl_get_varint_(&p, end, &shared) ||
+        !ps_bdl_get_varint_(&p, end, &unshared) || !ps_bdl_get_varint_(&p, end, &vlen) ||
+        shared > key->n || unshared > (uint64_t)(end - p) ||
+        vlen > (uint64_t)(end - p) - unshared)
       return ps_status_set(st, PS_DATA_LOSS,
                            "checkpoint %s: %s: corrupted entry at offset %td", src->path,
                            what, p - b);
@@ -320,7 +316,8 @@ int ps_bdl_table_read_(const table_src *src, kv_fn *fn, void *arg, ps_status *st
                          "sstable (truncated?)",
                          src->path, src->n);
   const uint8_t *f = src->p + src->n - FOOTER_SIZE;
-  uint64_t magic = (uint64_t)ps_bdl_get_le32_(f + 40) | (uint64_t)ps_bdl_get_le32_(f + 44) << 32;
+  uint64_t magic = (uint64_t)ps_bdl_get_le32_(f + 40) | (uint64_t)ps_bdl_get_le32_(f + 44)
+                                                            << 32;
   if (magic != TABLE_MAGIC)
     return ps_status_set(st, PS_DATA_LOSS,
                          "checkpoint %s: not an sstable (bad magic number; "
@@ -348,4 +345,3 @@ int ps_bdl_table_read_(const table_src *src, kv_fn *fn, void *arg, ps_status *st
   free(owned);
   return rc;
 }
-

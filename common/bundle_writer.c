@@ -119,7 +119,7 @@ static int cmp_entry_ptr(const void *a, const void *b) {
 /* The index table for @s: header first, then the entries sorted by key.
  * False if out of memory. */
 bool ps_bdl_build_index_(const entry_set *s, int num_shards, int endianness,
-                        const uint8_t *version, size_t version_len, bbuf *out) {
+                         const uint8_t *version, size_t version_len, bbuf *out) {
   const ps_bundle_entry **sorted = malloc((s->n ? s->n : 1) * sizeof *sorted);
   if (sorted == NULL) return false;
   for (size_t i = 0; i < s->n; i++)
@@ -165,7 +165,8 @@ struct ps_bundle_writer {
 
 static int writer_fail(ps_bundle_writer *w, int e, const char *path, const char *what,
                        ps_status *st) {
-  ps_status_set(&w->err, ps_status_code_from_errno(e), "checkpoint %s: %s: %s", path, what, strerror(e));
+  ps_status_set(&w->err, ps_status_code_from_errno(e), "checkpoint %s: %s: %s", path,
+                what, strerror(e));
   if (st) *st = w->err;
   return w->err.code;
 }
@@ -217,8 +218,9 @@ ps_bundle_writer *ps_bundle_writer_create(const char *prefix, ps_status *st) {
   if (dir == NULL) goto oom;
   int e = ps_bdl_make_dirs_(dir);
   if (e != 0) {
-    ps_status_set(st, ps_status_code_from_errno(e), "checkpoint %s: cannot create directory %s: %s",
-                  prefix, dir, strerror(e));
+    ps_status_set(st, ps_status_code_from_errno(e),
+                  "checkpoint %s: cannot create directory %s: %s", prefix, dir,
+                  strerror(e));
     free(dir);
     goto fail;
   }
@@ -226,8 +228,8 @@ ps_bundle_writer *ps_bundle_writer_create(const char *prefix, ps_status *st) {
   w->fd = open(w->data_tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
   if (w->fd < 0) {
     e = errno;
-    ps_status_set(st, ps_status_code_from_errno(e), "checkpoint %s: cannot create: %s", w->data_tmp,
-                  strerror(e));
+    ps_status_set(st, ps_status_code_from_errno(e), "checkpoint %s: cannot create: %s",
+                  w->data_tmp, strerror(e));
     goto fail;
   }
   return w;
@@ -384,7 +386,7 @@ int ps_bundle_writer_add_strings(ps_bundle_writer *w, const char *key,
 }
 
 bool ps_bdl_slices_overlap_(const ps_bundle_slice *a, const ps_bundle_slice *b,
-                           const ps_shape *full) {
+                            const ps_shape *full) {
   for (int d = 0; d < full->rank; d++) {
     int64_t alo, ahi, blo, bhi;
     ps_bdl_slice_bounds_(a, full, d, &alo, &ahi);
@@ -475,7 +477,8 @@ int ps_bundle_writer_finish(ps_bundle_writer *w, ps_status *st) {
     return writer_fail(w, errno, w->data_final, "rename", st);
   w->finished = true; /* the temporary data file is gone */
   bbuf idx = {0};
-  if (!ps_bdl_build_index_(&w->set, 1, ps_bdl_host_endianness_(), ps_bdl_new_version_, sizeof ps_bdl_new_version_, &idx))
+  if (!ps_bdl_build_index_(&w->set, 1, ps_bdl_host_endianness_(), ps_bdl_new_version_,
+                           sizeof ps_bdl_new_version_, &idx))
     return writer_oom(w, st);
   char *path = ps_bdl_path_cat_(w->prefix, ".index");
   if (path == NULL) {
@@ -504,4 +507,3 @@ void ps_bundle_writer_destroy(ps_bundle_writer *w) {
   free(w->data_final);
   free(w);
 }
-

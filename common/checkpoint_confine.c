@@ -17,11 +17,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "checkpoint_internal.h"
 #include "common/bundle.h"
 #include "common/fileio.h"
 #include "common/log.h"
 #include "common/tensor.h"
-#include "checkpoint_internal.h"
 
 /* ---- Path confinement ---------------------------------------------------- */
 
@@ -127,11 +127,10 @@ int ps_ckpt_path_confined(const char *root, const char *prefix, char *resolved, 
   memcpy(resolved, cand, strlen(cand) + 1);
   goto done;
 outside:
-  rc = ps_status_set(st, PS_PERMISSION_DENIED,
-                     "checkpoint path %s is outside the checkpoint directory %s%s", prefix,
-                     root,
-                     strstr(prefix, "..") ? " (\"..\" escapes the checkpoint directory)"
-                                          : "");
+  rc = ps_status_set(
+      st, PS_PERMISSION_DENIED,
+      "checkpoint path %s is outside the checkpoint directory %s%s", prefix, root,
+      strstr(prefix, "..") ? " (\"..\" escapes the checkpoint directory)" : "");
   goto done;
 is_root:
   rc = ps_status_set(st, PS_INVALID_ARGUMENT,

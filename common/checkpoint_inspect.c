@@ -15,17 +15,18 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "checkpoint_internal.h"
 #include "common/bundle.h"
 #include "common/fileio.h"
 #include "common/log.h"
 #include "common/tensor.h"
-#include "checkpoint_internal.h"
 
 /* ---- inspect_checkpoint --------------------------------------------------- */
 
 /* TensorFlow's DataType name of @dtype, known or not. */
 static const char *dtype_name(int dtype, char *buf, size_t n) {
-  const char *name = dtype == PS_DT_INVALID ? "DT_INVALID" : ps_dtype_any_enum_name(dtype);
+  const char *name =
+      dtype == PS_DT_INVALID ? "DT_INVALID" : ps_dtype_any_enum_name(dtype);
   if (name) return name;
   snprintf(buf, n, "DT_UNKNOWN_%d", dtype);
   return buf;
@@ -94,7 +95,7 @@ static void put_element(sbuf *b, int dtype, const void *data,
   do {                                                                                   \
     T v;                                                                                 \
     memcpy(&v, p + sizeof v * (size_t)i, sizeof v);                                      \
-    if (_Generic((T)0, int8_t: 1, int16_t: 1, int32_t: 1, int64_t: 1, default: 0))       \
+    if (_Generic((T)0, int8_t : 1, int16_t : 1, int32_t : 1, int64_t : 1, default : 0))  \
       snprintf(t, sizeof t, "%" PRId64, (int64_t)v);                                     \
     else                                                                                 \
       snprintf(t, sizeof t, "%" PRIu64, (uint64_t)v);                                    \

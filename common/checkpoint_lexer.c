@@ -17,11 +17,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "checkpoint_internal.h"
 #include "common/bundle.h"
 #include "common/fileio.h"
 #include "common/log.h"
 #include "common/tensor.h"
-#include "checkpoint_internal.h"
 
 /* ---- State file: decoding ------------------------------------------------ */
 

@@ -23,11 +23,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "checkpoint_internal.h"
 #include "common/bundle.h"
 #include "common/fileio.h"
 #include "common/log.h"
 #include "common/tensor.h"
-#include "checkpoint_internal.h"
 
 /* ---- Deleting a checkpoint ---------------------------------------------- */
 
@@ -48,7 +48,8 @@ static void remove_one(const char *path, int *rc, ps_status *st) {
   if (unlink(path) == 0 || errno == ENOENT) return;
   int e = errno;
   if (*rc == 0)
-    *rc = ps_status_set(st, ps_status_code_from_errno(e), "deleting %s: %s", path, strerror(e));
+    *rc = ps_status_set(st, ps_status_code_from_errno(e), "deleting %s: %s", path,
+                        strerror(e));
 }
 
 int ps_ckpt_remove(const char *prefix, ps_status *st) {
@@ -67,8 +68,9 @@ int ps_ckpt_remove(const char *prefix, ps_status *st) {
   DIR *d = opendir(dname);
   if (d == NULL) {
     if (errno != ENOENT && rc == 0)
-      rc = ps_status_set(st, ps_status_code_from_errno(errno), "deleting checkpoint %s: listing %s: %s",
-                         prefix, dname, strerror(errno));
+      rc = ps_status_set(st, ps_status_code_from_errno(errno),
+                         "deleting checkpoint %s: listing %s: %s", prefix, dname,
+                         strerror(errno));
   } else {
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
@@ -262,7 +264,8 @@ static int base_in_dir(const ps_ckpt_manager *m, const char *prefix, char **pkey
   }
   if (!in_dir)
     return ps_status_set(st, PS_INVALID_ARGUMENT,
-                         "checkpoint %s is not in the managed directory %s", prefix, m->dir);
+                         "checkpoint %s is not in the managed directory %s", prefix,
+                         m->dir);
   return 0;
 }
 

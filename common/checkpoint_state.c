@@ -28,11 +28,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "checkpoint_internal.h"
 #include "common/bundle.h"
 #include "common/fileio.h"
 #include "common/log.h"
 #include "common/tensor.h"
-#include "checkpoint_internal.h"
 
 /* ---- State file: encoding ------------------------------------------------ */
 
@@ -121,7 +121,8 @@ static int read_whole_file(const char *path, const char *what, uint8_t **out, si
   *n = 0;
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0)
-    return ps_status_set(st, ps_status_code_from_errno(errno), "%s %s: %s", what, path, strerror(errno));
+    return ps_status_set(st, ps_status_code_from_errno(errno), "%s %s: %s", what, path,
+                         strerror(errno));
   sbuf b = {0};
   ps_sb_puts_(&b, "");
   char chunk[8192];
@@ -132,7 +133,8 @@ static int read_whole_file(const char *path, const char *what, uint8_t **out, si
       int e = errno;
       close(fd);
       free(b.p);
-      return ps_status_set(st, ps_status_code_from_errno(e), "%s %s: %s", what, path, strerror(e));
+      return ps_status_set(st, ps_status_code_from_errno(e), "%s %s: %s", what, path,
+                           strerror(e));
     }
     if (r == 0) break;
     ps_sb_putn_(&b, chunk, (size_t)r);

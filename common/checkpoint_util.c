@@ -17,18 +17,19 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "checkpoint_internal.h"
 #include "common/array.h"
 #include "common/bundle.h"
 #include "common/fileio.h"
 #include "common/log.h"
 #include "common/tensor.h"
-#include "checkpoint_internal.h"
 
 /* ---- Small helpers ------------------------------------------------------- */
 
 void ps_sb_putn_(sbuf *b, const char *s, size_t n) {
   if (b->oom) return;
-  if (n > SIZE_MAX - b->len - 1 || ps_array_grow(&b->p, &b->cap, b->len + n + 1, 1) != 0) {
+  if (n > SIZE_MAX - b->len - 1 ||
+      ps_array_grow(&b->p, &b->cap, b->len + n + 1, 1) != 0) {
     b->oom = true;
     return;
   }
@@ -129,7 +130,6 @@ bool ps_path_within_(const char *p, const char *dir) {
 }
 
 /* ---- Python's repr() of floats ------------------------------------------- */
-
 
 static bool reads_back(const char *s, double v, int kind) {
   switch (kind) {

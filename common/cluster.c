@@ -19,9 +19,9 @@
  * This file holds the spec (construction, JSON in and out, lookups);
  * cluster_resolve.c reads TF_CONFIG and Slurm's environment and decides
  * which task this process is. */
-#include "common/appendf.h"
 #include "cluster.h"
 #include "cluster_internal.h"
+#include "common/appendf.h"
 #include "fileio.h"
 
 #include <ctype.h>
@@ -36,7 +36,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
 
 /* ---- helpers ---------------------------------------------------------- */
 
@@ -105,7 +104,6 @@ static int check_job_name(const char *name, size_t n, const char *pre, ps_status
 }
 
 /* ---- addresses -------------------------------------------------------- */
-
 
 static bool host_char(unsigned char c) {
   return isalnum(c) || c == '.' || c == '-' || c == '_';
@@ -513,7 +511,8 @@ bool ps_cl_task_present_(const ps_cluster *c, const char *job, int task, char *w
   if (j == NULL) {
     size_t o = 0;
     if (n) why[0] = '\0';
-    ps_appendf(why, n, &o, "no job \"%s\"; jobs:", ps_cl_show_(job, strlen(job), b, sizeof b));
+    ps_appendf(why, n, &o,
+               "no job \"%s\"; jobs:", ps_cl_show_(job, strlen(job), b, sizeof b));
     for (int i = 0; i < c->njobs; i++)
       ps_appendf(why, n, &o, "%s %s", i ? "," : "", c->jobs[i].name);
     return false;
@@ -655,4 +654,3 @@ int ps_cluster_write_file(const ps_cluster *c, const char *path, ps_status *st) 
   free(text);
   return rc;
 }
-

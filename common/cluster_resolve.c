@@ -294,7 +294,8 @@ static int parse_jobs_spec(const char *spec, slurm_job *jobs, int *njobs, ps_sta
       why = "job name too long";
       break;
     }
-    long count = ps_cl_parse_num_(colon + 1, (size_t)(e - colon - 1), PS_CLUSTER_MAX_TASKS);
+    long count =
+        ps_cl_parse_num_(colon + 1, (size_t)(e - colon - 1), PS_CLUSTER_MAX_TASKS);
     if (count < 1) {
       why = "COUNT must be a number from 1 to 65536";
       break;
@@ -397,7 +398,8 @@ static int slurm_addresses(ps_cluster *c, const slurm_job *jobs, const slurm_hos
       c->jobs[ji].addrs[jt] = a;
       int why = ps_cl_addr_check_(a, strlen(a), NULL);
       if (why != ADDR_OK) {
-        ps_cl_addr_error_(why, a, strlen(a), "SLURM_STEP_NODELIST", jobs[ji].name, jt, st);
+        ps_cl_addr_error_(why, a, strlen(a), "SLURM_STEP_NODELIST", jobs[ji].name, jt,
+                          st);
         return st->code;
       }
       if (r == rank) ps_cl_task_id_set_(self, jobs[ji].name, jt);
@@ -449,12 +451,14 @@ ps_cluster *ps_cluster_from_slurm(const char *jobs_spec, int port_base, ps_task_
                   "Slurm: Requested %lld tasks but only %lld were assigned. "
                   "(jobs %s; SLURM_STEP_NODELIST and "
                   "SLURM_STEP_TASKS_PER_NODE give the step's tasks)",
-                  requested, assigned, jobs_spec ? jobs_spec : "from SLURM_STEP_NUM_TASKS");
+                  requested, assigned,
+                  jobs_spec ? jobs_spec : "from SLURM_STEP_NUM_TASKS");
     goto fail;
   }
   if (rank >= assigned) {
     ps_status_set(st, PS_INVALID_ARGUMENT,
-                  "SLURM_PROCID %ld is out of range: the step has %lld tasks", rank, assigned);
+                  "SLURM_PROCID %ld is out of range: the step has %lld tasks", rank,
+                  assigned);
     goto fail;
   }
   if ((c = ps_cl_cluster_new_(njobs)) == NULL) {
@@ -462,7 +466,8 @@ ps_cluster *ps_cluster_from_slurm(const char *jobs_spec, int port_base, ps_task_
     goto fail;
   }
   for (int i = 0; i < njobs; i++)
-    if (ps_cl_job_alloc_(&c->jobs[i], jobs[i].name, strlen(jobs[i].name), jobs[i].count) != 0) {
+    if (ps_cl_job_alloc_(&c->jobs[i], jobs[i].name, strlen(jobs[i].name),
+                         jobs[i].count) != 0) {
       ps_cl_oom_("Slurm", st);
       goto fail;
     }
@@ -513,7 +518,8 @@ ps_cluster *ps_cluster_resolve(const char *cluster_file, const char *job, int ta
     const char *jobs = getenv("PS_SLURM_JOBS");
     const char *pb = getenv("PS_SLURM_PORT_BASE");
     long port_base = 8888;
-    if (pb != NULL && pb[0] != '\0' && (port_base = ps_cl_parse_num_(pb, strlen(pb), 65535)) < 1)
+    if (pb != NULL && pb[0] != '\0' &&
+        (port_base = ps_cl_parse_num_(pb, strlen(pb), 65535)) < 1)
       return ps_status_set(st, PS_INVALID_ARGUMENT,
                            "PS_SLURM_PORT_BASE \"%s\" is not a port number "
                            "(1-65535)",

@@ -59,8 +59,8 @@ void ps_init_spec_default(ps_init_spec *s, ps_init_type type) {
   s->seed = 0;
   if (type == PS_INIT_GLOROT_UNIFORM || type == PS_INIT_GLOROT_NORMAL) {
     s->mode = PS_FAN_AVG;
-    s->distribution = type == PS_INIT_GLOROT_UNIFORM ? PS_DIST_UNIFORM
-                                                     : PS_DIST_TRUNCATED_NORMAL;
+    s->distribution =
+        type == PS_INIT_GLOROT_UNIFORM ? PS_DIST_UNIFORM : PS_DIST_TRUNCATED_NORMAL;
   }
 }
 
@@ -114,10 +114,10 @@ static int const_fits(int dtype, double v) {
     int dtype;
     double lo, hi;
   } ranges[] = {
-      {PS_DT_INT8, -0x1p7, 0x1p7},     {PS_DT_UINT8, 0, 0x1p8},
-      {PS_DT_INT16, -0x1p15, 0x1p15},  {PS_DT_UINT16, 0, 0x1p16},
-      {PS_DT_INT32, -0x1p31, 0x1p31},  {PS_DT_UINT32, 0, 0x1p32},
-      {PS_DT_INT64, -0x1p63, 0x1p63},  {PS_DT_UINT64, 0, 0x1p64},
+      {PS_DT_INT8, -0x1p7, 0x1p7},    {PS_DT_UINT8, 0, 0x1p8},
+      {PS_DT_INT16, -0x1p15, 0x1p15}, {PS_DT_UINT16, 0, 0x1p16},
+      {PS_DT_INT32, -0x1p31, 0x1p31}, {PS_DT_UINT32, 0, 0x1p32},
+      {PS_DT_INT64, -0x1p63, 0x1p63}, {PS_DT_UINT64, 0, 0x1p64},
   };
   if (ps_dtype_is_floating(dtype) || dtype == PS_DT_COMPLEX64 ||
       dtype == PS_DT_COMPLEX128)
@@ -125,8 +125,7 @@ static int const_fits(int dtype, double v) {
   if (dtype == PS_DT_BOOL) return v == 0.0 || v == 1.0;
   for (size_t i = 0; i < sizeof ranges / sizeof ranges[0]; i++)
     if (ranges[i].dtype == dtype)
-      return isfinite(v) && v == floor(v) && v >= ranges[i].lo &&
-             v < ranges[i].hi;
+      return isfinite(v) && v == floor(v) && v >= ranges[i].lo && v < ranges[i].hi;
   return 0;
 }
 
@@ -158,8 +157,8 @@ static void repeat_first(void *out, size_t esz, int64_t n) {
 }
 
 static int fill_constant(const ps_init_spec *spec, const char *name, int dtype,
-                         int64_t nelem, int64_t offset, int64_t count,
-                         void *out, ps_status *st) {
+                         int64_t nelem, int64_t offset, int64_t count, void *out,
+                         ps_status *st) {
   size_t esz = ps_dtype_size(dtype);
   if (spec->values == NULL) {
     if (!const_fits(dtype, spec->value))
@@ -181,8 +180,7 @@ static int fill_constant(const ps_init_spec *spec, const char *name, int dtype,
     return ps_status_set(st, PS_INVALID_ARGUMENT,
                          "variable %s: Too many elements provided. Needed at "
                          "most %lld, but received %llu",
-                         name, (long long)nelem,
-                         (unsigned long long)spec->nvalues);
+                         name, (long long)nelem, (unsigned long long)spec->nvalues);
   /* Every value is checked, not just this range's, so that all parts of a
    * partitioned variable agree on whether the initializer is valid. */
   for (size_t i = 0; i < spec->nvalues; i++)
@@ -222,8 +220,7 @@ typedef struct single_sampler {
   int used;
 } single_sampler;
 
-static void sampler_init(single_sampler *s, const ps_philox *base,
-                         uint64_t skip) {
+static void sampler_init(single_sampler *s, const ps_philox *base, uint64_t skip) {
   s->gen = *base;
   ps_philox_skip(&s->gen, skip);
   s->used = 4;
@@ -278,17 +275,23 @@ static void trunc_group_double(const ps_philox *base, int64_t g, double z[2]) {
 
 static void store_float(int dtype, void *out, int64_t k, float v) {
   switch (dtype) {
-  case PS_DT_FLOAT: ((float *)out)[k] = v; break;
-  case PS_DT_HALF: ((uint16_t *)out)[k] = ps_float_to_half(v); break;
-  case PS_DT_BFLOAT16: ((uint16_t *)out)[k] = ps_float_to_bf16(v); break;
-  default: break;
+  case PS_DT_FLOAT:
+    ((float *)out)[k] = v;
+    break;
+  case PS_DT_HALF:
+    ((uint16_t *)out)[k] = ps_float_to_half(v);
+    break;
+  case PS_DT_BFLOAT16:
+    ((uint16_t *)out)[k] = ps_float_to_bf16(v);
+    break;
+  default:
+    break;
   }
 }
 
 /* float, half and bfloat16: 4 outputs per Philox call / truncated group. */
-static void fill_random_float(const rand_plan *pl, const ps_philox *base,
-                              int dtype, int64_t offset, int64_t count,
-                              void *out) {
+static void fill_random_float(const rand_plan *pl, const ps_philox *base, int dtype,
+                              int64_t offset, int64_t count, void *out) {
   float a, b;
   if (pl->dist == DIST_UNIFORM) {
     /* TF: rnd * (maxval - minval) + minval with float32 tensors */
@@ -310,7 +313,8 @@ static void fill_random_float(const rand_plan *pl, const ps_philox *base,
       uint32_t w[4];
       ps_philox_next(&gen, w);
       if (pl->dist == DIST_UNIFORM) {
-        for (int j = 0; j < 4; j++) z[j] = ps_uint32_to_float(w[j]);
+        for (int j = 0; j < 4; j++)
+          z[j] = ps_uint32_to_float(w[j]);
       } else {
         ps_box_muller(w[0], w[1], &z[0], &z[1]);
         ps_box_muller(w[2], w[3], &z[2], &z[3]);
@@ -319,14 +323,13 @@ static void fill_random_float(const rand_plan *pl, const ps_philox *base,
     /* g*4 <= end-1, so neither sum below can overflow */
     const int64_t first = g * 4;
     for (int j = 0; j < 4 && j < end - first; j++)
-      if (first + j >= offset)
-        store_float(dtype, out, first + j - offset, z[j] * a + b);
+      if (first + j >= offset) store_float(dtype, out, first + j - offset, z[j] * a + b);
   }
 }
 
 /* double: 2 outputs per Philox call / truncated group. */
-static void fill_random_double(const rand_plan *pl, const ps_philox *base,
-                               int64_t offset, int64_t count, double *out) {
+static void fill_random_double(const rand_plan *pl, const ps_philox *base, int64_t offset,
+                               int64_t count, double *out) {
   double a, b;
   if (pl->dist == DIST_UNIFORM) {
     a = pl->hi - pl->lo;
@@ -369,23 +372,23 @@ static void compute_fans(const ps_shape *s, double *fan_in, double *fan_out) {
     *fan_out = (double)s->dim[1];
   } else {
     double rf = 1.0;
-    for (int i = 0; i < s->rank - 2; i++) rf *= (double)s->dim[i];
+    for (int i = 0; i < s->rank - 2; i++)
+      rf *= (double)s->dim[i];
     *fan_in = (double)s->dim[s->rank - 2] * rf;
     *fan_out = (double)s->dim[s->rank - 1] * rf;
   }
 }
 
 /* Turns @spec into a plan, checking its parameters. */
-static int make_plan(const ps_init_spec *spec, const char *name,
-                     const ps_shape *full, rand_plan *pl, ps_status *st) {
+static int make_plan(const ps_init_spec *spec, const char *name, const ps_shape *full,
+                     rand_plan *pl, ps_status *st) {
   const char *tn = ps_init_type_name(spec->type);
   memset(pl, 0, sizeof *pl);
   switch (spec->type) {
   case PS_INIT_RANDOM_UNIFORM:
     if (!isfinite(spec->minval) || !isfinite(spec->maxval))
       return ps_status_set(st, PS_INVALID_ARGUMENT,
-                           "variable %s: %s needs finite minval and maxval",
-                           name, tn);
+                           "variable %s: %s needs finite minval and maxval", name, tn);
     if (spec->minval > spec->maxval)
       return ps_status_set(st, PS_INVALID_ARGUMENT,
                            "variable %s: %s needs minval <= maxval, got "
@@ -399,18 +402,17 @@ static int make_plan(const ps_init_spec *spec, const char *name,
   case PS_INIT_TRUNCATED_NORMAL:
     if (!isfinite(spec->mean) || !isfinite(spec->stddev))
       return ps_status_set(st, PS_INVALID_ARGUMENT,
-                           "variable %s: %s needs finite mean and stddev", name,
-                           tn);
+                           "variable %s: %s needs finite mean and stddev", name, tn);
     if (spec->stddev < 0)
       return ps_status_set(st, PS_INVALID_ARGUMENT,
-                           "variable %s: %s needs stddev >= 0, got %g", name,
-                           tn, spec->stddev);
-    pl->dist =
-        spec->type == PS_INIT_RANDOM_NORMAL ? DIST_NORMAL : DIST_TRUNCATED;
+                           "variable %s: %s needs stddev >= 0, got %g", name, tn,
+                           spec->stddev);
+    pl->dist = spec->type == PS_INIT_RANDOM_NORMAL ? DIST_NORMAL : DIST_TRUNCATED;
     pl->mean = spec->mean;
     pl->stddev = spec->stddev;
     return 0;
-  default: break;
+  default:
+    break;
   }
 
   /* variance scaling and its glorot special cases */
@@ -422,22 +424,20 @@ static int make_plan(const ps_init_spec *spec, const char *name,
     dist = (int)spec->distribution;
     if (!isfinite(scale) || !(scale > 0))
       return ps_status_set(st, PS_INVALID_ARGUMENT,
-                           "variable %s: %s needs scale > 0, got %g", name, tn,
-                           scale);
+                           "variable %s: %s needs scale > 0, got %g", name, tn, scale);
     if (mode != PS_FAN_IN && mode != PS_FAN_OUT && mode != PS_FAN_AVG)
       return ps_status_set(st, PS_INVALID_ARGUMENT,
-                           "variable %s: %s has an unknown mode %d", name, tn,
-                           mode);
-    if (dist != PS_DIST_TRUNCATED_NORMAL &&
-        dist != PS_DIST_UNTRUNCATED_NORMAL && dist != PS_DIST_UNIFORM)
+                           "variable %s: %s has an unknown mode %d", name, tn, mode);
+    if (dist != PS_DIST_TRUNCATED_NORMAL && dist != PS_DIST_UNTRUNCATED_NORMAL &&
+        dist != PS_DIST_UNIFORM)
       return ps_status_set(st, PS_INVALID_ARGUMENT,
-                           "variable %s: %s has an unknown distribution %d",
-                           name, tn, dist);
+                           "variable %s: %s has an unknown distribution %d", name, tn,
+                           dist);
   } else {
     scale = 1.0;
     mode = PS_FAN_AVG;
-    dist = spec->type == PS_INIT_GLOROT_UNIFORM ? PS_DIST_UNIFORM
-                                                : PS_DIST_TRUNCATED_NORMAL;
+    dist =
+        spec->type == PS_INIT_GLOROT_UNIFORM ? PS_DIST_UNIFORM : PS_DIST_TRUNCATED_NORMAL;
   }
   double fan_in, fan_out, fan;
   compute_fans(full, &fan_in, &fan_out);
@@ -474,8 +474,8 @@ static int outside_error(const char *name, int64_t offset, int64_t count,
 }
 
 int ps_init_fill(const ps_init_spec *spec, const char *name, int dtype,
-                 const ps_shape *full_shape, int64_t offset, int64_t count,
-                 void *out, ps_status *st) {
+                 const ps_shape *full_shape, int64_t offset, int64_t count, void *out,
+                 ps_status *st) {
   if (name == NULL)
     return ps_status_set(st, PS_INVALID_ARGUMENT,
                          "initializer: variable name is missing");
@@ -489,8 +489,7 @@ int ps_init_fill(const ps_init_spec *spec, const char *name, int dtype,
   char sbuf[PS_MAX_RANK * 21 + 3];
   int64_t nelem = ps_shape_num_elements(full_shape);
   if (nelem < 0)
-    return ps_status_set(st, PS_INVALID_ARGUMENT,
-                         "variable %s: invalid shape %s", name,
+    return ps_status_set(st, PS_INVALID_ARGUMENT, "variable %s: invalid shape %s", name,
                          ps_shape_format(full_shape, sbuf, sizeof sbuf));
   if (offset < 0 || count < 0 || offset > nelem || count > nelem - offset)
     return outside_error(name, offset, count, full_shape, nelem, st);
@@ -507,11 +506,10 @@ int ps_init_fill(const ps_init_spec *spec, const char *name, int dtype,
                          name, tn, ps_dtype_name(dtype), dtype);
   if ((uint64_t)count > SIZE_MAX / esz)
     return ps_status_set(st, PS_INVALID_ARGUMENT,
-                         "variable %s: %lld elements do not fit in memory",
-                         name, (long long)count);
+                         "variable %s: %lld elements do not fit in memory", name,
+                         (long long)count);
   if (out == NULL && count > 0)
-    return ps_status_set(st, PS_INVALID_ARGUMENT,
-                         "variable %s: no output buffer", name);
+    return ps_status_set(st, PS_INVALID_ARGUMENT, "variable %s: no output buffer", name);
 
   switch (spec->type) {
   case PS_INIT_ZEROS:
@@ -525,7 +523,8 @@ int ps_init_fill(const ps_init_spec *spec, const char *name, int dtype,
     return 0;
   case PS_INIT_CONSTANT:
     return fill_constant(spec, name, dtype, nelem, offset, count, out, st);
-  default: break;
+  default:
+    break;
   }
 
   if (!ps_dtype_is_floating(dtype))

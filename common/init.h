@@ -27,8 +27,8 @@
  * (INVALID_ARGUMENT, @out untouched): a bad range or shape, an unsupported
  * dtype, bad parameters, a constant list longer than the tensor. */
 int ps_init_fill(const ps_init_spec *spec, const char *name, int dtype,
-                 const ps_shape *full_shape, int64_t offset, int64_t count,
-                 void *out, ps_status *st);
+                 const ps_shape *full_shape, int64_t offset, int64_t count, void *out,
+                 ps_status *st);
 
 /* Everything ps_init_fill() checks, without filling: the parameters, the
  * dtype, and that elements [@offset, @offset + @count) lie inside

@@ -22,7 +22,9 @@ void ps_log_set_task(const char *task) {
   ps_log_escape(g_task, sizeof g_task, task, strlen(task));
 }
 
-void ps_log_set_level(ps_log_level level) { atomic_store(&g_level, (int)level); }
+void ps_log_set_level(ps_log_level level) {
+  atomic_store(&g_level, (int)level);
+}
 
 int ps_log_level_parse(const char *s) {
   if (s == NULL) return -1;
@@ -56,9 +58,15 @@ size_t ps_log_escape(char *dst, size_t n, const char *src, size_t len) {
     } else {
       esc[m++] = '\\';
       switch (ch) {
-      case '\n': esc[m++] = 'n'; break;
-      case '\r': esc[m++] = 'r'; break;
-      case '\t': esc[m++] = 't'; break;
+      case '\n':
+        esc[m++] = 'n';
+        break;
+      case '\r':
+        esc[m++] = 'r';
+        break;
+      case '\t':
+        esc[m++] = 't';
+        break;
       default:
         esc[m++] = 'x';
         esc[m++] = hex[ch >> 4];
@@ -82,8 +90,8 @@ void ps_log(ps_log_level level, const char *fmt, ...) {
   clock_gettime(CLOCK_REALTIME, &ts);
   localtime_r(&ts.tv_sec, &tm);
   int n = (int)strftime(line, sizeof line, "%Y-%m-%d %H:%M:%S", &tm);
-  n += snprintf(line + n, sizeof line - (size_t)n, ".%03ld %s %s: ",
-                ts.tv_nsec / 1000000, names[level & 3], g_task);
+  n += snprintf(line + n, sizeof line - (size_t)n, ".%03ld %s %s: ", ts.tv_nsec / 1000000,
+                names[level & 3], g_task);
   if (n > (int)sizeof line - 2) n = (int)sizeof line - 2;
   va_list ap;
   va_start(ap, fmt);

@@ -94,8 +94,8 @@ void ps_box_muller(uint32_t x0, uint32_t x1, float *f0, float *f1) {
   *f1 = cosf(v1) * u2;
 }
 
-void ps_box_muller_double(uint32_t x0, uint32_t x1, uint32_t x2, uint32_t x3,
-                          double *d0, double *d1) {
+void ps_box_muller_double(uint32_t x0, uint32_t x1, uint32_t x2, uint32_t x3, double *d0,
+                          double *d1) {
   double u1 = ps_uint64_to_double(x0, x1);
   if (u1 < 1.0e-7) u1 = 1.0e-7;
   const double v1 = 2.0 * ps_pi * ps_uint64_to_double(x2, x3);

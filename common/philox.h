@@ -32,7 +32,7 @@ double ps_uint64_to_double(uint32_t x0, uint32_t x1);
  * *f0 = sin(v1)*u2, *f1 = cos(v1)*u2. */
 void ps_box_muller(uint32_t x0, uint32_t x1, float *f0, float *f1);
 /* TensorFlow's BoxMullerDouble: (x0,x1) give u1, (x2,x3) give the angle. */
-void ps_box_muller_double(uint32_t x0, uint32_t x1, uint32_t x2, uint32_t x3,
-                          double *d0, double *d1);
+void ps_box_muller_double(uint32_t x0, uint32_t x1, uint32_t x2, uint32_t x3, double *d0,
+                          double *d1);
 
 #endif

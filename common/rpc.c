@@ -15,6 +15,9 @@
 
 #include "array.h"
 
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <grpc/byte_buffer.h>
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
@@ -23,35 +26,36 @@
 #include <grpc/slice.h>
 #include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
+#include <linux/sockios.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <arpa/inet.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
-#include <linux/sockios.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "log.h"
 
-#define ZEROCOPY_MIN 4096            /* smaller ranges are copied */
-#define REQS_PER_METHOD 4            /* outstanding server requests */
+#define ZEROCOPY_MIN 4096 /* smaller ranges are copied */
+#define REQS_PER_METHOD 4 /* outstanding server requests */
 
 enum { TAG_SCALL = 1, TAG_GENERIC, TAG_SHUTDOWN, TAG_CSEND, TAG_CRECV };
 
-void ps_rpc_global_init(void) { grpc_init(); }
-void ps_rpc_global_shutdown(void) { grpc_shutdown(); }
+void ps_rpc_global_init(void) {
+  grpc_init();
+}
+void ps_rpc_global_shutdown(void) {
+  grpc_shutdown();
+}
 
 /* ---- byte ranges ---- */
 
@@ -64,7 +68,8 @@ int ps_rpc_segs_add(ps_rpc_segs *s, void *ptr, size_t len, ps_buf *owner) {
 }
 
 void ps_rpc_segs_fini(ps_rpc_segs *s) {
-  for (size_t i = 0; i < s->n; i++) ps_buf_unref(s->v[i].owner);
+  for (size_t i = 0; i < s->n; i++)
+    ps_buf_unref(s->v[i].owner);
   free(s->v);
   memset(s, 0, sizeof *s);
 }
@@ -90,7 +95,9 @@ typedef struct cursor {
   size_t seg, pos, off;
 } cursor;
 
-static void unref_owner(void *owner) { ps_buf_unref(owner); }
+static void unref_owner(void *owner) {
+  ps_buf_unref(owner);
+}
 
 /* The next Chunk message of at most PS_RPC_CHUNK_MAX bytes from @s at @cur. */
 static grpc_byte_buffer *build_chunk(ps_rpc_segs *s, cursor *cur) {
@@ -113,44 +120,44 @@ static grpc_byte_buffer *build_chunk(ps_rpc_segs *s, cursor *cur) {
   uint8_t *small = NULL;
   size_t small_n = 0, small_cap = 0;
   bool oom = false;
-#define PUSH_SLICE(sl)                                                   \
-  do {                                                                   \
-    grpc_slice sl_ = (sl);                                               \
-    if (ns == cap) {                                                     \
-      grpc_slice *nv = malloc(2 * cap * sizeof *nv);                     \
-      if (nv == NULL) {                                                  \
-        grpc_slice_unref(sl_);                                           \
-        oom = true;                                                      \
-        break;                                                           \
-      }                                                                  \
-      memcpy(nv, slices, ns * sizeof *nv);                               \
-      if (slices != stack_slices) free(slices);                          \
-      slices = nv;                                                       \
-      cap *= 2;                                                          \
-    }                                                                    \
-    slices[ns++] = sl_;                                                  \
+#define PUSH_SLICE(sl)                                                                   \
+  do {                                                                                   \
+    grpc_slice sl_ = (sl);                                                               \
+    if (ns == cap) {                                                                     \
+      grpc_slice *nv = malloc(2 * cap * sizeof *nv);                                     \
+      if (nv == NULL) {                                                                  \
+        grpc_slice_unref(sl_);                                                           \
+        oom = true;                                                                      \
+        break;                                                                           \
+      }                                                                                  \
+      memcpy(nv, slices, ns * sizeof *nv);                                               \
+      if (slices != stack_slices) free(slices);                                          \
+      slices = nv;                                                                       \
+      cap *= 2;                                                                          \
+    }                                                                                    \
+    slices[ns++] = sl_;                                                                  \
   } while (0)
-#define FLUSH_SMALL()                                                    \
-  do {                                                                   \
-    if (small_n) {                                                       \
-      PUSH_SLICE(grpc_slice_from_copied_buffer((char *)small, small_n)); \
-      small_n = 0;                                                       \
-    }                                                                    \
+#define FLUSH_SMALL()                                                                    \
+  do {                                                                                   \
+    if (small_n) {                                                                       \
+      PUSH_SLICE(grpc_slice_from_copied_buffer((char *)small, small_n));                 \
+      small_n = 0;                                                                       \
+    }                                                                                    \
   } while (0)
-#define ADD_SMALL(p, k)                                                  \
-  do {                                                                   \
-    if (small_n + (k) > small_cap) {                                     \
-      size_t nc_ = (small_n + (k)) * 2 + 256;                            \
-      uint8_t *ns_ = realloc(small, nc_);                                \
-      if (ns_ == NULL) {                                                 \
-        oom = true;                                                      \
-        break;                                                           \
-      }                                                                  \
-      small = ns_;                                                       \
-      small_cap = nc_;                                                   \
-    }                                                                    \
-    memcpy(small + small_n, (p), (k));                                   \
-    small_n += (k);                                                      \
+#define ADD_SMALL(p, k)                                                                  \
+  do {                                                                                   \
+    if (small_n + (k) > small_cap) {                                                     \
+      size_t nc_ = (small_n + (k)) * 2 + 256;                                            \
+      uint8_t *ns_ = realloc(small, nc_);                                                \
+      if (ns_ == NULL) {                                                                 \
+        oom = true;                                                                      \
+        break;                                                                           \
+      }                                                                                  \
+      small = ns_;                                                                       \
+      small_cap = nc_;                                                                   \
+    }                                                                                    \
+    memcpy(small + small_n, (p), (k));                                                   \
+    small_n += (k);                                                                      \
   } while (0)
   ADD_SMALL(hdr, hn);
   size_t left = len;
@@ -177,7 +184,8 @@ static grpc_byte_buffer *build_chunk(ps_rpc_segs *s, cursor *cur) {
   if (!oom) FLUSH_SMALL();
   free(small);
   grpc_byte_buffer *bb = oom ? NULL : grpc_raw_byte_buffer_create(slices, ns);
-  for (size_t i = 0; i < ns; i++) grpc_slice_unref(slices[i]);
+  for (size_t i = 0; i < ns; i++)
+    grpc_slice_unref(slices[i]);
   if (slices != stack_slices) free(slices);
   return bb;
 #undef PUSH_SLICE
@@ -186,8 +194,8 @@ static grpc_byte_buffer *build_chunk(ps_rpc_segs *s, cursor *cur) {
 }
 
 /* Copies the payload of one Chunk message into @sink at *@received. */
-static int consume_chunk(grpc_byte_buffer *bb, ps_rpc_segs *sink,
-                         size_t *received, const char *what, ps_status *st) {
+static int consume_chunk(grpc_byte_buffer *bb, ps_rpc_segs *sink, size_t *received,
+                         const char *what, ps_status *st) {
   size_t msg_len = grpc_byte_buffer_length(bb);
   grpc_byte_buffer_reader r;
   if (!grpc_byte_buffer_reader_init(&r, bb))
@@ -207,7 +215,8 @@ static int consume_chunk(grpc_byte_buffer *bb, ps_rpc_segs *sink,
                            "%s: malformed data chunk (tag 0x%02x)", what, hdr[0]);
       } else if (hn >= 2 && !(hdr[hn - 1] & 0x80)) {
         uint64_t v = 0;
-        for (size_t i = 1; i < hn; i++) v |= (uint64_t)(hdr[i] & 0x7f) << (7 * (i - 1));
+        for (size_t i = 1; i < hn; i++)
+          v |= (uint64_t)(hdr[i] & 0x7f) << (7 * (i - 1));
         if (v != msg_len - hn)
           rc = ps_status_set(st, PS_INVALID_ARGUMENT,
                              "%s: malformed data chunk (length %llu in a "
@@ -220,8 +229,8 @@ static int consume_chunk(grpc_byte_buffer *bb, ps_rpc_segs *sink,
         payload = (size_t)v;
         hdr_done = 1;
       } else if (hn == sizeof hdr) {
-        rc = ps_status_set(st, PS_INVALID_ARGUMENT,
-                           "%s: malformed data chunk (varint)", what);
+        rc = ps_status_set(st, PS_INVALID_ARGUMENT, "%s: malformed data chunk (varint)",
+                           what);
       }
     }
     if (rc == 0 && hdr_done && n > 0) {
@@ -451,8 +460,7 @@ static void post_request(ps_rpc_server *s, size_t hi) {
   grpc_metadata_array_init(&c->md);
   atomic_fetch_add(&s->live, 1);
   grpc_call_error e = grpc_server_request_registered_call(
-      s->srv, s->reg[hi], &c->call, &c->deadline, &c->md, &c->payload, s->cq,
-      s->cq, c);
+      s->srv, s->reg[hi], &c->call, &c->deadline, &c->md, &c->payload, s->cq, s->cq, c);
   if (e != GRPC_CALL_OK) {
     grpc_metadata_array_destroy(&c->md);
     free(c);
@@ -468,8 +476,8 @@ static void post_generic(ps_rpc_server *s) {
   grpc_call_details_init(&g->details);
   grpc_metadata_array_init(&g->md);
   atomic_fetch_add(&s->live, 1);
-  if (grpc_server_request_call(s->srv, &g->call, &g->details, &g->md, s->cq,
-                               s->cq, g) != GRPC_CALL_OK) {
+  if (grpc_server_request_call(s->srv, &g->call, &g->details, &g->md, s->cq, s->cq, g) !=
+      GRPC_CALL_OK) {
     grpc_call_details_destroy(&g->details);
     grpc_metadata_array_destroy(&g->md);
     free(g);
@@ -516,8 +524,8 @@ static void scall_finish(ps_rpc_call *c, int with_md, int code, const char *msg)
 
 static void scall_fail(ps_rpc_call *c) {
   if (c->st.code == PS_OK) ps_status_set(&c->st, PS_INTERNAL, "handler failed");
-  PS_DEBUG("%s failed: %s: %s", c->srv->h[c->hi].method,
-           ps_status_code_name(c->st.code), c->st.msg);
+  PS_DEBUG("%s failed: %s: %s", c->srv->h[c->hi].method, ps_status_code_name(c->st.code),
+           c->st.msg);
   scall_finish(c, 1, c->st.code, c->st.msg);
 }
 
@@ -529,8 +537,7 @@ static void scall_recv_next(ps_rpc_call *c) {
   /* All announced bytes in: the next message must be the end of stream. */
   c->state = c->received < c->sink.total ? S_RECEIVING : S_EOS;
   wait_client(c, 1);
-  if (grpc_call_start_batch(c->call, &op, 1, c, NULL) != GRPC_CALL_OK)
-    scall_free(c);
+  if (grpc_call_start_batch(c->call, &op, 1, c, NULL) != GRPC_CALL_OK) scall_free(c);
 }
 
 /* Sends the reply header or the next chunk; the last one carries status. */
@@ -566,8 +573,7 @@ static void scall_send_next(ps_rpc_call *c, int first) {
   }
   c->state = last ? S_FINISH : S_SENDING;
   wait_client(c, 2);
-  if (grpc_call_start_batch(c->call, ops, n, c, NULL) != GRPC_CALL_OK)
-    scall_free(c);
+  if (grpc_call_start_batch(c->call, ops, n, c, NULL) != GRPC_CALL_OK) scall_free(c);
 }
 
 static void scall_complete(ps_rpc_call *c) {
@@ -613,8 +619,7 @@ static void scall_event(ps_rpc_call *c, int ok) {
     c->state = S_RECEIVING; /* from here on_free runs */
     call_link(c);
     if (c->payload == NULL) {
-      ps_status_set(&c->st, PS_INVALID_ARGUMENT, "%s: no request message",
-                    h->method);
+      ps_status_set(&c->st, PS_INVALID_ARGUMENT, "%s: no request message", h->method);
       scall_fail(c);
       return;
     }
@@ -625,8 +630,7 @@ static void scall_event(ps_rpc_call *c, int ok) {
     grpc_slice sl = read_all(c->payload);
     grpc_byte_buffer_destroy(c->payload);
     c->payload = NULL;
-    int rc = h->on_header(c, GRPC_SLICE_START_PTR(sl), GRPC_SLICE_LENGTH(sl),
-                          &c->st);
+    int rc = h->on_header(c, GRPC_SLICE_START_PTR(sl), GRPC_SLICE_LENGTH(sl), &c->st);
     grpc_slice_unref(sl);
     if (rc != 0)
       scall_fail(c);
@@ -649,8 +653,8 @@ static void scall_event(ps_rpc_call *c, int ok) {
       }
       grpc_byte_buffer_destroy(bb);
       ps_status_set(&c->st, PS_INVALID_ARGUMENT,
-                    "%s: more data than announced (%zu bytes)",
-                    s->h[c->hi].method, c->sink.total);
+                    "%s: more data than announced (%zu bytes)", s->h[c->hi].method,
+                    c->sink.total);
       scall_fail(c);
       return;
     }
@@ -663,8 +667,7 @@ static void scall_event(ps_rpc_call *c, int ok) {
     }
     int rc = check_size(c, bb);
     if (rc == 0)
-      rc = consume_chunk(bb, &c->sink, &c->received, s->h[c->hi].method,
-                         &c->st);
+      rc = consume_chunk(bb, &c->sink, &c->received, s->h[c->hi].method, &c->st);
     grpc_byte_buffer_destroy(bb);
     if (rc != 0)
       scall_fail(c);
@@ -729,16 +732,23 @@ static void generic_event(generic_call *g, int ok) {
 static void *server_thread(void *arg) {
   ps_rpc_server *s = arg;
   for (;;) {
-    grpc_event ev = grpc_completion_queue_next(
-        s->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    grpc_event ev =
+        grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
     if (ev.type == GRPC_QUEUE_SHUTDOWN) break;
     if (ev.type != GRPC_OP_COMPLETE) continue;
     tag *t = ev.tag;
     switch (t->kind) {
-    case TAG_SCALL: scall_event((ps_rpc_call *)t, ev.success); break;
-    case TAG_GENERIC: generic_event((generic_call *)t, ev.success); break;
-    case TAG_SHUTDOWN: server_unref(s); break;
-    default: break;
+    case TAG_SCALL:
+      scall_event((ps_rpc_call *)t, ev.success);
+      break;
+    case TAG_GENERIC:
+      generic_event((generic_call *)t, ev.success);
+      break;
+    case TAG_SHUTDOWN:
+      server_unref(s);
+      break;
+    default:
+      break;
     }
   }
   return NULL;
@@ -747,13 +757,13 @@ static void *server_thread(void *arg) {
 /* ---- listener ---- */
 
 static void close_listeners(ps_rpc_server *s) {
-  for (int i = 0; i < s->nlfd; i++) close(s->lfd[i]);
+  for (int i = 0; i < s->nlfd; i++)
+    close(s->lfd[i]);
   s->nlfd = 0;
 }
 
 /* Splits "host:port" / "[v6]:port"; 0 or -1. */
-static int split_addr(const char *addr, char *host, size_t hn, char *port,
-                      size_t pn) {
+static int split_addr(const char *addr, char *host, size_t hn, char *port, size_t pn) {
   const char *colon = strrchr(addr, ':');
   if (colon == NULL || colon[1] == '\0') return -1;
   const char *h = addr;
@@ -776,8 +786,8 @@ static int split_addr(const char *addr, char *host, size_t hn, char *port,
 static int open_listeners(ps_rpc_server *s, const char *addr, ps_status *st) {
   char host[256], port[32];
   if (split_addr(addr, host, sizeof host, port, sizeof port) != 0)
-    return ps_status_set(st, PS_INVALID_ARGUMENT,
-                         "cannot listen on %s: not HOST:PORT", addr);
+    return ps_status_set(st, PS_INVALID_ARGUMENT, "cannot listen on %s: not HOST:PORT",
+                         addr);
   if (!strcmp(host, "0.0.0.0") || !strcmp(host, "::") || !strcmp(host, "*"))
     host[0] = '\0';
   struct addrinfo hints, *res = NULL;
@@ -835,7 +845,8 @@ static int open_listeners(ps_rpc_server *s, const char *addr, ps_status *st) {
     close_listeners(s);
     return ps_status_set(st, PS_UNAVAILABLE, "cannot listen on %s: %s", addr,
                          err == EADDRINUSE ? "address in use"
-                                           : err ? strerror(err) : "no address");
+                         : err             ? strerror(err)
+                                           : "no address");
   }
   s->port = bound_port;
   return 0;
@@ -865,8 +876,7 @@ static void accept_ready(ps_rpc_server *s, int lfd, int64_t *backoff_until) {
        * backlog and try again shortly. */
       int64_t t = now_ms();
       if (t - s->last_emfile_log_ms >= 10000) {
-        PS_WARN("accepting connections: %s; retrying every 100 ms",
-                strerror(errno));
+        PS_WARN("accepting connections: %s; retrying every 100 ms", strerror(errno));
         s->last_emfile_log_ms = t;
       }
       *backoff_until = t + 100;
@@ -877,8 +887,7 @@ static void accept_ready(ps_rpc_server *s, int lfd, int64_t *backoff_until) {
     if (s->nconns >= s->opt.max_connections) {
       int64_t t = now_ms();
       if (t - s->last_full_log_ms >= 10000) {
-        PS_WARN("%d connections open (--max-connections): closing new ones",
-                s->nconns);
+        PS_WARN("%d connections open (--max-connections): closing new ones", s->nconns);
         s->last_full_log_ms = t;
       }
       pthread_mutex_unlock(&s->accept_mu);
@@ -1049,8 +1058,10 @@ static void *monitor_thread(void *arg) {
     int64_t t = now_ms();
     int listening = s->nlfd > 0 && t >= backoff_until;
     if (listening)
-      for (int i = 0; i < s->nlfd; i++) p[n++] = (struct pollfd){s->lfd[i], POLLIN, 0};
-    int timeout = atomic_load(&s->shutting_down) && !s->idle_closed ? IDLE_CLOSE_MS / 2 : 1000;
+      for (int i = 0; i < s->nlfd; i++)
+        p[n++] = (struct pollfd){s->lfd[i], POLLIN, 0};
+    int timeout =
+        atomic_load(&s->shutting_down) && !s->idle_closed ? IDLE_CLOSE_MS / 2 : 1000;
     if (s->opt.stream_timeout_ms > 0 && s->opt.stream_timeout_ms / 4 < timeout)
       timeout = (int)(s->opt.stream_timeout_ms / 4) + 1;
     if (s->nlfd > 0 && !listening && backoff_until - t < timeout)
@@ -1086,9 +1097,9 @@ static void server_free(ps_rpc_server *s) {
   free(s);
 }
 
-ps_rpc_server *ps_rpc_server_create(const char *addr, const ps_rpc_handler *h,
-                                    size_t nh, const ps_rpc_server_options *opt,
-                                    void *user, ps_status *st) {
+ps_rpc_server *ps_rpc_server_create(const char *addr, const ps_rpc_handler *h, size_t nh,
+                                    const ps_rpc_server_options *opt, void *user,
+                                    ps_status *st) {
   ps_rpc_server *s = calloc(1, sizeof *s);
   if (s == NULL) {
     ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
@@ -1134,21 +1145,26 @@ ps_rpc_server *ps_rpc_server_create(const char *addr, const ps_rpc_handler *h,
   s->cq = grpc_completion_queue_create_for_next(NULL);
   grpc_server_register_completion_queue(s->srv, s->cq, NULL);
   for (size_t i = 0; i < nh; i++)
-    s->reg[i] = grpc_server_register_method(
-        s->srv, h[i].method, NULL, GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
+    s->reg[i] = grpc_server_register_method(s->srv, h[i].method, NULL,
+                                            GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
   return s;
 fail:
   server_free(s);
   return NULL;
 }
 
-int ps_rpc_server_port(const ps_rpc_server *s) { return s->port; }
-void *ps_rpc_server_user(const ps_rpc_server *s) { return s->user; }
+int ps_rpc_server_port(const ps_rpc_server *s) {
+  return s->port;
+}
+void *ps_rpc_server_user(const ps_rpc_server *s) {
+  return s->user;
+}
 
 void ps_rpc_server_start(ps_rpc_server *s) {
   grpc_server_start(s->srv);
   for (size_t i = 0; i < s->nh; i++)
-    for (int k = 0; k < REQS_PER_METHOD; k++) post_request(s, i);
+    for (int k = 0; k < REQS_PER_METHOD; k++)
+      post_request(s, i);
   post_generic(s);
   post_generic(s);
   s->threads = calloc((size_t)s->nthreads, sizeof *s->threads);
@@ -1187,7 +1203,8 @@ void ps_rpc_server_cancel_all(ps_rpc_server *s) {
    * Calls starting later are cancelled as they are linked. */
   pthread_mutex_lock(&s->calls_mu);
   s->cancelled_all = 1;
-  for (ps_rpc_call *c = s->calls; c; c = c->next) cancel_call(c);
+  for (ps_rpc_call *c = s->calls; c; c = c->next)
+    cancel_call(c);
   pthread_mutex_unlock(&s->calls_mu);
   conns_shutdown(s, NULL);
 }
@@ -1225,9 +1242,15 @@ bool ps_rpc_call_expired(const ps_rpc_call *c) {
   return gpr_time_cmp(gpr_now(c->deadline.clock_type), c->deadline) >= 0;
 }
 
-void *ps_rpc_call_server_user(ps_rpc_call *c) { return c->srv->user; }
-void ps_rpc_call_set_ctx(ps_rpc_call *c, void *ctx) { c->ctx = ctx; }
-void *ps_rpc_call_ctx(ps_rpc_call *c) { return c->ctx; }
+void *ps_rpc_call_server_user(ps_rpc_call *c) {
+  return c->srv->user;
+}
+void ps_rpc_call_set_ctx(ps_rpc_call *c, void *ctx) {
+  c->ctx = ctx;
+}
+void *ps_rpc_call_ctx(ps_rpc_call *c) {
+  return c->ctx;
+}
 
 void ps_rpc_call_expect(ps_rpc_call *c, ps_rpc_segs *sink) {
   ps_rpc_segs_fini(&c->sink);
@@ -1267,11 +1290,14 @@ ps_rpc_channel *ps_rpc_channel_create(const char *target) {
    * default backoff of up to two minutes (nor its 20 s minimum connect
    * timeout, which also spaces out the attempts). */
   a[3] = (grpc_arg){.type = GRPC_ARG_INTEGER,
-                    .key = GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, .value.integer = 100};
+                    .key = GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,
+                    .value.integer = 100};
   a[4] = (grpc_arg){.type = GRPC_ARG_INTEGER,
-                    .key = GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, .value.integer = 1000};
+                    .key = GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
+                    .value.integer = 1000};
   a[5] = (grpc_arg){.type = GRPC_ARG_INTEGER,
-                    .key = GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, .value.integer = 1000};
+                    .key = GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
+                    .value.integer = 1000};
   grpc_channel_args args = {6, a};
   grpc_channel_credentials *cc = grpc_insecure_credentials_create();
   c->ch = grpc_channel_create(target, cc, &args);
@@ -1289,7 +1315,9 @@ void ps_rpc_channel_destroy(ps_rpc_channel *c) {
   free(c);
 }
 
-const char *ps_rpc_channel_target(const ps_rpc_channel *c) { return c->target; }
+const char *ps_rpc_channel_target(const ps_rpc_channel *c) {
+  return c->target;
+}
 
 /* Registered call handles, one per method string (which must be static). */
 static void *channel_method(ps_rpc_channel *c, const char *method) {
@@ -1324,8 +1352,8 @@ static grpc_completion_queue *cq_get(void) {
 
 static void cq_destroy(grpc_completion_queue *cq) {
   grpc_completion_queue_shutdown(cq);
-  while (grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL)
-             .type != GRPC_QUEUE_SHUTDOWN) {
+  while (grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
+         GRPC_QUEUE_SHUTDOWN) {
   }
   grpc_completion_queue_destroy(cq);
 }
@@ -1382,8 +1410,7 @@ static int ccall_start_recv(ccall *cc) {
 }
 
 static void ccall_local_error(ccall *cc) {
-  grpc_call_cancel_with_status(cc->call, GRPC_STATUS_CANCELLED, "client error",
-                               NULL);
+  grpc_call_cancel_with_status(cc->call, GRPC_STATUS_CANCELLED, "client error", NULL);
 }
 
 static int ccall_send_next(ccall *cc) {
@@ -1393,7 +1420,8 @@ static int ccall_send_next(ccall *cc) {
   size_t n = 0;
   cc->send_bb = build_chunk(s, &cc->cur);
   if (cc->send_bb == NULL) {
-    ps_status_set(&cc->err, PS_RESOURCE_EXHAUSTED, "out of memory building a request chunk");
+    ps_status_set(&cc->err, PS_RESOURCE_EXHAUSTED,
+                  "out of memory building a request chunk");
     ccall_local_error(cc); /* the call ends; the server sees it cancelled */
     return 0;
   }
@@ -1480,9 +1508,8 @@ static void ccall_start(ccall *cc, grpc_completion_queue *cq) {
       gpr_now(GPR_CLOCK_MONOTONIC),
       gpr_time_from_millis(r->timeout_ms > 0 ? r->timeout_ms : 30000, GPR_TIMESPAN));
   void *h = channel_method(r->ch, r->method);
-  cc->call = h ? grpc_channel_create_registered_call(r->ch->ch, NULL,
-                                                     GRPC_PROPAGATE_DEFAULTS, cq,
-                                                     h, deadline, NULL)
+  cc->call = h ? grpc_channel_create_registered_call(
+                     r->ch->ch, NULL, GRPC_PROPAGATE_DEFAULTS, cq, h, deadline, NULL)
                : NULL;
   if (cc->call == NULL) {
     ps_status_set(&cc->err, PS_INTERNAL, "cannot create call %s", r->method);
@@ -1560,8 +1587,7 @@ static void ccall_finish(ccall *cc) {
     r->st = cc->err;
   } else if (cc->got_status && cc->status != GRPC_STATUS_OK) {
     r->st.code = (int)cc->status;
-    snprintf(r->st.msg, sizeof r->st.msg, "%.*s",
-             (int)GRPC_SLICE_LENGTH(cc->details),
+    snprintf(r->st.msg, sizeof r->st.msg, "%.*s", (int)GRPC_SLICE_LENGTH(cc->details),
              (const char *)GRPC_SLICE_START_PTR(cc->details));
     if (r->st.msg[0] == '\0')
       snprintf(r->st.msg, sizeof r->st.msg, "%s", ps_status_code_name(r->st.code));

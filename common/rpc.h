@@ -58,8 +58,7 @@ typedef struct ps_rpc_handler {
   /* Request header arrived.  Parse it; call ps_rpc_call_expect() for bulk
    * bytes that follow (or fill them from an inline field).  Return 0, or a
    * code with @st set to fail the call. */
-  int (*on_header)(ps_rpc_call *call, const uint8_t *p, size_t n,
-                   ps_status *st);
+  int (*on_header)(ps_rpc_call *call, const uint8_t *p, size_t n, ps_status *st);
   /* All expected bulk bytes arrived.  Compute, then ps_rpc_call_reply()
    * (+ ps_rpc_call_reply_data()).  Return 0 or a code with @st set. */
   int (*on_data)(ps_rpc_call *call, ps_status *st);
@@ -99,9 +98,9 @@ void ps_rpc_server_options_default(ps_rpc_server_options *o);
  * out of file descriptors or at @opt->max_connections, it keeps the
  * listener and accepts again once connections close.  @opt may be NULL
  * for the defaults.  NULL with @st set on failure. */
-ps_rpc_server *ps_rpc_server_create(const char *addr, const ps_rpc_handler *h,
-                                    size_t nh, const ps_rpc_server_options *opt,
-                                    void *user, ps_status *st);
+ps_rpc_server *ps_rpc_server_create(const char *addr, const ps_rpc_handler *h, size_t nh,
+                                    const ps_rpc_server_options *opt, void *user,
+                                    ps_status *st);
 int ps_rpc_server_port(const ps_rpc_server *s);
 void *ps_rpc_server_user(const ps_rpc_server *s);
 void ps_rpc_server_start(ps_rpc_server *s);
@@ -110,8 +109,7 @@ void ps_rpc_server_start(ps_rpc_server *s);
  * calls parked with PS_RPC_PENDING until they are resumed and finished.  It
  * runs on whichever thread freed the last call (a gRPC thread, or the one
  * that called ps_rpc_call_resume) and must not block.  Call once. */
-void ps_rpc_server_shutdown(ps_rpc_server *s, void (*done)(void *arg),
-                            void *arg);
+void ps_rpc_server_shutdown(ps_rpc_server *s, void (*done)(void *arg), void *arg);
 /* After ps_rpc_server_shutdown(): cancels the calls still running (calls
  * parked with PS_RPC_PENDING stay until resumed). */
 void ps_rpc_server_cancel_all(ps_rpc_server *s);
@@ -155,9 +153,9 @@ typedef struct ps_rpc_req {
   const ProtobufCMessage *request;
   const void *raw_request; /* used when request is NULL (tests, fuzzing) */
   size_t raw_len;
-  ps_rpc_segs *send; /* request bulk bytes (borrowed; may be NULL) */
+  ps_rpc_segs *send;   /* request bulk bytes (borrowed; may be NULL) */
   bool unary_response; /* the response never carries chunks */
-  bool keep_open; /* tests: never end the request stream (a stalled client) */
+  bool keep_open;      /* tests: never end the request stream (a stalled client) */
   int64_t timeout_ms;
   /* Response header arrived: parse it and add the ranges its bulk bytes go
    * to into @sink.  Return 0 or a code with @st set. */

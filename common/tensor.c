@@ -3,8 +3,8 @@
  * Arithmetic on float/double/integers runs in the native type so the
  * compiler vectorizes it; half and bfloat16 go through float, as
  * TensorFlow's CPU kernels do. */
-#include "common/appendf.h"
 #include "tensor.h"
+#include "common/appendf.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -31,7 +31,7 @@ _Static_assert(PS_DT_FLOAT == 1 && PS_DT_DOUBLE == 2 && PS_DT_INT32 == 3 &&
 #define SIZE_BOOL(T, S) (sizeof(T) == (S))
 #define SIZE_COMPLEX(T, S) (2 * sizeof(T) == (S))
 #define SIZE_STRING(T, S) ((S) == 0)
-#define X(E, N, NAME, SIZE, T, U, KIND)                                     \
+#define X(E, N, NAME, SIZE, T, U, KIND)                                                  \
   _Static_assert(SIZE_##KIND(T, SIZE), "size of DT_" #E);
 PS_DTYPE_LIST(X)
 #undef X
@@ -72,8 +72,8 @@ const char *ps_dtype_enum_name(int dtype) {
 size_t ps_dtype_stored_size(int dtype) {
   if (dtype_index(dtype) >= 0) return ps_dtype_size(dtype);
   switch (dtype) {
-#define X(N, NAME, SIZE)                                                     \
-  case N:                                                                    \
+#define X(N, NAME, SIZE)                                                                 \
+  case N:                                                                                \
     return SIZE;
     PS_DTYPE_STORED_LIST(X)
 #undef X
@@ -85,8 +85,8 @@ size_t ps_dtype_stored_size(int dtype) {
 const char *ps_dtype_any_enum_name(int dtype) {
   if (dtype_index(dtype) >= 0) return ps_dtype_enum_name(dtype);
   switch (dtype) {
-#define X(N, NAME, SIZE)                                                     \
-  case N:                                                                    \
+#define X(N, NAME, SIZE)                                                                 \
+  case N:                                                                                \
     return NAME;
     PS_DTYPE_STORED_LIST(X)
 #undef X
@@ -124,7 +124,9 @@ ps_dtype ps_dtype_from_name(const char *s) {
 
 bool ps_dtype_is_numeric(int dtype) {
   switch (dtype) {
-#define X(E, N, NAME, SIZE, T, U, KIND) case PS_DT_##E: return NUMERIC_##KIND;
+#define X(E, N, NAME, SIZE, T, U, KIND)                                                  \
+  case PS_DT_##E:                                                                        \
+    return NUMERIC_##KIND;
     PS_DTYPE_LIST(X)
 #undef X
   default:
@@ -134,7 +136,9 @@ bool ps_dtype_is_numeric(int dtype) {
 
 bool ps_dtype_is_floating(int dtype) {
   switch (dtype) {
-#define X(E, N, NAME, SIZE, T, U, KIND) case PS_DT_##E: return FLOATING_##KIND;
+#define X(E, N, NAME, SIZE, T, U, KIND)                                                  \
+  case PS_DT_##E:                                                                        \
+    return FLOATING_##KIND;
     PS_DTYPE_LIST(X)
 #undef X
   default:
@@ -172,13 +176,12 @@ char *ps_shape_format(const ps_shape *s, char *buf, size_t n) {
 
 int ps_shape_set(ps_shape *s, const int64_t *dims, size_t rank, ps_status *st) {
   if (rank > PS_MAX_RANK)
-    return ps_status_set(st, PS_INVALID_ARGUMENT,
-                         "rank %zu exceeds the maximum of %d", rank, PS_MAX_RANK);
+    return ps_status_set(st, PS_INVALID_ARGUMENT, "rank %zu exceeds the maximum of %d",
+                         rank, PS_MAX_RANK);
   s->rank = (int)rank;
   for (size_t i = 0; i < rank; i++) {
     if (dims[i] < 0)
-      return ps_status_set(st, PS_INVALID_ARGUMENT,
-                           "dimension %zu is negative (%lld)", i,
+      return ps_status_set(st, PS_INVALID_ARGUMENT, "dimension %zu is negative (%lld)", i,
                            (long long)dims[i]);
     s->dim[i] = dims[i];
   }
@@ -283,7 +286,8 @@ static bool cache_put(void *p, size_t alloc) {
       break;
     }
   pthread_mutex_unlock(&cache_mu);
-  for (int i = 0; i < ne; i++) free(evict[i]);
+  for (int i = 0; i < ne; i++)
+    free(evict[i]);
   return taken;
 }
 
@@ -352,7 +356,9 @@ void ps_tensor_destroy(ps_tensor *t) {
 
 /* The library's exported symbol; code inside the project gets the inline
  * version through the macro in tensor.h (hence the parentheses). */
-void *(ps_tensor_data)(const ps_tensor *t) { return ps_tensor_data_inline(t); }
+void *(ps_tensor_data)(const ps_tensor *t) {
+  return ps_tensor_data_inline(t);
+}
 
 size_t ps_tensor_nbytes(const ps_tensor *t) {
   size_t n = 0;
@@ -371,7 +377,10 @@ float ps_half_to_float(uint16_t h) {
       bits = sign;
     } else { /* subnormal: normalize */
       int e = -1;
-      do { e++; man <<= 1; } while (!(man & 0x400));
+      do {
+        e++;
+        man <<= 1;
+      } while (!(man & 0x400));
       bits = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ff) << 13);
     }
   } else if (exp == 31) {
@@ -426,18 +435,43 @@ uint16_t ps_float_to_bf16(float f) {
 /* Element access per kind: native types convert as a C cast does; half
  * and bfloat16 go through float; bool reads nonzero as 1 and stores v != 0;
  * complex and string have no single value (get 0, set nothing). */
-#define GET_FLOAT(E, T) case PS_DT_##E: return ((const T *)p)[i];
-#define GET_INT(E, T) case PS_DT_##E: return (double)((const T *)p)[i];
-#define GET_HALF(E, T) case PS_DT_##E: return ps_half_to_float(((const T *)p)[i]);
-#define GET_BF16(E, T) case PS_DT_##E: return ps_bf16_to_float(((const T *)p)[i]);
-#define GET_BOOL(E, T) case PS_DT_##E: return ((const T *)p)[i] != 0;
+#define GET_FLOAT(E, T)                                                                  \
+  case PS_DT_##E:                                                                        \
+    return ((const T *)p)[i];
+#define GET_INT(E, T)                                                                    \
+  case PS_DT_##E:                                                                        \
+    return (double)((const T *)p)[i];
+#define GET_HALF(E, T)                                                                   \
+  case PS_DT_##E:                                                                        \
+    return ps_half_to_float(((const T *)p)[i]);
+#define GET_BF16(E, T)                                                                   \
+  case PS_DT_##E:                                                                        \
+    return ps_bf16_to_float(((const T *)p)[i]);
+#define GET_BOOL(E, T)                                                                   \
+  case PS_DT_##E:                                                                        \
+    return ((const T *)p)[i] != 0;
 #define GET_COMPLEX(E, T)
 #define GET_STRING(E, T)
-#define SET_FLOAT(E, T) case PS_DT_##E: ((T *)p)[i] = (T)v; break;
-#define SET_INT(E, T) case PS_DT_##E: ((T *)p)[i] = (T)v; break;
-#define SET_HALF(E, T) case PS_DT_##E: ((T *)p)[i] = ps_float_to_half((float)v); break;
-#define SET_BF16(E, T) case PS_DT_##E: ((T *)p)[i] = ps_float_to_bf16((float)v); break;
-#define SET_BOOL(E, T) case PS_DT_##E: ((T *)p)[i] = v != 0; break;
+#define SET_FLOAT(E, T)                                                                  \
+  case PS_DT_##E:                                                                        \
+    ((T *)p)[i] = (T)v;                                                                  \
+    break;
+#define SET_INT(E, T)                                                                    \
+  case PS_DT_##E:                                                                        \
+    ((T *)p)[i] = (T)v;                                                                  \
+    break;
+#define SET_HALF(E, T)                                                                   \
+  case PS_DT_##E:                                                                        \
+    ((T *)p)[i] = ps_float_to_half((float)v);                                            \
+    break;
+#define SET_BF16(E, T)                                                                   \
+  case PS_DT_##E:                                                                        \
+    ((T *)p)[i] = ps_float_to_bf16((float)v);                                            \
+    break;
+#define SET_BOOL(E, T)                                                                   \
+  case PS_DT_##E:                                                                        \
+    ((T *)p)[i] = v != 0;                                                                \
+    break;
 #define SET_COMPLEX(E, T)
 #define SET_STRING(E, T)
 
@@ -446,7 +480,8 @@ double ps_elem_get(int dtype, const void *p, int64_t i) {
 #define X(E, N, NAME, SIZE, T, U, KIND) GET_##KIND(E, T)
     PS_DTYPE_LIST(X)
 #undef X
-  default: return 0;
+  default:
+    return 0;
   }
 }
 
@@ -455,34 +490,45 @@ void ps_elem_set(int dtype, void *p, int64_t i, double v) {
 #define X(E, N, NAME, SIZE, T, U, KIND) SET_##KIND(E, T)
     PS_DTYPE_LIST(X)
 #undef X
-  default: break;
+  default:
+    break;
   }
 }
 
 /* Integers wrap (PS_WRAP_ADD, common/tensor.h); for floating types U is
  * T. */
-#define APPLY_NATIVE(T, U)                                                   \
-  do {                                                                       \
-    T *d = dst;                                                              \
-    const T *s = src;                                                        \
-    if (op == '+')                                                           \
-      for (int64_t i = 0; i < n; i++) d[i] = PS_WRAP_ADD(T, U, d[i], s[i]);  \
-    else if (op == '-')                                                      \
-      for (int64_t i = 0; i < n; i++) d[i] = PS_WRAP_SUB(T, U, d[i], s[i]);  \
-    else                                                                     \
-      memcpy(d, s, (size_t)n * sizeof(T));                                   \
-    return 0;                                                                \
+#define APPLY_NATIVE(T, U)                                                               \
+  do {                                                                                   \
+    T *d = dst;                                                                          \
+    const T *s = src;                                                                    \
+    if (op == '+')                                                                       \
+      for (int64_t i = 0; i < n; i++)                                                    \
+        d[i] = PS_WRAP_ADD(T, U, d[i], s[i]);                                            \
+    else if (op == '-')                                                                  \
+      for (int64_t i = 0; i < n; i++)                                                    \
+        d[i] = PS_WRAP_SUB(T, U, d[i], s[i]);                                            \
+    else                                                                                 \
+      memcpy(d, s, (size_t)n * sizeof(T));                                               \
+    return 0;                                                                            \
   } while (0)
 
 /* Half and bfloat16 add through float; bool only assigns. */
-#define APPLY_FLOAT(E, T, U) case PS_DT_##E: APPLY_NATIVE(T, U);
-#define APPLY_INT(E, T, U) case PS_DT_##E: APPLY_NATIVE(T, U);
-#define APPLY_HALF(E, T, U) case PS_DT_##E: return apply_via_float(dtype, op, dst, src, n);
-#define APPLY_BF16(E, T, U) case PS_DT_##E: return apply_via_float(dtype, op, dst, src, n);
-#define APPLY_BOOL(E, T, U)                                                  \
-  case PS_DT_##E:                                                            \
-    if (op != '=') return -1;                                                \
-    memcpy(dst, src, (size_t)n * sizeof(T));                                 \
+#define APPLY_FLOAT(E, T, U)                                                             \
+  case PS_DT_##E:                                                                        \
+    APPLY_NATIVE(T, U);
+#define APPLY_INT(E, T, U)                                                               \
+  case PS_DT_##E:                                                                        \
+    APPLY_NATIVE(T, U);
+#define APPLY_HALF(E, T, U)                                                              \
+  case PS_DT_##E:                                                                        \
+    return apply_via_float(dtype, op, dst, src, n);
+#define APPLY_BF16(E, T, U)                                                              \
+  case PS_DT_##E:                                                                        \
+    return apply_via_float(dtype, op, dst, src, n);
+#define APPLY_BOOL(E, T, U)                                                              \
+  case PS_DT_##E:                                                                        \
+    if (op != '=') return -1;                                                            \
+    memcpy(dst, src, (size_t)n * sizeof(T));                                             \
     return 0;
 #define APPLY_COMPLEX(E, T, U)
 #define APPLY_STRING(E, T, U)

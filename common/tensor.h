@@ -63,17 +63,17 @@ int ps_elem_apply(int dtype, char op, void *dst, const void *src, int64_t n);
 /* TensorFlow's other dtypes (types.proto), which a checkpoint may hold but
  * the ps computes nothing on, written once:
  *   X(number, enum name, bytes per element: 0 when not a fixed size) */
-#define PS_DTYPE_STORED_LIST(X)                                              \
-  X(11, "DT_QINT8", 1)                                                       \
-  X(12, "DT_QUINT8", 1)                                                      \
-  X(13, "DT_QINT32", 4)                                                      \
-  X(15, "DT_QINT16", 2)                                                      \
-  X(16, "DT_QUINT16", 2)                                                     \
-  X(20, "DT_RESOURCE", 0)                                                    \
-  X(21, "DT_VARIANT", 0)                                                     \
-  X(24, "DT_FLOAT8_E5M2", 0)                                                 \
-  X(25, "DT_FLOAT8_E4M3FN", 0)                                               \
-  X(29, "DT_INT4", 0)                                                        \
+#define PS_DTYPE_STORED_LIST(X)                                                          \
+  X(11, "DT_QINT8", 1)                                                                   \
+  X(12, "DT_QUINT8", 1)                                                                  \
+  X(13, "DT_QINT32", 4)                                                                  \
+  X(15, "DT_QINT16", 2)                                                                  \
+  X(16, "DT_QUINT16", 2)                                                                 \
+  X(20, "DT_RESOURCE", 0)                                                                \
+  X(21, "DT_VARIANT", 0)                                                                 \
+  X(24, "DT_FLOAT8_E5M2", 0)                                                             \
+  X(25, "DT_FLOAT8_E4M3FN", 0)                                                           \
+  X(29, "DT_INT4", 0)                                                                    \
   X(30, "DT_UINT4", 0)
 
 /* Bytes per element of any dtype of either list (a checkpoint's entries);
@@ -90,7 +90,7 @@ const char *ps_dtype_any_enum_name(int dtype);
  * twin).  1u * widens narrow types to unsigned int first, so that no
  * operand is promoted to a signed int that could overflow. */
 #define PS_WRAP_ADD(T, U, a, b) ((T)(1u * (U)(a) + 1u * (U)(b)))
-#define PS_WRAP_SUB(T, U, a, b) ((T)(1u * (U)(a) - 1u * (U)(b)))
+#define PS_WRAP_SUB(T, U, a, b) ((T)(1u * (U)(a)-1u * (U)(b)))
 #define PS_WRAP_MUL(T, U, a, b) ((T)(1u * (U)(a) * (U)(b)))
 
 /* A switch on @dt with one case per dtype of PS_DTYPE_LIST that code runs
@@ -98,8 +98,14 @@ const char *ps_dtype_any_enum_name(int dtype);
  *   PS_CASE_FLOAT(T, U)   the statement for float and double
  *   PS_CASE_INT(T, U)     (PS_DTYPE_SWITCH_NATIVE) the one for the integers
  * and every other dtype runs @otherwise.  Each case ends with break. */
-#define PS_DTYPE_CASE_FLOAT_(E, T, U) case PS_DT_##E: PS_CASE_FLOAT(T, U); break;
-#define PS_DTYPE_CASE_INT_(E, T, U) case PS_DT_##E: PS_CASE_INT(T, U); break;
+#define PS_DTYPE_CASE_FLOAT_(E, T, U)                                                    \
+  case PS_DT_##E:                                                                        \
+    PS_CASE_FLOAT(T, U);                                                                 \
+    break;
+#define PS_DTYPE_CASE_INT_(E, T, U)                                                      \
+  case PS_DT_##E:                                                                        \
+    PS_CASE_INT(T, U);                                                                   \
+    break;
 #define PS_DTYPE_CASE_NONE_(E, T, U)
 #define PS_DTYPE_FLOAT_FLOAT_ PS_DTYPE_CASE_FLOAT_
 #define PS_DTYPE_FLOAT_INT_ PS_DTYPE_CASE_NONE_
@@ -116,20 +122,21 @@ const char *ps_dtype_any_enum_name(int dtype);
 #define PS_DTYPE_FLOAT_STRING_ PS_DTYPE_CASE_NONE_
 #define PS_DTYPE_NATIVE_STRING_ PS_DTYPE_CASE_NONE_
 #define PS_DTYPE_X_FLOAT_(E, N, NAME, SIZE, T, U, KIND) PS_DTYPE_FLOAT_##KIND##_(E, T, U)
-#define PS_DTYPE_X_NATIVE_(E, N, NAME, SIZE, T, U, KIND) PS_DTYPE_NATIVE_##KIND##_(E, T, U)
-#define PS_DTYPE_SWITCH_FLOAT(dt, otherwise)                                 \
-  switch (dt) {                                                              \
-    PS_DTYPE_LIST(PS_DTYPE_X_FLOAT_)                                         \
-  default:                                                                   \
-    otherwise;                                                               \
-    break;                                                                   \
+#define PS_DTYPE_X_NATIVE_(E, N, NAME, SIZE, T, U, KIND)                                 \
+  PS_DTYPE_NATIVE_##KIND##_(E, T, U)
+#define PS_DTYPE_SWITCH_FLOAT(dt, otherwise)                                             \
+  switch (dt) {                                                                          \
+    PS_DTYPE_LIST(PS_DTYPE_X_FLOAT_)                                                     \
+  default:                                                                               \
+    otherwise;                                                                           \
+    break;                                                                               \
   }
-#define PS_DTYPE_SWITCH_NATIVE(dt, otherwise)                                \
-  switch (dt) {                                                              \
-    PS_DTYPE_LIST(PS_DTYPE_X_NATIVE_)                                        \
-  default:                                                                   \
-    otherwise;                                                               \
-    break;                                                                   \
+#define PS_DTYPE_SWITCH_NATIVE(dt, otherwise)                                            \
+  switch (dt) {                                                                          \
+    PS_DTYPE_LIST(PS_DTYPE_X_NATIVE_)                                                    \
+  default:                                                                               \
+    otherwise;                                                                           \
+    break;                                                                               \
   }
 
 #endif

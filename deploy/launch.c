@@ -867,19 +867,30 @@ static int parse_options(launcher *L, int argc, char **argv, int *nps, int *nwor
   /* "+": options end at the first non-option, which starts the command. */
   while ((o = getopt_long(argc, argv, "+", opts, NULL)) != -1) {
     switch (o) {
-    case 'c': L->cluster_file = optarg; break;
+    case 'c':
+      L->cluster_file = optarg;
+      break;
     case 'p':
       if (parse_int("--ps", optarg, 1, 10000, nps) != 0) return 2;
       break;
     case 'w':
       if (parse_int("--workers", optarg, 0, 10000, nworkers) != 0) return 2;
       break;
-    case 'W': L->write_cluster = optarg; break;
-    case 'S': L->ps_server_opt = optarg; break;
-    case 'a': L->ps_args[L->nps_args++] = optarg; break;
-    case 'r': L->restart = 1; break;
+    case 'W':
+      L->write_cluster = optarg;
+      break;
+    case 'S':
+      L->ps_server_opt = optarg;
+      break;
+    case 'a':
+      L->ps_args[L->nps_args++] = optarg;
+      break;
+    case 'r':
+      L->restart = 1;
+      break;
     case 'm':
-      if (parse_int("--max-restarts", optarg, 0, 1000000, &L->max_restarts) != 0) return 2;
+      if (parse_int("--max-restarts", optarg, 0, 1000000, &L->max_restarts) != 0)
+        return 2;
       break;
     case 'g':
       if (parse_int("--grace-secs", optarg, 0, 86400, &L->grace_secs) != 0) return 2;
@@ -894,9 +905,15 @@ static int parse_options(launcher *L, int argc, char **argv, int *nps, int *nwor
       }
       ps_log_set_level((ps_log_level)l);
       break;
-    case 'h': fputs(usage, stdout); return 0;
-    case 'V': printf("ps-launch %s\n", PS_VERSION); return 0;
-    default: fputs(usage, stderr); return 2;
+    case 'h':
+      fputs(usage, stdout);
+      return 0;
+    case 'V':
+      printf("ps-launch %s\n", PS_VERSION);
+      return 0;
+    default:
+      fputs(usage, stderr);
+      return 2;
     }
   }
   L->cmd = argv + optind;

@@ -116,10 +116,15 @@ static bool pb_field_has_nul(const uint8_t *p, size_t n, uint32_t field) {
     uint64_t len = 0;
     switch (key & 7) {
     case 0:
-      while (i < n && (p[i++] & 0x80)) {}
+      while (i < n && (p[i++] & 0x80)) {
+      }
       continue;
-    case 1: i += 8; continue;
-    case 5: i += 4; continue;
+    case 1:
+      i += 8;
+      continue;
+    case 5:
+      i += 4;
+      continue;
     case 2:
       for (int sh = 0; i < n && sh < 64; sh += 7) {
         len |= (uint64_t)(p[i] & 0x7f) << sh;
@@ -129,7 +134,8 @@ static bool pb_field_has_nul(const uint8_t *p, size_t n, uint32_t field) {
       if ((key >> 3) == field && memchr(p + i, 0, (size_t)len)) return true;
       i += (size_t)len;
       continue;
-    default: return false;
+    default:
+      return false;
     }
   }
   return false;
@@ -142,7 +148,6 @@ static int check_raw_prefix(const uint8_t *p, size_t n, uint32_t field, const ch
                          "%s: the checkpoint prefix has a NUL byte: refused", m);
   return 0;
 }
-
 
 static int mkdirs(const char *path, ps_status *st) {
   char tmp[PATH_MAX];
@@ -157,8 +162,8 @@ static int mkdirs(const char *path, ps_status *st) {
       *p = '/';
     }
   if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
-    return ps_status_set(st, ps_status_code_from_errno(errno), "cannot create %s: %s", tmp,
-                         strerror(errno));
+    return ps_status_set(st, ps_status_code_from_errno(errno), "cannot create %s: %s",
+                         tmp, strerror(errno));
   return 0;
 }
 
@@ -248,7 +253,8 @@ static int temp_enter(const char *dir, ps_status *st) {
     int fd = temp_lock(dir, LOCK_SH);
     if (fd < 0) {
       if (errno == ENOENT) continue;
-      ps_status_set(st, ps_status_code_from_errno(errno), "cannot lock %s: %s", dir, strerror(errno));
+      ps_status_set(st, ps_status_code_from_errno(errno), "cannot lock %s: %s", dir,
+                    strerror(errno));
       return -1;
     }
     struct stat a, b;
@@ -297,8 +303,10 @@ static int sweep_one(const char *dir) {
       closedir(d);
     }
     removed = rmdir(dir) == 0;
-    if (removed) PS_INFO("removed the leftover temp directory %s", dir);
-    else PS_WARN("cannot remove the leftover temp directory %s: %s", dir, strerror(errno));
+    if (removed)
+      PS_INFO("removed the leftover temp directory %s", dir);
+    else
+      PS_WARN("cannot remove the leftover temp directory %s: %s", dir, strerror(errno));
   }
   close(fd);
   return removed;
@@ -383,7 +391,6 @@ static int release_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status 
   ps_rpc_call_reply(c, &r.base);
   return 0;
 }
-
 
 static int no_data(ps_rpc_call *c, ps_status *st) {
   return 0;
@@ -629,7 +636,8 @@ static int confine_bundle(const char *root, const char *prefix, int nshards,
   if (ps_ckpt_path_confined(root, p, out, sizeof out, st)) return st->code;
   for (int k = 0; k < nshards; k++) {
     if (!ps_bundle_data_filename(prefix, k, nshards, p, sizeof p))
-      return ps_status_set(st, PS_INVALID_ARGUMENT, "checkpoint %s: name too long", prefix);
+      return ps_status_set(st, PS_INVALID_ARGUMENT, "checkpoint %s: name too long",
+                           prefix);
     if (ps_ckpt_path_confined(root, p, out, sizeof out, st)) return st->code;
   }
   return 0;
@@ -666,10 +674,11 @@ static int parts_present(const char *prefix, int n, ps_status *st) {
     char p[PATH_MAX + 64];
     snprintf(p, sizeof p, "%s_temp/part-%05d-of-%05d.index", prefix, ks[i], n);
     if (access(p, F_OK) != 0)
-      return ps_status_set(st, errno == ENOENT ? PS_NOT_FOUND : ps_status_code_from_errno(errno),
-                           "checkpoint %s: merge of %d parts, but part %d is not "
-                           "there (%s: %s)",
-                           prefix, n, ks[i], p, strerror(errno));
+      return ps_status_set(
+          st, errno == ENOENT ? PS_NOT_FOUND : ps_status_code_from_errno(errno),
+          "checkpoint %s: merge of %d parts, but part %d is not "
+          "there (%s: %s)",
+          prefix, n, ks[i], p, strerror(errno));
   }
   return 0;
 }
@@ -688,9 +697,9 @@ static void *merge_thread(void *arg) {
            PS_CKPT_STATE_FILENAME);
   rc = ps_ckpt_path_confined(root, dir, conf, sizeof conf, &j->st);
   if (rc == 0 && (lock = temp_lock(dir, LOCK_SH)) < 0)
-    rc = ps_status_set(&j->st, errno == ENOENT ? PS_NOT_FOUND : ps_status_code_from_errno(errno),
-                       "checkpoint %s: no parts to merge (%s: %s)", j->prefix, dir,
-                       strerror(errno));
+    rc = ps_status_set(
+        &j->st, errno == ENOENT ? PS_NOT_FOUND : ps_status_code_from_errno(errno),
+        "checkpoint %s: no parts to merge (%s: %s)", j->prefix, dir, strerror(errno));
   if (rc == 0) rc = parts_present(j->prefix, j->nshards, &j->st);
   if (rc == 0 && (names = part_names(j->prefix, j->nshards)) == NULL)
     rc = ps_status_set(&j->st, PS_RESOURCE_EXHAUSTED, "Merge: out of memory");
@@ -708,7 +717,8 @@ static void *merge_thread(void *arg) {
   }
   if (rc == 0) crash_point("merge_before");
   if (rc == 0)
-    rc = ps_bundle_merge((const char *const *)names, (size_t)j->nshards, j->prefix, &j->st);
+    rc = ps_bundle_merge((const char *const *)names, (size_t)j->nshards, j->prefix,
+                         &j->st);
   merged = rc == 0;
   if (rc == 0) crash_point("merge_before_state");
   if (rc == 0) rc = job_check(j, "merge");
@@ -748,7 +758,8 @@ static int merge_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *s
     rc = ckpt_path(ps_service_checkpoint_dir(j->svc), rq->prefix, j->prefix,
                    sizeof j->prefix, st);
   if (rc == 0)
-    rc = ps_wire_check_strings(&paramserver__merge_request__descriptor, p, n, "Merge", st);
+    rc =
+        ps_wire_check_strings(&paramserver__merge_request__descriptor, p, n, "Merge", st);
   j->nshards = rq->num_shards;
   j->max_to_keep = rq->max_to_keep == 0 ? 5 : rq->max_to_keep;
   j->keep_hours = rq->keep_every_n_hours;
@@ -882,8 +893,8 @@ static int restore_open(job *j, ps_bundle_reader **r, ps_var ***vars, size_t *nv
  * live variable: no page faults, the point of the restore bench) has its
  * tensor checked through a small scratch buffer first; the others get a
  * new buffer, read and checked. */
-static int restore_stage(job *j, ps_bundle_reader *r, ps_var **vars, staged *sv, size_t nv,
-                         ps_status *st) {
+static int restore_stage(job *j, ps_bundle_reader *r, ps_var **vars, staged *sv,
+                         size_t nv, ps_status *st) {
   int rc = 0;
   for (size_t i = 0; i < nv && rc == 0; i++) {
     slow_point("restore_tensor");
@@ -907,13 +918,14 @@ static int restore_stage(job *j, ps_bundle_reader *r, ps_var **vars, staged *sv,
 /* Phase 2: all or nothing, and as one update.  A tensor checked in phase 1
  * is read into its variable (checked again only if its file changed
  * since); if its buffer was shared meanwhile (a snapshot), into a new one. */
-static int restore_apply(job *j, ps_bundle_reader *r, ps_var **vars, staged *sv, size_t nv,
-                         ps_status *st) {
+static int restore_apply(job *j, ps_bundle_reader *r, ps_var **vars, staged *sv,
+                         size_t nv, ps_status *st) {
   ps_store *store = ps_service_store(j->svc);
   int rc = 0;
   ps_store_lock_set(vars, nv, true);
   /* a variable deleted since phase 1 fails the whole restore */
-  for (size_t i = 0; i < nv && rc == 0; i++) rc = ps_var_gone(store, sv[i].v, st);
+  for (size_t i = 0; i < nv && rc == 0; i++)
+    rc = ps_var_gone(store, sv[i].v, st);
   for (size_t i = 0; i < nv && rc == 0; i++) {
     if (sv[i].buf) continue;
     ps_var *v = sv[i].v;
@@ -922,9 +934,10 @@ static int restore_apply(job *j, ps_bundle_reader *r, ps_var **vars, staged *sv,
     else
       rc = restore_one(r, v, sv[i].key, &sv[i].buf, st);
     if (rc && !sv[i].buf)
-      PS_ERROR("restoring %s in place from %s failed after its check (the file changed?): "
-               "%s",
-               v->name, j->prefix, st->msg);
+      PS_ERROR(
+          "restoring %s in place from %s failed after its check (the file changed?): "
+          "%s",
+          v->name, j->prefix, st->msg);
   }
   for (size_t i = 0; i < nv && rc == 0; i++) {
     ps_var *v = sv[i].v;
@@ -946,7 +959,8 @@ static int restore_apply(job *j, ps_bundle_reader *r, ps_var **vars, staged *sv,
 static int restore_reply(job *j, ps_var **vars, size_t nv, ps_status *st) {
   Paramserver__RestoreResponse resp = PARAMSERVER__RESTORE_RESPONSE__INIT;
   char **names = calloc(nv + 1, sizeof *names);
-  if (names == NULL) return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Restore: out of memory");
+  if (names == NULL)
+    return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Restore: out of memory");
   for (size_t i = 0; i < nv; i++)
     names[i] = vars[i]->name;
   resp.restored = names;
@@ -968,8 +982,10 @@ static void *restore_thread(void *arg) {
   int rc = restore_open(j, &r, &vars, &nv, st);
   if (rc == 0) {
     sv = calloc(nv + 1, sizeof *sv);
-    if (sv == NULL) rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Restore: out of memory");
-    else PS_INFO("restoring %zu variables from %s", nv, j->prefix);
+    if (sv == NULL)
+      rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Restore: out of memory");
+    else
+      PS_INFO("restoring %zu variables from %s", nv, j->prefix);
   }
   if (rc == 0) rc = restore_stage(j, r, vars, sv, nv, st);
   if (rc == 0) rc = restore_apply(j, r, vars, sv, nv, st);

@@ -14,10 +14,10 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "ckpt.h"
 #include "common/cluster.h"
 #include "common/log.h"
 #include "common/rpc.h"
-#include "ckpt.h"
 #include "service.h"
 #include "store.h"
 
@@ -130,15 +130,30 @@ static int parse_size(const char *s, int64_t min, int64_t *out) {
   int shift = 0;
   if (*end) {
     switch (*end) {
-    case 'k': case 'K': shift = 10; break;
-    case 'm': case 'M': shift = 20; break;
-    case 'g': case 'G': shift = 30; break;
-    case 't': case 'T': shift = 40; break;
-    default: return -1;
+    case 'k':
+    case 'K':
+      shift = 10;
+      break;
+    case 'm':
+    case 'M':
+      shift = 20;
+      break;
+    case 'g':
+    case 'G':
+      shift = 30;
+      break;
+    case 't':
+    case 'T':
+      shift = 40;
+      break;
+    default:
+      return -1;
     }
     end++;
-    if (*end == 'i' && end[1] == 'B') end += 2;
-    else if (*end == 'B') end++;
+    if (*end == 'i' && end[1] == 'B')
+      end += 2;
+    else if (*end == 'B')
+      end++;
     if (*end) return -1;
   }
   if (v > (unsigned long long)INT64_MAX >> shift) return -1;
@@ -158,7 +173,7 @@ static long raise_fd_limit(void) {
     if (setrlimit(RLIMIT_NOFILE, &rl) != 0) getrlimit(RLIMIT_NOFILE, &rl);
   }
   return rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > LONG_MAX ? LONG_MAX
-                                                                 : (long)rl.rlim_cur;
+                                                                : (long)rl.rlim_cur;
 }
 
 /* Descriptors kept for everything but connections: checkpoint files,
@@ -207,17 +222,32 @@ static int limit_option(server_args *a, int o, int li) {
     else
       fprintf(stderr, "ps-server: --%s must be %s integer%s, got '%s'\n", flag,
               min ? "a positive" : "a non-negative",
-              o == 1000 || o == 1004 ? " (optionally with a K, M or G suffix)" : "", optarg);
+              o == 1000 || o == 1004 ? " (optionally with a K, M or G suffix)" : "",
+              optarg);
     return 2;
   }
   switch (o) {
-  case 1000: a->limits.max_tensor_bytes = v; break;
-  case 1001: a->limits.max_read_names = v; break;
-  case 1002: a->limits.max_gather_rows = v; break;
-  case 1003: a->limits.max_hold_ms = v; break;
-  case 1004: a->ropt.max_message_bytes = v; break;
-  case 1005: a->ropt.stream_timeout_ms = v * 1000; break;
-  default: a->max_conns = v; break;
+  case 1000:
+    a->limits.max_tensor_bytes = v;
+    break;
+  case 1001:
+    a->limits.max_read_names = v;
+    break;
+  case 1002:
+    a->limits.max_gather_rows = v;
+    break;
+  case 1003:
+    a->limits.max_hold_ms = v;
+    break;
+  case 1004:
+    a->ropt.max_message_bytes = v;
+    break;
+  case 1005:
+    a->ropt.stream_timeout_ms = v * 1000;
+    break;
+  default:
+    a->max_conns = v;
+    break;
   }
   return 0;
 }
@@ -226,12 +256,17 @@ static int limit_option(server_args *a, int o, int li) {
 static int other_option(server_args *a, int o, bool *exit_now) {
   char *end;
   switch (o) {
-  case 'c': a->cluster_file = optarg; break;
-  case 'j': a->job = optarg; break;
+  case 'c':
+    a->cluster_file = optarg;
+    break;
+  case 'j':
+    a->job = optarg;
+    break;
   case 't':
     a->task = (int)strtol(optarg, &end, 10);
     if (*end || a->task < 0) {
-      fprintf(stderr, "ps-server: --task must be a non-negative integer, got '%s'\n", optarg);
+      fprintf(stderr, "ps-server: --task must be a non-negative integer, got '%s'\n",
+              optarg);
       return 2;
     }
     break;
@@ -249,7 +284,9 @@ static int other_option(server_args *a, int o, bool *exit_now) {
       return 2;
     }
     break;
-  case 'C': a->ckpt_dir = optarg; break;
+  case 'C':
+    a->ckpt_dir = optarg;
+    break;
   case 'l': {
     int l = ps_log_level_parse(optarg);
     if (l < 0) {
@@ -259,9 +296,17 @@ static int other_option(server_args *a, int o, bool *exit_now) {
     ps_log_set_level((ps_log_level)l);
     break;
   }
-  case 'h': fputs(usage, stdout); *exit_now = true; return 0;
-  case 'V': printf("ps-server %s\n", PS_VERSION); *exit_now = true; return 0;
-  default: fputs(usage, stderr); return 2;
+  case 'h':
+    fputs(usage, stdout);
+    *exit_now = true;
+    return 0;
+  case 'V':
+    printf("ps-server %s\n", PS_VERSION);
+    *exit_now = true;
+    return 0;
+  default:
+    fputs(usage, stderr);
+    return 2;
   }
   return 0;
 }
@@ -308,7 +353,8 @@ static int connection_limit(int64_t max_conns) {
 
 /* The daemon's loop: signals, the grace timer and the status tick, until
  * the server has drained. */
-static void run_loop(ps_rpc_server *srv, ps_store *store, ps_service *svc, int grace_secs) {
+static void run_loop(ps_rpc_server *srv, ps_store *store, ps_service *svc,
+                     int grace_secs) {
   daemon_state d = {0};
   d.loop = uv_default_loop();
   d.srv = srv;

@@ -37,24 +37,23 @@
 #include "service.h"
 #include "service_internal.h"
 
+#include <errno.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <errno.h>
 #include <unistd.h>
 
 #include "ckpt.h"
-#include "paramserver/checkpoint.h"
-#include "common/log.h"
-#include "common/wire.h"
 #include "common/kernels.h"
+#include "common/log.h"
 #include "common/variable.h"
+#include "common/wire.h"
+#include "paramserver/checkpoint.h"
 #include "ps.pb-c.h"
 #include "sync.h"
-
 
 void ps_service_limits_default(ps_service_limits *l) {
   long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
@@ -89,12 +88,16 @@ void ps_service_destroy(ps_service *s) {
   free(s);
 }
 
-ps_store *ps_service_store(ps_service *s) { return s->store; }
+ps_store *ps_service_store(ps_service *s) {
+  return s->store;
+}
 void ps_service_set_checkpoint_dir(ps_service *s, const char *dir) {
   free(s->ckpt_dir);
   s->ckpt_dir = dir ? strdup(dir) : NULL;
 }
-const char *ps_service_checkpoint_dir(ps_service *s) { return s->ckpt_dir; }
+const char *ps_service_checkpoint_dir(ps_service *s) {
+  return s->ckpt_dir;
+}
 
 void ps_service_set_address(ps_service *s, const char *addr) {
   snprintf(s->address, sizeof s->address, "%s", addr);
@@ -107,8 +110,8 @@ ps_service *ps_svc_of_(ps_rpc_call *c) {
 }
 
 int ps_svc_bad_request_(ps_status *st, const char *method) {
-  return ps_status_set(st, PS_INVALID_ARGUMENT,
-                       "%s: request message does not parse", method);
+  return ps_status_set(st, PS_INVALID_ARGUMENT, "%s: request message does not parse",
+                       method);
 }
 
 /* Before unpacking a request: names with NUL or control characters, or
@@ -118,7 +121,7 @@ int ps_svc_bad_request_(ps_status *st, const char *method) {
  * Delete) is counted on the wire before protobuf-c allocates it: a 32 MiB
  * header could otherwise hold millions of items. */
 int ps_svc_check_items_(ps_service *s, const uint8_t *p, size_t n, const char *method,
-                       ps_status *st) {
+                        ps_status *st) {
   size_t k = ps_wire_count_field(p, n, 1);
   if ((uint64_t)k > (uint64_t)s->limits.max_read_names)
     return ps_status_set(st, PS_RESOURCE_EXHAUSTED,
@@ -128,13 +131,11 @@ int ps_svc_check_items_(ps_service *s, const uint8_t *p, size_t n, const char *m
   return 0;
 }
 
-
 /* The byte size of a tensor of @dtype and @shape that a request names:
  * INVALID_ARGUMENT if it does not fit in memory at all, RESOURCE_EXHAUSTED
  * above --max-tensor-bytes; checked before anything is allocated. */
 int ps_svc_tensor_bytes_(ps_service *s, int dtype, const ps_shape *shape,
-                        const char *what, const char *var, size_t *out,
-                        ps_status *st) {
+                         const char *what, const char *var, size_t *out, ps_status *st) {
   char a[256];
   if (ps_size_bytes(dtype, shape, out) != 0)
     return ps_status_set(st, PS_INVALID_ARGUMENT,
@@ -153,7 +154,7 @@ int ps_svc_tensor_bytes_(ps_service *s, int dtype, const ps_shape *shape,
 /* Adds @add bytes to the bytes one request stages or builds (*@total):
  * together they may not pass --max-tensor-bytes either. */
 int ps_svc_add_staged_(ps_service *s, size_t *total, size_t add, const char *method,
-                      ps_status *st) {
+                       ps_status *st) {
   if (ps_size_add(*total, add, total) != 0 ||
       (uint64_t)*total > (uint64_t)s->limits.max_tensor_bytes)
     return ps_status_set(st, PS_RESOURCE_EXHAUSTED,
@@ -165,15 +166,14 @@ int ps_svc_add_staged_(ps_service *s, size_t *total, size_t add, const char *met
 
 /* The same for @count elements of @dtype (indices, gathered rows). */
 int ps_svc_elems_bytes_(ps_service *s, int dtype, int64_t count, const char *what,
-                       const char *var, size_t *out, ps_status *st) {
+                        const char *var, size_t *out, ps_status *st) {
   ps_shape sh = {.rank = 1, .dim = {count}};
   return ps_svc_tensor_bytes_(s, dtype, &sh, what, var, out, st);
 }
 
 int ps_svc_shape_from_(ps_shape *s, const int64_t *dims, size_t n, const char *var,
-                      ps_status *st) {
-  if (ps_shape_set(s, dims, n, st) != 0)
-    return ps_status_prefix(st, "variable %s", var);
+                       ps_status *st) {
+  if (ps_shape_set(s, dims, n, st) != 0) return ps_status_prefix(st, "variable %s", var);
   return 0;
 }
 
@@ -183,12 +183,12 @@ const char *ps_svc_fmt_shape_(const ps_shape *s, char *buf, size_t n) {
 
 /* ---- Create ---- */
 
-static int init_from_proto(const Paramserver__Initializer *p, const char *var,
-                           int dtype, ps_init_spec *out, ps_status *st) {
+static int init_from_proto(const Paramserver__Initializer *p, const char *var, int dtype,
+                           ps_init_spec *out, ps_status *st) {
   int t = ps_init_type_from_name(p->type);
   if (t < 0)
-    return ps_status_set(st, PS_INVALID_ARGUMENT,
-                         "variable %s: unknown initializer '%s'", var, p->type);
+    return ps_status_set(st, PS_INVALID_ARGUMENT, "variable %s: unknown initializer '%s'",
+                         var, p->type);
   ps_init_spec_default(out, (ps_init_type)t);
   out->value = p->value;
   out->values = p->values;
@@ -201,8 +201,8 @@ static int init_from_proto(const Paramserver__Initializer *p, const char *var,
   if (p->mode[0]) {
     int m = ps_fan_mode_from_name(p->mode);
     if (m < 0)
-      return ps_status_set(st, PS_INVALID_ARGUMENT,
-                           "variable %s: unknown fan mode '%s'", var, p->mode);
+      return ps_status_set(st, PS_INVALID_ARGUMENT, "variable %s: unknown fan mode '%s'",
+                           var, p->mode);
     out->mode = (ps_fan_mode)m;
   }
   if (p->distribution[0]) {
@@ -235,17 +235,14 @@ static int check_spec_init(const Paramserver__VariableSpec *v, const ps_shape *s
   const char *nm = pi->full_name[0] ? pi->full_name : v->name;
   int rc = ps_init_check(init, nm, v->dtype, &full, pi->offset,
                          ps_shape_num_elements(shape), st);
-  if (rc != 0 && strcmp(nm, v->name) != 0)
-    ps_status_prefix(st, "variable %s", v->name);
+  if (rc != 0 && strcmp(nm, v->name) != 0) ps_status_prefix(st, "variable %s", v->name);
   return rc;
 }
 
-static int create_header(ps_rpc_call *c, const uint8_t *p, size_t n,
-                         ps_status *st) {
+static int create_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *st) {
   ps_service *s = ps_svc_of_(c);
   CHECK_WIRE(paramserver__create_request__descriptor, "Create");
-  Paramserver__CreateRequest *req =
-      paramserver__create_request__unpack(NULL, n, p);
+  Paramserver__CreateRequest *req = paramserver__create_request__unpack(NULL, n, p);
   if (req == NULL) return ps_svc_bad_request_(st, "Create");
   Paramserver__CreateResponse resp = PARAMSERVER__CREATE_RESPONSE__INIT;
   int rc = 0;
@@ -259,11 +256,11 @@ static int create_header(ps_rpc_call *c, const uint8_t *p, size_t n,
       rc = ps_status_set(st, PS_INVALID_ARGUMENT, "variable %zu has no name", i);
     else if (ps_dtype_size(v->dtype) == 0 || v->dtype == PS_DT_COMPLEX64 ||
              v->dtype == PS_DT_COMPLEX128)
-      rc = ps_status_set(st, PS_INVALID_ARGUMENT,
-                         "variable %s: unsupported dtype %d", v->name, v->dtype);
+      rc = ps_status_set(st, PS_INVALID_ARGUMENT, "variable %s: unsupported dtype %d",
+                         v->name, v->dtype);
     else if ((rc = ps_svc_shape_from_(&shape, v->shape, v->n_shape, v->name, st)) == 0 &&
              (rc = ps_svc_tensor_bytes_(s, v->dtype, &shape, "Create", v->name, &bytes,
-                                st)) == 0 &&
+                                        st)) == 0 &&
              v->initializer &&
              (rc = init_from_proto(v->initializer, v->name, v->dtype, &init, st)) == 0)
       rc = check_spec_init(v, &shape, &init, st);
@@ -289,15 +286,15 @@ static int create_header(ps_rpc_call *c, const uint8_t *p, size_t n,
       if (v->initializer->full_name[0]) full_name = v->initializer->full_name;
       if (v->initializer->n_full_shape) {
         if ((rc = ps_svc_shape_from_(&full, v->initializer->full_shape,
-                             v->initializer->n_full_shape, v->name, st)) != 0)
+                                     v->initializer->n_full_shape, v->name, st)) != 0)
           break;
         fs = &full;
       }
       off = v->initializer->offset;
     }
     bool created;
-    rc = ps_store_create_var(s->store, v->name, (ps_dtype)v->dtype, &shape, ip,
-                             full_name, fs, off, &created, st);
+    rc = ps_store_create_var(s->store, v->name, (ps_dtype)v->dtype, &shape, ip, full_name,
+                             fs, off, &created, st);
     if (rc == 0) {
       if (created) {
         resp.created++;
@@ -312,8 +309,8 @@ static int create_header(ps_rpc_call *c, const uint8_t *p, size_t n,
     ps_var **gone = NULL;
     size_t ngone = 0;
     ps_status st2;
-    if (ps_store_remove(s->store, made, nmade, PS_REMOVE_MISSING_OK, &gone, &ngone,
-                        NULL, &st2) == 0) {
+    if (ps_store_remove(s->store, made, nmade, PS_REMOVE_MISSING_OK, &gone, &ngone, NULL,
+                        &st2) == 0) {
       for (size_t i = 0; i < ngone; i++) {
         pthread_rwlock_wrlock(&gone[i]->lock);
         ps_var_mark_deleted(s->store, gone[i]);
@@ -354,8 +351,7 @@ static ps_var **resolve(ps_service *s, char **names, size_t n, size_t *out_n,
  * values first, under the write locks of all the variables; only when all
  * succeeded are they installed (pointer swaps), so a failed Initialize
  * changes nothing. */
-static int initialize_header(ps_rpc_call *c, const uint8_t *p, size_t n,
-                             ps_status *st) {
+static int initialize_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *st) {
   ps_service *s = ps_svc_of_(c);
   CHECK_WIRE(paramserver__initialize_request__descriptor, "Initialize");
   Paramserver__InitializeRequest *req =
@@ -388,7 +384,8 @@ static int initialize_header(ps_rpc_call *c, const uint8_t *p, size_t n,
       if (!v->has_init) continue;
       if (req->only_uninitialized && v->buf) continue;
       bool dup = false;
-      for (size_t k = 0; k < i; k++) dup |= vars[k] == v;
+      for (size_t k = 0; k < i; k++)
+        dup |= vars[k] == v;
       if (dup) continue;
       if ((bufs[i] = ps_var_init_buf(s->store, v, st)) == NULL) rc = st->code;
     }
@@ -406,7 +403,8 @@ static int initialize_header(ps_rpc_call *c, const uint8_t *p, size_t n,
     resp.n_initialized = nd;
     ps_rpc_call_reply(c, &resp.base);
   }
-  for (size_t i = 0; bufs && i < nv; i++) ps_buf_unref(bufs[i]);
+  for (size_t i = 0; bufs && i < nv; i++)
+    ps_buf_unref(bufs[i]);
   free(bufs);
   free(done);
   free(vars);
@@ -416,8 +414,7 @@ static int initialize_header(ps_rpc_call *c, const uint8_t *p, size_t n,
 
 /* ---- IsInitialized / ReportUninitialized ---- */
 
-static int is_init_header(ps_rpc_call *c, const uint8_t *p, size_t n,
-                          ps_status *st) {
+static int is_init_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *st) {
   ps_service *s = ps_svc_of_(c);
   CHECK_WIRE(paramserver__names_request__descriptor, "IsInitialized");
   Paramserver__NamesRequest *req = paramserver__names_request__unpack(NULL, n, p);
@@ -449,8 +446,7 @@ static int is_init_header(ps_rpc_call *c, const uint8_t *p, size_t n,
       return rc;
     }
     nv = k;
-    Paramserver__IsInitializedResponse resp =
-        PARAMSERVER__IS_INITIALIZED_RESPONSE__INIT;
+    Paramserver__IsInitializedResponse resp = PARAMSERVER__IS_INITIALIZED_RESPONSE__INIT;
     resp.initialized = b;
     resp.n_initialized = nv;
     ps_rpc_call_reply(c, &resp.base);
@@ -462,8 +458,7 @@ static int is_init_header(ps_rpc_call *c, const uint8_t *p, size_t n,
   return rc;
 }
 
-static int report_header(ps_rpc_call *c, const uint8_t *p, size_t n,
-                         ps_status *st) {
+static int report_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *st) {
   ps_service *s = ps_svc_of_(c);
   CHECK_WIRE(paramserver__names_request__descriptor, "ReportUninitialized");
   Paramserver__NamesRequest *req = paramserver__names_request__unpack(NULL, n, p);
@@ -509,8 +504,7 @@ static int report_header(ps_rpc_call *c, const uint8_t *p, size_t n,
 
 /* ---- List / Status ---- */
 
-static int list_header(ps_rpc_call *c, const uint8_t *p, size_t n,
-                       ps_status *st) {
+static int list_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *st) {
   ps_service *s = ps_svc_of_(c);
   CHECK_WIRE(paramserver__list_request__descriptor, "List");
   Paramserver__ListRequest *req = paramserver__list_request__unpack(NULL, n, p);
@@ -574,8 +568,7 @@ static int list_header(ps_rpc_call *c, const uint8_t *p, size_t n,
   return 0;
 }
 
-static int status_header(ps_rpc_call *c, const uint8_t *p, size_t n,
-                         ps_status *st) {
+static int status_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *st) {
   ps_service *s = ps_svc_of_(c);
   CHECK_WIRE(paramserver__status_request__descriptor, "Status");
   Paramserver__StatusRequest *req = paramserver__status_request__unpack(NULL, n, p);
@@ -596,7 +589,9 @@ static int status_header(ps_rpc_call *c, const uint8_t *p, size_t n,
   return 0;
 }
 
-static int no_data(ps_rpc_call *c, ps_status *st) { return 0; }
+static int no_data(ps_rpc_call *c, ps_status *st) {
+  return 0;
+}
 
 /* ---- Delete ---- */
 
@@ -635,8 +630,10 @@ static int delete_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *
     pthread_rwlock_wrlock(&v->lock);
     if (v->accum) {
       char msg[PS_STATUS_MSG_MAX];
-      snprintf(msg, sizeof msg, "variable %s was deleted on %s: synchronous step %lld "
-               "was not applied", v->name, s->task, (long long)ps_accum_step(v->accum));
+      snprintf(msg, sizeof msg,
+               "variable %s was deleted on %s: synchronous step %lld "
+               "was not applied",
+               v->name, s->task, (long long)ps_accum_step(v->accum));
       w = ps_accum_fail(v->accum, PS_NOT_FOUND, msg);
     }
     ps_var_mark_deleted(s->store, v);
@@ -649,7 +646,8 @@ static int delete_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *
     rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
     goto out;
   }
-  for (size_t i = 0; i < nv; i++) names[i] = vars[i]->name;
+  for (size_t i = 0; i < nv; i++)
+    names[i] = vars[i]->name;
   Paramserver__DeleteResponse resp = PARAMSERVER__DELETE_RESPONSE__INIT;
   resp.deleted = names;
   resp.n_deleted = nv;
@@ -672,7 +670,8 @@ static const ps_rpc_handler base_handlers[] = {
     {"/paramserver.Ps/Initialize", initialize_header, no_data, NULL},
     {"/paramserver.Ps/IsInitialized", is_init_header, no_data, NULL},
     {"/paramserver.Ps/ReportUninitialized", report_header, no_data, NULL},
-    {"/paramserver.Ps/Update", ps_svc_update_header_, ps_svc_update_data_, ps_svc_update_free_},
+    {"/paramserver.Ps/Update", ps_svc_update_header_, ps_svc_update_data_,
+     ps_svc_update_free_},
     {"/paramserver.Ps/Read", ps_svc_read_header_, ps_svc_read_data_, ps_svc_read_free_},
     {"/paramserver.Ps/List", list_header, no_data, NULL},
     {"/paramserver.Ps/Status", status_header, no_data, NULL},
@@ -705,7 +704,8 @@ int ps_service_update_state(ps_service *svc, const char *prefix, int max_to_keep
   if (keep_every_n_hours > 0) o.keep_checkpoint_every_n_hours = keep_every_n_hours;
   struct timespec now;
   clock_gettime(CLOCK_REALTIME, &now);
-  return ps_ckpt_record(dir, prefix, &o, (double)now.tv_sec + (double)now.tv_nsec / 1e9, st);
+  return ps_ckpt_record(dir, prefix, &o, (double)now.tv_sec + (double)now.tv_nsec / 1e9,
+                        st);
 }
 
 int ps_service_latest(ps_service *svc, char **prefix, ps_status *st) {

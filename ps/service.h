@@ -18,8 +18,8 @@ typedef struct ps_service_limits {
    * one Update stages or one Read gathers together, and the bytes of the
    * updates parked at a closed snapshot gate together (--max-tensor-bytes) */
   int64_t max_tensor_bytes;
-  int64_t max_read_names;   /* items of one Read (--max-read-names) */
-  int64_t max_gather_rows;  /* rows of one gather response (--max-gather-rows) */
+  int64_t max_read_names;  /* items of one Read (--max-read-names) */
+  int64_t max_gather_rows; /* rows of one gather response (--max-gather-rows) */
   /* longest a snapshot holds updates: a longer hold_ms is clamped to it,
    * with a warning (--max-hold-ms) */
   int64_t max_hold_ms;

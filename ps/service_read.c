@@ -35,7 +35,8 @@ typedef struct read_ctx {
 void ps_svc_read_free_(ps_rpc_call *c) {
   read_ctx *x = ps_rpc_call_ctx(c);
   if (x == NULL) return;
-  for (size_t i = 0; i < x->n; i++) ps_buf_unref(x->items[i].idx);
+  for (size_t i = 0; i < x->n; i++)
+    ps_buf_unref(x->items[i].idx);
   free(x->items);
   free(x);
 }
@@ -75,8 +76,8 @@ int ps_svc_read_header_(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *s
     it->gather = true;
     if (ri->index_dtype != PS_DT_INT32 && ri->index_dtype != PS_DT_INT64) {
       rc = ps_status_set(st, PS_INVALID_ARGUMENT,
-                         "Gather %s: indices must be int32 or int64, got %s",
-                         ri->name, ps_dtype_name(ri->index_dtype));
+                         "Gather %s: indices must be int32 or int64, got %s", ri->name,
+                         ps_dtype_name(ri->index_dtype));
       break;
     }
     if (ri->num_indices < 0) {
@@ -93,16 +94,15 @@ int ps_svc_read_header_(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *s
       break;
     }
     size_t ib;
-    if ((rc = ps_svc_elems_bytes_(s, ri->index_dtype, ri->num_indices, "Gather", ri->name, &ib,
-                          st)) != 0 ||
+    if ((rc = ps_svc_elems_bytes_(s, ri->index_dtype, ri->num_indices, "Gather", ri->name,
+                                  &ib, st)) != 0 ||
         (rc = ps_svc_add_staged_(s, &staged, ib, "Read", st)) != 0)
       break;
     it->isize = ps_dtype_size(ri->index_dtype);
     it->nidx = ri->num_indices;
     it->idx = ps_buf_create(ib, false);
     if (it->idx == NULL) {
-      rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Gather %s: out of memory",
-                         ri->name);
+      rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Gather %s: out of memory", ri->name);
       break;
     }
     ps_rpc_segs_add(&sink, it->idx->data, it->idx->size, NULL);
@@ -126,7 +126,8 @@ int ps_svc_read_data_(ps_rpc_call *c, ps_status *st) {
     rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
     goto out;
   }
-  for (size_t i = 0; i < x->n; i++) vars[i] = x->items[i].v;
+  for (size_t i = 0; i < x->n; i++)
+    vars[i] = x->items[i].v;
   size_t built = 0; /* bytes of the gathered tensors */
   /* All variables of one read are taken at one moment. */
   ps_store_lock_set(vars, x->n, false);
@@ -160,7 +161,7 @@ int ps_svc_read_data_(ps_rpc_call *c, ps_status *st) {
       break;
     }
     if ((rc = ps_svc_check_indices_(it->idx->data, it->isize, it->nidx, v->shape.dim[0],
-                            v->name, "Gather", st)) != 0)
+                                    v->name, "Gather", st)) != 0)
       break;
     memcpy(m->shape, v->shape.dim, (size_t)v->shape.rank * sizeof *dims);
     m->shape[0] = it->nidx;
@@ -174,8 +175,7 @@ int ps_svc_read_data_(ps_rpc_call *c, ps_status *st) {
       break;
     bufs[i] = ps_buf_create(gb, false);
     if (bufs[i] == NULL) {
-      rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Gather %s: out of memory",
-                         v->name);
+      rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Gather %s: out of memory", v->name);
       break;
     }
     for (int64_t k = 0; k < it->nidx; k++) {
@@ -196,7 +196,8 @@ int ps_svc_read_data_(ps_rpc_call *c, ps_status *st) {
   }
 out:
   if (bufs)
-    for (size_t i = 0; i < x->n; i++) ps_buf_unref(bufs[i]);
+    for (size_t i = 0; i < x->n; i++)
+      ps_buf_unref(bufs[i]);
   free(bufs);
   free(dims);
   free(mp);
@@ -204,4 +205,3 @@ out:
   free(vars);
   return rc;
 }
-

@@ -26,11 +26,11 @@ typedef struct upd_item {
   Paramserver__Update *u;
   struct upd_ctx *x;
   ps_var *v;
-  ps_shape shape;   /* value shape */
-  ps_buf *val;      /* staged value */
-  ps_buf *idx;      /* staged indices (scatter, sparse gradient) */
-  size_t isize;     /* bytes per index */
-  const ps_opt_info *opt;    /* optimizer ops, else NULL */
+  ps_shape shape;                  /* value shape */
+  ps_buf *val;                     /* staged value */
+  ps_buf *idx;                     /* staged indices (scatter, sparse gradient) */
+  size_t isize;                    /* bytes per index */
+  const ps_opt_info *opt;          /* optimizer ops, else NULL */
   ps_var *slots[PS_OPT_MAX_SLOTS]; /* its slot variables */
   bool sparse;                     /* optimizer op with a sparse gradient */
   /* synchronous updates */
@@ -56,26 +56,34 @@ typedef struct upd_ctx {
 
 /* An APPLY_* op minus APPLY_GRADIENT_DESCENT is its ps_opt_kind. */
 #define OPT_OF(op, kind)                                                                 \
-  _Static_assert(PARAMSERVER__UPDATE_OP__##op - PARAMSERVER__UPDATE_OP__APPLY_GRADIENT_DESCENT == \
+  _Static_assert(PARAMSERVER__UPDATE_OP__##op -                                          \
+                         PARAMSERVER__UPDATE_OP__APPLY_GRADIENT_DESCENT ==               \
                      (kind),                                                             \
                  #op " is " #kind)
 OPT_OF(APPLY_GRADIENT_DESCENT, PS_OPT_GRADIENT_DESCENT);
 OPT_OF(APPLY_MOMENTUM, PS_OPT_MOMENTUM);
 OPT_OF(APPLY_ADAGRAD, PS_OPT_ADAGRAD);
 OPT_OF(APPLY_ADAM, PS_OPT_ADAM);
-_Static_assert(PARAMSERVER__UPDATE_OP__APPLY_ADAM - PARAMSERVER__UPDATE_OP__APPLY_GRADIENT_DESCENT ==
+_Static_assert(PARAMSERVER__UPDATE_OP__APPLY_ADAM -
+                       PARAMSERVER__UPDATE_OP__APPLY_GRADIENT_DESCENT ==
                    PS_OPT_COUNT - 1,
                "every APPLY_* op has a kernel");
 #undef OPT_OF
 
 static const char *op_name(int op) {
   switch (op) {
-  case PARAMSERVER__UPDATE_OP__ASSIGN: return "Assign";
-  case PARAMSERVER__UPDATE_OP__ASSIGN_ADD: return "AssignAdd";
-  case PARAMSERVER__UPDATE_OP__ASSIGN_SUB: return "AssignSub";
-  case PARAMSERVER__UPDATE_OP__SCATTER_UPDATE: return "ScatterUpdate";
-  case PARAMSERVER__UPDATE_OP__SCATTER_ADD: return "ScatterAdd";
-  case PARAMSERVER__UPDATE_OP__SCATTER_SUB: return "ScatterSub";
+  case PARAMSERVER__UPDATE_OP__ASSIGN:
+    return "Assign";
+  case PARAMSERVER__UPDATE_OP__ASSIGN_ADD:
+    return "AssignAdd";
+  case PARAMSERVER__UPDATE_OP__ASSIGN_SUB:
+    return "AssignSub";
+  case PARAMSERVER__UPDATE_OP__SCATTER_UPDATE:
+    return "ScatterUpdate";
+  case PARAMSERVER__UPDATE_OP__SCATTER_ADD:
+    return "ScatterAdd";
+  case PARAMSERVER__UPDATE_OP__SCATTER_SUB:
+    return "ScatterSub";
   default: {
     const ps_opt_info *oi =
         ps_opt_info_get(op - PARAMSERVER__UPDATE_OP__APPLY_GRADIENT_DESCENT);
@@ -208,7 +216,7 @@ static int resolve_sync(upd_ctx *x, size_t i, ps_status *st) {
 }
 
 static int cmp_ptr(const void *a, const void *b) {
-  uintptr_t x = (uintptr_t)*(void *const *)a, y = (uintptr_t)*(void *const *)b;
+  uintptr_t x = (uintptr_t) * (void *const *)a, y = (uintptr_t) * (void *const *)b;
   return (x > y) - (x < y);
 }
 
@@ -243,8 +251,7 @@ void ps_svc_update_free_(ps_rpc_call *c) {
   free(x);
 }
 
-int ps_svc_update_header_(ps_rpc_call *c, const uint8_t *p, size_t n,
-                         ps_status *st) {
+int ps_svc_update_header_(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *st) {
   ps_service *s = ps_svc_of_(c);
   CHECK_WIRE(paramserver__update_request__descriptor, "Update");
   upd_ctx *x = calloc(1, sizeof *x);
@@ -266,8 +273,8 @@ int ps_svc_update_header_(ps_rpc_call *c, const uint8_t *p, size_t n,
     it->u = u;
     it->x = x;
     if ((int)u->op < 0 || u->op > PARAMSERVER__UPDATE_OP__APPLY_ADAM) {
-      rc = ps_status_set(st, PS_INVALID_ARGUMENT, "update of %s: unknown op %d",
-                         u->name, (int)u->op);
+      rc = ps_status_set(st, PS_INVALID_ARGUMENT, "update of %s: unknown op %d", u->name,
+                         (int)u->op);
       break;
     }
     if ((it->v = ps_store_find(s->store, u->name, st)) == NULL) {
@@ -283,7 +290,8 @@ int ps_svc_update_header_(ps_rpc_call *c, const uint8_t *p, size_t n,
                          u->name, u->dtype);
       break;
     }
-    if ((rc = ps_svc_shape_from_(&it->shape, u->shape, u->n_shape, u->name, st)) != 0) break;
+    if ((rc = ps_svc_shape_from_(&it->shape, u->shape, u->n_shape, u->name, st)) != 0)
+      break;
     if (is_scatter(u->op) || it->sparse) {
       if (u->index_dtype != PS_DT_INT32 && u->index_dtype != PS_DT_INT64) {
         rc = ps_status_set(st, PS_INVALID_ARGUMENT,
@@ -298,8 +306,8 @@ int ps_svc_update_header_(ps_rpc_call *c, const uint8_t *p, size_t n,
       }
       it->isize = ps_dtype_size(u->index_dtype);
       size_t ib;
-      if ((rc = ps_svc_elems_bytes_(s, u->index_dtype, u->num_indices, op, u->name, &ib, st)) !=
-              0 ||
+      if ((rc = ps_svc_elems_bytes_(s, u->index_dtype, u->num_indices, op, u->name, &ib,
+                                    st)) != 0 ||
           (rc = ps_svc_add_staged_(s, &staged, ib, "Update", st)) != 0)
         break;
       if ((it->idx = ps_buf_create(ib, false)) == NULL) {
@@ -343,7 +351,7 @@ static int64_t index_at(const upd_item *it, int64_t k) {
 }
 
 int ps_svc_check_indices_(const void *idx, size_t isize, int64_t n, int64_t bound,
-                         const char *var, const char *op, ps_status *st) {
+                          const char *var, const char *op, ps_status *st) {
   for (int64_t k = 0; k < n; k++) {
     int64_t i = isize == 4 ? ((const int32_t *)idx)[k] : ((const int64_t *)idx)[k];
     if (i < 0 || i >= bound)
@@ -373,14 +381,17 @@ static int validate_update(upd_item *it, sim *sm, ps_status *st) {
     return ps_status_set(st, PS_INVALID_ARGUMENT,
                          "Assign %s: a part of partitioned variable %s cannot "
                          "change its shape (%s to %s, validate_shape off)",
-                         v->name, v->init_full_name, ps_svc_fmt_shape_(&sm->shape, a, sizeof a),
+                         v->name, v->init_full_name,
+                         ps_svc_fmt_shape_(&sm->shape, a, sizeof a),
                          ps_svc_fmt_shape_(&it->shape, b, sizeof b));
   if (!is_scatter(u->op)) {
-    ps_var_update_kind k = u->op == PARAMSERVER__UPDATE_OP__ASSIGN       ? PS_VAR_ASSIGN
-                           : u->op == PARAMSERVER__UPDATE_OP__ASSIGN_ADD ? PS_VAR_ASSIGN_ADD
-                                                                         : PS_VAR_ASSIGN_SUB;
-    int rc = ps_var_check_update(k, v->name, v->dtype, &sm->shape, sm->init,
-                                 (ps_dtype)u->dtype, &it->shape, !u->no_validate_shape, st);
+    ps_var_update_kind k = u->op == PARAMSERVER__UPDATE_OP__ASSIGN ? PS_VAR_ASSIGN
+                           : u->op == PARAMSERVER__UPDATE_OP__ASSIGN_ADD
+                               ? PS_VAR_ASSIGN_ADD
+                               : PS_VAR_ASSIGN_SUB;
+    int rc =
+        ps_var_check_update(k, v->name, v->dtype, &sm->shape, sm->init,
+                            (ps_dtype)u->dtype, &it->shape, !u->no_validate_shape, st);
     if (rc == 0 && k == PS_VAR_ASSIGN) {
       sm->init = true;
       sm->shape = it->shape;
@@ -391,8 +402,8 @@ static int validate_update(upd_item *it, sim *sm, ps_status *st) {
   if (rc != 0) return rc;
   if (!sm->init) return ps_var_uninitialized(v->name, st);
   if (!ps_dtype_is_numeric(v->dtype) && u->op != PARAMSERVER__UPDATE_OP__SCATTER_UPDATE)
-    return ps_status_set(st, PS_INVALID_ARGUMENT, "%s %s: dtype %s has no arithmetic",
-                         op, v->name, ps_dtype_name(v->dtype));
+    return ps_status_set(st, PS_INVALID_ARGUMENT, "%s %s: dtype %s has no arithmetic", op,
+                         v->name, ps_dtype_name(v->dtype));
   if (sm->shape.rank < 1)
     return ps_status_set(st, PS_INVALID_ARGUMENT,
                          "params must be at least 1-D, got shape %s\n\t "
@@ -409,7 +420,7 @@ static int validate_update(upd_item *it, sim *sm, ps_status *st) {
                          ps_svc_fmt_shape_(&ishape, b, sizeof b),
                          ps_svc_fmt_shape_(&sm->shape, c2, sizeof c2), v->name, op);
   return ps_svc_check_indices_(it->idx->data, it->isize, u->num_indices, sm->shape.dim[0],
-                       v->name, op, st);
+                               v->name, op, st);
 }
 
 static sim *sim_of(sim *sims, size_t *nsim, ps_var *v) {
@@ -437,8 +448,7 @@ static int validate_optimizer(upd_item *it, const sim *sm, sim *const *ss,
                          "%s %s: dtype %s is not supported; the optimizer kernels "
                          "run on float and double",
                          op, v->name, ps_dtype_name(v->dtype));
-  if (!sm->init)
-    return ps_var_uninitialized(v->name, st);
+  if (!sm->init) return ps_var_uninitialized(v->name, st);
   for (size_t k = 0; k < it->opt->nslots; k++) {
     ps_var *sv = it->slots[k];
     if (sv->dtype != v->dtype)
@@ -447,13 +457,13 @@ static int validate_optimizer(upd_item *it, const sim *sm, sim *const *ss,
                            "dtype %s",
                            op, v->name, sv->name, ps_dtype_name(sv->dtype),
                            ps_dtype_name(v->dtype));
-    if (!ss[k]->init)
-      return ps_var_uninitialized(sv->name, st);
+    if (!ss[k]->init) return ps_var_uninitialized(sv->name, st);
     if (!ps_shape_equal(&ss[k]->shape, &sm->shape))
       return ps_status_set(st, PS_INVALID_ARGUMENT,
                            "%s %s: slot variable %s has shape %s, the variable has "
                            "shape %s",
-                           op, v->name, sv->name, ps_svc_fmt_shape_(&ss[k]->shape, a, sizeof a),
+                           op, v->name, sv->name,
+                           ps_svc_fmt_shape_(&ss[k]->shape, a, sizeof a),
                            ps_svc_fmt_shape_(&sm->shape, b, sizeof b));
   }
   if (!it->sparse) {
@@ -481,15 +491,14 @@ static int validate_optimizer(upd_item *it, const sim *sm, sim *const *ss,
                          ps_svc_fmt_shape_(&ishape, b, sizeof b),
                          ps_svc_fmt_shape_(&sm->shape, c2, sizeof c2));
   return ps_svc_check_indices_(it->idx->data, it->isize, u->num_indices, sm->shape.dim[0],
-                       v->name, op, st);
+                               v->name, op, st);
 }
 
 /* Runs optimizer @opt's kernel on @v and its slots @slots (validated, all
  * write-locked): the gradient @grad is dense, or rows of @indices. */
 static void run_kernel(ps_var *v, ps_var *const *slots, int opt, const char *opname,
-                       const void *grad, bool sparse, const void *indices,
-                       size_t isize, int64_t nindices, const double *hparams,
-                       bool use_nesterov) {
+                       const void *grad, bool sparse, const void *indices, size_t isize,
+                       int64_t nindices, const double *hparams, bool use_nesterov) {
   const ps_opt_info *oi = ps_opt_info_get(opt);
   size_t ns = oi ? oi->nslots : 0;
   ps_status st;
@@ -581,9 +590,15 @@ static void sync_describe(upd_item *it) {
   ps_sync_update *su = &it->su;
   memset(su, 0, sizeof *su);
   switch (u->op) {
-  case PARAMSERVER__UPDATE_OP__ASSIGN: su->kind = PS_SYNC_ASSIGN; break;
-  case PARAMSERVER__UPDATE_OP__ASSIGN_ADD: su->kind = PS_SYNC_ADD; break;
-  case PARAMSERVER__UPDATE_OP__ASSIGN_SUB: su->kind = PS_SYNC_SUB; break;
+  case PARAMSERVER__UPDATE_OP__ASSIGN:
+    su->kind = PS_SYNC_ASSIGN;
+    break;
+  case PARAMSERVER__UPDATE_OP__ASSIGN_ADD:
+    su->kind = PS_SYNC_ADD;
+    break;
+  case PARAMSERVER__UPDATE_OP__ASSIGN_SUB:
+    su->kind = PS_SYNC_SUB;
+    break;
   default:
     su->kind = PS_SYNC_APPLY;
     su->opt = (int)(u->op - PARAMSERVER__UPDATE_OP__APPLY_GRADIENT_DESCENT);
@@ -611,8 +626,8 @@ static void sync_describe(upd_item *it) {
 static int validate_sync(ps_service *s, upd_item *it, const sim *sm, ps_status *st) {
   if (atomic_load(&s->sync_closed))
     return ps_status_set(st, PS_UNAVAILABLE,
-                         "%s is shutting down: synchronous update of %s refused",
-                         s->task, it->v->name);
+                         "%s is shutting down: synchronous update of %s refused", s->task,
+                         it->v->name);
   sync_describe(it);
   bool stale, completes;
   int64_t rows = sm->shape.rank > 0 ? sm->shape.dim[0] : 0;
@@ -796,7 +811,8 @@ void ps_service_shutdown(ps_service *s) {
       w = ps_accum_fail(v->accum, PS_UNAVAILABLE, msg);
     }
     pthread_rwlock_unlock(&v->lock);
-    for (ps_sync_waiter *k = w; k; k = k->next) failed++;
+    for (ps_sync_waiter *k = w; k; k = k->next)
+      failed++;
     ps_svc_sync_release_all_(w);
   }
   free(vars);
@@ -873,7 +889,8 @@ static int update_apply(ps_rpc_call *c, ps_status *st) {
   ps_store_lock_set(vars, nlock, true);
   int rc = 0;
   size_t nsim = 0;
-  for (size_t i = 0; i < nlock && rc == 0; i++) rc = ps_var_gone(s->store, vars[i], st);
+  for (size_t i = 0; i < nlock && rc == 0; i++)
+    rc = ps_var_gone(s->store, vars[i], st);
   for (size_t i = 0; i < x->n && rc == 0; i++) {
     upd_item *it = &x->items[i];
     sim *sm = sim_of(sims, &nsim, it->v);
@@ -912,4 +929,3 @@ static int update_apply(ps_rpc_call *c, ps_status *st) {
   if (atomic_fetch_sub(&x->pending, 1) != 1) return PS_RPC_PENDING;
   return update_reply(x, st);
 }
-

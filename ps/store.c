@@ -31,15 +31,15 @@
 struct ps_store {
   pthread_mutex_t gate_mu;
   pthread_cond_t gate_cv;
-  int gate_closed;       /* a snapshot is being taken or held */
+  int gate_closed; /* a snapshot is being taken or held */
   int64_t gate_id;
   struct timespec gate_until;
-  int in_flight;         /* updates between enter and leave */
+  int in_flight;           /* updates between enter and leave */
   ps_snapshot *pending[8]; /* taken, not yet written */
   struct deferred {
     ps_gate_fn fn;
     void *arg;
-  } *deferred;
+  } * deferred;
   size_t ndeferred;
   int64_t max_hold_ms;      /* longest hold of the gate */
   int64_t max_parked_bytes; /* bytes parked updates may hold together */
@@ -67,7 +67,8 @@ typedef struct part_group {
 
 static uint64_t hash_name(const char *s) {
   uint64_t h = 1469598103934665603ull;
-  for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
+  for (; *s; s++)
+    h = (h ^ (uint8_t)*s) * 1099511628211ull;
   return h;
 }
 
@@ -130,7 +131,8 @@ void ps_store_destroy(ps_store *s) {
       free(g);
     }
   free(s->groups);
-  for (int i = 0; i < 8; i++) ps_snapshot_free(s->pending[i]);
+  for (int i = 0; i < 8; i++)
+    ps_snapshot_free(s->pending[i]);
   free(s->deferred);
   pthread_rwlock_destroy(&s->lock);
   pthread_mutex_destroy(&s->gate_mu);
@@ -138,9 +140,12 @@ void ps_store_destroy(ps_store *s) {
   free(s);
 }
 
-const char *ps_store_task(const ps_store *s) { return s->task; }
+const char *ps_store_task(const ps_store *s) {
+  return s->task;
+}
 
-void ps_store_set_gate_limits(ps_store *s, int64_t max_hold_ms, int64_t max_parked_bytes) {
+void ps_store_set_gate_limits(ps_store *s, int64_t max_hold_ms,
+                              int64_t max_parked_bytes) {
   pthread_mutex_lock(&s->gate_mu);
   s->max_hold_ms = max_hold_ms < 0 ? 0 : max_hold_ms;
   s->max_parked_bytes = max_parked_bytes < 0 ? 0 : max_parked_bytes;
@@ -211,8 +216,7 @@ static void group_remove(ps_store *s, ps_var *v) {
  * (a part of @full when @full is not NULL). */
 static int check_key_space(ps_store *s, const char *name, ps_dtype dtype,
                            const ps_shape *shape, const char *full,
-                           const ps_shape *full_shape, int64_t offset,
-                           ps_status *st) {
+                           const ps_shape *full_shape, int64_t offset, ps_status *st) {
   char a[256], b[256];
   if (full == NULL) {
     part_group *g = group_find(s, name);
@@ -254,7 +258,6 @@ static int check_key_space(ps_store *s, const char *name, ps_dtype dtype,
   return 0;
 }
 
-
 ps_var *ps_store_lookup(ps_store *s, const char *name) {
   pthread_rwlock_rdlock(&s->lock);
   ps_var *v = lookup_locked(s, name);
@@ -265,8 +268,7 @@ ps_var *ps_store_lookup(ps_store *s, const char *name) {
 ps_var *ps_store_find(ps_store *s, const char *name, ps_status *st) {
   ps_var *v = ps_store_lookup(s, name);
   if (v == NULL)
-    ps_status_set(st, PS_NOT_FOUND, "variable %s does not exist on %s", name,
-                  s->task);
+    ps_status_set(st, PS_NOT_FOUND, "variable %s does not exist on %s", name, s->task);
   return v;
 }
 
@@ -289,14 +291,12 @@ static void grow(ps_store *s) {
   s->nbuckets = nb;
 }
 
-static bool init_equal(const ps_var *v, const ps_init_spec *init,
-                       const char *full_name, const ps_shape *full_shape,
-                       int64_t offset) {
+static bool init_equal(const ps_var *v, const ps_init_spec *init, const char *full_name,
+                       const ps_shape *full_shape, int64_t offset) {
   if (!v->has_init || init == NULL) return v->has_init == (init != NULL);
   const ps_init_spec *a = &v->init;
-  if (a->type != init->type || a->value != init->value ||
-      a->minval != init->minval || a->maxval != init->maxval ||
-      a->mean != init->mean || a->stddev != init->stddev ||
+  if (a->type != init->type || a->value != init->value || a->minval != init->minval ||
+      a->maxval != init->maxval || a->mean != init->mean || a->stddev != init->stddev ||
       a->scale != init->scale || a->mode != init->mode ||
       a->distribution != init->distribution || a->seed != init->seed ||
       a->nvalues != init->nvalues)
@@ -311,23 +311,22 @@ static bool init_equal(const ps_var *v, const ps_init_spec *init,
 
 int ps_store_create_var(ps_store *s, const char *name, ps_dtype dtype,
                         const ps_shape *shape, const ps_init_spec *init,
-                        const char *full_name, const ps_shape *full_shape,
-                        int64_t offset, bool *created, ps_status *st) {
+                        const char *full_name, const ps_shape *full_shape, int64_t offset,
+                        bool *created, ps_status *st) {
   *created = false;
   if (name == NULL || name[0] == '\0')
     return ps_status_set(st, PS_INVALID_ARGUMENT, "variable name is empty");
   if (!ps_dtype_is_numeric(dtype) && dtype != PS_DT_BOOL)
     return ps_status_set(st, PS_INVALID_ARGUMENT,
-                         "variable %s: unsupported dtype %d (%s)", name,
-                         (int)dtype, ps_dtype_name(dtype));
+                         "variable %s: unsupported dtype %d (%s)", name, (int)dtype,
+                         ps_dtype_name(dtype));
   if (ps_shape_num_elements(shape) < 0)
-    return ps_status_set(st, PS_INVALID_ARGUMENT, "variable %s: invalid shape",
-                         name);
+    return ps_status_set(st, PS_INVALID_ARGUMENT, "variable %s: invalid shape", name);
   pthread_rwlock_wrlock(&s->lock);
   ps_var *v = lookup_locked(s, name);
   if (v == NULL && init) {
-    const char *fn = full_name && full_name[0] && strcmp(full_name, name) ? full_name
-                                                                            : NULL;
+    const char *fn =
+        full_name && full_name[0] && strcmp(full_name, name) ? full_name : NULL;
     int rc = check_key_space(s, name, dtype, shape, fn, full_shape ? full_shape : shape,
                              offset, st);
     if (rc != 0) {
@@ -349,8 +348,8 @@ int ps_store_create_var(ps_store *s, const char *name, ps_dtype dtype,
                          "variable %s already exists on %s with dtype %s shape "
                          "%s; requested dtype %s shape %s",
                          name, s->task, ps_dtype_name(v->dtype),
-                         ps_shape_format(&v->shape, a, sizeof a),
-                         ps_dtype_name(dtype), ps_shape_format(shape, b, sizeof b));
+                         ps_shape_format(&v->shape, a, sizeof a), ps_dtype_name(dtype),
+                         ps_shape_format(shape, b, sizeof b));
     else if (!init_equal(v, init, full_name, full_shape, offset))
       rc = ps_status_set(st, PS_ALREADY_EXISTS,
                          "variable %s already exists on %s with a different "
@@ -378,8 +377,7 @@ int ps_store_create_var(ps_store *s, const char *name, ps_dtype dtype,
       memcpy(v->init_values, init->values, nb);
       v->init.values = v->init_values;
     }
-    if (full_name && full_name[0] &&
-        (v->init_full_name = strdup(full_name)) == NULL)
+    if (full_name && full_name[0] && (v->init_full_name = strdup(full_name)) == NULL)
       goto oom;
     v->init_full_shape = full_shape ? *full_shape : *shape;
     v->init_offset = offset;
@@ -402,8 +400,7 @@ oom:
     free(v->name);
     free(v);
   }
-  return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory creating %s",
-                       name);
+  return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory creating %s", name);
 }
 
 static int cmp_var_name(const void *a, const void *b) {
@@ -458,8 +455,8 @@ static bool is_slot_of_any(const char *name, ps_var **vs, size_t n) {
   return bsearch(&k, vs, n, sizeof *vs, cmp_key_var) != NULL;
 }
 
-int ps_store_remove(ps_store *s, char *const *names, size_t n, int flags,
-                    ps_var ***out, size_t *nout, bool *missing, ps_status *st) {
+int ps_store_remove(ps_store *s, char *const *names, size_t n, int flags, ps_var ***out,
+                    size_t *nout, bool *missing, ps_status *st) {
   ps_var **vs = NULL;
   size_t nv = 0, cap = 0;
   int rc = 0;
@@ -475,8 +472,8 @@ int ps_store_remove(ps_store *s, char *const *names, size_t n, int flags,
     bool none = v == NULL && (g == NULL || g->n == 0);
     if (missing) missing[i] = none;
     if (none && !(flags & PS_REMOVE_MISSING_OK))
-      rc = ps_status_set(st, PS_NOT_FOUND, "variable %s does not exist on %s",
-                         names[i], s->task);
+      rc = ps_status_set(st, PS_NOT_FOUND, "variable %s does not exist on %s", names[i],
+                         s->task);
   }
   if (rc == 0 && (flags & PS_REMOVE_SLOTS) && nv > 0) {
     /* one pass over the table, each name's parent looked up among the
@@ -531,7 +528,8 @@ ps_var **ps_store_list(ps_store *s, size_t *n) {
   size_t k = 0;
   if (out)
     for (size_t i = 0; i < s->nbuckets; i++)
-      for (ps_var *v = s->buckets[i]; v; v = v->next) out[k++] = v;
+      for (ps_var *v = s->buckets[i]; v; v = v->next)
+        out[k++] = v;
   pthread_rwlock_unlock(&s->lock);
   if (out) qsort(out, k, sizeof *out, cmp_var_name);
   *n = k;
@@ -606,8 +604,8 @@ int ps_var_make_private(ps_var *v, ps_status *st) {
   ps_buf *b = ps_buf_create(v->buf->size, false);
   if (b == NULL)
     return ps_status_set(st, PS_RESOURCE_EXHAUSTED,
-                         "out of memory copying variable %s (%zu bytes)",
-                         v->name, v->buf->size);
+                         "out of memory copying variable %s (%zu bytes)", v->name,
+                         v->buf->size);
   memcpy(b->data, v->buf->data, v->buf->size);
   ps_buf_unref(v->buf);
   v->buf = b;
@@ -685,7 +683,8 @@ static void gate_open_locked(ps_store *s) {
   s->in_flight += (int)n;
   pthread_cond_broadcast(&s->gate_cv);
   pthread_mutex_unlock(&s->gate_mu);
-  for (size_t i = 0; i < n; i++) d[i].fn(d[i].arg);
+  for (size_t i = 0; i < n; i++)
+    d[i].fn(d[i].arg);
   free(d);
 }
 
@@ -768,9 +767,8 @@ int ps_store_snapshot_begin(ps_store *s, int64_t id, int64_t hold_ms,
   pthread_mutex_lock(&s->gate_mu);
   if (s->gate_closed && !gate_expired(s)) {
     pthread_mutex_unlock(&s->gate_mu);
-    return ps_status_set(st, PS_ABORTED,
-                         "%s: snapshot %lld is being taken; try again", s->task,
-                         (long long)s->gate_id);
+    return ps_status_set(st, PS_ABORTED, "%s: snapshot %lld is being taken; try again",
+                         s->task, (long long)s->gate_id);
   }
   if (hold_ms < 0) hold_ms = 0;
   if (hold_ms > s->max_hold_ms) {
@@ -788,13 +786,15 @@ int ps_store_snapshot_begin(ps_store *s, int64_t id, int64_t hold_ms,
     s->gate_until.tv_sec++;
     s->gate_until.tv_nsec -= 1000000000;
   }
-  while (s->in_flight > 0) pthread_cond_wait(&s->gate_cv, &s->gate_mu);
+  while (s->in_flight > 0)
+    pthread_cond_wait(&s->gate_cv, &s->gate_mu);
   pthread_mutex_unlock(&s->gate_mu);
   size_t n;
   ps_var **vars = ps_store_list(s, &n);
   ps_snapshot *snap = calloc(1, sizeof *snap);
   int rc = 0;
-  if (vars == NULL || snap == NULL || (snap->e = calloc(n + 1, sizeof *snap->e)) == NULL) {
+  if (vars == NULL || snap == NULL ||
+      (snap->e = calloc(n + 1, sizeof *snap->e)) == NULL) {
     rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory taking snapshot %lld",
                        (long long)id);
     n = 0;
@@ -807,8 +807,7 @@ int ps_store_snapshot_begin(ps_store *s, int64_t id, int64_t hold_ms,
     if (v->deleted) {
       /* deleted after the list was taken: not part of the snapshot */
     } else if (v->buf == NULL) {
-      if (!skip_uninitialized)
-        rc = ps_var_uninitialized(v->name, st);
+      if (!skip_uninitialized) rc = ps_var_uninitialized(v->name, st);
     } else {
       ps_snapshot_entry *e = &snap->e[snap->n++];
       e->name = strdup(v->name);
@@ -820,12 +819,12 @@ int ps_store_snapshot_begin(ps_store *s, int64_t id, int64_t hold_ms,
         e->full_shape = v->init_full_shape;
         e->offset = v->init_offset;
         if (e->full_name == NULL)
-          rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory taking snapshot %lld",
-                             (long long)id);
+          rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED,
+                             "out of memory taking snapshot %lld", (long long)id);
       }
       if (e->name == NULL)
-        rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory taking snapshot %lld",
-                           (long long)id);
+        rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED,
+                           "out of memory taking snapshot %lld", (long long)id);
       snap->bytes += (int64_t)v->buf->size;
     }
     pthread_rwlock_unlock(&v->lock);

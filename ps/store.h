@@ -25,7 +25,7 @@ typedef struct ps_var {
   ps_buf *buf; /* NULL until initialized */
   bool has_init;
   ps_init_spec init;
-  double *init_values; /* owned copy of init.values */
+  double *init_values;  /* owned copy of init.values */
   char *init_full_name; /* partitioned parts: the full variable's name */
   ps_shape init_full_shape;
   int64_t init_offset;
@@ -58,8 +58,8 @@ void ps_store_destroy(ps_store *s);
  * variable itself).  Copies everything it keeps. */
 int ps_store_create_var(ps_store *s, const char *name, ps_dtype dtype,
                         const ps_shape *shape, const ps_init_spec *init,
-                        const char *full_name, const ps_shape *full_shape,
-                        int64_t offset, bool *created, ps_status *st);
+                        const char *full_name, const ps_shape *full_shape, int64_t offset,
+                        bool *created, ps_status *st);
 ps_var *ps_store_lookup(ps_store *s, const char *name);
 /* NOT_FOUND "variable NAME does not exist on ps/0". */
 ps_var *ps_store_find(ps_store *s, const char *name, ps_status *st);
@@ -82,8 +82,8 @@ int ps_var_gone(ps_store *s, const ps_var *v, ps_status *st);
  * array) receives the removed variables: the caller then marks each with
  * ps_var_mark_deleted() under its write lock.  A name removed can be
  * created again at once. */
-int ps_store_remove(ps_store *s, char *const *names, size_t n, int flags,
-                    ps_var ***out, size_t *nout, bool *missing, ps_status *st);
+int ps_store_remove(ps_store *s, char *const *names, size_t n, int flags, ps_var ***out,
+                    size_t *nout, bool *missing, ps_status *st);
 /* Marks removed @v deleted and frees its value (caller holds the write
  * lock).  Its accumulator's waiters must have been failed first. */
 void ps_var_mark_deleted(ps_store *s, ps_var *v);

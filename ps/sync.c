@@ -402,12 +402,12 @@ static void divide(ps_dtype dtype, void *p, int64_t n, int64_t d) {
   if (d == 1) return;
 #define PS_CASE_FLOAT(T, U)                                                              \
   for (int64_t i = 0; i < n; i++)                                                        \
-    ((T *)p)[i] = (T)(((T *)p)[i] / (T)d)
+  ((T *)p)[i] = (T)(((T *)p)[i] / (T)d)
 #define PS_CASE_INT(T, U)                                                                \
   for (int64_t i = 0; i < n; i++)                                                        \
-    ((T *)p)[i] = (T)(((T *)p)[i] / d)
-  PS_DTYPE_SWITCH_NATIVE(dtype, for (int64_t i = 0; i < n; i++)
-                                    ps_elem_set(dtype, p, i, ps_elem_get(dtype, p, i) / (double)d))
+  ((T *)p)[i] = (T)(((T *)p)[i] / d)
+  PS_DTYPE_SWITCH_NATIVE(dtype, for (int64_t i = 0; i < n; i++) ps_elem_set(
+                                    dtype, p, i, ps_elem_get(dtype, p, i) / (double)d))
 #undef PS_CASE_FLOAT
 #undef PS_CASE_INT
 }
@@ -434,7 +434,8 @@ int ps_accum_take(ps_accum *a, ps_sync_take *out, ps_status *st) {
       return oom(st, "gradient");
     }
     size_t ob;
-    uint8_t *rows = ps_size_mul(cap, rb ? rb : 1, &ob) == 0 ? realloc(a->out_rows, ob) : NULL;
+    uint8_t *rows =
+        ps_size_mul(cap, rb ? rb : 1, &ob) == 0 ? realloc(a->out_rows, ob) : NULL;
     if (rows == NULL) {
       free(perm);
       return oom(st, "gradient");

@@ -136,9 +136,11 @@ static double ps_cpu_s(const pid_t *pids, int n) {
     buf[got] = '\0';
     const char *q = strrchr(buf, ')'); /* after the command name */
     unsigned long long ut, st;
-    /* state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime */
-    if (q == NULL || sscanf(q + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu",
-                            &ut, &st) != 2)
+    /* state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime
+     */
+    if (q == NULL ||
+        sscanf(q + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut,
+               &st) != 2)
       return -1;
     sum += (double)(ut + st) / (double)hz;
   }
@@ -151,7 +153,8 @@ static double ps_cpu_s(const pid_t *pids, int n) {
 static pid_t dd_start(const char *const *args) {
   const char *argv[16] = {"dd"};
   int n = 1;
-  for (; args[n - 1] && n < 15; n++) argv[n] = args[n - 1];
+  for (; args[n - 1] && n < 15; n++)
+    argv[n] = args[n - 1];
   argv[n] = NULL;
   pid_t pid;
   int e = posix_spawnp(&pid, "dd", NULL, NULL, (char *const *)argv, environ);
@@ -181,8 +184,9 @@ static double dd_write(char files[][300], int nfiles, long long mib) {
   double t0 = now_s();
   for (int i = 0; i < nfiles; i++) {
     snprintf(of[i], sizeof of[i], "of=%s", files[i]);
-    const char *args[] = {"if=/dev/zero", of[i], mib % 4 ? "bs=1M" : "bs=4M", count,
-                          "conv=fdatasync", "status=none", NULL};
+    const char *args[] = {
+        "if=/dev/zero", of[i], mib % 4 ? "bs=1M" : "bs=4M", count, "conv=fdatasync",
+        "status=none",  NULL};
     if ((pid[i] = dd_start(args)) < 0) {
       bad = 1;
       nfiles = i; /* reap the ones started */
@@ -204,10 +208,12 @@ static double dd_read(const char *file, long long mib, int nparts) {
   int bad = 0;
   double t0 = now_s();
   for (int i = 0; i < nparts; i++) {
-    snprintf(count[i], sizeof count[i], "count=%lld", i == nparts - 1 ? blocks - per * i : per);
+    snprintf(count[i], sizeof count[i], "count=%lld",
+             i == nparts - 1 ? blocks - per * i : per);
     snprintf(skip[i], sizeof skip[i], "skip=%lld", per * i);
-    const char *args[] = {in, "of=/dev/null", mib % 4 ? "bs=1M" : "bs=4M", count[i], skip[i],
-                          "status=none", NULL};
+    const char *args[] = {in,       "of=/dev/null", mib % 4 ? "bs=1M" : "bs=4M",
+                          count[i], skip[i],        "status=none",
+                          NULL};
     if ((pid[i] = dd_start(args)) < 0) {
       bad = 1;
       nparts = i; /* reap the ones started */
@@ -267,8 +273,9 @@ static long long cache_files(const char *dir, const char *prefix, int evict,
 static void cache_report(const char *dir, const char *prefix, int evict) {
   long long total;
   long long res = cache_files(dir, prefix, evict, &total);
-  fprintf(stderr, "    %s%s*: %.1f of %.1f MiB in the page cache\n", evict ? "evicted " : "",
-          prefix, (double)res / 1048576, (double)total / 1048576);
+  fprintf(stderr, "    %s%s*: %.1f of %.1f MiB in the page cache\n",
+          evict ? "evicted " : "", prefix, (double)res / 1048576,
+          (double)total / 1048576);
 }
 
 /* ---- the cluster ---------------------------------------------------------- */
@@ -295,11 +302,13 @@ static int setup_vars(ps_client *c, const opts *o, bool init) {
     for (int k = 0; k < VARS_PER_PS; k++) {
       var_name(names[k], sizeof names[k], t, k);
       ru.seed = 1 + t * VARS_PER_PS + k;
-      v[k] = (ps_var_spec){.name = names[k], .dtype = PS_DT_FLOAT,
-                           .shape = {2, {rows, COLS}}, .init = &ru};
+      v[k] = (ps_var_spec){.name = names[k],
+                           .dtype = PS_DT_FLOAT,
+                           .shape = {2, {rows, COLS}},
+                           .init = &ru};
     }
-    v[VARS_PER_PS] = (ps_var_spec){.name = tick_names[t], .dtype = PS_DT_FLOAT,
-                                   .shape = {0, {0}}, .init = &zero};
+    v[VARS_PER_PS] = (ps_var_spec){
+        .name = tick_names[t], .dtype = PS_DT_FLOAT, .shape = {0, {0}}, .init = &zero};
     if (ps_client_create_vars(c, t, v, VARS_PER_PS + 1, &st) != 0) {
       ps_fail("create_vars", &st);
       return -1;
@@ -310,9 +319,10 @@ static int setup_vars(ps_client *c, const opts *o, bool init) {
       ps_fail("initialize", &st);
       return -1;
     }
-  fprintf(stderr, "bench_ckpt: %d variables of [%lld, %d] float32 (%lld MiB) on %d ps, "
-          "initialized in %.2f s\n", NVARS, (long long)rows, COLS, o->mib, NPS,
-          now_s() - t0);
+  fprintf(stderr,
+          "bench_ckpt: %d variables of [%lld, %d] float32 (%lld MiB) on %d ps, "
+          "initialized in %.2f s\n",
+          NVARS, (long long)rows, COLS, o->mib, NPS, now_s() - t0);
   return 0;
 }
 
@@ -476,7 +486,9 @@ static int parse_opts(int argc, char **argv, opts *o) {
 
 /* ---- main -------------------------------------------------------------- */
 
-static double gbps(double bytes, double secs) { return bytes / secs / 1e9; }
+static double gbps(double bytes, double secs) {
+  return bytes / secs / 1e9;
+}
 
 static void remove_ckpt(const char *written) {
   ps_status st;
@@ -513,16 +525,22 @@ int main(int argc, char **argv) {
   ps_client *c = NULL;
   char *written = NULL; /* the checkpoint on disk, if any */
   ps_status st;
-  double *save = calloc((size_t)o.reps, sizeof *save), *dd_w = calloc((size_t)o.reps, sizeof *dd_w),
-         *dd_w2 = calloc((size_t)o.reps, sizeof *dd_w2), *rest = calloc((size_t)o.reps, sizeof *rest),
-         *dd_r = calloc((size_t)o.reps, sizeof *dd_r), *rest_c = calloc((size_t)o.reps, sizeof *rest_c),
-         *dd_rc = calloc((size_t)o.reps, sizeof *dd_rc), *base_med = calloc((size_t)o.reps, sizeof *base_med),
+  double *save = calloc((size_t)o.reps, sizeof *save),
+         *dd_w = calloc((size_t)o.reps, sizeof *dd_w),
+         *dd_w2 = calloc((size_t)o.reps, sizeof *dd_w2),
+         *rest = calloc((size_t)o.reps, sizeof *rest),
+         *dd_r = calloc((size_t)o.reps, sizeof *dd_r),
+         *rest_c = calloc((size_t)o.reps, sizeof *rest_c),
+         *dd_rc = calloc((size_t)o.reps, sizeof *dd_rc),
+         *base_med = calloc((size_t)o.reps, sizeof *base_med),
          *base_p99 = calloc((size_t)o.reps, sizeof *base_p99),
          *dd_r2 = calloc((size_t)o.reps, sizeof *dd_r2),
          *rest_f = calloc((size_t)o.reps, sizeof *rest_f);
   double base_max = 0;
   pause_result worst = {0};
-  if (!save || !dd_w || !dd_w2 || !rest || !dd_r || !rest_c || !dd_rc || !base_med || !base_p99 || !dd_r2 || !rest_f) goto done;
+  if (!save || !dd_w || !dd_w2 || !rest || !dd_r || !rest_c || !dd_rc || !base_med ||
+      !base_p99 || !dd_r2 || !rest_f)
+    goto done;
 
   const char *extra[] = {"--checkpoint-dir", dir, NULL};
   if (harness_start(&h, NPS, extra) != 0) {
@@ -579,9 +597,10 @@ int main(int argc, char **argv) {
         if ((dd_w2[r] = dd_write(ddfile + 1, 2, o.mib / 2)) < 0) goto done;
         unlink(ddfile[1]);
         unlink(ddfile[2]);
-        fprintf(stderr, "  dd write  %7.3f s  %6.3f GB/s  (2 x dd in parallel: %.3f s, "
-                "%.3f GB/s)\n", dd_w[r], gbps(bytes, dd_w[r]), dd_w2[r],
-                gbps(bytes, dd_w2[r]));
+        fprintf(stderr,
+                "  dd write  %7.3f s  %6.3f GB/s  (2 x dd in parallel: %.3f s, "
+                "%.3f GB/s)\n",
+                dd_w[r], gbps(bytes, dd_w[r]), dd_w2[r], gbps(bytes, dd_w2[r]));
       }
     }
     save[r] = (double)nbytes / save[r]; /* from here on: bytes/s */
@@ -598,7 +617,8 @@ int main(int argc, char **argv) {
       base_med[r] = pr.base_median_ms;
       base_p99[r] = pr.base_p99_ms;
       if (pr.base_max_ms > base_max) base_max = pr.base_max_ms;
-      fprintf(stderr, "  pause: longest step %.2f ms (began at %+.0f ms) during a %.0f ms "
+      fprintf(stderr,
+              "  pause: longest step %.2f ms (began at %+.0f ms) during a %.0f ms "
               "save (%zu steps); outside: median %.3f ms, p99 %.3f ms, max %.2f ms "
               "(%zu steps)\n",
               pr.max_ms, pr.max_at_ms, pr.save_ms, pr.during, pr.base_median_ms,
@@ -616,7 +636,8 @@ int main(int argc, char **argv) {
         /* only the files about to be read are evicted: the other side's
          * stay cached for the cached round */
         char files[80];
-        snprintf(files, sizeof files, "%s", (side ^ (r % 2)) == 0 ? ckpt_files : "dd-0.bin");
+        snprintf(files, sizeof files, "%s",
+                 (side ^ (r % 2)) == 0 ? ckpt_files : "dd-0.bin");
         cache_report(dir, files, !cached);
         if ((side ^ (r % 2)) == 0) {
           double cpu0 = ps_cpu_s(h.pids, NPS), t0 = now_s();
@@ -637,13 +658,14 @@ int main(int argc, char **argv) {
           double t = dd_read(ddfile[0], o.mib, 1);
           if (t < 0) goto done;
           (cached ? dd_rc : dd_r)[r] = bytes / t;
-          fprintf(stderr, "  dd read%s %7.3f s  %6.3f GB/s\n", cached ? " (cached)" : "         ",
-                  t, gbps(bytes, t));
+          fprintf(stderr, "  dd read%s %7.3f s  %6.3f GB/s\n",
+                  cached ? " (cached)" : "         ", t, gbps(bytes, t));
           if (!cached) { /* for interpretation: two readers, as our two ps */
             cache_report(dir, files, 1);
             if ((t = dd_read(ddfile[0], o.mib, 2)) < 0) goto done;
             dd_r2[r] = bytes / t;
-            fprintf(stderr, "  (2 x dd read in parallel, one half each: %.3f s, %.3f GB/s)\n", t,
+            fprintf(stderr,
+                    "  (2 x dd read in parallel, one half each: %.3f s, %.3f GB/s)\n", t,
                     gbps(bytes, t));
           }
         }
@@ -690,15 +712,18 @@ int main(int argc, char **argv) {
     free(written);
     written = NULL;
     unlink(ddfile[0]);
-    fprintf(stderr, "  rep %d: save %.2f GB/s vs dd %.2f GB/s (ratio %.2f); restore %.2f vs "
+    fprintf(stderr,
+            "  rep %d: save %.2f GB/s vs dd %.2f GB/s (ratio %.2f); restore %.2f vs "
             "%.2f GB/s (ratio %.2f); cached restore %.2f vs %.2f GB/s (ratio %.2f)\n",
             r + 1, save[r] / 1e9, dd_w[r] / 1e9, save[r] / dd_w[r], rest[r] / 1e9,
             dd_r[r] / 1e9, rest[r] / dd_r[r], rest_c[r] / 1e9, dd_rc[r] / 1e9,
             rest_c[r] / dd_rc[r]);
   }
 
-  double ms = median(save, o.reps), mw = median(dd_w, o.reps), mw2 = median(dd_w2, o.reps);
-  double mr = median(rest, o.reps), mdr = median(dd_r, o.reps), mdr2 = median(dd_r2, o.reps);
+  double ms = median(save, o.reps), mw = median(dd_w, o.reps),
+         mw2 = median(dd_w2, o.reps);
+  double mr = median(rest, o.reps), mdr = median(dd_r, o.reps),
+         mdr2 = median(dd_r2, o.reps);
   double mrc = median(rest_c, o.reps), mdrc = median(dd_rc, o.reps);
   printf("bench: ckpt_save_%s ours=%.2f GB/s dd=%.2f GB/s ratio=%.2f (target >= 0.8) "
          "dd_x2=%.2f GB/s ratio_x2=%.2f\n",
@@ -709,14 +734,16 @@ int main(int argc, char **argv) {
   printf("bench: ckpt_restore_cached_%s ours=%.2f GB/s dd=%.2f GB/s ratio=%.2f\n", label,
          mrc / 1e9, mdrc / 1e9, mrc / mdrc);
   double mrf = median(rest_f, o.reps);
-  printf("bench: ckpt_restore_fresh_%s ours=%.2f GB/s dd=%.2f GB/s ratio=%.2f (into new ps: "
-         "new memory)\n",
-         label, mrf / 1e9, mdr / 1e9, mrf / mdr);
+  printf(
+      "bench: ckpt_restore_fresh_%s ours=%.2f GB/s dd=%.2f GB/s ratio=%.2f (into new ps: "
+      "new memory)\n",
+      label, mrf / 1e9, mdr / 1e9, mrf / mdr);
   if (o.pause)
-    printf("bench: ckpt_pause_max_ms=%.2f (save took %.0f ms) baseline_median_step_ms=%.3f "
-           "baseline_p99_step_ms=%.2f baseline_max_step_ms=%.2f\n",
-           worst.max_ms, worst.save_ms, median(base_med, o.reps), median(base_p99, o.reps),
-           base_max);
+    printf(
+        "bench: ckpt_pause_max_ms=%.2f (save took %.0f ms) baseline_median_step_ms=%.3f "
+        "baseline_p99_step_ms=%.2f baseline_max_step_ms=%.2f\n",
+        worst.max_ms, worst.save_ms, median(base_med, o.reps), median(base_p99, o.reps),
+        base_max);
   fflush(stdout);
   rc = 0;
 
@@ -742,6 +769,7 @@ done:
   free(base_p99);
   free(dd_r2);
   free(rest_f);
-  fprintf(stderr, "bench_ckpt: %s in %.1f s\n", rc ? "FAILED" : "done", now_s() - t_start);
+  fprintf(stderr, "bench_ckpt: %s in %.1f s\n", rc ? "FAILED" : "done",
+          now_s() - t_start);
   return rc;
 }

@@ -69,11 +69,11 @@
 #define PING_REPLY 8
 
 typedef struct opts {
-  int reps;       /* 64 MiB repetitions per kind */
-  int iters;      /* latency samples per side */
-  int warmup;     /* latency warm-up calls per side */
-  int steps;      /* per-variable steps for (c); batched gets 10x */
-  int ps_threads; /* 0: ps-server default */
+  int reps;         /* 64 MiB repetitions per kind */
+  int iters;        /* latency samples per side */
+  int warmup;       /* latency warm-up calls per side */
+  int steps;        /* per-variable steps for (c); batched gets 10x */
+  int ps_threads;   /* 0: ps-server default */
   const char *only; /* subset of "abc" to run */
   int pin;          /* control CPU placement (see place()) */
 } opts;
@@ -162,14 +162,16 @@ static void place(const opts *o, const pid_t *servers, int n, int split) {
   if (!o->pin || cpu_a < 0) return;
   int sc = split && cpu_b >= 0 ? cpu_b : cpu_a;
   pin_pid(getpid(), cpu_a);
-  for (int i = 0; i < n; i++) pin_pid(servers[i], sc);
+  for (int i = 0; i < n; i++)
+    pin_pid(servers[i], sc);
   fprintf(stderr, "  placement: client on cpu %d, servers on cpu %d\n", cpu_a, sc);
 }
 
 static void unplace(const opts *o, const pid_t *servers, int n) {
   if (!o->pin || cpu_a < 0) return;
   pin_pid(getpid(), -1);
-  for (int i = 0; i < n; i++) pin_pid(servers[i], -1);
+  for (int i = 0; i < n; i++)
+    pin_pid(servers[i], -1);
 }
 
 /* Sorts @v in place; returns the value at quantile @q (0..1). */
@@ -214,8 +216,8 @@ static void set_nodelay(int fd) {
 static int tcp_listen(int *port) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return -1;
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0,
-                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  struct sockaddr_in a = {
+      .sin_family = AF_INET, .sin_port = 0, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
   socklen_t len = sizeof a;
   if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, 1) != 0 ||
       getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
@@ -229,7 +231,8 @@ static int tcp_listen(int *port) {
 static int tcp_connect(int port) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return -1;
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_port = htons((uint16_t)port),
                           .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
   if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
     close(fd);
@@ -325,9 +328,9 @@ static void bare_post(void) {
   if (c == NULL) return;
   c->kind = BT_CALL;
   grpc_metadata_array_init(&c->md);
-  if (grpc_server_request_registered_call(bare_srv, bare_method, &c->call,
-                                          &c->deadline, &c->md, &c->payload,
-                                          bare_cq, bare_cq, c) != GRPC_CALL_OK)
+  if (grpc_server_request_registered_call(bare_srv, bare_method, &c->call, &c->deadline,
+                                          &c->md, &c->payload, bare_cq, bare_cq,
+                                          c) != GRPC_CALL_OK)
     bare_free(c);
 }
 
@@ -393,16 +396,17 @@ static void bare_server_main(int port_fd, int ctl_fd) {
   grpc_server_credentials *sc = grpc_insecure_server_credentials_create();
   int port = grpc_server_add_http2_port(bare_srv, "127.0.0.1:0", sc);
   grpc_server_credentials_release(sc);
-  if (port == 0 || write(port_fd, &port, sizeof port) != (ssize_t)sizeof port)
-    _exit(1);
+  if (port == 0 || write(port_fd, &port, sizeof port) != (ssize_t)sizeof port) _exit(1);
   close(port_fd);
   grpc_server_start(bare_srv);
-  for (int i = 0; i < 8; i++) bare_post(); /* as many as the ps keeps */
+  for (int i = 0; i < 8; i++)
+    bare_post(); /* as many as the ps keeps */
   pthread_t w;
   if (pthread_create(&w, NULL, bare_watch, &ctl_fd) != 0) _exit(1);
   /* The one completion-queue thread. */
   for (;;) {
-    grpc_event ev = grpc_completion_queue_next(bare_cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    grpc_event ev =
+        grpc_completion_queue_next(bare_cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
     if (ev.type != GRPC_OP_COMPLETE) continue;
     if (*(int *)ev.tag == BT_SHUTDOWN) break;
     bare_event(ev.tag, ev.success);
@@ -410,7 +414,8 @@ static void bare_server_main(int port_fd, int ctl_fd) {
   grpc_server_destroy(bare_srv);
   grpc_completion_queue_shutdown(bare_cq);
   for (;;) {
-    grpc_event ev = grpc_completion_queue_next(bare_cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    grpc_event ev =
+        grpc_completion_queue_next(bare_cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
     if (ev.type == GRPC_QUEUE_SHUTDOWN) break;
     if (ev.type == GRPC_OP_COMPLETE && *(int *)ev.tag == BT_CALL) bare_free(ev.tag);
   }
@@ -532,7 +537,8 @@ static int ps_fail(const char *what, const ps_status *st) {
 
 static void print_reps(const char *name, const double *gbs, int n) {
   fprintf(stderr, "  %-18s GB/s:", name);
-  for (int i = 0; i < n; i++) fprintf(stderr, " %.2f", gbs[i]);
+  for (int i = 0; i < n; i++)
+    fprintf(stderr, " %.2f", gbs[i]);
   fprintf(stderr, "\n");
 }
 
@@ -540,7 +546,8 @@ static void print_reps(const char *name, const double *gbs, int n) {
 static int bench_bulk(ps_client *c, int tfd, const opts *o) {
   ps_status st;
   int64_t dims[2] = {BIG_DIM, BIG_DIM};
-  ps_var_spec spec = {.name = "big", .dtype = PS_DT_FLOAT,
+  ps_var_spec spec = {.name = "big",
+                      .dtype = PS_DT_FLOAT,
                       .shape = {.rank = 2, .dim = {BIG_DIM, BIG_DIM}}};
   if (ps_client_create_vars(c, 0, &spec, 1, &st) != 0) return ps_fail("create big", &st);
   ps_tensor *val = ps_tensor_new(PS_DT_FLOAT, 2, dims);
@@ -553,7 +560,8 @@ static int bench_bulk(ps_client *c, int tfd, const opts *o) {
     goto out;
   }
   float *pv = ps_tensor_data(val);
-  for (size_t i = 0; i < BIG_BYTES / 4; i++) pv[i] = (float)(i % 4099);
+  for (size_t i = 0; i < BIG_BYTES / 4; i++)
+    pv[i] = (float)(i % 4099);
   memset(ps_tensor_data(out), 0, BIG_BYTES); /* reused, pre-touched */
   memset(tbuf, 0, BIG_BYTES);
   ps_update up = {.name = "big", .op = PS_ASSIGN, .value = val};
@@ -596,7 +604,8 @@ static int bench_bulk(ps_client *c, int tfd, const opts *o) {
       goto out;
     }
     passign[r] = gb / (now_s() - t);
-    fprintf(stderr, "  rep %d: tcp pull %.2f, ps read %.2f, tcp push %.2f, ps assign %.2f GB/s\n",
+    fprintf(stderr,
+            "  rep %d: tcp pull %.2f, ps read %.2f, tcp push %.2f, ps assign %.2f GB/s\n",
             r + 1, tpull[r], pread[r], tpush[r], passign[r]);
   }
   print_reps("tcp pull", tpull, o->reps);
@@ -607,10 +616,11 @@ static int bench_bulk(ps_client *c, int tfd, const opts *o) {
     size_t n = (size_t)o->reps;
     double mpull = quantile(tpull, n, 0.5), mread = quantile(pread, n, 0.5);
     double mpush = quantile(tpush, n, 0.5), massign = quantile(passign, n, 0.5);
-    fprintf(stderr, "  best: tcp pull %.2f, ps read %.2f, tcp push %.2f, ps assign %.2f GB/s\n",
+    fprintf(stderr,
+            "  best: tcp pull %.2f, ps read %.2f, tcp push %.2f, ps assign %.2f GB/s\n",
             tpull[n - 1], pread[n - 1], tpush[n - 1], passign[n - 1]);
-    printf("bench: read_64MiB %.2f GB/s baseline=%.2f ratio=%.2f target=>= 0.6\n",
-           mread, mpull, mread / mpull);
+    printf("bench: read_64MiB %.2f GB/s baseline=%.2f ratio=%.2f target=>= 0.6\n", mread,
+           mpull, mread / mpull);
     printf("bench: assign_64MiB %.2f GB/s baseline=%.2f ratio=%.2f target=>= 0.6\n",
            massign, mpush, massign / mpush);
     fflush(stdout);
@@ -634,10 +644,11 @@ static int bench_latency(ps_client *c, bare_client *b, pid_t ps_pid, pid_t bare_
   ps_status st;
   ps_init_spec zeros;
   ps_init_spec_default(&zeros, PS_INIT_ZEROS);
-  ps_var_spec spec = {.name = "scalar", .dtype = PS_DT_FLOAT, .shape = {.rank = 0},
-                      .init = &zeros};
+  ps_var_spec spec = {
+      .name = "scalar", .dtype = PS_DT_FLOAT, .shape = {.rank = 0}, .init = &zeros};
   const char *name = "scalar";
-  if (ps_client_create_vars(c, 0, &spec, 1, &st) != 0) return ps_fail("create scalar", &st);
+  if (ps_client_create_vars(c, 0, &spec, 1, &st) != 0)
+    return ps_fail("create scalar", &st);
   if (ps_client_initialize(c, 0, &name, 1, false, NULL, &st) != 0)
     return ps_fail("initialize scalar", &st);
   ps_shape s0 = {.rank = 0};
@@ -698,23 +709,29 @@ static int bench_latency(ps_client *c, bare_client *b, pid_t ps_pid, pid_t bare_
   float got = *(float *)ps_tensor_data(rd.out);
   ps_tensor_destroy(rd.out);
   if (got != (float)adds) {
-    fprintf(stderr, "bench: scalar is %g after %ld assign_adds of 1\n", (double)got, adds);
+    fprintf(stderr, "bench: scalar is %g after %ld assign_adds of 1\n", (double)got,
+            adds);
     goto out;
   }
   double pm = quantile(tp, n, 0.5), bm = quantile(tb, n, 0.5);
-  fprintf(stderr, "  ps assign_add: min %.1f p10 %.1f median %.1f p90 %.1f p99 %.1f us, %.0f calls/s\n",
+  fprintf(stderr,
+          "  ps assign_add: min %.1f p10 %.1f median %.1f p90 %.1f p99 %.1f us, %.0f "
+          "calls/s\n",
           tp[0], quantile(tp, n, 0.1), pm, quantile(tp, n, 0.9), quantile(tp, n, 0.99),
           (double)n / wp);
-  fprintf(stderr, "  bare gRPC unary: min %.1f p10 %.1f median %.1f p90 %.1f p99 %.1f us, %.0f calls/s\n",
+  fprintf(stderr,
+          "  bare gRPC unary: min %.1f p10 %.1f median %.1f p90 %.1f p99 %.1f us, %.0f "
+          "calls/s\n",
           tb[0], quantile(tb, n, 0.1), bm, quantile(tb, n, 0.9), quantile(tb, n, 0.99),
           (double)n / wb);
   fprintf(stderr, "  (%zu samples each, %.1f s wall)\n", n, now_s() - w0);
-  fprintf(stderr, "  CPU per call: ps server %.1f us, bare server %.1f us; "
+  fprintf(stderr,
+          "  CPU per call: ps server %.1f us, bare server %.1f us; "
           "client thread %.1f us (ps) vs %.1f us (bare)\n",
           sp0 < 0 ? -1.0 : sp * 1e6 / (double)n, sb0 < 0 ? -1.0 : sb * 1e6 / (double)n,
           cp * 1e6 / (double)n, cb * 1e6 / (double)n);
-  printf("bench: assign_add_latency %.1f us baseline=%.1f ratio=%.2f target=<= 1.3\n",
-         pm, bm, pm / bm);
+  printf("bench: assign_add_latency %.1f us baseline=%.1f ratio=%.2f target=<= 1.3\n", pm,
+         bm, pm / bm);
   fflush(stdout);
   rc = 0;
 out:
@@ -745,8 +762,8 @@ static int bench_many(ps_client *c, const opts *o) {
     snprintf(names[i], sizeof names[i], "small/%04d", i);
     np[i] = names[i];
     ps_shape sh = {.rank = i % 2, .dim = {4}}; /* scalars and [4] */
-    specs[i] = (ps_var_spec){.name = names[i], .dtype = PS_DT_FLOAT, .shape = sh,
-                             .init = &ones};
+    specs[i] =
+        (ps_var_spec){.name = names[i], .dtype = PS_DT_FLOAT, .shape = sh, .init = &ones};
     rd[i].name = names[i];
     rd[i].out = ps_tensor_create(PS_DT_FLOAT, &sh, true); /* reused */
     if (rd[i].out == NULL) {
@@ -798,9 +815,12 @@ static int bench_many(ps_client *c, const opts *o) {
     }
   }
   double bm = quantile(tb, nb, 0.5), um = quantile(tu, nu, 0.5);
-  fprintf(stderr, "  batched: min %.2f median %.2f max %.2f ms/step (%.0f steps/s), %zu steps\n",
+  fprintf(stderr,
+          "  batched: min %.2f median %.2f max %.2f ms/step (%.0f steps/s), %zu steps\n",
           tb[0], bm, tb[nb - 1], 1e3 / bm, nb);
-  fprintf(stderr, "  per-variable: min %.1f median %.1f max %.1f ms/step (%.1f steps/s, %.1f us/RPC), %zu steps\n",
+  fprintf(stderr,
+          "  per-variable: min %.1f median %.1f max %.1f ms/step (%.1f steps/s, %.1f "
+          "us/RPC), %zu steps\n",
           tu[0], um, tu[nu - 1], 1e3 / um, um * 1e3 / NSMALL, nu);
   printf("bench: read_1000_vars_batched %.2f ms baseline=%.1f ratio=%.1f target=>= 10\n",
          bm, um, um / bm);
@@ -808,7 +828,8 @@ static int bench_many(ps_client *c, const opts *o) {
   rc = 0;
 out:
   if (rd)
-    for (int i = 0; i < NSMALL; i++) ps_tensor_destroy(rd[i].out);
+    for (int i = 0; i < NSMALL; i++)
+      ps_tensor_destroy(rd[i].out);
   free(names);
   free(np);
   free(specs);
@@ -838,14 +859,23 @@ static const char usage[] =
     "Needs PS_SERVER (path of ps-server); see tests/bench/README.md.\n";
 
 int main(int argc, char **argv) {
-  opts o = {.reps = 11, .iters = 5000, .warmup = 500, .steps = 10, .ps_threads = 0,
-            .only = "abc", .pin = 1};
+  opts o = {.reps = 11,
+            .iters = 5000,
+            .warmup = 500,
+            .steps = 10,
+            .ps_threads = 0,
+            .only = "abc",
+            .pin = 1};
   for (int i = 1; i < argc; i++) {
     int *dst = NULL, lo = 1, hi = 1000000;
-    if (!strcmp(argv[i], "--reps")) dst = &o.reps, hi = 1000;
-    else if (!strcmp(argv[i], "--iters")) dst = &o.iters;
-    else if (!strcmp(argv[i], "--steps")) dst = &o.steps, hi = 10000;
-    else if (!strcmp(argv[i], "--ps-threads")) dst = &o.ps_threads, hi = 256;
+    if (!strcmp(argv[i], "--reps"))
+      dst = &o.reps, hi = 1000;
+    else if (!strcmp(argv[i], "--iters"))
+      dst = &o.iters;
+    else if (!strcmp(argv[i], "--steps"))
+      dst = &o.steps, hi = 10000;
+    else if (!strcmp(argv[i], "--ps-threads"))
+      dst = &o.ps_threads, hi = 256;
     else if (!strcmp(argv[i], "--no-pin")) {
       o.pin = 0;
       continue;
@@ -943,9 +973,10 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bench: cannot create the bare gRPC channel\n");
     goto done;
   }
-  fprintf(stderr, "bench: ps/0 on %s (pid %d), bare gRPC server on 127.0.0.1:%d (pid %d), "
-          "tcp peer pid %d\n", h.addrs[0], (int)h.pids[0], bare_port, (int)bare_pid,
-          (int)tcp_pid);
+  fprintf(stderr,
+          "bench: ps/0 on %s (pid %d), bare gRPC server on 127.0.0.1:%d (pid %d), "
+          "tcp peer pid %d\n",
+          h.addrs[0], (int)h.pids[0], bare_port, (int)bare_pid, (int)tcp_pid);
 
   /* Bulk: sender and receiver run in parallel on two CPUs.  Round trips:
    * one call outstanding, nothing to overlap, so client and server share
@@ -985,7 +1016,7 @@ done:
     rc = 1;
   }
   if (port_pipe[0] >= 0) close(port_pipe[0]);
-  close(ctl); /* EOF: the bare server shuts down */
+  close(ctl);               /* EOF: the bare server shuts down */
   if (tfd >= 0) close(tfd); /* EOF: the tcp peer exits */
   int status;
   if (waitpid(bare_pid, &status, 0) == bare_pid &&

@@ -33,10 +33,14 @@ static int build(model *m, ps_client *client, const ps_cluster *cluster) {
   if (cluster) ps_device_push_fn(m->g, ps_replica_device_setter(cluster, NULL));
   m->x = ps_placeholder(m->g, PS_DT_FLOAT, &(ps_shape){2, {-1, IN}}, "x");
   m->labels = ps_placeholder(m->g, PS_DT_INT64, &(ps_shape){1, {-1}}, "labels");
-  ps_variable *w1 = ps_get_variable(m->g, "w1", PS_DT_FLOAT, &(ps_shape){2, {IN, HID}}, NULL, NULL, &st);
-  ps_variable *b1 = ps_get_variable(m->g, "b1", PS_DT_FLOAT, &(ps_shape){1, {HID}}, NULL, NULL, &st);
-  ps_variable *w2 = ps_get_variable(m->g, "w2", PS_DT_FLOAT, &(ps_shape){2, {HID, OUT}}, NULL, NULL, &st);
-  ps_variable *b2 = ps_get_variable(m->g, "b2", PS_DT_FLOAT, &(ps_shape){1, {OUT}}, NULL, NULL, &st);
+  ps_variable *w1 = ps_get_variable(m->g, "w1", PS_DT_FLOAT, &(ps_shape){2, {IN, HID}},
+                                    NULL, NULL, &st);
+  ps_variable *b1 =
+      ps_get_variable(m->g, "b1", PS_DT_FLOAT, &(ps_shape){1, {HID}}, NULL, NULL, &st);
+  ps_variable *w2 = ps_get_variable(m->g, "w2", PS_DT_FLOAT, &(ps_shape){2, {HID, OUT}},
+                                    NULL, NULL, &st);
+  ps_variable *b2 =
+      ps_get_variable(m->g, "b2", PS_DT_FLOAT, &(ps_shape){1, {OUT}}, NULL, NULL, &st);
   if (!w1 || !b1 || !w2 || !b2) return -1;
   ps_node *h = ps_relu(ps_bias_add(ps_matmul(m->x, ps_variable_value(w1), false, false),
                                    ps_variable_value(b1)));
@@ -101,20 +105,26 @@ int main(int argc, char **argv) {
   ps_tensor *bx = ps_tensor_create(PS_DT_FLOAT, &(ps_shape){2, {BATCH, IN}}, false);
   ps_tensor *bl = ps_tensor_create(PS_DT_INT64, &(ps_shape){1, {BATCH}}, false);
   unsigned seed = 1;
-  for (int i = 0; i < BATCH * IN; i++) ((float *)ps_tensor_data(bx))[i] = (float)rand_r(&seed) / (float)RAND_MAX;
-  for (int i = 0; i < BATCH; i++) ((int64_t *)ps_tensor_data(bl))[i] = rand_r(&seed) % OUT;
-  double *rr = calloc((size_t)blocks, sizeof *rr), *lr = calloc((size_t)blocks, sizeof *lr);
-  if (c == NULL || build(&remote, c, h.cluster) != 0 || build(&local, NULL, NULL) != 0) goto out;
+  for (int i = 0; i < BATCH * IN; i++)
+    ((float *)ps_tensor_data(bx))[i] = (float)rand_r(&seed) / (float)RAND_MAX;
+  for (int i = 0; i < BATCH; i++)
+    ((int64_t *)ps_tensor_data(bl))[i] = rand_r(&seed) % OUT;
+  double *rr = calloc((size_t)blocks, sizeof *rr),
+         *lr = calloc((size_t)blocks, sizeof *lr);
+  if (c == NULL || build(&remote, c, h.cluster) != 0 || build(&local, NULL, NULL) != 0)
+    goto out;
   if (run_steps(&remote, bx, bl, 5) < 0 || run_steps(&local, bx, bl, 5) < 0) goto out;
   for (int b = 0; b < blocks; b++) {
     if ((rr[b] = run_steps(&remote, bx, bl, steps)) < 0) goto out;
     if ((lr[b] = run_steps(&local, bx, bl, steps)) < 0) goto out;
-    fprintf(stderr, "block %d: 2 ps %.1f steps/s, in-process %.1f steps/s\n", b, rr[b], lr[b]);
+    fprintf(stderr, "block %d: 2 ps %.1f steps/s, in-process %.1f steps/s\n", b, rr[b],
+            lr[b]);
   }
   qsort(rr, (size_t)blocks, sizeof *rr, cmp);
   qsort(lr, (size_t)blocks, sizeof *lr, cmp);
   double r = rr[blocks / 2], l = lr[blocks / 2];
-  printf("bench: mlp_784_256_10_steps 2ps=%.1f steps/s baseline=%.1f ratio=%.2f target=>= 0.7\n",
+  printf("bench: mlp_784_256_10_steps 2ps=%.1f steps/s baseline=%.1f ratio=%.2f "
+         "target=>= 0.7\n",
          r, l, r / l);
   rc = 0;
 out:

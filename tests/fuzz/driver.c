@@ -13,8 +13,12 @@
 static fuzz_input *inputs;
 static size_t ninputs;
 
-size_t fuzz_ninputs(void) { return ninputs; }
-const fuzz_input *fuzz_input_at(size_t i) { return &inputs[i]; }
+size_t fuzz_ninputs(void) {
+  return ninputs;
+}
+const fuzz_input *fuzz_input_at(size_t i) {
+  return &inputs[i];
+}
 
 static void add_file(const char *path) {
   FILE *f = fopen(path, "rb");
@@ -94,7 +98,9 @@ uint64_t fuzz_rng(void) { /* xorshift64* */
   return rng_state * 0x2545f4914f6cdd1du;
 }
 
-size_t fuzz_rnd(size_t n) { return n ? (size_t)(fuzz_rng() % n) : 0; }
+size_t fuzz_rnd(size_t n) {
+  return n ? (size_t)(fuzz_rng() % n) : 0;
+}
 
 int main(int argc, char **argv) {
   const char *name = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
@@ -102,14 +108,16 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: %s FILE|DIR...  (PS_FUZZ_RUNS=n mutations)\n", argv[0]);
     return 2;
   }
-  for (int i = 1; i < argc; i++) add_path(argv[i]);
+  for (int i = 1; i < argc; i++)
+    add_path(argv[i]);
   if (ninputs == 0) {
     fprintf(stderr, "%s: no input files\n", name);
     return 2;
   }
   const char *env = getenv("PS_FUZZ_RUNS");
   long runs = env ? strtol(env, NULL, 10) : 4000;
-  for (size_t i = 0; i < ninputs; i++) LLVMFuzzerTestOneInput(inputs[i].data, inputs[i].size);
+  for (size_t i = 0; i < ninputs; i++)
+    LLVMFuzzerTestOneInput(inputs[i].data, inputs[i].size);
   uint8_t *buf = malloc(MAX_MUTANT);
   if (buf == NULL) return 2;
   size_t n = 0;
@@ -124,7 +132,8 @@ int main(int argc, char **argv) {
     LLVMFuzzerTestOneInput(buf, n);
   }
   free(buf);
-  for (size_t i = 0; i < ninputs; i++) free(inputs[i].data);
+  for (size_t i = 0; i < ninputs; i++)
+    free(inputs[i].data);
   free(inputs);
   printf("%s: %zu inputs and %ld mutations passed\n", name, ninputs, runs);
   return 0;

@@ -27,9 +27,8 @@
 #include <unistd.h>
 
 #include "common/bundle.h"
-#include "driver.h"
 #include "common/crc32c.h"
-
+#include "driver.h"
 
 #define FAIL(...)                                                                        \
   do {                                                                                   \
@@ -284,7 +283,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 }
 
 #ifndef PS_LIBFUZZER
-
 
 /* Pieces of the format, so mutations reach deep paths: varint edges,
  * proto tags (dtype, shape, dim, shard, offset, size, crc, slice), the

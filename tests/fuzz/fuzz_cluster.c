@@ -18,9 +18,8 @@
 #include <sys/stat.h>
 
 #include "common/cluster.h"
-#include "driver.h"
 #include "common/device.h"
-
+#include "driver.h"
 
 #define FAIL(...)                                                                        \
   do {                                                                                   \
@@ -166,7 +165,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 }
 
 #ifndef PS_LIBFUZZER
-
 
 /* Pieces of the input languages, so mutations reach deep paths. */
 static const char *const tokens[] = {

@@ -27,7 +27,8 @@ START_TEST(three_gib_variable_round_trip) {
   ps_tensor *t = ps_tensor_create(PS_DT_FLOAT, &s, false);
   ck_assert_ptr_nonnull(t);
   float *p = ps_tensor_data(t);
-  for (int64_t i = 0; i < n; i++) p[i] = (float)(i & 0xfffff);
+  for (int64_t i = 0; i < n; i++)
+    p[i] = (float)(i & 0xfffff);
   ps_update u = {.name = "huge", .op = PS_ASSIGN, .value = t};
   PS_ASSERT_OK(ps_client_update(c, 0, &u, 1, &st), st);
   ps_read r = {.name = "huge"};

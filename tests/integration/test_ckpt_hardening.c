@@ -96,8 +96,8 @@ static void ps_up(const char *env, const char *grace) {
     close(p[0]);
     close(p[1]);
     if (env) putenv((char *)env);
-    execl(prog, prog, "--cluster", boot, "--job", "ps", "--task", "0",
-          "--checkpoint-dir", ck, "--grace-secs", grace, (char *)NULL);
+    execl(prog, prog, "--cluster", boot, "--job", "ps", "--task", "0", "--checkpoint-dir",
+          ck, "--grace-secs", grace, (char *)NULL);
     _exit(127);
   }
   close(p[1]);
@@ -457,21 +457,25 @@ START_TEST(bad_prefixes_are_invalid_argument) {
     longp[i] = (i % 100 == 99) ? '/' : 'a';
   longp[4000] = '\0';
   size_t n = save_req(b, longp, 4000);
-  ck_assert_int_eq(raw("/paramserver.Ps/Save", b, n, msg, sizeof msg), PS_INVALID_ARGUMENT);
+  ck_assert_int_eq(raw("/paramserver.Ps/Save", b, n, msg, sizeof msg),
+                   PS_INVALID_ARGUMENT);
   ck_assert_msg(strstr(msg, "too long") && strstr(msg, "limit is"), "%s", msg);
   /* one component longer than a file name may be */
   memset(longp, 'b', 300);
   n = save_req(b, longp, 300);
-  ck_assert_int_eq(raw("/paramserver.Ps/Save", b, n, msg, sizeof msg), PS_INVALID_ARGUMENT);
+  ck_assert_int_eq(raw("/paramserver.Ps/Save", b, n, msg, sizeof msg),
+                   PS_INVALID_ARGUMENT);
   ck_assert_msg(strstr(msg, "component of 300 bytes") && strstr(msg, "NAME_MAX"), "%s",
                 msg);
   free(longp);
   /* a newline, and a NUL */
   n = save_req(b, "a\nb", 3);
-  ck_assert_int_eq(raw("/paramserver.Ps/Save", b, n, msg, sizeof msg), PS_INVALID_ARGUMENT);
+  ck_assert_int_eq(raw("/paramserver.Ps/Save", b, n, msg, sizeof msg),
+                   PS_INVALID_ARGUMENT);
   ck_assert_msg(strstr(msg, "control character (byte 0x0a at offset 1)"), "%s", msg);
   n = save_req(b, "w\0evil", 6);
-  ck_assert_int_eq(raw("/paramserver.Ps/Save", b, n, msg, sizeof msg), PS_INVALID_ARGUMENT);
+  ck_assert_int_eq(raw("/paramserver.Ps/Save", b, n, msg, sizeof msg),
+                   PS_INVALID_ARGUMENT);
   ck_assert_msg(strstr(msg, "Save: the checkpoint prefix has a NUL byte"), "%s", msg);
   /* RestoreRequest{prefix: "w\0evil"}, MergeRequest{prefix: "a\x01", num_shards: 1} */
   static const uint8_t rr[] = {0x0a, 6, 'w', 0, 'e', 'v', 'i', 'l'};

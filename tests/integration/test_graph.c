@@ -20,7 +20,9 @@ static void setup(void) {
   ck_assert_ptr_nonnull(C);
 }
 
-static void teardown(void) { ck_assert_int_eq(harness_stop_client(&H, C), 0); }
+static void teardown(void) {
+  ck_assert_int_eq(harness_stop_client(&H, C), 0);
+}
 
 static ps_shape shp(int rank, int64_t a, int64_t b) {
   ps_shape s = {.rank = rank, .dim = {a, b}};
@@ -77,7 +79,9 @@ END_TEST
 
 START_TEST(no_ps_job_means_no_device_function) {
   ps_status st;
-  ps_cluster *c = ps_cluster_parse("{\"worker\": [\"127.0.0.1:1\"]}", strlen("{\"worker\": [\"127.0.0.1:1\"]}"), "test", &st);
+  ps_cluster *c =
+      ps_cluster_parse("{\"worker\": [\"127.0.0.1:1\"]}",
+                       strlen("{\"worker\": [\"127.0.0.1:1\"]}"), "test", &st);
   ck_assert_ptr_nonnull(c);
   ck_assert_ptr_null(ps_replica_device_setter(c, NULL));
   ps_cluster_destroy(c);
@@ -163,7 +167,8 @@ START_TEST(a_scoped_name_over_the_limit_is_refused) {
   PS_ASSERT_MSG_HAS(st, "variable w...: the name with its variable scopes is longer than "
                         "1023 bytes");
   ps_partitioner p = {.kind = PS_PART_FIXED, .num_shards = 2};
-  ck_assert_ptr_null(ps_get_partitioned_variable(g, "e", PS_DT_FLOAT, &s, NULL, &p, NULL, &st));
+  ck_assert_ptr_null(
+      ps_get_partitioned_variable(g, "e", PS_DT_FLOAT, &s, NULL, &p, NULL, &st));
   ck_assert_int_eq(st.code, PS_INVALID_ARGUMENT);
   PS_ASSERT_MSG_HAS(st, "variable e...: the name with its variable scopes is longer than "
                         "1023 bytes");
@@ -222,12 +227,14 @@ START_TEST(initialize_in_dependency_order_across_ps) {
   ps_node *add = ps_assign_add(w2, x);
   ps_node *after = ps_read_value(w2, &add, 1);
   ps_tensor *xv = ps_tensor_create(PS_DT_FLOAT, &s, true);
-  for (int i = 0; i < 4; i++) ((float *)ps_tensor_data(xv))[i] = (float)i;
+  for (int i = 0; i < 4; i++)
+    ((float *)ps_tensor_data(xv))[i] = (float)i;
   ps_feed feed = {x, xv};
   ps_session_destroy(sess);
   sess = ps_session_create(g, C, &st);
   PS_ASSERT_OK(ps_session_run(sess, &feed, 1, &after, 1, NULL, 0, out, &st), st);
-  for (int i = 0; i < 4; i++) ck_assert(((float *)ps_tensor_data(out[0]))[i] == 3.f + (float)i);
+  for (int i = 0; i < 4; i++)
+    ck_assert(((float *)ps_tensor_data(out[0]))[i] == 3.f + (float)i);
   ps_tensor_destroy(out[0]);
   /* is_variable_initialized */
   ps_node *isw = ps_is_variable_initialized(w);
@@ -236,8 +243,10 @@ START_TEST(initialize_in_dependency_order_across_ps) {
   ps_tensor_destroy(out[0]);
   /* feeding errors */
   ps_node *fx = x;
-  ck_assert_int_eq(ps_session_run(sess, NULL, 0, &fx, 1, NULL, 0, out, &st), PS_INVALID_ARGUMENT);
-  ck_assert_ptr_nonnull(strstr(st.msg, "You must feed a value for placeholder tensor 'x'"));
+  ck_assert_int_eq(ps_session_run(sess, NULL, 0, &fx, 1, NULL, 0, out, &st),
+                   PS_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(
+      strstr(st.msg, "You must feed a value for placeholder tensor 'x'"));
   ps_tensor_destroy(xv);
   ps_session_destroy(sess);
   ps_graph_destroy(g);

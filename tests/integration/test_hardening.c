@@ -35,7 +35,6 @@ static void teardown(void) {
   ck_assert_int_eq(harness_stop_client(&H, C), 0);
 }
 
-
 static ps_shape shp1(int64_t a) {
   return (ps_shape){.rank = 1, .dim = {a}};
 }
@@ -356,10 +355,12 @@ START_TEST(bad_initializers_are_refused_at_create) {
   PS_ASSERT_MSG_HAS(st, "variable m: random_uniform needs minval <= maxval, got minval=2 "
                         "maxval=1");
   v[1].init = &neg;
-  PS_ASSERT_STATUS(ps_client_create_vars(C, 0, v, 2, &st), st, PS_INVALID_ARGUMENT, "variable m: truncated_normal needs stddev >= 0, got -1");
+  PS_ASSERT_STATUS(ps_client_create_vars(C, 0, v, 2, &st), st, PS_INVALID_ARGUMENT,
+                   "variable m: truncated_normal needs stddev >= 0, got -1");
   v[1].dtype = PS_DT_INT8;
   v[1].init = &cst;
-  PS_ASSERT_STATUS(ps_client_create_vars(C, 0, v, 2, &st), st, PS_INVALID_ARGUMENT, "variable m: constant 300 is not representable as int8");
+  PS_ASSERT_STATUS(ps_client_create_vars(C, 0, v, 2, &st), st, PS_INVALID_ARGUMENT,
+                   "variable m: constant 300 is not representable as int8");
   v[1].dtype = PS_DT_FLOAT;
   v[1].init = &lst;
   ck_assert_int_eq(ps_client_create_vars(C, 0, v, 2, &st), PS_INVALID_ARGUMENT);
@@ -388,7 +389,8 @@ START_TEST(initialize_changes_nothing_when_one_name_fails) {
   float v[3] = {7, 7, 7};
   assign_f("a", shp1(3), v);
   const char *names[3] = {"a", "w", "nosuch"};
-  PS_ASSERT_STATUS(ps_client_initialize(C, 0, names, 3, false, NULL, &st), st, PS_NOT_FOUND, "variable nosuch does not exist on ps/0");
+  PS_ASSERT_STATUS(ps_client_initialize(C, 0, names, 3, false, NULL, &st), st,
+                   PS_NOT_FOUND, "variable nosuch does not exist on ps/0");
   /* w has no initializer: FAILED_PRECONDITION, a keeps its value */
   ck_assert_int_eq(ps_client_initialize(C, 0, names, 2, false, NULL, &st),
                    PS_FAILED_PRECONDITION);
@@ -512,8 +514,9 @@ START_TEST(sync_local_step_at_int64_max_is_refused) {
   req.inline_data.len = sizeof one;
   ps_status st = raw_msg("/paramserver.Ps/Update", &req.base, true);
   ck_assert_int_eq(st.code, PS_INVALID_ARGUMENT);
-  PS_ASSERT_MSG_HAS(st, "AssignAdd w: sync_local_step must be in [0, 9223372036854775807), "
-                        "got 9223372036854775807");
+  PS_ASSERT_MSG_HAS(st,
+                    "AssignAdd w: sync_local_step must be in [0, 9223372036854775807), "
+                    "got 9223372036854775807");
   assert_w_unchanged();
 }
 END_TEST
@@ -642,7 +645,8 @@ START_TEST(delete_removes_variables_and_their_slots) {
   ck_assert_int_eq(st.code, PS_INVALID_ARGUMENT);
   PS_ASSERT_MSG_HAS(
       st, "Delete: DeleteRequest.names \"w\\x0au\" contains a control character");
-  PS_ASSERT_STATUS(ps_client_delete(C, 0, NULL, 0, 0, NULL, &st), st, PS_INVALID_ARGUMENT, "Delete: no variable names given");
+  PS_ASSERT_STATUS(ps_client_delete(C, 0, NULL, 0, 0, NULL, &st), st, PS_INVALID_ARGUMENT,
+                   "Delete: no variable names given");
   ps_task_status ts;
   ck_assert_int_eq(ps_client_status(C, 0, &ts, &st), 0);
   ck_assert_int_eq(ts.num_vars, 5);
@@ -1041,7 +1045,8 @@ START_TEST(every_request_list_is_bounded) {
   dr.names = names;
   dr.n_names = 5;
   st = raw_msg("/paramserver.Ps/Delete", &dr.base, true);
-  PS_ASSERT_STATUS(st.code, st, PS_RESOURCE_EXHAUSTED, "Delete: 5 items, above the limit of 4");
+  PS_ASSERT_STATUS(st.code, st, PS_RESOURCE_EXHAUSTED,
+                   "Delete: 5 items, above the limit of 4");
   Paramserver__VariableSpec vs[5];
   Paramserver__VariableSpec *vp[5];
   int64_t dim = 1;
@@ -1057,7 +1062,8 @@ START_TEST(every_request_list_is_bounded) {
   cr.vars = vp;
   cr.n_vars = 5;
   st = raw_msg("/paramserver.Ps/Create", &cr.base, true);
-  PS_ASSERT_STATUS(st.code, st, PS_RESOURCE_EXHAUSTED, "Create: 5 items, above the limit of 4 per call");
+  PS_ASSERT_STATUS(st.code, st, PS_RESOURCE_EXHAUSTED,
+                   "Create: 5 items, above the limit of 4 per call");
   /* nothing was created; four are fine */
   ck_assert(!exists("a"));
   cr.n_vars = 4;
@@ -1157,7 +1163,6 @@ static void save_teardown(void) {
   teardown();
 }
 
-
 static void two_ps_save_setup(void) {
   snprintf(ckdir, sizeof ckdir, "/tmp/ps-ckpt-XXXXXX");
   ck_assert_ptr_nonnull(mkdtemp(ckdir));
@@ -1172,13 +1177,14 @@ START_TEST(key_space_conflicts_across_tasks_are_refused) {
   ps_status st;
   ps_init_spec z;
   ps_init_spec_default(&z, PS_INIT_ZEROS);
-  ck_assert_msg(
-      create_part_on(0, "P/part_0", "P", shp2(2, 2), shp2(4, 2), 0, PS_DT_FLOAT, &st) == 0,
-      "%s", st.msg);
+  ck_assert_msg(create_part_on(0, "P/part_0", "P", shp2(2, 2), shp2(4, 2), 0, PS_DT_FLOAT,
+                               &st) == 0,
+                "%s", st.msg);
   ps_var_spec w = {.name = "w", .dtype = PS_DT_FLOAT, .shape = shp2(2, 3), .init = &z};
   PS_ASSERT_OK(ps_client_create_vars(C, 0, &w, 1, &st), st);
   /* a plain P on ps/1 beside the part of P on ps/0 */
-  ps_var_spec plain = {.name = "P", .dtype = PS_DT_FLOAT, .shape = shp2(4, 2), .init = &z};
+  ps_var_spec plain = {
+      .name = "P", .dtype = PS_DT_FLOAT, .shape = shp2(4, 2), .init = &z};
   ck_assert_int_eq(ps_client_create_vars(C, 1, &plain, 1, &st), PS_ALREADY_EXISTS);
   PS_ASSERT_MSG_HAS(st,
                     "variable P: P is the full name of the partitioned variable whose "
@@ -1215,9 +1221,9 @@ START_TEST(key_space_conflicts_across_tasks_are_refused) {
   ck_assert_uint_eq(n, 0);
   ps_client_free_var_info(vi, n);
   /* the right second part: List tells whose part it is */
-  ck_assert_msg(
-      create_part_on(1, "P/part_1", "P", shp2(2, 2), shp2(4, 2), 4, PS_DT_FLOAT, &st) == 0,
-      "%s", st.msg);
+  ck_assert_msg(create_part_on(1, "P/part_1", "P", shp2(2, 2), shp2(4, 2), 4, PS_DT_FLOAT,
+                               &st) == 0,
+                "%s", st.msg);
   ck_assert_int_eq(ps_client_list(C, 1, &vi, &n, &st), 0);
   ck_assert_uint_eq(n, 1);
   ck_assert_str_eq(vi[0].full_name, "P");
@@ -1260,7 +1266,9 @@ START_TEST(key_space_conflicts_across_tasks_are_refused) {
   PS_ASSERT_OK(st.code, st);
   for (int t = 0; t < 2; t++)
     ck_assert_int_eq(ps_client_initialize(C, t, NULL, 0, true, NULL, &st), 0);
-  PS_ASSERT_STATUS(ps_client_save(C, "dup", NULL, NULL, NULL, &st), st, PS_INVALID_ARGUMENT, "Duplicate tensor keyed by R encountered, when merging prefix: ");
+  PS_ASSERT_STATUS(ps_client_save(C, "dup", NULL, NULL, NULL, &st), st,
+                   PS_INVALID_ARGUMENT,
+                   "Duplicate tensor keyed by R encountered, when merging prefix: ");
   PS_ASSERT_MSG_HAS(st, "dup_temp/part-0000");
   const char *rp[1] = {"R/part_0"};
   ck_assert_int_eq(ps_client_delete(C, 0, rp, 1, 0, NULL, &st), 0);

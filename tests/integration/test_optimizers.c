@@ -30,7 +30,9 @@ static void setup(void) {
   ck_assert_ptr_nonnull(C);
 }
 
-static void teardown(void) { ck_assert_int_eq(harness_stop_client(&H, C), 0); }
+static void teardown(void) {
+  ck_assert_int_eq(harness_stop_client(&H, C), 0);
+}
 
 /* ---- helpers ---- */
 

@@ -1,15 +1,15 @@
 /* Integration tests: real ps-server processes, the libpsworker client. */
 #include <check.h>
 #include <fcntl.h>
+#include <math.h>
 #include <pthread.h>
 #include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/rpc.h"
 #include "harness.h"
@@ -24,7 +24,9 @@ static void setup(void) {
   ck_assert_ptr_nonnull(C);
 }
 
-static void teardown(void) { ck_assert_int_eq(harness_stop_client(&H, C), 0); }
+static void teardown(void) {
+  ck_assert_int_eq(harness_stop_client(&H, C), 0);
+}
 
 static ps_shape shp(int rank, int64_t a, int64_t b) {
   ps_shape s = {.rank = rank, .dim = {a, b}};
@@ -61,7 +63,9 @@ static ps_tensor *read1(int task, const char *name, ps_status *st) {
   return r.out;
 }
 
-static float *fdata(ps_tensor *t) { return ps_tensor_data(t); }
+static float *fdata(ps_tensor *t) {
+  return ps_tensor_data(t);
+}
 
 START_TEST(create_initialize_read_on_two_ps) {
   ps_init_spec z, o, k, rn;
@@ -83,11 +87,14 @@ START_TEST(create_initialize_read_on_two_ps) {
   ck_assert_uint_eq(n1, 2);
   ps_read r0[2] = {{.name = "a"}, {.name = "w"}};
   ps_read r1[2] = {{.name = "b"}, {.name = "c"}};
-  ps_task_reads t[2] = {{.task = 0, .reads = r0, .n = 2}, {.task = 1, .reads = r1, .n = 2}};
+  ps_task_reads t[2] = {{.task = 0, .reads = r0, .n = 2},
+                        {.task = 1, .reads = r1, .n = 2}};
   PS_ASSERT_OK(ps_client_read_many(C, t, 2, &st), st);
   ck_assert_int_eq(r0[0].out->shape.rank, 2);
-  for (int i = 0; i < 6; i++) ck_assert(fdata(r0[0].out)[i] == 0.f);
-  for (int i = 0; i < 4; i++) ck_assert(fdata(r1[0].out)[i] == 1.f);
+  for (int i = 0; i < 6; i++)
+    ck_assert(fdata(r0[0].out)[i] == 0.f);
+  for (int i = 0; i < 4; i++)
+    ck_assert(fdata(r1[0].out)[i] == 1.f);
   ck_assert(((double *)ps_tensor_data(r1[1].out))[0] == 3.5);
   /* The same variable on another ps draws the same values (one task at a
    * time: a name on two tasks would be twice in every checkpoint). */
@@ -99,12 +106,14 @@ START_TEST(create_initialize_read_on_two_ps) {
   ck_assert_msg(w1 != NULL, "%s", st.msg);
   ck_assert_int_eq(memcmp(ps_tensor_data(r0[1].out), ps_tensor_data(w1), 16 * 8 * 4), 0);
   double sum = 0;
-  for (int i = 0; i < 128; i++) sum += fabsf(fdata(r0[1].out)[i]);
+  for (int i = 0; i < 128; i++)
+    sum += fabsf(fdata(r0[1].out)[i]);
   ck_assert(sum > 10); /* not all zeros */
   ps_tensor_destroy(w1);
   ps_tensor_destroy(r0[0].out);
   ps_tensor_destroy(r0[1].out);
-  for (int i = 0; i < 2; i++) ps_tensor_destroy(r1[i].out);
+  for (int i = 0; i < 2; i++)
+    ps_tensor_destroy(r1[i].out);
 }
 END_TEST
 
@@ -114,11 +123,13 @@ START_TEST(create_is_idempotent_and_conflicts_fail) {
   create(0, "v", PS_DT_FLOAT, shp(1, 3, 0), &z);
   create(0, "v", PS_DT_FLOAT, shp(1, 3, 0), &z);
   ps_status st;
-  ps_var_spec bad = {.name = "v", .dtype = PS_DT_INT32, .shape = shp(1, 3, 0), .init = &z};
+  ps_var_spec bad = {
+      .name = "v", .dtype = PS_DT_INT32, .shape = shp(1, 3, 0), .init = &z};
   ck_assert_int_eq(ps_client_create_vars(C, 0, &bad, 1, &st), PS_ALREADY_EXISTS);
   ck_assert_ptr_nonnull(strstr(st.msg, "variable v already exists"));
   ck_assert_ptr_nonnull(strstr(st.msg, "int32"));
-  ps_var_spec bad2 = {.name = "v", .dtype = PS_DT_FLOAT, .shape = shp(1, 4, 0), .init = &z};
+  ps_var_spec bad2 = {
+      .name = "v", .dtype = PS_DT_FLOAT, .shape = shp(1, 4, 0), .init = &z};
   ck_assert_int_eq(ps_client_create_vars(C, 0, &bad2, 1, &st), PS_ALREADY_EXISTS);
   ck_assert_ptr_nonnull(strstr(st.msg, "[4]"));
 }
@@ -138,7 +149,8 @@ START_TEST(assign_add_sub_and_validate_shape) {
   PS_ASSERT_OK(ps_client_update(C, 0, &sub, 1, &st), st);
   ps_tensor *r = read1(0, "v", &st);
   ck_assert_ptr_nonnull(r);
-  for (int i = 0; i < 6; i++) ck_assert(fdata(r)[i] == 20.f);
+  for (int i = 0; i < 6; i++)
+    ck_assert(fdata(r)[i] == 20.f);
   ps_tensor_destroy(r);
   /* validate_shape=False: the variable takes the new shape */
   float c[3] = {7, 8, 9};
@@ -183,10 +195,12 @@ START_TEST(scatter_and_gather) {
   float want[8] = {5, 5, 0, 0, 5, 5, 2, 2};
   ck_assert_int_eq(r.out->shape.dim[0], 4);
   ck_assert_int_eq(r.out->shape.dim[1], 2);
-  for (int i = 0; i < 8; i++) ck_assert_msg(fdata(r.out)[i] == want[i], "elem %d", i);
+  for (int i = 0; i < 8; i++)
+    ck_assert_msg(fdata(r.out)[i] == want[i], "elem %d", i);
   ps_tensor_destroy(r.out);
   ps_tensor *objs[] = {t, ti, tu, ti1, tu1, tg};
-  for (size_t i = 0; i < 6; i++) ps_tensor_destroy(objs[i]);
+  for (size_t i = 0; i < 6; i++)
+    ps_tensor_destroy(objs[i]);
 }
 END_TEST
 
@@ -195,7 +209,8 @@ static void assert_unchanged(void) {
   ps_status st;
   ps_tensor *r = read1(0, "w", &st);
   ck_assert_msg(r != NULL, "ps stopped serving: %s", st.msg);
-  for (int i = 0; i < 6; i++) ck_assert(fdata(r)[i] == (float)i);
+  for (int i = 0; i < 6; i++)
+    ck_assert(fdata(r)[i] == (float)i);
   ck_assert_int_eq(r->shape.dim[0], 2);
   ps_tensor_destroy(r);
 }
@@ -250,7 +265,8 @@ START_TEST(error_dtype_mismatch) {
   ps_tensor *t = ps_tensor_create(PS_DT_INT32, &s, true);
   ps_update u = {.name = "w", .op = PS_ASSIGN, .value = t};
   ck_assert_int_eq(ps_client_update(C, 0, &u, 1, &st), PS_INVALID_ARGUMENT);
-  ck_assert_msg(strstr(st.msg, "value has dtype int32 that does not match dtype float") != NULL,
+  ck_assert_msg(strstr(st.msg, "value has dtype int32 that does not match dtype float") !=
+                    NULL,
                 "%s", st.msg);
   ck_assert_ptr_nonnull(strstr(st.msg, "w"));
   ps_tensor_destroy(t);
@@ -286,13 +302,15 @@ START_TEST(error_index_out_of_range) {
   ps_tensor *ti = itensor(2, idx);
   ps_read r = {.name = "w", .indices = ti};
   ck_assert_int_eq(ps_client_read(C, 0, &r, 1, &st), PS_INVALID_ARGUMENT);
-  ck_assert_msg(strstr(st.msg, "indices[1] = 7 is not in [0, 2)") == st.msg, "%s", st.msg);
+  ck_assert_msg(strstr(st.msg, "indices[1] = 7 is not in [0, 2)") == st.msg, "%s",
+                st.msg);
   ck_assert_ptr_nonnull(strstr(st.msg, "w/Gather"));
   ps_tensor_destroy(r.out);
   ps_tensor *tu = ftensor(2, 2, 3, NULL);
   ps_update u = {.name = "w", .op = PS_SCATTER_ADD, .value = tu, .indices = ti};
   ck_assert_int_eq(ps_client_update(C, 0, &u, 1, &st), PS_INVALID_ARGUMENT);
-  ck_assert_msg(strstr(st.msg, "indices[1] = 7 is not in [0, 2)") == st.msg, "%s", st.msg);
+  ck_assert_msg(strstr(st.msg, "indices[1] = 7 is not in [0, 2)") == st.msg, "%s",
+                st.msg);
   int64_t neg[1] = {-1};
   ps_tensor *tn = itensor(1, neg), *tu1 = ftensor(2, 1, 3, NULL);
   ps_update u2 = {.name = "w", .op = PS_SCATTER_UPDATE, .value = tu1, .indices = tn};
@@ -322,8 +340,11 @@ START_TEST(error_request_does_not_parse) {
   const char *methods[] = {"/paramserver.Ps/Update", "/paramserver.Ps/Read",
                            "/paramserver.Ps/Create", "/paramserver.Ps/Initialize"};
   for (size_t i = 0; i < 4; i++) {
-    ps_rpc_req r = {.ch = ch, .method = methods[i], .raw_request = junk,
-                    .raw_len = sizeof junk, .unary_response = i != 1,
+    ps_rpc_req r = {.ch = ch,
+                    .method = methods[i],
+                    .raw_request = junk,
+                    .raw_len = sizeof junk,
+                    .unary_response = i != 1,
                     .timeout_ms = 10000};
     ps_rpc_run(&r, 1);
     ck_assert_int_eq(r.st.code, PS_INVALID_ARGUMENT);
@@ -339,8 +360,11 @@ START_TEST(error_unknown_method_is_unimplemented_at_once) {
   ps_rpc_channel *ch = raw_channel();
   struct timespec a, b;
   clock_gettime(CLOCK_MONOTONIC, &a);
-  ps_rpc_req r = {.ch = ch, .method = "/paramserver.Ps/NoSuchMethod",
-                  .raw_request = "", .raw_len = 0, .unary_response = true,
+  ps_rpc_req r = {.ch = ch,
+                  .method = "/paramserver.Ps/NoSuchMethod",
+                  .raw_request = "",
+                  .raw_len = 0,
+                  .unary_response = true,
                   .timeout_ms = 20000};
   ps_rpc_run(&r, 1);
   clock_gettime(CLOCK_MONOTONIC, &b);
@@ -360,22 +384,35 @@ START_TEST(error_truncated_stream) {
   size_t n = 0;
   uint8_t upd[32];
   size_t k = 0;
-  upd[k++] = 0x0a; upd[k++] = 1; upd[k++] = 'w';
-  upd[k++] = 0x18; upd[k++] = 1;
-  upd[k++] = 0x22; upd[k++] = 3; upd[k++] = 0x80; upd[k++] = 0x80; upd[k++] = 0x10;
-  hdr[n++] = 0x0a; hdr[n++] = (uint8_t)k;
+  upd[k++] = 0x0a;
+  upd[k++] = 1;
+  upd[k++] = 'w';
+  upd[k++] = 0x18;
+  upd[k++] = 1;
+  upd[k++] = 0x22;
+  upd[k++] = 3;
+  upd[k++] = 0x80;
+  upd[k++] = 0x80;
+  upd[k++] = 0x10;
+  hdr[n++] = 0x0a;
+  hdr[n++] = (uint8_t)k;
   memcpy(hdr + n, upd, k);
   n += k;
   ps_buf *data = ps_buf_create(4096, true);
   ps_rpc_segs send = {0};
   ps_rpc_segs_add(&send, data->data, 4096, data);
-  ps_rpc_req r = {.ch = ch, .method = "/paramserver.Ps/Update", .raw_request = hdr,
-                  .raw_len = n, .send = &send, .unary_response = true,
+  ps_rpc_req r = {.ch = ch,
+                  .method = "/paramserver.Ps/Update",
+                  .raw_request = hdr,
+                  .raw_len = n,
+                  .send = &send,
+                  .unary_response = true,
                   .timeout_ms = 10000};
   ps_rpc_run(&r, 1);
   ck_assert_int_eq(r.st.code, PS_INVALID_ARGUMENT);
-  ck_assert_msg(strstr(r.st.msg, "request data truncated: expected 1048576 bytes, got 4096"),
-                "%s", r.st.msg);
+  ck_assert_msg(
+      strstr(r.st.msg, "request data truncated: expected 1048576 bytes, got 4096"), "%s",
+      r.st.msg);
   ps_rpc_segs_fini(&send);
   ps_buf_unref(data);
   ps_rpc_channel_destroy(ch);
@@ -438,7 +475,8 @@ START_TEST(tensors_beyond_message_limits) {
   create(1, "big", PS_DT_FLOAT, s, NULL);
   ps_tensor *t = ps_tensor_create(PS_DT_FLOAT, &s, false);
   float *p = ps_tensor_data(t);
-  for (int64_t i = 0; i < n; i++) p[i] = (float)(i % 1000003);
+  for (int64_t i = 0; i < n; i++)
+    p[i] = (float)(i % 1000003);
   ps_status st;
   ps_update u = {.name = "big", .op = PS_ASSIGN, .value = t};
   PS_ASSERT_OK(ps_client_update(C, 1, &u, 1, &st), st);
@@ -447,7 +485,8 @@ START_TEST(tensors_beyond_message_limits) {
   ps_tensor *r = read1(1, "big", &st);
   ck_assert_msg(r != NULL, "%s", st.msg);
   float *q = ps_tensor_data(r);
-  for (int64_t i = 0; i < n; i += 4099) ck_assert(q[i] == 2.f * (float)(i % 1000003));
+  for (int64_t i = 0; i < n; i += 4099)
+    ck_assert(q[i] == 2.f * (float)(i % 1000003));
   ck_assert(q[n - 1] == 2.f * (float)((n - 1) % 1000003));
   ps_tensor_destroy(r);
   ps_tensor_destroy(t);
@@ -488,8 +527,14 @@ START_TEST(safe_calls_retry_until_ps_is_up) {
   FILE *f = fopen(spec, "w");
   fprintf(f, "{\"ps\": [\"%s\", \"%s\"]}\n", H.addrs[0], addr);
   fclose(f);
-  const char *argv[] = {harness_prog("PS_SERVER", "build/ps/ps-server"), "--cluster", spec,
-                        "--job", "ps", "--task", "1", NULL};
+  const char *argv[] = {harness_prog("PS_SERVER", "build/ps/ps-server"),
+                        "--cluster",
+                        spec,
+                        "--job",
+                        "ps",
+                        "--task",
+                        "1",
+                        NULL};
   int out = -1;
   pid_t pid = harness_spawn(&H, argv, &out); /* dies with the test */
   ck_assert_int_gt(pid, 0);
@@ -513,17 +558,18 @@ END_TEST
  * answers each with an error or a result and keeps serving. */
 START_TEST(random_garbage_never_crashes) {
   ps_rpc_channel *ch = raw_channel();
-  const char *methods[] = {"/paramserver.Ps/Create", "/paramserver.Ps/Initialize",
-                           "/paramserver.Ps/IsInitialized",
-                           "/paramserver.Ps/ReportUninitialized",
-                           "/paramserver.Ps/Update", "/paramserver.Ps/Read",
-                           "/paramserver.Ps/List", "/paramserver.Ps/Status"};
+  const char *methods[] = {
+      "/paramserver.Ps/Create",        "/paramserver.Ps/Initialize",
+      "/paramserver.Ps/IsInitialized", "/paramserver.Ps/ReportUninitialized",
+      "/paramserver.Ps/Update",        "/paramserver.Ps/Read",
+      "/paramserver.Ps/List",          "/paramserver.Ps/Status"};
   unsigned seed = 12345;
   uint8_t buf[256];
   ps_buf *chunk = ps_buf_create(8192, false);
   for (int i = 0; i < 400; i++) {
     size_t n = (size_t)(rand_r(&seed) % 64);
-    for (size_t k = 0; k < n; k++) buf[k] = (uint8_t)rand_r(&seed);
+    for (size_t k = 0; k < n; k++)
+      buf[k] = (uint8_t)rand_r(&seed);
     if (i % 3 == 0 && n > 4) { /* plausible UpdateRequest / ReadRequest prefix */
       buf[0] = 0x0a;
       buf[1] = (uint8_t)(n - 2);
@@ -531,12 +577,18 @@ START_TEST(random_garbage_never_crashes) {
       buf[3] = 1;
       buf[4] = 'w';
     }
-    for (size_t k = 0; k < 8192; k++) ((uint8_t *)chunk->data)[k] = (uint8_t)rand_r(&seed);
+    for (size_t k = 0; k < 8192; k++)
+      ((uint8_t *)chunk->data)[k] = (uint8_t)rand_r(&seed);
     ps_rpc_segs send = {0};
-    if (i % 2) ps_rpc_segs_add(&send, chunk->data, 1 + (size_t)(rand_r(&seed) % 8191), chunk);
+    if (i % 2)
+      ps_rpc_segs_add(&send, chunk->data, 1 + (size_t)(rand_r(&seed) % 8191), chunk);
     const char *m = methods[i % 8];
-    ps_rpc_req r = {.ch = ch, .method = m, .raw_request = buf, .raw_len = n,
-                    .send = &send, .unary_response = strstr(m, "Read") == NULL,
+    ps_rpc_req r = {.ch = ch,
+                    .method = m,
+                    .raw_request = buf,
+                    .raw_len = n,
+                    .send = &send,
+                    .unary_response = strstr(m, "Read") == NULL,
                     .timeout_ms = 10000};
     ps_rpc_run(&r, 1);
     ck_assert_msg(r.st.code != PS_UNAVAILABLE && r.st.code != PS_DEADLINE_EXCEEDED,

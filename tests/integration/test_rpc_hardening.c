@@ -95,7 +95,8 @@ static void srv_start(const char *const *extra, long nofile) {
   const char *prog = harness_prog("PS_SERVER", "build/ps/ps-server");
   const char *argv[40] = {prog, "--cluster", boot};
   int argc = 3;
-  for (int k = 0; extra && extra[k] && argc < 38; k++) argv[argc++] = extra[k];
+  for (int k = 0; extra && extra[k] && argc < 38; k++)
+    argv[argc++] = extra[k];
   argv[argc] = NULL;
   int p[2];
   ck_assert_int_eq(pipe(p), 0);
@@ -203,7 +204,8 @@ static void srv_stop_ok(void) {
   char *b = slurp(S.log);
   if (status == -1 && getenv("TEST_GDB")) {
     char cmd[128];
-    snprintf(cmd, sizeof cmd, "gdb -p %d -batch -ex 'thread apply all bt' >&2", (int)S.pid);
+    snprintf(cmd, sizeof cmd, "gdb -p %d -batch -ex 'thread apply all bt' >&2",
+             (int)S.pid);
     if (system(cmd) != 0) fprintf(stderr, "gdb failed\n");
     snprintf(cmd, sizeof cmd, "cp %s /tmp/rpc_hang.log", S.log);
     if (system(cmd) != 0) fprintf(stderr, "cp failed\n");
@@ -237,7 +239,8 @@ static ps_tensor *ftensor(int64_t n, float fill) {
   ps_shape s = {.rank = 1, .dim = {n}};
   ps_tensor *t = ps_tensor_create(PS_DT_FLOAT, &s, false);
   float *p = ps_tensor_data(t);
-  for (int64_t i = 0; i < n; i++) p[i] = fill;
+  for (int64_t i = 0; i < n; i++)
+    p[i] = fill;
   return t;
 }
 
@@ -247,7 +250,9 @@ static void assign(ps_client *c, const char *name, const ps_tensor *t) {
   PS_ASSERT_OK(ps_client_update(c, 0, &u, 1, &st), st);
 }
 
-static long long rss_of(pid_t pid) { return harness_rss(pid, NULL); }
+static long long rss_of(pid_t pid) {
+  return harness_rss(pid, NULL);
+}
 
 static int status_ok(ps_status *st);
 
@@ -379,7 +384,8 @@ static int tcp_connect(const char *addr) {
   char host[64];
   const char *colon = strrchr(addr, ':');
   snprintf(host, sizeof host, "%.*s", (int)(colon - addr), addr);
-  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1))};
+  struct sockaddr_in sa = {.sin_family = AF_INET,
+                           .sin_port = htons((uint16_t)atoi(colon + 1))};
   inet_pton(AF_INET, host, &sa.sin_addr);
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return -1;
@@ -406,11 +412,13 @@ static void exhaust_and_recover(void) {
          !log_has("(--max-connections): closing new ones") && now_ms() < end)
     pause_ms(20);
   ck_assert_msg(now_ms() < end, "the server never ran out of descriptors or connections");
-  for (int i = 0; i < n; i++) close(fds[i]);
+  for (int i = 0; i < n; i++)
+    close(fds[i]);
   /* Descriptors come back as gRPC notices the closed connections. */
   int rc = -1;
   end = now_ms() + 30000;
-  while (rc != 0 && now_ms() < end) rc = status_ok(&st);
+  while (rc != 0 && now_ms() < end)
+    rc = status_ok(&st);
   ck_assert_msg(rc == 0, "Status after the burst: %s", st.msg);
   /* And again: the listener still works after a second burst. */
   n = 0;
@@ -418,10 +426,12 @@ static void exhaust_and_recover(void) {
     int fd = tcp_connect(S.addr);
     if (fd >= 0) fds[n++] = fd;
   }
-  for (int i = 0; i < n; i++) close(fds[i]);
+  for (int i = 0; i < n; i++)
+    close(fds[i]);
   rc = -1;
   end = now_ms() + 30000;
-  while (rc != 0 && now_ms() < end) rc = status_ok(&st);
+  while (rc != 0 && now_ms() < end)
+    rc = status_ok(&st);
   ck_assert_msg(rc == 0, "Status after the second burst: %s", st.msg);
 }
 
@@ -523,15 +533,22 @@ START_TEST(max_message_bytes) {
   }
   memset(hdr + n, 'a', name_len);
   n += name_len;
-  ps_rpc_req r = {.ch = ch, .method = "/paramserver.Ps/Read", .raw_request = hdr,
-                  .raw_len = n, .timeout_ms = 30000};
+  ps_rpc_req r = {.ch = ch,
+                  .method = "/paramserver.Ps/Read",
+                  .raw_request = hdr,
+                  .raw_len = n,
+                  .timeout_ms = 30000};
   ps_rpc_run(&r, 1);
   ck_assert_int_eq(r.st.code, PS_RESOURCE_EXHAUSTED);
-  ck_assert_msg(strstr(r.st.msg, "over the limit of 16777232 bytes (--max-message-bytes)"),
-                "%s", r.st.msg);
+  ck_assert_msg(
+      strstr(r.st.msg, "over the limit of 16777232 bytes (--max-message-bytes)"), "%s",
+      r.st.msg);
   /* Twice the limit and more: gRPC stops reading it. */
-  ps_rpc_req r2 = {.ch = ch, .method = "/paramserver.Ps/Read", .raw_request = hdr,
-                   .raw_len = (size_t)33 << 20, .timeout_ms = 30000};
+  ps_rpc_req r2 = {.ch = ch,
+                   .method = "/paramserver.Ps/Read",
+                   .raw_request = hdr,
+                   .raw_len = (size_t)33 << 20,
+                   .timeout_ms = 30000};
   hdr = realloc(hdr, r2.raw_len);
   memset(hdr, 0, r2.raw_len);
   r2.raw_request = hdr;
@@ -588,9 +605,14 @@ START_TEST(stream_timeout_request) {
   ps_buf *data = ps_buf_create(4096, true);
   ps_rpc_segs send = {0};
   ps_rpc_segs_add(&send, data->data, 1024, data);
-  ps_rpc_req r = {.ch = ch, .method = "/paramserver.Ps/Update", .raw_request = hdr,
-                  .raw_len = n, .send = &send, .unary_response = true,
-                  .keep_open = true, .timeout_ms = 20000};
+  ps_rpc_req r = {.ch = ch,
+                  .method = "/paramserver.Ps/Update",
+                  .raw_request = hdr,
+                  .raw_len = n,
+                  .send = &send,
+                  .unary_response = true,
+                  .keep_open = true,
+                  .timeout_ms = 20000};
   int64_t t0 = now_ms();
   ps_rpc_run(&r, 1);
   ck_assert_int_eq(r.st.code, PS_RESOURCE_EXHAUSTED);
@@ -637,8 +659,12 @@ START_TEST(stream_timeout_response) {
   req.n_items = 1;
   req.items = &itp;
   ps_buf *b = ps_buf_create((size_t)nf * 4, false);
-  ps_rpc_req r = {.ch = ch, .method = "/paramserver.Ps/Read", .request = &req.base,
-                  .on_header = stall_on_header, .user = b, .timeout_ms = 60000};
+  ps_rpc_req r = {.ch = ch,
+                  .method = "/paramserver.Ps/Read",
+                  .request = &req.base,
+                  .on_header = stall_on_header,
+                  .user = b,
+                  .timeout_ms = 60000};
   ps_rpc_run(&r, 1);
   ck_assert_msg(r.st.code == PS_RESOURCE_EXHAUSTED, "%d %s", r.st.code, r.st.msg);
   ck_assert_msg(strstr(r.st.msg, "--stream-timeout-secs"), "%s", r.st.msg);
@@ -660,13 +686,15 @@ END_TEST
 /* A reader that stopped for good: the call is cancelled, and when its
  * connection stays stuck in a write, the connection is closed. */
 START_TEST(stream_timeout_stopped_reader) {
-  const char *const extra[] = {"--stream-timeout-secs", "1", "--log-level", "debug", NULL};
+  const char *const extra[] = {"--stream-timeout-secs", "1", "--log-level", "debug",
+                               NULL};
   srv_start(extra, 0);
   pid_t ch = start_client_loop(1);
   wait_rss(ch, rss_of(ch), (long long)16 << 20);
   kill(ch, SIGSTOP);
-  ck_assert_msg(log_wait("the client read no response data for 1 s: call cancelled", 30000),
-                "the stalled call was not cancelled");
+  ck_assert_msg(
+      log_wait("the client read no response data for 1 s: call cancelled", 30000),
+      "the stalled call was not cancelled");
   /* Either gRPC had nothing in the socket (flow control held the data:
    * the cancel dropped it), or the connection was stuck in a write and is
    * closed 2 s later. */
@@ -716,8 +744,12 @@ START_TEST(data_after_announced_bytes) {
   ps_buf *vb = v->buf;
   ps_rpc_segs send = {0};
   ps_rpc_segs_add(&send, ps_tensor_data(v), (size_t)nf * 4 + 1, vb);
-  ps_rpc_req r = {.ch = ch, .method = "/paramserver.Ps/Update", .raw_request = hdr,
-                  .raw_len = n, .send = &send, .unary_response = true,
+  ps_rpc_req r = {.ch = ch,
+                  .method = "/paramserver.Ps/Update",
+                  .raw_request = hdr,
+                  .raw_len = n,
+                  .send = &send,
+                  .unary_response = true,
                   .timeout_ms = 30000};
   ps_rpc_run(&r, 1);
   ck_assert_int_eq(r.st.code, PS_INVALID_ARGUMENT);
@@ -730,16 +762,24 @@ START_TEST(data_after_announced_bytes) {
   float two[2] = {7, 7};
   n = pack_update(hdr, sizeof hdr, "s", 2, two, sizeof two);
   ps_rpc_segs_add(&send, ps_tensor_data(v), 10, vb);
-  ps_rpc_req r2 = {.ch = ch, .method = "/paramserver.Ps/Update", .raw_request = hdr,
-                   .raw_len = n, .send = &send, .unary_response = true,
+  ps_rpc_req r2 = {.ch = ch,
+                   .method = "/paramserver.Ps/Update",
+                   .raw_request = hdr,
+                   .raw_len = n,
+                   .send = &send,
+                   .unary_response = true,
                    .timeout_ms = 30000};
   ps_rpc_run(&r2, 1);
   ck_assert_int_eq(r2.st.code, PS_INVALID_ARGUMENT);
   ck_assert_msg(strstr(r2.st.msg, "more data than announced (0 bytes)"), "%s", r2.st.msg);
   ck_assert(read_first(c, "s") == 1.0f);
   /* Without the extra chunk the same request applies. */
-  ps_rpc_req r3 = {.ch = ch, .method = "/paramserver.Ps/Update", .raw_request = hdr,
-                   .raw_len = n, .unary_response = true, .timeout_ms = 30000};
+  ps_rpc_req r3 = {.ch = ch,
+                   .method = "/paramserver.Ps/Update",
+                   .raw_request = hdr,
+                   .raw_len = n,
+                   .unary_response = true,
+                   .timeout_ms = 30000};
   ps_rpc_run(&r3, 1);
   ck_assert_msg(r3.st.code == 0, "%s", r3.st.msg);
   ck_assert(read_first(c, "s") == 7.0f);
@@ -759,7 +799,8 @@ START_TEST(bad_flag_values_exit_2) {
   static const char *const cases[][3] = {
       {"--max-message-bytes", "1M", "must be a size of at least 16777232 bytes"},
       {"--max-message-bytes", "-5", "must be a size of at least"},
-      {"--stream-timeout-secs", "x", "--stream-timeout-secs must be a non-negative integer"},
+      {"--stream-timeout-secs", "x",
+       "--stream-timeout-secs must be a non-negative integer"},
       {"--max-connections", "0", "--max-connections must be a positive integer"},
       {"--max-tensor-bytes", "12Q", "--max-tensor-bytes must be a positive integer"},
       {"--max-tensor-bytes", "99999999999G", "--max-tensor-bytes must be a positive"},
@@ -770,8 +811,8 @@ START_TEST(bad_flag_values_exit_2) {
   const char *prog = harness_prog("PS_SERVER", "build/ps/ps-server");
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     char cmd[512], *out = NULL;
-    snprintf(cmd, sizeof cmd, "%s --cluster /nonexistent %s '%s' 2>&1", prog,
-             cases[i][0], cases[i][1]);
+    snprintf(cmd, sizeof cmd, "%s --cluster /nonexistent %s '%s' 2>&1", prog, cases[i][0],
+             cases[i][1]);
     int rc = harness_run(cmd, &out);
     ck_assert_msg(rc == 2, "%s: status %d", cmd, rc);
     ck_assert_msg(strstr(out, cases[i][2]), "%s: %s", cmd, out);
@@ -780,8 +821,8 @@ START_TEST(bad_flag_values_exit_2) {
   char cmd[512], *out = NULL;
   snprintf(cmd, sizeof cmd, "%s --help", prog);
   ck_assert_int_eq(harness_run(cmd, &out), 0);
-  static const char *const flags[] = {"--max-tensor-bytes", "--max-read-names",
-                                      "--max-gather-rows", "--max-hold-ms",
+  static const char *const flags[] = {"--max-tensor-bytes",  "--max-read-names",
+                                      "--max-gather-rows",   "--max-hold-ms",
                                       "--max-message-bytes", "--stream-timeout-secs",
                                       "--max-connections"};
   for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
@@ -791,10 +832,21 @@ START_TEST(bad_flag_values_exit_2) {
 END_TEST
 
 START_TEST(good_flag_values_start) {
-  const char *const extra[] = {"--max-tensor-bytes", "1G", "--max-read-names", "10",
-                               "--max-gather-rows", "100", "--max-hold-ms", "500",
-                               "--max-message-bytes", "64MiB", "--stream-timeout-secs",
-                               "0", "--max-connections", "100", NULL};
+  const char *const extra[] = {"--max-tensor-bytes",
+                               "1G",
+                               "--max-read-names",
+                               "10",
+                               "--max-gather-rows",
+                               "100",
+                               "--max-hold-ms",
+                               "500",
+                               "--max-message-bytes",
+                               "64MiB",
+                               "--stream-timeout-secs",
+                               "0",
+                               "--max-connections",
+                               "100",
+                               NULL};
   srv_start(extra, 0);
   ck_assert(log_has("at most 100 connections"));
   srv_stop_ok();
@@ -818,7 +870,8 @@ START_TEST(log_escapes_control_characters) {
   close(fd);
   char *b = slurp(path);
   unlink(path);
-  ck_assert_msg(strstr(b, " ERROR t\\n0: name a\\nERROR forged\\r\\t\\x01\\x7f end\n"), "%s", b);
+  ck_assert_msg(strstr(b, " ERROR t\\n0: name a\\nERROR forged\\r\\t\\x01\\x7f end\n"),
+                "%s", b);
   ck_assert_ptr_eq(strchr(b, '\n'), b + strlen(b) - 1);
   free(b);
   char esc[8];
@@ -849,11 +902,13 @@ START_TEST(log_escapes_control_characters) {
     int ours = line[0] >= '0' && line[0] <= '9';
     if (ours) {
       int y, mo, d, h, mi, s, ms;
-      ck_assert_msg(sscanf(line, "%d-%d-%d %d:%d:%d.%d", &y, &mo, &d, &h, &mi, &s, &ms) == 7,
+      ck_assert_msg(sscanf(line, "%d-%d-%d %d:%d:%d.%d", &y, &mo, &d, &h, &mi, &s, &ms) ==
+                        7,
                     "line %d: %s", lines, line);
       ck_assert_msg(strstr(line, " ps/0: "), "line %d: %s", lines, line);
     }
-    ck_assert_msg(strncmp(line, "2026-01-01 00:00:00.000", 23) != 0, "forged line: %s", line);
+    ck_assert_msg(strncmp(line, "2026-01-01 00:00:00.000", 23) != 0, "forged line: %s",
+                  line);
     line = nl + 1;
   }
   ck_assert_int_gt(lines, 2);

@@ -24,14 +24,20 @@ static void setup(void) {
   ck_assert_ptr_nonnull(C);
 }
 
-static void teardown(void) { ck_assert_int_eq(harness_stop_client(&H, C), 0); }
+static void teardown(void) {
+  ck_assert_int_eq(harness_stop_client(&H, C), 0);
+}
 
-static float frand(unsigned *s) { return (float)rand_r(s) / (float)RAND_MAX; }
+static float frand(unsigned *s) {
+  return (float)rand_r(s) / (float)RAND_MAX;
+}
 
-static float run_loss(ps_session *s, ps_feed *f, size_t nf, ps_node *loss, ps_node *train) {
+static float run_loss(ps_session *s, ps_feed *f, size_t nf, ps_node *loss,
+                      ps_node *train) {
   ps_status st;
   ps_tensor *out = NULL;
-  int rc = ps_session_run(s, f, nf, &loss, 1, train ? &train : NULL, train ? 1 : 0, &out, &st);
+  int rc =
+      ps_session_run(s, f, nf, &loss, 1, train ? &train : NULL, train ? 1 : 0, &out, &st);
   PS_ASSERT_OK(rc, st);
   float v = *(float *)ps_tensor_data(out);
   ps_tensor_destroy(out);
@@ -52,7 +58,8 @@ START_TEST(linear_regression_learns_known_weights) {
   ps_variable *b = ps_get_variable(g, "b", PS_DT_FLOAT, &bs, &z, NULL, &st);
   ck_assert_int_ne(ps_variable_task(w), ps_variable_task(b)); /* spread over both ps */
   ps_node *loss = ps_mean_squared_error(
-      y, ps_bias_add(ps_matmul(x, ps_variable_value(w), false, false), ps_variable_value(b)));
+      y, ps_bias_add(ps_matmul(x, ps_variable_value(w), false, false),
+                     ps_variable_value(b)));
   ps_optimizer *opt = ps_gradient_descent_optimizer(0.2);
   ps_node *train = ps_optimizer_minimize(opt, g, loss, step, NULL, 0, &st);
   ck_assert_msg(train != NULL, "%s", st.msg);
@@ -85,14 +92,17 @@ START_TEST(linear_regression_learns_known_weights) {
     }
   }
   ck_assert(last < first * 1e-4f);
-  ps_node *fetch[3] = {ps_variable_value(w), ps_variable_value(b), ps_variable_value(step)};
+  ps_node *fetch[3] = {ps_variable_value(w), ps_variable_value(b),
+                       ps_variable_value(step)};
   ps_tensor *out[3];
   ck_assert_int_eq(ps_session_run(s, NULL, 0, fetch, 3, NULL, 0, out, &st), 0);
   for (int j = 0; j < 3; j++)
-    ck_assert_msg(fabsf(((float *)ps_tensor_data(out[0]))[j] - tw[j]) < 1e-3f, "w[%d]", j);
+    ck_assert_msg(fabsf(((float *)ps_tensor_data(out[0]))[j] - tw[j]) < 1e-3f, "w[%d]",
+                  j);
   ck_assert(fabsf(((float *)ps_tensor_data(out[1]))[0] - tb) < 1e-3f);
   ck_assert_int_eq(*(int64_t *)ps_tensor_data(out[2]), 300);
-  for (int k = 0; k < 3; k++) ps_tensor_destroy(out[k]);
+  for (int k = 0; k < 3; k++)
+    ps_tensor_destroy(out[k]);
   ps_tensor_destroy(bx);
   ps_tensor_destroy(by);
   ps_session_destroy(s);
@@ -112,17 +122,24 @@ START_TEST(mlp_loss_falls) {
   ps_node *x = ps_placeholder(g, PS_DT_FLOAT, &xs, "images");
   ps_node *labels = ps_placeholder(g, PS_DT_INT64, &ls, "labels");
   ps_variable_scope_push(g, "hidden", PS_REUSE_NONE);
-  ps_variable *w1 = ps_get_variable(g, "weights", PS_DT_FLOAT, &(ps_shape){2, {784, 64}}, NULL, NULL, &st);
-  ps_variable *b1 = ps_get_variable(g, "biases", PS_DT_FLOAT, &(ps_shape){1, {64}}, NULL, NULL, &st);
+  ps_variable *w1 = ps_get_variable(g, "weights", PS_DT_FLOAT, &(ps_shape){2, {784, 64}},
+                                    NULL, NULL, &st);
+  ps_variable *b1 =
+      ps_get_variable(g, "biases", PS_DT_FLOAT, &(ps_shape){1, {64}}, NULL, NULL, &st);
   ps_variable_scope_pop(g);
   ps_variable_scope_push(g, "softmax", PS_REUSE_NONE);
-  ps_variable *w2 = ps_get_variable(g, "weights", PS_DT_FLOAT, &(ps_shape){2, {64, 10}}, NULL, NULL, &st);
-  ps_variable *b2 = ps_get_variable(g, "biases", PS_DT_FLOAT, &(ps_shape){1, {10}}, NULL, NULL, &st);
+  ps_variable *w2 = ps_get_variable(g, "weights", PS_DT_FLOAT, &(ps_shape){2, {64, 10}},
+                                    NULL, NULL, &st);
+  ps_variable *b2 =
+      ps_get_variable(g, "biases", PS_DT_FLOAT, &(ps_shape){1, {10}}, NULL, NULL, &st);
   ps_variable_scope_pop(g);
   ck_assert_ptr_nonnull(b2);
-  ps_node *h = ps_relu(ps_bias_add(ps_matmul(x, ps_variable_value(w1), false, false), ps_variable_value(b1)));
-  ps_node *logits = ps_bias_add(ps_matmul(h, ps_variable_value(w2), false, false), ps_variable_value(b2));
-  ps_node *loss = ps_reduce_mean(ps_sparse_softmax_cross_entropy_with_logits(labels, logits), PS_ALL_AXES, false);
+  ps_node *h = ps_relu(ps_bias_add(ps_matmul(x, ps_variable_value(w1), false, false),
+                                   ps_variable_value(b1)));
+  ps_node *logits = ps_bias_add(ps_matmul(h, ps_variable_value(w2), false, false),
+                                ps_variable_value(b2));
+  ps_node *loss = ps_reduce_mean(
+      ps_sparse_softmax_cross_entropy_with_logits(labels, logits), PS_ALL_AXES, false);
   ps_optimizer *opt = ps_adam_optimizer(0.001, 0.9, 0.999, 1e-8);
   ps_node *train = ps_optimizer_minimize(opt, g, loss, step, NULL, 0, &st);
   ck_assert_msg(train != NULL, "%s", st.msg);
@@ -140,14 +157,16 @@ START_TEST(mlp_loss_falls) {
   ps_tensor *bl = ps_tensor_create(PS_DT_INT64, &(ps_shape){1, {B}}, false);
   float *means = malloc(10 * 784 * sizeof *means);
   unsigned seed = 11;
-  for (int i = 0; i < 10 * 784; i++) means[i] = frand(&seed);
+  for (int i = 0; i < 10 * 784; i++)
+    means[i] = frand(&seed);
   float first = 0, last = 0;
   for (int it = 0; it < 40; it++) {
     for (int i = 0; i < B; i++) {
       int c = rand_r(&seed) % 10;
       ((int64_t *)ps_tensor_data(bl))[i] = c;
       for (int k = 0; k < 784; k++)
-        ((float *)ps_tensor_data(bx))[i * 784 + k] = means[c * 784 + k] + 0.3f * (frand(&seed) - 0.5f);
+        ((float *)ps_tensor_data(bx))[i * 784 + k] =
+            means[c * 784 + k] + 0.3f * (frand(&seed) - 0.5f);
     }
     ps_feed f[2] = {{x, bx}, {labels, bl}};
     last = run_loss(s, f, 2, loss, train);
@@ -185,8 +204,10 @@ START_TEST(partitioned_embedding_trains_with_sparse_updates) {
   ck_assert_int_eq(ps_variable_task(emb->parts[1]), 1);
   ck_assert_int_eq(ps_variable_task(emb->parts[2]), 0);
   /* min/max partitioner: 40 floats with 64-byte slices -> 3 parts, capped */
-  ps_partitioner mm = {.kind = PS_PART_MIN_MAX, .max_partitions = 8, .min_slice_size = 64};
-  ck_assert_int_eq(ps_partitioner_num_parts(&mm, PS_DT_FLOAT, &(ps_shape){2, {10, 4}}), 3);
+  ps_partitioner mm = {
+      .kind = PS_PART_MIN_MAX, .max_partitions = 8, .min_slice_size = 64};
+  ck_assert_int_eq(ps_partitioner_num_parts(&mm, PS_DT_FLOAT, &(ps_shape){2, {10, 4}}),
+                   3);
   ps_node *ids = ps_placeholder(g, PS_DT_INT64, &(ps_shape){1, {-1}}, "ids");
   ps_node *rows = ps_embedding_lookup(g, emb->parts, emb->n, ids, PS_PARTITION_DIV);
   ps_node *target = ps_placeholder(g, PS_DT_FLOAT, &(ps_shape){2, {-1, 4}}, "target");
@@ -222,7 +243,8 @@ START_TEST(partitioned_embedding_trains_with_sparse_updates) {
   ps_session_last_rpcs(s, &reads, &updates);
   ck_assert_int_eq(reads, 2);
   ck_assert_int_eq(updates, 2);
-  for (int it = 0; it < 30; it++) last = run_loss(s, f, 2, loss, train);
+  for (int it = 0; it < 30; it++)
+    last = run_loss(s, f, 2, loss, train);
   ck_assert_msg(last < first * 0.2f, "loss %f -> %f", first, last);
   ps_tensor *after[3];
   ck_assert_int_eq(ps_session_run(s, NULL, 0, parts, 3, NULL, 0, after, &st), 0);
@@ -248,7 +270,8 @@ START_TEST(initialized_value_times_two_on_another_ps) {
   ps_init_spec k;
   ps_init_spec_default(&k, PS_INIT_RANDOM_UNIFORM);
   k.seed = 9;
-  ps_variable *w = ps_get_variable(g, "w", PS_DT_FLOAT, &(ps_shape){1, {6}}, &k, NULL, &st);
+  ps_variable *w =
+      ps_get_variable(g, "w", PS_DT_FLOAT, &(ps_shape){1, {6}}, &k, NULL, &st);
   ps_node *twice = ps_mul(ps_initialized_value(w), ps_scalar(g, PS_DT_FLOAT, 2));
   ps_variable *w2 = ps_variable_create(g, twice, "w2", NULL);
   ck_assert_int_ne(ps_variable_task(w), ps_variable_task(w2));
@@ -259,7 +282,8 @@ START_TEST(initialized_value_times_two_on_another_ps) {
   ps_tensor *out[2];
   ck_assert_int_eq(ps_session_run(s, NULL, 0, fetch, 2, NULL, 0, out, &st), 0);
   for (int i = 0; i < 6; i++)
-    ck_assert(((float *)ps_tensor_data(out[1]))[i] == 2 * ((float *)ps_tensor_data(out[0]))[i]);
+    ck_assert(((float *)ps_tensor_data(out[1]))[i] ==
+              2 * ((float *)ps_tensor_data(out[0]))[i]);
   ps_tensor_destroy(out[0]);
   ps_tensor_destroy(out[1]);
   ps_session_destroy(s);
@@ -301,7 +325,8 @@ START_TEST(embedding_lookup_mod_strategy_and_ps_ops) {
   /* out of range ids are reported with TF's text */
   idv[0] = 5;
   memcpy(ps_tensor_data(tid), idv, sizeof idv);
-  ck_assert_int_eq(ps_session_run(s, &f, 1, &rows, 1, NULL, 0, &got, &st), PS_INVALID_ARGUMENT);
+  ck_assert_int_eq(ps_session_run(s, &f, 1, &rows, 1, NULL, 0, &got, &st),
+                   PS_INVALID_ARGUMENT);
   ck_assert_ptr_nonnull(strstr(st.msg, "indices[0] = 5 is not in [0, 5)"));
   ps_tensor_destroy(p[0]);
   ps_tensor_destroy(p[1]);
@@ -313,7 +338,8 @@ START_TEST(embedding_lookup_mod_strategy_and_ps_ops) {
   const char *ops[] = {"MutableHashTable"};
   ps_rds_options o = {.ps_ops = ops, .nps_ops = 1, .worker_device = "/job:worker/task:3"};
   ps_device_push_fn(g, ps_replica_device_setter(H.cluster, &o));
-  ps_variable *v = ps_get_variable(g, "v", PS_DT_FLOAT, &(ps_shape){1, {2}}, NULL, NULL, &st);
+  ps_variable *v =
+      ps_get_variable(g, "v", PS_DT_FLOAT, &(ps_shape){1, {2}}, NULL, NULL, &st);
   ck_assert_str_eq(ps_variable_device(v), "/job:worker/task:3");
   ck_assert_int_eq(ps_variable_task(v), -1);
   ps_graph_destroy(g);
@@ -332,8 +358,10 @@ static void train_small(ps_client *client, const ps_cluster *cluster, float *w_o
   ps_init_spec k;
   ps_init_spec_default(&k, PS_INIT_GLOROT_UNIFORM);
   k.seed = 4;
-  ps_variable *w = ps_get_variable(g, "w", PS_DT_FLOAT, &(ps_shape){2, {3, 1}}, &k, NULL, &st);
-  ps_node *loss = ps_mean_squared_error(y, ps_matmul(x, ps_variable_value(w), false, false));
+  ps_variable *w =
+      ps_get_variable(g, "w", PS_DT_FLOAT, &(ps_shape){2, {3, 1}}, &k, NULL, &st);
+  ps_node *loss =
+      ps_mean_squared_error(y, ps_matmul(x, ps_variable_value(w), false, false));
   ps_optimizer *opt = ps_momentum_optimizer(0.1, 0.9, true);
   ps_node *train = ps_optimizer_minimize(opt, g, loss, NULL, NULL, 0, &st);
   ck_assert_msg(train != NULL, "%s", st.msg);
@@ -345,8 +373,10 @@ static void train_small(ps_client *client, const ps_cluster *cluster, float *w_o
   ps_tensor *by = ps_tensor_create(PS_DT_FLOAT, &(ps_shape){2, {8, 1}}, false);
   unsigned seed = 21;
   for (int it = 0; it < 20; it++) {
-    for (int i = 0; i < 24; i++) ((float *)ps_tensor_data(bx))[i] = frand(&seed);
-    for (int i = 0; i < 8; i++) ((float *)ps_tensor_data(by))[i] = frand(&seed);
+    for (int i = 0; i < 24; i++)
+      ((float *)ps_tensor_data(bx))[i] = frand(&seed);
+    for (int i = 0; i < 8; i++)
+      ((float *)ps_tensor_data(by))[i] = frand(&seed);
     ps_feed f[2] = {{x, bx}, {y, by}};
     run_loss(s, f, 2, loss, train);
   }
@@ -366,7 +396,8 @@ START_TEST(in_process_variables_match_the_ps) {
   float remote[3], local[3];
   train_small(C, H.cluster, remote);
   train_small(NULL, NULL, local);
-  for (int i = 0; i < 3; i++) ck_assert_msg(remote[i] == local[i], "w[%d] %g vs %g", i, remote[i], local[i]);
+  for (int i = 0; i < 3; i++)
+    ck_assert_msg(remote[i] == local[i], "w[%d] %g vs %g", i, remote[i], local[i]);
 }
 END_TEST
 

@@ -21,10 +21,9 @@
 #include <unistd.h>
 
 #include "common/bundle.h"
-#include "testdir.h"
 #include "common/crc32c.h"
+#include "testdir.h"
 #include "tests/support/assert.h"
-
 
 static uint8_t *read_file(const char *path, size_t *n) {
   FILE *f = fopen(path, "rb");
@@ -87,7 +86,6 @@ static float read_float(ps_bundle_reader *r, const char *key) {
                 st.msg);
   return v;
 }
-
 
 /* ---- CRC32C ------------------------------------------------------------ */
 
@@ -493,7 +491,8 @@ START_TEST(round_trips_strings) {
   free(data);
   /* Strings are not tensors of the ps. */
   ps_tensor *t;
-  PS_ASSERT_STATUS(ps_bundle_reader_read(r, "strs", &t, &st), st, PS_INVALID_ARGUMENT, "ps_bundle_reader_read_strings");
+  PS_ASSERT_STATUS(ps_bundle_reader_read(r, "strs", &t, &st), st, PS_INVALID_ARGUMENT,
+                   "ps_bundle_reader_read_strings");
   ck_assert_int_eq(ps_bundle_reader_read_strings(r, "floats", &s, &st),
                    PS_INVALID_ARGUMENT);
   ck_assert_int_eq(ps_bundle_reader_read(r, "floats", &t, &st), 0);
@@ -581,8 +580,8 @@ START_TEST(many_partitioned_tensors_round_trip) {
     for (int64_t part = 0; part < 2; part++) {
       float buf[2] = {(float)(10 * t + 2 * part), (float)(10 * t + 2 * part + 1)};
       int64_t start[1] = {2 * part}, len[1] = {2};
-      ck_assert_msg(ps_bundle_writer_add_slice(w, name, PS_DT_FLOAT, &full, start, len, buf,
-                                               sizeof buf, &st) == 0,
+      ck_assert_msg(ps_bundle_writer_add_slice(w, name, PS_DT_FLOAT, &full, start, len,
+                                               buf, sizeof buf, &st) == 0,
                     "%s", st.msg);
     }
   }
@@ -833,15 +832,18 @@ START_TEST(merge_conflicts_move_nothing) {
     ck_assert_int_eq(ps_bundle_writer_finish(w, &st), 0);
     ps_bundle_writer_destroy(w);
   }
-  PS_ASSERT_STATUS(ps_bundle_merge(parts, 2, tmp("out/m"), &st), st, PS_INVALID_ARGUMENT, "Duplicate tensor keyed by dup");
+  PS_ASSERT_STATUS(ps_bundle_merge(parts, 2, tmp("out/m"), &st), st, PS_INVALID_ARGUMENT,
+                   "Duplicate tensor keyed by dup");
   PS_ASSERT_MSG_HAS(st, "t/p1");
   ck_assert(exists(tmp("t/p0.index")) && exists(tmp("t/p0.data-00000-of-00001")));
   ck_assert(exists(tmp("t/p1.index")) && exists(tmp("t/p1.data-00000-of-00001")));
   ck_assert(!exists(tmp("out/m.index")));
   /* a missing part, a part whose data file is gone */
-  PS_ASSERT_STATUS(ps_bundle_merge(&parts[1], 2, tmp("out/m"), &st), st, PS_NOT_FOUND, "t/p2.index: not found");
+  PS_ASSERT_STATUS(ps_bundle_merge(&parts[1], 2, tmp("out/m"), &st), st, PS_NOT_FOUND,
+                   "t/p2.index: not found");
   unlink(tmp("t/p1.data-00000-of-00001"));
-  PS_ASSERT_STATUS(ps_bundle_merge(&parts[1], 1, tmp("out/m"), &st), st, PS_NOT_FOUND, "t/p1.data-00000-of-00001: missing data shard");
+  PS_ASSERT_STATUS(ps_bundle_merge(&parts[1], 1, tmp("out/m"), &st), st, PS_NOT_FOUND,
+                   "t/p1.data-00000-of-00001: missing data shard");
   ck_assert(exists(tmp("t/p1.index")));
   ck_assert(!exists(tmp("out/m.index")));
   /* a part with no tensors still counts as a shard, and its file moves */
@@ -910,26 +912,32 @@ START_TEST(corrupt_index_is_named) {
 
   write_sample("magic");
   flip(tmp("magic/ckpt.index"), -1, 0x01);
-  PS_ASSERT_STATUS(open_fails(tmp("magic/ckpt"), &st), st, PS_DATA_LOSS, "magic/ckpt.index: not an sstable (bad magic number");
+  PS_ASSERT_STATUS(open_fails(tmp("magic/ckpt"), &st), st, PS_DATA_LOSS,
+                   "magic/ckpt.index: not an sstable (bad magic number");
 
   write_sample("block");
   flip(tmp("block/ckpt.index"), 10, 0x04); /* inside data block 0 */
-  PS_ASSERT_STATUS(open_fails(tmp("block/ckpt"), &st), st, PS_DATA_LOSS, "block/ckpt.index: block 0: bad checksum");
+  PS_ASSERT_STATUS(open_fails(tmp("block/ckpt"), &st), st, PS_DATA_LOSS,
+                   "block/ckpt.index: block 0: bad checksum");
 
   write_sample("iblock");
   flip(tmp("iblock/ckpt.index"), -(48 + 5 + 2),
        0x80); /* the index block's restart count */
-  PS_ASSERT_STATUS(open_fails(tmp("iblock/ckpt"), &st), st, PS_DATA_LOSS, "iblock/ckpt.index: index block: bad checksum");
+  PS_ASSERT_STATUS(open_fails(tmp("iblock/ckpt"), &st), st, PS_DATA_LOSS,
+                   "iblock/ckpt.index: index block: bad checksum");
 
   write_sample("trailer");
   flip(tmp("trailer/ckpt.index"), -(48 + 1), 0x10); /* the index block's stored crc */
-  PS_ASSERT_STATUS(open_fails(tmp("trailer/ckpt"), &st), st, PS_DATA_LOSS, "index block: bad checksum");
+  PS_ASSERT_STATUS(open_fails(tmp("trailer/ckpt"), &st), st, PS_DATA_LOSS,
+                   "index block: bad checksum");
 
   write_sample("trunc");
   ck_assert_int_eq(truncate(tmp("trunc/ckpt.index"), (off_t)(n / 2)), 0);
-  PS_ASSERT_STATUS(open_fails(tmp("trunc/ckpt"), &st), st, PS_DATA_LOSS, "trunc/ckpt.index: not an sstable");
+  PS_ASSERT_STATUS(open_fails(tmp("trunc/ckpt"), &st), st, PS_DATA_LOSS,
+                   "trunc/ckpt.index: not an sstable");
   ck_assert_int_eq(truncate(tmp("trunc/ckpt.index"), 20), 0);
-  PS_ASSERT_STATUS(open_fails(tmp("trunc/ckpt"), &st), st, PS_DATA_LOSS, "trunc/ckpt.index: file too short (20 bytes)");
+  PS_ASSERT_STATUS(open_fails(tmp("trunc/ckpt"), &st), st, PS_DATA_LOSS,
+                   "trunc/ckpt.index: file too short (20 bytes)");
   ck_assert_int_eq(truncate(tmp("trunc/ckpt.index"), 0), 0);
   ck_assert_int_eq(open_fails(tmp("trunc/ckpt"), &st), PS_DATA_LOSS);
 
@@ -944,7 +952,8 @@ START_TEST(corrupt_index_is_named) {
   free(h);
   ck_assert_int_eq(open_fails(tmp("handle/ckpt"), &st), PS_DATA_LOSS);
 
-  PS_ASSERT_STATUS(open_fails(tmp("nothing/ckpt"), &st), st, PS_NOT_FOUND, "nothing/ckpt.index: not found");
+  PS_ASSERT_STATUS(open_fails(tmp("nothing/ckpt"), &st), st, PS_NOT_FOUND,
+                   "nothing/ckpt.index: not found");
 }
 END_TEST
 
@@ -958,10 +967,12 @@ START_TEST(corrupt_data_is_named) {
   flip(tmp("flip/ckpt.data-00000-of-00001"), 40, 0x01); /* inside w */
   ps_bundle_reader *r = ps_bundle_reader_open(tmp("flip/ckpt"), &st);
   ck_assert_msg(r != NULL, "%s", st.msg);
-  PS_ASSERT_STATUS(ps_bundle_reader_read_into(r, "w", v, sizeof v, &st), st, PS_DATA_LOSS, "flip/ckpt.data-00000-of-00001: tensor w: data checksum mismatch");
+  PS_ASSERT_STATUS(ps_bundle_reader_read_into(r, "w", v, sizeof v, &st), st, PS_DATA_LOSS,
+                   "flip/ckpt.data-00000-of-00001: tensor w: data checksum mismatch");
   ck_assert_int_eq(ps_bundle_reader_read(r, "w", &t, &st), PS_DATA_LOSS);
   ck_assert_ptr_null(t);
-  PS_ASSERT_STATUS(ps_bundle_reader_verify(r, &st), st, PS_DATA_LOSS, "flip/ckpt.data-00000-of-00001: tensor w: data checksum mismatch");
+  PS_ASSERT_STATUS(ps_bundle_reader_verify(r, &st), st, PS_DATA_LOSS,
+                   "flip/ckpt.data-00000-of-00001: tensor w: data checksum mismatch");
   ck_assert_int_eq(ps_bundle_reader_read_strings(r, "s", &s, &st), 0); /* untouched */
   ps_bundle_strings_destroy(s);
   ps_bundle_reader_close(r);
@@ -977,12 +988,14 @@ START_TEST(corrupt_data_is_named) {
   write_sample("str2");
   flip(tmp("str2/ckpt.data-00000-of-00001"), -1, 0x02); /* last byte of "defgh" */
   r = ps_bundle_reader_open(tmp("str2/ckpt"), &st);
-  PS_ASSERT_STATUS(ps_bundle_reader_read_strings(r, "s", &s, &st), st, PS_DATA_LOSS, "str2/ckpt.data-00000-of-00001: tensor s: data checksum mismatch");
+  PS_ASSERT_STATUS(ps_bundle_reader_read_strings(r, "s", &s, &st), st, PS_DATA_LOSS,
+                   "str2/ckpt.data-00000-of-00001: tensor s: data checksum mismatch");
   ps_bundle_reader_close(r);
   write_sample("str3");
   flip(tmp("str3/ckpt.data-00000-of-00001"), 403, 0x02); /* the length checksum */
   r = ps_bundle_reader_open(tmp("str3/ckpt"), &st);
-  PS_ASSERT_STATUS(ps_bundle_reader_read_strings(r, "s", &s, &st), st, PS_DATA_LOSS, "tensor s: length checksum mismatch");
+  PS_ASSERT_STATUS(ps_bundle_reader_read_strings(r, "s", &s, &st), st, PS_DATA_LOSS,
+                   "tensor s: length checksum mismatch");
   ps_bundle_reader_close(r);
 
   write_sample("short");
@@ -991,10 +1004,11 @@ START_TEST(corrupt_data_is_named) {
   ck_assert_msg(r != NULL, "%s", st.msg);
   ck_assert_int_eq(ps_bundle_reader_read_into(r, "w", v, sizeof v, &st), PS_DATA_LOSS);
   PS_ASSERT_MSG_HAS(st,
-                 "short/ckpt.data-00000-of-00001: tensor w: entry past the end of its "
-                 "shard (offset 0 + size 400 > file size 399");
+                    "short/ckpt.data-00000-of-00001: tensor w: entry past the end of its "
+                    "shard (offset 0 + size 400 > file size 399");
   ck_assert_int_eq(ps_bundle_reader_read(r, "w", &t, &st), PS_DATA_LOSS);
-  PS_ASSERT_STATUS(ps_bundle_reader_read_strings(r, "s", &s, &st), st, PS_DATA_LOSS, "tensor s: entry past the end of its shard");
+  PS_ASSERT_STATUS(ps_bundle_reader_read_strings(r, "s", &s, &st), st, PS_DATA_LOSS,
+                   "tensor s: entry past the end of its shard");
   ck_assert_int_eq(ps_bundle_reader_verify(r, &st), PS_DATA_LOSS);
   ps_bundle_reader_close(r);
 
@@ -1002,8 +1016,10 @@ START_TEST(corrupt_data_is_named) {
   ck_assert_int_eq(unlink(tmp("gone/ckpt.data-00000-of-00001")), 0);
   r = ps_bundle_reader_open(tmp("gone/ckpt"), &st);
   ck_assert_msg(r != NULL, "%s", st.msg); /* data files open on first read */
-  PS_ASSERT_STATUS(ps_bundle_reader_read_into(r, "w", v, sizeof v, &st), st, PS_NOT_FOUND, "gone/ckpt.data-00000-of-00001: missing data shard");
-  PS_ASSERT_STATUS(ps_bundle_reader_verify(r, &st), st, PS_NOT_FOUND, "missing data shard");
+  PS_ASSERT_STATUS(ps_bundle_reader_read_into(r, "w", v, sizeof v, &st), st, PS_NOT_FOUND,
+                   "gone/ckpt.data-00000-of-00001: missing data shard");
+  PS_ASSERT_STATUS(ps_bundle_reader_verify(r, &st), st, PS_NOT_FOUND,
+                   "missing data shard");
   ps_bundle_reader_close(r);
 }
 END_TEST
@@ -1060,10 +1076,12 @@ START_TEST(corrupt_compressed_block_is_named) {
   ck_assert_int_eq(mkdir(tmp("z"), 0777), 0);
   copy_file(tfdata("half_plus_two_cpu/variables.index"), tmp("z/v.index"));
   rewrite_block0(tmp("z/v.index"), break_snappy);
-  PS_ASSERT_STATUS(open_fails(tmp("z/v"), &st), st, PS_DATA_LOSS, "z/v.index: block 0: corrupted compressed block contents");
+  PS_ASSERT_STATUS(open_fails(tmp("z/v"), &st), st, PS_DATA_LOSS,
+                   "z/v.index: block 0: corrupted compressed block contents");
   copy_file(tfdata("half_plus_two_gpu/variables.index"), tmp("z/v.index"));
   rewrite_block0(tmp("z/v.index"), unknown_type);
-  PS_ASSERT_STATUS(open_fails(tmp("z/v"), &st), st, PS_DATA_LOSS, "z/v.index: block 0: unknown compression type 2");
+  PS_ASSERT_STATUS(open_fails(tmp("z/v"), &st), st, PS_DATA_LOSS,
+                   "z/v.index: block 0: unknown compression type 2");
 }
 END_TEST
 

@@ -25,10 +25,9 @@
 #include <unistd.h>
 
 #include "common/bundle.h"
-#include "testdir.h"
 #include "paramserver/checkpoint.h"
+#include "testdir.h"
 #include "tests/support/assert.h"
-
 
 static char *read_text(const char *path) {
   FILE *f = fopen(path, "rb");
@@ -81,7 +80,6 @@ static void assert_dir_has(const char *dir, const char *want) {
   ck_assert_msg(strcmp(got, want) == 0, "%s holds\n  %s\nwant\n  %s", dir, got, want);
   free(got);
 }
-
 
 /* Runs ps_ckpt_inspect into a string. */
 static char *inspect(const char *prefix, bool values, ps_status *st) {
@@ -346,7 +344,8 @@ START_TEST(state_errors_are_named) {
        "expected a number for field last_preserved_timestamp"},
       {"all_model_checkpoint_paths: [\"a\" \"b\"; ]\n", "expected ',' or ']'"},
       {"model_checkpoint_path: [\"a\"]\n", "expected a string"},
-      {"model_checkpoint_path: \"a\\000b\"\n", "line 1: NUL byte in model_checkpoint_path"},
+      {"model_checkpoint_path: \"a\\000b\"\n",
+       "line 1: NUL byte in model_checkpoint_path"},
       {"model_checkpoint_path: \"a\\xzz\"\n", "invalid \\x escape"},
       {"model_checkpoint_path: \"\\777\"\n", "octal escape \\777 out of range"},
       {"{}\n", "line 1: expected a field name, found '{'"},
@@ -362,18 +361,21 @@ START_TEST(state_errors_are_named) {
     ck_assert_uint_eq(r.num_paths, 0);
     /* read names the file */
     write_text(tmp("checkpoint"), bad[i].text);
-    PS_ASSERT_STATUS(ps_ckpt_state_read(tmpdir, &r, &st), st, PS_DATA_LOSS, tmp("checkpoint"));
+    PS_ASSERT_STATUS(ps_ckpt_state_read(tmpdir, &r, &st), st, PS_DATA_LOSS,
+                     tmp("checkpoint"));
     PS_ASSERT_MSG_HAS(st, bad[i].msg);
   }
   ps_ckpt_state r;
   ps_status st = {0};
   /* no model_checkpoint_path: TensorFlow's ValueError */
   write_text(tmp("checkpoint"), "all_model_checkpoint_paths: \"a\"\n");
-  PS_ASSERT_STATUS(ps_ckpt_state_read(tmpdir, &r, &st), st, PS_DATA_LOSS, "Invalid checkpoint state loaded from");
+  PS_ASSERT_STATUS(ps_ckpt_state_read(tmpdir, &r, &st), st, PS_DATA_LOSS,
+                   "Invalid checkpoint state loaded from");
   /* no state file */
   TMP(empty, "empty");
   ck_assert_int_eq(mkdir(empty, 0755), 0);
-  PS_ASSERT_STATUS(ps_ckpt_state_read(empty, &r, &st), st, PS_NOT_FOUND, tmp("empty/checkpoint"));
+  PS_ASSERT_STATUS(ps_ckpt_state_read(empty, &r, &st), st, PS_NOT_FOUND,
+                   tmp("empty/checkpoint"));
   PS_ASSERT_MSG_HAS(st, "No such file");
 
   /* bad states are not written */
@@ -384,11 +386,13 @@ START_TEST(state_errors_are_named) {
                      .all_model_checkpoint_paths = paths,
                      .num_timestamps = 1,
                      .all_model_checkpoint_timestamps = ts};
-  PS_ASSERT_STATUS(ps_ckpt_state_write(empty, &s, &st), st, PS_INVALID_ARGUMENT, "got 2 paths and 1 timestamps");
+  PS_ASSERT_STATUS(ps_ckpt_state_write(empty, &s, &st), st, PS_INVALID_ARGUMENT,
+                   "got 2 paths and 1 timestamps");
   ck_assert_ptr_null(ps_ckpt_state_format(&s, NULL, &st));
   s.num_timestamps = 0;
   s.model_checkpoint_path = "";
-  PS_ASSERT_STATUS(ps_ckpt_state_write(empty, &s, &st), st, PS_INVALID_ARGUMENT, "empty model_checkpoint_path");
+  PS_ASSERT_STATUS(ps_ckpt_state_write(empty, &s, &st), st, PS_INVALID_ARGUMENT,
+                   "empty model_checkpoint_path");
   s.model_checkpoint_path = "./checkpoint";
   ck_assert_int_eq(ps_ckpt_state_write(empty, &s, &st), PS_INVALID_ARGUMENT);
   PS_ASSERT_MSG_HAS(
@@ -396,7 +400,8 @@ START_TEST(state_errors_are_named) {
   assert_dir_has(empty, "");
   /* a directory that does not exist */
   s.model_checkpoint_path = "b";
-  PS_ASSERT_STATUS(ps_ckpt_state_write(tmp("nonexistent"), &s, &st), st, PS_NOT_FOUND, tmp("nonexistent/checkpoint.tmp"));
+  PS_ASSERT_STATUS(ps_ckpt_state_write(tmp("nonexistent"), &s, &st), st, PS_NOT_FOUND,
+                   tmp("nonexistent/checkpoint.tmp"));
 }
 END_TEST
 
@@ -482,7 +487,8 @@ START_TEST(read_only_directory_keeps_the_previous_state) {
     return;
   }
   ps_status st = {0};
-  PS_ASSERT_STATUS(write_state_b(tmpdir, &st), st, PS_PERMISSION_DENIED, "Permission denied");
+  PS_ASSERT_STATUS(write_state_b(tmpdir, &st), st, PS_PERMISSION_DENIED,
+                   "Permission denied");
   chmod(tmpdir, 0755);
   assert_file_text(tmp("checkpoint"), state_a);
   assert_dir_has(tmpdir, "checkpoint");
@@ -501,7 +507,8 @@ START_TEST(latest_checkpoint_like_tensorflow) {
   snprintf(want, sizeof want, "no checkpoint in %s", tmpdir);
   PS_ASSERT_MSG_HAS(st, want);
   /* a directory that does not exist */
-  PS_ASSERT_STATUS(ps_latest_checkpoint(tmp("nope"), &p, &st), st, PS_NOT_FOUND, "no checkpoint in");
+  PS_ASSERT_STATUS(ps_latest_checkpoint(tmp("nope"), &p, &st), st, PS_NOT_FOUND,
+                   "no checkpoint in");
   /* a state naming a checkpoint whose index is gone */
   write_text(tmp("checkpoint"), "model_checkpoint_path: \"model.ckpt-5\"\n"
                                 "all_model_checkpoint_paths: \"model.ckpt-5\"\n");
@@ -532,7 +539,8 @@ START_TEST(latest_checkpoint_like_tensorflow) {
   free(p);
   /* unparsable */
   write_text(tmp("checkpoint"), "model_checkpoint_path: \"x");
-  PS_ASSERT_STATUS(ps_latest_checkpoint(tmpdir, &p, &st), st, PS_DATA_LOSS, "unterminated string");
+  PS_ASSERT_STATUS(ps_latest_checkpoint(tmpdir, &p, &st), st, PS_DATA_LOSS,
+                   "unterminated string");
   ck_assert_ptr_null(p);
 }
 END_TEST
@@ -772,7 +780,7 @@ START_TEST(retention_errors) {
   ck_assert_int_eq(ps_ckpt_manager_add(m, "/elsewhere/model.ckpt-1", 1e9, &st),
                    PS_INVALID_ARGUMENT);
   PS_ASSERT_MSG_HAS(st,
-                 "checkpoint /elsewhere/model.ckpt-1 is not in the managed directory");
+                    "checkpoint /elsewhere/model.ckpt-1 is not in the managed directory");
   ck_assert_int_eq(ps_ckpt_manager_add(m, tmp("sub/model.ckpt-1"), 1e9, &st),
                    PS_INVALID_ARGUMENT);
   ck_assert_int_eq(ps_ckpt_manager_add(m, "", 1e9, &st), PS_INVALID_ARGUMENT);

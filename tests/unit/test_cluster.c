@@ -16,7 +16,6 @@
 #include "testdir.h"
 #include "tests/support/assert.h"
 
-
 static const char *tmp_path(const char *name) {
   static char path[2][512];
   static int k;
@@ -60,7 +59,6 @@ static void clear_env(void) {
 static ps_cluster *parse(const char *json, ps_status *st) {
   return ps_cluster_parse(json, strlen(json), "/tmp/c.json", st);
 }
-
 
 /* @json must fail to parse with @code and a message holding @needle. */
 static void parse_fails_code(const char *json, int code, const char *needle) {
@@ -472,12 +470,14 @@ START_TEST(test_limits) {
   ck_assert_int_eq(ftruncate(fileno(f), (off_t)n), 0);
   fclose(f);
   ck_assert_ptr_null(ps_cluster_load_file(huge, &st));
-  PS_ASSERT_STATUS(st.code, st, PS_INVALID_ARGUMENT, "too large (more than 16777216 bytes)");
+  PS_ASSERT_STATUS(st.code, st, PS_INVALID_ARGUMENT,
+                   "too large (more than 16777216 bytes)");
 
   /* NULL arguments */
   ck_assert_ptr_null(ps_cluster_load_file(NULL, &st));
   ck_assert_str_eq(st.msg, "cluster spec (string): no path given");
-  PS_ASSERT_STATUS(ps_cluster_write_file(NULL, tmp_path("x"), &st), st, PS_INVALID_ARGUMENT, "nothing to write");
+  PS_ASSERT_STATUS(ps_cluster_write_file(NULL, tmp_path("x"), &st), st,
+                   PS_INVALID_ARGUMENT, "nothing to write");
 }
 END_TEST
 

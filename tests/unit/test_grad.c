@@ -10,8 +10,8 @@
 #include "paramserver/graph.h"
 #include "paramserver/ops.h"
 #include "paramserver/session.h"
-#include "worker/graph/node.h" /* sparse_indices, sparse_dense_shape */
 #include "tests/support/assert.h"
+#include "worker/graph/node.h" /* sparse_indices, sparse_dense_shape */
 
 #define D(...) ((const int64_t[]){__VA_ARGS__})
 #define V(...) ((const double[]){__VA_ARGS__})

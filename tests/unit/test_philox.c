@@ -16,8 +16,7 @@ static void run_kat(const uint32_t key[2], const uint32_t ctr[4],
   uint32_t got[4];
   ps_philox_next(&p, got);
   for (int i = 0; i < 4; i++)
-    ck_assert_msg(got[i] == want[i], "word %d: got %08x want %08x", i, got[i],
-                  want[i]);
+    ck_assert_msg(got[i] == want[i], "word %d: got %08x want %08x", i, got[i], want[i]);
 }
 
 START_TEST(test_kat_zero) {
@@ -97,7 +96,8 @@ START_TEST(test_skip_matches_next) {
     ps_philox_init(&seq, 87654321, 0xdeadbeefcafef00dull);
     jump = seq;
     uint32_t w[4], want[4], got[4];
-    for (uint64_t i = 0; i < ns[t]; i++) ps_philox_next(&seq, w);
+    for (uint64_t i = 0; i < ns[t]; i++)
+      ps_philox_next(&seq, w);
     ps_philox_next(&seq, want); /* the (n+1)-th call */
     ps_philox_skip(&jump, ns[t]);
     ps_philox_next(&jump, got);
@@ -181,8 +181,7 @@ START_TEST(test_uint64_to_double) {
   ck_assert(ps_uint64_to_double(0, 0) == 0.0);
   ck_assert(ps_uint64_to_double(0x80000, 0) == 0.5);
   ck_assert(ps_uint64_to_double(0xfffff, 0xffffffff) == 1.0 - 0x1p-52);
-  ck_assert(ps_uint64_to_double(0xfff00000, 0) ==
-            0.0); /* high 12 bits ignored */
+  ck_assert(ps_uint64_to_double(0xfff00000, 0) == 0.0); /* high 12 bits ignored */
   ck_assert(ps_uint64_to_double(0, 1) == 0x1p-52);
   ck_assert(ps_uint64_to_double(1, 0) == 0x1p-20);
 }
@@ -211,8 +210,7 @@ START_TEST(test_box_muller_fixed_points) {
   ps_box_muller_double(0, 0, 0, 0, &d0, &d1);
   ck_assert(d0 == 0.0);
   ck_assert(fabs(d1 - sqrt(-2.0 * log(1.0e-7))) < 1e-12);
-  ps_box_muller_double(0x80000, 0, 0x40000, 0, &d0,
-                       &d1); /* u1 .5, angle pi/2 */
+  ps_box_muller_double(0x80000, 0, 0x40000, 0, &d0, &d1); /* u1 .5, angle pi/2 */
   ck_assert(fabs(d0 - sqrt(2.0 * log(2.0))) < 1e-12);
   ck_assert(fabs(d1) < 1e-12);
 }
@@ -239,8 +237,7 @@ START_TEST(test_uniform_statistics) {
   double mean = sum / N, var = sum2 / N - mean * mean;
   ck_assert_msg(fabs(mean - 0.5) < 0.005, "mean %f", mean);
   ck_assert_msg(fabs(var - 1.0 / 12) < 0.002, "var %f", var);
-  ck_assert_msg(fabs(dsum / (N / 4) - 0.5) < 0.01, "double mean %f",
-                dsum / (N / 4));
+  ck_assert_msg(fabs(dsum / (N / 4) - 0.5) < 0.01, "double mean %f", dsum / (N / 4));
 }
 END_TEST
 

@@ -18,24 +18,31 @@ START_TEST(create_is_idempotent_and_conflicts_are_named) {
   ps_init_spec_default(&z, PS_INIT_ZEROS);
   bool created;
   ps_status st;
-  ck_assert_int_eq(ps_store_create_var(s, "w", PS_DT_FLOAT, &sh, &z, NULL, NULL, 0, &created, &st), 0);
+  ck_assert_int_eq(
+      ps_store_create_var(s, "w", PS_DT_FLOAT, &sh, &z, NULL, NULL, 0, &created, &st), 0);
   ck_assert(created);
-  ck_assert_int_eq(ps_store_create_var(s, "w", PS_DT_FLOAT, &sh, &z, NULL, NULL, 0, &created, &st), 0);
+  ck_assert_int_eq(
+      ps_store_create_var(s, "w", PS_DT_FLOAT, &sh, &z, NULL, NULL, 0, &created, &st), 0);
   ck_assert(!created);
   ps_shape other = shape2(3, 2);
-  ck_assert_int_eq(ps_store_create_var(s, "w", PS_DT_FLOAT, &other, &z, NULL, NULL, 0, &created, &st),
-                   PS_ALREADY_EXISTS);
-  ck_assert_str_eq(st.msg, "variable w already exists on ps/3 with dtype float shape [2,3]; "
-                           "requested dtype float shape [3,2]");
+  ck_assert_int_eq(
+      ps_store_create_var(s, "w", PS_DT_FLOAT, &other, &z, NULL, NULL, 0, &created, &st),
+      PS_ALREADY_EXISTS);
+  ck_assert_str_eq(st.msg,
+                   "variable w already exists on ps/3 with dtype float shape [2,3]; "
+                   "requested dtype float shape [3,2]");
   ps_init_spec o;
   ps_init_spec_default(&o, PS_INIT_ONES);
-  ck_assert_int_eq(ps_store_create_var(s, "w", PS_DT_FLOAT, &sh, &o, NULL, NULL, 0, &created, &st),
-                   PS_ALREADY_EXISTS);
+  ck_assert_int_eq(
+      ps_store_create_var(s, "w", PS_DT_FLOAT, &sh, &o, NULL, NULL, 0, &created, &st),
+      PS_ALREADY_EXISTS);
   ck_assert_ptr_nonnull(strstr(st.msg, "different initializer (zeros, requested ones)"));
-  ck_assert_int_eq(ps_store_create_var(s, "", PS_DT_FLOAT, &sh, NULL, NULL, NULL, 0, &created, &st),
-                   PS_INVALID_ARGUMENT);
-  ck_assert_int_eq(ps_store_create_var(s, "x", PS_DT_STRING, &sh, NULL, NULL, NULL, 0, &created, &st),
-                   PS_INVALID_ARGUMENT);
+  ck_assert_int_eq(
+      ps_store_create_var(s, "", PS_DT_FLOAT, &sh, NULL, NULL, NULL, 0, &created, &st),
+      PS_INVALID_ARGUMENT);
+  ck_assert_int_eq(
+      ps_store_create_var(s, "x", PS_DT_STRING, &sh, NULL, NULL, NULL, 0, &created, &st),
+      PS_INVALID_ARGUMENT);
   ck_assert_ptr_null(ps_store_find(s, "nope", &st));
   ck_assert_str_eq(st.msg, "variable nope does not exist on ps/3");
   ps_store_destroy(s);
@@ -50,7 +57,8 @@ START_TEST(many_variables_listed_in_name_order) {
   for (int i = 5000; i > 0; i--) { /* forces the table to grow */
     snprintf(name, sizeof name, "v%05d", i);
     ck_assert_int_eq(ps_store_create_var(s, name, PS_DT_FLOAT, &sh, NULL, NULL, NULL, 0,
-                                         &created, NULL), 0);
+                                         &created, NULL),
+                     0);
   }
   size_t n;
   ps_var **all = ps_store_list(s, &n);
@@ -71,7 +79,8 @@ START_TEST(initializer_accounting_and_copy_on_write) {
   k.value = 2.0;
   bool created;
   ps_status st;
-  ck_assert_int_eq(ps_store_create_var(s, "w", PS_DT_FLOAT, &sh, &k, NULL, NULL, 0, &created, &st), 0);
+  ck_assert_int_eq(
+      ps_store_create_var(s, "w", PS_DT_FLOAT, &sh, &k, NULL, NULL, 0, &created, &st), 0);
   ps_var *v = ps_store_lookup(s, "w");
   ck_assert_ptr_null(v->buf);
   ck_assert_int_eq(ps_var_run_initializer(s, v, &st), 0);
@@ -100,8 +109,11 @@ START_TEST(initializer_accounting_and_copy_on_write) {
   ck_assert_int_eq(bytes, 40);
   ck_assert_int_eq(v->shape.dim[0], 10);
   /* No initializer: a clear error. */
-  ck_assert_int_eq(ps_store_create_var(s, "u", PS_DT_FLOAT, &sh, NULL, NULL, NULL, 0, &created, &st), 0);
-  ck_assert_int_eq(ps_var_run_initializer(s, ps_store_lookup(s, "u"), &st), PS_FAILED_PRECONDITION);
+  ck_assert_int_eq(
+      ps_store_create_var(s, "u", PS_DT_FLOAT, &sh, NULL, NULL, NULL, 0, &created, &st),
+      0);
+  ck_assert_int_eq(ps_var_run_initializer(s, ps_store_lookup(s, "u"), &st),
+                   PS_FAILED_PRECONDITION);
   ck_assert_ptr_nonnull(strstr(st.msg, "variable u has no initializer on ps/0"));
   ps_store_destroy(s);
 }
@@ -113,7 +125,8 @@ START_TEST(lock_set_tolerates_duplicates) {
   bool created;
   ps_store_create_var(s, "b", PS_DT_FLOAT, &sh, NULL, NULL, NULL, 0, &created, NULL);
   ps_store_create_var(s, "a", PS_DT_FLOAT, &sh, NULL, NULL, NULL, 0, &created, NULL);
-  ps_var *vars[3] = {ps_store_lookup(s, "b"), ps_store_lookup(s, "a"), ps_store_lookup(s, "b")};
+  ps_var *vars[3] = {ps_store_lookup(s, "b"), ps_store_lookup(s, "a"),
+                     ps_store_lookup(s, "b")};
   ps_store_lock_set(vars, 3, true);
   ck_assert_int_ne(pthread_rwlock_trywrlock(&vars[0]->lock), 0);
   ps_store_unlock_set(vars, 3);

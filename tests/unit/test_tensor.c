@@ -60,11 +60,11 @@ START_TEST(half_and_bfloat16_round_trip) {
   float vals[] = {0.f, 1.f, -2.5f, 65504.f, 6.1035156e-05f, 5.9604645e-08f, 0.1f};
   for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) {
     float h = ps_half_to_float(ps_float_to_half(vals[i]));
-    ck_assert_msg(fabsf(h - vals[i]) <= fabsf(vals[i]) * 1e-3f + 1e-8f,
-                  "half %g -> %g", vals[i], h);
+    ck_assert_msg(fabsf(h - vals[i]) <= fabsf(vals[i]) * 1e-3f + 1e-8f, "half %g -> %g",
+                  vals[i], h);
     float b = ps_bf16_to_float(ps_float_to_bf16(vals[i]));
-    ck_assert_msg(fabsf(b - vals[i]) <= fabsf(vals[i]) * 1e-2f + 1e-30f,
-                  "bf16 %g -> %g", vals[i], b);
+    ck_assert_msg(fabsf(b - vals[i]) <= fabsf(vals[i]) * 1e-2f + 1e-30f, "bf16 %g -> %g",
+                  vals[i], b);
   }
   ck_assert_uint_eq(ps_float_to_half(1.0f), 0x3c00);
   ck_assert_uint_eq(ps_float_to_bf16(1.0f), 0x3f80);

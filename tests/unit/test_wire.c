@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ps.pb-c.h"
 #include "common/tensor.h"
 #include "common/wire.h"
+#include "ps.pb-c.h"
 
 START_TEST(size_helpers_refuse_overflow) {
   size_t n = 0;

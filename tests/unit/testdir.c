@@ -47,8 +47,12 @@ void remove_tree(const char *dir) {
   rmdir(dir);
 }
 
-void teardown_tmpdir(void) { remove_tree(tmpdir); }
-void teardown_basedir(void) { remove_tree(basedir); }
+void teardown_tmpdir(void) {
+  remove_tree(tmpdir);
+}
+void teardown_basedir(void) {
+  remove_tree(basedir);
+}
 
 const char *tmp(const char *fmt, ...) {
   static char bufs[8][1024];

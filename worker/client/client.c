@@ -49,7 +49,9 @@ void ps_library_shutdown(void) {
   pthread_mutex_unlock(&lib_mu);
 }
 
-const char *ps_library_version(void) { return PS_VERSION; }
+const char *ps_library_version(void) {
+  return PS_VERSION;
+}
 
 /* ---- client ------------------------------------------------------------ */
 
@@ -103,8 +105,8 @@ ps_client *ps_client_create(const ps_cluster *cluster, const char *ps_job,
   for (int i = 0; i < n; i++) {
     const char *a = ps_cluster_address(cluster, job, i);
     if (a == NULL) {
-      ps_status_set(st, PS_INVALID_ARGUMENT, "cluster spec has no address for %s/%d",
-                    job, i);
+      ps_status_set(st, PS_INVALID_ARGUMENT, "cluster spec has no address for %s/%d", job,
+                    i);
       ps_client_destroy(c);
       return NULL;
     }
@@ -130,7 +132,9 @@ void ps_client_destroy(ps_client *c) {
   free(c);
 }
 
-int ps_client_num_ps(const ps_client *c) { return c->nps; }
+int ps_client_num_ps(const ps_client *c) {
+  return c->nps;
+}
 const char *ps_client_address(const ps_client *c, int task) {
   return task >= 0 && task < c->nps ? c->addrs[task] : NULL;
 }
@@ -138,8 +142,7 @@ const char *ps_client_address(const ps_client *c, int task) {
 static int check_task(ps_client *c, int task, ps_status *st) {
   if (task < 0 || task >= c->nps)
     return ps_status_set(st, PS_INVALID_ARGUMENT,
-                         "ps task %d does not exist (the cluster has %d)", task,
-                         c->nps);
+                         "ps task %d does not exist (the cluster has %d)", task, c->nps);
   return 0;
 }
 
@@ -172,7 +175,8 @@ static void run_reqs(ps_client *c, ps_rpc_req *reqs, const int *tasks, size_t n,
     int64_t backoff = c->opt.retry_initial_ms;
     for (int attempt = 0; attempt < c->opt.max_retries; attempt++) {
       size_t nretry = 0;
-      for (size_t i = 0; i < n; i++) nretry += reqs[i].st.code == PS_UNAVAILABLE;
+      for (size_t i = 0; i < n; i++)
+        nretry += reqs[i].st.code == PS_UNAVAILABLE;
       if (nretry == 0) break;
       PS_DEBUG("retrying %zu call(s) after UNAVAILABLE in %lld ms", nretry,
                (long long)backoff);
@@ -195,12 +199,14 @@ static void run_reqs(ps_client *c, ps_rpc_req *reqs, const int *tasks, size_t n,
           k++;
         }
       ps_rpc_run(again, k);
-      for (size_t j = 0; j < k; j++) reqs[which[j]].st = again[j].st;
+      for (size_t j = 0; j < k; j++)
+        reqs[which[j]].st = again[j].st;
       free(again);
       free(which);
     }
   }
-  for (size_t i = 0; i < n; i++) annotate(c, tasks[i], &reqs[i].st);
+  for (size_t i = 0; i < n; i++)
+    annotate(c, tasks[i], &reqs[i].st);
 }
 
 static void req_init(ps_client *c, ps_rpc_req *r, int task, const char *method,
@@ -216,8 +222,8 @@ static void req_init(ps_client *c, ps_rpc_req *r, int task, const char *method,
 /* One control call with a unary response parsed by @parse. */
 static int control_call(ps_client *c, int task, const char *method,
                         const ProtobufCMessage *msg, bool safe,
-                        int (*parse)(void *, const uint8_t *, size_t,
-                                     ps_rpc_segs *, ps_status *),
+                        int (*parse)(void *, const uint8_t *, size_t, ps_rpc_segs *,
+                                     ps_status *),
                         void *user, ps_status *st) {
   if (check_task(c, task, st)) return st->code;
   ps_rpc_req r;
@@ -272,8 +278,10 @@ static ptrdiff_t lower_bound(ps_var_info **by, size_t n, ps_var_info *probe,
   size_t lo = 0, hi = n;
   while (lo < hi) {
     size_t mid = lo + (hi - lo) / 2;
-    if (cmp(&by[mid], &probe) < 0) lo = mid + 1;
-    else hi = mid;
+    if (cmp(&by[mid], &probe) < 0)
+      lo = mid + 1;
+    else
+      hi = mid;
   }
   return lo < n && cmp(&by[lo], &probe) == 0 ? (ptrdiff_t)lo : -1;
 }
@@ -347,7 +355,8 @@ static int check_key_space(ps_client *c, int task, const ps_var_spec *specs, siz
     if (by_name == NULL || by_key == NULL) {
       rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
     } else {
-      for (size_t i = 0; i < nv; i++) by_name[i] = by_key[i] = &v[i];
+      for (size_t i = 0; i < nv; i++)
+        by_name[i] = by_key[i] = &v[i];
       qsort(by_name, nv, sizeof *by_name, cmp_info_name);
       qsort(by_key, nv, sizeof *by_key, cmp_info_key);
       for (size_t i = 0; i < n && rc == 0; i++)
@@ -360,12 +369,13 @@ static int check_key_space(ps_client *c, int task, const ps_var_spec *specs, siz
   return rc;
 }
 
-int ps_client_create_vars(ps_client *c, int task, const ps_var_spec *specs,
-                          size_t n, ps_status *st) {
+int ps_client_create_vars(ps_client *c, int task, const ps_var_spec *specs, size_t n,
+                          ps_status *st) {
   if (check_task(c, task, st)) return st->code;
   for (size_t i = 0; i < n; i++)
     if (specs[i].name == NULL)
-      return ps_status_set(st, PS_INVALID_ARGUMENT, "Create: variable %zu has no name", i);
+      return ps_status_set(st, PS_INVALID_ARGUMENT, "Create: variable %zu has no name",
+                           i);
   if (c->nps > 1) {
     int rc = check_key_space(c, task, specs, n, st);
     if (rc != 0) return rc;
@@ -411,8 +421,8 @@ typedef struct init_out {
   size_t n;
 } init_out;
 
-static int parse_initialize(void *user, const uint8_t *p, size_t n,
-                            ps_rpc_segs *sink, ps_status *st) {
+static int parse_initialize(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
+                            ps_status *st) {
   Paramserver__InitializeResponse *r =
       paramserver__initialize_response__unpack(NULL, n, p);
   if (r == NULL)
@@ -422,9 +432,8 @@ static int parse_initialize(void *user, const uint8_t *p, size_t n,
   return 0;
 }
 
-int ps_client_initialize(ps_client *c, int task, const char *const *names,
-                         size_t n, bool only_uninitialized, size_t *ninit,
-                         ps_status *st) {
+int ps_client_initialize(ps_client *c, int task, const char *const *names, size_t n,
+                         bool only_uninitialized, size_t *ninit, ps_status *st) {
   Paramserver__InitializeRequest req = PARAMSERVER__INITIALIZE_REQUEST__INIT;
   req.names = (char **)names;
   req.n_names = n;
@@ -441,20 +450,21 @@ typedef struct bools_out {
   size_t n;
 } bools_out;
 
-static int parse_is_init(void *user, const uint8_t *p, size_t n,
-                         ps_rpc_segs *sink, ps_status *st) {
+static int parse_is_init(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
+                         ps_status *st) {
   bools_out *o = user;
   Paramserver__IsInitializedResponse *r =
       paramserver__is_initialized_response__unpack(NULL, n, p);
   if (r == NULL)
     return ps_status_set(st, PS_INTERNAL, "IsInitialized: response does not parse");
-  for (size_t i = 0; i < o->n && i < r->n_initialized; i++) o->out[i] = r->initialized[i];
+  for (size_t i = 0; i < o->n && i < r->n_initialized; i++)
+    o->out[i] = r->initialized[i];
   paramserver__is_initialized_response__free_unpacked(r, NULL);
   return 0;
 }
 
-int ps_client_is_initialized(ps_client *c, int task, const char *const *names,
-                             size_t n, bool *out, ps_status *st) {
+int ps_client_is_initialized(ps_client *c, int task, const char *const *names, size_t n,
+                             bool *out, ps_status *st) {
   Paramserver__NamesRequest req = PARAMSERVER__NAMES_REQUEST__INIT;
   req.names = (char **)names;
   req.n_names = n;
@@ -473,19 +483,18 @@ static int parse_report(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sin
   Paramserver__ReportUninitializedResponse *r =
       paramserver__report_uninitialized_response__unpack(NULL, n, p);
   if (r == NULL)
-    return ps_status_set(st, PS_INTERNAL,
-                         "ReportUninitialized: response does not parse");
+    return ps_status_set(st, PS_INTERNAL, "ReportUninitialized: response does not parse");
   ps_client_free_names(o->names, o->n);
   o->names = calloc(r->n_names + 1, sizeof *o->names);
   o->n = r->n_names;
-  for (size_t i = 0; i < r->n_names; i++) o->names[i] = strdup(r->names[i]);
+  for (size_t i = 0; i < r->n_names; i++)
+    o->names[i] = strdup(r->names[i]);
   paramserver__report_uninitialized_response__free_unpacked(r, NULL);
   return 0;
 }
 
-int ps_client_report_uninitialized(ps_client *c, int task,
-                                   const char *const *names, size_t n,
-                                   char ***out, size_t *nout, ps_status *st) {
+int ps_client_report_uninitialized(ps_client *c, int task, const char *const *names,
+                                   size_t n, char ***out, size_t *nout, ps_status *st) {
   Paramserver__NamesRequest req = PARAMSERVER__NAMES_REQUEST__INIT;
   req.names = (char **)names;
   req.n_names = n;
@@ -539,15 +548,15 @@ int ps_client_delete(ps_client *c, int task, const char *const *names, size_t n,
   req.missing_ok = (flags & PS_DELETE_MISSING_OK) != 0;
   ps_delete_result o = {0};
   int rc = control_call(c, task, M_DELETE, &req.base, false, parse_delete, &o, st);
-  if (rc != 0 || out == NULL)
-    ps_delete_result_free(&o);
+  if (rc != 0 || out == NULL) ps_delete_result_free(&o);
   if (out) *out = o;
   return rc;
 }
 
 void ps_client_free_names(char **names, size_t n) {
   if (names == NULL) return;
-  for (size_t i = 0; i < n; i++) free(names[i]);
+  for (size_t i = 0; i < n; i++)
+    free(names[i]);
   free(names);
 }
 
@@ -561,8 +570,7 @@ typedef struct upd_build {
   uint8_t *inline_buf;
 } upd_build;
 
-static int upd_build_init(upd_build *b, const ps_update *u, size_t n,
-                          ps_status *st) {
+static int upd_build_init(upd_build *b, const ps_update *u, size_t n, ps_status *st) {
   memset(b, 0, sizeof *b);
   paramserver__update_request__init(&b->req);
   b->us = calloc(n + 1, sizeof *b->us);
@@ -606,8 +614,8 @@ static int upd_build_init(upd_build *b, const ps_update *u, size_t n,
       p->num_indices = ix->shape.dim[0];
       ps_rpc_segs_add(&b->segs, ps_tensor_data(ix), ps_tensor_nbytes(ix), ix->buf);
     }
-    ps_rpc_segs_add(&b->segs, ps_tensor_data(u[i].value),
-                    ps_tensor_nbytes(u[i].value), u[i].value->buf);
+    ps_rpc_segs_add(&b->segs, ps_tensor_data(u[i].value), ps_tensor_nbytes(u[i].value),
+                    u[i].value->buf);
     b->up[i] = p;
   }
   b->req.updates = b->up;
@@ -653,8 +661,7 @@ static int parse_update(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sin
   return 0;
 }
 
-int ps_client_update_many(ps_client *c, ps_task_updates *t, size_t n,
-                          ps_status *st) {
+int ps_client_update_many(ps_client *c, ps_task_updates *t, size_t n, ps_status *st) {
   upd_build *bs = calloc(n + 1, sizeof *bs);
   ps_rpc_req *reqs = calloc(n + 1, sizeof *reqs);
   int *tasks = calloc(n + 1, sizeof *tasks);
@@ -683,7 +690,8 @@ int ps_client_update_many(ps_client *c, ps_task_updates *t, size_t n,
   }
 out:
   if (bs)
-    for (size_t i = 0; i < n; i++) upd_build_fini(&bs[i]);
+    for (size_t i = 0; i < n; i++)
+      upd_build_fini(&bs[i]);
   free(bs);
   free(reqs);
   free(tasks);
@@ -714,8 +722,8 @@ static int parse_read(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
   if (r == NULL) return ps_status_set(st, PS_INTERNAL, "Read: response does not parse");
   int rc = 0;
   if (r->n_tensors != b->t->n)
-    rc = ps_status_set(st, PS_INTERNAL, "Read: %zu tensors for %zu items",
-                       r->n_tensors, b->t->n);
+    rc = ps_status_set(st, PS_INTERNAL, "Read: %zu tensors for %zu items", r->n_tensors,
+                       b->t->n);
   for (size_t i = 0; i < r->n_tensors && rc == 0; i++) {
     Paramserver__TensorMeta *m = r->tensors[i];
     ps_read *rd = &b->t->reads[i];
@@ -726,12 +734,12 @@ static int parse_read(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
       break;
     }
     size_t need = (size_t)ps_shape_num_elements(&shape) * ps_dtype_size(m->dtype);
-    if (rd->out && (rd->out->dtype != (ps_dtype)m->dtype ||
-                    ps_tensor_nbytes(rd->out) != need)) {
+    if (rd->out &&
+        (rd->out->dtype != (ps_dtype)m->dtype || ps_tensor_nbytes(rd->out) != need)) {
       char a[128], bb[128];
       rc = ps_status_set(st, PS_INVALID_ARGUMENT,
-                         "read %s: destination is %s %s, the variable is %s %s",
-                         m->name, ps_dtype_name(rd->out->dtype),
+                         "read %s: destination is %s %s, the variable is %s %s", m->name,
+                         ps_dtype_name(rd->out->dtype),
                          ps_shape_format(&rd->out->shape, a, sizeof a),
                          ps_dtype_name(m->dtype), ps_shape_format(&shape, bb, sizeof bb));
       break;
@@ -759,7 +767,8 @@ static int read_build_init(read_build *b, ps_task_reads *t, ps_status *st) {
   b->items = calloc(t->n + 1, sizeof *b->items);
   b->ip = calloc(t->n + 1, sizeof *b->ip);
   b->allocated = calloc(t->n + 1, sizeof *b->allocated);
-  if (!b->items || !b->ip || !b->allocated) return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+  if (!b->items || !b->ip || !b->allocated)
+    return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
   for (size_t i = 0; i < t->n; i++) {
     Paramserver__ReadItem *it = &b->items[i];
     paramserver__read_item__init(it);
@@ -872,8 +881,7 @@ static int parse_list(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
   return 0;
 }
 
-int ps_client_list(ps_client *c, int task, ps_var_info **out, size_t *n,
-                   ps_status *st) {
+int ps_client_list(ps_client *c, int task, ps_var_info **out, size_t *n, ps_status *st) {
   Paramserver__ListRequest req = PARAMSERVER__LIST_REQUEST__INIT;
   list_out o = {NULL, 0, task};
   int rc = control_call(c, task, M_LIST, &req.base, true, parse_list, &o, st);
@@ -955,7 +963,8 @@ static int parse_merge(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink
 static int parse_restore(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
                          ps_status *st) {
   Paramserver__RestoreResponse *r = paramserver__restore_response__unpack(NULL, n, p);
-  if (r == NULL) return ps_status_set(st, PS_INTERNAL, "Restore: response does not parse");
+  if (r == NULL)
+    return ps_status_set(st, PS_INTERNAL, "Restore: response does not parse");
   ((save_out *)user)->n = r->n_restored;
   paramserver__restore_response__free_unpacked(r, NULL);
   return 0;
@@ -963,7 +972,8 @@ static int parse_restore(void *user, const uint8_t *p, size_t n, ps_rpc_segs *si
 
 /* The same unary call to every ps at once; the first failure wins. */
 static int all_ps(ps_client *c, const char *method, const ProtobufCMessage *const *msgs,
-                  int (*parse)(void *, const uint8_t *, size_t, ps_rpc_segs *, ps_status *),
+                  int (*parse)(void *, const uint8_t *, size_t, ps_rpc_segs *,
+                               ps_status *),
                   save_out *outs, int64_t timeout_ms, ps_status *st) {
   ps_rpc_req *reqs = calloc((size_t)c->nps, sizeof *reqs);
   int *tasks = calloc((size_t)c->nps, sizeof *tasks);
@@ -1005,11 +1015,13 @@ int ps_client_save(ps_client *c, const char *prefix, const ps_save_options *o,
   Paramserver__SaveRequest *saves = calloc((size_t)n, sizeof *saves);
   save_out *outs = calloc((size_t)n, sizeof *outs);
   /* 1. every ps closes its gate and captures its variables */
-  for (int t = 0; t < n; t++) msgs[t] = &snap.base;
+  for (int t = 0; t < n; t++)
+    msgs[t] = &snap.base;
   rc = all_ps(c, M_SNAPSHOT, msgs, NULL, NULL, c->opt.control_timeout_ms, st);
   /* 2. every gate reopens, whatever happened */
   ps_status rst;
-  for (int t = 0; t < n; t++) msgs[t] = &rel.base;
+  for (int t = 0; t < n; t++)
+    msgs[t] = &rel.base;
   all_ps(c, M_RELEASE, msgs, NULL, NULL, c->opt.control_timeout_ms, &rst);
   if (rc) goto out;
   /* 3. every ps writes its shard */
@@ -1024,7 +1036,8 @@ int ps_client_save(ps_client *c, const char *prefix, const ps_save_options *o,
   rc = all_ps(c, M_SAVE, msgs, parse_save, outs, c->opt.data_timeout_ms, st);
   if (rc) goto out;
   int64_t total = 0;
-  for (int t = 0; t < n; t++) total += outs[t].bytes;
+  for (int t = 0; t < n; t++)
+    total += outs[t].bytes;
   if (bytes) *bytes = total;
   /* 4. the last ps merges them and replaces the state file */
   Paramserver__MergeRequest mr = PARAMSERVER__MERGE_REQUEST__INIT;
@@ -1051,11 +1064,13 @@ int ps_client_restore(ps_client *c, const char *prefix, size_t *nrestored,
   rq.prefix = (char *)(prefix ? prefix : "");
   const ProtobufCMessage **msgs = calloc((size_t)c->nps, sizeof *msgs);
   save_out *outs = calloc((size_t)c->nps, sizeof *outs);
-  for (int t = 0; t < c->nps; t++) msgs[t] = &rq.base;
+  for (int t = 0; t < c->nps; t++)
+    msgs[t] = &rq.base;
   int rc = all_ps(c, M_RESTORE, msgs, parse_restore, outs, c->opt.data_timeout_ms, st);
   if (nrestored) {
     *nrestored = 0;
-    for (int t = 0; t < c->nps; t++) *nrestored += outs[t].n;
+    for (int t = 0; t < c->nps; t++)
+      *nrestored += outs[t].n;
   }
   free(msgs);
   free(outs);
@@ -1063,8 +1078,8 @@ int ps_client_restore(ps_client *c, const char *prefix, size_t *nrestored,
 }
 
 int ps_client_restore_vars(ps_client *c, int task, const char *prefix,
-                           const char *const *names, const char *const *keys,
-                           size_t n, ps_status *st) {
+                           const char *const *names, const char *const *keys, size_t n,
+                           ps_status *st) {
   Paramserver__RestoreRequest rq = PARAMSERVER__RESTORE_REQUEST__INIT;
   rq.prefix = (char *)(prefix ? prefix : "");
   Paramserver__RestoreItem *items = calloc(n + 1, sizeof *items);

@@ -22,8 +22,8 @@
  * the arguments only; the generators are simple on purpose: what matters is
  * that a model of the intended kind can learn them, and that tests can
  * check that it did. */
-#include "common/appendf.h"
 #include "paramserver/dataset.h"
+#include "common/appendf.h"
 
 #include <errno.h>
 #include <math.h>
@@ -34,8 +34,8 @@
 #include <zlib.h>
 
 #include "common/log.h"
-#include "common/tensor.h"
 #include "common/philox.h"
+#include "common/tensor.h"
 
 /* ---- datasets ---- */
 
@@ -128,7 +128,6 @@ enum {
 
 /* ---- IDX files ---- */
 
-
 /* The error zlib recorded for @f, if any (a truncated gzip stream is not
  * an error here: the caller sees the short count). */
 static int gz_fault(gzFile f, const char *path, ps_status *st) {
@@ -136,8 +135,8 @@ static int gz_fault(gzFile f, const char *path, ps_status *st) {
   const char *msg = gzerror(f, &errnum);
   if (errnum == Z_OK || errnum == Z_BUF_ERROR) return 0;
   if (errnum == Z_ERRNO)
-    return ps_status_set(st, ps_status_code_from_errno(errno), "IDX file %s: read: %s", path,
-                         strerror(errno));
+    return ps_status_set(st, ps_status_code_from_errno(errno), "IDX file %s: read: %s",
+                         path, strerror(errno));
   if (errnum == Z_MEM_ERROR) return oom(st, path);
   return ps_status_set(st, PS_DATA_LOSS, "IDX file %s: corrupt gzip data: %s", path, msg);
 }

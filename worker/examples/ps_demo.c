@@ -9,13 +9,12 @@
 
 #include <paramserver/paramserver.h>
 
-#define CHECK(call)                                                          \
-  do {                                                                       \
-    if ((call) != 0) {                                                       \
-      fprintf(stderr, "ps-demo: %s: %s\n", ps_status_code_name(st.code),     \
-              st.msg);                                                       \
-      goto fail;                                                             \
-    }                                                                        \
+#define CHECK(call)                                                                      \
+  do {                                                                                   \
+    if ((call) != 0) {                                                                   \
+      fprintf(stderr, "ps-demo: %s: %s\n", ps_status_code_name(st.code), st.msg);        \
+      goto fail;                                                                         \
+    }                                                                                    \
   } while (0)
 
 static void show(const char *what, const ps_tensor *t) {
@@ -38,14 +37,18 @@ static int create_and_initialize(ps_client *c, int t1, ps_status *st) {
   normal.stddev = 0.1;
   normal.seed = 7;
   ps_var_spec on0[2] = {
-      {.name = "dense/kernel", .dtype = PS_DT_FLOAT, .shape = {2, {4, 3}}, .init = &glorot},
+      {.name = "dense/kernel",
+       .dtype = PS_DT_FLOAT,
+       .shape = {2, {4, 3}},
+       .init = &glorot},
       {.name = "global_step", .dtype = PS_DT_INT64, .shape = {0, {0}}, .init = &zeros}};
   ps_var_spec on1[2] = {
       {.name = "dense/bias", .dtype = PS_DT_FLOAT, .shape = {1, {3}}, .init = &zeros},
       {.name = "embedding", .dtype = PS_DT_FLOAT, .shape = {2, {6, 2}}, .init = &normal}};
   if (ps_client_create_vars(c, 0, on0, 2, st) || ps_client_create_vars(c, t1, on1, 2, st))
     return -1;
-  printf("created dense/kernel, global_step on ps/0; dense/bias, embedding on ps/%d\n", t1);
+  printf("created dense/kernel, global_step on ps/0; dense/bias, embedding on ps/%d\n",
+         t1);
   size_t n0 = 0, n1 = 0;
   if (ps_client_initialize(c, 0, NULL, 0, true, &n0, st) ||
       ps_client_initialize(c, t1, NULL, 0, true, &n1, st))
@@ -63,8 +66,10 @@ static int update(ps_client *c, int t1, const ps_tensor *idx, ps_status *st) {
   ps_tensor *one = ps_tensor_create(PS_DT_INT64, &s0, false);
   int rc = -1;
   if (delta && rows && one) {
-    for (int i = 0; i < 3; i++) ((float *)ps_tensor_data(delta))[i] = 0.5f;
-    for (int i = 0; i < 4; i++) ((float *)ps_tensor_data(rows))[i] = 1.0f;
+    for (int i = 0; i < 3; i++)
+      ((float *)ps_tensor_data(delta))[i] = 0.5f;
+    for (int i = 0; i < 4; i++)
+      ((float *)ps_tensor_data(rows))[i] = 1.0f;
     *(int64_t *)ps_tensor_data(one) = 1;
     ps_update u0[1] = {{.name = "global_step", .op = PS_ASSIGN_ADD, .value = one}};
     ps_update u1[2] = {
@@ -73,7 +78,8 @@ static int update(ps_client *c, int t1, const ps_tensor *idx, ps_status *st) {
     ps_task_updates ups[2] = {{.task = 0, .updates = u0, .n = 1},
                               {.task = t1, .updates = u1, .n = 2}};
     rc = ps_client_update_many(c, ups, 2, st);
-    if (rc == 0) printf("updated: global_step += 1; dense/bias -= 0.5; embedding[1,4] += 1\n");
+    if (rc == 0)
+      printf("updated: global_step += 1; dense/bias -= 0.5; embedding[1,4] += 1\n");
   } else {
     st->code = PS_RESOURCE_EXHAUSTED;
     snprintf(st->msg, sizeof st->msg, "out of memory");

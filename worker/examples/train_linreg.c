@@ -62,8 +62,8 @@ int main(int argc, char **argv) {
   ps_variable *w = ps_get_variable(g, "weights", PS_DT_FLOAT, &ws, &zeros, NULL, &st);
   ps_variable *b = ps_get_variable(g, "bias", PS_DT_FLOAT, &bs, &zeros, NULL, &st);
   ps_variable_scope_pop(g);
-  ps_node *pred = ps_bias_add(ps_matmul(x, ps_variable_value(w), false, false),
-                              ps_variable_value(b));
+  ps_node *pred =
+      ps_bias_add(ps_matmul(x, ps_variable_value(w), false, false), ps_variable_value(b));
   ps_node *loss = ps_mean_squared_error(y, pred);
   ps_optimizer *opt = ps_gradient_descent_optimizer(0.1);
   ps_node *train = ps_optimizer_minimize(opt, g, loss, step, NULL, 0, &st);
@@ -99,7 +99,8 @@ int main(int argc, char **argv) {
     ps_tensor_destroy(out);
     if (i == 1 || i % 50 == 0) printf("step %d loss %.6f\n", i, last);
   }
-  ps_node *fetch[3] = {ps_variable_value(w), ps_variable_value(b), ps_variable_value(step)};
+  ps_node *fetch[3] = {ps_variable_value(w), ps_variable_value(b),
+                       ps_variable_value(step)};
   ps_tensor *vals[3];
   if (ps_session_run(sess, NULL, 0, fetch, 3, NULL, 0, vals, &st) != 0) {
     fprintf(stderr, "train-linreg: %s\n", st.msg);
@@ -114,7 +115,8 @@ int main(int argc, char **argv) {
   }
   printf("b = %.4f (true %.4f)\nmax error %.5f, final loss %.6f\n",
          ((float *)ps_tensor_data(vals[1]))[0], true_b, err, last);
-  for (int k = 0; k < 3; k++) ps_tensor_destroy(vals[k]);
+  for (int k = 0; k < 3; k++)
+    ps_tensor_destroy(vals[k]);
   rc = err < 0.01 ? 0 : 1;
 out:
   ps_tensor_destroy(bx);

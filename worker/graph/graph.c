@@ -13,8 +13,8 @@
 
 #include "common/appendf.h"
 #include "common/array.h"
-#include "node.h"
 #include "graph_priv.h"
+#include "node.h"
 #include "paramserver/partition.h"
 
 extern const ps_op_def ps_op_variable_def_;
@@ -40,9 +40,11 @@ static void free_node(ps_node *n) {
 
 void ps_graph_destroy(ps_graph *g) {
   if (g == NULL) return;
-  for (size_t i = 0; i < g->nnodes; i++) free_node(g->nodes[i]);
+  for (size_t i = 0; i < g->nnodes; i++)
+    free_node(g->nodes[i]);
   free(g->nodes);
-  for (size_t i = 0; i < g->nvars; i++) ps_variable_free_(g->vars[i]);
+  for (size_t i = 0; i < g->nvars; i++)
+    ps_variable_free_(g->vars[i]);
   free(g->vars);
   for (size_t i = 0; i < g->npvars; i++) {
     free(g->pvars[i]->name);
@@ -50,15 +52,18 @@ void ps_graph_destroy(ps_graph *g) {
     free(g->pvars[i]);
   }
   free(g->pvars);
-  for (size_t i = 0; i < g->nnames; i++) free(g->names[i].name);
+  for (size_t i = 0; i < g->nnames; i++)
+    free(g->names[i].name);
   free(g->names);
   for (size_t i = 0; i < g->ncoll; i++) {
     free(g->coll[i].key);
     free(g->coll[i].items);
   }
   free(g->coll);
-  for (int i = 0; i < g->nscope; i++) free(g->scope[i]);
-  for (int i = 0; i < g->nvscope; i++) free(g->vscope[i].name);
+  for (int i = 0; i < g->nscope; i++)
+    free(g->scope[i]);
+  for (int i = 0; i < g->nvscope; i++)
+    free(g->vscope[i].name);
   for (int i = 0; i < g->ndev; i++) {
     free(g->dev[i].str);
     ps_device_fn_free_(g->dev[i].fn);
@@ -66,7 +71,9 @@ void ps_graph_destroy(ps_graph *g) {
   free(g);
 }
 
-const ps_status *ps_graph_status(const ps_graph *g) { return &g->st; }
+const ps_status *ps_graph_status(const ps_graph *g) {
+  return &g->st;
+}
 
 ps_node *ps_graph_fail(ps_graph *g, int code, const char *fmt, ...) {
   if (g->st.code != PS_OK) return NULL;
@@ -82,13 +89,21 @@ ps_node *ps_graph_oom_(ps_graph *g) {
   return ps_graph_fail(g, PS_RESOURCE_EXHAUSTED, "out of memory");
 }
 
-size_t ps_graph_num_nodes(const ps_graph *g) { return g->nnodes; }
-ps_node *ps_graph_node(const ps_graph *g, size_t i) { return g->nodes[i]; }
+size_t ps_graph_num_nodes(const ps_graph *g) {
+  return g->nnodes;
+}
+ps_node *ps_graph_node(const ps_graph *g, size_t i) {
+  return g->nodes[i];
+}
 
 /* ---- the graph's contents, for the runtime (node.h) ---- */
 
-size_t ps_graph_num_vars_(const ps_graph *g) { return g->nvars; }
-ps_variable *ps_graph_var_(const ps_graph *g, size_t i) { return g->vars[i]; }
+size_t ps_graph_num_vars_(const ps_graph *g) {
+  return g->nvars;
+}
+ps_variable *ps_graph_var_(const ps_graph *g, size_t i) {
+  return g->vars[i];
+}
 ps_variable **ps_graph_vars_(const ps_graph *g, size_t *n) {
   *n = g->nvars;
   return g->vars;
@@ -100,14 +115,18 @@ ps_variable *ps_graph_find_var_(const ps_graph *g, const char *name) {
   return NULL;
 }
 
-size_t ps_graph_num_partitioned_(const ps_graph *g) { return g->npvars; }
+size_t ps_graph_num_partitioned_(const ps_graph *g) {
+  return g->npvars;
+}
 const ps_partitioned_variable *ps_graph_partitioned_(const ps_graph *g, size_t i) {
   return g->pvars[i];
 }
 
-size_t ps_graph_num_collections_(const ps_graph *g) { return g->ncoll; }
-const char *ps_graph_collection_(const ps_graph *g, size_t i, void *const **items, size_t *n,
-                                 bool *is_var) {
+size_t ps_graph_num_collections_(const ps_graph *g) {
+  return g->ncoll;
+}
+const char *ps_graph_collection_(const ps_graph *g, size_t i, void *const **items,
+                                 size_t *n, bool *is_var) {
   *items = g->coll[i].items;
   *n = g->coll[i].n;
   *is_var = g->coll[i].is_var != 0;
@@ -287,11 +306,21 @@ ps_node *ps_node_new(ps_graph *g, const ps_op_def *def, const char *name_hint,
   return n;
 }
 
-const char *ps_node_name(const ps_node *n) { return n->name; }
-const char *ps_node_op(const ps_node *n) { return n->def->type; }
-ps_dtype ps_node_dtype(const ps_node *n) { return n->dtype; }
-const ps_shape *ps_node_shape(const ps_node *n) { return &n->shape; }
-const char *ps_node_device(const ps_node *n) { return n->device; }
+const char *ps_node_name(const ps_node *n) {
+  return n->name;
+}
+const char *ps_node_op(const ps_node *n) {
+  return n->def->type;
+}
+ps_dtype ps_node_dtype(const ps_node *n) {
+  return n->dtype;
+}
+const ps_shape *ps_node_shape(const ps_node *n) {
+  return &n->shape;
+}
+const char *ps_node_device(const ps_node *n) {
+  return n->device;
+}
 
 ps_node *ps_graph_find_node(ps_graph *g, const char *name) {
   for (size_t i = 0; i < g->nnodes; i++)
@@ -311,7 +340,8 @@ int ps_node_add_control_deps(ps_node *n, ps_node *const *deps, size_t ndeps) {
 }
 
 void ps_control_dependencies_push_(ps_graph *g, ps_node *const *deps, size_t n) {
-  for (size_t i = 0; i < n && g->nctx < PS_MAX_CTX; i++) g->ctx[g->nctx++] = deps[i];
+  for (size_t i = 0; i < n && g->nctx < PS_MAX_CTX; i++)
+    g->ctx[g->nctx++] = deps[i];
   g->ctx_marks[g->nctxmarks++] = (int)n;
 }
 
@@ -348,7 +378,8 @@ ps_node *ps_constant(ps_graph *g, const ps_tensor *value, const char *name) {
 ps_node *ps_scalar(ps_graph *g, ps_dtype dtype, double value) {
   ps_shape s = {0};
   ps_tensor *t = ps_tensor_create(dtype, &s, true);
-  if (t == NULL) return ps_graph_fail(g, PS_INVALID_ARGUMENT, "scalar: bad dtype %d", dtype);
+  if (t == NULL)
+    return ps_graph_fail(g, PS_INVALID_ARGUMENT, "scalar: bad dtype %d", dtype);
   ps_elem_set(dtype, ps_tensor_data(t), 0, value);
   ps_node *n = ps_constant(g, t, "Const");
   ps_tensor_destroy(t);
@@ -414,5 +445,4 @@ ps_node *const *ps_collection_nodes(ps_graph *g, const char *key, size_t *n) {
 }
 
 /* Every op of this file, for MetaGraph import (saver.c). */
-const ps_op_def *const ps_opdefs_graph_[] = {
-    &op_placeholder, &op_const, &op_noop, NULL};
+const ps_op_def *const ps_opdefs_graph_[] = {&op_placeholder, &op_const, &op_noop, NULL};

@@ -36,7 +36,7 @@ struct ps_graph {
   struct {
     char *name;
     int count;
-  } *names;
+  } * names;
   size_t nnames, capnames;
   ps_collection *coll;
   size_t ncoll;

@@ -17,8 +17,8 @@
 #include "common/device.h"
 #include "common/init.h"
 #include "common/tensor.h"
-#include "paramserver/graph.h"
 #include "paramserver/client.h"
+#include "paramserver/graph.h"
 #include "paramserver/ops.h"
 
 typedef enum ps_op_kind {
@@ -60,10 +60,10 @@ struct ps_node {
   /* attributes */
   int64_t ia[4];
   double fa[4];
-  ps_tensor *value;  /* Const */
-  ps_variable *var;  /* variable ops */
-  int update_op;     /* PS_ASSIGN... / PS_APPLY_... */
-  void *extra;       /* op-specific, freed with free() */
+  ps_tensor *value; /* Const */
+  ps_variable *var; /* variable ops */
+  int update_op;    /* PS_ASSIGN... / PS_APPLY_... */
+  void *extra;      /* op-specific, freed with free() */
   ps_node *sparse_indices;
   ps_shape sparse_dense_shape;
 };
@@ -76,10 +76,10 @@ struct ps_variable {
   bool trainable;
   bool local;
   char device[PS_DEVICE_STRING_MAX];
-  int task;              /* ps task, -1 when not on a ps */
-  bool has_init;         /* server-side initializer */
+  int task;      /* ps task, -1 when not on a ps */
+  bool has_init; /* server-side initializer */
   ps_init_spec init;
-  double *init_values;   /* owned copy of init.values */
+  double *init_values; /* owned copy of init.values */
   bool from_get_variable;
   ps_node *initial_value; /* a worker-side expression, else NULL */
   ps_node *node;          /* the VariableV2 node */
@@ -88,17 +88,17 @@ struct ps_variable {
   /* parts of partitioned variables */
   char *full_name;
   ps_shape full_shape;
-  int64_t offset;         /* first element of this part in the full tensor */
-  ps_variable *primary;   /* optimizer slots: the variable they serve */
+  int64_t offset;       /* first element of this part in the full tensor */
+  ps_variable *primary; /* optimizer slots: the variable they serve */
 };
 
 /* n->extra of optimizer update nodes. */
 typedef struct ps_apply_extra {
   const char *slots[4]; /* names owned by the slot variables */
   size_t nslots;
-  double hparams[8];    /* constant hyperparameters, in kernel order */
+  double hparams[8]; /* constant hyperparameters, in kernel order */
   size_t nhparams;
-  size_t ndynamic;      /* more hparams from inputs 1..ndynamic (scalars) */
+  size_t ndynamic; /* more hparams from inputs 1..ndynamic (scalars) */
   bool use_nesterov;
   /* SyncReplicasOptimizer (0: an asynchronous update).  The ps aggregates
    * sync_replicas_to_aggregate updates of each step (proto/ps.proto); the
@@ -141,10 +141,13 @@ ps_node *ps_graph_fail(ps_graph *g, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Every op definition of each file, NULL-terminated: MetaGraph import finds
  * an op by its type and kind there. */
-extern const ps_op_def *const ps_opdefs_math_[], *const ps_opdefs_nn_[],
-    *const ps_opdefs_reduce_[], *const ps_opdefs_array_[], *const ps_opdefs_graph_[],
-    *const ps_opdefs_variables_[], *const ps_opdefs_partition_[],
-    *const ps_opdefs_optimizer_[];
+extern const ps_op_def *const ps_opdefs_math_[],
+    *const ps_opdefs_nn_[], *const ps_opdefs_reduce_[],
+                                *const ps_opdefs_array_[],
+                                    *const ps_opdefs_graph_[],
+                                        *const ps_opdefs_variables_[],
+                                            *const ps_opdefs_partition_[],
+                                                *const ps_opdefs_optimizer_[];
 ps_node *ps_graph_node(const ps_graph *g, size_t i);
 
 /* ---- the graph's contents, for the runtime ---- */
@@ -160,8 +163,8 @@ const struct ps_partitioned_variable *ps_graph_partitioned_(const ps_graph *g, s
 size_t ps_graph_num_collections_(const ps_graph *g);
 /* Collection @i: returns its key; *items (ps_variable * when *is_var, else
  * ps_node *) and *n are borrowed. */
-const char *ps_graph_collection_(const ps_graph *g, size_t i, void *const **items, size_t *n,
-                                 bool *is_var);
+const char *ps_graph_collection_(const ps_graph *g, size_t i, void *const **items,
+                                 size_t *n, bool *is_var);
 /* Empties the name and variable scope stacks (without freeing them) so that
  * what is built next is named from the root, as TensorFlow names
  * global_step; ps_graph_scopes_restore_ puts them back. */
@@ -183,7 +186,7 @@ ps_node *ps_graph_import_node_(ps_graph *g, const ps_op_def *def, const char *na
 ps_variable *ps_graph_import_var_(ps_graph *g, const char *name);
 /* Appends a zeroed partitioned variable named @name with room for @nparts
  * parts; NULL when out of memory. */
-struct ps_partitioned_variable *ps_graph_import_partitioned_(ps_graph *g, const char *name,
-                                                             size_t nparts);
+struct ps_partitioned_variable *
+ps_graph_import_partitioned_(ps_graph *g, const char *name, size_t nparts);
 
 #endif

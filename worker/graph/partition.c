@@ -14,8 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "node.h"
 #include "graph_priv.h"
+#include "node.h"
 
 int ps_partitioner_num_parts(const ps_partitioner *p, ps_dtype dtype,
                              const ps_shape *shape) {
@@ -35,10 +35,11 @@ int ps_partitioner_num_parts(const ps_partitioner *p, ps_dtype dtype,
   return n < 1 ? 1 : (int)n;
 }
 
-ps_partitioned_variable *ps_get_partitioned_variable(
-    ps_graph *g, const char *name, ps_dtype dtype, const ps_shape *shape,
-    const ps_init_spec *init, const ps_partitioner *part,
-    const ps_var_options *opt, ps_status *st) {
+ps_partitioned_variable *
+ps_get_partitioned_variable(ps_graph *g, const char *name, ps_dtype dtype,
+                            const ps_shape *shape, const ps_init_spec *init,
+                            const ps_partitioner *part, const ps_var_options *opt,
+                            ps_status *st) {
   char full[1024];
   ps_reuse reuse;
   if (ps_graph_vscope_name_(g, name, full, sizeof full, &reuse, st) != 0) return NULL;
@@ -138,8 +139,9 @@ static int check_ids(const part_info *pi, const ps_tensor *ids, ps_status *st) {
   for (int64_t i = 0; i < ps_tensor_num_elements(ids); i++) {
     int64_t id = id_at(ids, i);
     if (id < 0 || id >= pi->total)
-      return ps_status_set(st, PS_INVALID_ARGUMENT, "indices[%lld] = %lld is not in [0, %lld)",
-                           (long long)i, (long long)id, (long long)pi->total);
+      return ps_status_set(st, PS_INVALID_ARGUMENT,
+                           "indices[%lld] = %lld is not in [0, %lld)", (long long)i,
+                           (long long)id, (long long)pi->total);
   }
   return 0;
 }
@@ -198,7 +200,8 @@ static int stitch_compute(ps_node *n, ps_tensor *const *in, ps_tensor **out,
   size_t rb = r0->shape.dim[0] ? ps_tensor_nbytes(r0) / (size_t)r0->shape.dim[0] : 0;
   if (rb == 0) { /* find the row size from any non-empty part */
     for (int p = 0; p < si->pi.nparts; p++)
-      if (in[1 + p]->shape.dim[0]) rb = ps_tensor_nbytes(in[1 + p]) / (size_t)in[1 + p]->shape.dim[0];
+      if (in[1 + p]->shape.dim[0])
+        rb = ps_tensor_nbytes(in[1 + p]) / (size_t)in[1 + p]->shape.dim[0];
   }
   int64_t *next = calloc((size_t)si->pi.nparts, sizeof *next);
   if (next == NULL) return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
@@ -213,21 +216,26 @@ static int stitch_compute(ps_node *n, ps_tensor *const *in, ps_tensor **out,
   return 0;
 }
 
-static int stitch_grad(ps_graph *g, ps_node *n, ps_node *dy, ps_node **dx, ps_status *st) {
+static int stitch_grad(ps_graph *g, ps_node *n, ps_node *dy, ps_node **dx,
+                       ps_status *st) {
   const stitch_info *si = n->extra;
   dx[0] = NULL;
-  for (int p = 0; p < si->pi.nparts; p++) dx[1 + p] = ps_gather(dy, si->positions[p]);
+  for (int p = 0; p < si->pi.nparts; p++)
+    dx[1 + p] = ps_gather(dy, si->positions[p]);
   return 0;
 }
 
-static const ps_op_def op_stitch = {"DynamicStitch", PS_OPK_LOCAL, stitch_compute, stitch_grad};
+static const ps_op_def op_stitch = {"DynamicStitch", PS_OPK_LOCAL, stitch_compute,
+                                    stitch_grad};
 
-ps_node *ps_embedding_lookup(ps_graph *g, ps_variable *const *parts, int n,
-                             ps_node *ids, ps_partition_strategy strategy) {
-  if (ids == NULL || n < 1) return ps_graph_fail(g, PS_INVALID_ARGUMENT, "embedding_lookup: no ids or parts");
+ps_node *ps_embedding_lookup(ps_graph *g, ps_variable *const *parts, int n, ps_node *ids,
+                             ps_partition_strategy strategy) {
+  if (ids == NULL || n < 1)
+    return ps_graph_fail(g, PS_INVALID_ARGUMENT, "embedding_lookup: no ids or parts");
   if (n == 1) return ps_gather(ps_variable_value(parts[0]), ids);
   int64_t total = 0;
-  for (int p = 0; p < n; p++) total += parts[p]->shape.dim[0];
+  for (int p = 0; p < n; p++)
+    total += parts[p]->shape.dim[0];
   ps_name_scope_push(g, "embedding_lookup");
   ps_node **in = calloc((size_t)n + 1, sizeof *in);
   stitch_info *si = calloc(1, sizeof *si + (size_t)n * sizeof(ps_node *));
@@ -274,5 +282,5 @@ ps_node *ps_embedding_lookup(ps_graph *g, ps_variable *const *parts, int n,
 }
 
 /* Every op of this file, for MetaGraph import (saver.c). */
-const ps_op_def *const ps_opdefs_partition_[] = {
-    &op_part_rows, &op_part_positions, &op_stitch, NULL};
+const ps_op_def *const ps_opdefs_partition_[] = {&op_part_rows, &op_part_positions,
+                                                 &op_stitch, NULL};

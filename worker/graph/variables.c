@@ -10,14 +10,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "node.h"
 #include "graph_priv.h"
+#include "node.h"
 
 const ps_op_def ps_op_variable_def_ = {"VariableV2", PS_OPK_NOOP, NULL, NULL};
 static const ps_op_def op_read = {"Identity", PS_OPK_VAR_READ, NULL, NULL};
 static const ps_op_def op_init = {"Assign", PS_OPK_VAR_INIT, NULL, NULL};
 static const ps_op_def op_update = {"Assign", PS_OPK_VAR_UPDATE, NULL, NULL};
-static const ps_op_def op_is_init = {"IsVariableInitialized", PS_OPK_VAR_IS_INIT, NULL, NULL};
+static const ps_op_def op_is_init = {"IsVariableInitialized", PS_OPK_VAR_IS_INIT, NULL,
+                                     NULL};
 static const ps_op_def op_report = {"ReportUninitializedVariables", PS_OPK_REPORT_UNINIT,
                                     NULL, NULL};
 
@@ -36,7 +37,8 @@ struct ps_device_fn {
 void ps_device_fn_free_(ps_device_fn *fn) {
   if (fn == NULL) return;
   free(fn->loads);
-  for (size_t i = 0; i < fn->nps_ops; i++) free(fn->ps_ops[i]);
+  for (size_t i = 0; i < fn->nps_ops; i++)
+    free(fn->ps_ops[i]);
   free(fn->ps_ops);
   free(fn);
 }
@@ -273,8 +275,8 @@ static ps_variable *new_variable(ps_graph *g, const char *full, ps_dtype dtype,
   return v;
 }
 
-ps_variable *ps_variable_create(ps_graph *g, ps_node *initial_value,
-                                const char *name, const ps_var_options *opt) {
+ps_variable *ps_variable_create(ps_graph *g, ps_node *initial_value, const char *name,
+                                const ps_var_options *opt) {
   if (initial_value == NULL)
     return (ps_variable *)ps_graph_fail(g, PS_INVALID_ARGUMENT,
                                         "Variable %s: no initial value",
@@ -282,7 +284,8 @@ ps_variable *ps_variable_create(ps_graph *g, ps_node *initial_value,
   if (initial_value->shape.rank < 0)
     return (ps_variable *)ps_graph_fail(g, PS_INVALID_ARGUMENT,
                                         "Variable %s: the initial value's shape must "
-                                        "be known", name ? name : "Variable");
+                                        "be known",
+                                        name ? name : "Variable");
   for (int i = 0; i < initial_value->shape.rank; i++)
     if (initial_value->shape.dim[i] < 0)
       return (ps_variable *)ps_graph_fail(
@@ -291,7 +294,8 @@ ps_variable *ps_variable_create(ps_graph *g, ps_node *initial_value,
           name ? name : "Variable");
   char full[1024];
   ps_graph_scoped_name_(g, name ? name : "Variable", full, sizeof full);
-  ps_variable *v = new_variable(g, full, initial_value->dtype, &initial_value->shape, opt);
+  ps_variable *v =
+      new_variable(g, full, initial_value->dtype, &initial_value->shape, opt);
   if (v == NULL) return NULL;
   v->initial_value = initial_value;
   ps_node *in[1] = {initial_value};
@@ -405,14 +409,30 @@ ps_variable *ps_get_variable(ps_graph *g, const char *name, ps_dtype dtype,
   return v;
 }
 
-const char *ps_variable_name(const ps_variable *v) { return v->name; }
-ps_dtype ps_variable_dtype(const ps_variable *v) { return v->dtype; }
-const ps_shape *ps_variable_shape(const ps_variable *v) { return &v->shape; }
-const char *ps_variable_device(const ps_variable *v) { return v->device; }
-int ps_variable_task(const ps_variable *v) { return v->task; }
-bool ps_variable_trainable(const ps_variable *v) { return v->trainable; }
-ps_node *ps_variable_value(ps_variable *v) { return v->read; }
-ps_node *ps_variable_initializer(ps_variable *v) { return v->initializer; }
+const char *ps_variable_name(const ps_variable *v) {
+  return v->name;
+}
+ps_dtype ps_variable_dtype(const ps_variable *v) {
+  return v->dtype;
+}
+const ps_shape *ps_variable_shape(const ps_variable *v) {
+  return &v->shape;
+}
+const char *ps_variable_device(const ps_variable *v) {
+  return v->device;
+}
+int ps_variable_task(const ps_variable *v) {
+  return v->task;
+}
+bool ps_variable_trainable(const ps_variable *v) {
+  return v->trainable;
+}
+ps_node *ps_variable_value(ps_variable *v) {
+  return v->read;
+}
+ps_node *ps_variable_initializer(ps_variable *v) {
+  return v->initializer;
+}
 
 ps_node *ps_initialized_value(ps_variable *v) {
   ps_node *n = colocated(v, &op_read, "initialized_value", NULL, 0);
@@ -457,7 +477,8 @@ ps_node *ps_variables_initializer(ps_graph *g, ps_variable *const *vars, size_t 
                                   const char *name) {
   ps_node **deps = calloc(n + 1, sizeof *deps);
   if (deps == NULL) return ps_graph_oom_(g);
-  for (size_t i = 0; i < n; i++) deps[i] = vars[i]->initializer;
+  for (size_t i = 0; i < n; i++)
+    deps[i] = vars[i]->initializer;
   ps_node *x = ps_group(g, deps, n, name ? name : "init");
   free(deps);
   return x;

@@ -420,7 +420,8 @@ static int gather_compute(ps_node *n, ps_tensor *const *in, ps_tensor **out,
   const char *src = ps_tensor_data(params);
   char *dst = ps_tensor_data(o);
   for (int64_t i = 0; i < k; i++)
-    memcpy(dst + (size_t)i * row, src + (size_t)ps_geti_(indices->dtype, ip, i) * row, row);
+    memcpy(dst + (size_t)i * row, src + (size_t)ps_geti_(indices->dtype, ip, i) * row,
+           row);
   *out = o;
   return 0;
 }
@@ -536,7 +537,8 @@ ps_node *ps_unsorted_segment_sum_(ps_node *rows, ps_node *ids, int64_t num_segme
     for (int d = ids->shape.rank; d < rows->shape.rank; d++)
       s.dim[1 + d - ids->shape.rank] = rows->shape.dim[d];
   }
-  ps_node *n = ps_make_(g, &op_segment_sum, "UnsortedSegmentSum", in, nin, rows->dtype, &s);
+  ps_node *n =
+      ps_make_(g, &op_segment_sum, "UnsortedSegmentSum", in, nin, rows->dtype, &s);
   if (n) n->ia[0] = num_segments;
   return n;
 }
@@ -598,4 +600,5 @@ ps_node *ps_broadcast_to_(ps_node *x, ps_node *ref) {
 
 /* Every op of this file, for MetaGraph import (train/saver.c). */
 const ps_op_def *const ps_opdefs_array_[] = {
-    &op_reshape, &op_expand_dims, &op_identity, &op_concat, &op_concat_slice, &op_gather, &op_segment_sum, &op_broadcast_to, NULL};
+    &op_reshape, &op_expand_dims, &op_identity,     &op_concat, &op_concat_slice,
+    &op_gather,  &op_segment_sum, &op_broadcast_to, NULL};

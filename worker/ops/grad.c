@@ -322,7 +322,8 @@ enum { REACHES_Y = 1, FROM_X = 2, IS_X = 4 };
 static int check_gradient_args(ps_graph *g, ps_node *y, ps_node *const *xs, size_t n,
                                ps_status *st) {
   const ps_status *gs = ps_graph_status(g);
-  if (gs->code != PS_OK) return ps_status_set(st, gs->code, "graph has an error: %s", gs->msg);
+  if (gs->code != PS_OK)
+    return ps_status_set(st, gs->code, "graph has an error: %s", gs->msg);
   if (y->g != g)
     return ps_status_set(st, PS_INVALID_ARGUMENT, "gradients: %s is not in this graph",
                          y->name);
@@ -375,11 +376,12 @@ static int backprop_node(ps_graph *g, ps_node *nd, ps_node *dy, const unsigned c
   ps_name_scope_pop(g);
   for (int i = 0; rc == 0 && i < nd->nin; i++) {
     ps_node *in = nd->in[i];
-    if (dx[i] == NULL || !(fl[in->id] & FROM_X) || !ps_dtype_is_floating(in->dtype)) continue;
+    if (dx[i] == NULL || !(fl[in->id] & FROM_X) || !ps_dtype_is_floating(in->dtype))
+      continue;
     if (dx[i]->dtype != in->dtype)
-      rc = ps_status_set(st, PS_INTERNAL,
-                         "gradients: the gradient of %s input %d has dtype %s, not %s",
-                         nd->name, i, ps_dtype_name(dx[i]->dtype), ps_dtype_name(in->dtype));
+      rc = ps_status_set(
+          st, PS_INTERNAL, "gradients: the gradient of %s input %d has dtype %s, not %s",
+          nd->name, i, ps_dtype_name(dx[i]->dtype), ps_dtype_name(in->dtype));
     else if (grads_push(&c[in->id], dx[i]))
       rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
   }

@@ -14,7 +14,6 @@
 
 /* ---- the binary kernels ---- */
 
-
 static double bin_d(binop op, double x, double y) {
   switch (op) {
   case B_ADD:
@@ -71,13 +70,13 @@ static double bin_d(binop op, double x, double y) {
     T *o = oa;                                                                           \
     switch (op) {                                                                        \
     case B_ADD:                                                                          \
-      BC_LOOP(b, o[k] = PS_WRAP_ADD(T, U, x[ia], y[ib]));                                  \
+      BC_LOOP(b, o[k] = PS_WRAP_ADD(T, U, x[ia], y[ib]));                                \
       break;                                                                             \
     case B_SUB:                                                                          \
-      BC_LOOP(b, o[k] = PS_WRAP_SUB(T, U, x[ia], y[ib]));                                  \
+      BC_LOOP(b, o[k] = PS_WRAP_SUB(T, U, x[ia], y[ib]));                                \
       break;                                                                             \
     case B_MUL:                                                                          \
-      BC_LOOP(b, o[k] = PS_WRAP_MUL(T, U, x[ia], y[ib]));                                  \
+      BC_LOOP(b, o[k] = PS_WRAP_MUL(T, U, x[ia], y[ib]));                                \
       break;                                                                             \
     default:                                                                             \
       BC_LOOP(b, o[k] = (T)bin_d(op, (double)x[ia], (double)y[ib]));                     \
@@ -85,8 +84,8 @@ static double bin_d(binop op, double x, double y) {
     }                                                                                    \
   } while (0)
 
-static void run_binop(binop op, ps_dtype dt, const ps_bc *b, const void *xa, const void *ya,
-                      void *oa) {
+static void run_binop(binop op, ps_dtype dt, const ps_bc *b, const void *xa,
+                      const void *ya, void *oa) {
 #define PS_CASE_FLOAT(T, U) BIN_FLOAT(T)
 #define PS_CASE_INT(T, U) BIN_INT(T, U)
   PS_DTYPE_SWITCH_NATIVE(dt, BC_LOOP(b, ps_elem_set(dt, oa, k,
@@ -98,8 +97,7 @@ static void run_binop(binop op, ps_dtype dt, const ps_bc *b, const void *xa, con
 
 /* ---- elementwise binary ops ---- */
 
-int ps_binary_compute_(ps_node *n, ps_tensor *const *in, ps_tensor **out,
-                          ps_status *st) {
+int ps_binary_compute_(ps_node *n, ps_tensor *const *in, ps_tensor **out, ps_status *st) {
   ps_bc b;
   if (ps_bc_plan_(&b, &in[0]->shape, &in[1]->shape, st)) return st->code;
   ps_tensor *o = ps_new_tensor_(n->dtype, &b.out, false, st);
@@ -161,12 +159,15 @@ static int equal_compute(ps_node *n, ps_tensor *const *in, ps_tensor **out,
 static const ps_op_def op_add = {"Add", PS_OPK_LOCAL, ps_binary_compute_, ps_grad_add_};
 static const ps_op_def op_sub = {"Sub", PS_OPK_LOCAL, ps_binary_compute_, ps_grad_sub_};
 static const ps_op_def op_mul = {"Mul", PS_OPK_LOCAL, ps_binary_compute_, ps_grad_mul_};
-static const ps_op_def op_div = {"RealDiv", PS_OPK_LOCAL, ps_binary_compute_, ps_grad_div_};
+static const ps_op_def op_div = {"RealDiv", PS_OPK_LOCAL, ps_binary_compute_,
+                                 ps_grad_div_};
 static const ps_op_def op_equal = {"Equal", PS_OPK_LOCAL, equal_compute, NULL};
-static const ps_op_def op_relu_grad = {"ReluGrad", PS_OPK_LOCAL, ps_binary_compute_, NULL};
+static const ps_op_def op_relu_grad = {"ReluGrad", PS_OPK_LOCAL, ps_binary_compute_,
+                                       NULL};
 static const ps_op_def op_sigmoid_grad = {"SigmoidGrad", PS_OPK_LOCAL, ps_binary_compute_,
                                           NULL};
-static const ps_op_def op_tanh_grad = {"TanhGrad", PS_OPK_LOCAL, ps_binary_compute_, NULL};
+static const ps_op_def op_tanh_grad = {"TanhGrad", PS_OPK_LOCAL, ps_binary_compute_,
+                                       NULL};
 
 static ps_node *binary(const ps_op_def *def, binop op, uint32_t types, ps_node *a,
                        ps_node *b) {
@@ -180,7 +181,8 @@ static ps_node *binary(const ps_op_def *def, binop op, uint32_t types, ps_node *
   if (!ps_broadcast_static_(&a->shape, &b->shape, &s)) {
     char x[SHAPE_STR], y[SHAPE_STR];
     return ps_graph_fail(g, PS_INVALID_ARGUMENT, "%s: Incompatible shapes: %s vs. %s",
-                         def->type, ps_shape_str_(&a->shape, x), ps_shape_str_(&b->shape, y));
+                         def->type, ps_shape_str_(&a->shape, x),
+                         ps_shape_str_(&b->shape, y));
   }
   ps_node *n =
       ps_make_(g, def, def->type, in, 2, def == &op_equal ? PS_DT_BOOL : a->dtype, &s);
@@ -235,7 +237,7 @@ static double un_d(unop op, double x) {
   return 0;
 }
 
-#define UN_FLOAT(T)                                                                     \
+#define UN_FLOAT(T)                                                                      \
   do {                                                                                   \
     const T *x = xa;                                                                     \
     T *o = oa;                                                                           \
@@ -254,15 +256,15 @@ static double un_d(unop op, double x) {
       break;                                                                             \
     case U_SIGMOID:                                                                      \
       for (int64_t i = 0; i < n; i++)                                                    \
-        o[i] = 1 / (1 + PS_EXP_OF(T)(-x[i]));                                                     \
+        o[i] = 1 / (1 + PS_EXP_OF(T)(-x[i]));                                            \
       break;                                                                             \
     case U_TANH:                                                                         \
       for (int64_t i = 0; i < n; i++)                                                    \
-        o[i] = PS_TANH_OF(T)(x[i]);                                                            \
+        o[i] = PS_TANH_OF(T)(x[i]);                                                      \
       break;                                                                             \
     case U_EXP:                                                                          \
       for (int64_t i = 0; i < n; i++)                                                    \
-        o[i] = PS_EXP_OF(T)(x[i]);                                                            \
+        o[i] = PS_EXP_OF(T)(x[i]);                                                       \
       break;                                                                             \
     }                                                                                    \
   } while (0)
@@ -578,4 +580,7 @@ ps_node *ps_size_ratio_(ps_node *x, ps_node *y) {
 
 /* Every op of this file, for MetaGraph import (train/saver.c). */
 const ps_op_def *const ps_opdefs_math_[] = {
-    &op_add, &op_sub, &op_mul, &op_div, &op_equal, &op_relu_grad, &op_sigmoid_grad, &op_tanh_grad, &op_neg, &op_square, &op_relu, &op_sigmoid, &op_tanh, &op_exp, &op_matmul, &op_cast, &op_add_n, &op_ones_like, &op_size_ratio, NULL};
+    &op_add,       &op_sub,          &op_mul,       &op_div,        &op_equal,
+    &op_relu_grad, &op_sigmoid_grad, &op_tanh_grad, &op_neg,        &op_square,
+    &op_relu,      &op_sigmoid,      &op_tanh,      &op_exp,        &op_matmul,
+    &op_cast,      &op_add_n,        &op_ones_like, &op_size_ratio, NULL};

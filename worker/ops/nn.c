@@ -161,7 +161,7 @@ ps_node *ps_sum_to_shape_(ps_node *x, ps_node *ref) {
         if (xr[j] > mx) mx = xr[j];                                                      \
       double sum = 0;                                                                    \
       for (int64_t j = 0; j < c; j++) {                                                  \
-        orow[j] = PS_EXP_OF(T)(xr[j] - mx);                                                 \
+        orow[j] = PS_EXP_OF(T)(xr[j] - mx);                                              \
         sum += orow[j];                                                                  \
       }                                                                                  \
       if (log_out) {                                                                     \
@@ -235,7 +235,8 @@ static int xent_check(const ps_tensor *logits, const ps_tensor *labels, ps_statu
     return ps_status_set(st, PS_INVALID_ARGUMENT,
                          "logits and labels must have the same first dimension, got "
                          "logits shape %s and labels shape %s",
-                         ps_shape_str_(&logits->shape, s1), ps_shape_str_(&labels->shape, s2));
+                         ps_shape_str_(&logits->shape, s1),
+                         ps_shape_str_(&labels->shape, s2));
   int64_t n = labels->shape.dim[0], c = logits->shape.dim[1];
   const void *lp = ps_tensor_data(labels);
   for (int64_t i = 0; i < n; i++) {
@@ -265,19 +266,19 @@ static int xent_check(const ps_tensor *logits, const ps_tensor *labels, ps_statu
     const T *dyp = dy ? ps_tensor_data(dy) : NULL;                                       \
     for (int64_t r = 0; r < rows; r++) {                                                 \
       const T *xr = xp + r * c;                                                          \
-      int64_t l = ps_geti_(labels->dtype, ps_tensor_data(labels), r);                        \
+      int64_t l = ps_geti_(labels->dtype, ps_tensor_data(labels), r);                    \
       T mx = xr[0];                                                                      \
       for (int64_t j = 1; j < c; j++)                                                    \
         if (xr[j] > mx) mx = xr[j];                                                      \
       double sum = 0;                                                                    \
       for (int64_t j = 0; j < c; j++)                                                    \
-        sum += PS_EXP_OF(T)(xr[j] - mx);                                                        \
+        sum += PS_EXP_OF(T)(xr[j] - mx);                                                 \
       if (dyp == NULL) {                                                                 \
         op[r] = (T)(log(sum) - (double)(xr[l] - mx));                                    \
       } else {                                                                           \
         T *orow = op + r * c;                                                            \
         for (int64_t j = 0; j < c; j++)                                                  \
-          orow[j] = (T)((PS_EXP_OF(T)(xr[j] - mx) / sum - (j == l)) * dyp[r]);                    \
+          orow[j] = (T)((PS_EXP_OF(T)(xr[j] - mx) / sum - (j == l)) * dyp[r]);           \
       }                                                                                  \
     }                                                                                    \
   } while (0)
@@ -298,7 +299,8 @@ static int xent_compute(ps_node *n, ps_tensor *const *in, ps_tensor **out,
   ps_tensor *o = ps_new_tensor_(logits->dtype, dy ? &logits->shape : &os, false, st);
   if (o == NULL) return st->code;
 #define PS_CASE_FLOAT(T, U) XENT_ROWS(T)
-  PS_DTYPE_SWITCH_FLOAT(logits->dtype, ps_tensor_destroy(o); return ps_unsupported_(logits, st))
+  PS_DTYPE_SWITCH_FLOAT(logits->dtype, ps_tensor_destroy(o);
+                        return ps_unsupported_(logits, st))
 #undef PS_CASE_FLOAT
   *out = o;
   return 0;
@@ -356,7 +358,8 @@ ps_node *ps_mean_squared_error(ps_node *labels, ps_node *predictions) {
   ps_node *in[2] = {labels, predictions};
   ps_graph *g = ps_check_inputs_("mean_squared_error", in, 2);
   if (g == NULL) return NULL;
-  if (!ps_type_ok_(g, "mean_squared_error", "T", predictions->dtype, T_FLOATS)) return NULL;
+  if (!ps_type_ok_(g, "mean_squared_error", "T", predictions->dtype, T_FLOATS))
+    return NULL;
   const ps_shape *a = &predictions->shape, *b = &labels->shape;
   bool ok = a->rank < 0 || b->rank < 0 || a->rank == b->rank;
   for (int i = 0; ok && a->rank >= 0 && a->rank == b->rank && i < a->rank; i++)
@@ -377,4 +380,5 @@ ps_node *ps_mean_squared_error(ps_node *labels, ps_node *predictions) {
 
 /* Every op of this file, for MetaGraph import (train/saver.c). */
 const ps_op_def *const ps_opdefs_nn_[] = {
-    &op_bias_add, &op_bias_add_grad, &op_sum_to_shape, &op_softmax, &op_log_softmax, &op_xent, &op_xent_grad, NULL};
+    &op_bias_add,    &op_bias_add_grad, &op_sum_to_shape, &op_softmax,
+    &op_log_softmax, &op_xent,          &op_xent_grad,    NULL};

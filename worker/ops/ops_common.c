@@ -29,7 +29,6 @@
 
 /* ---- shapes, dtypes and messages ---- */
 
-
 /* "[2,?]", "<unknown>" for an unknown rank (TensorFlow's static shapes) */
 const char *ps_shape_str_(const ps_shape *s, char *buf) {
   if (s->rank < 0) {
@@ -48,15 +47,10 @@ const char *ps_shape_str_(const ps_shape *s, char *buf) {
   return buf;
 }
 
-
-
-
-
-
 /* TensorFlow's "Value for attr 'T' of int32 is not in the list of allowed
  * values: float, double". */
 bool ps_type_ok_(ps_graph *g, const char *op, const char *attr, ps_dtype dt,
-                    uint32_t mask) {
+                 uint32_t mask) {
   if (in_mask(dt, mask)) return true;
   static const ps_dtype order[] = {
       PS_DT_HALF,   PS_DT_BFLOAT16, PS_DT_FLOAT, PS_DT_DOUBLE, PS_DT_INT8,
@@ -76,7 +70,7 @@ bool ps_type_ok_(ps_graph *g, const char *op, const char *attr, ps_dtype dt,
 }
 
 bool ps_same_type_(ps_graph *g, const char *op, const ps_node *a, const ps_node *b,
-                      const char *aname, const char *bname) {
+                   const char *aname, const char *bname) {
   if (a->dtype == b->dtype) return true;
   ps_graph_fail(g, PS_INVALID_ARGUMENT,
                 "Input '%s' of '%s' Op has type %s that does not match type %s of "
@@ -112,8 +106,8 @@ ps_graph *ps_check_inputs_(const char *op, ps_node *const *in, int n) {
   return g;
 }
 
-ps_node *ps_make_(ps_graph *g, const ps_op_def *def, const char *hint,
-                     ps_node *const *in, int nin, ps_dtype dtype, const ps_shape *shape) {
+ps_node *ps_make_(ps_graph *g, const ps_op_def *def, const char *hint, ps_node *const *in,
+                  int nin, ps_dtype dtype, const ps_shape *shape) {
   ps_node *n = ps_node_new(g, def, hint, in, nin);
   if (n == NULL) return NULL;
   n->dtype = dtype;
@@ -156,8 +150,8 @@ ps_tensor *ps_new_tensor_(ps_dtype dt, const ps_shape *s, bool zero, ps_status *
   if (t == NULL) {
     char b[SHAPE_STR];
     ps_status_set(st, PS_RESOURCE_EXHAUSTED,
-                  "OOM when allocating tensor with shape%s and type %s", ps_shape_str_(s, b),
-                  ps_dtype_name(dt));
+                  "OOM when allocating tensor with shape%s and type %s",
+                  ps_shape_str_(s, b), ps_dtype_name(dt));
   }
   return t;
 }
@@ -202,7 +196,6 @@ int ps_unsupported_(const ps_tensor *t, ps_status *st) {
   return ps_status_set(st, PS_UNIMPLEMENTED, "no kernel for dtype %s",
                        ps_dtype_name(t->dtype));
 }
-
 
 /* ---- broadcasting ---- */
 
@@ -254,4 +247,3 @@ int ps_bc_plan_(ps_bc *b, const ps_shape *x, const ps_shape *y, ps_status *st) {
   }
   return 0;
 }
-

@@ -63,15 +63,15 @@ const char *ps_shape_str_(const ps_shape *s, char *buf);
 /* TensorFlow's "Value for attr 'T' of int32 is not in the list of allowed
  * values: float, double". */
 bool ps_type_ok_(ps_graph *g, const char *op, const char *attr, ps_dtype dt,
-                    uint32_t mask);
+                 uint32_t mask);
 bool ps_same_type_(ps_graph *g, const char *op, const ps_node *a, const ps_node *b,
-                      const char *aname, const char *bname);
+                   const char *aname, const char *bname);
 /* The graph of the inputs.  A missing input (a constructor that failed
  * before) fails the graph as ps_node_new() does; so do inputs from
  * another graph.  NULL then. */
 ps_graph *ps_check_inputs_(const char *op, ps_node *const *in, int n);
-ps_node *ps_make_(ps_graph *g, const ps_op_def *def, const char *hint,
-                     ps_node *const *in, int nin, ps_dtype dtype, const ps_shape *shape);
+ps_node *ps_make_(ps_graph *g, const ps_op_def *def, const char *hint, ps_node *const *in,
+                  int nin, ps_dtype dtype, const ps_shape *shape);
 /* Numpy broadcasting of static shapes (unknown dims stay unknown unless
  * the other side says more).  False if they can never broadcast. */
 bool ps_broadcast_static_(const ps_shape *a, const ps_shape *b, ps_shape *out);
@@ -91,8 +91,8 @@ static inline int norm_axis(int64_t axis, int r) {
 
 /* The C math function of element type T (float: expf, double: exp), for
  * kernels written once for both floating types (PS_DTYPE_SWITCH_FLOAT). */
-#define PS_EXP_OF(T) _Generic((T)0, float: expf, default: exp)
-#define PS_TANH_OF(T) _Generic((T)0, float: tanhf, default: tanh)
+#define PS_EXP_OF(T) _Generic((T)0, float : expf, default : exp)
+#define PS_TANH_OF(T) _Generic((T)0, float : tanhf, default : tanh)
 
 /* The broadcast of two shapes, planned once per call (ops_common.c). */
 typedef struct ps_bc {
@@ -118,7 +118,7 @@ int ps_bc_plan_(ps_bc *b, const ps_shape *x, const ps_shape *y, ps_status *st);
   }
 #define BC_LOOP(plan, ...)                                                               \
   do {                                                                                   \
-    const ps_bc *b_ = (plan);                                                               \
+    const ps_bc *b_ = (plan);                                                            \
     int64_t idx_[PS_MAX_RANK] = {0}, ia0_ = 0, ib0_ = 0, k = 0;                          \
     const int last_ = b_->rank - 1;                                                      \
     const int64_t inner_ = b_->dim[last_], sal_ = b_->sa[last_], sbl_ = b_->sb[last_];   \

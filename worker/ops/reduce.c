@@ -11,7 +11,6 @@
 
 /* ---- reductions ---- */
 
-
 static ps_shape reduced_shape(const ps_shape *s, int axis, bool keep) {
   ps_shape o = {.rank = 0};
   for (int i = 0; i < s->rank; i++) {
@@ -90,9 +89,9 @@ static int reduce_compute(ps_node *n, ps_tensor *const *in, ps_tensor **out,
           a[i] += xp[k * inner + i];                                                     \
     }                                                                                    \
   } while (0)
-      PS_DTYPE_SWITCH_FLOAT(dt, for (int64_t k = 0; k < len; k++)
-                                    for (int64_t i = 0; i < inner; i++)
-                                        a[i] += ps_elem_get(dt, xa, base + k * inner + i))
+      PS_DTYPE_SWITCH_FLOAT(dt, for (int64_t k = 0; k < len;
+                                     k++) for (int64_t i = 0; i < inner; i++) a[i] +=
+                                ps_elem_get(dt, xa, base + k * inner + i))
 #undef PS_CASE_FLOAT
       for (int64_t i = 0; i < inner; i++)
         ps_elem_set(dt, oa, ou * inner + i,
@@ -168,7 +167,8 @@ static int argmax_compute(ps_node *n, ps_tensor *const *in, ps_tensor **out,
   if (len == 0 && ps_shape_num_elements(&os) > 0) {
     char b[SHAPE_STR];
     return ps_status_set(st, PS_INVALID_ARGUMENT,
-                         "Reduction axis %d is empty in shape %s", axis, ps_shape_str_(s, b));
+                         "Reduction axis %d is empty in shape %s", axis,
+                         ps_shape_str_(s, b));
   }
   ps_tensor *o = ps_new_tensor_(PS_DT_INT64, &os, false, st);
   if (o == NULL) return st->code;
@@ -207,5 +207,4 @@ ps_node *ps_argmax(ps_node *x, int axis) {
 }
 
 /* Every op of this file, for MetaGraph import (train/saver.c). */
-const ps_op_def *const ps_opdefs_reduce_[] = {
-    &op_sum, &op_mean, &op_argmax, NULL};
+const ps_op_def *const ps_opdefs_reduce_[] = {&op_sum, &op_mean, &op_argmax, NULL};

@@ -768,7 +768,8 @@ static int set_up(job *j, ps_status *st) {
     if (import_model(o->meta, &j->m, &j->saver, st)) return -1;
     PS_INFO("graph imported from %s (%zu nodes)", o->meta, ps_graph_num_nodes(j->m.g));
   } else {
-    if (build_model(o, j->cluster, j->client ? ps_client_num_ps(j->client) : 0, &j->m, st))
+    if (build_model(o, j->cluster, j->client ? ps_client_num_ps(j->client) : 0, &j->m,
+                    st))
       return -1;
     ps_saver_options so = {.max_to_keep = o->max_to_keep};
     if ((j->saver = ps_saver_create(j->m.g, &so, st)) == NULL) return -1;
@@ -847,7 +848,8 @@ static int train_loop(job *j, ps_status *st) {
     double now = now_secs();
     if (since_log == o->log_every) {
       PS_INFO("step %lld loss %.4f examples/s %.0f", (long long)j->gs,
-              loss_sum / (double)since_log, (double)(since_log * o->batch) / (now - tlog));
+              loss_sum / (double)since_log,
+              (double)(since_log * o->batch) / (now - tlog));
       since_log = 0;
       loss_sum = 0;
       tlog = now;
@@ -866,8 +868,8 @@ static int train_loop(job *j, ps_status *st) {
   }
   double secs = now_secs() - t0;
   if (j->local)
-    PS_INFO("trained %lld local steps in %.1f s: %.0f examples/s", (long long)j->local, secs,
-            (double)(j->local * o->batch) / secs);
+    PS_INFO("trained %lld local steps in %.1f s: %.0f examples/s", (long long)j->local,
+            secs, (double)(j->local * o->batch) / secs);
   if (atomic_load(&stop_requested))
     PS_WARN("stopped by a signal at global step %lld", (long long)j->gs);
   return 0;

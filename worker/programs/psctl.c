@@ -53,18 +53,23 @@ static void print_value(const ps_tensor *t, int64_t limit) {
     /* open brackets for every dim whose index is 0 here */
     int64_t stride = 1, opens = 0;
     for (int d = rank - 1; d >= 0; d--) {
-      if (i % (stride * t->shape.dim[d]) == 0) opens++; else break;
+      if (i % (stride * t->shape.dim[d]) == 0)
+        opens++;
+      else
+        break;
       stride *= t->shape.dim[d];
     }
     if (opens) {
       if (i) printf("\n%*s", (int)(rank - opens), "");
-      for (int64_t k = 0; k < opens; k++) putchar('[');
+      for (int64_t k = 0; k < opens; k++)
+        putchar('[');
     } else {
       printf(", ");
     }
     if (limit > 0 && printed >= limit) {
       printf("... (%lld more)", (long long)(n - printed));
-      for (int k = 0; k < rank; k++) putchar(']');
+      for (int k = 0; k < rank; k++)
+        putchar(']');
       putchar('\n');
       return;
     }
@@ -77,12 +82,17 @@ static void print_value(const ps_tensor *t, int64_t limit) {
     stride = 1;
     for (int d = rank - 1; d >= 0; d--) {
       stride *= t->shape.dim[d];
-      if ((i + 1) % stride == 0) putchar(']'); else break;
+      if ((i + 1) % stride == 0)
+        putchar(']');
+      else
+        break;
     }
   }
   if (n == 0) {
-    for (int k = 0; k < rank; k++) putchar('[');
-    for (int k = 0; k < rank; k++) putchar(']');
+    for (int k = 0; k < rank; k++)
+      putchar('[');
+    for (int k = 0; k < rank; k++)
+      putchar(']');
   }
   putchar('\n');
 }
@@ -100,28 +110,45 @@ typedef struct psctl_args {
 
 /* Options before the command; -1 to go on, else the exit status. */
 static int parse_options(int argc, char **argv, psctl_args *a) {
-  static const struct option opts[] = {
-      {"cluster", required_argument, NULL, 'c'},
-      {"job", required_argument, NULL, 'j'},
-      {"timeout-ms", required_argument, NULL, 't'},
-      {"limit", required_argument, NULL, 'L'},
-      {"max-to-keep", required_argument, NULL, 'k'},
-      {"all", no_argument, NULL, 'A'},
-      {"help", no_argument, NULL, 'h'},
-      {"version", no_argument, NULL, 'V'},
-      {NULL, 0, NULL, 0}};
+  static const struct option opts[] = {{"cluster", required_argument, NULL, 'c'},
+                                       {"job", required_argument, NULL, 'j'},
+                                       {"timeout-ms", required_argument, NULL, 't'},
+                                       {"limit", required_argument, NULL, 'L'},
+                                       {"max-to-keep", required_argument, NULL, 'k'},
+                                       {"all", no_argument, NULL, 'A'},
+                                       {"help", no_argument, NULL, 'h'},
+                                       {"version", no_argument, NULL, 'V'},
+                                       {NULL, 0, NULL, 0}};
   int o;
   while ((o = getopt_long(argc, argv, "+", opts, NULL)) != -1) {
     switch (o) {
-    case 'c': a->cluster_file = optarg; break;
-    case 'j': a->job = optarg; break;
-    case 't': a->timeout_ms = atoll(optarg); break;
-    case 'L': a->limit = atoll(optarg); break;
-    case 'k': a->max_to_keep = atoi(optarg); break;
-    case 'A': a->all_values = true; break;
-    case 'h': fputs(usage, stdout); return 0;
-    case 'V': printf("psctl %s\n", PS_VERSION); return 0;
-    default: fputs(usage, stderr); return 2;
+    case 'c':
+      a->cluster_file = optarg;
+      break;
+    case 'j':
+      a->job = optarg;
+      break;
+    case 't':
+      a->timeout_ms = atoll(optarg);
+      break;
+    case 'L':
+      a->limit = atoll(optarg);
+      break;
+    case 'k':
+      a->max_to_keep = atoi(optarg);
+      break;
+    case 'A':
+      a->all_values = true;
+      break;
+    case 'h':
+      fputs(usage, stdout);
+      return 0;
+    case 'V':
+      printf("psctl %s\n", PS_VERSION);
+      return 0;
+    default:
+      fputs(usage, stderr);
+      return 2;
     }
   }
   if (optind >= argc) {
@@ -172,8 +199,8 @@ static int cmd_status(const psctl_args *a, ps_client *c, ps_status *st) {
   for (int i = 0; i < ps_client_num_ps(c); i++) {
     ps_task_status ts;
     if (ps_client_status(c, i, &ts, st) == 0) {
-      printf("%s/%d %s up vars=%lld bytes=%lld uptime=%.0fs rpcs=%lld pid=%lld\n", a->job, i,
-             ps_client_address(c, i), (long long)ts.num_vars, (long long)ts.bytes,
+      printf("%s/%d %s up vars=%lld bytes=%lld uptime=%.0fs rpcs=%lld pid=%lld\n", a->job,
+             i, ps_client_address(c, i), (long long)ts.num_vars, (long long)ts.bytes,
              ts.uptime_secs, (long long)ts.rpcs, (long long)ts.pid);
     } else {
       printf("%s/%d %s down (%s: %s)\n", a->job, i, ps_client_address(c, i),
@@ -199,7 +226,8 @@ static int cmd_vars(const psctl_args *a, ps_client *c, ps_status *st) {
       char sh[256], task[32];
       snprintf(task, sizeof task, "%s/%d", a->job, i);
       printf("%-40s %-10s %-16s %-6s %s\n", v[k].name, ps_dtype_name(v[k].dtype),
-             ps_shape_format(&v[k].shape, sh, sizeof sh), task, v[k].initialized ? "yes" : "no");
+             ps_shape_format(&v[k].shape, sh, sizeof sh), task,
+             v[k].initialized ? "yes" : "no");
     }
     ps_client_free_var_info(v, n);
   }
@@ -245,10 +273,10 @@ static int cmd_rm(const psctl_args *a, ps_client *c, ps_status *st) {
   int ok_tasks = 0;
   for (int i = 0; misses && i < nps; i++) {
     ps_delete_result dr;
-    if (ps_client_delete(c, i, names, nn, PS_DELETE_SLOTS | PS_DELETE_MISSING_OK, &dr, st) !=
-        0) {
-      fprintf(stderr, "psctl: rm: %s/%d: %s: %s\n", a->job, i, ps_status_code_name(st->code),
-              st->msg);
+    if (ps_client_delete(c, i, names, nn, PS_DELETE_SLOTS | PS_DELETE_MISSING_OK, &dr,
+                         st) != 0) {
+      fprintf(stderr, "psctl: rm: %s/%d: %s: %s\n", a->job, i,
+              ps_status_code_name(st->code), st->msg);
       rc = 1;
       continue;
     }
@@ -262,8 +290,8 @@ static int cmd_rm(const psctl_args *a, ps_client *c, ps_status *st) {
   }
   for (size_t j = 0; misses && ok_tasks > 0 && j < nn; j++)
     if (misses[j] == (size_t)ok_tasks) {
-      fprintf(stderr, "psctl: rm: variable %s not found on any %s task%s\n", names[j], a->job,
-              ok_tasks < nps ? " that is up" : "");
+      fprintf(stderr, "psctl: rm: variable %s not found on any %s task%s\n", names[j],
+              a->job, ok_tasks < nps ? " that is up" : "");
       rc = 1;
     }
   if (misses == NULL) {
@@ -281,7 +309,8 @@ static int cmd_restore(const psctl_args *a, ps_client *c, ps_status *st) {
     fprintf(stderr, "psctl: restore: %s: %s\n", ps_status_code_name(st->code), st->msg);
     return 1;
   }
-  printf("restored %zu variables from %s\n", n, prefix ? prefix : "the latest checkpoint");
+  printf("restored %zu variables from %s\n", n,
+         prefix ? prefix : "the latest checkpoint");
   return 0;
 }
 
@@ -352,7 +381,8 @@ int main(int argc, char **argv) {
   if (rc >= 0) return rc;
   if (!strcmp(a.cmd, "latest") || !strcmp(a.cmd, "inspect")) return run_offline(&a);
   size_t k = 0;
-  while (k < sizeof commands / sizeof commands[0] && strcmp(a.cmd, commands[k].name)) k++;
+  while (k < sizeof commands / sizeof commands[0] && strcmp(a.cmd, commands[k].name))
+    k++;
   if (k == sizeof commands / sizeof commands[0]) {
     fprintf(stderr, "psctl: unknown command '%s'\n%s", a.cmd, usage);
     return 2;

@@ -112,7 +112,8 @@ static int ps_vars(ps_graph *g, var_set *out, ps_status *st) {
 
 /* The names of @vs's variables on ps @task (only those marked in @want,
  * when not NULL) into @names; returns how many. */
-static size_t names_on(const var_set *vs, const bool *want, int task, const char **names) {
+static size_t names_on(const var_set *vs, const bool *want, int task,
+                       const char **names) {
   size_t k = 0;
   for (size_t i = 0; i < vs->n; i++)
     if ((want == NULL || want[i]) && vs->v[i]->task == task) names[k++] = vs->v[i]->name;

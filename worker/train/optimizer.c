@@ -170,7 +170,6 @@ ps_variable *ps_create_global_step(ps_graph *g, ps_status *st) {
   return v;
 }
 
-
 static const ps_op_def op_apply = {"Apply", PS_OPK_VAR_UPDATE, NULL, NULL};
 
 /* A synchronous once-per-step update of @v (assign or assign_add of
@@ -197,8 +196,8 @@ static ps_node *sync_update(ps_graph *g, ps_variable *v, int op, ps_node *value,
 
 /* Sums the rows of duplicate indices (TensorFlow's
  * _deduplicate_indexed_slices); two nodes over the same mapping. */
-static int dedup_compute(ps_node *n, ps_tensor *const *in, ps_tensor **out,
-                         ps_status *st, bool want_rows) {
+static int dedup_compute(ps_node *n, ps_tensor *const *in, ps_tensor **out, ps_status *st,
+                         bool want_rows) {
   const ps_tensor *idx = want_rows ? in[1] : in[0];
   int64_t m = ps_tensor_num_elements(idx);
   int64_t *uniq = malloc((size_t)(m + 1) * sizeof *uniq);
@@ -226,8 +225,10 @@ static int dedup_compute(ps_node *n, ps_tensor *const *in, ps_tensor **out,
     int64_t re = m ? ps_tensor_num_elements(rows) / m : 0;
     for (int64_t i = 0; i < m; i++)
       ps_elem_apply(rows->dtype, '+',
-                    (uint8_t *)ps_tensor_data(*out) + (size_t)(slot[i] * re) * ps_dtype_size(rows->dtype),
-                    (const uint8_t *)ps_tensor_data(rows) + (size_t)(i * re) * ps_dtype_size(rows->dtype),
+                    (uint8_t *)ps_tensor_data(*out) +
+                        (size_t)(slot[i] * re) * ps_dtype_size(rows->dtype),
+                    (const uint8_t *)ps_tensor_data(rows) +
+                        (size_t)(i * re) * ps_dtype_size(rows->dtype),
                     re);
   }
   free(uniq);
@@ -237,14 +238,18 @@ static int dedup_compute(ps_node *n, ps_tensor *const *in, ps_tensor **out,
   return 0;
 }
 
-static int dedup_idx_compute(ps_node *n, ps_tensor *const *in, ps_tensor **out, ps_status *st) {
+static int dedup_idx_compute(ps_node *n, ps_tensor *const *in, ps_tensor **out,
+                             ps_status *st) {
   return dedup_compute(n, in, out, st, false);
 }
-static int dedup_rows_compute(ps_node *n, ps_tensor *const *in, ps_tensor **out, ps_status *st) {
+static int dedup_rows_compute(ps_node *n, ps_tensor *const *in, ps_tensor **out,
+                              ps_status *st) {
   return dedup_compute(n, in, out, st, true);
 }
-static const ps_op_def op_dedup_idx = {"UniqueIndices", PS_OPK_LOCAL, dedup_idx_compute, NULL};
-static const ps_op_def op_dedup_rows = {"SumDuplicateRows", PS_OPK_LOCAL, dedup_rows_compute, NULL};
+static const ps_op_def op_dedup_idx = {"UniqueIndices", PS_OPK_LOCAL, dedup_idx_compute,
+                                       NULL};
+static const ps_op_def op_dedup_rows = {"SumDuplicateRows", PS_OPK_LOCAL,
+                                        dedup_rows_compute, NULL};
 
 static ps_node *dedup(ps_graph *g, ps_node *sparse) {
   ps_node *idx_in[1] = {sparse->sparse_indices};
@@ -318,7 +323,8 @@ typedef struct minimize_ctx {
 static ps_node *apply_update(const minimize_ctx *c, ps_variable *v, ps_node *grad,
                              ps_status *st) {
   const ps_optimizer *o = c->o;
-  if (grad->sparse_indices && o->op != PS_APPLY_GRADIENT_DESCENT) grad = dedup(c->g, grad);
+  if (grad->sparse_indices && o->op != PS_APPLY_GRADIENT_DESCENT)
+    grad = dedup(c->g, grad);
   ps_apply_extra *e = calloc(1, sizeof *e);
   if (e == NULL) return ps_graph_oom_(c->g);
   e->use_nesterov = o->nesterov;
@@ -351,7 +357,8 @@ static int adam_powers(minimize_ctx *c, ps_variable *const *vars, ps_node *const
                        size_t n, ps_status *st) {
   ps_variable *first = NULL;
   for (size_t i = 0; i < n; i++)
-    if (dxs[i] && (first == NULL || strcmp(vars[i]->name, first->name) < 0)) first = vars[i];
+    if (dxs[i] && (first == NULL || strcmp(vars[i]->name, first->name) < 0))
+      first = vars[i];
   if (first == NULL) return 0;
   ps_shape s0 = {0};
   c->b1p = ps_slot_create_(first, "beta1_power", c->o->beta1, &s0, st);
@@ -368,15 +375,17 @@ static void step_updates(const minimize_ctx *c, ps_node **updates, size_t *nup) 
   const ps_optimizer *o = c->o;
   ps_graph *g = c->g;
   if (c->b1p && c->replicas) {
-    updates[(*nup)++] = sync_update(g, c->b1p, PS_ASSIGN,
-                                    ps_mul(c->b1r, ps_scalar(g, c->b1p->dtype, o->beta1)),
-                                    c->local_step, c->replicas, c->total, "update_beta1_power");
-    updates[(*nup)++] = sync_update(g, c->b2p, PS_ASSIGN,
-                                    ps_mul(c->b2r, ps_scalar(g, c->b2p->dtype, o->beta2)),
-                                    c->local_step, c->replicas, c->total, "update_beta2_power");
+    updates[(*nup)++] = sync_update(
+        g, c->b1p, PS_ASSIGN, ps_mul(c->b1r, ps_scalar(g, c->b1p->dtype, o->beta1)),
+        c->local_step, c->replicas, c->total, "update_beta1_power");
+    updates[(*nup)++] = sync_update(
+        g, c->b2p, PS_ASSIGN, ps_mul(c->b2r, ps_scalar(g, c->b2p->dtype, o->beta2)),
+        c->local_step, c->replicas, c->total, "update_beta2_power");
   } else if (c->b1p) {
-    updates[(*nup)++] = ps_assign(c->b1p, ps_mul(c->b1r, ps_scalar(g, c->b1p->dtype, o->beta1)));
-    updates[(*nup)++] = ps_assign(c->b2p, ps_mul(c->b2r, ps_scalar(g, c->b2p->dtype, o->beta2)));
+    updates[(*nup)++] =
+        ps_assign(c->b1p, ps_mul(c->b1r, ps_scalar(g, c->b1p->dtype, o->beta1)));
+    updates[(*nup)++] =
+        ps_assign(c->b2p, ps_mul(c->b2r, ps_scalar(g, c->b2p->dtype, o->beta2)));
   }
   if (c->global_step && c->replicas) {
     ps_node *one = ps_scalar(g, c->global_step->dtype, 1);
@@ -396,9 +405,8 @@ static const char *optimizer_base_name(const ps_optimizer *o) {
 }
 
 ps_node *ps_optimizer_minimize(ps_optimizer *o, ps_graph *g, ps_node *loss,
-                               ps_variable *global_step,
-                               ps_variable *const *var_list, size_t n,
-                               ps_status *st) {
+                               ps_variable *global_step, ps_variable *const *var_list,
+                               size_t n, ps_status *st) {
   if (o == NULL || loss == NULL) {
     ps_status_set(st, PS_INVALID_ARGUMENT, "minimize: no optimizer or loss");
     return NULL;
@@ -419,7 +427,8 @@ ps_node *ps_optimizer_minimize(ps_optimizer *o, ps_graph *g, ps_node *loss,
     goto out;
   }
   if (n) memcpy(vars, var_list, n * sizeof *vars);
-  for (size_t i = 0; i < n; i++) xs[i] = ps_variable_value(vars[i]);
+  for (size_t i = 0; i < n; i++)
+    xs[i] = ps_variable_value(vars[i]);
   if (ps_gradients(g, loss, xs, n, dxs, st) != 0) goto out;
   if (o->op == PS_APPLY_ADAM && adam_powers(&c, vars, dxs, n, st) != 0) goto out;
   c.local_step = c.replicas ? ps_variable_value(global_step) : NULL;
@@ -447,5 +456,5 @@ out:
 }
 
 /* Every op of this file, for MetaGraph import (saver.c). */
-const ps_op_def *const ps_opdefs_optimizer_[] = {
-    &op_apply, &op_dedup_idx, &op_dedup_rows, NULL};
+const ps_op_def *const ps_opdefs_optimizer_[] = {&op_apply, &op_dedup_idx, &op_dedup_rows,
+                                                 NULL};

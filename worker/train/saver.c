@@ -17,8 +17,8 @@
 #include <unistd.h>
 
 #include "common/array.h"
-#include "common/fileio.h"
 #include "common/crc32c.h"
+#include "common/fileio.h"
 #include "common/log.h"
 #include "graph/node.h"
 #include "meta.pb-c.h"
@@ -552,10 +552,9 @@ static int dtype_in(importer *im, int32_t dt, const char *whose, bool allow_stri
 }
 
 static const ps_op_def *find_def(const char *type, int kind) {
-  const ps_op_def *const *sets[] = {ps_opdefs_math_, ps_opdefs_nn_, ps_opdefs_reduce_,
-                                    ps_opdefs_array_, ps_opdefs_graph_,
-                                    ps_opdefs_variables_, ps_opdefs_partition_,
-                                    ps_opdefs_optimizer_};
+  const ps_op_def *const *sets[] = {
+      ps_opdefs_math_,  ps_opdefs_nn_,        ps_opdefs_reduce_,    ps_opdefs_array_,
+      ps_opdefs_graph_, ps_opdefs_variables_, ps_opdefs_partition_, ps_opdefs_optimizer_};
   for (size_t s = 0; s < sizeof sets / sizeof sets[0]; s++)
     for (int i = 0; sets[s][i]; i++)
       if ((int)sets[s][i]->kind == kind && !strcmp(sets[s][i]->type, type))
@@ -933,8 +932,10 @@ ps_graph *ps_meta_graph_parse(const uint8_t *p, size_t n, const char *what,
     else if (m->checksum != 0)
       bad(&im, "the checksum is not the last field: the file is corrupt");
     else if (strcmp(fmt, META_FORMAT) == 0)
-      bad(&im, "format \"%s\" without its checksum at the end: the file is truncated "
-          "or corrupt", fmt);
+      bad(&im,
+          "format \"%s\" without its checksum at the end: the file is truncated "
+          "or corrupt",
+          fmt);
     else
       bad(&im, "format \"%s\", expected \"%s\"", fmt, META_FORMAT);
     if (m) paramserver__meta__meta_graph_def__free_unpacked(m, NULL);

@@ -20,10 +20,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "graph/node.h"
 #include "common/array.h"
 #include "common/kernels.h"
 #include "common/variable.h"
+#include "graph/node.h"
 
 typedef struct local_var {
   ps_tensor *value; /* NULL until initialized */
@@ -58,7 +58,8 @@ ps_session *ps_session_create(ps_graph *g, ps_client *client, ps_status *st) {
 
 void ps_session_destroy(ps_session *s) {
   if (s == NULL) return;
-  for (size_t i = 0; i < s->nlocals; i++) ps_tensor_destroy(s->locals[i].value);
+  for (size_t i = 0; i < s->nlocals; i++)
+    ps_tensor_destroy(s->locals[i].value);
   free(s->locals);
   free(s->created);
   free(s);
@@ -121,8 +122,8 @@ enum { N_UNNEEDED = 0, N_NEEDED, N_DONE };
 struct run {
   ps_session *s;
   size_t n;
-  char *state;       /* per node */
-  ps_tensor **val;   /* per node */
+  char *state;     /* per node */
+  ps_tensor **val; /* per node */
   bool *fed;
   bool *remote_gather; /* GatherV2 executed as a ps row read */
   bool *skip_read;     /* a read only gathers use: not read whole */
@@ -133,9 +134,11 @@ static void mark_needed(run *r, ps_node *n) {
   if (r->state[n->id] != N_UNNEEDED) return;
   r->state[n->id] = N_NEEDED;
   if (r->fed[n->id]) return;
-  for (int i = 0; i < n->nin; i++) mark_needed(r, n->in[i]);
+  for (int i = 0; i < n->nin; i++)
+    mark_needed(r, n->in[i]);
   if (n->ia[0] == 1 && n->def->kind == PS_OPK_VAR_READ) return; /* soft deps */
-  for (int i = 0; i < n->nctrl; i++) mark_needed(r, n->ctrl[i]);
+  for (int i = 0; i < n->nctrl; i++)
+    mark_needed(r, n->ctrl[i]);
   if (n->sparse_indices) mark_needed(r, n->sparse_indices);
 }
 
@@ -184,7 +187,8 @@ static int run_local(run *r, ps_node *n) {
     ps_tensor *in[16], **inp = in;
     if (n->nin > 16 && (inp = malloc((size_t)n->nin * sizeof *inp)) == NULL)
       return oom(st);
-    for (int i = 0; i < n->nin; i++) inp[i] = r->val[n->in[i]->id];
+    for (int i = 0; i < n->nin; i++)
+      inp[i] = r->val[n->in[i]->id];
     int rc = n->def->compute(n, inp, &r->val[n->id], st);
     if (inp != in) free(inp);
     if (rc != 0) ps_status_prefix(st, "%s (%s)", n->name, n->def->type);
@@ -199,8 +203,7 @@ static int run_local(run *r, ps_node *n) {
   if (lv == NULL) return oom(st);
   switch (n->def->kind) {
   case PS_OPK_VAR_READ:
-    if (lv->value == NULL)
-      return ps_var_uninitialized(v->name, st);
+    if (lv->value == NULL) return ps_var_uninitialized(v->name, st);
     r->val[n->id] = share(lv->value);
     return 0;
   case PS_OPK_VAR_IS_INIT: {
@@ -287,8 +290,7 @@ static int local_apply(run *r, ps_node *n, local_var *lv, int op, ps_tensor *in)
   ps_variable *v = n->var;
   ps_node *x = n->in[0];
   const ps_tensor *idx = x->sparse_indices ? r->val[x->sparse_indices->id] : NULL;
-  if (lv->value == NULL)
-    return ps_var_uninitialized(v->name, st);
+  if (lv->value == NULL) return ps_var_uninitialized(v->name, st);
   int64_t rows = v->shape.rank ? v->shape.dim[0] : 1;
   int64_t row_elems = rows ? ps_shape_num_elements(&v->shape) / rows : 0;
   if (idx) {
@@ -296,8 +298,9 @@ static int local_apply(run *r, ps_node *n, local_var *lv, int op, ps_tensor *in)
       int64_t i = idx->dtype == PS_DT_INT32 ? ((int32_t *)ps_tensor_data(idx))[k]
                                             : ((int64_t *)ps_tensor_data(idx))[k];
       if (i < 0 || i >= rows)
-        return ps_status_set(st, PS_INVALID_ARGUMENT, "indices[%lld] = %lld is not in [0, %lld)",
-                             (long long)k, (long long)i, (long long)rows);
+        return ps_status_set(st, PS_INVALID_ARGUMENT,
+                             "indices[%lld] = %lld is not in [0, %lld)", (long long)k,
+                             (long long)i, (long long)rows);
     }
   }
   if (local_private(lv, st)) return st->code;
@@ -329,8 +332,7 @@ static int local_apply(run *r, ps_node *n, local_var *lv, int op, ps_tensor *in)
     ps_variable *sv = find_var_by_name(r->s->g, e->slots[k]);
     local_var *sl = sv ? local_of(r->s, sv) : NULL;
     if (sv && sl == NULL) return oom(st);
-    if (sl == NULL || sl->value == NULL)
-      return ps_var_uninitialized(e->slots[k], st);
+    if (sl == NULL || sl->value == NULL) return ps_var_uninitialized(e->slots[k], st);
     if (local_private(sl, st)) return st->code;
     a.slots[k] = ps_tensor_data(sl->value);
   }
@@ -381,7 +383,8 @@ static int ensure_created(run *r, ps_node **wave, size_t nw) {
   ps_graph *g = s->g;
   size_t nvars = ps_graph_num_vars_(g);
   if (s->ncreated < nvars) {
-    if (ps_array_grow(&s->created, NULL, nvars, sizeof *s->created) != 0) return oom(r->st);
+    if (ps_array_grow(&s->created, NULL, nvars, sizeof *s->created) != 0)
+      return oom(r->st);
     memset(s->created + s->ncreated, 0, (nvars - s->ncreated) * sizeof(bool));
     s->ncreated = nvars;
   }
@@ -421,8 +424,10 @@ static int ensure_created(run *r, ps_node **wave, size_t nw) {
     if (nspecs[t]) rc = ps_client_create_vars(s->client, t, specs[t], nspecs[t], r->st);
   /* not created after all: the next run tries again (and says why again) */
   if (rc != 0)
-    for (size_t j = 0; j < nwhich; j++) s->created[which[j]] = false;
-  for (int t = 0; t < nps && specs; t++) free(specs[t]);
+    for (size_t j = 0; j < nwhich; j++)
+      s->created[which[j]] = false;
+  for (int t = 0; t < nps && specs; t++)
+    free(specs[t]);
   free(specs);
   free(nspecs);
   free(which);
@@ -445,7 +450,8 @@ static void batch_free(remote_batch *b, run *r, int rc) {
     task_work *w = &b->tw[t];
     if (rc != 0)
       for (size_t i = 0; i < w->nreads; i++)
-        if (r->val[w->read_nodes[i]->id] != w->reads[i].out) ps_tensor_destroy(w->reads[i].out);
+        if (r->val[w->read_nodes[i]->id] != w->reads[i].out)
+          ps_tensor_destroy(w->reads[i].out);
     free(w->reads);
     free(w->read_nodes);
     free(w->ups);
@@ -454,7 +460,8 @@ static void batch_free(remote_batch *b, run *r, int rc) {
     free(w->init_names);
     free(w->init_nodes);
   }
-  for (size_t i = 0; i < b->nhparams; i++) free(b->hparams[i]);
+  for (size_t i = 0; i < b->nhparams; i++)
+    free(b->hparams[i]);
   free(b->hparams);
   free(b->tw);
   free(b->tr);
@@ -480,9 +487,12 @@ static int update_op_of(run *r, ps_node *n, const ps_tensor **idx, int *opp) {
     *idx = r->val[x->sparse_indices->id];
     if (op >= PS_APPLY_GRADIENT_DESCENT) {
       /* optimizer kernels take sparse rows as they are */
-    } else if (op == PS_ASSIGN_ADD) op = PS_SCATTER_ADD;
-    else if (op == PS_ASSIGN_SUB) op = PS_SCATTER_SUB;
-    else if (op == PS_ASSIGN) op = PS_SCATTER_UPDATE;
+    } else if (op == PS_ASSIGN_ADD)
+      op = PS_SCATTER_ADD;
+    else if (op == PS_ASSIGN_SUB)
+      op = PS_SCATTER_SUB;
+    else if (op == PS_ASSIGN)
+      op = PS_SCATTER_UPDATE;
     if ((*idx)->dtype != PS_DT_INT64 && (*idx)->dtype != PS_DT_INT32)
       return ps_status_set(r->st, PS_INVALID_ARGUMENT, "%s: bad sparse indices", n->name);
   }
@@ -496,7 +506,8 @@ static int set_sync_step(run *r, ps_node *n, const ps_apply_extra *se, ps_update
                          ps_update_result *res) {
   if ((int)(1 + se->ndynamic) >= n->nin)
     return ps_status_set(r->st, PS_INVALID_ARGUMENT,
-                         "%s: a synchronous update without its local step input", n->name);
+                         "%s: a synchronous update without its local step input",
+                         n->name);
   const ps_tensor *ls = r->val[n->in[1 + se->ndynamic]->id];
   const void *lp = ps_tensor_data(ls);
   int64_t step = ls->dtype == PS_DT_INT64   ? *(const int64_t *)lp
@@ -539,9 +550,11 @@ static int batch_add_update(run *r, remote_batch *b, task_work *w, ps_node *n) {
   int op = 0, rc = update_op_of(r, n, &idx, &op);
   if (rc) return rc;
   if (val->dtype != v->dtype)
-    return ps_status_set(r->st, PS_INVALID_ARGUMENT, "%s: value has dtype %s but %s is %s",
-                         n->name, ps_dtype_name(val->dtype), v->name, ps_dtype_name(v->dtype));
-  if (!GROW(w->ups, w->nups) || !GROW(w->up_nodes, w->nups) || !GROW(w->up_results, w->nups))
+    return ps_status_set(r->st, PS_INVALID_ARGUMENT,
+                         "%s: value has dtype %s but %s is %s", n->name,
+                         ps_dtype_name(val->dtype), v->name, ps_dtype_name(v->dtype));
+  if (!GROW(w->ups, w->nups) || !GROW(w->up_nodes, w->nups) ||
+      !GROW(w->up_results, w->nups))
     return oom(r->st);
   ps_update *u = &w->ups[w->nups];
   *u = (ps_update){.name = v->name, .op = (ps_update_op)op, .value = val, .indices = idx};
@@ -599,7 +612,8 @@ static int batch_read(run *r, remote_batch *b) {
   size_t ntr = 0;
   for (int t = 0; t < b->nps; t++)
     if (b->tw[t].nreads)
-      b->tr[ntr++] = (ps_task_reads){.task = t, .reads = b->tw[t].reads, .n = b->tw[t].nreads};
+      b->tr[ntr++] =
+          (ps_task_reads){.task = t, .reads = b->tw[t].reads, .n = b->tw[t].nreads};
   if (ntr == 0) return 0;
   int rc = ps_client_read_many(s->client, b->tr, ntr, r->st);
   s->last_reads += (int)ntr;
@@ -631,7 +645,8 @@ static int batch_update(run *r, remote_batch *b) {
   size_t ntu = 0;
   for (int t = 0; t < b->nps; t++)
     if (b->tw[t].nups)
-      b->tu[ntu++] = (ps_task_updates){.task = t, .updates = b->tw[t].ups, .n = b->tw[t].nups};
+      b->tu[ntu++] =
+          (ps_task_updates){.task = t, .updates = b->tw[t].ups, .n = b->tw[t].nups};
   if (ntu == 0) return 0;
   /* the results array may have moved while growing: point again */
   for (int t = 0; t < b->nps; t++)
@@ -713,8 +728,10 @@ static void plan_gathers(run *r, ps_node *const *fetches, size_t nfetches) {
       if (r->state[k] != N_NEEDED) continue;
       for (int j = 0; j < c->nin; j++)
         if (c->in[j] == n) {
-          if (strcmp(c->def->type, "GatherV2") != 0 || j != 0) only_gathers = false;
-          else any = true;
+          if (strcmp(c->def->type, "GatherV2") != 0 || j != 0)
+            only_gathers = false;
+          else
+            any = true;
         }
       for (int j = 0; j < c->nctrl; j++)
         if (c->ctrl[j] == n) only_gathers = false;
@@ -736,7 +753,8 @@ static int apply_feed(run *r, const ps_feed *f, size_t i) {
   ps_node *n = f->node;
   const ps_tensor *t = f->value;
   if (n == NULL || t == NULL || (size_t)n->id >= r->n || ps_graph_node(g, n->id) != n)
-    return ps_status_set(r->st, PS_INVALID_ARGUMENT, "feed %zu is not a node of this graph", i);
+    return ps_status_set(r->st, PS_INVALID_ARGUMENT,
+                         "feed %zu is not a node of this graph", i);
   if (t->dtype != n->dtype)
     return ps_status_set(r->st, PS_INVALID_ARGUMENT,
                          "Cannot feed value of dtype %s for Tensor '%s', which has "
@@ -801,7 +819,8 @@ static size_t next_wave(run *r, ps_node **wave, bool *any_left) {
     ps_node *n = ps_graph_node(g, i);
     if (r->state[i] == N_NEEDED) *any_left = true;
     if (ready(r, n) && (r->remote_gather[i] || is_remote(n))) {
-      bool is_write = n->def->kind == PS_OPK_VAR_UPDATE || n->def->kind == PS_OPK_VAR_INIT;
+      bool is_write =
+          n->def->kind == PS_OPK_VAR_UPDATE || n->def->kind == PS_OPK_VAR_INIT;
       if (is_write && reads_ready) continue;
       if (r->remote_gather[i] && n->var == NULL) n->var = n->in[0]->var;
       wave[nw++] = n;
@@ -818,15 +837,18 @@ static int execute(run *r, ps_node **wave) {
     bool any_left;
     size_t nw = next_wave(r, wave, &any_left);
     if (nw == 0)
-      return any_left ? ps_status_set(r->st, PS_INTERNAL, "graph has a dependency cycle") : 0;
+      return any_left ? ps_status_set(r->st, PS_INTERNAL, "graph has a dependency cycle")
+                      : 0;
     rc = run_remote(r, wave, nw);
-    for (size_t k = 0; k < nw; k++) r->state[wave[k]->id] = N_DONE;
+    for (size_t k = 0; k < nw; k++)
+      r->state[wave[k]->id] = N_DONE;
     if (rc) return rc;
   }
 }
 
 /* The fetched values, shared into @outputs (all or none). */
-static int share_outputs(run *r, ps_node *const *fetches, size_t nfetches, ps_tensor **outputs) {
+static int share_outputs(run *r, ps_node *const *fetches, size_t nfetches,
+                         ps_tensor **outputs) {
   for (size_t i = 0; i < nfetches; i++) {
     ps_tensor *v = r->val[fetches[i]->id];
     outputs[i] = v ? share(v) : NULL;
@@ -842,9 +864,8 @@ static int share_outputs(run *r, ps_node *const *fetches, size_t nfetches, ps_te
 }
 
 int ps_session_run(ps_session *s, const ps_feed *feeds, size_t nfeeds,
-                   ps_node *const *fetches, size_t nfetches,
-                   ps_node *const *targets, size_t ntargets, ps_tensor **outputs,
-                   ps_status *st) {
+                   ps_node *const *fetches, size_t nfetches, ps_node *const *targets,
+                   size_t ntargets, ps_tensor **outputs, ps_status *st) {
   ps_status local_st;
   if (st == NULL) st = &local_st;
   ps_status_clear(st);
@@ -862,8 +883,10 @@ int ps_session_run(ps_session *s, const ps_feed *feeds, size_t nfeeds,
   r.skip_read = calloc(r.n + 1, sizeof *r.skip_read);
   ps_node **wave = calloc(r.n + 1, sizeof *wave);
   int rc = 0;
-  if (!r.state || !r.val || !r.fed || !r.remote_gather || !r.skip_read || !wave) rc = oom(st);
-  for (size_t i = 0; i < nfeeds && rc == 0; i++) rc = apply_feed(&r, &feeds[i], i);
+  if (!r.state || !r.val || !r.fed || !r.remote_gather || !r.skip_read || !wave)
+    rc = oom(st);
+  for (size_t i = 0; i < nfeeds && rc == 0; i++)
+    rc = apply_feed(&r, &feeds[i], i);
   for (size_t i = 0; i < nfetches && rc == 0; i++) {
     if (fetches[i] == NULL)
       rc = ps_status_set(st, PS_INVALID_ARGUMENT, "fetch %zu is NULL", i);
@@ -879,7 +902,8 @@ int ps_session_run(ps_session *s, const ps_feed *feeds, size_t nfeeds,
     rc = execute(&r, wave);
   }
   if (rc == 0) rc = share_outputs(&r, fetches, nfetches, outputs);
-  for (size_t i = 0; r.val && i < r.n; i++) ps_tensor_destroy(r.val[i]);
+  for (size_t i = 0; r.val && i < r.n; i++)
+    ps_tensor_destroy(r.val[i]);
   free(r.val);
   free(r.state);
   free(r.fed);
@@ -894,7 +918,8 @@ int ps_session_run_report(ps_session *s, ps_node *report, char ***names, size_t 
   *names = NULL;
   *n = 0;
   if (report == NULL || report->def->kind != PS_OPK_REPORT_UNINIT)
-    return ps_status_set(st, PS_INVALID_ARGUMENT, "not a report_uninitialized_variables node");
+    return ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "not a report_uninitialized_variables node");
   struct {
     size_t n;
     ps_variable *vars[];
@@ -950,5 +975,9 @@ int ps_session_create_variables(ps_session *s, ps_status *st) {
   return rc;
 }
 
-ps_client *ps_session_client(const ps_session *s) { return s->client; }
-ps_graph *ps_session_graph(const ps_session *s) { return s->g; }
+ps_client *ps_session_client(const ps_session *s) {
+  return s->client;
+}
+ps_graph *ps_session_graph(const ps_session *s) {
+  return s->g;
+}

@@ -73,21 +73,19 @@ typedef struct ps_var_spec {
  * one variable with another dtype or full shape, or overlapping elements
  * (INVALID_ARGUMENT); each message names both variables and the task.  A
  * task that cannot be listed is skipped with a warning. */
-int ps_client_create_vars(ps_client *c, int task, const ps_var_spec *specs,
-                          size_t n, ps_status *st);
+int ps_client_create_vars(ps_client *c, int task, const ps_var_spec *specs, size_t n,
+                          ps_status *st);
 /* Runs the server-side initializers of @names (all when n == 0).  With
  * @only_uninitialized, variables that hold a value are left alone.
  * @ninit (may be NULL) receives how many were initialized. */
-int ps_client_initialize(ps_client *c, int task, const char *const *names,
-                         size_t n, bool only_uninitialized, size_t *ninit,
-                         ps_status *st);
-int ps_client_is_initialized(ps_client *c, int task, const char *const *names,
-                             size_t n, bool *out, ps_status *st);
+int ps_client_initialize(ps_client *c, int task, const char *const *names, size_t n,
+                         bool only_uninitialized, size_t *ninit, ps_status *st);
+int ps_client_is_initialized(ps_client *c, int task, const char *const *names, size_t n,
+                             bool *out, ps_status *st);
 /* Names of uninitialized variables among @names (all when n == 0);
  * free with ps_client_free_names(). */
-int ps_client_report_uninitialized(ps_client *c, int task,
-                                   const char *const *names, size_t n,
-                                   char ***out, size_t *nout, ps_status *st);
+int ps_client_report_uninitialized(ps_client *c, int task, const char *const *names,
+                                   size_t n, char ***out, size_t *nout, ps_status *st);
 void ps_client_free_names(char **names, size_t n);
 
 typedef enum ps_update_op {
@@ -185,8 +183,7 @@ typedef struct ps_update {
 } ps_update;
 
 /* Applies @n updates on one ps atomically: if one fails, none applies. */
-int ps_client_update(ps_client *c, int task, const ps_update *u, size_t n,
-                     ps_status *st);
+int ps_client_update(ps_client *c, int task, const ps_update *u, size_t n, ps_status *st);
 
 typedef struct ps_read {
   const char *name;
@@ -216,8 +213,7 @@ typedef struct ps_task_updates {
 /* All tasks in parallel; returns 0 if all succeeded, else the first failing
  * task's code (each entry's st says how it went). */
 int ps_client_read_many(ps_client *c, ps_task_reads *t, size_t n, ps_status *st);
-int ps_client_update_many(ps_client *c, ps_task_updates *t, size_t n,
-                          ps_status *st);
+int ps_client_update_many(ps_client *c, ps_task_updates *t, size_t n, ps_status *st);
 
 typedef struct ps_var_info {
   char *name;
@@ -234,8 +230,7 @@ typedef struct ps_var_info {
   int64_t offset;
 } ps_var_info;
 
-int ps_client_list(ps_client *c, int task, ps_var_info **out, size_t *n,
-                   ps_status *st);
+int ps_client_list(ps_client *c, int task, ps_var_info **out, size_t *n, ps_status *st);
 void ps_client_free_var_info(ps_var_info *v, size_t n);
 
 /* Flags of ps_client_delete(). */
@@ -272,7 +267,6 @@ typedef struct ps_task_status {
 
 int ps_client_status(ps_client *c, int task, ps_task_status *out, ps_status *st);
 
-
 /* ---- checkpoints (see proto/ps.proto) ----
  * Paths are relative to the ps tasks' --checkpoint-dir (a filesystem they
  * share), e.g. "model.ckpt-1000". */
@@ -293,12 +287,11 @@ int ps_client_save(ps_client *c, const char *prefix, const ps_save_options *o,
 /* Restores every variable of every ps by name from @prefix (NULL or "":
  * the latest checkpoint of the directory); no initialization needed.
  * @nrestored (may be NULL) receives how many variables were restored. */
-int ps_client_restore(ps_client *c, const char *prefix, size_t *nrestored,
-                      ps_status *st);
+int ps_client_restore(ps_client *c, const char *prefix, size_t *nrestored, ps_status *st);
 /* Restores some variables of one ps, each from @keys[i] in the checkpoint
  * (NULL: the variable's own name), as TensorFlow's Saver({"key": var}). */
 int ps_client_restore_vars(ps_client *c, int task, const char *prefix,
-                           const char *const *names, const char *const *keys,
-                           size_t n, ps_status *st);
+                           const char *const *names, const char *const *keys, size_t n,
+                           ps_status *st);
 
 #endif

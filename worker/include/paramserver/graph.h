@@ -32,7 +32,7 @@ const ps_status *ps_graph_status(const ps_graph *g);
 
 /* ---- nodes ---- */
 const char *ps_node_name(const ps_node *n);
-const char *ps_node_op(const ps_node *n);   /* "MatMul" */
+const char *ps_node_op(const ps_node *n); /* "MatMul" */
 ps_dtype ps_node_dtype(const ps_node *n);
 const ps_shape *ps_node_shape(const ps_node *n); /* dims of -1 are unknown */
 const char *ps_node_device(const ps_node *n);
@@ -47,7 +47,11 @@ int ps_node_add_control_deps(ps_node *n, ps_node *const *deps, size_t ndeps);
 void ps_name_scope_push(ps_graph *g, const char *name);
 void ps_name_scope_pop(ps_graph *g);
 
-typedef enum ps_reuse { PS_REUSE_NONE = 0, PS_REUSE_TRUE = 1, PS_AUTO_REUSE = 2 } ps_reuse;
+typedef enum ps_reuse {
+  PS_REUSE_NONE = 0,
+  PS_REUSE_TRUE = 1,
+  PS_AUTO_REUSE = 2
+} ps_reuse;
 /* A variable scope also opens the name scope of the same name.  Reuse is
  * inherited: a scope inside a reusing scope reuses (as TensorFlow). */
 void ps_variable_scope_push(ps_graph *g, const char *name, ps_reuse reuse);
@@ -61,7 +65,10 @@ void ps_device_push(ps_graph *g, const char *device);
 void ps_device_push_fn(ps_graph *g, ps_device_fn *fn); /* graph takes ownership */
 void ps_device_pop(ps_graph *g);
 
-typedef enum ps_ps_strategy { PS_STRATEGY_ROUND_ROBIN = 0, PS_STRATEGY_GREEDY_BYTES = 1 } ps_ps_strategy;
+typedef enum ps_ps_strategy {
+  PS_STRATEGY_ROUND_ROBIN = 0,
+  PS_STRATEGY_GREEDY_BYTES = 1
+} ps_ps_strategy;
 typedef struct ps_rds_options {
   const char *ps_device;     /* default "/job:ps" */
   const char *worker_device; /* default "/job:worker" */
@@ -91,17 +98,17 @@ ps_node *const *ps_collection_nodes(ps_graph *g, const char *key, size_t *n);
 
 /* ---- variables ---- */
 typedef struct ps_var_options {
-  bool not_trainable;          /* default trainable */
+  bool not_trainable;             /* default trainable */
   const char *const *collections; /* NULL: GLOBAL (+ TRAINABLE if trainable) */
   size_t ncollections;
-  bool local;                  /* LOCAL_VARIABLES instead of GLOBAL */
+  bool local; /* LOCAL_VARIABLES instead of GLOBAL */
 } ps_var_options;
 
 /* tf.Variable(initial_value, name=...): the name is uniquified, never an
  * error.  @initial_value may be any node (computed on the worker, then
  * assigned on the ps), e.g. ps_initialized_value(w) * 2. */
-ps_variable *ps_variable_create(ps_graph *g, ps_node *initial_value,
-                                const char *name, const ps_var_options *opt);
+ps_variable *ps_variable_create(ps_graph *g, ps_node *initial_value, const char *name,
+                                const ps_var_options *opt);
 /* tf.get_variable inside the current variable scope.  @init NULL: glorot
  * uniform for floating types, zeros otherwise (as TensorFlow).  Errors:
  * "Variable conv1/weights already exists, disallowed. Did you mean to set
@@ -119,8 +126,8 @@ const ps_shape *ps_variable_shape(const ps_variable *v);
 const char *ps_variable_device(const ps_variable *v);
 int ps_variable_task(const ps_variable *v); /* ps task, -1 if not on a ps */
 bool ps_variable_trainable(const ps_variable *v);
-ps_node *ps_variable_value(ps_variable *v);      /* "<name>/read" */
-ps_node *ps_variable_initializer(ps_variable *v);/* "<name>/Assign" */
+ps_node *ps_variable_value(ps_variable *v);       /* "<name>/read" */
+ps_node *ps_variable_initializer(ps_variable *v); /* "<name>/Assign" */
 /* A read that waits for @v's initializer (TF's initialized_value()). */
 ps_node *ps_initialized_value(ps_variable *v);
 /* A new read in the current control-dependency context (read_value()). */

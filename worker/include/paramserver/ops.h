@@ -31,7 +31,7 @@ ps_node *ps_concat(ps_node *const *xs, size_t n, int axis);
 /* rows of @params (axis 0); when params is a variable's value the session
  * reads only those rows from the ps, and the gradient is sparse */
 ps_node *ps_gather(ps_node *params, ps_node *indices);
-ps_node *ps_argmax(ps_node *x, int axis); /* int64 */
+ps_node *ps_argmax(ps_node *x, int axis);  /* int64 */
 ps_node *ps_equal(ps_node *a, ps_node *b); /* bool */
 ps_node *ps_cast(ps_node *x, ps_dtype dtype);
 ps_node *ps_neg(ps_node *x);
@@ -42,7 +42,7 @@ ps_node *ps_square(ps_node *x);
  * variable's value only through gathers is sparse: its node has
  * sparse_indices set (see worker/graph/node.h).  Gradients of several paths
  * are summed (sparse + sparse stays sparse by concatenation). */
-int ps_gradients(ps_graph *g, ps_node *y, ps_node *const *xs, size_t n,
-                 ps_node **dxs, ps_status *st);
+int ps_gradients(ps_graph *g, ps_node *y, ps_node *const *xs, size_t n, ps_node **dxs,
+                 ps_status *st);
 
 #endif

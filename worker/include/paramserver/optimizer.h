@@ -53,8 +53,7 @@ ps_variable *ps_create_global_step(ps_graph *g, ps_status *st);
 
 /* @var_list NULL: TRAINABLE_VARIABLES.  @global_step may be NULL. */
 ps_node *ps_optimizer_minimize(ps_optimizer *o, ps_graph *g, ps_node *loss,
-                               ps_variable *global_step,
-                               ps_variable *const *var_list, size_t n,
-                               ps_status *st);
+                               ps_variable *global_step, ps_variable *const *var_list,
+                               size_t n, ps_status *st);
 
 #endif

@@ -9,21 +9,21 @@
 #ifndef PARAMSERVER_PARAMSERVER_H
 #define PARAMSERVER_PARAMSERVER_H
 
-#include "paramserver/version.h"
-#include "paramserver/library.h"
-#include "paramserver/status.h"
-#include "paramserver/tensor.h"
-#include "paramserver/init.h"
-#include "paramserver/cluster.h"
-#include "paramserver/client.h"
 #include "paramserver/checkpoint.h"
+#include "paramserver/client.h"
+#include "paramserver/cluster.h"
+#include "paramserver/coordinator.h"
+#include "paramserver/dataset.h"
 #include "paramserver/graph.h"
+#include "paramserver/init.h"
+#include "paramserver/library.h"
 #include "paramserver/ops.h"
 #include "paramserver/optimizer.h"
 #include "paramserver/partition.h"
-#include "paramserver/session.h"
 #include "paramserver/saver.h"
-#include "paramserver/coordinator.h"
-#include "paramserver/dataset.h"
+#include "paramserver/session.h"
+#include "paramserver/status.h"
+#include "paramserver/tensor.h"
+#include "paramserver/version.h"
 
 #endif

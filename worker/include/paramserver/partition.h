@@ -34,17 +34,21 @@ int ps_partitioner_num_parts(const ps_partitioner *p, ps_dtype dtype,
 /* get_variable with a partitioner, in the current variable scope; the
  * graph owns the result.  Reuse errors as ps_get_variable, with TF's
  * "Partitioned variable with name %s already exists..." wording. */
-ps_partitioned_variable *ps_get_partitioned_variable(
-    ps_graph *g, const char *name, ps_dtype dtype, const ps_shape *shape,
-    const ps_init_spec *init, const ps_partitioner *part,
-    const ps_var_options *opt, ps_status *st);
+ps_partitioned_variable *
+ps_get_partitioned_variable(ps_graph *g, const char *name, ps_dtype dtype,
+                            const ps_shape *shape, const ps_init_spec *init,
+                            const ps_partitioner *part, const ps_var_options *opt,
+                            ps_status *st);
 
-typedef enum ps_partition_strategy { PS_PARTITION_MOD = 0, PS_PARTITION_DIV = 1 } ps_partition_strategy;
+typedef enum ps_partition_strategy {
+  PS_PARTITION_MOD = 0,
+  PS_PARTITION_DIV = 1
+} ps_partition_strategy;
 
 /* Rows @ids (int32/int64, 1-D) of the table made of @parts: each part's
  * rows are gathered on its ps, then stitched back in order.  With n == 1
  * this is a gather.  The gradient reaches each part as sparse rows. */
-ps_node *ps_embedding_lookup(ps_graph *g, ps_variable *const *parts, int n,
-                             ps_node *ids, ps_partition_strategy strategy);
+ps_node *ps_embedding_lookup(ps_graph *g, ps_variable *const *parts, int n, ps_node *ids,
+                             ps_partition_strategy strategy);
 
 #endif

@@ -22,9 +22,8 @@ void ps_session_destroy(ps_session *s);
 
 /* outputs[i] receives a new tensor for fetches[i] (caller destroys). */
 int ps_session_run(ps_session *s, const ps_feed *feeds, size_t nfeeds,
-                   ps_node *const *fetches, size_t nfetches,
-                   ps_node *const *targets, size_t ntargets, ps_tensor **outputs,
-                   ps_status *st);
+                   ps_node *const *fetches, size_t nfetches, ps_node *const *targets,
+                   size_t ntargets, ps_tensor **outputs, ps_status *st);
 
 /* Creates every variable of the graph on its ps now (a run does it
  * lazily); needed before restoring a checkpoint into a fresh cluster. */
@@ -32,8 +31,8 @@ int ps_session_create_variables(ps_session *s, ps_status *st);
 
 /* Runs a report_uninitialized_variables node: names of the uninitialized
  * variables (free with ps_client_free_names). */
-int ps_session_run_report(ps_session *s, ps_node *report, char ***names,
-                          size_t *n, ps_status *st);
+int ps_session_run_report(ps_session *s, ps_node *report, char ***names, size_t *n,
+                          ps_status *st);
 
 /* The client (NULL: no ps) and graph the session was created with. */
 ps_client *ps_session_client(const ps_session *s);

@@ -38,7 +38,9 @@ typedef struct ps_status {
 
 /* Sets the code to PS_OK and the message to "" (NULL is a no-op). */
 void ps_status_clear(ps_status *st);
-static inline int ps_status_ok(const ps_status *st) { return st->code == PS_OK; }
+static inline int ps_status_ok(const ps_status *st) {
+  return st->code == PS_OK;
+}
 /* "INVALID_ARGUMENT" etc.; "UNKNOWN_CODE(n)" is never returned: unknown
  * codes map to "UNKNOWN". */
 const char *ps_status_code_name(int code);

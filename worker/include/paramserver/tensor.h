@@ -31,30 +31,27 @@
  *   STRING no fixed size
  * The dtype enum, the name/size table and the element access of tensor.c
  * are generated from this list; add a type here and nowhere else. */
-#define PS_DTYPE_LIST(X)                                                     \
-  X(FLOAT, 1, "float", 4, float, float, FLOAT)                               \
-  X(DOUBLE, 2, "double", 8, double, double, FLOAT)                           \
-  X(INT32, 3, "int32", 4, int32_t, uint32_t, INT)                            \
-  X(UINT8, 4, "uint8", 1, uint8_t, uint8_t, INT)                             \
-  X(INT16, 5, "int16", 2, int16_t, uint16_t, INT)                            \
-  X(INT8, 6, "int8", 1, int8_t, uint8_t, INT)                                \
-  X(STRING, 7, "string", 0, void, void, STRING)                              \
-  X(COMPLEX64, 8, "complex64", 8, float, float, COMPLEX)                     \
-  X(INT64, 9, "int64", 8, int64_t, uint64_t, INT)                            \
-  X(BOOL, 10, "bool", 1, uint8_t, uint8_t, BOOL)                             \
-  X(BFLOAT16, 14, "bfloat16", 2, uint16_t, float, BF16)                      \
-  X(UINT16, 17, "uint16", 2, uint16_t, uint16_t, INT)                        \
-  X(COMPLEX128, 18, "complex128", 16, double, double, COMPLEX)               \
-  X(HALF, 19, "half", 2, uint16_t, float, HALF)                              \
-  X(UINT32, 22, "uint32", 4, uint32_t, uint32_t, INT)                        \
+#define PS_DTYPE_LIST(X)                                                                 \
+  X(FLOAT, 1, "float", 4, float, float, FLOAT)                                           \
+  X(DOUBLE, 2, "double", 8, double, double, FLOAT)                                       \
+  X(INT32, 3, "int32", 4, int32_t, uint32_t, INT)                                        \
+  X(UINT8, 4, "uint8", 1, uint8_t, uint8_t, INT)                                         \
+  X(INT16, 5, "int16", 2, int16_t, uint16_t, INT)                                        \
+  X(INT8, 6, "int8", 1, int8_t, uint8_t, INT)                                            \
+  X(STRING, 7, "string", 0, void, void, STRING)                                          \
+  X(COMPLEX64, 8, "complex64", 8, float, float, COMPLEX)                                 \
+  X(INT64, 9, "int64", 8, int64_t, uint64_t, INT)                                        \
+  X(BOOL, 10, "bool", 1, uint8_t, uint8_t, BOOL)                                         \
+  X(BFLOAT16, 14, "bfloat16", 2, uint16_t, float, BF16)                                  \
+  X(UINT16, 17, "uint16", 2, uint16_t, uint16_t, INT)                                    \
+  X(COMPLEX128, 18, "complex128", 16, double, double, COMPLEX)                           \
+  X(HALF, 19, "half", 2, uint16_t, float, HALF)                                          \
+  X(UINT32, 22, "uint32", 4, uint32_t, uint32_t, INT)                                    \
   X(UINT64, 23, "uint64", 8, uint64_t, uint64_t, INT)
 
 /* TensorFlow's DataType enum (types.proto): PS_DT_FLOAT = 1, ... */
 #define PS_DTYPE_ENUM_(E, N, NAME, SIZE, T, U, KIND) PS_DT_##E = N,
-typedef enum ps_dtype {
-  PS_DT_INVALID = 0,
-  PS_DTYPE_LIST(PS_DTYPE_ENUM_)
-} ps_dtype;
+typedef enum ps_dtype { PS_DT_INVALID = 0, PS_DTYPE_LIST(PS_DTYPE_ENUM_) } ps_dtype;
 #undef PS_DTYPE_ENUM_
 
 /* Bytes per element; 0 for DT_STRING, DT_INVALID and unknown numbers. */
