@@ -35,6 +35,16 @@ int ps_log_level_parse(const char *s) {
   return -1;
 }
 
+int ps_log_level_option(const char *prog, const char *arg) {
+  int l = ps_log_level_parse(arg);
+  if (l < 0) {
+    fprintf(stderr, "%s: unknown --log-level '%s'\n", prog, arg);
+    return -1;
+  }
+  ps_log_set_level((ps_log_level)l);
+  return 0;
+}
+
 static int current_level(void) {
   int cur = atomic_load(&g_level);
   if (cur < 0) { /* racing first readers all compute the same value */

@@ -20,6 +20,9 @@ void ps_log_set_task(const char *task);
 void ps_log_set_level(ps_log_level level);
 /* Parses "debug", "info", "warn", "error"; returns -1 if unknown. */
 int ps_log_level_parse(const char *s);
+/* A program's --log-level @arg: sets the level, or prints
+ * "PROG: unknown --log-level 'ARG'" to stderr and returns -1. */
+int ps_log_level_option(const char *prog, const char *arg);
 /* Copies @len bytes of @src to @dst (size @n, NUL-terminated, truncated
  * at a whole character) with control characters escaped as above; returns
  * the length written. */

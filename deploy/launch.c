@@ -863,7 +863,7 @@ static int parse_options(launcher *L, int argc, char **argv, int *nps, int *nwor
                                        {"help", no_argument, NULL, 'h'},
                                        {"version", no_argument, NULL, 'V'},
                                        {NULL, 0, NULL, 0}};
-  int o, l;
+  int o;
   /* "+": options end at the first non-option, which starts the command. */
   while ((o = getopt_long(argc, argv, "+", opts, NULL)) != -1) {
     switch (o) {
@@ -899,11 +899,7 @@ static int parse_options(launcher *L, int argc, char **argv, int *nps, int *nwor
       if (parse_int("--ready-timeout", optarg, 1, 86400, &L->ready_secs) != 0) return 2;
       break;
     case 'l':
-      if ((l = ps_log_level_parse(optarg)) < 0) {
-        fprintf(stderr, "ps-launch: unknown --log-level '%s'\n", optarg);
-        return 2;
-      }
-      ps_log_set_level((ps_log_level)l);
+      if (ps_log_level_option("ps-launch", optarg) != 0) return 2;
       break;
     case 'h':
       fputs(usage, stdout);

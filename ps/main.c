@@ -287,15 +287,9 @@ static int other_option(server_args *a, int o, bool *exit_now) {
   case 'C':
     a->ckpt_dir = optarg;
     break;
-  case 'l': {
-    int l = ps_log_level_parse(optarg);
-    if (l < 0) {
-      fprintf(stderr, "ps-server: unknown --log-level '%s'\n", optarg);
-      return 2;
-    }
-    ps_log_set_level((ps_log_level)l);
+  case 'l':
+    if (ps_log_level_option("ps-server", optarg) != 0) return 2;
     break;
-  }
   case 'h':
     fputs(usage, stdout);
     *exit_now = true;

@@ -58,9 +58,5 @@ int main(void) {
   tcase_set_timeout(tc, 900);
   tcase_add_test(tc, three_gib_variable_round_trip);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return ps_test_run(s);
 }

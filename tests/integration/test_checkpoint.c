@@ -471,9 +471,5 @@ int main(void) {
   tcase_add_test(tc, gates_reopen_when_the_coordinator_dies);
   tcase_add_test(tc, restore_in_place_and_corrupt_data);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return ps_test_run(s);
 }

@@ -344,9 +344,5 @@ int main(void) {
   tcase_add_test(tc, uninitialized_read_through_a_session);
   tcase_add_test(tc, local_and_remote_variables_say_the_same);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return ps_test_run(s);
 }

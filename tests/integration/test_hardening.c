@@ -1367,9 +1367,5 @@ int main(void) {
   tcase_set_timeout(t2s, 120);
   tcase_add_test(t2s, key_space_conflicts_across_tasks_are_refused);
   suite_add_tcase(s, t2s);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return ps_test_run(s);
 }

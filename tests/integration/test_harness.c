@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "tests/support/assert.h"
 
 /* ---- the victim ---- */
 
@@ -238,9 +239,5 @@ int main(int argc, char **argv) {
   tcase_add_test(tc, killed_program_leaves_nothing);
   tcase_add_test(tc, passing_test_leaves_nothing);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return ps_test_run(s);
 }

@@ -686,9 +686,5 @@ int main(void) {
   tcase_add_test(te, initialized_state_queries);
   tcase_add_test(te, random_garbage_never_crashes);
   suite_add_tcase(s, te);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return ps_test_run(s);
 }

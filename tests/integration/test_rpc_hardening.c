@@ -974,9 +974,5 @@ int main(void) {
   tcase_add_test(tr, good_flag_values_start);
   tcase_add_test(tr, log_escapes_control_characters);
   suite_add_tcase(s, tr);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return ps_test_run(s);
 }

@@ -707,9 +707,5 @@ int main(void) {
   tcase_add_test(tc, waiting_mixing_and_errors);
   tcase_add_test(tc, settings_are_checked);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return ps_test_run(s);
 }

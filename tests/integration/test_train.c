@@ -413,9 +413,5 @@ int main(void) {
   tcase_add_test(tc, in_process_variables_match_the_ps);
   tcase_add_test(tc, embedding_lookup_mod_strategy_and_ps_ops);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return ps_test_run(s);
 }

@@ -29,4 +29,14 @@
     PS_ASSERT_MSG_HAS(st, text);                                                         \
   } while (0)
 
+/* Runs suite @s (forking each test, as Check does by default) and returns
+ * the test program's exit status: 0 when every test passed. */
+static inline int ps_test_run(Suite *s) {
+  SRunner *sr = srunner_create(s);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}
+
 #endif

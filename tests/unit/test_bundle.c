@@ -1271,9 +1271,5 @@ int main(void) {
   tcase_add_test(tc, index_spans_several_blocks);
   tcase_add_test(tc, reads_from_several_threads);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return ps_test_run(s);
 }

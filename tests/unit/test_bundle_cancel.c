@@ -8,6 +8,7 @@
 
 #include "common/bundle.h"
 #include "testdir.h"
+#include "tests/support/assert.h"
 
 static int calls;
 
@@ -75,9 +76,5 @@ static Suite *suite(void) {
 }
 
 int main(void) {
-  SRunner *r = srunner_create(suite());
-  srunner_run_all(r, CK_NORMAL);
-  int failed = srunner_ntests_failed(r);
-  srunner_free(r);
-  return failed ? 1 : 0;
+  return ps_test_run(suite());
 }

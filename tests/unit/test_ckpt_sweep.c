@@ -12,6 +12,7 @@
 
 #include "ckpt.h"
 #include "testdir.h"
+#include "tests/support/assert.h"
 
 static void touch_old(const char *p, int secs) {
   struct timespec ts[2];
@@ -112,9 +113,5 @@ static Suite *suite(void) {
 }
 
 int main(void) {
-  SRunner *r = srunner_create(suite());
-  srunner_run_all(r, CK_NORMAL);
-  int failed = srunner_ntests_failed(r);
-  srunner_free(r);
-  return failed ? 1 : 0;
+  return ps_test_run(suite());
 }

@@ -943,9 +943,5 @@ int main(void) {
   tcase_add_test(tc, iterator_epochs_and_seeds);
   tcase_add_test(tc, iterator_shards_partition_the_examples);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return ps_test_run(s);
 }

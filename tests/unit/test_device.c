@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common/device.h"
+#include "tests/support/assert.h"
 
 /* Parses @in, which must succeed, and returns its to_string(). */
 static const char *canon(const char *in) {
@@ -296,9 +297,5 @@ static Suite *device_suite(void) {
 }
 
 int main(void) {
-  SRunner *sr = srunner_create(device_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+  return ps_test_run(device_suite());
 }

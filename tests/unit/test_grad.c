@@ -724,9 +724,5 @@ int main(void) {
   tcase_add_test(gr, gradients_with_unknown_batch);
   tcase_add_test(gr, float_gradients_match_double);
   suite_add_tcase(s, gr);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return ps_test_run(s);
 }

@@ -868,9 +868,5 @@ static Suite *init_suite(void) {
 }
 
 int main(void) {
-  SRunner *sr = srunner_create(init_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+  return ps_test_run(init_suite());
 }

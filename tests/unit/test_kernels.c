@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "common/kernels.h"
+#include "tests/support/assert.h"
 
 #define NEAR(a, b, tol)                                                                  \
   ck_assert_msg(fabs((double)(a) - (double)(b)) <= (tol), "%s = %.9g, want %.9g", #a,    \
@@ -230,9 +231,5 @@ int main(void) {
   tcase_add_test(tc, refused_and_nothing_changes);
   tcase_add_test(tc, optimizer_table);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return ps_test_run(s);
 }

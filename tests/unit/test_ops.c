@@ -8,6 +8,7 @@
 #include "paramserver/graph.h"
 #include "paramserver/ops.h"
 #include "paramserver/session.h"
+#include "tests/support/assert.h"
 
 #define D(...) ((const int64_t[]){__VA_ARGS__})
 #define V(...) ((const double[]){__VA_ARGS__})
@@ -703,9 +704,5 @@ int main(void) {
   tcase_add_test(tc, shape_and_type_errors);
   tcase_add_test(tc, static_shapes_with_unknown_batch);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return ps_test_run(s);
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common/philox.h"
+#include "tests/support/assert.h"
 
 static void run_kat(const uint32_t key[2], const uint32_t ctr[4],
                     const uint32_t want[4]) {
@@ -297,9 +298,5 @@ static Suite *philox_suite(void) {
 }
 
 int main(void) {
-  SRunner *sr = srunner_create(philox_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+  return ps_test_run(philox_suite());
 }

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "store.h"
+#include "tests/support/assert.h"
 
 static ps_shape shape2(int64_t a, int64_t b) {
   ps_shape s = {.rank = 2, .dim = {a, b}};
@@ -144,9 +145,5 @@ int main(void) {
   tcase_add_test(tc, initializer_accounting_and_copy_on_write);
   tcase_add_test(tc, lock_set_tolerates_duplicates);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return ps_test_run(s);
 }

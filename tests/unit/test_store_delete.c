@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "store.h"
+#include "tests/support/assert.h"
 
 static ps_shape shp(int64_t a, int64_t b) {
   return (ps_shape){.rank = 2, .dim = {a, b}};
@@ -233,9 +234,5 @@ int main(void) {
   tcase_add_test(tc, remove_of_many_with_slots);
   tcase_add_test(tc, snapshot_keeps_partition_info_of_deleted_parts);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return ps_test_run(s);
 }

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "store.h"
+#include "tests/support/assert.h"
 
 #define N_UPDATERS 4
 #define N_READERS 2
@@ -238,9 +239,5 @@ int main(void) {
   tcase_add_test(tc, updates_reads_and_snapshots_from_many_threads_are_exact);
   tcase_add_test(tc, first_buffers_from_many_threads);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return ps_test_run(s);
 }

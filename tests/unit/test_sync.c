@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "ps/sync.h"
+#include "tests/support/assert.h"
 
 static ps_sync_update dense_add(const float *v, int64_t n, int replicas, int64_t step) {
   ps_sync_update u = {0};
@@ -232,9 +233,5 @@ int main(void) {
   tcase_add_test(tc, sparse_rows_are_averaged_per_index);
   tcase_add_test(tc, mismatches_are_refused_with_their_texts);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return ps_test_run(s);
 }

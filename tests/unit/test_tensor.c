@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "common/tensor.h"
+#include "tests/support/assert.h"
 
 START_TEST(dtype_numbers_match_tensorflow) {
   ck_assert_int_eq(PS_DT_FLOAT, 1);
@@ -99,9 +100,5 @@ int main(void) {
   tcase_add_test(tc, half_and_bfloat16_round_trip);
   tcase_add_test(tc, elementwise_arithmetic);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return ps_test_run(s);
 }

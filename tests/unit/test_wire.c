@@ -9,6 +9,7 @@
 #include "common/tensor.h"
 #include "common/wire.h"
 #include "ps.pb-c.h"
+#include "tests/support/assert.h"
 
 START_TEST(size_helpers_refuse_overflow) {
   size_t n = 0;
@@ -168,9 +169,5 @@ int main(void) {
   tcase_add_test(tc, wire_strings_are_checked);
   tcase_add_test(tc, escape_for_logs);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return ps_test_run(s);
 }

@@ -598,15 +598,9 @@ static int run_option(int c, options *o) {
     if (parse_f64("--ps-timeout", optarg, 0, &d)) return 2;
     o->ps_timeout = d;
     break;
-  case O_LOG_LEVEL: {
-    int l = ps_log_level_parse(optarg);
-    if (l < 0) {
-      fprintf(stderr, "ps-worker: unknown --log-level '%s'\n", optarg);
-      return 2;
-    }
-    ps_log_set_level((ps_log_level)l);
+  case O_LOG_LEVEL:
+    if (ps_log_level_option("ps-worker", optarg) != 0) return 2;
     break;
-  }
   case O_META:
     o->meta = optarg;
     break;
