@@ -345,27 +345,26 @@ static int connection_limit(int64_t max_conns) {
   return (int)max_conns;
 }
 
-/* The daemon's loop: signals, the grace timer and the status tick, until
- * the server has drained. */
-static void run_loop(ps_rpc_server *srv, ps_store *store, ps_service *svc,
-                     int grace_secs) {
-  daemon_state d = {0};
-  d.loop = uv_default_loop();
-  d.srv = srv;
-  d.grace_ms = grace_secs * 1000;
-  uv_signal_init(d.loop, &d.sigterm);
-  uv_signal_init(d.loop, &d.sigint);
-  uv_timer_init(d.loop, &d.grace);
-  uv_async_init(d.loop, &d.done, on_done);
-  d.store = store;
-  d.svc = svc;
-  uv_timer_init(d.loop, &d.tick);
-  d.sigterm.data = d.sigint.data = d.grace.data = d.done.data = d.tick.data = &d;
-  uv_timer_start(&d.tick, on_tick, 1000, 1000);
-  uv_signal_start(&d.sigterm, on_signal, SIGTERM);
-  uv_signal_start(&d.sigint, on_signal, SIGINT);
-  uv_run(d.loop, UV_RUN_DEFAULT);
-  uv_loop_close(d.loop);
+/* The daemon's loop: signals, the grace timer and the status tick.  The
+ * handlers are installed before the readiness line is printed (a SIGTERM
+ * right after it must find them); then the loop runs until the server has
+ * drained. */
+static void loop_init(daemon_state *d, ps_rpc_server *srv, ps_store *store,
+                      ps_service *svc, int grace_secs) {
+  d->loop = uv_default_loop();
+  d->srv = srv;
+  d->grace_ms = grace_secs * 1000;
+  uv_signal_init(d->loop, &d->sigterm);
+  uv_signal_init(d->loop, &d->sigint);
+  uv_timer_init(d->loop, &d->grace);
+  uv_async_init(d->loop, &d->done, on_done);
+  d->store = store;
+  d->svc = svc;
+  uv_timer_init(d->loop, &d->tick);
+  d->sigterm.data = d->sigint.data = d->grace.data = d->done.data = d->tick.data = d;
+  uv_timer_start(&d->tick, on_tick, 1000, 1000);
+  uv_signal_start(&d->sigterm, on_signal, SIGTERM);
+  uv_signal_start(&d->sigint, on_signal, SIGINT);
 }
 
 /* --checkpoint-dir, resolved; the temp directories of saves that crashed
@@ -430,11 +429,14 @@ int main(int argc, char **argv) {
   snprintf(real_addr, sizeof real_addr, "%s:%d", host, ps_rpc_server_port(srv));
   ps_service_set_address(svc, real_addr);
   ps_rpc_server_start(srv);
+  daemon_state d = {0};
+  loop_init(&d, srv, store, svc, a.grace_secs);
   PS_INFO("serving on %s with %d threads (pid %d, at most %d connections)", real_addr,
           a.threads, (int)getpid(), a.ropt.max_connections);
   printf("%s ready on %s\n", taskname, real_addr);
   fflush(stdout);
-  run_loop(srv, store, svc, a.grace_secs);
+  uv_run(d.loop, UV_RUN_DEFAULT);
+  uv_loop_close(d.loop);
   /* Every call is gone, but a checkpoint job may still be unwinding after
    * answering its call: it must be done before anything is freed. */
   ps_ckpt_wait_all();
