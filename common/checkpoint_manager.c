@@ -394,6 +394,61 @@ const char *ps_ckpt_manager_latest(const ps_ckpt_manager *m) {
 size_t ps_ckpt_manager_count(const ps_ckpt_manager *m) {
   return m->n;
 }
+/* The entry for own path @path: the listed one with its timestamp, or one
+ * made for a checkpoint of the directory whose index exists (timestamp:
+ * the index's mtime, as TF's recover_last_checkpoints); NULL with *@rc 0
+ * when there is none, with *@rc set when out of memory. */
+static mentry *own_entry(ps_ckpt_manager *m, const char *path, int *rc, ps_status *st) {
+  char *full = ps_path_join_(m->dir, path),
+       *key = full ? ps_path_abs_normalize_(full) : NULL;
+  free(full);
+  if (key == NULL) {
+    *rc = ps_ckpt_oom_(st);
+    return NULL;
+  }
+  mentry *x = NULL;
+  for (size_t i = 0; i < m->n && x == NULL; i++)
+    if (m->e[i] != NULL && strcmp(m->e[i]->key, key) == 0) {
+      x = m->e[i];
+      m->e[i] = NULL; /* taken */
+    }
+  char *slash = strrchr(key, '/');
+  if (x == NULL && slash != NULL && slash[1] != '\0') {
+    *slash = '\0';
+    bool in_dir = strcmp(key[0] ? key : "/", m->dirkey) == 0;
+    *slash = '/';
+    char *index = ps_str_cat3_(key, ".index", "");
+    struct stat sb;
+    if (index == NULL)
+      *rc = ps_ckpt_oom_(st);
+    else if (in_dir && stat(index, &sb) == 0 &&
+             (x = mentry_new(m->dir, slash + 1, index_mtime(key, 0))) == NULL)
+      *rc = ps_ckpt_oom_(st);
+    free(index);
+  }
+  free(key);
+  return x;
+}
+
+int ps_ckpt_manager_retain(ps_ckpt_manager *m, const char *const *paths, size_t n,
+                           ps_status *st) {
+  mentry **keep = calloc(n + 1, sizeof *keep);
+  if (keep == NULL) return ps_ckpt_oom_(st);
+  size_t k = 0;
+  int rc = 0;
+  for (size_t i = 0; i < n && rc == 0; i++) {
+    mentry *x = own_entry(m, paths[i] ? paths[i] : "", &rc, st);
+    if (x != NULL) keep[k++] = x;
+  }
+  /* the entries not taken are no longer listed; their files stay */
+  for (size_t i = 0; i < m->n; i++)
+    mentry_free(m->e[i]);
+  free(m->e);
+  m->e = keep;
+  m->n = k;
+  return rc;
+}
+
 const char *ps_ckpt_manager_path(const ps_ckpt_manager *m, size_t i) {
   return i < m->n ? m->e[i]->full : NULL;
 }

@@ -406,6 +406,10 @@ typedef struct part_info {
   int64_t offset;
 } part_info;
 
+/* A Saver's own list of checkpoints in a Merge (MergeRequest.own_paths):
+ * far beyond any max_to_keep. */
+#define MAX_OWN_PATHS 10000
+
 typedef struct job {
   ps_rpc_call *c;
   ps_service *svc;
@@ -416,8 +420,8 @@ typedef struct job {
   char part[PATH_MAX + 64];
   int shard, nshards;
   /* merge */
-  int max_to_keep;
-  double keep_hours;
+  ps_state_update su;
+  Paramserver__MergeRequest *mrq; /* owns su.own */
   /* restore */
   Paramserver__RestoreRequest *rq;
   ps_status st;
@@ -431,6 +435,7 @@ static void job_free(ps_rpc_call *c) {
   free(j->pi);
   ps_snapshot_free(j->snap);
   if (j->rq) paramserver__restore_request__free_unpacked(j->rq, NULL);
+  if (j->mrq) paramserver__merge_request__free_unpacked(j->mrq, NULL);
   free(j);
 }
 
@@ -688,7 +693,8 @@ static void *merge_thread(void *arg) {
   const char *root = ps_service_checkpoint_dir(j->svc);
   int rc = 0, lock = -1;
   bool merged = false;
-  char **names = NULL;
+  char **names = NULL, **listed = NULL;
+  size_t nlisted = 0;
   char dir[PATH_MAX + 16], state[PATH_MAX + 16], conf[PATH_MAX + 16];
   snprintf(dir, sizeof dir, "%s_temp", j->prefix);
   snprintf(state, sizeof state, "%s", j->prefix);
@@ -724,8 +730,7 @@ static void *merge_thread(void *arg) {
   if (rc == 0) rc = job_check(j, "merge");
   if (rc == 0) {
     rmdir(dir);
-    rc =
-        ps_service_update_state(j->svc, j->prefix, j->max_to_keep, j->keep_hours, &j->st);
+    rc = ps_service_update_state(j->svc, j->prefix, &j->su, &listed, &nlisted, &j->st);
   }
   if (rc != 0 && merged) {
     /* the state file does not name it: what this merge wrote goes */
@@ -737,12 +742,17 @@ static void *merge_thread(void *arg) {
     PS_INFO("checkpoint %s written (%d shards)", j->prefix, j->nshards);
     Paramserver__MergeResponse r = PARAMSERVER__MERGE_RESPONSE__INIT;
     r.prefix = j->prefix;
+    r.listed = listed;
+    r.n_listed = nlisted;
     ps_rpc_call_reply(j->c, &r.base);
   } else {
     PS_ERROR("merge of %s failed: %s", j->prefix, j->st.msg);
   }
   if (lock >= 0) close(lock);
   free_names(names, j->nshards);
+  for (size_t i = 0; i < nlisted; i++)
+    free(listed[i]);
+  free(listed);
   ps_rpc_call_resume(j->c, rc, &j->st); /* @j may be freed from here on */
   job_done();
   return NULL;
@@ -761,12 +771,19 @@ static int merge_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *s
     rc =
         ps_wire_check_strings(&paramserver__merge_request__descriptor, p, n, "Merge", st);
   j->nshards = rq->num_shards;
-  j->max_to_keep = rq->max_to_keep == 0 ? 5 : rq->max_to_keep;
-  j->keep_hours = rq->keep_every_n_hours;
+  j->su.max_to_keep = rq->max_to_keep == 0 ? 5 : rq->max_to_keep;
+  j->su.keep_every_n_hours = rq->keep_every_n_hours;
+  j->su.own_list = rq->own_list;
+  j->su.own = (const char *const *)rq->own_paths;
+  j->su.nown = rq->n_own_paths;
+  j->mrq = rq;
   if (rc == 0 && (j->nshards < 1 || j->nshards > 99999))
     rc = ps_status_set(st, PS_INVALID_ARGUMENT,
                        "Merge: num_shards %d is outside [1, 99999]", j->nshards);
-  paramserver__merge_request__free_unpacked(rq, NULL);
+  if (rc == 0 && rq->n_own_paths > MAX_OWN_PATHS)
+    rc = ps_status_set(st, PS_INVALID_ARGUMENT,
+                       "Merge: %zu own_paths, more than the %d allowed", rq->n_own_paths,
+                       MAX_OWN_PATHS);
   return rc;
 }
 

@@ -691,8 +691,8 @@ const ps_rpc_handler *ps_service_handlers(size_t *n) {
 
 /* ---- the `checkpoint` state file (common/checkpoint_state.c) ---- */
 
-int ps_service_update_state(ps_service *svc, const char *prefix, int max_to_keep,
-                            double keep_every_n_hours, ps_status *st) {
+int ps_service_update_state(ps_service *svc, const char *prefix, const ps_state_update *u,
+                            char ***listed, size_t *nlisted, ps_status *st) {
   (void)svc;
   char dir[4096];
   snprintf(dir, sizeof dir, "%s", prefix);
@@ -700,12 +700,23 @@ int ps_service_update_state(ps_service *svc, const char *prefix, int max_to_keep
   if (sl) *sl = '\0';
   ps_ckpt_manager_options o;
   ps_ckpt_manager_options_init(&o);
-  o.max_to_keep = max_to_keep < 0 ? 0 : max_to_keep;
-  if (keep_every_n_hours > 0) o.keep_checkpoint_every_n_hours = keep_every_n_hours;
-  struct timespec now;
-  clock_gettime(CLOCK_REALTIME, &now);
-  return ps_ckpt_record(dir, prefix, &o, (double)now.tv_sec + (double)now.tv_nsec / 1e9,
-                        st);
+  o.max_to_keep = u->max_to_keep < 0 ? 0 : u->max_to_keep;
+  if (u->keep_every_n_hours > 0) o.keep_checkpoint_every_n_hours = u->keep_every_n_hours;
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  double now = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+  if (listed) *listed = NULL, *nlisted = 0;
+  ps_ckpt_manager *m = ps_ckpt_manager_create(dir, &o, now, st);
+  if (m == NULL) return st->code;
+  int rc = u->own_list ? ps_ckpt_manager_retain(m, u->own, u->nown, st) : 0;
+  if (rc == 0) rc = ps_ckpt_manager_add(m, prefix, now, st);
+  size_t n = ps_ckpt_manager_count(m);
+  if (rc == 0 && listed && (*listed = calloc(n + 1, sizeof **listed)) != NULL) {
+    for (size_t i = 0; i < n; i++)
+      if (((*listed)[i] = strdup(ps_ckpt_manager_path(m, i))) != NULL) (*nlisted)++;
+  }
+  ps_ckpt_manager_destroy(m);
+  return rc;
 }
 
 int ps_service_latest(ps_service *svc, char **prefix, ps_status *st) {

@@ -2,6 +2,7 @@
 #ifndef PS_SERVICE_H
 #define PS_SERVICE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -40,10 +41,23 @@ const ps_service_limits *ps_service_limits_of(const ps_service *svc);
 /* Root of every checkpoint path (NULL: saving and restoring are refused). */
 void ps_service_set_checkpoint_dir(ps_service *svc, const char *dir);
 const char *ps_service_checkpoint_dir(ps_service *svc);
-/* After a merge: record @prefix in the directory's `checkpoint` state file,
- * dropping old checkpoints past @max_to_keep (-1: keep all). */
-int ps_service_update_state(ps_service *svc, const char *prefix, int max_to_keep,
-                            double keep_every_n_hours, ps_status *st);
+/* How a save updates the `checkpoint` state file of its directory:
+ * TensorFlow's retention (max_to_keep: 0 lists only the latest, -1 keeps
+ * all; keep_every_n_hours: 0 never), over the directory's list, or with
+ * @own_list over a Saver's own list @own[0..nown) only (MergeRequest). */
+typedef struct ps_state_update {
+  int max_to_keep;
+  double keep_every_n_hours;
+  bool own_list;
+  const char *const *own;
+  size_t nown;
+} ps_state_update;
+
+/* Records @prefix in its directory's state file as @u says.  *@listed
+ * (malloc'd strings in one malloc'd array, freed by the caller; may be
+ * NULL) gets the list the state file names afterwards, oldest first. */
+int ps_service_update_state(ps_service *svc, const char *prefix, const ps_state_update *u,
+                            char ***listed, size_t *nlisted, ps_status *st);
 /* The latest checkpoint of the checkpoint directory (malloc'd). */
 int ps_service_latest(ps_service *svc, char **prefix, ps_status *st);
 

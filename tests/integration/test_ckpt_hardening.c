@@ -619,6 +619,23 @@ START_TEST(a_merge_of_many_shards_is_refused_before_it_sizes_anything) {
   ck_assert_int_eq(raw("/paramserver.Ps/Merge", m2, sizeof m2, msg, sizeof msg),
                    PS_INVALID_ARGUMENT);
   ck_assert_msg(strstr(msg, "Merge: num_shards 100000 is outside [1, 99999]"), "%s", msg);
+  /* a Saver's own list of 10001 checkpoints: refused by its limit */
+  size_t n3 = 0;
+  uint8_t *m3 = malloc(16 + 10001 * 3);
+  ck_assert_ptr_nonnull(m3);
+  static const uint8_t head[] = {0x0a, 3, 'b', 'i', 'g', 0x10, 1, 0x28, 1};
+  memcpy(m3, head, sizeof head);
+  n3 = sizeof head;
+  for (int i = 0; i < 10001; i++) {
+    m3[n3++] = 0x32; /* own_paths */
+    m3[n3++] = 1;
+    m3[n3++] = 'x';
+  }
+  ck_assert_int_eq(raw("/paramserver.Ps/Merge", m3, n3, msg, sizeof msg),
+                   PS_INVALID_ARGUMENT);
+  free(m3);
+  ck_assert_msg(strstr(msg, "Merge: 10001 own_paths, more than the 10000 allowed"), "%s",
+                msg);
   ck_assert(exists("%s/big_temp/part-00000-of-99999%s", ck, ".index"));
   ck_assert(!exists("%s/big%s", ck, ".index"));
   ck_assert_int_eq(ps_term(30), 0);

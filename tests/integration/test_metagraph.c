@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "paramserver/checkpoint.h"
 #include "paramserver/graph.h"
 #include "paramserver/ops.h"
 #include "paramserver/optimizer.h"
@@ -272,6 +273,59 @@ START_TEST(name_map_and_eviction) {
 }
 END_TEST
 
+/* Two Savers in one directory, as TensorFlow's: a Saver's max_to_keep
+ * evicts only the checkpoints it wrote itself (it deleted the other
+ * Saver's "best" before), and the state file lists only its own; a Saver
+ * with directory_retention (ps-worker's) works on the directory's list. */
+START_TEST(a_saver_evicts_only_its_own_checkpoints) {
+  ps_harness h;
+  ps_client *c = start(&h, 2);
+  ps_status st;
+  ps_graph *g = build(h.cluster);
+  ps_session *s = ps_session_create(g, c, &st);
+  ps_node *init = ps_global_variables_initializer(g);
+  PS_ASSERT_OK(ps_session_run(s, NULL, 0, NULL, 0, &init, 1, NULL, &st), st);
+  ps_saver_options keep5 = {.max_to_keep = 5}, keep1 = {.max_to_keep = 1};
+  ps_saver *best = ps_saver_create(g, &keep5, &st), *a = ps_saver_create(g, &keep1, &st);
+  ck_assert(best != NULL && a != NULL);
+  PS_ASSERT_OK(ps_saver_save(best, s, "best", -1, NULL, NULL, &st), st);
+  for (int i = 1; i <= 3; i++)
+    PS_ASSERT_OK(ps_saver_save(a, s, "m", i, NULL, NULL, &st), st);
+  char p[400];
+  struct stat sb;
+  snprintf(p, sizeof p, "%s/best.index", dir);
+  ck_assert_msg(stat(p, &sb) == 0, "%s was deleted by another Saver's max_to_keep", p);
+  for (int i = 1; i <= 3; i++) {
+    snprintf(p, sizeof p, "%s/m-%d.index", dir, i);
+    ck_assert_msg((stat(p, &sb) == 0) == (i == 3), "%s", p);
+  }
+  ps_ckpt_state cs;
+  PS_ASSERT_OK(ps_ckpt_state_read(dir, &cs, &st), st);
+  ck_assert_uint_eq(cs.num_paths, 1);
+  ck_assert_ptr_nonnull(strstr(cs.all_model_checkpoint_paths[0], "m-3"));
+  ps_ckpt_state_free(&cs);
+  /* the "best" Saver again: its own list is best and best-2 */
+  PS_ASSERT_OK(ps_saver_save(best, s, "best", 2, NULL, NULL, &st), st);
+  PS_ASSERT_OK(ps_ckpt_state_read(dir, &cs, &st), st);
+  ck_assert_uint_eq(cs.num_paths, 2);
+  ps_ckpt_state_free(&cs);
+  snprintf(p, sizeof p, "%s/m-3.index", dir);
+  ck_assert_msg(stat(p, &sb) == 0, "%s", p);
+  /* directory retention: max_to_keep 1 over the directory's list */
+  ps_saver_options dirwide = {.max_to_keep = 1, .directory_retention = true};
+  ps_saver *d = ps_saver_create(g, &dirwide, &st);
+  PS_ASSERT_OK(ps_saver_save(d, s, "d", 1, NULL, NULL, &st), st);
+  snprintf(p, sizeof p, "%s/best-2.index", dir);
+  ck_assert_msg(stat(p, &sb) != 0, "%s: directory retention kept it", p);
+  ps_saver_destroy(d);
+  ps_saver_destroy(a);
+  ps_saver_destroy(best);
+  ps_session_destroy(s);
+  ps_graph_destroy(g);
+  ck_assert_int_eq(harness_stop_client(&h, c), 0);
+}
+END_TEST
+
 /* A SyncReplicas graph stays synchronous through export and import. */
 START_TEST(sync_graph_round_trip) {
   ps_harness h;
@@ -409,6 +463,7 @@ static Suite *suite(void) {
   tcase_set_timeout(tc, 240);
   tcase_add_test(tc, export_import_restore_continue);
   tcase_add_test(tc, name_map_and_eviction);
+  tcase_add_test(tc, a_saver_evicts_only_its_own_checkpoints);
   tcase_add_test(tc, corrupt_meta_files);
   tcase_add_test(tc, sync_graph_round_trip);
   suite_add_tcase(s, tc);

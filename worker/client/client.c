@@ -939,7 +939,17 @@ typedef struct save_out {
   int64_t bytes;
   char *prefix;
   size_t n;
+  ps_ckpt_list listed; /* Merge: the state file's list afterwards */
 } save_out;
+
+void ps_ckpt_list_fini(ps_ckpt_list *l) {
+  if (l == NULL) return;
+  for (size_t i = 0; i < l->n; i++)
+    free(l->paths[i]);
+  free(l->paths);
+  l->paths = NULL;
+  l->n = 0;
+}
 
 static int parse_save(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
                       ps_status *st) {
@@ -954,10 +964,18 @@ static int parse_merge(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink
                        ps_status *st) {
   Paramserver__MergeResponse *r = paramserver__merge_response__unpack(NULL, n, p);
   if (r == NULL) return ps_status_set(st, PS_INTERNAL, "Merge: response does not parse");
-  free(((save_out *)user)->prefix);
-  ((save_out *)user)->prefix = strdup(r->prefix);
+  save_out *o = user;
+  free(o->prefix);
+  o->prefix = strdup(r->prefix);
+  ps_ckpt_list_fini(&o->listed);
+  int rc = o->prefix ? 0 : PS_RESOURCE_EXHAUSTED;
+  if (rc == 0 && (o->listed.paths = calloc(r->n_listed + 1, sizeof(char *))) == NULL)
+    rc = PS_RESOURCE_EXHAUSTED;
+  for (size_t i = 0; rc == 0 && i < r->n_listed; i++)
+    if ((o->listed.paths[o->listed.n++] = strdup(r->listed[i])) == NULL)
+      rc = PS_RESOURCE_EXHAUSTED;
   paramserver__merge_response__free_unpacked(r, NULL);
-  return 0;
+  return rc ? ps_status_set(st, rc, "Merge: out of memory") : 0;
 }
 
 static int parse_restore(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
@@ -1014,6 +1032,12 @@ int ps_client_save(ps_client *c, const char *prefix, const ps_save_options *o,
   const ProtobufCMessage **msgs = calloc((size_t)n, sizeof *msgs);
   Paramserver__SaveRequest *saves = calloc((size_t)n, sizeof *saves);
   save_out *outs = calloc((size_t)n, sizeof *outs);
+  if (msgs == NULL || saves == NULL || outs == NULL) {
+    free(msgs);
+    free(saves);
+    free(outs);
+    return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+  }
   /* 1. every ps closes its gate and captures its variables */
   for (int t = 0; t < n; t++)
     msgs[t] = &snap.base;
@@ -1045,12 +1069,23 @@ int ps_client_save(ps_client *c, const char *prefix, const ps_save_options *o,
   mr.num_shards = n;
   mr.max_to_keep = o->max_to_keep;
   mr.keep_every_n_hours = o->keep_every_n_hours;
+  if (o->own) {
+    mr.own_list = true;
+    mr.own_paths = o->own->paths;
+    mr.n_own_paths = o->own->n;
+  }
   rc = control_call(c, n - 1, M_MERGE, &mr.base, false, parse_merge, &outs[0], st);
   if (rc == 0 && written) {
     *written = outs[0].prefix;
     outs[0].prefix = NULL;
   }
+  if (rc == 0 && o->own) {
+    ps_ckpt_list_fini(o->own);
+    *o->own = outs[0].listed;
+    outs[0].listed = (ps_ckpt_list){0};
+  }
 out:
+  ps_ckpt_list_fini(&outs[0].listed);
   free(outs[0].prefix);
   free(outs);
   free(saves);

@@ -765,7 +765,9 @@ static int set_up(job *j, ps_status *st) {
     if (build_model(o, j->cluster, j->client ? ps_client_num_ps(j->client) : 0, &j->m,
                     st))
       return -1;
-    ps_saver_options so = {.max_to_keep = o->max_to_keep};
+    /* ps-worker owns its checkpoint directory: retention over its list,
+     * across restarts (tf.train.CheckpointManager's way) */
+    ps_saver_options so = {.max_to_keep = o->max_to_keep, .directory_retention = true};
     if ((j->saver = ps_saver_create(j->m.g, &so, st)) == NULL) return -1;
   }
   if ((j->s = ps_session_create(j->m.g, j->client, st)) == NULL) return -1;

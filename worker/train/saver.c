@@ -41,6 +41,8 @@ struct ps_saver {
   char **keys; /* entries may be NULL: the variable's own name */
   int max_to_keep;
   double keep_hours;
+  bool dir_retention;
+  ps_ckpt_list own; /* the checkpoints it wrote that are still listed */
 };
 
 /* ---- saver ---- */
@@ -57,6 +59,7 @@ void ps_saver_destroy(ps_saver *s) {
     free(s->vars[i]);
     free(s->keys[i]);
   }
+  ps_ckpt_list_fini(&s->own);
   free(s->vars);
   free(s->keys);
   free(s);
@@ -90,6 +93,7 @@ ps_saver *ps_saver_create(ps_graph *g, const ps_saver_options *o, ps_status *st)
   if (o) {
     s->max_to_keep = o->max_to_keep;
     s->keep_hours = o->keep_checkpoint_every_n_hours;
+    s->dir_retention = o->directory_retention;
   }
   if (s->all) return s;
   for (size_t i = 0; i < o->nvars; i++) {
@@ -131,7 +135,8 @@ int ps_saver_save(ps_saver *s, ps_session *sess, const char *prefix, int64_t glo
   else
     snprintf(full, sizeof full, "%s", prefix);
   ps_save_options o = {.max_to_keep = s->max_to_keep,
-                       .keep_every_n_hours = s->keep_hours};
+                       .keep_every_n_hours = s->keep_hours,
+                       .own = s->dir_retention ? NULL : &s->own};
   char *written = NULL;
   int64_t bytes = 0;
   /* The meta graph goes first: once the state file names the checkpoint,

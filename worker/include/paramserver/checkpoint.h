@@ -151,6 +151,17 @@ int ps_ckpt_manager_add(ps_ckpt_manager *m, const char *prefix, double now,
 
 /* The latest checkpoint (joined with the directory), NULL if none yet. */
 const char *ps_ckpt_manager_latest(const ps_ckpt_manager *m);
+/* Makes the list @paths[0..n) (oldest first; as the state file names them,
+ * or as ps_ckpt_manager_path gave them): a path listed keeps its
+ * timestamp, one of this directory that is not listed but whose index
+ * exists comes back with its index's mtime (TensorFlow's
+ * recover_last_checkpoints), others are skipped.  Checkpoints not in
+ * @paths are dropped from the list; their files stay.  This is TensorFlow's
+ * Saver, whose state file lists only the checkpoints it wrote, so its
+ * retention never deletes another Saver's.  RESOURCE_EXHAUSTED when out of
+ * memory (the list then holds the paths gathered so far). */
+int ps_ckpt_manager_retain(ps_ckpt_manager *m, const char *const *paths, size_t n,
+                           ps_status *st);
 /* The listed checkpoints, oldest first; pointers valid until the next
  * add or destroy. */
 size_t ps_ckpt_manager_count(const ps_ckpt_manager *m);

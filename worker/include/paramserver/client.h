@@ -270,11 +270,26 @@ int ps_client_status(ps_client *c, int task, ps_task_status *out, ps_status *st)
 /* ---- checkpoints (see proto/ps.proto) ----
  * Paths are relative to the ps tasks' --checkpoint-dir (a filesystem they
  * share), e.g. "model.ckpt-1000". */
+/* The checkpoints one Saver wrote (TensorFlow's Saver.last_checkpoints),
+ * as the ps names them, oldest first.  Owned by whoever holds it; free
+ * with ps_ckpt_list_fini. */
+typedef struct ps_ckpt_list {
+  char **paths;
+  size_t n;
+} ps_ckpt_list;
+void ps_ckpt_list_fini(ps_ckpt_list *l);
+
 typedef struct ps_save_options {
   int max_to_keep;           /* 0: 5 (TensorFlow's default); -1: keep all */
   double keep_every_n_hours; /* 0: never */
   bool skip_uninitialized;   /* else an uninitialized variable fails the save */
   int64_t hold_ms;           /* the longest the update gates stay closed (10 s) */
+  /* NULL: retention runs over the directory's list, as the state file has
+   * it (an operator's save, psctl save).  Else a Saver's save: the state
+   * file lists only *own and the new checkpoint, retention deletes only
+   * among them (never another Saver's checkpoints), and on success *own is
+   * replaced with the list after the save. */
+  ps_ckpt_list *own;
 } ps_save_options;
 
 /* Saves every variable of every ps as of one moment: each ps writes its

@@ -41,6 +41,13 @@ typedef struct ps_saver_options {
   const char *const *keys;
   int max_to_keep;                      /* 0: 5 (TensorFlow's); -1: keep all */
   double keep_checkpoint_every_n_hours; /* 0: never */
+  /* Retention, as TensorFlow's Saver does it by default (false): over the
+   * checkpoints this Saver wrote, so max_to_keep never deletes a checkpoint
+   * another Saver or program wrote, and the state file lists only this
+   * Saver's.  true: over the whole directory's list, as
+   * tf.train.CheckpointManager does; for a program that owns its checkpoint
+   * directory and must keep retention going across restarts (ps-worker). */
+  bool directory_retention;
 } ps_saver_options;
 
 ps_saver *ps_saver_create(ps_graph *g, const ps_saver_options *o, ps_status *st);
