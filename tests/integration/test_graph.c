@@ -9,6 +9,7 @@
 #include "harness.h"
 #include "paramserver/graph.h"
 #include "paramserver/partition.h"
+#include "paramserver/saver.h"
 #include "paramserver/session.h"
 #include "tests/support/assert.h"
 
@@ -146,6 +147,57 @@ START_TEST(scopes_reuse_and_their_errors) {
   ps_variable *const *mine = ps_collection_variables(g, "my_vars", &n);
   ck_assert_uint_eq(n, 1);
   ck_assert_ptr_eq(mine[0], w);
+  ps_graph_destroy(g);
+}
+END_TEST
+
+/* TensorFlow's collections hold any objects: a collection of a variable
+ * and a node gives each typed getter its own kind (the node was returned
+ * as a variable and crashed the caller), also after a MetaGraph round
+ * trip; accessors take the NULL of a failed constructor. */
+START_TEST(mixed_collections_and_null_accessors) {
+  ps_graph *g = ps_graph_create();
+  ps_status st;
+  ps_shape s = shp(1, 3, 0);
+  ps_variable *w = ps_get_variable(g, "w", PS_DT_FLOAT, &s, NULL, NULL, &st);
+  ck_assert_ptr_nonnull(w);
+  ps_node *x = ps_placeholder(g, PS_DT_FLOAT, &s, "x");
+  ps_collection_add_variable(g, "mixed", w);
+  ps_collection_add_node(g, "mixed", x);
+  size_t nv, nn;
+  ps_variable *const *vs = ps_collection_variables(g, "mixed", &nv);
+  ps_node *const *ns = ps_collection_nodes(g, "mixed", &nn);
+  ck_assert_uint_eq(nv, 1);
+  ck_assert_uint_eq(nn, 1);
+  ck_assert_str_eq(ps_variable_name(vs[0]), "w");
+  ck_assert_str_eq(ps_node_name(ns[0]), "x");
+  size_t len;
+  uint8_t *buf = ps_meta_graph_serialize(g, NULL, &len, &st);
+  ck_assert_msg(buf != NULL, "%s", st.msg);
+  ps_graph *g2 = ps_meta_graph_parse(buf, len, "mixed", NULL, &st);
+  free(buf);
+  ck_assert_msg(g2 != NULL, "%s", st.msg);
+  vs = ps_collection_variables(g2, "mixed", &nv);
+  ns = ps_collection_nodes(g2, "mixed", &nn);
+  ck_assert_uint_eq(nv, 1);
+  ck_assert_uint_eq(nn, 1);
+  ck_assert_str_eq(ps_variable_name(vs[0]), "w");
+  ck_assert_str_eq(ps_node_name(ns[0]), "x");
+  ps_graph_destroy(g2);
+  /* a failed get_variable, then the README's pattern without a NULL check */
+  ps_variable *again = ps_get_variable(g, "w", PS_DT_FLOAT, &s, NULL, NULL, &st);
+  ck_assert_ptr_null(again);
+  ck_assert_ptr_null(ps_variable_value(again));
+  ck_assert_ptr_null(ps_variable_initializer(again));
+  ck_assert_ptr_null(ps_initialized_value(again));
+  ck_assert_ptr_null(ps_read_value(again, NULL, 0));
+  ck_assert_ptr_null(ps_assign(again, x));
+  ck_assert_ptr_null(ps_is_variable_initialized(again));
+  ck_assert_ptr_null(ps_variable_name(again));
+  ck_assert_int_eq(ps_variable_task(again), -1);
+  ck_assert_ptr_null(ps_node_name(NULL));
+  ck_assert_ptr_null(ps_node_shape(NULL));
+  ck_assert_int_eq(ps_node_dtype(NULL), PS_DT_INVALID);
   ps_graph_destroy(g);
 }
 END_TEST
@@ -340,6 +392,7 @@ int main(void) {
   tcase_add_test(tc, no_ps_job_means_no_device_function);
   tcase_add_test(tc, scopes_reuse_and_their_errors);
   tcase_add_test(tc, a_scoped_name_over_the_limit_is_refused);
+  tcase_add_test(tc, mixed_collections_and_null_accessors);
   tcase_add_test(tc, initialize_in_dependency_order_across_ps);
   tcase_add_test(tc, uninitialized_read_through_a_session);
   tcase_add_test(tc, local_and_remote_variables_say_the_same);

@@ -57,7 +57,8 @@ void ps_graph_destroy(ps_graph *g) {
   free(g->names);
   for (size_t i = 0; i < g->ncoll; i++) {
     free(g->coll[i].key);
-    free(g->coll[i].items);
+    free(g->coll[i].vars);
+    free(g->coll[i].nodes);
   }
   free(g->coll);
   for (int i = 0; i < g->nscope; i++)
@@ -125,11 +126,12 @@ const ps_partitioned_variable *ps_graph_partitioned_(const ps_graph *g, size_t i
 size_t ps_graph_num_collections_(const ps_graph *g) {
   return g->ncoll;
 }
-const char *ps_graph_collection_(const ps_graph *g, size_t i, void *const **items,
-                                 size_t *n, bool *is_var) {
-  *items = g->coll[i].items;
-  *n = g->coll[i].n;
-  *is_var = g->coll[i].is_var != 0;
+const char *ps_graph_collection_(const ps_graph *g, size_t i, ps_variable *const **vars,
+                                 size_t *nvars, ps_node *const **nodes, size_t *nnodes) {
+  *vars = g->coll[i].vars;
+  *nvars = g->coll[i].nvars;
+  *nodes = g->coll[i].nodes;
+  *nnodes = g->coll[i].nnodes;
   return g->coll[i].key;
 }
 
@@ -307,19 +309,19 @@ ps_node *ps_node_new(ps_graph *g, const ps_op_def *def, const char *name_hint,
 }
 
 const char *ps_node_name(const ps_node *n) {
-  return n->name;
+  return n ? n->name : NULL;
 }
 const char *ps_node_op(const ps_node *n) {
-  return n->def->type;
+  return n ? n->def->type : NULL;
 }
 ps_dtype ps_node_dtype(const ps_node *n) {
-  return n->dtype;
+  return n ? n->dtype : PS_DT_INVALID;
 }
 const ps_shape *ps_node_shape(const ps_node *n) {
-  return &n->shape;
+  return n ? &n->shape : NULL;
 }
 const char *ps_node_device(const ps_node *n) {
-  return n->device;
+  return n ? n->device : NULL;
 }
 
 ps_node *ps_graph_find_node(ps_graph *g, const char *name) {
@@ -412,36 +414,37 @@ static ps_collection *collection(ps_graph *g, const char *key) {
   return c;
 }
 
-static void coll_add(ps_graph *g, const char *key, void *item, int is_var) {
-  ps_collection *c = collection(g, key);
-  if (c == NULL) return;
-  for (size_t i = 0; i < c->n; i++)
-    if (c->items[i] == item) return;
-  if (ps_array_grow(&c->items, NULL, c->n + 1, sizeof *c->items) != 0) {
+/* Appends @item to *@items (n of them) unless it is there already. */
+static void coll_push(ps_graph *g, void *items, size_t *n, void *item) {
+  void **v;
+  memcpy(&v, items, sizeof v);
+  for (size_t i = 0; i < *n; i++)
+    if (v[i] == item) return;
+  if (ps_array_grow(items, NULL, *n + 1, sizeof item) != 0) {
     ps_graph_oom_(g);
     return;
   }
-  c->items[c->n++] = item;
-  c->is_var = is_var;
+  memcpy(&v, items, sizeof v);
+  v[(*n)++] = item;
 }
 
 void ps_collection_add_variable(ps_graph *g, const char *key, ps_variable *v) {
-  coll_add(g, key, v, 1);
+  ps_collection *c = g && key && v ? collection(g, key) : NULL;
+  if (c) coll_push(g, &c->vars, &c->nvars, v);
 }
 void ps_collection_add_node(ps_graph *g, const char *key, ps_node *n) {
-  coll_add(g, key, n, 0);
+  ps_collection *c = g && key && n ? collection(g, key) : NULL;
+  if (c) coll_push(g, &c->nodes, &c->nnodes, n);
 }
 ps_variable *const *ps_collection_variables(ps_graph *g, const char *key, size_t *n) {
-  ps_collection *c = collection(g, key);
-  *n = c ? c->n : 0;
-  if (c == NULL) return NULL;
-  return (ps_variable *const *)c->items;
+  ps_collection *c = g && key ? collection(g, key) : NULL;
+  if (n) *n = c ? c->nvars : 0;
+  return c ? c->vars : NULL;
 }
 ps_node *const *ps_collection_nodes(ps_graph *g, const char *key, size_t *n) {
-  ps_collection *c = collection(g, key);
-  *n = c ? c->n : 0;
-  if (c == NULL) return NULL;
-  return (ps_node *const *)c->items;
+  ps_collection *c = g && key ? collection(g, key) : NULL;
+  if (n) *n = c ? c->nnodes : 0;
+  return c ? c->nodes : NULL;
 }
 
 /* Every op of this file, for MetaGraph import (saver.c). */

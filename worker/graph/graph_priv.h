@@ -10,11 +10,14 @@
 #define PS_MAX_SCOPE 64
 #define PS_MAX_CTX 256
 
+/* A collection holds variables and nodes, each kind in its own array (a
+ * typed getter returns its kind only), each in insertion order. */
 typedef struct ps_collection {
   char *key;
-  void **items;
-  size_t n;
-  int is_var;
+  ps_variable **vars;
+  size_t nvars;
+  ps_node **nodes;
+  size_t nnodes;
 } ps_collection;
 
 typedef struct ps_vscope {

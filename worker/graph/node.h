@@ -161,10 +161,9 @@ ps_variable *ps_graph_find_var_(const ps_graph *g, const char *name);
 size_t ps_graph_num_partitioned_(const ps_graph *g);
 const struct ps_partitioned_variable *ps_graph_partitioned_(const ps_graph *g, size_t i);
 size_t ps_graph_num_collections_(const ps_graph *g);
-/* Collection @i: returns its key; *items (ps_variable * when *is_var, else
- * ps_node *) and *n are borrowed. */
-const char *ps_graph_collection_(const ps_graph *g, size_t i, void *const **items,
-                                 size_t *n, bool *is_var);
+/* Collection @i: returns its key; its variables and nodes (borrowed). */
+const char *ps_graph_collection_(const ps_graph *g, size_t i, ps_variable *const **vars,
+                                 size_t *nvars, ps_node *const **nodes, size_t *nnodes);
 /* Empties the name and variable scope stacks (without freeing them) so that
  * what is built next is named from the root, as TensorFlow names
  * global_step; ps_graph_scopes_restore_ puts them back. */

@@ -200,6 +200,7 @@ static int task_of(const char *device) {
 /* Node colocated with @v: the variable's device, no device functions. */
 static ps_node *colocated(ps_variable *v, const ps_op_def *def, const char *hint,
                           ps_node *const *in, int nin) {
+  if (v == NULL) return NULL;
   ps_graph *g = v->g;
   /* names are relative to the variable, not to the current scope */
   int saved = g->nscope;
@@ -410,31 +411,32 @@ ps_variable *ps_get_variable(ps_graph *g, const char *name, ps_dtype dtype,
 }
 
 const char *ps_variable_name(const ps_variable *v) {
-  return v->name;
+  return v ? v->name : NULL;
 }
 ps_dtype ps_variable_dtype(const ps_variable *v) {
-  return v->dtype;
+  return v ? v->dtype : PS_DT_INVALID;
 }
 const ps_shape *ps_variable_shape(const ps_variable *v) {
-  return &v->shape;
+  return v ? &v->shape : NULL;
 }
 const char *ps_variable_device(const ps_variable *v) {
-  return v->device;
+  return v ? v->device : NULL;
 }
 int ps_variable_task(const ps_variable *v) {
-  return v->task;
+  return v ? v->task : -1;
 }
 bool ps_variable_trainable(const ps_variable *v) {
-  return v->trainable;
+  return v ? v->trainable : false;
 }
 ps_node *ps_variable_value(ps_variable *v) {
-  return v->read;
+  return v ? v->read : NULL;
 }
 ps_node *ps_variable_initializer(ps_variable *v) {
-  return v->initializer;
+  return v ? v->initializer : NULL;
 }
 
 ps_node *ps_initialized_value(ps_variable *v) {
+  if (v == NULL) return NULL;
   ps_node *n = colocated(v, &op_read, "initialized_value", NULL, 0);
   if (n) {
     ps_node_add_control_deps(n, &v->initializer, 1);
@@ -450,7 +452,7 @@ ps_node *ps_read_value(ps_variable *v, ps_node *const *deps, size_t ndeps) {
 }
 
 static ps_node *update(ps_variable *v, ps_node *value, int op, const char *hint) {
-  if (value == NULL) return NULL;
+  if (v == NULL || value == NULL) return NULL;
   if (value->dtype != v->dtype)
     return ps_graph_fail(v->g, PS_INVALID_ARGUMENT,
                          "%s %s: value has dtype %s that does not match dtype %s of "

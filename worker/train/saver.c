@@ -425,7 +425,7 @@ uint8_t *ps_meta_graph_serialize(ps_graph *g, const ps_saver *saver, size_t *len
   m.node = ARENA_ARRAY(&a, Paramserver__Meta__NodeDef *, nnodes);
   m.variable = ARENA_ARRAY(&a, Paramserver__Meta__VariableDef *, nvars);
   m.partitioned = ARENA_ARRAY(&a, Paramserver__Meta__PartitionedVariableDef *, npvars);
-  m.collection = ARENA_ARRAY(&a, Paramserver__Meta__CollectionDef *, ncoll);
+  m.collection = ARENA_ARRAY(&a, Paramserver__Meta__CollectionDef *, 2 * ncoll);
   if (a.failed) goto oom;
   for (size_t i = 0; i < nnodes; i++)
     if ((m.node[m.n_node++] = node_out(&a, ps_graph_node(g, i))) == NULL) goto oom;
@@ -446,21 +446,26 @@ uint8_t *ps_meta_graph_serialize(ps_graph *g, const ps_saver *saver, size_t *len
     m.partitioned[m.n_partitioned++] = d;
   }
   for (size_t i = 0; i < ncoll; i++) {
-    void *const *items;
-    size_t nitems;
-    bool is_var;
-    const char *key = ps_graph_collection_(g, i, &items, &nitems, &is_var);
-    Paramserver__Meta__CollectionDef *d = arena_alloc(&a, sizeof *d);
-    if (d == NULL) goto oom;
-    paramserver__meta__collection_def__init(d);
-    d->key = (char *)key;
-    d->is_variable = is_var;
-    d->item = ARENA_ARRAY(&a, char *, nitems);
-    if (d->item == NULL) goto oom;
-    for (size_t k = 0; k < nitems; k++)
-      d->item[d->n_item++] =
-          is_var ? ((ps_variable *)items[k])->name : ((ps_node *)items[k])->name;
-    m.collection[m.n_collection++] = d;
+    ps_variable *const *vars;
+    ps_node *const *nodes;
+    size_t nv, nn;
+    const char *key = ps_graph_collection_(g, i, &vars, &nv, &nodes, &nn);
+    /* a collection of both kinds is two CollectionDefs of one key; an empty
+     * one is one CollectionDef of nodes */
+    for (int is_var = 1; is_var >= 0; is_var--) {
+      size_t nitems = is_var ? nv : nn;
+      if (nitems == 0 && (is_var || nv > 0)) continue;
+      Paramserver__Meta__CollectionDef *d = arena_alloc(&a, sizeof *d);
+      if (d == NULL) goto oom;
+      paramserver__meta__collection_def__init(d);
+      d->key = (char *)key;
+      d->is_variable = is_var;
+      d->item = ARENA_ARRAY(&a, char *, nitems);
+      if (d->item == NULL) goto oom;
+      for (size_t k = 0; k < nitems; k++)
+        d->item[d->n_item++] = is_var ? vars[k]->name : nodes[k]->name;
+      m.collection[m.n_collection++] = d;
+    }
   }
   if (saver) {
     m.has_saver = true;
