@@ -8,6 +8,7 @@
 #include "common/rpc.h"
 #include "harness.h"
 #include "paramserver/graph.h"
+#include "paramserver/ops.h"
 #include "paramserver/partition.h"
 #include "paramserver/saver.h"
 #include "paramserver/session.h"
@@ -322,6 +323,59 @@ START_TEST(uninitialized_read_through_a_session) {
 }
 END_TEST
 
+/* The value of an assign op is the variable's after the update, fetched or
+ * used by another op, on a ps and in the session (TensorFlow:
+ * sess.run(u.assign_add(1)) is [11 11 11], u.assign_add(1) + 1 is
+ * [13 13 13]); a training step that only runs the update reads nothing. */
+START_TEST(an_assign_op_gives_the_value_after_the_update) {
+  for (int remote = 1; remote >= 0; remote--) {
+    ps_graph *g = ps_graph_create();
+    if (remote) ps_device_push_fn(g, ps_replica_device_setter(H.cluster, NULL));
+    ps_status st;
+    ps_shape s3 = shp(1, 3, 0);
+    ps_init_spec ten;
+    ps_init_spec_default(&ten, PS_INIT_CONSTANT);
+    ten.value = 10;
+    ps_variable *u = ps_get_variable(g, "u", PS_DT_FLOAT, &s3, &ten, NULL, &st);
+    ck_assert_msg(u != NULL, "%s", st.msg);
+    ck_assert_int_eq(ps_variable_task(u) >= 0, remote);
+    ps_tensor *ones = ps_tensor_create(PS_DT_FLOAT, &s3, false);
+    for (int i = 0; i < 3; i++)
+      ((float *)ps_tensor_data(ones))[i] = 1;
+    ps_node *one = ps_constant(g, ones, "ones");
+    ps_tensor_destroy(ones);
+    ps_node *add1 = ps_assign_add(u, one);
+    ps_node *plus1 = ps_add(ps_assign_add(u, one), ps_scalar(g, PS_DT_FLOAT, 1));
+    ps_node *init = ps_global_variables_initializer(g);
+    ck_assert_int_eq(ps_node_dtype(add1), PS_DT_FLOAT);
+    ck_assert_int_eq(ps_node_shape(add1)->rank, 1);
+    ps_session *sess = ps_session_create(g, remote ? C : NULL, &st);
+    PS_ASSERT_OK(ps_session_run(sess, NULL, 0, NULL, 0, &init, 1, NULL, &st), st);
+    ps_tensor *out = NULL;
+    PS_ASSERT_OK(ps_session_run(sess, NULL, 0, &add1, 1, NULL, 0, &out, &st), st);
+    ck_assert_int_eq(ps_tensor_num_elements(out), 3);
+    for (int i = 0; i < 3; i++)
+      ck_assert(((float *)ps_tensor_data(out))[i] == 11);
+    ps_tensor_destroy(out);
+    PS_ASSERT_OK(ps_session_run(sess, NULL, 0, &plus1, 1, NULL, 0, &out, &st), st);
+    for (int i = 0; i < 3; i++)
+      ck_assert_msg(((float *)ps_tensor_data(out))[i] == 13, "%s: %g",
+                    remote ? "ps" : "local", (double)((float *)ps_tensor_data(out))[i]);
+    ps_tensor_destroy(out);
+    /* run as a target only: one update call, no read */
+    PS_ASSERT_OK(ps_session_run(sess, NULL, 0, NULL, 0, &add1, 1, NULL, &st), st);
+    if (remote) {
+      int reads, updates;
+      ps_session_last_rpcs(sess, &reads, &updates);
+      ck_assert_int_eq(reads, 0);
+      ck_assert_int_eq(updates, 1);
+    }
+    ps_session_destroy(sess);
+    ps_graph_destroy(g);
+  }
+}
+END_TEST
+
 /* A variable the session holds (no ps device) and one on a ps refuse the
  * same updates with the same texts (common/variable.c). */
 START_TEST(local_and_remote_variables_say_the_same) {
@@ -396,6 +450,7 @@ int main(void) {
   tcase_add_test(tc, initialize_in_dependency_order_across_ps);
   tcase_add_test(tc, uninitialized_read_through_a_session);
   tcase_add_test(tc, local_and_remote_variables_say_the_same);
+  tcase_add_test(tc, an_assign_op_gives_the_value_after_the_update);
   suite_add_tcase(s, tc);
   return ps_test_run(s);
 }

@@ -461,7 +461,12 @@ static ps_node *update(ps_variable *v, ps_node *value, int op, const char *hint)
                          ps_dtype_name(v->dtype));
   ps_node *in[1] = {value};
   ps_node *n = colocated(v, &op_update, hint, in, 1);
-  if (n) n->update_op = op;
+  if (n) {
+    n->update_op = op;
+    /* its value is the variable's after the update (TensorFlow's Assign*) */
+    n->dtype = v->dtype;
+    n->shape = v->shape;
+  }
   return n;
 }
 

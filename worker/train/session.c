@@ -127,8 +127,16 @@ struct run {
   bool *fed;
   bool *remote_gather; /* GatherV2 executed as a ps row read */
   bool *skip_read;     /* a read only gathers use: not read whole */
+  bool *want_value;    /* fetched, or a data input of a needed node */
   ps_status *st;
 };
+
+/* The output of a variable update: the variable's value after it (as
+ * TensorFlow's Assign, AssignAdd, Scatter* and Apply* give) when someone
+ * uses it, else an empty tensor. */
+static ps_tensor *update_output(run *r, ps_node *n, const ps_tensor *value) {
+  return r->want_value && r->want_value[n->id] && value ? share(value) : empty_tensor();
+}
 
 static void mark_needed(run *r, ps_node *n) {
   if (r->state[n->id] != N_UNNEEDED) return;
@@ -257,7 +265,7 @@ static int run_local(run *r, ps_node *n) {
     }
     ps_tensor_destroy(lv->value);
     lv->value = x;
-    r->val[n->id] = empty_tensor();
+    r->val[n->id] = update_output(r, n, lv->value);
     return 0;
   }
   default:
@@ -313,7 +321,7 @@ static int local_apply(run *r, ps_node *n, local_var *lv, int op, ps_tensor *in)
                     (uint8_t *)ps_tensor_data(lv->value) + (size_t)i * rb,
                     (uint8_t *)ps_tensor_data(in) + (size_t)k * rb, row_elems);
     }
-    r->val[n->id] = empty_tensor();
+    r->val[n->id] = update_output(r, n, lv->value);
     return 0;
   }
   if (op < PS_APPLY_GRADIENT_DESCENT || n->extra == NULL)
@@ -356,7 +364,7 @@ static int local_apply(run *r, ps_node *n, local_var *lv, int op, ps_tensor *in)
   if (ps_kernel_apply(&a) != 0)
     return ps_status_set(st, PS_INVALID_ARGUMENT, "%s: %s has no %s kernel", n->name,
                          v->name, ps_dtype_name(v->dtype));
-  r->val[n->id] = empty_tensor();
+  r->val[n->id] = update_output(r, n, lv->value);
   return 0;
 }
 
@@ -668,6 +676,51 @@ static int batch_update(run *r, remote_batch *b) {
   return rc;
 }
 
+/* The update nodes of this wave whose value is used get it: their
+ * variables are read after the wave's updates, one call per task. */
+static int read_updated(run *r, remote_batch *b) {
+  size_t nps = b->nps > 0 ? (size_t)b->nps : 0;
+  ps_read **rd = calloc(nps + 1, sizeof *rd);
+  ps_node ***who = calloc(nps + 1, sizeof *who);
+  size_t *cnt = calloc(nps + 1, sizeof *cnt), ntr = 0;
+  int rc = rd && who && cnt ? 0 : oom(r->st);
+  for (int t = 0; t < b->nps && rc == 0; t++) {
+    task_work *w = &b->tw[t];
+    for (size_t i = 0; i < w->nups && rc == 0; i++) {
+      ps_node *n = w->up_nodes[i];
+      if (r->want_value == NULL || !r->want_value[n->id]) continue;
+      if (!GROW(rd[t], cnt[t]) || !GROW(who[t], cnt[t])) {
+        rc = oom(r->st);
+        break;
+      }
+      rd[t][cnt[t]] = (ps_read){.name = n->var->name};
+      who[t][cnt[t]++] = n;
+    }
+    if (cnt[t]) b->tr[ntr++] = (ps_task_reads){.task = t, .reads = rd[t], .n = cnt[t]};
+  }
+  if (rc == 0 && ntr) {
+    rc = ps_client_read_many(r->s->client, b->tr, ntr, r->st);
+    r->s->last_reads += (int)ntr;
+    for (int t = 0; t < b->nps; t++)
+      for (size_t i = 0; i < cnt[t]; i++) {
+        if (rc == 0) {
+          ps_tensor_destroy(r->val[who[t][i]->id]);
+          r->val[who[t][i]->id] = rd[t][i].out;
+        } else {
+          ps_tensor_destroy(rd[t][i].out);
+        }
+      }
+  }
+  for (int t = 0; t < b->nps; t++) {
+    if (rd) free(rd[t]);
+    if (who) free(who[t]);
+  }
+  free(rd);
+  free(who);
+  free(cnt);
+  return rc;
+}
+
 /* is_initialized and report: one call per node (rare, control plane). */
 static int run_control_ops(run *r, ps_node **wave, size_t nw) {
   int rc = 0;
@@ -707,6 +760,7 @@ static int run_remote(run *r, ps_node **wave, size_t nw) {
   if (rc == 0) rc = batch_read(r, &b);
   if (rc == 0) rc = batch_initialize(r, &b);
   if (rc == 0) rc = batch_update(r, &b);
+  if (rc == 0) rc = read_updated(r, &b);
   if (rc == 0) rc = run_control_ops(r, wave, nw);
   batch_free(&b, r, rc);
   return rc;
@@ -744,6 +798,20 @@ static void plan_gathers(run *r, ps_node *const *fetches, size_t nfetches) {
           !strcmp(c->def->type, "GatherV2"))
         r->remote_gather[k] = true;
     }
+  }
+}
+
+/* Which values are used: the fetches and every data input of a needed
+ * node (control inputs only order; their values are not used). */
+static void mark_wanted(run *r, ps_node *const *fetches, size_t nfetches) {
+  ps_graph *g = r->s->g;
+  for (size_t f = 0; f < nfetches; f++)
+    r->want_value[fetches[f]->id] = true;
+  for (size_t i = 0; i < r->n; i++) {
+    ps_node *n = ps_graph_node(g, i);
+    if (r->state[i] != N_NEEDED) continue;
+    for (int k = 0; k < n->nin; k++)
+      if (n->in[k]) r->want_value[n->in[k]->id] = true;
   }
 }
 
@@ -881,9 +949,11 @@ int ps_session_run(ps_session *s, const ps_feed *feeds, size_t nfeeds,
   r.fed = calloc(r.n + 1, sizeof *r.fed);
   r.remote_gather = calloc(r.n + 1, sizeof *r.remote_gather);
   r.skip_read = calloc(r.n + 1, sizeof *r.skip_read);
+  r.want_value = calloc(r.n + 1, sizeof *r.want_value);
   ps_node **wave = calloc(r.n + 1, sizeof *wave);
   int rc = 0;
-  if (!r.state || !r.val || !r.fed || !r.remote_gather || !r.skip_read || !wave)
+  if (!r.state || !r.val || !r.fed || !r.remote_gather || !r.skip_read || !r.want_value ||
+      !wave)
     rc = oom(st);
   for (size_t i = 0; i < nfeeds && rc == 0; i++)
     rc = apply_feed(&r, &feeds[i], i);
@@ -897,6 +967,7 @@ int ps_session_run(ps_session *s, const ps_feed *feeds, size_t nfeeds,
     for (size_t i = 0; i < ntargets; i++)
       if (targets[i]) mark_needed(&r, targets[i]);
     plan_gathers(&r, fetches, nfetches);
+    mark_wanted(&r, fetches, nfetches);
     for (size_t i = 0; i < r.n; i++)
       if (r.skip_read[i]) r.state[i] = N_DONE;
     rc = execute(&r, wave);
@@ -909,6 +980,7 @@ int ps_session_run(ps_session *s, const ps_feed *feeds, size_t nfeeds,
   free(r.fed);
   free(r.remote_gather);
   free(r.skip_read);
+  free(r.want_value);
   free(wave);
   return rc;
 }
