@@ -261,13 +261,22 @@ int ps_ckpt_inspect(FILE *out, const char *prefix, bool all_values, ps_status *s
     const ps_bundle_entry *e = ps_bundle_reader_entry(r, i);
     if (e->is_slice) continue;
     char shape[PS_MAX_RANK * 21 + 3], nb[32];
-    ps_sb_puts_(&b, e->key);
-    ps_sb_puts_(&b, " (");
-    ps_sb_puts_(&b, dtype_name(e->dtype, nb, sizeof nb));
-    ps_sb_puts_(&b, ") ");
-    ps_sb_puts_(&b, ps_shape_format(&e->shape, shape, sizeof shape));
-    ps_sb_putc_(&b, '\n');
-    if (all_values) rc = put_values(&b, r, e, st);
+    if (all_values) {
+      /* print_tensors_in_checkpoint_file(all_tensors=True): the name, then
+       * the value as numpy prints it */
+      ps_sb_puts_(&b, "tensor_name:  ");
+      ps_sb_puts_(&b, e->key);
+      ps_sb_putc_(&b, '\n');
+      rc = put_values(&b, r, e, st);
+    } else {
+      /* the reader's debug string: name (dtype) shape */
+      ps_sb_puts_(&b, e->key);
+      ps_sb_puts_(&b, " (");
+      ps_sb_puts_(&b, dtype_name(e->dtype, nb, sizeof nb));
+      ps_sb_puts_(&b, ") ");
+      ps_sb_puts_(&b, ps_shape_format(&e->shape, shape, sizeof shape));
+      ps_sb_putc_(&b, '\n');
+    }
     /* Print as we go, so a huge checkpoint does not sit in memory. */
     if (b.len > (1u << 16) && rc == 0) rc = flush_sbuf(&b, out, prefix, st);
   }

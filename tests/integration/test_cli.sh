@@ -70,7 +70,7 @@ expect "save needs --checkpoint-dir" 1 "has no --checkpoint-dir" "$PSCTL" --clus
 # Checkpoint files, no cluster needed; TensorFlow wrote these.
 data="$(cd "$(dirname "$0")/../data/tf-checkpoints" && pwd)"
 expect "inspect a TF checkpoint" 0 "a (DT_FLOAT) []" "$PSCTL" inspect "$data/half_plus_two_cpu/variables"
-expect "inspect --all prints values" 0 "counter (DT_FLOAT) []" "$PSCTL" inspect --all "$data/counter/variables"
+expect "inspect --all prints values" 0 "tensor_name:  counter" "$PSCTL" inspect --all "$data/counter/variables"
 expect "inspect a missing checkpoint" 1 "$dir/none.index" "$PSCTL" inspect "$dir/none"
 expect "latest of an empty dir" 1 "no checkpoint in $dir" "$PSCTL" latest "$dir"
 expect "inspect needs a prefix" 2 "needs a checkpoint prefix" "$PSCTL" inspect

@@ -838,7 +838,7 @@ END_TEST
 
 START_TEST(inspect_tensorflow_checkpoints) {
   assert_inspect(tfdata("counter/variables"), false, "counter (DT_FLOAT) []\n");
-  assert_inspect(tfdata("counter/variables"), true, "counter (DT_FLOAT) []\n0.0\n");
+  assert_inspect(tfdata("counter/variables"), true, "tensor_name:  counter\n0.0\n");
   assert_inspect(tfdata("half_plus_two_cpu/variables"), false,
                  "a (DT_FLOAT) []\n"
                  "a2 (DT_FLOAT) []\n"
@@ -846,15 +846,15 @@ START_TEST(inspect_tensorflow_checkpoints) {
                  "c (DT_FLOAT) []\n"
                  "c2 (DT_FLOAT) []\n");
   assert_inspect(tfdata("half_plus_two_cpu/variables"), true,
-                 "a (DT_FLOAT) []\n0.5\n"
-                 "a2 (DT_FLOAT) []\n0.5\n"
-                 "b (DT_FLOAT) []\n2.0\n"
-                 "c (DT_FLOAT) []\n3.0\n"
-                 "c2 (DT_FLOAT) []\n3.0\n");
+                 "tensor_name:  a\n0.5\n"
+                 "tensor_name:  a2\n0.5\n"
+                 "tensor_name:  b\n2.0\n"
+                 "tensor_name:  c\n3.0\n"
+                 "tensor_name:  c2\n3.0\n");
   assert_inspect(tfdata("half_plus_two_gpu/variables"), true,
-                 "a (DT_FLOAT) []\n0.5\n"
-                 "b (DT_FLOAT) []\n2.0\n"
-                 "c (DT_FLOAT) []\n3.0\n");
+                 "tensor_name:  a\n0.5\n"
+                 "tensor_name:  b\n2.0\n"
+                 "tensor_name:  c\n3.0\n");
   /* a directory: its latest checkpoint */
   char text[2200];
   snprintf(text, sizeof text, "model_checkpoint_path: \"%s\"\n",
@@ -896,7 +896,7 @@ START_TEST(inspect_errors_name_the_file) {
   assert_inspect(tmp("nodata"), false, "v (DT_FLOAT) []\n");
   out = inspect(tmp("nodata"), true, &st);
   PS_ASSERT_STATUS(st.code, st, PS_NOT_FOUND, tmp("nodata.data-00000-of-00001"));
-  ck_assert_str_eq(out, "v (DT_FLOAT) []\n");
+  ck_assert_str_eq(out, "tensor_name:  v\n");
   free(out);
 }
 END_TEST
@@ -967,33 +967,33 @@ START_TEST(inspect_values_like_numpy) {
                  "table (DT_FLOAT) [100,20]\n"
                  "u64 (DT_UINT64) [1]\n");
   assert_inspect(prefix, true,
-                 "bools (DT_BOOL) [3]\n"
+                 "tensor_name:  bools\n"
                  "[True False True]\n"
-                 "cplx (DT_COMPLEX64) []\n"
+                 "tensor_name:  cplx\n"
                  "(1.5-2j)\n"
-                 "emb (DT_FLOAT) [4,2]\n"
+                 "tensor_name:  emb\n"
                  "[[0.0 1.0]\n"
                  " [2.0 3.0]\n"
                  " [4.0 5.0]\n"
                  " [6.0 7.0]]\n"
-                 "global_step (DT_INT64) []\n"
+                 "tensor_name:  global_step\n"
                  "1000\n"
-                 "half (DT_HALF) [2]\n"
+                 "tensor_name:  half\n"
                  "[0.5 0.1]\n"
-                 "int3 (DT_INT32) [2,2,2]\n"
+                 "tensor_name:  int3\n"
                  "[[[0 1]\n"
                  "  [2 3]]\n"
                  "\n"
                  " [[4 5]\n"
                  "  [6 -7]]]\n"
-                 "long (DT_INT32) [2000]\n"
+                 "tensor_name:  long\n"
                  "[0 1 2 ... 1997 1998 1999]\n"
-                 "matrix (DT_DOUBLE) [2,3]\n"
+                 "tensor_name:  matrix\n"
                  "[[1.0 2.5 -3.0]\n"
                  " [1e-05 1e+16 0.1]]\n"
-                 "names (DT_STRING) [3]\n"
+                 "tensor_name:  names\n"
                  "[b'a' b\"it's\" b'x\\n\\x01\\xff']\n"
-                 "table (DT_FLOAT) [100,20]\n"
+                 "tensor_name:  table\n"
                  "[[0.0 1.0 2.0 ... 17.0 18.0 19.0]\n"
                  " [20.0 21.0 22.0 ... 37.0 38.0 39.0]\n"
                  " [40.0 41.0 42.0 ... 57.0 58.0 59.0]\n"
@@ -1001,7 +1001,7 @@ START_TEST(inspect_values_like_numpy) {
                  " [1940.0 1941.0 1942.0 ... 1957.0 1958.0 1959.0]\n"
                  " [1960.0 1961.0 1962.0 ... 1977.0 1978.0 1979.0]\n"
                  " [1980.0 1981.0 1982.0 ... 1997.0 1998.0 1999.0]]\n"
-                 "u64 (DT_UINT64) [1]\n"
+                 "tensor_name:  u64\n"
                  "[18446744073709551615]\n");
 }
 END_TEST

@@ -184,7 +184,8 @@ int ps_ckpt_remove(const char *prefix, ps_status *st);
 /* Prints the checkpoint @prefix to @out, one line per tensor in name order:
  *   name (DT_FLOAT) [2,3]
  * (scalars "[]"; a partitioned tensor once, with its full shape; slice keys
- * hidden).  With @all_values each line is followed by the value, nested
+ * hidden).  With @all_values, print_tensors_in_checkpoint_file's layout
+ * instead: "tensor_name:  NAME" and on the next lines the value, nested
  * like numpy's str(): "[[1.0 2.0]\n [3.0 4.0]]", floats as Python's repr,
  * bools True/False, strings as Python bytes (b'abc'); more than 1000
  * elements are summarized with the first and last 3 per dimension and
