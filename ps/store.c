@@ -291,20 +291,12 @@ static void grow(ps_store *s) {
   s->nbuckets = nb;
 }
 
-static bool init_equal(const ps_var *v, const ps_init_spec *init, const char *full_name,
-                       const ps_shape *full_shape, int64_t offset) {
-  if (!v->has_init || init == NULL) return v->has_init == (init != NULL);
-  const ps_init_spec *a = &v->init;
-  if (a->type != init->type || a->value != init->value || a->minval != init->minval ||
-      a->maxval != init->maxval || a->mean != init->mean || a->stddev != init->stddev ||
-      a->scale != init->scale || a->mode != init->mode ||
-      a->distribution != init->distribution || a->seed != init->seed ||
-      a->nvalues != init->nvalues)
-    return false;
-  for (size_t i = 0; i < a->nvalues; i++)
-    if (a->values[i] != init->values[i]) return false;
+/* The same place in the same partitioned variable (or both plain). */
+static bool part_equal(const ps_var *v, const char *full_name, const ps_shape *full_shape,
+                       int64_t offset) {
   const char *fa = v->init_full_name ? v->init_full_name : "";
   if (strcmp(fa, full_name ? full_name : "")) return false;
+  if (fa[0] == '\0') return true;
   if (full_shape && !ps_shape_equal(&v->init_full_shape, full_shape)) return false;
   return v->init_offset == offset;
 }
@@ -350,13 +342,18 @@ int ps_store_create_var(ps_store *s, const char *name, ps_dtype dtype,
                          name, s->task, ps_dtype_name(v->dtype),
                          ps_shape_format(&v->shape, a, sizeof a), ps_dtype_name(dtype),
                          ps_shape_format(shape, b, sizeof b));
-    else if (!init_equal(v, init, full_name, full_shape, offset))
-      rc = ps_status_set(st, PS_ALREADY_EXISTS,
-                         "variable %s already exists on %s with a different "
-                         "initializer (%s, requested %s)",
-                         name, s->task,
-                         v->has_init ? ps_init_type_name(v->init.type) : "none",
-                         init ? ps_init_type_name(init->type) : "none");
+    else if (!part_equal(v, full_name, full_shape, offset))
+      rc = ps_status_set(
+          st, PS_ALREADY_EXISTS,
+          "variable %s already exists on %s as %s%s at offset %lld; "
+          "requested %s%s at offset %lld",
+          name, s->task, v->init_full_name ? "a part of " : "a whole variable",
+          v->init_full_name ? v->init_full_name : "", (long long)v->init_offset,
+          full_name ? "a part of " : "a whole variable", full_name ? full_name : "",
+          (long long)offset);
+    /* else: shared by name, as TensorFlow's variables are; another
+     * initializer does not matter (the variable keeps the one it was
+     * created with) */
     pthread_rwlock_unlock(&s->lock);
     return rc;
   }

@@ -376,6 +376,40 @@ START_TEST(an_assign_op_gives_the_value_after_the_update) {
 }
 END_TEST
 
+/* Two programs declare one variable with different initializers: it is
+ * shared by name (only dtype and shape must agree), keeps the initializer
+ * it was created with, and the second program reads the first's value (a
+ * live cluster refused the second program before: the seeds' restore
+ * example). */
+START_TEST(a_variable_is_shared_whatever_its_initializer) {
+  ps_status st;
+  ps_shape s2 = shp(1, 2, 0);
+  ps_init_spec zeros, glorot;
+  ps_init_spec_default(&zeros, PS_INIT_ZEROS);
+  ps_init_spec_default(&glorot, PS_INIT_GLOROT_UNIFORM);
+  ps_graph *g1 = ps_graph_create(), *g2 = ps_graph_create();
+  ps_device_push_fn(g1, ps_replica_device_setter(H.cluster, NULL));
+  ps_device_push_fn(g2, ps_replica_device_setter(H.cluster, NULL));
+  ps_variable *a = ps_get_variable(g1, "shared_w", PS_DT_FLOAT, &s2, &zeros, NULL, &st);
+  ps_variable *b = ps_get_variable(g2, "shared_w", PS_DT_FLOAT, &s2, &glorot, NULL, &st);
+  ck_assert(a != NULL && b != NULL);
+  ps_session *s1 = ps_session_create(g1, C, &st), *sb = ps_session_create(g2, C, &st);
+  ps_node *init = ps_global_variables_initializer(g1);
+  PS_ASSERT_OK(ps_session_run(s1, NULL, 0, NULL, 0, &init, 1, NULL, &st), st);
+  PS_ASSERT_OK(ps_session_create_variables(sb, &st), st);
+  ps_node *r = ps_variable_value(b);
+  ps_tensor *out = NULL;
+  PS_ASSERT_OK(ps_session_run(sb, NULL, 0, &r, 1, NULL, 0, &out, &st), st);
+  ck_assert(((float *)ps_tensor_data(out))[0] == 0 &&
+            ((float *)ps_tensor_data(out))[1] == 0);
+  ps_tensor_destroy(out);
+  ps_session_destroy(sb);
+  ps_session_destroy(s1);
+  ps_graph_destroy(g2);
+  ps_graph_destroy(g1);
+}
+END_TEST
+
 /* A variable the session holds (no ps device) and one on a ps refuse the
  * same updates with the same texts (common/variable.c). */
 START_TEST(local_and_remote_variables_say_the_same) {
@@ -451,6 +485,7 @@ int main(void) {
   tcase_add_test(tc, uninitialized_read_through_a_session);
   tcase_add_test(tc, local_and_remote_variables_say_the_same);
   tcase_add_test(tc, an_assign_op_gives_the_value_after_the_update);
+  tcase_add_test(tc, a_variable_is_shared_whatever_its_initializer);
   suite_add_tcase(s, tc);
   return ps_test_run(s);
 }

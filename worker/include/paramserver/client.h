@@ -65,7 +65,10 @@ typedef struct ps_var_spec {
   int64_t offset; /* first element of this part in the full variable */
 } ps_var_spec;
 
-/* Idempotent for identical specs; ALREADY_EXISTS for a conflicting one.
+/* Variables are shared by name, as TensorFlow's: creating one that exists
+ * with the same dtype, shape and partition succeeds whatever its
+ * initializer (it keeps the one it was created with); ALREADY_EXISTS for
+ * another dtype, shape or partition.
  * With more than one ps, the variables of the other tasks are listed first
  * and a spec that would put two tensors under one checkpoint key across
  * tasks is refused before anything is created: a name already on another
