@@ -38,6 +38,16 @@ START_TEST(create_is_idempotent_and_conflicts_are_named) {
   ck_assert_int_eq(
       ps_store_create_var(s, "w", PS_DT_FLOAT, &sh, &o, NULL, NULL, 0, &created, &st), 0);
   ck_assert(!created);
+  /* the same name as another part of a partitioned variable */
+  ps_shape full = shape2(4, 3);
+  ck_assert_int_eq(ps_store_create_var(s, "p/part_0", PS_DT_FLOAT, &sh, &z, "p", &full, 0,
+                                       &created, &st),
+                   0);
+  ck_assert_int_eq(ps_store_create_var(s, "p/part_0", PS_DT_FLOAT, &sh, &z, "p", &full, 6,
+                                       &created, &st),
+                   PS_ALREADY_EXISTS);
+  ck_assert_str_eq(st.msg, "variable p/part_0 already exists on ps/3 as a part of p at "
+                           "offset 0; requested a part of p at offset 6");
   ck_assert_int_eq(
       ps_store_create_var(s, "", PS_DT_FLOAT, &sh, NULL, NULL, NULL, 0, &created, &st),
       PS_INVALID_ARGUMENT);
