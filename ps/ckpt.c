@@ -364,8 +364,26 @@ static int snapshot_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status
   Paramserver__SnapshotRequest *rq = paramserver__snapshot_request__unpack(NULL, n, p);
   if (rq == NULL) return bad(st, "Snapshot");
   int64_t hold = rq->hold_ms > 0 ? rq->hold_ms : 10000;
-  int rc = ps_store_snapshot_begin(ps_service_store(svc), rq->id, hold,
-                                   rq->skip_uninitialized, st);
+  const char **names = NULL, **keys = NULL;
+  ps_snapshot_select sel = {0};
+  int rc = 0;
+  if (rq->select) {
+    names = calloc(rq->n_items + 1, sizeof *names);
+    keys = calloc(rq->n_items + 1, sizeof *keys);
+    if (names == NULL || keys == NULL)
+      rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+    for (size_t i = 0; rc == 0 && i < rq->n_items; i++) {
+      names[i] = rq->items[i]->name;
+      keys[i] = rq->items[i]->key;
+    }
+    sel = (ps_snapshot_select){names, keys, rq->n_items};
+  }
+  if (rc == 0)
+    rc =
+        ps_store_snapshot_begin_sel(ps_service_store(svc), rq->id, hold,
+                                    rq->skip_uninitialized, rq->select ? &sel : NULL, st);
+  free(names);
+  free(keys);
   if (rc == 0) {
     int64_t nv = 0, bytes = 0;
     ps_store_snapshot_stats(ps_service_store(svc), rq->id, &nv, &bytes);
@@ -509,11 +527,12 @@ static int write_shard(job *j, int64_t *tensors, int64_t *bytes) {
       start[0] = row ? pi->offset / row : 0;
       for (int d = 0; d < e->shape.rank; d++)
         len[d] = e->shape.dim[d];
-      rc = ps_bundle_writer_add_slice(w, pi->full_name, e->dtype, &pi->full_shape, start,
-                                      len, e->buf->data, e->buf->size, st);
+      rc = ps_bundle_writer_add_slice(w, e->key ? e->key : pi->full_name, e->dtype,
+                                      &pi->full_shape, start, len, e->buf->data,
+                                      e->buf->size, st);
     } else {
-      rc = ps_bundle_writer_add(w, e->name, e->dtype, &e->shape, e->buf->data,
-                                e->buf->size, st);
+      rc = ps_bundle_writer_add(w, e->key ? e->key : e->name, e->dtype, &e->shape,
+                                e->buf->data, e->buf->size, st);
     }
     if (rc == PS_CANCELLED) rc = job_check(j, "save");
     /* the snapshot's reference is dropped as soon as its bytes are out */

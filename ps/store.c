@@ -656,6 +656,7 @@ void ps_snapshot_free(ps_snapshot *snap) {
   for (size_t i = 0; i < snap->n; i++) {
     free(snap->e[i].name);
     free(snap->e[i].full_name);
+    free(snap->e[i].key);
     ps_buf_unref(snap->e[i].buf);
   }
   free(snap->e);
@@ -761,6 +762,50 @@ void ps_store_gate_tick(ps_store *s) {
 
 int ps_store_snapshot_begin(ps_store *s, int64_t id, int64_t hold_ms,
                             bool skip_uninitialized, ps_status *st) {
+  return ps_store_snapshot_begin_sel(s, id, hold_ms, skip_uninitialized, NULL, st);
+}
+
+/* The index in @sel of @name (sorted[] holds sel's indices sorted by
+ * name), or -1. */
+static long sel_find(const ps_snapshot_select *sel, const size_t *sorted,
+                     const char *name) {
+  size_t lo = 0, hi = sel->n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    int c = strcmp(sel->names[sorted[mid]], name);
+    if (c == 0) return (long)sorted[mid];
+    if (c < 0)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return -1;
+}
+
+/* qsort_r order of selection indices by name. */
+static int cmp_sel(const void *a, const void *b, void *ctx) {
+  const char *const *n = ((const ps_snapshot_select *)ctx)->names;
+  return strcmp(n[*(const size_t *)a], n[*(const size_t *)b]);
+}
+
+int ps_store_snapshot_begin_sel(ps_store *s, int64_t id, int64_t hold_ms,
+                                bool skip_uninitialized, const ps_snapshot_select *sel,
+                                ps_status *st) {
+  size_t *sorted = NULL;
+  bool *seen = NULL;
+  if (sel) {
+    sorted = calloc(sel->n + 1, sizeof *sorted);
+    seen = calloc(sel->n + 1, sizeof *seen);
+    if (sorted == NULL || seen == NULL) {
+      free(sorted);
+      free(seen);
+      return ps_status_set(st, PS_RESOURCE_EXHAUSTED,
+                           "out of memory taking snapshot %lld", (long long)id);
+    }
+    for (size_t i = 0; i < sel->n; i++)
+      sorted[i] = i;
+    qsort_r(sorted, sel->n, sizeof *sorted, cmp_sel, (void *)sel);
+  }
   pthread_mutex_lock(&s->gate_mu);
   if (s->gate_closed && !gate_expired(s)) {
     pthread_mutex_unlock(&s->gate_mu);
@@ -800,6 +845,9 @@ int ps_store_snapshot_begin(ps_store *s, int64_t id, int64_t hold_ms,
   }
   for (size_t i = 0; i < n && rc == 0; i++) {
     ps_var *v = vars[i];
+    long k = sel ? sel_find(sel, sorted, v->name) : -1;
+    if (sel && k < 0) continue;
+    if (sel) seen[k] = true;
     pthread_rwlock_rdlock(&v->lock);
     if (v->deleted) {
       /* deleted after the list was taken: not part of the snapshot */
@@ -811,6 +859,10 @@ int ps_store_snapshot_begin(ps_store *s, int64_t id, int64_t hold_ms,
       e->dtype = v->dtype;
       e->shape = v->shape;
       e->buf = ps_buf_ref(v->buf);
+      if (sel && sel->keys && sel->keys[k] && sel->keys[k][0] &&
+          (e->key = strdup(sel->keys[k])) == NULL)
+        rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED,
+                           "out of memory taking snapshot %lld", (long long)id);
       if (is_part(v)) {
         e->full_name = strdup(v->init_full_name);
         e->full_shape = v->init_full_shape;
@@ -827,6 +879,12 @@ int ps_store_snapshot_begin(ps_store *s, int64_t id, int64_t hold_ms,
     pthread_rwlock_unlock(&v->lock);
   }
   free(vars);
+  for (size_t i = 0; sel && rc == 0 && i < sel->n; i++)
+    if (!seen[i])
+      rc = ps_status_set(st, PS_NOT_FOUND, "variable %s does not exist on %s",
+                         sel->names[i], s->task);
+  free(sorted);
+  free(seen);
   pthread_mutex_lock(&s->gate_mu);
   if (rc != 0) {
     gate_open_locked(s);

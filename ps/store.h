@@ -135,6 +135,9 @@ typedef struct ps_snapshot_entry {
   char *full_name;
   ps_shape full_shape;
   int64_t offset;
+  /* Its checkpoint key when a Saver renames it (NULL: the name, or for a
+   * part the full name). */
+  char *key;
 } ps_snapshot_entry;
 
 typedef struct ps_snapshot {
@@ -177,6 +180,18 @@ void ps_store_gate_open(ps_store *s);
  * snapshot is kept under @id until ps_store_snapshot_take(). */
 int ps_store_snapshot_begin(ps_store *s, int64_t id, int64_t hold_ms,
                             bool skip_uninitialized, ps_status *st);
+/* A Saver's selection: only these variables, each saved under keys[i]
+ * (NULL or "": its own name). */
+typedef struct ps_snapshot_select {
+  const char *const *names;
+  const char *const *keys;
+  size_t n;
+} ps_snapshot_select;
+/* ps_store_snapshot_begin of the variables of @sel only (NULL: all); a
+ * selected name that does not exist is NOT_FOUND naming it. */
+int ps_store_snapshot_begin_sel(ps_store *s, int64_t id, int64_t hold_ms,
+                                bool skip_uninitialized, const ps_snapshot_select *sel,
+                                ps_status *st);
 void ps_store_snapshot_release(ps_store *s, int64_t id);
 /* Size of the held snapshot @id (0, 0 if none). */
 void ps_store_snapshot_stats(ps_store *s, int64_t id, int64_t *nvars, int64_t *bytes);

@@ -326,6 +326,85 @@ START_TEST(a_saver_evicts_only_its_own_checkpoints) {
 }
 END_TEST
 
+/* The tensors of checkpoint @prefix, as inspect lists them. */
+static char *listing(const char *prefix) {
+  char *buf = NULL;
+  size_t len = 0;
+  ps_status st;
+  FILE *f = open_memstream(&buf, &len);
+  ck_assert_ptr_nonnull(f);
+  int rc = ps_ckpt_inspect(f, prefix, false, &st);
+  fclose(f);
+  ck_assert_msg(rc == 0, "%s", st.msg);
+  return buf;
+}
+
+/* A Saver saves its var_list under its names, as TensorFlow's: not the
+ * other variables of the cluster (another program's, even uninitialized,
+ * failed the save), and Saver({"my_v2": v2}) writes my_v2, which its own
+ * restore then finds (it wrote v2 and could not restore). */
+START_TEST(a_saver_saves_its_var_list_under_its_names) {
+  ps_harness h;
+  ps_client *c = start(&h, 2);
+  ps_status st;
+  ps_shape s2 = {.rank = 1, .dim = {2}};
+  ps_init_spec one;
+  ps_init_spec_default(&one, PS_INIT_CONSTANT);
+  one.value = 1;
+  /* another program: v1 initialized, p4b_c never */
+  ps_graph *other = ps_graph_create();
+  ps_device_push_fn(other, ps_replica_device_setter(h.cluster, NULL));
+  ps_variable *v1 = ps_get_variable(other, "v1", PS_DT_FLOAT, &s2, &one, NULL, &st);
+  ps_get_variable(other, "p4b_c", PS_DT_FLOAT, &s2, &one, NULL, &st);
+  ps_session *so = ps_session_create(other, c, &st);
+  PS_ASSERT_OK(ps_session_create_variables(so, &st), st);
+  ps_node *init_v1 = ps_variables_initializer(other, &v1, 1, "init_v1");
+  PS_ASSERT_OK(ps_session_run(so, NULL, 0, NULL, 0, &init_v1, 1, NULL, &st), st);
+  /* this program: weights and v2 */
+  ps_graph *g = ps_graph_create();
+  ps_device_push_fn(g, ps_replica_device_setter(h.cluster, NULL));
+  ps_variable *w = ps_get_variable(g, "weights", PS_DT_FLOAT, &s2, &one, NULL, &st);
+  ps_variable *v2 = ps_get_variable(g, "v2", PS_DT_FLOAT, &s2, &one, NULL, &st);
+  ck_assert(w != NULL && v2 != NULL);
+  ps_session *s = ps_session_create(g, c, &st);
+  ps_node *init = ps_global_variables_initializer(g);
+  PS_ASSERT_OK(ps_session_run(s, NULL, 0, NULL, 0, &init, 1, NULL, &st), st);
+  ps_saver *all = ps_saver_create(g, NULL, &st);
+  ck_assert_ptr_nonnull(all);
+  PS_ASSERT_OK(ps_saver_save(all, s, "mine", -1, NULL, NULL, &st), st);
+  char p[400];
+  snprintf(p, sizeof p, "%s/mine", dir);
+  char *l = listing(p);
+  ck_assert_str_eq(l, "v2 (DT_FLOAT) [2]\nweights (DT_FLOAT) [2]\n");
+  free(l);
+  /* renamed */
+  const char *key[] = {"my_v2"};
+  ps_saver_options rn = {.var_list = &v2, .nvars = 1, .keys = key};
+  ps_saver *renamed = ps_saver_create(g, &rn, &st);
+  ck_assert_ptr_nonnull(renamed);
+  PS_ASSERT_OK(ps_saver_save(renamed, s, "renamed", -1, NULL, NULL, &st), st);
+  snprintf(p, sizeof p, "%s/renamed", dir);
+  l = listing(p);
+  ck_assert_str_eq(l, "my_v2 (DT_FLOAT) [2]\n");
+  free(l);
+  PS_ASSERT_OK(ps_saver_restore(renamed, s, "renamed", &st), st);
+  /* the operator's save still takes everything initialized on the cluster */
+  ps_save_options everything = {.skip_uninitialized = true};
+  PS_ASSERT_OK(ps_client_save(c, "everything", &everything, NULL, NULL, &st), st);
+  snprintf(p, sizeof p, "%s/everything", dir);
+  l = listing(p);
+  ck_assert_str_eq(l, "v1 (DT_FLOAT) [2]\nv2 (DT_FLOAT) [2]\nweights (DT_FLOAT) [2]\n");
+  free(l);
+  ps_saver_destroy(renamed);
+  ps_saver_destroy(all);
+  ps_session_destroy(s);
+  ps_session_destroy(so);
+  ps_graph_destroy(g);
+  ps_graph_destroy(other);
+  ck_assert_int_eq(harness_stop_client(&h, c), 0);
+}
+END_TEST
+
 /* A SyncReplicas graph stays synchronous through export and import. */
 START_TEST(sync_graph_round_trip) {
   ps_harness h;
@@ -464,6 +543,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, export_import_restore_continue);
   tcase_add_test(tc, name_map_and_eviction);
   tcase_add_test(tc, a_saver_evicts_only_its_own_checkpoints);
+  tcase_add_test(tc, a_saver_saves_its_var_list_under_its_names);
   tcase_add_test(tc, corrupt_meta_files);
   tcase_add_test(tc, sync_graph_round_trip);
   suite_add_tcase(s, tc);

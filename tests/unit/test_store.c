@@ -130,6 +130,48 @@ START_TEST(initializer_accounting_and_copy_on_write) {
 }
 END_TEST
 
+/* A Saver's snapshot: only the selected variables, with their keys; an
+ * uninitialized variable outside the selection is no obstacle; a selected
+ * name that does not exist is NOT_FOUND naming it, and the gate reopens. */
+START_TEST(a_selected_snapshot_takes_only_its_variables) {
+  ps_store *s = ps_store_create("ps/0");
+  ps_shape sh = shape2(2, 3);
+  ps_init_spec k;
+  ps_init_spec_default(&k, PS_INIT_ZEROS);
+  bool created;
+  ps_status st;
+  const char *names[] = {"b", "a", "c"};
+  for (int i = 0; i < 3; i++)
+    ck_assert_int_eq(ps_store_create_var(s, names[i], PS_DT_FLOAT, &sh, &k, NULL, NULL, 0,
+                                         &created, &st),
+                     0);
+  ck_assert_int_eq(ps_var_run_initializer(s, ps_store_lookup(s, "a"), &st), 0);
+  ck_assert_int_eq(ps_var_run_initializer(s, ps_store_lookup(s, "b"), &st), 0);
+  /* c stays uninitialized */
+  const char *sel_names[] = {"b", "a"}, *sel_keys[] = {"renamed_b", ""};
+  ps_snapshot_select sel = {sel_names, sel_keys, 2};
+  ck_assert_int_eq(ps_store_snapshot_begin_sel(s, 1, 1000, false, &sel, &st), 0);
+  ps_store_snapshot_release(s, 1);
+  ps_snapshot *snap = ps_store_snapshot_take(s, 1);
+  ck_assert_ptr_nonnull(snap);
+  ck_assert_uint_eq(snap->n, 2);
+  ck_assert_str_eq(snap->e[0].name, "a");
+  ck_assert_ptr_null(snap->e[0].key);
+  ck_assert_str_eq(snap->e[1].name, "b");
+  ck_assert_str_eq(snap->e[1].key, "renamed_b");
+  ps_snapshot_free(snap);
+  const char *missing[] = {"a", "nope"};
+  ps_snapshot_select bad = {missing, NULL, 2};
+  ck_assert_int_eq(ps_store_snapshot_begin_sel(s, 2, 1000, false, &bad, &st),
+                   PS_NOT_FOUND);
+  ck_assert_str_eq(st.msg, "variable nope does not exist on ps/0");
+  ck_assert(ps_store_update_enter(s, NULL, NULL)); /* the gate is open again */
+  ps_store_update_leave(s);
+  ck_assert_ptr_null(ps_store_snapshot_take(s, 2));
+  ps_store_destroy(s);
+}
+END_TEST
+
 START_TEST(lock_set_tolerates_duplicates) {
   ps_store *s = ps_store_create("ps/0");
   ps_shape sh = {.rank = 0};
@@ -154,6 +196,7 @@ int main(void) {
   tcase_add_test(tc, many_variables_listed_in_name_order);
   tcase_add_test(tc, initializer_accounting_and_copy_on_write);
   tcase_add_test(tc, lock_set_tolerates_duplicates);
+  tcase_add_test(tc, a_selected_snapshot_takes_only_its_variables);
   suite_add_tcase(s, tc);
   return ps_test_run(s);
 }

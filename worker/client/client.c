@@ -1023,10 +1023,45 @@ int ps_client_save(ps_client *c, const char *prefix, const ps_save_options *o,
   int64_t id = ((int64_t)now.tv_sec << 20) ^ (now.tv_nsec & 0xfffff) ^ (int64_t)getpid();
   if (id == 0 || id == -1) id = 7;
   int n = c->nps, rc;
-  Paramserver__SnapshotRequest snap = PARAMSERVER__SNAPSHOT_REQUEST__INIT;
-  snap.id = id;
-  snap.hold_ms = o->hold_ms > 0 ? o->hold_ms : 10000;
-  snap.skip_uninitialized = o->skip_uninitialized;
+  Paramserver__SnapshotRequest *snaps = calloc((size_t)n + 1, sizeof *snaps);
+  Paramserver__SnapshotItem *sitems = calloc(o->nitems + 1, sizeof *sitems);
+  Paramserver__SnapshotItem **sptr = calloc(o->nitems + 1, sizeof *sptr);
+  if (snaps == NULL || sitems == NULL || sptr == NULL) {
+    free(snaps);
+    free(sitems);
+    free(sptr);
+    return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  /* each ps gets its own items, grouped by task */
+  size_t k = 0;
+  for (int t = 0; t < n; t++) {
+    paramserver__snapshot_request__init(&snaps[t]);
+    snaps[t].id = id;
+    snaps[t].hold_ms = o->hold_ms > 0 ? o->hold_ms : 10000;
+    snaps[t].skip_uninitialized = o->skip_uninitialized;
+    snaps[t].select = o->select;
+    snaps[t].items = &sptr[k];
+    for (size_t i = 0; o->select && i < o->nitems; i++) {
+      if (o->items[i].task != t) continue;
+      paramserver__snapshot_item__init(&sitems[k]);
+      sitems[k].name = (char *)o->items[i].name;
+      sitems[k].key = (char *)(o->items[i].key ? o->items[i].key : "");
+      sptr[k] = &sitems[k];
+      k++;
+      snaps[t].n_items++;
+    }
+  }
+  for (size_t i = 0; o->select && i < o->nitems; i++)
+    if (o->items[i].task < 0 || o->items[i].task >= n) {
+      free(snaps);
+      free(sitems);
+      free(sptr);
+      return ps_status_set(st, PS_INVALID_ARGUMENT,
+                           "save: %s is on ps task %d, which does not exist (the cluster "
+                           "has %d)",
+                           o->items[i].name ? o->items[i].name : "(null)",
+                           o->items[i].task, n);
+    }
   Paramserver__ReleaseRequest rel = PARAMSERVER__RELEASE_REQUEST__INIT;
   rel.id = id;
   const ProtobufCMessage **msgs = calloc((size_t)n, sizeof *msgs);
@@ -1036,11 +1071,14 @@ int ps_client_save(ps_client *c, const char *prefix, const ps_save_options *o,
     free(msgs);
     free(saves);
     free(outs);
+    free(snaps);
+    free(sitems);
+    free(sptr);
     return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
   }
   /* 1. every ps closes its gate and captures its variables */
   for (int t = 0; t < n; t++)
-    msgs[t] = &snap.base;
+    msgs[t] = &snaps[t].base;
   rc = all_ps(c, M_SNAPSHOT, msgs, NULL, NULL, c->opt.control_timeout_ms, st);
   /* 2. every gate reopens, whatever happened */
   ps_status rst;
@@ -1085,6 +1123,9 @@ int ps_client_save(ps_client *c, const char *prefix, const ps_save_options *o,
     outs[0].listed = (ps_ckpt_list){0};
   }
 out:
+  free(snaps);
+  free(sitems);
+  free(sptr);
   ps_ckpt_list_fini(&outs[0].listed);
   free(outs[0].prefix);
   free(outs);

@@ -122,6 +122,31 @@ ps_saver *ps_saver_create(ps_graph *g, const ps_saver_options *o, ps_status *st)
   return s;
 }
 
+/* What a save writes: the Saver's variables (every global variable of the
+ * graph, or its var_list) with their ps task and checkpoint key. */
+static int saver_items(const ps_saver *s, ps_save_item **items, size_t *n,
+                       ps_status *st) {
+  size_t ng = 0;
+  ps_variable *const *gv = NULL;
+  if (s->all) gv = ps_collection_variables(s->g, PS_GLOBAL_VARIABLES, &ng);
+  size_t cap = s->all ? ng : s->n;
+  *n = 0;
+  if ((*items = calloc(cap + 1, sizeof **items)) == NULL)
+    return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+  for (size_t i = 0; i < cap; i++) {
+    ps_variable *v = s->all ? gv[i] : ps_graph_find_var_(s->g, s->vars[i]);
+    if (v == NULL) {
+      free(*items);
+      *items = NULL;
+      return ps_status_set(st, PS_NOT_FOUND, "Saver: variable %s is not in the graph",
+                           s->vars[i]);
+    }
+    if (v->task < 0) continue; /* held by the session: not on a ps */
+    (*items)[(*n)++] = (ps_save_item){v->task, v->name, s->all ? NULL : s->keys[i]};
+  }
+  return 0;
+}
+
 int ps_saver_save(ps_saver *s, ps_session *sess, const char *prefix, int64_t global_step,
                   const char *meta_dir, char **path, ps_status *st) {
   ps_client *c = ps_session_client(sess);
@@ -134,7 +159,14 @@ int ps_saver_save(ps_saver *s, ps_session *sess, const char *prefix, int64_t glo
     snprintf(full, sizeof full, "%s-%lld", prefix, (long long)global_step);
   else
     snprintf(full, sizeof full, "%s", prefix);
-  ps_save_options o = {.max_to_keep = s->max_to_keep,
+  ps_save_item *items = NULL;
+  size_t nitems = 0;
+  int rc = saver_items(s, &items, &nitems, st);
+  if (rc != 0) return rc;
+  ps_save_options o = {.select = true,
+                       .items = items,
+                       .nitems = nitems,
+                       .max_to_keep = s->max_to_keep,
                        .keep_every_n_hours = s->keep_hours,
                        .own = s->dir_retention ? NULL : &s->own};
   char *written = NULL;
@@ -144,9 +176,14 @@ int ps_saver_save(ps_saver *s, ps_session *sess, const char *prefix, int64_t glo
   if (meta_dir) {
     char mp[2048];
     snprintf(mp, sizeof mp, "%s/%s.meta", meta_dir, full);
-    if (ps_export_meta_graph(s->g, s, mp, st) != 0) return st->code;
+    if (ps_export_meta_graph(s->g, s, mp, st) != 0) {
+      free(items);
+      return st->code;
+    }
   }
-  if (ps_client_save(c, full, &o, &written, &bytes, st) != 0) {
+  rc = ps_client_save(c, full, &o, &written, &bytes, st);
+  free(items);
+  if (rc != 0) {
     if (meta_dir) { /* no checkpoint: no .meta of its own either */
       char mp[2048];
       snprintf(mp, sizeof mp, "%s/%s.meta", meta_dir, full);

@@ -282,7 +282,22 @@ typedef struct ps_ckpt_list {
 } ps_ckpt_list;
 void ps_ckpt_list_fini(ps_ckpt_list *l);
 
+/* One variable of a Saver's save: on ps @task, saved under @key (NULL or
+ * "": its name, or its partitioned variable's name for a part). */
+typedef struct ps_save_item {
+  int task;
+  const char *name;
+  const char *key;
+} ps_save_item;
+
 typedef struct ps_save_options {
+  /* false: every variable of every ps, under its name (an operator's save,
+   * psctl save).  true: only items[0..nitems) (a Saver's var_list, maybe
+   * none on some ps), each under its key; an item's variable that does not
+   * exist is NOT_FOUND naming it. */
+  bool select;
+  const ps_save_item *items;
+  size_t nitems;
   int max_to_keep;           /* 0: 5 (TensorFlow's default); -1: keep all */
   double keep_every_n_hours; /* 0: never */
   bool skip_uninitialized;   /* else an uninitialized variable fails the save */
