@@ -39,13 +39,17 @@ START_TEST(round_robin_placement_in_creation_order) {
   ps_variable *a = ps_get_variable(g, "a", PS_DT_FLOAT, &s, NULL, NULL, &st);
   ps_variable *b = ps_get_variable(g, "b", PS_DT_FLOAT, &s, NULL, NULL, &st);
   /* an explicit task wins but still takes its turn */
-  ps_device_push(g, "/job:ps/task:0");
+  PS_ASSERT_OK(ps_device_push(g, "/job:ps/task:0", &st), st);
   ps_variable *c = ps_get_variable(g, "c", PS_DT_FLOAT, &s, NULL, NULL, &st);
   ps_device_pop(g);
   ps_variable *d = ps_get_variable(g, "d", PS_DT_FLOAT, &s, NULL, NULL, &st);
-  ps_device_push(g, "/cpu:0");
+  PS_ASSERT_OK(ps_device_push(g, "/cpu:0", &st), st);
   ps_variable *e = ps_get_variable(g, "e", PS_DT_FLOAT, &s, NULL, NULL, &st);
   ps_device_pop(g);
+  /* an unparsable device: TensorFlow's error, no scope, the graph usable */
+  PS_ASSERT_STATUS(ps_device_push(g, "/nonsense:xyz", &st), st, PS_INVALID_ARGUMENT,
+                   "Unknown attribute: 'nonsense' in '/nonsense:xyz'");
+  ck_assert_int_eq(ps_graph_status(g)->code, PS_OK);
   ck_assert_str_eq(ps_variable_device(a), "/job:ps/task:0");
   ck_assert_str_eq(ps_variable_device(b), "/job:ps/task:1");
   ck_assert_str_eq(ps_variable_device(c), "/job:ps/task:0");
@@ -418,7 +422,7 @@ START_TEST(local_and_remote_variables_say_the_same) {
   ps_shape s2 = shp(1, 2, 0), s3 = shp(1, 3, 0);
   ps_init_spec z;
   ps_init_spec_default(&z, PS_INIT_ZEROS);
-  ps_device_push(g, "/job:ps/task:0");
+  PS_ASSERT_OK(ps_device_push(g, "/job:ps/task:0", &st), st);
   ps_variable *r = ps_get_variable(g, "r", PS_DT_FLOAT, &s2, &z, NULL, &st);
   ps_device_pop(g);
   ps_variable *l = ps_get_variable(g, "l", PS_DT_FLOAT, &s2, &z, NULL, &st);

@@ -132,12 +132,21 @@ void ps_graph_place_(ps_graph *g, ps_node *n) {
   ps_device_format(&cur, n->device, sizeof n->device);
 }
 
-void ps_device_push(ps_graph *g, const char *device) {
-  if (g->ndev >= PS_MAX_SCOPE) return;
-  g->dev[g->ndev].str = device ? strdup(device) : NULL;
-  if (device && g->dev[g->ndev].str == NULL) ps_graph_oom_(g);
+int ps_device_push(ps_graph *g, const char *device, ps_status *st) {
+  ps_device d;
+  if (g == NULL) return ps_status_set(st, PS_INVALID_ARGUMENT, "device scope: no graph");
+  if (device && ps_device_parse(device, &d, st) != 0) return PS_INVALID_ARGUMENT;
+  if (g->ndev >= PS_MAX_SCOPE)
+    return ps_status_set(st, PS_RESOURCE_EXHAUSTED,
+                         "device scope %s: more than %d nested",
+                         device ? device : "(none)", PS_MAX_SCOPE);
+  char *copy = device ? strdup(device) : NULL;
+  if (device && copy == NULL)
+    return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+  g->dev[g->ndev].str = copy;
   g->dev[g->ndev].fn = NULL;
   g->ndev++;
+  return 0;
 }
 
 void ps_device_push_fn(ps_graph *g, ps_device_fn *fn) {

@@ -61,7 +61,13 @@ void ps_variable_scope_pop(ps_graph *g);
  * function (ps_replica_device_setter).  Applied innermost first, merging as
  * TensorFlow's DeviceSpec.merge_from does. */
 typedef struct ps_device_fn ps_device_fn;
-void ps_device_push(ps_graph *g, const char *device);
+/* Opens a device scope (NULL: clears the scopes below it, as
+ * tf.device(None)).  An unparsable device string is INVALID_ARGUMENT with
+ * TensorFlow's wording ("Unknown attribute: 'nonsense' in
+ * '/nonsense:xyz'") and opens no scope (do not pop it), as tf.device
+ * raises; more than 64 nested scopes is RESOURCE_EXHAUSTED.  The graph
+ * stays usable either way. */
+int ps_device_push(ps_graph *g, const char *device, ps_status *st);
 void ps_device_push_fn(ps_graph *g, ps_device_fn *fn); /* graph takes ownership */
 void ps_device_pop(ps_graph *g);
 
