@@ -36,8 +36,23 @@ static char addr[64];
 static ps_client *client;
 static ps_cluster *cluster;
 
+/* Each test's directory lives in one base directory per test case,
+ * removed by an unchecked fixture: that teardown runs in Check's parent
+ * process, so a test that fails (its child exits without the checked
+ * teardown) leaves nothing behind. */
+static char base[200];
+static void setup_base(void) {
+  snprintf(base, sizeof base, "/tmp/ps-ckh-XXXXXX");
+  if (mkdtemp(base) == NULL) abort();
+}
+static void teardown_base(void) {
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", base);
+  if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", base);
+}
+
 static void setup(void) {
-  snprintf(dir, sizeof dir, "/tmp/ps-ckh-XXXXXX");
+  snprintf(dir, sizeof dir, "%s/t-XXXXXX", base);
   ck_assert_ptr_nonnull(mkdtemp(dir));
   snprintf(ck, sizeof ck, "%s/ck", dir);
   snprintf(out, sizeof out, "%s/outside", dir);
@@ -645,6 +660,7 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("ckpt_hardening");
   TCase *tc = tcase_create("ckpt_hardening");
+  tcase_add_unchecked_fixture(tc, setup_base, teardown_base);
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_set_timeout(tc, 240);
   tcase_add_test(tc, sigterm_during_a_long_save_keeps_the_previous_checkpoint);

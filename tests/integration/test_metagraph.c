@@ -23,8 +23,23 @@
 
 static char dir[256];
 
+/* Each test's directory lives in one base directory per test case,
+ * removed by an unchecked fixture: that teardown runs in Check's parent
+ * process, so a test that fails (its child exits without the checked
+ * teardown) leaves nothing behind. */
+static char base[200];
+static void setup_base(void) {
+  snprintf(base, sizeof base, "/tmp/ps-meta-XXXXXX");
+  if (mkdtemp(base) == NULL) abort();
+}
+static void teardown_base(void) {
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", base);
+  if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", base);
+}
+
 static void setup(void) {
-  snprintf(dir, sizeof dir, "/tmp/ps-meta-XXXXXX");
+  snprintf(dir, sizeof dir, "%s/t-XXXXXX", base);
   ck_assert_ptr_nonnull(mkdtemp(dir));
 }
 
@@ -538,6 +553,7 @@ END_TEST
 static Suite *suite(void) {
   Suite *s = suite_create("metagraph");
   TCase *tc = tcase_create("metagraph");
+  tcase_add_unchecked_fixture(tc, setup_base, teardown_base);
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_set_timeout(tc, 240);
   tcase_add_test(tc, export_import_restore_continue);
