@@ -410,6 +410,18 @@ START_TEST(a_saver_saves_its_var_list_under_its_names) {
   l = listing(p);
   ck_assert_str_eq(l, "v1 (DT_FLOAT) [2]\nv2 (DT_FLOAT) [2]\nweights (DT_FLOAT) [2]\n");
   free(l);
+  /* global_step as the variable (saver.save(sess, p, global_step=gs)) */
+  ps_shape s0 = {0};
+  ps_init_spec seven;
+  ps_init_spec_default(&seven, PS_INIT_CONSTANT);
+  seven.value = 7;
+  ps_variable *gs = ps_get_variable(g, "step", PS_DT_INT64, &s0, &seven, NULL, &st);
+  ps_node *init_gs = ps_variables_initializer(g, &gs, 1, "init_gs");
+  PS_ASSERT_OK(ps_session_run(s, NULL, 0, NULL, 0, &init_gs, 1, NULL, &st), st);
+  char *path = NULL;
+  PS_ASSERT_OK(ps_saver_save_at_step(renamed, s, "stepped", gs, NULL, &path, &st), st);
+  ck_assert_msg(path && strstr(path, "/stepped-7"), "%s", path ? path : "(null)");
+  free(path);
   ps_saver_destroy(renamed);
   ps_saver_destroy(all);
   ps_session_destroy(s);

@@ -199,6 +199,25 @@ int ps_saver_save(ps_saver *s, ps_session *sess, const char *prefix, int64_t glo
   return 0;
 }
 
+int ps_saver_save_at_step(ps_saver *s, ps_session *sess, const char *prefix,
+                          ps_variable *global_step, const char *meta_dir, char **path,
+                          ps_status *st) {
+  ps_node *r = ps_variable_value(global_step);
+  if (r == NULL)
+    return ps_status_set(st, PS_INVALID_ARGUMENT, "Saver: no global_step variable");
+  ps_tensor *t = NULL;
+  if (ps_session_run(sess, NULL, 0, &r, 1, NULL, 0, &t, st) != 0) return st->code;
+  int64_t step = ps_tensor_num_elements(t) == 1
+                     ? (int64_t)ps_elem_get(t->dtype, ps_tensor_data(t), 0)
+                     : -1;
+  ps_tensor_destroy(t);
+  if (step < 0)
+    return ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "Saver: global_step %s is not a non-negative scalar",
+                         ps_variable_name(global_step));
+  return ps_saver_save(s, sess, prefix, step, meta_dir, path, st);
+}
+
 /* Name and key of each variable to restore, grouped by ps task. */
 int ps_saver_restore(ps_saver *s, ps_session *sess, const char *prefix, ps_status *st) {
   ps_client *c = ps_session_client(sess);

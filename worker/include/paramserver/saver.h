@@ -60,6 +60,13 @@ void ps_saver_destroy(ps_saver *s); /* NULL is a no-op */
  * NULL) receives the written prefix (malloc'd), as the state file has it. */
 int ps_saver_save(ps_saver *s, ps_session *sess, const char *prefix, int64_t global_step,
                   const char *meta_dir, char **path, ps_status *st);
+/* ps_saver_save with the global-step variable instead of its value, as
+ * TensorFlow's saver.save(sess, prefix, global_step=global_step_tensor):
+ * the variable is read through @sess first (its error, e.g. uninitialized,
+ * is returned as it is). */
+int ps_saver_save_at_step(ps_saver *s, ps_session *sess, const char *prefix,
+                          ps_variable *global_step, const char *meta_dir, char **path,
+                          ps_status *st);
 
 /* Creates the saver's variables on their ps if needed, then restores them
  * from @prefix (NULL or "": the latest checkpoint).  Restored variables
