@@ -76,6 +76,17 @@ const ps_status *ps_graph_status(const ps_graph *g) {
   return &g->st;
 }
 
+void ps_graph_set_random_seed(ps_graph *g, int64_t seed) {
+  if (g == NULL) return;
+  g->has_seed = true;
+  g->seed = seed;
+}
+
+bool ps_graph_random_seed_(const ps_graph *g, int64_t *seed) {
+  if (g->has_seed) *seed = g->seed;
+  return g->has_seed;
+}
+
 ps_node *ps_graph_fail(ps_graph *g, int code, const char *fmt, ...) {
   if (g->st.code != PS_OK) return NULL;
   g->st.code = code;

@@ -55,6 +55,8 @@ struct ps_graph {
   int nctx;
   int ctx_marks[PS_MAX_CTX];
   int nctxmarks;
+  bool has_seed; /* tf.set_random_seed */
+  int64_t seed;
 };
 
 /* A unique name for @full (malloc'd), or NULL with the graph failed. */

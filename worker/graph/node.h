@@ -150,6 +150,9 @@ extern const ps_op_def *const ps_opdefs_math_[],
                                                 *const ps_opdefs_optimizer_[];
 ps_node *ps_graph_node(const ps_graph *g, size_t i);
 
+/* The graph-level seed, if one was set (false otherwise). */
+bool ps_graph_random_seed_(const ps_graph *g, int64_t *seed);
+
 /* ---- the graph's contents, for the runtime ---- */
 size_t ps_graph_num_vars_(const ps_graph *g);
 ps_variable *ps_graph_var_(const ps_graph *g, size_t i);

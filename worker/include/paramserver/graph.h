@@ -29,6 +29,10 @@ void ps_graph_destroy(ps_graph *g);
 /* The first error met while building (NULL-returning constructors set it);
  * later constructors given a NULL input return NULL too. */
 const ps_status *ps_graph_status(const ps_graph *g);
+/* The graph-level random seed (tf.set_random_seed): random ops built after
+ * it without a seed of their own derive one from it, as TensorFlow's
+ * get_seed does. */
+void ps_graph_set_random_seed(ps_graph *g, int64_t seed);
 
 /* ---- nodes ---- */
 const char *ps_node_name(const ps_node *n);
