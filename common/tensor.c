@@ -95,6 +95,19 @@ const char *ps_dtype_any_enum_name(int dtype) {
   }
 }
 
+const char *ps_dtype_python_name(int dtype) {
+  switch (dtype) {
+  case PS_DT_FLOAT:
+    return "float32";
+  case PS_DT_DOUBLE:
+    return "float64";
+  case PS_DT_HALF:
+    return "float16";
+  default:
+    return ps_dtype_name(dtype);
+  }
+}
+
 ps_dtype ps_dtype_from_name(const char *s) {
   if (s == NULL) return PS_DT_INVALID;
   if (!strcasecmp(s, "float32")) return PS_DT_FLOAT;
@@ -171,6 +184,25 @@ char *ps_shape_format(const ps_shape *s, char *buf, size_t n) {
   for (int i = 0; i < s->rank; i++)
     ps_appendf(buf, n, &off, i ? ",%lld" : "%lld", (long long)s->dim[i]);
   ps_appendf(buf, n, &off, "]");
+  return buf;
+}
+
+char *ps_shape_format_py(const ps_shape *s, char *buf, size_t n) {
+  size_t off = 0;
+  if (n == 0) return buf;
+  buf[0] = '\0';
+  if (s->rank < 0) {
+    ps_appendf(buf, n, &off, "<unknown>");
+    return buf;
+  }
+  ps_appendf(buf, n, &off, "(");
+  for (int i = 0; i < s->rank; i++) {
+    if (s->dim[i] < 0)
+      ps_appendf(buf, n, &off, i ? ", ?" : "?");
+    else
+      ps_appendf(buf, n, &off, i ? ", %lld" : "%lld", (long long)s->dim[i]);
+  }
+  ps_appendf(buf, n, &off, s->rank == 1 ? ",)" : ")");
   return buf;
 }
 

@@ -99,7 +99,7 @@ START_TEST(scopes_reuse_and_their_errors) {
   ps_device_push_fn(g, ps_replica_device_setter(H.cluster, NULL));
   ps_status st;
   ps_shape s = shp(2, 3, 3);
-  ps_variable_scope_push(g, "conv1", PS_REUSE_NONE);
+  PS_ASSERT_OK(ps_variable_scope_push(g, "conv1", PS_REUSE_NONE, &st), st);
   ps_variable *w = ps_get_variable(g, "weights", PS_DT_FLOAT, &s, NULL, NULL, &st);
   ck_assert_ptr_nonnull(w);
   ck_assert_str_eq(ps_variable_name(w), "conv1/weights");
@@ -107,7 +107,7 @@ START_TEST(scopes_reuse_and_their_errors) {
   ck_assert_str_eq(st.msg, "Variable conv1/weights already exists, disallowed. Did you "
                            "mean to set reuse=True or reuse=tf.AUTO_REUSE in VarScope?");
   ps_variable_scope_pop(g);
-  ps_variable_scope_push(g, "conv1", PS_REUSE_TRUE);
+  PS_ASSERT_OK(ps_variable_scope_push(g, "conv1", PS_REUSE_TRUE, &st), st);
   ck_assert_ptr_eq(ps_get_variable(g, "weights", PS_DT_FLOAT, &s, NULL, NULL, &st), w);
   ck_assert_ptr_null(ps_get_variable(g, "biases", PS_DT_FLOAT, &s, NULL, NULL, &st));
   ck_assert_str_eq(st.msg, "Variable conv1/biases does not exist, or was not created "
@@ -116,14 +116,17 @@ START_TEST(scopes_reuse_and_their_errors) {
   ps_shape other = shp(2, 3, 4);
   ck_assert_ptr_null(ps_get_variable(g, "weights", PS_DT_FLOAT, &other, NULL, NULL, &st));
   ck_assert_str_eq(st.msg, "Trying to share variable conv1/weights, but specified shape "
-                           "[3,4] and found shape [3,3].");
+                           "(3, 4) and found shape (3, 3).");
+  ck_assert_ptr_null(ps_get_variable(g, "weights", PS_DT_DOUBLE, &s, NULL, NULL, &st));
+  ck_assert_str_eq(st.msg, "Trying to share variable conv1/weights, but specified dtype "
+                           "float64 and found dtype float32_ref.");
   /* nested scopes inherit reuse */
-  ps_variable_scope_push(g, "inner", PS_REUSE_NONE);
+  PS_ASSERT_OK(ps_variable_scope_push(g, "inner", PS_REUSE_NONE, &st), st);
   ck_assert_ptr_null(ps_get_variable(g, "x", PS_DT_FLOAT, &s, NULL, NULL, &st));
   ck_assert_ptr_nonnull(strstr(st.msg, "conv1/inner/x does not exist"));
   ps_variable_scope_pop(g);
   ps_variable_scope_pop(g);
-  ps_variable_scope_push(g, "conv2", PS_AUTO_REUSE);
+  PS_ASSERT_OK(ps_variable_scope_push(g, "conv2", PS_AUTO_REUSE, &st), st);
   ps_variable *a1 = ps_get_variable(g, "w", PS_DT_FLOAT, &s, NULL, NULL, &st);
   ps_variable *a2 = ps_get_variable(g, "w", PS_DT_FLOAT, &s, NULL, NULL, &st);
   ck_assert_ptr_nonnull(a1);
@@ -217,18 +220,26 @@ START_TEST(a_scoped_name_over_the_limit_is_refused) {
   char scope[700];
   memset(scope, 'a', sizeof scope - 1);
   scope[sizeof scope - 1] = '\0';
-  ps_variable_scope_push(g, scope, PS_REUSE_NONE);
-  ps_variable_scope_push(g, scope, PS_REUSE_NONE);
-  ck_assert_ptr_null(ps_get_variable(g, "w", PS_DT_FLOAT, &s, NULL, NULL, &st));
+  PS_ASSERT_OK(ps_variable_scope_push(g, scope, PS_REUSE_NONE, &st), st);
+  /* a scope that does not fit is refused and opens nothing */
+  PS_ASSERT_STATUS(ps_variable_scope_push(g, scope, PS_REUSE_NONE, &st), st,
+                   PS_INVALID_ARGUMENT, "longer than 1022 bytes with its scopes");
+  ck_assert_int_eq(ps_graph_status(g)->code, PS_INVALID_ARGUMENT);
+  ck_assert_str_eq(ps_variable_scope_name(ps_variable_scope_current(g)), scope);
+  char inner[321];
+  memset(inner, 'b', sizeof inner - 1);
+  inner[sizeof inner - 1] = '\0';
+  PS_ASSERT_OK(ps_variable_scope_push(g, inner, PS_REUSE_NONE, &st), st);
+  ck_assert_ptr_null(ps_get_variable(g, "wwwww", PS_DT_FLOAT, &s, NULL, NULL, &st));
   ck_assert_int_eq(st.code, PS_INVALID_ARGUMENT);
-  PS_ASSERT_MSG_HAS(st, "variable w...: the name with its variable scopes is longer than "
-                        "1023 bytes");
+  PS_ASSERT_MSG_HAS(st, "variable wwwww...: the name with its variable scopes is longer "
+                        "than 1023 bytes");
   ps_partitioner p = {.kind = PS_PART_FIXED, .num_shards = 2};
   ck_assert_ptr_null(
-      ps_get_partitioned_variable(g, "e", PS_DT_FLOAT, &s, NULL, &p, NULL, &st));
+      ps_get_partitioned_variable(g, "eeeee", PS_DT_FLOAT, &s, NULL, &p, NULL, &st));
   ck_assert_int_eq(st.code, PS_INVALID_ARGUMENT);
-  PS_ASSERT_MSG_HAS(st, "variable e...: the name with its variable scopes is longer than "
-                        "1023 bytes");
+  PS_ASSERT_MSG_HAS(st, "variable eeeee...: the name with its variable scopes is longer "
+                        "than 1023 bytes");
   ps_variable_scope_pop(g);
   ps_variable *w = ps_get_variable(g, "w", PS_DT_FLOAT, &s, NULL, NULL, &st);
   ck_assert_ptr_nonnull(w);
@@ -416,6 +427,135 @@ END_TEST
 
 /* A variable the session holds (no ps device) and one on a ps refuse the
  * same updates with the same texts (common/variable.c). */
+/* tf.variable_scope re-entered by name or by scope object, and
+ * scope.reuse_variables(): the variables are shared, the ops get the
+ * re-entered name scope ("model_1/conv1/Relu"), as TensorFlow names them. */
+static ps_node *conv_relu_like(ps_graph *g, ps_node *x, const char *scope,
+                               ps_status *st) {
+  PS_ASSERT_OK(ps_variable_scope_push(g, scope, PS_REUSE_NONE, st), *st);
+  ps_shape ws = shp(2, 2, 2), bs = shp(1, 2, 0);
+  ps_variable *w = ps_get_variable(g, "weights", PS_DT_FLOAT, &ws, NULL, NULL, st);
+  ps_variable *b = ps_get_variable(g, "biases", PS_DT_FLOAT, &bs, NULL, NULL, st);
+  ck_assert_msg(w && b, "%s", st->msg);
+  ps_node *y = ps_relu(
+      ps_add(ps_matmul(x, ps_variable_value(w), false, false), ps_variable_value(b)));
+  ps_variable_scope_pop(g);
+  return y;
+}
+
+START_TEST(scope_objects_and_reentered_names) {
+  ps_graph *g = ps_graph_create();
+  ps_status st;
+  ps_shape xs = shp(2, 1, 2);
+  ps_node *x = ps_placeholder(g, PS_DT_FLOAT, &xs, "x");
+  PS_ASSERT_OK(ps_variable_scope_push(g, "model", PS_REUSE_NONE, &st), st);
+  ps_variable_scope *scope = ps_variable_scope_current(g);
+  ck_assert_str_eq(ps_variable_scope_name(scope), "model");
+  ck_assert_str_eq(ps_variable_scope_original_name_scope(scope), "model/");
+  ps_node *y1 = conv_relu_like(g, conv_relu_like(g, x, "conv1", &st), "conv2", &st);
+  ck_assert_str_eq(ps_node_name(y1), "model/conv2/Relu");
+  ck_assert_str_eq(ps_node_op(y1), "Relu");
+  /* scope.reuse_variables() */
+  ps_variable_scope_reuse_variables(scope);
+  ck_assert_int_eq(ps_variable_scope_reuse(scope), PS_REUSE_TRUE);
+  size_t nvars;
+  ps_collection_variables(g, PS_GLOBAL_VARIABLES, &nvars);
+  ps_node *y2 = conv_relu_like(g, conv_relu_like(g, x, "conv1", &st), "conv2", &st);
+  ck_assert_str_eq(ps_node_name(y2), "model/conv2_1/Relu");
+  ps_variable_scope_pop(g);
+  /* by name, with reuse */
+  PS_ASSERT_OK(ps_variable_scope_push(g, "model", PS_REUSE_TRUE, &st), st);
+  ps_node *y3 = conv_relu_like(g, conv_relu_like(g, x, "conv1", &st), "conv2", &st);
+  ck_assert_str_eq(ps_node_name(y3), "model_1/conv2/Relu");
+  ps_variable_scope_pop(g);
+  /* by scope object, from inside another scope: its own full name */
+  PS_ASSERT_OK(ps_variable_scope_push(g, "other", PS_REUSE_NONE, &st), st);
+  PS_ASSERT_OK(ps_variable_scope_push_scope(g, scope, PS_REUSE_TRUE, &st), st);
+  ck_assert_str_eq(ps_variable_scope_name(ps_variable_scope_current(g)), "model");
+  ps_node *y4 = conv_relu_like(g, conv_relu_like(g, x, "conv1", &st), "conv2", &st);
+  ck_assert_str_eq(ps_node_name(y4), "other/model/conv2/Relu");
+  ps_variable_scope_pop(g);
+  ps_variable_scope_pop(g);
+  size_t nvars_after;
+  ps_collection_variables(g, PS_GLOBAL_VARIABLES, &nvars_after);
+  ck_assert_uint_eq(nvars, 4);
+  ck_assert_uint_eq(nvars_after, 4); /* shared, not made again */
+  /* a name scope re-entered exactly with a trailing "/" */
+  PS_ASSERT_OK(ps_name_scope_push(g, "model/", &st), st);
+  ck_assert_str_eq(ps_node_name(ps_neg(x)), "model/Neg");
+  ps_name_scope_pop(g);
+  ps_graph_destroy(g);
+}
+END_TEST
+
+/* One error rule: a failed constructor returns NULL, adds nothing, reports
+ * its error (ps_graph_status, and its ps_status if it takes one), and the
+ * graph stays usable: a session runs it. */
+START_TEST(a_failed_constructor_leaves_the_graph_usable) {
+  ps_graph *g = ps_graph_create();
+  ps_device_push_fn(g, ps_replica_device_setter(H.cluster, NULL));
+  ps_status st;
+  ps_shape s3 = shp(1, 3, 0), s2 = shp(1, 2, 0);
+  ps_init_spec ones;
+  ps_init_spec_default(&ones, PS_INIT_ONES);
+  ps_variable *v = ps_get_variable(g, "v", PS_DT_FLOAT, &s3, &ones, NULL, &st);
+  ck_assert_ptr_nonnull(v);
+  size_t nodes = ps_graph_num_nodes(g);
+  /* an op with mismatched shapes */
+  ps_node *bad = ps_add(ps_variable_value(v), ps_placeholder(g, PS_DT_FLOAT, &s2, "p"));
+  ck_assert_ptr_null(bad);
+  ck_assert_int_eq(ps_graph_status(g)->code, PS_INVALID_ARGUMENT);
+  ck_assert_ptr_nonnull(
+      strstr(ps_graph_status(g)->msg, "Incompatible shapes: [3] vs. [2]"));
+  nodes++; /* the placeholder was made before the add failed */
+  ck_assert_uint_eq(ps_graph_num_nodes(g), nodes);
+  /* a NULL input keeps the error that made it */
+  ck_assert_ptr_null(ps_neg(bad));
+  ck_assert_ptr_nonnull(strstr(ps_graph_status(g)->msg, "Incompatible shapes"));
+  /* get_variable: its status and the graph's say the same; nothing added */
+  size_t nvars;
+  ps_collection_variables(g, PS_GLOBAL_VARIABLES, &nvars);
+  ck_assert_ptr_null(ps_get_variable(g, "v", PS_DT_FLOAT, &s3, NULL, NULL, &st));
+  ck_assert_str_eq(st.msg, ps_graph_status(g)->msg);
+  ck_assert_ptr_nonnull(strstr(st.msg, "Variable v already exists"));
+  ps_node *tensor_init = ps_scalar(g, PS_DT_FLOAT, 2);
+  nodes++;
+  ck_assert_ptr_null(
+      ps_get_variable_from(g, "w", PS_DT_INVALID, &s3, tensor_init, NULL, &st));
+  ck_assert_str_eq(st.msg, "If initializer is a constant, do not specify shape.");
+  ck_assert_uint_eq(ps_graph_num_nodes(g), nodes);
+  size_t nvars_after;
+  ps_collection_variables(g, PS_GLOBAL_VARIABLES, &nvars_after);
+  ck_assert_uint_eq(nvars_after, nvars);
+  ps_graph_clear_status(g);
+  ck_assert_int_eq(ps_graph_status(g)->code, PS_OK);
+  /* the name is free again: the failed w left nothing behind */
+  ps_variable *w =
+      ps_get_variable_from(g, "w", PS_DT_INVALID, NULL, tensor_init, NULL, &st);
+  ck_assert_msg(w != NULL, "%s", st.msg);
+  ck_assert_int_eq(ps_variable_shape(w)->rank, 0);
+  /* and a session runs the graph */
+  ps_session *sess = ps_session_create(g, C, &st);
+  ck_assert_msg(sess != NULL, "%s", st.msg);
+  ps_node *init = ps_global_variables_initializer(g);
+  PS_ASSERT_OK(ps_session_run(sess, NULL, 0, NULL, 0, &init, 1, NULL, &st), st);
+  ps_node *f[2] = {ps_add(ps_variable_value(v), ps_variable_value(v)),
+                   ps_variable_value(w)};
+  ps_tensor *out[2] = {0};
+  PS_ASSERT_OK(ps_session_run(sess, NULL, 0, f, 2, NULL, 0, out, &st), st);
+  ck_assert(((float *)ps_tensor_data(out[0]))[2] == 2.0f);
+  ck_assert(((float *)ps_tensor_data(out[1]))[0] == 2.0f);
+  ps_tensor_destroy(out[0]);
+  ps_tensor_destroy(out[1]);
+  /* scope pushes report errors too */
+  PS_ASSERT_STATUS(ps_variable_scope_push(g, NULL, PS_REUSE_NONE, &st), st,
+                   PS_INVALID_ARGUMENT, "variable scope: no name");
+  ck_assert_ptr_null(ps_variable_scope_current(g));
+  ps_session_destroy(sess);
+  ps_graph_destroy(g);
+}
+END_TEST
+
 START_TEST(local_and_remote_variables_say_the_same) {
   ps_graph *g = ps_graph_create();
   ps_status st;
@@ -490,6 +630,8 @@ int main(void) {
   tcase_add_test(tc, local_and_remote_variables_say_the_same);
   tcase_add_test(tc, an_assign_op_gives_the_value_after_the_update);
   tcase_add_test(tc, a_variable_is_shared_whatever_its_initializer);
+  tcase_add_test(tc, scope_objects_and_reentered_names);
+  tcase_add_test(tc, a_failed_constructor_leaves_the_graph_usable);
   suite_add_tcase(s, tc);
   return ps_test_run(s);
 }

@@ -71,7 +71,7 @@ static ps_graph *build(const ps_cluster *cluster) {
   ps_init_spec_default(&rn, PS_INIT_TRUNCATED_NORMAL);
   rn.stddev = 0.5;
   rn.seed = 7;
-  ps_variable_scope_push(g, "dense", PS_REUSE_NONE);
+  PS_ASSERT_OK(ps_variable_scope_push(g, "dense", PS_REUSE_NONE, &st), st);
   ps_variable *w =
       ps_get_variable(g, "kernel", PS_DT_FLOAT, &(ps_shape){2, {4, 3}}, &rn, NULL, &st);
   ps_init_spec c1;

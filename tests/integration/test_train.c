@@ -121,13 +121,13 @@ START_TEST(mlp_loss_falls) {
   ps_shape xs = {2, {-1, 784}}, ls = {1, {-1}};
   ps_node *x = ps_placeholder(g, PS_DT_FLOAT, &xs, "images");
   ps_node *labels = ps_placeholder(g, PS_DT_INT64, &ls, "labels");
-  ps_variable_scope_push(g, "hidden", PS_REUSE_NONE);
+  PS_ASSERT_OK(ps_variable_scope_push(g, "hidden", PS_REUSE_NONE, &st), st);
   ps_variable *w1 = ps_get_variable(g, "weights", PS_DT_FLOAT, &(ps_shape){2, {784, 64}},
                                     NULL, NULL, &st);
   ps_variable *b1 =
       ps_get_variable(g, "biases", PS_DT_FLOAT, &(ps_shape){1, {64}}, NULL, NULL, &st);
   ps_variable_scope_pop(g);
-  ps_variable_scope_push(g, "softmax", PS_REUSE_NONE);
+  PS_ASSERT_OK(ps_variable_scope_push(g, "softmax", PS_REUSE_NONE, &st), st);
   ps_variable *w2 = ps_get_variable(g, "weights", PS_DT_FLOAT, &(ps_shape){2, {64, 10}},
                                     NULL, NULL, &st);
   ps_variable *b2 =

@@ -58,7 +58,7 @@ int main(int argc, char **argv) {
   ps_shape ws = {2, {NFEAT, 1}}, bs = {1, {1}};
   ps_init_spec zeros;
   ps_init_spec_default(&zeros, PS_INIT_ZEROS);
-  ps_variable_scope_push(g, "linear", PS_REUSE_NONE);
+  ps_variable_scope_push(g, "linear", PS_REUSE_NONE, &st); /* checked below */
   ps_variable *w = ps_get_variable(g, "weights", PS_DT_FLOAT, &ws, &zeros, NULL, &st);
   ps_variable *b = ps_get_variable(g, "bias", PS_DT_FLOAT, &bs, &zeros, NULL, &st);
   ps_variable_scope_pop(g);

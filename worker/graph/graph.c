@@ -63,8 +63,12 @@ void ps_graph_destroy(ps_graph *g) {
   free(g->coll);
   for (int i = 0; i < g->nscope; i++)
     free(g->scope[i]);
-  for (int i = 0; i < g->nvscope; i++)
-    free(g->vscope[i].name);
+  for (size_t i = 0; i < g->nvsobjs; i++) {
+    free(g->vsobjs[i]->name);
+    free(g->vsobjs[i]->original_name_scope);
+    free(g->vsobjs[i]);
+  }
+  free(g->vsobjs);
   for (int i = 0; i < g->ndev; i++) {
     free(g->dev[i].str);
     ps_device_fn_free_(g->dev[i].fn);
@@ -73,7 +77,12 @@ void ps_graph_destroy(ps_graph *g) {
 }
 
 const ps_status *ps_graph_status(const ps_graph *g) {
-  return &g->st;
+  static const ps_status no_graph = {PS_INVALID_ARGUMENT, "no graph"};
+  return g ? &g->st : &no_graph;
+}
+
+void ps_graph_clear_status(ps_graph *g) {
+  if (g) ps_status_clear(&g->st);
 }
 
 void ps_graph_set_random_seed(ps_graph *g, int64_t seed) {
@@ -88,7 +97,7 @@ bool ps_graph_random_seed_(const ps_graph *g, int64_t *seed) {
 }
 
 ps_node *ps_graph_fail(ps_graph *g, int code, const char *fmt, ...) {
-  if (g->st.code != PS_OK) return NULL;
+  g->nerrors++;
   g->st.code = code;
   va_list ap;
   va_start(ap, fmt);
@@ -106,6 +115,62 @@ size_t ps_graph_num_nodes(const ps_graph *g) {
 }
 ps_node *ps_graph_node(const ps_graph *g, size_t i) {
   return g->nodes[i];
+}
+
+/* ---- a failed constructor adds nothing (node.h) ---- */
+
+ps_graph_mark ps_graph_mark_(const ps_graph *g) {
+  ps_graph_mark m = {g->nnodes, g->nvars, g->nnames, g->npvars, g->nerrors};
+  return m;
+}
+
+bool ps_graph_failed_since_(const ps_graph *g, ps_graph_mark m) {
+  return g->nerrors != m.nerrors;
+}
+
+/* Drops from *@items (n of them) those for which @gone says so. */
+static void drop_items(void *items, size_t *n,
+                       bool (*gone)(const ps_graph *, void *, const ps_graph_mark *),
+                       const ps_graph *g, const ps_graph_mark *m) {
+  void **v;
+  memcpy(&v, items, sizeof v);
+  size_t k = 0;
+  for (size_t i = 0; i < *n; i++)
+    if (!gone(g, v[i], m)) v[k++] = v[i];
+  *n = k;
+}
+
+static bool node_gone(const ps_graph *g, void *x, const ps_graph_mark *m) {
+  (void)g;
+  return (size_t)((ps_node *)x)->id >= m->nnodes;
+}
+
+static bool var_gone(const ps_graph *g, void *x, const ps_graph_mark *m) {
+  for (size_t i = m->nvars; i < g->nvars; i++)
+    if (g->vars[i] == x) return true;
+  return false;
+}
+
+void ps_graph_rollback_(ps_graph *g, ps_graph_mark m) {
+  for (size_t i = 0; i < g->ncoll; i++) {
+    drop_items(&g->coll[i].nodes, &g->coll[i].nnodes, node_gone, g, &m);
+    drop_items(&g->coll[i].vars, &g->coll[i].nvars, var_gone, g, &m);
+  }
+  for (size_t i = m.nnodes; i < g->nnodes; i++)
+    free_node(g->nodes[i]);
+  for (size_t i = m.nvars; i < g->nvars; i++)
+    ps_variable_free_(g->vars[i]);
+  for (size_t i = m.npvars; i < g->npvars; i++) {
+    free(g->pvars[i]->name);
+    free(g->pvars[i]->parts);
+    free(g->pvars[i]);
+  }
+  for (size_t i = m.nnames; i < g->nnames; i++)
+    free(g->names[i].name);
+  if (m.nnodes < g->nnodes) g->nnodes = m.nnodes;
+  if (m.nvars < g->nvars) g->nvars = m.nvars;
+  if (m.npvars < g->npvars) g->npvars = m.npvars;
+  if (m.nnames < g->nnames) g->nnames = m.nnames;
 }
 
 /* ---- the graph's contents, for the runtime (node.h) ---- */
@@ -148,14 +213,20 @@ const char *ps_graph_collection_(const ps_graph *g, size_t i, ps_variable *const
 
 ps_scope_mark ps_graph_scopes_clear_(ps_graph *g) {
   ps_scope_mark m = {g->nscope, g->nvscope};
-  g->nscope = 0;
-  g->nvscope = 0;
+  /* the root scopes, pushed on top so nothing below is overwritten */
+  if (ps_name_scope_push(g, "", NULL) == 0) {
+    if (g->nvscope < PS_MAX_SCOPE)
+      g->vscope[g->nvscope++] = NULL;
+    else
+      ps_name_scope_pop(g);
+  }
   return m;
 }
 
 void ps_graph_scopes_restore_(ps_graph *g, ps_scope_mark m) {
-  g->nscope = m.nscope;
-  g->nvscope = m.nvscope;
+  while (g->nscope > m.nscope)
+    ps_name_scope_pop(g);
+  if (g->nvscope > m.nvscope) g->nvscope = m.nvscope;
 }
 
 /* ---- MetaGraph import (node.h) ---- */
@@ -212,9 +283,9 @@ int ps_graph_vscope_name_(const ps_graph *g, const char *name, char *out, size_t
                           ps_reuse *reuse, ps_status *st) {
   size_t off = 0;
   int rc = 0;
+  const ps_variable_scope *top = g->nvscope > 0 ? g->vscope[g->nvscope - 1] : NULL;
   out[0] = '\0';
-  for (int i = 0; i < g->nvscope && i < PS_MAX_SCOPE; i++)
-    rc |= ps_appendf(out, n, &off, "%s/", g->vscope[i].name);
+  if (top && top->name[0]) rc |= ps_appendf(out, n, &off, "%s/", top->name);
   rc |= ps_appendf(out, n, &off, "%s", name);
   if (rc != 0) {
     out[0] = '\0';
@@ -223,7 +294,7 @@ int ps_graph_vscope_name_(const ps_graph *g, const char *name, char *out, size_t
                          "than %zu bytes",
                          name, n - 1);
   }
-  *reuse = g->nvscope > 0 ? g->vscope[g->nvscope - 1].reuse : PS_REUSE_NONE;
+  *reuse = top ? top->reuse : PS_REUSE_NONE;
   return 0;
 }
 
@@ -237,7 +308,7 @@ static int name_lookup(ps_graph *g, const char *name) {
 
 /* TensorFlow's Graph.unique_name: "x", "x_1", "x_2"... */
 char *ps_graph_unique_name_(ps_graph *g, const char *full) {
-  char buf[1024];
+  char buf[PS_NAME_MAX];
   snprintf(buf, sizeof buf, "%s", full);
   int k = name_lookup(g, buf);
   if (k >= 0) {
@@ -263,22 +334,56 @@ char *ps_graph_unique_name_(ps_graph *g, const char *full) {
 
 void ps_graph_scoped_name_(ps_graph *g, const char *hint, char *out, size_t n) {
   size_t off = 0;
+  const char *top = g->nscope > 0 ? g->scope[g->nscope - 1] : "";
   out[0] = '\0';
-  for (int i = 0; i < g->nscope && i < PS_MAX_SCOPE; i++)
-    if (g->scope[i]) ps_appendf(out, n, &off, "%s/", g->scope[i]);
+  if (top[0]) ps_appendf(out, n, &off, "%s/", top);
   ps_appendf(out, n, &off, "%s", hint);
 }
 
-void ps_name_scope_push(ps_graph *g, const char *name) {
-  if (g->nscope < PS_MAX_SCOPE && (g->scope[g->nscope] = strdup(name)) == NULL)
-    ps_graph_oom_(g);
-  g->nscope++;
+/* The full name scope that pushing @name opens (malloc'd), or NULL with
+ * @st set. */
+static char *name_scope_for(ps_graph *g, const char *name, ps_status *st) {
+  size_t len = name ? strlen(name) : 0;
+  char full[PS_NAME_MAX];
+  if (len > 0 && name[len - 1] != '/') ps_graph_scoped_name_(g, name, full, sizeof full);
+  if (len >= PS_NAME_MAX - 1 ||
+      (len > 0 && name[len - 1] != '/' && strlen(full) >= PS_NAME_MAX - 1)) {
+    ps_status_set(st, PS_INVALID_ARGUMENT,
+                  "name scope %.64s...: longer than %d bytes with its scopes", name,
+                  PS_NAME_MAX - 2);
+    return NULL;
+  }
+  char *u;
+  if (len == 0)
+    u = strdup(""); /* the root */
+  else if (name[len - 1] == '/')
+    u = strndup(name, len - 1); /* re-entered exactly */
+  else
+    u = ps_graph_unique_name_(g, full);
+  if (u == NULL) ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+  return u;
+}
+
+int ps_name_scope_push(ps_graph *g, const char *name, ps_status *st) {
+  ps_status local;
+  if (g == NULL) return ps_status_set(st, PS_INVALID_ARGUMENT, "name scope: no graph");
+  if (g->nscope >= PS_MAX_SCOPE)
+    ps_status_set(&local, PS_RESOURCE_EXHAUSTED, "name scope %.64s: more than %d nested",
+                  name ? name : "", PS_MAX_SCOPE);
+  char *full = g->nscope < PS_MAX_SCOPE ? name_scope_for(g, name, &local) : NULL;
+  if (full == NULL) {
+    ps_graph_fail(g, local.code, "%s", local.msg);
+    return ps_status_set(st, local.code, "%s", local.msg);
+  }
+  g->scope[g->nscope++] = full;
+  return 0;
 }
 
 void ps_name_scope_pop(ps_graph *g) {
-  if (g->nscope <= 0) return;
+  if (g == NULL || g->nscope <= 0) return;
   g->nscope--;
-  if (g->nscope < PS_MAX_SCOPE) free(g->scope[g->nscope]);
+  free(g->scope[g->nscope]);
+  g->scope[g->nscope] = NULL;
 }
 
 /* ---- nodes ---- */
@@ -296,7 +401,7 @@ ps_node *ps_node_new(ps_graph *g, const ps_op_def *def, const char *name_hint,
   n->g = g;
   n->def = def;
   n->id = (int)g->nnodes;
-  char full[1024];
+  char full[PS_NAME_MAX];
   ps_graph_scoped_name_(g, name_hint ? name_hint : def->type, full, sizeof full);
   n->name = ps_graph_unique_name_(g, full);
   if (n->name == NULL ||

@@ -8,6 +8,7 @@
 #include "node.h"
 
 #define PS_MAX_SCOPE 64
+#define PS_NAME_MAX 1024 /* a node's or scope's full name, with its NUL */
 #define PS_MAX_CTX 256
 
 /* A collection holds variables and nodes, each kind in its own array (a
@@ -20,10 +21,13 @@ typedef struct ps_collection {
   size_t nnodes;
 } ps_collection;
 
-typedef struct ps_vscope {
-  char *name;
-  ps_reuse reuse; /* effective (inherited) */
-} ps_vscope;
+/* A variable scope object (tf.VariableScope): its full name and reuse.
+ * The graph owns every one made; the stack points at the open ones. */
+struct ps_variable_scope {
+  char *name;                /* "model/conv1" */
+  char *original_name_scope; /* the name scope it opened first: "model/" */
+  ps_reuse reuse;            /* effective (inherited, or set by reuse_variables) */
+};
 
 typedef struct ps_devscope {
   char *str;        /* a device string, or NULL */
@@ -31,7 +35,8 @@ typedef struct ps_devscope {
 } ps_devscope;
 
 struct ps_graph {
-  ps_status st;
+  ps_status st;     /* the last failed constructor's error */
+  unsigned nerrors; /* failures so far (ps_graph_mark_) */
   ps_node **nodes;
   size_t nnodes, capnodes;
   ps_variable **vars;
@@ -43,10 +48,12 @@ struct ps_graph {
   size_t nnames, capnames;
   ps_collection *coll;
   size_t ncoll;
-  char *scope[PS_MAX_SCOPE];
+  char *scope[PS_MAX_SCOPE]; /* each the full name scope: "model_1/conv1" */
   int nscope;
-  ps_vscope vscope[PS_MAX_SCOPE];
+  ps_variable_scope *vscope[PS_MAX_SCOPE]; /* open variable scopes */
   int nvscope;
+  ps_variable_scope **vsobjs; /* every scope object made */
+  size_t nvsobjs;
   ps_devscope dev[PS_MAX_SCOPE];
   int ndev;
   struct ps_partitioned_variable **pvars;

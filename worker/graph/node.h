@@ -128,15 +128,16 @@ typedef struct ps_report_extra {
 
 /* Creates a node named @name_hint inside the current name scope (made
  * unique), placed by the device stack, with inputs @in (NULL inputs:
- * returns NULL, the graph keeps its first error).  dtype/shape start as the
+ * returns NULL, the graph keeps the error that made them NULL).  dtype/shape start as the
  * first input's; constructors set them. */
 ps_node *ps_node_new(ps_graph *g, const ps_op_def *def, const char *name_hint,
                      ps_node *const *in, int nin);
 /* The out-of-memory policy of the graph code: the graph's status becomes
- * RESOURCE_EXHAUSTED "out of memory" (sticky, like every graph error) and
+ * RESOURCE_EXHAUSTED "out of memory" (recorded like every graph error) and
  * the builder returns NULL; nothing aborts.  Returns NULL. */
 ps_node *ps_graph_oom_(ps_graph *g);
-/* Records the graph's first error; returns NULL for convenience. */
+/* Records the graph's error (the last failure's); returns NULL for
+ * convenience. */
 ps_node *ps_graph_fail(ps_graph *g, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Every op definition of each file, NULL-terminated: MetaGraph import finds
@@ -149,6 +150,19 @@ extern const ps_op_def *const ps_opdefs_math_[],
                                             *const ps_opdefs_partition_[],
                                                 *const ps_opdefs_optimizer_[];
 ps_node *ps_graph_node(const ps_graph *g, size_t i);
+
+/* A failed constructor adds nothing: one that adds several nodes (or
+ * variables) takes a mark first and rolls back to it when it fails.
+ * ps_graph_failed_since_ tells whether any builder failed since @m. */
+typedef struct ps_graph_mark {
+  size_t nnodes, nvars, nnames, npvars;
+  unsigned nerrors;
+} ps_graph_mark;
+ps_graph_mark ps_graph_mark_(const ps_graph *g);
+bool ps_graph_failed_since_(const ps_graph *g, ps_graph_mark m);
+/* Frees every node, variable, partitioned variable and name made since
+ * @m and drops them from the collections. */
+void ps_graph_rollback_(ps_graph *g, ps_graph_mark m);
 
 /* The graph-level seed, if one was set (false otherwise). */
 bool ps_graph_random_seed_(const ps_graph *g, int64_t *seed);

@@ -236,7 +236,8 @@ ps_node *ps_embedding_lookup(ps_graph *g, ps_variable *const *parts, int n, ps_n
   int64_t total = 0;
   for (int p = 0; p < n; p++)
     total += parts[p]->shape.dim[0];
-  ps_name_scope_push(g, "embedding_lookup");
+  ps_graph_mark m = ps_graph_mark_(g);
+  if (ps_name_scope_push(g, "embedding_lookup", NULL) != 0) return NULL;
   ps_node **in = calloc((size_t)n + 1, sizeof *in);
   stitch_info *si = calloc(1, sizeof *si + (size_t)n * sizeof(ps_node *));
   if (in == NULL || si == NULL) {
@@ -267,7 +268,9 @@ ps_node *ps_embedding_lookup(ps_graph *g, ps_variable *const *parts, int n, ps_n
     si->positions[p] = pos;
     in[1 + p] = ps_gather(ps_variable_value(parts[p]), rows);
   }
-  ps_node *out = ps_node_new(g, &op_stitch, "DynamicStitch", in, n + 1);
+  ps_node *out = ps_graph_failed_since_(g, m)
+                     ? NULL
+                     : ps_node_new(g, &op_stitch, "DynamicStitch", in, n + 1);
   if (out) {
     out->extra = si;
     out->dtype = parts[0]->dtype;
@@ -278,6 +281,7 @@ ps_node *ps_embedding_lookup(ps_graph *g, ps_variable *const *parts, int n, ps_n
   }
   free(in);
   ps_name_scope_pop(g);
+  if (out == NULL) ps_graph_rollback_(g, m);
   return out;
 }
 

@@ -6,6 +6,7 @@
  * takes its turn).  Its read, initializer and update nodes are colocated
  * with it (TensorFlow's ref-edge rule), so they run on its ps.  A variable
  * whose device names no ps task lives in the session (local). */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -170,23 +171,93 @@ void ps_device_pop(ps_graph *g) {
 
 /* ---- variable scopes ---- */
 
-void ps_variable_scope_push(ps_graph *g, const char *name, ps_reuse reuse) {
-  ps_reuse eff = reuse;
-  if (g->nvscope > 0 && g->vscope[g->nvscope - 1].reuse != PS_REUSE_NONE &&
-      reuse == PS_REUSE_NONE)
-    eff = g->vscope[g->nvscope - 1].reuse;
-  if (g->nvscope < PS_MAX_SCOPE) {
-    if ((g->vscope[g->nvscope].name = strdup(name)) == NULL) ps_graph_oom_(g);
-    g->vscope[g->nvscope].reuse = eff;
+/* Opens a new scope object named @full with @reuse, and the name scope
+ * @ns (unique below the current one). */
+static int vscope_open(ps_graph *g, const char *full, const char *ns, ps_reuse reuse,
+                       ps_status *st) {
+  if (g->nvscope >= PS_MAX_SCOPE) {
+    ps_graph_fail(g, PS_RESOURCE_EXHAUSTED, "variable scope %.64s: more than %d nested",
+                  full, PS_MAX_SCOPE);
+    return ps_status_set(st, g->st.code, "%s", g->st.msg);
   }
-  g->nvscope++;
-  ps_name_scope_push(g, name);
+  if (strlen(full) >= PS_NAME_MAX - 1) {
+    ps_graph_fail(g, PS_INVALID_ARGUMENT,
+                  "variable scope %.64s...: longer than %d bytes with its scopes", full,
+                  PS_NAME_MAX - 2);
+    return ps_status_set(st, g->st.code, "%s", g->st.msg);
+  }
+  ps_variable_scope *o = calloc(1, sizeof *o);
+  if (o == NULL || (o->name = strdup(full)) == NULL ||
+      ps_array_grow(&g->vsobjs, NULL, g->nvsobjs + 1, sizeof *g->vsobjs) != 0) {
+    if (o) free(o->name);
+    free(o);
+    ps_graph_oom_(g);
+    return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  g->vsobjs[g->nvsobjs++] = o;
+  o->reuse = reuse;
+  if (ps_name_scope_push(g, ns, st) != 0) return -1; /* @o stays with the graph */
+  const char *opened = g->scope[g->nscope - 1];
+  size_t len = strlen(opened);
+  if ((o->original_name_scope = malloc(len + 2)) == NULL) {
+    ps_name_scope_pop(g);
+    ps_graph_oom_(g);
+    return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  memcpy(o->original_name_scope, opened, len);
+  memcpy(o->original_name_scope + len, "/", 2);
+  if (len == 0) o->original_name_scope[0] = '\0';
+  g->vscope[g->nvscope++] = o;
+  return 0;
+}
+
+int ps_variable_scope_push(ps_graph *g, const char *name, ps_reuse reuse, ps_status *st) {
+  if (g == NULL || name == NULL)
+    return ps_status_set(st, PS_INVALID_ARGUMENT, "variable scope: no %s",
+                         g ? "name" : "graph");
+  ps_variable_scope *top = g->nvscope > 0 ? g->vscope[g->nvscope - 1] : NULL;
+  ps_reuse eff = reuse;
+  if (top && top->reuse != PS_REUSE_NONE && reuse == PS_REUSE_NONE) eff = top->reuse;
+  char full[PS_NAME_MAX];
+  snprintf(full, sizeof full, "%s%s%s", top && top->name[0] ? top->name : "",
+           top && top->name[0] ? "/" : "", name);
+  return vscope_open(g, full, name, eff, st);
+}
+
+int ps_variable_scope_push_scope(ps_graph *g, ps_variable_scope *scope, ps_reuse reuse,
+                                 ps_status *st) {
+  if (g == NULL || scope == NULL)
+    return ps_status_set(st, PS_INVALID_ARGUMENT, "variable scope: no %s",
+                         g ? "scope" : "graph");
+  const char *last = strrchr(scope->name, '/');
+  last = last ? last + 1 : scope->name;
+  return vscope_open(g, scope->name, last, reuse != PS_REUSE_NONE ? reuse : scope->reuse,
+                     st);
+}
+
+ps_variable_scope *ps_variable_scope_current(ps_graph *g) {
+  return g && g->nvscope > 0 ? g->vscope[g->nvscope - 1] : NULL;
+}
+
+void ps_variable_scope_reuse_variables(ps_variable_scope *scope) {
+  if (scope) scope->reuse = PS_REUSE_TRUE;
+}
+
+const char *ps_variable_scope_name(const ps_variable_scope *scope) {
+  return scope ? scope->name : NULL;
+}
+
+const char *ps_variable_scope_original_name_scope(const ps_variable_scope *scope) {
+  return scope ? scope->original_name_scope : NULL;
+}
+
+ps_reuse ps_variable_scope_reuse(const ps_variable_scope *scope) {
+  return scope ? scope->reuse : PS_REUSE_NONE;
 }
 
 void ps_variable_scope_pop(ps_graph *g) {
-  if (g->nvscope <= 0) return;
+  if (g == NULL || g->nvscope <= 0) return;
   g->nvscope--;
-  if (g->nvscope < PS_MAX_SCOPE) free(g->vscope[g->nvscope].name);
   ps_name_scope_pop(g);
 }
 
@@ -285,32 +356,54 @@ static ps_variable *new_variable(ps_graph *g, const char *full, ps_dtype dtype,
   return v;
 }
 
+/* The checks of an initial value given as a node. */
+static int check_initial_value(const ps_node *iv, const char *name, ps_status *st) {
+  if (iv == NULL)
+    return ps_status_set(st, PS_INVALID_ARGUMENT, "Variable %s: no initial value", name);
+  if (iv->shape.rank < 0)
+    return ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "Variable %s: the initial value's shape must be known", name);
+  for (int i = 0; i < iv->shape.rank; i++)
+    if (iv->shape.dim[i] < 0)
+      return ps_status_set(st, PS_INVALID_ARGUMENT,
+                           "Variable %s: the initial value's shape must be fully defined",
+                           name);
+  return 0;
+}
+
+/* The one error rule (graph.h) for the variable constructors: a failed one
+ * adds nothing and records its error in the graph and in @st. */
+static ps_variable *failed(ps_graph *g, ps_graph_mark m, ps_status *err, ps_status *st) {
+  ps_graph_rollback_(g, m);
+  if (err->code == PS_OK) { /* a builder below recorded it */
+    err->code = g->st.code ? g->st.code : PS_RESOURCE_EXHAUSTED;
+    snprintf(err->msg, sizeof err->msg, "%s", g->st.code ? g->st.msg : "out of memory");
+  }
+  ps_graph_fail(g, err->code, "%s", err->msg);
+  ps_status_set(st, err->code, "%s", err->msg);
+  return NULL;
+}
+
 ps_variable *ps_variable_create(ps_graph *g, ps_node *initial_value, const char *name,
                                 const ps_var_options *opt) {
-  if (initial_value == NULL)
-    return (ps_variable *)ps_graph_fail(g, PS_INVALID_ARGUMENT,
-                                        "Variable %s: no initial value",
-                                        name ? name : "Variable");
-  if (initial_value->shape.rank < 0)
-    return (ps_variable *)ps_graph_fail(g, PS_INVALID_ARGUMENT,
-                                        "Variable %s: the initial value's shape must "
-                                        "be known",
-                                        name ? name : "Variable");
-  for (int i = 0; i < initial_value->shape.rank; i++)
-    if (initial_value->shape.dim[i] < 0)
-      return (ps_variable *)ps_graph_fail(
-          g, PS_INVALID_ARGUMENT,
-          "Variable %s: the initial value's shape must be fully defined",
-          name ? name : "Variable");
-  char full[1024];
+  if (g == NULL) return NULL;
+  ps_graph_mark m = ps_graph_mark_(g);
+  ps_status err;
+  ps_status_clear(&err);
+  if (initial_value == NULL && g->nerrors > 0) return NULL; /* keeps its error */
+  if (check_initial_value(initial_value, name ? name : "Variable", &err) != 0)
+    return failed(g, m, &err, NULL);
+  char full[PS_NAME_MAX];
   ps_graph_scoped_name_(g, name ? name : "Variable", full, sizeof full);
   ps_variable *v =
       new_variable(g, full, initial_value->dtype, &initial_value->shape, opt);
-  if (v == NULL) return NULL;
+  if (v == NULL) return failed(g, m, &err, NULL);
   v->initial_value = initial_value;
   ps_node *in[1] = {initial_value};
   v->initializer = colocated(v, &op_init, "Assign", in, 1);
   add_to_collections(g, v, opt);
+  if (v->read == NULL || v->initializer == NULL || ps_graph_failed_since_(g, m))
+    return failed(g, m, &err, NULL);
   return v;
 }
 
@@ -326,12 +419,40 @@ static ps_variable *find_var(ps_graph *g, const char *name) {
   return NULL;
 }
 
-ps_variable *ps_get_variable(ps_graph *g, const char *name, ps_dtype dtype,
-                             const ps_shape *shape, const ps_init_spec *init,
-                             const ps_var_options *opt, ps_status *st) {
-  char full[1024];
+/* Sets @st; returns NULL (for the constructors' error paths). */
+__attribute__((format(printf, 3, 4))) static ps_variable *refuse(ps_status *st, int code,
+                                                                 const char *fmt, ...) {
+  if (st == NULL) return NULL;
+  st->code = code;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(st->msg, sizeof st->msg, fmt, ap);
+  va_end(ap);
+  return NULL;
+}
+
+/* tf.get_variable: @init (an initializer the ps runs) or @iv (a node giving
+ * the initial value, TensorFlow's initializer=<tensor>).  Errors go to
+ * @st only; the callers apply the error rule. */
+static ps_variable *get_variable(ps_graph *g, const char *name, ps_dtype dtype,
+                                 const ps_shape *shape, const ps_init_spec *init,
+                                 ps_node *iv, const ps_var_options *opt, ps_status *st) {
+  char full[PS_NAME_MAX];
   ps_reuse reuse;
+  if (name == NULL) return refuse(st, PS_INVALID_ARGUMENT, "get_variable: no name");
   if (ps_graph_vscope_name_(g, name, full, sizeof full, &reuse, st) != 0) return NULL;
+  if (iv) {
+    if (shape)
+      return refuse(st, PS_INVALID_ARGUMENT,
+                    "If initializer is a constant, do not specify shape.");
+    if (check_initial_value(iv, full, st) != 0) return NULL;
+    if (dtype != PS_DT_INVALID && dtype != iv->dtype)
+      return refuse(st, PS_INVALID_ARGUMENT,
+                    "Variable %s: dtype %s was given but the initializer has dtype %s",
+                    full, ps_dtype_python_name(dtype), ps_dtype_python_name(iv->dtype));
+    shape = &iv->shape;
+    dtype = iv->dtype;
+  }
   ps_variable *v = find_var(g, full);
   char a[256], b[256];
   if (v && v->from_get_variable) {
@@ -346,15 +467,15 @@ ps_variable *ps_get_variable(ps_graph *g, const char *name, ps_dtype dtype,
       ps_status_set(st, PS_INVALID_ARGUMENT,
                     "Trying to share variable %s, but specified shape %s and found "
                     "shape %s.",
-                    full, ps_shape_format(shape, a, sizeof a),
-                    ps_shape_format(&v->shape, b, sizeof b));
+                    full, ps_shape_format_py(shape, a, sizeof a),
+                    ps_shape_format_py(&v->shape, b, sizeof b));
       return NULL;
     }
     if (dtype != v->dtype) {
       ps_status_set(st, PS_INVALID_ARGUMENT,
                     "Trying to share variable %s, but specified dtype %s and found "
-                    "dtype %s.",
-                    full, ps_dtype_name(dtype), ps_dtype_name(v->dtype));
+                    "dtype %s_ref.",
+                    full, ps_dtype_python_name(dtype), ps_dtype_python_name(v->dtype));
       return NULL;
     }
     return v;
@@ -376,46 +497,83 @@ ps_variable *ps_get_variable(ps_graph *g, const char *name, ps_dtype dtype,
   }
   if (shape == NULL || ps_shape_num_elements(shape) < 0) {
     ps_status_set(st, PS_INVALID_ARGUMENT,
-                  "Shape of a new variable (%s) must be fully defined", full);
+                  "Shape of a new variable (%s) must be fully defined, but instead was "
+                  "%s.",
+                  full, shape ? ps_shape_format_py(shape, a, sizeof a) : "<unknown>");
     return NULL;
   }
   ps_init_spec def;
-  if (init == NULL) {
+  if (init == NULL && iv == NULL) {
     if (ps_dtype_is_floating(dtype)) {
       ps_init_spec_default(&def, PS_INIT_GLOROT_UNIFORM);
     } else if (ps_dtype_is_numeric(dtype) || dtype == PS_DT_BOOL) {
       ps_init_spec_default(&def, PS_INIT_ZEROS);
     } else {
       ps_status_set(st, PS_INVALID_ARGUMENT,
-                    "An initializer for variable %s of %s is required", full,
-                    ps_dtype_name(dtype));
+                    "An initializer for variable %s of type %s is required", full,
+                    ps_dtype_python_name(dtype));
       return NULL;
     }
     init = &def;
   }
   v = new_variable(g, full, dtype, shape, opt);
-  if (v == NULL) {
-    ps_status_set(st, g->st.code ? g->st.code : PS_RESOURCE_EXHAUSTED, "%s",
-                  g->st.code ? g->st.msg : "out of memory");
-    return NULL;
-  }
+  if (v == NULL) return NULL;
   v->from_get_variable = true;
-  v->has_init = true;
-  v->init = *init;
-  if (init->nvalues) {
-    v->init_values = malloc(init->nvalues * sizeof(double));
-    if (v->init_values == NULL) {
-      v->init.values = NULL;
-      v->init.nvalues = 0;
-      ps_graph_oom_(g);
-      ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
-      return NULL; /* the graph owns @v */
+  if (iv) {
+    v->initial_value = iv;
+    ps_node *in[1] = {iv};
+    v->initializer = colocated(v, &op_init, "Assign", in, 1);
+  } else {
+    v->has_init = true;
+    v->init = *init;
+    if (init->nvalues) {
+      v->init_values = malloc(init->nvalues * sizeof(double));
+      if (v->init_values == NULL) {
+        v->init.values = NULL;
+        v->init.nvalues = 0;
+        ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+        return NULL;
+      }
+      memcpy(v->init_values, init->values, init->nvalues * sizeof(double));
+      v->init.values = v->init_values;
     }
-    memcpy(v->init_values, init->values, init->nvalues * sizeof(double));
-    v->init.values = v->init_values;
+    v->initializer = colocated(v, &op_init, "Assign", NULL, 0);
   }
-  v->initializer = colocated(v, &op_init, "Assign", NULL, 0);
   add_to_collections(g, v, opt);
+  return v->initializer && v->read ? v : NULL;
+}
+
+ps_variable *ps_get_variable(ps_graph *g, const char *name, ps_dtype dtype,
+                             const ps_shape *shape, const ps_init_spec *init,
+                             const ps_var_options *opt, ps_status *st) {
+  if (g == NULL) return refuse(st, PS_INVALID_ARGUMENT, "get_variable: no graph");
+  ps_graph_mark m = ps_graph_mark_(g);
+  ps_status err;
+  ps_status_clear(&err);
+  ps_variable *v = get_variable(g, name, dtype, shape, init, NULL, opt, &err);
+  if (v == NULL || ps_graph_failed_since_(g, m)) return failed(g, m, &err, st);
+  ps_status_clear(st);
+  return v;
+}
+
+ps_variable *ps_get_variable_from(ps_graph *g, const char *name, ps_dtype dtype,
+                                  const ps_shape *shape, ps_node *initial_value,
+                                  const ps_var_options *opt, ps_status *st) {
+  if (g == NULL) return refuse(st, PS_INVALID_ARGUMENT, "get_variable: no graph");
+  ps_graph_mark m = ps_graph_mark_(g);
+  ps_status err;
+  ps_status_clear(&err);
+  if (initial_value == NULL && g->nerrors > 0) {
+    ps_status_set(st, g->st.code, "%s", g->st.msg);
+    return NULL; /* keeps the error that made it NULL */
+  }
+  ps_variable *v =
+      initial_value == NULL
+          ? refuse(&err, PS_INVALID_ARGUMENT, "Variable %s: no initializer",
+                   name ? name : "")
+          : get_variable(g, name, dtype, shape, NULL, initial_value, opt, &err);
+  if (v == NULL || ps_graph_failed_since_(g, m)) return failed(g, m, &err, st);
+  ps_status_clear(st);
   return v;
 }
 
@@ -537,12 +695,18 @@ ps_node *ps_report_uninitialized_variables(ps_graph *g, ps_variable *const *vars
     free(all);
     return r;
   }
-  ps_name_scope_push(g, "report_uninitialized_variables");
+  report_extra *e = malloc(sizeof *e + (n + 1) * sizeof(ps_variable *));
+  if (e == NULL) return ps_graph_oom_(g);
+  if (ps_name_scope_push(g, "report_uninitialized_variables", NULL) != 0) {
+    free(e);
+    return NULL;
+  }
   ps_node *x = ps_node_new(g, &op_report, "boolean_mask", NULL, 0);
   ps_name_scope_pop(g);
-  if (x == NULL) return NULL;
-  report_extra *e = malloc(sizeof *e + (n + 1) * sizeof(ps_variable *));
-  if (e == NULL) return ps_graph_oom_(g); /* @x stays in the failed graph */
+  if (x == NULL) {
+    free(e);
+    return NULL;
+  }
   e->n = n;
   if (n) memcpy(e->vars, vars, n * sizeof *vars);
   x->extra = e;

@@ -321,9 +321,6 @@ enum { REACHES_Y = 1, FROM_X = 2, IS_X = 4 };
 /* The arguments of ps_gradients, checked. */
 static int check_gradient_args(ps_graph *g, ps_node *y, ps_node *const *xs, size_t n,
                                ps_status *st) {
-  const ps_status *gs = ps_graph_status(g);
-  if (gs->code != PS_OK)
-    return ps_status_set(st, gs->code, "graph has an error: %s", gs->msg);
   if (y->g != g)
     return ps_status_set(st, PS_INVALID_ARGUMENT, "gradients: %s is not in this graph",
                          y->name);
@@ -362,7 +359,7 @@ static void mark_paths(ps_graph *g, ps_node *y, ps_node *const *xs, size_t n,
 /* Runs @nd's gradient builder with its output's gradient @dy and adds what
  * it gives each input (that depends on an x) to that input's list. */
 static int backprop_node(ps_graph *g, ps_node *nd, ps_node *dy, const unsigned char *fl,
-                         grads *c, ps_status *st) {
+                         grads *c, ps_graph_mark m, ps_status *st) {
   if (dy->sparse_indices) dy = densify(dy, nd);
   ps_node **dx = calloc((size_t)nd->nin, sizeof *dx);
   if (dx == NULL || dy == NULL) {
@@ -371,9 +368,11 @@ static int backprop_node(ps_graph *g, ps_node *nd, ps_node *dy, const unsigned c
   }
   char scope[1100];
   snprintf(scope, sizeof scope, "%s_grad", nd->name);
-  ps_name_scope_push(g, scope);
-  int rc = nd->def->grad(g, nd, dy, dx, st);
-  ps_name_scope_pop(g);
+  int rc = ps_name_scope_push(g, scope, st);
+  if (rc == 0) {
+    rc = nd->def->grad(g, nd, dy, dx, st);
+    ps_name_scope_pop(g);
+  }
   for (int i = 0; rc == 0 && i < nd->nin; i++) {
     ps_node *in = nd->in[i];
     if (dx[i] == NULL || !(fl[in->id] & FROM_X) || !ps_dtype_is_floating(in->dtype))
@@ -386,14 +385,14 @@ static int backprop_node(ps_graph *g, ps_node *nd, ps_node *dy, const unsigned c
       rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
   }
   free(dx);
-  if (rc == 0 && graph_code(g) != PS_OK) rc = -1;
+  if (rc == 0 && ps_graph_failed_since_(g, m)) rc = -1;
   return rc;
 }
 
 /* Back from @y: each node on a path from an x gets the sum of its
  * gradients, which its builder passes on to its inputs. */
 static int backprop(ps_graph *g, ps_node *y, ps_node *const *xs, size_t n, ps_node **dxs,
-                    const unsigned char *fl, grads *c, ps_status *st) {
+                    const unsigned char *fl, grads *c, ps_graph_mark m, ps_status *st) {
   int rc = 0;
   if (fl[y->id] & FROM_X) {
     ps_node *seed = y->shape.rank == 0 ? ps_scalar(g, y->dtype, 1.0) : ps_ones_like_(y);
@@ -411,7 +410,7 @@ static int backprop(ps_graph *g, ps_node *y, ps_node *const *xs, size_t n, ps_no
     bool wanted = false;
     for (int i = 0; i < nd->nin; i++)
       wanted |= (fl[nd->in[i]->id] & FROM_X) && ps_dtype_is_floating(nd->in[i]->dtype);
-    if (wanted) rc = backprop_node(g, nd, dy, fl, c, st);
+    if (wanted) rc = backprop_node(g, nd, dy, fl, c, m, st);
   }
   return rc;
 }
@@ -436,18 +435,22 @@ int ps_gradients(ps_graph *g, ps_node *y, ps_node *const *xs, size_t n, ps_node 
     return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
   }
   mark_paths(g, y, xs, n, fl, nn);
-  ps_name_scope_push(g, "gradients");
-  rc = backprop(g, y, xs, n, dxs, fl, c, st);
-  ps_name_scope_pop(g);
-  if (st->code == PS_OK && (rc != 0 || graph_code(g) != PS_OK)) {
+  ps_graph_mark m = ps_graph_mark_(g);
+  rc = ps_name_scope_push(g, "gradients", st);
+  if (rc == 0) {
+    rc = backprop(g, y, xs, n, dxs, fl, c, m, st);
+    ps_name_scope_pop(g);
+  }
+  if (st->code == PS_OK && (rc != 0 || ps_graph_failed_since_(g, m))) {
     const ps_status *gs = ps_graph_status(g);
     rc = ps_status_set(st, gs->code != PS_OK ? gs->code : PS_INTERNAL, "gradients: %s",
                        gs->code != PS_OK ? gs->msg : "failed");
   }
-  if (st->code != PS_OK) {
+  if (st->code != PS_OK) { /* adds nothing */
     rc = st->code;
     for (size_t i = 0; i < n; i++)
       dxs[i] = NULL;
+    ps_graph_rollback_(g, m);
   }
   for (size_t i = 0; i < nn; i++)
     free(c[i].v);

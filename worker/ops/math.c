@@ -169,8 +169,10 @@ static const ps_op_def op_sigmoid_grad = {"SigmoidGrad", PS_OPK_LOCAL, ps_binary
 static const ps_op_def op_tanh_grad = {"TanhGrad", PS_OPK_LOCAL, ps_binary_compute_,
                                        NULL};
 
-static ps_node *binary(const ps_op_def *def, binop op, uint32_t types, ps_node *a,
-                       ps_node *b) {
+/* @name: the default name TensorFlow's Python gives the op ("add" for
+ * a + b, whose type is Add). */
+static ps_node *binary(const ps_op_def *def, const char *name, binop op, uint32_t types,
+                       ps_node *a, ps_node *b) {
   ps_node *in[2] = {a, b};
   ps_graph *g = ps_check_inputs_(def->type, in, 2);
   if (g == NULL) return NULL;
@@ -185,34 +187,34 @@ static ps_node *binary(const ps_op_def *def, binop op, uint32_t types, ps_node *
                          ps_shape_str_(&b->shape, y));
   }
   ps_node *n =
-      ps_make_(g, def, def->type, in, 2, def == &op_equal ? PS_DT_BOOL : a->dtype, &s);
+      ps_make_(g, def, name, in, 2, def == &op_equal ? PS_DT_BOOL : a->dtype, &s);
   if (n) n->ia[0] = op;
   return n;
 }
 
 ps_node *ps_add(ps_node *a, ps_node *b) {
-  return binary(&op_add, B_ADD, T_NUMERIC, a, b);
+  return binary(&op_add, "add", B_ADD, T_NUMERIC, a, b);
 }
 ps_node *ps_sub(ps_node *a, ps_node *b) {
-  return binary(&op_sub, B_SUB, T_NUMERIC, a, b);
+  return binary(&op_sub, "sub", B_SUB, T_NUMERIC, a, b);
 }
 ps_node *ps_mul(ps_node *a, ps_node *b) {
-  return binary(&op_mul, B_MUL, T_NUMERIC, a, b);
+  return binary(&op_mul, "mul", B_MUL, T_NUMERIC, a, b);
 }
 ps_node *ps_div(ps_node *a, ps_node *b) {
-  return binary(&op_div, B_DIV, T_FLOATS, a, b);
+  return binary(&op_div, "truediv", B_DIV, T_FLOATS, a, b);
 }
 ps_node *ps_equal(ps_node *a, ps_node *b) {
-  return binary(&op_equal, 0, T_ALL, a, b);
+  return binary(&op_equal, "Equal", 0, T_ALL, a, b);
 }
 ps_node *ps_relu_grad_(ps_node *dy, ps_node *y) {
-  return binary(&op_relu_grad, B_RELU_GRAD, T_FLOATS, dy, y);
+  return binary(&op_relu_grad, "ReluGrad", B_RELU_GRAD, T_FLOATS, dy, y);
 }
 ps_node *ps_sigmoid_grad_(ps_node *y, ps_node *dy) {
-  return binary(&op_sigmoid_grad, B_SIGMOID_GRAD, T_FLOATS, y, dy);
+  return binary(&op_sigmoid_grad, "SigmoidGrad", B_SIGMOID_GRAD, T_FLOATS, y, dy);
 }
 ps_node *ps_tanh_grad_(ps_node *y, ps_node *dy) {
-  return binary(&op_tanh_grad, B_TANH_GRAD, T_FLOATS, y, dy);
+  return binary(&op_tanh_grad, "TanhGrad", B_TANH_GRAD, T_FLOATS, y, dy);
 }
 
 /* ---- elementwise unary ops ---- */

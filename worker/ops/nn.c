@@ -370,11 +370,13 @@ ps_node *ps_mean_squared_error(ps_node *labels, ps_node *predictions) {
                          "mean_squared_error: Shapes %s and %s are incompatible",
                          ps_shape_str_(a, s1), ps_shape_str_(b, s2));
   }
-  ps_name_scope_push(g, "mean_squared_error");
+  ps_graph_mark m = ps_graph_mark_(g);
+  if (ps_name_scope_push(g, "mean_squared_error", NULL) != 0) return NULL;
   if (labels->dtype != predictions->dtype) labels = ps_cast(labels, predictions->dtype);
   ps_node *loss =
       ps_reduce_mean(ps_square(ps_sub(predictions, labels)), PS_ALL_AXES, false);
   ps_name_scope_pop(g);
+  if (loss == NULL) ps_graph_rollback_(g, m);
   return loss;
 }
 

@@ -151,7 +151,7 @@ static ps_variable *var(ps_graph *g, const char *name, const ps_shape *shape, bo
 /* Dense layer: x [B,in] -> [B,out]. */
 static ps_node *dense_layer(ps_graph *g, const char *scope, ps_node *x, int64_t in,
                             int64_t out, ps_status *st) {
-  ps_variable_scope_push(g, scope, PS_REUSE_NONE);
+  if (ps_variable_scope_push(g, scope, PS_REUSE_NONE, st) != 0) return NULL;
   ps_variable *w = var(g, "kernel", &(ps_shape){2, {in, out}}, false, st);
   ps_variable *b = var(g, "bias", &(ps_shape){1, {out}}, true, st);
   ps_variable_scope_pop(g);

@@ -412,6 +412,7 @@ ps_node *ps_optimizer_minimize(ps_optimizer *o, ps_graph *g, ps_node *loss,
     return NULL;
   }
   minimize_ctx c = {.g = g, .global_step = global_step};
+  ps_graph_mark m = ps_graph_mark_(g);
   if (o->sync && (o = sync_unwrap(o, global_step, &c.replicas, &c.total, st)) == NULL)
     return NULL;
   c.o = o;
@@ -432,7 +433,7 @@ ps_node *ps_optimizer_minimize(ps_optimizer *o, ps_graph *g, ps_node *loss,
   if (ps_gradients(g, loss, xs, n, dxs, st) != 0) goto out;
   if (o->op == PS_APPLY_ADAM && adam_powers(&c, vars, dxs, n, st) != 0) goto out;
   c.local_step = c.replicas ? ps_variable_value(global_step) : NULL;
-  ps_name_scope_push(g, optimizer_base_name(o));
+  if (ps_name_scope_push(g, optimizer_base_name(o), st) != 0) goto out;
   for (size_t i = 0; i < n; i++) {
     if (dxs[i] == NULL) continue;
     if ((updates[nup++] = apply_update(&c, vars[i], dxs[i], st)) == NULL) goto out_scope;
@@ -443,11 +444,13 @@ ps_node *ps_optimizer_minimize(ps_optimizer *o, ps_graph *g, ps_node *loss,
 out_scope:
   ps_name_scope_pop(g);
 out:
+  if (train && ps_graph_failed_since_(g, m)) train = NULL;
   if (train == NULL && st->code == PS_OK) {
     const ps_status *gs = ps_graph_status(g);
     ps_status_set(st, gs->code ? gs->code : PS_INTERNAL, "%s",
                   gs->code ? gs->msg : "minimize failed");
   }
+  if (train == NULL) ps_graph_rollback_(g, m); /* adds nothing */
   free(vars);
   free(xs);
   free(dxs);

@@ -41,9 +41,9 @@ struct ps_session {
 };
 
 ps_session *ps_session_create(ps_graph *g, ps_client *client, ps_status *st) {
-  if (ps_graph_status(g)->code != PS_OK) {
-    ps_status_set(st, ps_graph_status(g)->code, "graph has an error: %s",
-                  ps_graph_status(g)->msg);
+  /* a graph whose constructors failed is still whole (graph.h) */
+  if (g == NULL) {
+    ps_status_set(st, PS_INVALID_ARGUMENT, "session: no graph");
     return NULL;
   }
   ps_session *s = calloc(1, sizeof *s);
@@ -938,9 +938,6 @@ int ps_session_run(ps_session *s, const ps_feed *feeds, size_t nfeeds,
   if (st == NULL) st = &local_st;
   ps_status_clear(st);
   ps_graph *g = s->g;
-  if (ps_graph_status(g)->code != PS_OK)
-    return ps_status_set(st, ps_graph_status(g)->code, "graph has an error: %s",
-                         ps_graph_status(g)->msg);
   s->last_reads = s->last_updates = 0;
   s->last_sync_applied = s->last_sync_stale = 0;
   run r = {.s = s, .n = ps_graph_num_nodes(g), .st = st};

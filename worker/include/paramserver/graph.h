@@ -26,9 +26,18 @@ typedef struct ps_variable ps_variable;
 
 ps_graph *ps_graph_create(void);
 void ps_graph_destroy(ps_graph *g);
-/* The first error met while building (NULL-returning constructors set it);
- * later constructors given a NULL input return NULL too. */
+/* Errors: one rule for every constructor (each function that adds a node,
+ * a variable or a scope).  On failure it returns NULL (or an error code),
+ * adds nothing to the graph and records its error: ps_graph_status()
+ * returns it until the next failure or ps_graph_clear_status(), and a
+ * constructor taking a ps_status reports there too.  The graph stays
+ * usable: later constructors and sessions work as if the failed call had
+ * never been made (as TensorFlow's raising constructors leave the graph).
+ * A constructor given a NULL input (the result of one that failed)
+ * returns NULL and keeps the error that made that input NULL.  Every
+ * accessor takes NULL and returns NULL / 0 / PS_DT_INVALID. */
 const ps_status *ps_graph_status(const ps_graph *g);
+void ps_graph_clear_status(ps_graph *g);
 /* The graph-level random seed (tf.set_random_seed): random ops built after
  * it without a seed of their own derive one from it, as TensorFlow's
  * get_seed does. */
@@ -48,7 +57,12 @@ ps_node *ps_graph_node(const ps_graph *g, size_t i);
 int ps_node_add_control_deps(ps_node *n, ps_node *const *deps, size_t ndeps);
 
 /* ---- scopes ---- */
-void ps_name_scope_push(ps_graph *g, const char *name);
+/* Opens the name scope @name inside the current one, made unique as
+ * TensorFlow's name_scope does: "model", then "model_1" when re-entered.
+ * A name ending in "/" re-enters that exact (full) scope; "" is the root.
+ * Errors (nothing is opened then; do not pop): more than 64 nested scopes
+ * is RESOURCE_EXHAUSTED; a scope name over 1023 bytes INVALID_ARGUMENT. */
+int ps_name_scope_push(ps_graph *g, const char *name, ps_status *st);
 void ps_name_scope_pop(ps_graph *g);
 
 typedef enum ps_reuse {
@@ -56,9 +70,30 @@ typedef enum ps_reuse {
   PS_REUSE_TRUE = 1,
   PS_AUTO_REUSE = 2
 } ps_reuse;
-/* A variable scope also opens the name scope of the same name.  Reuse is
- * inherited: a scope inside a reusing scope reuses (as TensorFlow). */
-void ps_variable_scope_push(ps_graph *g, const char *name, ps_reuse reuse);
+/* tf.variable_scope(name, reuse=...): opens the variable scope @name inside
+ * the current one, and the name scope of the same name (made unique, so
+ * re-entering "model" names ops "model_1/conv2/Relu" while its variables
+ * stay "model/conv2/weights").  Reuse is inherited: a scope inside a
+ * reusing scope reuses.  Errors as ps_name_scope_push; nothing is opened
+ * then. */
+int ps_variable_scope_push(ps_graph *g, const char *name, ps_reuse reuse, ps_status *st);
+/* A variable scope object (`with tf.variable_scope(...) as scope`), owned
+ * by the graph. */
+typedef struct ps_variable_scope ps_variable_scope;
+/* The innermost open variable scope; NULL at the root. */
+ps_variable_scope *ps_variable_scope_current(ps_graph *g);
+/* tf.variable_scope(scope_object, reuse=...): re-enters @scope by its full
+ * name wherever it is opened (not nested in the current variable scope),
+ * reusing if @reuse or @scope does; its name scope is opened anew
+ * ("model_1"), as TensorFlow does. */
+int ps_variable_scope_push_scope(ps_graph *g, ps_variable_scope *scope, ps_reuse reuse,
+                                 ps_status *st);
+/* scope.reuse_variables(): get_variable reuses in @scope from now on. */
+void ps_variable_scope_reuse_variables(ps_variable_scope *scope);
+const char *ps_variable_scope_name(const ps_variable_scope *scope); /* "model/conv1" */
+/* The name scope it opened when made, with a trailing "/": "model/". */
+const char *ps_variable_scope_original_name_scope(const ps_variable_scope *scope);
+ps_reuse ps_variable_scope_reuse(const ps_variable_scope *scope);
 void ps_variable_scope_pop(ps_graph *g);
 
 /* Device scopes: a device string ("/job:ps/task:1", "/cpu:0") or a device
@@ -129,6 +164,15 @@ ps_variable *ps_variable_create(ps_graph *g, ps_node *initial_value, const char 
 ps_variable *ps_get_variable(ps_graph *g, const char *name, ps_dtype dtype,
                              const ps_shape *shape, const ps_init_spec *init,
                              const ps_var_options *opt, ps_status *st);
+
+/* tf.get_variable(name, initializer=<tensor>): the shape and dtype come
+ * from @initial_value (any node with a fully known shape; computed on the
+ * worker, then assigned on the ps).  @shape must be NULL ("If initializer
+ * is a constant, do not specify shape.", as TensorFlow); @dtype is
+ * PS_DT_INVALID or the initial value's.  Scopes and reuse as above. */
+ps_variable *ps_get_variable_from(ps_graph *g, const char *name, ps_dtype dtype,
+                                  const ps_shape *shape, ps_node *initial_value,
+                                  const ps_var_options *opt, ps_status *st);
 
 const char *ps_variable_name(const ps_variable *v);
 ps_dtype ps_variable_dtype(const ps_variable *v);

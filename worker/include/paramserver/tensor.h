@@ -58,6 +58,9 @@ typedef enum ps_dtype { PS_DT_INVALID = 0, PS_DTYPE_LIST(PS_DTYPE_ENUM_) } ps_dt
 size_t ps_dtype_size(int dtype);
 /* TensorFlow's DataTypeString: "float", "int32", "bfloat16"... ("unknown"). */
 const char *ps_dtype_name(int dtype);
+/* The Python DType.name: "float32", "float64", "float16", else as
+ * ps_dtype_name ("int32", "bool", "bfloat16"...). */
+const char *ps_dtype_python_name(int dtype);
 /* The enum name: "DT_FLOAT" ("DT_INVALID" if unknown). */
 const char *ps_dtype_enum_name(int dtype);
 /* Accepts "float", "float32", "DT_FLOAT", "int64", ...; PS_DT_INVALID if not. */
@@ -79,6 +82,9 @@ int64_t ps_shape_num_elements(const ps_shape *s);
 bool ps_shape_equal(const ps_shape *a, const ps_shape *b);
 /* "[2,3]" as TensorFlow prints shapes in errors ("[]" for a scalar). */
 char *ps_shape_format(const ps_shape *s, char *buf, size_t n);
+/* As Python's TensorShape prints: "(5, 5, 32, 32)", "(3,)", "()", "(?, 2)",
+ * "<unknown>" for an unknown rank. */
+char *ps_shape_format_py(const ps_shape *s, char *buf, size_t n);
 /* Fills @s from @dims[0..rank); INVALID_ARGUMENT for rank > PS_MAX_RANK or a
  * negative dim. */
 int ps_shape_set(ps_shape *s, const int64_t *dims, size_t rank, ps_status *st);
