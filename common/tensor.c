@@ -380,6 +380,44 @@ ps_tensor *ps_tensor_new(ps_dtype dtype, int rank, const int64_t *dims) {
   return ps_tensor_create(dtype, &s, true);
 }
 
+/* A string tensor's buffer: n + 1 offsets (uint64, the last one the end),
+ * then the strings, each with its NUL. */
+ps_tensor *ps_tensor_new_strings(const char *const *s, size_t n) {
+  size_t head, bytes = 0;
+  if (ps_size_mul(n + 1, sizeof(uint64_t), &head) != 0) return NULL;
+  for (size_t i = 0; i < n; i++)
+    if (s[i] == NULL || ps_size_add(bytes, strlen(s[i]) + 1, &bytes) != 0) return NULL;
+  if (ps_size_add(bytes, head, &bytes) != 0 || n > INT64_MAX) return NULL;
+  ps_tensor *t = calloc(1, sizeof *t);
+  if (t == NULL || (t->buf = ps_buf_create(bytes, false)) == NULL) {
+    free(t);
+    return NULL;
+  }
+  t->dtype = PS_DT_STRING;
+  t->shape.rank = 1;
+  t->shape.dim[0] = (int64_t)n;
+  uint64_t *off = (uint64_t *)t->buf->data;
+  char *p = (char *)t->buf->data + head;
+  uint64_t at = head;
+  for (size_t i = 0; i < n; i++) {
+    size_t len = strlen(s[i]) + 1;
+    off[i] = at;
+    memcpy(p, s[i], len);
+    p += len;
+    at += len;
+  }
+  off[n] = at;
+  return t;
+}
+
+const char *ps_tensor_string(const ps_tensor *t, int64_t i) {
+  if (t == NULL || t->dtype != PS_DT_STRING || t->buf == NULL || t->shape.rank != 1 ||
+      i < 0 || i >= t->shape.dim[0])
+    return NULL;
+  const uint64_t *off = (const uint64_t *)t->buf->data;
+  return (const char *)t->buf->data + off[i];
+}
+
 void ps_tensor_destroy(ps_tensor *t) {
   if (t == NULL) return;
   ps_buf_unref(t->buf);

@@ -556,6 +556,76 @@ START_TEST(a_failed_constructor_leaves_the_graph_usable) {
 }
 END_TEST
 
+static float scalar_of(ps_session *sess, ps_node *n) {
+  ps_status st;
+  ps_tensor *t = NULL;
+  PS_ASSERT_OK(ps_session_run(sess, NULL, 0, &n, 1, NULL, 0, &t, &st), st);
+  float f = ((float *)ps_tensor_data(t))[0];
+  ps_tensor_destroy(t);
+  return f;
+}
+
+/* initialized_value() of an uninitialized variable falls back to its
+ * initial value, as TensorFlow 1.x's cond(is_initialized, read,
+ * initial_value): running only w's initializer gives w = v0 + 1 and leaves
+ * v uninitialized; the same through a 3-deep chain, for variables on the
+ * ps and held by the session.  Fetching report_uninitialized_variables
+ * with the ordinary run gives a 1-D string tensor of names. */
+static void initialized_value_chain(bool on_ps) {
+  ps_graph *g = ps_graph_create();
+  if (on_ps) ps_device_push_fn(g, ps_replica_device_setter(H.cluster, NULL));
+  ps_status st;
+  ps_shape s0 = {0};
+  ps_init_spec zeros;
+  ps_init_spec_default(&zeros, PS_INIT_ZEROS);
+  ps_variable *u = ps_get_variable(g, "u", PS_DT_FLOAT, &s0, &zeros, NULL, &st);
+  ps_node *one = ps_scalar(g, PS_DT_FLOAT, 1);
+  ps_variable *v = ps_get_variable_from(g, "v", PS_DT_INVALID, NULL,
+                                        ps_add(ps_initialized_value(u), one), NULL, &st);
+  ps_variable *w = ps_variable_create(g, ps_add(ps_initialized_value(v), one), "w", NULL);
+  ck_assert_msg(u && v && w, "%s", ps_graph_status(g)->msg);
+  ck_assert_int_eq(ps_variable_task(u) >= 0, on_ps);
+  ps_session *sess = ps_session_create(g, on_ps ? C : NULL, &st);
+  ck_assert_ptr_nonnull(sess);
+  ps_node *wi = ps_variable_initializer(w);
+  PS_ASSERT_OK(ps_session_run(sess, NULL, 0, NULL, 0, &wi, 1, NULL, &st), st);
+  ck_assert(scalar_of(sess, ps_variable_value(w)) == 2.0f);
+  ps_node *report = ps_report_uninitialized_variables(g, NULL, 0);
+  ps_tensor *names = NULL;
+  PS_ASSERT_OK(ps_session_run(sess, NULL, 0, &report, 1, NULL, 0, &names, &st), st);
+  ck_assert_int_eq(names->dtype, PS_DT_STRING);
+  ck_assert_int_eq(names->shape.rank, 1);
+  ck_assert_int_eq(names->shape.dim[0], 2);
+  ck_assert_str_eq(ps_tensor_string(names, 0), "u");
+  ck_assert_str_eq(ps_tensor_string(names, 1), "v");
+  ck_assert_ptr_null(ps_tensor_string(names, 2));
+  ps_tensor_destroy(names);
+  ps_node *read_v = ps_variable_value(v);
+  PS_ASSERT_STATUS(ps_session_run(sess, NULL, 0, &read_v, 1, NULL, 0, &names, &st), st,
+                   PS_FAILED_PRECONDITION, "Attempting to use uninitialized value v");
+  /* once v holds a value, initialized_value() reads it */
+  ps_node *set_v = ps_assign(v, ps_scalar(g, PS_DT_FLOAT, 5));
+  PS_ASSERT_OK(ps_session_run(sess, NULL, 0, NULL, 0, &set_v, 1, NULL, &st), st);
+  PS_ASSERT_OK(ps_session_run(sess, NULL, 0, NULL, 0, &wi, 1, NULL, &st), st);
+  ck_assert(scalar_of(sess, ps_variable_value(w)) == 6.0f);
+  /* all initializers at once: v's waits for u's, w's for v's */
+  ps_node *init = ps_global_variables_initializer(g);
+  PS_ASSERT_OK(ps_session_run(sess, NULL, 0, NULL, 0, &init, 1, NULL, &st), st);
+  ck_assert(scalar_of(sess, ps_variable_value(w)) == 2.0f);
+  ps_node *report2 = ps_report_uninitialized_variables(g, NULL, 0);
+  PS_ASSERT_OK(ps_session_run(sess, NULL, 0, &report2, 1, NULL, 0, &names, &st), st);
+  ck_assert_int_eq(names->shape.dim[0], 0);
+  ps_tensor_destroy(names);
+  ps_session_destroy(sess);
+  ps_graph_destroy(g);
+}
+
+START_TEST(initialized_value_falls_back_to_the_initial_value) {
+  initialized_value_chain(true);
+  initialized_value_chain(false);
+}
+END_TEST
+
 START_TEST(local_and_remote_variables_say_the_same) {
   ps_graph *g = ps_graph_create();
   ps_status st;
@@ -632,6 +702,7 @@ int main(void) {
   tcase_add_test(tc, a_variable_is_shared_whatever_its_initializer);
   tcase_add_test(tc, scope_objects_and_reentered_names);
   tcase_add_test(tc, a_failed_constructor_leaves_the_graph_usable);
+  tcase_add_test(tc, initialized_value_falls_back_to_the_initial_value);
   suite_add_tcase(s, tc);
   return ps_test_run(s);
 }

@@ -604,10 +604,12 @@ ps_node *ps_variable_initializer(ps_variable *v) {
 
 ps_node *ps_initialized_value(ps_variable *v) {
   if (v == NULL) return NULL;
-  ps_node *n = colocated(v, &op_read, "initialized_value", NULL, 0);
+  ps_node *iv[1] = {v->initial_value};
+  ps_node *n = colocated(v, &op_read, "initialized_value", iv, v->initial_value ? 1 : 0);
   if (n) {
     ps_node_add_control_deps(n, &v->initializer, 1);
     n->ia[0] = 1; /* soft: waits for the initializer only if it runs too */
+    n->ia[1] = 1; /* uninitialized: the initial value instead (session.c) */
   }
   return n;
 }

@@ -163,17 +163,137 @@ static bool ready(run *r, ps_node *n) {
   return true;
 }
 
+/* The names of @report's uninitialized variables (free with
+ * ps_client_free_names). */
+static int report_names(ps_session *s, ps_node *report, char ***names, size_t *n,
+                        ps_status *st) {
+  *names = NULL;
+  *n = 0;
+  if (report == NULL || report->def->kind != PS_OPK_REPORT_UNINIT)
+    return ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "not a report_uninitialized_variables node");
+  struct {
+    size_t n;
+    ps_variable *vars[];
+  } *e = report->extra;
+  char **out = calloc(e->n + 1, sizeof *out);
+  size_t k = 0;
+  int rc = out ? 0 : oom(st);
+  for (size_t i = 0; i < e->n && rc == 0; i++) {
+    ps_variable *v = e->vars[i];
+    bool init = false;
+    if (v->task < 0) {
+      local_var *lv = local_of(s, v);
+      if (lv == NULL) {
+        rc = oom(st);
+        break;
+      }
+      init = lv->value != NULL;
+    } else {
+      if (s->client == NULL) {
+        rc = ps_status_set(st, PS_FAILED_PRECONDITION, "no client for %s", v->name);
+        break;
+      }
+      const char *nm[1] = {v->name};
+      rc = ps_client_is_initialized(s->client, v->task, nm, 1, &init, st);
+      if (rc == PS_NOT_FOUND) { /* not created yet: uninitialized */
+        rc = 0;
+        ps_status_clear(st);
+        init = false;
+      }
+    }
+    if (!init && (out[k++] = strdup(v->name)) == NULL) rc = oom(st);
+  }
+  if (rc) {
+    ps_client_free_names(out, k);
+    return rc;
+  }
+  *names = out;
+  *n = k;
+  return 0;
+}
+
+int ps_session_run_report(ps_session *s, ps_node *report, char ***names, size_t *n,
+                          ps_status *st) {
+  return report_names(s, report, names, n, st);
+}
+
+/* A report fetched by an ordinary run: a 1-D string tensor of the names. */
+static int run_report(run *r, ps_node *n) {
+  char **names;
+  size_t k;
+  int rc = report_names(r->s, n, &names, &k, r->st);
+  if (rc != 0) return rc;
+  r->val[n->id] = ps_tensor_new_strings((const char *const *)names, k);
+  ps_client_free_names(names, k);
+  return r->val[n->id] ? 0 : oom(r->st);
+}
+
 static bool is_remote(const ps_node *n) {
   switch (n->def->kind) {
   case PS_OPK_VAR_READ:
   case PS_OPK_VAR_INIT:
   case PS_OPK_VAR_UPDATE:
   case PS_OPK_VAR_IS_INIT:
-  case PS_OPK_REPORT_UNINIT:
-    return n->var == NULL || n->var->task >= 0 || n->def->kind == PS_OPK_REPORT_UNINIT;
+    return n->var == NULL || n->var->task >= 0;
   default:
     return false;
   }
+}
+
+/* @v's initial value computed here: its initializer's fill (the values the
+ * ps would make, deterministic by seed and name). */
+static int init_fill(ps_variable *v, ps_tensor **out, ps_status *st) {
+  ps_tensor *x = ps_tensor_create(v->dtype, &v->shape, false);
+  if (x == NULL) return oom(st);
+  int rc = ps_init_fill(&v->init, v->full_name ? v->full_name : v->name, v->dtype,
+                        v->full_name ? &v->full_shape : &v->shape, v->offset,
+                        ps_shape_num_elements(&v->shape), ps_tensor_data(x), st);
+  if (rc != 0) {
+    ps_tensor_destroy(x);
+    return rc;
+  }
+  *out = x;
+  return 0;
+}
+
+/* An initialized_value() read of an uninitialized variable gives the
+ * variable's initial value instead (TensorFlow 1.x: cond(is_initialized,
+ * read, initial_value)); the variable stays uninitialized. */
+static int initial_value_instead(run *r, ps_node *n) {
+  ps_variable *v = n->var;
+  if (n->nin > 0) { /* the initial-value expression, computed as an input */
+    r->val[n->id] = share(r->val[n->in[0]->id]);
+    return r->val[n->id] ? 0 : oom(r->st);
+  }
+  if (!v->has_init) return ps_var_uninitialized(v->name, r->st);
+  return init_fill(v, &r->val[n->id], r->st);
+}
+
+static bool falls_back(const ps_node *n) {
+  return n->def->kind == PS_OPK_VAR_READ && n->ia[1] == 1;
+}
+
+/* The wave's initialized_value() reads of ps variables: one read each
+ * (they run once, at initialization), the initial value where the
+ * variable is uninitialized. */
+static int run_fallback_reads(run *r, ps_node **wave, size_t nw) {
+  int rc = 0;
+  for (size_t k = 0; k < nw && rc == 0; k++) {
+    ps_node *n = wave[k];
+    if (!falls_back(n)) continue;
+    ps_read rd = {.name = n->var->name};
+    ps_task_reads tr = {.task = n->var->task, .reads = &rd, .n = 1};
+    rc = ps_client_read_many(r->s->client, &tr, 1, r->st);
+    r->s->last_reads++;
+    if (rc == 0) {
+      r->val[n->id] = rd.out;
+    } else if (rc == PS_FAILED_PRECONDITION && strstr(r->st->msg, "uninitialized")) {
+      ps_status_clear(r->st);
+      rc = initial_value_instead(r, n);
+    }
+  }
+  return rc;
 }
 
 static int run_local(run *r, ps_node *n) {
@@ -191,6 +311,8 @@ static int run_local(run *r, ps_node *n) {
   case PS_OPK_NOOP:
     r->val[n->id] = empty_tensor();
     return 0;
+  case PS_OPK_REPORT_UNINIT:
+    return run_report(r, n);
   case PS_OPK_LOCAL: {
     ps_tensor *in[16], **inp = in;
     if (n->nin > 16 && (inp = malloc((size_t)n->nin * sizeof *inp)) == NULL)
@@ -211,6 +333,7 @@ static int run_local(run *r, ps_node *n) {
   if (lv == NULL) return oom(st);
   switch (n->def->kind) {
   case PS_OPK_VAR_READ:
+    if (lv->value == NULL && falls_back(n)) return initial_value_instead(r, n);
     if (lv->value == NULL) return ps_var_uninitialized(v->name, st);
     r->val[n->id] = share(lv->value);
     return 0;
@@ -225,15 +348,8 @@ static int run_local(run *r, ps_node *n) {
   case PS_OPK_VAR_UPDATE: {
     ps_tensor *x = NULL;
     if (n->def->kind == PS_OPK_VAR_INIT && v->has_init) {
-      x = ps_tensor_create(v->dtype, &v->shape, false);
-      if (x == NULL) return oom(st);
-      int rc = ps_init_fill(&v->init, v->full_name ? v->full_name : v->name, v->dtype,
-                            v->full_name ? &v->full_shape : &v->shape, v->offset,
-                            ps_shape_num_elements(&v->shape), ps_tensor_data(x), st);
-      if (rc != 0) {
-        ps_tensor_destroy(x);
-        return rc;
-      }
+      int rc = init_fill(v, &x, st);
+      if (rc != 0) return rc;
     } else {
       ps_tensor *in = r->val[n->in[0]->id];
       int op = n->def->kind == PS_OPK_VAR_INIT ? PS_ASSIGN : n->update_op;
@@ -587,7 +703,7 @@ static int batch_collect(run *r, remote_batch *b, ps_node **wave, size_t nw) {
     task_work *w = &b->tw[v->task];
     switch (n->def->kind) {
     case PS_OPK_VAR_READ:
-      rc = batch_add_read(r, w, n, NULL);
+      if (!falls_back(n)) rc = batch_add_read(r, w, n, NULL);
       break;
     case PS_OPK_LOCAL: /* a gather served by the ps */
       rc = batch_add_read(r, w, n, r->val[n->in[1]->id]);
@@ -734,9 +850,6 @@ static int run_control_ops(run *r, ps_node **wave, size_t nw) {
       if (rc == 0 && (r->val[n->id] = ps_tensor_create(PS_DT_BOOL, &s0, true)) == NULL)
         rc = oom(r->st);
       if (rc == 0) *(uint8_t *)ps_tensor_data(r->val[n->id]) = b;
-    } else if (n->def->kind == PS_OPK_REPORT_UNINIT) {
-      /* names via ps_session_run_report */
-      if ((r->val[n->id] = empty_tensor()) == NULL) rc = oom(r->st);
     }
   }
   return rc;
@@ -758,6 +871,7 @@ static int run_remote(run *r, ps_node **wave, size_t nw) {
   if (!b.tw || !b.tr || !b.tu) rc = oom(r->st);
   if (rc == 0) rc = batch_collect(r, &b, wave, nw);
   if (rc == 0) rc = batch_read(r, &b);
+  if (rc == 0) rc = run_fallback_reads(r, wave, nw);
   if (rc == 0) rc = batch_initialize(r, &b);
   if (rc == 0) rc = batch_update(r, &b);
   if (rc == 0) rc = read_updated(r, &b);
@@ -980,54 +1094,6 @@ int ps_session_run(ps_session *s, const ps_feed *feeds, size_t nfeeds,
   free(r.want_value);
   free(wave);
   return rc;
-}
-
-int ps_session_run_report(ps_session *s, ps_node *report, char ***names, size_t *n,
-                          ps_status *st) {
-  *names = NULL;
-  *n = 0;
-  if (report == NULL || report->def->kind != PS_OPK_REPORT_UNINIT)
-    return ps_status_set(st, PS_INVALID_ARGUMENT,
-                         "not a report_uninitialized_variables node");
-  struct {
-    size_t n;
-    ps_variable *vars[];
-  } *e = report->extra;
-  char **out = calloc(e->n + 1, sizeof *out);
-  size_t k = 0;
-  int rc = out ? 0 : oom(st);
-  for (size_t i = 0; i < e->n && rc == 0; i++) {
-    ps_variable *v = e->vars[i];
-    bool init = false;
-    if (v->task < 0) {
-      local_var *lv = local_of(s, v);
-      if (lv == NULL) {
-        rc = oom(st);
-        break;
-      }
-      init = lv->value != NULL;
-    } else {
-      if (s->client == NULL) {
-        rc = ps_status_set(st, PS_FAILED_PRECONDITION, "no client for %s", v->name);
-        break;
-      }
-      const char *nm[1] = {v->name};
-      rc = ps_client_is_initialized(s->client, v->task, nm, 1, &init, st);
-      if (rc == PS_NOT_FOUND) { /* not created yet: uninitialized */
-        rc = 0;
-        ps_status_clear(st);
-        init = false;
-      }
-    }
-    if (!init && (out[k++] = strdup(v->name)) == NULL) rc = oom(st);
-  }
-  if (rc) {
-    ps_client_free_names(out, k);
-    return rc;
-  }
-  *names = out;
-  *n = k;
-  return 0;
 }
 
 int ps_session_create_variables(ps_session *s, ps_status *st) {

@@ -182,7 +182,10 @@ int ps_variable_task(const ps_variable *v); /* ps task, -1 if not on a ps */
 bool ps_variable_trainable(const ps_variable *v);
 ps_node *ps_variable_value(ps_variable *v);       /* "<name>/read" */
 ps_node *ps_variable_initializer(ps_variable *v); /* "<name>/Assign" */
-/* A read that waits for @v's initializer (TF's initialized_value()). */
+/* TF 1.x's initialized_value(): a read that waits for @v's initializer when
+ * that runs too; when @v is uninitialized (and its initializer does not
+ * run), @v's initial value instead (@v stays uninitialized), so
+ * w = initialized_value(v) + 1 initializes w alone, through any chain. */
 ps_node *ps_initialized_value(ps_variable *v);
 /* A new read in the current control-dependency context (read_value()). */
 ps_node *ps_read_value(ps_variable *v, ps_node *const *deps, size_t ndeps);
@@ -195,7 +198,9 @@ ps_node *ps_variables_initializer(ps_graph *g, ps_variable *const *vars, size_t 
                                   const char *name);
 ps_node *ps_global_variables_initializer(ps_graph *g);
 ps_node *ps_local_variables_initializer(ps_graph *g);
-/* 1-D DT_STRING-like result: fetch with ps_session_run_report(). */
+/* Fetched by ps_session_run: a 1-D DT_STRING tensor of the uninitialized
+ * variables' names (ps_tensor_string); ps_session_run_report() gives them
+ * as a C array. */
 ps_node *ps_report_uninitialized_variables(ps_graph *g, ps_variable *const *vars,
                                            size_t n);
 ps_node *ps_is_variable_initialized(ps_variable *v); /* scalar bool */

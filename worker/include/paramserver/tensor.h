@@ -110,6 +110,15 @@ void *ps_tensor_data(const ps_tensor *t);
 size_t ps_tensor_nbytes(const ps_tensor *t);
 int64_t ps_tensor_num_elements(const ps_tensor *t);
 
+/* String tensors (DT_STRING), as fetched from report_uninitialized_variables:
+ * a 1-D tensor of @n copies of the NUL-terminated strings @s.  Their bytes
+ * are not the element array of ps_tensor_data(); read them with
+ * ps_tensor_string(). */
+ps_tensor *ps_tensor_new_strings(const char *const *s, size_t n);
+/* Element @i of a DT_STRING tensor; NULL if @t is not one or @i is out of
+ * range. */
+const char *ps_tensor_string(const ps_tensor *t, int64_t i);
+
 /* IEEE half and bfloat16 conversions (round to nearest even). */
 float ps_half_to_float(uint16_t h);
 uint16_t ps_float_to_half(float f);
