@@ -626,6 +626,72 @@ START_TEST(initialized_value_falls_back_to_the_initial_value) {
 }
 END_TEST
 
+/* A variable on a device that does not exist fails the run with
+ * TensorFlow's placement error unless the session allows soft placement;
+ * another worker task's device is not this process's. */
+static int run_init_on(const char *device, const ps_session_options *o, int *task,
+                       ps_status *st) {
+  ps_graph *g = ps_graph_create();
+  PS_ASSERT_OK(ps_device_push(g, device, st), *st);
+  ps_shape s = shp(1, 2, 0);
+  ps_init_spec ones;
+  ps_init_spec_default(&ones, PS_INIT_ONES);
+  ps_variable *v = ps_get_variable(g, "v", PS_DT_FLOAT, &s, &ones, NULL, st);
+  ck_assert_ptr_nonnull(v);
+  *task = ps_variable_task(v);
+  ps_session *sess = ps_session_create_opts(g, C, o, st);
+  ck_assert_ptr_nonnull(sess);
+  ps_node *init = ps_variable_initializer(v), *read = ps_variable_value(v);
+  ps_tensor *out = NULL;
+  int rc = ps_session_run(sess, NULL, 0, NULL, 0, &init, 1, NULL, st);
+  if (rc == 0) rc = ps_session_run(sess, NULL, 0, &read, 1, NULL, 0, &out, st);
+  if (rc == 0) ck_assert(((float *)ps_tensor_data(out))[1] == 1.0f);
+  ps_tensor_destroy(out);
+  ps_session_destroy(sess);
+  ps_graph_destroy(g);
+  return rc;
+}
+
+START_TEST(unavailable_devices_fail_unless_soft_placement) {
+  ps_status st;
+  int task;
+  ps_session_options soft = {.allow_soft_placement = true};
+  PS_ASSERT_STATUS(run_init_on("/gpu:1", NULL, &task, &st), st, PS_INVALID_ARGUMENT,
+                   "Cannot assign a device for operation v: Operation was explicitly "
+                   "assigned to /device:GPU:1 but available devices are [ "
+                   "/job:ps/replica:0/task:0/device:CPU:0, "
+                   "/job:ps/replica:0/task:1/device:CPU:0, "
+                   "/job:worker/replica:0/device:CPU:0 ]. Make sure the device "
+                   "specification refers to a valid device.");
+  PS_ASSERT_OK(run_init_on("/gpu:1", &soft, &task, &st), st);
+  ck_assert_int_eq(task, -1); /* held by the session */
+  PS_ASSERT_STATUS(run_init_on("/job:ps/task:1/device:GPU:0", NULL, &task, &st), st,
+                   PS_INVALID_ARGUMENT,
+                   "explicitly assigned to /job:ps/task:1/device:GPU:0");
+  PS_ASSERT_OK(run_init_on("/job:ps/task:1/device:GPU:0", &soft, &task, &st), st);
+  ck_assert_int_eq(task, 1);
+  /* another worker's task: not this process unless it says it is */
+  PS_ASSERT_STATUS(run_init_on("/job:worker/task:0", NULL, &task, &st), st,
+                   PS_INVALID_ARGUMENT, "explicitly assigned to /job:worker/task:0");
+  ps_session_options w1 = {.device = "/job:worker/task:1"};
+  PS_ASSERT_STATUS(run_init_on("/job:worker/task:0", &w1, &task, &st), st,
+                   PS_INVALID_ARGUMENT,
+                   "available devices are [ /job:ps/replica:0/task:0/device:CPU:0, "
+                   "/job:ps/replica:0/task:1/device:CPU:0, "
+                   "/job:worker/replica:0/task:1/device:CPU:0 ]");
+  ps_session_options w0 = {.device = "/job:worker/task:0"};
+  PS_ASSERT_OK(run_init_on("/job:worker/task:0", &w0, &task, &st), st);
+  PS_ASSERT_OK(run_init_on("/cpu:0", NULL, &task, &st), st);
+  PS_ASSERT_OK(
+      run_init_on("/job:localhost/replica:0/task:0/device:CPU:0", NULL, &task, &st), st);
+  ps_session_options bad = {.device = "/nonsense:xyz"};
+  ps_graph *g = ps_graph_create();
+  ck_assert_ptr_null(ps_session_create_opts(g, C, &bad, &st));
+  PS_ASSERT_MSG_HAS(st, "session device: Unknown attribute: 'nonsense'");
+  ps_graph_destroy(g);
+}
+END_TEST
+
 START_TEST(local_and_remote_variables_say_the_same) {
   ps_graph *g = ps_graph_create();
   ps_status st;
@@ -703,6 +769,7 @@ int main(void) {
   tcase_add_test(tc, scope_objects_and_reentered_names);
   tcase_add_test(tc, a_failed_constructor_leaves_the_graph_usable);
   tcase_add_test(tc, initialized_value_falls_back_to_the_initial_value);
+  tcase_add_test(tc, unavailable_devices_fail_unless_soft_placement);
   suite_add_tcase(s, tc);
   return ps_test_run(s);
 }

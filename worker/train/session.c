@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/appendf.h"
 #include "common/array.h"
 #include "common/kernels.h"
 #include "common/variable.h"
@@ -38,14 +39,30 @@ struct ps_session {
   size_t nlocals;
   int last_reads, last_updates;
   int last_sync_applied, last_sync_stale;
+  bool soft_placement;
+  ps_device self;        /* this process's device (ps_session_options) */
+  unsigned char *placed; /* per node: its device was checked */
+  size_t nplaced;
 };
 
 ps_session *ps_session_create(ps_graph *g, ps_client *client, ps_status *st) {
+  return ps_session_create_opts(g, client, NULL, st);
+}
+
+ps_session *ps_session_create_opts(ps_graph *g, ps_client *client,
+                                   const ps_session_options *opt, ps_status *st) {
   /* a graph whose constructors failed is still whole (graph.h) */
   if (g == NULL) {
     ps_status_set(st, PS_INVALID_ARGUMENT, "session: no graph");
     return NULL;
   }
+  ps_device self;
+  const char *dev = opt && opt->device ? opt->device : "/job:worker";
+  if (ps_device_parse(dev, &self, st) != 0) {
+    ps_status_prefix(st, "session device");
+    return NULL;
+  }
+  if (!self.job[0]) snprintf(self.job, sizeof self.job, "worker");
   ps_session *s = calloc(1, sizeof *s);
   if (s == NULL) {
     ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
@@ -53,6 +70,8 @@ ps_session *ps_session_create(ps_graph *g, ps_client *client, ps_status *st) {
   }
   s->g = g;
   s->client = client;
+  s->self = self;
+  s->soft_placement = opt && opt->allow_soft_placement;
   return s;
 }
 
@@ -62,6 +81,7 @@ void ps_session_destroy(ps_session *s) {
     ps_tensor_destroy(s->locals[i].value);
   free(s->locals);
   free(s->created);
+  free(s->placed);
   free(s);
 }
 
@@ -1011,6 +1031,65 @@ static size_t next_wave(run *r, ps_node **wave, bool *any_left) {
   return nw;
 }
 
+/* Whether device @d exists for this session: a ps task's CPU, or this
+ * process's (its job, "localhost" or none; its task or none; CPU:0). */
+static bool device_exists(const ps_session *s, const ps_device *d) {
+  if (d->type[0] && strcmp(d->type, "CPU") != 0) return false;
+  if (d->index > 0) return false;
+  if (!strcmp(d->job, "ps")) return true; /* its task is checked on creation */
+  if (d->job[0] && strcmp(d->job, s->self.job) != 0 && strcmp(d->job, "localhost") != 0)
+    return false;
+  if (d->task >= 0 && strcmp(d->job, "localhost") != 0 && d->task != s->self.task)
+    return false;
+  return true;
+}
+
+/* The devices this session can place on, as TensorFlow lists them. */
+static void list_devices(const ps_session *s, char *buf, size_t n) {
+  size_t off = 0;
+  int nps = s->client ? ps_client_num_ps(s->client) : 0;
+  buf[0] = '\0';
+  for (int t = 0; t < nps; t++)
+    ps_appendf(buf, n, &off, "/job:ps/replica:0/task:%d/device:CPU:0, ", t);
+  if (s->self.task >= 0)
+    ps_appendf(buf, n, &off, "/job:%s/replica:0/task:%d/device:CPU:0", s->self.job,
+               s->self.task);
+  else
+    ps_appendf(buf, n, &off, "/job:%s/replica:0/device:CPU:0", s->self.job);
+}
+
+/* TensorFlow's placement check of every needed node, once per node (a
+ * variable's ops are named by the variable, their colocation group): an
+ * unavailable device (a GPU, another worker task) is INVALID_ARGUMENT
+ * unless the session allows soft placement (then: the ps task's CPU, or
+ * this process). */
+static int check_placement(run *r) {
+  ps_session *s = r->s;
+  if (s->nplaced < r->n) {
+    if (ps_array_grow(&s->placed, NULL, r->n, 1) != 0) return oom(r->st);
+    memset(s->placed + s->nplaced, 0, r->n - s->nplaced);
+    s->nplaced = r->n;
+  }
+  for (size_t i = 0; i < r->n; i++) {
+    if (r->state[i] == N_UNNEEDED || s->placed[i]) continue;
+    ps_node *n = ps_graph_node(s->g, i);
+    ps_device d;
+    if (ps_device_parse(n->device, &d, NULL) == 0 && !device_exists(s, &d) &&
+        !s->soft_placement) {
+      char avail[1024];
+      list_devices(s, avail, sizeof avail);
+      return ps_status_set(r->st, PS_INVALID_ARGUMENT,
+                           "Cannot assign a device for operation %s: Operation was "
+                           "explicitly assigned to %s but available devices are [ %s ]. "
+                           "Make sure the device specification refers to a valid "
+                           "device.",
+                           n->var ? n->var->name : n->name, n->device, avail);
+    }
+    s->placed[i] = 1;
+  }
+  return 0;
+}
+
 /* Local nodes and remote waves in turn until every needed node is done. */
 static int execute(run *r, ps_node **wave) {
   for (;;) {
@@ -1081,7 +1160,8 @@ int ps_session_run(ps_session *s, const ps_feed *feeds, size_t nfeeds,
     mark_wanted(&r, fetches, nfetches);
     for (size_t i = 0; i < r.n; i++)
       if (r.skip_read[i]) r.state[i] = N_DONE;
-    rc = execute(&r, wave);
+    rc = check_placement(&r);
+    if (rc == 0) rc = execute(&r, wave);
   }
   if (rc == 0) rc = share_outputs(&r, fetches, nfetches, outputs);
   for (size_t i = 0; r.val && i < r.n; i++)

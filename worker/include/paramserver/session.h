@@ -20,6 +20,24 @@ typedef struct ps_feed {
 ps_session *ps_session_create(ps_graph *g, ps_client *client, ps_status *st);
 void ps_session_destroy(ps_session *s);
 
+typedef struct ps_session_options {
+  /* TensorFlow's allow_soft_placement: a node on a device that does not
+   * exist (a GPU, another worker task) runs on its ps task's CPU, or in
+   * this process, instead of failing the run with INVALID_ARGUMENT
+   * "Cannot assign a device for operation v: Operation was explicitly
+   * assigned to /device:GPU:1 but available devices are [ ... ]". */
+  bool allow_soft_placement;
+  /* This process's device, e.g. "/job:worker/task:1" (NULL: "/job:worker",
+   * task unknown).  Nodes placed on its job (or "localhost", or no job)
+   * and its task (or none) run here; variables there are held by the
+   * session. */
+  const char *device;
+} ps_session_options;
+
+/* ps_session_create with options (NULL: the defaults above). */
+ps_session *ps_session_create_opts(ps_graph *g, ps_client *client,
+                                   const ps_session_options *opt, ps_status *st);
+
 /* outputs[i] receives a new tensor for fetches[i] (caller destroys). */
 int ps_session_run(ps_session *s, const ps_feed *feeds, size_t nfeeds,
                    ps_node *const *fetches, size_t nfetches, ps_node *const *targets,
