@@ -433,6 +433,84 @@ START_TEST(a_saver_saves_its_var_list_under_its_names) {
 END_TEST
 
 /* A SyncReplicas graph stays synchronous through export and import. */
+/* A Saver saves every variable of its list wherever it lives: one held by
+ * the session (no ps device) is written under its name (through a staging
+ * variable on ps 0, deleted afterwards), and a restore brings it back; an
+ * uninitialized one fails the save with TensorFlow's text and writes no
+ * checkpoint. */
+START_TEST(a_saver_saves_variables_held_by_the_session) {
+  ps_harness h;
+  ps_client *c = start(&h, 2);
+  ps_status st;
+  ps_shape s3 = {.rank = 1, .dim = {3}};
+  ps_init_spec one;
+  ps_init_spec_default(&one, PS_INIT_CONSTANT);
+  one.value = 1;
+  ps_graph *g = ps_graph_create();
+  ps_variable *local = ps_get_variable(g, "local_v", PS_DT_FLOAT, &s3, &one, NULL, &st);
+  ps_device_push_fn(g, ps_replica_device_setter(h.cluster, NULL));
+  ps_variable *remote = ps_get_variable(g, "remote_v", PS_DT_FLOAT, &s3, &one, NULL, &st);
+  ck_assert(local && remote);
+  ck_assert_int_eq(ps_variable_task(local), -1);
+  ps_session *s = ps_session_create(g, c, &st);
+  ps_saver *sv = ps_saver_create(g, NULL, &st);
+  ck_assert_ptr_nonnull(sv);
+  /* uninitialized: the save fails, nothing is written */
+  ps_node *init_remote = ps_variables_initializer(g, &remote, 1, "init_remote");
+  PS_ASSERT_OK(ps_session_run(s, NULL, 0, NULL, 0, &init_remote, 1, NULL, &st), st);
+  PS_ASSERT_STATUS(ps_saver_save(sv, s, "never", -1, NULL, NULL, &st), st,
+                   PS_FAILED_PRECONDITION,
+                   "Attempting to use uninitialized value local_v");
+  char p[400];
+  snprintf(p, sizeof p, "%s/never.index", dir);
+  ck_assert_int_ne(access(p, F_OK), 0);
+  ps_node *init = ps_global_variables_initializer(g);
+  PS_ASSERT_OK(ps_session_run(s, NULL, 0, NULL, 0, &init, 1, NULL, &st), st);
+  ps_tensor *three = ps_tensor_create(PS_DT_FLOAT, &s3, false);
+  for (int i = 0; i < 3; i++)
+    ((float *)ps_tensor_data(three))[i] = 3;
+  ps_node *bump = ps_assign_add(local, ps_constant(g, three, "three"));
+  ps_tensor_destroy(three);
+  PS_ASSERT_OK(ps_session_run(s, NULL, 0, NULL, 0, &bump, 1, NULL, &st), st);
+  PS_ASSERT_OK(ps_saver_save(sv, s, "both", -1, NULL, NULL, &st), st);
+  snprintf(p, sizeof p, "%s/both", dir);
+  char *l = listing(p);
+  ck_assert_str_eq(l, "local_v (DT_FLOAT) [3]\nremote_v (DT_FLOAT) [3]\n");
+  free(l);
+  /* no staging variable is left on the ps */
+  ps_var_info *info;
+  size_t ninfo;
+  PS_ASSERT_OK(ps_client_list(c, 0, &info, &ninfo, &st), st);
+  for (size_t i = 0; i < ninfo; i++)
+    ck_assert_ptr_null(strstr(info[i].name, "_saver_staging"));
+  ps_client_free_var_info(info, ninfo);
+  /* a fresh session (its own copy, uninitialized) restores it */
+  ps_session *s2 = ps_session_create(g, c, &st);
+  PS_ASSERT_OK(ps_saver_restore(sv, s2, "both", &st), st);
+  ps_node *read = ps_variable_value(local);
+  ps_tensor *t = NULL;
+  PS_ASSERT_OK(ps_session_run(s2, NULL, 0, &read, 1, NULL, 0, &t, &st), st);
+  ck_assert(((float *)ps_tensor_data(t))[2] == 4.0f);
+  ps_tensor_destroy(t);
+  /* under a name of its own */
+  const char *key[] = {"renamed_local"};
+  ps_saver_options rn = {.var_list = &local, .nvars = 1, .keys = key};
+  ps_saver *renamed = ps_saver_create(g, &rn, &st);
+  PS_ASSERT_OK(ps_saver_save(renamed, s2, "renamed_local", -1, NULL, NULL, &st), st);
+  snprintf(p, sizeof p, "%s/renamed_local", dir);
+  l = listing(p);
+  ck_assert_str_eq(l, "renamed_local (DT_FLOAT) [3]\n");
+  free(l);
+  PS_ASSERT_OK(ps_saver_restore(renamed, s, "renamed_local", &st), st);
+  ps_saver_destroy(renamed);
+  ps_saver_destroy(sv);
+  ps_session_destroy(s2);
+  ps_session_destroy(s);
+  ps_graph_destroy(g);
+  ck_assert_int_eq(harness_stop_client(&h, c), 0);
+}
+END_TEST
+
 START_TEST(sync_graph_round_trip) {
   ps_harness h;
   ps_client *c = start(&h, 2);
@@ -572,6 +650,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, name_map_and_eviction);
   tcase_add_test(tc, a_saver_evicts_only_its_own_checkpoints);
   tcase_add_test(tc, a_saver_saves_its_var_list_under_its_names);
+  tcase_add_test(tc, a_saver_saves_variables_held_by_the_session);
   tcase_add_test(tc, corrupt_meta_files);
   tcase_add_test(tc, sync_graph_round_trip);
   suite_add_tcase(s, tc);

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -20,10 +21,12 @@
 #include "common/crc32c.h"
 #include "common/fileio.h"
 #include "common/log.h"
+#include "common/variable.h"
 #include "graph/node.h"
 #include "meta.pb-c.h"
 #include "paramserver/partition.h"
 #include "paramserver/saver.h"
+#include "train_internal.h"
 
 /* The format written; /1 (no checksum) is still read.  See proto/meta.proto
  * for the checksum: the last 5 bytes of the file. */
@@ -122,10 +125,84 @@ ps_saver *ps_saver_create(ps_graph *g, const ps_saver_options *o, ps_status *st)
   return s;
 }
 
+/* ---- variables held by the session ----
+ * A checkpoint lives on the ps, so a variable the session holds itself goes
+ * through a staging variable on ps 0, "_saver_staging/<random>/<name>":
+ * a save assigns the session's value to it and writes it under the
+ * variable's key; a restore reads the key into it and takes its value.
+ * The staging variables are deleted when the save or restore ends. */
+typedef struct staging {
+  char **names;
+  size_t n;
+} staging;
+
+static void staging_free(staging *sg, ps_client *c) {
+  if (sg->n > 0 && c) {
+    ps_status ignored;
+    ps_client_delete(c, 0, (const char *const *)sg->names, sg->n, PS_DELETE_MISSING_OK,
+                     NULL, &ignored);
+  }
+  for (size_t i = 0; i < sg->n; i++)
+    free(sg->names[i]);
+  free(sg->names);
+  sg->names = NULL;
+  sg->n = 0;
+}
+
+/* Creates the staging variable of @v on ps 0; its name goes into @sg. */
+static const char *staging_create(staging *sg, ps_client *c, ps_variable *v,
+                                  ps_status *st) {
+  if (v->full_name)
+    return ps_status_set(st, PS_UNIMPLEMENTED,
+                         "Saver: %s is a part of a partitioned variable held by the "
+                         "session; place it on the ps to checkpoint it",
+                         v->name),
+           NULL;
+  uint64_t tag = 0;
+  if (getrandom(&tag, sizeof tag, 0) != sizeof tag) tag = (uint64_t)getpid() << 20;
+  char name[1100];
+  snprintf(name, sizeof name, "_saver_staging/%016llx/%s", (unsigned long long)tag,
+           v->name);
+  char *copy = strdup(name);
+  if (copy == NULL ||
+      ps_array_grow(&sg->names, NULL, sg->n + 1, sizeof *sg->names) != 0) {
+    free(copy);
+    return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory"), NULL;
+  }
+  sg->names[sg->n++] = copy;
+  ps_var_spec sp = {.name = copy, .dtype = v->dtype, .shape = v->shape};
+  if (ps_client_create_vars(c, 0, &sp, 1, st) != 0) return NULL;
+  return copy;
+}
+
+/* A save's staging variable of @v, holding the session's value. */
+static const char *stage_out(staging *sg, ps_client *c, ps_session *sess, ps_variable *v,
+                             ps_status *st) {
+  const ps_tensor *val = ps_session_local_value_(sess, v);
+  if (val == NULL) return ps_var_uninitialized(v->name, st), NULL;
+  const char *name = staging_create(sg, c, v, st);
+  if (name == NULL) return NULL;
+  ps_update u = {.name = name, .op = PS_ASSIGN, .value = val};
+  return ps_client_update(c, 0, &u, 1, st) == 0 ? name : NULL;
+}
+
+/* A restore of the session's @v from @key of @prefix. */
+static int stage_in(staging *sg, ps_client *c, ps_session *sess, ps_variable *v,
+                    const char *key, const char *prefix, ps_status *st) {
+  const char *name = staging_create(sg, c, v, st);
+  if (name == NULL) return st->code;
+  const char *k = key ? key : v->name;
+  if (ps_client_restore_vars(c, 0, prefix, &name, &k, 1, st) != 0) return st->code;
+  ps_read rd = {.name = name};
+  if (ps_client_read(c, 0, &rd, 1, st) != 0) return st->code;
+  return ps_session_set_local_value_(sess, v, rd.out, st);
+}
+
 /* What a save writes: the Saver's variables (every global variable of the
- * graph, or its var_list) with their ps task and checkpoint key. */
-static int saver_items(const ps_saver *s, ps_save_item **items, size_t *n,
-                       ps_status *st) {
+ * graph, or its var_list) with their ps task and checkpoint key; those the
+ * session holds through staging variables (@sg). */
+static int saver_items(const ps_saver *s, ps_session *sess, ps_client *c, staging *sg,
+                       ps_save_item **items, size_t *n, ps_status *st) {
   size_t ng = 0;
   ps_variable *const *gv = NULL;
   if (s->all) gv = ps_collection_variables(s->g, PS_GLOBAL_VARIABLES, &ng);
@@ -133,18 +210,27 @@ static int saver_items(const ps_saver *s, ps_save_item **items, size_t *n,
   *n = 0;
   if ((*items = calloc(cap + 1, sizeof **items)) == NULL)
     return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
-  for (size_t i = 0; i < cap; i++) {
+  int rc = 0;
+  for (size_t i = 0; i < cap && rc == 0; i++) {
     ps_variable *v = s->all ? gv[i] : ps_graph_find_var_(s->g, s->vars[i]);
+    const char *key = s->all ? NULL : s->keys[i];
     if (v == NULL) {
-      free(*items);
-      *items = NULL;
-      return ps_status_set(st, PS_NOT_FOUND, "Saver: variable %s is not in the graph",
-                           s->vars[i]);
+      rc = ps_status_set(st, PS_NOT_FOUND, "Saver: variable %s is not in the graph",
+                         s->vars[i]);
+    } else if (v->task < 0) { /* held by the session */
+      const char *name = stage_out(sg, c, sess, v, st);
+      if (name == NULL) rc = st->code;
+      (*items)[(*n)++] = (ps_save_item){0, name, key ? key : v->name};
+    } else {
+      (*items)[(*n)++] = (ps_save_item){v->task, v->name, key};
     }
-    if (v->task < 0) continue; /* held by the session: not on a ps */
-    (*items)[(*n)++] = (ps_save_item){v->task, v->name, s->all ? NULL : s->keys[i]};
   }
-  return 0;
+  if (rc != 0) {
+    free(*items);
+    *items = NULL;
+    *n = 0;
+  }
+  return rc;
 }
 
 int ps_saver_save(ps_saver *s, ps_session *sess, const char *prefix, int64_t global_step,
@@ -161,8 +247,12 @@ int ps_saver_save(ps_saver *s, ps_session *sess, const char *prefix, int64_t glo
     snprintf(full, sizeof full, "%s", prefix);
   ps_save_item *items = NULL;
   size_t nitems = 0;
-  int rc = saver_items(s, &items, &nitems, st);
-  if (rc != 0) return rc;
+  staging sg = {0};
+  int rc = saver_items(s, sess, c, &sg, &items, &nitems, st);
+  if (rc != 0) {
+    staging_free(&sg, c);
+    return rc;
+  }
   ps_save_options o = {.select = true,
                        .items = items,
                        .nitems = nitems,
@@ -178,11 +268,13 @@ int ps_saver_save(ps_saver *s, ps_session *sess, const char *prefix, int64_t glo
     snprintf(mp, sizeof mp, "%s/%s.meta", meta_dir, full);
     if (ps_export_meta_graph(s->g, s, mp, st) != 0) {
       free(items);
+      staging_free(&sg, c);
       return st->code;
     }
   }
   rc = ps_client_save(c, full, &o, &written, &bytes, st);
   free(items);
+  staging_free(&sg, c);
   if (rc != 0) {
     if (meta_dir) { /* no checkpoint: no .meta of its own either */
       char mp[2048];
@@ -237,7 +329,7 @@ int ps_saver_restore(ps_saver *s, ps_session *sess, const char *prefix, ps_statu
     keys = calloc(ng + 1, sizeof *keys);
     if (vars == NULL || keys == NULL) goto oom;
     for (size_t i = 0; i < ng; i++)
-      if (gv[i]->task >= 0) vars[n++] = gv[i];
+      vars[n++] = gv[i];
   } else {
     vars = calloc(s->n + 1, sizeof *vars);
     keys = calloc(s->n + 1, sizeof *keys);
@@ -247,13 +339,6 @@ int ps_saver_restore(ps_saver *s, ps_session *sess, const char *prefix, ps_statu
       if (v == NULL) {
         rc = ps_status_set(st, PS_NOT_FOUND, "Saver: variable %s is not in the graph",
                            s->vars[i]);
-        goto done;
-      }
-      if (v->task < 0) {
-        rc = ps_status_set(st, PS_INVALID_ARGUMENT,
-                           "Saver: variable %s is held by the session, not by a ps; "
-                           "checkpoints hold ps variables only",
-                           v->name);
         goto done;
       }
       keys[n] = s->keys[i];
@@ -279,6 +364,11 @@ int ps_saver_restore(ps_saver *s, ps_session *sess, const char *prefix, ps_statu
     free(names);
     free(tk);
   }
+  staging sg = {0};
+  for (size_t i = 0; i < n && rc == 0; i++) /* held by the session */
+    if (vars[i]->task < 0)
+      rc = stage_in(&sg, c, sess, vars[i], keys[i], prefix ? prefix : "", st);
+  staging_free(&sg, c);
   for (size_t i = 0; i < n; i++)
     if (vars[i]->task >= nps && rc == 0)
       rc = ps_status_set(st, PS_INVALID_ARGUMENT,

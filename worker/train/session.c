@@ -25,6 +25,7 @@
 #include "common/kernels.h"
 #include "common/variable.h"
 #include "graph/node.h"
+#include "train_internal.h"
 
 typedef struct local_var {
   ps_tensor *value; /* NULL until initialized */
@@ -111,6 +112,23 @@ static local_var *local_of(ps_session *s, ps_variable *v) {
     s->nlocals = n;
   }
   return &s->locals[i];
+}
+
+const ps_tensor *ps_session_local_value_(ps_session *s, ps_variable *v) {
+  local_var *lv = local_of(s, v);
+  return lv ? lv->value : NULL;
+}
+
+int ps_session_set_local_value_(ps_session *s, ps_variable *v, ps_tensor *value,
+                                ps_status *st) {
+  local_var *lv = local_of(s, v);
+  if (lv == NULL) {
+    ps_tensor_destroy(value);
+    return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  ps_tensor_destroy(lv->value);
+  lv->value = value;
+  return 0;
 }
 
 static int oom(ps_status *st) {

@@ -1,11 +1,12 @@
 /* Saver and MetaGraph for worker graphs (TensorFlow's tf.train.Saver,
  * export_meta_graph and import_meta_graph).
  *
- * A save is cluster-wide and consistent (ps_client_save): every ps writes
- * every variable it holds, as of one moment.  A Saver's var_list and name
- * map choose what a *restore* reads, and under which checkpoint keys, as
- * Saver({"my_v2": v2}) does; variables held by the session itself (no ps
- * device) are not part of a checkpoint.
+ * A save is consistent across the ps (ps_client_save, as of one moment) and
+ * holds exactly the Saver's var_list (default: the graph's global
+ * variables), each under its key, as Saver({"my_v2": v2}) does; a restore
+ * reads the same keys.  Variables held by the session itself (no ps
+ * device) are saved and restored through a staging variable on ps 0 that
+ * lives for the call.
  *
  * Checkpoint paths are relative to the ps tasks' --checkpoint-dir.  The
  * MetaGraph is written by the worker itself: give ps_saver_save() the
