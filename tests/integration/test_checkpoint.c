@@ -19,6 +19,7 @@
 #include "paramserver/ops.h"
 #include "paramserver/optimizer.h"
 #include "paramserver/partition.h"
+#include "paramserver/saver.h"
 #include "paramserver/session.h"
 #include "tests/support/assert.h"
 
@@ -360,6 +361,49 @@ START_TEST(save_during_training_is_consistent) {
   ck_assert_int_eq(access(p0, F_OK), 0);
   fprintf(stderr, "%lld steps, longest step %.1f ms during 6 saves\n", (long long)t.steps,
           t.max_pause_ms);
+  trainer t2 = {.c = c};
+  pthread_create(&th, NULL, train_loop, &t2);
+  /* a Saver of x and y only, under keys of its own: the same invariant,
+   * and the ballast (not in its list) is not written */
+  ps_graph *g = ps_graph_create();
+  ps_variable *gx = NULL, *gy = NULL;
+  PS_ASSERT_OK(ps_device_push(g, "/job:ps/task:0", &st), st);
+  gx = ps_get_variable(g, "x", PS_DT_INT64, &s0, &z, NULL, &st);
+  ps_device_pop(g);
+  PS_ASSERT_OK(ps_device_push(g, "/job:ps/task:1", &st), st);
+  gy = ps_get_variable(g, "y", PS_DT_INT64, &s0, &z, NULL, &st);
+  ps_device_pop(g);
+  ck_assert(gx && gy);
+  ps_variable *list[2] = {gx, gy};
+  const char *keys[2] = {"saved_x", "saved_y"};
+  ps_saver_options so = {.var_list = list, .nvars = 2, .keys = keys, .max_to_keep = -1};
+  ps_saver *sv = ps_saver_create(g, &so, &st);
+  ps_session *sess = ps_session_create(g, c, &st);
+  ck_assert(sv && sess);
+  for (int k = 0; k < 3; k++) {
+    usleep(30000);
+    char *written = NULL;
+    PS_ASSERT_OK(ps_saver_save(sv, sess, "subset", k, NULL, &written, &st), st);
+    ck_assert_ptr_nonnull(strstr(written, "subset-"));
+    ps_bundle_reader *r = ps_bundle_reader_open(written, &st); /* the full path */
+    free(written);
+    ck_assert_msg(r != NULL, "%s", st.msg);
+    int64_t x, y;
+    float f;
+    ck_assert_int_eq(ps_bundle_reader_read_into(r, "saved_x", &x, 8, &st), 0);
+    ck_assert_int_eq(ps_bundle_reader_read_into(r, "saved_y", &y, 8, &st), 0);
+    ck_assert_int_eq(ps_bundle_reader_read_into(r, "ballast", &f, 4, &st), PS_NOT_FOUND);
+    ck_assert_int_eq(ps_bundle_reader_read_into(r, "x", &x, 8, &st), PS_NOT_FOUND);
+    ps_bundle_reader_close(r);
+    ck_assert_msg(x - y >= 0 && x - y <= 1, "subset checkpoint %d: x=%lld y=%lld", k,
+                  (long long)x, (long long)y);
+  }
+  ps_saver_destroy(sv);
+  ps_session_destroy(sess);
+  ps_graph_destroy(g);
+  atomic_store(&t2.stop, 1);
+  pthread_join(th, NULL);
+  ck_assert_int_gt(t2.steps, 3);
   stop(&h, c);
 }
 END_TEST
