@@ -330,6 +330,29 @@ START_TEST(grad_add_sub_mul_div) {
 }
 END_TEST
 
+static ps_node *b_conv_same(ps_graph *g, ps_node *const *x) {
+  (void)g;
+  const int st[4] = {1, 1, 1, 1};
+  return ps_conv2d(x[0], x[1], st, "SAME", NULL);
+}
+static ps_node *b_conv_valid2(ps_graph *g, ps_node *const *x) {
+  (void)g;
+  const int st[4] = {1, 2, 2, 1};
+  return ps_conv2d(x[0], x[1], st, "VALID", NULL);
+}
+static ps_node *b_conv_same2(ps_graph *g, ps_node *const *x) {
+  (void)g;
+  const int st[4] = {1, 2, 1, 1};
+  return ps_conv2d(x[0], x[1], st, "SAME", NULL);
+}
+
+START_TEST(grad_conv2d) {
+  check2(b_conv_same, S(2, 4, 5, 3), S(3, 3, 3, 2), 0);
+  check2(b_conv_valid2, S(1, 5, 6, 2), S(2, 3, 2, 3), 0);
+  check2(b_conv_same2, S(1, 5, 4, 1), S(2, 2, 1, 2), 0); /* uneven SAME padding */
+}
+END_TEST
+
 START_TEST(grad_matmul) {
   check2(b_mm, S(2, 3), S(3, 4), 0);
   check2(b_mm_ta, S(3, 2), S(3, 4), 0);
@@ -703,6 +726,7 @@ int main(void) {
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, grad_add_sub_mul_div);
   tcase_add_test(tc, grad_matmul);
+  tcase_add_test(tc, grad_conv2d);
   tcase_add_test(tc, grad_bias_add);
   tcase_add_test(tc, grad_activations);
   tcase_add_test(tc, grad_softmax);

@@ -91,6 +91,123 @@ static void expect_graph_error(ps_graph *g, const char *text) {
   ck_assert_msg(strstr(st->msg, text) != NULL, "'%s' not in '%s'", text, st->msg);
 }
 
+/* ---- conv2d ---- */
+
+/* A 3x3 image, a 2x2 filter of ones: SAME pads one row and column at the
+ * end (TensorFlow's split: the extra on the far side), VALID none. */
+START_TEST(conv2d_values_and_shapes) {
+  ps_graph *g = ps_graph_create();
+  ps_node *x = cst(g, PS_DT_FLOAT, 4, D(1, 3, 3, 1), V(1, 2, 3, 4, 5, 6, 7, 8, 9));
+  ps_node *f = cst(g, PS_DT_FLOAT, 4, D(2, 2, 1, 1), V(1, 1, 1, 1));
+  const int s1[4] = {1, 1, 1, 1}, s2[4] = {1, 2, 2, 1};
+  expect(run(g, ps_conv2d(x, f, s1, "SAME", NULL)), PS_DT_FLOAT, 4, D(1, 3, 3, 1),
+         V(12, 16, 9, 24, 28, 15, 15, 17, 9), 0);
+  expect(run(g, ps_conv2d(x, f, s1, "VALID", NULL)), PS_DT_FLOAT, 4, D(1, 2, 2, 1),
+         V(12, 16, 24, 28), 0);
+  expect(run(g, ps_conv2d(x, f, s2, "SAME", NULL)), PS_DT_FLOAT, 4, D(1, 2, 2, 1),
+         V(12, 9, 15, 9), 0);
+  /* two output channels, two input channels */
+  ps_node *x2 = cst(g, PS_DT_DOUBLE, 4, D(1, 1, 1, 2), V(1, 10));
+  ps_node *f2 = cst(g, PS_DT_DOUBLE, 4, D(1, 1, 2, 2), V(1, 2, 3, 4));
+  expect(run(g, ps_conv2d(x2, f2, s1, "VALID", NULL)), PS_DT_DOUBLE, 4, D(1, 1, 1, 2),
+         V(31, 42), 0);
+  expect_shape(ps_conv2d(ph(g, PS_DT_FLOAT, 4, D(-1, 28, 28, 1)),
+                         cst(g, PS_DT_FLOAT, 4, D(5, 5, 1, 32), NULL), s2, "SAME", NULL),
+               4, D(-1, 14, 14, 32));
+  const int bad[4] = {2, 1, 1, 1};
+  ck_assert_ptr_null(ps_conv2d(x, f, bad, "SAME", NULL));
+  expect_graph_error(g, "Current implementation does not yet support strides in the "
+                        "batch and depth dimensions.");
+  ck_assert_ptr_null(ps_conv2d(x, f, s1, "FULL", NULL));
+  expect_graph_error(g, "padding must be \"SAME\" or \"VALID\"");
+  ck_assert_ptr_null(ps_conv2d(x, f2, s1, "SAME", NULL));
+  ps_graph_destroy(g);
+}
+END_TEST
+
+/* ---- random ops: TensorFlow 1.x's seed rules ---- */
+
+static ps_tensor *normal_of(int64_t graph_seed, bool has_graph_seed, const int64_t *seed,
+                            int extra_nodes) {
+  ps_graph *g = ps_graph_create();
+  if (has_graph_seed) ps_graph_set_random_seed(g, graph_seed);
+  for (int i = 0; i < extra_nodes; i++)
+    ps_scalar(g, PS_DT_FLOAT, i);
+  ps_shape s = {1, {1000}};
+  ps_tensor *t = run(g, ps_random_normal(g, &s, PS_DT_FLOAT, 0, 1, seed, NULL));
+  ps_graph_destroy(g);
+  return t;
+}
+
+static bool same_values(const ps_tensor *a, const ps_tensor *b) {
+  return memcmp(ps_tensor_data(a), ps_tensor_data(b), ps_tensor_nbytes(a)) == 0;
+}
+
+START_TEST(random_ops_follow_the_seed_rules) {
+  int64_t s5 = 5, s6 = 6;
+  ps_tensor *a = normal_of(0, false, &s5, 0), *b = normal_of(0, false, &s5, 3);
+  ck_assert(same_values(a, b)); /* op seed alone: graph seed 87654321, any graph */
+  ps_tensor *c = normal_of(0, false, &s6, 0);
+  ck_assert(!same_values(a, c));
+  ps_tensor *d = normal_of(1, true, NULL, 2), *e = normal_of(1, true, NULL, 2);
+  ck_assert(same_values(d, e)); /* graph seed alone: op seed from the node id */
+  ps_tensor *f = normal_of(1, true, NULL, 3);
+  ck_assert(!same_values(d, f));
+  ps_tensor *h = normal_of(0, false, NULL, 0), *i = normal_of(0, false, NULL, 0);
+  ck_assert(!same_values(h, i)); /* no seed: new values */
+  ps_tensor *j = normal_of(87654321, true, &s5, 7);
+  ck_assert(same_values(a, j)); /* the same pair of seeds */
+  ps_tensor *all[] = {a, b, c, d, e, f, h, i, j};
+  for (size_t k = 0; k < sizeof all / sizeof all[0]; k++)
+    ps_tensor_destroy(all[k]);
+  /* successive runs of one node give new values; truncated and uniform
+   * stay in range; the mean and spread are the asked ones */
+  ps_graph *g = ps_graph_create();
+  ps_shape s = {1, {20000}};
+  ps_node *tn = ps_truncated_normal(g, &s, PS_DT_DOUBLE, 3, 2, &s5, NULL);
+  ps_node *un = ps_random_uniform(g, &s, PS_DT_FLOAT, -1, 4, &s5, NULL);
+  ps_node *ui = ps_random_uniform(g, &s, PS_DT_INT64, 2, 5, &s5, NULL);
+  ck_assert_str_eq(ps_node_name(tn), "truncated_normal");
+  ck_assert_str_eq(ps_node_op(un), "RandomUniform");
+  ps_status st;
+  ps_session *sess = ps_session_create(g, NULL, &st);
+  ps_node *fetch[3] = {tn, un, ui};
+  ps_tensor *o1[3], *o2[3];
+  PS_ASSERT_OK(ps_session_run(sess, NULL, 0, fetch, 3, NULL, 0, o1, &st), st);
+  PS_ASSERT_OK(ps_session_run(sess, NULL, 0, fetch, 3, NULL, 0, o2, &st), st);
+  ck_assert(!same_values(o1[0], o2[0]));
+  double sum = 0;
+  bool seen[3] = {false, false, false};
+  for (int64_t k = 0; k < 20000; k++) {
+    double t = ((double *)ps_tensor_data(o1[0]))[k];
+    ck_assert(t >= 3 - 4 && t <= 3 + 4);
+    sum += t;
+    float u = ((float *)ps_tensor_data(o1[1]))[k];
+    ck_assert(u >= -1 && u < 4);
+    int64_t q = ((int64_t *)ps_tensor_data(o1[2]))[k];
+    ck_assert(q >= 2 && q < 5);
+    seen[q - 2] = true;
+  }
+  ck_assert(fabs(sum / 20000 - 3) < 0.05);
+  ck_assert(seen[0] && seen[1] && seen[2]);
+  for (int k = 0; k < 3; k++) {
+    ps_tensor_destroy(o1[k]);
+    ps_tensor_destroy(o2[k]);
+  }
+  ps_session_destroy(sess);
+  /* errors */
+  ck_assert_ptr_null(ps_random_normal(g, &s, PS_DT_INT32, 0, 1, NULL, NULL));
+  expect_graph_error(g, "RandomStandardNormal: Value for attr 'dtype' of int32 is not in "
+                        "the list of allowed values: half, bfloat16, float, double");
+  ps_shape unknown = {1, {-1}};
+  ck_assert_ptr_null(ps_random_uniform(g, &unknown, PS_DT_FLOAT, 0, 1, NULL, NULL));
+  expect_graph_error(g, "RandomUniform: the shape must be fully defined");
+  ck_assert_ptr_null(ps_random_uniform(g, &s, PS_DT_INT32, 3, 3, NULL, NULL));
+  expect_graph_error(g, "RandomUniformInt: Need minval < maxval: 3 >= 3");
+  ps_graph_destroy(g);
+}
+END_TEST
+
 /* ---- elementwise ---- */
 
 START_TEST(add_sub_mul_div_same_shape) {
@@ -703,6 +820,8 @@ int main(void) {
   tcase_add_test(tc, cast);
   tcase_add_test(tc, shape_and_type_errors);
   tcase_add_test(tc, static_shapes_with_unknown_batch);
+  tcase_add_test(tc, conv2d_values_and_shapes);
+  tcase_add_test(tc, random_ops_follow_the_seed_rules);
   suite_add_tcase(s, tc);
   return ps_test_run(s);
 }

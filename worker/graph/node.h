@@ -148,7 +148,9 @@ extern const ps_op_def *const ps_opdefs_math_[],
                                     *const ps_opdefs_graph_[],
                                         *const ps_opdefs_variables_[],
                                             *const ps_opdefs_partition_[],
-                                                *const ps_opdefs_optimizer_[];
+                                                *const ps_opdefs_optimizer_[],
+                                                    *const ps_opdefs_random_[],
+                                                        *const ps_opdefs_conv_[];
 ps_node *ps_graph_node(const ps_graph *g, size_t i);
 
 /* A failed constructor adds nothing: one that adds several nodes (or

@@ -92,8 +92,9 @@ ps_graph *ps_check_inputs_(const char *op, ps_node *const *in, int n) {
     }
   if (g == NULL) return NULL;
   for (int i = 0; i < n; i++) {
-    if (in[i] == NULL) {
-      ps_graph_fail(g, PS_INVALID_ARGUMENT, "%s: input %d is missing", op, i);
+    if (in[i] == NULL) { /* keeps the error that made it NULL (graph.h) */
+      if (ps_graph_status(g)->code == PS_OK)
+        ps_graph_fail(g, PS_INVALID_ARGUMENT, "%s: input %d is missing", op, i);
       return NULL;
     }
     if (in[i]->g != g) {

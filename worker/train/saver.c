@@ -709,8 +709,9 @@ static int dtype_in(importer *im, int32_t dt, const char *whose, bool allow_stri
 
 static const ps_op_def *find_def(const char *type, int kind) {
   const ps_op_def *const *sets[] = {
-      ps_opdefs_math_,  ps_opdefs_nn_,        ps_opdefs_reduce_,    ps_opdefs_array_,
-      ps_opdefs_graph_, ps_opdefs_variables_, ps_opdefs_partition_, ps_opdefs_optimizer_};
+      ps_opdefs_math_,   ps_opdefs_nn_,        ps_opdefs_reduce_,    ps_opdefs_array_,
+      ps_opdefs_graph_,  ps_opdefs_variables_, ps_opdefs_partition_, ps_opdefs_optimizer_,
+      ps_opdefs_random_, ps_opdefs_conv_};
   for (size_t s = 0; s < sizeof sets / sizeof sets[0]; s++)
     for (int i = 0; sets[s][i]; i++)
       if ((int)sets[s][i]->kind == kind && !strcmp(sets[s][i]->type, type))

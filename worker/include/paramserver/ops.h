@@ -37,6 +37,30 @@ ps_node *ps_cast(ps_node *x, ps_dtype dtype);
 ps_node *ps_neg(ps_node *x);
 ps_node *ps_square(ps_node *x);
 
+/* tf.nn.conv2d: @input [N,H,W,C] (NHWC), @filter [KH,KW,C,O] (fully
+ * known), @strides {1, sh, sw, 1}, @padding "SAME" or "VALID" (TensorFlow's
+ * output sizes and padding); float or double; differentiable in both
+ * inputs. */
+ps_node *ps_conv2d(ps_node *input, ps_node *filter, const int strides[4],
+                   const char *padding, const char *name);
+
+/* Random tensors of a fully known @shape (TensorFlow's random_normal,
+ * truncated_normal: redrawn beyond 2 stddev, random_uniform: [minval,
+ * maxval); int32/int64 need minval < maxval).  @seed: the op-level seed or
+ * NULL; with ps_graph_set_random_seed the rules of TensorFlow 1.x's
+ * get_seed apply (see worker/ops/random.c), so graphs built alike give
+ * the same values in every process, and each run the next ones; with no
+ * seed at all, new values every run.  Not TensorFlow's values bit for
+ * bit.  Not differentiable. */
+ps_node *ps_random_normal(ps_graph *g, const ps_shape *shape, ps_dtype dtype, double mean,
+                          double stddev, const int64_t *seed, const char *name);
+ps_node *ps_truncated_normal(ps_graph *g, const ps_shape *shape, ps_dtype dtype,
+                             double mean, double stddev, const int64_t *seed,
+                             const char *name);
+ps_node *ps_random_uniform(ps_graph *g, const ps_shape *shape, ps_dtype dtype,
+                           double minval, double maxval, const int64_t *seed,
+                           const char *name);
+
 /* Reverse-mode gradients of the scalar @y with respect to @xs (dy = 1).
  * dxs[i] is NULL when y does not depend on xs[i].  A gradient reaching a
  * variable's value only through gathers is sparse: its node has
