@@ -52,6 +52,7 @@
 #include <unistd.h>
 
 #include "common/bundle.h"
+#include "common/fileio.h"
 #include "common/log.h"
 #include "common/wire.h"
 #include "paramserver/checkpoint.h"
@@ -707,6 +708,28 @@ static int parts_present(const char *prefix, int n, ps_status *st) {
   return 0;
 }
 
+/* The Saver's MetaGraph of a merge (MergeRequest.meta_graph), as
+ * <prefix>.meta, durably (no torn file under the name). */
+static int write_meta(job *j) {
+  if (j->mrq->meta_graph.len == 0) return 0;
+  char path[PATH_MAX + 16];
+  snprintf(path, sizeof path, "%s.meta", j->prefix);
+  const char *op = NULL;
+  if (ps_replace_file(path, NULL, j->mrq->meta_graph.data, j->mrq->meta_graph.len, &op,
+                      NULL) != 0)
+    return ps_status_set(&j->st, ps_status_code_from_errno(errno),
+                         "checkpoint %s: %s its MetaGraph %s: %s", j->prefix,
+                         op ? op : "writing", path, strerror(errno));
+  return 0;
+}
+
+static void remove_meta(job *j) {
+  if (j->mrq->meta_graph.len == 0) return;
+  char path[PATH_MAX + 16];
+  snprintf(path, sizeof path, "%s.meta", j->prefix);
+  unlink(path);
+}
+
 static void *merge_thread(void *arg) {
   job *j = arg;
   const char *root = ps_service_checkpoint_dir(j->svc);
@@ -747,6 +770,7 @@ static void *merge_thread(void *arg) {
   merged = rc == 0;
   if (rc == 0) crash_point("merge_before_state");
   if (rc == 0) rc = job_check(j, "merge");
+  if (rc == 0) rc = write_meta(j);
   if (rc == 0) {
     rmdir(dir);
     rc = ps_service_update_state(j->svc, j->prefix, &j->su, &listed, &nlisted, &j->st);
@@ -754,6 +778,7 @@ static void *merge_thread(void *arg) {
   if (rc != 0 && merged) {
     /* the state file does not name it: what this merge wrote goes */
     remove_bundle(j->prefix, j->nshards);
+    remove_meta(j);
     PS_WARN("merge of %s failed after writing it: its .index and .data files removed",
             j->prefix);
   }

@@ -511,6 +511,51 @@ START_TEST(a_saver_saves_variables_held_by_the_session) {
 }
 END_TEST
 
+/* write_meta_graph: every Saver save writes <checkpoint>.meta on the ps by
+ * default (it imports), none with no_meta_graph, and the .meta goes with
+ * its checkpoint when max_to_keep evicts it. */
+START_TEST(a_save_writes_its_meta_graph_by_default) {
+  ps_harness h;
+  ps_client *c = start(&h, 2);
+  ps_status st;
+  ps_shape s2 = {.rank = 1, .dim = {2}};
+  ps_graph *g = ps_graph_create();
+  ps_device_push_fn(g, ps_replica_device_setter(h.cluster, NULL));
+  ps_variable *v = ps_get_variable(g, "v", PS_DT_FLOAT, &s2, NULL, NULL, &st);
+  ck_assert_ptr_nonnull(v);
+  ps_session *s = ps_session_create(g, c, &st);
+  ps_node *init = ps_global_variables_initializer(g);
+  PS_ASSERT_OK(ps_session_run(s, NULL, 0, NULL, 0, &init, 1, NULL, &st), st);
+  ps_saver_options keep1 = {.max_to_keep = 1};
+  ps_saver *sv = ps_saver_create(g, &keep1, &st);
+  PS_ASSERT_OK(ps_saver_save(sv, s, "m", 1, NULL, NULL, &st), st);
+  char p[400];
+  snprintf(p, sizeof p, "%s/m-1.meta", dir);
+  ps_saver *isv = NULL;
+  ps_graph *ig = ps_import_meta_graph(p, &isv, &st);
+  ck_assert_msg(ig != NULL, "%s", st.msg);
+  ck_assert_ptr_nonnull(ps_graph_find_node(ig, "v/read"));
+  ps_saver_destroy(isv);
+  ps_graph_destroy(ig);
+  PS_ASSERT_OK(ps_saver_save(sv, s, "m", 2, NULL, NULL, &st), st);
+  ck_assert_int_ne(access(p, F_OK), 0); /* evicted with m-1 */
+  snprintf(p, sizeof p, "%s/m-2.meta", dir);
+  ck_assert_int_eq(access(p, F_OK), 0);
+  ps_saver_options nometa = {.no_meta_graph = true};
+  ps_saver *bare = ps_saver_create(g, &nometa, &st);
+  PS_ASSERT_OK(ps_saver_save(bare, s, "bare", -1, NULL, NULL, &st), st);
+  snprintf(p, sizeof p, "%s/bare.meta", dir);
+  ck_assert_int_ne(access(p, F_OK), 0);
+  snprintf(p, sizeof p, "%s/bare.index", dir);
+  ck_assert_int_eq(access(p, F_OK), 0);
+  ps_saver_destroy(bare);
+  ps_saver_destroy(sv);
+  ps_session_destroy(s);
+  ps_graph_destroy(g);
+  ck_assert_int_eq(harness_stop_client(&h, c), 0);
+}
+END_TEST
+
 START_TEST(sync_graph_round_trip) {
   ps_harness h;
   ps_client *c = start(&h, 2);
@@ -651,6 +696,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, a_saver_evicts_only_its_own_checkpoints);
   tcase_add_test(tc, a_saver_saves_its_var_list_under_its_names);
   tcase_add_test(tc, a_saver_saves_variables_held_by_the_session);
+  tcase_add_test(tc, a_save_writes_its_meta_graph_by_default);
   tcase_add_test(tc, corrupt_meta_files);
   tcase_add_test(tc, sync_graph_round_trip);
   suite_add_tcase(s, tc);

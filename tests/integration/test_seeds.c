@@ -364,7 +364,7 @@ static char *saving_variables_program(void) {
   run(s, inc_v1);
   run(s, dec_v2);
   char *save_path = NULL;
-  PS_ASSERT_OK(ps_saver_save(saver, s, "model.ckpt", -1, dir, &save_path, &st), st);
+  PS_ASSERT_OK(ps_saver_save(saver, s, "model.ckpt", -1, NULL, &save_path, &st), st);
   ps_saver_destroy(saver);
   ps_session_destroy(s);
   ps_graph_destroy(g);
@@ -381,8 +381,16 @@ START_TEST(saving_variables) {
   char p[400];
   snprintf(p, sizeof p, "%s/model.ckpt.index", dir);
   ck_assert_int_eq(access(p, F_OK), 0);
-  snprintf(p, sizeof p, "%s/model.ckpt.meta", dir); /* the MetaGraph too */
-  ck_assert_int_eq(access(p, F_OK), 0);
+  /* the MetaGraph too, by default (write_meta_graph=True), written by the
+   * ps; import_meta_graph gives back the graph and its Saver */
+  snprintf(p, sizeof p, "%s/model.ckpt.meta", dir);
+  ps_status st;
+  ps_saver *sv = NULL;
+  ps_graph *g = ps_import_meta_graph(p, &sv, &st);
+  ck_assert_msg(g != NULL, "%s", st.msg);
+  ck_assert_ptr_nonnull(ps_graph_find_node(g, "v1/read"));
+  ps_saver_destroy(sv);
+  ps_graph_destroy(g);
   free(save_path);
 }
 END_TEST

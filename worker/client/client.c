@@ -1112,6 +1112,10 @@ int ps_client_save(ps_client *c, const char *prefix, const ps_save_options *o,
     mr.own_paths = o->own->paths;
     mr.n_own_paths = o->own->n;
   }
+  if (o->meta_graph) {
+    mr.meta_graph.data = (uint8_t *)o->meta_graph;
+    mr.meta_graph.len = o->meta_graph_len;
+  }
   rc = control_call(c, n - 1, M_MERGE, &mr.base, false, parse_merge, &outs[0], st);
   if (rc == 0 && written) {
     *written = outs[0].prefix;

@@ -31,6 +31,8 @@
 /* The format written; /1 (no checksum) is still read.  See proto/meta.proto
  * for the checksum: the last 5 bytes of the file. */
 #define META_FORMAT "paramserver.meta/2"
+/* The largest MetaGraph a save carries to the ps (well inside a message). */
+#define PS_SAVER_META_MAX (16 << 20)
 #define META_FORMAT_V1 "paramserver.meta/1"
 #define META_CHECKSUM_TAG 0x7d /* field 15, wire type 5 (fixed32) */
 
@@ -45,6 +47,7 @@ struct ps_saver {
   int max_to_keep;
   double keep_hours;
   bool dir_retention;
+  bool no_meta_graph;
   ps_ckpt_list own; /* the checkpoints it wrote that are still listed */
 };
 
@@ -97,6 +100,7 @@ ps_saver *ps_saver_create(ps_graph *g, const ps_saver_options *o, ps_status *st)
     s->max_to_keep = o->max_to_keep;
     s->keep_hours = o->keep_checkpoint_every_n_hours;
     s->dir_retention = o->directory_retention;
+    s->no_meta_graph = o->no_meta_graph;
   }
   if (s->all) return s;
   for (size_t i = 0; i < o->nvars; i++) {
@@ -253,7 +257,28 @@ int ps_saver_save(ps_saver *s, ps_session *sess, const char *prefix, int64_t glo
     staging_free(&sg, c);
     return rc;
   }
+  /* TensorFlow's write_meta_graph=True: the .meta goes with the save to the
+   * ps that merges it (meta_dir: written here instead) */
+  uint8_t *meta = NULL;
+  size_t meta_len = 0;
+  if (meta_dir == NULL && !s->no_meta_graph) {
+    meta = ps_meta_graph_serialize(s->g, s, &meta_len, st);
+    if (meta == NULL) {
+      free(items);
+      staging_free(&sg, c);
+      return st->code;
+    }
+    if (meta_len > PS_SAVER_META_MAX) {
+      PS_WARN("MetaGraph of %s is %zu bytes, more than the %d a save carries: no .meta "
+              "(give ps_saver_save a meta_dir to write it there)",
+              full, meta_len, PS_SAVER_META_MAX);
+      free(meta);
+      meta = NULL;
+    }
+  }
   ps_save_options o = {.select = true,
+                       .meta_graph = meta,
+                       .meta_graph_len = meta ? meta_len : 0,
                        .items = items,
                        .nitems = nitems,
                        .max_to_keep = s->max_to_keep,
@@ -274,6 +299,7 @@ int ps_saver_save(ps_saver *s, ps_session *sess, const char *prefix, int64_t glo
   }
   rc = ps_client_save(c, full, &o, &written, &bytes, st);
   free(items);
+  free(meta);
   staging_free(&sg, c);
   if (rc != 0) {
     if (meta_dir) { /* no checkpoint: no .meta of its own either */

@@ -308,6 +308,10 @@ typedef struct ps_save_options {
    * among them (never another Saver's checkpoints), and on success *own is
    * replaced with the list after the save. */
   ps_ckpt_list *own;
+  /* A MetaGraph to write as <prefix>.meta next to the checkpoint (by the
+   * ps that merges, before the state file names it); NULL: none. */
+  const uint8_t *meta_graph;
+  size_t meta_graph_len;
 } ps_save_options;
 
 /* Saves every variable of every ps as of one moment: each ps writes its

@@ -9,13 +9,14 @@
  * lives for the call.
  *
  * Checkpoint paths are relative to the ps tasks' --checkpoint-dir.  The
- * MetaGraph is written by the worker itself: give ps_saver_save() the
- * worker's path to that same directory (@meta_dir) and it writes
- * <meta_dir>/<prefix>.meta next to the checkpoint (atomically); the ps
- * delete it with the checkpoint when max_to_keep evicts it.
+ * MetaGraph goes with every save by default (TensorFlow's
+ * write_meta_graph=True): the ps that merges the checkpoint writes
+ * <prefix>.meta next to it, and the ps delete it with the checkpoint when
+ * max_to_keep evicts it.  Give ps_saver_save() a @meta_dir (this worker's
+ * path to that directory) to write it from the worker instead.
  *
  *   ps_saver *sv = ps_saver_create(g, NULL, &st);
- *   ps_saver_save(sv, sess, "model.ckpt", step, "/shared/ckpt", &path, &st);
+ *   ps_saver_save(sv, sess, "model.ckpt", step, NULL, &path, &st);
  *   ...
  *   // a fresh worker, no model code:
  *   ps_saver *sv2;
@@ -49,6 +50,12 @@ typedef struct ps_saver_options {
    * tf.train.CheckpointManager does; for a program that owns its checkpoint
    * directory and must keep retention going across restarts (ps-worker). */
   bool directory_retention;
+  /* TensorFlow's write_meta_graph=False.  By default (false) every save
+   * writes the graph as <checkpoint>.meta next to the checkpoint on the ps
+   * (carried by the save, written by the ps that merges it, deleted with
+   * the checkpoint); over 16 MiB it is left out with a warning (give
+   * ps_saver_save a meta_dir then). */
+  bool no_meta_graph;
 } ps_saver_options;
 
 ps_saver *ps_saver_create(ps_graph *g, const ps_saver_options *o, ps_status *st);
@@ -56,8 +63,9 @@ void ps_saver_destroy(ps_saver *s); /* NULL is a no-op */
 
 /* Saves the cluster as @prefix, or "@prefix-@global_step" when
  * @global_step >= 0 (model.ckpt-1000); max_to_keep and
- * keep_checkpoint_every_n_hours apply.  @meta_dir (may be NULL): also
- * export the graph to <meta_dir>/<written prefix>.meta.  @path (may be
+ * keep_checkpoint_every_n_hours apply.  The graph goes to <written
+ * prefix>.meta on the ps (unless no_meta_graph); @meta_dir (may be NULL):
+ * this worker writes it to <meta_dir>/<written prefix>.meta instead.  @path (may be
  * NULL) receives the written prefix (malloc'd), as the state file has it. */
 int ps_saver_save(ps_saver *s, ps_session *sess, const char *prefix, int64_t global_step,
                   const char *meta_dir, char **path, ps_status *st);
