@@ -350,6 +350,12 @@ static void others(void) {
   mg.prefix = "/etc/passwd";
   mg.num_shards = 1;
   put("Merge", "absolute", &mg.base, NULL, 0);
+  mg.prefix = "mg";
+  static uint8_t meta[] = "paramserver.meta/2 not a real graph";
+  mg.meta_graph.data = meta;
+  mg.meta_graph.len = sizeof meta - 1;
+  put("Merge", "meta_graph", &mg.base, NULL, 0);
+  mg.meta_graph.len = 0;
   Paramserver__RestoreRequest rs = PARAMSERVER__RESTORE_REQUEST__INIT;
   rs.prefix = "seed";
   put("Restore", "all", &rs.base, NULL, 0);
