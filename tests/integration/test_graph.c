@@ -206,6 +206,22 @@ START_TEST(mixed_collections_and_null_accessors) {
   ck_assert_ptr_null(ps_node_name(NULL));
   ck_assert_ptr_null(ps_node_shape(NULL));
   ck_assert_int_eq(ps_node_dtype(NULL), PS_DT_INVALID);
+  /* graph accessors and constructors take a NULL graph or variable too */
+  ck_assert_uint_eq(ps_graph_num_nodes(NULL), 0);
+  ck_assert_ptr_null(ps_graph_node(NULL, 0));
+  ck_assert_ptr_null(ps_graph_node(g, 1u << 30));
+  ck_assert_ptr_null(ps_graph_find_node(NULL, "w"));
+  ck_assert_ptr_null(ps_graph_find_node(g, NULL));
+  ck_assert_ptr_null(ps_global_variables_initializer(NULL));
+  ck_assert_ptr_null(ps_report_uninitialized_variables(NULL, NULL, 0));
+  ck_assert_ptr_null(ps_scalar(NULL, PS_DT_FLOAT, 1));
+  ck_assert_ptr_null(ps_variable_scope_current(NULL));
+  ck_assert_int_eq(ps_graph_status(NULL)->code, PS_INVALID_ARGUMENT);
+  size_t before = ps_graph_num_nodes(g);
+  ck_assert_ptr_null(ps_variables_initializer(g, &again, 1, "init_again"));
+  ck_assert_ptr_nonnull(strstr(ps_graph_status(g)->msg, "variable 0 is NULL"));
+  ck_assert_ptr_null(ps_report_uninitialized_variables(g, &again, 1));
+  ck_assert_uint_eq(ps_graph_num_nodes(g), before); /* nothing added */
   ps_graph_destroy(g);
 }
 END_TEST
@@ -547,6 +563,22 @@ START_TEST(a_failed_constructor_leaves_the_graph_usable) {
   ck_assert(((float *)ps_tensor_data(out[1]))[0] == 2.0f);
   ps_tensor_destroy(out[0]);
   ps_tensor_destroy(out[1]);
+  /* a partitioned variable whose second part cannot be made leaves no part */
+  ps_variable *blocker =
+      ps_get_variable(g, "e/part_1", PS_DT_FLOAT, &s2, NULL, NULL, &st);
+  ck_assert_ptr_nonnull(blocker);
+  size_t nv0;
+  ps_collection_variables(g, PS_GLOBAL_VARIABLES, &nv0);
+  ps_shape es = shp(2, 4, 2);
+  ps_partitioner p2 = {.kind = PS_PART_FIXED, .num_shards = 2};
+  ck_assert_ptr_null(
+      ps_get_partitioned_variable(g, "e", PS_DT_FLOAT, &es, NULL, &p2, NULL, &st));
+  ck_assert_ptr_nonnull(strstr(st.msg, "Variable e/part_1 already exists"));
+  ck_assert_str_eq(ps_graph_status(g)->msg, st.msg);
+  size_t nv1;
+  ps_collection_variables(g, PS_GLOBAL_VARIABLES, &nv1);
+  ck_assert_uint_eq(nv1, nv0);
+  ck_assert_ptr_null(ps_graph_find_node(g, "e/part_0"));
   /* scope pushes report errors too */
   PS_ASSERT_STATUS(ps_variable_scope_push(g, NULL, PS_REUSE_NONE, &st), st,
                    PS_INVALID_ARGUMENT, "variable scope: no name");

@@ -111,10 +111,10 @@ ps_node *ps_graph_oom_(ps_graph *g) {
 }
 
 size_t ps_graph_num_nodes(const ps_graph *g) {
-  return g->nnodes;
+  return g ? g->nnodes : 0;
 }
 ps_node *ps_graph_node(const ps_graph *g, size_t i) {
-  return g->nodes[i];
+  return g && i < g->nnodes ? g->nodes[i] : NULL;
 }
 
 /* ---- a failed constructor adds nothing (node.h) ---- */
@@ -441,6 +441,7 @@ const char *ps_node_device(const ps_node *n) {
 }
 
 ps_node *ps_graph_find_node(ps_graph *g, const char *name) {
+  if (g == NULL || name == NULL) return NULL;
   for (size_t i = 0; i < g->nnodes; i++)
     if (!strcmp(g->nodes[i]->name, name)) return g->nodes[i];
   return NULL;
@@ -471,6 +472,7 @@ void ps_control_dependencies_pop_(ps_graph *g) {
 
 ps_node *ps_placeholder(ps_graph *g, ps_dtype dtype, const ps_shape *shape,
                         const char *name) {
+  if (g == NULL) return NULL;
   ps_node *n = ps_node_new(g, &op_placeholder, name ? name : "Placeholder", NULL, 0);
   if (n == NULL) return NULL;
   n->dtype = dtype;
@@ -482,18 +484,27 @@ ps_node *ps_placeholder(ps_graph *g, ps_dtype dtype, const ps_shape *shape,
 }
 
 ps_node *ps_constant(ps_graph *g, const ps_tensor *value, const char *name) {
-  if (value == NULL) return ps_graph_fail(g, PS_INVALID_ARGUMENT, "Const: no value");
+  if (g == NULL) return NULL;
+  if (value == NULL || value->dtype == PS_DT_STRING)
+    return ps_graph_fail(g, PS_INVALID_ARGUMENT, "Const: %s",
+                         value ? "string constants are not supported" : "no value");
+  /* the copy first: a failure adds no node */
+  ps_tensor *copy = ps_tensor_create(value->dtype, &value->shape, false);
+  if (copy == NULL) return ps_graph_fail(g, PS_RESOURCE_EXHAUSTED, "out of memory");
+  memcpy(ps_tensor_data(copy), ps_tensor_data(value), ps_tensor_nbytes(value));
   ps_node *n = ps_node_new(g, &op_const, name ? name : "Const", NULL, 0);
-  if (n == NULL) return NULL;
+  if (n == NULL) {
+    ps_tensor_destroy(copy);
+    return NULL;
+  }
   n->dtype = value->dtype;
   n->shape = value->shape;
-  n->value = ps_tensor_create(value->dtype, &value->shape, false);
-  if (n->value == NULL) return ps_graph_fail(g, PS_RESOURCE_EXHAUSTED, "out of memory");
-  memcpy(ps_tensor_data(n->value), ps_tensor_data(value), ps_tensor_nbytes(value));
+  n->value = copy;
   return n;
 }
 
 ps_node *ps_scalar(ps_graph *g, ps_dtype dtype, double value) {
+  if (g == NULL) return NULL;
   ps_shape s = {0};
   ps_tensor *t = ps_tensor_create(dtype, &s, true);
   if (t == NULL)
@@ -505,6 +516,7 @@ ps_node *ps_scalar(ps_graph *g, ps_dtype dtype, double value) {
 }
 
 ps_node *ps_group(ps_graph *g, ps_node *const *deps, size_t n, const char *name) {
+  if (g == NULL) return NULL;
   ps_node *x = ps_node_new(g, &op_noop, name ? name : "group_deps", NULL, 0);
   if (x == NULL) return NULL;
   x->dtype = PS_DT_FLOAT;

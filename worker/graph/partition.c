@@ -35,11 +35,10 @@ int ps_partitioner_num_parts(const ps_partitioner *p, ps_dtype dtype,
   return n < 1 ? 1 : (int)n;
 }
 
-ps_partitioned_variable *
-ps_get_partitioned_variable(ps_graph *g, const char *name, ps_dtype dtype,
-                            const ps_shape *shape, const ps_init_spec *init,
-                            const ps_partitioner *part, const ps_var_options *opt,
-                            ps_status *st) {
+static ps_partitioned_variable *
+get_partitioned(ps_graph *g, const char *name, ps_dtype dtype, const ps_shape *shape,
+                const ps_init_spec *init, const ps_partitioner *part,
+                const ps_var_options *opt, ps_status *st) {
   char full[1024];
   ps_reuse reuse;
   if (ps_graph_vscope_name_(g, name, full, sizeof full, &reuse, st) != 0) return NULL;
@@ -109,6 +108,31 @@ ps_get_partitioned_variable(ps_graph *g, const char *name, ps_dtype dtype,
     row += ps.dim[0];
   }
   g->pvars[g->npvars++] = pv; /* the graph owns it; room made above */
+  return pv;
+}
+
+/* The one error rule (graph.h): a failure adds no part, and the graph
+ * records the error. */
+ps_partitioned_variable *
+ps_get_partitioned_variable(ps_graph *g, const char *name, ps_dtype dtype,
+                            const ps_shape *shape, const ps_init_spec *init,
+                            const ps_partitioner *part, const ps_var_options *opt,
+                            ps_status *st) {
+  ps_status local;
+  if (st == NULL) st = &local;
+  if (g == NULL || name == NULL || shape == NULL || part == NULL) {
+    ps_status_set(st, PS_INVALID_ARGUMENT, "partitioned variable: missing argument");
+    return NULL;
+  }
+  ps_graph_mark m = ps_graph_mark_(g);
+  ps_partitioned_variable *pv =
+      get_partitioned(g, name, dtype, shape, init, part, opt, st);
+  if (pv == NULL) {
+    ps_status keep = *st;
+    ps_graph_rollback_(g, m);
+    ps_graph_fail(g, keep.code ? keep.code : PS_INTERNAL, "%s", keep.msg);
+    *st = keep;
+  }
   return pv;
 }
 

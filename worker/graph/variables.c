@@ -651,6 +651,13 @@ ps_node *ps_assign_sub(ps_variable *v, ps_node *value) {
 
 ps_node *ps_variables_initializer(ps_graph *g, ps_variable *const *vars, size_t n,
                                   const char *name) {
+  if (g == NULL) return NULL;
+  for (size_t i = 0; i < n; i++)
+    if (vars[i] == NULL)
+      return ps_graph_fail(g, PS_INVALID_ARGUMENT,
+                           "variables_initializer: variable %zu "
+                           "is NULL",
+                           i);
   ps_node **deps = calloc(n + 1, sizeof *deps);
   if (deps == NULL) return ps_graph_oom_(g);
   for (size_t i = 0; i < n; i++)
@@ -685,6 +692,7 @@ typedef ps_report_extra report_extra;
 
 ps_node *ps_report_uninitialized_variables(ps_graph *g, ps_variable *const *vars,
                                            size_t n) {
+  if (g == NULL) return NULL;
   if (vars == NULL) {
     size_t ng, nl;
     ps_variable *const *gv = ps_collection_variables(g, PS_GLOBAL_VARIABLES, &ng);
@@ -697,6 +705,10 @@ ps_node *ps_report_uninitialized_variables(ps_graph *g, ps_variable *const *vars
     free(all);
     return r;
   }
+  for (size_t i = 0; i < n; i++)
+    if (vars[i] == NULL)
+      return ps_graph_fail(g, PS_INVALID_ARGUMENT,
+                           "report_uninitialized_variables: variable %zu is NULL", i);
   report_extra *e = malloc(sizeof *e + (n + 1) * sizeof(ps_variable *));
   if (e == NULL) return ps_graph_oom_(g);
   if (ps_name_scope_push(g, "report_uninitialized_variables", NULL) != 0) {
