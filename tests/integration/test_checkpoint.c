@@ -31,24 +31,18 @@ static char dir[256];
  * teardown) leaves nothing behind. */
 static char base[200];
 static void setup_base(void) {
-  snprintf(base, sizeof base, "/tmp/ps-ckpt-XXXXXX");
-  if (mkdtemp(base) == NULL) abort();
+  harness_scratch_base(base, sizeof base, "ckpt");
 }
 static void teardown_base(void) {
-  char cmd[300];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", base);
-  if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", base);
+  harness_scratch_remove(base);
 }
 
 static void setup(void) {
-  snprintf(dir, sizeof dir, "%s/t-XXXXXX", base);
-  ck_assert_ptr_nonnull(mkdtemp(dir));
+  ck_assert_int_eq(harness_scratch_dir(dir, sizeof dir, base), 0);
 }
 
 static void teardown(void) {
-  char cmd[300];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  ck_assert_int_eq(system(cmd), 0);
+  ck_assert_int_eq(harness_scratch_remove(dir), 0);
 }
 
 static int start(ps_harness *h, int nps, ps_client **c) {

@@ -42,18 +42,14 @@ static ps_cluster *cluster;
  * teardown) leaves nothing behind. */
 static char base[200];
 static void setup_base(void) {
-  snprintf(base, sizeof base, "/tmp/ps-ckh-XXXXXX");
-  if (mkdtemp(base) == NULL) abort();
+  harness_scratch_base(base, sizeof base, "ckh");
 }
 static void teardown_base(void) {
-  char cmd[300];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", base);
-  if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", base);
+  harness_scratch_remove(base);
 }
 
 static void setup(void) {
-  snprintf(dir, sizeof dir, "%s/t-XXXXXX", base);
-  ck_assert_ptr_nonnull(mkdtemp(dir));
+  ck_assert_int_eq(harness_scratch_dir(dir, sizeof dir, base), 0);
   snprintf(ck, sizeof ck, "%s/ck", dir);
   snprintf(out, sizeof out, "%s/outside", dir);
   ck_assert_int_eq(mkdir(ck, 0755), 0);

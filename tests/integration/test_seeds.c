@@ -21,19 +21,16 @@ static char base[200], dir[300];
 static ps_harness H;
 static ps_client *C;
 
+/* scratch directories (harness.h): a failing test leaves nothing behind */
 static void setup_base(void) {
-  snprintf(base, sizeof base, "/tmp/ps-seeds-XXXXXX");
-  if (mkdtemp(base) == NULL) abort();
+  harness_scratch_base(base, sizeof base, "seeds");
 }
 static void teardown_base(void) {
-  char cmd[300];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", base);
-  if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", base);
+  harness_scratch_remove(base);
 }
 
 static void setup(void) {
-  snprintf(dir, sizeof dir, "%s/t-XXXXXX", base);
-  ck_assert_ptr_nonnull(mkdtemp(dir));
+  ck_assert_int_eq(harness_scratch_dir(dir, sizeof dir, base), 0);
   const char *extra[] = {"--checkpoint-dir", dir, NULL};
   C = harness_start_client(&H, 2, extra);
   ck_assert_ptr_nonnull(C);
@@ -41,6 +38,7 @@ static void setup(void) {
 
 static void teardown(void) {
   ck_assert_int_eq(harness_stop_client(&H, C), 0);
+  ck_assert_int_eq(harness_scratch_remove(dir), 0);
 }
 
 static ps_shape shape1(int64_t a) {

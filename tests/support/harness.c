@@ -351,3 +351,21 @@ int harness_stop_client(ps_harness *h, ps_client *c) {
   ps_rpc_global_shutdown();
   return harness_stop(h);
 }
+
+void harness_scratch_base(char *base, size_t n, const char *tag) {
+  snprintf(base, n, "/tmp/ps-%s-XXXXXX", tag);
+  if (mkdtemp(base) == NULL) abort();
+}
+
+int harness_scratch_dir(char *dir, size_t n, const char *base) {
+  snprintf(dir, n, "%s/t-XXXXXX", base);
+  return mkdtemp(dir) ? 0 : -1;
+}
+
+int harness_scratch_remove(const char *path) {
+  char cmd[600];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
+  int rc = system(cmd);
+  if (rc != 0) fprintf(stderr, "cannot remove %s\n", path);
+  return rc == 0 ? 0 : -1;
+}

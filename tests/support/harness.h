@@ -57,6 +57,15 @@ const char *harness_prog(const char *env, const char *fallback);
 /* Runs a shell command, captures stdout+stderr into a malloc'd string;
  * returns the exit status. */
 int harness_run(const char *cmd, char **out);
+
+/* Scratch directories for tests that write files: one base directory per
+ * test case ("/tmp/ps-TAG-XXXXXX"), made and removed by an unchecked
+ * fixture (its teardown runs in Check's parent process, so a failing test
+ * leaves nothing behind), and one directory per test inside it.  Each
+ * aborts / returns -1 on failure. */
+void harness_scratch_base(char *base, size_t n, const char *tag);
+int harness_scratch_dir(char *dir, size_t n, const char *base);
+int harness_scratch_remove(const char *path);
 /* Resident set and its peak of a process, in bytes (from /proc). */
 long long harness_rss(pid_t pid, long long *peak);
 

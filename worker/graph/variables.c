@@ -6,7 +6,6 @@
  * takes its turn).  Its read, initializer and update nodes are colocated
  * with it (TensorFlow's ref-edge rule), so they run on its ps.  A variable
  * whose device names no ps task lives in the session (local). */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -419,17 +418,8 @@ static ps_variable *find_var(ps_graph *g, const char *name) {
   return NULL;
 }
 
-/* Sets @st; returns NULL (for the constructors' error paths). */
-__attribute__((format(printf, 3, 4))) static ps_variable *refuse(ps_status *st, int code,
-                                                                 const char *fmt, ...) {
-  if (st == NULL) return NULL;
-  st->code = code;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(st->msg, sizeof st->msg, fmt, ap);
-  va_end(ap);
-  return NULL;
-}
+/* Sets @st and gives NULL (for the constructors' error paths). */
+#define refuse(st, ...) (ps_status_set((st), __VA_ARGS__), (ps_variable *)NULL)
 
 /* tf.get_variable: @init (an initializer the ps runs) or @iv (a node giving
  * the initial value, TensorFlow's initializer=<tensor>).  Errors go to
