@@ -325,15 +325,7 @@ static int parse_jobs_spec(const char *spec, slurm_job *jobs, int *njobs, ps_sta
 typedef struct slurm_host {
   const char *name;
   int count;
-  size_t order;
 } slurm_host;
-
-static int cmp_slurm_host(const void *a, const void *b) {
-  const slurm_host *x = a, *y = b;
-  int r = strcmp(x->name, y->name);
-  if (r != 0) return r;
-  return (x->order > y->order) - (x->order < y->order);
-}
 
 /* The jobs: --slurm-jobs' spec, or one "worker" job of SLURM_STEP_NUM_TASKS
  * tasks. */
@@ -354,59 +346,169 @@ static int slurm_jobs(const char *jobs_spec, slurm_job *jobs, int *njobs, ps_sta
   return 0;
 }
 
-/* The step's hosts with their task counts, as TensorFlow pairs them:
- * dict(zip(hostlist, tasks_per_node)), then sorted(): the shorter list
- * wins, a repeated host keeps its last count.  *hs (malloc'd) and *m. */
+/* The step's hosts with their task counts, in Slurm's order (the
+ * nodelist's, which is how Slurm hands out ranks; TensorFlow's resolver
+ * sorts the names as text, which puts n10 before n9 and gives ranks the
+ * wrong hosts).  zip(): the shorter list wins.  *hs (malloc'd) and *m. */
 static int slurm_hosts(const strvec *hosts, const int *tpn, size_t ntpn, slurm_host **hs,
                        size_t *m, ps_status *st) {
+  char b[SHOW_MAX];
   size_t nh = hosts->n < ntpn ? hosts->n : ntpn;
   if ((*hs = malloc((nh ? nh : 1) * sizeof **hs)) == NULL) return ps_cl_oom_("Slurm", st);
-  slurm_host *h = *hs;
-  for (size_t i = 0; i < nh; i++)
-    h[i] = (slurm_host){hosts->v[i], tpn[i], i};
-  qsort(h, nh, sizeof *h, cmp_slurm_host);
-  *m = 0;
   for (size_t i = 0; i < nh; i++) {
-    if (*m > 0 && strcmp(h[*m - 1].name, h[i].name) == 0)
-      h[*m - 1] = h[i];
-    else
-      h[(*m)++] = h[i];
+    for (size_t j = 0; j < i; j++)
+      if (strcmp(hosts->v[j], hosts->v[i]) == 0)
+        return ps_status_set(st, PS_INVALID_ARGUMENT,
+                             "SLURM_STEP_NODELIST names host %s twice",
+                             ps_cl_show_(hosts->v[i], strlen(hosts->v[i]), b, sizeof b));
+    (*hs)[i] = (slurm_host){hosts->v[i], tpn[i]};
+  }
+  *m = nh;
+  return 0;
+}
+
+/* SLURM_STEP_RESV_PORTS ("12000-12003", srun --resv-ports): ports Slurm
+ * reserved for this step on each of its nodes, so that steps sharing a
+ * node never collide.  *@ports gets them (malloc'd), *@n how many; 0 and
+ * NULL when the variable is not set. */
+static int slurm_resv_ports(int **ports, size_t *n, ps_status *st) {
+  *ports = NULL;
+  *n = 0;
+  const char *v = getenv("SLURM_STEP_RESV_PORTS");
+  if (v == NULL || v[0] == '\0') return 0;
+  char b[SHOW_MAX];
+  size_t cap = 0;
+  for (const char *p = v; *p;) {
+    const char *e = p + strcspn(p, ",");
+    const char *dash = memchr(p, '-', (size_t)(e - p));
+    long lo = ps_cl_parse_num_(p, (size_t)((dash ? dash : e) - p), 65535);
+    long hi = dash ? ps_cl_parse_num_(dash + 1, (size_t)(e - dash - 1), 65535) : lo;
+    if (lo < 1 || hi < lo || hi - lo > 4096) {
+      free(*ports);
+      *ports = NULL;
+      return ps_status_set(st, PS_INVALID_ARGUMENT,
+                           "SLURM_STEP_RESV_PORTS \"%s\" is not a list of port ranges",
+                           ps_cl_show_(v, strlen(v), b, sizeof b));
+    }
+    for (long q = lo; q <= hi; q++) {
+      if (*n == cap) {
+        size_t nc = cap ? 2 * cap : 16;
+        int *np = realloc(*ports, nc * sizeof *np);
+        if (np == NULL) {
+          free(*ports);
+          *ports = NULL;
+          return ps_cl_oom_("Slurm", st);
+        }
+        *ports = np;
+        cap = nc;
+      }
+      (*ports)[(*n)++] = (int)q;
+    }
+    p = *e ? e + 1 : e;
   }
   return 0;
 }
 
-/* Hosts in name order, each host's tasks on consecutive ports, dealt out
- * to the jobs in name order: rank r is the r-th address. */
-static int slurm_addresses(ps_cluster *c, const slurm_job *jobs, const slurm_host *hs,
-                           size_t m, int port_base, long rank, ps_task_id *self,
-                           ps_status *st) {
-  char b[SHOW_MAX];
-  int ji = 0, jt = 0;
-  long long r = 0;
-  for (size_t i = 0; i < m; i++) {
-    if (port_base + (long long)hs[i].count - 1 > 65535)
-      return ps_status_set(st, PS_INVALID_ARGUMENT,
-                           "Slurm: host %s has %d tasks, so ports from %d run past "
-                           "65535",
-                           ps_cl_show_(hs[i].name, strlen(hs[i].name), b, sizeof b),
-                           hs[i].count, port_base);
-    for (int k = 0; k < hs[i].count; k++, r++) {
-      size_t len = strlen(hs[i].name);
-      char *a = malloc(len + 8);
-      if (a == NULL) return ps_cl_oom_("Slurm", st);
-      snprintf(a, len + 8, "%s:%d", hs[i].name, port_base + k);
-      c->jobs[ji].addrs[jt] = a;
-      int why = ps_cl_addr_check_(a, strlen(a), NULL);
-      if (why != ADDR_OK) {
-        ps_cl_addr_error_(why, a, strlen(a), "SLURM_STEP_NODELIST", jobs[ji].name, jt,
-                          st);
-        return st->code;
-      }
-      if (r == rank) ps_cl_task_id_set_(self, jobs[ji].name, jt);
-      if (++jt == c->jobs[ji].ntasks) ji++, jt = 0;
-    }
+/* Which host each rank runs on, and its index among that host's tasks:
+ * block distribution (Slurm's default: the first host's tasks, then the
+ * next's) or cyclic (one task per host in turn).  @host/@local: [total]. */
+static int slurm_layout(const slurm_host *hs, size_t m, long long total, size_t *host,
+                        int *local, ps_status *st) {
+  const char *d = getenv("SLURM_DISTRIBUTION");
+  bool cyclic = d && !strncmp(d, "cyclic", 6);
+  if (d && d[0] && !cyclic && strncmp(d, "block", 5) != 0) {
+    char b[SHOW_MAX];
+    return ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "Slurm: SLURM_DISTRIBUTION \"%s\" is not supported: run the "
+                         "step with --distribution=block or cyclic",
+                         ps_cl_show_(d, strlen(d), b, sizeof b));
   }
+  int *used = calloc(m + 1, sizeof *used);
+  if (used == NULL) return ps_cl_oom_("Slurm", st);
+  size_t h = 0;
+  for (long long r = 0; r < total; r++) {
+    if (cyclic) {
+      while (used[h] >= hs[h].count) /* some host still has room: total fits */
+        h = (h + 1) % m;
+    } else {
+      while (used[h] >= hs[h].count)
+        h++;
+    }
+    host[r] = h;
+    local[r] = used[h]++;
+    if (cyclic) h = (h + 1) % m;
+  }
+  free(used);
   return 0;
+}
+
+/* Rank r runs on the host the step's layout gives it, on that host's
+ * local-index-th port (from SLURM_STEP_RESV_PORTS when Slurm reserved
+ * some, else from @port_base); ranks are dealt out to the jobs in name
+ * order.  When SLURMD_NODENAME is set it must be this rank's host. */
+static int slurm_addresses(ps_cluster *c, const slurm_job *jobs, const slurm_host *hs,
+                           size_t m, long long total, int port_base, long rank,
+                           ps_task_id *self, ps_status *st) {
+  char b[SHOW_MAX];
+  int *resv = NULL, *local = calloc((size_t)total + 1, sizeof *local);
+  size_t nresv = 0, *host = calloc((size_t)total + 1, sizeof *host);
+  int rc = local && host ? 0 : ps_cl_oom_("Slurm", st);
+  if (rc == 0) rc = slurm_resv_ports(&resv, &nresv, st);
+  if (rc == 0) rc = slurm_layout(hs, m, total, host, local, st);
+  int ji = 0, jt = 0;
+  for (long long r = 0; r < total && rc == 0; r++) {
+    const char *name = hs[host[r]].name;
+    int k = local[r];
+    if (resv && (size_t)k >= nresv) {
+      rc = ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "Slurm: host %s runs %d tasks but SLURM_STEP_RESV_PORTS "
+                         "reserves %zu ports",
+                         ps_cl_show_(name, strlen(name), b, sizeof b), hs[host[r]].count,
+                         nresv);
+      break;
+    }
+    if (!resv && port_base + (long long)k > 65535) {
+      rc = ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "Slurm: host %s has %d tasks, so ports from %d run past 65535",
+                         ps_cl_show_(name, strlen(name), b, sizeof b), hs[host[r]].count,
+                         port_base);
+      break;
+    }
+    size_t len = strlen(name);
+    char *a = malloc(len + 8);
+    if (a == NULL) {
+      rc = ps_cl_oom_("Slurm", st);
+      break;
+    }
+    snprintf(a, len + 8, "%s:%d", name, resv ? resv[k] : port_base + k);
+    c->jobs[ji].addrs[jt] = a;
+    int why = ps_cl_addr_check_(a, strlen(a), NULL);
+    if (why != ADDR_OK) {
+      ps_cl_addr_error_(why, a, strlen(a), "SLURM_STEP_NODELIST", jobs[ji].name, jt, st);
+      rc = st->code;
+      break;
+    }
+    if (r == rank) {
+      const char *me = getenv("SLURMD_NODENAME");
+      if (me && me[0] && strcmp(me, name) != 0) {
+        char b2[SHOW_MAX];
+        rc = ps_status_set(st, PS_INVALID_ARGUMENT,
+                           "Slurm: rank %ld runs on %s, but the step's layout puts it on "
+                           "%s (SLURM_DISTRIBUTION %s)",
+                           rank, ps_cl_show_(me, strlen(me), b, sizeof b),
+                           ps_cl_show_(name, strlen(name), b2, sizeof b2),
+                           getenv("SLURM_DISTRIBUTION") ? getenv("SLURM_DISTRIBUTION")
+                                                        : "block");
+        break;
+      }
+      ps_cl_task_id_set_(self, jobs[ji].name, jt);
+    }
+    if (++jt == c->jobs[ji].ntasks) ji++, jt = 0;
+  }
+  free(resv);
+  free(local);
+  free(host);
+  return rc;
 }
 
 ps_cluster *ps_cluster_from_slurm(const char *jobs_spec, int port_base, ps_task_id *self,
@@ -471,7 +573,7 @@ ps_cluster *ps_cluster_from_slurm(const char *jobs_spec, int port_base, ps_task_
       ps_cl_oom_("Slurm", st);
       goto fail;
     }
-  if (slurm_addresses(c, jobs, hs, m, port_base, rank, self, st) != 0 ||
+  if (slurm_addresses(c, jobs, hs, m, assigned, port_base, rank, self, st) != 0 ||
       ps_cl_cluster_finish_(c, "Slurm", st) != 0)
     goto fail;
   goto out;

@@ -51,7 +51,10 @@ static void clear_env(void) {
                                      "SLURM_STEP_NODELIST",
                                      "SLURM_STEP_TASKS_PER_NODE",
                                      "PS_SLURM_JOBS",
-                                     "PS_SLURM_PORT_BASE"};
+                                     "PS_SLURM_PORT_BASE",
+                                     "SLURM_DISTRIBUTION",
+                                     "SLURM_STEP_RESV_PORTS",
+                                     "SLURMD_NODENAME"};
   for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
     unsetenv(vars[i]);
 }
@@ -723,41 +726,40 @@ START_TEST(test_slurm_jobs_sorted) {
 }
 END_TEST
 
-START_TEST(test_slurm_hosts_sorted_and_padded) {
+START_TEST(test_slurm_hosts_in_slurm_order_and_padded) {
   ps_status st = {0};
   ps_task_id self;
-  /* TF's docstring example, with zero padding kept */
+  /* TF's docstring example, with zero padding kept, in the nodelist's order
+   * (Slurm's, which is how it hands out ranks; TF sorts the names) */
   slurm_env("0", "9", "n[01-02],m5,o[3-4,6,7-9]", "1(x9)");
   ps_cluster *c = ps_cluster_from_slurm(NULL, 8888, &self, &st);
   ck_assert_msg(c != NULL, "%s", st.msg);
   ck_assert_str_eq(job_addrs(c, "worker"),
-                   "m5:8888 n01:8888 n02:8888 o3:8888 o4:8888 o6:8888 "
+                   "n01:8888 n02:8888 m5:8888 o3:8888 o4:8888 o6:8888 "
                    "o7:8888 o8:8888 o9:8888");
   ck_assert_str_eq(self.job, "worker");
   ck_assert_int_eq(self.task, 0);
   ps_cluster_destroy(c);
 
-  /* hosts sorted by name, each with its own count; "3(x2),2,1" */
+  /* each host with its own count; "3(x2),2,1" */
   slurm_env("8", "9", "d,c,b,a", "3(x2),2,1");
   c = ps_cluster_from_slurm(NULL, 100, &self, &st);
   ck_assert_msg(c != NULL, "%s", st.msg);
   ck_assert_str_eq(job_addrs(c, "worker"),
-                   "a:100 b:100 b:101 c:100 c:101 c:102 d:100 d:101 d:102");
+                   "d:100 d:101 d:102 c:100 c:101 c:102 b:100 b:101 a:100");
   ck_assert_int_eq(self.task, 8);
   ps_cluster_destroy(c);
 
-  /* a repeated host keeps its last count (TF builds a dict) */
+  /* a host named twice cannot come from Slurm */
   slurm_env("0", "2", "a,a", "1,2");
-  c = ps_cluster_from_slurm(NULL, 100, &self, &st);
-  ck_assert_msg(c != NULL, "%s", st.msg);
-  ck_assert_str_eq(job_addrs(c, "worker"), "a:100 a:101");
-  ps_cluster_destroy(c);
+  slurm_fails(NULL, 100, "SLURM_STEP_NODELIST names host a twice");
 
-  /* zip(): the shorter list wins; range widths as in "[8-10]" */
+  /* zip(): the shorter list wins; n9 before n10, as Slurm orders them
+   * (text order would put n10 first and give rank 0 the wrong host) */
   slurm_env("0", "3", "n[8-10],x", "1,1,1");
   c = ps_cluster_from_slurm(NULL, 100, &self, &st);
   ck_assert_msg(c != NULL, "%s", st.msg);
-  ck_assert_str_eq(job_addrs(c, "worker"), "n10:100 n8:100 n9:100");
+  ck_assert_str_eq(job_addrs(c, "worker"), "n8:100 n9:100 n10:100");
   ps_cluster_destroy(c);
 
   /* one host, the single-machine recipe */
@@ -771,6 +773,59 @@ START_TEST(test_slurm_hosts_sorted_and_padded) {
   ck_assert_str_eq(self.job, "worker");
   ck_assert_int_eq(self.task, 2);
   ps_cluster_destroy(c);
+}
+END_TEST
+
+/* Ranks on nodes n9, n10, n11 (text order differs): block and cyclic
+ * distributions, ports Slurm reserved for the step (srun --resv-ports,
+ * so two steps on one node never collide), and the check that this rank
+ * runs on the host the layout gives it. */
+START_TEST(test_slurm_layouts_ports_and_node_check) {
+  ps_status st = {0};
+  ps_task_id self;
+  slurm_env("2", NULL, "n[9-11]", "2(x3)");
+  setenv("SLURMD_NODENAME", "n10", 1);
+  ps_cluster *c = ps_cluster_from_slurm("ps:2,worker:4", 23450, &self, &st);
+  ck_assert_msg(c != NULL, "%s", st.msg);
+  ck_assert_str_eq(job_addrs(c, "ps"), "n9:23450 n9:23451");
+  ck_assert_str_eq(job_addrs(c, "worker"), "n10:23450 n10:23451 n11:23450 n11:23451");
+  ck_assert_str_eq(self.job, "worker");
+  ck_assert_int_eq(self.task, 0);
+  ps_cluster_destroy(c);
+  /* cyclic: one task per node in turn */
+  setenv("SLURM_DISTRIBUTION", "cyclic", 1);
+  setenv("SLURMD_NODENAME", "n11", 1);
+  c = ps_cluster_from_slurm("ps:2,worker:4", 23450, &self, &st);
+  ck_assert_msg(c != NULL, "%s", st.msg);
+  ck_assert_str_eq(job_addrs(c, "ps"), "n9:23450 n10:23450");
+  ck_assert_str_eq(job_addrs(c, "worker"), "n11:23450 n9:23451 n10:23451 n11:23451");
+  ck_assert_str_eq(self.job, "worker");
+  ck_assert_int_eq(self.task, 0);
+  ps_cluster_destroy(c);
+  /* the layout says n11 for rank 2, but this task runs on n9 */
+  setenv("SLURMD_NODENAME", "n9", 1);
+  slurm_fails("ps:2,worker:4", 23450,
+              "Slurm: rank 2 runs on n9, but the step's layout puts it on n11 "
+              "(SLURM_DISTRIBUTION cyclic)");
+  setenv("SLURM_DISTRIBUTION", "plane=2", 1);
+  slurm_fails("ps:2,worker:4", 23450,
+              "Slurm: SLURM_DISTRIBUTION \"plane=2\" is not supported");
+  unsetenv("SLURM_DISTRIBUTION");
+  unsetenv("SLURMD_NODENAME");
+  /* reserved ports */
+  setenv("SLURM_STEP_RESV_PORTS", "12000-12001", 1);
+  c = ps_cluster_from_slurm("ps:2,worker:4", 23450, &self, &st);
+  ck_assert_msg(c != NULL, "%s", st.msg);
+  ck_assert_str_eq(job_addrs(c, "ps"), "n9:12000 n9:12001");
+  ck_assert_str_eq(job_addrs(c, "worker"), "n10:12000 n10:12001 n11:12000 n11:12001");
+  ps_cluster_destroy(c);
+  setenv("SLURM_STEP_RESV_PORTS", "12000", 1);
+  slurm_fails("ps:2,worker:4", 23450,
+              "Slurm: host n9 runs 2 tasks but SLURM_STEP_RESV_PORTS reserves 1 ports");
+  setenv("SLURM_STEP_RESV_PORTS", "12000-x", 1);
+  slurm_fails("ps:2,worker:4", 23450,
+              "SLURM_STEP_RESV_PORTS \"12000-x\" is not a list of port ranges");
+  clear_env();
 }
 END_TEST
 
@@ -1018,7 +1073,8 @@ static Suite *cluster_suite(void) {
   tcase_add_test(tc, test_tf_config_errors);
   tcase_add_test(tc, test_slurm_default_jobs);
   tcase_add_test(tc, test_slurm_jobs_sorted);
-  tcase_add_test(tc, test_slurm_hosts_sorted_and_padded);
+  tcase_add_test(tc, test_slurm_hosts_in_slurm_order_and_padded);
+  tcase_add_test(tc, test_slurm_layouts_ports_and_node_check);
   tcase_add_test(tc, test_slurm_errors);
   tcase_add_test(tc, test_resolve_tf_config);
   tcase_add_test(tc, test_resolve_slurm);
