@@ -34,6 +34,9 @@ static const char usage[] =
     "  --cluster FILE     cluster spec JSON: {\"ps\": [\"host:port\", ...], ...}\n"
     "  --job NAME         job of this task (default ps)\n"
     "  --task N           task index (default 0)\n"
+    "  --bind HOST        listen on HOST at the spec's port (default: every\n"
+    "                     interface, IPv4 and IPv6; the spec's host name need\n"
+    "                     not resolve yet, as on a Kubernetes pod not Ready)\n"
     "  --threads N        RPC threads (default: one per two cores, at least 1)\n"
     "  --grace-secs S     on SIGTERM, let calls finish for S seconds (default 10)\n"
     "  --checkpoint-dir D save and restore checkpoints under D (a filesystem all\n"
@@ -182,7 +185,7 @@ static long raise_fd_limit(void) {
 
 /* The command line, once parsed. */
 typedef struct server_args {
-  const char *cluster_file, *job, *ckpt_dir;
+  const char *cluster_file, *job, *ckpt_dir, *bind;
   int task, grace_secs, threads;
   ps_service_limits limits;
   ps_rpc_server_options ropt;
@@ -196,6 +199,7 @@ static const struct option opts[] = {
     {"threads", required_argument, NULL, 'n'},
     {"grace-secs", required_argument, NULL, 'g'},
     {"checkpoint-dir", required_argument, NULL, 'C'},
+    {"bind", required_argument, NULL, 'b'},
     {"log-level", required_argument, NULL, 'l'},
     {"max-tensor-bytes", required_argument, NULL, 1000},
     {"max-read-names", required_argument, NULL, 1001},
@@ -286,6 +290,14 @@ static int other_option(server_args *a, int o, bool *exit_now) {
     break;
   case 'C':
     a->ckpt_dir = optarg;
+    break;
+  case 'b':
+    if (optarg[0] == '\0' || strlen(optarg) > 255 || strchr(optarg, ' ')) {
+      fprintf(stderr, "ps-server: --bind must be a host name or address, got '%s'\n",
+              optarg);
+      return 2;
+    }
+    a->bind = optarg;
     break;
   case 'l':
     if (ps_log_level_option("ps-server", optarg) != 0) return 2;
@@ -403,11 +415,18 @@ int main(int argc, char **argv) {
   char taskname[96];
   snprintf(taskname, sizeof taskname, "%s/%d", self.job, self.task);
   ps_log_set_task(taskname);
-  /* Listen on the address of the spec (0.0.0.0 and [::]: IPv4 and IPv6). */
+  /* Listen at the spec's port on every interface (0.0.0.0 and [::]), or on
+   * --bind's host: the spec's host name is how others reach this task, and
+   * need not resolve here (a StatefulSet pod's own DNS name does not until
+   * the pod is Ready). */
   const char *addr = ps_cluster_address(cluster, self.job, self.task);
   const char *colon = strrchr(addr, ':');
-  char host[256];
+  char host[256], listen_addr[300];
   snprintf(host, sizeof host, "%.*s", (int)(colon - addr), addr);
+  const char *bind_host = a.bind ? a.bind : "0.0.0.0";
+  snprintf(listen_addr, sizeof listen_addr, "%s%s%s:%s",
+           strchr(bind_host, ':') ? "[" : "", bind_host,
+           strchr(bind_host, ':') ? "]" : "", colon + 1);
   a.ropt.max_connections = connection_limit(a.max_conns);
   a.ropt.nthreads = a.threads;
 
@@ -421,8 +440,9 @@ int main(int argc, char **argv) {
   size_t nh;
   const ps_rpc_handler *h = ps_service_handlers(&nh);
   rc = 1;
-  if ((srv = ps_rpc_server_create(addr, h, nh, &a.ropt, svc, &st)) == NULL) {
-    PS_ERROR("%s", st.msg);
+  if ((srv = ps_rpc_server_create(listen_addr, h, nh, &a.ropt, svc, &st)) == NULL) {
+    PS_ERROR("%s (this task is %s in the cluster spec%s)", st.msg, addr,
+             a.bind ? "" : "; --bind HOST listens on one address only");
     goto out;
   }
   char real_addr[300];

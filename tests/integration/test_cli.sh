@@ -41,7 +41,21 @@ TF_CONFIG='{"cluster": {"ps": ["127.0.0.1:0", "127.0.0.1:0"]}, "task": {"type": 
 P1=$!; read -r -t 60 line < "$fifo"; A1=${line##* }
 [[ "$line" == "ps/1 ready on 127.0.0.1:"* ]] && ok "TF_CONFIG identity" || bad "TF_CONFIG identity" "$line"
 echo "{\"ps\": [\"$A0\", \"$A1\"]}" > "$dir/cluster.json"
-expect "port in use is refused" 1 "cannot listen on $A0" "$PS_SERVER" --cluster "$dir/cluster.json" --job ps --task 0
+expect "port in use is refused" 1 "cannot listen on 0.0.0.0:${A0##*:}" "$PS_SERVER" --cluster "$dir/cluster.json" --job ps --task 0
+expect "port in use names the spec address" 1 "this task is $A0 in the cluster spec" "$PS_SERVER" --cluster "$dir/cluster.json" --job ps --task 0
+expect "--bind: port in use there" 1 "cannot listen on 127.0.0.1:${A0##*:}" "$PS_SERVER" --cluster "$dir/cluster.json" --job ps --task 0 --bind 127.0.0.1
+expect "--bind: empty" 2 "--bind must be a host name or address" "$PS_SERVER" --cluster "$dir/cluster.json" --bind ''
+
+# The spec's host name need not resolve where the ps runs (a StatefulSet
+# pod's own DNS name does not until the pod is Ready): it listens on every
+# interface at the spec's port.
+echo '{"ps": ["ps-0.ps.invalid:0"]}' > "$dir/k8s.json"
+start_ps "$dir/k8s.json" 0; KP=${ADDR##*:}
+[[ "$ADDR" == "ps-0.ps.invalid:"* ]] && ok "unresolvable spec host serves" || bad "unresolvable spec host serves" "$ADDR"
+echo "{\"ps\": [\"127.0.0.1:$KP\"]}" > "$dir/k8sc.json"
+expect "reached on 127.0.0.1" 0 "ps/0 127.0.0.1:$KP up" "$PSCTL" --cluster "$dir/k8sc.json" status
+kill -TERM "$PID"; wait "$PID"
+expect "--bind to an unresolvable host" 1 "cannot listen on ps-0.ps.invalid:0" "$PS_SERVER" --cluster "$dir/k8s.json" --bind ps-0.ps.invalid
 
 expect "status both up" 0 "ps/1 $A1 up vars=0" "$PSCTL" --cluster "$dir/cluster.json" status
 
