@@ -412,6 +412,14 @@ int main(int argc, char **argv) {
     fprintf(stderr, "ps-server: %s\n", st.msg);
     return 2;
   }
+  if (strcmp(self.job, "ps") != 0) {
+    fprintf(stderr,
+            "ps-server: this task is %s/%d in the cluster spec, but ps-server runs ps "
+            "tasks (a chief or worker runs ps-worker)\n",
+            self.job, self.task);
+    ps_cluster_destroy(cluster);
+    return 2;
+  }
   char taskname[96];
   snprintf(taskname, sizeof taskname, "%s/%d", self.job, self.task);
   ps_log_set_task(taskname);

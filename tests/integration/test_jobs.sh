@@ -186,4 +186,26 @@ echo "{\"ps\": [\"127.0.0.1:$port\"], \"worker\": [\"127.0.0.1:0\"]}" > "$dir/de
 expect "ps-worker --ps-timeout" 1 "ps/0 (127.0.0.1:$port) and 0 other ps task(s) did not answer within 1 s" \
   "$PS_WORKER" --cluster "$dir/dead.json" --ps-timeout 1 --steps 1
 
+# identities of the wrong job are refused, each naming the program to run
+echo "{\"ps\": [\"127.0.0.1:$port\"], \"worker\": [\"127.0.0.1:0\"], \"evaluator\": [\"127.0.0.1:0\"]}" > "$dir/roles.json"
+expect "ps-worker with a ps identity" 2 "this task is ps/0 in the cluster spec, but ps-worker runs chief and worker tasks (a ps task runs ps-server)" \
+  "$PS_WORKER" --cluster "$dir/roles.json" --job ps --task 0
+expect "ps-worker as an evaluator" 2 "an evaluator is not supported yet" \
+  "$PS_WORKER" --cluster "$dir/roles.json" --job evaluator --task 0
+expect "ps-server with a worker identity" 2 "this task is worker/0 in the cluster spec, but ps-server runs ps tasks" \
+  "$PS_SERVER" --cluster "$dir/roles.json" --job worker --task 0
+# SIGTERM while waiting for a ps that never comes: a prompt, clean stop
+"$PS_WORKER" --cluster "$dir/dead.json" --steps 1 > "$dir/term.out" 2> "$dir/term.err" &
+wpid=$!
+if wait_for "$dir/term.err" "waiting for 1 ps task" 60; then
+  t0=$(date +%s%N)
+  kill -TERM "$wpid"; wait "$wpid"; wrc=$?
+  ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+  [ "$wrc" = 0 ] && grep -q "stopped by a signal before training: stopped while waiting for ps/0 (127.0.0.1:$port)" "$dir/term.err" \
+    && ok "SIGTERM while waiting for the ps ($ms ms)" || bad "SIGTERM while waiting for the ps" "rc=$wrc $(tail -3 "$dir/term.err")"
+else
+  kill -KILL "$wpid"; wait "$wpid"
+  bad "SIGTERM while waiting for the ps" "never logged its wait: $(tail -3 "$dir/term.err")"
+fi
+
 finish

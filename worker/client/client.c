@@ -927,6 +927,13 @@ int ps_client_status(ps_client *c, int task, ps_task_status *out, ps_status *st)
   return control_call(c, task, M_STATUS, &req.base, true, parse_status, out, st);
 }
 
+int ps_client_probe(ps_client *c, int task, ps_status *st) {
+  Paramserver__StatusRequest req = PARAMSERVER__STATUS_REQUEST__INIT;
+  ps_task_status out;
+  memset(&out, 0, sizeof out);
+  return control_call(c, task, M_STATUS, &req.base, false, parse_status, &out, st);
+}
+
 /* ---- checkpoints ---- */
 
 #define M_SNAPSHOT "/paramserver.Ps/Snapshot"

@@ -106,6 +106,7 @@ static atomic_int stop_requested;
 static void on_signal(int sig) {
   (void)sig;
   atomic_store(&stop_requested, 1);
+  ps_coordinator_cancel(); /* a wait for the ps or the chief ends too */
 }
 
 static double now_secs(void) {
@@ -734,6 +735,17 @@ static int resolve_cluster(job *j, ps_status *st) {
     fprintf(stderr, "ps-worker: %s\n", st->msg);
     return 2;
   }
+  if (strcmp(j->self.job, "chief") != 0 && strcmp(j->self.job, "worker") != 0) {
+    fprintf(stderr,
+            "ps-worker: this task is %s/%d in the cluster spec, but ps-worker runs chief "
+            "and worker tasks%s\n",
+            j->self.job, j->self.task,
+            !strcmp(j->self.job, "ps") ? " (a ps task runs ps-server)"
+            : !strcmp(j->self.job, "evaluator")
+                ? " (an evaluator is not supported yet: it would train)"
+                : "");
+    return 2;
+  }
   if (ps_cluster_num_tasks(j->cluster, "ps") < 1) {
     fprintf(stderr, "ps-worker: the cluster spec has no ps job (use --local to train "
                     "in one process)\n");
@@ -928,7 +940,10 @@ int main(int argc, char **argv) {
   signal(SIGINT, on_signal);
   signal(SIGTERM, on_signal);
   int rc = 0;
-  if (set_up(&j, &st) != 0 || train_loop(&j, &st) != 0 || finish(&j, &st) != 0) {
+  if (set_up(&j, &st) != 0 && st.code == PS_CANCELLED && atomic_load(&stop_requested)) {
+    /* SIGTERM before training started: nothing to save, a clean stop */
+    PS_WARN("stopped by a signal before training: %s", st.msg);
+  } else if (st.code != PS_OK || train_loop(&j, &st) != 0 || finish(&j, &st) != 0) {
     PS_ERROR("%s", st.msg);
     fprintf(stderr, "ps-worker: %s\n", st.msg);
     rc = 1;

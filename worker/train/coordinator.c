@@ -2,6 +2,7 @@
  * the ps, restore or initialize what is uninitialized, mark ready) and the
  * other workers' wait for readiness with the placement check. */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,9 +33,24 @@ static double now_secs(void) {
   return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
+static atomic_int cancelled;
+
+void ps_coordinator_cancel(void) {
+  atomic_store(&cancelled, 1);
+}
+
+bool ps_coordinator_cancelled(void) {
+  return atomic_load(&cancelled) != 0;
+}
+
+/* Sleeps @s seconds in slices of at most 50 ms, back early on a cancel. */
 static void sleep_secs(double s) {
-  struct timespec ts = {(time_t)s, (long)((s - floor(s)) * 1e9)};
-  nanosleep(&ts, NULL);
+  while (s > 0 && !ps_coordinator_cancelled()) {
+    double d = s > 0.05 ? 0.05 : s;
+    struct timespec ts = {(time_t)d, (long)((d - floor(d)) * 1e9)};
+    nanosleep(&ts, NULL);
+    s -= d;
+  }
 }
 
 /* Backoff for polls: 50 ms doubling to 1 s. */
@@ -55,9 +71,8 @@ int ps_coordinator_wait_for_ps(ps_session *s, double timeout_secs, ps_status *st
     ps_status last = {0};
     for (int t = 0; t < nps; t++) {
       if (up[t]) continue;
-      ps_task_status ts;
       ps_status e;
-      if (ps_client_status(c, t, &ts, &e) == 0) {
+      if (ps_client_probe(c, t, &e) == 0) {
         up[t] = true;
       } else {
         if (first < 0) {
@@ -68,6 +83,12 @@ int ps_coordinator_wait_for_ps(ps_session *s, double timeout_secs, ps_status *st
       }
     }
     if (waiting == 0) break;
+    if (ps_coordinator_cancelled()) {
+      rc = ps_status_set(st, PS_CANCELLED,
+                         "stopped while waiting for ps/%d (%s) and %d other ps task(s)",
+                         first, ps_client_address(c, first), waiting - 1);
+      break;
+    }
     double now = now_secs();
     if (timeout_secs > 0 && now - t0 > timeout_secs) {
       rc = ps_status_set(
@@ -398,6 +419,10 @@ static int wait_ready(ps_session *s, const ps_coordinator_options *o, ps_status 
       }
     }
     if (ready) break;
+    if (ps_coordinator_cancelled()) {
+      rc = ps_status_set(st, PS_CANCELLED, "stopped while waiting for the chief: %s", why);
+      break;
+    }
     double now = now_secs();
     if (o->ready_timeout_secs > 0 && now - t0 > o->ready_timeout_secs) {
       rc = ps_status_set(st, PS_DEADLINE_EXCEEDED,

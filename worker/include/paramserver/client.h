@@ -269,6 +269,9 @@ typedef struct ps_task_status {
 } ps_task_status;
 
 int ps_client_status(ps_client *c, int task, ps_task_status *out, ps_status *st);
+/* One Status call, not retried: 0 when ps @task answers now (for callers
+ * that poll and must stay responsive, e.g. to a signal). */
+int ps_client_probe(ps_client *c, int task, ps_status *st);
 
 /* ---- checkpoints (see proto/ps.proto) ----
  * Paths are relative to the ps tasks' --checkpoint-dir (a filesystem they

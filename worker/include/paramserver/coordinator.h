@@ -47,6 +47,12 @@ typedef enum ps_coordinator_outcome {
 
 const char *ps_coordinator_outcome_name(ps_coordinator_outcome o);
 
+/* Stops every wait of the coordinator in this process (for ps, for the
+ * chief): they return CANCELLED "stopped while waiting for ...".  Async-
+ * signal-safe: call it from a SIGTERM handler.  It cannot be undone. */
+void ps_coordinator_cancel(void);
+bool ps_coordinator_cancelled(void);
+
 /* Polls Status on every ps of the session's client until all answer. */
 int ps_coordinator_wait_for_ps(ps_session *s, double timeout_secs, ps_status *st);
 
