@@ -7,6 +7,8 @@
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,6 +69,7 @@ typedef struct daemon_state {
   uv_signal_t sigterm, sigint;
   uv_timer_t grace;
   uv_async_t done;
+  uv_async_t shutdown; /* a Shutdown call */
   uv_timer_t tick;
   ps_store *store;
   ps_service *svc;
@@ -80,12 +83,30 @@ static void on_server_done(void *arg) {
   uv_async_send(&d->done); /* from a gRPC thread: only this is allowed */
 }
 
+/* SIGTERM and SIGINT, blocked in the calling thread (or unblocked). */
+static void mask_stop_signals(int how) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(how, &set, NULL);
+}
+
 static void on_done(uv_async_t *h) {
   daemon_state *d = h->data;
+  /* Closing the signal handles puts back the default action, which would
+   * kill a daemon that is already stopping (a Shutdown call, then a
+   * SIGTERM from its supervisor).  Every other thread was started with
+   * these signals blocked (main), so blocking them here leaves them
+   * pending for good; ignoring them covers the rest. */
+  mask_stop_signals(SIG_BLOCK);
   uv_close((uv_handle_t *)&d->sigterm, NULL);
   uv_close((uv_handle_t *)&d->sigint, NULL);
+  signal(SIGTERM, SIG_IGN);
+  signal(SIGINT, SIG_IGN);
   uv_close((uv_handle_t *)&d->grace, NULL);
   uv_close((uv_handle_t *)&d->done, NULL);
+  uv_close((uv_handle_t *)&d->shutdown, NULL);
   uv_close((uv_handle_t *)&d->tick, NULL);
 }
 
@@ -108,6 +129,15 @@ static void on_tick(uv_timer_t *t) {
   ps_store_gate_tick(d->store);
 }
 
+/* Stops as SIGTERM does: no new calls, the grace period, then cancel. */
+static void begin_shutdown(daemon_state *d) {
+  d->stopping = 1;
+  ps_rpc_server_shutdown(d->srv, on_server_done, d);
+  /* calls parked for a synchronous step would never finish by themselves */
+  ps_service_shutdown(d->svc);
+  uv_timer_start(&d->grace, on_grace, (uint64_t)d->grace_ms, 0);
+}
+
 static void on_signal(uv_signal_t *h, int signum) {
   daemon_state *d = h->data;
   if (d->stopping) {
@@ -115,12 +145,21 @@ static void on_signal(uv_signal_t *h, int signum) {
     cancel_everything(d);
     return;
   }
-  d->stopping = 1;
   PS_INFO("received %s: shutting down", signum == SIGTERM ? "SIGTERM" : "SIGINT");
-  ps_rpc_server_shutdown(d->srv, on_server_done, d);
-  /* calls parked for a synchronous step would never finish by themselves */
-  ps_service_shutdown(d->svc);
-  uv_timer_start(&d->grace, on_grace, (uint64_t)d->grace_ms, 0);
+  begin_shutdown(d);
+}
+
+/* A Shutdown call (from a gRPC thread, through uv_async_send). */
+static void on_shutdown_call(uv_async_t *h) {
+  daemon_state *d = h->data;
+  if (d->stopping) return;
+  PS_INFO("shutting down (a Shutdown call)");
+  begin_shutdown(d);
+}
+
+static void request_shutdown(void *arg) {
+  daemon_state *d = arg;
+  uv_async_send(&d->shutdown);
 }
 
 /* Parses a count or byte size ("64M"); -1 if malformed or below @min. */
@@ -370,13 +409,17 @@ static void loop_init(daemon_state *d, ps_rpc_server *srv, ps_store *store,
   uv_signal_init(d->loop, &d->sigint);
   uv_timer_init(d->loop, &d->grace);
   uv_async_init(d->loop, &d->done, on_done);
+  uv_async_init(d->loop, &d->shutdown, on_shutdown_call);
   d->store = store;
   d->svc = svc;
   uv_timer_init(d->loop, &d->tick);
   d->sigterm.data = d->sigint.data = d->grace.data = d->done.data = d->tick.data = d;
+  d->shutdown.data = d;
+  ps_service_set_shutdown_hook(svc, request_shutdown, d);
   uv_timer_start(&d->tick, on_tick, 1000, 1000);
   uv_signal_start(&d->sigterm, on_signal, SIGTERM);
   uv_signal_start(&d->sigint, on_signal, SIGINT);
+  mask_stop_signals(SIG_UNBLOCK);
 }
 
 /* --checkpoint-dir, resolved; the temp directories of saves that crashed
@@ -438,6 +481,9 @@ int main(int argc, char **argv) {
   a.ropt.max_connections = connection_limit(a.max_conns);
   a.ropt.nthreads = a.threads;
 
+  /* Threads started from here on (gRPC's, checkpoint jobs) never take
+   * SIGTERM or SIGINT: the main thread's loop does (loop_init). */
+  mask_stop_signals(SIG_BLOCK);
   ps_rpc_global_init();
   ps_store *store = ps_store_create(taskname);
   ps_service *svc = ps_service_create(store, taskname);

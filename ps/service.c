@@ -663,6 +663,37 @@ out:
   return rc;
 }
 
+/* ---- Shutdown ---- */
+
+void ps_service_set_shutdown_hook(ps_service *svc, void (*fn)(void *), void *arg) {
+  svc->on_shutdown = fn;
+  svc->shutdown_arg = arg;
+}
+
+static int shutdown_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *st) {
+  ps_service *s = ps_svc_of_(c);
+  CHECK_WIRE(paramserver__shutdown_request__descriptor, "Shutdown");
+  Paramserver__ShutdownRequest *req = paramserver__shutdown_request__unpack(NULL, n, p);
+  if (req == NULL) return ps_svc_bad_request_(st, "Shutdown");
+  int rc = 0;
+  if (s->on_shutdown == NULL) {
+    rc = ps_status_set(st, PS_UNIMPLEMENTED, "Shutdown: %s cannot be shut down by a call",
+                       s->task);
+  } else if (strlen(req->reason) > 256) {
+    rc = ps_status_set(st, PS_INVALID_ARGUMENT,
+                       "Shutdown: the reason is %zu bytes, more than 256",
+                       strlen(req->reason));
+  } else {
+    PS_INFO("Shutdown asked by a client%s%s", req->reason[0] ? ": " : "", req->reason);
+    Paramserver__ShutdownResponse resp = PARAMSERVER__SHUTDOWN_RESPONSE__INIT;
+    resp.task = s->task;
+    ps_rpc_call_reply(c, &resp.base);
+    s->on_shutdown(s->shutdown_arg);
+  }
+  paramserver__shutdown_request__free_unpacked(req, NULL);
+  return rc;
+}
+
 static ps_rpc_handler handlers[64];
 static size_t nhandlers;
 static const ps_rpc_handler base_handlers[] = {
@@ -676,6 +707,7 @@ static const ps_rpc_handler base_handlers[] = {
     {"/paramserver.Ps/List", list_header, no_data, NULL},
     {"/paramserver.Ps/Status", status_header, no_data, NULL},
     {"/paramserver.Ps/Delete", delete_header, no_data, NULL},
+    {"/paramserver.Ps/Shutdown", shutdown_header, no_data, NULL},
 };
 
 const ps_rpc_handler *ps_service_handlers(size_t *n) {

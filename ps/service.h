@@ -66,6 +66,10 @@ int ps_service_latest(ps_service *svc, char **prefix, ps_status *st);
  * now on synchronous updates are refused, so the server's calls can all
  * finish.  Any thread. */
 void ps_service_shutdown(ps_service *svc);
+/* What a Shutdown call runs (after its answer is queued): the daemon's own
+ * stop, as on SIGTERM.  Must be safe from any thread (e.g. uv_async_send).
+ * Without a hook, Shutdown is UNIMPLEMENTED. */
+void ps_service_set_shutdown_hook(ps_service *svc, void (*fn)(void *), void *arg);
 
 /* The handler table for ps_rpc_server_create(); user pointer = the service. */
 const ps_rpc_handler *ps_service_handlers(size_t *n);

@@ -25,6 +25,8 @@ struct ps_service {
   atomic_llong rpcs;
   atomic_bool sync_closed; /* shutting down: no call may start waiting */
   ps_service_limits limits;
+  void (*on_shutdown)(void *); /* the daemon's stop, for Shutdown calls */
+  void *shutdown_arg;
 };
 
 /* The request's list (field 1) and strings are checked on the wire before

@@ -95,6 +95,17 @@ kill -INT "$P1"; wait "$P1"; rc=$?
 expect "status shows down" 1 "ps/1 $A1 down (UNAVAILABLE" "$PSCTL" --cluster "$dir/cluster.json" status
 kill -TERM "$P0"; wait "$P0"; rc=$?
 [ "$rc" = 0 ] && ok "SIGTERM exits 0" || bad "SIGTERM exits 0 (got $rc)"
+# psctl shutdown: each ps stops as on SIGTERM and exits 0; a second one
+# finds them down.
+echo '{"ps": ["127.0.0.1:0", "127.0.0.1:0"]}' > "$dir/sd.json"
+start_ps "$dir/sd.json" 0; S0=$ADDR; SP0=$PID
+start_ps "$dir/sd.json" 1; S1=$ADDR; SP1=$PID
+echo "{\"ps\": [\"$S0\", \"$S1\"]}" > "$dir/sdc.json"
+expect "psctl shutdown" 0 "ps/1 $S1 shutting down" "$PSCTL" --cluster "$dir/sdc.json" shutdown
+wait "$SP0"; r0=$?; wait "$SP1"; r1=$?
+[ "$r0$r1" = 00 ] && ok "shut down ps exit 0" || bad "shut down ps exit 0 (got $r0 $r1)"
+grep -q "Shutdown asked by a client: psctl shutdown" "$dir/ps.log" && ok "the ps logged the shutdown" || bad "the ps logged the shutdown" "$(tail -5 "$dir/ps.log")"
+expect "psctl shutdown of a stopped cluster" 1 "ps/0 $S0 not shut down (UNAVAILABLE" "$PSCTL" --cluster "$dir/sdc.json" --timeout-ms 500 shutdown
 grep -q "ERROR\|AddressSanitizer\|runtime error" "$dir/ps.log" && bad "ps logs clean" "$(cat "$dir/ps.log")" || ok "ps logs clean"
 
 finish

@@ -1317,6 +1317,26 @@ START_TEST(save_works_after_refused_conflicts_and_deletes) {
 }
 END_TEST
 
+/* Shutdown with an over-long reason is refused and the ps keeps serving;
+ * a good one is answered, then the ps stops and exits 0 (teardown). */
+START_TEST(shutdown_reason_is_bounded) {
+  char reason[300];
+  memset(reason, 'r', sizeof reason - 1);
+  reason[sizeof reason - 1] = '\0';
+  Paramserver__ShutdownRequest r = PARAMSERVER__SHUTDOWN_REQUEST__INIT;
+  r.reason = reason;
+  ps_status st = raw_msg("/paramserver.Ps/Shutdown", &r.base, true);
+  PS_ASSERT_STATUS(st.code, st, PS_INVALID_ARGUMENT,
+                   "Shutdown: the reason is 299 bytes, more than 256");
+  Paramserver__StatusRequest sr = PARAMSERVER__STATUS_REQUEST__INIT;
+  st = raw_msg("/paramserver.Ps/Status", &sr.base, true);
+  PS_ASSERT_OK(st.code, st);
+  r.reason = "test";
+  st = raw_msg("/paramserver.Ps/Shutdown", &r.base, true);
+  PS_ASSERT_OK(st.code, st);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("hardening");
   TCase *tc = tcase_create("requests");
@@ -1339,6 +1359,7 @@ int main(void) {
   tcase_add_test(tc, delete_fails_waiting_synchronous_updates);
   tcase_add_test(tc, psctl_rm);
   tcase_add_test(tc, names_with_control_characters_are_refused);
+  tcase_add_test(tc, shutdown_reason_is_bounded);
   suite_add_tcase(s, tc);
   TCase *tl = tcase_create("limits");
   tcase_add_checked_fixture(tl, limits_setup, teardown);

@@ -88,10 +88,10 @@ wait_for "$dir/launch.err" "cluster ready" 60 || bad "ps cluster did not start" 
 spec="$dir/spec.json"
 
 # ---- 2. a restarted chief on a live cluster does not re-initialize
-"$PS_WORKER" "${W[@]}" --cluster "$spec" --job worker --task 0 --steps 100 --no-final-save \
+"$PS_WORKER" "${W[@]}" --cluster "$spec" --job worker --task 0 --steps 100 --no-final-save --keep-ps \
   > "$dir/c1.out" 2> "$dir/c1.err"
 check "chief: first start initializes" has "$dir/c1.err" "cluster ready (initialized) at global step 0"
-"$PS_WORKER" "${W[@]}" --cluster "$spec" --job worker --task 0 --steps 150 --no-final-save \
+"$PS_WORKER" "${W[@]}" --cluster "$spec" --job worker --task 0 --steps 150 --no-final-save --keep-ps \
   > "$dir/c2.out" 2> "$dir/c2.err"
 check "chief: second start finds the live cluster and continues at step 100" \
   has "$dir/c2.err" "cluster ready (live) at global step 10[01]"
@@ -100,7 +100,7 @@ acc_live=$(accuracy "$dir/c2.out")
 
 # ---- 3. psctl save and restore while a job trains; a non-chief killed mid-training
 "$PS_WORKER" "${W[@]}" --cluster "$spec" --job worker --task 0 --steps 2400 --no-final-save \
-  --log-every 10 > "$dir/t0.out" 2> "$dir/t0.err" &
+  --keep-ps --log-every 10 > "$dir/t0.out" 2> "$dir/t0.err" &
 t0=$!; pids+=("$t0")
 "$PS_WORKER" "${W[@]}" --cluster "$spec" --job worker --task 1 --steps 2400 --log-every 10 \
   > "$dir/t1.out" 2> "$dir/t1.err" &
@@ -148,13 +148,19 @@ echo "{\"ps\": [\"127.0.0.1:$p0\", \"127.0.0.1:$p1\"], \"worker\": [\"127.0.0.1:
 ew=$!; pids+=("$ew")
 wait_for "$dir/early.err" "waiting for 2 ps task(s): ps/0 (127.0.0.1:$p0), ps/1 (127.0.0.1:$p1)" 60
 check "early worker: logs which ps it waits for" test $? = 0
+eps=()
 for t in 0 1; do
   "$PS_SERVER" --cluster "$dir/early.json" --job ps --task $t > /dev/null 2>> "$dir/early-ps.err" &
-  pids+=($!)
+  pids+=($!); eps+=($!)
 done
 wait "$ew"; rc=$?
 check "early worker: joins once the ps are up and finishes (exit $rc)" test "$rc" = 0
 check "early worker: reports accuracy" test -n "$(accuracy "$dir/early.out")"
+# the job is done: the chief shut the ps down, and they exit 0 by themselves
+check "job done: the chief shuts the ps down" has "$dir/early.err" "job done: 2 of 2 ps task(s) shutting down"
+wait "${eps[0]}"; r0=$?; wait "${eps[1]}"; r1=$?
+check "job done: both ps exit 0 on their own (exit $r0 $r1)" test "$r0$r1" = 00
+check "job done: the ps logged why" has "$dir/early-ps.err" "Shutdown asked by a client: the chief's job is done"
 
 # ---- 6. a ps killed with -9 during training: ps-launch --restart brings it
 # back on its address, the chief restores its variables from the latest

@@ -27,6 +27,7 @@
 #define M_LIST "/paramserver.Ps/List"
 #define M_STATUS "/paramserver.Ps/Status"
 #define M_DELETE "/paramserver.Ps/Delete"
+#define M_SHUTDOWN "/paramserver.Ps/Shutdown"
 
 /* ---- library init ------------------------------------------------------ */
 
@@ -551,6 +552,22 @@ int ps_client_delete(ps_client *c, int task, const char *const *names, size_t n,
   if (rc != 0 || out == NULL) ps_delete_result_free(&o);
   if (out) *out = o;
   return rc;
+}
+
+static int parse_shutdown(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
+                          ps_status *st) {
+  (void)user;
+  Paramserver__ShutdownResponse *r = paramserver__shutdown_response__unpack(NULL, n, p);
+  if (r == NULL)
+    return ps_status_set(st, PS_INTERNAL, "Shutdown: response does not parse");
+  paramserver__shutdown_response__free_unpacked(r, NULL);
+  return 0;
+}
+
+int ps_client_shutdown(ps_client *c, int task, const char *reason, ps_status *st) {
+  Paramserver__ShutdownRequest req = PARAMSERVER__SHUTDOWN_REQUEST__INIT;
+  req.reason = (char *)(reason ? reason : "");
+  return control_call(c, task, M_SHUTDOWN, &req.base, false, parse_shutdown, NULL, st);
 }
 
 void ps_client_free_names(char **names, size_t n) {

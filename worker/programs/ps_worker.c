@@ -72,6 +72,9 @@ static const char usage[] =
     "  --max-to-keep N       checkpoints kept (default 5)\n"
     "Other:\n"
     "  --ps-timeout SECS     give up waiting for the ps after SECS (default 0: never)\n"
+    "  --keep-ps             chief: leave the ps tasks running when the job is done\n"
+    "                        (by default it shuts them down after its final save,\n"
+    "                        so a Slurm or Kubernetes job ends)\n"
     "  --log-level LEVEL     debug | info | warn | error\n"
     "  --help, --version\n"
     "\n"
@@ -84,7 +87,7 @@ typedef enum model_kind { M_LINREG, M_SOFTMAX, M_MLP, M_WIDE_DEEP } model_kind;
 typedef struct options {
   const char *cluster_file, *job, *data_dir, *ckpt_dir, *restore, *optimizer, *meta;
   int task;
-  bool local, sync, final_save, no_restore;
+  bool local, sync, final_save, no_restore, keep_ps;
   model_kind model;
   int64_t steps, batch, log_every, save_every_steps, vocab;
   int hidden, replicas, parts, max_to_keep;
@@ -472,6 +475,7 @@ enum {
   O_SAVE_STEPS,
   O_SAVE_SECS,
   O_NO_FINAL,
+  O_KEEP_PS,
   O_RESTORE,
   O_NO_RESTORE,
   O_KEEP,
@@ -585,6 +589,9 @@ static int run_option(int c, options *o) {
   case O_NO_FINAL:
     o->final_save = false;
     break;
+  case O_KEEP_PS:
+    o->keep_ps = true;
+    break;
   case O_RESTORE:
     o->restore = optarg;
     break;
@@ -657,6 +664,7 @@ static int parse_args(int argc, char **argv, options *o) {
       {"save-every-steps", required_argument, NULL, O_SAVE_STEPS},
       {"save-every-secs", required_argument, NULL, O_SAVE_SECS},
       {"no-final-save", no_argument, NULL, O_NO_FINAL},
+      {"keep-ps", no_argument, NULL, O_KEEP_PS},
       {"restore", required_argument, NULL, O_RESTORE},
       {"no-restore", no_argument, NULL, O_NO_RESTORE},
       {"max-to-keep", required_argument, NULL, O_KEEP},
@@ -885,6 +893,22 @@ static int train_loop(job *j, ps_status *st) {
 
 /* The end of the job: workers report done; the chief waits for them,
  * saves a final checkpoint and evaluates on the test set. */
+/* The job is done (the other workers reported done or gave up, the final
+ * checkpoint is written): every ps task stops, so that the job's
+ * allocation ends.  A ps that does not answer is only logged. */
+static void shutdown_ps(job *j) {
+  int n = ps_client_num_ps(j->client), ok = 0;
+  for (int t = 0; t < n; t++) {
+    ps_status e;
+    if (ps_client_shutdown(j->client, t, "the chief's job is done", &e) == 0)
+      ok++;
+    else
+      PS_WARN("ps/%d (%s) did not take the shutdown: %s", t,
+              ps_client_address(j->client, t), e.msg);
+  }
+  PS_INFO("job done: %d of %d ps task(s) shutting down (--keep-ps keeps them)", ok, n);
+}
+
 static int finish(job *j, ps_status *st) {
   const options *o = &j->o;
   if (!j->chief && j->client && done_counter(j->client, 1, st) < 0) return -1;
@@ -906,6 +930,7 @@ static int finish(job *j, ps_status *st) {
   PS_INFO("global step %lld: test %s %.4f", (long long)j->gs, what, metric);
   printf("global step %lld\ntest %s %.4f\n", (long long)j->gs, what, metric);
   fflush(stdout);
+  if (j->client && !o->keep_ps && !atomic_load(&stop_requested)) shutdown_ps(j);
   return 0;
 }
 

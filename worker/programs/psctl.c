@@ -25,6 +25,8 @@ static const char usage[] =
     "                PREFIX (relative to the ps tasks' --checkpoint-dir; default\n"
     "                model.ckpt, with -STEP when a global_step variable exists)\n"
     "  restore [PREFIX]  restore every variable from PREFIX (default: the latest)\n"
+    "  shutdown      stop every ps task as SIGTERM does (calls in flight finish\n"
+    "                within its --grace-secs; then it exits 0)\n"
     "  latest DIR    print the latest checkpoint of DIR (no cluster needed)\n"
     "  inspect PREFIX [--all]  list a checkpoint's tensors as\n"
     "                'name (DT_FLOAT) [2,3]'; --all prints each as TensorFlow's\n"
@@ -213,6 +215,22 @@ static int cmd_status(const psctl_args *a, ps_client *c, ps_status *st) {
   return rc;
 }
 
+/* Every ps task stops, as on SIGTERM; a task that is already down is
+ * reported and counts as a failure. */
+static int cmd_shutdown(const psctl_args *a, ps_client *c, ps_status *st) {
+  int rc = 0;
+  for (int i = 0; i < ps_client_num_ps(c); i++) {
+    if (ps_client_shutdown(c, i, "psctl shutdown", st) == 0) {
+      printf("%s/%d %s shutting down\n", a->job, i, ps_client_address(c, i));
+    } else {
+      printf("%s/%d %s not shut down (%s: %s)\n", a->job, i, ps_client_address(c, i),
+             ps_status_code_name(st->code), st->msg);
+      rc = 1;
+    }
+  }
+  return rc;
+}
+
 static int cmd_vars(const psctl_args *a, ps_client *c, ps_status *st) {
   int rc = 0;
   printf("%-40s %-10s %-16s %-6s %s\n", "NAME", "DTYPE", "SHAPE", "TASK", "INITIALIZED");
@@ -362,6 +380,7 @@ static const struct {
     {"save", cmd_save, NULL},
     {"restore", cmd_restore, NULL},
     {"rm", cmd_rm, "psctl: rm needs at least one variable name\n"},
+    {"shutdown", cmd_shutdown, NULL},
 };
 
 /* The cluster from --cluster or TF_CONFIG; NULL after saying why. */

@@ -420,7 +420,8 @@ static int wait_ready(ps_session *s, const ps_coordinator_options *o, ps_status 
     }
     if (ready) break;
     if (ps_coordinator_cancelled()) {
-      rc = ps_status_set(st, PS_CANCELLED, "stopped while waiting for the chief: %s", why);
+      rc =
+          ps_status_set(st, PS_CANCELLED, "stopped while waiting for the chief: %s", why);
       break;
     }
     double now = now_secs();

@@ -269,6 +269,10 @@ typedef struct ps_task_status {
 } ps_task_status;
 
 int ps_client_status(ps_client *c, int task, ps_task_status *out, ps_status *st);
+/* Asks ps @task to stop as on SIGTERM (calls in flight finish within its
+ * --grace-secs, then it exits 0); @reason (may be NULL, at most 256 bytes)
+ * goes to its log.  Not retried. */
+int ps_client_shutdown(ps_client *c, int task, const char *reason, ps_status *st);
 /* One Status call, not retried: 0 when ps @task answers now (for callers
  * that poll and must stay responsive, e.g. to a signal). */
 int ps_client_probe(ps_client *c, int task, ps_status *st);
