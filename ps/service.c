@@ -51,6 +51,7 @@
 #include "common/log.h"
 #include "common/variable.h"
 #include "common/wire.h"
+#include "health.pb-c.h"
 #include "paramserver/checkpoint.h"
 #include "ps.pb-c.h"
 #include "sync.h"
@@ -694,6 +695,48 @@ static int shutdown_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status
   return rc;
 }
 
+/* ---- grpc.health.v1.Health ---- */
+
+/* Check: SERVING, or NOT_SERVING once the ps is stopping; NOT_FOUND for a
+ * service it does not have (the protocol's rule).  Watch: the same status
+ * as one message, then the stream ends (a watcher asks again); an unknown
+ * service is SERVICE_UNKNOWN. */
+static int health_call(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *st,
+                       bool watch) {
+  ps_service *s = ps_svc_of_(c);
+  const char *method = watch ? "Health.Watch" : "Health.Check";
+  int rc = ps_wire_check_strings(&grpc__health__v1__health_check_request__descriptor, p,
+                                 n, method, st);
+  if (rc != 0) return rc;
+  Grpc__Health__V1__HealthCheckRequest *req =
+      grpc__health__v1__health_check_request__unpack(NULL, n, p);
+  if (req == NULL) return ps_svc_bad_request_(st, method);
+  Grpc__Health__V1__HealthCheckResponse resp =
+      GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
+  bool known = req->service[0] == '\0' || !strcmp(req->service, "paramserver.Ps");
+  if (!known && !watch) {
+    rc = ps_status_set(st, PS_NOT_FOUND, "%s: unknown service %.200s", method,
+                       req->service);
+  } else {
+    resp.status =
+        !known ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVICE_UNKNOWN
+        : atomic_load(&s->sync_closed)
+            ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING
+            : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING;
+    ps_rpc_call_reply(c, &resp.base);
+  }
+  grpc__health__v1__health_check_request__free_unpacked(req, NULL);
+  return rc;
+}
+
+static int health_check(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *st) {
+  return health_call(c, p, n, st, false);
+}
+
+static int health_watch(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *st) {
+  return health_call(c, p, n, st, true);
+}
+
 static ps_rpc_handler handlers[64];
 static size_t nhandlers;
 static const ps_rpc_handler base_handlers[] = {
@@ -708,6 +751,8 @@ static const ps_rpc_handler base_handlers[] = {
     {"/paramserver.Ps/Status", status_header, no_data, NULL},
     {"/paramserver.Ps/Delete", delete_header, no_data, NULL},
     {"/paramserver.Ps/Shutdown", shutdown_header, no_data, NULL},
+    {"/grpc.health.v1.Health/Check", health_check, no_data, NULL},
+    {"/grpc.health.v1.Health/Watch", health_watch, no_data, NULL},
 };
 
 const ps_rpc_handler *ps_service_handlers(size_t *n) {

@@ -321,7 +321,11 @@ static void setup(void) {
     fprintf(stderr, "fuzz_rpc: set PS_FUZZ_METHOD to a method of paramserver.Ps\n");
     exit(2);
   }
-  snprintf(F.method, sizeof F.method, "/paramserver.Ps/%s", F.name);
+  /* "HealthCheck" / "HealthWatch": grpc.health.v1.Health's methods */
+  if (!strncmp(F.name, "Health", 6))
+    snprintf(F.method, sizeof F.method, "/grpc.health.v1.Health/%s", F.name + 6);
+  else
+    snprintf(F.method, sizeof F.method, "/paramserver.Ps/%s", F.name);
   F.verbose = getenv("PS_FUZZ_VERBOSE") && atoi(getenv("PS_FUZZ_VERBOSE")) > 0;
   F.strict = getenv("PS_FUZZ_STRICT") && atoi(getenv("PS_FUZZ_STRICT")) > 0;
   F.last = getenv("PS_FUZZ_LAST");

@@ -57,6 +57,31 @@ expect "reached on 127.0.0.1" 0 "ps/0 127.0.0.1:$KP up" "$PSCTL" --cluster "$dir
 kill -TERM "$PID"; wait "$PID"
 expect "--bind to an unresolvable host" 1 "cannot listen on ps-0.ps.invalid:0" "$PS_SERVER" --cluster "$dir/k8s.json" --bind ps-0.ps.invalid
 
+# grpc.health.v1.Health through Debian's python3-grpcio, a client that is
+# not ours (as a Kubernetes grpc: probe or grpc_health_probe): Check says
+# SERVING (status 1), an unknown service is NOT_FOUND, Watch of it says
+# SERVICE_UNKNOWN (3).
+health_py='
+import grpc, sys
+ch = grpc.insecure_channel(sys.argv[1])
+ident = lambda b: b
+check = ch.unary_unary("/grpc.health.v1.Health/Check", request_serializer=ident, response_deserializer=ident)
+watch = ch.unary_stream("/grpc.health.v1.Health/Watch", request_serializer=ident, response_deserializer=ident)
+print("check", check(b"", timeout=10).hex(), check(b"\n\x0eparamserver.Ps", timeout=10).hex())
+try:
+    check(b"\n\x03foo", timeout=10)
+except grpc.RpcError as e:
+    print("foo", e.code().name, e.details())
+print("watch", [m.hex() for m in watch(b"\n\x03foo", timeout=10)])
+'
+if /usr/bin/python3 -c 'import grpc' 2>/dev/null; then
+  expect "health Check: SERVING" 0 "check 0801 0801" /usr/bin/python3 -c "$health_py" "$A0"
+  expect "health Check: unknown service" 0 "foo NOT_FOUND Health.Check: unknown service foo" /usr/bin/python3 -c "$health_py" "$A0"
+  expect "health Watch: SERVICE_UNKNOWN" 0 "watch ['0803']" /usr/bin/python3 -c "$health_py" "$A0"
+else
+  bad "health checks" "/usr/bin/python3 has no grpc module (deploy/setup.sh installs python3-grpcio)"
+fi
+
 expect "status both up" 0 "ps/1 $A1 up vars=0" "$PSCTL" --cluster "$dir/cluster.json" status
 
 # The wildcards listen on IPv4 and IPv6 both, as gRPC's own listener does.
