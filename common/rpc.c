@@ -321,6 +321,11 @@ struct ps_rpc_call {
   ps_rpc_server *srv;
   size_t hi;
   int state;
+  /* statistics: when the request arrived, the status sent (-1: none),
+   * request and response bytes */
+  int64_t t0_ns;
+  int code;
+  size_t bytes_in, bytes_out;
   grpc_call *call;
   gpr_timespec deadline;
   grpc_metadata_array md;
@@ -362,7 +367,19 @@ typedef struct conn_slot {
 
 #define MAX_LISTENERS 8
 
+/* Per-method statistics, updated when a call is freed (any thread). */
+typedef struct method_stats {
+  atomic_ullong calls[PS_RPC_NCODES];
+  atomic_ullong buckets[PS_RPC_NBUCKETS + 1]; /* the last: above every bound */
+  atomic_ullong sum_us;
+  atomic_ullong bytes_in, bytes_out;
+} method_stats;
+
+const double ps_rpc_latency_bounds[PS_RPC_NBUCKETS] = {
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
+
 struct ps_rpc_server {
+  method_stats *stats; /* [nh] */
   grpc_server *srv;
   grpc_completion_queue *cq;
   int port;
@@ -485,9 +502,54 @@ static void post_generic(ps_rpc_server *s) {
   }
 }
 
+static int64_t mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* A call that was served ends: its method's counters. */
+static void record_call(ps_rpc_call *c) {
+  method_stats *m = &c->srv->stats[c->hi];
+  int code = c->code >= 0 && c->code < PS_RPC_NCODES ? c->code : PS_CANCELLED;
+  double secs = (double)(mono_ns() - c->t0_ns) / 1e9;
+  int b = 0;
+  while (b < PS_RPC_NBUCKETS && secs > ps_rpc_latency_bounds[b])
+    b++;
+  atomic_fetch_add_explicit(&m->calls[code], 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&m->buckets[b], 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&m->sum_us, (unsigned long long)(secs * 1e6),
+                            memory_order_relaxed);
+  atomic_fetch_add_explicit(&m->bytes_in, c->bytes_in + c->received,
+                            memory_order_relaxed);
+  atomic_fetch_add_explicit(&m->bytes_out, c->bytes_out + c->out.total,
+                            memory_order_relaxed);
+}
+
+ps_rpc_method_stats *ps_rpc_server_stats(const ps_rpc_server *s, size_t *n) {
+  *n = 0;
+  ps_rpc_method_stats *out = calloc(s->nh + 1, sizeof *out);
+  if (out == NULL) return NULL;
+  for (size_t i = 0; i < s->nh; i++) {
+    method_stats *m = &s->stats[i];
+    ps_rpc_method_stats *o = &out[i];
+    o->method = s->h[i].method;
+    for (int k = 0; k < PS_RPC_NCODES; k++)
+      o->calls[k] = atomic_load_explicit(&m->calls[k], memory_order_relaxed);
+    for (int k = 0; k <= PS_RPC_NBUCKETS; k++)
+      o->buckets[k] = atomic_load_explicit(&m->buckets[k], memory_order_relaxed);
+    o->sum_secs = (double)atomic_load_explicit(&m->sum_us, memory_order_relaxed) / 1e6;
+    o->bytes_in = atomic_load_explicit(&m->bytes_in, memory_order_relaxed);
+    o->bytes_out = atomic_load_explicit(&m->bytes_out, memory_order_relaxed);
+  }
+  *n = s->nh;
+  return out;
+}
+
 static void scall_free(ps_rpc_call *c) {
   ps_rpc_server *s = c->srv;
   const ps_rpc_handler *h = &s->h[c->hi];
+  if (c->state != S_REQUESTED) record_call(c);
   call_unlink(c);
   if (c->state != S_REQUESTED && h->on_free) h->on_free(c);
   ps_rpc_segs_fini(&c->sink);
@@ -511,6 +573,7 @@ static void scall_finish(ps_rpc_call *c, int with_md, int code, const char *msg)
   ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
   ops[n].data.send_status_from_server.status = (grpc_status_code)code;
   ops[n].data.send_status_from_server.status_details = code ? &details : NULL;
+  c->code = code;
   n++;
   ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
   ops[n].data.recv_close_on_server.cancelled = &c->cancelled;
@@ -563,7 +626,9 @@ static void scall_send_next(ps_rpc_call *c, int first) {
     n++;
   }
   int last = c->cur.off == c->out.total;
+  if (first && c->reply) c->bytes_out += grpc_byte_buffer_length(c->reply);
   if (last) {
+    c->code = PS_OK;
     ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
     ops[n].data.send_status_from_server.status = GRPC_STATUS_OK;
     n++;
@@ -617,6 +682,8 @@ static void scall_event(ps_rpc_call *c, int ok) {
     if (!atomic_load(&s->shutting_down)) post_request(s, c->hi);
     const ps_rpc_handler *h = &s->h[c->hi];
     c->state = S_RECEIVING; /* from here on_free runs */
+    c->t0_ns = mono_ns();
+    c->code = -1;
     call_link(c);
     if (c->payload == NULL) {
       ps_status_set(&c->st, PS_INVALID_ARGUMENT, "%s: no request message", h->method);
@@ -630,6 +697,7 @@ static void scall_event(ps_rpc_call *c, int ok) {
     grpc_slice sl = read_all(c->payload);
     grpc_byte_buffer_destroy(c->payload);
     c->payload = NULL;
+    c->bytes_in = GRPC_SLICE_LENGTH(sl);
     int rc = h->on_header(c, GRPC_SLICE_START_PTR(sl), GRPC_SLICE_LENGTH(sl), &c->st);
     grpc_slice_unref(sl);
     if (rc != 0)
@@ -1094,6 +1162,7 @@ static void server_free(ps_rpc_server *s) {
   free(s->conns);
   free(s->threads);
   free(s->reg);
+  free(s->stats);
   free(s);
 }
 
@@ -1122,8 +1191,9 @@ ps_rpc_server *ps_rpc_server_create(const char *addr, const ps_rpc_handler *h, s
   s->shutdown_tag.kind = TAG_SHUTDOWN;
   atomic_init(&s->live, 1); /* the shutdown tag's */
   s->reg = calloc(nh ? nh : 1, sizeof *s->reg);
+  s->stats = calloc(nh ? nh : 1, sizeof *s->stats);
   s->conns = calloc((size_t)s->opt.max_connections, sizeof *s->conns);
-  if (s->reg == NULL || s->conns == NULL) {
+  if (s->reg == NULL || s->stats == NULL || s->conns == NULL) {
     ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
     goto fail;
   }

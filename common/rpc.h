@@ -102,6 +102,25 @@ ps_rpc_server *ps_rpc_server_create(const char *addr, const ps_rpc_handler *h, s
                                     const ps_rpc_server_options *opt, void *user,
                                     ps_status *st);
 int ps_rpc_server_port(const ps_rpc_server *s);
+
+/* What the server has answered, per method, for a metrics endpoint: calls
+ * by status code (a call that ended without a status, e.g. the client
+ * went away, counts as CANCELLED), latency from the request's arrival to
+ * the end of the call in buckets of ps_rpc_latency_bounds (seconds; the
+ * last bucket is above every bound), request and response bytes. */
+#define PS_RPC_NCODES 17
+#define PS_RPC_NBUCKETS 14
+extern const double ps_rpc_latency_bounds[PS_RPC_NBUCKETS];
+typedef struct ps_rpc_method_stats {
+  const char *method;
+  unsigned long long calls[PS_RPC_NCODES];
+  unsigned long long buckets[PS_RPC_NBUCKETS + 1];
+  double sum_secs;
+  unsigned long long bytes_in, bytes_out;
+} ps_rpc_method_stats;
+/* A copy of every method's counters (malloc'd, *@n of them); NULL when out
+ * of memory.  Any thread, while the server exists. */
+ps_rpc_method_stats *ps_rpc_server_stats(const ps_rpc_server *s, size_t *n);
 void *ps_rpc_server_user(const ps_rpc_server *s);
 void ps_rpc_server_start(ps_rpc_server *s);
 /* Stops accepting connections and calls; in-flight calls go on.  @done

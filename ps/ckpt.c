@@ -555,11 +555,20 @@ static int write_shard(job *j, int64_t *tensors, int64_t *bytes) {
   return rc;
 }
 
+static double clock_secs(clockid_t id) {
+  struct timespec ts;
+  clock_gettime(id, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
 static void *save_thread(void *arg) {
   job *j = arg;
   int64_t tensors = 0, bytes = 0;
+  double t0 = clock_secs(CLOCK_MONOTONIC);
   int rc = write_shard(j, &tensors, &bytes);
   if (rc == 0) {
+    ps_service_saved(j->svc, clock_secs(CLOCK_REALTIME), clock_secs(CLOCK_MONOTONIC) - t0,
+                     (long long)bytes);
     PS_INFO("saved shard %d of %d of %s: %lld tensors, %lld bytes", j->shard, j->nshards,
             j->prefix, (long long)tensors, (long long)bytes);
     Paramserver__SaveResponse r = PARAMSERVER__SAVE_RESPONSE__INIT;

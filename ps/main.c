@@ -20,6 +20,7 @@
 #include "common/cluster.h"
 #include "common/log.h"
 #include "common/rpc.h"
+#include "metrics.h"
 #include "service.h"
 #include "store.h"
 
@@ -36,6 +37,8 @@ static const char usage[] =
     "  --cluster FILE     cluster spec JSON: {\"ps\": [\"host:port\", ...], ...}\n"
     "  --job NAME         job of this task (default ps)\n"
     "  --task N           task index (default 0)\n"
+    "  --metrics-port N   serve Prometheus metrics on GET http://HOST:N/metrics\n"
+    "                     (0: a port the kernel picks, logged)\n"
     "  --bind HOST        listen on HOST at the spec's port (default: every\n"
     "                     interface, IPv4 and IPv6; the spec's host name need\n"
     "                     not resolve yet, as on a Kubernetes pod not Ready)\n"
@@ -225,7 +228,7 @@ static long raise_fd_limit(void) {
 /* The command line, once parsed. */
 typedef struct server_args {
   const char *cluster_file, *job, *ckpt_dir, *bind;
-  int task, grace_secs, threads;
+  int task, grace_secs, threads, metrics_port;
   ps_service_limits limits;
   ps_rpc_server_options ropt;
   int64_t max_conns; /* -1: as many as descriptors allow */
@@ -239,6 +242,7 @@ static const struct option opts[] = {
     {"grace-secs", required_argument, NULL, 'g'},
     {"checkpoint-dir", required_argument, NULL, 'C'},
     {"bind", required_argument, NULL, 'b'},
+    {"metrics-port", required_argument, NULL, 'm'},
     {"log-level", required_argument, NULL, 'l'},
     {"max-tensor-bytes", required_argument, NULL, 1000},
     {"max-read-names", required_argument, NULL, 1001},
@@ -330,6 +334,15 @@ static int other_option(server_args *a, int o, bool *exit_now) {
   case 'C':
     a->ckpt_dir = optarg;
     break;
+  case 'm':
+    a->metrics_port = (int)strtol(optarg, &end, 10);
+    if (*end || optarg[0] == '\0' || a->metrics_port < 0 || a->metrics_port > 65535) {
+      fprintf(stderr,
+              "ps-server: --metrics-port must be a port number 0..65535, got '%s'\n",
+              optarg);
+      return 2;
+    }
+    break;
   case 'b':
     if (optarg[0] == '\0' || strlen(optarg) > 255 || strchr(optarg, ' ')) {
       fprintf(stderr, "ps-server: --bind must be a host name or address, got '%s'\n",
@@ -363,6 +376,7 @@ static int parse_args(int argc, char **argv, server_args *a) {
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   a->threads = ncpu >= 4 ? (int)(ncpu / 2 > 8 ? 8 : ncpu / 2) : 1;
   a->task = -1;
+  a->metrics_port = -1;
   a->grace_secs = 10;
   a->max_conns = -1;
   ps_service_limits_default(&a->limits);
@@ -487,10 +501,18 @@ int main(int argc, char **argv) {
   ps_rpc_global_init();
   ps_store *store = ps_store_create(taskname);
   ps_service *svc = ps_service_create(store, taskname);
+  ps_server_metrics metrics = {.store = store, .svc = svc};
   ps_rpc_server *srv = NULL;
   ps_service_set_limits(svc, &a.limits);
   rc = 2;
   if (a.ckpt_dir && set_checkpoint_dir(svc, a.ckpt_dir) != 0) goto out;
+  /* the metrics port first: a port that cannot be had stops the start */
+  if (a.metrics_port >= 0 &&
+      ps_server_metrics_start(&metrics, a.metrics_port, &st) != 0) {
+    PS_ERROR("--metrics-port %d: %s", a.metrics_port, st.msg);
+    rc = 1;
+    goto out;
+  }
   size_t nh;
   const ps_rpc_handler *h = ps_service_handlers(&nh);
   rc = 1;
@@ -502,6 +524,7 @@ int main(int argc, char **argv) {
   char real_addr[300];
   snprintf(real_addr, sizeof real_addr, "%s:%d", host, ps_rpc_server_port(srv));
   ps_service_set_address(svc, real_addr);
+  atomic_store(&metrics.srv, srv);
   ps_rpc_server_start(srv);
   daemon_state d = {0};
   loop_init(&d, srv, store, svc, a.grace_secs);
@@ -514,6 +537,7 @@ int main(int argc, char **argv) {
   /* Every call is gone, but a checkpoint job may still be unwinding after
    * answering its call: it must be done before anything is freed. */
   ps_ckpt_wait_all();
+  ps_server_metrics_stop(&metrics);
   ps_rpc_server_destroy(srv);
   int64_t nvars, bytes;
   ps_store_totals(store, &nvars, &bytes);
@@ -521,6 +545,7 @@ int main(int argc, char **argv) {
           (long long)bytes);
   rc = 0;
 out:
+  ps_server_metrics_stop(&metrics);
   ps_service_destroy(svc);
   ps_store_destroy(store);
   ps_cluster_destroy(cluster);

@@ -81,12 +81,34 @@ ps_service *ps_service_create(ps_store *store, const char *task) {
   ps_store_set_gate_limits(store, s->limits.max_hold_ms, s->limits.max_tensor_bytes);
   snprintf(s->task, sizeof s->task, "%s", task);
   clock_gettime(CLOCK_MONOTONIC, &s->start);
+  pthread_mutex_init(&s->ckpt_mu, NULL);
   return s;
 }
 
 void ps_service_destroy(ps_service *s) {
-  if (s) free(s->ckpt_dir);
+  if (s == NULL) return;
+  free(s->ckpt_dir);
+  pthread_mutex_destroy(&s->ckpt_mu);
   free(s);
+}
+
+void ps_service_saved(ps_service *s, double end, double secs, long long bytes) {
+  pthread_mutex_lock(&s->ckpt_mu);
+  s->ckpt_time = end;
+  s->ckpt_secs = secs;
+  s->ckpt_bytes = bytes;
+  s->ckpt_count++;
+  pthread_mutex_unlock(&s->ckpt_mu);
+}
+
+void ps_service_last_save(ps_service *s, double *end, double *secs, long long *bytes,
+                          long long *count) {
+  pthread_mutex_lock(&s->ckpt_mu);
+  *end = s->ckpt_time;
+  *secs = s->ckpt_secs;
+  *bytes = s->ckpt_bytes;
+  *count = s->ckpt_count;
+  pthread_mutex_unlock(&s->ckpt_mu);
 }
 
 ps_store *ps_service_store(ps_service *s) {

@@ -70,6 +70,11 @@ void ps_service_shutdown(ps_service *svc);
  * stop, as on SIGTERM.  Must be safe from any thread (e.g. uv_async_send).
  * Without a hook, Shutdown is UNIMPLEMENTED. */
 void ps_service_set_shutdown_hook(ps_service *svc, void (*fn)(void *), void *arg);
+/* A shard was saved: when it ended (wall clock, seconds since the epoch),
+ * how long it took and its bytes; and the last one, for metrics. */
+void ps_service_saved(ps_service *svc, double end, double secs, long long bytes);
+void ps_service_last_save(ps_service *svc, double *end, double *secs, long long *bytes,
+                          long long *count);
 
 /* The handler table for ps_rpc_server_create(); user pointer = the service. */
 const ps_rpc_handler *ps_service_handlers(size_t *n);

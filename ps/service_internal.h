@@ -25,6 +25,10 @@ struct ps_service {
   atomic_llong rpcs;
   atomic_bool sync_closed; /* shutting down: no call may start waiting */
   ps_service_limits limits;
+  /* the last shard this ps saved (metrics): wall-clock end, seconds, bytes */
+  pthread_mutex_t ckpt_mu;
+  double ckpt_time, ckpt_secs;
+  long long ckpt_bytes, ckpt_count;
   void (*on_shutdown)(void *); /* the daemon's stop, for Shutdown calls */
   void *shutdown_arg;
 };

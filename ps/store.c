@@ -29,6 +29,7 @@
 #include "sync.h"
 
 struct ps_store {
+  unsigned long long gate_waits; /* updates parked at a closed gate (gate_mu) */
   pthread_mutex_t gate_mu;
   pthread_cond_t gate_cv;
   int gate_closed; /* a snapshot is being taken or held */
@@ -724,6 +725,7 @@ int ps_store_update_admit(ps_store *s, ps_gate_fn fn, void *arg, int64_t bytes,
       s->deferred = d;
       d[s->ndeferred++] = (struct deferred){fn, arg};
       s->parked_bytes += bytes;
+      s->gate_waits++;
       pthread_mutex_unlock(&s->gate_mu);
       *parked = true;
       return 0;
@@ -930,4 +932,11 @@ void ps_store_snapshot_stats(ps_store *s, int64_t id, int64_t *nvars, int64_t *b
       *bytes = s->pending[i]->bytes;
     }
   pthread_mutex_unlock(&s->gate_mu);
+}
+
+unsigned long long ps_store_gate_waits(ps_store *s) {
+  pthread_mutex_lock(&s->gate_mu);
+  unsigned long long n = s->gate_waits;
+  pthread_mutex_unlock(&s->gate_mu);
+  return n;
 }

@@ -153,6 +153,8 @@ void ps_snapshot_free(ps_snapshot *snap);
  * queues @fn(@arg) to run (entered) when it reopens and returns false: an
  * update never blocks an RPC thread.  Every entry ends with _leave(). */
 typedef void (*ps_gate_fn)(void *arg);
+/* Updates that waited at a closed gate so far (for metrics). */
+unsigned long long ps_store_gate_waits(ps_store *s);
 bool ps_store_update_enter(ps_store *s, ps_gate_fn fn, void *arg);
 /* The same for an update holding @bytes (its staged values): while the
  * gate is closed, the parked updates together may hold at most the

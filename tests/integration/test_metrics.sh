@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Prometheus metrics of ps-server (--metrics-port): the page passes
+# `promtool check metrics`, counts what the ps did (RPCs by method and
+# code, a checkpoint shard, the variables held), and a real Prometheus
+# (Debian's) scrapes it and answers a query over it.  Ports are picked at
+# run time; every process is stopped however the script ends.
+set -uo pipefail
+PS_SERVER=${PS_SERVER:?}; PSCTL=${PSCTL:?}
+source "$(dirname "$0")/../support/lib.sh"
+test_init metrics
+
+free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+mkdir -p "$dir/ck"
+echo '{"ps": ["127.0.0.1:0"]}' > "$dir/c.json"
+fifo="$dir/ready"; mkfifo "$fifo"
+"$PS_SERVER" --cluster "$dir/c.json" --job ps --task 0 --metrics-port 0 --checkpoint-dir "$dir/ck" \
+  > "$fifo" 2> "$dir/ps.log" &
+PID=$!
+read -r -t 60 line < "$fifo"; A=${line##* }
+[[ "$line" == *" ready on "* ]] || { bad "ps started" "$line $(cat "$dir/ps.log")"; finish; }
+MP=$(sed -n 's/.*metrics on port \([0-9]*\) .*/\1/p' "$dir/ps.log" | head -1)
+[ -n "$MP" ] && ok "metrics port logged ($MP)" || bad "metrics port logged" "$(cat "$dir/ps.log")"
+echo "{\"ps\": [\"$A\"]}" > "$dir/cc.json"
+"$PSCTL" --cluster "$dir/cc.json" status > /dev/null
+"$PSCTL" --cluster "$dir/cc.json" status > /dev/null
+"$PSCTL" --cluster "$dir/cc.json" restore nosuch > /dev/null 2>&1
+"$PSCTL" --cluster "$dir/cc.json" save snap > /dev/null
+
+curl -sf "http://127.0.0.1:$MP/metrics" > "$dir/m.txt"; rc=$?
+[ "$rc" = 0 ] && ok "GET /metrics" || bad "GET /metrics (curl exit $rc)"
+check "two Status calls counted" grep -q '^ps_rpc_calls_total{method="paramserver.Ps/Status",code="OK"} 2$' "$dir/m.txt"
+check "a failed call counted by its code" grep -q '^ps_rpc_calls_total{method="paramserver.Ps/Restore",code="NOT_FOUND"} 1$' "$dir/m.txt"
+check "latency histogram" grep -q '^ps_rpc_duration_seconds_bucket{method="paramserver.Ps/Status",le="+Inf"} 2$' "$dir/m.txt"
+check "bytes sent" grep -Eq '^ps_rpc_sent_bytes_total\{method="paramserver.Ps/Status"\} [1-9][0-9]*$' "$dir/m.txt"
+check "the checkpoint shard" grep -q '^ps_checkpoint_saves_total 1$' "$dir/m.txt"
+check "variables held" grep -q '^ps_variables 0$' "$dir/m.txt"
+code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$MP/other")
+[ "$code" = 404 ] && ok "another path is 404" || bad "another path is 404 (got $code)"
+
+if command -v promtool > /dev/null; then
+  out=$(promtool check metrics < "$dir/m.txt" 2>&1); rc=$?
+  [ "$rc" = 0 ] && ok "promtool check metrics" || bad "promtool check metrics (exit $rc)" "$out"
+else
+  bad "promtool check metrics" "promtool is not installed (deploy/setup.sh installs prometheus)"
+fi
+
+# A real Prometheus scrapes the ps every second; its query API then has
+# the ps's series.
+if command -v prometheus > /dev/null; then
+  PP=$(free_port)
+  cat > "$dir/prom.yml" <<YML
+global:
+  scrape_interval: 1s
+scrape_configs:
+  - job_name: ps
+    static_configs:
+      - targets: ["127.0.0.1:$MP"]
+YML
+  prometheus --config.file="$dir/prom.yml" --storage.tsdb.path="$dir/tsdb" \
+    --web.listen-address="127.0.0.1:$PP" > "$dir/prom.log" 2>&1 &
+  PROM=$!
+  got=""
+  for ((i = 0; i < 300; i++)); do
+    got=$(curl -s "http://127.0.0.1:$PP/api/v1/query?query=ps_rpc_calls_total%7Bmethod%3D%22paramserver.Ps%2FStatus%22%2Ccode%3D%22OK%22%7D" 2>/dev/null)
+    [[ "$got" == *'"value":['*'"2"]'* ]] && break
+    sleep 0.1
+  done
+  [[ "$got" == *'"job":"ps"'*'"value":['*'"2"]'* ]] && ok "Prometheus scrapes the ps" \
+    || bad "Prometheus scrapes the ps" "$got $(tail -5 "$dir/prom.log")"
+  up=$(curl -s "http://127.0.0.1:$PP/api/v1/query?query=up")
+  [[ "$up" == *'"value":['*'"1"]'* ]] && ok "the target is up" || bad "the target is up" "$up"
+  kill -TERM "$PROM"; wait "$PROM" 2>/dev/null
+else
+  bad "Prometheus scrapes the ps" "prometheus is not installed (deploy/setup.sh installs it)"
+fi
+
+expect "--metrics-port: bad value" 2 "--metrics-port must be a port number" "$PS_SERVER" --cluster "$dir/c.json" --metrics-port 70000
+expect "--metrics-port: in use" 1 "--metrics-port $MP: cannot serve metrics on port $MP" "$PS_SERVER" --cluster "$dir/c.json" --metrics-port "$MP"
+kill -TERM "$PID"; wait "$PID"; rc=$?
+[ "$rc" = 0 ] && ok "ps stops cleanly" || bad "ps stops cleanly (exit $rc)" "$(tail -5 "$dir/ps.log")"
+finish
