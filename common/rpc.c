@@ -1696,9 +1696,11 @@ int ps_rpc_run(ps_rpc_req *reqs, size_t n) {
     cc->details = grpc_empty_slice();
     grpc_metadata_array_init(&cc->init_md);
     grpc_metadata_array_init(&cc->trail_md);
+    reqs[i].elapsed_secs = 0;
     ccall_start(cc, cq);
     if (!(cc->send_done && cc->recv_done)) live++;
   }
+  int64_t t0 = mono_ns();
   while (live > 0) {
     grpc_event ev =
         grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
@@ -1710,7 +1712,10 @@ int ps_rpc_run(ps_rpc_req *reqs, size_t n) {
       ccall_send_event(cc, ev.success);
     else
       ccall_recv_event(cc, ev.success);
-    if (!was_done && cc->send_done && cc->recv_done) live--;
+    if (!was_done && cc->send_done && cc->recv_done) {
+      live--;
+      cc->req->elapsed_secs = (double)(mono_ns() - t0) / 1e9;
+    }
   }
   int failed = 0;
   for (size_t i = 0; i < n; i++) {

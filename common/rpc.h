@@ -183,6 +183,7 @@ typedef struct ps_rpc_req {
   void *user;
   /* out */
   ps_status st;
+  double elapsed_secs; /* from the start of ps_rpc_run to this call's end */
   /* internal */
   void *priv_;
 } ps_rpc_req;

@@ -5,7 +5,7 @@
 # (Debian's) scrapes it and answers a query over it.  Ports are picked at
 # run time; every process is stopped however the script ends.
 set -uo pipefail
-PS_SERVER=${PS_SERVER:?}; PSCTL=${PSCTL:?}
+PS_SERVER=${PS_SERVER:?}; PSCTL=${PSCTL:?}; PS_WORKER=${PS_WORKER:?}
 source "$(dirname "$0")/../support/lib.sh"
 test_init metrics
 
@@ -74,6 +74,29 @@ YML
 else
   bad "Prometheus scrapes the ps" "prometheus is not installed (deploy/setup.sh installs it)"
 fi
+
+# ps-worker's page while it trains: steps, examples, loss, and the calls
+# to each ps with the time it waited for them.
+echo "{\"ps\": [\"$A\"], \"worker\": [\"127.0.0.1:0\"]}" > "$dir/w.json"
+"$PS_WORKER" --cluster "$dir/w.json" --job worker --task 0 --model linreg --steps 100000000 \
+  --log-every 50 --metrics-port 0 --keep-ps --no-restore > "$dir/w.out" 2> "$dir/w.log" &
+W=$!
+if wait_for "$dir/w.log" "step [0-9]+ loss" 120 && wait_for "$dir/w.log" "metrics on port" 5; then
+  WP=$(sed -n 's/.*metrics on port \([0-9]*\) .*/\1/p' "$dir/w.log" | head -1)
+  curl -sf "http://127.0.0.1:$WP/metrics" > "$dir/w.txt"
+  check "worker: steps counted" grep -Eq '^ps_worker_steps_total [1-9][0-9]*$' "$dir/w.txt"
+  check "worker: examples/s" grep -Eq '^ps_worker_examples_per_second [1-9]' "$dir/w.txt"
+  check "worker: calls to ps/0" grep -Eq '^ps_worker_ps_calls_total\{ps="ps/0"\} [1-9][0-9]*$' "$dir/w.txt"
+  check "worker: time waited for ps/0" grep -Eq '^ps_worker_ps_wait_seconds_total\{ps="ps/0"\} [0-9.]+$' "$dir/w.txt"
+  if command -v promtool > /dev/null; then
+    out=$(promtool check metrics < "$dir/w.txt" 2>&1); rc=$?
+    [ "$rc" = 0 ] && ok "worker: promtool check metrics" || bad "worker: promtool check metrics (exit $rc)" "$out"
+  fi
+else
+  bad "worker trains with --metrics-port" "$(tail -5 "$dir/w.log")"
+fi
+kill -TERM "$W"; wait "$W"; rc=$?
+[ "$rc" = 0 ] && ok "worker stops on SIGTERM" || bad "worker stops on SIGTERM (exit $rc)" "$(tail -5 "$dir/w.log")"
 
 expect "--metrics-port: bad value" 2 "--metrics-port must be a port number" "$PS_SERVER" --cluster "$dir/c.json" --metrics-port 70000
 expect "--metrics-port: in use" 1 "--metrics-port $MP: cannot serve metrics on port $MP" "$PS_SERVER" --cluster "$dir/c.json" --metrics-port "$MP"

@@ -7,6 +7,7 @@
 #include "paramserver/client.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,6 +76,8 @@ struct ps_client {
   int nps;
   char **addrs;
   ps_rpc_channel **ch;
+  /* per task: calls and the microseconds callers waited for them */
+  atomic_ullong *calls, *wait_us;
 };
 
 void ps_client_options_default(ps_client_options *o) {
@@ -102,7 +105,10 @@ ps_client *ps_client_create(const ps_cluster *cluster, const char *ps_job,
   c->nps = n;
   c->addrs = calloc((size_t)n, sizeof *c->addrs);
   c->ch = calloc((size_t)n, sizeof *c->ch);
-  if (c->addrs == NULL || c->ch == NULL) goto oom;
+  c->calls = calloc((size_t)n, sizeof *c->calls);
+  c->wait_us = calloc((size_t)n, sizeof *c->wait_us);
+  if (c->addrs == NULL || c->ch == NULL || c->calls == NULL || c->wait_us == NULL)
+    goto oom;
   for (int i = 0; i < n; i++) {
     const char *a = ps_cluster_address(cluster, job, i);
     if (a == NULL) {
@@ -130,7 +136,19 @@ void ps_client_destroy(ps_client *c) {
   }
   free(c->ch);
   free(c->addrs);
+  free(c->calls);
+  free(c->wait_us);
   free(c);
+}
+
+void ps_client_task_stats(const ps_client *c, int task, unsigned long long *calls,
+                          double *wait_secs) {
+  *calls = 0;
+  *wait_secs = 0;
+  if (c == NULL || task < 0 || task >= c->nps) return;
+  *calls = atomic_load_explicit(&c->calls[task], memory_order_relaxed);
+  *wait_secs =
+      (double)atomic_load_explicit(&c->wait_us[task], memory_order_relaxed) / 1e6;
 }
 
 int ps_client_num_ps(const ps_client *c) {
@@ -169,9 +187,22 @@ static void annotate(ps_client *c, int task, ps_status *st) {
 }
 
 /* Runs @reqs (one per task in @tasks); retries UNAVAILABLE ones if @safe. */
+/* Counts each call's wait against its task. */
+static void count_waits(ps_client *c, const ps_rpc_req *reqs, const int *tasks,
+                        size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    if (tasks[i] < 0 || tasks[i] >= c->nps) continue;
+    atomic_fetch_add_explicit(&c->calls[tasks[i]], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&c->wait_us[tasks[i]],
+                              (unsigned long long)(reqs[i].elapsed_secs * 1e6),
+                              memory_order_relaxed);
+  }
+}
+
 static void run_reqs(ps_client *c, ps_rpc_req *reqs, const int *tasks, size_t n,
                      bool safe) {
   ps_rpc_run(reqs, n);
+  count_waits(c, reqs, tasks, n);
   if (safe) {
     int64_t backoff = c->opt.retry_initial_ms;
     for (int attempt = 0; attempt < c->opt.max_retries; attempt++) {
@@ -200,8 +231,11 @@ static void run_reqs(ps_client *c, ps_rpc_req *reqs, const int *tasks, size_t n,
           k++;
         }
       ps_rpc_run(again, k);
-      for (size_t j = 0; j < k; j++)
+      for (size_t j = 0; j < k; j++) {
         reqs[which[j]].st = again[j].st;
+        int t = tasks[which[j]];
+        count_waits(c, &again[j], &t, 1);
+      }
       free(again);
       free(which);
     }

@@ -16,6 +16,7 @@
 
 #include "common/cluster.h"
 #include "common/log.h"
+#include "common/metrics.h"
 #include "paramserver/coordinator.h"
 #include "paramserver/dataset.h"
 #include "paramserver/graph.h"
@@ -72,6 +73,8 @@ static const char usage[] =
     "  --max-to-keep N       checkpoints kept (default 5)\n"
     "Other:\n"
     "  --ps-timeout SECS     give up waiting for the ps after SECS (default 0: never)\n"
+    "  --metrics-port N      serve Prometheus metrics on GET http://HOST:N/metrics\n"
+    "                        (0: a port the kernel picks, logged)\n"
     "  --keep-ps             chief: leave the ps tasks running when the job is done\n"
     "                        (by default it shuts them down after its final save,\n"
     "                        so a Slurm or Kubernetes job ends)\n"
@@ -90,7 +93,7 @@ typedef struct options {
   bool local, sync, final_save, no_restore, keep_ps;
   model_kind model;
   int64_t steps, batch, log_every, save_every_steps, vocab;
-  int hidden, replicas, parts, max_to_keep;
+  int hidden, replicas, parts, max_to_keep, metrics_port;
   bool greedy;
   int num_workers;
   double lr, save_every_secs, ps_timeout;
@@ -476,6 +479,7 @@ enum {
   O_SAVE_SECS,
   O_NO_FINAL,
   O_KEEP_PS,
+  O_METRICS_PORT,
   O_RESTORE,
   O_NO_RESTORE,
   O_KEEP,
@@ -592,6 +596,16 @@ static int run_option(int c, options *o) {
   case O_KEEP_PS:
     o->keep_ps = true;
     break;
+  case O_METRICS_PORT:
+    if (parse_i64("--metrics-port", optarg, 0, &v)) return 2;
+    if (v > 65535) {
+      fprintf(stderr,
+              "ps-worker: --metrics-port must be a port number 0..65535, got '%s'\n",
+              optarg);
+      return 2;
+    }
+    o->metrics_port = (int)v;
+    break;
   case O_RESTORE:
     o->restore = optarg;
     break;
@@ -665,6 +679,7 @@ static int parse_args(int argc, char **argv, options *o) {
       {"save-every-secs", required_argument, NULL, O_SAVE_SECS},
       {"no-final-save", no_argument, NULL, O_NO_FINAL},
       {"keep-ps", no_argument, NULL, O_KEEP_PS},
+      {"metrics-port", required_argument, NULL, O_METRICS_PORT},
       {"restore", required_argument, NULL, O_RESTORE},
       {"no-restore", no_argument, NULL, O_NO_RESTORE},
       {"max-to-keep", required_argument, NULL, O_KEEP},
@@ -686,6 +701,7 @@ static int parse_args(int argc, char **argv, options *o) {
   o->final_save = true;
   o->lr = -1;
   o->max_to_keep = 5;
+  o->metrics_port = -1;
   int c, rc;
   while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1)
     if ((rc = apply_option(c, o)) != 0) return rc;
@@ -726,6 +742,11 @@ typedef struct job {
   /* the training loop's progress */
   int64_t gs, local, saved_step;
   bool trained;
+  /* --metrics-port: what the page shows (the training thread writes, the
+   * metrics thread reads) */
+  ps_metrics_server *metrics;
+  atomic_llong m_steps, m_examples, m_global_step;
+  _Atomic double m_loss, m_examples_per_sec;
 } job;
 
 /* The cluster and this task's place in it (--local: none); 0 or 2. */
@@ -833,6 +854,45 @@ static int recover(job *j, const ps_status *e, ps_status *st) {
 
 /* Steps until global_step reaches --steps or a signal: logs every
  * --log-every steps; the chief saves on schedule. */
+/* The worker's Prometheus page (--metrics-port). */
+static void render_metrics(ps_mbuf *b, void *arg) {
+  job *j = arg;
+  ps_mbuf_family(b, "ps_worker_steps_total", "counter",
+                 "Training steps this worker ran.");
+  ps_mbuf_printf(b, "ps_worker_steps_total %lld\n", (long long)atomic_load(&j->m_steps));
+  ps_mbuf_family(b, "ps_worker_examples_total", "counter",
+                 "Examples this worker trained on.");
+  ps_mbuf_printf(b, "ps_worker_examples_total %lld\n",
+                 (long long)atomic_load(&j->m_examples));
+  ps_mbuf_family(b, "ps_worker_examples_per_second", "gauge",
+                 "Examples per second over the last progress interval.");
+  ps_mbuf_printf(b, "ps_worker_examples_per_second %.3f\n",
+                 atomic_load(&j->m_examples_per_sec));
+  ps_mbuf_family(b, "ps_worker_global_step", "gauge",
+                 "The global step after its last step.");
+  ps_mbuf_printf(b, "ps_worker_global_step %lld\n",
+                 (long long)atomic_load(&j->m_global_step));
+  ps_mbuf_family(b, "ps_worker_loss", "gauge", "The loss of its last step.");
+  ps_mbuf_printf(b, "ps_worker_loss %.6g\n", atomic_load(&j->m_loss));
+  if (j->client == NULL) return;
+  int n = ps_client_num_ps(j->client);
+  ps_mbuf_family(b, "ps_worker_ps_calls_total", "counter", "Calls to each ps task.");
+  for (int t = 0; t < n; t++) {
+    unsigned long long calls;
+    double secs;
+    ps_client_task_stats(j->client, t, &calls, &secs);
+    ps_mbuf_printf(b, "ps_worker_ps_calls_total{ps=\"ps/%d\"} %llu\n", t, calls);
+  }
+  ps_mbuf_family(b, "ps_worker_ps_wait_seconds_total", "counter",
+                 "Seconds this worker waited for calls to each ps task.");
+  for (int t = 0; t < n; t++) {
+    unsigned long long calls;
+    double secs;
+    ps_client_task_stats(j->client, t, &calls, &secs);
+    ps_mbuf_printf(b, "ps_worker_ps_wait_seconds_total{ps=\"ps/%d\"} %.6f\n", t, secs);
+  }
+}
+
 static int train_loop(job *j, ps_status *st) {
   const options *o = &j->o;
   ps_node *fetch[2] = {j->m.loss, ps_variable_value(j->m.step)};
@@ -861,11 +921,16 @@ static int train_loop(job *j, ps_status *st) {
     j->local++;
     since_log++;
     loss_sum += loss;
+    atomic_fetch_add(&j->m_steps, 1);
+    atomic_fetch_add(&j->m_examples, o->batch);
+    atomic_store(&j->m_global_step, j->gs);
+    atomic_store(&j->m_loss, loss);
     double now = now_secs();
     if (since_log == o->log_every) {
       PS_INFO("step %lld loss %.4f examples/s %.0f", (long long)j->gs,
               loss_sum / (double)since_log,
               (double)(since_log * o->batch) / (now - tlog));
+      atomic_store(&j->m_examples_per_sec, (double)(since_log * o->batch) / (now - tlog));
       since_log = 0;
       loss_sum = 0;
       tlog = now;
@@ -935,6 +1000,7 @@ static int finish(job *j, ps_status *st) {
 }
 
 static void job_free(job *j) {
+  ps_metrics_stop(j->metrics); /* before what its page reads is freed */
   ps_dataset_iter_destroy(j->it);
   ps_dataset_free(&j->batch);
   ps_dataset_free(&j->train);
@@ -965,10 +1031,20 @@ int main(int argc, char **argv) {
   signal(SIGINT, on_signal);
   signal(SIGTERM, on_signal);
   int rc = 0;
-  if (set_up(&j, &st) != 0 && st.code == PS_CANCELLED && atomic_load(&stop_requested)) {
+  int up = set_up(&j, &st);
+  if (up == 0 && j.o.metrics_port >= 0) {
+    if ((j.metrics = ps_metrics_start(j.o.metrics_port, render_metrics, &j, &st)) ==
+        NULL) {
+      ps_status_prefix(&st, "--metrics-port %d", j.o.metrics_port);
+      up = -1;
+    } else {
+      PS_INFO("metrics on port %d (GET /metrics)", ps_metrics_port(j.metrics));
+    }
+  }
+  if (up != 0 && st.code == PS_CANCELLED && atomic_load(&stop_requested)) {
     /* SIGTERM before training started: nothing to save, a clean stop */
     PS_WARN("stopped by a signal before training: %s", st.msg);
-  } else if (st.code != PS_OK || train_loop(&j, &st) != 0 || finish(&j, &st) != 0) {
+  } else if (up != 0 || train_loop(&j, &st) != 0 || finish(&j, &st) != 0) {
     PS_ERROR("%s", st.msg);
     fprintf(stderr, "ps-worker: %s\n", st.msg);
     rc = 1;

@@ -52,6 +52,10 @@ ps_client *ps_client_create(const ps_cluster *cluster, const char *ps_job,
                             const ps_client_options *opt, ps_status *st);
 void ps_client_destroy(ps_client *c); /* NULL is a no-op */
 int ps_client_num_ps(const ps_client *c);
+/* Calls made to ps @task so far and the seconds callers waited for them
+ * (for metrics: time blocked on each ps).  Any thread. */
+void ps_client_task_stats(const ps_client *c, int task, unsigned long long *calls,
+                          double *wait_secs);
 const char *ps_client_address(const ps_client *c, int task);
 
 typedef struct ps_var_spec {
