@@ -23,6 +23,12 @@ int ps_log_level_parse(const char *s);
 /* A program's --log-level @arg: sets the level, or prints
  * "PROG: unknown --log-level 'ARG'" to stderr and returns -1. */
 int ps_log_level_option(const char *prog, const char *arg);
+/* A program's --log-format @arg: "text" (above) or "json" (one object a
+ * line: {"time":"2026-11-22T10:00:00.123Z","level":"info","task":"ps/0",
+ * "msg":"..."}, UTC, valid UTF-8 with control characters escaped), or
+ * prints "PROG: unknown --log-format 'ARG'" and returns -1.  Without it,
+ * PS_LOG_FORMAT=json in the environment selects JSON. */
+int ps_log_format_option(const char *prog, const char *arg);
 /* Copies @len bytes of @src to @dst (size @n, NUL-terminated, truncated
  * at a whole character) with control characters escaped as above; returns
  * the length written. */

@@ -47,6 +47,8 @@ static const char usage[] =
     "  --checkpoint-dir D save and restore checkpoints under D (a filesystem all\n"
     "                     tasks share); paths that leave D are refused\n"
     "  --log-level L      debug, info, warn, error (default info; env PS_LOG_LEVEL)\n"
+    "  --log-format F     text, or json: one JSON object a line for log collectors\n"
+    "                     (env PS_LOG_FORMAT)\n"
     "\n"
     "limits (sizes take a K, M or G suffix, powers of 1024; README \"Limits\"):\n"
     "  --max-tensor-bytes N     bytes of one variable or value (default: physical\n"
@@ -244,6 +246,7 @@ static const struct option opts[] = {
     {"bind", required_argument, NULL, 'b'},
     {"metrics-port", required_argument, NULL, 'm'},
     {"log-level", required_argument, NULL, 'l'},
+    {"log-format", required_argument, NULL, 'L'},
     {"max-tensor-bytes", required_argument, NULL, 1000},
     {"max-read-names", required_argument, NULL, 1001},
     {"max-gather-rows", required_argument, NULL, 1002},
@@ -353,6 +356,9 @@ static int other_option(server_args *a, int o, bool *exit_now) {
     break;
   case 'l':
     if (ps_log_level_option("ps-server", optarg) != 0) return 2;
+    break;
+  case 'L':
+    if (ps_log_format_option("ps-server", optarg) != 0) return 2;
     break;
   case 'h':
     fputs(usage, stdout);

@@ -120,6 +120,27 @@ kill -INT "$P1"; wait "$P1"; rc=$?
 expect "status shows down" 1 "ps/1 $A1 down (UNAVAILABLE" "$PSCTL" --cluster "$dir/cluster.json" status
 kill -TERM "$P0"; wait "$P0"; rc=$?
 [ "$rc" = 0 ] && ok "SIGTERM exits 0" || bad "SIGTERM exits 0 (got $rc)"
+# --log-format json: every stderr line is one JSON object with time,
+# level, task and msg (log collectors); a bad value exits 2.
+expect "--log-format: bad value" 2 "unknown --log-format 'xml'" "$PS_SERVER" --cluster "$dir/boot.json" --log-format xml
+fifo="$dir/ready.json"; mkfifo "$fifo"
+"$PS_SERVER" --cluster "$dir/boot.json" --job ps --task 0 --log-format json > "$fifo" 2> "$dir/json.log" &
+JP=$!; read -r -t 60 line < "$fifo"; JA=${line##* }
+echo "{\"ps\": [\"$JA\"]}" > "$dir/jc.json"
+"$PSCTL" --cluster "$dir/jc.json" read 'no"such\var' > /dev/null 2>&1
+kill -TERM "$JP"; wait "$JP"
+out=$(/usr/bin/python3 -c '
+import json, sys
+n = 0
+for line in open(sys.argv[1], encoding="utf-8"):
+    o = json.loads(line)
+    assert set(o) == {"time", "level", "task", "msg"}, o
+    assert o["task"] == "ps/0" and o["time"].endswith("Z"), o
+    n += 1
+print("lines", n)
+' "$dir/json.log" 2>&1); rc=$?
+[ "$rc" = 0 ] && [[ "$out" == "lines "[2-9]* ]] && ok "--log-format json: every line is JSON" || bad "--log-format json: every line is JSON" "$out $(cat "$dir/json.log")"
+
 # psctl shutdown: each ps stops as on SIGTERM and exits 0; a second one
 # finds them down.
 echo '{"ps": ["127.0.0.1:0", "127.0.0.1:0"]}' > "$dir/sd.json"

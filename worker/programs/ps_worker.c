@@ -79,6 +79,7 @@ static const char usage[] =
     "                        (by default it shuts them down after its final save,\n"
     "                        so a Slurm or Kubernetes job ends)\n"
     "  --log-level LEVEL     debug | info | warn | error\n"
+    "  --log-format F        text | json (one JSON object a line; env PS_LOG_FORMAT)\n"
     "  --help, --version\n"
     "\n"
     "Output: progress lines on stderr (\"step 1200 loss 0.4123 examples/s 8100\");\n"
@@ -485,6 +486,7 @@ enum {
   O_KEEP,
   O_PS_TIMEOUT,
   O_LOG_LEVEL,
+  O_LOG_FORMAT,
   O_PLACEMENT,
   O_META,
   O_HELP,
@@ -623,6 +625,9 @@ static int run_option(int c, options *o) {
   case O_LOG_LEVEL:
     if (ps_log_level_option("ps-worker", optarg) != 0) return 2;
     break;
+  case O_LOG_FORMAT:
+    if (ps_log_format_option("ps-worker", optarg) != 0) return 2;
+    break;
   case O_META:
     o->meta = optarg;
     break;
@@ -685,6 +690,7 @@ static int parse_args(int argc, char **argv, options *o) {
       {"max-to-keep", required_argument, NULL, O_KEEP},
       {"ps-timeout", required_argument, NULL, O_PS_TIMEOUT},
       {"log-level", required_argument, NULL, O_LOG_LEVEL},
+      {"log-format", required_argument, NULL, O_LOG_FORMAT},
       {"placement", required_argument, NULL, O_PLACEMENT},
       {"import-meta", required_argument, NULL, O_META},
       {"help", no_argument, NULL, O_HELP},
