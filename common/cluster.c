@@ -497,6 +497,14 @@ int ps_cluster_num_tasks(const ps_cluster *c, const char *job) {
   return j ? j->ntasks : 0;
 }
 
+int ps_cluster_num_listed(const ps_cluster *c, const char *job) {
+  const ps_cluster_job *j = ps_cluster_find_job(c, job);
+  int n = 0;
+  for (int i = 0; j && i < j->ntasks; i++)
+    n += j->addrs[i] != NULL;
+  return n;
+}
+
 const char *ps_cluster_address(const ps_cluster *c, const char *job, int task) {
   const ps_cluster_job *j = ps_cluster_find_job(c, job);
   if (j == NULL || task < 0 || task >= j->ntasks) return NULL;

@@ -162,6 +162,23 @@ wait "${eps[0]}"; r0=$?; wait "${eps[1]}"; r1=$?
 check "job done: both ps exit 0 on their own (exit $r0 $r1)" test "$r0$r1" = 00
 check "job done: the ps logged why" has "$dir/early-ps.err" "Shutdown asked by a client: the chief's job is done"
 
+# ---- 5b. a sparse spec counts only the tasks it lists: a chief and
+# worker/3 train synchronously (replicas = 2, not 5) and end
+read -r sp < <(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+echo "{\"ps\": [\"127.0.0.1:$sp\"], \"chief\": [\"127.0.0.1:0\"], \"worker\": {\"3\": \"127.0.0.1:0\"}}" > "$dir/sparse.json"
+"$PS_SERVER" --cluster "$dir/sparse.json" --job ps --task 0 > /dev/null 2>> "$dir/sparse-ps.err" &
+spp=$!; pids+=("$spp")
+for role in "chief 0" "worker 3"; do
+  set -- $role
+  timeout 300 "$PS_WORKER" --model linreg --cluster "$dir/sparse.json" --job "$1" --task "$2" --sync \
+    --steps 40 --log-every 10 > "$dir/sparse-$1.out" 2> "$dir/sparse-$1.err" &
+  pids+=($!); eval "sp_$1=$!"
+done
+wait "$sp_chief"; rc_c=$?; wait "$sp_worker"; rc_w=$?
+check "sparse spec: chief and worker/3 finish (exit $rc_c $rc_w)" test "$rc_c$rc_w" = 00
+check "sparse spec: 2 workers counted" has "$dir/sparse-chief.err" "2 worker(s)"
+wait "$spp"; check "sparse spec: the ps was shut down by the chief (exit $?)" test $? = 0
+
 # ---- 6. a ps killed with -9 during training: ps-launch --restart brings it
 # back on its address, the chief restores its variables from the latest
 # checkpoint, both workers go on, the job ends well

@@ -123,6 +123,8 @@ START_TEST(test_parse_sparse) {
                         &st);
   ck_assert_msg(c != NULL, "%s", st.msg);
   ck_assert_int_eq(ps_cluster_num_tasks(c, "worker"), 4);
+  ck_assert_int_eq(ps_cluster_num_listed(c, "worker"), 2); /* TF's num_tasks */
+  ck_assert_int_eq(ps_cluster_num_listed(c, "nope"), 0);
   ck_assert_str_eq(ps_cluster_address(c, "worker", 0), "w0:1");
   ck_assert_ptr_null(ps_cluster_address(c, "worker", 1));
   ck_assert_ptr_null(ps_cluster_address(c, "worker", 2));

@@ -789,9 +789,16 @@ static int resolve_cluster(job *j, ps_status *st) {
   ps_task_id ch;
   j->chief = ps_cluster_chief(j->cluster, &ch) == 0 && !strcmp(ch.job, j->self.job) &&
              ch.task == j->self.task;
-  int nchief = ps_cluster_num_tasks(j->cluster, "chief");
-  j->num_workers = nchief + ps_cluster_num_tasks(j->cluster, "worker");
-  j->worker_index = !strcmp(j->self.job, "chief") ? 0 : nchief + j->self.task;
+  /* the tasks the spec lists (a sparse spec has holes), and this one's
+   * place among them: its data shard */
+  int nchief = ps_cluster_num_listed(j->cluster, "chief");
+  j->num_workers = nchief + ps_cluster_num_listed(j->cluster, "worker");
+  j->worker_index = 0;
+  if (strcmp(j->self.job, "chief") != 0) {
+    j->worker_index = nchief;
+    for (int t = 0; t < j->self.task; t++)
+      j->worker_index += ps_cluster_address(j->cluster, "worker", t) != NULL;
+  }
   return 0;
 }
 

@@ -61,6 +61,10 @@ void ps_cluster_destroy(ps_cluster *c);
 const ps_cluster_job *ps_cluster_find_job(const ps_cluster *c, const char *job);
 /* max index + 1; 0 if no such job. */
 int ps_cluster_num_tasks(const ps_cluster *c, const char *job);
+/* The tasks the spec lists for @job (TensorFlow's num_tasks): in a sparse
+ * spec ({"worker": {"1": ...}}) fewer than ps_cluster_num_tasks, which is
+ * the highest index + 1. */
+int ps_cluster_num_listed(const ps_cluster *c, const char *job);
 /* NULL if no such job or task, or the task is a hole. */
 const char *ps_cluster_address(const ps_cluster *c, const char *job, int task);
 
