@@ -398,7 +398,9 @@ struct ps_rpc_server {
   /* calls with a grpc_call, for the stall check */
   pthread_mutex_t calls_mu;
   ps_rpc_call *calls;
-  int cancelled_all; /* under calls_mu */
+  atomic_long in_flight;       /* calls linked (being served) */
+  atomic_ullong calls_started; /* calls ever linked */
+  int cancelled_all;           /* under calls_mu */
   /* listener and monitor thread */
   int lfd[MAX_LISTENERS];
   int nlfd;
@@ -445,6 +447,8 @@ static void call_link(ps_rpc_call *c) {
   if (s->calls) s->calls->prev = c;
   s->calls = c;
   c->linked = 1;
+  atomic_fetch_add(&s->in_flight, 1);
+  atomic_fetch_add(&s->calls_started, 1);
   if (s->cancelled_all) cancel_call(c);
   pthread_mutex_unlock(&s->calls_mu);
 }
@@ -459,6 +463,7 @@ static void call_unlink(ps_rpc_call *c) {
     s->calls = c->next;
   if (c->next) c->next->prev = c->prev;
   c->linked = 0;
+  atomic_fetch_sub(&s->in_flight, 1);
   pthread_mutex_unlock(&s->calls_mu);
 }
 
@@ -524,6 +529,12 @@ static void record_call(ps_rpc_call *c) {
                             memory_order_relaxed);
   atomic_fetch_add_explicit(&m->bytes_out, c->bytes_out + c->out.total,
                             memory_order_relaxed);
+}
+
+void ps_rpc_server_activity(ps_rpc_server *s, long *in_flight,
+                            unsigned long long *started) {
+  *in_flight = atomic_load(&s->in_flight);
+  *started = atomic_load(&s->calls_started);
 }
 
 ps_rpc_method_stats *ps_rpc_server_stats(const ps_rpc_server *s, size_t *n) {

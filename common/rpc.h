@@ -118,6 +118,9 @@ typedef struct ps_rpc_method_stats {
   double sum_secs;
   unsigned long long bytes_in, bytes_out;
 } ps_rpc_method_stats;
+/* Calls being served now and calls started so far (any thread). */
+void ps_rpc_server_activity(ps_rpc_server *s, long *in_flight,
+                            unsigned long long *started);
 /* A copy of every method's counters (malloc'd, *@n of them); NULL when out
  * of memory.  Any thread, while the server exists. */
 ps_rpc_method_stats *ps_rpc_server_stats(const ps_rpc_server *s, size_t *n);

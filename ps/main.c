@@ -44,6 +44,11 @@ static const char usage[] =
     "                     not resolve yet, as on a Kubernetes pod not Ready)\n"
     "  --threads N        RPC threads (default: one per two cores, at least 1)\n"
     "  --grace-secs S     on SIGTERM, let calls finish for S seconds (default 10)\n"
+    "  --drain-secs S     on SIGTERM, first serve on for up to S seconds, so that\n"
+    "                     the chief of a job stopped as a whole (scancel, a\n"
+    "                     Kubernetes eviction) can write its final checkpoint;\n"
+    "                     it ends early after 3 s without calls or on a Shutdown\n"
+    "                     call (default 0: stop at once)\n"
     "  --checkpoint-dir D save and restore checkpoints under D (a filesystem all\n"
     "                     tasks share); paths that leave D are refused\n"
     "  --log-level L      debug, info, warn, error (default info; env PS_LOG_LEVEL)\n"
@@ -81,6 +86,11 @@ typedef struct daemon_state {
   ps_rpc_server *srv;
   int grace_ms;
   int stopping;
+  /* --drain-secs: after SIGTERM, serve on for a final checkpoint */
+  uv_timer_t drain;
+  int drain_ms, draining;
+  uint64_t drain_start_ms, idle_since_ms;
+  unsigned long long last_started;
 } daemon_state;
 
 static void on_server_done(void *arg) {
@@ -113,6 +123,7 @@ static void on_done(uv_async_t *h) {
   uv_close((uv_handle_t *)&d->done, NULL);
   uv_close((uv_handle_t *)&d->shutdown, NULL);
   uv_close((uv_handle_t *)&d->tick, NULL);
+  uv_close((uv_handle_t *)&d->drain, NULL);
 }
 
 /* Cancels running calls and asks checkpoint jobs to stop at a safe
@@ -137,20 +148,64 @@ static void on_tick(uv_timer_t *t) {
 /* Stops as SIGTERM does: no new calls, the grace period, then cancel. */
 static void begin_shutdown(daemon_state *d) {
   d->stopping = 1;
+  uv_timer_stop(&d->drain);
   ps_rpc_server_shutdown(d->srv, on_server_done, d);
   /* calls parked for a synchronous step would never finish by themselves */
   ps_service_shutdown(d->svc);
   uv_timer_start(&d->grace, on_grace, (uint64_t)d->grace_ms, 0);
 }
 
+/* Draining (--drain-secs): the job got SIGTERM as a whole, and its chief
+ * may be writing a final checkpoint.  Calls are served as before until
+ * nothing has been in flight or started for DRAIN_IDLE_MS (the chief is
+ * done, or there is none), a Shutdown call, another signal, or the drain
+ * time ends; then the stop is SIGTERM's. */
+#define DRAIN_IDLE_MS 3000
+
+static void on_drain_tick(uv_timer_t *t) {
+  daemon_state *d = t->data;
+  uint64_t now = uv_now(d->loop);
+  long in_flight;
+  unsigned long long started;
+  ps_rpc_server_activity(d->srv, &in_flight, &started);
+  if (in_flight > 0 || started != d->last_started) {
+    d->last_started = started;
+    d->idle_since_ms = now;
+  }
+  if (now - d->drain_start_ms >= (uint64_t)d->drain_ms) {
+    PS_WARN("still busy %d s after SIGTERM (--drain-secs): shutting down",
+            d->drain_ms / 1000);
+    begin_shutdown(d);
+  } else if (now - d->idle_since_ms >= DRAIN_IDLE_MS) {
+    PS_INFO("no calls for %d s after SIGTERM: shutting down", DRAIN_IDLE_MS / 1000);
+    begin_shutdown(d);
+  }
+}
+
 static void on_signal(uv_signal_t *h, int signum) {
   daemon_state *d = h->data;
+  const char *name = signum == SIGTERM ? "SIGTERM" : "SIGINT";
   if (d->stopping) {
     PS_WARN("second signal: cancelling running calls");
     cancel_everything(d);
     return;
   }
-  PS_INFO("received %s: shutting down", signum == SIGTERM ? "SIGTERM" : "SIGINT");
+  if (d->draining) {
+    PS_INFO("received %s again: shutting down", name);
+    begin_shutdown(d);
+    return;
+  }
+  if (d->drain_ms > 0) {
+    d->draining = 1;
+    d->drain_start_ms = d->idle_since_ms = uv_now(d->loop);
+    ps_rpc_server_activity(d->srv, &(long){0}, &d->last_started);
+    PS_INFO("received %s: serving on for a final checkpoint (until no calls for %d s, "
+            "a Shutdown call, or %d s)",
+            name, DRAIN_IDLE_MS / 1000, d->drain_ms / 1000);
+    uv_timer_start(&d->drain, on_drain_tick, 250, 250);
+    return;
+  }
+  PS_INFO("received %s: shutting down", name);
   begin_shutdown(d);
 }
 
@@ -230,7 +285,7 @@ static long raise_fd_limit(void) {
 /* The command line, once parsed. */
 typedef struct server_args {
   const char *cluster_file, *job, *ckpt_dir, *bind;
-  int task, grace_secs, threads, metrics_port;
+  int task, grace_secs, threads, metrics_port, drain_secs;
   ps_service_limits limits;
   ps_rpc_server_options ropt;
   int64_t max_conns; /* -1: as many as descriptors allow */
@@ -245,6 +300,7 @@ static const struct option opts[] = {
     {"checkpoint-dir", required_argument, NULL, 'C'},
     {"bind", required_argument, NULL, 'b'},
     {"metrics-port", required_argument, NULL, 'm'},
+    {"drain-secs", required_argument, NULL, 'D'},
     {"log-level", required_argument, NULL, 'l'},
     {"log-format", required_argument, NULL, 'L'},
     {"max-tensor-bytes", required_argument, NULL, 1000},
@@ -337,6 +393,13 @@ static int other_option(server_args *a, int o, bool *exit_now) {
   case 'C':
     a->ckpt_dir = optarg;
     break;
+  case 'D':
+    a->drain_secs = (int)strtol(optarg, &end, 10);
+    if (*end || optarg[0] == '\0' || a->drain_secs < 0 || a->drain_secs > 86400) {
+      fprintf(stderr, "ps-server: --drain-secs must be 0..86400, got '%s'\n", optarg);
+      return 2;
+    }
+    break;
   case 'm':
     a->metrics_port = (int)strtol(optarg, &end, 10);
     if (*end || optarg[0] == '\0' || a->metrics_port < 0 || a->metrics_port > 65535) {
@@ -421,10 +484,13 @@ static int connection_limit(int64_t max_conns) {
  * right after it must find them); then the loop runs until the server has
  * drained. */
 static void loop_init(daemon_state *d, ps_rpc_server *srv, ps_store *store,
-                      ps_service *svc, int grace_secs) {
+                      ps_service *svc, int grace_secs, int drain_secs) {
   d->loop = uv_default_loop();
   d->srv = srv;
   d->grace_ms = grace_secs * 1000;
+  d->drain_ms = drain_secs * 1000;
+  uv_timer_init(d->loop, &d->drain);
+  d->drain.data = d;
   uv_signal_init(d->loop, &d->sigterm);
   uv_signal_init(d->loop, &d->sigint);
   uv_timer_init(d->loop, &d->grace);
@@ -533,7 +599,7 @@ int main(int argc, char **argv) {
   atomic_store(&metrics.srv, srv);
   ps_rpc_server_start(srv);
   daemon_state d = {0};
-  loop_init(&d, srv, store, svc, a.grace_secs);
+  loop_init(&d, srv, store, svc, a.grace_secs, a.drain_secs);
   PS_INFO("serving on %s with %d threads (pid %d, at most %d connections)", real_addr,
           a.threads, (int)getpid(), a.ropt.max_connections);
   printf("%s ready on %s\n", taskname, real_addr);

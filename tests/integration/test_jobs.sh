@@ -179,6 +179,44 @@ check "sparse spec: chief and worker/3 finish (exit $rc_c $rc_w)" test "$rc_c$rc
 check "sparse spec: 2 workers counted" has "$dir/sparse-chief.err" "2 worker(s)"
 wait "$spp"; check "sparse spec: the ps was shut down by the chief (exit $?)" test $? = 0
 
+# ---- 5c. the whole job gets SIGTERM at once (scancel, a Kubernetes
+# eviction): the ps (--drain-secs) serve on until the chief has written its
+# final checkpoint, which holds the last step it reached; then every task
+# exits 0 by itself
+ck="$dir/ck-term"; mkdir -p "$ck"
+read -r q0 q1 < <(python3 -c '
+import socket
+ss=[socket.socket() for _ in range(2)]
+for s in ss: s.bind(("127.0.0.1", 0))
+print(" ".join(str(s.getsockname()[1]) for s in ss))')
+echo "{\"ps\": [\"127.0.0.1:$q0\", \"127.0.0.1:$q1\"], \"worker\": [\"127.0.0.1:0\", \"127.0.0.1:0\"]}" > "$dir/term.json"
+tps=(); tws=()
+for t in 0 1; do
+  "$PS_SERVER" --cluster "$dir/term.json" --job ps --task $t --checkpoint-dir "$ck" --drain-secs 60 \
+    > /dev/null 2>> "$dir/term-ps.err" &
+  tps+=($!); pids+=($!)
+done
+for t in 0 1; do
+  "$PS_WORKER" "${W[@]}" --cluster "$dir/term.json" --job worker --task $t --steps 100000000 \
+    --log-every 20 --checkpoint-dir "$ck" > "$dir/term-w$t.out" 2> "$dir/term-w$t.err" &
+  tws+=($!); pids+=($!)
+done
+if wait_for "$dir/term-w0.err" "worker/0: .*step [0-9]* loss" 120 || wait_for "$dir/term-w0.err" "step [0-9]* loss" 5; then
+  kill -TERM "${tps[@]}" "${tws[@]}"
+  rcs=""
+  for p in "${tws[@]}" "${tps[@]}"; do wait "$p"; rcs="$rcs$?"; done
+  check "SIGTERM to the whole job: every task exits 0 ($rcs)" test "$rcs" = 0000
+  # the chief's last global step (read after the other worker stopped too)
+  last=$(step_of "$dir/term-w0.out")
+  saved=$(sed -n 's/^checkpoint .*model.ckpt-\([0-9]*\)$/\1/p' "$dir/term-w0.out" | tail -1)
+  check "SIGTERM to the whole job: the final checkpoint holds the last step ($last, saved $saved)" \
+    test -n "$last" -a "$last" = "$saved" -a -f "$ck/model.ckpt-$saved.index"
+  check "SIGTERM to the whole job: the ps served on for it" has "$dir/term-ps.err" "serving on for a final checkpoint"
+  check "SIGTERM to the whole job: the ps stopped once idle" has "$dir/term-ps.err" "no calls for 3 s after SIGTERM"
+else
+  bad "SIGTERM to the whole job: training never started" "$(tail -5 "$dir/term-w0.err")"
+fi
+
 # ---- 6. a ps killed with -9 during training: ps-launch --restart brings it
 # back on its address, the chief restores its variables from the latest
 # checkpoint, both workers go on, the job ends well
