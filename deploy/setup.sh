@@ -18,12 +18,17 @@ packages=(build-essential meson ninja-build pkg-config
   libgrpc-dev libprotobuf-c-dev protobuf-c-compiler libuv1-dev check
   libjson-c-dev libsnappy-dev zlib1g-dev libopenblas-dev iperf3 clang-format
   dataset-fashion-mnist python3-grpcio libmicrohttpd-dev
-  prometheus curl nodejs npm)
+  prometheus curl)
 
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# node and npm (offline Kubernetes schema checks, tests/k8s): Debian's
+# packages unless the commands are there already (e.g. from NodeSource,
+# whose nodejs carries npm and conflicts with Debian's npm package)
+command -v node > /dev/null || missing+=(nodejs)
+command -v npm > /dev/null || missing+=(npm)
 if ((${#missing[@]})); then
   echo "setup: installing ${missing[*]}" >&2
   sudo_cmd=()
