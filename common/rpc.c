@@ -1689,6 +1689,9 @@ static void ccall_finish(ccall *cc) {
   if (cc->call) grpc_call_unref(cc->call);
 }
 
+/* A call still running after this long is logged, and again every so often. */
+#define PS_RPC_SLOW_WARN_NS ((int64_t)5000000000)
+
 int ps_rpc_run(ps_rpc_req *reqs, size_t n) {
   if (n == 0) return 0;
   ccall *cs = calloc(n, sizeof *cs);
@@ -1711,10 +1714,23 @@ int ps_rpc_run(ps_rpc_req *reqs, size_t n) {
     ccall_start(cc, cq);
     if (!(cc->send_done && cc->recv_done)) live++;
   }
-  int64_t t0 = mono_ns();
+  int64_t t0 = mono_ns(), next_warn = t0 + PS_RPC_SLOW_WARN_NS;
   while (live > 0) {
     grpc_event ev =
-        grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        grpc_completion_queue_next(cq,
+                                   gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                                                gpr_time_from_millis(500, GPR_TIMESPAN)),
+                                   NULL);
+    if (mono_ns() >= next_warn) { /* a dead link or a stuck ps shows in the log */
+      for (size_t i = 0; i < n; i++)
+        if (!(cs[i].send_done && cs[i].recv_done)) {
+          PS_WARN("still waiting after %.0f s for %s on %s (%zu call(s) outstanding)",
+                  (double)(mono_ns() - t0) / 1e9, reqs[i].method, reqs[i].ch->target,
+                  live);
+          break;
+        }
+      next_warn += PS_RPC_SLOW_WARN_NS;
+    }
     if (ev.type != GRPC_OP_COMPLETE) continue;
     ctag *t = ev.tag;
     ccall *cc = t->cc;

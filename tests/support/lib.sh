@@ -15,7 +15,7 @@ _test_cleanup() {
   for p in $(jobs -p); do kill -KILL "$p" 2>/dev/null; done
   wait 2>/dev/null
   if declare -F test_cleanup_hook >/dev/null; then test_cleanup_hook; fi
-  [ -n "${dir:-}" ] && rm -rf "$dir"
+  [ -n "${dir:-}" ] && [ -z "${KEEP_DIR:-}" ] && rm -rf "$dir"
 }
 
 # test_init NAME: $dir = a fresh /tmp/ps-NAME-XXXXXX, removed at exit.

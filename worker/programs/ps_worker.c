@@ -377,12 +377,28 @@ static int done_counter_reset(ps_client *c, ps_status *st) {
   return ps_client_initialize(c, 0, &name, 1, false, NULL, st);
 }
 
+/* The counter again on a ps/0 that restarted empty (its earlier reports
+ * are lost: the chief's wait then ends by its idle rule). */
+static int done_counter_ensure(ps_client *c, ps_status *st) {
+  ps_init_spec z;
+  ps_init_spec_default(&z, PS_INIT_ZEROS);
+  ps_var_spec spec = {
+      .name = DONE_VAR, .dtype = PS_DT_INT64, .shape = {.rank = 0}, .init = &z};
+  const char *name = DONE_VAR;
+  if (ps_client_create_vars(c, 0, &spec, 1, st) != 0) return st->code;
+  return ps_client_initialize(c, 0, &name, 1, true, NULL, st);
+}
+
 static int64_t done_counter(ps_client *c, int64_t add, ps_status *st) {
   ps_tensor *one = ps_tensor_new(PS_DT_INT64, 0, NULL);
   *(int64_t *)ps_tensor_data(one) = add;
   ps_update u = {.name = DONE_VAR, .op = PS_ASSIGN_ADD, .value = one};
   int64_t v = -1;
-  if (add == 0 || ps_client_update(c, 0, &u, 1, st) == 0) {
+  int rc = add == 0 ? 0 : ps_client_update(c, 0, &u, 1, st);
+  if ((rc == PS_NOT_FOUND || rc == PS_FAILED_PRECONDITION) &&
+      done_counter_ensure(c, st) == 0)
+    rc = ps_client_update(c, 0, &u, 1, st);
+  if (rc == 0) {
     ps_read r = {.name = DONE_VAR};
     if (ps_client_read(c, 0, &r, 1, st) == 0) {
       v = *(int64_t *)ps_tensor_data(r.out);
