@@ -512,6 +512,10 @@ const char *ps_cluster_address(const ps_cluster *c, const char *job, int task) {
 }
 
 /* True if job/task has an address; else says why not in @why. */
+bool ps_cl_evaluator_outside_(const ps_cluster *c, const char *job) {
+  return job && !strcmp(job, "evaluator") && ps_cluster_num_tasks(c, "evaluator") == 0;
+}
+
 bool ps_cl_task_present_(const ps_cluster *c, const char *job, int task, char *why,
                          size_t n) {
   const ps_cluster_job *j = ps_cluster_find_job(c, job);

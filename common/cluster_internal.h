@@ -36,6 +36,10 @@ json_object *ps_cl_json_parse_(const char *text, size_t len, const char *pre,
                                ps_status *st);
 ps_cluster *ps_cl_cluster_from_json_(json_object *top, const char *what, const char *pre,
                                      ps_status *st);
+/* An "evaluator" task of a spec without an evaluator job: TensorFlow's
+ * usual layout, where the evaluator reads checkpoints and is no part of
+ * the cluster. */
+bool ps_cl_evaluator_outside_(const ps_cluster *c, const char *job);
 bool ps_cl_task_present_(const ps_cluster *c, const char *job, int task, char *why,
                          size_t n);
 void ps_cl_task_id_set_(ps_task_id *id, const char *job, int task);

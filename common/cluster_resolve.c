@@ -84,7 +84,8 @@ ps_cluster *ps_cluster_from_tf_config(const char *tf_config, ps_task_id *self,
   const char *tname = json_object_get_string(type);
   int tidx = (int)json_object_get_int64(index);
   size_t tlen = (size_t)json_object_get_string_len(type);
-  if (strlen(tname) != tlen || !ps_cl_task_present_(c, tname, tidx, why, sizeof why)) {
+  if (strlen(tname) != tlen || (!ps_cl_task_present_(c, tname, tidx, why, sizeof why) &&
+                                !ps_cl_evaluator_outside_(c, tname))) {
     if (strlen(tname) != tlen) snprintf(why, sizeof why, "bad job name");
     ps_status_set(st, PS_INVALID_ARGUMENT,
                   "TF_CONFIG: task %s/%d is not in the cluster (%s)",
@@ -601,7 +602,8 @@ ps_cluster *ps_cluster_resolve(const char *cluster_file, const char *job, int ta
                            "--cluster %s needs --job NAME and --task N", cluster_file),
              NULL;
     if ((c = ps_cluster_load_file(cluster_file, st)) == NULL) return NULL;
-    if (!ps_cl_task_present_(c, job, task, why, sizeof why)) {
+    if (!ps_cl_task_present_(c, job, task, why, sizeof why) &&
+        !ps_cl_evaluator_outside_(c, job)) {
       ps_status_set(st, PS_INVALID_ARGUMENT,
                     "--job %s --task %d: not in cluster spec %s (%s)",
                     ps_cl_show_(job, strlen(job), b, sizeof b), task, cluster_file, why);
@@ -636,7 +638,8 @@ ps_cluster *ps_cluster_resolve(const char *cluster_file, const char *job, int ta
   }
   if (c == NULL) return NULL;
   if (job != NULL) {
-    if (!ps_cl_task_present_(c, job, task, why, sizeof why)) {
+    if (!ps_cl_task_present_(c, job, task, why, sizeof why) &&
+        !ps_cl_evaluator_outside_(c, job)) {
       ps_status_set(st, PS_INVALID_ARGUMENT,
                     "--job %s --task %d: not in the cluster from %s (%s)",
                     ps_cl_show_(job, strlen(job), b, sizeof b), task, source, why);

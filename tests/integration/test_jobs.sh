@@ -179,6 +179,29 @@ check "sparse spec: chief and worker/3 finish (exit $rc_c $rc_w)" test "$rc_c$rc
 check "sparse spec: 2 workers counted" has "$dir/sparse-chief.err" "2 worker(s)"
 wait "$spp"; check "sparse spec: the ps was shut down by the chief (exit $?)" test $? = 0
 
+# ---- 5d. an evaluator outside the cluster spec (TensorFlow's layout)
+# evaluates each new checkpoint and never trains
+ck="$dir/ck-eval"; mkdir -p "$ck"
+read -r ep < <(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+echo "{\"ps\": [\"127.0.0.1:$ep\"], \"worker\": [\"127.0.0.1:0\"]}" > "$dir/eval.json"
+"$PS_SERVER" --cluster "$dir/eval.json" --job ps --task 0 --checkpoint-dir "$ck" > /dev/null 2>> "$dir/eval-ps.err" &
+pids+=($!); evps=$!
+"$PS_WORKER" --cluster "$dir/eval.json" --job evaluator --task 0 --model linreg --steps 600 \
+  --checkpoint-dir "$ck" > "$dir/evaluator.out" 2> "$dir/evaluator.err" &
+pids+=($!); ev=$!
+"$PS_WORKER" --cluster "$dir/eval.json" --job worker --task 0 --model linreg --steps 600 \
+  --save-every-steps 150 --log-every 100 --checkpoint-dir "$ck" > "$dir/eval-chief.out" 2> "$dir/eval-chief.err"
+check "evaluator: the chief trains and ends (exit $?)" test $? = 0
+wait "$ev"; rc=$?
+check "evaluator: ends once a checkpoint reaches --steps (exit $rc)" test "$rc" = 0
+n=$(grep -c "^evaluated .* global step [0-9]* test mse" "$dir/evaluator.out")
+check "evaluator: evaluated the checkpoints as they came ($n)" test "$n" -ge 1
+check "evaluator: the last one is the final checkpoint" grep -q "global step 600 test mse" "$dir/evaluator.out"
+check "evaluator: never trained" bash -c "! grep -q 'step [0-9]* loss' '$dir/evaluator.err'"
+wait "$evps"
+expect "evaluator: needs --checkpoint-dir" 2 "an evaluator needs --checkpoint-dir" \
+  "$PS_WORKER" --cluster "$dir/eval.json" --job evaluator --task 0 --model linreg
+
 # ---- 5c. the whole job gets SIGTERM at once (scancel, a Kubernetes
 # eviction): the ps (--drain-secs) serve on until the chief has written its
 # final checkpoint, which holds the last step it reached; then every task
@@ -249,10 +272,11 @@ expect "ps-worker --ps-timeout" 1 "ps/0 (127.0.0.1:$port) and 0 other ps task(s)
 
 # identities of the wrong job are refused, each naming the program to run
 echo "{\"ps\": [\"127.0.0.1:$port\"], \"worker\": [\"127.0.0.1:0\"], \"evaluator\": [\"127.0.0.1:0\"]}" > "$dir/roles.json"
-expect "ps-worker with a ps identity" 2 "this task is ps/0 in the cluster spec, but ps-worker runs chief and worker tasks (a ps task runs ps-server)" \
+echo "{\"ps\": [\"127.0.0.1:$port\"], \"reviewer\": [\"127.0.0.1:0\"]}" > "$dir/roles2.json"
+expect "ps-worker with a ps identity" 2 "this task is ps/0 in the cluster spec, but ps-worker runs chief, worker and evaluator tasks (a ps task runs ps-server)" \
   "$PS_WORKER" --cluster "$dir/roles.json" --job ps --task 0
-expect "ps-worker as an evaluator" 2 "an evaluator is not supported yet" \
-  "$PS_WORKER" --cluster "$dir/roles.json" --job evaluator --task 0
+expect "ps-worker with an unknown job" 2 "ps-worker runs chief, worker and evaluator tasks" \
+  "$PS_WORKER" --cluster "$dir/roles2.json" --job reviewer --task 0
 expect "ps-server with a worker identity" 2 "this task is worker/0 in the cluster spec, but ps-server runs ps tasks" \
   "$PS_SERVER" --cluster "$dir/roles.json" --job worker --task 0
 # SIGTERM while waiting for a ps that never comes: a prompt, clean stop

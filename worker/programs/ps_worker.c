@@ -14,9 +14,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/bundle.h"
 #include "common/cluster.h"
 #include "common/log.h"
 #include "common/metrics.h"
+#include "paramserver/checkpoint.h"
 #include "paramserver/coordinator.h"
 #include "paramserver/dataset.h"
 #include "paramserver/graph.h"
@@ -764,6 +766,7 @@ typedef struct job {
   /* the training loop's progress */
   int64_t gs, local, saved_step;
   bool trained;
+  bool evaluator; /* evaluates each new checkpoint, never trains */
   /* --metrics-port: what the page shows (the training thread writes, the
    * metrics thread reads) */
   ps_metrics_server *metrics;
@@ -786,15 +789,20 @@ static int resolve_cluster(job *j, ps_status *st) {
     fprintf(stderr, "ps-worker: %s\n", st->msg);
     return 2;
   }
-  if (strcmp(j->self.job, "chief") != 0 && strcmp(j->self.job, "worker") != 0) {
-    fprintf(stderr,
-            "ps-worker: this task is %s/%d in the cluster spec, but ps-worker runs chief "
-            "and worker tasks%s\n",
-            j->self.job, j->self.task,
-            !strcmp(j->self.job, "ps") ? " (a ps task runs ps-server)"
-            : !strcmp(j->self.job, "evaluator")
-                ? " (an evaluator is not supported yet: it would train)"
-                : "");
+  j->evaluator = !strcmp(j->self.job, "evaluator");
+  if (strcmp(j->self.job, "chief") != 0 && strcmp(j->self.job, "worker") != 0 &&
+      !j->evaluator) {
+    fprintf(
+        stderr,
+        "ps-worker: this task is %s/%d in the cluster spec, but ps-worker runs chief, "
+        "worker and evaluator tasks%s\n",
+        j->self.job, j->self.task,
+        !strcmp(j->self.job, "ps") ? " (a ps task runs ps-server)" : "");
+    return 2;
+  }
+  if (j->evaluator && j->o.ckpt_dir == NULL) {
+    fprintf(stderr, "ps-worker: an evaluator needs --checkpoint-dir, the directory the "
+                    "chief's checkpoints appear in\n");
     return 2;
   }
   if (ps_cluster_num_tasks(j->cluster, "ps") < 1) {
@@ -820,9 +828,119 @@ static int resolve_cluster(job *j, ps_status *st) {
 
 /* Data, client, model, saver, session, and the coordinator's start-up;
  * then the iterator over this worker's share of the training data. */
+/* ---- the evaluator (TensorFlow's: outside the training, reading
+ * checkpoints) ---- */
+
+/* One assign per global variable, fed from a checkpoint file. */
+typedef struct eval_vars {
+  size_t n;
+  ps_variable **v;
+  ps_node **in, **assign;
+} eval_vars;
+static eval_vars EV;
+
+static int set_up_evaluator(job *j, ps_status *st) {
+  const options *o = &j->o;
+  if (o->meta || o->model == M_WIDE_DEEP) {
+    return ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "an evaluator builds linreg, softmax or mlp in code (not "
+                         "--import-meta, not partitioned wide_deep)");
+  }
+  /* the model with its variables in this process: no ps is touched */
+  if (build_model(o, NULL, 0, &j->m, st)) return -1;
+  ps_variable *const *gv = ps_collection_variables(j->m.g, PS_GLOBAL_VARIABLES, &EV.n);
+  EV.v = calloc(EV.n + 1, sizeof *EV.v);
+  EV.in = calloc(EV.n + 1, sizeof *EV.in);
+  EV.assign = calloc(EV.n + 1, sizeof *EV.assign);
+  if (!EV.v || !EV.in || !EV.assign)
+    return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+  memcpy(EV.v, gv, EV.n * sizeof *EV.v);
+  for (size_t i = 0; i < EV.n; i++) {
+    EV.in[i] = ps_placeholder(j->m.g, ps_variable_dtype(EV.v[i]),
+                              ps_variable_shape(EV.v[i]), NULL);
+    EV.assign[i] = ps_assign(EV.v[i], EV.in[i]);
+    if (EV.assign[i] == NULL)
+      return ps_status_set(st, ps_graph_status(j->m.g)->code, "%s",
+                           ps_graph_status(j->m.g)->msg);
+  }
+  if ((j->s = ps_session_create(j->m.g, NULL, st)) == NULL) return -1;
+  PS_INFO("%s model: evaluating each new checkpoint in %s", model_name(o->model),
+          o->ckpt_dir);
+  return 0;
+}
+
+/* Loads @prefix (a path) into the evaluator's variables. */
+static int load_checkpoint(job *j, const char *prefix, ps_status *st) {
+  ps_bundle_reader *r = ps_bundle_reader_open(prefix, st);
+  if (r == NULL) return st->code;
+  ps_feed *f = calloc(EV.n + 1, sizeof *f);
+  ps_tensor **t = calloc(EV.n + 1, sizeof *t);
+  int rc = f && t ? 0 : ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+  for (size_t i = 0; i < EV.n && rc == 0; i++) {
+    const char *name = ps_variable_name(EV.v[i]);
+    if ((t[i] = ps_tensor_create(ps_variable_dtype(EV.v[i]), ps_variable_shape(EV.v[i]),
+                                 false)) == NULL) {
+      rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+      break;
+    }
+    rc = ps_bundle_reader_read_into(r, name, ps_tensor_data(t[i]), ps_tensor_nbytes(t[i]),
+                                    st);
+    if (rc != 0) ps_status_prefix(st, "checkpoint %s, variable %s", prefix, name);
+    f[i] = (ps_feed){EV.in[i], t[i]};
+  }
+  if (rc == 0) rc = ps_session_run(j->s, f, EV.n, NULL, 0, EV.assign, EV.n, NULL, st);
+  for (size_t i = 0; t && i < EV.n; i++)
+    ps_tensor_destroy(t[i]);
+  free(t);
+  free(f);
+  ps_bundle_reader_close(r);
+  return rc;
+}
+
+/* Evaluates each new checkpoint of --checkpoint-dir as it appears, until
+ * one reaches --steps or a signal; trains nothing and touches no ps. */
+static int evaluate_loop(job *j, ps_status *st) {
+  const options *o = &j->o;
+  char *last = NULL;
+  int rc = 0;
+  while (!atomic_load(&stop_requested)) {
+    char *latest = NULL;
+    ps_status e;
+    if (ps_latest_checkpoint(o->ckpt_dir, &latest, &e) == 0 && latest &&
+        (last == NULL || strcmp(last, latest) != 0)) {
+      double metric;
+      if ((rc = load_checkpoint(j, latest, st)) != 0 ||
+          (rc = evaluate(&j->m, j->s, &j->test, &metric, st)) != 0 ||
+          (j->gs = read_step(&j->m, j->s, st)) < 0) {
+        free(latest);
+        rc = rc ? rc : st->code;
+        break;
+      }
+      const char *what = j->m.classifier ? "accuracy" : "mse";
+      PS_INFO("evaluated %s: global step %lld, test %s %.4f", latest, (long long)j->gs,
+              what, metric);
+      printf("evaluated %s global step %lld test %s %.4f\n", latest, (long long)j->gs,
+             what, metric);
+      fflush(stdout);
+      free(last);
+      last = latest;
+      if (j->gs >= o->steps) break;
+      continue;
+    }
+    free(latest);
+    for (int k = 0; k < 20 && !atomic_load(&stop_requested); k++)
+      usleep(50000);
+  }
+  free(last);
+  return rc;
+}
+
+static int set_up_evaluator(job *j, ps_status *st);
+
 static int set_up(job *j, ps_status *st) {
   const options *o = &j->o;
   if (load_data(o, &j->train, &j->test, st)) return -1;
+  if (j->evaluator) return set_up_evaluator(j, st);
   if (j->cluster) {
     ps_library_init();
     j->rpc_up = true;
@@ -1030,6 +1148,9 @@ static int finish(job *j, ps_status *st) {
 
 static void job_free(job *j) {
   ps_metrics_stop(j->metrics); /* before what its page reads is freed */
+  free(EV.v);
+  free(EV.in);
+  free(EV.assign);
   ps_dataset_iter_destroy(j->it);
   ps_dataset_free(&j->batch);
   ps_dataset_free(&j->train);
@@ -1073,6 +1194,12 @@ int main(int argc, char **argv) {
   if (up != 0 && st.code == PS_CANCELLED && atomic_load(&stop_requested)) {
     /* SIGTERM before training started: nothing to save, a clean stop */
     PS_WARN("stopped by a signal before training: %s", st.msg);
+  } else if (up == 0 && j.evaluator) {
+    if (evaluate_loop(&j, &st) != 0) {
+      PS_ERROR("%s", st.msg);
+      fprintf(stderr, "ps-worker: %s\n", st.msg);
+      rc = 1;
+    }
   } else if (up != 0 || train_loop(&j, &st) != 0 || finish(&j, &st) != 0) {
     PS_ERROR("%s", st.msg);
     fprintf(stderr, "ps-worker: %s\n", st.msg);
