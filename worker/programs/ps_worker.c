@@ -369,26 +369,21 @@ static int64_t read_step(const model *m, ps_session *s, ps_status *st) {
  * finished, so that the chief saves and evaluates a quiescent model. */
 #define DONE_VAR "_coordinator/workers_done"
 
-static int done_counter_reset(ps_client *c, ps_status *st) {
+/* The done counter on ps/0: created if missing, then zeroed (@reset) or
+ * initialized only when uninitialized (a ps/0 that restarted empty; its
+ * earlier reports are lost and the chief's wait ends by its idle rule). */
+static int done_counter_create(ps_client *c, bool reset, ps_status *st) {
   ps_init_spec z;
   ps_init_spec_default(&z, PS_INIT_ZEROS);
   ps_var_spec spec = {
       .name = DONE_VAR, .dtype = PS_DT_INT64, .shape = {.rank = 0}, .init = &z};
   const char *name = DONE_VAR;
   if (ps_client_create_vars(c, 0, &spec, 1, st) != 0) return st->code;
-  return ps_client_initialize(c, 0, &name, 1, false, NULL, st);
+  return ps_client_initialize(c, 0, &name, 1, !reset, NULL, st);
 }
 
-/* The counter again on a ps/0 that restarted empty (its earlier reports
- * are lost: the chief's wait then ends by its idle rule). */
-static int done_counter_ensure(ps_client *c, ps_status *st) {
-  ps_init_spec z;
-  ps_init_spec_default(&z, PS_INIT_ZEROS);
-  ps_var_spec spec = {
-      .name = DONE_VAR, .dtype = PS_DT_INT64, .shape = {.rank = 0}, .init = &z};
-  const char *name = DONE_VAR;
-  if (ps_client_create_vars(c, 0, &spec, 1, st) != 0) return st->code;
-  return ps_client_initialize(c, 0, &name, 1, true, NULL, st);
+static int done_counter_reset(ps_client *c, ps_status *st) {
+  return done_counter_create(c, true, st);
 }
 
 static int64_t done_counter(ps_client *c, int64_t add, ps_status *st) {
@@ -398,7 +393,7 @@ static int64_t done_counter(ps_client *c, int64_t add, ps_status *st) {
   int64_t v = -1;
   int rc = add == 0 ? 0 : ps_client_update(c, 0, &u, 1, st);
   if ((rc == PS_NOT_FOUND || rc == PS_FAILED_PRECONDITION) &&
-      done_counter_ensure(c, st) == 0)
+      done_counter_create(c, false, st) == 0)
     rc = ps_client_update(c, 0, &u, 1, st);
   if (rc == 0) {
     ps_read r = {.name = DONE_VAR};
