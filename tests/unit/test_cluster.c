@@ -647,9 +647,23 @@ START_TEST(test_tf_config_errors) {
                   "TF_CONFIG: task ps/3 is not in the cluster (job ps has 2 "
                   "tasks)");
   tf_config_fails("{\"cluster\": {\"ps\": [\"a:1\"], \"worker\": [\"b:1\"]}, "
-                  "\"task\": {\"type\": \"evaluator\", \"index\": 0}}",
-                  "TF_CONFIG: task evaluator/0 is not in the cluster (no job "
-                  "\"evaluator\"; jobs: ps, worker)");
+                  "\"task\": {\"type\": \"chief\", \"index\": 0}}",
+                  "TF_CONFIG: task chief/0 is not in the cluster (no job "
+                  "\"chief\"; jobs: ps, worker)");
+  /* an evaluator outside the cluster is TensorFlow's usual layout; one of
+   * a spec that has an evaluator job must be in it */
+  ps_task_id me;
+  ps_status est = {0};
+  ps_cluster *ec = ps_cluster_from_tf_config(
+      "{\"cluster\": {\"ps\": [\"a:1\"], \"worker\": [\"b:1\"]}, \"task\": {\"type\": "
+      "\"evaluator\", \"index\": 0}}",
+      &me, &est);
+  ck_assert_msg(ec != NULL, "%s", est.msg);
+  ck_assert_str_eq(me.job, "evaluator");
+  ps_cluster_destroy(ec);
+  tf_config_fails("{\"cluster\": {\"ps\": [\"a:1\"], \"evaluator\": [\"e:1\"]}, "
+                  "\"task\": {\"type\": \"evaluator\", \"index\": 1}}",
+                  "TF_CONFIG: task evaluator/1 is not in the cluster");
   tf_config_fails("{\"cluster\": {\"ps\": {\"1\": \"a:1\"}}, \"task\": "
                   "{\"type\": \"ps\", \"index\": 0}}",
                   "TF_CONFIG: task ps/0 is not in the cluster (job ps has no "
