@@ -202,6 +202,24 @@ wait "$evps"
 expect "evaluator: needs --checkpoint-dir" 2 "an evaluator needs --checkpoint-dir" \
   "$PS_WORKER" --cluster "$dir/eval.json" --job evaluator --task 0 --model linreg
 
+# ---- 5e. a straggler: worker/1 starts after the chief has finished its
+# steps; the chief waits for it to join before shutting the ps down, so it
+# does not wait for ever for ps that are gone, and the job ends
+read -r sg < <(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+echo "{\"ps\": [\"127.0.0.1:$sg\"], \"worker\": [\"127.0.0.1:0\", \"127.0.0.1:0\"]}" > "$dir/strag.json"
+"$PS_SERVER" --cluster "$dir/strag.json" --job ps --task 0 > /dev/null 2>> "$dir/strag-ps.err" &
+pids+=($!); sgps=$!
+"$PS_WORKER" --cluster "$dir/strag.json" --job worker --task 0 --model linreg --steps 200 \
+  > "$dir/strag0.out" 2> "$dir/strag0.err" &
+pids+=($!); sg0=$!
+wait_for "$dir/strag0.err" "have not joined yet" 120
+check "straggler: the chief waits for the worker that has not joined" has "$dir/strag0.err" "waiting up to 60 s for 1 worker(s) that have not joined yet"
+timeout 120 "$PS_WORKER" --cluster "$dir/strag.json" --job worker --task 1 --model linreg --steps 200 \
+  > "$dir/strag1.out" 2> "$dir/strag1.err"
+check "straggler: it joins, finds the job done and ends (exit $?)" test $? = 0
+wait "$sg0"; r0=$?; wait "$sgps"; rp=$?
+check "straggler: the chief and the ps end (exit $r0 $rp)" test "$r0$rp" = 00
+
 # ---- 5c. the whole job gets SIGTERM at once (scancel, a Kubernetes
 # eviction): the ps (--drain-secs) serve on until the chief has written its
 # final checkpoint, which holds the last step it reached; then every task

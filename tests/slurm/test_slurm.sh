@@ -34,7 +34,8 @@ W=(--model linreg --log-every 50)
 
 # 1. one job, start to end
 id=$(submit one "$dir/ck1" "${W[@]}" --steps 300)
-for ((i = 0; i < 1200; i++)); do
+# (a worker that never trained may stay up to 60 s after the chief: srun --wait)
+for ((i = 0; i < 3000; i++)); do
   s=$(job_state "$id"); [ "$s" = COMPLETED ] || [ "$s" = FAILED ] || [ "$s" = CANCELLED ] && break
   sleep 0.1
 done
@@ -49,7 +50,7 @@ check "one job: ranks on their hosts (ps/0 on n9)" grep -q "ps/0: .*serving on n
 a=$(submit two-a "$dir/ck2a" "${W[@]}" --steps 2000)
 b=$(submit two-b "$dir/ck2b" "${W[@]}" --steps 2000)
 together=no
-for ((i = 0; i < 1800; i++)); do
+for ((i = 0; i < 3000; i++)); do
   sa=$(job_state "$a"); sb=$(job_state "$b")
   [ "$sa$sb" = RUNNINGRUNNING ] && together=yes
   case "$sa$sb" in *PENDING* | *RUNNING* | *CONFIGURING* | *COMPLETING*) sleep 0.1 ;; *) break ;; esac

@@ -368,35 +368,38 @@ static int64_t read_step(const model *m, ps_session *s, ps_status *st) {
 /* "_coordinator/workers_done" on ps/0 counts the non-chief workers that
  * finished, so that the chief saves and evaluates a quiescent model. */
 #define DONE_VAR "_coordinator/workers_done"
+#define JOINED_VAR "_coordinator/workers_joined"
 
-/* The done counter on ps/0: created if missing, then zeroed (@reset) or
+/* A counter on ps/0 (@name): created if missing, then zeroed (@reset) or
  * initialized only when uninitialized (a ps/0 that restarted empty; its
- * earlier reports are lost and the chief's wait ends by its idle rule). */
-static int done_counter_create(ps_client *c, bool reset, ps_status *st) {
+ * earlier counts are lost and the chief's wait ends by its idle rule). */
+static int counter_create(ps_client *c, const char *name, bool reset, ps_status *st) {
   ps_init_spec z;
   ps_init_spec_default(&z, PS_INIT_ZEROS);
   ps_var_spec spec = {
-      .name = DONE_VAR, .dtype = PS_DT_INT64, .shape = {.rank = 0}, .init = &z};
-  const char *name = DONE_VAR;
+      .name = name, .dtype = PS_DT_INT64, .shape = {.rank = 0}, .init = &z};
   if (ps_client_create_vars(c, 0, &spec, 1, st) != 0) return st->code;
   return ps_client_initialize(c, 0, &name, 1, !reset, NULL, st);
 }
 
+/* The chief zeroes both counters before it marks the cluster ready. */
 static int done_counter_reset(ps_client *c, ps_status *st) {
-  return done_counter_create(c, true, st);
+  if (counter_create(c, DONE_VAR, true, st) != 0) return st->code;
+  return counter_create(c, JOINED_VAR, true, st);
 }
 
-static int64_t done_counter(ps_client *c, int64_t add, ps_status *st) {
+/* Adds @add to counter @name (0: reads it); its value, or -1. */
+static int64_t counter_add(ps_client *c, const char *name, int64_t add, ps_status *st) {
   ps_tensor *one = ps_tensor_new(PS_DT_INT64, 0, NULL);
   *(int64_t *)ps_tensor_data(one) = add;
-  ps_update u = {.name = DONE_VAR, .op = PS_ASSIGN_ADD, .value = one};
+  ps_update u = {.name = name, .op = PS_ASSIGN_ADD, .value = one};
   int64_t v = -1;
   int rc = add == 0 ? 0 : ps_client_update(c, 0, &u, 1, st);
   if ((rc == PS_NOT_FOUND || rc == PS_FAILED_PRECONDITION) &&
-      done_counter_create(c, false, st) == 0)
+      counter_create(c, name, false, st) == 0)
     rc = ps_client_update(c, 0, &u, 1, st);
   if (rc == 0) {
-    ps_read r = {.name = DONE_VAR};
+    ps_read r = {.name = name};
     if (ps_client_read(c, 0, &r, 1, st) == 0) {
       v = *(int64_t *)ps_tensor_data(r.out);
       ps_tensor_destroy(r.out);
@@ -406,16 +409,36 @@ static int64_t done_counter(ps_client *c, int64_t add, ps_status *st) {
   return v;
 }
 
+static int64_t done_counter(ps_client *c, int64_t add, ps_status *st) {
+  return counter_add(c, DONE_VAR, add, st);
+}
+
 /* Chief: waits until the other @n workers said they are done, or until
- * global_step has not moved for @idle_secs (the rest died or stopped). */
+ * global_step has not moved for @idle_secs (the rest died or stopped).
+ * Workers that have not joined yet are waited for up to @join_secs (the
+ * chief is about to shut the ps down: a straggler still starting up would
+ * find no ps and wait for ever, keeping the job from ending). */
 static void wait_workers_done(const model *m, ps_session *s, ps_client *c, int n,
-                              double idle_secs) {
-  double last_move = now_secs(), last_log = last_move;
+                              double idle_secs, double join_secs) {
+  double t0 = now_secs(), last_move = t0, last_log = t0;
   int64_t last_step = -1;
   for (;;) {
     ps_status e;
     int64_t v = done_counter(c, 0, &e);
     if (v >= n) return;
+    int64_t joined = counter_add(c, JOINED_VAR, 0, &e);
+    if (joined >= 0 && joined < n && now_secs() - t0 < join_secs &&
+        !atomic_load(&stop_requested)) {
+      if (now_secs() - last_log >= 5) {
+        PS_INFO("waiting up to %.0f s for %lld worker(s) that have not joined yet",
+                join_secs, (long long)(n - joined));
+        last_log = now_secs();
+      }
+      last_move = now_secs(); /* a joining worker may still take its steps */
+      struct timespec ts = {0, 50 * 1000 * 1000};
+      nanosleep(&ts, NULL);
+      continue;
+    }
     int64_t gs = read_step(m, s, &e);
     double now = now_secs();
     if (gs != last_step) {
@@ -970,6 +993,11 @@ static int set_up(job *j, ps_status *st) {
        done_counter_reset(j->client, st)))
     return -1;
   if (ps_coordinator_prepare(j->s, &j->co, &outcome, st)) return -1;
+  if (!j->chief && j->client) { /* the chief waits for joined workers at the end */
+    ps_status e;
+    if (counter_add(j->client, JOINED_VAR, 1, &e) < 0)
+      PS_WARN("could not count this worker as joined: %s", e.msg);
+  }
   if ((j->gs = read_step(&j->m, j->s, st)) < 0) return -1;
   PS_INFO("cluster ready (%s) at global step %lld; training to step %lld",
           ps_coordinator_outcome_name(outcome), (long long)j->gs, (long long)o->steps);
@@ -1121,7 +1149,8 @@ static int finish(job *j, ps_status *st) {
   if (!j->chief && j->client && done_counter(j->client, 1, st) < 0) return -1;
   if (!j->chief) return 0;
   if (j->client && j->num_workers > 1 && j->trained)
-    wait_workers_done(&j->m, j->s, j->client, j->num_workers - 1, 3.0);
+    wait_workers_done(&j->m, j->s, j->client, j->num_workers - 1, 3.0,
+                      o->keep_ps ? 0 : 60.0);
   if ((j->gs = read_step(&j->m, j->s, st)) < 0) return -1;
   bool saving = o->ckpt_dir || o->save_every_steps || o->save_every_secs > 0;
   if (j->client && saving && o->final_save && j->trained && j->saved_step != j->gs) {
