@@ -1670,6 +1670,16 @@ static void ccall_finish(ccall *cc) {
     r->st.code = (int)cc->status;
     snprintf(r->st.msg, sizeof r->st.msg, "%.*s", (int)GRPC_SLICE_LENGTH(cc->details),
              (const char *)GRPC_SLICE_START_PTR(cc->details));
+    /* This client never cancels a call it has not set an error for, and
+     * the ps cancels with a text: a bare CANCELLED (gRPC's own text) is gRPC dropping a
+     * call that reached the server as it began shutting down, before any handler saw it.
+     * The call did nothing; UNAVAILABLE lets a safe call retry and a worker wait for the
+     * ps to come back. */
+    if (r->st.code == PS_CANCELLED &&
+        (r->st.msg[0] == '\0' || !strcmp(r->st.msg, "CANCELLED")))
+      ps_status_set(&r->st, PS_UNAVAILABLE,
+                    "%s: the server dropped the call unserved (shutting down)",
+                    r->method);
     if (r->st.msg[0] == '\0')
       snprintf(r->st.msg, sizeof r->st.msg, "%s", ps_status_code_name(r->st.code));
   } else if (!cc->got_status) {

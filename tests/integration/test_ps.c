@@ -4,6 +4,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -637,19 +638,81 @@ START_TEST(sigterm_lets_in_flight_calls_finish) {
   bg_read b = {.c = C, .r = {.name = "big"}};
   pthread_t th;
   pthread_create(&th, NULL, bg_read_main, &b);
-  /* Wait until the ps has taken the read (Status counts itself too). */
-  for (int i = 0; i < 2000; i++) {
+  /* Wait until the ps has taken the read: the i-th Status after the first
+   * counts itself, so base + i without the read, base + i + 1 with it. */
+  bool taken = false;
+  for (int i = 1; i <= 5000 && !taken; i++) {
     ck_assert_int_eq(ps_client_status(C, 1, &ts, &st), 0);
-    if (ts.rpcs >= base + 3) break;
+    taken = ts.rpcs >= base + i + 1;
     struct timespec d = {0, 1000000};
-    nanosleep(&d, NULL);
+    if (!taken) nanosleep(&d, NULL);
   }
+  ck_assert_msg(taken, "the ps never took the read");
   kill(H.pids[1], SIGTERM);
   pthread_join(th, NULL);
   ck_assert_msg(b.rc == 0, "%s", b.st.msg);
   float *p = ps_tensor_data(b.r.out);
   ck_assert(p[0] == 1.5f && p[n - 1] == 1.5f);
   ps_tensor_destroy(b.r.out);
+  int status;
+  ck_assert_int_eq(waitpid(H.pids[1], &status, 0), H.pids[1]);
+  H.pids[1] = 0;
+  ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+END_TEST
+
+/* Readers that keep calling while the ps stops: each call either
+ * completes or fails UNAVAILABLE naming the ps (so a worker waits for the
+ * ps to come back), never CANCELLED, which gRPC gives a call that reached
+ * the ps as it began shutting down. */
+typedef struct {
+  ps_client *c;
+  atomic_int ok;
+  ps_status st;
+} reader;
+
+static void *reader_main(void *arg) {
+  reader *r = arg;
+  for (;;) {
+    ps_read rd = {.name = "mid"};
+    if (ps_client_read(r->c, 1, &rd, 1, &r->st) != 0) break;
+    ps_tensor_destroy(rd.out);
+    atomic_fetch_add(&r->ok, 1);
+  }
+  return NULL;
+}
+
+START_TEST(calls_meeting_a_sigterm_fail_unavailable) {
+  ps_init_spec k;
+  ps_init_spec_default(&k, PS_INIT_CONSTANT);
+  create(1, "mid", PS_DT_FLOAT, shp(1, 1 << 18, 0), &k);
+  ps_status st;
+  ck_assert_int_eq(ps_client_initialize(C, 1, NULL, 0, false, NULL, &st), 0);
+  enum { NR = 6 };
+  reader rs[NR];
+  pthread_t th[NR];
+  ps_client_options o;
+  ps_client_options_default(&o);
+  o.max_retries = 0;
+  for (int i = 0; i < NR; i++) {
+    memset(&rs[i], 0, sizeof rs[i]);
+    rs[i].c = ps_client_create(H.cluster, "ps", &o, &st);
+    ck_assert_ptr_nonnull(rs[i].c);
+    pthread_create(&th[i], NULL, reader_main, &rs[i]);
+  }
+  for (int i = 0; i < NR; i++)
+    while (atomic_load(&rs[i].ok) < 3) {
+      struct timespec d = {0, 1000000};
+      nanosleep(&d, NULL);
+    }
+  kill(H.pids[1], SIGTERM);
+  for (int i = 0; i < NR; i++) {
+    pthread_join(th[i], NULL);
+    ck_assert_msg(rs[i].st.code == PS_UNAVAILABLE, "reader %d: %s (%s)", i,
+                  ps_status_code_name(rs[i].st.code), rs[i].st.msg);
+    ck_assert_msg(strstr(rs[i].st.msg, "ps/1 at ") == rs[i].st.msg, "%s", rs[i].st.msg);
+    ps_client_destroy(rs[i].c);
+  }
   int status;
   ck_assert_int_eq(waitpid(H.pids[1], &status, 0), H.pids[1]);
   H.pids[1] = 0;
@@ -670,6 +733,7 @@ int main(void) {
   tcase_add_test(tc, unavailable_ps_is_named);
   tcase_add_test(tc, safe_calls_retry_until_ps_is_up);
   tcase_add_test(tc, sigterm_lets_in_flight_calls_finish);
+  tcase_add_test(tc, calls_meeting_a_sigterm_fail_unavailable);
   suite_add_tcase(s, tc);
   TCase *te = tcase_create("errors");
   tcase_add_checked_fixture(te, errors_setup, teardown);
