@@ -48,7 +48,7 @@
 #define ZEROCOPY_MIN 4096 /* smaller ranges are copied */
 #define REQS_PER_METHOD 4 /* outstanding server requests */
 
-enum { TAG_SCALL = 1, TAG_GENERIC, TAG_SHUTDOWN, TAG_CSEND, TAG_CRECV };
+enum { TAG_SCALL = 1, TAG_GENERIC, TAG_SHUTDOWN, TAG_CSEND, TAG_CRECV, TAG_SCLOSE };
 
 void ps_rpc_global_init(void) {
   grpc_init();
@@ -314,7 +314,7 @@ typedef struct tag {
   int kind;
 } tag;
 
-enum { S_REQUESTED, S_RECEIVING, S_EOS, S_PARKED, S_SENDING, S_FINISH };
+enum { S_REQUESTED, S_RECEIVING, S_EOS, S_PARKED, S_SENDING, S_FINISH, S_STREAM };
 
 struct ps_rpc_call {
   tag t;
@@ -345,6 +345,16 @@ struct ps_rpc_call {
   atomic_llong wait_since_ms; /* 0: not waiting on the client */
   atomic_int wait_dir;        /* 1 request stream, 2 response */
   atomic_int timed_out;
+  /* an open response stream (PS_RPC_STREAM), under srv->calls_mu */
+  tag close_t;    /* RECV_CLOSE_ON_SERVER's tag: the client went or the call ended */
+  int streaming;  /* on_data returned PS_RPC_STREAM and the stream opened */
+  int st_batches; /* batches of the stream in flight */
+  int st_sending; /* a send (message or status) is in flight */
+  int st_end;     /* the stream is to end after its queued message */
+  int st_ended;   /* the status went out */
+  int st_dead;    /* a batch failed or the call closed: nothing more is sent */
+  int st_free;    /* the call is being freed */
+  grpc_byte_buffer *st_next; /* the message to send next (the newest only) */
 };
 
 typedef struct generic_call {
@@ -399,6 +409,7 @@ struct ps_rpc_server {
   pthread_mutex_t calls_mu;
   ps_rpc_call *calls;
   atomic_long in_flight;       /* calls linked (being served) */
+  atomic_int nstreams;         /* open response streams (also in in_flight) */
   atomic_ullong calls_started; /* calls ever linked */
   int cancelled_all;           /* under calls_mu */
   /* listener and monitor thread */
@@ -533,7 +544,9 @@ static void record_call(ps_rpc_call *c) {
 
 void ps_rpc_server_activity(ps_rpc_server *s, long *in_flight,
                             unsigned long long *started) {
-  *in_flight = atomic_load(&s->in_flight);
+  /* an open response stream (a health watcher) is no work in progress */
+  long n = atomic_load(&s->in_flight) - atomic_load(&s->nstreams);
+  *in_flight = n > 0 ? n : 0; /* a stream being freed may be uncounted first */
   *started = atomic_load(&s->calls_started);
 }
 
@@ -568,6 +581,8 @@ static void scall_free(ps_rpc_call *c) {
   if (c->payload) grpc_byte_buffer_destroy(c->payload);
   if (c->bb) grpc_byte_buffer_destroy(c->bb);
   if (c->reply) grpc_byte_buffer_destroy(c->reply);
+  if (c->st_next) grpc_byte_buffer_destroy(c->st_next);
+  if (c->streaming) atomic_fetch_sub(&s->nstreams, 1);
   grpc_metadata_array_destroy(&c->md);
   if (c->call) grpc_call_unref(c->call);
   free(c);
@@ -652,11 +667,161 @@ static void scall_send_next(ps_rpc_call *c, int first) {
   if (grpc_call_start_batch(c->call, ops, n, c, NULL) != GRPC_CALL_OK) scall_free(c);
 }
 
+/* ---- response streams (PS_RPC_STREAM) ----
+ *
+ * The call stays open after its first message; the server sends more with
+ * stream_pump (one send in flight at a time, only the newest queued
+ * message kept) until it stops, when the handler's on_stream_end gives the
+ * last message and the stream ends with OK.  A RECV_CLOSE_ON_SERVER batch
+ * (tag close_t) tells when the client went; the call is freed when no
+ * batch of it is in flight.  Everything here runs under calls_mu. */
+
+static ps_rpc_call *call_of_close_tag(tag *t) {
+  return (ps_rpc_call *)((char *)t - offsetof(ps_rpc_call, close_t));
+}
+
+/* Starts the next send of @c: its queued message, else the final status
+ * once the end is asked. */
+static void stream_pump(ps_rpc_call *c) {
+  if (c->st_sending || c->st_dead || c->st_ended || c->st_free) return;
+  grpc_op op;
+  memset(&op, 0, sizeof op);
+  if (c->st_next) {
+    c->bb = c->st_next;
+    c->st_next = NULL;
+    c->bytes_out += grpc_byte_buffer_length(c->bb);
+    op.op = GRPC_OP_SEND_MESSAGE;
+    op.data.send_message.send_message = c->bb;
+  } else if (c->st_end) {
+    op.op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+    op.data.send_status_from_server.status = GRPC_STATUS_OK;
+    c->code = PS_OK;
+    c->st_ended = 1;
+  } else {
+    return;
+  }
+  wait_client(c, 2);
+  if (grpc_call_start_batch(c->call, &op, 1, c, NULL) == GRPC_CALL_OK) {
+    c->st_sending = 1;
+    c->st_batches++;
+  } else {
+    c->st_dead = 1;
+  }
+}
+
+/* The server stops: @c's handler sets the last message, then the status. */
+static void stream_end(ps_rpc_call *c) {
+  if (c->st_end || c->st_free) return;
+  c->st_end = 1;
+  const ps_rpc_handler *h = &c->srv->h[c->hi];
+  if (h->on_stream_end) {
+    h->on_stream_end(c);
+    if (c->reply) {
+      if (c->st_next) grpc_byte_buffer_destroy(c->st_next);
+      c->st_next = c->reply;
+      c->reply = NULL;
+    }
+  }
+  stream_pump(c);
+}
+
+/* After a batch of @c completed (under calls_mu): true when @c is to be
+ * freed now (the caller frees it after unlocking). */
+static bool stream_settle(ps_rpc_call *c) {
+  if (--c->st_batches > 0 || c->st_free) return false;
+  c->st_free = 1;
+  return true;
+}
+
+static void stream_sent(ps_rpc_call *c, int ok) {
+  ps_rpc_server *s = c->srv;
+  pthread_mutex_lock(&s->calls_mu);
+  c->st_sending = 0;
+  if (c->bb) {
+    grpc_byte_buffer_destroy(c->bb);
+    c->bb = NULL;
+  }
+  if (!ok) c->st_dead = 1;
+  stream_pump(c);
+  bool gone = stream_settle(c);
+  pthread_mutex_unlock(&s->calls_mu);
+  if (gone) scall_free(c);
+}
+
+static void stream_closed(ps_rpc_call *c) {
+  ps_rpc_server *s = c->srv;
+  pthread_mutex_lock(&s->calls_mu);
+  c->st_dead = 1;
+  bool gone = stream_settle(c);
+  pthread_mutex_unlock(&s->calls_mu);
+  if (gone) scall_free(c);
+}
+
+/* Opens the stream of @c with its reply as the first message. */
+static void stream_start(ps_rpc_call *c) {
+  ps_rpc_server *s = c->srv;
+  const char *method = s->h[c->hi].method;
+  pthread_mutex_lock(&s->calls_mu);
+  if (atomic_load(&s->nstreams) >= PS_RPC_MAX_STREAMS) {
+    pthread_mutex_unlock(&s->calls_mu);
+    ps_status_set(&c->st, PS_RESOURCE_EXHAUSTED,
+                  "%s: %d response streams are open, the most this server keeps", method,
+                  PS_RPC_MAX_STREAMS);
+    scall_fail(c);
+    return;
+  }
+  atomic_fetch_add(&s->nstreams, 1);
+  c->streaming = 1;
+  c->state = S_STREAM;
+  c->close_t.kind = TAG_SCLOSE;
+  c->bb = c->reply;
+  c->reply = NULL;
+  c->bytes_out += grpc_byte_buffer_length(c->bb);
+  grpc_op ops[2];
+  memset(ops, 0, sizeof ops);
+  ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+  ops[1].op = GRPC_OP_SEND_MESSAGE;
+  ops[1].data.send_message.send_message = c->bb;
+  wait_client(c, 2);
+  if (grpc_call_start_batch(c->call, ops, 2, c, NULL) == GRPC_CALL_OK) {
+    c->st_sending = 1;
+    c->st_batches++;
+  } else {
+    c->st_dead = 1;
+  }
+  grpc_op cl;
+  memset(&cl, 0, sizeof cl);
+  cl.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+  cl.data.recv_close_on_server.cancelled = &c->cancelled;
+  if (grpc_call_start_batch(c->call, &cl, 1, &c->close_t, NULL) == GRPC_CALL_OK)
+    c->st_batches++;
+  else
+    c->st_dead = 1;
+  /* a server already stopping ends it at once (ps_rpc_server_shutdown
+   * looked for streams before this one opened) */
+  if (atomic_load(&s->shutting_down)) stream_end(c);
+  bool gone = c->st_batches == 0 && !c->st_free;
+  if (gone) c->st_free = 1;
+  pthread_mutex_unlock(&s->calls_mu);
+  if (gone) scall_free(c);
+}
+
+static void streams_end_all(ps_rpc_server *s) {
+  pthread_mutex_lock(&s->calls_mu);
+  for (ps_rpc_call *c = s->calls; c; c = c->next)
+    if (c->streaming) stream_end(c);
+  pthread_mutex_unlock(&s->calls_mu);
+}
+
 static void scall_complete(ps_rpc_call *c) {
   const ps_rpc_handler *h = &c->srv->h[c->hi];
   c->state = S_PARKED;
   int rc = h->on_data(c, &c->st);
   if (rc == PS_RPC_PENDING) return; /* ps_rpc_call_resume() finishes it */
+  if (rc == PS_RPC_STREAM && c->reply) {
+    stream_start(c);
+    return;
+  }
   if (rc != 0) {
     scall_fail(c);
     return;
@@ -765,6 +930,9 @@ static void scall_event(ps_rpc_call *c, int ok) {
     }
     scall_send_next(c, 0);
     return;
+  case S_STREAM:
+    stream_sent(c, ok);
+    return;
   case S_FINISH:
   default:
     scall_free(c);
@@ -822,6 +990,9 @@ static void *server_thread(void *arg) {
       break;
     case TAG_GENERIC:
       generic_event((generic_call *)t, ev.success);
+      break;
+    case TAG_SCLOSE:
+      stream_closed(call_of_close_tag(t));
       break;
     case TAG_SHUTDOWN:
       server_unref(s);
@@ -1268,6 +1439,7 @@ void ps_rpc_server_shutdown(ps_rpc_server *s, void (*done)(void *), void *arg) {
   pthread_mutex_unlock(&s->accept_mu);
   ssize_t w = write(s->wake[1], "x", 1);
   (void)w;
+  streams_end_all(s);
   grpc_server_shutdown_and_notify(s->srv, s->cq, &s->shutdown_tag);
 }
 

@@ -64,6 +64,10 @@ typedef struct ps_rpc_handler {
   int (*on_data)(ps_rpc_call *call, ps_status *st);
   /* Free per-call state; runs exactly once, also when the call failed. */
   void (*on_free)(ps_rpc_call *call);
+  /* A response stream (PS_RPC_STREAM) ends because the server stops: set
+   * its last message with ps_rpc_call_reply(), or none.  Runs under a
+   * lock of the server: pack a message, nothing more.  May be NULL. */
+  void (*on_stream_end)(ps_rpc_call *call);
 } ps_rpc_handler;
 
 /* Bytes of bulk data in one Chunk message sent by this module. */
@@ -155,6 +159,14 @@ int ps_rpc_call_reply(ps_rpc_call *c, const ProtobufCMessage *m);
  * completion-queue threads).  @rc/@st: the outcome; on success the reply
  * must have been set. */
 #define PS_RPC_PENDING (-1)
+/* on_data may return PS_RPC_STREAM after ps_rpc_call_reply(): the reply is
+ * the first message of a response stream that stays open (a health Watch)
+ * until the client goes or the server stops; then on_stream_end gives the
+ * last message and the call ends OK.  An open stream does not count as a
+ * call in flight (ps_rpc_server_activity).  More than PS_RPC_MAX_STREAMS
+ * open at once: RESOURCE_EXHAUSTED naming the limit. */
+#define PS_RPC_STREAM (-2)
+#define PS_RPC_MAX_STREAMS 1024
 void ps_rpc_call_resume(ps_rpc_call *c, int rc, const ps_status *st);
 
 /* Appends response bulk bytes, sent zero-copy; the call refs @owner. */

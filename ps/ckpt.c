@@ -1100,9 +1100,9 @@ static int restore_data(ps_rpc_call *c, ps_status *st) {
 }
 
 const ps_rpc_handler ps_ckpt_handlers[5] = {
-    {"/paramserver.Ps/Snapshot", snapshot_header, no_data, NULL},
-    {"/paramserver.Ps/Release", release_header, no_data, NULL},
-    {"/paramserver.Ps/Save", save_header, save_data, job_free},
-    {"/paramserver.Ps/Merge", merge_header, merge_data, job_free},
-    {"/paramserver.Ps/Restore", restore_header, restore_data, job_free},
+    {"/paramserver.Ps/Snapshot", snapshot_header, no_data, NULL, NULL},
+    {"/paramserver.Ps/Release", release_header, no_data, NULL, NULL},
+    {"/paramserver.Ps/Save", save_header, save_data, job_free, NULL},
+    {"/paramserver.Ps/Merge", merge_header, merge_data, job_free, NULL},
+    {"/paramserver.Ps/Restore", restore_header, restore_data, job_free, NULL},
 };

@@ -721,8 +721,10 @@ static int shutdown_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status
 
 /* Check: SERVING, or NOT_SERVING once the ps is stopping; NOT_FOUND for a
  * service it does not have (the protocol's rule).  Watch: the same status
- * as one message, then the stream ends (a watcher asks again); an unknown
- * service is SERVICE_UNKNOWN. */
+ * as the first message of a stream that stays open (an unknown service is
+ * SERVICE_UNKNOWN, and its stream stays open too, as the protocol says);
+ * when the ps stops, every stream gets NOT_SERVING and ends.  A Watch that
+ * arrives once the ps is stopping gets NOT_SERVING and ends at once. */
 static int health_call(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *st,
                        bool watch) {
   ps_service *s = ps_svc_of_(c);
@@ -746,6 +748,10 @@ static int health_call(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *st
             ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING
             : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING;
     ps_rpc_call_reply(c, &resp.base);
+    /* the stream stays open unless the ps is stopping already */
+    if (watch && resp.status !=
+                     GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING)
+      ps_rpc_call_set_ctx(c, c);
   }
   grpc__health__v1__health_check_request__free_unpacked(req, NULL);
   return rc;
@@ -759,22 +765,36 @@ static int health_watch(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *s
   return health_call(c, p, n, st, true);
 }
 
+static int health_watch_open(ps_rpc_call *c, ps_status *st) {
+  (void)st;
+  return ps_rpc_call_ctx(c) ? PS_RPC_STREAM : 0;
+}
+
+static void health_watch_end(ps_rpc_call *c) {
+  Grpc__Health__V1__HealthCheckResponse resp =
+      GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
+  resp.status = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING;
+  ps_rpc_call_reply(c, &resp.base);
+}
+
 static ps_rpc_handler handlers[64];
 static size_t nhandlers;
 static const ps_rpc_handler base_handlers[] = {
-    {"/paramserver.Ps/Create", create_header, no_data, NULL},
-    {"/paramserver.Ps/Initialize", initialize_header, no_data, NULL},
-    {"/paramserver.Ps/IsInitialized", is_init_header, no_data, NULL},
-    {"/paramserver.Ps/ReportUninitialized", report_header, no_data, NULL},
+    {"/paramserver.Ps/Create", create_header, no_data, NULL, NULL},
+    {"/paramserver.Ps/Initialize", initialize_header, no_data, NULL, NULL},
+    {"/paramserver.Ps/IsInitialized", is_init_header, no_data, NULL, NULL},
+    {"/paramserver.Ps/ReportUninitialized", report_header, no_data, NULL, NULL},
     {"/paramserver.Ps/Update", ps_svc_update_header_, ps_svc_update_data_,
-     ps_svc_update_free_},
-    {"/paramserver.Ps/Read", ps_svc_read_header_, ps_svc_read_data_, ps_svc_read_free_},
-    {"/paramserver.Ps/List", list_header, no_data, NULL},
-    {"/paramserver.Ps/Status", status_header, no_data, NULL},
-    {"/paramserver.Ps/Delete", delete_header, no_data, NULL},
-    {"/paramserver.Ps/Shutdown", shutdown_header, no_data, NULL},
-    {"/grpc.health.v1.Health/Check", health_check, no_data, NULL},
-    {"/grpc.health.v1.Health/Watch", health_watch, no_data, NULL},
+     ps_svc_update_free_, NULL},
+    {"/paramserver.Ps/Read", ps_svc_read_header_, ps_svc_read_data_, ps_svc_read_free_,
+     NULL},
+    {"/paramserver.Ps/List", list_header, no_data, NULL, NULL},
+    {"/paramserver.Ps/Status", status_header, no_data, NULL, NULL},
+    {"/paramserver.Ps/Delete", delete_header, no_data, NULL, NULL},
+    {"/paramserver.Ps/Shutdown", shutdown_header, no_data, NULL, NULL},
+    {"/grpc.health.v1.Health/Check", health_check, no_data, NULL, NULL},
+    {"/grpc.health.v1.Health/Watch", health_watch, health_watch_open, NULL,
+     health_watch_end},
 };
 
 const ps_rpc_handler *ps_service_handlers(size_t *n) {

@@ -59,8 +59,9 @@ expect "--bind to an unresolvable host" 1 "cannot listen on ps-0.ps.invalid:0" "
 
 # grpc.health.v1.Health through Debian's python3-grpcio, a client that is
 # not ours (as a Kubernetes grpc: probe or grpc_health_probe): Check says
-# SERVING (status 1), an unknown service is NOT_FOUND, Watch of it says
-# SERVICE_UNKNOWN (3).
+# SERVING (status 1), an unknown service is NOT_FOUND; Watch sends the
+# status (SERVICE_UNKNOWN, 3, for an unknown service) and holds the stream
+# open: after 1.5 s the client's deadline ends it, not the ps.
 health_py='
 import grpc, sys
 ch = grpc.insecure_channel(sys.argv[1])
@@ -72,12 +73,69 @@ try:
     check(b"\n\x03foo", timeout=10)
 except grpc.RpcError as e:
     print("foo", e.code().name, e.details())
-print("watch", [m.hex() for m in watch(b"\n\x03foo", timeout=10)])
+for req in (b"", b"\n\x03foo"):
+    got = []
+    try:
+        for m in watch(req, timeout=1.5):
+            got.append(m.hex())
+        print("watch ended", got)
+    except grpc.RpcError as e:
+        print("watch", got, e.code().name)
+'
+# A Watch open when the ps stops gets NOT_SERVING (2), then the stream ends
+# OK; with --drain-secs the open stream is no call in flight, so the drain
+# ends after its 3 s of quiet, not after 60 s.  More than 1024 streams at
+# once: RESOURCE_EXHAUSTED naming the limit, and the ps serves on.
+watch_stop_py='
+import grpc, os, signal, sys, time
+ch = grpc.insecure_channel(sys.argv[1])
+ident = lambda b: b
+watch = ch.unary_stream("/grpc.health.v1.Health/Watch", request_serializer=ident, response_deserializer=ident)
+it = watch(b"", timeout=30)
+print("first", next(it).hex(), flush=True)
+t0 = time.time()
+os.kill(int(sys.argv[2]), signal.SIGTERM)
+try:
+    got = [m.hex() for m in it]
+    dt = time.time() - t0
+    print("then", got, "ended", "at once" if dt < 2.5 else "after the drain quiet" if dt < 20 else "after %.1f s" % dt)
+except grpc.RpcError as e:
+    print("then", e.code().name, e.details())
+'
+watch_many_py='
+import grpc, sys
+ch = grpc.insecure_channel(sys.argv[1])
+ident = lambda b: b
+watch = ch.unary_stream("/grpc.health.v1.Health/Watch", request_serializer=ident, response_deserializer=ident)
+check = ch.unary_unary("/grpc.health.v1.Health/Check", request_serializer=ident, response_deserializer=ident)
+open_ = []
+for i in range(1024):
+    it = watch(b"", timeout=60)
+    assert next(it) == b"\x08\x01", i
+    open_.append(it)
+try:
+    next(watch(b"", timeout=60))
+    print("1025th opened")
+except grpc.RpcError as e:
+    print("1025th", e.code().name, e.details())
+for it in open_:
+    it.cancel()
+print("after", check(b"", timeout=10).hex(), next(watch(b"", timeout=10)).hex())
 '
 if /usr/bin/python3 -c 'import grpc' 2>/dev/null; then
   expect "health Check: SERVING" 0 "check 0801 0801" /usr/bin/python3 -c "$health_py" "$A0"
   expect "health Check: unknown service" 0 "foo NOT_FOUND Health.Check: unknown service foo" /usr/bin/python3 -c "$health_py" "$A0"
-  expect "health Watch: SERVICE_UNKNOWN" 0 "watch ['0803']" /usr/bin/python3 -c "$health_py" "$A0"
+  expect "health Watch: SERVING, held open" 0 "watch ['0801'] DEADLINE_EXCEEDED" /usr/bin/python3 -c "$health_py" "$A0"
+  expect "health Watch: SERVICE_UNKNOWN, held open" 0 "watch ['0803'] DEADLINE_EXCEEDED" /usr/bin/python3 -c "$health_py" "$A0"
+  expect "health Watch: 1025 streams" 0 "1025th RESOURCE_EXHAUSTED /grpc.health.v1.Health/Watch: 1024 response streams are open, the most this server keeps" /usr/bin/python3 -c "$watch_many_py" "$A0"
+  expect "health Watch: the ps serves on after" 0 "after 0801 0801" /usr/bin/python3 -c "$watch_many_py" "$A0"
+  echo '{"ps": ["127.0.0.1:0"]}' > "$dir/w.json"
+  start_ps "$dir/w.json" 0
+  expect "health Watch: NOT_SERVING when the ps stops" 0 "then ['0802'] ended at once" /usr/bin/python3 -c "$watch_stop_py" "$ADDR" "$PID"
+  wait "$PID"; r=$?; [ "$r" = 0 ] && ok "watched ps exits 0" || bad "watched ps exits 0 (got $r)"
+  start_ps "$dir/w.json" 0 "$dir/ps.log" --drain-secs 60
+  expect "health Watch: a draining ps ends after 3 s quiet" 0 "then ['0802'] ended after the drain quiet" /usr/bin/python3 -c "$watch_stop_py" "$ADDR" "$PID"
+  wait "$PID"; r=$?; [ "$r" = 0 ] && ok "drained ps exits 0" || bad "drained ps exits 0 (got $r)"
 else
   bad "health checks" "/usr/bin/python3 has no grpc module (deploy/setup.sh installs python3-grpcio)"
 fi

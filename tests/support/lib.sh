@@ -64,13 +64,13 @@ wait_for() {
   return 1
 }
 
-# start_ps SPEC TASK [LOG]: a ps-server ($PS_SERVER) in the background;
+# start_ps SPEC TASK [LOG [FLAG...]]: a ps-server ($PS_SERVER) in the background;
 # sets PID and ADDR from its readiness line (60 s at most; ADDR empty if
 # it never came).  Runs it under $PS_PREFIX (e.g. setpriv --pdeathsig).
 start_ps() {
   local fifo="$dir/ready.$RANDOM$RANDOM" line=""
   mkfifo "$fifo"
-  ${PS_PREFIX:-} "$PS_SERVER" --cluster "$1" --job ps --task "$2" > "$fifo" 2>> "${3:-$dir/ps.log}" &
+  ${PS_PREFIX:-} "$PS_SERVER" --cluster "$1" --job ps --task "$2" "${@:4}" > "$fifo" 2>> "${3:-$dir/ps.log}" &
   PID=$!
   read -r -t 60 line < "$fifo" || true
   rm -f "$fifo"
