@@ -51,6 +51,11 @@
 enum { TAG_SCALL = 1, TAG_GENERIC, TAG_SHUTDOWN, TAG_CSEND, TAG_CRECV, TAG_SCLOSE };
 
 void ps_rpc_global_init(void) {
+  /* A connection attempt of a channel with no call waiting on it (calls
+   * fail fast while it reconnects) makes progress only when gRPC's backup
+   * poller runs: every 5 s by default, so a restarted ps was found ~5.5 s
+   * after it was up.  The environment still wins. */
+  setenv("GRPC_CLIENT_CHANNEL_BACKUP_POLL_INTERVAL_MS", "100", 0);
   grpc_init();
 }
 void ps_rpc_global_shutdown(void) {

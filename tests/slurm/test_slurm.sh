@@ -7,7 +7,8 @@
 #     ps down);
 #  2. two jobs at once on the same nodes both complete (reserved ports);
 #  3. scancel mid-training leaves a final checkpoint with the last step and
-#     no process behind.
+#     no process behind;
+#  4. the job submitted again resumes from that checkpoint and completes.
 set -uo pipefail
 PS_SERVER=${PS_SERVER:?}; PS_WORKER=${PS_WORKER:?}
 source "$(dirname "$0")/../support/lib.sh"
@@ -74,6 +75,18 @@ if wait_for "$dir/cancel.out" "step [0-9]+ loss" 120; then
   sleep 0.5
   left=$(pgrep -f -- "$dir/ck3" | tr '\n' ' ')
   check "scancel: no process left behind ($left)" test -z "$left"
+  # 4. resubmitted, it resumes where the cancelled one stopped
+  if [ -n "$step" ]; then
+    id=$(submit again "$dir/ck3" "${W[@]}" --steps $((step + 200)))
+    for ((i = 0; i < 3000; i++)); do
+      s=$(job_state "$id"); [ "$s" = COMPLETED ] || [ "$s" = FAILED ] || [ "$s" = CANCELLED ] && break
+      sleep 0.1
+    done
+    check "resubmitted: ends COMPLETED (${s:-none})" test "$s" = COMPLETED
+    check "resubmitted: resumed at step $step" grep -q "cluster ready (restored) at global step $step;" "$dir/again.out"
+    s2=$(last_step "$dir/again.out")
+    check "resubmitted: trained on to $s2 and saved it" test -n "$s2" -a "${s2:-0}" -ge $((step + 200)) -a -f "$dir/ck3/model.ckpt-${s2:-x}.index"
+  fi
 else
   bad "scancel: the job never trained" "$(tail -5 "$dir/cancel.out")"
 fi

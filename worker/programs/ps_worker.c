@@ -427,6 +427,10 @@ static void wait_workers_done(const model *m, ps_session *s, ps_client *c, int n
     int64_t v = done_counter(c, 0, &e);
     if (v >= n) return;
     int64_t joined = counter_add(c, JOINED_VAR, 0, &e);
+    /* no counter: ps/0 restarted and lost the counts; the workers count
+     * themselves again as they recover (recover), so wait for them too */
+    if (joined < 0 && (e.code == PS_NOT_FOUND || e.code == PS_FAILED_PRECONDITION))
+      joined = 0;
     if (joined >= 0 && joined < n && now_secs() - t0 < join_secs &&
         !atomic_load(&stop_requested)) {
       if (now_secs() - last_log >= 5) {
@@ -1019,6 +1023,11 @@ static int recover(job *j, const ps_status *e, ps_status *st) {
   ps_coordinator_outcome outcome;
   if (ps_coordinator_prepare(j->s, &j->co, &outcome, st)) return -1;
   PS_INFO("recovered (%s)", ps_coordinator_outcome_name(outcome));
+  /* A restarted ps/0 lost the count of joined workers: count again (a
+   * count too many only shortens the chief's wait for stragglers). */
+  ps_status je;
+  if (!j->chief && counter_add(j->client, JOINED_VAR, 1, &je) < 0)
+    PS_WARN("could not count this worker as joined: %s", je.msg);
   return 0;
 }
 

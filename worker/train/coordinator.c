@@ -104,7 +104,8 @@ int ps_coordinator_wait_for_ps(ps_session *s, double timeout_secs, ps_status *st
         if (!up[t])
           ps_appendf(list, sizeof list, &off, "%sps/%d (%s)", off ? ", " : "", t,
                      ps_client_address(c, t));
-      PS_INFO("waiting for %d ps task(s): %s", waiting, list);
+      PS_INFO("waiting for %d ps task(s): %s (ps/%d: %s)", waiting, list, first,
+              last.msg);
       last_log = now;
     }
     delay = next_delay(delay);
