@@ -28,6 +28,16 @@
  *  (c) read_1000_vars_batched: one step reading 1000 small variables
  *      (scalars and [4] floats) on one ps in one ps_client_read, against
  *      1000 one-variable ps_client_read calls; ms per step, ratio = speedup.
+ *  (d) sparse_*: the embedding workload parameter servers exist for.  A
+ *      step pulls --batch row ids drawn from Zipf(--zipf) over a --rows x
+ *      --dim float32 table (ps_client_read with indices: a gather) and
+ *      pushes as many gradient rows added into those ids
+ *      (PS_SCATTER_ADD; duplicates add each occurrence, in order).
+ *      Baselines in the same run, step by step on the same ids: raw TCP
+ *      with the same request pattern against a forked child holding its
+ *      own table (ids out, rows back; ids and rows out, an ack back), and
+ *      the same gather and scatter-add on a table in this process.  At the
+ *      end the ps's table must equal both others bit for bit.
  *
  * stdout gets exactly one `bench: NAME VALUE UNIT baseline=B ratio=R
  * target=OP T' line per result; progress and detail go to stderr.  Targets
@@ -42,6 +52,7 @@
 #include <grpc/grpc_security.h>
 #include <grpc/slice.h>
 #include <grpc/support/time.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -51,6 +62,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -74,8 +86,11 @@ typedef struct opts {
   int warmup;       /* latency warm-up calls per side */
   int steps;        /* per-variable steps for (c); batched gets 10x */
   int ps_threads;   /* 0: ps-server default */
-  const char *only; /* subset of "abc" to run */
+  const char *only; /* subset of "abcd" to run */
   int pin;          /* control CPU placement (see place()) */
+  /* (d) sparse */
+  int rows, dim, batch, sparse_steps;
+  double zipf;
 } opts;
 
 static double now_s(void) {
@@ -86,6 +101,11 @@ static double now_s(void) {
 
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static int cmp_i64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
   return x < y ? -1 : x > y;
 }
 
@@ -242,8 +262,68 @@ static int tcp_connect(int port) {
   return fd;
 }
 
+/* A zeroed table on transparent huge pages, as the ps keeps big tensors
+ * (common/tensor.c), so that the baselines have the same TLB reach. */
+static float *table_alloc(size_t n) {
+  size_t huge = (size_t)2 << 20, bytes = (n * sizeof(float) + huge - 1) / huge * huge;
+  float *t = aligned_alloc(huge, bytes);
+  if (t == NULL) return NULL;
+  madvise(t, bytes, MADV_HUGEPAGE);
+  memset(t, 0, bytes);
+  return t;
+}
+
+/* The sparse peer's state: a table and buffers for one step. */
+typedef struct sparse_peer {
+  float *table;
+  int64_t rows, dim;
+  int64_t *ids;
+  float *vals;
+  size_t cap; /* ids and rows of vals */
+} sparse_peer;
+
+/* 'T' rows dim cap: a zeroed table; 'G' n ids -> n rows; 'S' n ids rows
+ * -> added in order, then an ack; 'D' -> the whole table. */
+static int sparse_cmd(int fd, char cmd, sparse_peer *p) {
+  int64_t h[3];
+  if (cmd == 'T') {
+    if (read_full(fd, h, sizeof h) != 0) return -1;
+    free(p->table);
+    free(p->ids);
+    free(p->vals);
+    p->rows = h[0];
+    p->dim = h[1];
+    p->cap = (size_t)h[2];
+    p->table = table_alloc((size_t)(p->rows * p->dim));
+    p->ids = malloc(p->cap * sizeof *p->ids);
+    p->vals = malloc(p->cap * (size_t)p->dim * sizeof *p->vals);
+    return p->table && p->ids && p->vals ? write_full(fd, "k", 1) : -1;
+  }
+  if (cmd == 'D')
+    return write_full(fd, p->table, (size_t)(p->rows * p->dim) * sizeof *p->table);
+  int64_t n;
+  if (p->table == NULL || read_full(fd, &n, sizeof n) != 0 || n < 0 ||
+      (size_t)n > p->cap || read_full(fd, p->ids, (size_t)n * sizeof *p->ids) != 0)
+    return -1;
+  size_t row = (size_t)p->dim * sizeof(float);
+  for (int64_t i = 0; i < n; i++)
+    if (p->ids[i] < 0 || p->ids[i] >= p->rows) return -1;
+  if (cmd == 'G') {
+    for (int64_t i = 0; i < n; i++)
+      memcpy(p->vals + i * p->dim, p->table + p->ids[i] * p->dim, row);
+    return write_full(fd, p->vals, (size_t)n * row);
+  }
+  if (read_full(fd, p->vals, (size_t)n * row) != 0) return -1;
+  for (int64_t i = 0; i < n; i++) {
+    float *d = p->table + p->ids[i] * p->dim, *v = p->vals + i * p->dim;
+    for (int64_t k = 0; k < p->dim; k++)
+      d[k] += v[k];
+  }
+  return write_full(fd, "k", 1);
+}
+
 /* Child: 'R' -> sends 64 MiB; 'W' -> receives 64 MiB into a reused buffer
- * and acks with one byte; EOF -> exits. */
+ * and acks with one byte; 'T' 'G' 'S' 'D': the sparse peer; EOF -> exits. */
 static void tcp_child(int lfd) {
   int fd = accept(lfd, NULL, NULL);
   close(lfd);
@@ -252,6 +332,7 @@ static void tcp_child(int lfd) {
   char *buf = malloc(BIG_BYTES);
   if (buf == NULL) _exit(1);
   memset(buf, 1, BIG_BYTES);
+  sparse_peer sp = {0};
   for (;;) {
     char cmd;
     if (read_full(fd, &cmd, 1) != 0) break;
@@ -259,10 +340,15 @@ static void tcp_child(int lfd) {
       if (write_full(fd, buf, BIG_BYTES) != 0) break;
     } else if (cmd == 'W') {
       if (read_full(fd, buf, BIG_BYTES) != 0 || write_full(fd, "k", 1) != 0) break;
+    } else if (strchr("TGSD", cmd)) {
+      if (sparse_cmd(fd, cmd, &sp) != 0) break;
     } else {
       break;
     }
   }
+  free(sp.table);
+  free(sp.ids);
+  free(sp.vals);
   free(buf);
   close(fd);
   _exit(0);
@@ -839,6 +925,234 @@ out:
   return rc;
 }
 
+/* (d) the sparse embedding workload; see the top of the file. */
+
+/* Zipf(@s) over ranks 1..@n: ids for @nb batches of @b, each rank mapped
+ * to a row by a fixed permutation (hot rows are spread over the table). */
+static int64_t *zipf_ids(int64_t n, double s, size_t nb, size_t b) {
+  double *cdf = malloc((size_t)n * sizeof *cdf);
+  int64_t *ids = malloc(nb * b * sizeof *ids);
+  if (cdf == NULL || ids == NULL) {
+    free(cdf);
+    free(ids);
+    return NULL;
+  }
+  double sum = 0;
+  for (int64_t k = 0; k < n; k++)
+    cdf[k] = sum += pow((double)(k + 1), -s);
+  uint64_t x = 0x9E3779B97F4A7C15ull;
+  for (size_t i = 0; i < nb * b; i++) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17; /* xorshift64 */
+    double u = (double)(x >> 11) / 9007199254740992.0 * sum;
+    int64_t lo = 0, hi = n - 1;
+    while (lo < hi) {
+      int64_t mid = (lo + hi) / 2;
+      if (cdf[mid] < u)
+        lo = mid + 1;
+      else
+        hi = mid;
+    }
+    ids[i] = (int64_t)(((uint64_t)lo * 2654435761ull) % (uint64_t)n);
+  }
+  free(cdf);
+  return ids;
+}
+
+static void local_gather(const float *t, const int64_t *ids, size_t n, int64_t dim,
+                         float *out) {
+  for (size_t i = 0; i < n; i++)
+    memcpy(out + (int64_t)i * dim, t + ids[i] * dim, (size_t)dim * sizeof *t);
+}
+
+static void local_scatter_add(float *t, const int64_t *ids, size_t n, int64_t dim,
+                              const float *v) {
+  for (size_t i = 0; i < n; i++) {
+    float *d = t + ids[i] * dim;
+    const float *g = v + (int64_t)i * dim;
+    for (int64_t k = 0; k < dim; k++)
+      d[k] += g[k];
+  }
+}
+
+/* One TCP step: 'G' then 'S' on @ids; pull and push seconds. */
+static int tcp_sparse_step(int fd, const int64_t *ids, int64_t n, const float *grad,
+                           float *rows, int64_t dim, double *tp, double *tq) {
+  double t0 = now_s();
+  size_t rb = (size_t)(n * dim) * sizeof(float);
+  char ack;
+  if (write_full(fd, "G", 1) != 0 || write_full(fd, &n, sizeof n) != 0 ||
+      write_full(fd, ids, (size_t)n * sizeof *ids) != 0 || read_full(fd, rows, rb) != 0)
+    return -1;
+  double t1 = now_s();
+  if (write_full(fd, "S", 1) != 0 || write_full(fd, &n, sizeof n) != 0 ||
+      write_full(fd, ids, (size_t)n * sizeof *ids) != 0 ||
+      write_full(fd, grad, rb) != 0 || read_full(fd, &ack, 1) != 0)
+    return -1;
+  *tp = t1 - t0;
+  *tq = now_s() - t1;
+  return 0;
+}
+
+static void sparse_report(const char *what, double *v, size_t n) {
+  double med = quantile(v, n, 0.5);
+  fprintf(stderr, "  %-22s min %.3f  p10 %.3f  median %.3f  p90 %.3f ms\n", what,
+          v[0] * 1e3, quantile(v, n, 0.1) * 1e3, med * 1e3, quantile(v, n, 0.9) * 1e3);
+}
+
+static int bench_sparse(ps_client *c, int tfd, const opts *o) {
+  const int64_t rows = o->rows, dim = o->dim, b = o->batch;
+  const size_t warm = 10, ns = (size_t)o->sparse_steps, nall = warm + ns;
+  const size_t rb = (size_t)(b * dim) * sizeof(float);
+  int rc = -1;
+  int64_t *ids = zipf_ids(rows, o->zipf, nall, (size_t)b);
+  float *local = table_alloc((size_t)(rows * dim));
+  float *lrows = malloc(rb), *trows = malloc(rb);
+  float *peer = malloc((size_t)(rows * dim) * sizeof *peer);
+  double *t[9];
+  for (int k = 0; k < 9; k++)
+    t[k] = calloc(ns + 1, sizeof(double));
+  ps_tensor *ix = ps_tensor_new(PS_DT_INT64, 1, &b);
+  int64_t gd[2] = {b, dim};
+  ps_tensor *gt = ps_tensor_new(PS_DT_FLOAT, 2, gd),
+            *out = ps_tensor_new(PS_DT_FLOAT, 2, gd);
+  ps_read whole = {.name = "emb"};
+  if (!ids || !local || !lrows || !trows || !peer || !ix || !gt || !out || !t[8]) {
+    fprintf(stderr, "bench: out of memory\n");
+    goto out;
+  }
+  size_t uniq = 0;
+  {
+    int64_t *s = malloc((size_t)b * sizeof *s);
+    if (s) {
+      memcpy(s, ids, (size_t)b * sizeof *s);
+      qsort(s, (size_t)b, sizeof *s, cmp_i64);
+      for (int64_t i = 0; i < b; i++)
+        uniq += i == 0 || s[i] != s[i - 1];
+      free(s);
+    }
+  }
+  fprintf(stderr,
+          "  table %lld x %lld float32 (%.0f MiB), batch %lld ids of Zipf(%.2f): "
+          "%zu unique in the first\n",
+          (long long)rows, (long long)dim, (double)(rows * dim * 4) / 1048576.0,
+          (long long)b, o->zipf, uniq);
+  ps_status st;
+  ps_init_spec z;
+  ps_init_spec_default(&z, PS_INIT_ZEROS);
+  ps_var_spec spec = {.name = "emb",
+                      .dtype = PS_DT_FLOAT,
+                      .shape = {.rank = 2, .dim = {rows, dim}},
+                      .init = &z};
+  const char *nm = "emb";
+  if (ps_client_create_vars(c, 0, &spec, 1, &st) != 0 ||
+      ps_client_initialize(c, 0, &nm, 1, false, NULL, &st) != 0) {
+    rc = ps_fail("create emb", &st);
+    goto out;
+  }
+  int64_t hdr[3] = {rows, dim, b};
+  char ack;
+  if (write_full(tfd, "T", 1) != 0 || write_full(tfd, hdr, sizeof hdr) != 0 ||
+      read_full(tfd, &ack, 1) != 0) {
+    fprintf(stderr, "bench: tcp sparse peer failed\n");
+    goto out;
+  }
+  for (size_t i = 0; i < nall; i++) {
+    const int64_t *si = ids + i * (size_t)b;
+    float *g = ps_tensor_data(gt);
+    for (int64_t j = 0; j < b * dim; j++)
+      g[j] = (float)((j + (int64_t)i) % 7) * 0.125f;
+    memcpy(ps_tensor_data(ix), si, (size_t)b * sizeof *si);
+    double tp, tq;
+    /* the order of the three rotates, so that drift hits each alike */
+    for (int k = 0; k < 3; k++) {
+      int which = (int)((i + (size_t)k) % 3);
+      if (which == 0) { /* the ps */
+        ps_read r = {.name = "emb", .indices = ix, .out = out};
+        ps_update u = {.name = "emb", .op = PS_SCATTER_ADD, .value = gt, .indices = ix};
+        double t0 = now_s();
+        if (ps_client_read(c, 0, &r, 1, &st) != 0) {
+          rc = ps_fail("sparse pull", &st);
+          goto out;
+        }
+        double t1 = now_s();
+        if (ps_client_update(c, 0, &u, 1, &st) != 0) {
+          rc = ps_fail("sparse push", &st);
+          goto out;
+        }
+        tp = t1 - t0, tq = now_s() - t1;
+        if (i >= warm) t[0][i - warm] = tp, t[1][i - warm] = tq, t[2][i - warm] = tp + tq;
+      } else if (which == 1) { /* raw TCP */
+        if (tcp_sparse_step(tfd, si, b, g, trows, dim, &tp, &tq) != 0) {
+          fprintf(stderr, "bench: tcp sparse step failed\n");
+          goto out;
+        }
+        if (i >= warm) t[3][i - warm] = tp, t[4][i - warm] = tq, t[5][i - warm] = tp + tq;
+      } else { /* in this process */
+        double t0 = now_s();
+        local_gather(local, si, (size_t)b, dim, lrows);
+        double t1 = now_s();
+        local_scatter_add(local, si, (size_t)b, dim, g);
+        if (i >= warm) {
+          t[6][i - warm] = t1 - t0, t[7][i - warm] = now_s() - t1;
+          t[8][i - warm] = now_s() - t0;
+        }
+      }
+    }
+  }
+  /* every table got the same adds in the same order: equal bit for bit */
+  if (ps_client_read(c, 0, &whole, 1, &st) != 0) {
+    rc = ps_fail("read emb", &st);
+    goto out;
+  }
+  if (write_full(tfd, "D", 1) != 0 ||
+      read_full(tfd, peer, (size_t)(rows * dim) * sizeof *peer) != 0) {
+    fprintf(stderr, "bench: tcp sparse peer failed\n");
+    goto out;
+  }
+  size_t tb = (size_t)(rows * dim) * sizeof(float);
+  if (memcmp(ps_tensor_data(whole.out), local, tb) != 0 || memcmp(peer, local, tb) != 0) {
+    fprintf(stderr, "bench: the ps's table differs from the local one after the steps\n");
+    goto out;
+  }
+  fprintf(stderr, "  tables equal after %zu steps (ps, tcp peer, local)\n", nall);
+  const char *what[9] = {"ps pull",      "ps push",           "ps step",
+                         "tcp pull",     "tcp push",          "tcp step",
+                         "local gather", "local scatter-add", "local step"};
+  for (int k = 0; k < 9; k++)
+    sparse_report(what[k], t[k], ns);
+  double ps_step = quantile(t[2], ns, 0.5), tcp_step = quantile(t[5], ns, 0.5);
+  double pp = (double)b / quantile(t[0], ns, 0.5) / 1e6,
+         tp = (double)b / quantile(t[3], ns, 0.5) / 1e6;
+  double pq = (double)b / quantile(t[1], ns, 0.5) / 1e6,
+         tq = (double)b / quantile(t[4], ns, 0.5) / 1e6;
+  fprintf(stderr, "  local step (gather + scatter-add in process) %.3f ms\n",
+          quantile(t[8], ns, 0.5) * 1e3);
+  printf("bench: sparse_step %.3f ms baseline=%.3f ratio=%.2f target=<= 1.25\n",
+         ps_step * 1e3, tcp_step * 1e3, ps_step / tcp_step);
+  printf("bench: sparse_pull_rows %.2f M/s baseline=%.2f ratio=%.2f target=>= 0.8\n", pp,
+         tp, pp / tp);
+  printf("bench: sparse_push_rows %.2f M/s baseline=%.2f ratio=%.2f target=>= 0.8\n", pq,
+         tq, pq / tq);
+  rc = 0;
+out : {
+  ps_status dst;
+  const char *nm2 = "emb";
+  ps_client_delete(c, 0, &nm2, 1, PS_DELETE_MISSING_OK, NULL, &dst);
+}
+  ps_tensor_destroy(whole.out);
+  ps_tensor_destroy(ix);
+  ps_tensor_destroy(gt);
+  ps_tensor_destroy(out);
+  for (int k = 0; k < 9; k++)
+    free(t[k]);
+  free(ids);
+  free(local);
+  free(lrows);
+  free(trows);
+  free(peer);
+  return rc;
+}
+
 static int parse_int(const char *s, int lo, int hi, int *out) {
   char *end;
   long v = strtol(s, &end, 10);
@@ -854,7 +1168,10 @@ static const char usage[] =
     "  --steps N       per-variable steps of the 1000-variable read; the\n"
     "                  batched read runs 10x as many (default 10)\n"
     "  --ps-threads N  pass --threads N to ps-server (default: its own)\n"
-    "  --only LIST     run only these parts, e.g. --only b (default abc)\n"
+    "  --only LIST     run only these parts, e.g. --only b (default abcd)\n"
+    "  --rows N --dim N --batch N --zipf S --sparse-steps N\n"
+    "                  (d): table rows (1048576) and width (64), ids per step\n"
+    "                  (8192) from Zipf(S) (1.1), timed steps (100)\n"
     "  --no-pin        leave CPU placement to the scheduler (noisy ratios)\n"
     "Needs PS_SERVER (path of ps-server); see tests/bench/README.md.\n";
 
@@ -864,8 +1181,13 @@ int main(int argc, char **argv) {
             .warmup = 500,
             .steps = 10,
             .ps_threads = 0,
-            .only = "abc",
-            .pin = 1};
+            .only = "abcd",
+            .pin = 1,
+            .rows = 1 << 20,
+            .dim = 64,
+            .batch = 8192,
+            .sparse_steps = 100,
+            .zipf = 1.1};
   for (int i = 1; i < argc; i++) {
     int *dst = NULL, lo = 1, hi = 1000000;
     if (!strcmp(argv[i], "--reps"))
@@ -876,7 +1198,23 @@ int main(int argc, char **argv) {
       dst = &o.steps, hi = 10000;
     else if (!strcmp(argv[i], "--ps-threads"))
       dst = &o.ps_threads, hi = 256;
-    else if (!strcmp(argv[i], "--no-pin")) {
+    else if (!strcmp(argv[i], "--rows"))
+      dst = &o.rows, hi = 1 << 26;
+    else if (!strcmp(argv[i], "--dim"))
+      dst = &o.dim, hi = 4096;
+    else if (!strcmp(argv[i], "--batch"))
+      dst = &o.batch, hi = 1 << 20;
+    else if (!strcmp(argv[i], "--sparse-steps"))
+      dst = &o.sparse_steps, hi = 100000;
+    else if (!strcmp(argv[i], "--zipf") && i + 1 < argc) {
+      char *end;
+      o.zipf = strtod(argv[++i], &end);
+      if (*end || !(o.zipf > 0 && o.zipf < 10)) {
+        fprintf(stderr, "bench_ps: --zipf must be in (0, 10)\n%s", usage);
+        return 2;
+      }
+      continue;
+    } else if (!strcmp(argv[i], "--no-pin")) {
       o.pin = 0;
       continue;
     } else if (!strcmp(argv[i], "--only") && i + 1 < argc) {
@@ -995,6 +1333,13 @@ int main(int argc, char **argv) {
     place(&o, servers, 3, 0);
     int r = bench_latency(c, &bc, h.pids[0], bare_pid, &o);
     unplace(&o, servers, 3);
+    if (r != 0) goto done;
+  }
+  if (strchr(o.only, 'd')) {
+    fprintf(stderr, "bench: (d) sparse pull + scatter-add vs raw TCP and in-process\n");
+    place(&o, servers, 2, 1);
+    int r = bench_sparse(c, tfd, &o);
+    unplace(&o, servers, 2);
     if (r != 0) goto done;
   }
   if (strchr(o.only, 'c')) {

@@ -205,6 +205,66 @@ START_TEST(scatter_and_gather) {
 }
 END_TEST
 
+/* A gather whose ids repeat (the client sends each distinct id once and
+ * copies the rows back) returns every requested row in order, for int32
+ * and int64 ids, into a new or a given output, beside a plain read in the
+ * same call; an id out of range is named at the caller's position. */
+START_TEST(gather_with_repeated_ids_returns_every_row) {
+  enum { ROWS = 50, N = 1000 };
+  float init[ROWS * 3];
+  for (int r = 0; r < ROWS; r++)
+    init[r * 3] = (float)r, init[r * 3 + 1] = (float)r + 0.5f,
+             init[r * 3 + 2] = (float)-r;
+  create(0, "tab", PS_DT_FLOAT, shp(2, ROWS, 3), NULL);
+  create(0, "vec", PS_DT_FLOAT, shp(1, ROWS, 0), NULL);
+  ps_tensor *t = ftensor(2, ROWS, 3, init), *tv = ftensor(1, ROWS, 0, NULL);
+  for (int r = 0; r < ROWS; r++)
+    fdata(tv)[r] = (float)(r * r);
+  ps_status st;
+  ps_update us[2] = {{.name = "tab", .op = PS_ASSIGN, .value = t},
+                     {.name = "vec", .op = PS_ASSIGN, .value = tv}};
+  PS_ASSERT_OK(ps_client_update(C, 0, us, 2, &st), st);
+  int64_t id64[N];
+  int32_t id32[N];
+  for (int i = 0; i < N; i++)
+    id64[i] = id32[i] = (i * 7 + i / 13) % ROWS;
+  ps_tensor *i64 = itensor(N, id64), *i32 = ps_tensor_new(PS_DT_INT32, 1, (int64_t[]){N});
+  memcpy(ps_tensor_data(i32), id32, sizeof id32);
+  ps_tensor *given = ftensor(2, N, 3, NULL);
+  for (int pass = 0; pass < 2; pass++) {
+    ps_read r[3] = {
+        {.name = "tab", .indices = pass ? i32 : i64, .out = pass ? given : NULL},
+        {.name = "vec"},
+        {.name = "vec", .indices = i64}};
+    PS_ASSERT_OK(ps_client_read(C, 0, r, 3, &st), st);
+    ck_assert_int_eq(r[0].out->shape.rank, 2);
+    ck_assert_int_eq(r[0].out->shape.dim[0], N);
+    ck_assert_int_eq(r[0].out->shape.dim[1], 3);
+    ck_assert_int_eq(r[2].out->shape.dim[0], N);
+    for (int i = 0; i < N; i++) {
+      for (int k = 0; k < 3; k++)
+        ck_assert_msg(fdata(r[0].out)[i * 3 + k] == init[id64[i] * 3 + k],
+                      "pass %d row %d", pass, i);
+      ck_assert(fdata(r[2].out)[i] == (float)(id64[i] * id64[i]));
+    }
+    ck_assert_int_eq(r[1].out->shape.dim[0], ROWS);
+    if (pass == 0) ps_tensor_destroy(r[0].out);
+    ps_tensor_destroy(r[1].out);
+    ps_tensor_destroy(r[2].out);
+  }
+  id64[700] = 99;
+  ps_tensor *bad = itensor(N, id64);
+  ps_read rb = {.name = "tab", .indices = bad};
+  ck_assert_int_eq(ps_client_read(C, 0, &rb, 1, &st), PS_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(st.msg, "indices[700] = 99 is not in [0, 50)") == st.msg, "%s",
+                st.msg);
+  ck_assert_ptr_null(rb.out);
+  ps_tensor *objs[] = {t, tv, i64, i32, given, bad};
+  for (size_t i = 0; i < 6; i++)
+    ps_tensor_destroy(objs[i]);
+}
+END_TEST
+
 /* Each error leaves the daemon serving and the variable unchanged. */
 static void assert_unchanged(void) {
   ps_status st;
@@ -729,6 +789,7 @@ int main(void) {
   tcase_add_test(tc, create_is_idempotent_and_conflicts_fail);
   tcase_add_test(tc, assign_add_sub_and_validate_shape);
   tcase_add_test(tc, scatter_and_gather);
+  tcase_add_test(tc, gather_with_repeated_ids_returns_every_row);
   tcase_add_test(tc, tensors_beyond_message_limits);
   tcase_add_test(tc, unavailable_ps_is_named);
   tcase_add_test(tc, safe_calls_retry_until_ps_is_up);

@@ -17,6 +17,7 @@
 
 #include "common/log.h"
 #include "common/rpc.h"
+#include "dedup.h"
 #include "ps.pb-c.h"
 
 #define M_CREATE "/paramserver.Ps/Create"
@@ -764,6 +765,10 @@ typedef struct read_build {
   Paramserver__ReadItem **ip;
   ps_rpc_segs segs;
   ps_task_reads *t;
+  /* gathers sent deduplicated: the ids, and the distinct rows received */
+  ps_gather_dedup *dd;
+  void **rows;
+  size_t *row_bytes;
 } read_build;
 
 static int parse_read(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
@@ -785,6 +790,24 @@ static int parse_read(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
       break;
     }
     size_t need = (size_t)ps_shape_num_elements(&shape) * ps_dtype_size(m->dtype);
+    const ps_gather_dedup *dd = &b->dd[i];
+    if (dd->uix) { /* nu distinct rows come; the caller gets all n */
+      if (shape.rank < 1 || shape.dim[0] != dd->nu) {
+        rc = ps_status_set(st, PS_INTERNAL, "Read %s: %lld rows for %lld ids", m->name,
+                           (long long)(shape.rank ? shape.dim[0] : 0), (long long)dd->nu);
+        break;
+      }
+      b->row_bytes[i] = need / (size_t)dd->nu;
+      b->rows[i] = malloc(need ? need : 1);
+      if (b->rows[i] == NULL) {
+        rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED,
+                           "read %s: cannot allocate %zu bytes", m->name, need);
+        break;
+      }
+      ps_rpc_segs_add(sink, b->rows[i], need, NULL);
+      shape.dim[0] = dd->n;
+      need = b->row_bytes[i] * (size_t)dd->n;
+    }
     if (rd->out &&
         (rd->out->dtype != (ps_dtype)m->dtype || ps_tensor_nbytes(rd->out) != need)) {
       char a[128], bb[128];
@@ -805,20 +828,23 @@ static int parse_read(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
       }
     }
     rd->out->shape = shape;
-    ps_rpc_segs_add(sink, ps_tensor_data(rd->out), need, NULL);
+    if (dd->uix == NULL) ps_rpc_segs_add(sink, ps_tensor_data(rd->out), need, NULL);
   }
   paramserver__read_response__free_unpacked(r, NULL);
   return rc;
 }
 
-static int read_build_init(read_build *b, ps_task_reads *t, ps_status *st) {
+static int read_build_init(read_build *b, ps_task_reads *t, bool dedup, ps_status *st) {
   memset(b, 0, sizeof *b);
   paramserver__read_request__init(&b->req);
   b->t = t;
   b->items = calloc(t->n + 1, sizeof *b->items);
   b->ip = calloc(t->n + 1, sizeof *b->ip);
   b->allocated = calloc(t->n + 1, sizeof *b->allocated);
-  if (!b->items || !b->ip || !b->allocated)
+  b->dd = calloc(t->n + 1, sizeof *b->dd);
+  b->rows = calloc(t->n + 1, sizeof *b->rows);
+  b->row_bytes = calloc(t->n + 1, sizeof *b->row_bytes);
+  if (!b->items || !b->ip || !b->allocated || !b->dd || !b->rows || !b->row_bytes)
     return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
   for (size_t i = 0; i < t->n; i++) {
     Paramserver__ReadItem *it = &b->items[i];
@@ -834,6 +860,12 @@ static int read_build_init(read_build *b, ps_task_reads *t, ps_status *st) {
       it->gather = true;
       it->index_dtype = ix->dtype;
       it->num_indices = ix->shape.dim[0];
+      int r = dedup ? ps_gather_dedup_init(&b->dd[i], ix) : 0;
+      if (r < 0) return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+      if (r > 0) {
+        ix = b->dd[i].uix;
+        it->num_indices = b->dd[i].nu;
+      }
       ps_rpc_segs_add(&b->segs, ps_tensor_data(ix), ps_tensor_nbytes(ix), ix->buf);
     }
     b->ip[i] = it;
@@ -843,7 +875,24 @@ static int read_build_init(read_build *b, ps_task_reads *t, ps_status *st) {
   return 0;
 }
 
-int ps_client_read_many(ps_client *c, ps_task_reads *t, size_t n, ps_status *st) {
+static void read_build_fini(read_build *b) {
+  for (size_t k = 0; b->t && k < b->t->n; k++) {
+    if (b->dd) ps_gather_dedup_fini(&b->dd[k]);
+    if (b->rows) free(b->rows[k]);
+  }
+  free(b->allocated);
+  free(b->items);
+  free(b->ip);
+  free(b->dd);
+  free(b->rows);
+  free(b->row_bytes);
+  ps_rpc_segs_fini(&b->segs);
+}
+
+/* Gathers with repeated ids go deduplicated (@dedup): each distinct row
+ * comes once and is copied to every position that asked for it. */
+static int read_many(ps_client *c, ps_task_reads *t, size_t n, bool dedup,
+                     ps_status *st) {
   read_build *bs = calloc(n + 1, sizeof *bs);
   ps_rpc_req *reqs = calloc(n + 1, sizeof *reqs);
   int *tasks = calloc(n + 1, sizeof *tasks);
@@ -855,7 +904,7 @@ int ps_client_read_many(ps_client *c, ps_task_reads *t, size_t n, ps_status *st)
   for (size_t i = 0; i < n; i++) {
     ps_status_clear(&t[i].st);
     if ((rc = check_task(c, t[i].task, st)) != 0) goto out;
-    if ((rc = read_build_init(&bs[i], &t[i], st)) != 0) goto out;
+    if ((rc = read_build_init(&bs[i], &t[i], dedup, st)) != 0) goto out;
     req_init(c, &reqs[i], t[i].task, M_READ, &bs[i].req.base, false, true);
     reqs[i].send = &bs[i].segs;
     reqs[i].on_header = parse_read;
@@ -865,6 +914,11 @@ int ps_client_read_many(ps_client *c, ps_task_reads *t, size_t n, ps_status *st)
   run_reqs(c, reqs, tasks, n, true);
   for (size_t i = 0; i < n; i++) {
     t[i].st = reqs[i].st;
+    if (reqs[i].st.code == PS_OK)
+      for (size_t k = 0; k < t[i].n; k++)
+        if (bs[i].dd[k].uix && bs[i].rows[k])
+          ps_gather_dedup_expand(&bs[i].dd[k], bs[i].rows[k], bs[i].row_bytes[k],
+                                 ps_tensor_data(t[i].reads[k].out));
     if (reqs[i].st.code != PS_OK)
       for (size_t k = 0; k < t[i].n; k++)
         if (bs[i].allocated[k]) {
@@ -878,15 +932,20 @@ int ps_client_read_many(ps_client *c, ps_task_reads *t, size_t n, ps_status *st)
   }
 out:
   if (bs)
-    for (size_t i = 0; i < n; i++) {
-      free(bs[i].allocated);
-      free(bs[i].items);
-      free(bs[i].ip);
-      ps_rpc_segs_fini(&bs[i].segs);
-    }
+    for (size_t i = 0; i < n; i++)
+      read_build_fini(&bs[i]);
   free(bs);
   free(reqs);
   free(tasks);
+  return rc;
+}
+
+int ps_client_read_many(ps_client *c, ps_task_reads *t, size_t n, ps_status *st) {
+  int rc = read_many(c, t, n, true, st);
+  /* An id out of range is named by its position: ask again as the caller
+   * asked, so that the error is TensorFlow's "indices[i] = ..." for the
+   * caller's i.  A read changes nothing, so asking again is safe. */
+  if (rc == PS_INVALID_ARGUMENT) rc = read_many(c, t, n, false, st);
   return rc;
 }
 

@@ -1,0 +1,90 @@
+/* Gather ids deduplicated with an open-addressing hash table; see dedup.h. */
+#include "dedup.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Fewer ids than this are sent as they are: the table costs more than it
+ * saves.  Dedup pays when at least a tenth of the rows repeat. */
+#define DEDUP_MIN_IDS 64
+
+static uint64_t mix(uint64_t x) { /* splitmix64's finalizer */
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+static int64_t id_at(const ps_tensor *ix, int64_t i) {
+  return ix->dtype == PS_DT_INT32 ? ((const int32_t *)ps_tensor_data(ix))[i]
+                                  : ((const int64_t *)ps_tensor_data(ix))[i];
+}
+
+int ps_gather_dedup_init(ps_gather_dedup *d, const ps_tensor *ix) {
+  memset(d, 0, sizeof *d);
+  int64_t n = ix->shape.dim[0];
+  if (n < DEDUP_MIN_IDS || n > INT32_MAX / 2) return 0;
+  size_t cap = 1;
+  while (cap < (size_t)n * 2)
+    cap <<= 1;
+  int64_t *keys = malloc(cap * sizeof *keys);
+  int32_t *slot = malloc(cap * sizeof *slot); /* -1: empty, else a row of uix */
+  int64_t *uniq = malloc((size_t)n * sizeof *uniq);
+  int32_t *from = malloc((size_t)n * sizeof *from);
+  int rc = -1;
+  if (!keys || !slot || !uniq || !from) goto out;
+  memset(slot, 0xff, cap * sizeof *slot);
+  int64_t nu = 0;
+  for (int64_t i = 0; i < n; i++) {
+    int64_t id = id_at(ix, i);
+    size_t h = (size_t)mix((uint64_t)id) & (cap - 1);
+    while (slot[h] >= 0 && keys[h] != id)
+      h = (h + 1) & (cap - 1);
+    if (slot[h] < 0) {
+      keys[h] = id;
+      slot[h] = (int32_t)nu;
+      uniq[nu++] = id;
+    }
+    from[i] = slot[h];
+  }
+  rc = 0;
+  if (nu * 10 > n * 9) goto out; /* fewer than a tenth repeat */
+  d->uix = ps_tensor_new(ix->dtype, 1, &nu);
+  if (d->uix == NULL) {
+    rc = -1;
+    goto out;
+  }
+  if (ix->dtype == PS_DT_INT32) {
+    int32_t *u = ps_tensor_data(d->uix);
+    for (int64_t i = 0; i < nu; i++)
+      u[i] = (int32_t)uniq[i];
+  } else {
+    memcpy(ps_tensor_data(d->uix), uniq, (size_t)nu * sizeof *uniq);
+  }
+  d->from = from;
+  from = NULL;
+  d->n = n;
+  d->nu = nu;
+  rc = 1;
+out:
+  free(keys);
+  free(slot);
+  free(uniq);
+  free(from);
+  return rc;
+}
+
+void ps_gather_dedup_expand(const ps_gather_dedup *d, const void *rows, size_t row_bytes,
+                            void *out) {
+  const char *src = rows;
+  char *dst = out;
+  for (int64_t i = 0; i < d->n; i++)
+    memcpy(dst + (size_t)i * row_bytes, src + (size_t)d->from[i] * row_bytes, row_bytes);
+}
+
+void ps_gather_dedup_fini(ps_gather_dedup *d) {
+  ps_tensor_destroy(d->uix);
+  free(d->from);
+  memset(d, 0, sizeof *d);
+}

@@ -1,0 +1,27 @@
+/* The ids of a gather, deduplicated: a ps sends each distinct row once
+ * and the client copies it to every position that asked for it
+ * (embedding lookups repeat hot ids: 8192 Zipf(1.1) ids hold ~3200
+ * distinct ones).  Internal to the client. */
+#ifndef PS_CLIENT_DEDUP_H
+#define PS_CLIENT_DEDUP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "paramserver/tensor.h"
+
+typedef struct ps_gather_dedup {
+  ps_tensor *uix; /* the distinct ids in first-occurrence order, @ix's dtype */
+  int32_t *from;  /* [n]: the row of uix each requested row is */
+  int64_t n, nu;  /* requested and distinct */
+} ps_gather_dedup;
+
+/* 1 when @ix (1-D int32/int64) repeats enough ids to pay (fills @d), 0
+ * when not (@d stays empty), -1 when out of memory. */
+int ps_gather_dedup_init(ps_gather_dedup *d, const ps_tensor *ix);
+/* Copies row from[i] of @rows (nu rows of @row_bytes) to row i of @out. */
+void ps_gather_dedup_expand(const ps_gather_dedup *d, const void *rows, size_t row_bytes,
+                            void *out);
+void ps_gather_dedup_fini(ps_gather_dedup *d); /* an empty one is a no-op */
+
+#endif
