@@ -72,6 +72,7 @@
 #include "common/rpc.h"
 #include "harness.h"
 #include "paramserver/client.h"
+#include "zipf.h"
 
 #define BIG_BYTES ((size_t)64 << 20)
 #define BIG_DIM 4096 /* [4096, 4096] float32 = 64 MiB */
@@ -927,37 +928,6 @@ out:
 
 /* (d) the sparse embedding workload; see the top of the file. */
 
-/* Zipf(@s) over ranks 1..@n: ids for @nb batches of @b, each rank mapped
- * to a row by a fixed permutation (hot rows are spread over the table). */
-static int64_t *zipf_ids(int64_t n, double s, size_t nb, size_t b) {
-  double *cdf = malloc((size_t)n * sizeof *cdf);
-  int64_t *ids = malloc(nb * b * sizeof *ids);
-  if (cdf == NULL || ids == NULL) {
-    free(cdf);
-    free(ids);
-    return NULL;
-  }
-  double sum = 0;
-  for (int64_t k = 0; k < n; k++)
-    cdf[k] = sum += pow((double)(k + 1), -s);
-  uint64_t x = 0x9E3779B97F4A7C15ull;
-  for (size_t i = 0; i < nb * b; i++) {
-    x ^= x << 13, x ^= x >> 7, x ^= x << 17; /* xorshift64 */
-    double u = (double)(x >> 11) / 9007199254740992.0 * sum;
-    int64_t lo = 0, hi = n - 1;
-    while (lo < hi) {
-      int64_t mid = (lo + hi) / 2;
-      if (cdf[mid] < u)
-        lo = mid + 1;
-      else
-        hi = mid;
-    }
-    ids[i] = (int64_t)(((uint64_t)lo * 2654435761ull) % (uint64_t)n);
-  }
-  free(cdf);
-  return ids;
-}
-
 static void local_gather(const float *t, const int64_t *ids, size_t n, int64_t dim,
                          float *out) {
   for (size_t i = 0; i < n; i++)
@@ -1060,7 +1030,7 @@ static int bench_sparse(ps_client *c, int tfd, const opts *o) {
     const int64_t *si = ids + i * (size_t)b;
     float *g = ps_tensor_data(gt);
     for (int64_t j = 0; j < b * dim; j++)
-      g[j] = (float)((j + (int64_t)i) % 7) * 0.125f;
+      g[j] = grad_value((int64_t)i, j);
     memcpy(ps_tensor_data(ix), si, (size_t)b * sizeof *si);
     double tp, tq;
     /* the order of the three rotates, so that drift hits each alike */

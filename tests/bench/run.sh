@@ -3,6 +3,8 @@
 #   tests/bench/run.sh [bench_ps options]     (e.g. --reps 15 --iters 20000)
 #   tests/bench/run.sh ckpt [bench_ckpt options]   (only the checkpoint bench)
 #   tests/bench/run.sh jobs [STEPS] [REPS]         (only the training-job bench)
+#   PSLITE_DIR=DIR tests/bench/run.sh pslite [ROUNDS] [bench_ps options]
+#                                (the sparse workload against dmlc/ps-lite)
 # Configures build-release (meson setup build-release -Dbuildtype=release)
 # if it is missing, builds only what the benches need, and runs bench_ps,
 # bench_train, bench_ckpt (about 1 GiB written and read 4 times per
@@ -24,6 +26,10 @@ export PS_SERVER
 if [ "${1:-}" = jobs ]; then
   shift
   exec bash "$root/tests/bench/bench_jobs.sh" "$root/$build" "$@"
+fi
+if [ "${1:-}" = pslite ]; then
+  shift
+  exec bash "$root/tests/bench/pslite.sh" "$root/$build" "$@"
 fi
 if [ "${1:-}" = ckpt ]; then
   shift

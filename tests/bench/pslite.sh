@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The sparse workload against dmlc/ps-lite, in interleaved rounds with
+# bench_ps (d) (opt-in: tests/bench/run.sh pslite).
+#   PSLITE_DIR=DIR tests/bench/pslite.sh BUILD [ROUNDS] [bench_ps options]
+# PSLITE_DIR is a built ps-lite (make DEPS_PATH=/usr PROTOC=/usr/bin/protoc,
+# with Debian's libzmq3-dev libprotobuf-dev protobuf-compiler): ps-lite is
+# only run and linked, never copied.  Each round runs bench_ps --only d,
+# then the same table, batches and steps on ps-lite (pslite_sparse.cc:
+# one server, one worker, pinned as bench_ps pins its client and server).
+# stdout: each round's figures, then `bench:' lines with the median of the
+# rounds' ratios (this project / ps-lite) and their range.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+build=${1:?usage: pslite.sh BUILD [ROUNDS] [bench_ps options]}
+rounds=${2:-3}
+shift $(($# >= 2 ? 2 : 1))
+pl=${PSLITE_DIR:?set PSLITE_DIR to a built dmlc/ps-lite (see tests/bench/README.md)}
+[ -f "$pl/build/libps.a" ] || { echo "pslite.sh: $pl/build/libps.a missing: build ps-lite first" >&2; exit 2; }
+rows=1048576 dim=64 batch=8192 zipf=1.1 steps=100
+args=("$@")
+for ((i = 0; i < ${#args[@]}; i++)); do
+  case "${args[$i]}" in
+    --rows) rows=${args[$((i + 1))]} ;;
+    --dim) dim=${args[$((i + 1))]} ;;
+    --batch) batch=${args[$((i + 1))]} ;;
+    --zipf) zipf=${args[$((i + 1))]} ;;
+    --sparse-steps) steps=${args[$((i + 1))]} ;;
+  esac
+done
+bin="$build/tests/bench/pslite_sparse"
+g++ -std=c++14 -O2 -isystem "$pl/include" -I"$here" "$here/pslite_sparse.cc" \
+  "$pl/build/libps.a" -lprotobuf-lite -lzmq -pthread -o "$bin"
+cpus=($(taskset -pc $$ | sed 's/.*: //' | tr ',' ' '))
+c0=${cpus[0]%%-*}; c1=$((c0 + 1))
+tmp=$(mktemp -d); trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
+pslite_round() {
+  local port
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  export DMLC_NUM_SERVER=1 DMLC_NUM_WORKER=1 DMLC_PS_ROOT_URI=127.0.0.1 DMLC_PS_ROOT_PORT=$port
+  DMLC_ROLE=scheduler "$bin" $rows $dim $batch $zipf $steps > /dev/null 2>> "$tmp/pslite.err" &
+  DMLC_ROLE=server taskset -c $c1 "$bin" $rows $dim $batch $zipf $steps > /dev/null 2>> "$tmp/pslite.err" &
+  DMLC_ROLE=worker taskset -c $c0 "$bin" $rows $dim $batch $zipf $steps 2>> "$tmp/pslite.err"
+  wait
+}
+num() { sed -n "s/.*$1 \([0-9.]*\).*/\1/p"; }
+for ((r = 1; r <= rounds; r++)); do
+  PS_SERVER="$build/ps/ps-server" "$build/tests/bench/bench_ps" --only d "$@" > "$tmp/ours" 2>> "$tmp/ours.err" \
+    || { echo "pslite.sh: bench_ps failed" >&2; tail -5 "$tmp/ours.err" >&2; exit 1; }
+  pslite_round > "$tmp/theirs" || { echo "pslite.sh: ps-lite failed" >&2; tail -5 "$tmp/pslite.err" >&2; exit 1; }
+  o_step=$(grep 'sparse_step' "$tmp/ours" | num sparse_step)
+  o_pull=$(grep 'sparse_pull_rows' "$tmp/ours" | num sparse_pull_rows)
+  o_push=$(grep 'sparse_push_rows' "$tmp/ours" | num sparse_push_rows)
+  t_step=$(num sparse_step < "$tmp/theirs"); t_pull=$(num pull_rows < "$tmp/theirs"); t_push=$(num push_rows < "$tmp/theirs")
+  echo "round $r: step $o_step ms vs ps-lite $t_step ms; pull $o_pull vs $t_pull M rows/s; push $o_push vs $t_push M rows/s"
+  echo "$o_step $t_step $o_pull $t_pull $o_push $t_push" >> "$tmp/rounds"
+done
+awk '
+function med(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }; return a[int((n + 1) / 2)] }
+{ n++; s[n] = $1 / $2; p[n] = $3 / $4; q[n] = $5 / $6 }
+END {
+  ms = med(s, n); mp = med(p, n); mq = med(q, n)
+  printf "bench: pslite_sparse_step_ratio %.2f range=%.2f-%.2f target=<= 0.6\n", ms, s[1], s[n]
+  printf "bench: pslite_sparse_pull_rows_ratio %.2f range=%.2f-%.2f target=>= 1.5\n", mp, p[1], p[n]
+  printf "bench: pslite_sparse_push_rows_ratio %.2f range=%.2f-%.2f target=>= 1.5\n", mq, q[1], q[n]
+}' "$tmp/rounds"

@@ -1,0 +1,150 @@
+// The sparse workload of bench_ps (d) against dmlc/ps-lite, for the
+// opt-in comparison (tests/bench/run.sh pslite, with PSLITE_DIR pointing
+// at a built ps-lite).  One binary plays ps-lite's scheduler, server or
+// worker after DMLC_ROLE, as ps-lite's own tests do.
+//
+// Same table (rows x dim float32 on transparent huge pages), same Zipf
+// batches (zipf.h), same gradient values.  ps-lite's API takes unique,
+// sorted keys, so its worker pays for that inside its step as a user
+// must: the pull sorts and deduplicates the batch, ZPulls the distinct
+// rows and copies them out to every position; the push sums the rows of
+// each id and ZPushes them.  stdout: one `pslite:' line with the medians.
+//
+//   pslite_sparse ROWS DIM BATCH ZIPF STEPS
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "ps/ps.h"
+#include "zipf.h"
+
+namespace {
+
+int64_t g_rows, g_dim, g_batch, g_steps;
+double g_zipf;
+const int kWarm = 10;
+
+float *table_alloc(size_t n) {
+  size_t huge = size_t(2) << 20, bytes = (n * sizeof(float) + huge - 1) / huge * huge;
+  float *t = static_cast<float *>(aligned_alloc(huge, bytes));
+  if (t == nullptr) return nullptr;
+  madvise(t, bytes, MADV_HUGEPAGE);
+  memset(t, 0, bytes);
+  return t;
+}
+
+struct Table {
+  float *t = nullptr;
+  void operator()(const ps::KVMeta &meta, const ps::KVPairs<float> &req,
+                  ps::KVServer<float> *server) {
+    size_t n = req.keys.size();
+    size_t row = size_t(g_dim);
+    ps::KVPairs<float> res;
+    if (meta.push) {
+      for (size_t i = 0; i < n; i++) {
+        float *d = t + req.keys[i] * row;
+        const float *v = req.vals.data() + i * row;
+        for (size_t k = 0; k < row; k++) d[k] += v[k];
+      }
+    }
+    if (meta.pull) {
+      res.keys = req.keys;
+      res.vals.resize(n * row);
+      for (size_t i = 0; i < n; i++)
+        memcpy(res.vals.data() + i * row, t + req.keys[i] * row, row * sizeof(float));
+    }
+    server->Response(meta, res);
+  }
+};
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+void run_worker() {
+  ps::KVWorker<float> kv(0, 0);
+  size_t nall = size_t(kWarm + g_steps), b = size_t(g_batch), row = size_t(g_dim);
+  int64_t *ids = zipf_ids(g_rows, g_zipf, nall, b);
+  CHECK(ids != nullptr) << "out of memory";
+  std::vector<float> rows(b * row), grad(b * row);
+  std::vector<double> tp, tq;
+  std::vector<std::pair<ps::Key, uint32_t>> order(b);
+  std::vector<uint32_t> slot(b);
+  for (size_t i = 0; i < nall; i++) {
+    const int64_t *si = ids + i * b;
+    for (size_t j = 0; j < b * row; j++) grad[j] = grad_value(int64_t(i), int64_t(j));
+    double t0 = now_s();
+    // unique sorted keys, and for each position its key's slot
+    for (size_t j = 0; j < b; j++) order[j] = {ps::Key(si[j]), uint32_t(j)};
+    std::sort(order.begin(), order.end());
+    ps::SArray<ps::Key> keys;
+    keys.reserve(b);
+    for (size_t j = 0; j < b; j++) {
+      if (j == 0 || order[j].first != order[j - 1].first) keys.push_back(order[j].first);
+      slot[order[j].second] = uint32_t(keys.size() - 1);
+    }
+    size_t nu = keys.size();
+    ps::SArray<float> vals;
+    kv.Wait(kv.ZPull(keys, &vals));
+    for (size_t j = 0; j < b; j++)
+      memcpy(rows.data() + j * row, vals.data() + size_t(slot[j]) * row, row * sizeof(float));
+    double t1 = now_s();
+    ps::SArray<float> sum(nu * row, 0.0f);
+    for (size_t j = 0; j < b; j++) {
+      float *d = sum.data() + size_t(slot[j]) * row;
+      const float *g = grad.data() + j * row;
+      for (size_t k = 0; k < row; k++) d[k] += g[k];
+    }
+    kv.Wait(kv.ZPush(keys, sum));
+    double t2 = now_s();
+    if (i >= size_t(kWarm)) {
+      tp.push_back(t1 - t0);
+      tq.push_back(t2 - t1);
+    }
+  }
+  std::vector<double> step(tp.size());
+  for (size_t i = 0; i < tp.size(); i++) step[i] = tp[i] + tq[i];
+  printf("pslite: sparse_step %.3f ms pull_rows %.2f M/s push_rows %.2f M/s\n",
+         median(step) * 1e3, double(b) / median(tp) / 1e6, double(b) / median(tq) / 1e6);
+  fflush(stdout);
+  free(ids);
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  if (argc != 6) {
+    fprintf(stderr, "usage: pslite_sparse ROWS DIM BATCH ZIPF STEPS\n");
+    return 2;
+  }
+  g_rows = atoll(argv[1]);
+  g_dim = atoll(argv[2]);
+  g_batch = atoll(argv[3]);
+  g_zipf = atof(argv[4]);
+  g_steps = atoll(argv[5]);
+  ps::Start(0);
+  Table handle;
+  ps::KVServer<float> *server = nullptr;
+  if (ps::IsServer()) {
+    handle.t = table_alloc(size_t(g_rows * g_dim));
+    CHECK(handle.t != nullptr) << "out of memory";
+    server = new ps::KVServer<float>(0);
+    server->set_request_handle(handle);
+  }
+  if (ps::IsWorker()) run_worker();
+  ps::Finalize(0, true);
+  delete server;
+  free(handle.t);
+  return 0;
+}
