@@ -41,6 +41,21 @@ static int64_t index_at(const ps_kernel_args *a, int64_t k) {
   return ((const int64_t *)a->indices)[k];
 }
 
+/* Sparse kernels touch random rows of big tables, bound by cache and TLB
+ * misses: the rows of the index AHEAD places on (the variable's and
+ * @nslots slots') are fetched early, so the misses overlap. */
+#define AHEAD 8
+static inline void prefetch_ahead(const ps_kernel_args *a, int64_t k, size_t row_bytes,
+                                  int nslots) {
+  if (k + AHEAD >= a->nindices || row_bytes > 1024) return;
+  size_t off = (size_t)index_at(a, k + AHEAD) * row_bytes;
+  for (size_t o = 0; o < row_bytes; o += 64) {
+    __builtin_prefetch((const char *)a->var + off + o, 1);
+    for (int s = 0; s < nslots; s++)
+      __builtin_prefetch((const char *)a->slots[s] + off + o, 1);
+  }
+}
+
 /* The kernels for one element type T, with SQRT its square root. */
 #define DEFINE_KERNELS(T, SFX, SQRT)                                                     \
   /* ApplyGradientDescent: var -= grad * lr.  Sparse: the Python optimizer's             \
@@ -56,6 +71,7 @@ static int64_t index_at(const ps_kernel_args *a, int64_t k) {
     }                                                                                    \
     const int64_t re = a->row_elems;                                                     \
     for (int64_t k = 0; k < a->nindices; k++) {                                          \
+      prefetch_ahead(a, k, (size_t)re * sizeof(T), 0);                                   \
       T *vr = var + index_at(a, k) * re;                                                 \
       const T *gr = g + k * re;                                                          \
       for (int64_t j = 0; j < re; j++)                                                   \
@@ -80,6 +96,7 @@ static int64_t index_at(const ps_kernel_args *a, int64_t k) {
     }                                                                                    \
     const int64_t re = a->row_elems;                                                     \
     for (int64_t k = 0; k < a->nindices; k++) {                                          \
+      prefetch_ahead(a, k, (size_t)re * sizeof(T), 1);                                   \
       int64_t r = index_at(a, k) * re;                                                   \
       T *vr = var + r, *ar = acc + r;                                                    \
       const T *gr = g + k * re;                                                          \
@@ -108,6 +125,7 @@ static int64_t index_at(const ps_kernel_args *a, int64_t k) {
     }                                                                                    \
     const int64_t re = a->row_elems;                                                     \
     for (int64_t k = 0; k < a->nindices; k++) {                                          \
+      prefetch_ahead(a, k, (size_t)re * sizeof(T), 1);                                   \
       int64_t r = index_at(a, k) * re;                                                   \
       T *vr = var + r, *ar = acc + r;                                                    \
       const T *gr = g + k * re;                                                          \

@@ -92,6 +92,7 @@ typedef struct opts {
   /* (d) sparse */
   int rows, dim, batch, sparse_steps;
   double zipf;
+  int adagrad; /* the push is a sparse Adagrad step, not a plain add */
 } opts;
 
 static double now_s(void) {
@@ -276,20 +277,30 @@ static float *table_alloc(size_t n) {
 
 /* The sparse peer's state: a table and buffers for one step. */
 typedef struct sparse_peer {
-  float *table;
+  float *table, *acc; /* acc: Adagrad's accumulator ('T' with a 4th word 1) */
   int64_t rows, dim;
   int64_t *ids;
   float *vals;
   size_t cap; /* ids and rows of vals */
 } sparse_peer;
 
-/* 'T' rows dim cap: a zeroed table; 'G' n ids -> n rows; 'S' n ids rows
- * -> added in order, then an ack; 'D' -> the whole table. */
+/* 'T' rows dim cap adagrad: a zeroed table (and an accumulator of
+ * ADAGRAD_INIT); 'G' n ids -> n rows; 'S' n ids rows -> added in order,
+ * then an ack; 'A' n ids rows -> a sparse Adagrad step, then an ack;
+ * 'D' -> the whole table. */
 static int sparse_cmd(int fd, char cmd, sparse_peer *p) {
-  int64_t h[3];
+  int64_t h[4];
   if (cmd == 'T') {
     if (read_full(fd, h, sizeof h) != 0) return -1;
     free(p->table);
+    free(p->acc);
+    p->acc = NULL;
+    if (h[3]) {
+      p->acc = table_alloc((size_t)(h[0] * h[1]));
+      if (p->acc == NULL) return -1;
+      for (int64_t i = 0; i < h[0] * h[1]; i++)
+        p->acc[i] = ADAGRAD_INIT;
+    }
     free(p->ids);
     free(p->vals);
     p->rows = h[0];
@@ -315,6 +326,13 @@ static int sparse_cmd(int fd, char cmd, sparse_peer *p) {
     return write_full(fd, p->vals, (size_t)n * row);
   }
   if (read_full(fd, p->vals, (size_t)n * row) != 0) return -1;
+  if (cmd == 'A') {
+    if (p->acc == NULL) return -1;
+    for (int64_t i = 0; i < n; i++)
+      adagrad_row(p->table + p->ids[i] * p->dim, p->acc + p->ids[i] * p->dim,
+                  p->vals + i * p->dim, p->dim, ADAGRAD_LR);
+    return write_full(fd, "k", 1);
+  }
   for (int64_t i = 0; i < n; i++) {
     float *d = p->table + p->ids[i] * p->dim, *v = p->vals + i * p->dim;
     for (int64_t k = 0; k < p->dim; k++)
@@ -341,13 +359,14 @@ static void tcp_child(int lfd) {
       if (write_full(fd, buf, BIG_BYTES) != 0) break;
     } else if (cmd == 'W') {
       if (read_full(fd, buf, BIG_BYTES) != 0 || write_full(fd, "k", 1) != 0) break;
-    } else if (strchr("TGSD", cmd)) {
+    } else if (strchr("TGSAD", cmd)) {
       if (sparse_cmd(fd, cmd, &sp) != 0) break;
     } else {
       break;
     }
   }
   free(sp.table);
+  free(sp.acc);
   free(sp.ids);
   free(sp.vals);
   free(buf);
@@ -934,6 +953,49 @@ static void local_gather(const float *t, const int64_t *ids, size_t n, int64_t d
     memcpy(out + (int64_t)i * dim, t + ids[i] * dim, (size_t)dim * sizeof *t);
 }
 
+/* What the ps client does with a batch whose ids repeat, done the same
+ * way for the baselines: the distinct ids in first-occurrence order and
+ * each position's slot among them (stamp/slot: per-row scratch), and the
+ * gradient rows summed per distinct id in the order they come (the first
+ * copied, the others added), so every table gets the same arithmetic. */
+typedef struct batch_scratch {
+  int32_t *stamp, *slot; /* [rows] */
+  int32_t gen;
+  int64_t *uid; /* [batch] */
+  int32_t *from;
+  float *urows, *usum; /* [batch * dim] */
+} batch_scratch;
+
+static int64_t batch_unique(batch_scratch *w, const int64_t *ids, int64_t n) {
+  int64_t nu = 0;
+  w->gen++;
+  for (int64_t i = 0; i < n; i++) {
+    int64_t id = ids[i];
+    if (w->stamp[id] != w->gen) {
+      w->stamp[id] = w->gen;
+      w->slot[id] = (int32_t)nu;
+      w->uid[nu++] = id;
+    }
+    w->from[i] = w->slot[id];
+  }
+  return nu;
+}
+
+static void batch_sum(batch_scratch *w, int64_t n, int64_t dim, const float *g) {
+  int32_t seen = 0;
+  for (int64_t i = 0; i < n; i++) {
+    float *o = w->usum + (int64_t)w->from[i] * dim;
+    const float *v = g + i * dim;
+    if (w->from[i] == seen) {
+      memcpy(o, v, (size_t)dim * sizeof *v);
+      seen++;
+    } else {
+      for (int64_t k = 0; k < dim; k++)
+        o[k] += v[k];
+    }
+  }
+}
+
 static void local_scatter_add(float *t, const int64_t *ids, size_t n, int64_t dim,
                               const float *v) {
   for (size_t i = 0; i < n; i++) {
@@ -944,19 +1006,27 @@ static void local_scatter_add(float *t, const int64_t *ids, size_t n, int64_t di
   }
 }
 
-/* One TCP step: 'G' then 'S' on @ids; pull and push seconds. */
-static int tcp_sparse_step(int fd, const int64_t *ids, int64_t n, const float *grad,
-                           float *rows, int64_t dim, double *tp, double *tq) {
+/* One TCP step: 'G' then 'S' on @ids, each distinct id sent once as the
+ * ps client sends it; pull and push seconds. */
+static int tcp_sparse_step(int fd, batch_scratch *w, const int64_t *ids, int64_t n,
+                           const float *grad, float *rows, int64_t dim, char op,
+                           double *tp, double *tq) {
   double t0 = now_s();
-  size_t rb = (size_t)(n * dim) * sizeof(float);
+  size_t row = (size_t)dim * sizeof(float);
   char ack;
-  if (write_full(fd, "G", 1) != 0 || write_full(fd, &n, sizeof n) != 0 ||
-      write_full(fd, ids, (size_t)n * sizeof *ids) != 0 || read_full(fd, rows, rb) != 0)
+  int64_t nu = batch_unique(w, ids, n);
+  if (write_full(fd, "G", 1) != 0 || write_full(fd, &nu, sizeof nu) != 0 ||
+      write_full(fd, w->uid, (size_t)nu * sizeof *ids) != 0 ||
+      read_full(fd, w->urows, (size_t)nu * row) != 0)
     return -1;
+  for (int64_t i = 0; i < n; i++)
+    memcpy(rows + i * dim, w->urows + (int64_t)w->from[i] * dim, row);
   double t1 = now_s();
-  if (write_full(fd, "S", 1) != 0 || write_full(fd, &n, sizeof n) != 0 ||
-      write_full(fd, ids, (size_t)n * sizeof *ids) != 0 ||
-      write_full(fd, grad, rb) != 0 || read_full(fd, &ack, 1) != 0)
+  nu = batch_unique(w, ids, n);
+  batch_sum(w, n, dim, grad);
+  if (write_full(fd, &op, 1) != 0 || write_full(fd, &nu, sizeof nu) != 0 ||
+      write_full(fd, w->uid, (size_t)nu * sizeof *ids) != 0 ||
+      write_full(fd, w->usum, (size_t)nu * row) != 0 || read_full(fd, &ack, 1) != 0)
     return -1;
   *tp = t1 - t0;
   *tq = now_s() - t1;
@@ -976,8 +1046,15 @@ static int bench_sparse(ps_client *c, int tfd, const opts *o) {
   int rc = -1;
   int64_t *ids = zipf_ids(rows, o->zipf, nall, (size_t)b);
   float *local = table_alloc((size_t)(rows * dim));
+  float *lacc = o->adagrad ? table_alloc((size_t)(rows * dim)) : NULL;
   float *lrows = malloc(rb), *trows = malloc(rb);
   float *peer = malloc((size_t)(rows * dim) * sizeof *peer);
+  batch_scratch w = {.stamp = calloc((size_t)rows, sizeof(int32_t)),
+                     .slot = calloc((size_t)rows, sizeof(int32_t)),
+                     .uid = malloc((size_t)b * sizeof(int64_t)),
+                     .from = malloc((size_t)b * sizeof(int32_t)),
+                     .urows = malloc(rb),
+                     .usum = malloc(rb)};
   double *t[9];
   for (int k = 0; k < 9; k++)
     t[k] = calloc(ns + 1, sizeof(double));
@@ -986,7 +1063,9 @@ static int bench_sparse(ps_client *c, int tfd, const opts *o) {
   ps_tensor *gt = ps_tensor_new(PS_DT_FLOAT, 2, gd),
             *out = ps_tensor_new(PS_DT_FLOAT, 2, gd);
   ps_read whole = {.name = "emb"};
-  if (!ids || !local || !lrows || !trows || !peer || !ix || !gt || !out || !t[8]) {
+  if (!ids || !local || (o->adagrad && !lacc) || !lrows || !trows || !peer || !ix ||
+      !gt || !out || !t[8] || !w.stamp || !w.slot || !w.uid || !w.from || !w.urows ||
+      !w.usum) {
     fprintf(stderr, "bench: out of memory\n");
     goto out;
   }
@@ -1009,17 +1088,32 @@ static int bench_sparse(ps_client *c, int tfd, const opts *o) {
   ps_status st;
   ps_init_spec z;
   ps_init_spec_default(&z, PS_INIT_ZEROS);
-  ps_var_spec spec = {.name = "emb",
-                      .dtype = PS_DT_FLOAT,
-                      .shape = {.rank = 2, .dim = {rows, dim}},
-                      .init = &z};
-  const char *nm = "emb";
-  if (ps_client_create_vars(c, 0, &spec, 1, &st) != 0 ||
-      ps_client_initialize(c, 0, &nm, 1, false, NULL, &st) != 0) {
+  ps_init_spec a0;
+  ps_init_spec_default(&a0, PS_INIT_CONSTANT);
+  a0.value = ADAGRAD_INIT;
+  ps_var_spec spec[2] = {{.name = "emb",
+                          .dtype = PS_DT_FLOAT,
+                          .shape = {.rank = 2, .dim = {rows, dim}},
+                          .init = &z},
+                         {.name = "emb/Adagrad",
+                          .dtype = PS_DT_FLOAT,
+                          .shape = {.rank = 2, .dim = {rows, dim}},
+                          .init = &a0}};
+  const char *nm[2] = {"emb", "emb/Adagrad"};
+  size_t nv = o->adagrad ? 2 : 1;
+  if (ps_client_create_vars(c, 0, spec, nv, &st) != 0 ||
+      ps_client_initialize(c, 0, nm, nv, false, NULL, &st) != 0) {
     rc = ps_fail("create emb", &st);
     goto out;
   }
-  int64_t hdr[3] = {rows, dim, b};
+  if (o->adagrad)
+    for (int64_t i = 0; i < rows * dim; i++)
+      lacc[i] = ADAGRAD_INIT;
+  fprintf(stderr, "  push: %s\n",
+          o->adagrad ? "sparse Adagrad (lr 0.01; rows of an id summed first, as "
+                       "TensorFlow's optimizer does)"
+                     : "scatter-add");
+  int64_t hdr[4] = {rows, dim, b, o->adagrad};
   char ack;
   if (write_full(tfd, "T", 1) != 0 || write_full(tfd, hdr, sizeof hdr) != 0 ||
       read_full(tfd, &ack, 1) != 0) {
@@ -1045,14 +1139,43 @@ static int bench_sparse(ps_client *c, int tfd, const opts *o) {
           goto out;
         }
         double t1 = now_s();
-        if (ps_client_update(c, 0, &u, 1, &st) != 0) {
+        ps_tensor *uix = NULL, *ug = NULL;
+        if (o->adagrad) { /* the optimizer's SumDuplicateRows, then the apply */
+          int64_t nu = batch_unique(&w, si, b), ud[2] = {nu, dim};
+          batch_sum(&w, b, dim, g);
+          uix = ps_tensor_new(PS_DT_INT64, 1, &nu);
+          ug = ps_tensor_new(PS_DT_FLOAT, 2, ud);
+          if (uix == NULL || ug == NULL) {
+            fprintf(stderr, "bench: out of memory\n");
+            ps_tensor_destroy(uix);
+            ps_tensor_destroy(ug);
+            goto out;
+          }
+          memcpy(ps_tensor_data(uix), w.uid, (size_t)nu * sizeof *w.uid);
+          memcpy(ps_tensor_data(ug), w.usum, (size_t)(nu * dim) * sizeof *w.usum);
+          static const char *slots[1] = {"emb/Adagrad"};
+          static const double hp[1] = {ADAGRAD_LR};
+          u = (ps_update){.name = "emb",
+                          .op = PS_APPLY_ADAGRAD,
+                          .value = ug,
+                          .indices = uix,
+                          .slots = slots,
+                          .nslots = 1,
+                          .hparams = hp,
+                          .nhparams = 1};
+        }
+        int urc = ps_client_update(c, 0, &u, 1, &st);
+        ps_tensor_destroy(uix);
+        ps_tensor_destroy(ug);
+        if (urc != 0) {
           rc = ps_fail("sparse push", &st);
           goto out;
         }
         tp = t1 - t0, tq = now_s() - t1;
         if (i >= warm) t[0][i - warm] = tp, t[1][i - warm] = tq, t[2][i - warm] = tp + tq;
       } else if (which == 1) { /* raw TCP */
-        if (tcp_sparse_step(tfd, si, b, g, trows, dim, &tp, &tq) != 0) {
+        if (tcp_sparse_step(tfd, &w, si, b, g, trows, dim, o->adagrad ? 'A' : 'S', &tp,
+                            &tq) != 0) {
           fprintf(stderr, "bench: tcp sparse step failed\n");
           goto out;
         }
@@ -1061,7 +1184,14 @@ static int bench_sparse(ps_client *c, int tfd, const opts *o) {
         double t0 = now_s();
         local_gather(local, si, (size_t)b, dim, lrows);
         double t1 = now_s();
-        local_scatter_add(local, si, (size_t)b, dim, g);
+        int64_t nu = batch_unique(&w, si, b);
+        batch_sum(&w, b, dim, g);
+        if (o->adagrad)
+          for (int64_t q = 0; q < nu; q++)
+            adagrad_row(local + w.uid[q] * dim, lacc + w.uid[q] * dim, w.usum + q * dim,
+                        dim, ADAGRAD_LR);
+        else
+          local_scatter_add(local, w.uid, (size_t)nu, dim, w.usum);
         if (i >= warm) {
           t[6][i - warm] = t1 - t0, t[7][i - warm] = now_s() - t1;
           t[8][i - warm] = now_s() - t0;
@@ -1097,17 +1227,18 @@ static int bench_sparse(ps_client *c, int tfd, const opts *o) {
          tq = (double)b / quantile(t[4], ns, 0.5) / 1e6;
   fprintf(stderr, "  local step (gather + scatter-add in process) %.3f ms\n",
           quantile(t[8], ns, 0.5) * 1e3);
-  printf("bench: sparse_step %.3f ms baseline=%.3f ratio=%.2f target=<= 1.25\n",
+  const char *sfx = o->adagrad ? "_adagrad" : "";
+  printf("bench: sparse_step%s %.3f ms baseline=%.3f ratio=%.2f target=<= 1.25\n", sfx,
          ps_step * 1e3, tcp_step * 1e3, ps_step / tcp_step);
-  printf("bench: sparse_pull_rows %.2f M/s baseline=%.2f ratio=%.2f target=>= 0.8\n", pp,
-         tp, pp / tp);
-  printf("bench: sparse_push_rows %.2f M/s baseline=%.2f ratio=%.2f target=>= 0.8\n", pq,
-         tq, pq / tq);
+  printf("bench: sparse_pull_rows%s %.2f M/s baseline=%.2f ratio=%.2f target=>= 0.8\n",
+         sfx, pp, tp, pp / tp);
+  printf("bench: sparse_push_rows%s %.2f M/s baseline=%.2f ratio=%.2f target=>= 0.8\n",
+         sfx, pq, tq, pq / tq);
   rc = 0;
 out : {
   ps_status dst;
   const char *nm2 = "emb";
-  ps_client_delete(c, 0, &nm2, 1, PS_DELETE_MISSING_OK, NULL, &dst);
+  ps_client_delete(c, 0, &nm2, 1, PS_DELETE_MISSING_OK | PS_DELETE_SLOTS, NULL, &dst);
 }
   ps_tensor_destroy(whole.out);
   ps_tensor_destroy(ix);
@@ -1119,6 +1250,13 @@ out : {
   free(local);
   free(lrows);
   free(trows);
+  free(lacc);
+  free(w.stamp);
+  free(w.slot);
+  free(w.uid);
+  free(w.from);
+  free(w.urows);
+  free(w.usum);
   free(peer);
   return rc;
 }
@@ -1142,6 +1280,8 @@ static const char usage[] =
     "  --rows N --dim N --batch N --zipf S --sparse-steps N\n"
     "                  (d): table rows (1048576) and width (64), ids per step\n"
     "                  (8192) from Zipf(S) (1.1), timed steps (100)\n"
+    "  --sparse-op OP  (d): the push is a scatter-add (add, default) or a\n"
+    "                  sparse Adagrad step (adagrad)\n"
     "  --no-pin        leave CPU placement to the scheduler (noisy ratios)\n"
     "Needs PS_SERVER (path of ps-server); see tests/bench/README.md.\n";
 
@@ -1176,7 +1316,15 @@ int main(int argc, char **argv) {
       dst = &o.batch, hi = 1 << 20;
     else if (!strcmp(argv[i], "--sparse-steps"))
       dst = &o.sparse_steps, hi = 100000;
-    else if (!strcmp(argv[i], "--zipf") && i + 1 < argc) {
+    else if (!strcmp(argv[i], "--sparse-op") && i + 1 < argc) {
+      const char *op = argv[++i];
+      if (strcmp(op, "add") && strcmp(op, "adagrad")) {
+        fprintf(stderr, "bench_ps: --sparse-op is add or adagrad\n%s", usage);
+        return 2;
+      }
+      o.adagrad = !strcmp(op, "adagrad");
+      continue;
+    } else if (!strcmp(argv[i], "--zipf") && i + 1 < argc) {
       char *end;
       o.zipf = strtod(argv[++i], &end);
       if (*end || !(o.zipf > 0 && o.zipf < 10)) {

@@ -16,7 +16,7 @@ rounds=${2:-3}
 shift $(($# >= 2 ? 2 : 1))
 pl=${PSLITE_DIR:?set PSLITE_DIR to a built dmlc/ps-lite (see tests/bench/README.md)}
 [ -f "$pl/build/libps.a" ] || { echo "pslite.sh: $pl/build/libps.a missing: build ps-lite first" >&2; exit 2; }
-rows=1048576 dim=64 batch=8192 zipf=1.1 steps=100
+rows=1048576 dim=64 batch=8192 zipf=1.1 steps=100 op=add
 args=("$@")
 for ((i = 0; i < ${#args[@]}; i++)); do
   case "${args[$i]}" in
@@ -25,6 +25,7 @@ for ((i = 0; i < ${#args[@]}; i++)); do
     --batch) batch=${args[$((i + 1))]} ;;
     --zipf) zipf=${args[$((i + 1))]} ;;
     --sparse-steps) steps=${args[$((i + 1))]} ;;
+    --sparse-op) op=${args[$((i + 1))]} ;;
   esac
 done
 bin="$build/tests/bench/pslite_sparse"
@@ -37,9 +38,9 @@ pslite_round() {
   local port
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
   export DMLC_NUM_SERVER=1 DMLC_NUM_WORKER=1 DMLC_PS_ROOT_URI=127.0.0.1 DMLC_PS_ROOT_PORT=$port
-  DMLC_ROLE=scheduler "$bin" $rows $dim $batch $zipf $steps > /dev/null 2>> "$tmp/pslite.err" &
-  DMLC_ROLE=server taskset -c $c1 "$bin" $rows $dim $batch $zipf $steps > /dev/null 2>> "$tmp/pslite.err" &
-  DMLC_ROLE=worker taskset -c $c0 "$bin" $rows $dim $batch $zipf $steps 2>> "$tmp/pslite.err"
+  DMLC_ROLE=scheduler "$bin" $rows $dim $batch $zipf $steps $op > /dev/null 2>> "$tmp/pslite.err" &
+  DMLC_ROLE=server taskset -c $c1 "$bin" $rows $dim $batch $zipf $steps $op > /dev/null 2>> "$tmp/pslite.err" &
+  DMLC_ROLE=worker taskset -c $c0 "$bin" $rows $dim $batch $zipf $steps $op 2>> "$tmp/pslite.err"
   wait
 }
 num() { sed -n "s/.*$1 \([0-9.]*\).*/\1/p"; }
@@ -47,19 +48,20 @@ for ((r = 1; r <= rounds; r++)); do
   PS_SERVER="$build/ps/ps-server" "$build/tests/bench/bench_ps" --only d "$@" > "$tmp/ours" 2>> "$tmp/ours.err" \
     || { echo "pslite.sh: bench_ps failed" >&2; tail -5 "$tmp/ours.err" >&2; exit 1; }
   pslite_round > "$tmp/theirs" || { echo "pslite.sh: ps-lite failed" >&2; tail -5 "$tmp/pslite.err" >&2; exit 1; }
-  o_step=$(grep 'sparse_step' "$tmp/ours" | num sparse_step)
-  o_pull=$(grep 'sparse_pull_rows' "$tmp/ours" | num sparse_pull_rows)
-  o_push=$(grep 'sparse_push_rows' "$tmp/ours" | num sparse_push_rows)
+  o_step=$(grep 'sparse_step' "$tmp/ours" | num 'sparse_step[a-z_]*')
+  o_pull=$(grep 'sparse_pull_rows' "$tmp/ours" | num 'sparse_pull_rows[a-z_]*')
+  o_push=$(grep 'sparse_push_rows' "$tmp/ours" | num 'sparse_push_rows[a-z_]*')
   t_step=$(num sparse_step < "$tmp/theirs"); t_pull=$(num pull_rows < "$tmp/theirs"); t_push=$(num push_rows < "$tmp/theirs")
   echo "round $r: step $o_step ms vs ps-lite $t_step ms; pull $o_pull vs $t_pull M rows/s; push $o_push vs $t_push M rows/s"
   echo "$o_step $t_step $o_pull $t_pull $o_push $t_push" >> "$tmp/rounds"
 done
-awk '
+sfx=; [ "$op" = adagrad ] && sfx=_adagrad
+awk -v sfx="$sfx" '
 function med(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }; return a[int((n + 1) / 2)] }
 { n++; s[n] = $1 / $2; p[n] = $3 / $4; q[n] = $5 / $6 }
 END {
   ms = med(s, n); mp = med(p, n); mq = med(q, n)
-  printf "bench: pslite_sparse_step_ratio %.2f range=%.2f-%.2f target=<= 0.6\n", ms, s[1], s[n]
-  printf "bench: pslite_sparse_pull_rows_ratio %.2f range=%.2f-%.2f target=>= 1.5\n", mp, p[1], p[n]
-  printf "bench: pslite_sparse_push_rows_ratio %.2f range=%.2f-%.2f target=>= 1.5\n", mq, q[1], q[n]
+  printf "bench: pslite_sparse_step%s_ratio %.2f range=%.2f-%.2f target=<= 0.6\n", sfx, ms, s[1], s[n]
+  printf "bench: pslite_sparse_pull_rows%s_ratio %.2f range=%.2f-%.2f target=>= 1.5\n", sfx, mp, p[1], p[n]
+  printf "bench: pslite_sparse_push_rows%s_ratio %.2f range=%.2f-%.2f target=>= 1.5\n", sfx, mq, q[1], q[n]
 }' "$tmp/rounds"

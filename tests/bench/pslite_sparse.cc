@@ -10,7 +10,9 @@
 // rows and copies them out to every position; the push sums the rows of
 // each id and ZPushes them.  stdout: one `pslite:' line with the medians.
 //
-//   pslite_sparse ROWS DIM BATCH ZIPF STEPS
+//   pslite_sparse ROWS DIM BATCH ZIPF STEPS [add|adagrad]
+// With adagrad the push is a sparse Adagrad step on the server (ZPush with
+// cmd 1), term for term as the ps's kernel (zipf.h adagrad_row).
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -27,6 +29,7 @@ namespace {
 
 int64_t g_rows, g_dim, g_batch, g_steps;
 double g_zipf;
+bool g_adagrad;
 const int kWarm = 10;
 
 float *table_alloc(size_t n) {
@@ -39,13 +42,17 @@ float *table_alloc(size_t n) {
 }
 
 struct Table {
-  float *t = nullptr;
+  float *t = nullptr, *acc = nullptr;
   void operator()(const ps::KVMeta &meta, const ps::KVPairs<float> &req,
                   ps::KVServer<float> *server) {
     size_t n = req.keys.size();
     size_t row = size_t(g_dim);
     ps::KVPairs<float> res;
-    if (meta.push) {
+    if (meta.push && meta.cmd == 1) {
+      for (size_t i = 0; i < n; i++)
+        adagrad_row(t + req.keys[i] * row, acc + req.keys[i] * row,
+                    req.vals.data() + i * row, int64_t(row), ADAGRAD_LR);
+    } else if (meta.push) {
       for (size_t i = 0; i < n; i++) {
         float *d = t + req.keys[i] * row;
         const float *v = req.vals.data() + i * row;
@@ -106,7 +113,7 @@ void run_worker() {
       const float *g = grad.data() + j * row;
       for (size_t k = 0; k < row; k++) d[k] += g[k];
     }
-    kv.Wait(kv.ZPush(keys, sum));
+    kv.Wait(kv.ZPush(keys, sum, {}, g_adagrad ? 1 : 0));
     double t2 = now_s();
     if (i >= size_t(kWarm)) {
       tp.push_back(t1 - t0);
@@ -124,10 +131,11 @@ void run_worker() {
 }  // namespace
 
 int main(int argc, char **argv) {
-  if (argc != 6) {
-    fprintf(stderr, "usage: pslite_sparse ROWS DIM BATCH ZIPF STEPS\n");
+  if (argc != 6 && argc != 7) {
+    fprintf(stderr, "usage: pslite_sparse ROWS DIM BATCH ZIPF STEPS [add|adagrad]\n");
     return 2;
   }
+  g_adagrad = argc == 7 && strcmp(argv[6], "adagrad") == 0;
   g_rows = atoll(argv[1]);
   g_dim = atoll(argv[2]);
   g_batch = atoll(argv[3]);
@@ -139,6 +147,11 @@ int main(int argc, char **argv) {
   if (ps::IsServer()) {
     handle.t = table_alloc(size_t(g_rows * g_dim));
     CHECK(handle.t != nullptr) << "out of memory";
+    if (g_adagrad) {
+      handle.acc = table_alloc(size_t(g_rows * g_dim));
+      CHECK(handle.acc != nullptr) << "out of memory";
+      std::fill(handle.acc, handle.acc + g_rows * g_dim, ADAGRAD_INIT);
+    }
     server = new ps::KVServer<float>(0);
     server->set_request_handle(handle);
   }
@@ -146,5 +159,6 @@ int main(int argc, char **argv) {
   ps::Finalize(0, true);
   delete server;
   free(handle.t);
+  free(handle.acc);
   return 0;
 }

@@ -46,4 +46,17 @@ static inline float grad_value(int64_t i, int64_t j) {
   return (float)((j + i) % 7) * 0.125f;
 }
 
+/* Sparse Adagrad on one row, as the ps's float kernel (common/kernels.c,
+ * TensorFlow's SparseApplyAdagrad) computes it, term for term. */
+static inline void adagrad_row(float *var, float *acc, const float *g, int64_t n,
+                               float lr) {
+  for (int64_t j = 0; j < n; j++) {
+    acc[j] += g[j] * g[j];
+    var[j] -= lr * g[j] * (1.0f / sqrtf(acc[j]));
+  }
+}
+
+#define ADAGRAD_LR 0.01f
+#define ADAGRAD_INIT 0.1f /* TensorFlow's initial_accumulator_value */
+
 #endif

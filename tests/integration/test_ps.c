@@ -265,6 +265,92 @@ START_TEST(gather_with_repeated_ids_returns_every_row) {
 }
 END_TEST
 
+/* A scatter-add whose ids repeat goes with one summed row per distinct id
+ * (as TensorFlow's optimizers sum them): every occurrence is added, for
+ * float and int32 tables, add and sub.  An id out of range, or updates of
+ * the wrong shape, fail with the caller's positions and shapes and change
+ * nothing; in a two-task call, the task that applied is not applied twice
+ * when the other is sent again. */
+START_TEST(scatter_add_with_repeated_ids_adds_every_occurrence) {
+  enum { ROWS = 40, N = 600 };
+  create(0, "acc", PS_DT_FLOAT, shp(2, ROWS, 2), NULL);
+  create(1, "acc1", PS_DT_FLOAT, shp(2, ROWS, 2), NULL);
+  create(0, "cnt", PS_DT_INT32, shp(1, ROWS, 0), NULL);
+  ps_tensor *z = ftensor(2, ROWS, 2, NULL),
+            *zi = ps_tensor_new(PS_DT_INT32, 1, (int64_t[]){ROWS});
+  memset(ps_tensor_data(z), 0, ps_tensor_nbytes(z));
+  memset(ps_tensor_data(zi), 0, ps_tensor_nbytes(zi));
+  ps_status st;
+  ps_update zs[2] = {{.name = "acc", .op = PS_ASSIGN, .value = z},
+                     {.name = "cnt", .op = PS_ASSIGN, .value = zi}};
+  PS_ASSERT_OK(ps_client_update(C, 0, zs, 2, &st), st);
+  ps_update z1 = {.name = "acc1", .op = PS_ASSIGN, .value = z};
+  PS_ASSERT_OK(ps_client_update(C, 1, &z1, 1, &st), st);
+  int64_t ids[N];
+  float want[ROWS * 2] = {0};
+  int32_t wantc[ROWS] = {0};
+  ps_tensor *g = ftensor(2, N, 2, NULL),
+            *gi = ps_tensor_new(PS_DT_INT32, 1, (int64_t[]){N});
+  for (int i = 0; i < N; i++) {
+    ids[i] = (i * 11 + i / 7) % ROWS;
+    fdata(g)[i * 2] = (float)(i % 5) * 0.5f; /* exact in any order */
+    fdata(g)[i * 2 + 1] = -1;
+    ((int32_t *)ps_tensor_data(gi))[i] = i % 3;
+    want[ids[i] * 2] += (float)(i % 5) * 0.5f;
+    want[ids[i] * 2 + 1] -= 1;
+    wantc[ids[i]] -= i % 3; /* applied with SCATTER_SUB below */
+  }
+  ps_tensor *ti = itensor(N, ids);
+  ps_update us[2] = {{.name = "acc", .op = PS_SCATTER_ADD, .value = g, .indices = ti},
+                     {.name = "cnt", .op = PS_SCATTER_SUB, .value = gi, .indices = ti}};
+  PS_ASSERT_OK(ps_client_update(C, 0, us, 2, &st), st);
+  ps_tensor *r = read1(0, "acc", &st), *rc = read1(0, "cnt", &st);
+  ck_assert_ptr_nonnull(r);
+  ck_assert_ptr_nonnull(rc);
+  for (int k = 0; k < ROWS * 2; k++)
+    ck_assert_msg(fdata(r)[k] == want[k], "acc[%d] = %g, want %g", k, fdata(r)[k],
+                  want[k]);
+  for (int k = 0; k < ROWS; k++)
+    ck_assert_int_eq(((int32_t *)ps_tensor_data(rc))[k], wantc[k]);
+  ps_tensor_destroy(r);
+  ps_tensor_destroy(rc);
+  /* out of range at the caller's position 450, nothing changed */
+  ids[450] = 77;
+  ps_tensor *bad = itensor(N, ids);
+  ps_update ub = {.name = "acc", .op = PS_SCATTER_ADD, .value = g, .indices = bad};
+  ck_assert_int_eq(ps_client_update(C, 0, &ub, 1, &st), PS_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(st.msg, "indices[450] = 77 is not in [0, 40)") == st.msg, "%s",
+                st.msg);
+  /* updates of the wrong shape: the caller's shapes in the message */
+  ps_tensor *g3 = ftensor(2, N, 3, NULL);
+  memset(ps_tensor_data(g3), 0, ps_tensor_nbytes(g3));
+  ps_update us3 = {.name = "acc", .op = PS_SCATTER_ADD, .value = g3, .indices = ti};
+  ck_assert_int_eq(ps_client_update(C, 0, &us3, 1, &st), PS_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(st.msg, "got updates.shape [600,3], indices.shape [600], "
+                               "params.shape [40,2]") != NULL,
+                "%s", st.msg);
+  /* two tasks: ps/1 applies, ps/0 refuses (and is sent again plainly) */
+  ps_update ok1 = {.name = "acc1", .op = PS_SCATTER_ADD, .value = g, .indices = ti};
+  ps_task_updates tu[2] = {{.task = 0, .updates = &ub, .n = 1},
+                           {.task = 1, .updates = &ok1, .n = 1}};
+  ck_assert_int_eq(ps_client_update_many(C, tu, 2, &st), PS_INVALID_ARGUMENT);
+  ck_assert_int_eq(tu[1].st.code, PS_OK);
+  ck_assert_ptr_nonnull(strstr(tu[0].st.msg, "indices[450] = 77"));
+  r = read1(0, "acc", &st);
+  ps_tensor *r1 = read1(1, "acc1", &st);
+  for (int k = 0; k < ROWS * 2; k++) {
+    ck_assert_msg(fdata(r)[k] == want[k], "acc changed at %d", k);
+    ck_assert_msg(fdata(r1)[k] == want[k], "acc1[%d] = %g, want %g (once)", k,
+                  fdata(r1)[k], want[k]);
+  }
+  ps_tensor_destroy(r);
+  ps_tensor_destroy(r1);
+  ps_tensor *objs[] = {z, zi, g, gi, ti, bad, g3};
+  for (size_t i = 0; i < 7; i++)
+    ps_tensor_destroy(objs[i]);
+}
+END_TEST
+
 /* Each error leaves the daemon serving and the variable unchanged. */
 static void assert_unchanged(void) {
   ps_status st;
@@ -790,6 +876,7 @@ int main(void) {
   tcase_add_test(tc, assign_add_sub_and_validate_shape);
   tcase_add_test(tc, scatter_and_gather);
   tcase_add_test(tc, gather_with_repeated_ids_returns_every_row);
+  tcase_add_test(tc, scatter_add_with_repeated_ids_adds_every_occurrence);
   tcase_add_test(tc, tensors_beyond_message_limits);
   tcase_add_test(tc, unavailable_ps_is_named);
   tcase_add_test(tc, safe_calls_retry_until_ps_is_up);

@@ -620,14 +620,38 @@ typedef struct upd_build {
   Paramserver__Update **up;
   ps_rpc_segs segs;
   uint8_t *inline_buf;
+  /* asynchronous scatter-adds whose ids repeat go with one summed row
+   * per distinct id (@combine): the ids, the sums */
+  ps_gather_dedup *dd;
+  ps_tensor **sums;
+  size_t n;
+  bool combined;
 } upd_build;
 
-static int upd_build_init(upd_build *b, const ps_update *u, size_t n, ps_status *st) {
+/* Sums the rows of repeated ids of scatter-add/sub update @u into @b's
+ * slot @i; the ids and rows to send then are those of b->dd[i], b->sums[i]. */
+static int upd_combine(upd_build *b, size_t i, const ps_update *u, ps_status *st) {
+  if ((u->op != PS_SCATTER_ADD && u->op != PS_SCATTER_SUB) || u->replicas_to_aggregate)
+    return 0; /* a synchronous accumulator keeps every row as today */
+  int r = ps_gather_dedup_init(&b->dd[i], u->indices);
+  if (r < 0) return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+  if (r > 0 && (b->sums[i] = ps_dedup_sum_rows(&b->dd[i], u->value)) == NULL)
+    ps_gather_dedup_fini(&b->dd[i]); /* not a shape to sum: sent as it is */
+  b->combined |= b->sums[i] != NULL;
+  return 0;
+}
+
+static int upd_build_init(upd_build *b, const ps_update *u, size_t n, bool combine,
+                          ps_status *st) {
   memset(b, 0, sizeof *b);
   paramserver__update_request__init(&b->req);
   b->us = calloc(n + 1, sizeof *b->us);
   b->up = calloc(n + 1, sizeof *b->up);
-  if (!b->us || !b->up) return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+  b->dd = calloc(n + 1, sizeof *b->dd);
+  b->sums = calloc(n + 1, sizeof *b->sums);
+  b->n = n;
+  if (!b->us || !b->up || !b->dd || !b->sums)
+    return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
   for (size_t i = 0; i < n; i++) {
     Paramserver__Update *p = &b->us[i];
     paramserver__update__init(p);
@@ -664,10 +688,16 @@ static int upd_build_init(upd_build *b, const ps_update *u, size_t n, ps_status 
                              scatter ? "scatter on" : "sparse gradient of", u[i].name);
       p->index_dtype = ix->dtype;
       p->num_indices = ix->shape.dim[0];
+      if (combine && upd_combine(b, i, &u[i], st) != 0) return st->code;
+      if (b->sums[i]) {
+        ix = b->dd[i].uix;
+        p->num_indices = b->dd[i].nu;
+        p->shape = (int64_t *)b->sums[i]->shape.dim;
+      }
       ps_rpc_segs_add(&b->segs, ps_tensor_data(ix), ps_tensor_nbytes(ix), ix->buf);
     }
-    ps_rpc_segs_add(&b->segs, ps_tensor_data(u[i].value), ps_tensor_nbytes(u[i].value),
-                    u[i].value->buf);
+    const ps_tensor *val = b->sums[i] ? b->sums[i] : u[i].value;
+    ps_rpc_segs_add(&b->segs, ps_tensor_data(val), ps_tensor_nbytes(val), val->buf);
     b->up[i] = p;
   }
   b->req.updates = b->up;
@@ -690,6 +720,12 @@ static int upd_build_init(upd_build *b, const ps_update *u, size_t n, ps_status 
 }
 
 static void upd_build_fini(upd_build *b) {
+  for (size_t i = 0; i < b->n && b->dd && b->sums; i++) {
+    ps_gather_dedup_fini(&b->dd[i]);
+    ps_tensor_destroy(b->sums[i]);
+  }
+  free(b->dd);
+  free(b->sums);
   free(b->us);
   free(b->up);
   free(b->inline_buf);
@@ -725,7 +761,7 @@ int ps_client_update_many(ps_client *c, ps_task_updates *t, size_t n, ps_status 
   for (size_t i = 0; i < n; i++) {
     ps_status_clear(&t[i].st);
     if ((rc = check_task(c, t[i].task, st)) != 0) goto out;
-    if ((rc = upd_build_init(&bs[i], t[i].updates, t[i].n, st)) != 0) goto out;
+    if ((rc = upd_build_init(&bs[i], t[i].updates, t[i].n, true, st)) != 0) goto out;
     req_init(c, &reqs[i], t[i].task, M_UPDATE, &bs[i].req.base, true, true);
     reqs[i].send = &bs[i].segs;
     reqs[i].on_header = parse_update;
@@ -733,6 +769,19 @@ int ps_client_update_many(ps_client *c, ps_task_updates *t, size_t n, ps_status 
     tasks[i] = t[i].task;
   }
   run_reqs(c, reqs, tasks, n, false);
+  /* A task that refused a summed request with INVALID_ARGUMENT applied
+   * nothing (its updates are atomic): send it again as the caller gave it,
+   * so that the error names the caller's positions and shapes. */
+  for (size_t i = 0; i < n; i++) {
+    if (reqs[i].st.code != PS_INVALID_ARGUMENT || !bs[i].combined) continue;
+    upd_build_fini(&bs[i]);
+    if ((rc = upd_build_init(&bs[i], t[i].updates, t[i].n, false, st)) != 0) goto out;
+    req_init(c, &reqs[i], t[i].task, M_UPDATE, &bs[i].req.base, true, true);
+    reqs[i].send = &bs[i].segs;
+    reqs[i].on_header = parse_update;
+    reqs[i].user = &t[i];
+    run_reqs(c, &reqs[i], &tasks[i], 1, false);
+  }
   for (size_t i = 0; i < n; i++) {
     t[i].st = reqs[i].st;
     if (rc == 0 && reqs[i].st.code != PS_OK) {

@@ -88,3 +88,50 @@ void ps_gather_dedup_fini(ps_gather_dedup *d) {
   free(d->from);
   memset(d, 0, sizeof *d);
 }
+
+#define SUM_ROWS(T)                                                                      \
+  do {                                                                                   \
+    const T *src = ps_tensor_data(val);                                                  \
+    T *dst = ps_tensor_data(out);                                                        \
+    int64_t seen = 0;                                                                    \
+    for (int64_t i = 0; i < d->n; i++) {                                                 \
+      T *o = dst + (int64_t)d->from[i] * row;                                            \
+      const T *g = src + i * row;                                                        \
+      if (d->from[i] == seen) { /* first occurrence: the row as it is */                 \
+        memcpy(o, g, (size_t)row * sizeof(T));                                           \
+        seen++;                                                                          \
+      } else {                                                                           \
+        for (int64_t k = 0; k < row; k++)                                                \
+          o[k] += g[k];                                                                  \
+      }                                                                                  \
+    }                                                                                    \
+  } while (0)
+
+ps_tensor *ps_dedup_sum_rows(const ps_gather_dedup *d, const ps_tensor *val) {
+  if (d->uix == NULL || val->shape.rank < 1 || val->shape.dim[0] != d->n) return NULL;
+  if (val->dtype != PS_DT_FLOAT && val->dtype != PS_DT_DOUBLE &&
+      val->dtype != PS_DT_INT32 && val->dtype != PS_DT_INT64)
+    return NULL;
+  int64_t row = 1;
+  for (int r = 1; r < val->shape.rank; r++)
+    row *= val->shape.dim[r];
+  ps_shape s = val->shape;
+  s.dim[0] = d->nu;
+  ps_tensor *out = ps_tensor_create(val->dtype, &s, false);
+  if (out == NULL) return NULL;
+  switch (val->dtype) {
+  case PS_DT_FLOAT:
+    SUM_ROWS(float);
+    break;
+  case PS_DT_DOUBLE:
+    SUM_ROWS(double);
+    break;
+  case PS_DT_INT32:
+    SUM_ROWS(int32_t);
+    break;
+  default:
+    SUM_ROWS(int64_t);
+    break;
+  }
+  return out;
+}

@@ -24,4 +24,11 @@ void ps_gather_dedup_expand(const ps_gather_dedup *d, const void *rows, size_t r
                             void *out);
 void ps_gather_dedup_fini(ps_gather_dedup *d); /* an empty one is a no-op */
 
+/* The rows of @val ([n, ...], float32/64 or int32/64) summed per distinct
+ * id of @d, in the order they come: a new [nu, ...] tensor, or NULL when
+ * @val is not such a tensor (the caller sends it as it is) or memory is
+ * short.  A scatter-add of the sums adds every occurrence, as TensorFlow's
+ * optimizers do (_deduplicate_indexed_slices), with one wire row per id. */
+ps_tensor *ps_dedup_sum_rows(const ps_gather_dedup *d, const ps_tensor *val);
+
 #endif
