@@ -430,9 +430,7 @@ struct ps_rpc_server {
   int nconns;
   int64_t last_full_log_ms, last_emfile_log_ms;
   int64_t idle_since_ms; /* shutting down: since when no call runs (monitor) */
-  int *drain_fds;        /* shutting down: our duplicates of the connections */
-  int ndrain;
-  int idle_closed; /* the idle connections are shut (monitor) */
+  int idle_closed;       /* the idle connections are shut (monitor) */
 };
 
 static int64_t now_ms(void) {
@@ -1435,8 +1433,6 @@ void ps_rpc_server_start(ps_rpc_server *s) {
   if (!s->monitor_on) PS_ERROR("cannot start the accept thread");
 }
 
-static void conns_keep(ps_rpc_server *s);
-
 void ps_rpc_server_shutdown(ps_rpc_server *s, void (*done)(void *), void *arg) {
   s->done = done;
   s->done_arg = arg;
@@ -1448,7 +1444,6 @@ void ps_rpc_server_shutdown(ps_rpc_server *s, void (*done)(void *), void *arg) {
   pthread_mutex_unlock(&s->accept_mu);
   ssize_t w = write(s->wake[1], "x", 1);
   (void)w;
-  conns_keep(s);
   streams_end_all(s);
   grpc_server_shutdown_and_notify(s->srv, s->cq, &s->shutdown_tag);
 }
@@ -1472,61 +1467,8 @@ void ps_rpc_server_cancel_all(ps_rpc_server *s) {
   conns_shutdown(s, NULL);
 }
 
-/* Stopping, the last responses may still sit in the kernel's send queues
- * when gRPC closes its connections, and a socket closed with bytes unread
- * (the client's HTTP/2 window updates) is reset: what was not yet sent is
- * dropped, and a client in the middle of a big read loses its tail.  So
- * when the stop begins each connection is duplicated (the socket outlives
- * gRPC's close; its shutdown still sends everything, then FIN), and
- * before the server is freed the duplicates are kept until the peer has
- * acknowledged every byte (SIOCOUTQ 0), for at most @max_ms, then closed.
- * Not after the calls were cancelled: then nothing is waited for. */
-#define DRAIN_MAX_MS 10000
-static void conns_keep(ps_rpc_server *s) {
-  pthread_mutex_lock(&s->accept_mu);
-  conns_sweep(s);
-  s->drain_fds = calloc((size_t)s->nconns + 1, sizeof *s->drain_fds);
-  for (int i = 0; s->drain_fds && i < s->nconns; i++) {
-    int d = fcntl(s->conns[i].fd, F_DUPFD_CLOEXEC, 0);
-    if (d >= 0) s->drain_fds[s->ndrain++] = d;
-  }
-  pthread_mutex_unlock(&s->accept_mu);
-}
-
-static void conns_drain(ps_rpc_server *s, int64_t max_ms) {
-  int64_t t0 = now_ms();
-  for (;;) {
-    int pending = 0;
-    for (int i = 0; i < s->ndrain; i++) {
-      int q = 0;
-      if (ioctl(s->drain_fds[i], SIOCOUTQ, &q) == 0 && q > 0) pending++;
-    }
-    if (pending == 0) break;
-    if (now_ms() - t0 >= max_ms) {
-      PS_WARN("%d connection(s) still had responses to send after %lld s: closing them",
-              pending, (long long)(max_ms / 1000));
-      break;
-    }
-    struct timespec d = {0, 5 * 1000 * 1000};
-    nanosleep(&d, NULL);
-  }
-}
-
-static void conns_release(ps_rpc_server *s) {
-  for (int i = 0; i < s->ndrain; i++)
-    close(s->drain_fds[i]);
-  free(s->drain_fds);
-  s->drain_fds = NULL;
-  s->ndrain = 0;
-}
-
 void ps_rpc_server_destroy(ps_rpc_server *s) {
   if (s == NULL) return;
-  pthread_mutex_lock(&s->calls_mu);
-  int cancelled = s->cancelled_all;
-  pthread_mutex_unlock(&s->calls_mu);
-  if (!cancelled) conns_drain(s, DRAIN_MAX_MS);
-  conns_release(s);
   if (s->monitor_on) {
     atomic_store(&s->stop_monitor, 1);
     ssize_t w = write(s->wake[1], "x", 1);
