@@ -378,6 +378,7 @@ typedef struct conn_slot {
   dev_t dev;
   int64_t suspect_ms; /* a call of it timed out waiting for the client */
   int outq;           /* unsent bytes then */
+  int sent_big;       /* stopping: a big response was leaving through it */
 } conn_slot;
 
 #define MAX_LISTENERS 8
@@ -426,6 +427,8 @@ struct ps_rpc_server {
   pthread_mutex_t accept_mu; /* accepting + handing fds to gRPC */
   int accepting;
   atomic_int stop_monitor;
+  atomic_int grpc_stopped; /* grpc_server_shutdown_and_notify was called */
+  int64_t stop_begin_ms;   /* ps_rpc_server_shutdown was called then */
   conn_slot *conns;
   int nconns;
   int64_t last_full_log_ms, last_emfile_log_ms;
@@ -866,6 +869,11 @@ static void scall_event(ps_rpc_call *c, int ok) {
     c->t0_ns = mono_ns();
     c->code = -1;
     call_link(c);
+    if (atomic_load(&s->shutting_down)) { /* a new call while stopping */
+      ps_status_set(&c->st, PS_UNAVAILABLE, "%s: the ps is shutting down", h->method);
+      scall_fail(c);
+      return;
+    }
     if (c->payload == NULL) {
       ps_status_set(&c->st, PS_INVALID_ARGUMENT, "%s: no request message", h->method);
       scall_fail(c);
@@ -1157,7 +1165,7 @@ static void accept_ready(ps_rpc_server *s, int lfd, int64_t *backoff_until) {
       close(fd);
       return;
     }
-    s->conns[s->nconns++] = (conn_slot){fd, sb.st_ino, sb.st_dev, 0, 0};
+    s->conns[s->nconns++] = (conn_slot){fd, sb.st_ino, sb.st_dev, 0, 0, 0};
     grpc_server_credentials *sc = grpc_insecure_server_credentials_create();
     grpc_server_add_channel_from_fd(s->srv, fd, sc); /* gRPC owns fd now */
     grpc_server_credentials_release(sc);
@@ -1283,8 +1291,56 @@ static void check_stalls(ps_rpc_server *s) {
  * call has run for IDLE_CLOSE_MS, the sockets are shut down (what the
  * finished calls sent is in the kernel already and still goes out). */
 #define IDLE_CLOSE_MS 200
+/* gRPC's own shutdown sends GOAWAY and closes each connection as soon as
+ * its last call ended, while a big response may still be on its way: the
+ * bytes sit in the kernel's send queue, and the client's window updates
+ * arriving at the shut socket make the kernel reset it, so the client
+ * loses the tail of its read.  So a stop first refuses new calls itself
+ * (UNAVAILABLE) and lets the running ones end; gRPC's shutdown starts
+ * once no call runs, every connection has sent everything (SIOCOUTQ 0)
+ * and those that carried a big response have gone quiet for
+ * STOP_QUIET_MS (the client took it all), or after STOP_WAIT_MAX_MS, or
+ * at a cancel. */
+#define STOP_QUIET_MS 200
+#define STOP_WAIT_MAX_MS 5000
+#define STOP_BIG_BYTES 65536
+
+static void grpc_stop(ps_rpc_server *s) {
+  if (atomic_exchange(&s->grpc_stopped, 1) == 0)
+    grpc_server_shutdown_and_notify(s->srv, s->cq, &s->shutdown_tag);
+}
+
+static bool conns_settled(ps_rpc_server *s) {
+  bool settled = true;
+  pthread_mutex_lock(&s->accept_mu);
+  conns_sweep(s);
+  for (int i = 0; i < s->nconns; i++) {
+    conn_slot *c = &s->conns[i];
+    int q = 0;
+    struct tcp_info ti;
+    socklen_t tl = sizeof ti;
+    memset(&ti, 0, sizeof ti);
+    if (ioctl(c->fd, SIOCOUTQ, &q) != 0 ||
+        getsockopt(c->fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) != 0)
+      continue;
+    if (q >= STOP_BIG_BYTES) c->sent_big = 1;
+    if (q > 0 || (c->sent_big && ti.tcpi_last_data_recv < STOP_QUIET_MS)) settled = false;
+  }
+  pthread_mutex_unlock(&s->accept_mu);
+  return settled;
+}
+
+static void stop_when_settled(ps_rpc_server *s) {
+  if (!atomic_load(&s->shutting_down) || atomic_load(&s->grpc_stopped)) return;
+  pthread_mutex_lock(&s->calls_mu);
+  bool idle = s->calls == NULL;
+  pthread_mutex_unlock(&s->calls_mu);
+  if ((idle && conns_settled(s)) || now_ms() - s->stop_begin_ms >= STOP_WAIT_MAX_MS)
+    grpc_stop(s);
+}
+
 static void close_idle(ps_rpc_server *s) {
-  if (!atomic_load(&s->shutting_down) || s->idle_closed) return;
+  if (!atomic_load(&s->grpc_stopped) || s->idle_closed) return;
   pthread_mutex_lock(&s->calls_mu);
   bool idle = s->calls == NULL;
   pthread_mutex_unlock(&s->calls_mu);
@@ -1315,8 +1371,10 @@ static void *monitor_thread(void *arg) {
     if (listening)
       for (int i = 0; i < s->nlfd; i++)
         p[n++] = (struct pollfd){s->lfd[i], POLLIN, 0};
-    int timeout =
-        atomic_load(&s->shutting_down) && !s->idle_closed ? IDLE_CLOSE_MS / 2 : 1000;
+    int timeout = !atomic_load(&s->shutting_down)  ? 1000
+                  : !atomic_load(&s->grpc_stopped) ? 10
+                  : !s->idle_closed                ? IDLE_CLOSE_MS / 2
+                                                   : 1000;
     if (s->opt.stream_timeout_ms > 0 && s->opt.stream_timeout_ms / 4 < timeout)
       timeout = (int)(s->opt.stream_timeout_ms / 4) + 1;
     if (s->nlfd > 0 && !listening && backoff_until - t < timeout)
@@ -1335,6 +1393,7 @@ static void *monitor_thread(void *arg) {
       if (p[i].revents & POLLIN) accept_ready(s, p[i].fd, &backoff_until);
     check_stalls(s);
     conns_check_suspects(s, now_ms());
+    stop_when_settled(s);
     close_idle(s);
   }
   return NULL;
@@ -1442,10 +1501,13 @@ void ps_rpc_server_shutdown(ps_rpc_server *s, void (*done)(void *), void *arg) {
   pthread_mutex_lock(&s->accept_mu);
   s->accepting = 0;
   pthread_mutex_unlock(&s->accept_mu);
+  s->stop_begin_ms = now_ms();
+  streams_end_all(s);
+  /* the monitor starts gRPC's shutdown once the running calls have ended
+   * and their responses are out (stop_when_settled) */
   ssize_t w = write(s->wake[1], "x", 1);
   (void)w;
-  streams_end_all(s);
-  grpc_server_shutdown_and_notify(s->srv, s->cq, &s->shutdown_tag);
+  if (!s->monitor_on) grpc_stop(s);
 }
 
 /* Cancels @c (under calls_mu). */
@@ -1455,6 +1517,7 @@ static void cancel_call(ps_rpc_call *c) {
 }
 
 void ps_rpc_server_cancel_all(ps_rpc_server *s) {
+  grpc_stop(s);
   grpc_server_cancel_all_calls(s->srv);
   /* gRPC 1.51 closes the connections, but a stream whose client stopped
    * reading can stay blocked in a send: cancel every call directly too.
