@@ -939,9 +939,10 @@ static void read_build_fini(read_build *b) {
 }
 
 /* Gathers with repeated ids go deduplicated (@dedup): each distinct row
- * comes once and is copied to every position that asked for it. */
+ * comes once and is copied to every position that asked for it.
+ * *@refused_dedup: a deduplicated request was refused INVALID_ARGUMENT. */
 static int read_many(ps_client *c, ps_task_reads *t, size_t n, bool dedup,
-                     ps_status *st) {
+                     bool *refused_dedup, ps_status *st) {
   read_build *bs = calloc(n + 1, sizeof *bs);
   ps_rpc_req *reqs = calloc(n + 1, sizeof *reqs);
   int *tasks = calloc(n + 1, sizeof *tasks);
@@ -974,6 +975,9 @@ static int read_many(ps_client *c, ps_task_reads *t, size_t n, bool dedup,
           ps_tensor_destroy(t[i].reads[k].out);
           t[i].reads[k].out = NULL;
         }
+    if (reqs[i].st.code == PS_INVALID_ARGUMENT)
+      for (size_t k = 0; k < t[i].n; k++)
+        *refused_dedup |= bs[i].dd[k].uix != NULL;
     if (rc == 0 && reqs[i].st.code != PS_OK) {
       rc = reqs[i].st.code;
       if (st) *st = reqs[i].st;
@@ -990,11 +994,12 @@ out:
 }
 
 int ps_client_read_many(ps_client *c, ps_task_reads *t, size_t n, ps_status *st) {
-  int rc = read_many(c, t, n, true, st);
+  bool refused = false;
+  int rc = read_many(c, t, n, true, &refused, st);
   /* An id out of range is named by its position: ask again as the caller
    * asked, so that the error is TensorFlow's "indices[i] = ..." for the
    * caller's i.  A read changes nothing, so asking again is safe. */
-  if (rc == PS_INVALID_ARGUMENT) rc = read_many(c, t, n, false, st);
+  if (rc == PS_INVALID_ARGUMENT && refused) rc = read_many(c, t, n, false, &refused, st);
   return rc;
 }
 
