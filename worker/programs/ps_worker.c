@@ -388,29 +388,28 @@ static int done_counter_reset(ps_client *c, ps_status *st) {
   return counter_create(c, JOINED_VAR, true, st);
 }
 
-/* Adds @add to counter @name (0: reads it); its value, or -1. */
-static int64_t counter_add(ps_client *c, const char *name, int64_t add, ps_status *st) {
-  ps_tensor *one = ps_tensor_new(PS_DT_INT64, 0, NULL);
-  *(int64_t *)ps_tensor_data(one) = add;
-  ps_update u = {.name = name, .op = PS_ASSIGN_ADD, .value = one};
-  int64_t v = -1;
-  int rc = add == 0 ? 0 : ps_client_update(c, 0, &u, 1, st);
-  if ((rc == PS_NOT_FOUND || rc == PS_FAILED_PRECONDITION) &&
-      counter_create(c, name, false, st) == 0)
-    rc = ps_client_update(c, 0, &u, 1, st);
-  if (rc == 0) {
-    ps_read r = {.name = name};
-    if (ps_client_read(c, 0, &r, 1, st) == 0) {
-      v = *(int64_t *)ps_tensor_data(r.out);
-      ps_tensor_destroy(r.out);
-    }
-  }
-  ps_tensor_destroy(one);
+/* Reads counter @name: its value, or -1. */
+static int64_t counter_read(ps_client *c, const char *name, ps_status *st) {
+  ps_read r = {.name = name};
+  if (ps_client_read(c, 0, &r, 1, st) != 0) return -1;
+  int64_t v = *(int64_t *)ps_tensor_data(r.out);
+  ps_tensor_destroy(r.out);
   return v;
 }
 
-static int64_t done_counter(ps_client *c, int64_t add, ps_status *st) {
-  return counter_add(c, DONE_VAR, add, st);
+/* Adds @add to counter @name: 0, or -1.  It does not read the counter
+ * back: the chief may shut the ps down the moment the last worker's
+ * count is in, and a read after it would fail a worker that is done. */
+static int counter_add(ps_client *c, const char *name, int64_t add, ps_status *st) {
+  ps_tensor *one = ps_tensor_new(PS_DT_INT64, 0, NULL);
+  *(int64_t *)ps_tensor_data(one) = add;
+  ps_update u = {.name = name, .op = PS_ASSIGN_ADD, .value = one};
+  int rc = ps_client_update(c, 0, &u, 1, st);
+  if ((rc == PS_NOT_FOUND || rc == PS_FAILED_PRECONDITION) &&
+      counter_create(c, name, false, st) == 0)
+    rc = ps_client_update(c, 0, &u, 1, st);
+  ps_tensor_destroy(one);
+  return rc == 0 ? 0 : -1;
 }
 
 /* Chief: waits until the other @n workers said they are done, or until
@@ -424,9 +423,9 @@ static void wait_workers_done(const model *m, ps_session *s, ps_client *c, int n
   int64_t last_step = -1;
   for (;;) {
     ps_status e;
-    int64_t v = done_counter(c, 0, &e);
+    int64_t v = counter_read(c, DONE_VAR, &e);
     if (v >= n) return;
-    int64_t joined = counter_add(c, JOINED_VAR, 0, &e);
+    int64_t joined = counter_read(c, JOINED_VAR, &e);
     /* no counter: ps/0 restarted and lost the counts; the workers count
      * themselves again as they recover (recover), so wait for them too */
     if (joined < 0 && (e.code == PS_NOT_FOUND || e.code == PS_FAILED_PRECONDITION))
@@ -1155,7 +1154,7 @@ static void shutdown_ps(job *j) {
 
 static int finish(job *j, ps_status *st) {
   const options *o = &j->o;
-  if (!j->chief && j->client && done_counter(j->client, 1, st) < 0) return -1;
+  if (!j->chief && j->client && counter_add(j->client, DONE_VAR, 1, st) < 0) return -1;
   if (!j->chief) return 0;
   if (j->client && j->num_workers > 1 && j->trained)
     wait_workers_done(&j->m, j->s, j->client, j->num_workers - 1, 3.0,
