@@ -6,7 +6,8 @@
 # with Debian's libzmq3-dev libprotobuf-dev protobuf-compiler): ps-lite is
 # only run and linked, never copied.  Each round runs bench_ps --only d,
 # then the same table, batches and steps on ps-lite (pslite_sparse.cc:
-# one server, one worker, pinned as bench_ps pins its client and server).
+# one server, one worker, pinned as bench_ps pins its client and server;
+# compiled as the ps's kernels are: -O3 -fno-math-errno).
 # stdout: each round's figures, then `bench:' lines with the median of the
 # rounds' ratios (this project / ps-lite) and their range.
 set -euo pipefail
@@ -29,7 +30,7 @@ for ((i = 0; i < ${#args[@]}; i++)); do
   esac
 done
 bin="$build/tests/bench/pslite_sparse"
-g++ -std=c++14 -O2 -isystem "$pl/include" -I"$here" "$here/pslite_sparse.cc" \
+g++ -std=c++14 -O3 -fno-math-errno -isystem "$pl/include" -I"$here" "$here/pslite_sparse.cc" \
   "$pl/build/libps.a" -lprotobuf-lite -lzmq -pthread -o "$bin"
 cpus=($(taskset -pc $$ | sed 's/.*: //' | tr ',' ' '))
 c0=${cpus[0]%%-*}; c1=$((c0 + 1))
