@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# The sparse workload against dmlc/ps-lite, in interleaved rounds with
-# bench_ps (d) (opt-in: tests/bench/run.sh pslite).
+# This project against dmlc/ps-lite, in interleaved rounds (opt-in:
+# tests/bench/run.sh pslite).
 #   PSLITE_DIR=DIR tests/bench/pslite.sh BUILD [ROUNDS] [bench_ps options]
 # PSLITE_DIR is a built ps-lite (make DEPS_PATH=/usr PROTOC=/usr/bin/protoc,
 # with Debian's libzmq3-dev libprotobuf-dev protobuf-compiler): ps-lite is
-# only run and linked, never copied.  Each round runs bench_ps --only d,
-# then the same table, batches and steps on ps-lite (pslite_sparse.cc:
-# one server, one worker, pinned as bench_ps pins its client and server;
-# compiled as the ps's kernels are: -O3 -fno-math-errno).
+# only run and linked, never copied.  The workload is bench_ps (d), the
+# sparse one, or with --bulk-mib N bench_ps (a), dense N MiB pushes and
+# pulls.  Each round runs bench_ps --only d (or a), then the same workload
+# on ps-lite (pslite_sparse.cc or pslite_dense.cc: one server, one worker,
+# pinned as bench_ps pins its client and server; compiled as the ps's
+# kernels are: -O3 -fno-math-errno).
 # stdout: each round's figures, then `bench:' lines with the median of the
 # rounds' ratios (this project / ps-lite) and their range.
 set -euo pipefail
@@ -17,7 +19,7 @@ rounds=${2:-3}
 shift $(($# >= 2 ? 2 : 1))
 pl=${PSLITE_DIR:?set PSLITE_DIR to a built dmlc/ps-lite (see tests/bench/README.md)}
 [ -f "$pl/build/libps.a" ] || { echo "pslite.sh: $pl/build/libps.a missing: build ps-lite first" >&2; exit 2; }
-rows=1048576 dim=64 batch=8192 zipf=1.1 steps=100 op=add
+rows=1048576 dim=64 batch=8192 zipf=1.1 steps=100 op=add bulk= reps=11
 args=("$@")
 for ((i = 0; i < ${#args[@]}; i++)); do
   case "${args[$i]}" in
@@ -27,10 +29,14 @@ for ((i = 0; i < ${#args[@]}; i++)); do
     --zipf) zipf=${args[$((i + 1))]} ;;
     --sparse-steps) steps=${args[$((i + 1))]} ;;
     --sparse-op) op=${args[$((i + 1))]} ;;
+    --bulk-mib) bulk=${args[$((i + 1))]} ;;
+    --reps) reps=${args[$((i + 1))]} ;;
   esac
 done
-bin="$build/tests/bench/pslite_sparse"
-g++ -std=c++14 -O3 -fno-math-errno -isystem "$pl/include" -I"$here" "$here/pslite_sparse.cc" \
+src=pslite_sparse part=d pargs=($rows $dim $batch $zipf $steps $op)
+[ -n "$bulk" ] && src=pslite_dense part=a pargs=($((bulk << 20)) $reps)
+bin="$build/tests/bench/$src"
+g++ -std=c++14 -O3 -fno-math-errno -isystem "$pl/include" -I"$here" "$here/$src.cc" \
   "$pl/build/libps.a" -lprotobuf-lite -lzmq -pthread -o "$bin"
 cpus=($(taskset -pc $$ | sed 's/.*: //' | tr ',' ' '))
 c0=${cpus[0]%%-*}; c1=$((c0 + 1))
@@ -39,16 +45,24 @@ pslite_round() {
   local port
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
   export DMLC_NUM_SERVER=1 DMLC_NUM_WORKER=1 DMLC_PS_ROOT_URI=127.0.0.1 DMLC_PS_ROOT_PORT=$port
-  DMLC_ROLE=scheduler "$bin" $rows $dim $batch $zipf $steps $op > /dev/null 2>> "$tmp/pslite.err" &
-  DMLC_ROLE=server taskset -c $c1 "$bin" $rows $dim $batch $zipf $steps $op > /dev/null 2>> "$tmp/pslite.err" &
-  DMLC_ROLE=worker taskset -c $c0 "$bin" $rows $dim $batch $zipf $steps $op 2>> "$tmp/pslite.err"
+  DMLC_ROLE=scheduler "$bin" "${pargs[@]}" > /dev/null 2>> "$tmp/pslite.err" &
+  DMLC_ROLE=server taskset -c $c1 "$bin" "${pargs[@]}" > /dev/null 2>> "$tmp/pslite.err" &
+  DMLC_ROLE=worker taskset -c $c0 "$bin" "${pargs[@]}" 2>> "$tmp/pslite.err"
   wait
 }
 num() { sed -n "s/.*$1 \([0-9.]*\).*/\1/p"; }
 for ((r = 1; r <= rounds; r++)); do
-  PS_SERVER="$build/ps/ps-server" "$build/tests/bench/bench_ps" --only d "$@" > "$tmp/ours" 2>> "$tmp/ours.err" \
+  PS_SERVER="$build/ps/ps-server" "$build/tests/bench/bench_ps" --only $part "$@" > "$tmp/ours" 2>> "$tmp/ours.err" \
     || { echo "pslite.sh: bench_ps failed" >&2; tail -5 "$tmp/ours.err" >&2; exit 1; }
   pslite_round > "$tmp/theirs" || { echo "pslite.sh: ps-lite failed" >&2; tail -5 "$tmp/pslite.err" >&2; exit 1; }
+  if [ -n "$bulk" ]; then
+    # push = assign, pull = read; GB/s, larger is better: ratio ours / theirs
+    o_push=$(num "assign_${bulk}MiB" < "$tmp/ours"); o_pull=$(num "read_${bulk}MiB" < "$tmp/ours")
+    t_push=$(num dense_push < "$tmp/theirs"); t_pull=$(num dense_pull < "$tmp/theirs")
+    echo "round $r: push $o_push vs ps-lite $t_push GB/s; pull $o_pull vs $t_pull GB/s"
+    echo "$o_push $t_push $o_pull $t_pull" >> "$tmp/rounds"
+    continue
+  fi
   o_step=$(grep 'sparse_step' "$tmp/ours" | num 'sparse_step[a-z_]*')
   o_pull=$(grep 'sparse_pull_rows' "$tmp/ours" | num 'sparse_pull_rows[a-z_]*')
   o_push=$(grep 'sparse_push_rows' "$tmp/ours" | num 'sparse_push_rows[a-z_]*')
@@ -56,6 +70,17 @@ for ((r = 1; r <= rounds; r++)); do
   echo "round $r: step $o_step ms vs ps-lite $t_step ms; pull $o_pull vs $t_pull M rows/s; push $o_push vs $t_push M rows/s"
   echo "$o_step $t_step $o_pull $t_pull $o_push $t_push" >> "$tmp/rounds"
 done
+if [ -n "$bulk" ]; then
+  awk -v mib="$bulk" '
+function med(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }; return a[int((n + 1) / 2)] }
+{ n++; q[n] = $1 / $2; p[n] = $3 / $4 }
+END {
+  mq = med(q, n); mp = med(p, n)
+  printf "bench: pslite_dense_%sMiB_push_ratio %.2f range=%.2f-%.2f target=>= 1.2\n", mib, mq, q[1], q[n]
+  printf "bench: pslite_dense_%sMiB_pull_ratio %.2f range=%.2f-%.2f target=>= 1.2\n", mib, mp, p[1], p[n]
+}' "$tmp/rounds"
+  exit 0
+fi
 sfx=; [ "$op" = adagrad ] && sfx=_adagrad
 awk -v sfx="$sfx" '
 function med(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }; return a[int((n + 1) / 2)] }

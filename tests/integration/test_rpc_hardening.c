@@ -555,7 +555,7 @@ START_TEST(max_message_bytes) {
   ps_rpc_run(&r2, 1);
   ck_assert_msg(r2.st.code == PS_RESOURCE_EXHAUSTED, "%d %s", r2.st.code, r2.st.msg);
   free(hdr);
-  /* A 16 MiB chunk, the client's largest, is under the smallest limit. */
+  /* A 20 MiB assign (chunks of PS_RPC_CHUNK_MAX) is under the smallest limit. */
   ps_client *c = client();
   create_float(c, "v", (int64_t)5 << 20);
   ps_tensor *t = ftensor((int64_t)5 << 20, 3.0f);
@@ -727,7 +727,7 @@ START_TEST(data_after_announced_bytes) {
   srv_start(NULL, 0);
   ps_rpc_global_init();
   ps_client *c = client();
-  const int64_t nf = (int64_t)4 << 20; /* exactly one 16 MiB chunk */
+  const int64_t nf = (int64_t)4 << 20; /* 16 MiB, in whole chunks */
   create_float(c, "w", nf);
   create_float(c, "s", 2);
   ps_tensor *t = ftensor(nf, 1.0f), *s2 = ftensor(2, 1.0f);
@@ -737,8 +737,8 @@ START_TEST(data_after_announced_bytes) {
   ps_tensor_destroy(s2);
   ps_rpc_channel *ch = ps_rpc_channel_create(S.addr);
   uint8_t hdr[256];
-  /* 16 MiB announced and sent in one chunk, then one byte more in a
-   * second chunk. */
+  /* 16 MiB announced and sent in whole chunks, then one byte more in
+   * one chunk after them. */
   size_t n = pack_update(hdr, sizeof hdr, "w", nf, NULL, 0);
   ps_tensor *v = ftensor(nf + 1, 7.0f);
   ps_buf *vb = v->buf;
