@@ -73,6 +73,7 @@
 #include "common/rpc.h"
 #include "harness.h"
 #include "paramserver/client.h"
+#include "tcp.h"
 #include "zipf.h"
 
 /* (a)'s transfer size: --bulk-mib (default 64), set before the TCP peer
@@ -221,64 +222,6 @@ static double quantile(double *v, size_t n, double q) {
 }
 
 /* ---- raw TCP baseline (forked child, no gRPC in it) ---- */
-
-static int write_full(int fd, const void *p, size_t n) {
-  const char *c = p;
-  while (n > 0) {
-    ssize_t k = send(fd, c, n, MSG_NOSIGNAL);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) return -1;
-    c += k;
-    n -= (size_t)k;
-  }
-  return 0;
-}
-
-static int read_full(int fd, void *p, size_t n) {
-  char *c = p;
-  while (n > 0) {
-    ssize_t k = recv(fd, c, n, MSG_WAITALL);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) return -1;
-    c += k;
-    n -= (size_t)k;
-  }
-  return 0;
-}
-
-static void set_nodelay(int fd) {
-  int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-}
-
-static int tcp_listen(int *port) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
-  struct sockaddr_in a = {
-      .sin_family = AF_INET, .sin_port = 0, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t len = sizeof a;
-  if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, 1) != 0 ||
-      getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
-    close(fd);
-    return -1;
-  }
-  *port = ntohs(a.sin_port);
-  return fd;
-}
-
-static int tcp_connect(int port) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
-  struct sockaddr_in a = {.sin_family = AF_INET,
-                          .sin_port = htons((uint16_t)port),
-                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
-    close(fd);
-    return -1;
-  }
-  set_nodelay(fd);
-  return fd;
-}
 
 /* A zeroed table on transparent huge pages, as the ps keeps big tensors
  * (common/tensor.c), so that the baselines have the same TLB reach. */

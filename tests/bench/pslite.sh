@@ -5,11 +5,13 @@
 # PSLITE_DIR is a built ps-lite (make DEPS_PATH=/usr PROTOC=/usr/bin/protoc,
 # with Debian's libzmq3-dev libprotobuf-dev protobuf-compiler): ps-lite is
 # only run and linked, never copied.  The workload is bench_ps (d), the
-# sparse one, or with --bulk-mib N bench_ps (a), dense N MiB pushes and
-# pulls.  Each round runs bench_ps --only d (or a), then the same workload
-# on ps-lite (pslite_sparse.cc or pslite_dense.cc: one server, one worker,
-# pinned as bench_ps pins its client and server; compiled as the ps's
-# kernels are: -O3 -fno-math-errno).
+# sparse one; with --bulk-mib N bench_ps (a), dense N MiB pushes and
+# pulls; with --agg [--mib N] [--reps N] bench_agg, 2 servers and 2
+# workers at once, unpinned.  Each round runs one round of ours, then the
+# same workload on ps-lite (pslite_sparse.cc, pslite_dense.cc or
+# pslite_agg.cc; one server and one worker pinned as bench_ps pins its
+# client and server, or 2 + 2 unpinned; compiled as the ps's kernels
+# are: -O3 -fno-math-errno).
 # stdout: each round's figures, then `bench:' lines with the median of the
 # rounds' ratios (this project / ps-lite) and their range.
 set -euo pipefail
@@ -19,8 +21,8 @@ rounds=${2:-3}
 shift $(($# >= 2 ? 2 : 1))
 pl=${PSLITE_DIR:?set PSLITE_DIR to a built dmlc/ps-lite (see tests/bench/README.md)}
 [ -f "$pl/build/libps.a" ] || { echo "pslite.sh: $pl/build/libps.a missing: build ps-lite first" >&2; exit 2; }
-rows=1048576 dim=64 batch=8192 zipf=1.1 steps=100 op=add bulk= reps=11
-args=("$@")
+rows=1048576 dim=64 batch=8192 zipf=1.1 steps=100 op=add bulk= reps= agg= mib=4
+args=("$@") ours=()
 for ((i = 0; i < ${#args[@]}; i++)); do
   case "${args[$i]}" in
     --rows) rows=${args[$((i + 1))]} ;;
@@ -31,16 +33,31 @@ for ((i = 0; i < ${#args[@]}; i++)); do
     --sparse-op) op=${args[$((i + 1))]} ;;
     --bulk-mib) bulk=${args[$((i + 1))]} ;;
     --reps) reps=${args[$((i + 1))]} ;;
+    --mib) mib=${args[$((i + 1))]} ;;
+    --agg) agg=1; continue ;;
   esac
+  ours+=("${args[$i]}")
 done
 src=pslite_sparse part=d pargs=($rows $dim $batch $zipf $steps $op)
-[ -n "$bulk" ] && src=pslite_dense part=a pargs=($((bulk << 20)) $reps)
+[ -n "$bulk" ] && src=pslite_dense part=a pargs=($((bulk << 20)) ${reps:-11})
+[ -n "$agg" ] && src=pslite_agg pargs=($((mib << 20)) ${reps:-50})
 bin="$build/tests/bench/$src"
 g++ -std=c++14 -O3 -fno-math-errno -isystem "$pl/include" -I"$here" "$here/$src.cc" \
   "$pl/build/libps.a" -lprotobuf-lite -lzmq -pthread -o "$bin"
 cpus=($(taskset -pc $$ | sed 's/.*: //' | tr ',' ' '))
 c0=${cpus[0]%%-*}; c1=$((c0 + 1))
 tmp=$(mktemp -d); trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
+pslite_agg_round() {
+  local port
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  export DMLC_NUM_SERVER=2 DMLC_NUM_WORKER=2 DMLC_PS_ROOT_URI=127.0.0.1 DMLC_PS_ROOT_PORT=$port
+  DMLC_ROLE=scheduler "$bin" "${pargs[@]}" > /dev/null 2>> "$tmp/pslite.err" &
+  DMLC_ROLE=server "$bin" "${pargs[@]}" > /dev/null 2>> "$tmp/pslite.err" &
+  DMLC_ROLE=server "$bin" "${pargs[@]}" > /dev/null 2>> "$tmp/pslite.err" &
+  DMLC_ROLE=worker "$bin" "${pargs[@]}" 2>> "$tmp/pslite.err" &
+  DMLC_ROLE=worker "$bin" "${pargs[@]}" 2>> "$tmp/pslite.err"
+  wait
+}
 pslite_round() {
   local port
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
@@ -52,7 +69,20 @@ pslite_round() {
 }
 num() { sed -n "s/.*$1 \([0-9.]*\).*/\1/p"; }
 for ((r = 1; r <= rounds; r++)); do
-  PS_SERVER="$build/ps/ps-server" "$build/tests/bench/bench_ps" --only $part "$@" > "$tmp/ours" 2>> "$tmp/ours.err" \
+  if [ -n "$agg" ]; then
+    PS_SERVER="$build/ps/ps-server" "$build/tests/bench/bench_agg" --rounds 1 "${ours[@]}" > "$tmp/ours" 2>> "$tmp/ours.err" \
+      || { echo "pslite.sh: bench_agg failed" >&2; tail -5 "$tmp/ours.err" >&2; exit 1; }
+    pslite_agg_round > "$tmp/theirs" || { echo "pslite.sh: ps-lite failed" >&2; tail -5 "$tmp/pslite.err" >&2; exit 1; }
+    # aggregate GB/s: all bytes of both workers over the longer worker's time
+    gb=$(awk -v m="$mib" -v n="${reps:-50}" 'BEGIN { print m * 1048576 * 2 * 2 * n / 1e9 }')
+    o_push=$(num "agg_push_${mib}MiB" < "$tmp/ours"); o_pull=$(num "agg_pull_${mib}MiB" < "$tmp/ours")
+    t_push=$(num agg_push_s < "$tmp/theirs" | sort -g | tail -1); t_pull=$(num agg_pull_s < "$tmp/theirs" | sort -g | tail -1)
+    t_push=$(awk -v g="$gb" -v s="$t_push" 'BEGIN { printf "%.2f", g / s }'); t_pull=$(awk -v g="$gb" -v s="$t_pull" 'BEGIN { printf "%.2f", g / s }')
+    echo "round $r: aggregate push $o_push vs ps-lite $t_push GB/s; pull $o_pull vs $t_pull GB/s"
+    echo "$o_push $t_push $o_pull $t_pull" >> "$tmp/rounds"
+    continue
+  fi
+  PS_SERVER="$build/ps/ps-server" "$build/tests/bench/bench_ps" --only $part "${ours[@]}" > "$tmp/ours" 2>> "$tmp/ours.err" \
     || { echo "pslite.sh: bench_ps failed" >&2; tail -5 "$tmp/ours.err" >&2; exit 1; }
   pslite_round > "$tmp/theirs" || { echo "pslite.sh: ps-lite failed" >&2; tail -5 "$tmp/pslite.err" >&2; exit 1; }
   if [ -n "$bulk" ]; then
@@ -70,14 +100,15 @@ for ((r = 1; r <= rounds; r++)); do
   echo "round $r: step $o_step ms vs ps-lite $t_step ms; pull $o_pull vs $t_pull M rows/s; push $o_push vs $t_push M rows/s"
   echo "$o_step $t_step $o_pull $t_pull $o_push $t_push" >> "$tmp/rounds"
 done
-if [ -n "$bulk" ]; then
-  awk -v mib="$bulk" '
+if [ -n "$bulk" ] || [ -n "$agg" ]; then
+  what=dense_${bulk}MiB; [ -n "$agg" ] && what=agg_${mib}MiB
+  awk -v what="$what" '
 function med(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }; return a[int((n + 1) / 2)] }
 { n++; q[n] = $1 / $2; p[n] = $3 / $4 }
 END {
   mq = med(q, n); mp = med(p, n)
-  printf "bench: pslite_dense_%sMiB_push_ratio %.2f range=%.2f-%.2f target=>= 1.2\n", mib, mq, q[1], q[n]
-  printf "bench: pslite_dense_%sMiB_pull_ratio %.2f range=%.2f-%.2f target=>= 1.2\n", mib, mp, p[1], p[n]
+  printf "bench: pslite_%s_push_ratio %.2f range=%.2f-%.2f target=>= 1.2\n", what, mq, q[1], q[n]
+  printf "bench: pslite_%s_pull_ratio %.2f range=%.2f-%.2f target=>= 1.2\n", what, mp, p[1], p[n]
 }' "$tmp/rounds"
   exit 0
 fi

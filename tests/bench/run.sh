@@ -2,12 +2,14 @@
 # One-command benchmark run in a release build:
 #   tests/bench/run.sh [bench_ps options]     (e.g. --reps 15 --iters 20000)
 #   tests/bench/run.sh ckpt [bench_ckpt options]   (only the checkpoint bench)
+#   tests/bench/run.sh agg [bench_agg options]     (only 2 ps + 2 workers)
 #   tests/bench/run.sh jobs [STEPS] [REPS]         (only the training-job bench)
-#   PSLITE_DIR=DIR tests/bench/run.sh pslite [ROUNDS] [bench_ps options]
-#                                (the sparse workload against dmlc/ps-lite)
+#   PSLITE_DIR=DIR tests/bench/run.sh pslite [ROUNDS] [options]
+#                                (against dmlc/ps-lite: the sparse workload;
+#                                 --bulk-mib N dense; --agg 2 ps + 2 workers)
 # Configures build-release (meson setup build-release -Dbuildtype=release)
 # if it is missing, builds only what the benches need, and runs bench_ps,
-# bench_train, bench_ckpt (about 1 GiB written and read 4 times per
+# bench_agg, bench_train, bench_ckpt (about 1 GiB written and read 4 times per
 # repetition, in $TMPDIR or /tmp) and bench_jobs.sh (ps-worker on 2 ps +
 # 2 workers against one process).  BENCH_BUILD=DIR uses another build
 # directory (configured the same way if missing).
@@ -19,7 +21,7 @@ build=${BENCH_BUILD:-build-release}
 if [ ! -f "$build/build.ninja" ]; then
   meson setup "$build" -Dbuildtype=release >&2
 fi
-ninja -C "$build" tests/bench/bench_ps tests/bench/bench_train tests/bench/bench_ckpt \
+ninja -C "$build" tests/bench/bench_ps tests/bench/bench_agg tests/bench/bench_train tests/bench/bench_ckpt \
   ps/ps-server worker/ps-worker deploy/ps-launch >&2
 PS_SERVER="$root/$build/ps/ps-server"
 export PS_SERVER
@@ -35,7 +37,12 @@ if [ "${1:-}" = ckpt ]; then
   shift
   exec "$root/$build/tests/bench/bench_ckpt" "$@"
 fi
+if [ "${1:-}" = agg ]; then
+  shift
+  exec "$root/$build/tests/bench/bench_agg" "$@"
+fi
 "$root/$build/tests/bench/bench_ps" "$@"
+"$root/$build/tests/bench/bench_agg"
 "$root/$build/tests/bench/bench_train"
 "$root/$build/tests/bench/bench_ckpt"
 exec bash "$root/tests/bench/bench_jobs.sh" "$root/$build"
