@@ -45,8 +45,12 @@ static int64_t index_at(const ps_kernel_args *a, int64_t k) {
  * misses: the rows of the index AHEAD places on (the variable's and
  * @nslots slots') are fetched early, so the misses overlap. */
 #define AHEAD 8
-static inline void prefetch_ahead(const ps_kernel_args *a, int64_t k, size_t row_bytes,
-                                  int nslots) {
+/* always_inline: a function that only prefetches counts as "const" to
+ * GCC's analysis, and its calls were removed as dead code (no prefetch
+ * was left in the kernels; bench_ps (d) Adagrad: kernel 0.5 ms a step
+ * where the same loop with prefetches takes 0.12 ms). */
+__attribute__((always_inline)) static inline void
+prefetch_ahead(const ps_kernel_args *a, int64_t k, size_t row_bytes, int nslots) {
   if (k + AHEAD >= a->nindices || row_bytes > 1024) return;
   size_t off = (size_t)index_at(a, k + AHEAD) * row_bytes;
   for (size_t o = 0; o < row_bytes; o += 64) {
