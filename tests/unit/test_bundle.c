@@ -129,6 +129,34 @@ START_TEST(crc32c_hw_and_table_agree) {
 }
 END_TEST
 
+/* Long buffers take the three-stream path (rounds of 3 x 4096 bytes):
+ * every length around a round's edges, every start alignment, and a
+ * chained extend that splits inside a round agree with the table. */
+START_TEST(crc32c_long_buffers_agree) {
+  enum { N = 5 * 3 * 4096 + 64 };
+  uint8_t *buf = malloc(N);
+  ck_assert_ptr_nonnull(buf);
+  uint32_t x = 777;
+  for (size_t i = 0; i < N; i++) {
+    x = x * 1103515245u + 12345u;
+    buf[i] = (uint8_t)(x >> 16);
+  }
+  static const size_t lens[] = {12287, 12288, 12289, 12295, 12296, 24575,
+                                24576, 24583, 36864, 61439, 61440, 61447};
+  for (size_t off = 0; off < 9; off++)
+    for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++) {
+      size_t n = lens[k];
+      uint32_t sw = ps_crc32c_extend_sw(0, buf + off, n);
+      ck_assert_uint_eq(ps_crc32c(buf + off, n), sw);
+      if (ps_crc32c_hw_available())
+        ck_assert_uint_eq(ps_crc32c_extend_hw(0, buf + off, n), sw);
+      ck_assert_uint_eq(
+          ps_crc32c_extend(ps_crc32c(buf + off, 5000), buf + off + 5000, n - 5000), sw);
+    }
+  free(buf);
+}
+END_TEST
+
 /* ---- Checkpoints TensorFlow wrote --------------------------------------- */
 
 START_TEST(reads_tf_counter) {
@@ -1251,6 +1279,7 @@ int main(void) {
   tcase_set_timeout(tc, 100);
   tcase_add_test(tc, crc32c_check_values);
   tcase_add_test(tc, crc32c_hw_and_table_agree);
+  tcase_add_test(tc, crc32c_long_buffers_agree);
   tcase_add_test(tc, reads_tf_counter);
   tcase_add_test(tc, reads_tf_half_plus_two);
   tcase_add_test(tc, reads_tf_index_with_many_restarts);
