@@ -26,8 +26,8 @@
 #define FOOTER_SIZE 48
 #define TABLE_MAGIC 0xdb4775248b80fb57ull
 #define IO_CHUNK                                                                         \
-  ((size_t)1 << 20) /* reads and writes move at most this: small enough that a           \
-                     * checksum reads the piece while it is in cache */
+  ((size_t)256 << 10) /* reads move at most this: small enough that the checksum         \
+                       * reads the piece while it is in the core's L2 cache */
 #define WRITE_BUF ((size_t)4 << 20) /* the writer's copy buffer */
 #define MAX_SHARDS 1000000          /* beyond any real checkpoint */
 #define DT_STRING 7
