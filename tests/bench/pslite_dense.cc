@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "ps/ps.h"
+#include "pslite_util.h"
 
 namespace {
 
@@ -40,16 +41,6 @@ struct Store {
     server->Response(meta, res);
   }
 };
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
 
 void run_worker() {
   ps::KVWorker<float> kv(0, 0);
@@ -86,15 +77,6 @@ int main(int argc, char **argv) {
   }
   g_bytes = size_t(atoll(argv[1]));
   g_reps = atoi(argv[2]);
-  ps::Start(0);
   Store store;
-  ps::KVServer<float> *server = nullptr;
-  if (ps::IsServer()) {
-    server = new ps::KVServer<float>(0);
-    server->set_request_handle(store);
-  }
-  if (ps::IsWorker()) run_worker();
-  ps::Finalize(0, true);
-  delete server;
-  return 0;
+  return pslite_run(store, [] {}, run_worker);
 }

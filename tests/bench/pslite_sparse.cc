@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "ps/ps.h"
+#include "pslite_util.h"
 #include "zipf.h"
 
 namespace {
@@ -68,16 +69,6 @@ struct Table {
     server->Response(meta, res);
   }
 };
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
 
 void run_worker() {
   ps::KVWorker<float> kv(0, 0);
@@ -141,24 +132,20 @@ int main(int argc, char **argv) {
   g_batch = atoll(argv[3]);
   g_zipf = atof(argv[4]);
   g_steps = atoll(argv[5]);
-  ps::Start(0);
   Table handle;
-  ps::KVServer<float> *server = nullptr;
-  if (ps::IsServer()) {
-    handle.t = table_alloc(size_t(g_rows * g_dim));
-    CHECK(handle.t != nullptr) << "out of memory";
-    if (g_adagrad) {
-      handle.acc = table_alloc(size_t(g_rows * g_dim));
-      CHECK(handle.acc != nullptr) << "out of memory";
-      std::fill(handle.acc, handle.acc + g_rows * g_dim, ADAGRAD_INIT);
-    }
-    server = new ps::KVServer<float>(0);
-    server->set_request_handle(handle);
-  }
-  if (ps::IsWorker()) run_worker();
-  ps::Finalize(0, true);
-  delete server;
+  int rc = pslite_run(
+      handle,
+      [&] {
+        handle.t = table_alloc(size_t(g_rows * g_dim));
+        CHECK(handle.t != nullptr) << "out of memory";
+        if (g_adagrad) {
+          handle.acc = table_alloc(size_t(g_rows * g_dim));
+          CHECK(handle.acc != nullptr) << "out of memory";
+          std::fill(handle.acc, handle.acc + g_rows * g_dim, ADAGRAD_INIT);
+        }
+      },
+      run_worker);
   free(handle.t);
   free(handle.acc);
-  return 0;
+  return rc;
 }

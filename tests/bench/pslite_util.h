@@ -1,0 +1,41 @@
+// What the ps-lite comparison programs (pslite_*.cc) share: a clock, a
+// median, and the run of one process as ps-lite's scheduler, server or
+// worker after DMLC_ROLE.  Only for those programs, which link ps-lite.
+#ifndef PS_BENCH_PSLITE_UTIL_H
+#define PS_BENCH_PSLITE_UTIL_H
+
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+#include "ps/ps.h"
+
+inline double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+inline double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+// Starts ps-lite; a server serves with @handle (prepared by @prepare, run
+// on servers only), a worker runs @worker; then ps-lite's finalize
+// barrier.  Returns the exit status.
+template <typename Handle, typename Prepare, typename Worker>
+int pslite_run(Handle &handle, Prepare prepare, Worker worker) {
+  ps::Start(0);
+  ps::KVServer<float> *server = nullptr;
+  if (ps::IsServer()) {
+    prepare();
+    server = new ps::KVServer<float>(0);
+    server->set_request_handle(handle);
+  }
+  if (ps::IsWorker()) worker();
+  ps::Finalize(0, true);
+  delete server;
+  return 0;
+}
+
+#endif
