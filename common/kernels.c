@@ -41,23 +41,15 @@ static int64_t index_at(const ps_kernel_args *a, int64_t k) {
   return ((const int64_t *)a->indices)[k];
 }
 
-/* Sparse kernels touch random rows of big tables, bound by cache and TLB
- * misses: the rows of the index AHEAD places on (the variable's and
- * @nslots slots') are fetched early, so the misses overlap. */
-#define AHEAD 8
-/* always_inline: a function that only prefetches counts as "const" to
- * GCC's analysis, and its calls were removed as dead code (no prefetch
- * was left in the kernels; bench_ps (d) Adagrad: kernel 0.5 ms a step
- * where the same loop with prefetches takes 0.12 ms). */
+/* The rows of the index PS_ROW_AHEAD places on, of the variable and its
+ * @nslots slots, asked for ahead (ps_prefetch_row). */
 __attribute__((always_inline)) static inline void
 prefetch_ahead(const ps_kernel_args *a, int64_t k, size_t row_bytes, int nslots) {
-  if (k + AHEAD >= a->nindices || row_bytes > 1024) return;
-  size_t off = (size_t)index_at(a, k + AHEAD) * row_bytes;
-  for (size_t o = 0; o < row_bytes; o += 64) {
-    __builtin_prefetch((const char *)a->var + off + o, 1);
-    for (int s = 0; s < nslots; s++)
-      __builtin_prefetch((const char *)a->slots[s] + off + o, 1);
-  }
+  if (k + PS_ROW_AHEAD >= a->nindices) return;
+  size_t off = (size_t)index_at(a, k + PS_ROW_AHEAD) * row_bytes;
+  ps_prefetch_row((const char *)a->var + off, row_bytes, true);
+  for (int s = 0; s < nslots; s++)
+    ps_prefetch_row((const char *)a->slots[s] + off, row_bytes, true);
 }
 
 /* The kernels for one element type T, with SQRT its square root. */

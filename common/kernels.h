@@ -58,6 +58,27 @@ typedef struct ps_kernel_args {
   bool use_nesterov;
 } ps_kernel_args;
 
+/* Row access ahead of use.  Rows of a big table are scattered over memory
+ * and every one is a cache miss: a loop over row ids asks for the row
+ * PS_ROW_AHEAD ids on before it works on the current one, so the misses
+ * overlap.  Rows over PS_ROW_PREFETCH_MAX bytes are left to the hardware
+ * prefetcher.  always_inline: a function holding nothing but
+ * __builtin_prefetch counts as "const" to GCC, which then deleted its calls
+ * as dead code (the kernels had no prefetch left at all). */
+#define PS_ROW_AHEAD 8
+#define PS_ROW_PREFETCH_MAX 1024
+__attribute__((always_inline)) static inline void
+ps_prefetch_row(const void *row, size_t bytes, bool write) {
+  if (bytes > PS_ROW_PREFETCH_MAX) return;
+  const char *p = row;
+  if (write)
+    for (size_t o = 0; o < bytes; o += 64)
+      __builtin_prefetch(p + o, 1);
+  else
+    for (size_t o = 0; o < bytes; o += 64)
+      __builtin_prefetch(p + o, 0);
+}
+
 /* Applies one update in place.  Returns 0, or -1 (nothing changed) for a
  * dtype or optimizer the kernels do not implement. */
 int ps_kernel_apply(const ps_kernel_args *a);

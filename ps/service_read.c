@@ -27,6 +27,12 @@ typedef struct read_item {
   bool gather;
 } read_item;
 
+/* Row id @k of gather @it (int32 or int64, checked in range). */
+static int64_t gather_id(const read_item *it, int64_t k) {
+  return it->isize == 4 ? ((const int32_t *)it->idx->data)[k]
+                        : ((const int64_t *)it->idx->data)[k];
+}
+
 typedef struct read_ctx {
   read_item *items;
   size_t n;
@@ -178,22 +184,12 @@ int ps_svc_read_data_(ps_rpc_call *c, ps_status *st) {
       rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Gather %s: out of memory", v->name);
       break;
     }
-    /* Rows of a big table are scattered over memory: the row AHEAD ids on
-     * is fetched early, so the cache misses overlap (written out here, not
-     * in a helper: GCC drops calls of a function that only prefetches). */
-    enum { AHEAD = 8 };
     const uint8_t *base = v->buf->data;
-    bool prefetch = rb <= 1024;
     for (int64_t k = 0; k < it->nidx; k++) {
-      if (prefetch && k + AHEAD < it->nidx) {
-        int64_t q = it->isize == 4 ? ((const int32_t *)it->idx->data)[k + AHEAD]
-                                   : ((const int64_t *)it->idx->data)[k + AHEAD];
-        for (size_t o = 0; o < rb; o += 64)
-          __builtin_prefetch(base + (size_t)q * rb + o, 0);
-      }
-      int64_t r = it->isize == 4 ? ((const int32_t *)it->idx->data)[k]
-                                 : ((const int64_t *)it->idx->data)[k];
-      memcpy((uint8_t *)bufs[i]->data + (size_t)k * rb, base + (size_t)r * rb, rb);
+      if (k + PS_ROW_AHEAD < it->nidx)
+        ps_prefetch_row(base + (size_t)gather_id(it, k + PS_ROW_AHEAD) * rb, rb, false);
+      memcpy((uint8_t *)bufs[i]->data + (size_t)k * rb,
+             base + (size_t)gather_id(it, k) * rb, rb);
     }
   }
   ps_store_unlock_set(vars, x->n);

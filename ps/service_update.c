@@ -573,18 +573,10 @@ static void apply_update(ps_store *store, upd_item *it) {
                                                               : '=';
     int64_t row = v->shape.dim[0] ? ne / (u->num_indices ? u->num_indices : 1) : 0;
     size_t rb = (size_t)row * ps_dtype_size(v->dtype);
-    /* Rows of a big table are scattered over memory: fetching the row a
-     * few indices ahead overlaps the cache misses (embedding updates are
-     * bound by them, not by the additions). */
-    enum { AHEAD = 8 };
     uint8_t *base = v->buf->data;
-    bool prefetch = rb <= 1024;
     for (int64_t k = 0; k < u->num_indices; k++) {
-      if (prefetch && k + AHEAD < u->num_indices) {
-        const uint8_t *q = base + (size_t)index_at(it, k + AHEAD) * rb;
-        for (size_t o = 0; o < rb; o += 64)
-          __builtin_prefetch(q + o, 1);
-      }
+      if (k + PS_ROW_AHEAD < u->num_indices)
+        ps_prefetch_row(base + (size_t)index_at(it, k + PS_ROW_AHEAD) * rb, rb, true);
       ps_elem_apply(v->dtype, opc, base + (size_t)index_at(it, k) * rb,
                     (uint8_t *)it->val->data + (size_t)k * rb, row);
     }
