@@ -749,6 +749,19 @@ static int parse_update(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sin
   return 0;
 }
 
+/* Builds task @t's Update request into @b and @r; @combine: repeated ids
+ * of asynchronous scatters go summed (upd_combine). */
+static int upd_request(ps_client *c, ps_task_updates *t, upd_build *b, ps_rpc_req *r,
+                       bool combine, ps_status *st) {
+  int rc = upd_build_init(b, t->updates, t->n, combine, st);
+  if (rc != 0) return rc;
+  req_init(c, r, t->task, M_UPDATE, &b->req.base, true, true);
+  r->send = &b->segs;
+  r->on_header = parse_update;
+  r->user = t;
+  return 0;
+}
+
 int ps_client_update_many(ps_client *c, ps_task_updates *t, size_t n, ps_status *st) {
   upd_build *bs = calloc(n + 1, sizeof *bs);
   ps_rpc_req *reqs = calloc(n + 1, sizeof *reqs);
@@ -761,11 +774,7 @@ int ps_client_update_many(ps_client *c, ps_task_updates *t, size_t n, ps_status 
   for (size_t i = 0; i < n; i++) {
     ps_status_clear(&t[i].st);
     if ((rc = check_task(c, t[i].task, st)) != 0) goto out;
-    if ((rc = upd_build_init(&bs[i], t[i].updates, t[i].n, true, st)) != 0) goto out;
-    req_init(c, &reqs[i], t[i].task, M_UPDATE, &bs[i].req.base, true, true);
-    reqs[i].send = &bs[i].segs;
-    reqs[i].on_header = parse_update;
-    reqs[i].user = &t[i];
+    if ((rc = upd_request(c, &t[i], &bs[i], &reqs[i], true, st)) != 0) goto out;
     tasks[i] = t[i].task;
   }
   run_reqs(c, reqs, tasks, n, false);
@@ -775,11 +784,7 @@ int ps_client_update_many(ps_client *c, ps_task_updates *t, size_t n, ps_status 
   for (size_t i = 0; i < n; i++) {
     if (reqs[i].st.code != PS_INVALID_ARGUMENT || !bs[i].combined) continue;
     upd_build_fini(&bs[i]);
-    if ((rc = upd_build_init(&bs[i], t[i].updates, t[i].n, false, st)) != 0) goto out;
-    req_init(c, &reqs[i], t[i].task, M_UPDATE, &bs[i].req.base, true, true);
-    reqs[i].send = &bs[i].segs;
-    reqs[i].on_header = parse_update;
-    reqs[i].user = &t[i];
+    if ((rc = upd_request(c, &t[i], &bs[i], &reqs[i], false, st)) != 0) goto out;
     run_reqs(c, &reqs[i], &tasks[i], 1, false);
   }
   for (size_t i = 0; i < n; i++) {

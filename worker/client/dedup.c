@@ -28,12 +28,14 @@ int ps_gather_dedup_init(ps_gather_dedup *d, const ps_tensor *ix) {
   size_t cap = 1;
   while (cap < (size_t)n * 2)
     cap <<= 1;
-  int64_t *keys = malloc(cap * sizeof *keys);
-  int32_t *slot = malloc(cap * sizeof *slot); /* -1: empty, else a row of uix */
-  int64_t *uniq = malloc((size_t)n * sizeof *uniq);
+  /* one scratch block: the table's keys and slots, the distinct ids */
+  int64_t *keys =
+      malloc(cap * sizeof *keys + (size_t)n * sizeof(int64_t) + cap * sizeof(int32_t));
+  int64_t *uniq = keys ? keys + cap : NULL;
+  int32_t *slot = keys ? (int32_t *)(uniq + n) : NULL; /* -1: empty, else a row of uix */
   int32_t *from = malloc((size_t)n * sizeof *from);
   int rc = -1;
-  if (!keys || !slot || !uniq || !from) goto out;
+  if (!keys || !from) goto out;
   memset(slot, 0xff, cap * sizeof *slot);
   int64_t nu = 0;
   for (int64_t i = 0; i < n; i++) {
@@ -69,8 +71,6 @@ int ps_gather_dedup_init(ps_gather_dedup *d, const ps_tensor *ix) {
   rc = 1;
 out:
   free(keys);
-  free(slot);
-  free(uniq);
   free(from);
   return rc;
 }
