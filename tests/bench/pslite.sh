@@ -100,10 +100,11 @@ for ((r = 1; r <= rounds; r++)); do
   echo "round $r: step $o_step ms vs ps-lite $t_step ms; pull $o_pull vs $t_pull M rows/s; push $o_push vs $t_push M rows/s"
   echo "$o_step $t_step $o_pull $t_pull $o_push $t_push" >> "$tmp/rounds"
 done
+# awk: the median of a[1..n], sorting a in place (a[1], a[n] are the range)
+med='function med(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }; return a[int((n + 1) / 2)] }'
 if [ -n "$bulk" ] || [ -n "$agg" ]; then
   what=dense_${bulk}MiB; [ -n "$agg" ] && what=agg_${mib}MiB
-  awk -v what="$what" '
-function med(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }; return a[int((n + 1) / 2)] }
+  awk -v what="$what" "$med"'
 { n++; q[n] = $1 / $2; p[n] = $3 / $4 }
 END {
   mq = med(q, n); mp = med(p, n)
@@ -113,8 +114,7 @@ END {
   exit 0
 fi
 sfx=; [ "$op" = adagrad ] && sfx=_adagrad
-awk -v sfx="$sfx" '
-function med(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }; return a[int((n + 1) / 2)] }
+awk -v sfx="$sfx" "$med"'
 { n++; s[n] = $1 / $2; p[n] = $3 / $4; q[n] = $5 / $6 }
 END {
   ms = med(s, n); mp = med(p, n); mq = med(q, n)
