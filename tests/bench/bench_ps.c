@@ -966,7 +966,9 @@ static void local_scatter_add(float *t, const int64_t *ids, size_t n, int64_t di
 }
 
 /* One TCP step: 'G' then 'S' on @ids, each distinct id sent once as the
- * ps client sends it; pull and push seconds. */
+ * ps client sends it (the ids deduplicated once per step: the client's
+ * push finds the pull's deduplication in its memo); pull and push
+ * seconds. */
 static int tcp_sparse_step(int fd, batch_scratch *w, const int64_t *ids, int64_t n,
                            const float *grad, float *rows, int64_t dim, char op,
                            double *tp, double *tq) {
@@ -981,8 +983,7 @@ static int tcp_sparse_step(int fd, batch_scratch *w, const int64_t *ids, int64_t
   for (int64_t i = 0; i < n; i++)
     memcpy(rows + i * dim, w->urows + (int64_t)w->from[i] * dim, row);
   double t1 = now_s();
-  nu = batch_unique(w, ids, n);
-  batch_sum(w, n, dim, grad);
+  batch_sum(w, n, dim, grad); /* the pull's deduplication, as the client reuses it */
   if (write_full(fd, &op, 1) != 0 || write_full(fd, &nu, sizeof nu) != 0 ||
       write_full(fd, w->uid, (size_t)nu * sizeof *ids) != 0 ||
       write_full(fd, w->usum, (size_t)nu * row) != 0 || read_full(fd, &ack, 1) != 0)

@@ -351,6 +351,69 @@ START_TEST(scatter_add_with_repeated_ids_adds_every_occurrence) {
 }
 END_TEST
 
+/* The embedding step: a gather, then a scatter-add on the same ids (the
+ * client reuses the gather's deduplication for it).  The ids are compared
+ * by value, not by buffer: ids rewritten in the same tensor between the
+ * two calls, and more id sets than the client remembers, still add each
+ * occurrence to the right rows, on both tasks of a two-task call. */
+START_TEST(scatter_after_gather_on_changing_ids_adds_the_new_ids) {
+  enum { ROWS = 30, N = 400, SETS = 7 };
+  create(0, "emb", PS_DT_FLOAT, shp(2, ROWS, 2), NULL);
+  create(1, "emb1", PS_DT_FLOAT, shp(2, ROWS, 2), NULL);
+  ps_tensor *z = ftensor(2, ROWS, 2, NULL);
+  memset(ps_tensor_data(z), 0, ps_tensor_nbytes(z));
+  ps_status st;
+  ps_update za = {.name = "emb", .op = PS_ASSIGN, .value = z},
+            zb = {.name = "emb1", .op = PS_ASSIGN, .value = z};
+  PS_ASSERT_OK(ps_client_update(C, 0, &za, 1, &st), st);
+  PS_ASSERT_OK(ps_client_update(C, 1, &zb, 1, &st), st);
+  float want[ROWS * 2] = {0};
+  int64_t zero_ids[N] = {0};
+  ps_tensor *ti = itensor(N, zero_ids), *g = ftensor(2, N, 2, NULL);
+  int64_t *ids = ps_tensor_data(ti);
+  for (int i = 0; i < N * 2; i++)
+    fdata(g)[i] = 1;
+  for (int step = 0; step < 3 * SETS; step++) {
+    int set = step % SETS;
+    for (int i = 0; i < N; i++)
+      ids[i] = (i * (set + 1) + set) % 17; /* repeats: deduplicated */
+    ps_task_reads tr[2] = {
+        {.task = 0, .reads = &(ps_read){.name = "emb", .indices = ti}, .n = 1},
+        {.task = 1, .reads = &(ps_read){.name = "emb1", .indices = ti}, .n = 1}};
+    PS_ASSERT_OK(ps_client_read_many(C, tr, 2, &st), st);
+    for (int t = 0; t < 2; t++) {
+      for (int i = 0; i < N; i++)
+        ck_assert_msg(fdata(tr[t].reads->out)[i * 2] == want[ids[i] * 2],
+                      "step %d task %d row %d", step, t, i);
+      ps_tensor_destroy(tr[t].reads->out);
+    }
+    /* the ids change in place half the time between gather and scatter */
+    if (step % 2)
+      for (int i = 0; i < N; i++)
+        ids[i] = (ids[i] + 13) % ROWS;
+    ps_update ua = {.name = "emb", .op = PS_SCATTER_ADD, .value = g, .indices = ti},
+              ub = {.name = "emb1", .op = PS_SCATTER_ADD, .value = g, .indices = ti};
+    ps_task_updates tu[2] = {{.task = 0, .updates = &ua, .n = 1},
+                             {.task = 1, .updates = &ub, .n = 1}};
+    PS_ASSERT_OK(ps_client_update_many(C, tu, 2, &st), st);
+    for (int i = 0; i < N; i++)
+      want[ids[i] * 2] += 1, want[ids[i] * 2 + 1] += 1;
+  }
+  ps_tensor *r0 = read1(0, "emb", &st), *r1 = read1(1, "emb1", &st);
+  ck_assert_ptr_nonnull(r0);
+  ck_assert_ptr_nonnull(r1);
+  for (int k = 0; k < ROWS * 2; k++) {
+    ck_assert_msg(fdata(r0)[k] == want[k], "emb[%d] = %g, want %g", k, fdata(r0)[k],
+                  want[k]);
+    ck_assert_msg(fdata(r1)[k] == want[k], "emb1[%d] = %g, want %g", k, fdata(r1)[k],
+                  want[k]);
+  }
+  ps_tensor *objs[] = {z, ti, g, r0, r1};
+  for (size_t i = 0; i < 5; i++)
+    ps_tensor_destroy(objs[i]);
+}
+END_TEST
+
 /* Each error leaves the daemon serving and the variable unchanged. */
 static void assert_unchanged(void) {
   ps_status st;
@@ -877,6 +940,7 @@ int main(void) {
   tcase_add_test(tc, scatter_and_gather);
   tcase_add_test(tc, gather_with_repeated_ids_returns_every_row);
   tcase_add_test(tc, scatter_add_with_repeated_ids_adds_every_occurrence);
+  tcase_add_test(tc, scatter_after_gather_on_changing_ids_adds_the_new_ids);
   tcase_add_test(tc, tensors_beyond_message_limits);
   tcase_add_test(tc, unavailable_ps_is_named);
   tcase_add_test(tc, safe_calls_retry_until_ps_is_up);

@@ -79,6 +79,7 @@ struct ps_client {
   ps_rpc_channel **ch;
   /* per task: calls and the microseconds callers waited for them */
   atomic_ullong *calls, *wait_us;
+  ps_dedup_memo memo; /* a gather's ids deduplicated, for the scatter after it */
 };
 
 void ps_client_options_default(ps_client_options *o) {
@@ -99,6 +100,7 @@ ps_client *ps_client_create(const ps_cluster *cluster, const char *ps_job,
   }
   ps_client *c = calloc(1, sizeof *c);
   if (c == NULL) goto oom;
+  ps_dedup_memo_init(&c->memo);
   if (opt)
     c->opt = *opt;
   else
@@ -139,6 +141,7 @@ void ps_client_destroy(ps_client *c) {
   free(c->addrs);
   free(c->calls);
   free(c->wait_us);
+  ps_dedup_memo_fini(&c->memo);
   free(c);
 }
 
@@ -626,6 +629,7 @@ typedef struct upd_build {
   ps_tensor **sums;
   size_t n;
   bool combined;
+  ps_dedup_memo *memo;
 } upd_build;
 
 /* Sums the rows of repeated ids of scatter-add/sub update @u into @b's
@@ -633,7 +637,7 @@ typedef struct upd_build {
 static int upd_combine(upd_build *b, size_t i, const ps_update *u, ps_status *st) {
   if ((u->op != PS_SCATTER_ADD && u->op != PS_SCATTER_SUB) || u->replicas_to_aggregate)
     return 0; /* a synchronous accumulator keeps every row as today */
-  int r = ps_gather_dedup_init(&b->dd[i], u->indices);
+  int r = ps_gather_dedup_init_memo(b->memo, &b->dd[i], u->indices);
   if (r < 0) return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
   if (r > 0 && (b->sums[i] = ps_dedup_sum_rows(&b->dd[i], u->value)) == NULL)
     ps_gather_dedup_fini(&b->dd[i]); /* not a shape to sum: sent as it is */
@@ -641,9 +645,10 @@ static int upd_combine(upd_build *b, size_t i, const ps_update *u, ps_status *st
   return 0;
 }
 
-static int upd_build_init(upd_build *b, const ps_update *u, size_t n, bool combine,
-                          ps_status *st) {
+static int upd_build_init(upd_build *b, ps_dedup_memo *memo, const ps_update *u, size_t n,
+                          bool combine, ps_status *st) {
   memset(b, 0, sizeof *b);
+  b->memo = memo;
   paramserver__update_request__init(&b->req);
   b->us = calloc(n + 1, sizeof *b->us);
   b->up = calloc(n + 1, sizeof *b->up);
@@ -753,7 +758,7 @@ static int parse_update(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sin
  * of asynchronous scatters go summed (upd_combine). */
 static int upd_request(ps_client *c, ps_task_updates *t, upd_build *b, ps_rpc_req *r,
                        bool combine, ps_status *st) {
-  int rc = upd_build_init(b, t->updates, t->n, combine, st);
+  int rc = upd_build_init(b, &c->memo, t->updates, t->n, combine, st);
   if (rc != 0) return rc;
   req_init(c, r, t->task, M_UPDATE, &b->req.base, true, true);
   r->send = &b->segs;
@@ -888,7 +893,8 @@ static int parse_read(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
   return rc;
 }
 
-static int read_build_init(read_build *b, ps_task_reads *t, bool dedup, ps_status *st) {
+static int read_build_init(read_build *b, ps_task_reads *t, ps_dedup_memo *dedup,
+                           ps_status *st) {
   memset(b, 0, sizeof *b);
   paramserver__read_request__init(&b->req);
   b->t = t;
@@ -914,7 +920,7 @@ static int read_build_init(read_build *b, ps_task_reads *t, bool dedup, ps_statu
       it->gather = true;
       it->index_dtype = ix->dtype;
       it->num_indices = ix->shape.dim[0];
-      int r = dedup ? ps_gather_dedup_init(&b->dd[i], ix) : 0;
+      int r = dedup ? ps_gather_dedup_init_memo(dedup, &b->dd[i], ix) : 0;
       if (r < 0) return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
       if (r > 0) {
         ix = b->dd[i].uix;
@@ -959,7 +965,7 @@ static int read_many(ps_client *c, ps_task_reads *t, size_t n, bool dedup,
   for (size_t i = 0; i < n; i++) {
     ps_status_clear(&t[i].st);
     if ((rc = check_task(c, t[i].task, st)) != 0) goto out;
-    if ((rc = read_build_init(&bs[i], &t[i], dedup, st)) != 0) goto out;
+    if ((rc = read_build_init(&bs[i], &t[i], dedup ? &c->memo : NULL, st)) != 0) goto out;
     req_init(c, &reqs[i], t[i].task, M_READ, &bs[i].req.base, false, true);
     reqs[i].send = &bs[i].segs;
     reqs[i].on_header = parse_read;

@@ -89,6 +89,77 @@ void ps_gather_dedup_fini(ps_gather_dedup *d) {
   memset(d, 0, sizeof *d);
 }
 
+/* @dst := a copy of @src (an empty one stays empty).  -1: out of memory. */
+static int dedup_copy(ps_gather_dedup *dst, const ps_gather_dedup *src) {
+  memset(dst, 0, sizeof *dst);
+  if (src->uix == NULL) return 0;
+  int64_t nu = src->nu;
+  dst->uix = ps_tensor_new(src->uix->dtype, 1, &nu);
+  dst->from = malloc((size_t)src->n * sizeof *dst->from);
+  if (dst->uix == NULL || dst->from == NULL) {
+    ps_gather_dedup_fini(dst);
+    return -1;
+  }
+  memcpy(ps_tensor_data(dst->uix), ps_tensor_data(src->uix), ps_tensor_nbytes(src->uix));
+  memcpy(dst->from, src->from, (size_t)src->n * sizeof *dst->from);
+  dst->n = src->n;
+  dst->nu = nu;
+  return 1;
+}
+
+void ps_dedup_memo_init(ps_dedup_memo *m) {
+  memset(m, 0, sizeof *m);
+  pthread_mutex_init(&m->mu, NULL);
+}
+
+void ps_dedup_memo_fini(ps_dedup_memo *m) {
+  for (int i = 0; i < PS_DEDUP_MEMO_SLOTS; i++) {
+    free(m->slot[i].ids);
+    ps_gather_dedup_fini(&m->slot[i].d);
+  }
+  pthread_mutex_destroy(&m->mu);
+}
+
+int ps_gather_dedup_init_memo(ps_dedup_memo *m, ps_gather_dedup *d, const ps_tensor *ix) {
+  int64_t n = ix->shape.dim[0];
+  if (m == NULL || n < DEDUP_MIN_IDS || n > INT32_MAX / 2)
+    return ps_gather_dedup_init(d, ix);
+  size_t bytes = ps_tensor_nbytes(ix);
+  int rc = -2; /* not found */
+  pthread_mutex_lock(&m->mu);
+  for (int i = 0; i < PS_DEDUP_MEMO_SLOTS && rc == -2; i++)
+    if (m->slot[i].valid && m->slot[i].dtype == ix->dtype && m->slot[i].n == n &&
+        memcmp(m->slot[i].ids, ps_tensor_data(ix), bytes) == 0)
+      rc = dedup_copy(d, &m->slot[i].d);
+  pthread_mutex_unlock(&m->mu);
+  if (rc != -2) return rc;
+  if ((rc = ps_gather_dedup_init(d, ix)) < 0) return rc;
+  /* remembered in the oldest slot; out of memory, the memo stays as it was */
+  ps_gather_dedup keep;
+  if (dedup_copy(&keep, d) < 0) return rc;
+  pthread_mutex_lock(&m->mu);
+  unsigned k = m->next++ % PS_DEDUP_MEMO_SLOTS;
+  if (m->slot[k].cap < bytes) {
+    void *ids = realloc(m->slot[k].ids, bytes);
+    if (ids != NULL) {
+      m->slot[k].ids = ids;
+      m->slot[k].cap = bytes;
+    }
+  }
+  ps_gather_dedup_fini(&m->slot[k].d);
+  m->slot[k].valid = m->slot[k].cap >= bytes;
+  if (m->slot[k].valid) {
+    memcpy(m->slot[k].ids, ps_tensor_data(ix), bytes);
+    m->slot[k].dtype = ix->dtype;
+    m->slot[k].n = n;
+    m->slot[k].d = keep;
+  } else {
+    ps_gather_dedup_fini(&keep);
+  }
+  pthread_mutex_unlock(&m->mu);
+  return rc;
+}
+
 #define SUM_ROWS(T)                                                                      \
   do {                                                                                   \
     const T *src = ps_tensor_data(val);                                                  \

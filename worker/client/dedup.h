@@ -5,6 +5,8 @@
 #ifndef PS_CLIENT_DEDUP_H
 #define PS_CLIENT_DEDUP_H
 
+#include <pthread.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -30,5 +32,29 @@ void ps_gather_dedup_fini(ps_gather_dedup *d); /* an empty one is a no-op */
  * short.  A scatter-add of the sums adds every occurrence, as TensorFlow's
  * optimizers do (_deduplicate_indexed_slices), with one wire row per id. */
 ps_tensor *ps_dedup_sum_rows(const ps_gather_dedup *d, const ps_tensor *val);
+
+/* A client's last few deduplications.  An embedding step gathers rows by
+ * a batch's ids and then scatters their gradients by the same ids: the
+ * scatter finds the ids here (compared byte for byte) and takes a copy of
+ * the gather's result instead of hashing them again (8192 Zipf ids: ~60 us
+ * of a ~400 us push).  Thread-safe. */
+#define PS_DEDUP_MEMO_SLOTS 4
+typedef struct ps_dedup_memo {
+  pthread_mutex_t mu;
+  struct {
+    ps_dtype dtype;
+    int64_t n;
+    void *ids; /* a copy of the ids, @cap bytes allocated */
+    size_t cap;
+    ps_gather_dedup d; /* their deduplication (d.uix NULL: not worth it) */
+    bool valid;
+  } slot[PS_DEDUP_MEMO_SLOTS];
+  unsigned next; /* the slot the next new entry replaces */
+} ps_dedup_memo;
+
+void ps_dedup_memo_init(ps_dedup_memo *m);
+void ps_dedup_memo_fini(ps_dedup_memo *m);
+/* ps_gather_dedup_init through @m (NULL: none), with the same results. */
+int ps_gather_dedup_init_memo(ps_dedup_memo *m, ps_gather_dedup *d, const ps_tensor *ix);
 
 #endif
