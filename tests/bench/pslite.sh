@@ -68,6 +68,8 @@ pslite_round() {
   wait
 }
 num() { sed -n "s/.*$1 \([0-9.]*\).*/\1/p"; }
+# the in-run raw TCP baseline of a `bench:' line of ours
+base() { sed -n "s/.*$1[a-z_]* [0-9.]* [^ ]* baseline=\([0-9.]*\).*/\1/p"; }
 for ((r = 1; r <= rounds; r++)); do
   if [ -n "$agg" ]; then
     PS_SERVER="$build/ps/ps-server" "$build/tests/bench/bench_agg" --rounds 1 "${ours[@]}" > "$tmp/ours" 2>> "$tmp/ours.err" \
@@ -78,8 +80,9 @@ for ((r = 1; r <= rounds; r++)); do
     o_push=$(num "agg_push_${mib}MiB" < "$tmp/ours"); o_pull=$(num "agg_pull_${mib}MiB" < "$tmp/ours")
     t_push=$(num agg_push_s < "$tmp/theirs" | sort -g | tail -1); t_pull=$(num agg_pull_s < "$tmp/theirs" | sort -g | tail -1)
     t_push=$(awk -v g="$gb" -v s="$t_push" 'BEGIN { printf "%.2f", g / s }'); t_pull=$(awk -v g="$gb" -v s="$t_pull" 'BEGIN { printf "%.2f", g / s }')
-    echo "round $r: aggregate push $o_push vs ps-lite $t_push GB/s; pull $o_pull vs $t_pull GB/s"
-    echo "$o_push $t_push $o_pull $t_pull" >> "$tmp/rounds"
+    b_push=$(base "agg_push_${mib}MiB" < "$tmp/ours"); b_pull=$(base "agg_pull_${mib}MiB" < "$tmp/ours")
+    echo "round $r: aggregate push $o_push vs ps-lite $t_push GB/s (raw TCP $b_push); pull $o_pull vs $t_pull GB/s (raw TCP $b_pull)"
+    echo "$o_push $t_push $o_pull $t_pull $b_push $b_pull" >> "$tmp/rounds"
     continue
   fi
   PS_SERVER="$build/ps/ps-server" "$build/tests/bench/bench_ps" --only $part "${ours[@]}" > "$tmp/ours" 2>> "$tmp/ours.err" \
@@ -89,36 +92,43 @@ for ((r = 1; r <= rounds; r++)); do
     # push = assign, pull = read; GB/s, larger is better: ratio ours / theirs
     o_push=$(num "assign_${bulk}MiB" < "$tmp/ours"); o_pull=$(num "read_${bulk}MiB" < "$tmp/ours")
     t_push=$(num dense_push < "$tmp/theirs"); t_pull=$(num dense_pull < "$tmp/theirs")
-    echo "round $r: push $o_push vs ps-lite $t_push GB/s; pull $o_pull vs $t_pull GB/s"
-    echo "$o_push $t_push $o_pull $t_pull" >> "$tmp/rounds"
+    b_push=$(base "assign_${bulk}MiB" < "$tmp/ours"); b_pull=$(base "read_${bulk}MiB" < "$tmp/ours")
+    echo "round $r: push $o_push vs ps-lite $t_push GB/s (raw TCP $b_push); pull $o_pull vs $t_pull GB/s (raw TCP $b_pull)"
+    echo "$o_push $t_push $o_pull $t_pull $b_push $b_pull" >> "$tmp/rounds"
     continue
   fi
   o_step=$(grep 'sparse_step' "$tmp/ours" | num 'sparse_step[a-z_]*')
   o_pull=$(grep 'sparse_pull_rows' "$tmp/ours" | num 'sparse_pull_rows[a-z_]*')
   o_push=$(grep 'sparse_push_rows' "$tmp/ours" | num 'sparse_push_rows[a-z_]*')
   t_step=$(num sparse_step < "$tmp/theirs"); t_pull=$(num pull_rows < "$tmp/theirs"); t_push=$(num push_rows < "$tmp/theirs")
-  echo "round $r: step $o_step ms vs ps-lite $t_step ms; pull $o_pull vs $t_pull M rows/s; push $o_push vs $t_push M rows/s"
-  echo "$o_step $t_step $o_pull $t_pull $o_push $t_push" >> "$tmp/rounds"
+  b_step=$(base sparse_step < "$tmp/ours"); b_pull=$(base sparse_pull_rows < "$tmp/ours"); b_push=$(base sparse_push_rows < "$tmp/ours")
+  echo "round $r: step $o_step ms vs ps-lite $t_step ms (raw TCP $b_step); pull $o_pull vs $t_pull M rows/s (raw TCP $b_pull); push $o_push vs $t_push M rows/s (raw TCP $b_push)"
+  echo "$o_step $t_step $o_pull $t_pull $o_push $t_push $b_step $b_pull $b_push" >> "$tmp/rounds"
 done
 # awk: the median of a[1..n], sorting a in place (a[1], a[n] are the range)
 med='function med(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }; return a[int((n + 1) / 2)] }'
 if [ -n "$bulk" ] || [ -n "$agg" ]; then
   what=dense_${bulk}MiB; [ -n "$agg" ] && what=agg_${mib}MiB
   awk -v what="$what" "$med"'
-{ n++; q[n] = $1 / $2; p[n] = $3 / $4 }
+{ n++; q[n] = $1 / $2; p[n] = $3 / $4; bq[n] = $5 / $2; bp[n] = $6 / $4 }
 END {
-  mq = med(q, n); mp = med(p, n)
+  mq = med(q, n); mp = med(p, n); mbq = med(bq, n); mbp = med(bp, n)
   printf "bench: pslite_%s_push_ratio %.2f range=%.2f-%.2f target=>= 1.2\n", what, mq, q[1], q[n]
   printf "bench: pslite_%s_pull_ratio %.2f range=%.2f-%.2f target=>= 1.2\n", what, mp, p[1], p[n]
+  printf "bench: pslite_%s_push_tcp_bound %.2f range=%.2f-%.2f (raw TCP / ps-lite)\n", what, mbq, bq[1], bq[n]
+  printf "bench: pslite_%s_pull_tcp_bound %.2f range=%.2f-%.2f (raw TCP / ps-lite)\n", what, mbp, bp[1], bp[n]
 }' "$tmp/rounds"
   exit 0
 fi
 sfx=; [ "$op" = adagrad ] && sfx=_adagrad
 awk -v sfx="$sfx" "$med"'
-{ n++; s[n] = $1 / $2; p[n] = $3 / $4; q[n] = $5 / $6 }
+{ n++; s[n] = $1 / $2; p[n] = $3 / $4; q[n] = $5 / $6; bs[n] = $7 / $2; bp[n] = $8 / $4; bq[n] = $9 / $6 }
 END {
-  ms = med(s, n); mp = med(p, n); mq = med(q, n)
+  ms = med(s, n); mp = med(p, n); mq = med(q, n); mbs = med(bs, n); mbp = med(bp, n); mbq = med(bq, n)
   printf "bench: pslite_sparse_step%s_ratio %.2f range=%.2f-%.2f target=<= 0.6\n", sfx, ms, s[1], s[n]
   printf "bench: pslite_sparse_pull_rows%s_ratio %.2f range=%.2f-%.2f target=>= 1.5\n", sfx, mp, p[1], p[n]
   printf "bench: pslite_sparse_push_rows%s_ratio %.2f range=%.2f-%.2f target=>= 1.5\n", sfx, mq, q[1], q[n]
+  printf "bench: pslite_sparse_step%s_tcp_bound %.2f range=%.2f-%.2f (raw TCP / ps-lite)\n", sfx, mbs, bs[1], bs[n]
+  printf "bench: pslite_sparse_pull_rows%s_tcp_bound %.2f range=%.2f-%.2f (raw TCP / ps-lite)\n", sfx, mbp, bp[1], bp[n]
+  printf "bench: pslite_sparse_push_rows%s_tcp_bound %.2f range=%.2f-%.2f (raw TCP / ps-lite)\n", sfx, mbq, bq[1], bq[n]
 }' "$tmp/rounds"
