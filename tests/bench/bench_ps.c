@@ -940,7 +940,10 @@ static int64_t batch_unique(batch_scratch *w, const int64_t *ids, int64_t n) {
   return nu;
 }
 
-static void batch_sum(batch_scratch *w, int64_t n, int64_t dim, const float *g) {
+/* Built as the client's sum is (worker/client/dedup.c), wide vectors where
+ * the CPU has them. */
+__attribute__((target_clones("avx512f", "avx2", "default"))) static void
+batch_sum(batch_scratch *w, int64_t n, int64_t dim, const float *g) {
   int32_t seen = 0;
   for (int64_t i = 0; i < n; i++) {
     float *o = w->usum + (int64_t)w->from[i] * dim;

@@ -178,6 +178,15 @@ int ps_gather_dedup_init_memo(ps_dedup_memo *m, ps_gather_dedup *d, const ps_ten
     }                                                                                    \
   } while (0)
 
+/* float, the common case, built for wider vectors too and picked at load
+ * time (an ifunc): each element is one add either way, so the bits are
+ * the same on every machine. */
+__attribute__((target_clones("avx512f", "avx2", "default"))) static void
+sum_rows_float(const ps_gather_dedup *d, const ps_tensor *val, ps_tensor *out,
+               int64_t row) {
+  SUM_ROWS(float);
+}
+
 ps_tensor *ps_dedup_sum_rows(const ps_gather_dedup *d, const ps_tensor *val) {
   if (d->uix == NULL || val->shape.rank < 1 || val->shape.dim[0] != d->n) return NULL;
   if (val->dtype != PS_DT_FLOAT && val->dtype != PS_DT_DOUBLE &&
@@ -192,7 +201,7 @@ ps_tensor *ps_dedup_sum_rows(const ps_gather_dedup *d, const ps_tensor *val) {
   if (out == NULL) return NULL;
   switch (val->dtype) {
   case PS_DT_FLOAT:
-    SUM_ROWS(float);
+    sum_rows_float(d, val, out, row);
     break;
   case PS_DT_DOUBLE:
     SUM_ROWS(double);
