@@ -122,7 +122,7 @@ void ps_dedup_memo_fini(ps_dedup_memo *m) {
 
 int ps_gather_dedup_init_memo(ps_dedup_memo *m, ps_gather_dedup *d, const ps_tensor *ix) {
   int64_t n = ix->shape.dim[0];
-  if (m == NULL || n < DEDUP_MIN_IDS || n > INT32_MAX / 2)
+  if (m == NULL || n < DEDUP_MIN_IDS || n > PS_DEDUP_MEMO_MAX_IDS)
     return ps_gather_dedup_init(d, ix);
   size_t bytes = ps_tensor_nbytes(ix);
   int rc = -2; /* not found */

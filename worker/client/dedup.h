@@ -39,6 +39,8 @@ ps_tensor *ps_dedup_sum_rows(const ps_gather_dedup *d, const ps_tensor *val);
  * the gather's result instead of hashing them again (8192 Zipf ids: ~60 us
  * of a ~400 us push).  Thread-safe. */
 #define PS_DEDUP_MEMO_SLOTS 4
+/* Longer id lists are not remembered: a slot holds at most ~5 MiB. */
+#define PS_DEDUP_MEMO_MAX_IDS ((int64_t)1 << 18)
 typedef struct ps_dedup_memo {
   pthread_mutex_t mu;
   struct {
