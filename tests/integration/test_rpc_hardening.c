@@ -268,11 +268,12 @@ static void client_loop(int reads, int ready) {
   ps_client *c = client();
   create_float(c, "big", BIG_FLOATS);
   ps_tensor *t = ftensor(BIG_FLOATS, 1.5f);
-  if (reads) {
-    assign(c, "big", t);
-    ps_tensor_destroy(t);
-    t = NULL;
-  }
+  /* Reads: the assigned tensor stays alive.  Destroyed, its buffer would
+   * wait in the buffer cache (common/tensor.c) and the first read's output
+   * would take it, already resident: then the reader's RSS would grow only
+   * by what gRPC buffers, which wait_rss cannot count on.  Kept, the first
+   * read lands in new memory and the RSS grows with the stream. */
+  if (reads) assign(c, "big", t);
   if (write(ready, "r", 1) != 1) _exit(3);
   ps_status st;
   for (;;) {
