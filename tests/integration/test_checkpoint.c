@@ -306,7 +306,8 @@ static void *train_loop(void *arg) {
 }
 
 /* While a loop does x += 1 on ps/0 then y += 1 on ps/1, every checkpoint
- * has 0 <= x - y <= 1: both ps were captured at one moment. */
+ * has 0 <= x - y <= 1: both ps were captured at one moment.  One named
+ * by x's step holds that x. */
 START_TEST(save_during_training_is_consistent) {
   ps_harness h;
   ps_client *c;
@@ -391,6 +392,24 @@ START_TEST(save_during_training_is_consistent) {
     ps_bundle_reader_close(r);
     ck_assert_msg(x - y >= 0 && x - y <= 1, "subset checkpoint %d: x=%lld y=%lld", k,
                   (long long)x, (long long)y);
+  }
+  /* named by the step it holds while x moves on: x read in the snapshot */
+  for (int k = 0; k < 3; k++) {
+    usleep(30000);
+    char *written = NULL;
+    int64_t named = -1, x = -2;
+    PS_ASSERT_OK(
+        ps_saver_save_at_step(sv, sess, "stepped", gx, NULL, &written, &named, &st), st);
+    char want[64];
+    snprintf(want, sizeof want, "/stepped-%lld", (long long)named);
+    ck_assert_msg(strstr(written, want) != NULL, "%s, step %lld", written,
+                  (long long)named);
+    ps_bundle_reader *r = ps_bundle_reader_open(written, &st);
+    ck_assert_msg(r != NULL, "%s", st.msg);
+    ck_assert_int_eq(ps_bundle_reader_read_into(r, "saved_x", &x, 8, &st), 0);
+    ps_bundle_reader_close(r);
+    ck_assert_msg(x == named, "%s holds x=%lld", written, (long long)x);
+    free(written);
   }
   ps_saver_destroy(sv);
   ps_session_destroy(sess);

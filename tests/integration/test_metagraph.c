@@ -413,7 +413,8 @@ START_TEST(a_saver_saves_its_var_list_under_its_names) {
   ps_node *init_gs = ps_variables_initializer(g, &gs, 1, "init_gs");
   PS_ASSERT_OK(ps_session_run(s, NULL, 0, NULL, 0, &init_gs, 1, NULL, &st), st);
   char *path = NULL;
-  PS_ASSERT_OK(ps_saver_save_at_step(renamed, s, "stepped", gs, NULL, &path, &st), st);
+  PS_ASSERT_OK(ps_saver_save_at_step(renamed, s, "stepped", gs, NULL, &path, NULL, &st),
+               st);
   ck_assert_msg(path && strstr(path, "/stepped-7"), "%s", path ? path : "(null)");
   free(path);
   ps_saver_destroy(renamed);

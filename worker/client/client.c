@@ -1196,6 +1196,34 @@ static int all_ps(ps_client *c, const char *method, const ProtobufCMessage *cons
   return rc;
 }
 
+/* ps_client_save's step: a scalar integer variable read between Snapshot
+ * and Release, so its value is the one the checkpoint holds. */
+static int snapshot_step(ps_client *c, const ps_save_options *o, int64_t *step,
+                         ps_status *st) {
+  if (o->step_task < 0 || o->step_task >= c->nps)
+    return ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "save: step variable %s is on ps task %d, which does not exist "
+                         "(the cluster has %d)",
+                         o->step_name, o->step_task, c->nps);
+  ps_read r = {.name = o->step_name};
+  if (ps_client_read(c, o->step_task, &r, 1, st) != 0) return st->code;
+  int64_t v = -1;
+  if (ps_tensor_num_elements(r.out) == 1 && r.out->dtype == PS_DT_INT64)
+    memcpy(&v, ps_tensor_data(r.out), sizeof v);
+  else if (ps_tensor_num_elements(r.out) == 1 && r.out->dtype == PS_DT_INT32) {
+    int32_t v32;
+    memcpy(&v32, ps_tensor_data(r.out), sizeof v32);
+    v = v32;
+  }
+  ps_tensor_destroy(r.out);
+  if (v < 0)
+    return ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "save: step variable %s is not a non-negative integer scalar",
+                         o->step_name);
+  *step = v;
+  return 0;
+}
+
 int ps_client_save(ps_client *c, const char *prefix, const ps_save_options *o,
                    char **written, int64_t *bytes, ps_status *st) {
   ps_save_options def = {0};
@@ -1262,12 +1290,26 @@ int ps_client_save(ps_client *c, const char *prefix, const ps_save_options *o,
   for (int t = 0; t < n; t++)
     msgs[t] = &snaps[t].base;
   rc = all_ps(c, M_SNAPSHOT, msgs, NULL, NULL, c->opt.control_timeout_ms, st);
+  /* the step as the snapshot has it: no update passes a closed gate */
+  char named[1100];
+  int64_t step = -1;
+  if (rc == 0 && o->step_name) rc = snapshot_step(c, o, &step, st);
   /* 2. every gate reopens, whatever happened */
   ps_status rst;
   for (int t = 0; t < n; t++)
     msgs[t] = &rel.base;
   all_ps(c, M_RELEASE, msgs, NULL, NULL, c->opt.control_timeout_ms, &rst);
   if (rc) goto out;
+  if (o->step_name) {
+    if (snprintf(named, sizeof named, "%s-%lld", prefix, (long long)step) >=
+        (int)sizeof named) {
+      rc = ps_status_set(st, PS_INVALID_ARGUMENT, "save: prefix %s is too long", prefix);
+      goto out;
+    }
+    prefix = named;
+    if (o->step) *o->step = step;
+  }
+  if (o->on_name && (rc = o->on_name(o->on_name_arg, prefix, st)) != 0) goto out;
   /* 3. every ps writes its shard */
   for (int t = 0; t < n; t++) {
     paramserver__save_request__init(&saves[t]);

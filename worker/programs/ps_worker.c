@@ -1117,10 +1117,9 @@ static int train_loop(job *j, ps_status *st) {
         ((o->save_every_steps && j->gs - last_save_step >= o->save_every_steps) ||
          (o->save_every_secs > 0 && now - last_save_t >= o->save_every_secs))) {
       ps_status se;
-      if (ps_saver_save(j->saver, j->s, "model.ckpt", j->gs, o->ckpt_dir, NULL, &se) != 0)
+      if (ps_saver_save_at_step(j->saver, j->s, "model.ckpt", j->m.step, o->ckpt_dir,
+                                NULL, &j->saved_step, &se) != 0)
         PS_WARN("periodic save failed: %s", se.msg);
-      else
-        j->saved_step = j->gs;
       last_save_step = j->gs;
       last_save_t = now_secs();
     }
@@ -1161,9 +1160,16 @@ static int finish(job *j, ps_status *st) {
                       o->keep_ps ? 0 : 60.0);
   if ((j->gs = read_step(&j->m, j->s, st)) < 0) return -1;
   bool saving = o->ckpt_dir || o->save_every_steps || o->save_every_secs > 0;
-  if (j->client && saving && o->final_save && j->trained && j->saved_step != j->gs) {
+  /* With other workers, a periodic save at this very step may still have
+   * missed a step's update on another ps (a step's updates go to every ps
+   * at once, the global step's too): now that they are done, save again. */
+  if (j->client && saving && o->final_save && j->trained &&
+      (j->saved_step != j->gs || j->num_workers > 1)) {
     char *path = NULL;
-    if (ps_saver_save(j->saver, j->s, "model.ckpt", j->gs, o->ckpt_dir, &path, st) != 0)
+    /* named by the step it holds: another worker may step until the save's
+     * snapshot (stopped by a signal, they all are at once) */
+    if (ps_saver_save_at_step(j->saver, j->s, "model.ckpt", j->m.step, o->ckpt_dir, &path,
+                              &j->gs, st) != 0)
       return -1;
     printf("checkpoint %s\n", path);
     free(path);

@@ -237,15 +237,36 @@ static int saver_items(const ps_saver *s, ps_session *sess, ps_client *c, stagin
   return rc;
 }
 
-int ps_saver_save(ps_saver *s, ps_session *sess, const char *prefix, int64_t global_step,
-                  const char *meta_dir, char **path, ps_status *st) {
+/* A save's .meta written by this worker: <meta_dir>/<checkpoint>.meta,
+ * once the checkpoint's name is known (ps_save_options.on_name). */
+typedef struct meta_file {
+  const ps_saver *s;
+  const char *dir;
+  char path[2048];
+} meta_file;
+
+static int write_meta(void *arg, const char *prefix, ps_status *st) {
+  meta_file *m = arg;
+  snprintf(m->path, sizeof m->path, "%s/%s.meta", m->dir, prefix);
+  if (ps_export_meta_graph(m->s->g, m->s, m->path, st) != 0) {
+    m->path[0] = '\0';
+    return st->code;
+  }
+  return 0;
+}
+
+/* ps_saver_save and ps_saver_save_at_step: @step_var (may be NULL) names
+ * the checkpoint by its value in the save's snapshot; else @global_step. */
+static int save(ps_saver *s, ps_session *sess, const char *prefix, int64_t global_step,
+                const ps_variable *step_var, const char *meta_dir, char **path,
+                int64_t *saved_step, ps_status *st) {
   ps_client *c = ps_session_client(sess);
   if (c == NULL)
     return ps_status_set(st, PS_FAILED_PRECONDITION,
                          "Saver: the session has no ps cluster to save");
   char full[1024];
   if (prefix == NULL || prefix[0] == '\0') prefix = "model.ckpt";
-  if (global_step >= 0)
+  if (global_step >= 0 && step_var == NULL)
     snprintf(full, sizeof full, "%s-%lld", prefix, (long long)global_step);
   else
     snprintf(full, sizeof full, "%s", prefix);
@@ -276,6 +297,10 @@ int ps_saver_save(ps_saver *s, ps_session *sess, const char *prefix, int64_t glo
       meta = NULL;
     }
   }
+  /* The meta graph goes first: once the state file names the checkpoint,
+   * its .meta is there too. */
+  meta_file mf = {.s = s, .dir = meta_dir};
+  int64_t step = global_step;
   ps_save_options o = {.select = true,
                        .meta_graph = meta,
                        .meta_graph_len = meta ? meta_len : 0,
@@ -283,33 +308,24 @@ int ps_saver_save(ps_saver *s, ps_session *sess, const char *prefix, int64_t glo
                        .nitems = nitems,
                        .max_to_keep = s->max_to_keep,
                        .keep_every_n_hours = s->keep_hours,
-                       .own = s->dir_retention ? NULL : &s->own};
+                       .own = s->dir_retention ? NULL : &s->own,
+                       .step_name = step_var ? step_var->name : NULL,
+                       .step_task = step_var ? step_var->task : 0,
+                       .step = &step,
+                       .on_name = meta_dir ? write_meta : NULL,
+                       .on_name_arg = &mf};
   char *written = NULL;
   int64_t bytes = 0;
-  /* The meta graph goes first: once the state file names the checkpoint,
-   * its .meta is there too. */
-  if (meta_dir) {
-    char mp[2048];
-    snprintf(mp, sizeof mp, "%s/%s.meta", meta_dir, full);
-    if (ps_export_meta_graph(s->g, s, mp, st) != 0) {
-      free(items);
-      staging_free(&sg, c);
-      return st->code;
-    }
-  }
   rc = ps_client_save(c, full, &o, &written, &bytes, st);
   free(items);
   free(meta);
   staging_free(&sg, c);
   if (rc != 0) {
-    if (meta_dir) { /* no checkpoint: no .meta of its own either */
-      char mp[2048];
-      snprintf(mp, sizeof mp, "%s/%s.meta", meta_dir, full);
-      unlink(mp);
-    }
+    if (mf.path[0]) unlink(mf.path); /* no checkpoint: no .meta of its own either */
     return st->code;
   }
   PS_INFO("saved checkpoint %s (%lld bytes)", written ? written : full, (long long)bytes);
+  if (saved_step) *saved_step = step;
   if (path)
     *path = written;
   else
@@ -317,12 +333,20 @@ int ps_saver_save(ps_saver *s, ps_session *sess, const char *prefix, int64_t glo
   return 0;
 }
 
+int ps_saver_save(ps_saver *s, ps_session *sess, const char *prefix, int64_t global_step,
+                  const char *meta_dir, char **path, ps_status *st) {
+  return save(s, sess, prefix, global_step, NULL, meta_dir, path, NULL, st);
+}
+
 int ps_saver_save_at_step(ps_saver *s, ps_session *sess, const char *prefix,
                           ps_variable *global_step, const char *meta_dir, char **path,
-                          ps_status *st) {
+                          int64_t *saved_step, ps_status *st) {
   ps_node *r = ps_variable_value(global_step);
   if (r == NULL)
     return ps_status_set(st, PS_INVALID_ARGUMENT, "Saver: no global_step variable");
+  /* on a ps: read inside the save's snapshot (the session must know it) */
+  if (global_step->task >= 0 && ps_session_client(sess) != NULL)
+    return save(s, sess, prefix, -1, global_step, meta_dir, path, saved_step, st);
   ps_tensor *t = NULL;
   if (ps_session_run(sess, NULL, 0, &r, 1, NULL, 0, &t, st) != 0) return st->code;
   int64_t step = ps_tensor_num_elements(t) == 1
@@ -333,7 +357,7 @@ int ps_saver_save_at_step(ps_saver *s, ps_session *sess, const char *prefix,
     return ps_status_set(st, PS_INVALID_ARGUMENT,
                          "Saver: global_step %s is not a non-negative scalar",
                          ps_variable_name(global_step));
-  return ps_saver_save(s, sess, prefix, step, meta_dir, path, st);
+  return save(s, sess, prefix, step, NULL, meta_dir, path, saved_step, st);
 }
 
 /* Name and key of each variable to restore, grouped by ps task. */

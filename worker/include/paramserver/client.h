@@ -323,6 +323,19 @@ typedef struct ps_save_options {
    * ps that merges, before the state file names it); NULL: none. */
   const uint8_t *meta_graph;
   size_t meta_graph_len;
+  /* NULL: the checkpoint is @prefix.  Else a scalar integer variable of ps
+   * task step_task (the global step): the checkpoint is @prefix-<step>,
+   * its value in the snapshot, read while every update gate is closed, so
+   * the name and the saved step agree while other workers train on
+   * (TensorFlow reads the step before it saves, and they can differ).
+   * *step (may be NULL) receives it. */
+  const char *step_name;
+  int step_task;
+  int64_t *step;
+  /* May be NULL: called with the checkpoint's name before any shard is
+   * written; nonzero fails the save (a .meta written beside it). */
+  int (*on_name)(void *arg, const char *prefix, ps_status *st);
+  void *on_name_arg;
 } ps_save_options;
 
 /* Saves every variable of every ps as of one moment: each ps writes its

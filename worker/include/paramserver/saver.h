@@ -70,12 +70,15 @@ void ps_saver_destroy(ps_saver *s); /* NULL is a no-op */
 int ps_saver_save(ps_saver *s, ps_session *sess, const char *prefix, int64_t global_step,
                   const char *meta_dir, char **path, ps_status *st);
 /* ps_saver_save with the global-step variable instead of its value, as
- * TensorFlow's saver.save(sess, prefix, global_step=global_step_tensor):
- * the variable is read through @sess first (its error, e.g. uninitialized,
- * is returned as it is). */
+ * TensorFlow's saver.save(sess, prefix, global_step=global_step_tensor),
+ * but consistent: a variable on a ps is read inside the save's snapshot,
+ * so "@prefix-<step>" holds exactly that step even while other workers
+ * train (TensorFlow reads it first, and a step in between makes the name
+ * and the contents differ).  Its error (e.g. uninitialized) is returned
+ * as it is.  @saved_step (may be NULL) receives the step. */
 int ps_saver_save_at_step(ps_saver *s, ps_session *sess, const char *prefix,
                           ps_variable *global_step, const char *meta_dir, char **path,
-                          ps_status *st);
+                          int64_t *saved_step, ps_status *st);
 
 /* Creates the saver's variables on their ps if needed, then restores them
  * from @prefix (NULL or "": the latest checkpoint).  Restored variables
