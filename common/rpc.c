@@ -16,6 +16,7 @@
 #include "array.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <grpc/byte_buffer.h>
@@ -323,6 +324,15 @@ static void unlimited_args(grpc_arg *a, int server) {
  * inode (fstat), so connections gRPC has closed are noticed without
  * keeping any descriptor of ours open on them.
  *
+ * With TLS, gRPC 1.51 takes no connection by fd (add_channel_from_fd
+ * refuses every credential but insecure ones), so gRPC listens itself
+ * (grpc_server_add_http2_port, no SO_REUSEPORT, on the port our own bind
+ * just checked).  The monitor then finds the connections in
+ * /proc/self/fd (sockets whose local port is ours and that do not listen)
+ * once a second and before every shutdown of connections: the table
+ * above, the stall and shutdown handling, and max_connections (new
+ * connections over it are shut down) work as without TLS.
+ *
  * Stalled streams.  While a batch that waits on the client is in flight
  * (a request message, or a response message the client must read), the
  * call records when it started; the monitor thread cancels calls that have
@@ -377,6 +387,7 @@ struct ps_rpc_call {
   int st_dead;    /* a batch failed or the call closed: nothing more is sent */
   int st_free;    /* the call is being freed */
   grpc_byte_buffer *st_next; /* the message to send next (the newest only) */
+  ps_role role;              /* the caller's (ps_rpc_call_role) */
 };
 
 typedef struct generic_call {
@@ -451,6 +462,12 @@ struct ps_rpc_server {
   int64_t last_full_log_ms, last_emfile_log_ms;
   int64_t idle_since_ms; /* shutting down: since when no call runs (monitor) */
   int idle_closed;       /* the idle connections are shut (monitor) */
+  /* TLS: gRPC's own listener (see "Listener"); the next certificate
+   * config for its fetcher (tls_pending), under tls_mu */
+  int tls;
+  pthread_mutex_t tls_mu;
+  char *tls_cert, *tls_key, *tls_ca;
+  int tls_pending;
 };
 
 static int64_t now_ms(void) {
@@ -871,6 +888,55 @@ static int check_size(ps_rpc_call *c, grpc_byte_buffer *bb) {
   return 0;
 }
 
+/* The caller's token against the server's (options.auth): sets c->role,
+ * or c->st with UNAUTHENTICATED (no token, an unknown one) or
+ * PERMISSION_DENIED (a worker token on an admin method).  The token is
+ * never logged nor echoed. */
+static int call_authorize(ps_rpc_call *c, const ps_rpc_handler *h) {
+  ps_rpc_server *s = c->srv;
+  const char *m = strrchr(h->method, '/') ? strrchr(h->method, '/') + 1 : h->method;
+  if (s->opt.auth == NULL) {
+    c->role = PS_ROLE_ADMIN;
+    return 0;
+  }
+  if (h->access == PS_RPC_ACCESS_OPEN) {
+    c->role = PS_ROLE_NONE;
+    return 0;
+  }
+  const grpc_slice *v = NULL;
+  int found = 0;
+  for (size_t i = 0; i < c->md.count; i++)
+    if (grpc_slice_str_cmp(c->md.metadata[i].key, "authorization") == 0) {
+      v = &c->md.metadata[i].value;
+      found++;
+    }
+  if (found != 1)
+    return ps_status_set(&c->st, PS_UNAUTHENTICATED,
+                         found ? "%s: more than one authorization header"
+                               : "%s: no bearer token: this ps takes only calls with "
+                                 "'authorization: Bearer TOKEN' of a token in its "
+                                 "--auth-token-file (clients: --token-file or "
+                                 "PS_TOKEN_FILE)",
+                         m);
+  ps_role r = ps_auth_check(s->opt.auth, (const char *)GRPC_SLICE_START_PTR(*v),
+                            GRPC_SLICE_LENGTH(*v));
+  if (r == PS_ROLE_NONE)
+    return ps_status_set(&c->st, PS_UNAUTHENTICATED,
+                         "%s: the bearer token is not one of this ps's tokens "
+                         "(--auth-token-file)",
+                         m);
+  if (h->access == PS_RPC_ACCESS_ADMIN && r != PS_ROLE_ADMIN)
+    return ps_status_set(&c->st, PS_PERMISSION_DENIED,
+                         "%s needs an admin token; this call's token has the %s role", m,
+                         ps_role_name(r));
+  c->role = r;
+  return 0;
+}
+
+ps_role ps_rpc_call_role(const ps_rpc_call *c) {
+  return c->role;
+}
+
 static void scall_event(ps_rpc_call *c, int ok) {
   ps_rpc_server *s = c->srv;
   atomic_store(&c->wait_since_ms, 0);
@@ -888,6 +954,10 @@ static void scall_event(ps_rpc_call *c, int ok) {
     call_link(c);
     if (atomic_load(&s->shutting_down)) { /* a new call while stopping */
       ps_status_set(&c->st, PS_UNAVAILABLE, "%s: the ps is shutting down", h->method);
+      scall_fail(c);
+      return;
+    }
+    if (call_authorize(c, h) != 0) {
       scall_fail(c);
       return;
     }
@@ -1146,6 +1216,49 @@ static void conns_sweep(ps_rpc_server *s) {
   s->nconns = k;
 }
 
+/* TLS: adds the connections gRPC's listener accepted to the table (see
+ * "Listener"); those over max_connections are shut down.  Under accept_mu. */
+static void conns_discover(ps_rpc_server *s) {
+  if (!s->tls || s->port <= 0) return;
+  conns_sweep(s);
+  DIR *d = opendir("/proc/self/fd");
+  if (d == NULL) return;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    char *end;
+    long fd = strtol(e->d_name, &end, 10);
+    if (*end || e->d_name[0] == '\0' || fd == dirfd(d)) continue;
+    struct stat sb;
+    if (fstat((int)fd, &sb) != 0 || !S_ISSOCK(sb.st_mode)) continue;
+    struct sockaddr_storage sa;
+    socklen_t sl = sizeof sa;
+    if (getsockname((int)fd, (struct sockaddr *)&sa, &sl) != 0) continue;
+    int port = sa.ss_family == AF_INET    ? ntohs(((struct sockaddr_in *)&sa)->sin_port)
+               : sa.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&sa)->sin6_port)
+                                          : -1;
+    int listening = 0;
+    socklen_t ol = sizeof listening;
+    if (port != s->port ||
+        getsockopt((int)fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &ol) != 0 || listening)
+      continue;
+    int known = 0;
+    for (int i = 0; i < s->nconns && !known; i++)
+      known = s->conns[i].ino == sb.st_ino && s->conns[i].dev == sb.st_dev;
+    if (known) continue;
+    if (s->nconns >= s->opt.max_connections || !s->accepting) {
+      int64_t t = now_ms();
+      if (s->accepting && t - s->last_full_log_ms >= 10000) {
+        PS_WARN("%d connections open (--max-connections): closing new ones", s->nconns);
+        s->last_full_log_ms = t;
+      }
+      shutdown((int)fd, SHUT_RDWR);
+      continue;
+    }
+    s->conns[s->nconns++] = (conn_slot){(int)fd, sb.st_ino, sb.st_dev, 0, 0, 0};
+  }
+  closedir(d);
+}
+
 static void accept_ready(ps_rpc_server *s, int lfd, int64_t *backoff_until) {
   for (;;) {
     int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -1201,6 +1314,7 @@ static int conns_shutdown(ps_rpc_server *s, const char *peer) {
   int n = 0;
   pthread_mutex_lock(&s->accept_mu);
   conns_sweep(s);
+  conns_discover(s);
   for (int i = 0; i < s->nconns; i++) {
     if (peer && !strncmp(peer, "fd:", 3)) {
       /* Connections handed over by fd are named after it. */
@@ -1408,6 +1522,11 @@ static void *monitor_thread(void *arg) {
     }
     for (int i = 1; r > 0 && i < n; i++)
       if (p[i].revents & POLLIN) accept_ready(s, p[i].fd, &backoff_until);
+    if (s->tls) {
+      pthread_mutex_lock(&s->accept_mu);
+      conns_discover(s);
+      pthread_mutex_unlock(&s->accept_mu);
+    }
     check_stalls(s);
     conns_check_suspects(s, now_ms());
     stop_when_settled(s);
@@ -1416,12 +1535,111 @@ static void *monitor_thread(void *arg) {
   return NULL;
 }
 
+static void tls_files_free(char **cert, char **key, char **ca) {
+  free(*cert);
+  if (*key) {
+    memset(*key, 0, strlen(*key));
+    free(*key);
+  }
+  free(*ca);
+  *cert = *key = *ca = NULL;
+}
+
+/* The TLS files of @o, read and checked: a certificate, its key, and the
+ * client CA if any.  0, or an error naming the flag and file. */
+static int tls_files_read(const ps_rpc_server_options *o, char **cert, char **key,
+                          char **ca, ps_status *st) {
+  *cert = *key = *ca = NULL;
+  if (o->tls_cert_file == NULL || o->tls_key_file == NULL)
+    return ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "TLS needs both --tls-cert and --tls-key (got only %s)",
+                         o->tls_cert_file ? "--tls-cert" : "--tls-key");
+  if ((*cert = ps_pem_read(o->tls_cert_file, "--tls-cert", false, st)) == NULL ||
+      (*key = ps_pem_read(o->tls_key_file, "--tls-key", true, st)) == NULL ||
+      (o->tls_client_ca_file &&
+       (*ca = ps_pem_read(o->tls_client_ca_file, "--tls-client-ca", false, st)) ==
+           NULL) ||
+      ps_pem_check_pair(*cert, *key, o->tls_cert_file, o->tls_key_file, st) != 0) {
+    tls_files_free(cert, key, ca);
+    return st->code;
+  }
+  return 0;
+}
+
+/* gRPC asks on every TLS handshake: a new certificate config once one was
+ * loaded (at the start, then by ps_rpc_server_reload_tls). */
+static grpc_ssl_certificate_config_reload_status
+tls_fetch(void *user, grpc_ssl_server_certificate_config **config) {
+  ps_rpc_server *s = user;
+  pthread_mutex_lock(&s->tls_mu);
+  grpc_ssl_certificate_config_reload_status r =
+      GRPC_SSL_CERTIFICATE_CONFIG_RELOAD_UNCHANGED;
+  if (s->tls_pending) {
+    grpc_ssl_pem_key_cert_pair kp = {s->tls_key, s->tls_cert};
+    /* gRPC 1.51 asserts the roots are set even when it asks no client for
+     * a certificate (then they are never used): its own chain stands in */
+    *config = grpc_ssl_server_certificate_config_create(
+        s->tls_ca ? s->tls_ca : s->tls_cert, &kp, 1);
+    r = *config ? GRPC_SSL_CERTIFICATE_CONFIG_RELOAD_NEW
+                : GRPC_SSL_CERTIFICATE_CONFIG_RELOAD_FAIL;
+    s->tls_pending = 0;
+  }
+  pthread_mutex_unlock(&s->tls_mu);
+  return r;
+}
+
+bool ps_rpc_server_tls(const ps_rpc_server *s) {
+  return s->tls;
+}
+
+int ps_rpc_server_reload_tls(ps_rpc_server *s, ps_status *st) {
+  if (!s->tls)
+    return ps_status_set(st, PS_FAILED_PRECONDITION, "this server has no TLS to reload");
+  char *cert, *key, *ca;
+  if (tls_files_read(&s->opt, &cert, &key, &ca, st) != 0) return st->code;
+  pthread_mutex_lock(&s->tls_mu);
+  tls_files_free(&s->tls_cert, &s->tls_key, &s->tls_ca);
+  s->tls_cert = cert;
+  s->tls_key = key;
+  s->tls_ca = ca;
+  s->tls_pending = 1;
+  pthread_mutex_unlock(&s->tls_mu);
+  return 0;
+}
+
+/* TLS: gRPC listens on the port open_listeners just bound and checked
+ * (it is released first).  0, or an error naming the address. */
+static int tls_listen(ps_rpc_server *s, const char *addr, ps_status *st) {
+  char host[256], port[32], gaddr[320];
+  split_addr(addr, host, sizeof host, port, sizeof port);
+  int wild = !strcmp(host, "0.0.0.0") || !strcmp(host, "::") || !strcmp(host, "*") ||
+             host[0] == '\0';
+  snprintf(gaddr, sizeof gaddr, "%s%s%s:%d", wild || strchr(host, ':') ? "[" : "",
+           wild ? "::" : host, wild || strchr(host, ':') ? "]" : "", s->port);
+  close_listeners(s);
+  grpc_ssl_server_credentials_options *so =
+      grpc_ssl_server_credentials_create_options_using_config_fetcher(
+          s->tls_ca ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+                    : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE,
+          tls_fetch, s);
+  grpc_server_credentials *sc =
+      so ? grpc_ssl_server_credentials_create_with_options(so) : NULL;
+  int got = sc ? grpc_server_add_http2_port(s->srv, gaddr, sc) : 0;
+  if (sc) grpc_server_credentials_release(sc);
+  if (got != s->port)
+    return ps_status_set(st, PS_UNAVAILABLE, "cannot listen on %s with TLS: %s", addr,
+                         sc ? "address in use" : "the certificate was refused");
+  return 0;
+}
+
 static void server_free(ps_rpc_server *s) {
   close_listeners(s);
   if (s->wake[0] >= 0) close(s->wake[0]);
   if (s->wake[1] >= 0) close(s->wake[1]);
   pthread_mutex_destroy(&s->calls_mu);
   pthread_mutex_destroy(&s->accept_mu);
+  pthread_mutex_destroy(&s->tls_mu);
+  tls_files_free(&s->tls_cert, &s->tls_key, &s->tls_ca);
   free(s->conns);
   free(s->threads);
   free(s->reg);
@@ -1440,6 +1658,7 @@ ps_rpc_server *ps_rpc_server_create(const char *addr, const ps_rpc_handler *h, s
   s->wake[0] = s->wake[1] = -1;
   pthread_mutex_init(&s->calls_mu, NULL);
   pthread_mutex_init(&s->accept_mu, NULL);
+  pthread_mutex_init(&s->tls_mu, NULL);
   if (opt)
     s->opt = *opt;
   else
@@ -1464,22 +1683,43 @@ ps_rpc_server *ps_rpc_server_create(const char *addr, const ps_rpc_handler *h, s
     ps_status_set(st, PS_UNAVAILABLE, "pipe: %s", strerror(errno));
     goto fail;
   }
+  s->tls = s->opt.tls_cert_file || s->opt.tls_key_file;
+  if (s->tls) {
+    if (tls_files_read(&s->opt, &s->tls_cert, &s->tls_key, &s->tls_ca, st) != 0)
+      goto fail;
+    s->tls_pending = 1;
+  }
   if (open_listeners(s, addr, st) != 0) goto fail;
-  grpc_arg a[3];
+  grpc_arg a[4];
   unlimited_args(a, 1);
+  /* TLS: a connection that has not finished its handshake after 10 s goes
+   * (gRPC's default is 120 s) */
+  a[3] = (grpc_arg){.type = GRPC_ARG_INTEGER,
+                    .key = GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+                    .value.integer = 10000};
   /* Our own check (with a message naming the flag) runs below this;
    * gRPC's stops a far larger message before it is all buffered. */
   if (s->opt.max_message_bytes > 0)
     a[0].value.integer = s->opt.max_message_bytes > INT_MAX / 2
                              ? INT_MAX
                              : (int)(2 * s->opt.max_message_bytes);
-  grpc_channel_args args = {3, a};
+  grpc_channel_args args = {4, a};
   s->srv = grpc_server_create(&args, NULL);
   s->cq = grpc_completion_queue_create_for_next(NULL);
   grpc_server_register_completion_queue(s->srv, s->cq, NULL);
   for (size_t i = 0; i < nh; i++)
     s->reg[i] = grpc_server_register_method(s->srv, h[i].method, NULL,
                                             GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
+  if (s->tls && tls_listen(s, addr, st) != 0) {
+    /* never started: nothing of gRPC's runs yet */
+    grpc_server_destroy(s->srv);
+    grpc_completion_queue_shutdown(s->cq);
+    while (grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL)
+               .type != GRPC_QUEUE_SHUTDOWN) {
+    }
+    grpc_completion_queue_destroy(s->cq);
+    goto fail;
+  }
   return s;
 fail:
   server_free(s);
@@ -1613,6 +1853,7 @@ int ps_rpc_call_reply_data(ps_rpc_call *c, void *ptr, size_t len, ps_buf *owner)
 struct ps_rpc_channel {
   grpc_channel *ch;
   char *target;
+  char *auth; /* "Bearer TOKEN", sent on every call (NULL: none) */
   pthread_mutex_t mu;
   const char *methods[MAX_METHODS];
   void *handles[MAX_METHODS];
@@ -1620,9 +1861,22 @@ struct ps_rpc_channel {
 };
 
 ps_rpc_channel *ps_rpc_channel_create(const char *target) {
+  return ps_rpc_channel_create_secure(target, NULL);
+}
+
+ps_rpc_channel *ps_rpc_channel_create_secure(const char *target,
+                                             const ps_rpc_channel_security *sec) {
   ps_rpc_channel *c = calloc(1, sizeof *c);
   if (c == NULL) return NULL;
-  grpc_arg a[6];
+  if (sec && sec->token) {
+    size_t n = strlen(sec->token) + 8;
+    if ((c->auth = malloc(n)) == NULL) {
+      free(c);
+      return NULL;
+    }
+    snprintf(c->auth, n, "Bearer %s", sec->token);
+  }
+  grpc_arg a[7];
   unlimited_args(a, 0);
   /* A restarted ps should be found again within ~1 s, not after gRPC's
    * default backoff of up to two minutes (nor its 20 s minimum connect
@@ -1637,7 +1891,18 @@ ps_rpc_channel *ps_rpc_channel_create(const char *target) {
                     .key = GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
                     .value.integer = 1000};
   grpc_channel_args args = {6, a};
-  grpc_channel_credentials *cc = grpc_insecure_credentials_create();
+  grpc_channel_credentials *cc;
+  if (sec && sec->ca_pem) {
+    grpc_ssl_pem_key_cert_pair kp = {sec->key_pem, sec->cert_pem};
+    cc = grpc_ssl_credentials_create_ex(
+        sec->ca_pem, sec->cert_pem && sec->key_pem ? &kp : NULL, NULL, NULL);
+    if (sec->server_name)
+      a[args.num_args++] = (grpc_arg){.type = GRPC_ARG_STRING,
+                                      .key = GRPC_SSL_TARGET_NAME_OVERRIDE_ARG,
+                                      .value.string = (char *)sec->server_name};
+  } else {
+    cc = grpc_insecure_credentials_create();
+  }
   c->ch = grpc_channel_create(target, cc, &args);
   grpc_channel_credentials_release(cc);
   c->target = strdup(target);
@@ -1649,6 +1914,10 @@ void ps_rpc_channel_destroy(ps_rpc_channel *c) {
   if (c == NULL) return;
   grpc_channel_destroy(c->ch);
   pthread_mutex_destroy(&c->mu);
+  if (c->auth) {
+    memset(c->auth, 0, strlen(c->auth));
+    free(c->auth);
+  }
   free(c->target);
   free(c);
 }
@@ -1867,6 +2136,13 @@ static void ccall_start(ccall *cc, grpc_completion_queue *cq) {
   grpc_op ops[6];
   memset(ops, 0, sizeof ops);
   size_t n = 0;
+  grpc_metadata md;
+  if (r->ch->auth) {
+    md.key = grpc_slice_from_static_string("authorization");
+    md.value = grpc_slice_from_static_string(r->ch->auth);
+    ops[n].data.send_initial_metadata.count = 1;
+    ops[n].data.send_initial_metadata.metadata = &md;
+  }
   ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
   ops[n].op = GRPC_OP_SEND_MESSAGE;
   ops[n++].data.send_message.send_message = hdr;

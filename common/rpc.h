@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "security.h"
 #include "status.h"
 #include "tensor.h"
 
@@ -68,7 +69,14 @@ typedef struct ps_rpc_handler {
    * its last message with ps_rpc_call_reply(), or none.  Runs under a
    * lock of the server: pack a message, nothing more.  May be NULL. */
   void (*on_stream_end)(ps_rpc_call *call);
+  /* Who may call it when the server checks tokens (options.auth):
+   * PS_RPC_ACCESS_WORKER (the default: any valid token), _ADMIN (an admin
+   * token, else PERMISSION_DENIED) or _OPEN (no token needed: health). */
+  int access;
 } ps_rpc_handler;
+#define PS_RPC_ACCESS_WORKER 0
+#define PS_RPC_ACCESS_ADMIN 1
+#define PS_RPC_ACCESS_OPEN 2
 
 /* Bytes of bulk data in one Chunk message sent by this module.  gRPC hands
  * a message over only once all of it arrived: 1 MiB chunks let the
@@ -92,8 +100,16 @@ typedef struct ps_rpc_server_options {
    * none of its response, for this long is cancelled with
    * RESOURCE_EXHAUSTED naming --stream-timeout-secs (0: never). */
   int64_t stream_timeout_ms;
-  /* Connections served at once; more are accepted and closed at once. */
+  /* Connections served at once; more are accepted and closed at once
+   * (with TLS, within a second of their arrival). */
   int max_connections;
+  /* TLS: PEM files of the server's certificate chain and key; with
+   * tls_client_ca_file, clients must present a certificate it signed
+   * (mutual TLS).  NULL: plaintext.  Re-read by ps_rpc_server_reload_tls. */
+  const char *tls_cert_file, *tls_key_file, *tls_client_ca_file;
+  /* Bearer tokens every call must carry, by role (NULL: none needed, and
+   * every caller may do everything).  Borrowed for the server's life. */
+  ps_auth *auth;
 } ps_rpc_server_options;
 
 #define PS_RPC_DEFAULT_MAX_MESSAGE_BYTES ((int64_t)32 << 20)
@@ -111,6 +127,11 @@ ps_rpc_server *ps_rpc_server_create(const char *addr, const ps_rpc_handler *h, s
                                     const ps_rpc_server_options *opt, void *user,
                                     ps_status *st);
 int ps_rpc_server_port(const ps_rpc_server *s);
+bool ps_rpc_server_tls(const ps_rpc_server *s);
+/* Reads the TLS files again (SIGHUP) and checks them: on success new
+ * connections get the new certificate (connections open keep theirs); on
+ * error nothing changes and @st says why. */
+int ps_rpc_server_reload_tls(ps_rpc_server *s, ps_status *st);
 
 /* What the server has answered, per method, for a metrics endpoint: calls
  * by status code (a call that ended without a status, e.g. the client
@@ -149,6 +170,9 @@ void ps_rpc_server_cancel_all(ps_rpc_server *s);
 void ps_rpc_server_destroy(ps_rpc_server *s);
 
 void *ps_rpc_call_server_user(ps_rpc_call *c);
+/* The caller's role: its token's, PS_ROLE_ADMIN when the server checks no
+ * tokens, PS_ROLE_NONE on an open method. */
+ps_role ps_rpc_call_role(const ps_rpc_call *c);
 /* True once the client's deadline for @c has passed: work parked for
  * later (a closed snapshot gate) must then be dropped, never applied after
  * the client was told it failed.  Any thread. */
@@ -182,6 +206,19 @@ int ps_rpc_call_reply_data(ps_rpc_call *c, void *ptr, size_t len, ps_buf *owner)
 typedef struct ps_rpc_channel ps_rpc_channel;
 
 ps_rpc_channel *ps_rpc_channel_create(const char *target);
+/* How a client reaches a server that checks who calls (README "Security"). */
+typedef struct ps_rpc_channel_security {
+  const char *ca_pem; /* verify the server against it: TLS (NULL: plaintext) */
+  const char *cert_pem,
+      *key_pem; /* this client's certificate (mutual TLS; may be NULL) */
+  const char *
+      server_name; /* name the server's certificate must have (NULL: the target's host) */
+  const char
+      *token; /* sent as "authorization: Bearer TOKEN" on every call (may be NULL) */
+} ps_rpc_channel_security;
+/* @sec may be NULL (ps_rpc_channel_create); its strings are copied. */
+ps_rpc_channel *ps_rpc_channel_create_secure(const char *target,
+                                             const ps_rpc_channel_security *sec);
 void ps_rpc_channel_destroy(ps_rpc_channel *ch);
 const char *ps_rpc_channel_target(const ps_rpc_channel *ch);
 

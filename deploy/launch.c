@@ -38,6 +38,8 @@
 #include <unistd.h>
 #include <uv.h>
 
+extern char **environ;
+
 #include "common/cluster.h"
 #include "common/log.h"
 #include "common/status.h"
@@ -87,6 +89,15 @@ static const char usage[] =
     "                        (default 10)\n"
     "  --ready-timeout S     fail if a ps task is not ready after S seconds\n"
     "                        (default 60)\n"
+    "  --secure DIR          TLS, client certificates and tokens from DIR, as\n"
+    "                        deploy/gen-certs.sh --tokens DIR makes it: every ps\n"
+    "                        gets --tls-cert DIR/server.crt --tls-key\n"
+    "                        DIR/server.key --tls-client-ca DIR/ca.crt\n"
+    "                        --auth-token-file DIR/tokens; the chief runs with\n"
+    "                        PS_TLS_CA=DIR/ca.crt, PS_TLS_CERT/PS_TLS_KEY of\n"
+    "                        DIR/client-admin.crt/.key and PS_TOKEN_FILE=\n"
+    "                        DIR/admin.token, every other task with the worker\n"
+    "                        ones (README \"Security\")\n"
     "  --log-level L         debug, info, warn, error (default info; env\n"
     "                        PS_LOG_LEVEL); ps-launch logs to stderr\n"
     "  --help                this text\n"
@@ -104,6 +115,26 @@ static const char usage[] =
 /* Restart backoff: RESTART_BASE_MS doubled per restart, at most this. */
 #define RESTART_BASE_MS 500
 #define RESTART_MAX_MS 8000
+
+/* --secure DIR: the files deploy/gen-certs.sh --tokens writes there. */
+enum {
+  SEC_CA,
+  SEC_CERT,
+  SEC_KEY,
+  SEC_TOKENS,
+  SEC_ADMIN_CERT,
+  SEC_ADMIN_KEY,
+  SEC_ADMIN_TOKEN,
+  SEC_WORKER_CERT,
+  SEC_WORKER_KEY,
+  SEC_WORKER_TOKEN,
+  SEC_NFILES
+};
+static const char *const sec_files[SEC_NFILES] = {
+    "ca.crt",      "server.crt",        "server.key",
+    "tokens",      "client-admin.crt",  "client-admin.key",
+    "admin.token", "client-worker.crt", "client-worker.key",
+    "worker.token"};
 
 typedef struct launcher launcher;
 typedef struct task task;
@@ -154,6 +185,8 @@ struct launcher {
   char *ps_server;
   const char **ps_args;
   int nps_args;
+  const char *secure_dir;
+  char *sec_paths[SEC_NFILES]; /* --secure: DIR/<sec_files[i]> */
   char **cmd;
   int ncmd;
   int restart, max_restarts, grace_secs, ready_secs;
@@ -392,6 +425,70 @@ static void log_cmdline(const char *name, int pid, char **argv) {
   PS_INFO("started %s (pid %d): %s", name, pid, line);
 }
 
+/* --secure: a worker task's environment, this one's with the client
+ * settings of its role (the chief's: admin) in place of any it had. */
+static char **secure_env(launcher *L, int chief) {
+  static const char *const names[] = {
+      "PS_TLS_CA=", "PS_TLS_CERT=", "PS_TLS_KEY=", "PS_TOKEN_FILE="};
+  const char *vals[4] = {L->sec_paths[SEC_CA],
+                         L->sec_paths[chief ? SEC_ADMIN_CERT : SEC_WORKER_CERT],
+                         L->sec_paths[chief ? SEC_ADMIN_KEY : SEC_WORKER_KEY],
+                         L->sec_paths[chief ? SEC_ADMIN_TOKEN : SEC_WORKER_TOKEN]};
+  size_t n = 0;
+  while (environ[n])
+    n++;
+  char **env = calloc(n + 5, sizeof *env);
+  if (env == NULL) return NULL;
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++) {
+    int ours = 0;
+    for (int j = 0; j < 4; j++)
+      ours |= !strncmp(environ[i], names[j], strlen(names[j]));
+    if (!ours && (env[k++] = strdup(environ[i])) == NULL) goto oom;
+  }
+  for (int j = 0; j < 4; j++) {
+    size_t len = strlen(names[j]) + strlen(vals[j]) + 1;
+    if ((env[k] = malloc(len)) == NULL) goto oom;
+    snprintf(env[k++], len, "%s%s", names[j], vals[j]);
+  }
+  return env;
+oom:
+  for (size_t i = 0; env[i]; i++)
+    free(env[i]);
+  free(env);
+  return NULL;
+}
+
+static void secure_env_free(char **env) {
+  for (size_t i = 0; env && env[i]; i++)
+    free(env[i]);
+  free(env);
+}
+
+/* --secure DIR: its files are there (0), else 2 after saying which is not;
+ * every ps gets the server side of them. */
+static int secure_setup(launcher *L) {
+  if (L->secure_dir == NULL) return 0;
+  for (int i = 0; i < SEC_NFILES; i++) {
+    L->sec_paths[i] = path_join(L->secure_dir, sec_files[i]);
+    if (access(L->sec_paths[i], R_OK) != 0) {
+      fprintf(stderr,
+              "ps-launch: --secure %s: %s: %s (deploy/gen-certs.sh --tokens %s makes "
+              "it)\n",
+              L->secure_dir, L->sec_paths[i], strerror(errno), L->secure_dir);
+      return 2;
+    }
+  }
+  static const char *const flags[] = {"--tls-cert", "--tls-key", "--tls-client-ca",
+                                      "--auth-token-file"};
+  const int files[] = {SEC_CERT, SEC_KEY, SEC_CA, SEC_TOKENS};
+  for (int i = 0; i < 4; i++) {
+    L->ps_args[L->nps_args++] = flags[i];
+    L->ps_args[L->nps_args++] = L->sec_paths[files[i]];
+  }
+  return 0;
+}
+
 /* Starts one process of @t.  On failure logs why and returns -1; the task
  * then has no run. */
 static int task_spawn(task *t) {
@@ -442,6 +539,14 @@ static int task_spawn(task *t) {
   stdio[2].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
   stdio[2].data.stream = (uv_stream_t *)&r->pipe[1];
   uv_process_options_t opt = {0};
+  char **env = NULL;
+  if (L->secure_dir && !t->is_ps && (env = secure_env(L, t->is_chief)) == NULL) {
+    PS_ERROR("cannot start %s: out of memory", t->name);
+    free(argv);
+    free(r);
+    return -1;
+  }
+  opt.env = env;
   opt.file = argv[0];
   opt.args = argv;
   opt.exit_cb = on_exit_cb;
@@ -449,6 +554,7 @@ static int task_spawn(task *t) {
   opt.stdio_count = 3;
   opt.stdio = stdio;
   int rc = uv_spawn(&L->loop, &r->proc, &opt);
+  secure_env_free(env);
   if (rc != 0) {
     PS_ERROR("cannot start %s: %s: %s", t->name, argv[0], uv_strerror(rc));
     free(argv);
@@ -860,6 +966,7 @@ static int parse_options(launcher *L, int argc, char **argv, int *nps, int *nwor
                                        {"grace-secs", required_argument, NULL, 'g'},
                                        {"ready-timeout", required_argument, NULL, 'R'},
                                        {"log-level", required_argument, NULL, 'l'},
+                                       {"secure", required_argument, NULL, 's'},
                                        {"help", no_argument, NULL, 'h'},
                                        {"version", no_argument, NULL, 'V'},
                                        {NULL, 0, NULL, 0}};
@@ -900,6 +1007,9 @@ static int parse_options(launcher *L, int argc, char **argv, int *nps, int *nwor
       break;
     case 'l':
       if (ps_log_level_option("ps-launch", optarg) != 0) return 2;
+      break;
+    case 's':
+      L->secure_dir = optarg;
       break;
     case 'h':
       fputs(usage, stdout);
@@ -1013,6 +1123,8 @@ static void launcher_free(launcher *L) {
   free(L->eff_path);
   free(L->tmpdir);
   free(L->ps_args);
+  for (int i = 0; i < SEC_NFILES; i++)
+    free(L->sec_paths[i]);
 }
 
 int main(int argc, char **argv) {
@@ -1023,10 +1135,10 @@ int main(int argc, char **argv) {
   L->grace_secs = 10;
   L->ready_secs = 60;
   ps_log_set_task("launch");
-  L->ps_args = calloc((size_t)argc, sizeof *L->ps_args);
+  L->ps_args = calloc((size_t)argc + 8, sizeof *L->ps_args); /* + secure_setup's */
   if (L->ps_args == NULL) return 1;
   if ((rc = parse_options(L, argc, argv, &nps, &nworkers)) >= 0 ||
-      (rc = load_spec(L, nps, nworkers)) != 0)
+      (rc = load_spec(L, nps, nworkers)) != 0 || (rc = secure_setup(L)) != 0)
     goto out;
   rc = 2;
   L->ps_server = find_ps_server(L->ps_server_opt);

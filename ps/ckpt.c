@@ -39,6 +39,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
@@ -605,6 +606,41 @@ static int spawn(void *(*fn)(void *), job *j, ps_status *st) {
   return PS_RPC_PENDING;
 }
 
+/* Bytes of the regular files under the checkpoint directory (nftw). */
+static _Thread_local int64_t dir_bytes_sum;
+static int dir_bytes_add(const char *path, const struct stat *sb, int type,
+                         struct FTW *ftw) {
+  (void)path;
+  (void)ftw;
+  if (type == FTW_F && S_ISREG(sb->st_mode)) dir_bytes_sum += (int64_t)sb->st_size;
+  return 0;
+}
+
+/* --max-checkpoint-bytes: the directory's bytes now plus this shard's
+ * (its tensors' bytes; the merge then renames them) must stay within the
+ * quota, else RESOURCE_EXHAUSTED naming it; nothing is written. */
+static int check_quota(job *j, ps_status *st) {
+  int64_t quota = ps_service_limits_of(j->svc)->max_checkpoint_bytes;
+  if (quota <= 0) return 0;
+  int64_t shard = 0;
+  for (size_t i = 0; i < j->snap->n; i++)
+    if (j->snap->e[i].buf) shard += (int64_t)j->snap->e[i].buf->size;
+  const char *root = ps_service_checkpoint_dir(j->svc);
+  dir_bytes_sum = 0;
+  if (nftw(root, dir_bytes_add, 16, FTW_PHYS) != 0)
+    return ps_status_set(st, PS_INTERNAL, "Save: cannot measure %s: %s", root,
+                         strerror(errno));
+  int64_t held = dir_bytes_sum;
+  if (held > quota || shard > quota - held)
+    return ps_status_set(st, PS_RESOURCE_EXHAUSTED,
+                         "Save of %s: %s holds %lld bytes and shard %d of %s adds %lld, "
+                         "more than --max-checkpoint-bytes %lld (delete old checkpoints, "
+                         "or lower max_to_keep)",
+                         j->prefix, root, (long long)held, j->shard, j->task,
+                         (long long)shard, (long long)quota);
+  return 0;
+}
+
 static int save_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *st) {
   job *j = job_new(c);
   if (j == NULL) return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
@@ -642,6 +678,7 @@ static int save_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *st
   }
   if (j->snap == NULL)
     return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Save: out of memory");
+  if ((rc = check_quota(j, st)) != 0) return rc;
   j->pi = calloc(j->snap->n + 1, sizeof *j->pi);
   if (j->pi == NULL) return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
   for (size_t i = 0; i < j->snap->n; i++) {
@@ -1100,9 +1137,12 @@ static int restore_data(ps_rpc_call *c, ps_status *st) {
 }
 
 const ps_rpc_handler ps_ckpt_handlers[5] = {
-    {"/paramserver.Ps/Snapshot", snapshot_header, no_data, NULL, NULL},
-    {"/paramserver.Ps/Release", release_header, no_data, NULL, NULL},
-    {"/paramserver.Ps/Save", save_header, save_data, job_free, NULL},
-    {"/paramserver.Ps/Merge", merge_header, merge_data, job_free, NULL},
-    {"/paramserver.Ps/Restore", restore_header, restore_data, job_free, NULL},
+    {"/paramserver.Ps/Snapshot", snapshot_header, no_data, NULL, NULL,
+     PS_RPC_ACCESS_ADMIN},
+    {"/paramserver.Ps/Release", release_header, no_data, NULL, NULL, PS_RPC_ACCESS_ADMIN},
+    {"/paramserver.Ps/Save", save_header, save_data, job_free, NULL, PS_RPC_ACCESS_ADMIN},
+    {"/paramserver.Ps/Merge", merge_header, merge_data, job_free, NULL,
+     PS_RPC_ACCESS_ADMIN},
+    {"/paramserver.Ps/Restore", restore_header, restore_data, job_free, NULL,
+     PS_RPC_ACCESS_ADMIN},
 };

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/resource.h>
 #include <unistd.h>
 #include <uv.h>
@@ -55,6 +56,20 @@ static const char usage[] =
     "  --log-format F     text, or json: one JSON object a line for log collectors\n"
     "                     (env PS_LOG_FORMAT)\n"
     "\n"
+    "security (README \"Security\"; each also from the environment variable shown;\n"
+    "SIGHUP re-reads the certificate, key, CA and token files):\n"
+    "  --tls-cert FILE        serve TLS with this PEM certificate chain (PS_TLS_CERT)\n"
+    "  --tls-key FILE         and its PEM private key (PS_TLS_KEY)\n"
+    "  --tls-client-ca FILE   mutual TLS: clients must present a certificate this\n"
+    "                         PEM CA signed (PS_TLS_CLIENT_CA)\n"
+    "  --auth-token-file FILE calls must carry 'authorization: Bearer TOKEN' of a\n"
+    "                         token in FILE: lines 'ROLE TOKEN', ROLE worker (create,\n"
+    "                         initialize, read, update) or admin (also restore,\n"
+    "                         snapshot, save, delete, shut down, re-initialize)\n"
+    "                         (PS_AUTH_TOKEN_FILE)\n"
+    "  --require-auth         refuse to start without TLS and tokens\n"
+    "                         (PS_REQUIRE_AUTH=1)\n"
+    "\n"
     "limits (sizes take a K, M or G suffix, powers of 1024; README \"Limits\"):\n"
     "  --max-tensor-bytes N     bytes of one variable or value (default: physical\n"
     "                           memory)\n"
@@ -68,6 +83,9 @@ static const char usage[] =
     "                           (default 60; 0: never)\n"
     "  --max-connections N      connections served at once, more are closed\n"
     "                           (default 4096, lowered to fit the open-file limit)\n"
+    "  --max-checkpoint-bytes N bytes the --checkpoint-dir may hold: a save that\n"
+    "                           would go over is refused (default 0: no quota;\n"
+    "                           env PS_MAX_CHECKPOINT_BYTES)\n"
     "  --help             this text\n"
     "  --version          print the version\n"
     "\n"
@@ -76,7 +94,8 @@ static const char usage[] =
 
 typedef struct daemon_state {
   uv_loop_t *loop;
-  uv_signal_t sigterm, sigint;
+  uv_signal_t sigterm, sigint, sighup;
+  ps_auth *auth;
   uv_timer_t grace;
   uv_async_t done;
   uv_async_t shutdown; /* a Shutdown call */
@@ -104,6 +123,7 @@ static void mask_stop_signals(int how) {
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGHUP);
   pthread_sigmask(how, &set, NULL);
 }
 
@@ -117,6 +137,7 @@ static void on_done(uv_async_t *h) {
   mask_stop_signals(SIG_BLOCK);
   uv_close((uv_handle_t *)&d->sigterm, NULL);
   uv_close((uv_handle_t *)&d->sigint, NULL);
+  uv_close((uv_handle_t *)&d->sighup, NULL);
   signal(SIGTERM, SIG_IGN);
   signal(SIGINT, SIG_IGN);
   uv_close((uv_handle_t *)&d->grace, NULL);
@@ -209,6 +230,32 @@ static void on_signal(uv_signal_t *h, int signum) {
   begin_shutdown(d);
 }
 
+/* SIGHUP: the TLS files and the token file are read again; what does not
+ * load keeps the old one, and the log says why. */
+static void on_sighup(uv_signal_t *h, int signum) {
+  daemon_state *d = h->data;
+  (void)signum;
+  ps_status st;
+  ps_status_clear(&st);
+  if (ps_rpc_server_tls(d->srv)) {
+    if (ps_rpc_server_reload_tls(d->srv, &st) == 0)
+      PS_INFO("SIGHUP: TLS certificate reloaded (new connections get it)");
+    else
+      PS_ERROR("SIGHUP: kept the old TLS certificate: %s", st.msg);
+  }
+  ps_status_clear(&st);
+  if (d->auth) {
+    size_t admins, n;
+    if (ps_auth_reload(d->auth, &st) == 0) {
+      n = ps_auth_count(d->auth, &admins);
+      PS_INFO("SIGHUP: %zu token(s) reloaded from %s (%zu admin)", n,
+              ps_auth_path(d->auth), admins);
+    } else {
+      PS_ERROR("SIGHUP: kept the old tokens: %s", st.msg);
+    }
+  }
+}
+
 /* A Shutdown call (from a gRPC thread, through uv_async_send). */
 static void on_shutdown_call(uv_async_t *h) {
   daemon_state *d = h->data;
@@ -285,6 +332,8 @@ static long raise_fd_limit(void) {
 /* The command line, once parsed. */
 typedef struct server_args {
   const char *cluster_file, *job, *ckpt_dir, *bind;
+  const char *token_file;
+  bool require_auth;
   int task, grace_secs, threads, metrics_port, drain_secs;
   ps_service_limits limits;
   ps_rpc_server_options ropt;
@@ -310,14 +359,20 @@ static const struct option opts[] = {
     {"max-message-bytes", required_argument, NULL, 1004},
     {"stream-timeout-secs", required_argument, NULL, 1005},
     {"max-connections", required_argument, NULL, 1006},
+    {"max-checkpoint-bytes", required_argument, NULL, 1007},
+    {"tls-cert", required_argument, NULL, 2000},
+    {"tls-key", required_argument, NULL, 2001},
+    {"tls-client-ca", required_argument, NULL, 2002},
+    {"auth-token-file", required_argument, NULL, 2003},
+    {"require-auth", no_argument, NULL, 2004},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, 'V'},
     {NULL, 0, NULL, 0}};
 
-/* A limit option (codes 1000..1006, opts[li]); 0 or 2. */
+/* A limit option (codes 1000..1007, opts[li]); 0 or 2. */
 static int limit_option(server_args *a, int o, int li) {
   const char *flag = opts[li].name;
-  int64_t min = o == 1004 ? PS_RPC_MIN_MESSAGE_BYTES : o == 1005 ? 0 : 1, v;
+  int64_t min = o == 1004 ? PS_RPC_MIN_MESSAGE_BYTES : o == 1005 || o == 1007 ? 0 : 1, v;
   if (parse_size(optarg, min, &v) != 0 || (o == 1006 && v > INT32_MAX) ||
       (o == 1005 && v > INT64_MAX / 1000)) {
     if (o == 1004)
@@ -328,7 +383,9 @@ static int limit_option(server_args *a, int o, int li) {
     else
       fprintf(stderr, "ps-server: --%s must be %s integer%s, got '%s'\n", flag,
               min ? "a positive" : "a non-negative",
-              o == 1000 || o == 1004 ? " (optionally with a K, M or G suffix)" : "",
+              o == 1000 || o == 1004 || o == 1007
+                  ? " (optionally with a K, M or G suffix)"
+                  : "",
               optarg);
     return 2;
   }
@@ -350,6 +407,9 @@ static int limit_option(server_args *a, int o, int li) {
     break;
   case 1005:
     a->ropt.stream_timeout_ms = v * 1000;
+    break;
+  case 1007:
+    a->limits.max_checkpoint_bytes = v;
     break;
   default:
     a->max_conns = v;
@@ -417,6 +477,21 @@ static int other_option(server_args *a, int o, bool *exit_now) {
     }
     a->bind = optarg;
     break;
+  case 2000:
+    a->ropt.tls_cert_file = optarg;
+    break;
+  case 2001:
+    a->ropt.tls_key_file = optarg;
+    break;
+  case 2002:
+    a->ropt.tls_client_ca_file = optarg;
+    break;
+  case 2003:
+    a->token_file = optarg;
+    break;
+  case 2004:
+    a->require_auth = true;
+    break;
   case 'l':
     if (ps_log_level_option("ps-server", optarg) != 0) return 2;
     break;
@@ -438,6 +513,11 @@ static int other_option(server_args *a, int o, bool *exit_now) {
   return 0;
 }
 
+static const char *env_or_null(const char *name) {
+  const char *v = getenv(name);
+  return v && v[0] ? v : NULL;
+}
+
 /* -1 to go on, else the exit status. */
 static int parse_args(int argc, char **argv, server_args *a) {
   /* One completion-queue thread per two cores: on 2 cores a second poller
@@ -452,9 +532,43 @@ static int parse_args(int argc, char **argv, server_args *a) {
   ps_rpc_server_options_default(&a->ropt);
   int o, li = 0, rc;
   bool exit_now = false;
+  /* the environment first: flags override it */
+  a->ropt.tls_cert_file = env_or_null("PS_TLS_CERT");
+  a->ropt.tls_key_file = env_or_null("PS_TLS_KEY");
+  a->ropt.tls_client_ca_file = env_or_null("PS_TLS_CLIENT_CA");
+  a->token_file = env_or_null("PS_AUTH_TOKEN_FILE");
+  const char *ra = env_or_null("PS_REQUIRE_AUTH");
+  a->require_auth = ra && strcmp(ra, "0") != 0 && strcasecmp(ra, "false") != 0;
+  const char *mcb = env_or_null("PS_MAX_CHECKPOINT_BYTES");
+  if (mcb && parse_size(mcb, 0, &a->limits.max_checkpoint_bytes) != 0) {
+    fprintf(stderr,
+            "ps-server: PS_MAX_CHECKPOINT_BYTES must be a non-negative integer "
+            "(optionally with a K, M or G suffix), got '%s'\n",
+            mcb);
+    return 2;
+  }
   while ((o = getopt_long(argc, argv, "", opts, &li)) != -1) {
-    rc = o >= 1000 && o <= 1006 ? limit_option(a, o, li) : other_option(a, o, &exit_now);
+    rc = o >= 1000 && o <= 1007 ? limit_option(a, o, li) : other_option(a, o, &exit_now);
     if (rc != 0 || exit_now) return rc;
+  }
+  if (a->ropt.tls_client_ca_file && !a->ropt.tls_cert_file) {
+    fprintf(stderr, "ps-server: --tls-client-ca needs --tls-cert and --tls-key\n");
+    return 2;
+  }
+  if ((a->ropt.tls_cert_file == NULL) != (a->ropt.tls_key_file == NULL)) {
+    fprintf(stderr, "ps-server: TLS needs both --tls-cert and --tls-key (got only %s)\n",
+            a->ropt.tls_cert_file ? "--tls-cert" : "--tls-key");
+    return 2;
+  }
+  if (a->require_auth && (a->ropt.tls_cert_file == NULL || a->token_file == NULL)) {
+    fprintf(stderr,
+            "ps-server: --require-auth: refusing to start without %s (README "
+            "\"Security\"; deploy/gen-certs.sh makes them)\n",
+            a->ropt.tls_cert_file == NULL && a->token_file == NULL
+                ? "TLS (--tls-cert, --tls-key) and tokens (--auth-token-file)"
+            : a->token_file == NULL ? "tokens (--auth-token-file)"
+                                    : "TLS (--tls-cert, --tls-key)");
+    return 2;
   }
   if (optind < argc) {
     fprintf(stderr, "ps-server: unexpected argument '%s'\n%s", argv[optind], usage);
@@ -505,6 +619,9 @@ static void loop_init(daemon_state *d, ps_rpc_server *srv, ps_store *store,
   uv_timer_start(&d->tick, on_tick, 1000, 1000);
   uv_signal_start(&d->sigterm, on_signal, SIGTERM);
   uv_signal_start(&d->sigint, on_signal, SIGINT);
+  uv_signal_init(d->loop, &d->sighup);
+  d->sighup.data = d;
+  uv_signal_start(&d->sighup, on_sighup, SIGHUP);
   mask_stop_signals(SIG_UNBLOCK);
 }
 
@@ -575,6 +692,7 @@ int main(int argc, char **argv) {
   ps_service *svc = ps_service_create(store, taskname);
   ps_server_metrics metrics = {.store = store, .svc = svc};
   ps_rpc_server *srv = NULL;
+  ps_auth *auth = NULL;
   ps_service_set_limits(svc, &a.limits);
   rc = 2;
   if (a.ckpt_dir && set_checkpoint_dir(svc, a.ckpt_dir) != 0) goto out;
@@ -585,6 +703,29 @@ int main(int argc, char **argv) {
     rc = 1;
     goto out;
   }
+  if (a.token_file) {
+    if ((auth = ps_auth_load(a.token_file, &st)) == NULL) {
+      PS_ERROR("%s", st.msg);
+      rc = 2;
+      goto out;
+    }
+    a.ropt.auth = auth;
+  }
+  if (a.ropt.tls_cert_file == NULL && auth == NULL)
+    PS_WARN("no TLS and no tokens: anyone who can reach port %s can read, change, "
+            "restore, save over and delete every variable and checkpoint of this ps "
+            "(README \"Security\": --tls-cert/--tls-key, --auth-token-file, "
+            "--require-auth)",
+            colon + 1);
+  else if (a.ropt.tls_cert_file == NULL)
+    PS_WARN("tokens without TLS: they and every value cross the network in the clear "
+            "(--tls-cert/--tls-key)");
+  else if (auth == NULL)
+    PS_WARN("TLS without tokens%s: every client %s may do everything, admin calls "
+            "included (--auth-token-file)",
+            a.ropt.tls_client_ca_file ? "" : " or client certificates",
+            a.ropt.tls_client_ca_file ? "with a certificate of --tls-client-ca"
+                                      : "that can reach the port");
   size_t nh;
   const ps_rpc_handler *h = ps_service_handlers(&nh);
   rc = 1;
@@ -598,10 +739,18 @@ int main(int argc, char **argv) {
   ps_service_set_address(svc, real_addr);
   atomic_store(&metrics.srv, srv);
   ps_rpc_server_start(srv);
-  daemon_state d = {0};
+  daemon_state d = {.auth = auth};
   loop_init(&d, srv, store, svc, a.grace_secs, a.drain_secs);
-  PS_INFO("serving on %s with %d threads (pid %d, at most %d connections)", real_addr,
-          a.threads, (int)getpid(), a.ropt.max_connections);
+  size_t nadmin = 0, ntok = auth ? ps_auth_count(auth, &nadmin) : 0;
+  char sec[160];
+  snprintf(sec, sizeof sec, "%s%s, %s", a.ropt.tls_cert_file ? "TLS" : "plaintext",
+           a.ropt.tls_client_ca_file ? " with client certificates" : "",
+           auth ? "" : "no tokens");
+  if (auth)
+    snprintf(sec + strlen(sec), sizeof sec - strlen(sec), "%zu token(s), %zu admin", ntok,
+             nadmin);
+  PS_INFO("serving on %s with %d threads (pid %d, at most %d connections; %s)", real_addr,
+          a.threads, (int)getpid(), a.ropt.max_connections, sec);
   printf("%s ready on %s\n", taskname, real_addr);
   fflush(stdout);
   uv_run(d.loop, UV_RUN_DEFAULT);
@@ -618,6 +767,7 @@ int main(int argc, char **argv) {
   rc = 0;
 out:
   ps_server_metrics_stop(&metrics);
+  ps_auth_destroy(auth);
   ps_service_destroy(svc);
   ps_store_destroy(store);
   ps_cluster_destroy(cluster);

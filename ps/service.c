@@ -62,6 +62,7 @@ void ps_service_limits_default(ps_service_limits *l) {
   l->max_read_names = 100000;
   l->max_gather_rows = 1048576;
   l->max_hold_ms = 60000;
+  l->max_checkpoint_bytes = 0;
 }
 
 void ps_service_set_limits(ps_service *s, const ps_service_limits *l) {
@@ -406,6 +407,13 @@ static int initialize_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_stat
       if ((rc = ps_var_gone(s->store, v, st)) != 0) break;
       if (!v->has_init) continue;
       if (req->only_uninitialized && v->buf) continue;
+      if (v->buf && ps_rpc_call_role(c) != PS_ROLE_ADMIN) {
+        rc = ps_status_set(st, PS_PERMISSION_DENIED,
+                           "Initialize: %s on %s already holds a value; re-initializing "
+                           "it needs an admin token (this call's token has the %s role)",
+                           v->name, s->task, ps_role_name(ps_rpc_call_role(c)));
+        break;
+      }
       bool dup = false;
       for (size_t k = 0; k < i; k++)
         dup |= vars[k] == v;
@@ -781,21 +789,26 @@ static void health_watch_end(ps_rpc_call *c) {
 static ps_rpc_handler handlers[64];
 static size_t nhandlers;
 static const ps_rpc_handler base_handlers[] = {
-    {"/paramserver.Ps/Create", create_header, no_data, NULL, NULL},
-    {"/paramserver.Ps/Initialize", initialize_header, no_data, NULL, NULL},
-    {"/paramserver.Ps/IsInitialized", is_init_header, no_data, NULL, NULL},
-    {"/paramserver.Ps/ReportUninitialized", report_header, no_data, NULL, NULL},
+    {"/paramserver.Ps/Create", create_header, no_data, NULL, NULL, PS_RPC_ACCESS_WORKER},
+    {"/paramserver.Ps/Initialize", initialize_header, no_data, NULL, NULL,
+     PS_RPC_ACCESS_WORKER},
+    {"/paramserver.Ps/IsInitialized", is_init_header, no_data, NULL, NULL,
+     PS_RPC_ACCESS_WORKER},
+    {"/paramserver.Ps/ReportUninitialized", report_header, no_data, NULL, NULL,
+     PS_RPC_ACCESS_WORKER},
     {"/paramserver.Ps/Update", ps_svc_update_header_, ps_svc_update_data_,
-     ps_svc_update_free_, NULL},
+     ps_svc_update_free_, NULL, PS_RPC_ACCESS_WORKER},
     {"/paramserver.Ps/Read", ps_svc_read_header_, ps_svc_read_data_, ps_svc_read_free_,
-     NULL},
-    {"/paramserver.Ps/List", list_header, no_data, NULL, NULL},
-    {"/paramserver.Ps/Status", status_header, no_data, NULL, NULL},
-    {"/paramserver.Ps/Delete", delete_header, no_data, NULL, NULL},
-    {"/paramserver.Ps/Shutdown", shutdown_header, no_data, NULL, NULL},
-    {"/grpc.health.v1.Health/Check", health_check, no_data, NULL, NULL},
+     NULL, PS_RPC_ACCESS_WORKER},
+    {"/paramserver.Ps/List", list_header, no_data, NULL, NULL, PS_RPC_ACCESS_WORKER},
+    {"/paramserver.Ps/Status", status_header, no_data, NULL, NULL, PS_RPC_ACCESS_WORKER},
+    {"/paramserver.Ps/Delete", delete_header, no_data, NULL, NULL, PS_RPC_ACCESS_ADMIN},
+    {"/paramserver.Ps/Shutdown", shutdown_header, no_data, NULL, NULL,
+     PS_RPC_ACCESS_ADMIN},
+    {"/grpc.health.v1.Health/Check", health_check, no_data, NULL, NULL,
+     PS_RPC_ACCESS_OPEN},
     {"/grpc.health.v1.Health/Watch", health_watch, health_watch_open, NULL,
-     health_watch_end},
+     health_watch_end, PS_RPC_ACCESS_OPEN},
 };
 
 const ps_rpc_handler *ps_service_handlers(size_t *n) {

@@ -24,6 +24,10 @@ typedef struct ps_service_limits {
   /* longest a snapshot holds updates: a longer hold_ms is clamped to it,
    * with a warning (--max-hold-ms) */
   int64_t max_hold_ms;
+  /* bytes the checkpoint directory may hold: a Save whose shard would take
+   * it over is refused, RESOURCE_EXHAUSTED (--max-checkpoint-bytes;
+   * 0: no quota) */
+  int64_t max_checkpoint_bytes;
 } ps_service_limits;
 
 /* The defaults: physical memory, 100000 names, 1048576 rows, 60000 ms. */

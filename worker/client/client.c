@@ -83,11 +83,88 @@ struct ps_client {
 };
 
 void ps_client_options_default(ps_client_options *o) {
+  memset(o, 0, sizeof *o);
   o->control_timeout_ms = 30000;
   o->data_timeout_ms = 300000;
   o->max_retries = 6;
   o->retry_initial_ms = 50;
   o->retry_max_ms = 2000;
+}
+
+/* The files of ps_client_options' security settings, read and checked. */
+typedef struct client_security {
+  ps_rpc_channel_security ch;
+  char *ca, *cert, *key, *token;
+} client_security;
+
+static void security_free(client_security *s) {
+  free(s->ca);
+  free(s->cert);
+  if (s->key) {
+    memset(s->key, 0, strlen(s->key));
+    free(s->key);
+  }
+  if (s->token) {
+    memset(s->token, 0, strlen(s->token));
+    free(s->token);
+  }
+  memset(s, 0, sizeof *s);
+}
+
+static const char *opt_or_env(const char *v, const char *env) {
+  if (v) return v;
+  const char *e = getenv(env);
+  return e && e[0] ? e : NULL;
+}
+
+static int security_load(ps_client_options *o, client_security *s, ps_status *st) {
+  memset(s, 0, sizeof *s);
+  o->tls_ca_file = opt_or_env(o->tls_ca_file, "PS_TLS_CA");
+  o->tls_cert_file = opt_or_env(o->tls_cert_file, "PS_TLS_CERT");
+  o->tls_key_file = opt_or_env(o->tls_key_file, "PS_TLS_KEY");
+  o->tls_server_name = opt_or_env(o->tls_server_name, "PS_TLS_SERVER_NAME");
+  o->token_file = opt_or_env(o->token_file, "PS_TOKEN_FILE");
+  if (o->token_file == NULL) o->token = opt_or_env(o->token, "PS_AUTH_TOKEN");
+  if ((o->tls_cert_file || o->tls_key_file) && o->tls_ca_file == NULL)
+    return ps_status_set(
+        st, PS_INVALID_ARGUMENT,
+        "a client certificate (--tls-cert, PS_TLS_CERT) needs the CA of the "
+        "ps certificates too (--tls-ca, PS_TLS_CA)");
+  if ((o->tls_cert_file == NULL) != (o->tls_key_file == NULL))
+    return ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "a client certificate needs both --tls-cert and --tls-key "
+                         "(PS_TLS_CERT, PS_TLS_KEY)");
+  if (o->tls_ca_file &&
+      (s->ca = ps_pem_read(o->tls_ca_file, "--tls-ca (PS_TLS_CA)", false, st)) == NULL)
+    goto fail;
+  if (o->tls_cert_file &&
+      ((s->cert = ps_pem_read(o->tls_cert_file, "--tls-cert (PS_TLS_CERT)", false, st)) ==
+           NULL ||
+       (s->key = ps_pem_read(o->tls_key_file, "--tls-key (PS_TLS_KEY)", true, st)) ==
+           NULL ||
+       ps_pem_check_pair(s->cert, s->key, o->tls_cert_file, o->tls_key_file, st) != 0))
+    goto fail;
+  if (o->token_file) {
+    if ((s->token = ps_token_read_file(o->token_file, st)) == NULL) goto fail;
+  } else if (o->token) {
+    if (ps_token_check(o->token, "the token (PS_AUTH_TOKEN)", st) != 0) goto fail;
+    if ((s->token = strdup(o->token)) == NULL) {
+      ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+      goto fail;
+    }
+  }
+  s->ch = (ps_rpc_channel_security){.ca_pem = s->ca,
+                                    .cert_pem = s->cert,
+                                    .key_pem = s->key,
+                                    .server_name = o->tls_server_name,
+                                    .token = s->token};
+  /* the file names are the caller's (or the environment's): not kept */
+  o->tls_ca_file = o->tls_cert_file = o->tls_key_file = o->tls_server_name = NULL;
+  o->token_file = o->token = NULL;
+  return 0;
+fail:
+  security_free(s);
+  return st->code;
 }
 
 ps_client *ps_client_create(const ps_cluster *cluster, const char *ps_job,
@@ -112,18 +189,28 @@ ps_client *ps_client_create(const ps_cluster *cluster, const char *ps_job,
   c->wait_us = calloc((size_t)n, sizeof *c->wait_us);
   if (c->addrs == NULL || c->ch == NULL || c->calls == NULL || c->wait_us == NULL)
     goto oom;
+  client_security sec;
+  if (security_load(&c->opt, &sec, st) != 0) {
+    ps_client_destroy(c);
+    return NULL;
+  }
   for (int i = 0; i < n; i++) {
     const char *a = ps_cluster_address(cluster, job, i);
     if (a == NULL) {
       ps_status_set(st, PS_INVALID_ARGUMENT, "cluster spec has no address for %s/%d", job,
                     i);
+      security_free(&sec);
       ps_client_destroy(c);
       return NULL;
     }
     c->addrs[i] = strdup(a);
-    c->ch[i] = ps_rpc_channel_create(a);
-    if (c->addrs[i] == NULL || c->ch[i] == NULL) goto oom;
+    c->ch[i] = ps_rpc_channel_create_secure(a, &sec.ch);
+    if (c->addrs[i] == NULL || c->ch[i] == NULL) {
+      security_free(&sec);
+      goto oom;
+    }
   }
+  security_free(&sec);
   return c;
 oom:
   ps_client_destroy(c);

@@ -27,6 +27,7 @@
 #include "paramserver/partition.h"
 #include "paramserver/saver.h"
 #include "paramserver/session.h"
+#include "security_flags.h"
 
 static const char usage[] =
     "usage: ps-worker [--cluster FILE --job worker --task N] [options]\n"
@@ -83,6 +84,8 @@ static const char usage[] =
     "  --log-level LEVEL     debug | info | warn | error\n"
     "  --log-format F        text | json (one JSON object a line; env PS_LOG_FORMAT)\n"
     "  --help, --version\n"
+    "\n" PS_SECURITY_HELP
+    "  (the chief saves, restores and shuts the ps down: it needs an admin token)\n"
     "\n"
     "Output: progress lines on stderr (\"step 1200 loss 0.4123 examples/s 8100\");\n"
     "the final metric on stdout (\"test accuracy 0.8712\" or \"test mse ...\").\n"
@@ -101,6 +104,7 @@ typedef struct options {
   int num_workers;
   double lr, save_every_secs, ps_timeout;
   uint64_t seed;
+  ps_client_options sec; /* the client's options: the security flags */
 } options;
 
 typedef struct model {
@@ -734,7 +738,9 @@ static int parse_args(int argc, char **argv, options *o) {
       {"import-meta", required_argument, NULL, O_META},
       {"help", no_argument, NULL, O_HELP},
       {"version", no_argument, NULL, O_VERSION},
+      PS_SECURITY_OPTIONS,
       {NULL, 0, NULL, 0}};
+  ps_client_options_default(&o->sec);
   o->task = -1;
   o->model = M_MLP;
   o->steps = -1;
@@ -749,7 +755,8 @@ static int parse_args(int argc, char **argv, options *o) {
   o->metrics_port = -1;
   int c, rc;
   while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1)
-    if ((rc = apply_option(c, o)) != 0) return rc;
+    if (!ps_security_option(c, optarg, &o->sec) && (rc = apply_option(c, o)) != 0)
+      return rc;
   if (optind < argc) {
     fprintf(stderr, "ps-worker: unexpected argument '%s'\n%s", argv[optind], usage);
     return 2;
@@ -965,7 +972,8 @@ static int set_up(job *j, ps_status *st) {
   if (j->cluster) {
     ps_library_init();
     j->rpc_up = true;
-    if ((j->client = ps_client_create(j->cluster, "ps", NULL, st)) == NULL) return -1;
+    if ((j->client = ps_client_create(j->cluster, "ps", &j->o.sec, st)) == NULL)
+      return -1;
   }
   if (o->meta) {
     if (import_model(o->meta, &j->m, &j->saver, st)) return -1;

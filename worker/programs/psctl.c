@@ -9,6 +9,7 @@
 #include "common/log.h"
 #include "paramserver/checkpoint.h"
 #include "paramserver/client.h"
+#include "security_flags.h"
 
 static const char usage[] =
     "usage: psctl --cluster FILE [options] COMMAND [ARGS]\n"
@@ -41,7 +42,7 @@ static const char usage[] =
     "  --limit N         read: print at most N elements (default 1000, 0 = all)\n"
     "  --max-to-keep N   save: checkpoints kept (default 5, -1 = all)\n"
     "  --help, --version\n"
-    "\n"
+    "\n" PS_SECURITY_HELP "\n"
     "exit status: 0 ok; 1 an RPC failed or a task is down; 2 usage error\n";
 
 static void print_value(const ps_tensor *t, int64_t limit) {
@@ -107,6 +108,7 @@ typedef struct psctl_args {
   int64_t timeout_ms, limit;
   int max_to_keep;
   bool all_values;
+  ps_client_options sec; /* the security flags' part */
   const char *cmd;
   char **rest; /* the command's arguments */
   int nrest;
@@ -122,9 +124,11 @@ static int parse_options(int argc, char **argv, psctl_args *a) {
                                        {"all", no_argument, NULL, 'A'},
                                        {"help", no_argument, NULL, 'h'},
                                        {"version", no_argument, NULL, 'V'},
+                                       PS_SECURITY_OPTIONS,
                                        {NULL, 0, NULL, 0}};
   int o;
   while ((o = getopt_long(argc, argv, "+", opts, NULL)) != -1) {
+    if (ps_security_option(o, optarg, &a->sec)) continue;
     switch (o) {
     case 'c':
       a->cluster_file = optarg;
@@ -398,6 +402,7 @@ static ps_cluster *load_cluster(const psctl_args *a, ps_status *st) {
 
 int main(int argc, char **argv) {
   psctl_args a = {.job = "ps", .timeout_ms = 5000, .limit = 1000};
+  ps_client_options_default(&a.sec);
   int rc = parse_options(argc, argv, &a);
   if (rc >= 0) return rc;
   if (!strcmp(a.cmd, "latest") || !strcmp(a.cmd, "inspect")) return run_offline(&a);
@@ -418,8 +423,7 @@ int main(int argc, char **argv) {
   ps_cluster *cluster = load_cluster(&a, &st);
   if (cluster == NULL) return 2;
   ps_library_init();
-  ps_client_options opt;
-  ps_client_options_default(&opt);
+  ps_client_options opt = a.sec; /* the defaults and the security flags */
   opt.control_timeout_ms = opt.data_timeout_ms = a.timeout_ms;
   if (!strcmp(a.cmd, "save") || !strcmp(a.cmd, "restore"))
     opt.data_timeout_ms = a.timeout_ms > 600000 ? a.timeout_ms : 600000;

@@ -42,6 +42,16 @@ typedef struct ps_client_options {
   int max_retries;            /* UNAVAILABLE retries of safe calls (default 6) */
   int64_t retry_initial_ms;   /* first backoff (default 50 ms), doubling */
   int64_t retry_max_ms;       /* backoff cap (default 2 s) */
+  /* Security (README "Security"); each NULL one is taken from the
+   * environment variable named after it, if set.  tls_ca_file (PS_TLS_CA):
+   * TLS, the ps certificates must be signed by this PEM CA; tls_cert_file
+   * and tls_key_file (PS_TLS_CERT, PS_TLS_KEY): this client's certificate
+   * for mutual TLS; tls_server_name (PS_TLS_SERVER_NAME): the name the ps
+   * certificates carry, when not each task's host; token_file
+   * (PS_TOKEN_FILE) or token (PS_AUTH_TOKEN): sent on every call as
+   * "authorization: Bearer TOKEN". */
+  const char *tls_ca_file, *tls_cert_file, *tls_key_file, *tls_server_name;
+  const char *token_file, *token;
 } ps_client_options;
 
 void ps_client_options_default(ps_client_options *o);

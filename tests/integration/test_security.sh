@@ -1,0 +1,223 @@
+#!/usr/bin/env bash
+# Security through real processes (README "Security"): certificates and
+# tokens from deploy/gen-certs.sh; ps-server with TLS, mutual TLS and
+# tokens; psctl, ps-worker and ps-launch as clients; Debian's python3-grpcio
+# as a client that is not ours (raw requests, its own TLS).
+#  1. flag and file errors, each seen by its message;
+#  2. a plaintext client, a client of another CA, and an mTLS client
+#     without a certificate are refused;
+#  3. every admin RPC refuses a missing, a wrong and a worker token with its
+#     code and message, and nothing changes (values, checkpoints, the ps);
+#  4. a training job end to end with TLS + client certificates + tokens
+#     (ps-launch --secure), the chief on an admin token;
+#  5. SIGHUP rotates the certificate and the tokens without a restart;
+#  6. --max-checkpoint-bytes refuses a save that would go over, for admins too.
+# Prints "N passed, N failed".
+set -uo pipefail
+PS_SERVER=${PS_SERVER:?}; PSCTL=${PSCTL:?}; PS_WORKER=${PS_WORKER:?}; PS_LAUNCH=${PS_LAUNCH:?}
+GEN_CERTS=${GEN_CERTS:-$(dirname "$0")/../../deploy/gen-certs.sh}
+source "$(dirname "$0")/../support/lib.sh"
+test_init security
+BAD_TAIL=30
+has() { grep -q -- "$2" "$1"; }
+
+C="$dir/certs"; C2="$dir/other"
+bash "$GEN_CERTS" --tokens "$C" > "$dir/gen.log" 2>&1 || { bad "gen-certs" "$(cat "$dir/gen.log")"; finish; }
+bash "$GEN_CERTS" --tokens "$C2" > "$dir/gen2.log" 2>&1 || { bad "gen-certs (a second CA)" "$(cat "$dir/gen2.log")"; finish; }
+TLS=(--tls-cert "$C/server.crt" --tls-key "$C/server.key")
+ADMIN=(--tls-ca "$C/ca.crt" --token-file "$C/admin.token")
+WORKER=(--tls-ca "$C/ca.crt" --token-file "$C/worker.token")
+echo '{"ps": ["127.0.0.1:0"]}' > "$dir/one.json"
+spec_of() { echo "{\"ps\": [\"$1\"], \"worker\": [\"127.0.0.1:0\"]}" > "$2"; }
+files_bytes() { find "$1" -type f -printf '%s\n' | awk '{ s += $1 } END { print s + 0 }'; }
+
+# ---- 1. flags and files
+expect "--tls-cert without --tls-key" 2 "TLS needs both --tls-cert and --tls-key (got only --tls-cert)" \
+  "$PS_SERVER" --cluster "$dir/one.json" --tls-cert "$C/server.crt"
+expect "--tls-client-ca without a certificate" 2 "--tls-client-ca needs --tls-cert and --tls-key" \
+  "$PS_SERVER" --cluster "$dir/one.json" --tls-client-ca "$C/ca.crt"
+expect "missing certificate file" 1 "--tls-cert $dir/none.crt: No such file" \
+  "$PS_SERVER" --cluster "$dir/one.json" --tls-cert "$dir/none.crt" --tls-key "$C/server.key"
+expect "a key that is not a PEM key" 1 "--tls-key $C/server.crt: not a PEM private key" \
+  "$PS_SERVER" --cluster "$dir/one.json" --tls-cert "$C/server.crt" --tls-key "$C/server.crt"
+expect "key of another certificate" 1 "the key $C2/server.key is not the private key of the certificate $C/server.crt" \
+  "$PS_SERVER" --cluster "$dir/one.json" --tls-cert "$C/server.crt" --tls-key "$C2/server.key"
+expect "--require-auth without anything" 2 "--require-auth: refusing to start without TLS (--tls-cert, --tls-key) and tokens" \
+  "$PS_SERVER" --cluster "$dir/one.json" --require-auth
+expect "PS_REQUIRE_AUTH=1 with TLS only" 2 "refusing to start without tokens (--auth-token-file)" \
+  env PS_REQUIRE_AUTH=1 "$PS_SERVER" --cluster "$dir/one.json" "${TLS[@]}"
+printf 'worker shorttoken\n' > "$dir/short"
+expect "a short token" 2 "--auth-token-file $dir/short, line 1: a token must have 16 to 4096 characters" \
+  "$PS_SERVER" --cluster "$dir/one.json" --auth-token-file "$dir/short"
+printf '# tokens\n\nroot 0123456789abcdef0123\n' > "$dir/badrole"
+expect "a bad role, by line" 2 "--auth-token-file $dir/badrole, line 3: role 'root' is not worker or admin" \
+  "$PS_SERVER" --cluster "$dir/one.json" --auth-token-file "$dir/badrole"
+printf 'admin 0123456789abcdef0123\nworker 0123456789abcdef0123\n' > "$dir/twice"
+expect "a token listed twice" 2 "line 2: the same token is listed twice" \
+  "$PS_SERVER" --cluster "$dir/one.json" --auth-token-file "$dir/twice"
+printf '# nothing\n' > "$dir/empty"
+expect "no token at all" 2 "--auth-token-file $dir/empty: no token in it" \
+  "$PS_SERVER" --cluster "$dir/one.json" --auth-token-file "$dir/empty"
+expect "psctl: client certificate without a CA" 2 "needs the CA of the ps certificates too" \
+  "$PSCTL" --cluster "$dir/one.json" --tls-cert "$C/client-admin.crt" --tls-key "$C/client-admin.key" status
+expect "psctl: missing token file" 2 "token file $dir/none.token: No such file" \
+  "$PSCTL" --cluster "$dir/one.json" --token-file "$dir/none.token" status
+expect "ps-launch --secure: a file missing" 2 "--secure $dir/none: $dir/none/ca.crt" \
+  "$PS_LAUNCH" --ps 1 --secure "$dir/none"
+# the exposure is named when nothing protects the port
+start_ps "$dir/one.json" 0 "$dir/open.log"
+check "a ps with neither TLS nor tokens warns" has "$dir/open.log" "no TLS and no tokens: anyone who can reach port"
+kill -TERM "$PID"; wait "$PID"
+
+# ---- 2. TLS, mutual TLS
+start_ps "$dir/one.json" 0 "$dir/tls.log" "${TLS[@]}" --auth-token-file "$C/tokens"
+TP=$PID; spec_of "$ADDR" "$dir/tls.json"
+check "TLS ps logs what protects it" has "$dir/tls.log" "TLS, 2 token(s), 1 admin"
+expect "TLS ps: psctl with CA and token" 0 "up vars=0" "$PSCTL" --cluster "$dir/tls.json" "${WORKER[@]}" status
+expect "TLS ps: a plaintext client is refused" 1 "UNAVAILABLE" "$PSCTL" --cluster "$dir/tls.json" --token-file "$C/worker.token" status
+expect "TLS ps: a client of another CA is refused" 1 "UNAVAILABLE" \
+  "$PSCTL" --cluster "$dir/tls.json" --tls-ca "$C2/ca.crt" --token-file "$C/worker.token" status
+expect "TLS ps: the environment instead of flags" 0 "up vars=0" \
+  env PS_TLS_CA="$C/ca.crt" PS_TOKEN_FILE="$C/worker.token" "$PSCTL" --cluster "$dir/tls.json" status
+expect "TLS ps: the token in PS_AUTH_TOKEN" 0 "up vars=0" \
+  env PS_TLS_CA="$C/ca.crt" PS_AUTH_TOKEN="$(cat "$C/worker.token")" "$PSCTL" --cluster "$dir/tls.json" status
+start_ps "$dir/one.json" 0 "$dir/mtls.log" "${TLS[@]}" --tls-client-ca "$C/ca.crt"
+MP=$PID; spec_of "$ADDR" "$dir/mtls.json"
+expect "mTLS ps: a client certificate of the CA" 0 "up vars=0" \
+  "$PSCTL" --cluster "$dir/mtls.json" --tls-ca "$C/ca.crt" --tls-cert "$C/client-worker.crt" --tls-key "$C/client-worker.key" status
+expect "mTLS ps: no client certificate is refused" 1 "UNAVAILABLE" \
+  "$PSCTL" --cluster "$dir/mtls.json" --tls-ca "$C/ca.crt" status
+expect "mTLS ps: a certificate of another CA is refused" 1 "UNAVAILABLE" \
+  "$PSCTL" --cluster "$dir/mtls.json" --tls-ca "$C/ca.crt" --tls-cert "$C2/client-worker.crt" --tls-key "$C2/client-worker.key" status
+check "mTLS without tokens warns" has "$dir/mtls.log" "TLS without tokens: every client with a certificate of --tls-client-ca may do everything"
+kill -TERM "$MP"; wait "$MP"
+
+# ---- 3. roles: a job leaves variables and a checkpoint behind
+ck="$dir/ck"; mkdir -p "$ck"
+kill -TERM "$TP"; wait "$TP"
+start_ps "$dir/one.json" 0 "$dir/roles.log" "${TLS[@]}" --auth-token-file "$C/tokens" --checkpoint-dir "$ck"
+RP=$PID; spec_of "$ADDR" "$dir/roles.json"
+"$PS_WORKER" --cluster "$dir/roles.json" --job worker --task 0 --model linreg --steps 20 --log-every 10 \
+  --checkpoint-dir "$ck" --keep-ps "${ADMIN[@]}" > "$dir/w.out" 2> "$dir/w.err"
+check "an admin-token chief trains and saves over TLS" has "$dir/w.out" "checkpoint $ck/model.ckpt-20"
+"$PS_WORKER" --cluster "$dir/roles.json" --job worker --task 0 --model linreg --steps 30 --log-every 10 \
+  --checkpoint-dir "$ck" --keep-ps "${WORKER[@]}" > "$dir/w2.out" 2> "$dir/w2.err"
+# a chief restarting on a live cluster re-initializes the coordinator's
+# counters, the first admin act of a chief
+check "a worker-token chief is refused: PERMISSION_DENIED" has "$dir/w2.err" "re-initializing it needs an admin token (this call's token has the worker role)"
+values() { for v in global_step linear/kernel linear/bias; do "$PSCTL" --cluster "$dir/roles.json" "${ADMIN[@]}" read "$v" 2>&1; done; }
+before_vals=$(values)
+before_ck=$(ls -l --time-style=+%s.%N "$ck" | md5sum)
+# the same RPCs as raw requests from python3-grpcio, over its own TLS
+roles_py='
+import grpc, sys
+addr, ca, tok = sys.argv[1], open(sys.argv[2], "rb").read(), sys.argv[3]
+ch = grpc.secure_channel(addr, grpc.ssl_channel_credentials(root_certificates=ca))
+ident = lambda b: b
+# method -> a real request: every variable (Initialize of initialized ones,
+# the issue'"'"'s 0-byte attack), a snapshot id, a checkpoint prefix...
+reqs = {"Initialize": b"", "Snapshot": b"\x08\x07", "Release": b"\x08\x07",
+        "Save": b"\x12\x04evil\x18\x00\x20\x01", "Merge": b"\x0a\x04evil\x10\x01",
+        "Restore": b"\x0a\x0dmodel.ckpt-20", "Delete": b"\x0a\x0dlinear/kernel",
+        "Shutdown": b"\x0a\x04evil"}
+md = [] if tok == "-" else [("authorization", "Bearer " + tok)]
+for m, body in reqs.items():
+    call = ch.unary_unary("/paramserver.Ps/" + m, request_serializer=ident, response_deserializer=ident)
+    try:
+        call(body, metadata=md, timeout=10)
+        print(m, "OK")
+    except grpc.RpcError as e:
+        print(m, e.code().name, e.details())
+'
+if /usr/bin/python3 -c 'import grpc' 2> /dev/null; then
+  for who in missing wrong worker; do
+    case $who in
+      missing) tok=- want="UNAUTHENTICATED %s: no bearer token" ;;
+      wrong) tok=0123456789abcdef0123456789abcdef want="UNAUTHENTICATED %s: the bearer token is not one of this ps's tokens" ;;
+      worker) tok=$(cat "$C/worker.token") want="PERMISSION_DENIED %s needs an admin token; this call's token has the worker role" ;;
+    esac
+    out=$(/usr/bin/python3 -c "$roles_py" "$ADDR" "$C/ca.crt" "$tok" 2>&1)
+    for m in Snapshot Release Save Merge Restore Delete Shutdown; do
+      # shellcheck disable=SC2059
+      w=$(printf "$want" "$m")
+      [[ "$out" == *"$m $w"* ]] && ok "$who token: $m refused" || bad "$who token: $m refused (want '$w')" "$out"
+    done
+    if [ $who = worker ]; then
+      w="already holds a value; re-initializing it needs an admin token (this call's token has the worker role)"
+    else
+      w="Initialize $(printf "$want" Initialize)"
+    fi
+    [[ "$out" == *"$w"* ]] && ok "$who token: re-Initialize refused" || bad "$who token: re-Initialize refused (want '$w')" "$out"
+  done
+else
+  bad "python3-grpcio" "not installed (deploy/setup.sh installs it)"
+fi
+expect "worker token: psctl save refused" 1 "PERMISSION_DENIED: Snapshot needs an admin token" "$PSCTL" --cluster "$dir/roles.json" "${WORKER[@]}" save
+expect "worker token: psctl rm refused" 1 "PERMISSION_DENIED: Delete needs an admin token" "$PSCTL" --cluster "$dir/roles.json" "${WORKER[@]}" rm linear/kernel
+expect "worker token: psctl restore refused" 1 "PERMISSION_DENIED: Restore needs an admin token" "$PSCTL" --cluster "$dir/roles.json" "${WORKER[@]}" restore
+expect "worker token: psctl shutdown refused" 1 "PERMISSION_DENIED: Shutdown needs an admin token" "$PSCTL" --cluster "$dir/roles.json" "${WORKER[@]}" shutdown
+expect "worker token: lists and reads" 0 "linear/kernel" "$PSCTL" --cluster "$dir/roles.json" "${WORKER[@]}" vars
+after_vals=$(values)
+after_ck=$(ls -l --time-style=+%s.%N "$ck" | md5sum)
+check "refused calls changed no value" test "$before_vals" = "$after_vals"
+check "refused calls changed no checkpoint" test "$before_ck" = "$after_ck"
+check "the ps is still up" kill -0 "$RP"
+if grep -qF -- "$(cat "$C/worker.token")" "$dir/roles.log" || grep -qF -- "$(cat "$C/admin.token")" "$dir/roles.log"; then
+  bad "no token in the ps log"
+else
+  ok "no token in the ps log"
+fi
+
+# ---- 6. the checkpoint quota holds for admins too
+kill -TERM "$RP"; wait "$RP"
+start_ps "$dir/one.json" 0 "$dir/quota.log" "${TLS[@]}" --auth-token-file "$C/tokens" --checkpoint-dir "$ck" \
+  --max-checkpoint-bytes "$(files_bytes "$ck")"
+QP=$PID; spec_of "$ADDR" "$dir/quota.json"
+# the chief restores the variables (step 20 already: it trains no more)
+"$PS_WORKER" --cluster "$dir/quota.json" --job worker --task 0 --model linreg --steps 20 \
+  --checkpoint-dir "$ck" --keep-ps "${ADMIN[@]}" > "$dir/wq.out" 2> "$dir/wq.err"
+check "quota: the chief restored" has "$dir/wq.err" "cluster ready (restored) at global step 20"
+before_ck=$(ls -l --time-style=+%s.%N "$ck" | md5sum)
+expect "--max-checkpoint-bytes: an admin save over the quota is refused" 1 \
+  "RESOURCE_EXHAUSTED: Save of $ck/model.ckpt-20" "$PSCTL" --cluster "$dir/quota.json" "${ADMIN[@]}" save
+expect "... naming the limit" 1 "more than --max-checkpoint-bytes" "$PSCTL" --cluster "$dir/quota.json" "${ADMIN[@]}" save
+check "--max-checkpoint-bytes: nothing written" test "$before_ck" = "$(ls -l --time-style=+%s.%N "$ck" | md5sum)"
+kill -TERM "$QP"; wait "$QP"
+
+# ---- 5. SIGHUP: a new certificate (another CA) and a new token file
+R="$dir/rot"; mkdir -p "$R"
+cp "$C/server.crt" "$C/server.key" "$C/tokens" "$R/"
+start_ps "$dir/one.json" 0 "$dir/rot.log" --tls-cert "$R/server.crt" --tls-key "$R/server.key" --auth-token-file "$R/tokens"
+HP=$PID; spec_of "$ADDR" "$dir/rot.json"
+expect "rotation: the first CA works" 0 "up" "$PSCTL" --cluster "$dir/rot.json" "${WORKER[@]}" status
+printf 'garbage\n' > "$R/server.crt"
+kill -HUP "$HP"
+wait_for "$dir/rot.log" "SIGHUP: kept the old TLS certificate" 10
+check "rotation: a bad certificate is refused, the old one kept" has "$dir/rot.log" "SIGHUP: kept the old TLS certificate: --tls-cert $R/server.crt: not a PEM certificate"
+expect "rotation: still serving the old one" 0 "up" "$PSCTL" --cluster "$dir/rot.json" "${WORKER[@]}" status
+cp "$C2/server.crt" "$C2/server.key" "$R/"
+cp "$C2/tokens" "$R/tokens"
+kill -HUP "$HP"
+wait_for "$dir/rot.log" "SIGHUP: 2 token\(s\) reloaded" 10
+check "rotation: logged" has "$dir/rot.log" "SIGHUP: TLS certificate reloaded"
+expect "rotation: the new CA and token work" 0 "up" \
+  "$PSCTL" --cluster "$dir/rot.json" --tls-ca "$C2/ca.crt" --token-file "$C2/worker.token" status
+expect "rotation: the old CA no longer verifies" 1 "UNAVAILABLE" "$PSCTL" --cluster "$dir/rot.json" --tls-ca "$C/ca.crt" --token-file "$C2/worker.token" status
+expect "rotation: the old token is refused" 1 "UNAUTHENTICATED" \
+  "$PSCTL" --cluster "$dir/rot.json" --tls-ca "$C2/ca.crt" --token-file "$C/worker.token" status
+check "rotation: the same process" kill -0 "$HP"
+kill -TERM "$HP"; wait "$HP"
+
+# ---- 4. a training job end to end: TLS, client certificates, tokens
+ck4="$dir/ck4"; mkdir -p "$ck4"
+"$PS_LAUNCH" --ps 2 --workers 2 --secure "$C" --ps-arg "--checkpoint-dir=$ck4" -- \
+  "$PS_WORKER" --model mlp --hidden 32 --batch 50 --log-every 50 --steps 200 --checkpoint-dir "$ck4" \
+  > "$dir/job.out" 2> "$dir/job.err"
+rc=$?
+check "secure job: exits 0 ($rc)" test "$rc" = 0
+check "secure job: the ps serve TLS with client certificates and tokens" \
+  has "$dir/job.err" "ps/0: .*TLS with client certificates, 2 token(s), 1 admin"
+check "secure job: the worker joined" has "$dir/job.err" "worker/1: .*cluster ready (joined)"
+check "secure job: a final checkpoint" bash -c "ls '$ck4' | grep -q 'model.ckpt-2[0-9][0-9].index'"
+check "secure job: test accuracy" grep -q "worker/0: test accuracy" "$dir/job.out"
+finish
