@@ -174,8 +174,92 @@ ps_cluster *ps_cl_cluster_new_(int njobs) {
   return c;
 }
 
+/* The string fields of ps_cluster_security, by their JSON keys. */
+#define SEC_FIELDS(X)                                                                    \
+  X(ca)                                                                                  \
+  X(client_cert) X(client_key) X(token_file) X(admin_token_file) X(server_cert)          \
+      X(server_key) X(client_ca) X(auth_token_file)
+
+static void security_free(ps_cluster_security *s) {
+  if (s == NULL) return;
+#define FREE_FIELD(f) free(s->f);
+  SEC_FIELDS(FREE_FIELD)
+#undef FREE_FIELD
+  free(s);
+}
+
+/* The "security" object: every key known, each a non-empty string (a
+ * path), require_auth a boolean. */
+static ps_cluster_security *security_from_json(json_object *o, const char *pre,
+                                               ps_status *st) {
+  if (!json_object_is_type(o, json_type_object))
+    return ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "%s: \"security\" must be an object of file paths, like "
+                         "{\"ca\": \"/etc/ps/ca.crt\", \"token_file\": ...}",
+                         pre),
+           NULL;
+  ps_cluster_security *s = calloc(1, sizeof *s);
+  if (s == NULL) return ps_cl_oom_(pre, st), NULL;
+  json_object_object_foreach(o, key, val) {
+    if (!strcmp(key, "require_auth")) {
+      if (!json_object_is_type(val, json_type_boolean)) {
+        ps_status_set(st, PS_INVALID_ARGUMENT,
+                      "%s: security.require_auth must be true or false", pre);
+        goto fail;
+      }
+      s->require_auth = json_object_get_boolean(val);
+      continue;
+    }
+    char **field = NULL;
+#define MATCH_FIELD(f)                                                                   \
+  if (!strcmp(key, #f)) field = &s->f;
+    SEC_FIELDS(MATCH_FIELD)
+#undef MATCH_FIELD
+    if (field == NULL) {
+      ps_status_set(st, PS_INVALID_ARGUMENT,
+                    "%s: security: unknown key \"%.64s\" (known: ca, client_cert, "
+                    "client_key, token_file, admin_token_file, server_cert, server_key, "
+                    "client_ca, auth_token_file, require_auth)",
+                    pre, key);
+      goto fail;
+    }
+    const char *v =
+        json_object_is_type(val, json_type_string) ? json_object_get_string(val) : NULL;
+    if (v == NULL || v[0] == '\0' || strlen(v) > 4096) {
+      ps_status_set(st, PS_INVALID_ARGUMENT,
+                    "%s: security.%s must be a file path (a non-empty string)", pre, key);
+      goto fail;
+    }
+    if ((*field = strdup(v)) == NULL) {
+      ps_cl_oom_(pre, st);
+      goto fail;
+    }
+  }
+  return s;
+fail:
+  security_free(s);
+  return NULL;
+}
+
+static json_object *security_to_json(const ps_cluster_security *s) {
+  json_object *o = json_object_new_object();
+  if (o == NULL) return NULL;
+#define ADD_FIELD(f)                                                                     \
+  if (s->f && json_object_object_add(o, #f, json_object_new_string(s->f)) != 0) goto fail;
+  SEC_FIELDS(ADD_FIELD)
+#undef ADD_FIELD
+  if (s->require_auth &&
+      json_object_object_add(o, "require_auth", json_object_new_boolean(1)) != 0)
+    goto fail;
+  return o;
+fail:
+  json_object_put(o);
+  return NULL;
+}
+
 void ps_cluster_destroy(ps_cluster *c) {
   if (c == NULL) return;
+  security_free(c->security);
   for (int i = 0; i < c->njobs; i++) {
     ps_cluster_job *j = &c->jobs[i];
     if (j->addrs != NULL)
@@ -376,7 +460,9 @@ ps_cluster *ps_cl_cluster_from_json_(json_object *top, const char *what, const c
                          "{\"ps\": [\"host:port\", ...], \"worker\": [...]}",
                          pre, what),
            NULL;
+  json_object *sec = NULL;
   int njobs = json_object_object_length(top);
+  if (json_object_object_get_ex(top, "security", &sec)) njobs--;
   if (njobs <= 0)
     return ps_status_set(st, PS_INVALID_ARGUMENT,
                          "%s: %s has no jobs, expected something like "
@@ -388,13 +474,15 @@ ps_cluster *ps_cl_cluster_from_json_(json_object *top, const char *what, const c
   int i = 0;
   struct json_object_iterator it = json_object_iter_begin(top);
   struct json_object_iterator end = json_object_iter_end(top);
-  for (; !json_object_iter_equal(&it, &end) && i < njobs;
-       json_object_iter_next(&it), i++) {
+  for (; !json_object_iter_equal(&it, &end) && i < njobs; json_object_iter_next(&it)) {
+    if (!strcmp(json_object_iter_peek_name(&it), "security")) continue;
     if (job_from_json(&c->jobs[i], json_object_iter_peek_name(&it),
                       json_object_iter_peek_value(&it), pre, st) != 0)
       goto fail;
+    i++;
   }
   c->njobs = i;
+  if (sec && (c->security = security_from_json(sec, pre, st)) == NULL) goto fail;
   if (ps_cl_cluster_finish_(c, pre, st) != 0) goto fail;
   return c;
 fail:
@@ -626,6 +714,14 @@ static char *to_json_flags(const ps_cluster *c, int flags) {
     json_object *v = job_to_json(&c->jobs[i]);
     if (v == NULL) goto done;
     if (json_object_object_add(top, c->jobs[i].name, v) != 0) {
+      json_object_put(v);
+      goto done;
+    }
+  }
+  if (c->security) {
+    json_object *v = security_to_json(c->security);
+    if (v == NULL) goto done;
+    if (json_object_object_add(top, "security", v) != 0) {
       json_object_put(v);
       goto done;
     }

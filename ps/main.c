@@ -551,6 +551,25 @@ static int parse_args(int argc, char **argv, server_args *a) {
     rc = o >= 1000 && o <= 1007 ? limit_option(a, o, li) : other_option(a, o, &exit_now);
     if (rc != 0 || exit_now) return rc;
   }
+  if (optind < argc) {
+    fprintf(stderr, "ps-server: unexpected argument '%s'\n%s", argv[optind], usage);
+    return 2;
+  }
+  return -1;
+}
+
+/* The security settings once the cluster is known: a flag or environment
+ * variable, else the spec's "security" section; then checked together.
+ * 0, or 2 after saying what is wrong. */
+static int security_settings(server_args *a, const ps_cluster *cluster) {
+  const ps_cluster_security *sec = cluster->security;
+  if (sec) {
+    if (a->ropt.tls_cert_file == NULL) a->ropt.tls_cert_file = sec->server_cert;
+    if (a->ropt.tls_key_file == NULL) a->ropt.tls_key_file = sec->server_key;
+    if (a->ropt.tls_client_ca_file == NULL) a->ropt.tls_client_ca_file = sec->client_ca;
+    if (a->token_file == NULL) a->token_file = sec->auth_token_file;
+    a->require_auth |= sec->require_auth != 0;
+  }
   if (a->ropt.tls_client_ca_file && !a->ropt.tls_cert_file) {
     fprintf(stderr, "ps-server: --tls-client-ca needs --tls-cert and --tls-key\n");
     return 2;
@@ -570,11 +589,7 @@ static int parse_args(int argc, char **argv, server_args *a) {
                                     : "TLS (--tls-cert, --tls-key)");
     return 2;
   }
-  if (optind < argc) {
-    fprintf(stderr, "ps-server: unexpected argument '%s'\n%s", argv[optind], usage);
-    return 2;
-  }
-  return -1;
+  return 0;
 }
 
 /* Each connection costs a descriptor: take all the system allows, and
@@ -656,6 +671,10 @@ int main(int argc, char **argv) {
   ps_cluster *cluster = ps_cluster_resolve(a.cluster_file, a.job, a.task, &self, &st);
   if (cluster == NULL) {
     fprintf(stderr, "ps-server: %s\n", st.msg);
+    return 2;
+  }
+  if (security_settings(&a, cluster) != 0) {
+    ps_cluster_destroy(cluster);
     return 2;
   }
   if (strcmp(self.job, "ps") != 0) {

@@ -11,7 +11,8 @@
 #  4. a training job end to end with TLS + client certificates + tokens
 #     (ps-launch --secure), the chief on an admin token;
 #  5. SIGHUP rotates the certificate and the tokens without a restart;
-#  6. --max-checkpoint-bytes refuses a save that would go over, for admins too.
+#  6. --max-checkpoint-bytes refuses a save that would go over, for admins too;
+#  7. the same settings from the cluster spec's "security" section.
 # Prints "N passed, N failed".
 set -uo pipefail
 PS_SERVER=${PS_SERVER:?}; PSCTL=${PSCTL:?}; PS_WORKER=${PS_WORKER:?}; PS_LAUNCH=${PS_LAUNCH:?}
@@ -67,6 +68,8 @@ expect "ps-launch --secure: a file missing" 2 "--secure $dir/none: $dir/none/ca.
 # the exposure is named when nothing protects the port
 start_ps "$dir/one.json" 0 "$dir/open.log"
 check "a ps with neither TLS nor tokens warns" has "$dir/open.log" "no TLS and no tokens: anyone who can reach port"
+spec_of "$ADDR" "$dir/open.json"
+expect "plaintext ps: a TLS client is told" 1 "(the ps does not serve TLS: drop --tls-ca" "$PSCTL" --cluster "$dir/open.json" "${WORKER[@]}" status
 kill -TERM "$PID"; wait "$PID"
 
 # ---- 2. TLS, mutual TLS
@@ -74,8 +77,8 @@ start_ps "$dir/one.json" 0 "$dir/tls.log" "${TLS[@]}" --auth-token-file "$C/toke
 TP=$PID; spec_of "$ADDR" "$dir/tls.json"
 check "TLS ps logs what protects it" has "$dir/tls.log" "TLS, 2 token(s), 1 admin"
 expect "TLS ps: psctl with CA and token" 0 "up vars=0" "$PSCTL" --cluster "$dir/tls.json" "${WORKER[@]}" status
-expect "TLS ps: a plaintext client is refused" 1 "UNAVAILABLE" "$PSCTL" --cluster "$dir/tls.json" --token-file "$C/worker.token" status
-expect "TLS ps: a client of another CA is refused" 1 "UNAVAILABLE" \
+expect "TLS ps: a plaintext client is refused" 1 "Socket closed (if the ps serves TLS, give --tls-ca" "$PSCTL" --cluster "$dir/tls.json" --token-file "$C/worker.token" status
+expect "TLS ps: a client of another CA is refused" 1 "certificate verify failed (the ps certificate is not signed by --tls-ca" \
   "$PSCTL" --cluster "$dir/tls.json" --tls-ca "$C2/ca.crt" --token-file "$C/worker.token" status
 expect "TLS ps: the environment instead of flags" 0 "up vars=0" \
   env PS_TLS_CA="$C/ca.crt" PS_TOKEN_FILE="$C/worker.token" "$PSCTL" --cluster "$dir/tls.json" status
@@ -207,6 +210,27 @@ expect "rotation: the old token is refused" 1 "UNAUTHENTICATED" \
   "$PSCTL" --cluster "$dir/rot.json" --tls-ca "$C2/ca.crt" --token-file "$C/worker.token" status
 check "rotation: the same process" kill -0 "$HP"
 kill -TERM "$HP"; wait "$HP"
+
+# ---- 7. the same settings from the cluster spec's "security" section
+cat > "$dir/secspec.json" << EOF
+{"ps": ["127.0.0.1:0"], "worker": ["127.0.0.1:0"],
+ "security": {"server_cert": "$C/server.crt", "server_key": "$C/server.key",
+              "client_ca": "$C/ca.crt", "auth_token_file": "$C/tokens", "require_auth": true,
+              "ca": "$C/ca.crt", "client_cert": "$C/client-worker.crt",
+              "client_key": "$C/client-worker.key", "token_file": "$C/worker.token",
+              "admin_token_file": "$C/admin.token"}}
+EOF
+start_ps "$dir/secspec.json" 0 "$dir/secspec.log"
+SP=$PID
+check "spec section: the ps serves mTLS with tokens" has "$dir/secspec.log" "TLS with client certificates, 2 token(s), 1 admin"
+sed "s/\"ps\": \[\"127.0.0.1:0\"\]/\"ps\": [\"$ADDR\"]/" "$dir/secspec.json" > "$dir/secspec2.json"
+expect "spec section: psctl needs no flag" 0 "up vars=0" "$PSCTL" --cluster "$dir/secspec2.json" status
+expect "spec section: psctl acts as admin" 0 "shutting down" "$PSCTL" --cluster "$dir/secspec2.json" shutdown
+wait "$SP"
+sed 's/"require_auth": true/"require_auth": true, "tls_ca": "x"/' "$dir/secspec.json" > "$dir/badsec.json"
+expect "spec section: an unknown key" 2 "security: unknown key \"tls_ca\"" "$PS_SERVER" --cluster "$dir/badsec.json"
+sed 's/"require_auth": true/"require_auth": "yes"/' "$dir/secspec.json" > "$dir/badsec2.json"
+expect "spec section: require_auth not a boolean" 2 "security.require_auth must be true or false" "$PSCTL" --cluster "$dir/badsec2.json" status
 
 # ---- 4. a training job end to end: TLS, client certificates, tokens
 ck4="$dir/ck4"; mkdir -p "$ck4"

@@ -79,7 +79,8 @@ struct ps_client {
   ps_rpc_channel **ch;
   /* per task: calls and the microseconds callers waited for them */
   atomic_ullong *calls, *wait_us;
-  ps_dedup_memo memo; /* a gather's ids deduplicated, for the scatter after it */
+  ps_dedup_memo memo;    /* a gather's ids deduplicated, for the scatter after it */
+  bool tls, client_cert; /* the channels' security, for hints in errors */
 };
 
 void ps_client_options_default(ps_client_options *o) {
@@ -117,14 +118,24 @@ static const char *opt_or_env(const char *v, const char *env) {
   return e && e[0] ? e : NULL;
 }
 
-static int security_load(ps_client_options *o, client_security *s, ps_status *st) {
+/* @v, else the environment variable @env, else the spec's @spec. */
+static const char *pick(const char *v, const char *env, const char *spec) {
+  v = opt_or_env(v, env);
+  return v ? v : spec;
+}
+
+static int security_load(ps_client_options *o, const ps_cluster_security *cs,
+                         client_security *s, ps_status *st) {
+  static const ps_cluster_security none = {0};
+  if (cs == NULL) cs = &none;
   memset(s, 0, sizeof *s);
-  o->tls_ca_file = opt_or_env(o->tls_ca_file, "PS_TLS_CA");
-  o->tls_cert_file = opt_or_env(o->tls_cert_file, "PS_TLS_CERT");
-  o->tls_key_file = opt_or_env(o->tls_key_file, "PS_TLS_KEY");
+  o->tls_ca_file = pick(o->tls_ca_file, "PS_TLS_CA", cs->ca);
+  o->tls_cert_file = pick(o->tls_cert_file, "PS_TLS_CERT", cs->client_cert);
+  o->tls_key_file = pick(o->tls_key_file, "PS_TLS_KEY", cs->client_key);
   o->tls_server_name = opt_or_env(o->tls_server_name, "PS_TLS_SERVER_NAME");
   o->token_file = opt_or_env(o->token_file, "PS_TOKEN_FILE");
   if (o->token_file == NULL) o->token = opt_or_env(o->token, "PS_AUTH_TOKEN");
+  if (o->token_file == NULL && o->token == NULL) o->token_file = cs->token_file;
   if ((o->tls_cert_file || o->tls_key_file) && o->tls_ca_file == NULL)
     return ps_status_set(
         st, PS_INVALID_ARGUMENT,
@@ -190,7 +201,7 @@ ps_client *ps_client_create(const ps_cluster *cluster, const char *ps_job,
   if (c->addrs == NULL || c->ch == NULL || c->calls == NULL || c->wait_us == NULL)
     goto oom;
   client_security sec;
-  if (security_load(&c->opt, &sec, st) != 0) {
+  if (security_load(&c->opt, cluster->security, &sec, st) != 0) {
     ps_client_destroy(c);
     return NULL;
   }
@@ -210,6 +221,8 @@ ps_client *ps_client_create(const ps_cluster *cluster, const char *ps_job,
       goto oom;
     }
   }
+  c->tls = sec.ch.ca_pem != NULL;
+  c->client_cert = sec.ch.cert_pem != NULL;
   security_free(&sec);
   return c;
 oom:
@@ -261,6 +274,30 @@ static void sleep_ms(int64_t ms) {
   nanosleep(&ts, NULL);
 }
 
+/* A failed connection whose cause is a TLS setting on one side names it
+ * (gRPC's text says only what OpenSSL saw). */
+static void tls_hint(ps_client *c, ps_status *st) {
+  const char *hint = NULL;
+  if (strstr(st->msg, "wrong version number"))
+    hint = "the ps does not serve TLS: drop --tls-ca (PS_TLS_CA), or start the ps with "
+           "--tls-cert and --tls-key";
+  else if (strstr(st->msg, "certificate verify failed"))
+    hint =
+        "the ps certificate is not signed by --tls-ca (PS_TLS_CA), or does not name the "
+        "host dialled (--tls-server-name)";
+  else if (strstr(st->msg, "Socket closed") && !c->tls)
+    hint = "if the ps serves TLS, give --tls-ca (PS_TLS_CA); if it asks for client "
+           "certificates, --tls-cert and --tls-key too";
+  else if ((strstr(st->msg, "Socket closed") || strstr(st->msg, "Connection reset")) &&
+           c->tls && !c->client_cert)
+    hint =
+        "if the ps asks for client certificates (--tls-client-ca), give --tls-cert and "
+        "--tls-key (PS_TLS_CERT, PS_TLS_KEY)";
+  if (hint == NULL) return;
+  size_t n = strlen(st->msg);
+  snprintf(st->msg + n, sizeof st->msg - n, " (%s)", hint);
+}
+
 /* Transport errors get the task's name and address; errors the ps sent
  * (TensorFlow's texts) pass through unchanged. */
 static void annotate(ps_client *c, int task, ps_status *st) {
@@ -271,6 +308,7 @@ static void annotate(ps_client *c, int task, ps_status *st) {
   case PS_UNKNOWN:
   case PS_INTERNAL:
     ps_status_prefix(st, "ps/%d at %s", task, c->addrs[task]);
+    tls_hint(c, st);
     break;
   default:
     break;

@@ -972,6 +972,7 @@ static int set_up(job *j, ps_status *st) {
   if (j->cluster) {
     ps_library_init();
     j->rpc_up = true;
+    if (j->chief) ps_security_admin_token(&j->o.sec, j->cluster);
     if ((j->client = ps_client_create(j->cluster, "ps", &j->o.sec, st)) == NULL)
       return -1;
   }

@@ -424,6 +424,7 @@ int main(int argc, char **argv) {
   if (cluster == NULL) return 2;
   ps_library_init();
   ps_client_options opt = a.sec; /* the defaults and the security flags */
+  ps_security_admin_token(&opt, cluster);
   opt.control_timeout_ms = opt.data_timeout_ms = a.timeout_ms;
   if (!strcmp(a.cmd, "save") || !strcmp(a.cmd, "restore"))
     opt.data_timeout_ms = a.timeout_ms > 600000 ? a.timeout_ms : 600000;

@@ -4,7 +4,10 @@
 #ifndef PS_SECURITY_FLAGS_H
 #define PS_SECURITY_FLAGS_H
 
+#include <stdlib.h>
+
 #include "paramserver/client.h"
+#include "paramserver/cluster.h"
 
 #define PS_SECURITY_FLAG_BASE 3000
 #define PS_SECURITY_OPTIONS                                                              \
@@ -47,6 +50,16 @@ static inline bool ps_security_option(int o, const char *arg, ps_client_options 
   default:
     return false;
   }
+}
+
+/* The chief and psctl act as admins: with no token given by flag or
+ * environment, the spec's "security" admin_token_file is theirs. */
+static inline void ps_security_admin_token(ps_client_options *c,
+                                           const ps_cluster *cluster) {
+  const char *e1 = getenv("PS_TOKEN_FILE"), *e2 = getenv("PS_AUTH_TOKEN");
+  if (c->token_file == NULL && c->token == NULL && !(e1 && e1[0]) && !(e2 && e2[0]) &&
+      cluster->security && cluster->security->admin_token_file)
+    c->token_file = cluster->security->admin_token_file;
 }
 
 #endif

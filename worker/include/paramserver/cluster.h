@@ -30,9 +30,22 @@ typedef struct ps_cluster_job {
   char **addrs; /* ntasks entries; addrs[i] NULL for a hole (sparse form) */
 } ps_cluster_job;
 
+/* A spec's optional "security" section (README "Security"): paths of the
+ * files each program uses when neither its flag nor its environment
+ * variable names one; NULL when absent.  The ps side: server_cert,
+ * server_key, client_ca, auth_token_file, require_auth.  The clients: ca,
+ * client_cert, client_key, token_file (workers), admin_token_file (the
+ * chief and psctl). */
+typedef struct ps_cluster_security {
+  char *ca, *client_cert, *client_key, *token_file, *admin_token_file;
+  char *server_cert, *server_key, *client_ca, *auth_token_file;
+  int require_auth; /* 1: "require_auth": true */
+} ps_cluster_security;
+
 typedef struct ps_cluster {
-  int njobs;            /* >= 1 */
-  ps_cluster_job *jobs; /* sorted by name, as TF's ClusterDef */
+  int njobs;                     /* >= 1 */
+  ps_cluster_job *jobs;          /* sorted by name, as TF's ClusterDef */
+  ps_cluster_security *security; /* NULL: the spec has no "security" */
 } ps_cluster;
 
 typedef struct ps_task_id {
