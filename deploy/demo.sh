@@ -5,13 +5,28 @@
 # stops; a new cluster restores the checkpoint and reports the accuracy
 # again.  Fails unless the accuracy is >= 0.85 and the same both times.
 #
-#   deploy/demo.sh [BUILD_DIR] [STEPS]
+#   deploy/demo.sh [--secure] [BUILD_DIR] [STEPS]
+#
+# --secure: the same job with TLS, client certificates and tokens (README
+# "Security"): deploy/gen-certs.sh makes them, ps-launch --secure hands
+# them out (the chief an admin token, the other worker a worker token), and
+# every ps runs with --require-auth.
 set -euo pipefail
+secure=0
+if [ "${1:-}" = --secure ]; then
+  secure=1
+  shift
+fi
 build=${1:-build}
 steps=${2:-5000}
 dir=$(mktemp -d /tmp/ps-demo-XXXXXX)
 trap 'rm -rf "$dir"' EXIT
 launch=("$build/deploy/ps-launch" --ps 2 --ps-arg "--checkpoint-dir=$dir")
+if [ "$secure" = 1 ]; then
+  bash "$(dirname "$0")/gen-certs.sh" --tokens "$dir/certs"
+  launch+=(--secure "$dir/certs" --ps-arg --require-auth)
+  echo "== secure: TLS with client certificates and tokens (certificates in $dir/certs)"
+fi
 worker=("$build/worker/ps-worker" --model mlp --hidden 256 --checkpoint-dir "$dir")
 
 echo "== 1. train: 2 ps + 2 workers, MLP 784-256-10 on Fashion-MNIST, $steps steps (checkpoints in $dir)"
@@ -19,7 +34,7 @@ echo "== 1. train: 2 ps + 2 workers, MLP 784-256-10 on Fashion-MNIST, $steps ste
   --save-every-secs 10 | tee "$dir/train.out"
 acc1=$(sed -n 's/^worker\/0: test accuracy //p' "$dir/train.out")
 echo "== checkpoint files:"
-ls -l "$dir" | grep -v -e '\.out$' -e '^total'
+ls -l "$dir" | grep -v -e '\.out$' -e '^total' -e ' certs$'
 
 echo "== 2. a new cluster (2 ps + 1 worker) restores the latest checkpoint and evaluates"
 "${launch[@]}" --workers 1 -- "${worker[@]}" --steps 0 | tee "$dir/restore.out"
