@@ -177,8 +177,14 @@ ps_cluster *ps_cl_cluster_new_(int njobs) {
 /* The string fields of ps_cluster_security, by their JSON keys. */
 #define SEC_FIELDS(X)                                                                    \
   X(ca)                                                                                  \
-  X(client_cert) X(client_key) X(token_file) X(admin_token_file) X(server_cert)          \
-      X(server_key) X(client_ca) X(auth_token_file)
+  X(client_cert)                                                                         \
+  X(client_key)                                                                          \
+  X(token_file)                                                                          \
+  X(admin_token_file)                                                                    \
+  X(server_cert)                                                                         \
+  X(server_key)                                                                          \
+  X(client_ca)                                                                           \
+  X(auth_token_file)
 
 static void security_free(ps_cluster_security *s) {
   if (s == NULL) return;
