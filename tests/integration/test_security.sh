@@ -103,6 +103,36 @@ expect "mTLS ps: a certificate of another CA is refused" 1 "UNAVAILABLE" \
   "$PSCTL" --cluster "$dir/mtls.json" --tls-ca "$C/ca.crt" --tls-cert "$C2/client-worker.crt" --tls-key "$C2/client-worker.key" status
 check "mTLS without tokens warns" has "$dir/mtls.log" "TLS without tokens: every client with a certificate of --tls-client-ca may do everything"
 kill -TERM "$MP"; wait "$MP"
+# gRPC's own listener serves TLS: the monitor still finds its connections
+# and holds --max-connections (5 raw connections to a limit of 2: 3 shut)
+start_ps "$dir/one.json" 0 "$dir/conns.log" "${TLS[@]}" --max-connections 2
+CP=$PID
+conns_py='
+import socket, sys, time
+host, port = sys.argv[1].rsplit(":", 1)
+socks = [socket.create_connection((host, int(port))) for _ in range(5)]
+for s in socks:
+    s.setblocking(False)
+def closed():
+    n = 0
+    for s in socks:
+        try:
+            n += s.recv(1) == b""
+        except BlockingIOError:
+            pass
+        except OSError:
+            n += 1
+    return n
+for _ in range(100):  # the monitor looks once a second: up to 10 s
+    if closed() >= 3:
+        break
+    time.sleep(0.1)
+time.sleep(1.5)  # and no more than 3 after another look
+print("closed", closed())
+'
+expect "TLS ps: --max-connections holds (3 of 5 shut)" 0 "closed 3" /usr/bin/python3 -c "$conns_py" "$ADDR"
+check "TLS ps: the limit is logged" has "$dir/conns.log" "2 connections open (--max-connections): closing new ones"
+kill -TERM "$CP"; wait "$CP"
 
 # ---- 3. roles: a job leaves variables and a checkpoint behind
 ck="$dir/ck"; mkdir -p "$ck"
