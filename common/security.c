@@ -83,6 +83,25 @@ static char *read_small_file(const char *path, const char *what, size_t *len,
   return buf;
 }
 
+/* The next line of *@cur that is neither blank nor a # comment, trimmed
+ * of spaces, tabs and CRs (the text is cut in place; *@line counts every
+ * line); NULL at the end. */
+static char *next_line(char **cur, int *line) {
+  while (*cur) {
+    char *l = *cur, *nl = strchr(l, '\n');
+    if (nl) *nl++ = '\0';
+    *cur = nl;
+    (*line)++;
+    while (*l == ' ' || *l == '\t' || *l == '\r')
+      l++;
+    size_t ll = strlen(l);
+    while (ll && (l[ll - 1] == ' ' || l[ll - 1] == '\t' || l[ll - 1] == '\r'))
+      l[--ll] = '\0';
+    if (*l != '\0' && *l != '#') return l;
+  }
+  return NULL;
+}
+
 int ps_token_check(const char *token, const char *what, ps_status *st) {
   size_t n = strlen(token);
   if (n < PS_TOKEN_MIN_BYTES || n > PS_TOKEN_MAX_BYTES)
@@ -113,16 +132,8 @@ static int parse_tokens(const char *path, token_entry **out, size_t *nout,
   token_entry *t = NULL;
   size_t n = 0, cap = 0;
   int rc = 0, line = 0;
-  for (char *l = text, *next; l && rc == 0; l = next) {
-    next = strchr(l, '\n');
-    if (next) *next++ = '\0';
-    line++;
-    while (*l == ' ' || *l == '\t' || *l == '\r')
-      l++;
-    size_t ll = strlen(l);
-    while (ll && (l[ll - 1] == ' ' || l[ll - 1] == '\t' || l[ll - 1] == '\r'))
-      l[--ll] = '\0';
-    if (*l == '\0' || *l == '#') continue;
+  char *cur = text, *l;
+  while (rc == 0 && (l = next_line(&cur, &line)) != NULL) {
     char *sp = l + strcspn(l, " \t");
     if (*sp == '\0') {
       rc = ps_status_set(st, PS_INVALID_ARGUMENT,
@@ -268,19 +279,10 @@ char *ps_token_read_file(const char *path, ps_status *st) {
   size_t text_len;
   char *text = read_small_file(path, "token file", &text_len, st);
   if (text == NULL) return NULL;
-  char *tok = NULL, *save = NULL;
-  bool found = false;
-  for (char *l = strtok_r(text, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
-    while (*l == ' ' || *l == '\t' || *l == '\r')
-      l++;
-    size_t ll = strlen(l);
-    while (ll && (l[ll - 1] == ' ' || l[ll - 1] == '\t' || l[ll - 1] == '\r'))
-      l[--ll] = '\0';
-    if (*l == '\0' || *l == '#') continue;
-    found = true;
-    tok = strdup(l);
-    break;
-  }
+  char *tok = NULL, *cur = text, *l;
+  int line = 0;
+  bool found = (l = next_line(&cur, &line)) != NULL;
+  if (found) tok = strdup(l);
   OPENSSL_cleanse(text, text_len);
   free(text);
   if (tok == NULL)

@@ -11,7 +11,6 @@ PS_SERVER=${PS_SERVER:?}; PSCTL=${PSCTL:?}; PS_WORKER=${PS_WORKER:?}; PS_LAUNCH=
 source "$(dirname "$0")/../support/lib.sh"
 test_init jobs
 BAD_TAIL=40
-has() { grep -q -- "$2" "$1"; }
 # wait_for FILE PATTERN SECS: until PATTERN (a basic regex) appears in FILE
 wait_for() {
   local i

@@ -20,16 +20,6 @@ GEN_CERTS=${GEN_CERTS:-$(dirname "$0")/../../deploy/gen-certs.sh}
 source "$(dirname "$0")/../support/lib.sh"
 test_init security
 BAD_TAIL=30
-has() { grep -q -- "$2" "$1"; }
-# wait_count FILE EXTENDED-REGEX N SECONDS: until N lines of FILE match
-wait_count() {
-  local i
-  for ((i = 0; i < $4 * 20; i++)); do
-    [ "$(grep -cE -- "$2" "$1" 2> /dev/null)" -ge "$3" ] && return 0
-    sleep 0.05
-  done
-  return 1
-}
 
 C="$dir/certs"; C2="$dir/other"
 bash "$GEN_CERTS" --tokens "$C" > "$dir/gen.log" 2>&1 || { bad "gen-certs" "$(cat "$dir/gen.log")"; finish; }

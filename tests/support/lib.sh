@@ -64,6 +64,19 @@ wait_for() {
   return 1
 }
 
+# has FILE PATTERN: a line of FILE matches PATTERN (a basic regex)
+has() { grep -q -- "$2" "$1"; }
+
+# wait_count FILE EXTENDED-REGEX N SECONDS: until N lines of FILE match
+wait_count() {
+  local i
+  for ((i = 0; i < $4 * 20; i++)); do
+    [ "$(grep -cE -- "$2" "$1" 2> /dev/null)" -ge "$3" ] && return 0
+    sleep 0.05
+  done
+  return 1
+}
+
 # start_ps SPEC TASK [LOG [FLAG...]]: a ps-server ($PS_SERVER) in the background;
 # sets PID and ADDR from its readiness line (60 s at most; ADDR empty if
 # it never came).  Runs it under $PS_PREFIX (e.g. setpriv --pdeathsig).
