@@ -346,7 +346,16 @@ typedef struct tag {
   int kind;
 } tag;
 
-enum { S_REQUESTED, S_RECEIVING, S_EOS, S_PARKED, S_SENDING, S_FINISH, S_STREAM };
+enum {
+  S_REQUESTED,
+  S_HEADER,
+  S_RECEIVING,
+  S_EOS,
+  S_PARKED,
+  S_SENDING,
+  S_FINISH,
+  S_STREAM
+};
 
 struct ps_rpc_call {
   tag t;
@@ -464,6 +473,12 @@ struct ps_rpc_server {
   int idle_closed;       /* the idle connections are shut (monitor) */
   /* TLS: gRPC's own listener (see "Listener"); the next certificate
    * config for its fetcher (tls_pending), under tls_mu */
+  /* With tokens, gRPC must not read a request message before the call's
+   * token is checked (a caller without one could make it buffer up to
+   * twice --max-message-bytes per stream, outside the stream timeout):
+   * methods are registered without their payload and the first message
+   * is received as the call's first batch after the check (S_HEADER). */
+  int header_later;
   int tls;
   pthread_mutex_t tls_mu;
   char *tls_cert, *tls_key, *tls_ca;
@@ -535,7 +550,8 @@ static void post_request(ps_rpc_server *s, size_t hi) {
   grpc_metadata_array_init(&c->md);
   atomic_fetch_add(&s->live, 1);
   grpc_call_error e = grpc_server_request_registered_call(
-      s->srv, s->reg[hi], &c->call, &c->deadline, &c->md, &c->payload, s->cq, s->cq, c);
+      s->srv, s->reg[hi], &c->call, &c->deadline, &c->md,
+      s->header_later ? NULL : &c->payload, s->cq, s->cq, c);
   if (e != GRPC_CALL_OK) {
     grpc_metadata_array_destroy(&c->md);
     free(c);
@@ -937,6 +953,31 @@ ps_role ps_rpc_call_role(const ps_rpc_call *c) {
   return c->role;
 }
 
+/* The request's first message (c->payload) is in: checked, then parsed by
+ * the handler; the bulk data follows. */
+static void header_arrived(ps_rpc_call *c) {
+  const ps_rpc_handler *h = &c->srv->h[c->hi];
+  if (c->payload == NULL) {
+    ps_status_set(&c->st, PS_INVALID_ARGUMENT, "%s: no request message", h->method);
+    scall_fail(c);
+    return;
+  }
+  if (check_size(c, c->payload) != 0) {
+    scall_fail(c);
+    return;
+  }
+  grpc_slice sl = read_all(c->payload);
+  grpc_byte_buffer_destroy(c->payload);
+  c->payload = NULL;
+  c->bytes_in = GRPC_SLICE_LENGTH(sl);
+  int rc = h->on_header(c, GRPC_SLICE_START_PTR(sl), GRPC_SLICE_LENGTH(sl), &c->st);
+  grpc_slice_unref(sl);
+  if (rc != 0)
+    scall_fail(c);
+  else
+    scall_recv_next(c);
+}
+
 static void scall_event(ps_rpc_call *c, int ok) {
   ps_rpc_server *s = c->srv;
   atomic_store(&c->wait_since_ms, 0);
@@ -961,27 +1002,27 @@ static void scall_event(ps_rpc_call *c, int ok) {
       scall_fail(c);
       return;
     }
-    if (c->payload == NULL) {
-      ps_status_set(&c->st, PS_INVALID_ARGUMENT, "%s: no request message", h->method);
-      scall_fail(c);
+    if (s->header_later) { /* the request message only now (see header_later) */
+      grpc_op op;
+      memset(&op, 0, sizeof op);
+      op.op = GRPC_OP_RECV_MESSAGE;
+      op.data.recv_message.recv_message = &c->payload;
+      c->state = S_HEADER;
+      wait_client(c, 1);
+      if (grpc_call_start_batch(c->call, &op, 1, c, NULL) != GRPC_CALL_OK) scall_free(c);
       return;
     }
-    if (check_size(c, c->payload) != 0) {
-      scall_fail(c);
-      return;
-    }
-    grpc_slice sl = read_all(c->payload);
-    grpc_byte_buffer_destroy(c->payload);
-    c->payload = NULL;
-    c->bytes_in = GRPC_SLICE_LENGTH(sl);
-    int rc = h->on_header(c, GRPC_SLICE_START_PTR(sl), GRPC_SLICE_LENGTH(sl), &c->st);
-    grpc_slice_unref(sl);
-    if (rc != 0)
-      scall_fail(c);
-    else
-      scall_recv_next(c);
+    header_arrived(c);
     return;
   }
+  case S_HEADER:
+    if (!ok) {
+      scall_free(c);
+      return;
+    }
+    c->state = S_RECEIVING;
+    header_arrived(c);
+    return;
   case S_RECEIVING:
   case S_EOS: {
     if (!ok) {
@@ -1683,6 +1724,7 @@ ps_rpc_server *ps_rpc_server_create(const char *addr, const ps_rpc_handler *h, s
     ps_status_set(st, PS_UNAVAILABLE, "pipe: %s", strerror(errno));
     goto fail;
   }
+  s->header_later = s->opt.auth != NULL;
   s->tls = s->opt.tls_cert_file || s->opt.tls_key_file;
   if (s->tls) {
     if (tls_files_read(&s->opt, &s->tls_cert, &s->tls_key, &s->tls_ca, st) != 0)
@@ -1708,8 +1750,11 @@ ps_rpc_server *ps_rpc_server_create(const char *addr, const ps_rpc_handler *h, s
   s->cq = grpc_completion_queue_create_for_next(NULL);
   grpc_server_register_completion_queue(s->srv, s->cq, NULL);
   for (size_t i = 0; i < nh; i++)
-    s->reg[i] = grpc_server_register_method(s->srv, h[i].method, NULL,
-                                            GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
+    s->reg[i] = grpc_server_register_method(
+        s->srv, h[i].method, NULL,
+        s->header_later ? GRPC_SRM_PAYLOAD_NONE
+                        : GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER,
+        0);
   if (s->tls && tls_listen(s, addr, st) != 0) {
     /* never started: nothing of gRPC's runs yet */
     grpc_server_destroy(s->srv);
