@@ -479,6 +479,9 @@ struct ps_rpc_server {
    * methods are registered without their payload and the first message
    * is received as the call's first batch after the check (S_HEADER). */
   int header_later;
+  /* calls refused for their token since the last WARN about them */
+  atomic_ullong auth_refused;
+  atomic_llong auth_log_ms;
   int tls;
   pthread_mutex_t tls_mu;
   char *tls_cert, *tls_key, *tls_ca;
@@ -949,6 +952,22 @@ static int call_authorize(ps_rpc_call *c, const ps_rpc_handler *h) {
   return 0;
 }
 
+/* A refused call is logged at WARN, at most once every 10 s with the
+ * count since (a guessing client shows at the default level; the token is
+ * never in the message). */
+static void auth_refused_log(ps_rpc_call *c) {
+  ps_rpc_server *s = c->srv;
+  atomic_fetch_add(&s->auth_refused, 1);
+  long long t = now_ms(), last = atomic_load(&s->auth_log_ms);
+  if (t - last < 10000 || !atomic_compare_exchange_strong(&s->auth_log_ms, &last, t))
+    return;
+  char *peer = grpc_call_get_peer(c->call);
+  PS_WARN("refused %llu call(s) for their token in the last 10 s; the last from %s: %s",
+          (unsigned long long)atomic_exchange(&s->auth_refused, 0), peer ? peer : "?",
+          c->st.msg);
+  gpr_free(peer);
+}
+
 ps_role ps_rpc_call_role(const ps_rpc_call *c) {
   return c->role;
 }
@@ -999,6 +1018,7 @@ static void scall_event(ps_rpc_call *c, int ok) {
       return;
     }
     if (call_authorize(c, h) != 0) {
+      auth_refused_log(c);
       scall_fail(c);
       return;
     }
@@ -1579,7 +1599,7 @@ static void *monitor_thread(void *arg) {
 static void tls_files_free(char **cert, char **key, char **ca) {
   free(*cert);
   if (*key) {
-    memset(*key, 0, strlen(*key));
+    ps_secure_zero(*key, strlen(*key));
     free(*key);
   }
   free(*ca);
@@ -1960,7 +1980,7 @@ void ps_rpc_channel_destroy(ps_rpc_channel *c) {
   grpc_channel_destroy(c->ch);
   pthread_mutex_destroy(&c->mu);
   if (c->auth) {
-    memset(c->auth, 0, strlen(c->auth));
+    ps_secure_zero(c->auth, strlen(c->auth));
     free(c->auth);
   }
   free(c->target);

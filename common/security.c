@@ -38,6 +38,10 @@ struct ps_auth {
   size_t n;
 };
 
+void ps_secure_zero(void *p, size_t n) {
+  OPENSSL_cleanse(p, n);
+}
+
 const char *ps_role_name(ps_role r) {
   return r == PS_ROLE_ADMIN ? "admin" : r == PS_ROLE_WORKER ? "worker" : "none";
 }
@@ -45,7 +49,9 @@ const char *ps_role_name(ps_role r) {
 /* The whole of a small regular file, NUL-terminated (malloc'd). */
 static char *read_small_file(const char *path, const char *what, size_t *len,
                              ps_status *st) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  /* O_NONBLOCK: a FIFO put at the path must not block the caller (the
+   * daemon's loop, on SIGHUP) until a writer comes; it is refused below */
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0)
     return ps_status_set(st, errno == ENOENT ? PS_NOT_FOUND : PS_INVALID_ARGUMENT,
                          "%s %s: %s", what, path, strerror(errno)),
@@ -79,6 +85,13 @@ static char *read_small_file(const char *path, const char *what, size_t *len,
   }
   close(fd);
   buf[got] = '\0';
+  if (memchr(buf, '\0', got) != NULL) {
+    OPENSSL_cleanse(buf, got);
+    free(buf);
+    return ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "%s %s: has a NUL byte: not a text file", what, path),
+           NULL;
+  }
   if (len) *len = got;
   return buf;
 }

@@ -41,6 +41,10 @@ const char *ps_auth_path(const ps_auth *a);
 ps_role ps_auth_check(ps_auth *a, const char *value, size_t len);
 void ps_auth_destroy(ps_auth *a); /* NULL is a no-op */
 
+/* Zeroes @n bytes of a key or token before it is freed, in a way the
+ * compiler keeps (OPENSSL_cleanse). */
+void ps_secure_zero(void *p, size_t n);
+
 /* A client's token: the first line of @path that is neither blank nor a
  * # comment, trimmed (malloc'd).  NULL with @st naming the file. */
 char *ps_token_read_file(const char *path, ps_status *st);

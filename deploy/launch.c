@@ -430,6 +430,10 @@ static void log_cmdline(const char *name, int pid, char **argv) {
 static char **secure_env(launcher *L, int chief) {
   static const char *const names[] = {
       "PS_TLS_CA=", "PS_TLS_CERT=", "PS_TLS_KEY=", "PS_TOKEN_FILE="};
+  /* the caller's own credentials never reach a task (an operator's admin
+   * token in PS_AUTH_TOKEN would otherwise sit in every worker's environ) */
+  static const char *const dropped[] = {
+      "PS_AUTH_TOKEN=", "PS_AUTH_TOKEN_FILE=", "PS_TLS_SERVER_NAME="};
   const char *vals[4] = {L->sec_paths[SEC_CA],
                          L->sec_paths[chief ? SEC_ADMIN_CERT : SEC_WORKER_CERT],
                          L->sec_paths[chief ? SEC_ADMIN_KEY : SEC_WORKER_KEY],
@@ -444,6 +448,8 @@ static char **secure_env(launcher *L, int chief) {
     int ours = 0;
     for (int j = 0; j < 4; j++)
       ours |= !strncmp(environ[i], names[j], strlen(names[j]));
+    for (int j = 0; j < 3; j++)
+      ours |= !strncmp(environ[i], dropped[j], strlen(dropped[j]));
     if (!ours && (env[k++] = strdup(environ[i])) == NULL) goto oom;
   }
   for (int j = 0; j < 4; j++) {

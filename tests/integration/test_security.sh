@@ -55,6 +55,12 @@ expect "a bad role, by line" 2 "--auth-token-file $dir/badrole, line 3: role 'ro
 printf 'admin 0123456789abcdef0123\nworker 0123456789abcdef0123\n' > "$dir/twice"
 expect "a token listed twice" 2 "line 2: the same token is listed twice" \
   "$PS_SERVER" --cluster "$dir/one.json" --auth-token-file "$dir/twice"
+mkfifo "$dir/fifo"
+expect "a FIFO as token file (no hang)" 2 "--auth-token-file $dir/fifo: not a regular file" \
+  timeout 10 "$PS_SERVER" --cluster "$dir/one.json" --auth-token-file "$dir/fifo"
+printf 'worker 0123456789abcdef0123\000456\n' > "$dir/nul"
+expect "a NUL byte in the token file" 2 "--auth-token-file $dir/nul: has a NUL byte" \
+  "$PS_SERVER" --cluster "$dir/one.json" --auth-token-file "$dir/nul"
 printf '# nothing\n' > "$dir/empty"
 expect "no token at all" 2 "--auth-token-file $dir/empty: no token in it" \
   "$PS_SERVER" --cluster "$dir/one.json" --auth-token-file "$dir/empty"
@@ -77,6 +83,8 @@ TP=$PID; spec_of "$ADDR" "$dir/tls.json"
 check "TLS ps logs what protects it" has "$dir/tls.log" "TLS, 2 token(s), 1 admin"
 expect "TLS ps: psctl with CA and token" 0 "up vars=0" "$PSCTL" --cluster "$dir/tls.json" "${WORKER[@]}" status
 expect "TLS ps: a plaintext client is refused" 1 "Socket closed (if the ps serves TLS, give --tls-ca" "$PSCTL" --cluster "$dir/tls.json" --token-file "$C/worker.token" status
+expect "a client sending its token without TLS is warned" 1 "sending a bearer token without TLS" \
+  "$PSCTL" --cluster "$dir/tls.json" --token-file "$C/worker.token" status
 expect "TLS ps: a client of another CA is refused" 1 "certificate verify failed (the ps certificate is not signed by --tls-ca" \
   "$PSCTL" --cluster "$dir/tls.json" --tls-ca "$C2/ca.crt" --token-file "$C/worker.token" status
 expect "TLS ps: the environment instead of flags" 0 "up vars=0" \
@@ -225,6 +233,7 @@ after_ck=$(ls -l --time-style=+%s.%N "$ck" | md5sum)
 check "refused calls changed no value" test "$before_vals" = "$after_vals"
 check "refused calls changed no checkpoint" test "$before_ck" = "$after_ck"
 check "the ps is still up" kill -0 "$RP"
+check "refused calls are logged" has "$dir/roles.log" "WARN ps/0: refused [0-9]* call(s) for their token in the last 10 s; the last from ipv"
 if grep -qF -- "$(cat "$C/worker.token")" "$dir/roles.log" || grep -qF -- "$(cat "$C/admin.token")" "$dir/roles.log"; then
   bad "no token in the ps log"
 else

@@ -102,11 +102,11 @@ static void security_free(client_security *s) {
   free(s->ca);
   free(s->cert);
   if (s->key) {
-    memset(s->key, 0, strlen(s->key));
+    ps_secure_zero(s->key, strlen(s->key));
     free(s->key);
   }
   if (s->token) {
-    memset(s->token, 0, strlen(s->token));
+    ps_secure_zero(s->token, strlen(s->token));
     free(s->token);
   }
   memset(s, 0, sizeof *s);
@@ -164,6 +164,9 @@ static int security_load(ps_client_options *o, const ps_cluster_security *cs,
       goto fail;
     }
   }
+  if (s->token && s->ca == NULL)
+    PS_WARN("sending a bearer token without TLS: anyone on the network path can read it "
+            "and use it (give the ps certificates' CA: --tls-ca, PS_TLS_CA)");
   s->ch = (ps_rpc_channel_security){.ca_pem = s->ca,
                                     .cert_pem = s->cert,
                                     .key_pem = s->key,
