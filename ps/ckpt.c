@@ -445,7 +445,14 @@ typedef struct job {
   /* restore */
   Paramserver__RestoreRequest *rq;
   ps_status st;
+  int64_t reserved; /* --max-checkpoint-bytes: bytes this save holds back */
 } job;
+
+/* --max-checkpoint-bytes: bytes of saves under way, counted against the
+ * quota beside what the directory holds, so that saves at once cannot all
+ * pass the check (quota_mu serializes the checks). */
+static pthread_mutex_t quota_mu = PTHREAD_MUTEX_INITIALIZER;
+static int64_t quota_reserved;
 
 static void job_free(ps_rpc_call *c) {
   job *j = ps_rpc_call_ctx(c);
@@ -456,6 +463,11 @@ static void job_free(ps_rpc_call *c) {
   ps_snapshot_free(j->snap);
   if (j->rq) paramserver__restore_request__free_unpacked(j->rq, NULL);
   if (j->mrq) paramserver__merge_request__free_unpacked(j->mrq, NULL);
+  if (j->reserved) {
+    pthread_mutex_lock(&quota_mu);
+    quota_reserved -= j->reserved;
+    pthread_mutex_unlock(&quota_mu);
+  }
   free(j);
 }
 
@@ -616,29 +628,32 @@ static int dir_bytes_add(const char *path, const struct stat *sb, int type,
   return 0;
 }
 
-/* --max-checkpoint-bytes: the directory's bytes now plus this shard's
- * (its tensors' bytes; the merge then renames them) must stay within the
- * quota, else RESOURCE_EXHAUSTED naming it; nothing is written. */
-static int check_quota(job *j, ps_status *st) {
+/* --max-checkpoint-bytes: what the directory holds, what saves under way
+ * hold back and @adds (this shard's tensors, or a Merge's .meta) must stay
+ * within the quota, else RESOURCE_EXHAUSTED naming it, before anything is
+ * written; a save's bytes stay held back until its call ends.  Files that
+ * vanish during the walk (a merge renaming) are skipped. */
+static int check_quota(job *j, const char *op, const char *what, int64_t adds, bool hold,
+                       ps_status *st) {
   int64_t quota = ps_service_limits_of(j->svc)->max_checkpoint_bytes;
   if (quota <= 0) return 0;
-  int64_t shard = 0;
-  for (size_t i = 0; i < j->snap->n; i++)
-    if (j->snap->e[i].buf) shard += (int64_t)j->snap->e[i].buf->size;
   const char *root = ps_service_checkpoint_dir(j->svc);
+  int rc = 0;
+  pthread_mutex_lock(&quota_mu);
   dir_bytes_sum = 0;
-  if (nftw(root, dir_bytes_add, 16, FTW_PHYS) != 0)
-    return ps_status_set(st, PS_INTERNAL, "Save: cannot measure %s: %s", root,
-                         strerror(errno));
-  int64_t held = dir_bytes_sum;
-  if (held > quota || shard > quota - held)
-    return ps_status_set(st, PS_RESOURCE_EXHAUSTED,
-                         "Save of %s: %s holds %lld bytes and shard %d of %s adds %lld, "
-                         "more than --max-checkpoint-bytes %lld (delete old checkpoints, "
-                         "or lower max_to_keep)",
-                         j->prefix, root, (long long)held, j->shard, j->task,
-                         (long long)shard, (long long)quota);
-  return 0;
+  nftw(root, dir_bytes_add, 16, FTW_PHYS);
+  int64_t held = dir_bytes_sum + quota_reserved;
+  if (held > quota || adds > quota - held)
+    rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED,
+                       "%s of %s: %s holds %lld bytes (with saves under way) and %s adds "
+                       "%lld, more than --max-checkpoint-bytes %lld (delete old "
+                       "checkpoints, or lower max_to_keep)",
+                       op, j->prefix, root, (long long)held, what, (long long)adds,
+                       (long long)quota);
+  else if (hold)
+    quota_reserved += (j->reserved = adds);
+  pthread_mutex_unlock(&quota_mu);
+  return rc;
 }
 
 static int save_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *st) {
@@ -678,7 +693,12 @@ static int save_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *st
   }
   if (j->snap == NULL)
     return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Save: out of memory");
-  if ((rc = check_quota(j, st)) != 0) return rc;
+  int64_t shard = 0;
+  for (size_t i = 0; i < j->snap->n; i++)
+    if (j->snap->e[i].buf) shard += (int64_t)j->snap->e[i].buf->size;
+  char what[128];
+  snprintf(what, sizeof what, "shard %d of %s", j->shard, j->task);
+  if ((rc = check_quota(j, "Save", what, shard, true, st)) != 0) return rc;
   j->pi = calloc(j->snap->n + 1, sizeof *j->pi);
   if (j->pi == NULL) return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
   for (size_t i = 0; i < j->snap->n; i++) {
@@ -874,6 +894,9 @@ static int merge_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *s
     rc = ps_status_set(st, PS_INVALID_ARGUMENT,
                        "Merge: %zu own_paths, more than the %d allowed", rq->n_own_paths,
                        MAX_OWN_PATHS);
+  /* the shards are renamed into place; the .meta it carries is new bytes */
+  if (rc == 0 && rq->meta_graph.len > 0)
+    rc = check_quota(j, "Merge", "its MetaGraph", (int64_t)rq->meta_graph.len, true, st);
   return rc;
 }
 

@@ -255,6 +255,33 @@ expect "--max-checkpoint-bytes: an admin save over the quota is refused" 1 \
 expect "... naming the limit" 1 "more than --max-checkpoint-bytes" "$PSCTL" --cluster "$dir/quota.json" "${ADMIN[@]}" save
 check "--max-checkpoint-bytes: nothing written" test "$before_ck" = "$(ls -l --time-style=+%s.%N "$ck" | md5sum)"
 kill -TERM "$QP"; wait "$QP"
+# saves at once cannot all pass the check: a 100 KB model, room for one
+# more checkpoint's data and a half, four saves together: one succeeds
+ckq="$dir/ckq"; mkdir -p "$ckq"
+start_ps "$dir/one.json" 0 "$dir/quota2.log" "${TLS[@]}" --auth-token-file "$C/tokens" --checkpoint-dir "$ckq"
+QP=$PID; spec_of "$ADDR" "$dir/quota2.json"
+"$PS_WORKER" --cluster "$dir/quota2.json" --job worker --task 0 --model mlp --hidden 32 --steps 5 \
+  --checkpoint-dir "$ckq" --keep-ps "${ADMIN[@]}" > "$dir/wq2.out" 2> "$dir/wq2.err"
+data=$(find "$ckq" -name '*.data-*' -printf '%s\n' | head -1)
+quota=$(($(files_bytes "$ckq") + data * 3 / 2))
+kill -TERM "$QP"; wait "$QP"
+start_ps "$dir/one.json" 0 "$dir/quota3.log" "${TLS[@]}" --auth-token-file "$C/tokens" --checkpoint-dir "$ckq" \
+  --max-checkpoint-bytes "$quota"
+QP=$PID; spec_of "$ADDR" "$dir/quota3.json"
+"$PS_WORKER" --cluster "$dir/quota3.json" --job worker --task 0 --model mlp --hidden 32 --steps 5 \
+  --checkpoint-dir "$ckq" --keep-ps "${ADMIN[@]}" > "$dir/wq3.out" 2> "$dir/wq3.err"
+for k in 1 2 3 4; do
+  "$PSCTL" --cluster "$dir/quota3.json" "${ADMIN[@]}" --max-to-keep -1 save "at$k" > "$dir/qs$k.out" 2>&1 &
+  eval "qs$k=\$!"
+done
+saved=0
+for k in 1 2 3 4; do
+  eval "wait \$qs$k" && saved=$((saved + 1))
+done
+check "--max-checkpoint-bytes: 1 of 4 saves at once passes ($saved; $(data=0; cat "$dir"/qs*.out | tr '\n' ' ' | cut -c1-300))" test "$saved" = 1
+check "--max-checkpoint-bytes: the directory stays within it plus an index ($(files_bytes "$ckq") of $quota)" \
+  test "$(files_bytes "$ckq")" -le $((quota + 8192))
+kill -TERM "$QP"; wait "$QP"
 
 # ---- 5. SIGHUP: a new certificate (another CA) and a new token file
 R="$dir/rot"; mkdir -p "$R"
