@@ -329,9 +329,11 @@ static void unlimited_args(grpc_arg *a, int server) {
  * (grpc_server_add_http2_port, no SO_REUSEPORT, on the port our own bind
  * just checked).  The monitor then finds the connections in
  * /proc/self/fd (sockets whose local port is ours and that do not listen)
- * once a second and before every shutdown of connections: the table
- * above, the stall and shutdown handling, and max_connections (new
- * connections over it are shut down) work as without TLS.
+ * every 0.2 s and before every shutdown of connections: the table above,
+ * the stall and shutdown handling, and max_connections (new connections
+ * over it are shut down) work as without TLS.  But gRPC's listener stops
+ * for good on an accept4 error such as EMFILE: ps-server keeps half the
+ * descriptors free of connections, and listener_check logs the stop.
  *
  * Stalled streams.  While a batch that waits on the client is in flight
  * (a request message, or a response message the client must read), the
@@ -479,6 +481,8 @@ struct ps_rpc_server {
    * methods are registered without their payload and the first message
    * is received as the call's first batch after the check (S_HEADER). */
   int header_later;
+  int64_t queue_since_ms, last_dead_log_ms; /* TLS: listener_check */
+  DIR *fd_dir;                              /* TLS: /proc/self/fd, for conns_discover */
   /* calls refused for their token since the last WARN about them */
   atomic_ullong auth_refused;
   atomic_llong auth_log_ms;
@@ -1277,13 +1281,38 @@ static void conns_sweep(ps_rpc_server *s) {
   s->nconns = k;
 }
 
+/* TLS: gRPC 1.51's listener stops for good on an accept4 error (out of
+ * descriptors): connections then wait in its queue and are never served.
+ * A queue that stays non-empty for 5 s is logged at ERROR every 30 s, so
+ * that the operator (or a probe: new connections hang) restarts the ps.
+ * For a listening socket TCP_INFO's tcpi_unacked is its accept queue.
+ * Under accept_mu. */
+static void listener_check(ps_rpc_server *s, int fd) {
+  struct tcp_info ti;
+  socklen_t tl = sizeof ti;
+  int64_t t = now_ms();
+  if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) != 0 || ti.tcpi_unacked == 0) {
+    s->queue_since_ms = 0;
+    return;
+  }
+  if (s->queue_since_ms == 0) s->queue_since_ms = t;
+  if (t - s->queue_since_ms >= 5000 && t - s->last_dead_log_ms >= 30000) {
+    PS_ERROR(
+        "the TLS listener accepts no more (%u connection(s) have waited in its queue "
+        "for %lld s; gRPC's listener stops for good when descriptors run out): "
+        "new clients cannot connect, restart this ps",
+        ti.tcpi_unacked, (long long)((t - s->queue_since_ms) / 1000));
+    s->last_dead_log_ms = t;
+  }
+}
+
 /* TLS: adds the connections gRPC's listener accepted to the table (see
  * "Listener"); those over max_connections are shut down.  Under accept_mu. */
 static void conns_discover(ps_rpc_server *s) {
-  if (!s->tls || s->port <= 0) return;
+  if (!s->tls || s->port <= 0 || s->fd_dir == NULL) return;
   conns_sweep(s);
-  DIR *d = opendir("/proc/self/fd");
-  if (d == NULL) return;
+  DIR *d = s->fd_dir; /* open for good: out of descriptors, a scan still runs */
+  rewinddir(d);
   struct dirent *e;
   while ((e = readdir(d)) != NULL) {
     char *end;
@@ -1300,8 +1329,12 @@ static void conns_discover(ps_rpc_server *s) {
     int listening = 0;
     socklen_t ol = sizeof listening;
     if (port != s->port ||
-        getsockopt((int)fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &ol) != 0 || listening)
+        getsockopt((int)fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &ol) != 0)
       continue;
+    if (listening) {
+      listener_check(s, (int)fd);
+      continue;
+    }
     int known = 0;
     for (int i = 0; i < s->nconns && !known; i++)
       known = s->conns[i].ino == sb.st_ino && s->conns[i].dev == sb.st_dev;
@@ -1317,7 +1350,6 @@ static void conns_discover(ps_rpc_server *s) {
     }
     s->conns[s->nconns++] = (conn_slot){(int)fd, sb.st_ino, sb.st_dev, 0, 0, 0};
   }
-  closedir(d);
 }
 
 static void accept_ready(ps_rpc_server *s, int lfd, int64_t *backoff_until) {
@@ -1569,6 +1601,8 @@ static void *monitor_thread(void *arg) {
                                                    : 1000;
     if (s->opt.stream_timeout_ms > 0 && s->opt.stream_timeout_ms / 4 < timeout)
       timeout = (int)(s->opt.stream_timeout_ms / 4) + 1;
+    /* TLS: connections over the limit are shut within 0.2 s */
+    if (s->tls && timeout > 200) timeout = 200;
     if (s->nlfd > 0 && !listening && backoff_until - t < timeout)
       timeout = (int)(backoff_until - t) + 1;
     int r = poll(p, (nfds_t)n, timeout);
@@ -1701,6 +1735,7 @@ static void server_free(ps_rpc_server *s) {
   pthread_mutex_destroy(&s->accept_mu);
   pthread_mutex_destroy(&s->tls_mu);
   tls_files_free(&s->tls_cert, &s->tls_key, &s->tls_ca);
+  if (s->fd_dir) closedir(s->fd_dir);
   free(s->conns);
   free(s->threads);
   free(s->reg);
@@ -1750,6 +1785,11 @@ ps_rpc_server *ps_rpc_server_create(const char *addr, const ps_rpc_handler *h, s
     if (tls_files_read(&s->opt, &s->tls_cert, &s->tls_key, &s->tls_ca, st) != 0)
       goto fail;
     s->tls_pending = 1;
+    if ((s->fd_dir = opendir("/proc/self/fd")) == NULL) {
+      ps_status_set(st, PS_UNAVAILABLE, "TLS: cannot list /proc/self/fd: %s",
+                    strerror(errno));
+      goto fail;
+    }
   }
   if (open_listeners(s, addr, st) != 0) goto fail;
   grpc_arg a[4];

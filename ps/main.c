@@ -594,16 +594,21 @@ static int security_settings(server_args *a, const ps_cluster *cluster) {
 
 /* Each connection costs a descriptor: take all the system allows, and
  * serve no more connections than fit beside the reserve. */
-static int connection_limit(int64_t max_conns) {
+/* With TLS, gRPC's own listener accepts (common/rpc.c, "Listener"): it
+ * stops for good on its first accept4 error, so connections over the limit
+ * (shut by the monitor a moment later) must never exhaust the descriptors:
+ * half of them stay free for those. */
+static int connection_limit(int64_t max_conns, bool tls) {
   long nofile = raise_fd_limit();
+  long room = nofile > 0 ? nofile - FD_RESERVE(nofile) : 0;
+  if (tls) room /= 2;
   if (max_conns < 0) {
     max_conns = PS_RPC_DEFAULT_MAX_CONNECTIONS;
-    if (nofile > 0 && nofile - FD_RESERVE(nofile) < max_conns)
-      max_conns = nofile - FD_RESERVE(nofile) > 1 ? nofile - FD_RESERVE(nofile) : 1;
-  } else if (nofile > 0 && nofile - FD_RESERVE(nofile) < max_conns) {
+    if (nofile > 0 && room < max_conns) max_conns = room > 1 ? room : 1;
+  } else if (nofile > 0 && room < max_conns) {
     PS_WARN("--max-connections %lld: the open-file limit is %ld, so accepting "
-            "may pause when descriptors run out",
-            (long long)max_conns, nofile);
+            "may %s when descriptors run out",
+            (long long)max_conns, nofile, tls ? "stop (TLS)" : "pause");
   }
   return (int)max_conns;
 }
@@ -700,7 +705,7 @@ int main(int argc, char **argv) {
   snprintf(listen_addr, sizeof listen_addr, "%s%s%s:%s",
            strchr(bind_host, ':') ? "[" : "", bind_host,
            strchr(bind_host, ':') ? "]" : "", colon + 1);
-  a.ropt.max_connections = connection_limit(a.max_conns);
+  a.ropt.max_connections = connection_limit(a.max_conns, a.ropt.tls_cert_file != NULL);
   a.ropt.nthreads = a.threads;
 
   /* Threads started from here on (gRPC's, checkpoint jobs) never take

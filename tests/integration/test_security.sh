@@ -131,6 +131,29 @@ print("closed", closed())
 expect "TLS ps: --max-connections holds (3 of 5 shut)" 0 "closed 3" /usr/bin/python3 -c "$conns_py" "$ADDR"
 check "TLS ps: the limit is logged" has "$dir/conns.log" "2 connections open (--max-connections): closing new ones"
 kill -TERM "$CP"; wait "$CP"
+# gRPC's TLS listener gives up for good once out of descriptors: the limit
+# keeps half of them free, and a listener that stopped is logged at ERROR
+# (here: 128 descriptors, 300 connections at once)
+(ulimit -n 128; exec "$PS_SERVER" --cluster "$dir/one.json" "${TLS[@]}" > "$dir/fd.out" 2> "$dir/fd.log") &
+FP=$!
+wait_for "$dir/fd.out" "ready on" 30
+check "TLS ps: the connection limit keeps half the descriptors free" has "$dir/fd.log" "at most 48 connections; TLS"
+/usr/bin/python3 -c '
+import socket, sys, time
+host, port = sys.argv[1].rsplit(":", 1)
+socks = []
+for _ in range(300):
+    try:
+        socks.append(socket.create_connection((host, int(port)), timeout=1))
+    except OSError:
+        pass
+time.sleep(int(sys.argv[2]))
+' "$(awk '{print $NF}' "$dir/fd.out")" 10 &
+HOLD=$!
+wait_for "$dir/fd.log" "the TLS listener accepts no more" 15
+check "TLS ps: a listener out of descriptors is logged" has "$dir/fd.log" "ERROR ps/0: the TLS listener accepts no more"
+kill "$HOLD" 2> /dev/null; wait "$HOLD" 2> /dev/null
+kill -TERM "$FP"; wait "$FP"
 
 # ---- 3. roles: a job leaves variables and a checkpoint behind
 ck="$dir/ck"; mkdir -p "$ck"
