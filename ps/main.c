@@ -58,8 +58,9 @@ static const char usage[] =
     "\n"
     "security (README \"Security\"; each also from the environment variable shown;\n"
     "SIGHUP re-reads the certificate, key, CA and token files):\n"
-    "  --tls-cert FILE        serve TLS with this PEM certificate chain (PS_TLS_CERT)\n"
-    "  --tls-key FILE         and its PEM private key (PS_TLS_KEY)\n"
+    "  --tls-cert FILE        serve TLS with this PEM certificate chain\n"
+    "                         (PS_SERVER_TLS_CERT)\n"
+    "  --tls-key FILE         and its PEM private key (PS_SERVER_TLS_KEY)\n"
     "  --tls-client-ca FILE   mutual TLS: clients must present a certificate this\n"
     "                         PEM CA signed (PS_TLS_CLIENT_CA)\n"
     "  --auth-token-file FILE calls must carry 'authorization: Bearer TOKEN' of a\n"
@@ -533,8 +534,11 @@ static int parse_args(int argc, char **argv, server_args *a) {
   int o, li = 0, rc;
   bool exit_now = false;
   /* the environment first: flags override it */
-  a->ropt.tls_cert_file = env_or_null("PS_TLS_CERT");
-  a->ropt.tls_key_file = env_or_null("PS_TLS_KEY");
+  /* not PS_TLS_CERT/PS_TLS_KEY, a client's own certificate: an
+   * environment every task of a job shares must not give the workers the
+   * ps's key as their identity */
+  a->ropt.tls_cert_file = env_or_null("PS_SERVER_TLS_CERT");
+  a->ropt.tls_key_file = env_or_null("PS_SERVER_TLS_KEY");
   a->ropt.tls_client_ca_file = env_or_null("PS_TLS_CLIENT_CA");
   a->token_file = env_or_null("PS_AUTH_TOKEN_FILE");
   const char *ra = env_or_null("PS_REQUIRE_AUTH");

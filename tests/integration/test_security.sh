@@ -91,6 +91,13 @@ expect "TLS ps: the environment instead of flags" 0 "up vars=0" \
   env PS_TLS_CA="$C/ca.crt" PS_TOKEN_FILE="$C/worker.token" "$PSCTL" --cluster "$dir/tls.json" status
 expect "TLS ps: the token in PS_AUTH_TOKEN" 0 "up vars=0" \
   env PS_TLS_CA="$C/ca.crt" PS_AUTH_TOKEN="$(cat "$C/worker.token")" "$PSCTL" --cluster "$dir/tls.json" status
+# the ps's own environment names: PS_TLS_CERT is a client's certificate
+PS_PREFIX="env PS_SERVER_TLS_CERT=$C/server.crt PS_SERVER_TLS_KEY=$C/server.key PS_TLS_CERT=$C/client-worker.crt" \
+  start_ps "$dir/one.json" 0 "$dir/envps.log"
+spec_of "$ADDR" "$dir/envps.json"
+check "ps: TLS from PS_SERVER_TLS_CERT/KEY" has "$dir/envps.log" "TLS, no tokens"
+expect "ps: TLS from the environment serves" 0 "up vars=0" "$PSCTL" --cluster "$dir/envps.json" --tls-ca "$C/ca.crt" status
+kill -TERM "$PID"; wait "$PID"
 start_ps "$dir/one.json" 0 "$dir/mtls.log" "${TLS[@]}" --tls-client-ca "$C/ca.crt"
 MP=$PID; spec_of "$ADDR" "$dir/mtls.json"
 expect "mTLS ps: a client certificate of the CA" 0 "up vars=0" \
