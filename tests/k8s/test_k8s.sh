@@ -3,6 +3,15 @@
 # schemas (kubernetes-models from the npm registry, installed once into
 # $NPM_DIR), and a broken manifest to show the check can fail.  The image
 # recipe is checked for what the manifests rely on.
+# The secure variants (paramserver-secure.yaml, tfjob-secure.yaml) get the
+# same validation plus validate.mjs --secure (--require-auth, files from
+# read-only Secret volumes, a Secret each for the ps, the chief and the
+# other workers, TLS-capable probes, no token in the YAML), broken copies
+# to show those checks fail, and a run through real processes
+# (localpods.mjs): the Secrets made by the commands in the manifest's own
+# comment (deploy/gen-certs.sh, kubectl create secret as a stand-in that
+# writes files), every pod its manifest's command with its mounts, the
+# probes run against the ps, and a short training job to its checkpoint.
 set -uo pipefail
 source "$(dirname "$0")/../support/lib.sh"
 test_init k8s
@@ -14,7 +23,8 @@ if [ ! -d "$npm_dir/node_modules/kubernetes-models" ]; then
   (cd "$npm_dir" && npm install --silent --no-audit --no-fund kubernetes-models@5 js-yaml@4 > npm.log 2>&1) \
     || { bad "npm install kubernetes-models" "$(tail -5 "$npm_dir/npm.log")"; finish; }
 fi
-cp "$here/validate.mjs" "$npm_dir/validate.mjs"
+cp "$here/validate.mjs" "$here/localpods.mjs" "$npm_dir/"
+root=$(cd "$here/../.." && pwd)
 v() { node "$npm_dir/validate.mjs" "$@"; }
 
 expect "paramserver.yaml is valid" 0 "ok $k8s/paramserver.yaml: 6 documents" v "$k8s/paramserver.yaml"
@@ -29,6 +39,165 @@ sed 's/"ps-1.ps:2222"/"ps-1.ps:2222", "ps-2.ps:2222"/' "$k8s/paramserver.yaml" >
 expect "a spec that does not match the StatefulSet" 1 "job ps has 3 tasks but its StatefulSet runs 2" v "$dir/bad3.yaml"
 sed 's/restartPolicy: OnFailure/restartPolicy: Sometimes/' "$k8s/tfjob.yaml" > "$dir/bad4.yaml"
 expect "a TFJob restart policy that does not exist" 1 "restartPolicy Sometimes is not a restart policy" v "$dir/bad4.yaml"
+
+# the secure variants, offline
+expect "paramserver-secure.yaml is valid, and secure" 0 \
+  "ok $k8s/paramserver-secure.yaml: 8 documents (secure)" v --secure "$k8s/paramserver-secure.yaml"
+expect "tfjob-secure.yaml is valid, and secure" 0 \
+  "ok $k8s/tfjob-secure.yaml: 2 documents (secure)" v --secure "$k8s/tfjob-secure.yaml"
+expect "the secure manifests hold no token and no Secret (grep)" 1 "" \
+  grep -nE '[0-9a-fA-F]{32}|PS_AUTH_TOKEN|kind: *Secret' "$k8s/paramserver-secure.yaml" "$k8s/tfjob-secure.yaml"
+# the secure checks can fail: the plain manifests, and broken secure ones
+expect "paramserver.yaml is not secure (--require-auth)" 1 \
+  "StatefulSet ps container ps: runs ps-server without --require-auth" v --secure "$k8s/paramserver.yaml"
+expect "paramserver.yaml is not secure (grpc: probe)" 1 \
+  "readinessProbe grpc: cannot connect to a ps serving TLS" v --secure "$k8s/paramserver.yaml"
+expect "tfjob.yaml is not secure (worker 0 is the chief)" 1 \
+  "Worker container tensorflow: its task 0 is the chief" v --secure "$k8s/tfjob.yaml"
+sec=$k8s/paramserver-secure.yaml
+sed 's/ --require-auth$//' "$sec" > "$dir/sbad1.yaml"
+expect "secure: a ps without --require-auth is refused" 1 \
+  "StatefulSet ps container ps: runs ps-server without --require-auth" v --secure "$dir/sbad1.yaml"
+sed 's/"--require-auth"\]/]/' "$k8s/tfjob-secure.yaml" > "$dir/sbad2.yaml"
+expect "secure: a TFJob PS without --require-auth is refused" 1 \
+  "PS container tensorflow: runs ps-server without --require-auth" v --secure "$dir/sbad2.yaml"
+sed '/mountPath: \/etc\/paramserver-tls/{n;s/readOnly: true/readOnly: false/}' "$sec" > "$dir/sbad3.yaml"
+expect "secure: a Secret mounted read-write is refused" 1 \
+  "secret volume tls is mounted without readOnly: true" v --secure "$dir/sbad3.yaml"
+sed '0,/defaultMode: 288/s//defaultMode: 420/' "$sec" > "$dir/sbad4.yaml"
+expect "secure: a Secret volume of mode 0644 is refused" 1 \
+  "StatefulSet ps: secret volume tls has mode 0644, not 0400 or 0440" v --secure "$dir/sbad4.yaml"
+sed "/^        - name: worker\$/a\          env: [{name: PS_AUTH_TOKEN, value: \"$(openssl rand -hex 32)\"}]" \
+  "$sec" > "$dir/sbad5.yaml"
+expect "secure: an inline token is refused" 1 \
+  "StatefulSet worker container worker: a token inline in env PS_AUTH_TOKEN" v --secure "$dir/sbad5.yaml"
+sed 's/secretName: paramserver-worker-tls/secretName: paramserver-chief-tls/' "$sec" > "$dir/sbad6.yaml"
+expect "secure: workers mounting the chief's Secret is refused" 1 \
+  "Secret paramserver-chief-tls is mounted by the chief and by the other workers" v --secure "$dir/sbad6.yaml"
+sed 's|--tls-ca /etc/paramserver-tls/ca.crt|--tls-ca /etc/paramserver/ca.crt|' "$sec" > "$dir/sbad7.yaml"
+expect "secure: a CA file outside the Secret is refused" 1 \
+  "StatefulSet chief container chief: --tls-ca /etc/paramserver/ca.crt is not in a mounted Secret" \
+  v --secure "$dir/sbad7.yaml"
+
+# the secure variants through real processes (localpods.mjs)
+# kubectl, as the manifests' comments use it: "create secret generic NAME
+# --from-file=[KEY=]FILE..." writes $secrets_dir/NAME/KEY; apply is noted
+kubectl() {
+  [ "$1" = -n ] && shift 2
+  if [ "$1" = apply ] && [ "$2" = -f ]; then echo "$3" >> "$secrets_dir/applied"; return 0; fi
+  [ "$1 $2 $3" = "create secret generic" ] || { echo "kubectl stand-in: $* is not handled" >&2; return 1; }
+  local d=$secrets_dir/$4 a k f; shift 4
+  [ ! -e "$d" ] || { echo "kubectl stand-in: secret ${d##*/} exists" >&2; return 1; }
+  mkdir -p "$d"
+  for a; do
+    case $a in
+      --from-file=*=*) k=${a#--from-file=}; f=${k#*=}; k=${k%%=*} ;;
+      --from-file=*) f=${a#--from-file=}; k=${f##*/} ;;
+      *) echo "kubectl stand-in: $a is not handled" >&2; return 1 ;;
+    esac
+    cp "$f" "$d/$k" || return 1
+  done
+}
+# wait_pid PID SECONDS: its exit status, 124 if it is still running then
+wait_pid() {
+  local i
+  for ((i = 0; i < $2 * 10; i++)); do kill -0 "$1" 2> /dev/null || break; sleep 0.1; done
+  kill -0 "$1" 2> /dev/null && return 124
+  wait "$1"
+}
+# run_secure NAME MANIFEST: its Secrets, its pods as processes, the ps
+# probes, a short training job to its checkpoint; the ps then stop
+run_secure() {
+  local name=$1 m=$2 w=$dir/$1 pod job p rc crt hosts h ck step tokens role want ps_pods up=yes
+  local -A pid=()
+  secrets_dir=$w/secrets
+  mkdir -p "$w/cwd" "$secrets_dir" && ln -s "$root/deploy" "$w/cwd/deploy"
+  sed -n 's/^#   //p' "$m" > "$w/commands.sh"
+  (cd "$w/cwd" || exit 1; set -e; source "$w/commands.sh") > "$w/commands.log" 2>&1
+  rc=$?
+  show=$w/commands.log
+  check "$name: the commands in its comment make the Secrets ($(grep -c 'create secret' "$w/commands.sh"))" \
+    test "$rc" = 0
+  show=""
+  check "$name: ... and apply it" test "$(cat "$secrets_dir/applied" 2> /dev/null)" = "deploy/k8s/${m##*/}"
+  WORKER_ARGS="--model linreg --steps 300 --log-every 100" PS_SERVER=$PS_SERVER PS_WORKER=$PS_WORKER PSCTL=$PSCTL \
+    node "$npm_dir/localpods.mjs" "$m" "$w/pods" "$secrets_dir" > "$w/localpods.log" 2>&1 \
+    || { bad "$name: its pods" "$(cat "$w/localpods.log")"; return; }
+  crt=$(ls "$secrets_dir"/*/server.crt | head -1)
+  hosts=""
+  for h in $(cat "$w/pods/ps-hosts"); do
+    openssl x509 -in "$crt" -noout -checkhost "$h" | grep -q ' does match' && hosts+=" $h" || hosts+=" NOT:$h"
+  done
+  check "$name: server.crt names every ps as the workers dial it:$hosts" \
+    test -n "$hosts" -a "${hosts/NOT:/}" = "$hosts"
+  # the Secrets as the pods see them: mode 0440; the chief's token is an
+  # admin one, every other worker's a worker one
+  p=$(stat -c %a "$w"/pods/*/vol/*/{server.key,client.key,token,tokens} 2> /dev/null | sort -u | tr '\n' ' ')
+  check "$name: Secret files mounted with mode 0440 ($p)" test "$p" = "440 "
+  tokens=$(ls "$secrets_dir"/*/tokens | head -1)
+  for pod in $(awk '$2 != "ps" {print $1}' "$w/pods/pods"); do
+    for p in "$w/pods/$pod"/vol/*/token; do
+      role=$(awk -v t="$(cat "$p")" '$2 == t {print $1}' "$tokens")
+      want="worker"; [[ $pod == *chief* ]] && want="admin"
+      check "$name: $pod's token has the $want role (${role:-none})" test "$role" = "$want"
+    done
+  done
+
+  while read -r pod job _; do
+    [ "$job" = ps ] || continue
+    "$w/pods/$pod/run" > "$w/$pod.out" 2> "$w/$pod.log" &
+    pid[$pod]=$!
+  done < "$w/pods/pods"
+  for pod in "${!pid[@]}"; do
+    show=$w/$pod.log
+    wait_for "$w/$pod.out" " ready on " 30 || up=no
+    check "$name: $pod starts (--require-auth, its files from the Secret)" grep -q " ready on " "$w/$pod.out"
+    check "$name: $pod serves TLS with client certificates and the tokens (2, 1 admin)" \
+      grep -q "serving on .*; TLS with client certificates, 2 token(s), 1 admin)" "$w/$pod.log"
+    show=""
+    for p in readiness liveness; do
+      [ -x "$w/pods/$pod/$p" ] || continue
+      expect "$name: $pod's ${p}Probe passes" 0 " up" "$w/pods/$pod/$p"
+    done
+  done
+  [ "$up" = yes ] || return
+  while read -r pod job _; do
+    [ "$job" = ps ] && continue
+    "$w/pods/$pod/run" > "$w/$pod.out" 2> "$w/$pod.log" &
+    pid[$pod]=$!
+  done < "$w/pods/pods"
+  # the chief first: if it fails, the others wait for it in vain
+  local wait_s=120
+  for pod in $(awk '$2 != "ps" {print ($2 == "chief" ? 0 : 1), $1}' "$w/pods/pods" | sort -s -k1,1 | cut -d' ' -f2); do
+    wait_pid "${pid[$pod]}" "$wait_s"; rc=$?
+    [ "$rc" = 0 ] || wait_s=2
+    show=$w/$pod.log
+    check "$name: $pod trains and exits 0 (exit $rc)" test "$rc" = 0
+    show=""
+  done
+  ck=$w/pods/pvc/paramserver-ckpt
+  step=$(sed -n 's/^global step \([0-9]*\)$/\1/p' "$w"/*chief*.out | tail -1)
+  check "$name: the chief saved its checkpoint at the last step ($step)" \
+    test -n "$step" -a -f "$ck/model.ckpt-$step.index"
+  ps_pods=$(awk '$2 == "ps" {print $1}' "$w/pods/pods")
+  if grep -q -- "--keep-ps" "$m"; then
+    # a StatefulSet's ps stay up (--keep-ps): still Ready; SIGTERM stops them
+    for pod in $ps_pods; do expect "$name: $pod still Ready after the job" 0 " up" "$w/pods/$pod/readiness"; done
+    for pod in $ps_pods; do kill -TERM "${pid[$pod]}"; done
+    sleep 0.3
+    for pod in $ps_pods; do kill -TERM "${pid[$pod]}" 2> /dev/null; done
+  fi
+  for pod in $ps_pods; do
+    wait_pid "${pid[$pod]}" 30; rc=$?
+    check "$name: $pod exits 0 (exit $rc)" test "$rc" = 0
+  done
+  p=$(awk '$2 == "ps" {print $1; exit}' "$w/pods/pods")
+  expect "$name: $p's readinessProbe fails once it is down" 1 " down (" "$w/pods/$p/readiness"
+  p=$(grep -hE "refused [0-9]+ call|PERMISSION_DENIED|UNAUTHENTICATED|needs an admin token" "$w"/*.log | head -3)
+  check "$name: no call refused${p:+: $p}" test -z "$p"
+}
+run_secure paramserver-secure "$k8s/paramserver-secure.yaml"
+run_secure tfjob-secure "$k8s/tfjob-secure.yaml"
 
 # the image: multi-stage, Debian 12, non-root, the programs the manifests run
 df="$k8s/Dockerfile"

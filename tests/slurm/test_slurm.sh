@@ -8,7 +8,12 @@
 #  2. two jobs at once on the same nodes both complete (reserved ports);
 #  3. scancel mid-training leaves a final checkpoint with the last step and
 #     no process behind;
-#  4. the job submitted again resumes from that checkpoint and completes.
+#  4. the job submitted again resumes from that checkpoint and completes;
+#  5. (with 1, at the same time) SECURE_DIR: a job with TLS, client
+#     certificates and tokens (deploy/gen-certs.sh --hosts n9,n10,n11)
+#     completes with its checkpoint, the chief with the admin identity and
+#     the other worker with the worker one; and a job whose server.crt does
+#     not name its nodes fails before starting anything, saying so.
 set -uo pipefail
 PS_SERVER=${PS_SERVER:?}; PS_WORKER=${PS_WORKER:?}
 source "$(dirname "$0")/../support/lib.sh"
@@ -25,27 +30,65 @@ bash "$here/slurm_local.sh" start "$dir/slurm" > "$dir/slurm-start.log" 2>&1 \
 export SLURM_CONF=$dir/slurm/slurm.conf
 export PS_SERVER PS_WORKER
 job_state() { scontrol show job "$1" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p'; }
+secure="" # SECURE_DIR of the jobs submit makes
 submit() { # NAME CKPT WORKER_ARGS...: prints the job id
   local name=$1 ck=$2; shift 2
   mkdir -p "$ck"
-  CKPT_DIR="$ck" WORKER_ARGS="$*" sbatch --parsable -N 2 --ntasks-per-node=2 \
+  SECURE_DIR="$secure" CKPT_DIR="$ck" WORKER_ARGS="$*" sbatch --parsable -N 2 --ntasks-per-node=2 \
     -o "$dir/$name.out" "$sbatch_file"
 }
+ended() { # JOBID: it has ended (COMPLETED, FAILED, CANCELLED, ...)
+  case $(job_state "$1") in
+    COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY) ;;
+    *) return 1 ;;
+  esac
+}
 W=(--model linreg --log-every 50)
+# the secure jobs' certificates: server.crt for every node; bad/ for n9 only
+certs=$dir/certs
+"$here/../../deploy/gen-certs.sh" --tokens --hosts n9,n10,n11 "$certs" 2> "$dir/certs.log" \
+  && "$here/../../deploy/gen-certs.sh" --tokens --hosts n9 "$dir/bad" 2>> "$dir/certs.log" \
+  || bad "gen-certs.sh" "$(cat "$dir/certs.log")"
 
-# 1. one job, start to end
+# 1. one job, start to end; 5. at the same time, the secure jobs
 id=$(submit one "$dir/ck1" "${W[@]}" --steps 300)
+sid=$(secure=$certs submit secure "$dir/ck5" "${W[@]}" --steps 300)
+bid=$(secure=$dir/bad submit badcert "$dir/ck5b" "${W[@]}" --steps 300)
 # (a worker that never trained may stay up to 60 s after the chief: srun --wait)
 for ((i = 0; i < 3000; i++)); do
-  s=$(job_state "$id"); [ "$s" = COMPLETED ] || [ "$s" = FAILED ] || [ "$s" = CANCELLED ] && break
+  ended "$id" && ended "$sid" && ended "$bid" && break
   sleep 0.1
 done
+s=$(job_state "$id")
 check "one job ends COMPLETED (${s:-none})" test "$s" = COMPLETED
 last_step() { sed -n 's/.*global step \([0-9]*\)$/\1/p' "$1" | tail -1; }
 step=$(last_step "$dir/one.out")
 check "one job: a checkpoint at the last step ($step)" test -n "$step" -a -f "$dir/ck1/model.ckpt-$step.index"
 check "one job: the chief shut the ps down" grep -q "job done: 2 of 2 ps task(s) shutting down" "$dir/one.out"
 check "one job: ranks on their hosts (ps/0 on n9)" grep -q "ps/0: .*serving on n9:" "$dir/one.out"
+
+# 5. SECURE_DIR
+out=$dir/secure.out
+s=$(job_state "$sid"); step=$(last_step "$out")
+show=$out
+check "secure job ends COMPLETED (${s:-none})" test "$s" = COMPLETED
+check "secure job: a checkpoint at the last step ($step)" test -n "$step" -a -f "$dir/ck5/model.ckpt-$step.index"
+check "secure job: both ps served TLS with client certificates and the tokens (2, 1 admin)" \
+  test "$(grep -c "ps/[01]: serving on n[0-9]*:[0-9]* .*; TLS with client certificates, 2 token(s), 1 admin)" "$out")" = 2
+check "secure job: the chief (rank 2) with the admin identity" \
+  grep -q "^rank 2 (worker/0): client-admin.crt, admin.token$" "$out"
+check "secure job: the other worker (rank 3) with the worker one" \
+  grep -q "^rank 3 (worker/1): client-worker.crt, worker.token$" "$out"
+check "secure job: the chief (admin token) shut the ps down" grep -q "job done: 2 of 2 ps task(s) shutting down" "$out"
+check "secure job: no call refused" \
+  test -z "$(grep -E "UNAUTHENTICATED|PERMISSION_DENIED|refused [0-9]+ call|needs an admin token|bearer token" "$out")"
+s=$(job_state "$bid")
+show=$dir/badcert.out
+check "secure job, server.crt for n9 only: FAILED (${s:-none})" test "$s" = FAILED
+check "secure job, server.crt for n9 only: says so, before starting a task" \
+  test "$(grep -c "server.crt does not name node n1[01]," "$dir/badcert.out")" = 1 \
+  -a -z "$(grep -E "ready on|serving on|^rank " "$dir/badcert.out")"
+show=""
 
 # 2. two jobs at once on the same nodes
 a=$(submit two-a "$dir/ck2a" "${W[@]}" --steps 2000)
