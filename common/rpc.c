@@ -418,7 +418,14 @@ typedef struct conn_slot {
   int64_t suspect_ms; /* a call of it timed out waiting for the client */
   int outq;           /* unsent bytes then */
   int sent_big;       /* stopping: a big response was leaving through it */
+  int64_t since_ms;   /* when it was seen first */
+  int authed;         /* with tokens: a call of it had a valid one (or it was shut) */
 } conn_slot;
+
+/* With tokens, a connection that has made no call with a valid token this
+ * long after it was seen is shut down: it cannot hold a slot of
+ * --max-connections (or a descriptor) for nothing. */
+#define UNAUTH_CONN_MS 10000
 
 #define MAX_LISTENERS 8
 
@@ -482,7 +489,9 @@ struct ps_rpc_server {
    * is received as the call's first batch after the check (S_HEADER). */
   int header_later;
   int64_t queue_since_ms, last_dead_log_ms; /* TLS: listener_check */
-  DIR *fd_dir;                              /* TLS: /proc/self/fd, for conns_discover */
+  atomic_int unauthed; /* with tokens: tracked connections not authed */
+  int64_t last_unauth_log_ms;
+  DIR *fd_dir; /* TLS: /proc/self/fd, for conns_discover */
   /* calls refused for their token since the last WARN about them */
   atomic_ullong auth_refused;
   atomic_llong auth_log_ms;
@@ -911,6 +920,8 @@ static int check_size(ps_rpc_call *c, grpc_byte_buffer *bb) {
   return 0;
 }
 
+static void conns_mark_authed(ps_rpc_call *c);
+
 /* The caller's token against the server's (options.auth): sets c->role,
  * or c->st with UNAUTHENTICATED (no token, an unknown one) or
  * PERMISSION_DENIED (a worker token on an admin method).  The token is
@@ -948,6 +959,7 @@ static int call_authorize(ps_rpc_call *c, const ps_rpc_handler *h) {
                          "%s: the bearer token is not one of this ps's tokens "
                          "(--auth-token-file)",
                          m);
+  conns_mark_authed(c); /* a valid token, even with the wrong role */
   if (h->access == PS_RPC_ACCESS_ADMIN && r != PS_ROLE_ADMIN)
     return ps_status_set(&c->st, PS_PERMISSION_DENIED,
                          "%s needs an admin token; this call's token has the %s role", m,
@@ -1277,6 +1289,8 @@ static void conns_sweep(ps_rpc_server *s) {
     if (fstat(c->fd, &sb) == 0 && S_ISSOCK(sb.st_mode) && sb.st_ino == c->ino &&
         sb.st_dev == c->dev)
       s->conns[k++] = *c;
+    else if (s->opt.auth && !c->authed)
+      atomic_fetch_sub(&s->unauthed, 1);
   }
   s->nconns = k;
 }
@@ -1348,7 +1362,9 @@ static void conns_discover(ps_rpc_server *s) {
       shutdown((int)fd, SHUT_RDWR);
       continue;
     }
-    s->conns[s->nconns++] = (conn_slot){(int)fd, sb.st_ino, sb.st_dev, 0, 0, 0};
+    s->conns[s->nconns++] =
+        (conn_slot){(int)fd, sb.st_ino, sb.st_dev, 0, 0, 0, now_ms(), 0};
+    if (s->opt.auth) atomic_fetch_add(&s->unauthed, 1);
   }
 }
 
@@ -1388,7 +1404,8 @@ static void accept_ready(ps_rpc_server *s, int lfd, int64_t *backoff_until) {
       close(fd);
       return;
     }
-    s->conns[s->nconns++] = (conn_slot){fd, sb.st_ino, sb.st_dev, 0, 0, 0};
+    s->conns[s->nconns++] = (conn_slot){fd, sb.st_ino, sb.st_dev, 0, 0, 0, now_ms(), 0};
+    if (s->opt.auth) atomic_fetch_add(&s->unauthed, 1);
     grpc_server_credentials *sc = grpc_insecure_server_credentials_create();
     grpc_server_add_channel_from_fd(s->srv, fd, sc); /* gRPC owns fd now */
     grpc_server_credentials_release(sc);
@@ -1403,37 +1420,94 @@ static void accept_ready(ps_rpc_server *s, int lfd, int64_t *backoff_until) {
  * a write to a client that stopped reading never does: so a cancelled call
  * would stay, holding its memory, and shutdown would wait forever.  A
  * socket shut down under it fails the write.  Returns the number shut. */
+/* Whether @c is the connection gRPC names @peer: "fd:12" for connections
+ * handed over by fd, else "ipv4:1.2.3.4:5" or "ipv6:[::1]:5" (an IPv4
+ * client of a dual-stack listener, ::ffff:1.2.3.4, is ipv4 to gRPC). */
+static bool slot_is_peer(const conn_slot *c, const char *peer) {
+  if (!strncmp(peer, "fd:", 3)) return atoi(peer + 3) == c->fd;
+  struct sockaddr_storage sa;
+  socklen_t sl = sizeof sa;
+  char host[INET6_ADDRSTRLEN], name[INET6_ADDRSTRLEN + 32];
+  if (getpeername(c->fd, (struct sockaddr *)&sa, &sl) != 0) return false;
+  if (sa.ss_family == AF_INET) {
+    struct sockaddr_in *a = (struct sockaddr_in *)&sa;
+    inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
+    snprintf(name, sizeof name, "ipv4:%s:%d", host, ntohs(a->sin_port));
+  } else if (sa.ss_family == AF_INET6) {
+    struct sockaddr_in6 *a = (struct sockaddr_in6 *)&sa;
+    if (IN6_IS_ADDR_V4MAPPED(&a->sin6_addr)) {
+      inet_ntop(AF_INET, &a->sin6_addr.s6_addr[12], host, sizeof host);
+      snprintf(name, sizeof name, "ipv4:%s:%d", host, ntohs(a->sin6_port));
+    } else {
+      inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
+      snprintf(name, sizeof name, "ipv6:[%s]:%d", host, ntohs(a->sin6_port));
+    }
+  } else {
+    return false;
+  }
+  return strcmp(name, peer) == 0;
+}
+
 static int conns_shutdown(ps_rpc_server *s, const char *peer) {
   int n = 0;
   pthread_mutex_lock(&s->accept_mu);
   conns_sweep(s);
   conns_discover(s);
   for (int i = 0; i < s->nconns; i++) {
-    if (peer && !strncmp(peer, "fd:", 3)) {
-      /* Connections handed over by fd are named after it. */
-      if (atoi(peer + 3) != s->conns[i].fd) continue;
-    } else if (peer) {
-      struct sockaddr_storage sa;
-      socklen_t sl = sizeof sa;
-      char host[INET6_ADDRSTRLEN], name[INET6_ADDRSTRLEN + 32];
-      if (getpeername(s->conns[i].fd, (struct sockaddr *)&sa, &sl) != 0) continue;
-      if (sa.ss_family == AF_INET) {
-        struct sockaddr_in *a = (struct sockaddr_in *)&sa;
-        inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
-        snprintf(name, sizeof name, "ipv4:%s:%d", host, ntohs(a->sin_port));
-      } else if (sa.ss_family == AF_INET6) {
-        struct sockaddr_in6 *a = (struct sockaddr_in6 *)&sa;
-        inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
-        snprintf(name, sizeof name, "ipv6:[%s]:%d", host, ntohs(a->sin6_port));
-      } else {
-        continue;
-      }
-      if (strcmp(name, peer) != 0) continue;
-    }
+    if (peer && !slot_is_peer(&s->conns[i], peer)) continue;
     if (shutdown(s->conns[i].fd, SHUT_RDWR) == 0) n++;
   }
   pthread_mutex_unlock(&s->accept_mu);
   return n;
+}
+
+/* With tokens: the connection of @c, whose token checked out, keeps its
+ * slot.  Only while some tracked connection is not authed (a connection
+ * is marked once; the lookup is a scan). */
+static void conns_mark_authed(ps_rpc_call *c) {
+  ps_rpc_server *s = c->srv;
+  if (atomic_load(&s->unauthed) <= 0) return;
+  char *peer = grpc_call_get_peer(c->call);
+  if (peer == NULL) return;
+  pthread_mutex_lock(&s->accept_mu);
+  for (int pass = 0; pass < 2; pass++) {
+    int found = 0;
+    for (int i = 0; i < s->nconns && !found; i++)
+      if (slot_is_peer(&s->conns[i], peer)) {
+        found = 1;
+        if (!s->conns[i].authed) {
+          s->conns[i].authed = 1;
+          atomic_fetch_sub(&s->unauthed, 1);
+        }
+      }
+    if (found || !s->tls) break;
+    conns_discover(s); /* TLS: not seen by the monitor yet */
+  }
+  pthread_mutex_unlock(&s->accept_mu);
+  gpr_free(peer);
+}
+
+/* With tokens: shuts down the connections that made no call with a valid
+ * token within UNAUTH_CONN_MS of being seen (monitor). */
+static void conns_close_unauthed(ps_rpc_server *s, int64_t t) {
+  if (s->opt.auth == NULL || atomic_load(&s->unauthed) <= 0) return;
+  int n = 0;
+  pthread_mutex_lock(&s->accept_mu);
+  conns_sweep(s);
+  for (int i = 0; i < s->nconns; i++) {
+    conn_slot *c = &s->conns[i];
+    if (c->authed || t - c->since_ms < UNAUTH_CONN_MS) continue;
+    shutdown(c->fd, SHUT_RDWR);
+    c->authed = 1;
+    atomic_fetch_sub(&s->unauthed, 1);
+    n++;
+  }
+  if (n && t - s->last_unauth_log_ms >= 10000) {
+    PS_WARN("closed %d connection(s) that made no call with a valid token within %d s", n,
+            UNAUTH_CONN_MS / 1000);
+    s->last_unauth_log_ms = t;
+  }
+  pthread_mutex_unlock(&s->accept_mu);
 }
 
 /* A call timed out waiting for its client to read: remember how much each
@@ -1623,6 +1697,7 @@ static void *monitor_thread(void *arg) {
       pthread_mutex_unlock(&s->accept_mu);
     }
     check_stalls(s);
+    conns_close_unauthed(s, now_ms());
     conns_check_suspects(s, now_ms());
     stop_when_settled(s);
     close_idle(s);

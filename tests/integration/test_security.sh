@@ -138,6 +138,56 @@ print("closed", closed())
 expect "TLS ps: --max-connections holds (3 of 5 shut)" 0 "closed 3" /usr/bin/python3 -c "$conns_py" "$ADDR"
 check "TLS ps: the limit is logged" has "$dir/conns.log" "2 connections open (--max-connections): closing new ones"
 kill -TERM "$CP"; wait "$CP"
+# with tokens, a connection that makes no call with a valid token within
+# 10 s is shut (3 raw connections), one that did keeps its slot
+start_ps "$dir/one.json" 0 "$dir/idle.log" --auth-token-file "$C/tokens"
+IP=$PID
+idle_py='
+import grpc, socket, sys, time
+addr, tok = sys.argv[1], sys.argv[2]
+ch = grpc.insecure_channel(addr)
+status = ch.unary_unary("/paramserver.Ps/Status", request_serializer=lambda b: b,
+                        response_deserializer=lambda b: b)
+status(b"", metadata=[("authorization", "Bearer " + tok)], timeout=10)
+# a Watch on the same connection ends if the ps shuts it
+watch = ch.unary_stream("/grpc.health.v1.Health/Watch", request_serializer=lambda b: b,
+                        response_deserializer=lambda b: b)(b"")
+next(watch)
+ended = []
+import threading
+def follow():
+    try:
+        for _ in watch:
+            pass
+        ended.append("end")
+    except grpc.RpcError as e:
+        ended.append(e.code().name)
+threading.Thread(target=follow, daemon=True).start()
+host, port = addr.rsplit(":", 1)
+socks = [socket.create_connection((host, int(port))) for _ in range(3)]
+for s in socks:
+    s.setblocking(False)
+def closed():
+    n = 0
+    for s in socks:
+        try:
+            n += s.recv(1) == b""
+        except BlockingIOError:
+            pass
+        except OSError:
+            n += 1
+    return n
+t0 = time.time()
+while closed() < 3 and time.time() - t0 < 20:
+    time.sleep(0.1)
+time.sleep(1)
+print("closed", closed(), "after", 10 if time.time() - t0 >= 9 else 0,
+      "watch", ended[0] if ended else "open")
+'
+expect "tokens: idle connections without a valid call are shut after 10 s, a worker's stays" 0 \
+  "closed 3 after 10 watch open" /usr/bin/python3 -c "$idle_py" "$ADDR" "$(cat "$C/worker.token")"
+check "tokens: the shut connections are logged" has "$dir/idle.log" "connection(s) that made no call with a valid token within 10 s"
+kill -TERM "$IP"; wait "$IP"
 # gRPC's TLS listener gives up for good once out of descriptors: the limit
 # keeps half of them free, and a listener that stopped is logged at ERROR
 # (here: 128 descriptors, 300 connections at once)
