@@ -112,13 +112,16 @@ kill -TERM "$MP"; wait "$MP"
 # and holds --max-connections (5 raw connections to a limit of 2: 3 shut)
 start_ps "$dir/one.json" 0 "$dir/conns.log" "${TLS[@]}" --max-connections 2
 CP=$PID
-conns_py='
-import socket, sys, time
-host, port = sys.argv[1].rsplit(":", 1)
-socks = [socket.create_connection((host, int(port))) for _ in range(5)]
-for s in socks:
-    s.setblocking(False)
-def closed():
+# python: N raw TCP connections to HOST:PORT, and how many the ps closed
+raw_conns_py='
+import socket
+def open_raw(addr, n):
+    host, port = addr.rsplit(":", 1)
+    socks = [socket.create_connection((host, int(port))) for _ in range(n)]
+    for s in socks:
+        s.setblocking(False)
+    return socks
+def closed(socks):
     n = 0
     for s in socks:
         try:
@@ -128,12 +131,16 @@ def closed():
         except OSError:
             n += 1
     return n
-for _ in range(100):  # the monitor looks once a second: up to 10 s
-    if closed() >= 3:
+'
+conns_py=$raw_conns_py'
+import sys, time
+socks = open_raw(sys.argv[1], 5)
+for _ in range(100):  # the monitor looks every 0.2 s with TLS: up to 10 s
+    if closed(socks) >= 3:
         break
     time.sleep(0.1)
-time.sleep(1.5)  # and no more than 3 after another look
-print("closed", closed())
+time.sleep(1.5)  # and no more than 3 after more looks
+print("closed", closed(socks))
 '
 expect "TLS ps: --max-connections holds (3 of 5 shut)" 0 "closed 3" /usr/bin/python3 -c "$conns_py" "$ADDR"
 check "TLS ps: the limit is logged" has "$dir/conns.log" "2 connections open (--max-connections): closing new ones"
@@ -142,8 +149,8 @@ kill -TERM "$CP"; wait "$CP"
 # 10 s is shut (3 raw connections), one that did keeps its slot
 start_ps "$dir/one.json" 0 "$dir/idle.log" --auth-token-file "$C/tokens"
 IP=$PID
-idle_py='
-import grpc, socket, sys, time
+idle_py=$raw_conns_py'
+import grpc, sys, time
 addr, tok = sys.argv[1], sys.argv[2]
 ch = grpc.insecure_channel(addr)
 status = ch.unary_unary("/paramserver.Ps/Status", request_serializer=lambda b: b,
@@ -163,25 +170,12 @@ def follow():
     except grpc.RpcError as e:
         ended.append(e.code().name)
 threading.Thread(target=follow, daemon=True).start()
-host, port = addr.rsplit(":", 1)
-socks = [socket.create_connection((host, int(port))) for _ in range(3)]
-for s in socks:
-    s.setblocking(False)
-def closed():
-    n = 0
-    for s in socks:
-        try:
-            n += s.recv(1) == b""
-        except BlockingIOError:
-            pass
-        except OSError:
-            n += 1
-    return n
+socks = open_raw(addr, 3)
 t0 = time.time()
-while closed() < 3 and time.time() - t0 < 20:
+while closed(socks) < 3 and time.time() - t0 < 20:
     time.sleep(0.1)
 time.sleep(1)
-print("closed", closed(), "after", 10 if time.time() - t0 >= 9 else 0,
+print("closed", closed(socks), "after", 10 if time.time() - t0 >= 9 else 0,
       "watch", ended[0] if ended else "open")
 '
 expect "tokens: idle connections without a valid call are shut after 10 s, a worker's stays" 0 \
