@@ -491,6 +491,10 @@ struct ps_rpc_server {
   int64_t queue_since_ms, last_dead_log_ms; /* TLS: listener_check */
   atomic_int unauthed; /* with tokens: tracked connections not authed */
   int64_t last_unauth_log_ms;
+  /* conns_mark_authed: peers marked lately (under accept_mu), so that a
+   * connection's later calls skip the scan */
+  char authed_peers[16][64];
+  int authed_next;
   DIR *fd_dir; /* TLS: /proc/self/fd, for conns_discover */
   /* calls refused for their token since the last WARN about them */
   atomic_ullong auth_refused;
@@ -1295,6 +1299,14 @@ static void conns_sweep(ps_rpc_server *s) {
   s->nconns = k;
 }
 
+/* A new connection may carry the peer name ("fd:12", an address and port)
+ * of one that closed: the names marked before are forgotten.  Under
+ * accept_mu. */
+static void authed_peers_forget(ps_rpc_server *s) {
+  for (int i = 0; i < 16; i++)
+    s->authed_peers[i][0] = '\0';
+}
+
 /* TLS: gRPC 1.51's listener stops for good on an accept4 error (out of
  * descriptors): connections then wait in its queue and are never served.
  * A queue that stays non-empty for 5 s is logged at ERROR every 30 s, so
@@ -1364,7 +1376,10 @@ static void conns_discover(ps_rpc_server *s) {
     }
     s->conns[s->nconns++] =
         (conn_slot){(int)fd, sb.st_ino, sb.st_dev, 0, 0, 0, now_ms(), 0};
-    if (s->opt.auth) atomic_fetch_add(&s->unauthed, 1);
+    if (s->opt.auth) {
+      atomic_fetch_add(&s->unauthed, 1);
+      authed_peers_forget(s); /* its peer name may be a closed one's */
+    }
   }
 }
 
@@ -1405,7 +1420,10 @@ static void accept_ready(ps_rpc_server *s, int lfd, int64_t *backoff_until) {
       return;
     }
     s->conns[s->nconns++] = (conn_slot){fd, sb.st_ino, sb.st_dev, 0, 0, 0, now_ms(), 0};
-    if (s->opt.auth) atomic_fetch_add(&s->unauthed, 1);
+    if (s->opt.auth) {
+      atomic_fetch_add(&s->unauthed, 1);
+      authed_peers_forget(s); /* its peer name may be a closed one's */
+    }
     grpc_server_credentials *sc = grpc_insecure_server_credentials_create();
     grpc_server_add_channel_from_fd(s->srv, fd, sc); /* gRPC owns fd now */
     grpc_server_credentials_release(sc);
@@ -1470,6 +1488,10 @@ static void conns_mark_authed(ps_rpc_call *c) {
   char *peer = grpc_call_get_peer(c->call);
   if (peer == NULL) return;
   pthread_mutex_lock(&s->accept_mu);
+  for (int i = 0; i < 16; i++)
+    if (!strcmp(s->authed_peers[i], peer)) goto done; /* marked already */
+  snprintf(s->authed_peers[s->authed_next], sizeof s->authed_peers[0], "%s", peer);
+  s->authed_next = (s->authed_next + 1) % 16;
   for (int pass = 0; pass < 2; pass++) {
     int found = 0;
     for (int i = 0; i < s->nconns && !found; i++)
@@ -1483,6 +1505,7 @@ static void conns_mark_authed(ps_rpc_call *c) {
     if (found || !s->tls) break;
     conns_discover(s); /* TLS: not seen by the monitor yet */
   }
+done:
   pthread_mutex_unlock(&s->accept_mu);
   gpr_free(peer);
 }

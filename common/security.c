@@ -38,6 +38,11 @@ struct ps_auth {
   size_t n;
 };
 
+const char *ps_security_env(const char *name) {
+  const char *v = getenv(name);
+  return v && v[0] ? v : NULL;
+}
+
 void ps_secure_zero(void *p, size_t n) {
   OPENSSL_cleanse(p, n);
 }

@@ -41,6 +41,10 @@ const char *ps_auth_path(const ps_auth *a);
 ps_role ps_auth_check(ps_auth *a, const char *value, size_t len);
 void ps_auth_destroy(ps_auth *a); /* NULL is a no-op */
 
+/* The environment variable @name when set and not empty, else NULL (the
+ * PS_* security settings: an empty one counts as unset). */
+const char *ps_security_env(const char *name);
+
 /* Zeroes @n bytes of a key or token before it is freed, in a way the
  * compiler keeps (OPENSSL_cleanse). */
 void ps_secure_zero(void *p, size_t n);

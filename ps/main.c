@@ -514,11 +514,6 @@ static int other_option(server_args *a, int o, bool *exit_now) {
   return 0;
 }
 
-static const char *env_or_null(const char *name) {
-  const char *v = getenv(name);
-  return v && v[0] ? v : NULL;
-}
-
 /* -1 to go on, else the exit status. */
 static int parse_args(int argc, char **argv, server_args *a) {
   /* One completion-queue thread per two cores: on 2 cores a second poller
@@ -537,13 +532,13 @@ static int parse_args(int argc, char **argv, server_args *a) {
   /* not PS_TLS_CERT/PS_TLS_KEY, a client's own certificate: an
    * environment every task of a job shares must not give the workers the
    * ps's key as their identity */
-  a->ropt.tls_cert_file = env_or_null("PS_SERVER_TLS_CERT");
-  a->ropt.tls_key_file = env_or_null("PS_SERVER_TLS_KEY");
-  a->ropt.tls_client_ca_file = env_or_null("PS_TLS_CLIENT_CA");
-  a->token_file = env_or_null("PS_AUTH_TOKEN_FILE");
-  const char *ra = env_or_null("PS_REQUIRE_AUTH");
+  a->ropt.tls_cert_file = ps_security_env("PS_SERVER_TLS_CERT");
+  a->ropt.tls_key_file = ps_security_env("PS_SERVER_TLS_KEY");
+  a->ropt.tls_client_ca_file = ps_security_env("PS_TLS_CLIENT_CA");
+  a->token_file = ps_security_env("PS_AUTH_TOKEN_FILE");
+  const char *ra = ps_security_env("PS_REQUIRE_AUTH");
   a->require_auth = ra && strcmp(ra, "0") != 0 && strcasecmp(ra, "false") != 0;
-  const char *mcb = env_or_null("PS_MAX_CHECKPOINT_BYTES");
+  const char *mcb = ps_security_env("PS_MAX_CHECKPOINT_BYTES");
   if (mcb && parse_size(mcb, 0, &a->limits.max_checkpoint_bytes) != 0) {
     fprintf(stderr,
             "ps-server: PS_MAX_CHECKPOINT_BYTES must be a non-negative integer "

@@ -113,9 +113,7 @@ static void security_free(client_security *s) {
 }
 
 static const char *opt_or_env(const char *v, const char *env) {
-  if (v) return v;
-  const char *e = getenv(env);
-  return e && e[0] ? e : NULL;
+  return v ? v : ps_security_env(env);
 }
 
 /* @v, else the environment variable @env, else the spec's @spec. */

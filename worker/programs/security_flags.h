@@ -4,8 +4,7 @@
 #ifndef PS_SECURITY_FLAGS_H
 #define PS_SECURITY_FLAGS_H
 
-#include <stdlib.h>
-
+#include "common/security.h"
 #include "paramserver/client.h"
 #include "paramserver/cluster.h"
 
@@ -56,9 +55,9 @@ static inline bool ps_security_option(int o, const char *arg, ps_client_options 
  * environment, the spec's "security" admin_token_file is theirs. */
 static inline void ps_security_admin_token(ps_client_options *c,
                                            const ps_cluster *cluster) {
-  const char *e1 = getenv("PS_TOKEN_FILE"), *e2 = getenv("PS_AUTH_TOKEN");
-  if (c->token_file == NULL && c->token == NULL && !(e1 && e1[0]) && !(e2 && e2[0]) &&
-      cluster->security && cluster->security->admin_token_file)
+  if (c->token_file == NULL && c->token == NULL && !ps_security_env("PS_TOKEN_FILE") &&
+      !ps_security_env("PS_AUTH_TOKEN") && cluster->security &&
+      cluster->security->admin_token_file)
     c->token_file = cluster->security->admin_token_file;
 }
 
