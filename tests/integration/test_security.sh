@@ -66,6 +66,15 @@ expect "no token at all" 2 "--auth-token-file $dir/empty: no token in it" \
   "$PS_SERVER" --cluster "$dir/one.json" --auth-token-file "$dir/empty"
 expect "psctl: client certificate without a CA" 2 "needs the CA of the ps certificates too" \
   "$PSCTL" --cluster "$dir/one.json" --tls-cert "$C/client-admin.crt" --tls-key "$C/client-admin.key" status
+expect "psctl: a client certificate without its key" 2 "a client certificate needs both --tls-cert and --tls-key" \
+  "$PSCTL" --cluster "$dir/one.json" --tls-ca "$C/ca.crt" --tls-cert "$C/client-admin.crt" status
+expect "--max-checkpoint-bytes: not a size" 2 "--max-checkpoint-bytes must be a non-negative integer" \
+  "$PS_SERVER" --cluster "$dir/one.json" --max-checkpoint-bytes 1X
+expect "PS_MAX_CHECKPOINT_BYTES: not a size" 2 "PS_MAX_CHECKPOINT_BYTES must be a non-negative integer" \
+  env PS_MAX_CHECKPOINT_BYTES=lots "$PS_SERVER" --cluster "$dir/one.json"
+echo '{"ps": ["127.0.0.1:0"], "security": {"ca": 7}}' > "$dir/secnum.json"
+expect "spec section: a path that is not a string" 2 "security.ca must be a file path" \
+  "$PSCTL" --cluster "$dir/secnum.json" status
 expect "psctl: missing token file" 2 "token file $dir/none.token: No such file" \
   "$PSCTL" --cluster "$dir/one.json" --token-file "$dir/none.token" status
 expect "ps-launch --secure: a file missing" 2 "--secure $dir/none: $dir/none/ca.crt" \
