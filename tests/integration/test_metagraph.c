@@ -5,6 +5,7 @@
  * map surviving export, .meta eviction with max_to_keep, and corrupt or
  * truncated .meta files giving errors that name the file. */
 #include <check.h>
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -417,6 +418,31 @@ START_TEST(a_saver_saves_its_var_list_under_its_names) {
                st);
   ck_assert_msg(path && strstr(path, "/stepped-7"), "%s", path ? path : "(null)");
   free(path);
+  /* a step that is not a non-negative integer scalar names nothing: the
+   * save is refused (read in the snapshot, before any shard is written) */
+  ps_variable *fs = ps_get_variable(g, "fstep", PS_DT_FLOAT, &s0, &seven, NULL, &st);
+  seven.value = -3;
+  ps_variable *neg = ps_get_variable(g, "negstep", PS_DT_INT64, &s0, &seven, NULL, &st);
+  ps_variable *both[2] = {fs, neg};
+  ps_node *init_bad = ps_variables_initializer(g, both, 2, "init_bad");
+  PS_ASSERT_OK(ps_session_run(s, NULL, 0, NULL, 0, &init_bad, 1, NULL, &st), st);
+  for (int k = 0; k < 2; k++) {
+    path = NULL;
+    ck_assert_int_eq(
+        ps_saver_save_at_step(renamed, s, "badstep", both[k], NULL, &path, NULL, &st),
+        PS_INVALID_ARGUMENT);
+    char want[128];
+    snprintf(want, sizeof want,
+             "save: step variable %s is not a non-negative integer scalar",
+             k ? "negstep" : "fstep");
+    ck_assert_msg(strstr(st.msg, want) != NULL, "%s", st.msg);
+    ck_assert_ptr_null(path);
+  }
+  DIR *dd = opendir(dir);
+  ck_assert_ptr_nonnull(dd);
+  for (struct dirent *e; (e = readdir(dd)) != NULL;)
+    ck_assert_msg(strncmp(e->d_name, "badstep", 7) != 0, "%s was written", e->d_name);
+  closedir(dd);
   ps_saver_destroy(renamed);
   ps_saver_destroy(all);
   ps_session_destroy(s);
