@@ -830,6 +830,11 @@ static void *merge_thread(void *arg) {
     rmdir(dir);
   }
   if (rc == 0) crash_point("merge_before");
+  /* --max-checkpoint-bytes: the parts move out of the temp directory now;
+   * a quota check walking the directory meanwhile could miss them in both
+   * places, so the checks wait for the moves (renames: brief) */
+  bool quota = ps_service_limits_of(j->svc)->max_checkpoint_bytes > 0;
+  if (quota) pthread_mutex_lock(&quota_mu);
   if (rc == 0)
     rc = ps_bundle_merge((const char *const *)names, (size_t)j->nshards, j->prefix,
                          &j->st);
@@ -837,10 +842,10 @@ static void *merge_thread(void *arg) {
   if (rc == 0) crash_point("merge_before_state");
   if (rc == 0) rc = job_check(j, "merge");
   if (rc == 0) rc = write_meta(j);
-  if (rc == 0) {
-    rmdir(dir);
+  if (rc == 0) rmdir(dir);
+  if (quota) pthread_mutex_unlock(&quota_mu);
+  if (rc == 0)
     rc = ps_service_update_state(j->svc, j->prefix, &j->su, &listed, &nlisted, &j->st);
-  }
   if (rc != 0 && merged) {
     /* the state file does not name it: what this merge wrote goes */
     remove_bundle(j->prefix, j->nshards);
