@@ -175,15 +175,8 @@ int ps_bundle_reader_read_into(ps_bundle_reader *r, const char *key, void *dst,
                                size_t nbytes, ps_status *st);
 
 /* Reads a plain fixed-size tensor through a small scratch buffer and
- * verifies its size and checksum, keeping nothing (a restore checks a
- * tensor before overwriting a variable in place). */
+ * verifies its size and checksum, keeping nothing. */
 int ps_bundle_reader_check(ps_bundle_reader *r, const char *key, ps_status *st);
-/* ps_bundle_reader_read_into for a tensor this reader already checked: the
- * checksum is not computed again when the data file is unchanged since the
- * reader opened it (same size, mtime and ctime); otherwise it is. */
-int ps_bundle_reader_read_checked(ps_bundle_reader *r, const char *key, void *dst,
-                                  size_t nbytes, ps_status *st);
-
 /* Reads the slice (@start[d], @length[d]; length -1 = whole dimension, one
  * pair per dimension of the full tensor) of the fixed-size-dtype tensor
  * @full_name into @dst (the slice's elements, row-major): from a plain

@@ -654,39 +654,6 @@ int ps_bundle_reader_check(ps_bundle_reader *r, const char *key, ps_status *st) 
   return rc;
 }
 
-int ps_bundle_reader_read_checked(ps_bundle_reader *r, const char *key, void *dst,
-                                  size_t nbytes, ps_status *st) {
-  const ps_bundle_entry *e = ps_bundle_reader_find(r, key);
-  if (e == NULL) return not_found(r, key, st);
-  shard *sh;
-  uint64_t n;
-  struct stat sb;
-  if (e->nslices > 0 || e->dtype == DT_STRING ||
-      r->endianness != ps_bdl_host_endianness_() ||
-      check_fixed_entry(r, e, &n, st) != 0 || n != nbytes ||
-      entry_shard(r, e, &sh, st) != 0 || fstat(sh->fd, &sb) != 0 ||
-      (uint64_t)sb.st_size != sh->size || sb.st_mtim.tv_sec != sh->mtime.tv_sec ||
-      sb.st_mtim.tv_nsec != sh->mtime.tv_nsec || sb.st_ctim.tv_sec != sh->ctime.tv_sec ||
-      sb.st_ctim.tv_nsec != sh->ctime.tv_nsec)
-    return ps_bundle_reader_read_into(r, key, dst, nbytes, st); /* the checked way */
-  uint64_t done = 0;
-  while (done < e->size) {
-    size_t want = e->size - done < IO_CHUNK ? (size_t)(e->size - done) : IO_CHUNK;
-    ssize_t got = pread(sh->fd, (uint8_t *)dst + done, want, (off_t)(e->offset + done));
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) {
-      int err = got < 0 ? errno : 0;
-      char kb[KEYBUF];
-      return ps_status_set(st, err ? ps_status_code_from_errno(err) : PS_DATA_LOSS,
-                           "checkpoint %s: tensor %s: %s", sh->path,
-                           ps_bdl_key_str_(e->key, e->key_len, kb, sizeof kb),
-                           err ? strerror(err) : "unexpected end of file");
-    }
-    done += (uint64_t)got;
-  }
-  return 0;
-}
-
 int ps_bundle_reader_read_slice(ps_bundle_reader *r, const char *full_name,
                                 const int64_t *start, const int64_t *length, void *dst,
                                 size_t nbytes, ps_status *st) {

@@ -913,25 +913,9 @@ static int merge_data(ps_rpc_call *c, ps_status *st) {
 
 typedef struct staged {
   ps_var *v;
-  ps_buf *buf;     /* a new buffer, or NULL when restored in place */
-  const char *key; /* in place: the checkpoint key */
-  ps_buf *old;     /* the buffer replaced, released after the locks */
+  ps_buf *buf; /* the tensor read and checked, swapped in by restore_apply */
+  ps_buf *old; /* the buffer replaced, released after the locks */
 } staged;
-
-/* Whether @v can take @key's tensor into its own buffer: a plain entry of
- * its dtype and shape, and a buffer nobody else holds (no snapshot).  A
- * hint without the lock; checked again under it. */
-static bool in_place_ok(ps_bundle_reader *r, ps_var *v, const char *key) {
-  const char *k = key && key[0] ? key : (v->init_full_name ? v->init_full_name : v->name);
-  if (strcmp(k, v->name) != 0 && v->init_full_name && !strcmp(k, v->init_full_name) &&
-      strcmp(v->init_full_name, v->name) != 0)
-    return false; /* a part of a partitioned variable: a slice */
-  const ps_bundle_entry *e = ps_bundle_reader_find(r, k);
-  size_t nbytes = (size_t)ps_shape_num_elements(&v->shape) * ps_dtype_size(v->dtype);
-  return e && e->nslices == 0 && e->dtype == (int)v->dtype && e->dtype != PS_DT_STRING &&
-         ps_shape_equal(&e->shape, &v->shape) && v->buf && v->buf->size == nbytes &&
-         atomic_load(&v->buf->refs) == 1;
-}
 
 static int restore_one(ps_bundle_reader *r, ps_var *v, const char *key, ps_buf **out,
                        ps_status *st) {
@@ -1024,64 +1008,50 @@ static int restore_open(job *j, ps_bundle_reader **r, ps_var ***vars, size_t *nv
   return 0;
 }
 
-/* Phase 1, no locks: a variable whose own buffer can take the tensor (a
- * live variable: no page faults, the point of the restore bench) has its
- * tensor checked through a small scratch buffer first; the others get a
- * new buffer, read and checked. */
+/* Phase 1, no locks: every tensor is read into a new buffer and checked
+ * (checksum, dtype, shape).  Nothing a variable holds changes here, so a
+ * failure (a corrupt file, a file rewritten while it is read) leaves every
+ * variable as it was.  Never into a variable's own buffer: a checksum
+ * known only after the last byte would come too late to undo it. */
 static int restore_stage(job *j, ps_bundle_reader *r, ps_var **vars, staged *sv,
                          size_t nv, ps_status *st) {
   int rc = 0;
   for (size_t i = 0; i < nv && rc == 0; i++) {
     slow_point("restore_tensor");
     if ((rc = job_check(j, "restore")) != 0) break;
-    ps_var *v = vars[i];
     const char *key = j->rq->n_items ? j->rq->items[i]->key : NULL;
-    sv[i].v = v;
-    pthread_rwlock_rdlock(&v->lock);
-    bool inplace = in_place_ok(r, v, key);
-    pthread_rwlock_unlock(&v->lock);
-    if (inplace) {
-      sv[i].key = key && key[0] ? key : (v->init_full_name ? v->init_full_name : v->name);
-      rc = ps_bundle_reader_check(r, sv[i].key, st);
-    } else {
-      rc = restore_one(r, v, key, &sv[i].buf, st);
+    sv[i].v = vars[i];
+    rc = restore_one(r, vars[i], key, &sv[i].buf, st);
+    if (rc == 0 && j->rq->check_only) { /* checked: nothing is kept */
+      ps_buf_unref(sv[i].buf);
+      sv[i].buf = NULL;
     }
   }
   return rc;
 }
 
-/* Phase 2: all or nothing, and as one update.  A tensor checked in phase 1
- * is read into its variable (checked again only if its file changed
- * since); if its buffer was shared meanwhile (a snapshot), into a new one. */
-static int restore_apply(job *j, ps_bundle_reader *r, ps_var **vars, staged *sv,
-                         size_t nv, ps_status *st) {
+/* Phase 2: all or nothing, and as one update: the checked buffers are
+ * swapped in under every variable's lock; no byte is read here. */
+static int restore_apply(job *j, ps_var **vars, staged *sv, size_t nv, ps_status *st) {
   ps_store *store = ps_service_store(j->svc);
   int rc = 0;
   ps_store_lock_set(vars, nv, true);
   /* a variable deleted since phase 1 fails the whole restore */
   for (size_t i = 0; i < nv && rc == 0; i++)
     rc = ps_var_gone(store, sv[i].v, st);
+  /* and so does one whose size changed since (read unlocked in phase 1) */
   for (size_t i = 0; i < nv && rc == 0; i++) {
-    if (sv[i].buf) continue;
     ps_var *v = sv[i].v;
-    if (in_place_ok(r, v, sv[i].key))
-      rc = ps_bundle_reader_read_checked(r, sv[i].key, v->buf->data, v->buf->size, st);
-    else
-      rc = restore_one(r, v, sv[i].key, &sv[i].buf, st);
-    if (rc && !sv[i].buf)
-      PS_ERROR(
-          "restoring %s in place from %s failed after its check (the file changed?): "
-          "%s",
-          v->name, j->prefix, st->msg);
+    size_t want = (size_t)ps_shape_num_elements(&v->shape) * ps_dtype_size(v->dtype);
+    if (sv[i].buf->size != want)
+      rc = ps_status_set(st, PS_ABORTED,
+                         "restoring %s: the variable changed shape during the restore",
+                         v->name);
   }
   for (size_t i = 0; i < nv && rc == 0; i++) {
     ps_var *v = sv[i].v;
-    if (sv[i].buf) {
-      sv[i].old = v->buf ? ps_buf_ref(v->buf) : NULL;
-      ps_var_set_buf(store, v, sv[i].buf, NULL);
-    } else {
-      ps_var_set_buf(store, v, v->buf, NULL); /* a new version, initialized */
-    }
+    sv[i].old = v->buf ? ps_buf_ref(v->buf) : NULL;
+    ps_var_set_buf(store, v, sv[i].buf, NULL);
   }
   ps_store_unlock_set(vars, nv);
   /* the replaced buffers are unmapped outside the locks */
@@ -1103,7 +1073,10 @@ static int restore_reply(job *j, ps_var **vars, size_t nv, ps_status *st) {
   resp.prefix = j->prefix;
   ps_rpc_call_reply(j->c, &resp.base);
   free(names);
-  PS_INFO("restored %zu variables from %s", nv, j->prefix);
+  if (j->rq->check_only)
+    PS_INFO("checked %zu variables of %s for a restore", nv, j->prefix);
+  else
+    PS_INFO("restored %zu variables from %s", nv, j->prefix);
   return 0;
 }
 
@@ -1120,17 +1093,20 @@ static void *restore_thread(void *arg) {
     if (sv == NULL)
       rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Restore: out of memory");
     else
-      PS_INFO("restoring %zu variables from %s", nv, j->prefix);
+      PS_INFO("%s %zu variables from %s", j->rq->check_only ? "checking" : "restoring",
+              nv, j->prefix);
   }
   if (rc == 0) rc = restore_stage(j, r, vars, sv, nv, st);
-  if (rc == 0) rc = restore_apply(j, r, vars, sv, nv, st);
+  if (rc == 0 && !j->rq->check_only) rc = restore_apply(j, vars, sv, nv, st);
   if (rc == 0) rc = restore_reply(j, vars, nv, st);
   for (size_t i = 0; sv && i < nv; i++)
     ps_buf_unref(sv[i].buf);
   free(sv);
   free(vars);
   ps_bundle_reader_close(r);
-  if (rc) PS_ERROR("restore from %s failed: %s", j->prefix, st->msg);
+  if (rc)
+    PS_ERROR("%s from %s failed: %s", j->rq->check_only ? "restore check" : "restore",
+             j->prefix, st->msg);
   ps_rpc_call_resume(j->c, rc, st); /* @j may be freed from here on */
   job_done();
   return NULL;

@@ -16,12 +16,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/inotify.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "common/bundle.h"
 #include "common/cluster.h"
 #include "common/rpc.h"
 #include "harness.h"
@@ -334,6 +336,12 @@ static void *restorer(void *arg) {
   return NULL;
 }
 
+static void *restorer_of(void *arg) {
+  saver_arg *a = arg;
+  a->rc = ps_client_restore(client, "big", NULL, &a->st);
+  return NULL;
+}
+
 START_TEST(sigterm_during_a_long_restore_or_merge) {
   ps_status st;
   ps_up(NULL, "1");
@@ -392,6 +400,98 @@ START_TEST(sigterm_during_a_long_restore_or_merge) {
   ck_assert_int_eq(memcmp(state0, state1, n0), 0);
   free(state0);
   free(state1);
+}
+END_TEST
+
+/* ---- a restore that fails changes nothing (issue 21) ---- */
+
+/* Whether every element of the float variable @name is @val (@n elements). */
+static bool all_are(const char *name, int64_t n, float val) {
+  ps_status st;
+  ps_read r = {.name = name};
+  PS_ASSERT_OK(ps_client_read(client, 0, &r, 1, &st), st);
+  ck_assert_int_eq(ps_shape_num_elements(&r.out->shape), n);
+  const float *d = ps_tensor_data(r.out);
+  int64_t bad = 0;
+  for (int64_t i = 0; i < n; i++)
+    bad += d[i] != val;
+  ps_tensor_destroy(r.out);
+  if (bad)
+    fprintf(stderr, "%s: %lld of %lld elements are not %g\n", name, (long long)bad,
+            (long long)n, (double)val);
+  return bad == 0;
+}
+
+/* Overwrites the last element of @key's tensor in the checkpoint @prefix's
+ * data file with @val (same size: only the checksum tells). */
+static void corrupt_last(const char *prefix, const char *key, float val) {
+  ps_status st;
+  ps_bundle_reader *r = ps_bundle_reader_open(prefix, &st);
+  ck_assert_msg(r != NULL, "%s", st.msg);
+  const ps_bundle_entry *e = ps_bundle_reader_find(r, key);
+  ck_assert_ptr_nonnull(e);
+  char data[600];
+  ck_assert(ps_bundle_data_filename(prefix, e->shard_id, ps_bundle_reader_num_shards(r),
+                                    data, sizeof data));
+  int fd = open(data, O_WRONLY);
+  ck_assert_int_ge(fd, 0);
+  ck_assert_int_eq(pwrite(fd, &val, sizeof val, (off_t)(e->offset + e->size - 4)), 4);
+  close(fd);
+  ps_bundle_reader_close(r);
+}
+
+#define BIG (1 << 22) /* elements of v00: 16 MiB */
+
+/* The data file changes while a restore runs, after the restore read and
+ * checked v00 and before it installs anything (PS_SLOW_AT makes it wait
+ * 3 s before each tensor; the change comes 1 s after v00 is first read,
+ * seen with inotify).  Whatever the call returns, no variable is left half
+ * restored: it failed and every element is as before, or it succeeded and
+ * every element is the checkpoint's.  (Before: DATA_LOSS with 4,194,303 of
+ * 4,194,304 elements of v00 restored, "restoring v00 in place ... failed
+ * after its check".)  Then a file corrupt before the restore: DATA_LOSS
+ * naming the checksum, nothing changed. */
+START_TEST(a_restore_that_fails_leaves_every_variable_as_it_was) {
+  ps_status st;
+  ps_up("PS_SLOW_AT=restore_tensor:3000", "1");
+  put_vars(2, BIG, 1.5f);
+  ck_assert_msg(ps_client_save(client, "big", NULL, NULL, NULL, &st) == 0, "%s", st.msg);
+  put_vars(2, BIG, 9.0f);
+  char prefix[400], data[600];
+  snprintf(prefix, sizeof prefix, "%s/big", ck);
+  ck_assert(ps_bundle_data_filename(prefix, 0, 1, data, sizeof data));
+  int in = inotify_init1(IN_CLOEXEC);
+  ck_assert_int_ge(in, 0);
+  ck_assert_int_ge(inotify_add_watch(in, data, IN_ACCESS), 0);
+  pthread_t t;
+  saver_arg a = {0};
+  ck_assert_int_eq(pthread_create(&t, NULL, restorer_of, &a), 0);
+  struct pollfd pfd = {in, POLLIN, 0};
+  ck_assert_msg(poll(&pfd, 1, 60000) == 1, "the restore never read %s", data);
+  close(in);
+  struct timespec ts = {1, 0};
+  nanosleep(&ts, NULL);
+  corrupt_last(prefix, "v00", -1.0f);
+  pthread_join(t, NULL);
+  if (a.rc != 0) {
+    ck_assert_msg(a.rc == PS_DATA_LOSS && strstr(a.st.msg, "checksum"), "%d %s", a.rc,
+                  a.st.msg);
+    ck_assert_msg(all_are("v00", BIG, 9.0f), "v00 changed by a restore that failed");
+    ck_assert(all_are("v01", BIG, 9.0f));
+  } else {
+    ck_assert_msg(all_are("v00", BIG, 1.5f), "v00 is not the checkpoint's");
+    ck_assert(all_are("v01", BIG, 1.5f));
+  }
+  ps_down();
+
+  /* corrupt before: the restore fails, nothing changes */
+  ps_up(NULL, "1");
+  put_vars(2, BIG, 9.0f);
+  ck_assert_int_eq(ps_client_restore(client, "big", NULL, &st), PS_DATA_LOSS);
+  ck_assert_msg(strstr(st.msg, "checksum") && strstr(st.msg, "v00"), "%s", st.msg);
+  ck_assert(all_are("v00", BIG, 9.0f));
+  ck_assert(all_are("v01", BIG, 9.0f));
+  ck_assert_int_eq(ps_term(30), 0);
 }
 END_TEST
 
@@ -661,6 +761,7 @@ static Suite *suite(void) {
   tcase_set_timeout(tc, 240);
   tcase_add_test(tc, sigterm_during_a_long_save_keeps_the_previous_checkpoint);
   tcase_add_test(tc, sigterm_during_a_long_restore_or_merge);
+  tcase_add_test(tc, a_restore_that_fails_leaves_every_variable_as_it_was);
   tcase_add_test(tc, symbolic_links_cannot_lead_out_of_the_checkpoint_directory);
   tcase_add_test(tc, bad_prefixes_are_invalid_argument);
   tcase_add_test(tc, stale_temp_directories_are_swept_live_ones_kept);

@@ -1494,9 +1494,23 @@ int ps_client_restore(ps_client *c, const char *prefix, size_t *nrestored,
   rq.prefix = (char *)(prefix ? prefix : "");
   const ProtobufCMessage **msgs = calloc((size_t)c->nps, sizeof *msgs);
   save_out *outs = calloc((size_t)c->nps, sizeof *outs);
+  if (msgs == NULL || outs == NULL) {
+    free(msgs);
+    free(outs);
+    return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Restore: out of memory");
+  }
   for (int t = 0; t < c->nps; t++)
     msgs[t] = &rq.base;
-  int rc = all_ps(c, M_RESTORE, msgs, parse_restore, outs, c->opt.data_timeout_ms, st);
+  int rc = 0;
+  /* all or nothing across the ps: every ps checks first, none changes
+   * anything unless every one would succeed */
+  if (c->nps > 1) {
+    rq.check_only = true;
+    rc = all_ps(c, M_RESTORE, msgs, parse_restore, outs, c->opt.data_timeout_ms, st);
+    rq.check_only = false;
+  }
+  if (rc == 0)
+    rc = all_ps(c, M_RESTORE, msgs, parse_restore, outs, c->opt.data_timeout_ms, st);
   if (nrestored) {
     *nrestored = 0;
     for (int t = 0; t < c->nps; t++)
@@ -1507,13 +1521,19 @@ int ps_client_restore(ps_client *c, const char *prefix, size_t *nrestored,
   return rc;
 }
 
-int ps_client_restore_vars(ps_client *c, int task, const char *prefix,
-                           const char *const *names, const char *const *keys, size_t n,
-                           ps_status *st) {
+static int restore_vars(ps_client *c, int task, const char *prefix,
+                        const char *const *names, const char *const *keys, size_t n,
+                        bool check_only, ps_status *st) {
   Paramserver__RestoreRequest rq = PARAMSERVER__RESTORE_REQUEST__INIT;
   rq.prefix = (char *)(prefix ? prefix : "");
+  rq.check_only = check_only;
   Paramserver__RestoreItem *items = calloc(n + 1, sizeof *items);
   Paramserver__RestoreItem **ip = calloc(n + 1, sizeof *ip);
+  if (items == NULL || ip == NULL) {
+    free(items);
+    free(ip);
+    return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Restore: out of memory");
+  }
   for (size_t i = 0; i < n; i++) {
     paramserver__restore_item__init(&items[i]);
     items[i].name = (char *)names[i];
@@ -1527,4 +1547,16 @@ int ps_client_restore_vars(ps_client *c, int task, const char *prefix,
   free(items);
   free(ip);
   return rc;
+}
+
+int ps_client_restore_vars(ps_client *c, int task, const char *prefix,
+                           const char *const *names, const char *const *keys, size_t n,
+                           ps_status *st) {
+  return restore_vars(c, task, prefix, names, keys, n, false, st);
+}
+
+int ps_client_check_restore_vars(ps_client *c, int task, const char *prefix,
+                                 const char *const *names, const char *const *keys,
+                                 size_t n, ps_status *st) {
+  return restore_vars(c, task, prefix, names, keys, n, true, st);
 }

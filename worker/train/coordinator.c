@@ -178,6 +178,11 @@ static int restore_some(ps_client *c, var_set *vs, const bool *want, const char 
   const char **names = calloc(vs->n + 1, sizeof *names);
   if (names == NULL) return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
   int rc = 0;
+  /* every ps checks first: a restore that fails changes no ps */
+  for (int t = 0; t < nps && nps > 1 && rc == 0; t++) {
+    size_t k = names_on(vs, want, t, names);
+    if (k) rc = ps_client_check_restore_vars(c, t, prefix, names, NULL, k, st);
+  }
   for (int t = 0; t < nps && rc == 0; t++) {
     size_t k = names_on(vs, want, t, names);
     if (k) rc = ps_client_restore_vars(c, t, prefix, names, NULL, k, st);

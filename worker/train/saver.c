@@ -190,16 +190,18 @@ static const char *stage_out(staging *sg, ps_client *c, ps_session *sess, ps_var
   return ps_client_update(c, 0, &u, 1, st) == 0 ? name : NULL;
 }
 
-/* A restore of the session's @v from @key of @prefix. */
-static int stage_in(staging *sg, ps_client *c, ps_session *sess, ps_variable *v,
-                    const char *key, const char *prefix, ps_status *st) {
+/* The session's @v as stored under @key of @prefix, read through a
+ * staging variable into *@out; nothing the session holds changes. */
+static int stage_in(staging *sg, ps_client *c, ps_variable *v, const char *key,
+                    const char *prefix, ps_tensor **out, ps_status *st) {
   const char *name = staging_create(sg, c, v, st);
   if (name == NULL) return st->code;
   const char *k = key ? key : v->name;
   if (ps_client_restore_vars(c, 0, prefix, &name, &k, 1, st) != 0) return st->code;
   ps_read rd = {.name = name};
   if (ps_client_read(c, 0, &rd, 1, st) != 0) return st->code;
-  return ps_session_set_local_value_(sess, v, rd.out, st);
+  *out = rd.out;
+  return 0;
 }
 
 /* What a save writes: the Saver's variables (every global variable of the
@@ -360,6 +362,39 @@ int ps_saver_save_at_step(ps_saver *s, ps_session *sess, const char *prefix,
   return save(s, sess, prefix, step, NULL, meta_dir, path, saved_step, st);
 }
 
+/* Restores (or, @check, checks) @vars[0..n) on their ps tasks, each task's
+ * in one call (a ps restores its part all or nothing: a check is needed
+ * only when two or more ps take part). */
+static int restore_tasks(ps_client *c, ps_variable **vars, const char **keys, size_t n,
+                         const char *prefix, bool check, ps_status *st) {
+  int nps = ps_client_num_ps(c), rc = 0, ntasks = 0;
+  for (int t = 0; t < nps; t++) {
+    size_t i = 0;
+    while (i < n && vars[i]->task != t)
+      i++;
+    ntasks += i < n;
+  }
+  if (check && ntasks < 2) return 0;
+  const char **names = calloc(n + 1, sizeof *names);
+  const char **tk = calloc(n + 1, sizeof *tk);
+  if (names == NULL || tk == NULL)
+    rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+  for (int t = 0; t < nps && rc == 0; t++) {
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+      if (vars[i]->task == t) {
+        names[k] = vars[i]->name;
+        tk[k++] = keys[i];
+      }
+    if (k == 0) continue;
+    rc = check ? ps_client_check_restore_vars(c, t, prefix, names, tk, k, st)
+               : ps_client_restore_vars(c, t, prefix, names, tk, k, st);
+  }
+  free(names);
+  free(tk);
+  return rc;
+}
+
 /* Name and key of each variable to restore, grouped by ps task. */
 int ps_saver_restore(ps_saver *s, ps_session *sess, const char *prefix, ps_status *st) {
   ps_client *c = ps_session_client(sess);
@@ -396,35 +431,32 @@ int ps_saver_restore(ps_saver *s, ps_session *sess, const char *prefix, ps_statu
     }
   }
   int nps = ps_client_num_ps(c);
-  for (int t = 0; t < nps && rc == 0; t++) {
-    const char **names = calloc(n + 1, sizeof *names);
-    const char **tk = calloc(n + 1, sizeof *tk);
-    size_t k = 0;
-    if (names == NULL || tk == NULL) {
-      free(names);
-      free(tk);
-      goto oom;
-    }
-    for (size_t i = 0; i < n; i++)
-      if (vars[i]->task == t) {
-        names[k] = vars[i]->name;
-        tk[k++] = keys[i];
-      }
-    if (k) rc = ps_client_restore_vars(c, t, prefix ? prefix : "", names, tk, k, st);
-    free(names);
-    free(tk);
-  }
-  staging sg = {0};
-  for (size_t i = 0; i < n && rc == 0; i++) /* held by the session */
-    if (vars[i]->task < 0)
-      rc = stage_in(&sg, c, sess, vars[i], keys[i], prefix ? prefix : "", st);
-  staging_free(&sg, c);
-  for (size_t i = 0; i < n; i++)
-    if (vars[i]->task >= nps && rc == 0)
+  for (size_t i = 0; i < n && rc == 0; i++)
+    if (vars[i]->task >= nps)
       rc = ps_status_set(st, PS_INVALID_ARGUMENT,
                          "Saver: variable %s is placed on /job:ps/task:%d but the "
                          "cluster has %d ps tasks",
                          vars[i]->name, vars[i]->task, nps);
+  /* All or nothing, as TensorFlow's restore: every ps checks its part
+   * (keys, dtypes, shapes, checksums) and the session's variables are read
+   * through staging variables before any variable changes. */
+  if (rc == 0) rc = restore_tasks(c, vars, keys, n, prefix ? prefix : "", true, st);
+  ps_tensor **held = calloc(n + 1, sizeof *held);
+  if (held == NULL) goto oom;
+  staging sg = {0};
+  for (size_t i = 0; i < n && rc == 0; i++) /* held by the session */
+    if (vars[i]->task < 0)
+      rc = stage_in(&sg, c, vars[i], keys[i], prefix ? prefix : "", &held[i], st);
+  staging_free(&sg, c);
+  if (rc == 0) rc = restore_tasks(c, vars, keys, n, prefix ? prefix : "", false, st);
+  for (size_t i = 0; i < n; i++) {
+    if (rc == 0 && held[i]) {
+      rc = ps_session_set_local_value_(sess, vars[i], held[i], st);
+      held[i] = NULL; /* taken, or freed on failure */
+    }
+    ps_tensor_destroy(held[i]);
+  }
+  free(held);
   goto done;
 oom:
   rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");

@@ -364,5 +364,11 @@ int ps_client_restore(ps_client *c, const char *prefix, size_t *nrestored, ps_st
 int ps_client_restore_vars(ps_client *c, int task, const char *prefix,
                            const char *const *names, const char *const *keys, size_t n,
                            ps_status *st);
+/* What ps_client_restore_vars would do, checked (keys, dtypes, shapes,
+ * checksums) without changing anything: a restore across several ps
+ * checks every ps first, so that a failure changes no variable. */
+int ps_client_check_restore_vars(ps_client *c, int task, const char *prefix,
+                                 const char *const *names, const char *const *keys,
+                                 size_t n, ps_status *st);
 
 #endif

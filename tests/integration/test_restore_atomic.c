@@ -1,0 +1,174 @@
+/* A restore across several ps is all or nothing (issue 21, point 12): when
+ * one ps cannot restore its part (a key missing from the checkpoint), no
+ * variable on any ps changes, as TensorFlow's restore assigns nothing when
+ * it fails.  Through 2 real ps-servers: a Saver with a dict var_list,
+ * ps_client_restore (what psctl restore calls) and psctl itself. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "paramserver/client.h"
+#include "paramserver/graph.h"
+#include "paramserver/saver.h"
+#include "paramserver/session.h"
+#include "tests/support/assert.h"
+
+static char base[200], dir[300];
+static ps_harness H;
+static ps_client *C;
+
+static void setup_base(void) {
+  harness_scratch_base(base, sizeof base, "rsat");
+}
+static void teardown_base(void) {
+  harness_scratch_remove(base);
+}
+
+static void setup(void) {
+  ck_assert_int_eq(harness_scratch_dir(dir, sizeof dir, base), 0);
+  const char *extra[] = {"--checkpoint-dir", dir, NULL};
+  C = harness_start_client(&H, 2, extra);
+  ck_assert_ptr_nonnull(C);
+}
+
+static void teardown(void) {
+  ck_assert_int_eq(harness_stop_client(&H, C), 0);
+  ck_assert_int_eq(harness_scratch_remove(dir), 0);
+}
+
+/* Sets every element of the float variable @name on @task to @val. */
+static void set_var(int task, const char *name, int64_t elems, float val) {
+  ps_status st;
+  ps_tensor *t = ps_tensor_new(PS_DT_FLOAT, 1, (int64_t[]){elems});
+  for (int64_t i = 0; i < elems; i++)
+    ((float *)ps_tensor_data(t))[i] = val;
+  ps_update u = {.name = name, .op = PS_ASSIGN, .value = t};
+  PS_ASSERT_OK(ps_client_update(C, task, &u, 1, &st), st);
+  ps_tensor_destroy(t);
+}
+
+/* Whether every element of @name on @task is @val. */
+static bool var_is(int task, const char *name, float val) {
+  ps_status st;
+  ps_read r = {.name = name};
+  PS_ASSERT_OK(ps_client_read(C, task, &r, 1, &st), st);
+  const float *d = ps_tensor_data(r.out);
+  bool all = true;
+  for (int64_t i = 0; i < ps_shape_num_elements(&r.out->shape); i++)
+    all = all && d[i] == val;
+  ps_tensor_destroy(r.out);
+  return all;
+}
+
+static void create_var(int task, const char *name, int64_t elems) {
+  ps_status st;
+  ps_var_spec vs = {.name = name, .dtype = PS_DT_FLOAT, .shape = {1, {elems}}};
+  PS_ASSERT_OK(ps_client_create_vars(C, task, &vs, 1, &st), st);
+}
+
+/* Saver({"a": a, "b": b}) saves a (ps 0) and b (ps 1); then a Saver
+ * whose dict maps "nope" (not in the checkpoint) to b fails with NOT_FOUND
+ * naming the key, and a, which ps 0 could restore, is unchanged. */
+START_TEST(a_saver_restore_that_fails_on_one_ps_changes_no_ps) {
+  ps_status st;
+  ps_graph *g = ps_graph_create();
+  ps_device_push_fn(g, ps_replica_device_setter(H.cluster, NULL));
+  ps_shape s3 = {1, {3}};
+  ps_variable *a = ps_get_variable(g, "a", PS_DT_FLOAT, &s3, NULL, NULL, &st);
+  ps_variable *b = ps_get_variable(g, "b", PS_DT_FLOAT, &s3, NULL, NULL, &st);
+  ck_assert_int_eq(ps_variable_task(a), 0);
+  ck_assert_int_eq(ps_variable_task(b), 1);
+  ps_session *s = ps_session_create(g, C, &st);
+  ck_assert_ptr_nonnull(s);
+  PS_ASSERT_OK(ps_session_create_variables(s, &st), st);
+  set_var(0, "a", 3, 1.0f);
+  set_var(1, "b", 3, 2.0f);
+  ps_variable *both[] = {a, b};
+  const char *keys[] = {"a", "b"};
+  ps_saver_options o = {.var_list = both, .nvars = 2, .keys = keys};
+  ps_saver *good = ps_saver_create(g, &o, &st);
+  ck_assert_ptr_nonnull(good);
+  PS_ASSERT_OK(ps_saver_save(good, s, "model.ckpt", -1, NULL, NULL, &st), st);
+  set_var(0, "a", 3, 0.0f);
+  set_var(1, "b", 3, 0.0f);
+
+  const char *bad_keys[] = {"a", "nope"};
+  ps_saver_options bo = {.var_list = both, .nvars = 2, .keys = bad_keys};
+  ps_saver *bad = ps_saver_create(g, &bo, &st);
+  ck_assert_ptr_nonnull(bad);
+  ck_assert_int_eq(ps_saver_restore(bad, s, "model.ckpt", &st), PS_NOT_FOUND);
+  ck_assert_msg(strstr(st.msg, "Key nope not found in checkpoint") != NULL, "%s", st.msg);
+  ck_assert_msg(var_is(0, "a", 0.0f), "a on ps 0 changed by a restore that failed");
+  ck_assert(var_is(1, "b", 0.0f));
+
+  /* the good one still restores both */
+  PS_ASSERT_OK(ps_saver_restore(good, s, "model.ckpt", &st), st);
+  ck_assert(var_is(0, "a", 1.0f));
+  ck_assert(var_is(1, "b", 2.0f));
+  ps_saver_destroy(bad);
+  ps_saver_destroy(good);
+  ps_session_destroy(s);
+  ps_graph_destroy(g);
+}
+END_TEST
+
+/* psctl restore (ps_client_restore): ps 1 has a variable the checkpoint
+ * lacks, so its part fails; x on ps 0 keeps its value. */
+START_TEST(a_cluster_restore_that_fails_on_one_ps_changes_no_ps) {
+  ps_status st;
+  create_var(0, "x", 1000);
+  create_var(1, "y", 1000);
+  set_var(0, "x", 1000, 1.5f);
+  set_var(1, "y", 1000, 2.5f);
+  PS_ASSERT_OK(ps_client_save(C, "all.ckpt", NULL, NULL, NULL, &st), st);
+  set_var(0, "x", 1000, -2.0f);
+  set_var(1, "y", 1000, -2.0f);
+  create_var(1, "z", 10);
+  set_var(1, "z", 10, 7.0f);
+
+  ck_assert_int_eq(ps_client_restore(C, "all.ckpt", NULL, &st), PS_NOT_FOUND);
+  ck_assert_msg(strstr(st.msg, "Key z not found in checkpoint") != NULL, "%s", st.msg);
+  ck_assert_msg(var_is(0, "x", -2.0f), "x on ps 0 changed by a restore that failed");
+  ck_assert(var_is(1, "y", -2.0f));
+  ck_assert(var_is(1, "z", 7.0f));
+
+  /* and through psctl: the error names the key, nothing changes */
+  char cmd[1200], *out = NULL;
+  snprintf(cmd, sizeof cmd, "%s --cluster %s --timeout-ms 20000 restore all.ckpt",
+           harness_prog("PSCTL", "psctl"), H.spec);
+  int rc = harness_run(cmd, &out);
+  ck_assert_msg(rc != 0 && strstr(out, "Key z not found in checkpoint"), "rc %d: %s", rc,
+                out);
+  free(out);
+  ck_assert(var_is(0, "x", -2.0f));
+  ck_assert(var_is(1, "y", -2.0f));
+
+  /* without z, the restore goes through on both */
+  const char *z = "z";
+  PS_ASSERT_OK(ps_client_delete(C, 1, &z, 1, 0, NULL, &st), st);
+  size_t n = 0;
+  PS_ASSERT_OK(ps_client_restore(C, "all.ckpt", &n, &st), st);
+  ck_assert_uint_eq(n, 2);
+  ck_assert(var_is(0, "x", 1.5f));
+  ck_assert(var_is(1, "y", 2.5f));
+}
+END_TEST
+
+static Suite *suite(void) {
+  Suite *s = suite_create("restore_atomic");
+  TCase *tc = tcase_create("all_or_nothing");
+  tcase_add_unchecked_fixture(tc, setup_base, teardown_base);
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, a_saver_restore_that_fails_on_one_ps_changes_no_ps);
+  tcase_add_test(tc, a_cluster_restore_that_fails_on_one_ps_changes_no_ps);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  return ps_test_run(suite());
+}
