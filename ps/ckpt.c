@@ -656,6 +656,23 @@ static int check_quota(job *j, const char *op, const char *what, int64_t adds, b
   return rc;
 }
 
+/* --max-checkpoint-bytes: an upper bound of the bytes of the index a
+ * shard of @snap writes.  Per entry its key (table blocks store it, the
+ * index block may store a separator as long), the BundleEntryProto and the
+ * block overhead; a part of a partitioned variable has two entries (the
+ * full tensor's, with its slices, and the slice's); then the header entry,
+ * the footer and block trailers. */
+static int64_t index_estimate(const ps_snapshot *snap) {
+  int64_t b = 4096;
+  for (size_t i = 0; i < snap->n; i++) {
+    const ps_snapshot_entry *e = &snap->e[i];
+    const char *k = e->key ? e->key : e->full_name ? e->full_name : e->name;
+    int64_t one = 2 * (int64_t)strlen(k) + 128 + 32 * (int64_t)e->shape.rank;
+    b += e->full_name ? 2 * one + 32 * (int64_t)e->full_shape.rank : one;
+  }
+  return b;
+}
+
 static int save_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *st) {
   job *j = job_new(c);
   if (j == NULL) return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
@@ -696,8 +713,9 @@ static int save_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *st
   int64_t shard = 0;
   for (size_t i = 0; i < j->snap->n; i++)
     if (j->snap->e[i].buf) shard += (int64_t)j->snap->e[i].buf->size;
+  shard += 2 * index_estimate(j->snap); /* its part's, then the merged one */
   char what[128];
-  snprintf(what, sizeof what, "shard %d of %s", j->shard, j->task);
+  snprintf(what, sizeof what, "shard %d of %s (tensors and index)", j->shard, j->task);
   if ((rc = check_quota(j, "Save", what, shard, true, st)) != 0) return rc;
   j->pi = calloc(j->snap->n + 1, sizeof *j->pi);
   if (j->pi == NULL) return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
@@ -873,6 +891,28 @@ static void *merge_thread(void *arg) {
   return NULL;
 }
 
+/* --max-checkpoint-bytes: the bytes a merge of @j writes besides its
+ * MetaGraph: the merged index (at most the sum of the parts' indexes and
+ * a block per part) and the new state file (the old one's bytes, one more
+ * line naming the prefix twice, and room for its header).  Parts not
+ * there count nothing: the merge fails before it writes. */
+static int64_t merge_new_bytes(job *j) {
+  if (ps_service_limits_of(j->svc)->max_checkpoint_bytes <= 0) return 0;
+  int64_t b = 0;
+  char p[PATH_MAX + 64];
+  struct stat sb;
+  for (int k = 0; k < j->nshards; k++) {
+    snprintf(p, sizeof p, "%s_temp/part-%05d-of-%05d.index", j->prefix, k, j->nshards);
+    if (lstat(p, &sb) == 0 && S_ISREG(sb.st_mode)) b += (int64_t)sb.st_size + 4096;
+  }
+  snprintf(p, sizeof p, "%s", j->prefix);
+  char *sl = strrchr(p, '/');
+  snprintf(sl ? sl + 1 : p, sizeof p - (size_t)(sl ? sl + 1 - p : 0), "%s",
+           PS_CKPT_STATE_FILENAME);
+  if (lstat(p, &sb) == 0 && S_ISREG(sb.st_mode)) b += (int64_t)sb.st_size;
+  return b + 2 * (int64_t)strlen(j->prefix) + 256;
+}
+
 static int merge_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *st) {
   job *j = job_new(c);
   if (j == NULL) return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
@@ -899,9 +939,13 @@ static int merge_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *s
     rc = ps_status_set(st, PS_INVALID_ARGUMENT,
                        "Merge: %zu own_paths, more than the %d allowed", rq->n_own_paths,
                        MAX_OWN_PATHS);
-  /* the shards are renamed into place; the .meta it carries is new bytes */
-  if (rc == 0 && rq->meta_graph.len > 0)
-    rc = check_quota(j, "Merge", "its MetaGraph", (int64_t)rq->meta_graph.len, true, st);
+  /* the data files are renamed into place; new bytes are the merged index
+   * (the parts' indexes, merged: about their sum, and they go only after
+   * it is written), the state file and the .meta it carries */
+  if (rc == 0) {
+    int64_t adds = (int64_t)rq->meta_graph.len + merge_new_bytes(j);
+    rc = check_quota(j, "Merge", "its index, state file and MetaGraph", adds, true, st);
+  }
   return rc;
 }
 

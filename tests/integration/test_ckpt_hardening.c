@@ -495,6 +495,60 @@ START_TEST(a_restore_that_fails_leaves_every_variable_as_it_was) {
 }
 END_TEST
 
+/* ---- --max-checkpoint-bytes counts every file (issue 21) ---- */
+
+/* Bytes of the regular files under @d. */
+static long long files_bytes(const char *d) {
+  char cmd[400], *o = NULL;
+  snprintf(cmd, sizeof cmd,
+           "find '%s' -type f -printf '%%s\\n' | awk '{s+=$1} END {print s+0}'", d);
+  ck_assert_int_eq(harness_run(cmd, &o), 0);
+  long long n = atoll(o);
+  free(o);
+  return n;
+}
+
+/* 2,000 one-float variables with 4,000-byte names: 8 KB of tensors, but
+ * about 8 MB of index per index file.  Under a 3 MiB quota the save is
+ * refused before it writes (before: 7.8 MiB on disk, the indexes were not
+ * counted). */
+START_TEST(the_checkpoint_quota_counts_index_files) {
+  ps_status st;
+  ps_up("PS_MAX_CHECKPOINT_BYTES=3145728", "1");
+  enum { N = 2000, BATCH = 100, NAME = 4000 };
+  char(*names)[NAME + 1] = calloc(BATCH, sizeof *names);
+  ck_assert_ptr_nonnull(names);
+  ps_tensor *one = ps_tensor_new(PS_DT_FLOAT, 0, NULL);
+  *(float *)ps_tensor_data(one) = 1.0f;
+  for (int b = 0; b < N / BATCH; b++) {
+    ps_var_spec vs[BATCH];
+    ps_update up[BATCH];
+    for (int i = 0; i < BATCH; i++) {
+      memset(names[i], 'x', NAME);
+      names[i][NAME] = '\0';
+      char head[16];
+      int hl = snprintf(head, sizeof head, "n%05d_", b * BATCH + i);
+      memcpy(names[i], head, (size_t)hl);
+      vs[i] = (ps_var_spec){.name = names[i], .dtype = PS_DT_FLOAT, .shape = {0, {0}}};
+      up[i] = (ps_update){.name = names[i], .op = PS_ASSIGN, .value = one};
+    }
+    PS_ASSERT_OK(ps_client_create_vars(client, 0, vs, BATCH, &st), st);
+    PS_ASSERT_OK(ps_client_update(client, 0, up, BATCH, &st), st);
+  }
+  ps_tensor_destroy(one);
+  free(names);
+  ck_assert_int_eq(ps_client_save(client, "names", NULL, NULL, NULL, &st),
+                   PS_RESOURCE_EXHAUSTED);
+  ck_assert_msg(strstr(st.msg, "more than --max-checkpoint-bytes 3145728") &&
+                    strstr(st.msg, "(tensors and index)"),
+                "%s", st.msg);
+  long long used = files_bytes(ck);
+  ck_assert_msg(used <= 3145728, "%lld bytes on disk under a 3 MiB quota", used);
+  ck_assert(!exists("%s/names%s", ck, ".index"));
+  ck_assert_int_eq(ps_term(30), 0);
+}
+END_TEST
+
 /* ---- confinement ---- */
 
 START_TEST(symbolic_links_cannot_lead_out_of_the_checkpoint_directory) {
@@ -762,6 +816,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, sigterm_during_a_long_save_keeps_the_previous_checkpoint);
   tcase_add_test(tc, sigterm_during_a_long_restore_or_merge);
   tcase_add_test(tc, a_restore_that_fails_leaves_every_variable_as_it_was);
+  tcase_add_test(tc, the_checkpoint_quota_counts_index_files);
   tcase_add_test(tc, symbolic_links_cannot_lead_out_of_the_checkpoint_directory);
   tcase_add_test(tc, bad_prefixes_are_invalid_argument);
   tcase_add_test(tc, stale_temp_directories_are_swept_live_ones_kept);
