@@ -183,11 +183,96 @@ void ps_ckpt_abort_all(void) {
   pthread_mutex_unlock(&jobs_mu);
 }
 
+/* Parts this ps wrote as the merging shard (the last: the client merges
+ * on the last ps) that no merge has taken yet: once this ps stops, no
+ * merge will, so ps_ckpt_wait_all() removes them (the other ps' parts of
+ * such a save may still be merged by theirs and are kept).  Known by the
+ * device and inode of the part's .index, so that a part written again
+ * since by someone else is not touched. */
+typedef struct unmerged {
+  char part[PATH_MAX + 64]; /* P_temp/part-K-of-N */
+  dev_t dev;
+  ino_t ino;
+} unmerged;
+#define MAX_UNMERGED 64
+static unmerged unmerged_parts[MAX_UNMERGED];
+static int n_unmerged;
+
+static bool same_file(const char *path, dev_t dev, ino_t ino) {
+  struct stat sb;
+  return lstat(path, &sb) == 0 && sb.st_dev == dev && sb.st_ino == ino;
+}
+
+static void remove_bundle(const char *prefix, int nshards);
+static int temp_lock(const char *dir, int how);
+
+/* Records the finished part @part (its .index at @idx). */
+static void unmerged_add(const char *part, const char *idx) {
+  struct stat sb;
+  if (lstat(idx, &sb) != 0) return;
+  pthread_mutex_lock(&jobs_mu);
+  /* entries a merge took (their .index gone) make room first */
+  int k = 0;
+  for (int i = 0; i < n_unmerged; i++) {
+    char p[PATH_MAX + 80];
+    snprintf(p, sizeof p, "%s.index", unmerged_parts[i].part);
+    if (same_file(p, unmerged_parts[i].dev, unmerged_parts[i].ino))
+      unmerged_parts[k++] = unmerged_parts[i];
+  }
+  n_unmerged = k;
+  if (n_unmerged == MAX_UNMERGED) { /* the oldest is forgotten: the sweep has it */
+    memmove(unmerged_parts, unmerged_parts + 1,
+            (MAX_UNMERGED - 1) * sizeof *unmerged_parts);
+    n_unmerged--;
+  }
+  unmerged *u = &unmerged_parts[n_unmerged++];
+  snprintf(u->part, sizeof u->part, "%s", part);
+  u->dev = sb.st_dev;
+  u->ino = sb.st_ino;
+  pthread_mutex_unlock(&jobs_mu);
+}
+
+/* On the way out: the merging shards no merge took are removed, with the
+ * other parts of their save when no one works in the temp directory. */
+static void unmerged_remove_all(void) {
+  for (int i = 0; i < n_unmerged; i++) {
+    unmerged *u = &unmerged_parts[i];
+    char idx[PATH_MAX + 80], dir[PATH_MAX + 64];
+    snprintf(idx, sizeof idx, "%s.index", u->part);
+    if (!same_file(idx, u->dev, u->ino)) continue; /* merged, or not ours now */
+    snprintf(dir, sizeof dir, "%s", u->part);
+    char *sl = strrchr(dir, '/');
+    if (sl == NULL) continue;
+    *sl = '\0';
+    int lock = temp_lock(dir, LOCK_EX | LOCK_NB);
+    if (lock >= 0) { /* nobody saves or merges in it: the whole save goes */
+      DIR *d = opendir(dir);
+      struct dirent *e;
+      char p[PATH_MAX + 80];
+      while (d && (e = readdir(d)) != NULL)
+        if (!strncmp(e->d_name, "part-", 5) &&
+            (size_t)snprintf(p, sizeof p, "%s/%s", dir, e->d_name) < sizeof p)
+          unlink(p);
+      if (d) closedir(d);
+      close(lock);
+    } else {
+      remove_bundle(u->part, 1);
+    }
+    if (rmdir(dir) == 0)
+      PS_INFO("removed %s: a save this ps would have merged, stopped before its merge",
+              dir);
+    else
+      PS_INFO("removed the unmerged part %s of a save stopped before its merge", u->part);
+  }
+  n_unmerged = 0;
+}
+
 void ps_ckpt_wait_all(void) {
   pthread_mutex_lock(&jobs_mu);
   while (jobs_running > 0)
     pthread_cond_wait(&jobs_cv, &jobs_mu);
   pthread_mutex_unlock(&jobs_mu);
+  unmerged_remove_all();
 }
 
 static void job_done(void) {
@@ -557,12 +642,16 @@ static int write_shard(job *j, int64_t *tensors, int64_t *bytes) {
   if (rc == 0) rc = job_check(j, "save");
   if (rc == 0) rc = ps_bundle_writer_finish(w, st);
   if (rc == 0) crash_point("save_after_shard");
+  /* shutdown asked during the finish: no merge will come for it */
+  if (rc == 0) rc = job_check(j, "save");
   *bytes = (int64_t)ps_bundle_writer_bytes(w);
   *tensors = (int64_t)j->snap->n;
   ps_bundle_writer_destroy(w); /* an unfinished part's files go with it */
   if (rc != 0) {
     remove_bundle(j->part, 1);
     rmdir(dir); /* if this ps was the only one in it */
+  } else if (j->shard == j->nshards - 1) {
+    unmerged_add(j->part, pidx);
   }
   close(lock);
   return rc;

@@ -6,8 +6,11 @@
 
 /* Shutdown: _abort() asks every running save, merge and restore to stop at
  * its next safe point (a save cut short leaves the previous checkpoint as
- * it was); _wait() returns once none runs any more.  Call _wait() before
- * the store or service is destroyed.  Any thread. */
+ * it was); _wait() returns once none runs any more, and then removes the
+ * parts this ps wrote as a save's merging (last) shard that no merge took:
+ * stopped, it will merge none (with the whole temp directory when no one
+ * else works in it).  Call _wait() before the store or service is
+ * destroyed.  Any thread. */
 void ps_ckpt_abort_all(void);
 void ps_ckpt_wait_all(void);
 

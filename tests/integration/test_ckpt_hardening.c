@@ -403,6 +403,28 @@ START_TEST(sigterm_during_a_long_restore_or_merge) {
 }
 END_TEST
 
+/* A ps stopped after its part of a save is written and before the merge
+ * (a Save call alone: shard 0 of 1, this ps would merge it) removes the
+ * part on the way out; before, P_temp/ stayed until the sweep 10 minutes
+ * later. */
+START_TEST(sigterm_before_the_merge_removes_the_finished_part) {
+  ps_up(NULL, "1");
+  put_vars(4, 1000, 1.5f);
+  uint8_t req[64];
+  char msg[512];
+  size_t n = save_req(req, "unmerged", strlen("unmerged"));
+  ck_assert_msg(raw("/paramserver.Ps/Save", req, n, msg, sizeof msg) == 0, "%s", msg);
+  ck_assert(exists("%s/unmerged_temp/part-00000-of-00001%s", ck, ".index"));
+  ck_assert_int_eq(ps_term(30), 0);
+  char *log = ps_log();
+  ck_assert_msg(!exists("%s/unmerged_temp%s", ck, ""),
+                "the finished part of a save never merged is left; log:\n%s", log);
+  ck_assert_msg(strstr(log, "a save this ps would have merged, stopped before its merge"),
+                "%s", log);
+  free(log);
+}
+END_TEST
+
 /* ---- a restore that fails changes nothing (issue 21) ---- */
 
 /* Whether every element of the float variable @name is @val (@n elements). */
@@ -817,6 +839,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, sigterm_during_a_long_restore_or_merge);
   tcase_add_test(tc, a_restore_that_fails_leaves_every_variable_as_it_was);
   tcase_add_test(tc, the_checkpoint_quota_counts_index_files);
+  tcase_add_test(tc, sigterm_before_the_merge_removes_the_finished_part);
   tcase_add_test(tc, symbolic_links_cannot_lead_out_of_the_checkpoint_directory);
   tcase_add_test(tc, bad_prefixes_are_invalid_argument);
   tcase_add_test(tc, stale_temp_directories_are_swept_live_ones_kept);
