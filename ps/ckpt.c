@@ -16,7 +16,10 @@
  * lexical, then realpath of every existing component, dangling links
  * refused) under --checkpoint-dir.  Files are created under temporary names
  * with O_EXCL and renamed into place, so a link planted at a final name is
- * replaced, never followed.
+ * replaced, never followed.  A save and a merge then hold their directories
+ * open (held_dir: opened from --checkpoint-dir down without following a
+ * link) and work only through them, so a directory swapped for a link
+ * after the check leads nowhere.
  *
  * Jobs: save, merge and restore threads are counted (jobs_mu/jobs_cv);
  * ps_ckpt_abort_all() makes them stop at their next safe point (between
@@ -151,22 +154,203 @@ static int check_raw_prefix(const uint8_t *p, size_t n, uint32_t field, const ch
   return 0;
 }
 
-static int mkdirs(const char *path, ps_status *st) {
-  char tmp[PATH_MAX];
-  if ((size_t)snprintf(tmp, sizeof tmp, "%s", path) >= sizeof tmp)
-    return ps_status_set(st, PS_INVALID_ARGUMENT, "path %s is too long", path);
-  for (char *p = tmp + 1; *p; p++)
-    if (*p == '/') {
-      *p = '\0';
-      if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
-        return ps_status_set(st, ps_status_code_from_errno(errno), "cannot create %s: %s",
-                             tmp, strerror(errno));
-      *p = '/';
+/* ---- Directories held open: no link swapped in later is followed ---- */
+
+/* A directory of the checkpoint tree opened once: every file a save or a
+ * merge then creates, renames or deletes in it goes through @fd (openat,
+ * renameat, unlinkat, or the /proc/self/fd/N magic link, which names the
+ * opened directory itself, for code that takes paths), so a component of
+ * its path swapped for a symbolic link after the open changes nothing. */
+typedef struct held_dir {
+  int fd;
+  char path[PATH_MAX]; /* as the user sees it, for messages */
+  char proc[64];       /* "/proc/self/fd/N" */
+} held_dir;
+
+static void held_close(held_dir *h) {
+  if (h->fd >= 0) close(h->fd);
+  h->fd = -1;
+}
+
+/* @rel (a relative path, components separated by '/') opened under @dirfd
+ * component by component with O_NOFOLLOW, so no link is followed on the
+ * way; with @create, missing components are made.  -1 with errno. */
+static int open_beneath(int dirfd, const char *rel, bool create) {
+  char buf[PATH_MAX];
+  if ((size_t)snprintf(buf, sizeof buf, "%s", rel) >= sizeof buf) {
+    errno = ENAMETOOLONG;
+    return -1;
+  }
+  int fd = dup(dirfd);
+  if (fd < 0) return -1;
+  char *save = NULL;
+  for (char *c = strtok_r(buf, "/", &save); c; c = strtok_r(NULL, "/", &save)) {
+    int nfd = openat(fd, c, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (nfd < 0 && errno == ENOENT && create) {
+      if (mkdirat(fd, c, 0755) != 0 && errno != EEXIST)
+        nfd = -1;
+      else
+        nfd = openat(fd, c, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     }
-  if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
-    return ps_status_set(st, ps_status_code_from_errno(errno), "cannot create %s: %s",
-                         tmp, strerror(errno));
-  return 0;
+    int e = errno;
+    close(fd);
+    if (nfd < 0) {
+      errno = e;
+      return -1;
+    }
+    fd = nfd;
+  }
+  return fd;
+}
+
+/* @path made absolute (from the working directory) and normalized
+ * lexically ("." and empty components dropped, ".." taking one back), as
+ * ps_ckpt_path_confined compares paths; malloc'd, NULL if out of memory. */
+static char *abs_normalize(const char *path) {
+  char cwd[PATH_MAX];
+  if (path[0] != '/' && getcwd(cwd, sizeof cwd) == NULL) return NULL;
+  size_t n = (path[0] == '/' ? 0 : strlen(cwd) + 1) + strlen(path) + 2;
+  char *in = malloc(n), *out = malloc(n);
+  if (in == NULL || out == NULL) {
+    free(in);
+    free(out);
+    return NULL;
+  }
+  if (path[0] == '/')
+    snprintf(in, n, "%s", path);
+  else
+    snprintf(in, n, "%s/%s", cwd, path);
+  size_t k = 0;
+  char *save = NULL;
+  for (char *c = strtok_r(in, "/", &save); c; c = strtok_r(NULL, "/", &save)) {
+    if (!strcmp(c, ".")) continue;
+    if (!strcmp(c, "..")) {
+      while (k > 0 && out[k - 1] != '/')
+        k--;
+      if (k > 0) k--;
+      continue;
+    }
+    out[k++] = '/';
+    size_t cl = strlen(c);
+    memcpy(out + k, c, cl);
+    k += cl;
+  }
+  if (k == 0) out[k++] = '/';
+  out[k] = '\0';
+  free(in);
+  return out;
+}
+
+/* Holds the directory @dir (a path ckpt_path confined under @root): opened
+ * from @root (the operator's --checkpoint-dir, followed if a link) without
+ * following any link below it.  PERMISSION_DENIED naming @dir when a link
+ * is on the way now. */
+static int held_open(const char *root, const char *dir, bool create, held_dir *h,
+                     ps_status *st) {
+  h->fd = -1;
+  snprintf(h->path, sizeof h->path, "%s", dir);
+  char *ra = abs_normalize(root), *da = abs_normalize(dir);
+  int rc = 0;
+  if (ra == NULL || da == NULL) {
+    rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+  } else {
+    size_t rl = strlen(ra);
+    if (rl == 1) rl = 0; /* the root directory "/" */
+    const char *rel = !strcmp(da, ra)                           ? ""
+                      : (!strncmp(da, ra, rl) && da[rl] == '/') ? da + rl + 1
+                                                                : NULL;
+    int rootfd = rel ? open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+    if (rel == NULL)
+      rc = ps_status_set(st, PS_PERMISSION_DENIED,
+                         "checkpoint path %s is outside the checkpoint directory %s", dir,
+                         root);
+    else if (rootfd < 0)
+      rc = ps_status_set(st, ps_status_code_from_errno(errno),
+                         "checkpoint directory %s: %s", root, strerror(errno));
+    else if ((h->fd = open_beneath(rootfd, rel, create)) < 0)
+      rc = ps_status_set(st,
+                         errno == ELOOP || errno == ENOTDIR
+                             ? PS_PERMISSION_DENIED
+                             : ps_status_code_from_errno(errno),
+                         "checkpoint directory %s: %s%s", dir, strerror(errno),
+                         errno == ELOOP || errno == ENOTDIR
+                             ? " (a symbolic link on the way: links under the "
+                               "checkpoint directory are not followed)"
+                             : "");
+    if (rootfd >= 0) close(rootfd);
+  }
+  free(ra);
+  free(da);
+  if (rc == 0) snprintf(h->proc, sizeof h->proc, "/proc/self/fd/%d", h->fd);
+  return rc;
+}
+
+/* Opens and locks (@how) the directory @name in @parent, creating it with
+ * @create; the lock is retried if a sweeper removed the directory between
+ * its creation and the lock.  -1 with errno. */
+static int held_sub(const held_dir *parent, const char *name, bool create, int how,
+                    held_dir *h) {
+  h->fd = -1;
+  snprintf(h->path, sizeof h->path, "%s/%s", parent->path, name);
+  for (int tries = 0; tries < 5; tries++) {
+    if (create && mkdirat(parent->fd, name, 0755) != 0 && errno != EEXIST) return -1;
+    int fd = openat(parent->fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+      if (errno == ENOENT && create) continue;
+      return -1;
+    }
+    if (flock(fd, how) != 0) {
+      int e = errno;
+      close(fd);
+      errno = e;
+      return -1;
+    }
+    struct stat a, b;
+    if (fstat(fd, &a) == 0 && fstatat(parent->fd, name, &b, AT_SYMLINK_NOFOLLOW) == 0 &&
+        a.st_ino == b.st_ino && a.st_dev == b.st_dev) {
+      h->fd = fd;
+      snprintf(h->proc, sizeof h->proc, "/proc/self/fd/%d", fd);
+      return 0;
+    }
+    close(fd);
+    if (!create) {
+      errno = ENOENT;
+      return -1;
+    }
+  }
+  errno = EAGAIN;
+  return -1;
+}
+
+/* A message naming /proc/self/fd/N names the directory instead. */
+static void held_msg(ps_status *st, const held_dir *h) {
+  if (h->fd < 0 || st->code == 0) return;
+  size_t pl = strlen(h->proc);
+  char out[sizeof st->msg];
+  size_t k = 0;
+  for (const char *m = st->msg; *m && k + 1 < sizeof out;) {
+    if (!strncmp(m, h->proc, pl) && (m[pl] == '/' || m[pl] == '\0' || m[pl] == ' ')) {
+      k += (size_t)snprintf(out + k, sizeof out - k, "%s", h->path);
+      if (k >= sizeof out) k = sizeof out - 1;
+      m += pl;
+    } else {
+      out[k++] = *m++;
+    }
+  }
+  out[k] = '\0';
+  memcpy(st->msg, out, k + 1);
+}
+
+/* The last component of @path, and in @dir what is before it. */
+static const char *split_base(const char *path, char *dir, size_t n) {
+  const char *sl = strrchr(path, '/');
+  if (sl == NULL) {
+    snprintf(dir, n, ".");
+    return path;
+  }
+  snprintf(dir, n, "%.*s", (int)(sl - path), path);
+  if (dir[0] == '\0') snprintf(dir, n, "/");
+  return sl + 1;
 }
 
 /* ---- Jobs: every save, merge and restore thread ---- */
@@ -203,8 +387,8 @@ static bool same_file(const char *path, dev_t dev, ino_t ino) {
   return lstat(path, &sb) == 0 && sb.st_dev == dev && sb.st_ino == ino;
 }
 
-static void remove_bundle(const char *prefix, int nshards);
 static int temp_lock(const char *dir, int how);
+static void empty_dir(int fd);
 
 /* Records the finished part @part (its .index at @idx). */
 static void unmerged_add(const char *part, const char *idx) {
@@ -233,7 +417,8 @@ static void unmerged_add(const char *part, const char *idx) {
 }
 
 /* On the way out: the merging shards no merge took are removed, with the
- * other parts of their save when no one works in the temp directory. */
+ * other parts of their save when no one works in the temp directory; the
+ * files go through the temp directory opened without following a link. */
 static void unmerged_remove_all(void) {
   for (int i = 0; i < n_unmerged; i++) {
     unmerged *u = &unmerged_parts[i];
@@ -244,21 +429,30 @@ static void unmerged_remove_all(void) {
     char *sl = strrchr(dir, '/');
     if (sl == NULL) continue;
     *sl = '\0';
-    int lock = temp_lock(dir, LOCK_EX | LOCK_NB);
-    if (lock >= 0) { /* nobody saves or merges in it: the whole save goes */
-      DIR *d = opendir(dir);
-      struct dirent *e;
-      char p[PATH_MAX + 80];
-      while (d && (e = readdir(d)) != NULL)
-        if (!strncmp(e->d_name, "part-", 5) &&
-            (size_t)snprintf(p, sizeof p, "%s/%s", dir, e->d_name) < sizeof p)
-          unlink(p);
-      if (d) closedir(d);
-      close(lock);
-    } else {
-      remove_bundle(u->part, 1);
+    const char *name = sl + 1;
+    bool all = true;
+    int fd = temp_lock(dir, LOCK_EX | LOCK_NB);
+    if (fd < 0) { /* another ps works in it: this part alone */
+      all = false;
+      fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     }
-    if (rmdir(dir) == 0)
+    struct stat sb;
+    char f[NAME_MAX + 1];
+    snprintf(f, sizeof f, "%s.index", name);
+    if (fd < 0 || fstatat(fd, f, &sb, AT_SYMLINK_NOFOLLOW) != 0 || sb.st_ino != u->ino ||
+        sb.st_dev != u->dev) {
+      if (fd >= 0) close(fd);
+      continue;
+    }
+    if (all) {
+      empty_dir(fd);
+    } else {
+      unlinkat(fd, f, 0);
+      snprintf(f, sizeof f, "%s.data-00000-of-00001", name);
+      unlinkat(fd, f, 0);
+    }
+    close(fd);
+    if (all && rmdir(dir) == 0)
       PS_INFO("removed %s: a save this ps would have merged, stopped before its merge",
               dir);
     else
@@ -332,63 +526,49 @@ static int temp_lock(const char *dir, int how) {
   return fd;
 }
 
-/* Opens (creating it if needed) the temp directory @dir and holds it
- * shared; retried if a sweeper removed it between mkdir and the lock. */
-static int temp_enter(const char *dir, ps_status *st) {
-  for (int tries = 0; tries < 5; tries++) {
-    if (mkdirs(dir, st)) return -1;
-    int fd = temp_lock(dir, LOCK_SH);
-    if (fd < 0) {
-      if (errno == ENOENT) continue;
-      ps_status_set(st, ps_status_code_from_errno(errno), "cannot lock %s: %s", dir,
-                    strerror(errno));
-      return -1;
-    }
-    struct stat a, b;
-    if (fstat(fd, &a) == 0 && stat(dir, &b) == 0 && a.st_ino == b.st_ino &&
-        a.st_dev == b.st_dev)
-      return fd;
-    close(fd);
-  }
-  ps_status_set(st, PS_ABORTED, "cannot hold %s: it keeps being removed", dir);
-  return -1;
-}
-
-/* The newest mtime of @dir and its entries (not recursive: a temp
- * directory holds files only). */
-static time_t newest_mtime(const char *dir) {
+/* The newest mtime of the directory @fd and its entries (not recursive:
+ * a temp directory holds files only). */
+static time_t newest_mtime(int fd) {
   struct stat sb;
-  time_t t = stat(dir, &sb) == 0 ? sb.st_mtime : time(NULL);
-  DIR *d = opendir(dir);
-  if (d == NULL) return time(NULL);
+  time_t t = fstat(fd, &sb) == 0 ? sb.st_mtime : time(NULL);
+  int dfd = openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC); /* own offset */
+  DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+  if (d == NULL) {
+    if (dfd >= 0) close(dfd);
+    return time(NULL);
+  }
   struct dirent *e;
-  char p[PATH_MAX];
   while ((e = readdir(d)) != NULL) {
     if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-    if ((size_t)snprintf(p, sizeof p, "%s/%s", dir, e->d_name) >= sizeof p) continue;
-    if (lstat(p, &sb) == 0 && sb.st_mtime > t) t = sb.st_mtime;
+    if (fstatat(fd, e->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && sb.st_mtime > t)
+      t = sb.st_mtime;
   }
   closedir(d);
   return t;
 }
 
+/* Removes the entries of the directory @fd (files: a temp directory). */
+static void empty_dir(int fd) {
+  int dfd = openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC); /* own offset */
+  DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+  if (d == NULL) {
+    if (dfd >= 0) close(dfd);
+    return;
+  }
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL)
+    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) unlinkat(fd, e->d_name, 0);
+  closedir(d);
+}
+
 /* Removes the temp directory @dir if it is stale (see the top of the file);
- * 1 if removed. */
+ * 1 if removed.  Its entries go through the locked directory itself. */
 static int sweep_one(const char *dir) {
   int fd = temp_lock(dir, LOCK_EX | LOCK_NB);
   if (fd < 0) return 0; /* a save or merge works in it: live */
   int removed = 0;
-  if (time(NULL) - newest_mtime(dir) >= PS_CKPT_TEMP_STALE_SECS) {
-    DIR *d = opendir(dir);
-    if (d != NULL) {
-      struct dirent *e;
-      char p[PATH_MAX];
-      while ((e = readdir(d)) != NULL) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        if ((size_t)snprintf(p, sizeof p, "%s/%s", dir, e->d_name) < sizeof p) unlink(p);
-      }
-      closedir(d);
-    }
+  if (time(NULL) - newest_mtime(fd) >= PS_CKPT_TEMP_STALE_SECS) {
+    empty_dir(fd);
     removed = rmdir(dir) == 0;
     if (removed)
       PS_INFO("removed the leftover temp directory %s", dir);
@@ -596,20 +776,29 @@ static int write_shard(job *j, int64_t *tensors, int64_t *bytes) {
   if (ps_ckpt_path_confined(root, pidx, conf, sizeof conf, st) ||
       ps_ckpt_path_confined(root, pdata, conf, sizeof conf, st))
     return st->code;
-  /* leftovers of crashed saves beside this one */
-  char pdir[PATH_MAX];
-  snprintf(pdir, sizeof pdir, "%s", j->prefix);
-  char *sl = strrchr(pdir, '/');
-  if (sl) {
-    *sl = '\0';
-    sweep_dir(pdir, 0);
+  /* the prefix's directory and the temp directory, held open from here on:
+   * a link swapped in later leads nowhere */
+  char pdir[PATH_MAX], tname[NAME_MAX + 1], part[96];
+  const char *base = split_base(j->prefix, pdir, sizeof pdir);
+  snprintf(tname, sizeof tname, "%s_temp", base);
+  held_dir pd, td;
+  if (held_open(root, pdir, true, &pd, st) != 0) return st->code;
+  sweep_dir(pd.proc, 0); /* leftovers of crashed saves beside this one */
+  if (held_sub(&pd, tname, true, LOCK_SH, &td) != 0) {
+    int e = errno;
+    held_close(&pd);
+    return ps_status_set(st,
+                         e == ELOOP || e == ENOTDIR ? PS_PERMISSION_DENIED
+                                                    : ps_status_code_from_errno(e),
+                         "cannot hold %s: %s", dir, strerror(e));
   }
-  int lock = temp_enter(dir, st);
-  if (lock < 0) return st->code;
+  snprintf(part, sizeof part, "%s/part-%05d-of-%05d", td.proc, j->shard, j->nshards);
   int rc = 0;
-  ps_bundle_writer *w = ps_bundle_writer_create(j->part, st);
+  ps_bundle_writer *w = ps_bundle_writer_create(part, st);
   if (w == NULL) {
-    close(lock);
+    held_msg(st, &td);
+    held_close(&td);
+    held_close(&pd);
     return st->code;
   }
   ps_bundle_writer_set_cancel(w, aborting, NULL);
@@ -647,13 +836,15 @@ static int write_shard(job *j, int64_t *tensors, int64_t *bytes) {
   *bytes = (int64_t)ps_bundle_writer_bytes(w);
   *tensors = (int64_t)j->snap->n;
   ps_bundle_writer_destroy(w); /* an unfinished part's files go with it */
+  held_msg(st, &td);
   if (rc != 0) {
-    remove_bundle(j->part, 1);
-    rmdir(dir); /* if this ps was the only one in it */
+    remove_bundle(part, 1);
+    unlinkat(pd.fd, tname, AT_REMOVEDIR); /* if this ps was the only one in it */
   } else if (j->shard == j->nshards - 1) {
     unmerged_add(j->part, pidx);
   }
-  close(lock);
+  held_close(&td);
+  held_close(&pd);
   return rc;
 }
 
@@ -850,63 +1041,64 @@ static void free_names(char **names, int n) {
 
 /* The parts a merge reads, P_temp/part-K-of-N for K < @n, as NULL when
  * out of memory.  Sized to the names (a request may ask for 99999). */
-static char **part_names(const char *prefix, int n) {
+static char **part_names(const char *tdir, int n) {
   char **names = calloc((size_t)n, sizeof *names);
   if (names == NULL) return NULL;
   for (int k = 0; k < n; k++) {
-    size_t len = strlen(prefix) + 32;
+    size_t len = strlen(tdir) + 32;
     if ((names[k] = malloc(len)) == NULL) {
       free_names(names, k);
       return NULL;
     }
-    snprintf(names[k], len, "%s_temp/part-%05d-of-%05d", prefix, k, n);
+    snprintf(names[k], len, "%s/part-%05d-of-%05d", tdir, k, n);
   }
   return names;
 }
 
 /* NOT_FOUND unless the first and the last of @n parts of @prefix are
  * there: checked before anything is sized to @n. */
-static int parts_present(const char *prefix, int n, ps_status *st) {
+static int parts_present(const char *prefix, const held_dir *td, int n, ps_status *st) {
   int ks[2] = {0, n - 1};
   for (int i = 0; i < 2; i++) {
-    char p[PATH_MAX + 64];
-    snprintf(p, sizeof p, "%s_temp/part-%05d-of-%05d.index", prefix, ks[i], n);
-    if (access(p, F_OK) != 0)
+    char name[64];
+    snprintf(name, sizeof name, "part-%05d-of-%05d.index", ks[i], n);
+    if (faccessat(td->fd, name, F_OK, AT_SYMLINK_NOFOLLOW) != 0)
       return ps_status_set(
           st, errno == ENOENT ? PS_NOT_FOUND : ps_status_code_from_errno(errno),
           "checkpoint %s: merge of %d parts, but part %d is not "
-          "there (%s: %s)",
-          prefix, n, ks[i], p, strerror(errno));
+          "there (%s/%s: %s)",
+          prefix, n, ks[i], td->path, name, strerror(errno));
   }
   return 0;
 }
 
 /* The Saver's MetaGraph of a merge (MergeRequest.meta_graph), as
  * <prefix>.meta, durably (no torn file under the name). */
-static int write_meta(job *j) {
+static int write_meta(job *j, const char *out) {
   if (j->mrq->meta_graph.len == 0) return 0;
-  char path[PATH_MAX + 16];
-  snprintf(path, sizeof path, "%s.meta", j->prefix);
+  char path[PATH_MAX + 16], shown[PATH_MAX + 16];
+  snprintf(path, sizeof path, "%s.meta", out);
+  snprintf(shown, sizeof shown, "%s.meta", j->prefix);
   const char *op = NULL;
   if (ps_replace_file(path, NULL, j->mrq->meta_graph.data, j->mrq->meta_graph.len, &op,
                       NULL) != 0)
     return ps_status_set(&j->st, ps_status_code_from_errno(errno),
                          "checkpoint %s: %s its MetaGraph %s: %s", j->prefix,
-                         op ? op : "writing", path, strerror(errno));
+                         op ? op : "writing", shown, strerror(errno));
   return 0;
 }
 
-static void remove_meta(job *j) {
+static void remove_meta(job *j, const char *out) {
   if (j->mrq->meta_graph.len == 0) return;
   char path[PATH_MAX + 16];
-  snprintf(path, sizeof path, "%s.meta", j->prefix);
+  snprintf(path, sizeof path, "%s.meta", out);
   unlink(path);
 }
 
 static void *merge_thread(void *arg) {
   job *j = arg;
   const char *root = ps_service_checkpoint_dir(j->svc);
-  int rc = 0, lock = -1;
+  int rc = 0;
   bool merged = false;
   char **names = NULL, **listed = NULL;
   size_t nlisted = 0;
@@ -916,25 +1108,38 @@ static void *merge_thread(void *arg) {
   char *sl = strrchr(state, '/');
   snprintf(sl ? sl + 1 : state, sizeof state - (size_t)(sl ? sl + 1 - state : 0), "%s",
            PS_CKPT_STATE_FILENAME);
+  /* the prefix's directory and the temp directory, held open: every file
+   * the merge reads, moves, writes and deletes goes through them */
+  char pdir[PATH_MAX], tname[NAME_MAX + 1], out[PATH_MAX + 16];
+  const char *base = split_base(j->prefix, pdir, sizeof pdir);
+  snprintf(tname, sizeof tname, "%s_temp", base);
+  held_dir pd = {.fd = -1}, td = {.fd = -1};
   rc = ps_ckpt_path_confined(root, dir, conf, sizeof conf, &j->st);
-  if (rc == 0 && (lock = temp_lock(dir, LOCK_SH)) < 0)
+  if (rc == 0) rc = held_open(root, pdir, false, &pd, &j->st);
+  if (rc == 0 && held_sub(&pd, tname, false, LOCK_SH, &td) != 0)
     rc = ps_status_set(
         &j->st, errno == ENOENT ? PS_NOT_FOUND : ps_status_code_from_errno(errno),
         "checkpoint %s: no parts to merge (%s: %s)", j->prefix, dir, strerror(errno));
-  if (rc == 0) rc = parts_present(j->prefix, j->nshards, &j->st);
-  if (rc == 0 && (names = part_names(j->prefix, j->nshards)) == NULL)
+  if (rc == 0) snprintf(out, sizeof out, "%s/%s", pd.proc, base);
+  if (rc == 0) rc = parts_present(j->prefix, &td, j->nshards, &j->st);
+  if (rc == 0 && (names = part_names(dir, j->nshards)) == NULL)
     rc = ps_status_set(&j->st, PS_RESOURCE_EXHAUSTED, "Merge: out of memory");
   for (int k = 0; k < j->nshards && rc == 0; k++)
     rc = confine_bundle(root, names[k], 1, &j->st);
   if (rc == 0) rc = confine_bundle(root, j->prefix, j->nshards, &j->st);
   if (rc == 0) rc = ps_ckpt_path_confined(root, state, conf, sizeof conf, &j->st);
+  /* from here on, the parts by the held temp directory */
+  free_names(names, rc == 0 ? j->nshards : 0);
+  names = NULL;
+  if (rc == 0 && (names = part_names(td.proc, j->nshards)) == NULL)
+    rc = ps_status_set(&j->st, PS_RESOURCE_EXHAUSTED, "Merge: out of memory");
   if (rc == 0) PS_INFO("merging %d parts into %s", j->nshards, j->prefix);
   slow_point("merge");
   if (rc == 0 && (rc = job_check(j, "merge")) != 0) {
     /* the save is cut short: its parts are of no use any more */
     for (int k = 0; k < j->nshards; k++)
       remove_bundle(names[k], 1);
-    rmdir(dir);
+    unlinkat(pd.fd, tname, AT_REMOVEDIR);
   }
   if (rc == 0) crash_point("merge_before");
   /* --max-checkpoint-bytes: the parts move out of the temp directory now;
@@ -943,20 +1148,21 @@ static void *merge_thread(void *arg) {
   bool quota = ps_service_limits_of(j->svc)->max_checkpoint_bytes > 0;
   if (quota) pthread_mutex_lock(&quota_mu);
   if (rc == 0)
-    rc = ps_bundle_merge((const char *const *)names, (size_t)j->nshards, j->prefix,
-                         &j->st);
+    rc = ps_bundle_merge((const char *const *)names, (size_t)j->nshards, out, &j->st);
   merged = rc == 0;
   if (rc == 0) crash_point("merge_before_state");
   if (rc == 0) rc = job_check(j, "merge");
-  if (rc == 0) rc = write_meta(j);
-  if (rc == 0) rmdir(dir);
+  if (rc == 0) rc = write_meta(j, out);
+  if (rc == 0) unlinkat(pd.fd, tname, AT_REMOVEDIR);
   if (quota) pthread_mutex_unlock(&quota_mu);
+  held_msg(&j->st, &td);
+  held_msg(&j->st, &pd);
   if (rc == 0)
     rc = ps_service_update_state(j->svc, j->prefix, &j->su, &listed, &nlisted, &j->st);
   if (rc != 0 && merged) {
     /* the state file does not name it: what this merge wrote goes */
-    remove_bundle(j->prefix, j->nshards);
-    remove_meta(j);
+    remove_bundle(out, j->nshards);
+    remove_meta(j, out);
     PS_WARN("merge of %s failed after writing it: its .index and .data files removed",
             j->prefix);
   }
@@ -970,7 +1176,8 @@ static void *merge_thread(void *arg) {
   } else {
     PS_ERROR("merge of %s failed: %s", j->prefix, j->st.msg);
   }
-  if (lock >= 0) close(lock);
+  held_close(&td);
+  held_close(&pd);
   free_names(names, j->nshards);
   for (size_t i = 0; i < nlisted; i++)
     free(listed[i]);

@@ -633,6 +633,72 @@ START_TEST(symbolic_links_cannot_lead_out_of_the_checkpoint_directory) {
 }
 END_TEST
 
+static void *saver_sub(void *arg) {
+  saver_arg *a = arg;
+  a->rc = ps_client_save(client, "sub/m", NULL, NULL, NULL, &a->st);
+  return NULL;
+}
+
+/* A directory swapped for a link while a save runs (issue 21): the save
+ * works in the directories it opened, so neither its writes nor its
+ * clean-up deletes reach outside.  Files planted outside under the part's
+ * names survive (before, the failed save's clean-up deleted them through
+ * the link), and nothing new appears there. */
+START_TEST(a_directory_swapped_for_a_link_during_a_save_leads_nowhere) {
+  char p[700], q[700];
+  snprintf(p, sizeof p, "%s/sub", ck);
+  ck_assert_int_eq(mkdir(p, 0755), 0);
+  snprintf(p, sizeof p, "%s/m_temp", out);
+  ck_assert_int_eq(mkdir(p, 0755), 0);
+  const char *victims[] = {"part-00000-of-00001.index",
+                           "part-00000-of-00001.data-00000-of-00001"};
+  for (int i = 0; i < 2; i++) {
+    snprintf(p, sizeof p, "%s/m_temp/%s", out, victims[i]);
+    FILE *f = fopen(p, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("victim", f);
+    fclose(f);
+  }
+  ps_up("PS_SLOW_AT=save_tensor:500", "5");
+  put_vars(4, 1000, 1.5f);
+  pthread_t t;
+  saver_arg a = {0};
+  ck_assert_int_eq(pthread_create(&t, NULL, saver_sub, &a), 0);
+  double t0 = now_s();
+  while (!exists("%s/sub/m_temp%s", ck, "") && now_s() - t0 < 30) {
+    struct timespec ts = {0, 2000000};
+    nanosleep(&ts, NULL);
+  }
+  ck_assert_msg(exists("%s/sub/m_temp%s", ck, ""), "the save never started");
+  /* the save's first tensor waits 500 ms: swap now */
+  snprintf(p, sizeof p, "%s/sub", ck);
+  snprintf(q, sizeof q, "%s/sub_moved", ck);
+  ck_assert_int_eq(rename(p, q), 0);
+  ck_assert_int_eq(symlink(out, p), 0);
+  pthread_join(t, NULL);
+  ck_assert_int_ne(a.rc, 0);
+  for (int i = 0; i < 2; i++) {
+    snprintf(p, sizeof p, "%s/m_temp/%s", out, victims[i]);
+    size_t n = 0;
+    char *b = slurp(p, &n);
+    ck_assert_msg(b != NULL, "%s outside the checkpoint directory was deleted", p);
+    ck_assert_str_eq(b, "victim");
+    free(b);
+  }
+  /* the merge finds the link: outside the directory */
+  ck_assert_msg(a.rc == PS_PERMISSION_DENIED &&
+                    strstr(a.st.msg, "outside the checkpoint"),
+                "%d %s", a.rc, a.st.msg);
+  char *o = NULL;
+  snprintf(p, sizeof p, "ls -A '%s' '%s/m_temp'", out, out);
+  ck_assert_int_eq(harness_run(p, &o), 0);
+  ck_assert_msg(!strstr(o, "m.index") && !strstr(o, ".tmp") && !strstr(o, "tempstate"),
+                "written outside: %s", o);
+  free(o);
+  ck_assert_int_eq(ps_term(30), 0);
+}
+END_TEST
+
 START_TEST(bad_prefixes_are_invalid_argument) {
   char msg[1024];
   uint8_t b[9000];
@@ -840,6 +906,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, a_restore_that_fails_leaves_every_variable_as_it_was);
   tcase_add_test(tc, the_checkpoint_quota_counts_index_files);
   tcase_add_test(tc, sigterm_before_the_merge_removes_the_finished_part);
+  tcase_add_test(tc, a_directory_swapped_for_a_link_during_a_save_leads_nowhere);
   tcase_add_test(tc, symbolic_links_cannot_lead_out_of_the_checkpoint_directory);
   tcase_add_test(tc, bad_prefixes_are_invalid_argument);
   tcase_add_test(tc, stale_temp_directories_are_swept_live_ones_kept);

@@ -211,9 +211,10 @@ int ps_ckpt_inspect(FILE *out, const char *prefix, bool all_values, ps_status *s
  * empty @root or @prefix, a control character (bytes 0x01-0x1f, 0x7f) in
  * @prefix, a @prefix naming @root itself (its files would be beside @root),
  * or @n too small.  Checked, then used: a local user who can swap a
- * directory for a link between the two is not defended against (files are
- * created under temporary names with O_EXCL and renamed, so a link at a
- * final name is replaced, never followed). */
+ * directory for a link between the two is not defended against here (files
+ * are created under temporary names with O_EXCL and renamed, so a link at
+ * a final name is replaced, never followed); the ps's save and merge also
+ * hold their directories open and work through the descriptors. */
 int ps_ckpt_path_confined(const char *root, const char *prefix, char *resolved, size_t n,
                           ps_status *st);
 
