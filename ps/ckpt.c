@@ -1323,15 +1323,20 @@ static int restore_one(ps_bundle_reader *r, ps_var *v, const char *key, ps_buf *
 /* The reader of the checkpoint and the variables to restore (those of the
  * request, else every variable).  The index, then (their number is in it)
  * the data files, are confined before a byte of them is read. */
-static int restore_open(job *j, ps_bundle_reader **r, ps_var ***vars, size_t *nv,
-                        ps_status *st) {
+static int restore_open(job *j, held_dir *pd, ps_bundle_reader **r, ps_var ***vars,
+                        size_t *nv, ps_status *st) {
   ps_store *store = ps_service_store(j->svc);
   const char *root = ps_service_checkpoint_dir(j->svc);
-  char idx[PATH_MAX + 16], conf[PATH_MAX + 16];
+  char idx[PATH_MAX + 16], conf[PATH_MAX + 16], pdir[PATH_MAX], in[PATH_MAX + 16];
   snprintf(idx, sizeof idx, "%s.index", j->prefix);
   int rc;
   if ((rc = ps_ckpt_path_confined(root, idx, conf, sizeof conf, st)) != 0) return rc;
-  if ((*r = ps_bundle_reader_open(j->prefix, st)) == NULL)
+  /* its files are read through its directory, held open (no link on the
+   * way is followed, and none swapped in later) */
+  const char *base = split_base(j->prefix, pdir, sizeof pdir);
+  if ((rc = held_open(root, pdir, false, pd, st)) != 0) return rc;
+  snprintf(in, sizeof in, "%s/%s", pd->proc, base);
+  if ((*r = ps_bundle_reader_open(in, st)) == NULL)
     return st->code ? st->code : PS_INTERNAL;
   if ((rc = confine_bundle(root, j->prefix, ps_bundle_reader_num_shards(*r), st)) != 0)
     return rc;
@@ -1427,7 +1432,8 @@ static void *restore_thread(void *arg) {
   staged *sv = NULL;
   size_t nv = 0;
   ps_var **vars = NULL;
-  int rc = restore_open(j, &r, &vars, &nv, st);
+  held_dir pd = {.fd = -1};
+  int rc = restore_open(j, &pd, &r, &vars, &nv, st);
   if (rc == 0) {
     sv = calloc(nv + 1, sizeof *sv);
     if (sv == NULL)
@@ -1444,6 +1450,8 @@ static void *restore_thread(void *arg) {
   free(sv);
   free(vars);
   ps_bundle_reader_close(r);
+  held_msg(st, &pd);
+  held_close(&pd);
   if (rc)
     PS_ERROR("%s from %s failed: %s", j->rq->check_only ? "restore check" : "restore",
              j->prefix, st->msg);

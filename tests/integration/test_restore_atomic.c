@@ -131,6 +131,10 @@ START_TEST(a_cluster_restore_that_fails_on_one_ps_changes_no_ps) {
 
   ck_assert_int_eq(ps_client_restore(C, "all.ckpt", NULL, &st), PS_NOT_FOUND);
   ck_assert_msg(strstr(st.msg, "Key z not found in checkpoint") != NULL, "%s", st.msg);
+  char named[400];
+  snprintf(named, sizeof named, "%s/all.ckpt", dir);
+  ck_assert_msg(strstr(st.msg, named) != NULL && strstr(st.msg, "/proc/") == NULL, "%s",
+                st.msg);
   ck_assert_msg(var_is(0, "x", -2.0f), "x on ps 0 changed by a restore that failed");
   ck_assert(var_is(1, "y", -2.0f));
   ck_assert(var_is(1, "z", 7.0f));

@@ -1291,7 +1291,10 @@ static int parse_restore(void *user, const uint8_t *p, size_t n, ps_rpc_segs *si
   Paramserver__RestoreResponse *r = paramserver__restore_response__unpack(NULL, n, p);
   if (r == NULL)
     return ps_status_set(st, PS_INTERNAL, "Restore: response does not parse");
-  ((save_out *)user)->n = r->n_restored;
+  save_out *o = user;
+  o->n = r->n_restored;
+  free(o->prefix); /* the checkpoint the ps resolved */
+  o->prefix = r->prefix && r->prefix[0] ? strdup(r->prefix) : NULL;
   paramserver__restore_response__free_unpacked(r, NULL);
   return 0;
 }
@@ -1504,10 +1507,17 @@ int ps_client_restore(ps_client *c, const char *prefix, size_t *nrestored,
   int rc = 0;
   /* all or nothing across the ps: every ps checks first, none changes
    * anything unless every one would succeed */
+  char *latest = NULL;
   if (c->nps > 1) {
     rq.check_only = true;
     rc = all_ps(c, M_RESTORE, msgs, parse_restore, outs, c->opt.data_timeout_ms, st);
     rq.check_only = false;
+    /* "the latest": the checkpoint every ps checked, not one a save made
+     * since (when every ps names it alike) */
+    bool same = rc == 0 && rq.prefix[0] == '\0' && outs[0].prefix;
+    for (int t = 1; same && t < c->nps; t++)
+      same = outs[t].prefix && !strcmp(outs[t].prefix, outs[0].prefix);
+    if (same && (latest = strdup(outs[0].prefix)) != NULL) rq.prefix = latest;
   }
   if (rc == 0)
     rc = all_ps(c, M_RESTORE, msgs, parse_restore, outs, c->opt.data_timeout_ms, st);
@@ -1516,6 +1526,9 @@ int ps_client_restore(ps_client *c, const char *prefix, size_t *nrestored,
     for (int t = 0; t < c->nps; t++)
       *nrestored += outs[t].n;
   }
+  for (int t = 0; t < c->nps; t++)
+    free(outs[t].prefix);
+  free(latest);
   free(msgs);
   free(outs);
   return rc;
@@ -1544,6 +1557,7 @@ static int restore_vars(ps_client *c, int task, const char *prefix,
   rq.n_items = n;
   save_out out = {0};
   int rc = control_call(c, task, M_RESTORE, &rq.base, false, parse_restore, &out, st);
+  free(out.prefix);
   free(items);
   free(ip);
   return rc;
