@@ -563,7 +563,7 @@ static void empty_dir(int fd) {
 
 /* Removes the temp directory @dir if it is stale (see the top of the file);
  * 1 if removed.  Its entries go through the locked directory itself. */
-static int sweep_one(const char *dir) {
+static int sweep_one(const char *dir, const char *shown) {
   int fd = temp_lock(dir, LOCK_EX | LOCK_NB);
   if (fd < 0) return 0; /* a save or merge works in it: live */
   int removed = 0;
@@ -571,9 +571,9 @@ static int sweep_one(const char *dir) {
     empty_dir(fd);
     removed = rmdir(dir) == 0;
     if (removed)
-      PS_INFO("removed the leftover temp directory %s", dir);
+      PS_INFO("removed the leftover temp directory %s", shown);
     else
-      PS_WARN("cannot remove the leftover temp directory %s: %s", dir, strerror(errno));
+      PS_WARN("cannot remove the leftover temp directory %s: %s", shown, strerror(errno));
   }
   close(fd);
   return removed;
@@ -586,21 +586,23 @@ static bool ends_with_temp(const char *name) {
 
 /* Sweeps @dir (and, to @depth levels, its subdirectories; links are not
  * followed). */
-static int sweep_dir(const char *dir, int depth) {
+static int sweep_dir(const char *dir, const char *shown, int depth) {
   DIR *d = opendir(dir);
   if (d == NULL) return 0;
   int n = 0;
   struct dirent *e;
-  char p[PATH_MAX];
+  char p[PATH_MAX], q[PATH_MAX];
   while ((e = readdir(d)) != NULL) {
     if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-    if ((size_t)snprintf(p, sizeof p, "%s/%s", dir, e->d_name) >= sizeof p) continue;
+    if ((size_t)snprintf(p, sizeof p, "%s/%s", dir, e->d_name) >= sizeof p ||
+        (size_t)snprintf(q, sizeof q, "%s/%s", shown, e->d_name) >= sizeof q)
+      continue;
     struct stat sb;
     if (lstat(p, &sb) != 0 || !S_ISDIR(sb.st_mode)) continue;
     if (ends_with_temp(e->d_name))
-      n += sweep_one(p);
+      n += sweep_one(p, q);
     else if (depth > 0)
-      n += sweep_dir(p, depth - 1);
+      n += sweep_dir(p, q, depth - 1);
   }
   closedir(d);
   return n;
@@ -612,7 +614,7 @@ int ps_ckpt_sweep(const char *dir, ps_status *st) {
     return ps_status_set(st, dir ? ps_status_code_from_errno(errno) : PS_INVALID_ARGUMENT,
                          "checkpoint directory %s: %s", dir ? dir : "(none)",
                          dir ? strerror(errno) : "not given");
-  int n = sweep_dir(real, 8);
+  int n = sweep_dir(real, real, 8);
   if (n > 0) PS_INFO("%d leftover temp directories removed from %s", n, real);
   return 0;
 }
@@ -783,7 +785,7 @@ static int write_shard(job *j, int64_t *tensors, int64_t *bytes) {
   snprintf(tname, sizeof tname, "%s_temp", base);
   held_dir pd, td;
   if (held_open(root, pdir, true, &pd, st) != 0) return st->code;
-  sweep_dir(pd.proc, 0); /* leftovers of crashed saves beside this one */
+  sweep_dir(pd.proc, pd.path, 0); /* leftovers of crashed saves beside this one */
   if (held_sub(&pd, tname, true, LOCK_SH, &td) != 0) {
     int e = errno;
     held_close(&pd);
