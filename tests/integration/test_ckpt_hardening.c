@@ -625,6 +625,23 @@ START_TEST(symbolic_links_cannot_lead_out_of_the_checkpoint_directory) {
   ck_assert_int_eq(st.code, PS_PERMISSION_DENIED);
   ck_assert_msg(strstr(st.msg, "does not resolve"), "%s", st.msg);
   ck_assert(!exists("%s/planted.index%s", out, ""));
+  /* a link that stays inside: the paths check passes, but a save or a
+   * restore opens its directories without following links (issue 21) */
+  snprintf(p, sizeof p, "%s/real", ck);
+  ck_assert_int_eq(mkdir(p, 0755), 0);
+  snprintf(q, sizeof q, "%s/alias", ck);
+  ck_assert_int_eq(symlink(p, q), 0);
+  ck_assert_int_eq(ps_client_save(client, "alias/m", NULL, NULL, NULL, &st),
+                   PS_PERMISSION_DENIED);
+  ck_assert_msg(
+      strstr(st.msg, "alias") &&
+          strstr(st.msg, "links under the checkpoint directory are not followed"),
+      "%s", st.msg);
+  ck_assert(!exists("%s/real/m_temp%s", ck, ""));
+  ck_assert_int_eq(ps_client_restore(client, "alias/good", NULL, &st),
+                   PS_PERMISSION_DENIED);
+  ck_assert_msg(strstr(st.msg, "links under the checkpoint directory are not followed"),
+                "%s", st.msg);
   /* the variables are as they were, and a good save still works */
   ck_assert(get_var("v00") == 3.0f);
   ck_assert_msg(ps_client_save(client, "again", NULL, NULL, NULL, &st) == 0, "%s",
