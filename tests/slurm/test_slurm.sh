@@ -13,7 +13,10 @@
 #     certificates and tokens (deploy/gen-certs.sh --hosts n9,n10,n11)
 #     completes with its checkpoint, the chief with the admin identity and
 #     the other worker with the worker one; and a job whose server.crt does
-#     not name its nodes fails before starting anything, saying so.
+#     not name its nodes fails before starting anything, saying so;
+#  6. the test's Slurm has its own munged (private socket, AuthInfo=socket=)
+#     and stopping it leaves the machine's munged on /run/munge running (a
+#     stand-in started there for the test when the machine runs none).
 set -uo pipefail
 PS_SERVER=${PS_SERVER:?}; PS_WORKER=${PS_WORKER:?}
 source "$(dirname "$0")/../support/lib.sh"
@@ -24,7 +27,30 @@ if [ "$(id -u)" != 0 ] || ! command -v slurmctld > /dev/null || ! command -v mun
   bad "local Slurm" "needs root and slurm-wlm + munge (deploy/setup.sh installs them)"
   finish
 fi
-test_cleanup_hook() { bash "$here/slurm_local.sh" stop "$dir/slurm" > /dev/null 2>&1; }
+# 6. the machine's own munged (/run/munge), or a stand-in the test starts
+# there when none runs, is still alive after the test's Slurm stopped:
+# slurm_local.sh runs its own munged on a private socket and stops only it
+sys_sock=/run/munge/munge.socket.2 sys_pid="" stand_in="" made_run=""
+if munge -n > /dev/null 2>&1 && [ -s /run/munge/munged.pid ]; then
+  sys_pid=$(cat /run/munge/munged.pid)
+else
+  [ -d /run/munge ] || { mkdir -m 0755 /run/munge && made_run=yes; }
+  mkdir -m 0700 "$dir/sysmunge" && head -c 1024 /dev/urandom > "$dir/sysmunge/key" \
+    && chmod 0600 "$dir/sysmunge/key" \
+    && munged -S "$sys_sock" --key-file="$dir/sysmunge/key" --pid-file=/run/munge/munged.pid \
+      --log-file="$dir/sysmunge/log" --seed-file="$dir/sysmunge/seed" \
+    && sys_pid=$(cat /run/munge/munged.pid) && stand_in=$sys_pid
+fi
+test_cleanup_hook() {
+  bash "$here/slurm_local.sh" stop "$dir/slurm" > /dev/null 2>&1
+  if [ -n "$stand_in" ]; then
+    kill "$stand_in" 2> /dev/null
+    for ((i = 0; i < 50; i++)); do kill -0 "$stand_in" 2> /dev/null || break; sleep 0.1; done
+    rm -f /run/munge/munged.pid
+    [ -z "$made_run" ] || rm -rf /run/munge
+  fi
+}
+chmod 0711 "$dir" # munged: every directory above its socket searchable
 bash "$here/slurm_local.sh" start "$dir/slurm" > "$dir/slurm-start.log" 2>&1 \
   || { bad "local Slurm starts" "$(cat "$dir/slurm-start.log") $(tail -5 "$dir"/slurm/*.log)"; finish; }
 export SLURM_CONF=$dir/slurm/slurm.conf
@@ -133,4 +159,16 @@ if wait_for "$dir/cancel.out" "step [0-9]+ loss" 120; then
 else
   bad "scancel: the job never trained" "$(tail -5 "$dir/cancel.out")"
 fi
+
+# 6. stopping the test's Slurm leaves the machine's munged alone
+ours=$(awk '{print $1}' "$dir/slurm/pids" 2> /dev/null | tr '\n' ' ')
+bash "$here/slurm_local.sh" stop "$dir/slurm" > "$dir/slurm-stop.log" 2>&1
+left=""
+for p in $ours; do [ -d "/proc/$p" ] && [ -s "/proc/$p/cmdline" ] && left="$left $p"; done
+check "stop: the test's munged, slurmctld and slurmd are gone ($ours;$left)" \
+  test -n "$ours" -a -z "$left"
+check "stop: the test's munged had its own socket (slurm.conf AuthInfo)" \
+  grep -q "^AuthInfo=socket=$dir/slurm/munge/munge.socket$" "$dir/slurm/slurm.conf"
+sys_alive() { [ -n "$sys_pid" ] && [ -d "/proc/$sys_pid" ] && munge -n -S "$sys_sock" > /dev/null; }
+check "stop: the munged on $sys_sock (pid ${sys_pid:-none}${stand_in:+, a stand-in}) is still alive" sys_alive
 finish
