@@ -16,7 +16,10 @@
 #     not name its nodes fails before starting anything, saying so;
 #  6. the test's Slurm has its own munged (private socket, AuthInfo=socket=)
 #     and stopping it leaves the machine's munged on /run/munge running (a
-#     stand-in started there for the test when the machine runs none).
+#     stand-in started there for the test when the machine runs none);
+#  7. a job with --time=1 gets SIGTERM from its script 15 s before the
+#     limit, writes a final checkpoint and ends FAILED with exit code 143
+#     (stopped before --steps), where a finished job ends COMPLETED 0.
 set -uo pipefail
 PS_SERVER=${PS_SERVER:?}; PS_WORKER=${PS_WORKER:?}
 source "$(dirname "$0")/../support/lib.sh"
@@ -57,12 +60,15 @@ export SLURM_CONF=$dir/slurm/slurm.conf
 export PS_SERVER PS_WORKER
 job_state() { scontrol show job "$1" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p'; }
 secure="" # SECURE_DIR of the jobs submit makes
-submit() { # NAME CKPT WORKER_ARGS...: prints the job id
-  local name=$1 ck=$2; shift 2
+submit() { # NAME CKPT WORKER_ARGS... [--time=T]: prints the job id
+  local name=$1 ck=$2 t=()
+  shift 2
+  case ${*: -1} in --time=*) t=("${*: -1}"); set -- "${@:1:$#-1}" ;; esac
   mkdir -p "$ck"
   SECURE_DIR="$secure" CKPT_DIR="$ck" WORKER_ARGS="$*" sbatch --parsable -N 2 --ntasks-per-node=2 \
-    -o "$dir/$name.out" "$sbatch_file"
+    "${t[@]}" -o "$dir/$name.out" "$sbatch_file"
 }
+exit_code() { scontrol show job "$1" 2>/dev/null | sed -n 's/.* ExitCode=\([0-9:]*\).*/\1/p'; }
 ended() { # JOBID: it has ended (COMPLETED, FAILED, CANCELLED, ...)
   case $(job_state "$1") in
     COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY) ;;
@@ -76,6 +82,8 @@ certs=$dir/certs
   && "$here/../../deploy/gen-certs.sh" --tokens --hosts n9 "$dir/bad" 2>> "$dir/certs.log" \
   || bad "gen-certs.sh" "$(cat "$dir/certs.log")"
 
+# 7. (started first, checked last) a job with a 1-minute limit
+tid=$(submit timelimit "$dir/ck7" "${W[@]}" --steps 100000000 --save-every-secs 1000 --time=1)
 # 1. one job, start to end; 5. at the same time, the secure jobs
 id=$(submit one "$dir/ck1" "${W[@]}" --steps 300)
 sid=$(secure=$certs submit secure "$dir/ck5" "${W[@]}" --steps 300)
@@ -87,6 +95,8 @@ for ((i = 0; i < 3000; i++)); do
 done
 s=$(job_state "$id")
 check "one job ends COMPLETED (${s:-none})" test "$s" = COMPLETED
+e=$(exit_code "$id")
+check "one job: exit code 0 (ExitCode=${e:-none})" test "$e" = 0:0
 last_step() { sed -n 's/.*global step \([0-9]*\)$/\1/p' "$1" | tail -1; }
 step=$(last_step "$dir/one.out")
 check "one job: a checkpoint at the last step ($step)" test -n "$step" -a -f "$dir/ck1/model.ckpt-$step.index"
@@ -159,6 +169,20 @@ if wait_for "$dir/cancel.out" "step [0-9]+ loss" 120; then
 else
   bad "scancel: the job never trained" "$(tail -5 "$dir/cancel.out")"
 fi
+
+# 7. the time limit: SIGTERM 15 s before it, a final checkpoint, FAILED 143
+for ((i = 0; i < 1200; i++)); do ended "$tid" && break; sleep 0.1; done
+s=$(job_state "$tid"); e=$(exit_code "$tid"); step=$(last_step "$dir/timelimit.out")
+show=$dir/timelimit.out
+check "time limit 1 min: the script stopped the tasks before it" \
+  grep -q "s before the time limit: SIGTERM to the tasks (STOP_SECS=15)" "$dir/timelimit.out"
+check "time limit 1 min: FAILED with exit code 143, not COMPLETED ($s, ExitCode=${e:-none})" \
+  test "$s" = FAILED -a "$e" = 143:0
+check "time limit 1 min: the chief says why it exits 143" \
+  grep -q "worker/0: .*exit 143: stopped by signal 15 at global step [0-9]* of 100000000" "$dir/timelimit.out"
+check "time limit 1 min: a final checkpoint at the last step ($step)" \
+  test -n "$step" -a -f "$dir/ck7/model.ckpt-$step.index"
+show=""
 
 # 6. stopping the test's Slurm leaves the machine's munged alone
 ours=$(awk '{print $1}' "$dir/slurm/pids" 2> /dev/null | tr '\n' ' ')
