@@ -19,7 +19,11 @@
 #     stand-in started there for the test when the machine runs none);
 #  7. a job with --time=1 gets SIGTERM from its script 15 s before the
 #     limit, writes a final checkpoint and ends FAILED with exit code 143
-#     (stopped before --steps), where a finished job ends COMPLETED 0.
+#     (stopped before --steps), where a finished job ends COMPLETED 0;
+#  8. (with 3) scancel --signal=TERM: a final checkpoint, FAILED 143;
+#  9. a heterogeneous job (#SBATCH hetjob: the ps on one node, the workers
+#     on two) runs one step across its components (srun A : B) to
+#     COMPLETED, each rank on the host Slurm gave it.
 set -uo pipefail
 PS_SERVER=${PS_SERVER:?}; PS_WORKER=${PS_WORKER:?}
 source "$(dirname "$0")/../support/lib.sh"
@@ -58,7 +62,8 @@ bash "$here/slurm_local.sh" start "$dir/slurm" > "$dir/slurm-start.log" 2>&1 \
   || { bad "local Slurm starts" "$(cat "$dir/slurm-start.log") $(tail -5 "$dir"/slurm/*.log)"; finish; }
 export SLURM_CONF=$dir/slurm/slurm.conf
 export PS_SERVER PS_WORKER
-job_state() { scontrol show job "$1" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p'; }
+# (a heterogeneous job has a record per component: the leader's, the first)
+job_state() { scontrol show job "$1" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p' | head -1; }
 secure="" # SECURE_DIR of the jobs submit makes
 submit() { # NAME CKPT WORKER_ARGS... [--time=T]: prints the job id
   local name=$1 ck=$2 t=()
@@ -68,7 +73,7 @@ submit() { # NAME CKPT WORKER_ARGS... [--time=T]: prints the job id
   SECURE_DIR="$secure" CKPT_DIR="$ck" WORKER_ARGS="$*" sbatch --parsable -N 2 --ntasks-per-node=2 \
     "${t[@]}" -o "$dir/$name.out" "$sbatch_file"
 }
-exit_code() { scontrol show job "$1" 2>/dev/null | sed -n 's/.* ExitCode=\([0-9:]*\).*/\1/p'; }
+exit_code() { scontrol show job "$1" 2>/dev/null | sed -n 's/.* ExitCode=\([0-9:]*\).*/\1/p' | head -1; }
 ended() { # JOBID: it has ended (COMPLETED, FAILED, CANCELLED, ...)
   case $(job_state "$1") in
     COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY) ;;
@@ -84,6 +89,24 @@ certs=$dir/certs
 
 # 7. (started first, checked last) a job with a 1-minute limit
 tid=$(submit timelimit "$dir/ck7" "${W[@]}" --steps 100000000 --save-every-secs 1000 --time=1)
+# 9. (started now, checked later) a heterogeneous job: component 0 the 2 ps
+# on one node, component 1 the 2 workers on two, one step across both
+# (srun A : B); Slurm gives it SLURM_DISTRIBUTION=cyclic and tasks per
+# node 2,1(x2), which is not how it lays the ranks out
+cat > "$dir/het.sbatch" <<HET
+#!/bin/bash
+#SBATCH -N1 -n2 -o $dir/het.out
+#SBATCH hetjob
+#SBATCH -N2 -n2
+export PS_SLURM_JOBS=ps:2,worker:2
+srun --kill-on-bad-exit=1 bash -c 'echo "rank \$SLURM_PROCID on \$SLURMD_NODENAME" >&2
+    exec "\$PS_SERVER" --checkpoint-dir "$dir/ck9" --grace-secs 5' \\
+  : bash -c 'echo "rank \$SLURM_PROCID on \$SLURMD_NODENAME" >&2
+    exec "\$PS_WORKER" ${W[*]} --steps 300 --checkpoint-dir "$dir/ck9"'
+HET
+mkdir -p "$dir/ck9"
+hid=$(sbatch --parsable "$dir/het.sbatch")
+hid=${hid%%+*}
 # 1. one job, start to end; 5. at the same time, the secure jobs
 id=$(submit one "$dir/ck1" "${W[@]}" --steps 300)
 sid=$(secure=$certs submit secure "$dir/ck5" "${W[@]}" --steps 300)
@@ -126,6 +149,21 @@ check "secure job, server.crt for n9 only: says so, before starting a task" \
   -a -z "$(grep -E "ready on|serving on|^rank " "$dir/badcert.out")"
 show=""
 
+# 9. the heterogeneous job
+for ((i = 0; i < 1200; i++)); do ended "$hid" && break; sleep 0.1; done
+s=$(job_state "$hid"); e=$(exit_code "$hid"); step=$(last_step "$dir/het.out")
+show=$dir/het.out
+check "hetjob, srun A : B: COMPLETED 0 ($s, ExitCode=${e:-none})" test "$s" = COMPLETED -a "$e" = 0:0
+check "hetjob: the ranks ran where Slurm put them (0-1 n9, 2 n10, 3 n11)" \
+  test "$(grep -o "^rank [0-9] on n[0-9]*" "$dir/het.out" | sort | tr '\n' ' ')" \
+  = "rank 0 on n9 rank 1 on n9 rank 2 on n10 rank 3 on n11 "
+check "hetjob: both ps served on n9" \
+  test "$(grep -c "ps/[01]: .*serving on n9:" "$dir/het.out")" = 2
+check "hetjob: both workers trained, the chief to a checkpoint at the last step ($step)" \
+  test -n "$step" -a -f "$dir/ck9/model.ckpt-$step.index" \
+  -a -n "$(grep "worker/1: .*step [0-9]* loss" "$dir/het.out")"
+show=""
+
 # 2. two jobs at once on the same nodes
 a=$(submit two-a "$dir/ck2a" "${W[@]}" --steps 2000)
 b=$(submit two-b "$dir/ck2b" "${W[@]}" --steps 2000)
@@ -140,8 +178,14 @@ check "two jobs at once both end COMPLETED ($sa $sb)" test "$sa$sb" = COMPLETEDC
 sa=$(last_step "$dir/two-a.out"); sb=$(last_step "$dir/two-b.out")
 check "two jobs: each wrote its checkpoint ($sa $sb)" test -f "$dir/ck2a/model.ckpt-$sa.index" -a -f "$dir/ck2b/model.ckpt-$sb.index"
 
-# 3. scancel mid-training
+# 3. scancel mid-training; 8. at the same time, scancel --signal=TERM
 id=$(submit cancel "$dir/ck3" "${W[@]}" --steps 100000000 --save-every-secs 1000)
+gid=$(submit sigterm "$dir/ck8" "${W[@]}" --steps 100000000 --save-every-secs 1000)
+if wait_for "$dir/sigterm.out" "step [0-9]+ loss" 120; then
+  scancel --signal=TERM "$gid"
+else
+  bad "scancel --signal=TERM: the job never trained" "$(tail -5 "$dir/sigterm.out")"
+fi
 if wait_for "$dir/cancel.out" "step [0-9]+ loss" 120; then
   scancel "$id"
   for ((i = 0; i < 1200; i++)); do
@@ -182,6 +226,16 @@ check "time limit 1 min: the chief says why it exits 143" \
   grep -q "worker/0: .*exit 143: stopped by signal 15 at global step [0-9]* of 100000000" "$dir/timelimit.out"
 check "time limit 1 min: a final checkpoint at the last step ($step)" \
   test -n "$step" -a -f "$dir/ck7/model.ckpt-$step.index"
+show=""
+
+# 8. scancel --signal=TERM: the same final checkpoint, FAILED 143
+for ((i = 0; i < 1200; i++)); do ended "$gid" && break; sleep 0.1; done
+s=$(job_state "$gid"); e=$(exit_code "$gid"); step=$(last_step "$dir/sigterm.out")
+show=$dir/sigterm.out
+check "scancel --signal=TERM: FAILED with exit code 143 ($s, ExitCode=${e:-none})" \
+  test "$s" = FAILED -a "$e" = 143:0
+check "scancel --signal=TERM: a final checkpoint at the last step ($step)" \
+  test -n "$step" -a -f "$dir/ck8/model.ckpt-$step.index"
 show=""
 
 # 6. stopping the test's Slurm leaves the machine's munged alone
