@@ -2,8 +2,12 @@
 # A local Slurm for the tests (root): its own munged, slurmctld and one
 # slurmd per virtual node, all on this host.  The nodes are n9, n10, n11,
 # so that their text order (n10, n11, n9) differs from Slurm's; /etc/hosts
-# gets them as 127.0.0.1 between marker lines, removed again by stop.
-# MpiParams=ports= lets srun --resv-ports reserve ports per step.
+# gets them as 127.0.0.1 on a line marked with DIR, which stop removes
+# (only its own: another run's line stays).  Ports are picked at start:
+# slurmctld's and the slurmds' by the kernel (bind to port 0), and the
+# range MpiParams=ports= hands out to srun --resv-ports (steps' ps) as a
+# random block below the kernel's ephemeral range with nothing listening
+# in it, so that two runs at once do not collide.
 # munged is the test's own: a private socket, key, pid file, log and seed
 # under DIR/munge (slurm.conf's AuthInfo=socket= points Slurm at it), so a
 # munged the machine runs on /run/munge is neither used nor stopped.  stop
@@ -14,7 +18,14 @@ set -uo pipefail
 D=${2:?usage: slurm_local.sh start|stop DIR}
 export SLURM_CONF=$D/slurm.conf
 NODES=(n9 n10 n11)
-MARK="# paramserver tests/slurm"
+MARK="# paramserver tests/slurm $D"
+# unmark: /etc/hosts without this run's line (rewritten in place: it may
+# be a bind mount)
+unmark() {
+  local t
+  grep -qF -- "$MARK" /etc/hosts || return 0
+  t=$(grep -vF -- "$MARK" /etc/hosts) && printf '%s\n' "$t" > /etc/hosts
+}
 M=$D/munge
 # record NAME PIDFILE: DIR/pids gets "pid name" once the daemon wrote it
 record() {
@@ -41,7 +52,22 @@ start)
   record munged "$M/munged.pid" || exit 1
   munge -S "$M/munge.socket" -n | unmunge -S "$M/munge.socket" > /dev/null \
     || { echo "munged on $M/munge.socket does not answer" >&2; exit 1; }
-  grep -q "$MARK" /etc/hosts || echo "127.0.0.1 ${NODES[*]} $MARK" >> /etc/hosts
+  grep -qF -- "$MARK" /etc/hosts || echo "127.0.0.1 ${NODES[*]} $MARK" >> /etc/hosts
+  read -r ctld_port node_port0 node_port1 node_port2 resv_lo < <(python3 -c '
+import random, socket, subprocess
+ss = [socket.socket() for _ in range(4)]
+for s in ss: s.bind(("127.0.0.1", 0))
+ports = [s.getsockname()[1] for s in ss]
+lo_eph = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+busy = set()
+for line in subprocess.run(["ss", "-Htlnu"], capture_output=True, text=True).stdout.splitlines():
+    try: busy.add(int(line.split()[4].rsplit(":", 1)[1]))
+    except (IndexError, ValueError): pass
+for _ in range(1000):
+    lo = random.randrange(20000, lo_eph - 1000, 100)
+    if not any(lo <= p < lo + 1000 for p in busy | set(ports)): break
+print(*ports, lo)') || { echo "could not pick ports" >&2; exit 1; }
+  node_ports=("$node_port0" "$node_port1" "$node_port2")
   cat > "$SLURM_CONF" <<CONF
 ClusterName=pstest
 SlurmctldHost=localhost
@@ -56,13 +82,13 @@ SlurmctldPidFile=$D/slurmctld.pid
 SlurmdPidFile=$D/slurmd-%n.pid
 SlurmctldLogFile=$D/slurmctld.log
 SlurmdLogFile=$D/slurmd-%n.log
-SlurmctldPort=$((27000 + RANDOM % 2000))
+SlurmctldPort=$ctld_port
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 MpiDefault=none
-MpiParams=ports=23000-23999
+MpiParams=ports=$resv_lo-$((resv_lo + 999))
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 SchedulerType=sched/backfill
@@ -72,10 +98,8 @@ ReturnToService=2
 KillWait=30
 MinJobAge=600
 CONF
-  port=$((29000 + RANDOM % 900))
-  for n in "${NODES[@]}"; do
-    echo "NodeName=$n NodeHostname=localhost NodeAddr=127.0.0.1 Port=$port CPUs=4 RealMemory=1000" >> "$SLURM_CONF"
-    port=$((port + 1))
+  for i in "${!NODES[@]}"; do
+    echo "NodeName=${NODES[$i]} NodeHostname=localhost NodeAddr=127.0.0.1 Port=${node_ports[$i]} CPUs=4 RealMemory=1000" >> "$SLURM_CONF"
   done
   echo "PartitionName=debug Nodes=n[9-11] Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4" >> "$SLURM_CONF"
   slurmctld -f "$SLURM_CONF" || exit 1
@@ -93,7 +117,7 @@ CONF
 stop)
   # ours: a recorded pid whose command line still names this DIR's files
   ours() { tr '\0' ' ' < "/proc/$1/cmdline" 2> /dev/null | grep -qF -- "$D/"; }
-  [ -f "$D/pids" ] || { sed -i "\|$MARK|d" /etc/hosts; exit 0; }
+  [ -f "$D/pids" ] || { unmark; exit 0; }
   scontrol shutdown > /dev/null 2>&1
   # the Slurm daemons first (they need munged to shut down), munged last
   for name in slurm munged; do
@@ -104,7 +128,7 @@ stop)
       ours "$pid" && kill -KILL "$pid"
     done < "$D/pids"
   done
-  sed -i "\|$MARK|d" /etc/hosts
+  unmark
   exit 0 ;;
 *) echo "usage: slurm_local.sh start|stop DIR" >&2; exit 2 ;;
 esac
