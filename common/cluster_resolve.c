@@ -443,11 +443,7 @@ static int slurm_het_components(const slurm_host *hs, size_t m, int **comp, int 
   for (long k = 0; k < n && rc == 0; k++) {
     snprintf(var, sizeof var, "SLURM_JOB_NODELIST_%s_GROUP_%ld", kind, k);
     const char *v = getenv(var);
-    if (v == NULL || v[0] == '\0') {
-      rc = ps_status_set(st, PS_INVALID_ARGUMENT,
-                         "Slurm: SLURM_%s_SIZE is %ld but %s is not set", kind, n, var);
-      break;
-    }
+    if (v == NULL || v[0] == '\0') break; /* not this job's: see below */
     strvec nodes = {0};
     rc = expand_hostlist(v, var, &nodes, st);
     for (size_t i = 0; i < m && rc == 0; i++)
@@ -464,18 +460,18 @@ static int slurm_het_components(const slurm_host *hs, size_t m, int **comp, int 
       }
     strvec_fini(&nodes);
   }
-  bool several = false;
+  /* A step within one component (srun --het-group=1) is an ordinary one;
+   * so is a step with a host in no component (variables a job submitted
+   * from inside a heterogeneous one inherited: SLURMD_NODENAME and
+   * SLURM_GTIDS still check the layout). */
+  bool several = false, stray = false;
   for (size_t i = 0; i < m && rc == 0; i++) {
     if (c[i] < 0)
-      rc = ps_status_set(st, PS_INVALID_ARGUMENT,
-                         "Slurm: step host %s is in no SLURM_JOB_NODELIST_%s_GROUP_<k> "
-                         "of the %ld heterogeneous job components",
-                         ps_cl_show_(hs[i].name, strlen(hs[i].name), b, sizeof b), kind,
-                         n);
+      stray = true;
     else if (c[i] != c[0])
       several = true;
   }
-  if (rc != 0 || !several) { /* a step within one component: an ordinary one */
+  if (rc != 0 || !several || stray) {
     free(c);
     return rc;
   }
