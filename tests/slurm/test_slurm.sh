@@ -20,7 +20,9 @@
 #  7. a job with --time=1 gets SIGTERM from its script 15 s before the
 #     limit, writes a final checkpoint and ends FAILED with exit code 143
 #     (stopped before --steps), where a finished job ends COMPLETED 0;
-#  8. (with 3) scancel --signal=TERM: a final checkpoint, FAILED 143;
+#  8. (with 3) scancel --signal=TERM: a final checkpoint, FAILED 143, and
+#     a job chained to it with --dependency=afternotok runs then and
+#     resumes from that checkpoint;
 #  9. a heterogeneous job (#SBATCH hetjob: the ps on one node, the workers
 #     on two) runs one step across its components (srun A : B) to
 #     COMPLETED, each rank on the host Slurm gave it.
@@ -65,13 +67,14 @@ export PS_SERVER PS_WORKER
 # (a heterogeneous job has a record per component: the leader's, the first)
 job_state() { scontrol show job "$1" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p' | head -1; }
 secure="" # SECURE_DIR of the jobs submit makes
-submit() { # NAME CKPT WORKER_ARGS... [--time=T]: prints the job id
-  local name=$1 ck=$2 t=()
+sbopt="" # more sbatch options of the jobs submit makes (words)
+submit() { # NAME CKPT WORKER_ARGS...: prints the job id
+  local name=$1 ck=$2
   shift 2
-  case ${*: -1} in --time=*) t=("${*: -1}"); set -- "${@:1:$#-1}" ;; esac
   mkdir -p "$ck"
+  # shellcheck disable=SC2086
   SECURE_DIR="$secure" CKPT_DIR="$ck" WORKER_ARGS="$*" sbatch --parsable -N 2 --ntasks-per-node=2 \
-    "${t[@]}" -o "$dir/$name.out" "$sbatch_file"
+    $sbopt -o "$dir/$name.out" "$sbatch_file"
 }
 exit_code() { scontrol show job "$1" 2>/dev/null | sed -n 's/.* ExitCode=\([0-9:]*\).*/\1/p' | head -1; }
 ended() { # JOBID: it has ended (COMPLETED, FAILED, CANCELLED, ...)
@@ -88,7 +91,7 @@ certs=$dir/certs
   || bad "gen-certs.sh" "$(cat "$dir/certs.log")"
 
 # 7. (started first, checked last) a job with a 1-minute limit
-tid=$(submit timelimit "$dir/ck7" "${W[@]}" --steps 100000000 --save-every-secs 1000 --time=1)
+tid=$(sbopt=--time=1 submit timelimit "$dir/ck7" "${W[@]}" --steps 100000000 --save-every-secs 1000)
 # 9. (started now, checked later) a heterogeneous job: component 0 the 2 ps
 # on one node, component 1 the 2 workers on two, one step across both
 # (srun A : B); Slurm gives it SLURM_DISTRIBUTION=cyclic and tasks per
@@ -181,8 +184,12 @@ check "two jobs: each wrote its checkpoint ($sa $sb)" test -f "$dir/ck2a/model.c
 # 3. scancel mid-training; 8. at the same time, scancel --signal=TERM
 id=$(submit cancel "$dir/ck3" "${W[@]}" --steps 100000000 --save-every-secs 1000)
 gid=$(submit sigterm "$dir/ck8" "${W[@]}" --steps 100000000 --save-every-secs 1000)
+cid=""
 if wait_for "$dir/sigterm.out" "step [0-9]+ loss" 120; then
   scancel --signal=TERM "$gid"
+  # ... and the next part, chained to run only if it does not complete
+  s8=$(sed -n 's/.*step \([0-9]*\) loss.*/\1/p' "$dir/sigterm.out" | tail -1)
+  cid=$(sbopt=--dependency=afternotok:$gid submit chained "$dir/ck8" "${W[@]}" --steps $((s8 + 2000)))
 else
   bad "scancel --signal=TERM: the job never trained" "$(tail -5 "$dir/sigterm.out")"
 fi
@@ -236,6 +243,14 @@ check "scancel --signal=TERM: FAILED with exit code 143 ($s, ExitCode=${e:-none}
   test "$s" = FAILED -a "$e" = 143:0
 check "scancel --signal=TERM: a final checkpoint at the last step ($step)" \
   test -n "$step" -a -f "$dir/ck8/model.ckpt-$step.index"
+for ((i = 0; i < 1200; i++)); do ended "$cid" && break; sleep 0.1; done
+s=$(job_state "$cid"); s2=$(last_step "$dir/chained.out")
+show=$dir/chained.out
+check "sbatch --dependency=afternotok: the next part ran after it, COMPLETED (${s:-none})" \
+  test "$s" = COMPLETED
+resumed() { grep -q "cluster ready (restored) at global step $step;" "$dir/chained.out" \
+  && [ -n "$s2" ] && [ "$s2" -gt "${step:-0}" ]; }
+check "sbatch --dependency=afternotok: it resumed at step $step and trained on to $s2" resumed
 show=""
 
 # 6. stopping the test's Slurm leaves the machine's munged alone
