@@ -180,8 +180,9 @@ static const char *expand_part(const char *s, size_t n, strvec *out) {
   return NULL;
 }
 
-/* SLURM_STEP_NODELIST "n[1-2],m5,o[3-4,6]" -> n1 n2 m5 o3 o4 o6. */
-static int expand_hostlist(const char *hl, strvec *out, ps_status *st) {
+/* SLURM_STEP_NODELIST "n[1-2],m5,o[3-4,6]" -> n1 n2 m5 o3 o4 o6; @var
+ * names the variable in the error. */
+static int expand_hostlist(const char *hl, const char *var, strvec *out, ps_status *st) {
   const char *why = NULL, *p = hl, *start = hl;
   bool in_br = false;
   char b[SHOW_MAX];
@@ -207,10 +208,8 @@ static int expand_hostlist(const char *hl, strvec *out, ps_status *st) {
   }
   if (why == NULL && out->n == 0) why = "no hosts";
   if (why == NULL) return 0;
-  return ps_status_set(st, PS_INVALID_ARGUMENT,
-                       "SLURM_STEP_NODELIST: Invalid hostlist format \"%s\": "
-                       "%s",
-                       ps_cl_show_(hl, strlen(hl), b, sizeof b), why);
+  return ps_status_set(st, PS_INVALID_ARGUMENT, "%s: Invalid hostlist format \"%s\": %s",
+                       var, ps_cl_show_(hl, strlen(hl), b, sizeof b), why);
 }
 
 /* SLURM_STEP_TASKS_PER_NODE "3(x2),2,1" -> 3 3 2 1; *@out malloc'd. */
@@ -410,11 +409,98 @@ static int slurm_resv_ports(int **ports, size_t *n, ps_status *st) {
   return 0;
 }
 
+/* A heterogeneous job (sbatch/salloc with "hetjob" components) has
+ * SLURM_HET_SIZE (SLURM_PACK_SIZE before Slurm 20.02) and each component's
+ * nodes in SLURM_JOB_NODELIST_HET_GROUP_<k> (_PACK_GROUP_<k>).  One step
+ * across components (srun A : B) lists all their nodes in
+ * SLURM_STEP_NODELIST (in node order) and gives each component's tasks
+ * the next ranks, component by component, each component laid out on its
+ * own nodes.  Its SLURM_DISTRIBUTION does not describe that layout (Slurm
+ * 22.05 says cyclic for 2,1,1 tasks laid out 0-1 | 2 | 3, and block for a
+ * component run with -m cyclic).  *@comp (malloc'd, [m]) gets each step
+ * host's component and *@ncomp the components, or NULL and 0 when this is
+ * no such step (no hetjob, or a step inside one component). */
+#define SLURM_MAX_HET 128
+static int slurm_het_components(const slurm_host *hs, size_t m, int **comp, int *ncomp,
+                                ps_status *st) {
+  char b[SHOW_MAX], var[64];
+  const char *sz = getenv("SLURM_HET_SIZE"), *kind = "HET";
+  *comp = NULL;
+  *ncomp = 0;
+  if (sz == NULL || sz[0] == '\0') sz = getenv("SLURM_PACK_SIZE"), kind = "PACK";
+  if (sz == NULL || sz[0] == '\0') return 0;
+  long n = ps_cl_parse_num_(sz, strlen(sz), SLURM_MAX_HET);
+  if (n < 1)
+    return ps_status_set(
+        st, PS_INVALID_ARGUMENT,
+        "SLURM_%s_SIZE \"%s\" is not a number of components from 1 to %d", kind,
+        ps_cl_show_(sz, strlen(sz), b, sizeof b), SLURM_MAX_HET);
+  int *c = malloc((m ? m : 1) * sizeof *c);
+  if (c == NULL) return ps_cl_oom_("Slurm", st);
+  for (size_t i = 0; i < m; i++)
+    c[i] = -1;
+  int rc = 0;
+  for (long k = 0; k < n && rc == 0; k++) {
+    snprintf(var, sizeof var, "SLURM_JOB_NODELIST_%s_GROUP_%ld", kind, k);
+    const char *v = getenv(var);
+    if (v == NULL || v[0] == '\0') break; /* not this job's: see below */
+    strvec nodes = {0};
+    rc = expand_hostlist(v, var, &nodes, st);
+    for (size_t i = 0; i < m && rc == 0; i++)
+      for (size_t j = 0; j < nodes.n; j++) {
+        if (strcmp(nodes.v[j], hs[i].name) != 0) continue;
+        if (c[i] >= 0)
+          rc = ps_status_set(st, PS_INVALID_ARGUMENT,
+                             "Slurm: host %s is in heterogeneous job components %d and "
+                             "%ld: their tasks cannot be told apart",
+                             ps_cl_show_(hs[i].name, strlen(hs[i].name), b, sizeof b),
+                             c[i], k);
+        c[i] = (int)k;
+        break;
+      }
+    strvec_fini(&nodes);
+  }
+  /* A step within one component (srun --het-group=1) is an ordinary one;
+   * so is a step with a host in no component (variables a job submitted
+   * from inside a heterogeneous one inherited: SLURMD_NODENAME and
+   * SLURM_GTIDS still check the layout). */
+  bool several = false, stray = false;
+  for (size_t i = 0; i < m && rc == 0; i++) {
+    if (c[i] < 0)
+      stray = true;
+    else if (c[i] != c[0])
+      several = true;
+  }
+  if (rc != 0 || !several || stray) {
+    free(c);
+    return rc;
+  }
+  *comp = c;
+  *ncomp = (int)n;
+  return 0;
+}
+
 /* Which host each rank runs on, and its index among that host's tasks:
  * block distribution (Slurm's default: the first host's tasks, then the
- * next's) or cyclic (one task per host in turn).  @host/@local: [total]. */
+ * next's) or cyclic (one task per host in turn); in a heterogeneous step,
+ * component after component, each in block order (Slurm's default within
+ * a component; SLURM_GTIDS catches another, see slurm_gtids_check).
+ * @host/@local: [total]; *@het: it is a heterogeneous step. */
 static int slurm_layout(const slurm_host *hs, size_t m, long long total, size_t *host,
-                        int *local, ps_status *st) {
+                        int *local, bool *het, ps_status *st) {
+  int *comp = NULL, ncomp = 0;
+  if (slurm_het_components(hs, m, &comp, &ncomp, st) != 0) return st->code;
+  if ((*het = comp != NULL)) {
+    long long r = 0;
+    for (int k = 0; k < ncomp; k++)
+      for (size_t i = 0; i < m; i++)
+        for (int t = 0; comp[i] == k && t < hs[i].count && r < total; t++, r++) {
+          host[r] = i;
+          local[r] = t;
+        }
+    free(comp);
+    return 0;
+  }
   const char *d = getenv("SLURM_DISTRIBUTION");
   bool cyclic = d && !strncmp(d, "cyclic", 6);
   if (d && d[0] && !cyclic && strncmp(d, "block", 5) != 0) {
@@ -443,6 +529,75 @@ static int slurm_layout(const slurm_host *hs, size_t m, long long total, size_t 
   return 0;
 }
 
+static int cmp_long(const void *a, const void *b) {
+  long x = *(const long *)a, y = *(const long *)b;
+  return (x > y) - (x < y);
+}
+
+/* "0,2,5" for the ranks @host puts on host @h, at most @n bytes. */
+static void ranks_on(const size_t *host, long long total, size_t h, char *buf, size_t n) {
+  size_t o = 0;
+  buf[0] = '\0';
+  for (long long r = 0; r < total && o + 24 < n; r++)
+    if (host[r] == h) o += (size_t)snprintf(buf + o, n - o, "%s%lld", o ? "," : "", r);
+}
+
+/* SLURM_GTIDS (when set): the ranks Slurm runs on this task's node.  They
+ * must be the ones the layout puts on this rank's host, or the layout is
+ * not the step's (a distribution the environment does not tell, such as
+ * -m cyclic in a heterogeneous step) and every address would be wrong. */
+static int slurm_gtids_check(const slurm_host *hs, const size_t *host, long long total,
+                             long rank, bool het, ps_status *st) {
+  const char *g = getenv("SLURM_GTIDS");
+  if (g == NULL || g[0] == '\0') return 0;
+  char b[SHOW_MAX], want[160], dist[96];
+  size_t h = host[rank], n = 0, cap = 0;
+  long *v = NULL;
+  bool ok = true;
+  for (const char *p = g; *p && ok;) {
+    const char *e = p + strcspn(p, ",");
+    long r = ps_cl_parse_num_(p, (size_t)(e - p), INT_MAX);
+    if (r < 0 || (long long)n >= total) {
+      ok = false;
+      break;
+    }
+    if (n == cap) {
+      size_t nc = cap ? 2 * cap : 16;
+      long *nv = realloc(v, nc * sizeof *nv);
+      if (nv == NULL) {
+        free(v);
+        return ps_cl_oom_("Slurm", st);
+      }
+      v = nv;
+      cap = nc;
+    }
+    v[n++] = r;
+    p = *e ? e + 1 : e;
+  }
+  if (ok) {
+    qsort(v, n, sizeof *v, cmp_long);
+    size_t k = 0;
+    for (long long r = 0; r < total && ok; r++)
+      if (host[r] == h) ok = k < n && v[k++] == r;
+    ok = ok && k == n;
+  }
+  free(v);
+  if (ok) return 0;
+  ranks_on(host, total, h, want, sizeof want);
+  if (het)
+    snprintf(dist, sizeof dist,
+             "a heterogeneous step: each component's tasks in block order; run it "
+             "without -m/--distribution");
+  else
+    snprintf(dist, sizeof dist, "SLURM_DISTRIBUTION %.40s",
+             getenv("SLURM_DISTRIBUTION") ? getenv("SLURM_DISTRIBUTION") : "block");
+  return ps_status_set(
+      st, PS_INVALID_ARGUMENT,
+      "Slurm: the step's layout puts ranks %s on %s, but SLURM_GTIDS says "
+      "\"%s\" run there (%s)",
+      want, hs[h].name, ps_cl_show_(g, strlen(g), b, sizeof b), dist);
+}
+
 /* Rank r runs on the host the step's layout gives it, on that host's
  * local-index-th port (from SLURM_STEP_RESV_PORTS when Slurm reserved
  * some, else from @port_base); ranks are dealt out to the jobs in name
@@ -455,7 +610,8 @@ static int slurm_addresses(ps_cluster *c, const slurm_job *jobs, const slurm_hos
   size_t nresv = 0, *host = calloc((size_t)total + 1, sizeof *host);
   int rc = local && host ? 0 : ps_cl_oom_("Slurm", st);
   if (rc == 0) rc = slurm_resv_ports(&resv, &nresv, st);
-  if (rc == 0) rc = slurm_layout(hs, m, total, host, local, st);
+  bool het = false;
+  if (rc == 0) rc = slurm_layout(hs, m, total, host, local, &het, st);
   int ji = 0, jt = 0;
   for (long long r = 0; r < total && rc == 0; r++) {
     const char *name = hs[host[r]].name;
@@ -493,15 +649,19 @@ static int slurm_addresses(ps_cluster *c, const slurm_job *jobs, const slurm_hos
       const char *me = getenv("SLURMD_NODENAME");
       if (me && me[0] && strcmp(me, name) != 0) {
         char b2[SHOW_MAX];
+        const char *d = getenv("SLURM_DISTRIBUTION");
         rc = ps_status_set(st, PS_INVALID_ARGUMENT,
                            "Slurm: rank %ld runs on %s, but the step's layout puts it on "
-                           "%s (SLURM_DISTRIBUTION %s)",
+                           "%s (%s%s)",
                            rank, ps_cl_show_(me, strlen(me), b, sizeof b),
                            ps_cl_show_(name, strlen(name), b2, sizeof b2),
-                           getenv("SLURM_DISTRIBUTION") ? getenv("SLURM_DISTRIBUTION")
-                                                        : "block");
+                           het ? "a heterogeneous step: each component's tasks in block "
+                                 "order"
+                               : "SLURM_DISTRIBUTION ",
+                           het ? "" : (d ? d : "block"));
         break;
       }
+      if ((rc = slurm_gtids_check(hs, host, total, rank, het, st)) != 0) break;
       ps_cl_task_id_set_(self, jobs[ji].name, jt);
     }
     if (++jt == c->jobs[ji].ntasks) ji++, jt = 0;
@@ -538,7 +698,7 @@ ps_cluster *ps_cluster_from_slurm(const char *jobs_spec, int port_base, ps_task_
                          "Slurm: port base %d is not a port number (1-65535)", port_base),
            NULL;
   if ((v = slurm_var("SLURM_STEP_NODELIST", st)) == NULL ||
-      expand_hostlist(v, &hosts, st) != 0)
+      expand_hostlist(v, "SLURM_STEP_NODELIST", &hosts, st) != 0)
     goto fail;
   if ((v = slurm_var("SLURM_STEP_TASKS_PER_NODE", st)) == NULL ||
       expand_tasks_per_node(v, &tpn, &ntpn, st) != 0)

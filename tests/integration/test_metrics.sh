@@ -96,7 +96,7 @@ else
   bad "worker trains with --metrics-port" "$(tail -5 "$dir/w.log")"
 fi
 kill -TERM "$W"; wait "$W"; rc=$?
-[ "$rc" = 0 ] && ok "worker stops on SIGTERM" || bad "worker stops on SIGTERM (exit $rc)" "$(tail -5 "$dir/w.log")"
+[ "$rc" = 143 ] && ok "worker stops on SIGTERM (143: before --steps)" || bad "worker stops on SIGTERM (exit $rc, want 143)" "$(tail -5 "$dir/w.log")"
 
 expect "--metrics-port: bad value" 2 "--metrics-port must be a port number" "$PS_SERVER" --cluster "$dir/c.json" --metrics-port 70000
 expect "--metrics-port: in use" 1 "--metrics-port $MP: cannot serve metrics on port $MP" "$PS_SERVER" --cluster "$dir/c.json" --metrics-port "$MP"

@@ -1,28 +1,80 @@
 #!/usr/bin/env bash
-# A local Slurm for the tests (root): munged, slurmctld and one slurmd per
-# virtual node, all on this host.  The nodes are n9, n10, n11, so that
-# their text order (n10, n11, n9) differs from Slurm's; /etc/hosts gets
-# them as 127.0.0.1 between marker lines, removed again by stop.
-# MpiParams=ports= lets srun --resv-ports reserve ports per step.
+# A local Slurm for the tests (root): its own munged, slurmctld and one
+# slurmd per virtual node, all on this host.  The nodes are n9, n10, n11,
+# so that their text order (n10, n11, n9) differs from Slurm's; /etc/hosts
+# gets them as 127.0.0.1 on a line marked with DIR, which stop removes
+# (only its own: another run's line stays).  Ports are picked at start:
+# slurmctld's and the slurmds' by the kernel (bind to port 0), and the
+# range MpiParams=ports= hands out to srun --resv-ports (steps' ps) as a
+# random block below the kernel's ephemeral range with nothing listening
+# in it, so that two runs at once do not collide.
+# munged is the test's own: a private socket, key, pid file, log and seed
+# under DIR/munge (slurm.conf's AuthInfo=socket= points Slurm at it), so a
+# munged the machine runs on /run/munge is neither used nor stopped.  stop
+# ends only the pids start recorded in DIR/pids (checked by their command
+# line, so a pid reused since is left alone).
 #   slurm_local.sh start DIR | stop DIR
 set -uo pipefail
 D=${2:?usage: slurm_local.sh start|stop DIR}
 export SLURM_CONF=$D/slurm.conf
 NODES=(n9 n10 n11)
-MARK="# paramserver tests/slurm"
+MARK="# paramserver tests/slurm $D"
+# unmark: /etc/hosts without this run's line (rewritten in place: it may
+# be a bind mount)
+unmark() {
+  local t
+  grep -qF -- "$MARK" /etc/hosts || return 0
+  t=$(grep -vF -- "$MARK" /etc/hosts) && printf '%s\n' "$t" > /etc/hosts
+}
+M=$D/munge
+# record NAME PIDFILE: DIR/pids gets "pid name" once the daemon wrote it
+record() {
+  local i
+  for ((i = 0; i < 100; i++)); do
+    [ -s "$2" ] && { echo "$(cat "$2") $1" >> "$D/pids"; return 0; }
+    sleep 0.05
+  done
+  echo "$1 wrote no pid file $2" >&2
+  return 1
+}
 case "${1:-}" in
 start)
   mkdir -p "$D/state" || exit 1
-  [ -s /etc/munge/munge.key ] || mungekey --create --force > /dev/null 2>&1
-  mkdir -p /run/munge && chown munge:munge /run/munge
-  munge -n > /dev/null 2>&1 || runuser -u munge -- /usr/sbin/munged || exit 1
-  grep -q "$MARK" /etc/hosts || echo "127.0.0.1 ${NODES[*]} $MARK" >> /etc/hosts
+  # munged wants its socket's directory and every parent searchable by all
+  chmod 0711 "$D" && mkdir -m 0755 "$M" || exit 1
+  for p in $(dirname "$D") "$D"; do
+    [ "$(($(stat -c 0%a "$p") & 0111))" = $((0111)) ] \
+      || { echo "munged needs $p searchable by all (chmod a+x)" >&2; exit 1; }
+  done
+  head -c 1024 /dev/urandom > "$M/munge.key" && chmod 0600 "$M/munge.key" || exit 1
+  munged -S "$M/munge.socket" --key-file="$M/munge.key" --pid-file="$M/munged.pid" \
+    --log-file="$M/munged.log" --seed-file="$M/munged.seed" || { cat "$M/munged.log" >&2; exit 1; }
+  record munged "$M/munged.pid" || exit 1
+  munge -S "$M/munge.socket" -n | unmunge -S "$M/munge.socket" > /dev/null \
+    || { echo "munged on $M/munge.socket does not answer" >&2; exit 1; }
+  grep -qF -- "$MARK" /etc/hosts || echo "127.0.0.1 ${NODES[*]} $MARK" >> /etc/hosts
+  read -r ctld_port node_port0 node_port1 node_port2 resv_lo < <(python3 -c '
+import random, socket, subprocess
+ss = [socket.socket() for _ in range(4)]
+for s in ss: s.bind(("127.0.0.1", 0))
+ports = [s.getsockname()[1] for s in ss]
+lo_eph = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+busy = set()
+for line in subprocess.run(["ss", "-Htlnu"], capture_output=True, text=True).stdout.splitlines():
+    try: busy.add(int(line.split()[4].rsplit(":", 1)[1]))
+    except (IndexError, ValueError): pass
+for _ in range(1000):
+    lo = random.randrange(20000, lo_eph - 1000, 100)
+    if not any(lo <= p < lo + 1000 for p in busy | set(ports)): break
+print(*ports, lo)') || { echo "could not pick ports" >&2; exit 1; }
+  node_ports=("$node_port0" "$node_port1" "$node_port2")
   cat > "$SLURM_CONF" <<CONF
 ClusterName=pstest
 SlurmctldHost=localhost
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
+AuthInfo=socket=$M/munge.socket
 CredType=cred/munge
 StateSaveLocation=$D/state
 SlurmdSpoolDir=$D/spool-%n
@@ -30,13 +82,13 @@ SlurmctldPidFile=$D/slurmctld.pid
 SlurmdPidFile=$D/slurmd-%n.pid
 SlurmctldLogFile=$D/slurmctld.log
 SlurmdLogFile=$D/slurmd-%n.log
-SlurmctldPort=$((27000 + RANDOM % 2000))
+SlurmctldPort=$ctld_port
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 MpiDefault=none
-MpiParams=ports=23000-23999
+MpiParams=ports=$resv_lo-$((resv_lo + 999))
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 SchedulerType=sched/backfill
@@ -46,14 +98,16 @@ ReturnToService=2
 KillWait=30
 MinJobAge=600
 CONF
-  port=$((29000 + RANDOM % 900))
-  for n in "${NODES[@]}"; do
-    echo "NodeName=$n NodeHostname=localhost NodeAddr=127.0.0.1 Port=$port CPUs=4 RealMemory=1000" >> "$SLURM_CONF"
-    port=$((port + 1))
+  for i in "${!NODES[@]}"; do
+    echo "NodeName=${NODES[$i]} NodeHostname=localhost NodeAddr=127.0.0.1 Port=${node_ports[$i]} CPUs=4 RealMemory=1000" >> "$SLURM_CONF"
   done
   echo "PartitionName=debug Nodes=n[9-11] Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4" >> "$SLURM_CONF"
   slurmctld -f "$SLURM_CONF" || exit 1
-  for n in "${NODES[@]}"; do slurmd -f "$SLURM_CONF" -N "$n" || exit 1; done
+  record slurmctld "$D/slurmctld.pid" || exit 1
+  for n in "${NODES[@]}"; do
+    slurmd -f "$SLURM_CONF" -N "$n" || exit 1
+    record slurmd "$D/slurmd-$n.pid" || exit 1
+  done
   for _ in $(seq 1 120); do
     [ "$(sinfo -h -o %T 2>/dev/null | sort -u)" = idle ] && exit 0
     sleep 0.25
@@ -61,12 +115,20 @@ CONF
   echo "slurm did not come up; logs in $D" >&2
   exit 1 ;;
 stop)
+  # ours: a recorded pid whose command line still names this DIR's files
+  ours() { tr '\0' ' ' < "/proc/$1/cmdline" 2> /dev/null | grep -qF -- "$D/"; }
+  [ -f "$D/pids" ] || { unmark; exit 0; }
   scontrol shutdown > /dev/null 2>&1
-  for _ in $(seq 1 80); do ls "$D"/*.pid > /dev/null 2>&1 || break; sleep 0.25; done
-  pkill -f "slurmd -f $SLURM_CONF" 2>/dev/null
-  pkill -f "slurmctld -f $SLURM_CONF" 2>/dev/null
-  [ -f /run/munge/munged.pid ] && kill "$(cat /run/munge/munged.pid)" 2>/dev/null
-  sed -i "\|$MARK|d" /etc/hosts
+  # the Slurm daemons first (they need munged to shut down), munged last
+  for name in slurm munged; do
+    while read -r pid what; do
+      case $what in $name*) ;; *) continue ;; esac
+      [ "$name" = munged ] && ours "$pid" && kill "$pid"
+      for _ in $(seq 1 80); do ours "$pid" || break; sleep 0.1; done
+      ours "$pid" && kill -KILL "$pid"
+    done < "$D/pids"
+  done
+  unmark
   exit 0 ;;
 *) echo "usage: slurm_local.sh start|stop DIR" >&2; exit 2 ;;
 esac

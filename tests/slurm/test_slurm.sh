@@ -13,7 +13,19 @@
 #     certificates and tokens (deploy/gen-certs.sh --hosts n9,n10,n11)
 #     completes with its checkpoint, the chief with the admin identity and
 #     the other worker with the worker one; and a job whose server.crt does
-#     not name its nodes fails before starting anything, saying so.
+#     not name its nodes fails before starting anything, saying so;
+#  6. the test's Slurm has its own munged (private socket, AuthInfo=socket=)
+#     and stopping it leaves the machine's munged on /run/munge running (a
+#     stand-in started there for the test when the machine runs none);
+#  7. a job with --time=1 gets SIGTERM from its script 15 s before the
+#     limit, writes a final checkpoint and ends FAILED with exit code 143
+#     (stopped before --steps), where a finished job ends COMPLETED 0;
+#  8. (with 3) scancel --signal=TERM: a final checkpoint, FAILED 143, and
+#     a job chained to it with --dependency=afternotok runs then and
+#     resumes from that checkpoint;
+#  9. a heterogeneous job (#SBATCH hetjob: the ps on one node, the workers
+#     on two) runs one step across its components (srun A : B) to
+#     COMPLETED, each rank on the host Slurm gave it.
 set -uo pipefail
 PS_SERVER=${PS_SERVER:?}; PS_WORKER=${PS_WORKER:?}
 source "$(dirname "$0")/../support/lib.sh"
@@ -24,19 +36,47 @@ if [ "$(id -u)" != 0 ] || ! command -v slurmctld > /dev/null || ! command -v mun
   bad "local Slurm" "needs root and slurm-wlm + munge (deploy/setup.sh installs them)"
   finish
 fi
-test_cleanup_hook() { bash "$here/slurm_local.sh" stop "$dir/slurm" > /dev/null 2>&1; }
+# 6. the machine's own munged (/run/munge), or a stand-in the test starts
+# there when none runs, is still alive after the test's Slurm stopped:
+# slurm_local.sh runs its own munged on a private socket and stops only it
+sys_sock=/run/munge/munge.socket.2 sys_pid="" stand_in="" made_run=""
+if munge -n > /dev/null 2>&1 && [ -s /run/munge/munged.pid ]; then
+  sys_pid=$(cat /run/munge/munged.pid)
+else
+  [ -d /run/munge ] || { mkdir -m 0755 /run/munge && made_run=yes; }
+  mkdir -m 0700 "$dir/sysmunge" && head -c 1024 /dev/urandom > "$dir/sysmunge/key" \
+    && chmod 0600 "$dir/sysmunge/key" \
+    && munged -S "$sys_sock" --key-file="$dir/sysmunge/key" --pid-file=/run/munge/munged.pid \
+      --log-file="$dir/sysmunge/log" --seed-file="$dir/sysmunge/seed" \
+    && sys_pid=$(cat /run/munge/munged.pid) && stand_in=$sys_pid
+fi
+test_cleanup_hook() {
+  bash "$here/slurm_local.sh" stop "$dir/slurm" > /dev/null 2>&1
+  if [ -n "$stand_in" ]; then
+    kill "$stand_in" 2> /dev/null
+    for ((i = 0; i < 50; i++)); do kill -0 "$stand_in" 2> /dev/null || break; sleep 0.1; done
+    rm -f /run/munge/munged.pid
+    [ -z "$made_run" ] || rm -rf /run/munge
+  fi
+}
+chmod 0711 "$dir" # munged: every directory above its socket searchable
 bash "$here/slurm_local.sh" start "$dir/slurm" > "$dir/slurm-start.log" 2>&1 \
   || { bad "local Slurm starts" "$(cat "$dir/slurm-start.log") $(tail -5 "$dir"/slurm/*.log)"; finish; }
 export SLURM_CONF=$dir/slurm/slurm.conf
 export PS_SERVER PS_WORKER
-job_state() { scontrol show job "$1" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p'; }
+# (a heterogeneous job has a record per component: the leader's, the first)
+job_state() { scontrol show job "$1" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p' | head -1; }
 secure="" # SECURE_DIR of the jobs submit makes
+sbopt="" # more sbatch options of the jobs submit makes (words)
 submit() { # NAME CKPT WORKER_ARGS...: prints the job id
-  local name=$1 ck=$2; shift 2
+  local name=$1 ck=$2
+  shift 2
   mkdir -p "$ck"
+  # shellcheck disable=SC2086
   SECURE_DIR="$secure" CKPT_DIR="$ck" WORKER_ARGS="$*" sbatch --parsable -N 2 --ntasks-per-node=2 \
-    -o "$dir/$name.out" "$sbatch_file"
+    $sbopt -o "$dir/$name.out" "$sbatch_file"
 }
+exit_code() { scontrol show job "$1" 2>/dev/null | sed -n 's/.* ExitCode=\([0-9:]*\).*/\1/p' | head -1; }
 ended() { # JOBID: it has ended (COMPLETED, FAILED, CANCELLED, ...)
   case $(job_state "$1") in
     COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY) ;;
@@ -50,6 +90,26 @@ certs=$dir/certs
   && "$here/../../deploy/gen-certs.sh" --tokens --hosts n9 "$dir/bad" 2>> "$dir/certs.log" \
   || bad "gen-certs.sh" "$(cat "$dir/certs.log")"
 
+# 7. (started first, checked last) a job with a 1-minute limit
+tid=$(sbopt=--time=1 submit timelimit "$dir/ck7" "${W[@]}" --steps 100000000 --save-every-secs 1000)
+# 9. (started now, checked later) a heterogeneous job: component 0 the 2 ps
+# on one node, component 1 the 2 workers on two, one step across both
+# (srun A : B); Slurm gives it SLURM_DISTRIBUTION=cyclic and tasks per
+# node 2,1(x2), which is not how it lays the ranks out
+cat > "$dir/het.sbatch" <<HET
+#!/bin/bash
+#SBATCH -N1 -n2 -o $dir/het.out
+#SBATCH hetjob
+#SBATCH -N2 -n2
+export PS_SLURM_JOBS=ps:2,worker:2
+srun --kill-on-bad-exit=1 bash -c 'echo "rank \$SLURM_PROCID on \$SLURMD_NODENAME" >&2
+    exec "\$PS_SERVER" --checkpoint-dir "$dir/ck9" --grace-secs 5' \\
+  : bash -c 'echo "rank \$SLURM_PROCID on \$SLURMD_NODENAME" >&2
+    exec "\$PS_WORKER" ${W[*]} --steps 300 --checkpoint-dir "$dir/ck9"'
+HET
+mkdir -p "$dir/ck9"
+hid=$(sbatch --parsable "$dir/het.sbatch")
+hid=${hid%%+*}
 # 1. one job, start to end; 5. at the same time, the secure jobs
 id=$(submit one "$dir/ck1" "${W[@]}" --steps 300)
 sid=$(secure=$certs submit secure "$dir/ck5" "${W[@]}" --steps 300)
@@ -61,6 +121,8 @@ for ((i = 0; i < 3000; i++)); do
 done
 s=$(job_state "$id")
 check "one job ends COMPLETED (${s:-none})" test "$s" = COMPLETED
+e=$(exit_code "$id")
+check "one job: exit code 0 (ExitCode=${e:-none})" test "$e" = 0:0
 last_step() { sed -n 's/.*global step \([0-9]*\)$/\1/p' "$1" | tail -1; }
 step=$(last_step "$dir/one.out")
 check "one job: a checkpoint at the last step ($step)" test -n "$step" -a -f "$dir/ck1/model.ckpt-$step.index"
@@ -90,6 +152,21 @@ check "secure job, server.crt for n9 only: says so, before starting a task" \
   -a -z "$(grep -E "ready on|serving on|^rank " "$dir/badcert.out")"
 show=""
 
+# 9. the heterogeneous job
+for ((i = 0; i < 1200; i++)); do ended "$hid" && break; sleep 0.1; done
+s=$(job_state "$hid"); e=$(exit_code "$hid"); step=$(last_step "$dir/het.out")
+show=$dir/het.out
+check "hetjob, srun A : B: COMPLETED 0 ($s, ExitCode=${e:-none})" test "$s" = COMPLETED -a "$e" = 0:0
+check "hetjob: the ranks ran where Slurm put them (0-1 n9, 2 n10, 3 n11)" \
+  test "$(grep -o "^rank [0-9] on n[0-9]*" "$dir/het.out" | sort | tr '\n' ' ')" \
+  = "rank 0 on n9 rank 1 on n9 rank 2 on n10 rank 3 on n11 "
+check "hetjob: both ps served on n9" \
+  test "$(grep -c "ps/[01]: .*serving on n9:" "$dir/het.out")" = 2
+check "hetjob: both workers trained, the chief to a checkpoint at the last step ($step)" \
+  test -n "$step" -a -f "$dir/ck9/model.ckpt-$step.index" \
+  -a -n "$(grep "worker/1: .*step [0-9]* loss" "$dir/het.out")"
+show=""
+
 # 2. two jobs at once on the same nodes
 a=$(submit two-a "$dir/ck2a" "${W[@]}" --steps 2000)
 b=$(submit two-b "$dir/ck2b" "${W[@]}" --steps 2000)
@@ -104,8 +181,18 @@ check "two jobs at once both end COMPLETED ($sa $sb)" test "$sa$sb" = COMPLETEDC
 sa=$(last_step "$dir/two-a.out"); sb=$(last_step "$dir/two-b.out")
 check "two jobs: each wrote its checkpoint ($sa $sb)" test -f "$dir/ck2a/model.ckpt-$sa.index" -a -f "$dir/ck2b/model.ckpt-$sb.index"
 
-# 3. scancel mid-training
+# 3. scancel mid-training; 8. at the same time, scancel --signal=TERM
 id=$(submit cancel "$dir/ck3" "${W[@]}" --steps 100000000 --save-every-secs 1000)
+gid=$(submit sigterm "$dir/ck8" "${W[@]}" --steps 100000000 --save-every-secs 1000)
+cid=""
+if wait_for "$dir/sigterm.out" "step [0-9]+ loss" 120; then
+  scancel --signal=TERM "$gid"
+  # ... and the next part, chained to run only if it does not complete
+  s8=$(sed -n 's/.*step \([0-9]*\) loss.*/\1/p' "$dir/sigterm.out" | tail -1)
+  cid=$(sbopt=--dependency=afternotok:$gid submit chained "$dir/ck8" "${W[@]}" --steps $((s8 + 2000)))
+else
+  bad "scancel --signal=TERM: the job never trained" "$(tail -5 "$dir/sigterm.out")"
+fi
 if wait_for "$dir/cancel.out" "step [0-9]+ loss" 120; then
   scancel "$id"
   for ((i = 0; i < 1200; i++)); do
@@ -133,4 +220,48 @@ if wait_for "$dir/cancel.out" "step [0-9]+ loss" 120; then
 else
   bad "scancel: the job never trained" "$(tail -5 "$dir/cancel.out")"
 fi
+
+# 7. the time limit: SIGTERM 15 s before it, a final checkpoint, FAILED 143
+for ((i = 0; i < 1200; i++)); do ended "$tid" && break; sleep 0.1; done
+s=$(job_state "$tid"); e=$(exit_code "$tid"); step=$(last_step "$dir/timelimit.out")
+show=$dir/timelimit.out
+check "time limit 1 min: the script stopped the tasks before it" \
+  grep -q "s before the time limit: SIGTERM to the tasks (STOP_SECS=15)" "$dir/timelimit.out"
+check "time limit 1 min: FAILED with exit code 143, not COMPLETED ($s, ExitCode=${e:-none})" \
+  test "$s" = FAILED -a "$e" = 143:0
+check "time limit 1 min: the chief says why it exits 143" \
+  grep -q "worker/0: .*exit 143: stopped by signal 15 at global step [0-9]* of 100000000" "$dir/timelimit.out"
+check "time limit 1 min: a final checkpoint at the last step ($step)" \
+  test -n "$step" -a -f "$dir/ck7/model.ckpt-$step.index"
+show=""
+
+# 8. scancel --signal=TERM: the same final checkpoint, FAILED 143
+for ((i = 0; i < 1200; i++)); do ended "$gid" && break; sleep 0.1; done
+s=$(job_state "$gid"); e=$(exit_code "$gid"); step=$(last_step "$dir/sigterm.out")
+show=$dir/sigterm.out
+check "scancel --signal=TERM: FAILED with exit code 143 ($s, ExitCode=${e:-none})" \
+  test "$s" = FAILED -a "$e" = 143:0
+check "scancel --signal=TERM: a final checkpoint at the last step ($step)" \
+  test -n "$step" -a -f "$dir/ck8/model.ckpt-$step.index"
+for ((i = 0; i < 1200; i++)); do ended "$cid" && break; sleep 0.1; done
+s=$(job_state "$cid"); s2=$(last_step "$dir/chained.out")
+show=$dir/chained.out
+check "sbatch --dependency=afternotok: the next part ran after it, COMPLETED (${s:-none})" \
+  test "$s" = COMPLETED
+resumed() { grep -q "cluster ready (restored) at global step $step;" "$dir/chained.out" \
+  && [ -n "$s2" ] && [ "$s2" -gt "${step:-0}" ]; }
+check "sbatch --dependency=afternotok: it resumed at step $step and trained on to $s2" resumed
+show=""
+
+# 6. stopping the test's Slurm leaves the machine's munged alone
+ours=$(awk '{print $1}' "$dir/slurm/pids" 2> /dev/null | tr '\n' ' ')
+bash "$here/slurm_local.sh" stop "$dir/slurm" > "$dir/slurm-stop.log" 2>&1
+left=""
+for p in $ours; do [ -d "/proc/$p" ] && [ -s "/proc/$p/cmdline" ] && left="$left $p"; done
+check "stop: the test's munged, slurmctld and slurmd are gone ($ours;$left)" \
+  test -n "$ours" -a -z "$left"
+check "stop: the test's munged had its own socket (slurm.conf AuthInfo)" \
+  grep -q "^AuthInfo=socket=$dir/slurm/munge/munge.socket$" "$dir/slurm/slurm.conf"
+sys_alive() { [ -n "$sys_pid" ] && [ -d "/proc/$sys_pid" ] && munge -n -S "$sys_sock" > /dev/null; }
+check "stop: the munged on $sys_sock (pid ${sys_pid:-none}${stand_in:+, a stand-in}) is still alive" sys_alive
 finish

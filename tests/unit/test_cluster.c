@@ -54,7 +54,15 @@ static void clear_env(void) {
                                      "PS_SLURM_PORT_BASE",
                                      "SLURM_DISTRIBUTION",
                                      "SLURM_STEP_RESV_PORTS",
-                                     "SLURMD_NODENAME"};
+                                     "SLURMD_NODENAME",
+                                     "SLURM_GTIDS",
+                                     "SLURM_HET_SIZE",
+                                     "SLURM_PACK_SIZE",
+                                     "SLURM_JOB_NODELIST_HET_GROUP_0",
+                                     "SLURM_JOB_NODELIST_HET_GROUP_1",
+                                     "SLURM_JOB_NODELIST_HET_GROUP_2",
+                                     "SLURM_JOB_NODELIST_PACK_GROUP_0",
+                                     "SLURM_JOB_NODELIST_PACK_GROUP_1"};
   for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
     unsetenv(vars[i]);
 }
@@ -845,6 +853,159 @@ START_TEST(test_slurm_layouts_ports_and_node_check) {
 }
 END_TEST
 
+/* One step across the components of a heterogeneous job (srun A : B),
+ * with the environment Slurm 22.05 gives it: the components' tasks take
+ * the ranks in component order, each laid out on its own nodes, whatever
+ * SLURM_DISTRIBUTION says. */
+START_TEST(test_slurm_heterogeneous_step) {
+  ps_status st = {0};
+  ps_task_id self;
+  /* salloc -N1 -n2 : -N2 -n2, srun A : B: ranks 0-1 on n9, 2 on n10, 3 on
+   * n11; Slurm says cyclic (which would put rank 3 on n9) */
+  slurm_env("3", "4", "n[9-11]", "2,1(x2)");
+  setenv("SLURM_DISTRIBUTION", "cyclic", 1);
+  setenv("SLURM_HET_SIZE", "2", 1);
+  setenv("SLURM_JOB_NODELIST_HET_GROUP_0", "n9", 1);
+  setenv("SLURM_JOB_NODELIST_HET_GROUP_1", "n[10-11]", 1);
+  setenv("SLURMD_NODENAME", "n11", 1);
+  setenv("SLURM_GTIDS", "3", 1);
+  ps_cluster *c = ps_cluster_from_slurm("ps:2,worker:2", 23001, &self, &st);
+  ck_assert_msg(c != NULL, "%s", st.msg);
+  ck_assert_str_eq(job_addrs(c, "ps"), "n9:23001 n9:23002");
+  ck_assert_str_eq(job_addrs(c, "worker"), "n10:23001 n11:23001");
+  ck_assert_str_eq(self.job, "worker");
+  ck_assert_int_eq(self.task, 1);
+  ps_cluster_destroy(c);
+  /* the same with Slurm's older names (SLURM_PACK_*) */
+  unsetenv("SLURM_HET_SIZE");
+  unsetenv("SLURM_JOB_NODELIST_HET_GROUP_0");
+  unsetenv("SLURM_JOB_NODELIST_HET_GROUP_1");
+  setenv("SLURM_PACK_SIZE", "2", 1);
+  setenv("SLURM_JOB_NODELIST_PACK_GROUP_0", "n9", 1);
+  setenv("SLURM_JOB_NODELIST_PACK_GROUP_1", "n[10-11]", 1);
+  c = ps_cluster_from_slurm("ps:2,worker:2", 23001, &self, &st);
+  ck_assert_msg(c != NULL, "%s", st.msg);
+  ck_assert_str_eq(job_addrs(c, "worker"), "n10:23001 n11:23001");
+  ps_cluster_destroy(c);
+
+  /* component 0 on the later nodes: the step lists nodes in node order,
+   * the ranks follow the components */
+  slurm_env("0", "4", "n[9-11]", "2,1(x2)");
+  setenv("SLURM_HET_SIZE", "2", 1);
+  setenv("SLURM_JOB_NODELIST_HET_GROUP_0", "n[10-11]", 1);
+  setenv("SLURM_JOB_NODELIST_HET_GROUP_1", "n9", 1);
+  setenv("SLURMD_NODENAME", "n10", 1);
+  c = ps_cluster_from_slurm("ps:1,worker:3", 100, &self, &st);
+  ck_assert_msg(c != NULL, "%s", st.msg);
+  ck_assert_str_eq(job_addrs(c, "ps"), "n10:100");
+  ck_assert_str_eq(job_addrs(c, "worker"), "n11:100 n9:100 n9:101");
+  ck_assert_str_eq(self.job, "ps");
+  ps_cluster_destroy(c);
+  /* a rank on another node than that layout gives it */
+  setenv("SLURMD_NODENAME", "n9", 1);
+  slurm_fails("ps:1,worker:3", 100,
+              "Slurm: rank 0 runs on n9, but the step's layout puts it on n10 (a "
+              "heterogeneous step: each component's tasks in block order)");
+
+  /* salloc -N2 -n3 : -N1 -n2, srun -m cyclic A : B: component 0 cyclic
+   * (0 and 2 on n9), which the environment does not tell (it says block):
+   * SLURM_GTIDS shows it, and the step is refused rather than misrouted */
+  slurm_env("0", "5", "n[9-11]", "2,1,2");
+  setenv("SLURM_DISTRIBUTION", "block", 1);
+  setenv("SLURM_HET_SIZE", "2", 1);
+  setenv("SLURM_JOB_NODELIST_HET_GROUP_0", "n[9-10]", 1);
+  setenv("SLURM_JOB_NODELIST_HET_GROUP_1", "n11", 1);
+  setenv("SLURMD_NODENAME", "n9", 1);
+  setenv("SLURM_GTIDS", "0,2", 1);
+  slurm_fails(
+      "ps:2,worker:3", 100,
+      "Slurm: the step's layout puts ranks 0,1 on n9, but SLURM_GTIDS says \"0,2\" "
+      "run there (a heterogeneous step: each component's tasks in block order; run "
+      "it without -m/--distribution)");
+  setenv("SLURM_GTIDS", "1,0", 1); /* the default, block: in any order */
+  c = ps_cluster_from_slurm("ps:2,worker:3", 100, &self, &st);
+  ck_assert_msg(c != NULL, "%s", st.msg);
+  ck_assert_str_eq(job_addrs(c, "ps"), "n9:100 n9:101");
+  ck_assert_str_eq(job_addrs(c, "worker"), "n10:100 n11:100 n11:101");
+  ps_cluster_destroy(c);
+  setenv("SLURM_GTIDS", "0,1,7", 1);
+  slurm_fails("ps:2,worker:3", 100, "SLURM_GTIDS says \"0,1,7\" run there");
+  setenv("SLURM_GTIDS", "0,x", 1);
+  slurm_fails("ps:2,worker:3", 100, "SLURM_GTIDS says \"0,x\" run there");
+  unsetenv("SLURM_GTIDS");
+
+  /* a step within one component (srun --het-group=1): an ordinary step */
+  slurm_env("1", "2", "n11", "2");
+  setenv("SLURM_HET_SIZE", "2", 1);
+  setenv("SLURM_JOB_NODELIST_HET_GROUP_0", "n[9-10]", 1);
+  setenv("SLURM_JOB_NODELIST_HET_GROUP_1", "n11", 1);
+  c = ps_cluster_from_slurm(NULL, 100, &self, &st);
+  ck_assert_msg(c != NULL, "%s", st.msg);
+  ck_assert_str_eq(job_addrs(c, "worker"), "n11:100 n11:101");
+  ck_assert_int_eq(self.task, 1);
+  ps_cluster_destroy(c);
+
+  /* a step with a host in no component, or a component's nodes missing
+   * (variables inherited from a heterogeneous job this one was submitted
+   * from): an ordinary step */
+  slurm_env("0", "4", "n[9-11]", "2,1(x2)");
+  setenv("SLURM_HET_SIZE", "2", 1);
+  setenv("SLURM_JOB_NODELIST_HET_GROUP_0", "n9", 1);
+  setenv("SLURM_JOB_NODELIST_HET_GROUP_1", "n10", 1);
+  c = ps_cluster_from_slurm(NULL, 100, &self, &st);
+  ck_assert_msg(c != NULL, "%s", st.msg);
+  ck_assert_str_eq(job_addrs(c, "worker"), "n9:100 n9:101 n10:100 n11:100");
+  ps_cluster_destroy(c);
+  unsetenv("SLURM_JOB_NODELIST_HET_GROUP_1");
+  setenv("SLURM_JOB_NODELIST_HET_GROUP_0", "n[9-11]", 1);
+  c = ps_cluster_from_slurm(NULL, 100, &self, &st);
+  ck_assert_msg(c != NULL, "%s", st.msg);
+  ck_assert_str_eq(job_addrs(c, "worker"), "n9:100 n9:101 n10:100 n11:100");
+  ps_cluster_destroy(c);
+
+  /* an environment no heterogeneous job has */
+  setenv("SLURM_JOB_NODELIST_HET_GROUP_0", "n9", 1);
+  setenv("SLURM_JOB_NODELIST_HET_GROUP_1", "n[10-11", 1);
+  slurm_fails(NULL, 100,
+              "SLURM_JOB_NODELIST_HET_GROUP_1: Invalid hostlist format \"n[10-11\"");
+  setenv("SLURM_JOB_NODELIST_HET_GROUP_1", "n[9-10]", 1);
+  slurm_fails(NULL, 100,
+              "Slurm: host n9 is in heterogeneous job components 0 and 1: their tasks "
+              "cannot be told apart");
+  setenv("SLURM_HET_SIZE", "x", 1);
+  slurm_fails(NULL, 100,
+              "SLURM_HET_SIZE \"x\" is not a number of components from 1 to 128");
+  setenv("SLURM_HET_SIZE", "129", 1);
+  slurm_fails(NULL, 100, "SLURM_HET_SIZE \"129\" is not a number of components");
+  clear_env();
+}
+END_TEST
+
+/* SLURM_GTIDS in an ordinary step: the ranks on this node must be the
+ * ones the layout puts there. */
+START_TEST(test_slurm_gtids_check) {
+  ps_status st = {0};
+  ps_task_id self;
+  slurm_env("2", "6", "n[9-11]", "2(x3)");
+  setenv("SLURM_GTIDS", "2,3", 1);
+  ps_cluster *c = ps_cluster_from_slurm(NULL, 100, &self, &st);
+  ck_assert_msg(c != NULL, "%s", st.msg);
+  ps_cluster_destroy(c);
+  setenv("SLURM_GTIDS", "2,5", 1);
+  slurm_fails(
+      NULL, 100,
+      "Slurm: the step's layout puts ranks 2,3 on n10, but SLURM_GTIDS says \"2,5\" "
+      "run there (SLURM_DISTRIBUTION block)");
+  setenv("SLURM_DISTRIBUTION", "cyclic", 1);
+  c = ps_cluster_from_slurm(NULL, 100, &self, &st);
+  ck_assert_msg(c != NULL, "%s", st.msg);
+  ck_assert_str_eq(job_addrs(c, "worker"),
+                   "n9:100 n10:100 n11:100 n9:101 n10:101 n11:101");
+  ps_cluster_destroy(c);
+  clear_env();
+}
+END_TEST
+
 START_TEST(test_slurm_errors) {
   slurm_env(NULL, "2", "n1", "2");
   slurm_fails(NULL, 8888,
@@ -1091,6 +1252,8 @@ static Suite *cluster_suite(void) {
   tcase_add_test(tc, test_slurm_jobs_sorted);
   tcase_add_test(tc, test_slurm_hosts_in_slurm_order_and_padded);
   tcase_add_test(tc, test_slurm_layouts_ports_and_node_check);
+  tcase_add_test(tc, test_slurm_heterogeneous_step);
+  tcase_add_test(tc, test_slurm_gtids_check);
   tcase_add_test(tc, test_slurm_errors);
   tcase_add_test(tc, test_resolve_tf_config);
   tcase_add_test(tc, test_resolve_slurm);

@@ -89,7 +89,8 @@ static const char usage[] =
     "\n"
     "Output: progress lines on stderr (\"step 1200 loss 0.4123 examples/s 8100\");\n"
     "the final metric on stdout (\"test accuracy 0.8712\" or \"test mse ...\").\n"
-    "Exit status: 0 done, 1 a training or cluster error, 2 bad arguments.\n";
+    "Exit status: 0 done, 1 a training or cluster error, 2 bad arguments,\n"
+    "143 (130) stopped by SIGTERM (SIGINT) before --steps, after the final checkpoint.\n";
 
 typedef enum model_kind { M_LINREG, M_SOFTMAX, M_MLP, M_WIDE_DEEP } model_kind;
 
@@ -115,10 +116,9 @@ typedef struct model {
   bool classifier;
 } model;
 
-static atomic_int stop_requested;
+static atomic_int stop_requested; /* the signal's number, 0 while none came */
 static void on_signal(int sig) {
-  (void)sig;
-  atomic_store(&stop_requested, 1);
+  atomic_store(&stop_requested, sig);
   ps_coordinator_cancel(); /* a wait for the ps or the chief ends too */
 }
 
@@ -1251,6 +1251,16 @@ int main(int argc, char **argv) {
     PS_ERROR("%s", st.msg);
     fprintf(stderr, "ps-worker: %s\n", st.msg);
     rc = 1;
+  }
+  /* Stopped by SIGTERM/SIGINT before --steps (a time limit, scancel): the
+   * final checkpoint is saved, but the job is not done, so 128 + the
+   * signal's number (143 for SIGTERM) tells the scheduler to resume it. */
+  int sig = atomic_load(&stop_requested);
+  if (rc == 0 && sig != 0 && !j.evaluator && j.gs < j.o.steps) {
+    PS_WARN(
+        "exit %d: stopped by signal %d at global step %lld of %lld; resubmit to resume",
+        128 + sig, sig, (long long)j.gs, (long long)j.o.steps);
+    rc = 128 + sig;
   }
   job_free(&j);
   return rc;
