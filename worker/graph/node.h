@@ -81,6 +81,9 @@ struct ps_variable {
   ps_init_spec init;
   double *init_values; /* owned copy of init.values */
   bool from_get_variable;
+  /* get_variable's name for it when its node name had to be made unique
+   * ("v" for "v_1": a tf.Variable held "v"); NULL: the same as @name */
+  char *store_key;
   ps_node *initial_value; /* a worker-side expression, else NULL */
   ps_node *node;          /* the VariableV2 node */
   ps_node *read;          /* "<name>/read" */

@@ -264,6 +264,7 @@ void ps_variable_scope_pop(ps_graph *g) {
 
 void ps_variable_free_(ps_variable *v) {
   free(v->name);
+  free(v->store_key);
   free(v->init_values);
   free(v->full_name);
   free(v);
@@ -406,15 +407,20 @@ ps_variable *ps_variable_create(ps_graph *g, ps_node *initial_value, const char 
   return v;
 }
 
-static bool name_taken(ps_graph *g, const char *name) {
-  for (size_t i = 0; i < g->nnames; i++)
-    if (!strcmp(g->names[i].name, name)) return true;
-  return false;
-}
-
 static ps_variable *find_var(ps_graph *g, const char *name) {
   for (size_t i = 0; i < g->nvars; i++)
     if (!strcmp(g->vars[i]->name, name)) return g->vars[i];
+  return NULL;
+}
+
+/* The variable get_variable made under @key (TensorFlow's
+ * _VariableStore._vars): a tf.Variable of that name is not one of them. */
+static ps_variable *find_stored(ps_graph *g, const char *key) {
+  for (size_t i = 0; i < g->nvars; i++) {
+    ps_variable *v = g->vars[i];
+    if (v->from_get_variable && !strcmp(v->store_key ? v->store_key : v->name, key))
+      return v;
+  }
   return NULL;
 }
 
@@ -443,9 +449,10 @@ static ps_variable *get_variable(ps_graph *g, const char *name, ps_dtype dtype,
     shape = &iv->shape;
     dtype = iv->dtype;
   }
-  ps_variable *v = find_var(g, full);
+  if (dtype == PS_DT_INVALID) dtype = PS_DT_FLOAT; /* TensorFlow's dtype=None */
+  ps_variable *v = find_stored(g, full);
   char a[256], b[256];
-  if (v && v->from_get_variable) {
+  if (v) {
     if (reuse == PS_REUSE_NONE) {
       ps_status_set(st, PS_INVALID_ARGUMENT,
                     "Variable %s already exists, disallowed. Did you mean to set "
@@ -478,13 +485,6 @@ static ps_variable *get_variable(ps_graph *g, const char *name, ps_dtype dtype,
                   full);
     return NULL;
   }
-  if (v != NULL || name_taken(g, full)) {
-    ps_status_set(st, PS_INVALID_ARGUMENT,
-                  "Variable %s already exists, disallowed. Did you mean to set "
-                  "reuse=True or reuse=tf.AUTO_REUSE in VarScope?",
-                  full);
-    return NULL;
-  }
   if (shape == NULL || ps_shape_num_elements(shape) < 0) {
     ps_status_set(st, PS_INVALID_ARGUMENT,
                   "Shape of a new variable (%s) must be fully defined, but instead was "
@@ -506,9 +506,16 @@ static ps_variable *get_variable(ps_graph *g, const char *name, ps_dtype dtype,
     }
     init = &def;
   }
+  /* a name another op holds (a tf.Variable's) is made unique, as
+   * TensorFlow's Variable() does under name_scope(name): "v_1", stored
+   * under "v" */
   v = new_variable(g, full, dtype, shape, opt);
   if (v == NULL) return NULL;
   v->from_get_variable = true;
+  if (strcmp(v->name, full) != 0 && (v->store_key = strdup(full)) == NULL) {
+    ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+    return NULL;
+  }
   if (iv) {
     v->initial_value = iv;
     ps_node *in[1] = {iv};
