@@ -243,6 +243,50 @@ START_TEST(a_seeded_initializer_repeats_its_sequence_across_programs) {
 }
 END_TEST
 
+/* tf.Variable(tf.random_uniform([1000], seed=3)): each run of its
+ * initializer in a session gives the next values; a second session on the
+ * same graph starts the sequence again (TensorFlow's stateful kernels are
+ * per session); without a seed every run differs. */
+START_TEST(a_seeded_random_op_restarts_in_a_new_session) {
+  ps_graph *g = graph_on_cluster();
+  ps_status st;
+  ps_shape sh = shape1(1000);
+  int64_t seed = 3;
+  ps_variable *v = ps_variable_create(
+      g, ps_random_uniform(g, &sh, PS_DT_FLOAT, 0, 1, &seed, NULL), "ru", NULL);
+  ps_variable *w = ps_variable_create(
+      g, ps_random_uniform(g, &sh, PS_DT_FLOAT, 0, 1, NULL, NULL), "ru_unseeded", NULL);
+  ck_assert(v && w);
+  ps_session *s1 = ps_session_create(g, C, &st);
+  ck_assert_ptr_nonnull(s1);
+  run(s1, ps_variable_initializer(v));
+  ps_tensor *a1 = eval(s1, ps_variable_value(v));
+  run(s1, ps_variable_initializer(v));
+  ps_tensor *a2 = eval(s1, ps_variable_value(v));
+  ck_assert(!same(a1, a2));
+  ps_session_destroy(s1);
+  ps_session *s2 = ps_session_create(g, C, &st);
+  ck_assert_ptr_nonnull(s2);
+  run(s2, ps_variable_initializer(v));
+  ps_tensor *b1 = eval(s2, ps_variable_value(v));
+  run(s2, ps_variable_initializer(v));
+  ps_tensor *b2 = eval(s2, ps_variable_value(v));
+  ck_assert(same(a1, b1));
+  ck_assert(same(a2, b2));
+  run(s2, ps_variable_initializer(w));
+  ps_tensor *c1 = eval(s2, ps_variable_value(w));
+  run(s2, ps_variable_initializer(w));
+  ps_tensor *c2 = eval(s2, ps_variable_value(w));
+  assert_random(c1, 1000, 0, 1);
+  ck_assert(!same(c1, c2));
+  ps_tensor *t[6] = {a1, a2, b1, b2, c1, c2};
+  for (int i = 0; i < 6; i++)
+    ps_tensor_destroy(t[i]);
+  ps_session_destroy(s2);
+  ps_graph_destroy(g);
+}
+END_TEST
+
 /* Graph A creates shared_tbl with zeros and other with 1; graph B declares
  * them with constant 7 and 2.  The variables are shared by name, but each
  * graph's initializer op is its own (TensorFlow's Assign of the graph's
@@ -355,6 +399,7 @@ int main(void) {
   tcase_add_test(tc, get_variable_beside_a_variable_of_that_name);
   tcase_add_test(tc, an_unseeded_initializer_draws_new_values_each_run);
   tcase_add_test(tc, a_seeded_initializer_repeats_its_sequence_across_programs);
+  tcase_add_test(tc, a_seeded_random_op_restarts_in_a_new_session);
   tcase_add_test(tc, each_graph_runs_its_own_initializer);
   tcase_add_test(tc, an_initial_value_reading_another_variable_is_ordered);
   suite_add_tcase(s, tc);

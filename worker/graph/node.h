@@ -129,6 +129,13 @@ typedef struct ps_report_extra {
   ps_variable *vars[];
 } ps_report_extra;
 
+/* Set by the session around a local op's compute(): that node's run
+ * counter in this session, or NULL (then a kernel keeps its count in the
+ * node).  A stateful kernel (the seeded random ops) counts its runs here,
+ * so, as TensorFlow's per-session kernels, a new session starts the
+ * sequence again. */
+extern _Thread_local uint64_t *ps_kernel_runs_;
+
 /* Creates a node named @name_hint inside the current name scope (made
  * unique), placed by the device stack, with inputs @in (NULL inputs:
  * returns NULL, the graph keeps the error that made them NULL).  dtype/shape start as the

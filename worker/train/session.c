@@ -40,6 +40,8 @@ struct ps_session {
   size_t ncreated;
   uint64_t *draws; /* per graph variable index: its initializer's runs */
   size_t ndraws;
+  uint64_t *kruns; /* per node id: its kernel's runs (ps_kernel_runs_) */
+  size_t nkruns;
   local_var *locals;
   size_t nlocals;
   int last_reads, last_updates;
@@ -87,6 +89,7 @@ void ps_session_destroy(ps_session *s) {
   free(s->locals);
   free(s->created);
   free(s->draws);
+  free(s->kruns);
   free(s->placed);
   free(s);
 }
@@ -399,7 +402,18 @@ static int run_local(run *r, ps_node *n) {
       return oom(st);
     for (int i = 0; i < n->nin; i++)
       inp[i] = r->val[n->in[i]->id];
+    size_t id = (size_t)n->id, nn = ps_graph_num_nodes(r->s->g);
+    if (id >= r->s->nkruns) {
+      if (ps_array_grow(&r->s->kruns, NULL, nn, sizeof *r->s->kruns) != 0) {
+        if (inp != in) free(inp);
+        return oom(st);
+      }
+      memset(r->s->kruns + r->s->nkruns, 0, (nn - r->s->nkruns) * sizeof *r->s->kruns);
+      r->s->nkruns = nn;
+    }
+    ps_kernel_runs_ = &r->s->kruns[id];
     int rc = n->def->compute(n, inp, &r->val[n->id], st);
+    ps_kernel_runs_ = NULL;
     if (inp != in) free(inp);
     if (rc != 0) ps_status_prefix(st, "%s (%s)", n->name, n->def->type);
     return rc;
