@@ -287,6 +287,56 @@ START_TEST(a_seeded_random_op_restarts_in_a_new_session) {
 }
 END_TEST
 
+/* The draws of a seeded initializer do not depend on partitioning: the
+ * parts of "emb" on the two ps hold, run after run, the rows an
+ * unpartitioned "emb" (held by a session without a cluster) draws. */
+START_TEST(draws_agree_across_partitionings) {
+  ps_status st;
+  ps_init_spec u;
+  ps_init_spec_default(&u, PS_INIT_RANDOM_NORMAL);
+  u.seed = 11;
+  ps_shape full = {2, {7, 3}};
+  ps_partitioner two = {.kind = PS_PART_FIXED, .num_shards = 2};
+  ps_graph *ga = graph_on_cluster(), *gb = ps_graph_create();
+  ps_partitioned_variable *pv =
+      ps_get_partitioned_variable(ga, "emb", PS_DT_FLOAT, &full, &u, &two, NULL, &st);
+  ck_assert_msg(pv != NULL, "%s", st.msg);
+  ck_assert_int_ne(ps_variable_task(pv->parts[0]), ps_variable_task(pv->parts[1]));
+  ps_variable *whole = ps_get_variable(gb, "emb", PS_DT_FLOAT, &full, &u, NULL, &st);
+  ck_assert_msg(whole != NULL, "%s", st.msg);
+  ck_assert_int_eq(ps_variable_task(whole), -1);
+  ps_session *sa = ps_session_create(ga, C, &st), *sb = ps_session_create(gb, NULL, &st);
+  ck_assert(sa && sb);
+  ps_node *ia = ps_global_variables_initializer(ga);
+  ps_node *ib = ps_global_variables_initializer(gb);
+  ps_tensor *prev = NULL;
+  for (int d = 0; d < 3; d++) {
+    run(sa, ia);
+    run(sb, ib);
+    ps_tensor *w = eval(sb, ps_variable_value(whole));
+    ps_tensor *p0 = eval(sa, ps_variable_value(pv->parts[0]));
+    ps_tensor *p1 = eval(sa, ps_variable_value(pv->parts[1]));
+    int64_t n0 = ps_tensor_num_elements(p0), n1 = ps_tensor_num_elements(p1);
+    ck_assert_int_eq(n0 + n1, 21);
+    ck_assert_int_eq(n0, 12); /* rows 0..3, the first part one row larger */
+    for (int64_t i = 0; i < n0; i++)
+      ck_assert(f32(p0, i) == f32(w, i));
+    for (int64_t i = 0; i < n1; i++)
+      ck_assert(f32(p1, i) == f32(w, n0 + i));
+    if (prev) ck_assert(!same(prev, w));
+    ps_tensor_destroy(prev);
+    prev = w;
+    ps_tensor_destroy(p0);
+    ps_tensor_destroy(p1);
+  }
+  ps_tensor_destroy(prev);
+  ps_session_destroy(sb);
+  ps_session_destroy(sa);
+  ps_graph_destroy(gb);
+  ps_graph_destroy(ga);
+}
+END_TEST
+
 /* Graph A creates shared_tbl with zeros and other with 1; graph B declares
  * them with constant 7 and 2.  The variables are shared by name, but each
  * graph's initializer op is its own (TensorFlow's Assign of the graph's
@@ -400,6 +450,7 @@ int main(void) {
   tcase_add_test(tc, an_unseeded_initializer_draws_new_values_each_run);
   tcase_add_test(tc, a_seeded_initializer_repeats_its_sequence_across_programs);
   tcase_add_test(tc, a_seeded_random_op_restarts_in_a_new_session);
+  tcase_add_test(tc, draws_agree_across_partitionings);
   tcase_add_test(tc, each_graph_runs_its_own_initializer);
   tcase_add_test(tc, an_initial_value_reading_another_variable_is_ordered);
   suite_add_tcase(s, tc);
