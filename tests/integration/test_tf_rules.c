@@ -407,14 +407,20 @@ START_TEST(an_initial_value_reading_another_variable_is_ordered) {
   ps_variable *xc = ps_get_variable_from(
       g, "xc", PS_DT_INVALID, NULL, ps_add(ps_variable_value(xb), ps_variable_value(xa)),
       NULL, &st);
-  ck_assert_msg(xa && xb && xc, "%s %s", ps_graph_status(g)->msg, st.msg);
+  /* through an op with attributes of its own (Reshape's shape) */
+  ps_variable *xd = ps_variable_create(
+      g, ps_reshape(ps_variable_value(xb), &(ps_shape){2, {3, 1}}), "xd", NULL);
+  ck_assert_msg(xa && xb && xc && xd, "%s %s", ps_graph_status(g)->msg, st.msg);
+  ck_assert_ptr_nonnull(ps_graph_find_node(g, "Reshape_xd"));
   ck_assert_int_ne(ps_variable_task(xa), ps_variable_task(xb));
   ps_session *s = ps_session_create(g, C, &st);
   ck_assert_ptr_nonnull(s);
   run(s, ps_global_variables_initializer(g));
   ps_tensor *a = eval(s, ps_variable_value(xa)), *b = eval(s, ps_variable_value(xb));
-  ps_tensor *c = eval(s, ps_variable_value(xc));
+  ps_tensor *c = eval(s, ps_variable_value(xc)), *d = eval(s, ps_variable_value(xd));
+  ck_assert_int_eq(d->shape.rank, 2);
   for (int i = 0; i < 3; i++) {
+    ck_assert(f32(d, i) == 2 * v123[i]);
     ck_assert(f32(a, i) == v123[i]);
     ck_assert(f32(b, i) == 2 * v123[i]);
     ck_assert(f32(c, i) == 3 * v123[i]);
@@ -422,6 +428,7 @@ START_TEST(an_initial_value_reading_another_variable_is_ordered) {
   ps_tensor_destroy(a);
   ps_tensor_destroy(b);
   ps_tensor_destroy(c);
+  ps_tensor_destroy(d);
   char **names = NULL;
   size_t n = 9;
   PS_ASSERT_OK(ps_session_run_report(s, ps_report_uninitialized_variables(g, NULL, 0),
