@@ -476,6 +476,13 @@ static int outside_error(const char *name, int64_t offset, int64_t count,
 int ps_init_fill(const ps_init_spec *spec, const char *name, int dtype,
                  const ps_shape *full_shape, int64_t offset, int64_t count, void *out,
                  ps_status *st) {
+  return ps_init_fill_draw(spec, name, dtype, full_shape, offset, count, NULL, 0, out,
+                           st);
+}
+
+int ps_init_fill_draw(const ps_init_spec *spec, const char *name, int dtype,
+                      const ps_shape *full_shape, int64_t offset, int64_t count,
+                      const uint64_t *seed, uint64_t draw, void *out, ps_status *st) {
   if (name == NULL)
     return ps_status_set(st, PS_INVALID_ARGUMENT,
                          "initializer: variable name is missing");
@@ -538,8 +545,13 @@ int ps_init_fill(const ps_init_spec *spec, const char *name, int dtype,
   if (count == 0) return 0;
 
   ps_philox base;
-  uint64_t seed = spec->seed != 0 ? (uint64_t)spec->seed : DEFAULT_GRAPH_SEED;
-  ps_philox_init(&base, seed, ps_init_name_hash(name));
+  uint64_t key = spec->seed != 0 ? (uint64_t)spec->seed
+                 : seed          ? *seed
+                                 : DEFAULT_GRAPH_SEED;
+  ps_philox_init(&base, key, ps_init_name_hash(name));
+  /* draw d starts where TensorFlow's kernel would after d runs: each run
+   * reserves 256 samples per output, 64 Philox calls per element */
+  ps_philox_skip(&base, draw * 64u * (uint64_t)nelem);
   if (dtype == PS_DT_DOUBLE)
     fill_random_double(&pl, &base, offset, count, out);
   else

@@ -30,6 +30,15 @@ int ps_init_fill(const ps_init_spec *spec, const char *name, int dtype,
                  const ps_shape *full_shape, int64_t offset, int64_t count, void *out,
                  ps_status *st);
 
+/* ps_init_fill() for draw @draw of the initializer (0: the first) with
+ * @seed (NULL: 87654321) when the spec gives none (seed 0).  TensorFlow's
+ * random kernels advance their Philox counter at every run by 256 samples
+ * per output; draw d starts there, d * 64 * (elements of @full_shape)
+ * calls on, so every part of a partitioned variable agrees on it. */
+int ps_init_fill_draw(const ps_init_spec *spec, const char *name, int dtype,
+                      const ps_shape *full_shape, int64_t offset, int64_t count,
+                      const uint64_t *seed, uint64_t draw, void *out, ps_status *st);
+
 /* Everything ps_init_fill() checks, without filling: the parameters, the
  * dtype, and that elements [@offset, @offset + @count) lie inside
  * @full_shape.  0 or INVALID_ARGUMENT naming @name, with ps_init_fill()'s

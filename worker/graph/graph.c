@@ -91,6 +91,8 @@ void ps_graph_set_random_seed(ps_graph *g, int64_t seed) {
   g->seed = seed;
 }
 
+_Thread_local uint64_t *ps_kernel_runs_;
+
 bool ps_graph_random_seed_(const ps_graph *g, int64_t *seed) {
   if (g->has_seed) *seed = g->seed;
   return g->has_seed;

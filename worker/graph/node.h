@@ -81,6 +81,9 @@ struct ps_variable {
   ps_init_spec init;
   double *init_values; /* owned copy of init.values */
   bool from_get_variable;
+  /* get_variable's name for it when its node name had to be made unique
+   * ("v" for "v_1": a tf.Variable held "v"); NULL: the same as @name */
+  char *store_key;
   ps_node *initial_value; /* a worker-side expression, else NULL */
   ps_node *node;          /* the VariableV2 node */
   ps_node *read;          /* "<name>/read" */
@@ -125,6 +128,13 @@ typedef struct ps_report_extra {
   size_t n;
   ps_variable *vars[];
 } ps_report_extra;
+
+/* Set by the session around a local op's compute(): that node's run
+ * counter in this session, or NULL (then a kernel keeps its count in the
+ * node).  A stateful kernel (the seeded random ops) counts its runs here,
+ * so, as TensorFlow's per-session kernels, a new session starts the
+ * sequence again. */
+extern _Thread_local uint64_t *ps_kernel_runs_;
 
 /* Creates a node named @name_hint inside the current name scope (made
  * unique), placed by the device stack, with inputs @in (NULL inputs:

@@ -124,6 +124,7 @@ ps_get_partitioned_variable(ps_graph *g, const char *name, ps_dtype dtype,
     ps_status_set(st, PS_INVALID_ARGUMENT, "partitioned variable: missing argument");
     return NULL;
   }
+  if (dtype == PS_DT_INVALID) dtype = PS_DT_FLOAT; /* TensorFlow's dtype=None */
   ps_graph_mark m = ps_graph_mark_(g);
   ps_partitioned_variable *pv =
       get_partitioned(g, name, dtype, shape, init, part, opt, st);

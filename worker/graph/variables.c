@@ -264,6 +264,7 @@ void ps_variable_scope_pop(ps_graph *g) {
 
 void ps_variable_free_(ps_variable *v) {
   free(v->name);
+  free(v->store_key);
   free(v->init_values);
   free(v->full_name);
   free(v);
@@ -355,6 +356,97 @@ static ps_variable *new_variable(ps_graph *g, const char *full, ps_dtype dtype,
   return v;
 }
 
+/* ---- TensorFlow 1.x's _try_guard_against_uninitialized_dependencies ---- */
+
+#define GUARD_MAX_DEPTH 4096
+
+static bool in_variable_collections(ps_graph *g, const ps_variable *v) {
+  const char *keys[2] = {PS_GLOBAL_VARIABLES, PS_LOCAL_VARIABLES};
+  for (int k = 0; k < 2; k++) {
+    size_t n;
+    ps_variable *const *vs = ps_collection_variables(g, keys[k], &n);
+    for (size_t i = 0; i < n; i++)
+      if (vs[i] == v) return true;
+  }
+  return false;
+}
+
+/* A copy of worker op @x with inputs @in, named "<x>_<vname>" from the
+ * root; NULL (the graph failed) when out of memory.  Ops with state the
+ * copy cannot share (other than Reshape's shape) are not copied: @x. */
+static ps_node *copy_op(ps_graph *g, ps_node *x, ps_node **in, const char *vname) {
+  bool reshape = !strcmp(x->def->type, "Reshape");
+  if ((x->extra && !reshape) || x->value) return x;
+  void *extra = NULL;
+  if (x->extra && (extra = malloc(sizeof(ps_shape))) == NULL) return ps_graph_oom_(g);
+  if (extra) memcpy(extra, x->extra, sizeof(ps_shape));
+  char name[PS_NAME_MAX];
+  snprintf(name, sizeof name, "%s_%s", x->name, vname);
+  int saved = g->nscope;
+  g->nscope = 0;
+  ps_node *n = ps_node_new(g, x->def, name, in, x->nin);
+  g->nscope = saved;
+  if (n == NULL) {
+    free(extra);
+    return NULL;
+  }
+  n->dtype = x->dtype;
+  n->shape = x->shape;
+  memcpy(n->ia, x->ia, sizeof n->ia);
+  memcpy(n->fa, x->fa, sizeof n->fa);
+  n->update_op = x->update_op;
+  n->extra = extra;
+  n->sparse_indices = x->sparse_indices;
+  n->sparse_dense_shape = x->sparse_dense_shape;
+  if (x->nctrl) ps_node_add_control_deps(n, x->ctrl, (size_t)x->nctrl);
+  return n;
+}
+
+/* @x with every plain read of a variable of GLOBAL_VARIABLES or
+ * LOCAL_VARIABLES replaced by its initialized_value(), the worker ops on
+ * the way copied (@memo: the result per original node id).  NULL when out
+ * of memory. */
+static ps_node *guard(ps_graph *g, ps_node *x, const char *vname, ps_node **memo,
+                      size_t nmemo, int depth) {
+  if ((size_t)x->id < nmemo && memo[x->id]) return memo[x->id];
+  ps_node *r = x;
+  if (x->def->kind == PS_OPK_VAR_READ && x->var && x->ia[1] != 1 &&
+      in_variable_collections(g, x->var)) {
+    r = ps_initialized_value(x->var);
+  } else if (x->def->kind == PS_OPK_LOCAL && x->nin > 0 && depth < GUARD_MAX_DEPTH) {
+    ps_node *small[8], **in = x->nin <= 8 ? small : malloc((size_t)x->nin * sizeof *in);
+    if (in == NULL) return ps_graph_oom_(g);
+    bool changed = false;
+    for (int i = 0; i < x->nin && r; i++) {
+      in[i] = guard(g, x->in[i], vname, memo, nmemo, depth + 1);
+      if (in[i] == NULL) r = NULL;
+      changed |= in[i] != x->in[i];
+    }
+    if (r && changed) r = copy_op(g, x, in, vname);
+    if (in != small) free(in);
+  }
+  if (r && (size_t)x->id < nmemo) memo[x->id] = r;
+  return r;
+}
+
+/* TensorFlow 1.x (variables.py): the initializer of a variable assigns its
+ * initial value with each variable it reads made initialized_value(), so
+ * global_variables_initializer runs xa's initializer before
+ * xb = Variable(xa.value() * 2)'s, and an xa that is initialized already
+ * (and not re-initialized) is read.  The guarded expression is also the
+ * variable's initial value (what its own initialized_value() falls back
+ * to): a session computes a fallback's inputs before it knows whether the
+ * variable is initialized, where TensorFlow's cond runs one branch.  NULL
+ * when out of memory. */
+static ps_node *guard_initial_value(ps_graph *g, ps_node *iv, const char *vname) {
+  size_t n = g->nnodes;
+  ps_node **memo = calloc(n + 1, sizeof *memo);
+  if (memo == NULL) return ps_graph_oom_(g);
+  ps_node *r = guard(g, iv, vname, memo, n, 0);
+  free(memo);
+  return r;
+}
+
 /* The checks of an initial value given as a node. */
 static int check_initial_value(const ps_node *iv, const char *name, ps_status *st) {
   if (iv == NULL)
@@ -397,24 +489,28 @@ ps_variable *ps_variable_create(ps_graph *g, ps_node *initial_value, const char 
   ps_variable *v =
       new_variable(g, full, initial_value->dtype, &initial_value->shape, opt);
   if (v == NULL) return failed(g, m, &err, NULL);
-  v->initial_value = initial_value;
-  ps_node *in[1] = {initial_value};
-  v->initializer = colocated(v, &op_init, "Assign", in, 1);
+  ps_node *in[1] = {v->initial_value = guard_initial_value(g, initial_value, v->name)};
+  v->initializer = in[0] ? colocated(v, &op_init, "Assign", in, 1) : NULL;
   add_to_collections(g, v, opt);
   if (v->read == NULL || v->initializer == NULL || ps_graph_failed_since_(g, m))
     return failed(g, m, &err, NULL);
   return v;
 }
 
-static bool name_taken(ps_graph *g, const char *name) {
-  for (size_t i = 0; i < g->nnames; i++)
-    if (!strcmp(g->names[i].name, name)) return true;
-  return false;
-}
-
 static ps_variable *find_var(ps_graph *g, const char *name) {
   for (size_t i = 0; i < g->nvars; i++)
     if (!strcmp(g->vars[i]->name, name)) return g->vars[i];
+  return NULL;
+}
+
+/* The variable get_variable made under @key (TensorFlow's
+ * _VariableStore._vars): a tf.Variable of that name is not one of them. */
+static ps_variable *find_stored(ps_graph *g, const char *key) {
+  for (size_t i = 0; i < g->nvars; i++) {
+    ps_variable *v = g->vars[i];
+    if (v->from_get_variable && !strcmp(v->store_key ? v->store_key : v->name, key))
+      return v;
+  }
   return NULL;
 }
 
@@ -443,9 +539,10 @@ static ps_variable *get_variable(ps_graph *g, const char *name, ps_dtype dtype,
     shape = &iv->shape;
     dtype = iv->dtype;
   }
-  ps_variable *v = find_var(g, full);
+  if (dtype == PS_DT_INVALID) dtype = PS_DT_FLOAT; /* TensorFlow's dtype=None */
+  ps_variable *v = find_stored(g, full);
   char a[256], b[256];
-  if (v && v->from_get_variable) {
+  if (v) {
     if (reuse == PS_REUSE_NONE) {
       ps_status_set(st, PS_INVALID_ARGUMENT,
                     "Variable %s already exists, disallowed. Did you mean to set "
@@ -478,13 +575,6 @@ static ps_variable *get_variable(ps_graph *g, const char *name, ps_dtype dtype,
                   full);
     return NULL;
   }
-  if (v != NULL || name_taken(g, full)) {
-    ps_status_set(st, PS_INVALID_ARGUMENT,
-                  "Variable %s already exists, disallowed. Did you mean to set "
-                  "reuse=True or reuse=tf.AUTO_REUSE in VarScope?",
-                  full);
-    return NULL;
-  }
   if (shape == NULL || ps_shape_num_elements(shape) < 0) {
     ps_status_set(st, PS_INVALID_ARGUMENT,
                   "Shape of a new variable (%s) must be fully defined, but instead was "
@@ -506,13 +596,19 @@ static ps_variable *get_variable(ps_graph *g, const char *name, ps_dtype dtype,
     }
     init = &def;
   }
+  /* a name another op holds (a tf.Variable's) is made unique, as
+   * TensorFlow's Variable() does under name_scope(name): "v_1", stored
+   * under "v" */
   v = new_variable(g, full, dtype, shape, opt);
   if (v == NULL) return NULL;
   v->from_get_variable = true;
+  if (strcmp(v->name, full) != 0 && (v->store_key = strdup(full)) == NULL) {
+    ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+    return NULL;
+  }
   if (iv) {
-    v->initial_value = iv;
-    ps_node *in[1] = {iv};
-    v->initializer = colocated(v, &op_init, "Assign", in, 1);
+    ps_node *in[1] = {v->initial_value = guard_initial_value(g, iv, v->name)};
+    v->initializer = in[0] ? colocated(v, &op_init, "Assign", in, 1) : NULL;
   } else {
     v->has_init = true;
     v->init = *init;

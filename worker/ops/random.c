@@ -6,8 +6,9 @@
  *   both seeds truncated to [0, 2^31 - 1); (0, 0) becomes (0, 2^31 - 1).
  * With seeds, the values are a pure function of (seed, seed2, run, element):
  * every process building the same graph gets the same values, and each run
- * of the node gives the next ones (TensorFlow's kernel keeps its Philox
- * state the same way).  The generator is our own (a counter-based
+ * of the node in a session gives the next ones, a new session starting
+ * again at the first (TensorFlow's kernel, one per session, keeps its
+ * Philox state the same way).  The generator is our own (a counter-based
  * splitmix64 hash), so the values are not TensorFlow's bit for bit. */
 #include <math.h>
 #include <stdint.h>
@@ -61,7 +62,9 @@ static int random_compute(ps_node *n, ps_tensor *const *in, ps_tensor **out,
   if (seed == 0 && seed2 == 0) { /* no seed: new values every run */
     if (getrandom(&key, sizeof key, 0) != sizeof key) key = mix((uint64_t)(uintptr_t)t);
   } else {
-    uint64_t run = (uint64_t)__atomic_fetch_add(&n->ia[3], 1, __ATOMIC_RELAXED);
+    uint64_t run = ps_kernel_runs_
+                       ? (*ps_kernel_runs_)++
+                       : (uint64_t)__atomic_fetch_add(&n->ia[3], 1, __ATOMIC_RELAXED);
     key = mix(mix(seed) ^ (seed2 << 1)) ^ mix(run + 0x5851f42d4c957f2dULL);
   }
   int64_t ne = ps_tensor_num_elements(t);

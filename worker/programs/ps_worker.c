@@ -178,6 +178,7 @@ static int build_model(const options *o, const ps_cluster *cluster, int nps, mod
                        ps_status *st) {
   memset(m, 0, sizeof *m);
   ps_graph *g = m->g = ps_graph_create();
+  ps_graph_set_random_seed(g, (int64_t)o->seed); /* --seed: the initializers */
   ps_rds_options rds = {.strategy = o->greedy ? PS_STRATEGY_GREEDY_BYTES
                                               : PS_STRATEGY_ROUND_ROBIN};
   if (cluster) ps_device_push_fn(g, ps_replica_device_setter(cluster, &rds));

@@ -19,6 +19,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
 
 #include "common/appendf.h"
 #include "common/array.h"
@@ -36,6 +38,10 @@ struct ps_session {
   ps_client *client;
   bool *created; /* per graph variable index */
   size_t ncreated;
+  uint64_t *draws; /* per graph variable index: its initializer's runs */
+  size_t ndraws;
+  uint64_t *kruns; /* per node id: its kernel's runs (ps_kernel_runs_) */
+  size_t nkruns;
   local_var *locals;
   size_t nlocals;
   int last_reads, last_updates;
@@ -82,6 +88,8 @@ void ps_session_destroy(ps_session *s) {
     ps_tensor_destroy(s->locals[i].value);
   free(s->locals);
   free(s->created);
+  free(s->draws);
+  free(s->kruns);
   free(s->placed);
   free(s);
 }
@@ -279,14 +287,51 @@ static bool is_remote(const ps_node *n) {
   }
 }
 
-/* @v's initial value computed here: its initializer's fill (the values the
- * ps would make, deterministic by seed and name). */
-static int init_fill(ps_variable *v, ps_tensor **out, ps_status *st) {
+/* A seed for an unseeded random initializer: new at every run. */
+static uint64_t fresh_seed(void) {
+  uint64_t k = 0;
+  if (getrandom(&k, sizeof k, 0) != (ssize_t)sizeof k) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    k = ((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec) * 0x9e3779b97f4a7c15u;
+  }
+  return k ? k : 1;
+}
+
+/* @v's initial value computed here, as this run of its initializer draws
+ * it (TensorFlow 1.x's random kernels and seed rules): with a seed in the
+ * spec (an op seed), that seed; with none but a graph seed
+ * (ps_graph_set_random_seed), the graph seed; each run of the initializer
+ * in this session gives the next draw, and a new session starts again at
+ * the first (TensorFlow keeps the Philox state in the session's kernel).
+ * With neither, a new random seed at every run.  The ps's own copy of the
+ * initializer (the one the variable was created with) is not used: this
+ * graph's initializer is the one that runs. */
+static int init_fill(ps_session *s, ps_variable *v, ps_tensor **out, ps_status *st) {
+  size_t i = var_index(s->g, v), nvars = ps_graph_num_vars_(s->g);
+  if (i >= s->ndraws) {
+    if (ps_array_grow(&s->draws, NULL, nvars, sizeof *s->draws) != 0) return oom(st);
+    memset(s->draws + s->ndraws, 0, (nvars - s->ndraws) * sizeof *s->draws);
+    s->ndraws = nvars;
+  }
+  int64_t gs;
+  uint64_t seed = 0, draw = s->draws[i];
+  bool has_seed = v->init.seed != 0;
+  if (!has_seed && ps_graph_random_seed_(s->g, &gs)) {
+    seed = (uint64_t)gs;
+    has_seed = true;
+  }
+  if (!has_seed) {
+    seed = fresh_seed();
+    draw = 0;
+  }
   ps_tensor *x = ps_tensor_create(v->dtype, &v->shape, false);
   if (x == NULL) return oom(st);
-  int rc = ps_init_fill(&v->init, v->full_name ? v->full_name : v->name, v->dtype,
-                        v->full_name ? &v->full_shape : &v->shape, v->offset,
-                        ps_shape_num_elements(&v->shape), ps_tensor_data(x), st);
+  int rc = ps_init_fill_draw(&v->init, v->full_name ? v->full_name : v->name, v->dtype,
+                             v->full_name ? &v->full_shape : &v->shape, v->offset,
+                             ps_shape_num_elements(&v->shape), &seed, draw,
+                             ps_tensor_data(x), st);
+  if (rc == 0) s->draws[i]++;
   if (rc != 0) {
     ps_tensor_destroy(x);
     return rc;
@@ -305,7 +350,7 @@ static int initial_value_instead(run *r, ps_node *n) {
     return r->val[n->id] ? 0 : oom(r->st);
   }
   if (!v->has_init) return ps_var_uninitialized(v->name, r->st);
-  return init_fill(v, &r->val[n->id], r->st);
+  return init_fill(r->s, v, &r->val[n->id], r->st);
 }
 
 static bool falls_back(const ps_node *n) {
@@ -357,7 +402,18 @@ static int run_local(run *r, ps_node *n) {
       return oom(st);
     for (int i = 0; i < n->nin; i++)
       inp[i] = r->val[n->in[i]->id];
+    size_t id = (size_t)n->id, nn = ps_graph_num_nodes(r->s->g);
+    if (id >= r->s->nkruns) {
+      if (ps_array_grow(&r->s->kruns, NULL, nn, sizeof *r->s->kruns) != 0) {
+        if (inp != in) free(inp);
+        return oom(st);
+      }
+      memset(r->s->kruns + r->s->nkruns, 0, (nn - r->s->nkruns) * sizeof *r->s->kruns);
+      r->s->nkruns = nn;
+    }
+    ps_kernel_runs_ = &r->s->kruns[id];
     int rc = n->def->compute(n, inp, &r->val[n->id], st);
+    ps_kernel_runs_ = NULL;
     if (inp != in) free(inp);
     if (rc != 0) ps_status_prefix(st, "%s (%s)", n->name, n->def->type);
     return rc;
@@ -386,7 +442,7 @@ static int run_local(run *r, ps_node *n) {
   case PS_OPK_VAR_UPDATE: {
     ps_tensor *x = NULL;
     if (n->def->kind == PS_OPK_VAR_INIT && v->has_init) {
-      int rc = init_fill(v, &x, st);
+      int rc = init_fill(r->s, v, &x, st);
       if (rc != 0) return rc;
     } else {
       ps_tensor *in = r->val[n->in[0]->id];
@@ -532,9 +588,8 @@ typedef struct task_work {
   ps_node **up_nodes;
   ps_update_result *up_results; /* synchronous updates report here */
   size_t nups;
-  const char **init_names;
-  ps_node **init_nodes;
-  size_t ninits;
+  ps_tensor **fills; /* initial values computed here, owned */
+  size_t nfills;
 } task_work;
 
 /* Room for element @n of @arr; false when out of memory. */
@@ -619,8 +674,9 @@ static void batch_free(remote_batch *b, run *r, int rc) {
     free(w->ups);
     free(w->up_nodes);
     free(w->up_results);
-    free(w->init_names);
-    free(w->init_nodes);
+    for (size_t i = 0; i < w->nfills; i++)
+      ps_tensor_destroy(w->fills[i]);
+    free(w->fills);
   }
   for (size_t i = 0; i < b->nhparams; i++)
     free(b->hparams[i]);
@@ -731,6 +787,23 @@ static int batch_add_update(run *r, remote_batch *b, task_work *w, ps_node *n) {
   return 0;
 }
 
+/* The initializer @n of a variable with an initializer spec: its values,
+ * drawn here for this run (init_fill), assigned on the ps. */
+static int batch_add_fill(run *r, task_work *w, ps_node *n) {
+  ps_variable *v = n->var;
+  ps_tensor *x = NULL;
+  if (!GROW(w->fills, w->nfills) || !GROW(w->ups, w->nups) ||
+      !GROW(w->up_nodes, w->nups) || !GROW(w->up_results, w->nups))
+    return oom(r->st);
+  int rc = init_fill(r->s, v, &x, r->st);
+  if (rc != 0) return rc;
+  w->fills[w->nfills++] = x;
+  w->ups[w->nups] = (ps_update){.name = v->name, .op = PS_ASSIGN, .value = x};
+  w->up_results[w->nups] = (ps_update_result){0};
+  w->up_nodes[w->nups++] = n;
+  return 0;
+}
+
 /* Sorts the wave's variable ops into per-task work. */
 static int batch_collect(run *r, remote_batch *b, ps_node **wave, size_t nw) {
   int rc = 0;
@@ -748,12 +821,7 @@ static int batch_collect(run *r, remote_batch *b, ps_node **wave, size_t nw) {
       break;
     case PS_OPK_VAR_INIT:
       if (v->has_init) {
-        if (!GROW(w->init_names, w->ninits) || !GROW(w->init_nodes, w->ninits)) {
-          rc = oom(r->st);
-          break;
-        }
-        w->init_names[w->ninits] = v->name;
-        w->init_nodes[w->ninits++] = n;
+        rc = batch_add_fill(r, w, n);
         break;
       }
       /* assign the computed initial value */
@@ -783,21 +851,6 @@ static int batch_read(run *r, remote_batch *b) {
     for (int t = 0; t < b->nps; t++)
       for (size_t i = 0; i < b->tw[t].nreads; i++)
         r->val[b->tw[t].read_nodes[i]->id] = b->tw[t].reads[i].out;
-  return rc;
-}
-
-/* Server-side initializers, one call per task. */
-static int batch_initialize(run *r, remote_batch *b) {
-  ps_session *s = r->s;
-  int rc = 0;
-  for (int t = 0; t < b->nps && rc == 0; t++) {
-    task_work *w = &b->tw[t];
-    if (w->ninits == 0) continue;
-    rc = ps_client_initialize(s->client, t, w->init_names, w->ninits, false, NULL, r->st);
-    s->last_updates++;
-    for (size_t i = 0; i < w->ninits && rc == 0; i++)
-      if ((r->val[w->init_nodes[i]->id] = empty_tensor()) == NULL) rc = oom(r->st);
-  }
   return rc;
 }
 
@@ -910,7 +963,6 @@ static int run_remote(run *r, ps_node **wave, size_t nw) {
   if (rc == 0) rc = batch_collect(r, &b, wave, nw);
   if (rc == 0) rc = batch_read(r, &b);
   if (rc == 0) rc = run_fallback_reads(r, wave, nw);
-  if (rc == 0) rc = batch_initialize(r, &b);
   if (rc == 0) rc = batch_update(r, &b);
   if (rc == 0) rc = read_updated(r, &b);
   if (rc == 0) rc = run_control_ops(r, wave, nw);

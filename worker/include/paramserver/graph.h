@@ -155,7 +155,12 @@ typedef struct ps_var_options {
 ps_variable *ps_variable_create(ps_graph *g, ps_node *initial_value, const char *name,
                                 const ps_var_options *opt);
 /* tf.get_variable inside the current variable scope.  @init NULL: glorot
- * uniform for floating types, zeros otherwise (as TensorFlow).  Errors:
+ * uniform for floating types, zeros otherwise (as TensorFlow).  @dtype
+ * PS_DT_INVALID is float32 (TensorFlow's dtype=None).  Variables are
+ * shared by the name given here, among get_variable's own: a name a
+ * tf.Variable (ps_variable_create) holds is made unique ("v_1", still
+ * found as "v" by a later get_variable with reuse), as TensorFlow does.
+ * Errors:
  * "Variable conv1/weights already exists, disallowed. Did you mean to set
  * reuse=True or reuse=tf.AUTO_REUSE in VarScope?" and "Variable
  * conv1/weights does not exist, or was not created with tf.get_variable().

@@ -1,10 +1,12 @@
 /* libpsworker: variable initializers (TensorFlow's init_ops.py).
  *
- * A ps_init_spec names an initializer and its parameters; the ps that holds
- * the variable runs it, so the values never cross the network.  Values are
- * deterministic by (seed, variable name, element index) only: a ps holding
- * one part of a partitioned variable fills exactly the values the same
- * range of an unpartitioned fill would have.  All functions are pure and
+ * A ps_init_spec names an initializer and its parameters.  A graph's
+ * initializer computes it in the session and assigns the values (each
+ * graph's initializer is its own, as in TensorFlow); the ps keeps the spec
+ * a variable was created with for the Initialize RPC.  Values are
+ * deterministic by (seed, variable name, element index, draw) only: one
+ * part of a partitioned variable gets exactly the values the same range of
+ * an unpartitioned fill would have.  All functions are pure and
  * may be called from any thread. */
 #ifndef PARAMSERVER_INIT_H
 #define PARAMSERVER_INIT_H
@@ -48,7 +50,11 @@ typedef struct ps_init_spec {
   double scale;                 /* variance_scaling: 1.0 */
   ps_fan_mode mode;             /* variance_scaling: fan_in */
   ps_distribution distribution; /* variance_scaling: truncated */
-  int64_t seed;                 /* 0 = not given: 87654321 */
+  /* 0 = not given: the graph seed (ps_graph_set_random_seed) if any, else
+   * new values at every run of a graph's initializer (TensorFlow's
+   * unseeded ops); the ps's Initialize RPC uses 87654321.  Each run of a
+   * seeded initializer in a session gives the next draw. */
+  int64_t seed;
 } ps_init_spec;
 
 /* TensorFlow's defaults for @type (glorot_* get fan_avg and their

@@ -33,7 +33,8 @@ int ps_partitioner_num_parts(const ps_partitioner *p, ps_dtype dtype,
 
 /* get_variable with a partitioner, in the current variable scope; the
  * graph owns the result.  Reuse errors as ps_get_variable, with TF's
- * "Partitioned variable with name %s already exists..." wording. */
+ * "Partitioned variable with name %s already exists..." wording; dtype
+ * PS_DT_INVALID is float32 (TensorFlow's dtype=None). */
 ps_partitioned_variable *
 ps_get_partitioned_variable(ps_graph *g, const char *name, ps_dtype dtype,
                             const ps_shape *shape, const ps_init_spec *init,

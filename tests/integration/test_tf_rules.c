@@ -1,0 +1,465 @@
+/* TensorFlow 1.x rules the held-out probes of issue 21 found broken, each
+ * through the public C API on a real 2-ps cluster: get_variable beside a
+ * tf.Variable of the same name, dtype=None, each graph's initializer being
+ * its own, unseeded and seeded random initializers re-run, and initial
+ * values that read another variable's value(). */
+#include <check.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "paramserver/graph.h"
+#include "paramserver/init.h"
+#include "paramserver/ops.h"
+#include "paramserver/partition.h"
+#include "paramserver/session.h"
+#include "tests/support/assert.h"
+
+static ps_harness H;
+static ps_client *C;
+
+static void setup(void) {
+  C = harness_start_client(&H, 2, NULL);
+  ck_assert_ptr_nonnull(C);
+}
+
+static void teardown(void) {
+  ck_assert_int_eq(harness_stop_client(&H, C), 0);
+}
+
+static ps_shape shape1(int64_t a) {
+  return (ps_shape){1, {a}};
+}
+
+static ps_graph *graph_on_cluster(void) {
+  ps_graph *g = ps_graph_create();
+  ps_device_push_fn(g, ps_replica_device_setter(H.cluster, NULL));
+  return g;
+}
+
+static ps_tensor *eval(ps_session *s, ps_node *n) {
+  ps_status st;
+  ps_tensor *t = NULL;
+  PS_ASSERT_OK(ps_session_run(s, NULL, 0, &n, 1, NULL, 0, &t, &st), st);
+  return t;
+}
+
+static void run(ps_session *s, ps_node *target) {
+  ps_status st;
+  PS_ASSERT_OK(ps_session_run(s, NULL, 0, NULL, 0, &target, 1, NULL, &st), st);
+}
+
+static float f32(const ps_tensor *t, int64_t i) {
+  return ((const float *)ps_tensor_data(t))[i];
+}
+
+/* A float [n] constant node of @values. */
+static ps_node *floats(ps_graph *g, const float *values, int64_t n, const char *name) {
+  ps_shape s = shape1(n);
+  ps_tensor *t = ps_tensor_create(PS_DT_FLOAT, &s, false);
+  ck_assert_ptr_nonnull(t);
+  memcpy(ps_tensor_data(t), values, (size_t)n * sizeof *values);
+  ps_node *c = ps_constant(g, t, name);
+  ps_tensor_destroy(t);
+  return c;
+}
+
+/* v = tf.Variable([1, 2], name="v"); w = tf.get_variable("v", [2],
+ * initializer=constant(5)) is a new variable "v_1" (Variable() names it
+ * under name_scope("v"), which is taken), stored as "v": a reuse finds it,
+ * a second one without reuse is refused.  dtype=None is float32. */
+START_TEST(get_variable_beside_a_variable_of_that_name) {
+  ps_graph *g = graph_on_cluster();
+  ps_status st;
+  const float one_two[2] = {1, 2};
+  ps_shape s2 = shape1(2);
+  ps_variable *v = ps_variable_create(g, floats(g, one_two, 2, "c"), "v", NULL);
+  ck_assert_ptr_nonnull(v);
+  ps_init_spec five;
+  ps_init_spec_default(&five, PS_INIT_CONSTANT);
+  five.value = 5;
+  ps_variable *w = ps_get_variable(g, "v", PS_DT_INVALID, &s2, &five, NULL, &st);
+  ck_assert_msg(w != NULL, "%s", st.msg);
+  ck_assert_str_eq(ps_variable_name(w), "v_1");
+  ck_assert_int_eq(ps_variable_dtype(w), PS_DT_FLOAT);
+  ck_assert_str_eq(ps_node_name(ps_variable_value(w)), "v_1/read");
+  ck_assert_ptr_null(ps_get_variable(g, "v", PS_DT_FLOAT, &s2, &five, NULL, &st));
+  ck_assert_str_eq(st.msg, "Variable v already exists, disallowed. Did you mean to set "
+                           "reuse=True or reuse=tf.AUTO_REUSE in VarScope?");
+  PS_ASSERT_OK(ps_variable_scope_push(g, "", PS_REUSE_TRUE, &st), st);
+  ck_assert_ptr_eq(ps_get_variable(g, "v", PS_DT_INVALID, &s2, NULL, NULL, &st), w);
+  ps_variable_scope_pop(g);
+  /* dtype=None without an initializer: float32 with glorot_uniform */
+  ps_variable *x = ps_get_variable(g, "x", PS_DT_INVALID, &s2, NULL, NULL, &st);
+  ck_assert_msg(x != NULL, "%s", st.msg);
+  ck_assert_int_eq(ps_variable_dtype(x), PS_DT_FLOAT);
+  /* and a partitioned one: its parts are float32 */
+  ps_partitioner two = {.kind = PS_PART_FIXED, .num_shards = 2};
+  ps_partitioned_variable *pv = ps_get_partitioned_variable(
+      g, "p", PS_DT_INVALID, &(ps_shape){2, {4, 2}}, NULL, &two, NULL, &st);
+  ck_assert_msg(pv != NULL, "%s", st.msg);
+  ck_assert_int_eq(pv->n, 2);
+  ck_assert_int_eq(pv->dtype, PS_DT_FLOAT);
+  ck_assert_int_eq(ps_variable_dtype(pv->parts[0]), PS_DT_FLOAT);
+  ck_assert_int_eq(ps_variable_dtype(pv->parts[1]), PS_DT_FLOAT);
+  ps_session *s = ps_session_create(g, C, &st);
+  ck_assert_ptr_nonnull(s);
+  run(s, ps_global_variables_initializer(g));
+  ps_tensor *tv = eval(s, ps_variable_value(v)), *tw = eval(s, ps_variable_value(w));
+  ps_tensor *tx = eval(s, ps_variable_value(x));
+  ck_assert(f32(tv, 0) == 1 && f32(tv, 1) == 2);
+  ck_assert(f32(tw, 0) == 5 && f32(tw, 1) == 5);
+  ck_assert_int_eq(tx->dtype, PS_DT_FLOAT);
+  /* glorot_uniform of [2]: limit sqrt(6 / (2 + 2)) */
+  for (int i = 0; i < 2; i++)
+    ck_assert(fabsf(f32(tx, i)) <= sqrtf(1.5f) && f32(tx, i) != 0);
+  ps_tensor_destroy(tv);
+  ps_tensor_destroy(tw);
+  ps_tensor_destroy(tx);
+  ps_session_destroy(s);
+  ps_graph_destroy(g);
+}
+END_TEST
+
+/* A graph with get_variable("r", [n]) initialized by @spec, its session
+ * and the initializer run once; the value read into *@out. */
+typedef struct prog {
+  ps_graph *g;
+  ps_session *s;
+  ps_variable *v;
+  ps_node *init;
+} prog;
+
+static prog prog_new(const ps_init_spec *spec, int64_t n, const int64_t *graph_seed) {
+  ps_status st;
+  prog p;
+  p.g = graph_on_cluster();
+  if (graph_seed) ps_graph_set_random_seed(p.g, *graph_seed);
+  ps_shape sh = shape1(n);
+  p.v = ps_get_variable(p.g, "r", PS_DT_FLOAT, &sh, spec, NULL, &st);
+  ck_assert_msg(p.v != NULL, "%s", st.msg);
+  p.init = ps_global_variables_initializer(p.g);
+  p.s = ps_session_create(p.g, C, &st);
+  ck_assert_ptr_nonnull(p.s);
+  return p;
+}
+
+/* Runs @p's initializer and reads the variable back from its ps. */
+static ps_tensor *prog_init(prog *p) {
+  run(p->s, p->init);
+  return eval(p->s, ps_variable_value(p->v));
+}
+
+static void prog_free(prog *p) {
+  ps_session_destroy(p->s);
+  ps_graph_destroy(p->g);
+}
+
+static bool same(const ps_tensor *a, const ps_tensor *b) {
+  return ps_tensor_nbytes(a) == ps_tensor_nbytes(b) &&
+         memcmp(ps_tensor_data(a), ps_tensor_data(b), ps_tensor_nbytes(a)) == 0;
+}
+
+/* Values in [lo, hi) and not all equal. */
+static void assert_random(const ps_tensor *t, int64_t n, float lo, float hi) {
+  for (int64_t i = 0; i < n; i++)
+    ck_assert_msg(f32(t, i) >= lo && f32(t, i) < hi, "%g", (double)f32(t, i));
+  bool varied = false;
+  for (int64_t i = 1; i < n; i++)
+    varied |= f32(t, i) != f32(t, 0);
+  ck_assert(varied);
+}
+
+/* An unseeded random initializer (seed 0 in the spec, no graph seed) draws
+ * new values at every run, and in every program, as TensorFlow's unseeded
+ * random ops do: re-running the initializer changes the variable.  The
+ * default initializer (glorot_uniform, unseeded) too. */
+START_TEST(an_unseeded_initializer_draws_new_values_each_run) {
+  ps_init_spec u;
+  ps_init_spec_default(&u, PS_INIT_RANDOM_UNIFORM);
+  prog p = prog_new(&u, 1000, NULL);
+  ps_tensor *a = prog_init(&p), *b = prog_init(&p);
+  assert_random(a, 1000, 0, 1);
+  assert_random(b, 1000, 0, 1);
+  ck_assert(!same(a, b));
+  prog q = prog_new(&u, 1000, NULL);
+  ps_tensor *c = prog_init(&q);
+  ck_assert(!same(a, c) && !same(b, c));
+  ps_tensor_destroy(a);
+  ps_tensor_destroy(b);
+  ps_tensor_destroy(c);
+  prog_free(&q);
+  prog_free(&p);
+  prog d = prog_new(NULL, 1000, NULL); /* glorot_uniform: limit sqrt(6/2000) */
+  a = prog_init(&d);
+  b = prog_init(&d);
+  float lim = sqrtf(6.0f / 2000);
+  assert_random(a, 1000, -lim, lim);
+  ck_assert(!same(a, b));
+  ps_tensor_destroy(a);
+  ps_tensor_destroy(b);
+  prog_free(&d);
+}
+END_TEST
+
+/* A seeded initializer (op seed, or a graph seed alone) also gives the
+ * next values at each run of the initializer in a session (TensorFlow's
+ * kernel advances its Philox counter), and the same sequence in every
+ * program: a second program's first and second runs give the first's. */
+START_TEST(a_seeded_initializer_repeats_its_sequence_across_programs) {
+  ps_init_spec u;
+  ps_init_spec_default(&u, PS_INIT_TRUNCATED_NORMAL);
+  u.seed = 42;
+  int64_t gs = 5;
+  for (int k = 0; k < 2; k++) { /* op seed; graph seed only */
+    if (k == 1) u.seed = 0;
+    const int64_t *graph_seed = k == 1 ? &gs : NULL;
+    prog p = prog_new(&u, 1000, graph_seed);
+    ps_tensor *a1 = prog_init(&p), *a2 = prog_init(&p);
+    assert_random(a1, 1000, -2, 2);
+    assert_random(a2, 1000, -2, 2);
+    ck_assert(!same(a1, a2));
+    prog q = prog_new(&u, 1000, graph_seed);
+    ps_tensor *b1 = prog_init(&q), *b2 = prog_init(&q);
+    ck_assert(same(a1, b1));
+    ck_assert(same(a2, b2));
+    /* another graph seed gives other values */
+    int64_t other = 6;
+    prog o = prog_new(&u, 1000, k == 1 ? &other : graph_seed);
+    ps_tensor *c1 = prog_init(&o);
+    ck_assert(k == 0 ? same(a1, c1) : !same(a1, c1));
+    ps_tensor_destroy(a1);
+    ps_tensor_destroy(a2);
+    ps_tensor_destroy(b1);
+    ps_tensor_destroy(b2);
+    ps_tensor_destroy(c1);
+    prog_free(&o);
+    prog_free(&q);
+    prog_free(&p);
+  }
+}
+END_TEST
+
+/* tf.Variable(tf.random_uniform([1000], seed=3)): each run of its
+ * initializer in a session gives the next values; a second session on the
+ * same graph starts the sequence again (TensorFlow's stateful kernels are
+ * per session); without a seed every run differs. */
+START_TEST(a_seeded_random_op_restarts_in_a_new_session) {
+  ps_graph *g = graph_on_cluster();
+  ps_status st;
+  ps_shape sh = shape1(1000);
+  int64_t seed = 3;
+  ps_variable *v = ps_variable_create(
+      g, ps_random_uniform(g, &sh, PS_DT_FLOAT, 0, 1, &seed, NULL), "ru", NULL);
+  ps_variable *w = ps_variable_create(
+      g, ps_random_uniform(g, &sh, PS_DT_FLOAT, 0, 1, NULL, NULL), "ru_unseeded", NULL);
+  ck_assert(v && w);
+  ps_session *s1 = ps_session_create(g, C, &st);
+  ck_assert_ptr_nonnull(s1);
+  run(s1, ps_variable_initializer(v));
+  ps_tensor *a1 = eval(s1, ps_variable_value(v));
+  run(s1, ps_variable_initializer(v));
+  ps_tensor *a2 = eval(s1, ps_variable_value(v));
+  ck_assert(!same(a1, a2));
+  ps_session_destroy(s1);
+  ps_session *s2 = ps_session_create(g, C, &st);
+  ck_assert_ptr_nonnull(s2);
+  run(s2, ps_variable_initializer(v));
+  ps_tensor *b1 = eval(s2, ps_variable_value(v));
+  run(s2, ps_variable_initializer(v));
+  ps_tensor *b2 = eval(s2, ps_variable_value(v));
+  ck_assert(same(a1, b1));
+  ck_assert(same(a2, b2));
+  run(s2, ps_variable_initializer(w));
+  ps_tensor *c1 = eval(s2, ps_variable_value(w));
+  run(s2, ps_variable_initializer(w));
+  ps_tensor *c2 = eval(s2, ps_variable_value(w));
+  assert_random(c1, 1000, 0, 1);
+  ck_assert(!same(c1, c2));
+  ps_tensor *t[6] = {a1, a2, b1, b2, c1, c2};
+  for (int i = 0; i < 6; i++)
+    ps_tensor_destroy(t[i]);
+  ps_session_destroy(s2);
+  ps_graph_destroy(g);
+}
+END_TEST
+
+/* The draws of a seeded initializer do not depend on partitioning: the
+ * parts of "emb" on the two ps hold, run after run, the rows an
+ * unpartitioned "emb" (held by a session without a cluster) draws. */
+START_TEST(draws_agree_across_partitionings) {
+  ps_status st;
+  ps_init_spec u;
+  ps_init_spec_default(&u, PS_INIT_RANDOM_NORMAL);
+  u.seed = 11;
+  ps_shape full = {2, {7, 3}};
+  ps_partitioner two = {.kind = PS_PART_FIXED, .num_shards = 2};
+  ps_graph *ga = graph_on_cluster(), *gb = ps_graph_create();
+  ps_partitioned_variable *pv =
+      ps_get_partitioned_variable(ga, "emb", PS_DT_FLOAT, &full, &u, &two, NULL, &st);
+  ck_assert_msg(pv != NULL, "%s", st.msg);
+  ck_assert_int_ne(ps_variable_task(pv->parts[0]), ps_variable_task(pv->parts[1]));
+  ps_variable *whole = ps_get_variable(gb, "emb", PS_DT_FLOAT, &full, &u, NULL, &st);
+  ck_assert_msg(whole != NULL, "%s", st.msg);
+  ck_assert_int_eq(ps_variable_task(whole), -1);
+  ps_session *sa = ps_session_create(ga, C, &st), *sb = ps_session_create(gb, NULL, &st);
+  ck_assert(sa && sb);
+  ps_node *ia = ps_global_variables_initializer(ga);
+  ps_node *ib = ps_global_variables_initializer(gb);
+  ps_tensor *prev = NULL;
+  for (int d = 0; d < 3; d++) {
+    run(sa, ia);
+    run(sb, ib);
+    ps_tensor *w = eval(sb, ps_variable_value(whole));
+    ps_tensor *p0 = eval(sa, ps_variable_value(pv->parts[0]));
+    ps_tensor *p1 = eval(sa, ps_variable_value(pv->parts[1]));
+    int64_t n0 = ps_tensor_num_elements(p0), n1 = ps_tensor_num_elements(p1);
+    ck_assert_int_eq(n0 + n1, 21);
+    ck_assert_int_eq(n0, 12); /* rows 0..3, the first part one row larger */
+    for (int64_t i = 0; i < n0; i++)
+      ck_assert(f32(p0, i) == f32(w, i));
+    for (int64_t i = 0; i < n1; i++)
+      ck_assert(f32(p1, i) == f32(w, n0 + i));
+    if (prev) ck_assert(!same(prev, w));
+    ps_tensor_destroy(prev);
+    prev = w;
+    ps_tensor_destroy(p0);
+    ps_tensor_destroy(p1);
+  }
+  ps_tensor_destroy(prev);
+  ps_session_destroy(sb);
+  ps_session_destroy(sa);
+  ps_graph_destroy(gb);
+  ps_graph_destroy(ga);
+}
+END_TEST
+
+/* Graph A creates shared_tbl with zeros and other with 1; graph B declares
+ * them with constant 7 and 2.  The variables are shared by name, but each
+ * graph's initializer op is its own (TensorFlow's Assign of the graph's
+ * own initial value): B's global initializer gives 7 7 7 and 2, A's then
+ * gives 0 0 0 and 1 again. */
+START_TEST(each_graph_runs_its_own_initializer) {
+  ps_status st;
+  ps_shape s3 = shape1(3), s1 = shape1(1);
+  ps_init_spec zeros, one, seven, two;
+  ps_init_spec_default(&zeros, PS_INIT_ZEROS);
+  ps_init_spec_default(&one, PS_INIT_CONSTANT);
+  one.value = 1;
+  seven = one;
+  seven.value = 7;
+  two = one;
+  two.value = 2;
+  ps_graph *ga = graph_on_cluster(), *gb = graph_on_cluster();
+  ps_variable *ta =
+      ps_get_variable(ga, "shared_tbl", PS_DT_FLOAT, &s3, &zeros, NULL, &st);
+  ps_variable *oa = ps_get_variable(ga, "other", PS_DT_FLOAT, &s1, &one, NULL, &st);
+  ps_variable *tb =
+      ps_get_variable(gb, "shared_tbl", PS_DT_FLOAT, &s3, &seven, NULL, &st);
+  ps_variable *ob = ps_get_variable(gb, "other", PS_DT_FLOAT, &s1, &two, NULL, &st);
+  ck_assert(ta && oa && tb && ob);
+  ps_session *sa = ps_session_create(ga, C, &st), *sb = ps_session_create(gb, C, &st);
+  ck_assert(sa && sb);
+  ps_node *ia = ps_global_variables_initializer(ga);
+  ps_node *ib = ps_global_variables_initializer(gb);
+  run(sa, ia);
+  run(sb, ib);
+  ps_tensor *t = eval(sb, ps_variable_value(tb)), *o = eval(sb, ps_variable_value(ob));
+  ck_assert_msg(f32(t, 0) == 7 && f32(t, 1) == 7 && f32(t, 2) == 7, "B reads %g %g %g",
+                (double)f32(t, 0), (double)f32(t, 1), (double)f32(t, 2));
+  ck_assert_msg(f32(o, 0) == 2, "B reads other = %g", (double)f32(o, 0));
+  ps_tensor_destroy(t);
+  ps_tensor_destroy(o);
+  /* A sees B's values (one variable), until its own initializer runs */
+  t = eval(sa, ps_variable_value(ta));
+  ck_assert(f32(t, 0) == 7);
+  ps_tensor_destroy(t);
+  run(sa, ps_variable_initializer(ta));
+  run(sa, ps_variable_initializer(oa));
+  t = eval(sb, ps_variable_value(tb));
+  o = eval(sb, ps_variable_value(ob));
+  ck_assert(f32(t, 0) == 0 && f32(t, 1) == 0 && f32(t, 2) == 0 && f32(o, 0) == 1);
+  ps_tensor_destroy(t);
+  ps_tensor_destroy(o);
+  ps_session_destroy(sb);
+  ps_session_destroy(sa);
+  ps_graph_destroy(gb);
+  ps_graph_destroy(ga);
+}
+END_TEST
+
+/* xb = tf.Variable(xa.value() * 2) (a plain read, not initialized_value())
+ * and xc = tf.get_variable("xc", initializer=xb.value() + xa.value()), on
+ * the two ps: global_variables_initializer orders them (TensorFlow 1.x
+ * rewrites each initial value to read initialized_value() of the
+ * variables it uses), so every one is initialized, with the values of
+ * the order.  An initializer run alone reads what its dependency holds. */
+START_TEST(an_initial_value_reading_another_variable_is_ordered) {
+  ps_graph *g = graph_on_cluster();
+  ps_status st;
+  const float v123[3] = {1, 2, 3};
+  ps_variable *xa = ps_variable_create(g, floats(g, v123, 3, "c"), "xa", NULL);
+  ps_variable *xb = ps_variable_create(
+      g, ps_mul(ps_variable_value(xa), ps_scalar(g, PS_DT_FLOAT, 2)), "xb", NULL);
+  ps_variable *xc = ps_get_variable_from(
+      g, "xc", PS_DT_INVALID, NULL, ps_add(ps_variable_value(xb), ps_variable_value(xa)),
+      NULL, &st);
+  /* through an op with attributes of its own (Reshape's shape) */
+  ps_variable *xd = ps_variable_create(
+      g, ps_reshape(ps_variable_value(xb), &(ps_shape){2, {3, 1}}), "xd", NULL);
+  ck_assert_msg(xa && xb && xc && xd, "%s %s", ps_graph_status(g)->msg, st.msg);
+  ck_assert_ptr_nonnull(ps_graph_find_node(g, "Reshape_xd"));
+  ck_assert_int_ne(ps_variable_task(xa), ps_variable_task(xb));
+  ps_session *s = ps_session_create(g, C, &st);
+  ck_assert_ptr_nonnull(s);
+  run(s, ps_global_variables_initializer(g));
+  ps_tensor *a = eval(s, ps_variable_value(xa)), *b = eval(s, ps_variable_value(xb));
+  ps_tensor *c = eval(s, ps_variable_value(xc)), *d = eval(s, ps_variable_value(xd));
+  ck_assert_int_eq(d->shape.rank, 2);
+  for (int i = 0; i < 3; i++) {
+    ck_assert(f32(d, i) == 2 * v123[i]);
+    ck_assert(f32(a, i) == v123[i]);
+    ck_assert(f32(b, i) == 2 * v123[i]);
+    ck_assert(f32(c, i) == 3 * v123[i]);
+  }
+  ps_tensor_destroy(a);
+  ps_tensor_destroy(b);
+  ps_tensor_destroy(c);
+  ps_tensor_destroy(d);
+  char **names = NULL;
+  size_t n = 9;
+  PS_ASSERT_OK(ps_session_run_report(s, ps_report_uninitialized_variables(g, NULL, 0),
+                                     &names, &n, &st),
+               st);
+  ck_assert_uint_eq(n, 0);
+  ps_client_free_names(names, n);
+  /* xa changed, then xb's initializer alone: it reads xa's value */
+  const float ten[3] = {10, 20, 30};
+  run(s, ps_assign(xa, floats(g, ten, 3, "ten")));
+  run(s, ps_variable_initializer(xb));
+  b = eval(s, ps_variable_value(xb));
+  ck_assert(f32(b, 0) == 20 && f32(b, 1) == 40 && f32(b, 2) == 60);
+  ps_tensor_destroy(b);
+  ps_session_destroy(s);
+  ps_graph_destroy(g);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("tf_rules");
+  TCase *tc = tcase_create("tf_rules");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, get_variable_beside_a_variable_of_that_name);
+  tcase_add_test(tc, an_unseeded_initializer_draws_new_values_each_run);
+  tcase_add_test(tc, a_seeded_initializer_repeats_its_sequence_across_programs);
+  tcase_add_test(tc, a_seeded_random_op_restarts_in_a_new_session);
+  tcase_add_test(tc, draws_agree_across_partitionings);
+  tcase_add_test(tc, each_graph_runs_its_own_initializer);
+  tcase_add_test(tc, an_initial_value_reading_another_variable_is_ordered);
+  suite_add_tcase(s, tc);
+  return ps_test_run(s);
+}
