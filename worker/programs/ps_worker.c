@@ -80,7 +80,8 @@ static const char usage[] =
     "                        (0: a port the kernel picks, logged)\n"
     "  --keep-ps             chief: leave the ps tasks running when the job is done\n"
     "                        (by default it shuts them down after its final save,\n"
-    "                        so a Slurm or Kubernetes job ends)\n"
+    "                        so a Slurm or Kubernetes job ends; also when that\n"
+    "                        save fails, and then it exits 1 naming the save)\n"
     "  --log-level LEVEL     debug | info | warn | error\n"
     "  --log-format F        text | json (one JSON object a line; env PS_LOG_FORMAT)\n"
     "  --help, --version\n"
@@ -452,7 +453,13 @@ static void wait_workers_done(const model *m, ps_session *s, ps_client *c, int n
       last_step = gs;
       last_move = now;
     }
-    if (now - last_move > idle_secs || atomic_load(&stop_requested)) {
+    if (atomic_load(&stop_requested)) {
+      PS_WARN("stopped by a signal while %lld of %d other worker(s) had not reported "
+              "done: going on without them",
+              (long long)(n - (v < 0 ? 0 : v)), n);
+      return;
+    }
+    if (now - last_move > idle_secs) {
       PS_WARN(
           "%lld of %d other worker(s) reported done and global_step has not moved for "
           "%.0f s: going on without them",
@@ -1142,28 +1149,35 @@ static int train_loop(job *j, ps_status *st) {
   return 0;
 }
 
-/* The end of the job: workers report done; the chief waits for them,
- * saves a final checkpoint and evaluates on the test set. */
-/* The job is done (the other workers reported done or gave up, the final
- * checkpoint is written): every ps task stops, so that the job's
- * allocation ends.  A ps that does not answer is only logged. */
-static void shutdown_ps(job *j) {
+/* The job is over (the other workers reported done or are gone, the
+ * final checkpoint is written, or the chief's last phase failed): every ps
+ * task stops, so that the job's allocation ends.  A ps that does not
+ * answer is only logged.  @failed: what failed, or NULL. */
+static void shutdown_ps(job *j, const char *failed) {
   int n = ps_client_num_ps(j->client), ok = 0;
   for (int t = 0; t < n; t++) {
     ps_status e;
-    if (ps_client_shutdown(j->client, t, "the chief's job is done", &e) == 0)
+    if (ps_client_shutdown(j->client, t,
+                           failed ? "the chief's job failed" : "the chief's job is done",
+                           &e) == 0)
       ok++;
     else
       PS_WARN("ps/%d (%s) did not take the shutdown: %s", t,
               ps_client_address(j->client, t), e.msg);
   }
-  PS_INFO("job done: %d of %d ps task(s) shutting down (--keep-ps keeps them)", ok, n);
+  if (failed)
+    PS_WARN("job failed (%s): %d of %d ps task(s) shutting down all the same, so the "
+            "allocation ends (--keep-ps keeps them)",
+            failed, ok, n);
+  else
+    PS_INFO("job done: %d of %d ps task(s) shutting down (--keep-ps keeps them)", ok, n);
 }
 
-static int finish(job *j, ps_status *st) {
+/* The chief's last phase: wait for the others, the final save, the test
+ * metric.  @failed is set to what failed when it returns -1. */
+static int finish_chief(job *j, const char **failed, ps_status *st) {
   const options *o = &j->o;
-  if (!j->chief && j->client && counter_add(j->client, DONE_VAR, 1, st) < 0) return -1;
-  if (!j->chief) return 0;
+  *failed = "reading global_step";
   if (j->client && j->num_workers > 1 && j->trained)
     wait_workers_done(&j->m, j->s, j->client, j->num_workers - 1, 3.0,
                       o->keep_ps ? 0 : 60.0);
@@ -1178,19 +1192,41 @@ static int finish(job *j, ps_status *st) {
     /* named by the step it holds: another worker may step until the save's
      * snapshot (stopped by a signal, they all are at once) */
     if (ps_saver_save_at_step(j->saver, j->s, "model.ckpt", j->m.step, o->ckpt_dir, &path,
-                              &j->gs, st) != 0)
+                              &j->gs, st) != 0) {
+      *failed = "the final save failed";
+      ps_status_prefix(st, "final save of model.ckpt at global step %lld",
+                       (long long)j->gs);
       return -1;
+    }
     printf("checkpoint %s\n", path);
     free(path);
   }
   double metric;
-  if (evaluate(&j->m, j->s, &j->test, &metric, st)) return -1;
+  if (evaluate(&j->m, j->s, &j->test, &metric, st)) {
+    *failed = "the evaluation failed";
+    return -1;
+  }
   const char *what = j->m.classifier ? "accuracy" : "mse";
   PS_INFO("global step %lld: test %s %.4f", (long long)j->gs, what, metric);
   printf("global step %lld\ntest %s %.4f\n", (long long)j->gs, what, metric);
   fflush(stdout);
-  if (j->client && !o->keep_ps && !atomic_load(&stop_requested)) shutdown_ps(j);
   return 0;
+}
+
+/* The end of the job: workers report done; the chief waits for them,
+ * saves a final checkpoint, evaluates on the test set and shuts the ps
+ * down (unless --keep-ps or a signal stopped it), also when the save or
+ * the evaluation failed: the job is over either way, and ps left running
+ * would hold the allocation until its time limit. */
+static int finish(job *j, ps_status *st) {
+  const options *o = &j->o;
+  if (!j->chief && j->client && counter_add(j->client, DONE_VAR, 1, st) < 0) return -1;
+  if (!j->chief) return 0;
+  const char *failed = NULL;
+  int rc = finish_chief(j, &failed, st);
+  if (j->client && !o->keep_ps && !atomic_load(&stop_requested))
+    shutdown_ps(j, rc ? failed : NULL);
+  return rc;
 }
 
 static void job_free(job *j) {
