@@ -92,4 +92,65 @@ check "sig: the final checkpoint is written" has "$dir/sig.w0.out" "^checkpoint 
 kill -TERM "$W1" "$PS_PID"
 for p in "$W1" "$PS_PID"; do wait_gone "$p" 30; reap "$p"; done
 
+# ---- a restarted chief, a worker that joined and died ------------------------
+# The chief is killed with -9 and restarted (a live cluster), then worker/1
+# is killed with -9 while it trains: the chief ends within seconds of its
+# last step (no heartbeat for 5 s: gone), not after a 60 s wait for a
+# worker "that has not joined yet".
+cluster rs 2
+worker rs 0 "$dir/rs.w0a" --model linreg --steps 12000 --log-every 500
+C=$WPID
+worker rs 1 "$dir/rs.w1" --model linreg --steps 12000 --log-every 500
+W1=$WPID
+show="$dir/rs.w0a $dir/rs.w0b $dir/rs.w1"
+check "rs: worker/1 joined" wait_for "$dir/rs.w1" 'cluster ready \(joined\)'
+kill -KILL "$C"; reap "$C"
+worker rs 0 "$dir/rs.w0b" --model linreg --steps 12000 --log-every 500
+C=$WPID
+check "rs: the restarted chief found the live cluster" wait_for "$dir/rs.w0b" 'cluster ready \(live\)'
+check "rs: worker/1 still trains" bash -c "kill -0 $W1 && ! grep -q 'local steps in' '$dir/rs.w1'"
+kill -KILL "$W1"; reap "$W1"
+check "rs: the chief ends its training" wait_for "$dir/rs.w0b" 'INFO worker/0: trained [0-9]+ local steps' 120
+t=$SECONDS
+check "rs: the chief ends promptly" wait_gone "$C" 20
+check "rs: within 15 s of its last step (was 63 s)" test $((SECONDS - t)) -lt 15
+reap "$C"
+check "rs: the chief exits 0" rc_is "$rc" 0
+check "rs: worker/1 is named as gone" has "$dir/rs.w0b" 'WARN worker/0: (1 worker\(s\) joined and then stopped \(no heartbeat for 5 s\)|0 of 1 other worker\(s\) reported done and global_step has not moved for 3 s): going on without them \(worker/1\)$'
+check "rs: no wait for a worker that has not joined" bash -c "! grep -q 'have not joined yet' '$dir/rs.w0b'"
+check "rs: final checkpoint" has "$dir/rs.w0b.out" "^checkpoint $dir/rs\.ck/model\.ckpt-[0-9]+$"
+check "rs: the ps shut down" wait_gone "$PS_PID" 20
+reap "$PS_PID"
+
+# The same with a worker/2 that has not joined: the restarted chief waits
+# for it (but not for the dead worker/1) and ends soon after it joins.
+cluster nj 3
+worker nj 0 "$dir/nj.w0a" --model linreg --steps 12000 --log-every 500
+C=$WPID
+worker nj 1 "$dir/nj.w1" --model linreg --steps 12000 --log-every 500
+W1=$WPID
+show="$dir/nj.w0a $dir/nj.w0b $dir/nj.w1 $dir/nj.w2"
+check "nj: worker/1 joined" wait_for "$dir/nj.w1" 'cluster ready \(joined\)'
+kill -KILL "$C"; reap "$C"
+worker nj 0 "$dir/nj.w0b" --model linreg --steps 12000 --log-every 500
+C=$WPID
+check "nj: the restarted chief found the live cluster" wait_for "$dir/nj.w0b" 'cluster ready \(live\)'
+kill -KILL "$W1"; reap "$W1"
+check "nj: the chief waits for worker/2 only" wait_for "$dir/nj.w0b" 'INFO worker/0: waiting up to 60 s for 1 worker\(s\) that have not joined yet: worker/2$' 120
+check "nj: still waiting" kill -0 "$C"
+worker nj 2 "$dir/nj.w2" --model linreg --steps 12000 --log-every 500
+W2=$WPID
+check "nj: worker/2 joins" wait_for "$dir/nj.w2" 'cluster ready \(joined\)'
+t=$SECONDS
+check "nj: the chief ends once worker/2 is done" wait_gone "$C" 20
+check "nj: within 15 s of worker/2's joining" test $((SECONDS - t)) -lt 15
+reap "$C"
+check "nj: the chief exits 0" rc_is "$rc" 0
+check "nj: worker/1 is named as gone" has "$dir/nj.w0b" 'WARN worker/0: 1 worker\(s\) joined and then stopped \(no heartbeat for 5 s\): going on without them \(worker/1\)$'
+check "nj: worker/2 exits 0" bash -c "wait_gone() { for i in \$(seq 400); do kill -0 $W2 2>/dev/null || return 0; sleep 0.05; done; return 1; }; wait_gone"
+reap "$W2"
+check "nj: worker/2's status" rc_is "$rc" 0
+check "nj: the ps shut down" wait_gone "$PS_PID" 20
+reap "$PS_PID"
+
 finish
