@@ -280,12 +280,15 @@ expect "--help documents --restart-workers" 0 "--restart-workers     restart a n
 # ---- (j) with ps-worker: worker/1 killed with -9 while it trains ------------
 # The job ends as if it had not been there: the chief finishes, waits for
 # global_step to stop moving, saves, shuts the ps down and exits 0.  With
-# --restart-workers the killed worker comes back and joins the running job.
-for mode in plain restart; do
+# --restart-workers the killed worker comes back and joins the running job,
+# a synchronous one (--sync) too.
+for mode in plain restart sync; do
   ck="$dir/j-$mode.ck"; mkdir -p "$ck"
-  extra=(); [ $mode = restart ] && extra=(--restart-workers)
+  extra=(); wextra=()
+  [ $mode != plain ] && extra=(--restart-workers)
+  [ $mode = sync ] && wextra=(--sync)
   "$PS_LAUNCH" --ps 2 --workers 2 --restart "${extra[@]}" --ps-arg "--checkpoint-dir=$ck" \
-    -- "$PS_WORKER" --model linreg --steps 6000 --log-every 500 --checkpoint-dir "$ck" \
+    -- "$PS_WORKER" --model linreg --steps 6000 --log-every 500 --checkpoint-dir "$ck" "${wextra[@]}" \
     > "$dir/j-$mode.out" 2> "$dir/j-$mode.err" &
   lp=$!; bg+=("$lp")
   show="$dir/j-$mode.out $dir/j-$mode.err"
