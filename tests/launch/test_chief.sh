@@ -92,6 +92,17 @@ check "sig: the final checkpoint is written" has "$dir/sig.w0.out" "^checkpoint 
 kill -TERM "$W1" "$PS_PID"
 for p in "$W1" "$PS_PID"; do wait_gone "$p" 30; reap "$p"; done
 
+# --keep-ps: no wait for a worker that has not joined (the ps stay for it).
+cluster kj 2
+worker kj 0 "$dir/kj.w0" --model linreg --steps 200 --keep-ps
+reap_wait() { wait_gone "$1" "$2" && reap "$1"; }
+show="$dir/kj.w0"
+check "kj: the chief ends at once" reap_wait "$WPID" 60
+check "kj: exit 0" rc_is "$rc" 0
+check "kj: it names the worker that did not join" has "$dir/kj.w0" 'WARN worker/0: 1 worker\(s\) did not join within 0 s: going on without them \(worker/1\)$'
+check "kj: the ps still runs" kill -0 "$PS_PID"
+kill -TERM "$PS_PID"; wait_gone "$PS_PID" 30; reap "$PS_PID"
+
 # ---- a restarted chief, a worker that joined and died ------------------------
 # The chief is killed with -9 and restarted (a live cluster), then worker/1
 # is killed with -9 while it trains: the chief ends within seconds of its

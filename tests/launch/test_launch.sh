@@ -275,6 +275,24 @@ check "r: worker/1 started again" test "$(grep -c 'started worker/1 (pid' "$dir/
 check "r: its second run ran" has "$dir/r.out" '^worker/1: worker 1 run 2$'
 check "r: nothing stopped for it" bash -c "! grep -q 'stopping every task' '$dir/r.err'"
 check "r: no process left" no_leftovers
+# A worker whose restart cannot start (its command is gone): the job goes on.
+cat > "$dir/selfdel.sh" <<'EOF2'
+for a; do case $a in --task) next=1 ;; *) [ -n "${next:-}" ] && task=$a; next= ;; esac; done
+if [ "$task" = 1 ]; then rm -f "$0"; exit 3; fi
+i=0
+while ! grep -q 'launch: worker/1 could not be restarted' "$PS_TEST_DIR/sd.err" && [ $i -lt 600 ]; do
+  sleep 0.1; i=$((i + 1))
+done
+exit 0
+EOF2
+chmod +x "$dir/selfdel.sh"
+L --ps 1 --workers 2 --restart-workers -- "$dir/selfdel.sh" > "$dir/sd.out" 2> "$dir/sd.err"
+rc=$?
+show="$dir/sd.out $dir/sd.err"
+check "sd: the chief's status (0)" rc_is "$rc" 0
+check "sd: the restart's failure named" has "$dir/sd.err" "cannot start worker/1: $dir/selfdel.sh: no such file or directory"
+check "sd: the job goes on" has "$dir/sd.err" 'WARN launch: worker/1 could not be restarted: training goes on without it$'
+check "sd: no process left" no_leftovers
 expect "--help documents --restart-workers" 0 "--restart-workers     restart a non-chief worker" "$PS_LAUNCH" --help
 
 # ---- (j) with ps-worker: worker/1 killed with -9 while it trains ------------
