@@ -24,7 +24,13 @@
  * last lines come before the launcher's message about its exit.
  *
  * A ps restarted with --restart keeps its address: it restarts with the
- * effective spec, which names the port it first got. */
+ * effective spec, which names the port it first got.  Only the chief's exit
+ * or a ps's failure ends the job: a non-chief worker that fails is logged
+ * and asynchronous training goes on without it (--restart-workers starts
+ * it again, and it joins the running job), since the chief's end-of-job
+ * wait sees it gone.  Synchronous replicas (--sync in the worker command)
+ * would wait for it for ever, so there it stops the job unless it is
+ * restarted. */
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
@@ -59,8 +65,13 @@ static const char usage[] =
     "\n"
     "The chief is chief/0 if the spec has a \"chief\" job, else worker/0.  When\n"
     "it exits, ps-launch stops the other tasks and exits with its status.  A\n"
-    "worker that exits 0 is done; a task that fails (non-zero status or killed\n"
-    "by a signal) stops every task.  Without WORKER_CMD the ps tasks run until\n"
+    "worker that exits 0 is done.  A non-chief worker that fails (non-zero\n"
+    "status or killed by a signal) is logged and the others train on without\n"
+    "it (asynchronous training), unless --restart-workers restarts it; when the\n"
+    "worker command has --sync (synchronous replicas wait for every worker) it\n"
+    "stops every task instead, unless it can be restarted.  A ps that fails\n"
+    "stops every task unless --restart restarts it.  Without WORKER_CMD the ps\n"
+    "tasks run until\n"
     "Ctrl-C (the log line \"cluster ready: ... spec PATH\" names the spec to give\n"
     "psctl).  SIGINT, SIGTERM or SIGHUP sends SIGTERM to every task (to its\n"
     "process group), then SIGKILL after --grace-secs; a second signal kills at\n"
@@ -83,8 +94,12 @@ static const char usage[] =
     "                        e.g. --ps-arg --checkpoint-dir=/shared/ckpt\n"
     "  --restart             restart a ps task that fails, with the same\n"
     "                        arguments and address, after a short backoff\n"
-    "                        (workers are not restarted)\n"
-    "  --max-restarts K      restarts per ps task (default 3)\n"
+    "                        (for workers: --restart-workers)\n"
+    "  --restart-workers     restart a non-chief worker that fails, with the\n"
+    "                        same arguments, after a short backoff; it joins\n"
+    "                        the running job again (the chief is not restarted:\n"
+    "                        its exit ends the job)\n"
+    "  --max-restarts K      restarts per task (default 3)\n"
     "  --grace-secs S        after SIGTERM, wait S seconds before SIGKILL\n"
     "                        (default 10)\n"
     "  --ready-timeout S     fail if a ps task is not ready after S seconds\n"
@@ -103,8 +118,9 @@ static const char usage[] =
     "  --help                this text\n"
     "  --version             print the version\n"
     "\n"
-    "exit status: the chief's (128+N if signal N killed it); 1 if a task\n"
-    "failed or could not start; 2 for usage errors and bad specs; 128+N after\n"
+    "exit status: the chief's (128+N if signal N killed it), also after other\n"
+    "workers failed; 1 if a ps failed, a task could not start, or a --sync\n"
+    "worker failed; 2 for usage errors and bad specs; 128+N after\n"
     "signal N (130 for SIGINT, 143 for SIGTERM).\n";
 
 /* A child's line longer than this is cut into pieces of this size. */
@@ -189,7 +205,8 @@ struct launcher {
   char *sec_paths[SEC_NFILES]; /* --secure: DIR/<sec_files[i]> */
   char **cmd;
   int ncmd;
-  int restart, max_restarts, grace_secs, ready_secs;
+  int restart, restart_workers, max_restarts, grace_secs, ready_secs;
+  int sync; /* the worker command has --sync: a missing worker stalls the job */
   /* cluster */
   ps_cluster *spec;
   char *spec_path; /* what the ps tasks start with */
@@ -675,6 +692,11 @@ static void on_restart_timer(uv_timer_t *h) {
     return;
   }
   if (task_spawn(t) != 0) {
+    if (!t->is_ps && !L->sync) {
+      PS_WARN("%s could not be restarted: training goes on without it", t->name);
+      maybe_finish(L);
+      return;
+    }
     PS_ERROR("%s could not be restarted: stopping every task", t->name);
     fail(L);
   }
@@ -720,7 +742,8 @@ static void task_ended(task *t, run *r) {
     maybe_finish(L);
     return;
   }
-  if (t->is_ps && L->restart && t->restarts < L->max_restarts) {
+  int may_restart = t->is_ps ? L->restart : L->restart_workers;
+  if (may_restart && t->restarts < L->max_restarts) {
     t->restarts++;
     int shift = t->restarts - 1 < 5 ? t->restarts - 1 : 5;
     uint64_t ms = (uint64_t)RESTART_BASE_MS << shift;
@@ -736,11 +759,23 @@ static void task_ended(task *t, run *r) {
     return;
   }
   const char *why = "";
-  if (t->is_ps && L->restart)
+  if (may_restart)
     why = " (no restarts left)";
-  else if (!t->is_ps && L->restart)
-    why = " (workers are not restarted)";
-  PS_ERROR("%s failed: %s%s: stopping every task", t->name, how, why);
+  else if (!t->is_ps)
+    why = " (--restart-workers restarts it)";
+  if (!t->is_ps && !L->sync) {
+    /* Asynchronous training does not need it: the others train on, and the
+     * chief's end-of-job wait sees that it is gone. */
+    PS_WARN("%s failed: %s%s: training goes on without it", t->name, how, why);
+    maybe_finish(L);
+    return;
+  }
+  if (!t->is_ps)
+    PS_ERROR("%s failed: %s%s: a --sync job cannot go on without it (synchronous "
+             "replicas wait for every worker): stopping every task",
+             t->name, how, why);
+  else
+    PS_ERROR("%s failed: %s%s: stopping every task", t->name, how, why);
   fail(L);
 }
 
@@ -968,6 +1003,7 @@ static int parse_options(launcher *L, int argc, char **argv, int *nps, int *nwor
                                        {"ps-server", required_argument, NULL, 'S'},
                                        {"ps-arg", required_argument, NULL, 'a'},
                                        {"restart", no_argument, NULL, 'r'},
+                                       {"restart-workers", no_argument, NULL, 'T'},
                                        {"max-restarts", required_argument, NULL, 'm'},
                                        {"grace-secs", required_argument, NULL, 'g'},
                                        {"ready-timeout", required_argument, NULL, 'R'},
@@ -1001,6 +1037,9 @@ static int parse_options(launcher *L, int argc, char **argv, int *nps, int *nwor
     case 'r':
       L->restart = 1;
       break;
+    case 'T':
+      L->restart_workers = 1;
+      break;
     case 'm':
       if (parse_int("--max-restarts", optarg, 0, 1000000, &L->max_restarts) != 0)
         return 2;
@@ -1030,6 +1069,8 @@ static int parse_options(launcher *L, int argc, char **argv, int *nps, int *nwor
   }
   L->cmd = argv + optind;
   L->ncmd = argc - optind;
+  for (int i = 1; i < L->ncmd; i++)
+    if (strcmp(L->cmd[i], "--sync") == 0) L->sync = 1;
   return -1;
 }
 

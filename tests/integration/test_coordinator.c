@@ -179,6 +179,51 @@ START_TEST(non_chief_waits_for_the_chief) {
 }
 END_TEST
 
+/* Heartbeats on ps/0: none before a worker joins, a count that moves
+ * while it runs, DONE when it is done, 0 again when cleared; the API's
+ * errors name the task. */
+START_TEST(heartbeats_tell_joined_from_done) {
+  ps_harness h;
+  ps_client *c = harness_start_client(&h, 1, NULL);
+  ck_assert_ptr_nonnull(c);
+  ps_status st;
+  int64_t v = 7;
+  PS_ASSERT_OK(ps_coordinator_heartbeat_read(c, "worker/1", &v, &st), st);
+  ck_assert_int_eq(v, 0); /* never joined: no variable */
+  PS_ASSERT_OK(ps_coordinator_heartbeat_clear(c, "worker/1", &st), st); /* none: ok */
+  ps_coordinator_heartbeat *hb = ps_coordinator_heartbeat_start(c, "worker/1", &st);
+  ck_assert_msg(hb != NULL, "%s", st.msg);
+  PS_ASSERT_OK(ps_coordinator_heartbeat_read(c, "worker/1", &v, &st), st);
+  ck_assert_int_ge(v, 1); /* the first beat is in before start returns */
+  int64_t first = v;
+  for (int i = 0; i < 100 && v == first; i++) { /* beats once a second */
+    usleep(50 * 1000);
+    PS_ASSERT_OK(ps_coordinator_heartbeat_read(c, "worker/1", &v, &st), st);
+  }
+  ck_assert_int_gt(v, first);
+  PS_ASSERT_OK(ps_coordinator_heartbeat_stop(hb, true, &st), st);
+  PS_ASSERT_OK(ps_coordinator_heartbeat_read(c, "worker/1", &v, &st), st);
+  ck_assert_int_eq(v, PS_COORDINATOR_HEARTBEAT_DONE);
+  /* a later life of the worker reads as a change, never as DONE */
+  hb = ps_coordinator_heartbeat_start(c, "worker/1", &st);
+  ck_assert_ptr_nonnull(hb);
+  PS_ASSERT_OK(ps_coordinator_heartbeat_read(c, "worker/1", &v, &st), st);
+  ck_assert_int_eq(v, 1);
+  PS_ASSERT_OK(ps_coordinator_heartbeat_stop(hb, false, &st), st);
+  PS_ASSERT_OK(ps_coordinator_heartbeat_clear(c, "worker/1", &st), st);
+  PS_ASSERT_OK(ps_coordinator_heartbeat_read(c, "worker/1", &v, &st), st);
+  ck_assert_int_eq(v, 0);
+  ck_assert_int_eq(ps_coordinator_heartbeat_stop(NULL, true, &st), 0);
+  char longname[300];
+  memset(longname, 'w', sizeof longname - 1);
+  longname[sizeof longname - 1] = '\0';
+  ck_assert_ptr_null(ps_coordinator_heartbeat_start(c, longname, &st));
+  ck_assert_int_eq(st.code, PS_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(st.msg, "is too long for a heartbeat") != NULL, "%s", st.msg);
+  ck_assert_int_eq(harness_stop_client(&h, c), 0);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("coordinator");
   TCase *tc = tcase_create("coordinator");
@@ -186,6 +231,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, initializes_in_dependency_order_across_ps);
   tcase_add_test(tc, initializes_only_what_is_missing);
   tcase_add_test(tc, non_chief_waits_for_the_chief);
+  tcase_add_test(tc, heartbeats_tell_joined_from_done);
   suite_add_tcase(s, tc);
   return s;
 }

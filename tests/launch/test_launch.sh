@@ -6,6 +6,7 @@
 # are no bare sleeps.  Prints "N passed, N failed".
 set -uo pipefail
 PS_LAUNCH=${PS_LAUNCH:?}; PS_SERVER=${PS_SERVER:?}; PSCTL=${PSCTL:?}
+PS_WORKER=${PS_WORKER:?}
 export PSCTL
 source "$(dirname "$0")/../support/lib.sh"
 test_init launch-test
@@ -57,6 +58,7 @@ while [ $# -gt 0 ]; do
     --cluster) cluster=$2; shift 2 ;;
     --job) job=$2; shift 2 ;;
     --task) task=$2; shift 2 ;;
+    --sync) shift ;;  # seen by ps-launch: a synchronous job
     *) echo "unexpected argument $1" >&2; exit 64 ;;
   esac
 done
@@ -85,15 +87,47 @@ case $mode in
       "$PSCTL" --cluster "$cluster" status || exit 71
     fi
     exit 0 ;;
-  fail)  # worker/2 fails once the others run; the others sleep
+  fail)  # worker/2 fails once the others run; the chief exits 4 once it
+         # is gone (asynchronous: the job goes on); worker/1 sleeps
     if [ "$task" = 2 ]; then
       waitfile "$d/$tag.started.0" && waitfile "$d/$tag.started.1"
+      echo $$ > "$d/$tag.w2.tmp" && mv "$d/$tag.w2.tmp" "$d/$tag.w2"
       echo "worker 2 giving up" >&2
       exit 5
     fi
-    sleep 300 & echo $! >> "$d/kids"
     touch "$d/$tag.started.$task"
+    if [ "$task" = 0 ]; then
+      waitfile "$d/$tag.w2" || exit 70
+      w2=$(cat "$d/$tag.w2"); i=0
+      while kill -0 "$w2" 2>/dev/null && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+      # until ps-launch has dealt with worker/2 (or stopped this one)
+      i=0
+      while ! grep -q 'launch: worker/2 failed' "$d/$tag.err" && [ $i -lt 600 ]; do
+        sleep 0.1; i=$((i + 1))
+      done
+      echo "chief done"
+      exit 4
+    fi
+    sleep 300 & echo $! >> "$d/kids"
     wait ;;
+  flaky)  # worker/1 fails on its first run only; the chief waits for its
+          # second run to end, then exits 0
+    if [ "$task" = 1 ]; then
+      if [ ! -e "$d/$tag.w1.first" ]; then
+        touch "$d/$tag.w1.first"
+        echo "worker 1 run 1 failing" >&2
+        exit 6
+      fi
+      echo "worker 1 run 2"
+      touch "$d/$tag.w1.second"
+      exit 0
+    fi
+    waitfile "$d/$tag.w1.second" || exit 70
+    i=0
+    while ! grep -q 'launch: worker/1 exited with status 0' "$d/$tag.err" && [ $i -lt 600 ]; do
+      sleep 0.1; i=$((i + 1))
+    done
+    exit 0 ;;
   sleep)  # runs until stopped; records its spec
     sleep 300 & echo $! >> "$d/kids"
     echo "$cluster" > "$d/$tag.cluster.$task"
@@ -205,17 +239,94 @@ check "ready timeout names the task" has "$dir/t.err" 'launch: ps/0 is not ready
 check "--ps-server stand-in ran" has "$dir/t.out" '^ps/0: not ready yet$'
 check "ready timeout: no process left" no_leftovers
 
-# ---- (b) a non-chief worker fails: everything stops ---------------------------
-start=$SECONDS
+# ---- (b) a non-chief worker fails: asynchronous training goes on ------------
 L --ps 1 --workers 3 --grace-secs 30 -- sh "$dir/worker.sh" fail b > "$dir/b.out" 2> "$dir/b.err"
 rc=$?
 show="$dir/b.out $dir/b.err"
-check "b: a failing worker -> 1" rc_is "$rc" 1
-check "b: failing task named with its status" has "$dir/b.err" 'launch: worker/2 failed: exited with status 5: stopping every task'
+check "b: exit status is the chief's (4), not 1" rc_is "$rc" 4
+check "b: failing task named with its status, job goes on" has "$dir/b.err" 'WARN launch: worker/2 failed: exited with status 5 \(--restart-workers restarts it\): training goes on without it$'
 check "b: its stderr came through" has "$dir/b.err" '^worker/2: worker 2 giving up$'
-check "b: chief terminated" has "$dir/b.err" 'launch: worker/0 stopped \(killed by signal 15'
-check "b: stopped without waiting for SIGKILL" test $((SECONDS - start)) -lt 30
+check "b: nothing stopped for it" bash -c "! grep -q 'stopping every task' '$dir/b.err'"
+check "b: the chief finished its work" has "$dir/b.out" '^worker/0: chief done$'
+check "b: the chief's exit ends the job" has "$dir/b.err" 'chief worker/0 exited with status 4: stopping the other tasks'
+check "b: worker/1 ran until the chief ended" has "$dir/b.err" 'launch: worker/1 stopped \(killed by signal 15'
 check "b: no process left (sleeps included)" no_leftovers
+
+# The same with --sync in the worker command: synchronous replicas would
+# wait for worker/2 for ever, so the job stops (exit 1, naming why).
+start=$SECONDS
+L --ps 1 --workers 3 --grace-secs 30 -- sh "$dir/worker.sh" fail bs --sync > "$dir/bs.out" 2> "$dir/bs.err"
+rc=$?
+show="$dir/bs.out $dir/bs.err"
+check "bs: a failing --sync worker -> 1" rc_is "$rc" 1
+check "bs: failing task named, and why the job stops" has "$dir/bs.err" 'ERROR launch: worker/2 failed: exited with status 5 \(--restart-workers restarts it\): a --sync job cannot go on without it \(synchronous replicas wait for every worker\): stopping every task$'
+check "bs: chief terminated" has "$dir/bs.err" 'launch: worker/0 stopped \(killed by signal 15'
+check "bs: stopped without waiting for SIGKILL" test $((SECONDS - start)) -lt 30
+check "bs: no process left (sleeps included)" no_leftovers
+
+# --restart-workers: worker/1 fails once, is restarted and ends well; the
+# --sync job is not stopped for it either.
+L --ps 1 --workers 2 --restart-workers -- sh "$dir/worker.sh" flaky r --sync > "$dir/r.out" 2> "$dir/r.err"
+rc=$?
+show="$dir/r.out $dir/r.err"
+check "r: the chief's status (0)" rc_is "$rc" 0
+check "r: worker/1's failure logged with its restart" has "$dir/r.err" 'WARN launch: worker/1 exited with status 6: restarting it in 0\.5 s \(restart 1 of 3\)$'
+check "r: worker/1 started again" test "$(grep -c 'started worker/1 (pid' "$dir/r.err")" = 2
+check "r: its second run ran" has "$dir/r.out" '^worker/1: worker 1 run 2$'
+check "r: nothing stopped for it" bash -c "! grep -q 'stopping every task' '$dir/r.err'"
+check "r: no process left" no_leftovers
+# A worker whose restart cannot start (its command is gone): the job goes on.
+cat > "$dir/selfdel.sh" <<'EOF2'
+for a; do case $a in --task) next=1 ;; *) [ -n "${next:-}" ] && task=$a; next= ;; esac; done
+if [ "$task" = 1 ]; then rm -f "$0"; exit 3; fi
+i=0
+while ! grep -q 'launch: worker/1 could not be restarted' "$PS_TEST_DIR/sd.err" && [ $i -lt 600 ]; do
+  sleep 0.1; i=$((i + 1))
+done
+exit 0
+EOF2
+chmod +x "$dir/selfdel.sh"
+L --ps 1 --workers 2 --restart-workers -- "$dir/selfdel.sh" > "$dir/sd.out" 2> "$dir/sd.err"
+rc=$?
+show="$dir/sd.out $dir/sd.err"
+check "sd: the chief's status (0)" rc_is "$rc" 0
+check "sd: the restart's failure named" has "$dir/sd.err" "cannot start worker/1: $dir/selfdel.sh: no such file or directory"
+check "sd: the job goes on" has "$dir/sd.err" 'WARN launch: worker/1 could not be restarted: training goes on without it$'
+check "sd: no process left" no_leftovers
+expect "--help documents --restart-workers" 0 "--restart-workers     restart a non-chief worker" "$PS_LAUNCH" --help
+
+# ---- (j) with ps-worker: worker/1 killed with -9 while it trains ------------
+# The job ends as if it had not been there: the chief finishes, waits for
+# global_step to stop moving, saves, shuts the ps down and exits 0.  With
+# --restart-workers the killed worker comes back and joins the running job,
+# a synchronous one (--sync) too.
+for mode in plain restart sync; do
+  ck="$dir/j-$mode.ck"; mkdir -p "$ck"
+  extra=(); wextra=()
+  [ $mode != plain ] && extra=(--restart-workers)
+  [ $mode = sync ] && wextra=(--sync)
+  "$PS_LAUNCH" --ps 2 --workers 2 --restart "${extra[@]}" --ps-arg "--checkpoint-dir=$ck" \
+    -- "$PS_WORKER" --model linreg --steps 6000 --log-every 500 --checkpoint-dir "$ck" "${wextra[@]}" \
+    > "$dir/j-$mode.out" 2> "$dir/j-$mode.err" &
+  lp=$!; bg+=("$lp")
+  show="$dir/j-$mode.out $dir/j-$mode.err"
+  check "j-$mode: worker/1 joined" wait_for "$dir/j-$mode.err" '^worker/1: .* cluster ready \(joined\)'
+  kill -KILL "$(launched_pid "$dir/j-$mode.err" worker/1)"
+  wait "$lp"; rc=$?
+  check "j-$mode: exit status is the chief's (0)" rc_is "$rc" 0
+  if [ $mode = plain ]; then
+    check "j-$mode: worker/1's death logged, training goes on" has "$dir/j-$mode.err" 'WARN launch: worker/1 failed: killed by signal 9 \(Killed\) \(--restart-workers restarts it\): training goes on without it$'
+    check "j-$mode: the chief went on without it" has "$dir/j-$mode.err" '^worker/0: .* 0 of 1 other worker\(s\) reported done'
+  else
+    check "j-$mode: worker/1 restarted" has "$dir/j-$mode.err" 'WARN launch: worker/1 killed by signal 9 \(Killed\): restarting it in 0\.5 s \(restart 1 of 3\)$'
+    check "j-$mode: the restarted worker/1 joined the running job" test "$(grep -cE '^worker/1: .* cluster ready \(joined\)' "$dir/j-$mode.err")" = 2
+  fi
+  check "j-$mode: it died before the chief ended" bash -c "grep -nE 'launch: worker/1 (failed|killed)' '$dir/j-$mode.err' | head -1 | cut -d: -f1 | { read a; b=\$(grep -n 'chief worker/0 exited' '$dir/j-$mode.err' | cut -d: -f1); [ \"\$a\" -lt \"\$b\" ]; }"
+  check "j-$mode: nothing stopped for it" bash -c "! grep -q 'stopping every task' '$dir/j-$mode.err'"
+  check "j-$mode: final checkpoint" has "$dir/j-$mode.out" "^worker/0: checkpoint $ck/model\.ckpt-[0-9]+$"
+  check "j-$mode: the chief shut the ps down" has "$dir/j-$mode.err" '^worker/0: .* job done: 2 of 2 ps task\(s\) shutting down'
+  check "j-$mode: no process left" no_leftovers
+done
 
 # ---- (c) SIGINT to ps-launch -------------------------------------------------
 "$PS_LAUNCH" --ps 2 --workers 2 -- sh "$dir/worker.sh" sleep c > "$dir/c.out" 2> "$dir/c.err" &

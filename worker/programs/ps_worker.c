@@ -9,6 +9,7 @@
 #include <math.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,7 +81,8 @@ static const char usage[] =
     "                        (0: a port the kernel picks, logged)\n"
     "  --keep-ps             chief: leave the ps tasks running when the job is done\n"
     "                        (by default it shuts them down after its final save,\n"
-    "                        so a Slurm or Kubernetes job ends)\n"
+    "                        so a Slurm or Kubernetes job ends; also when that\n"
+    "                        save fails, and then it exits 1 naming the save)\n"
     "  --log-level LEVEL     debug | info | warn | error\n"
     "  --log-format F        text | json (one JSON object a line; env PS_LOG_FORMAT)\n"
     "  --help, --version\n"
@@ -370,104 +372,154 @@ static int64_t read_step(const model *m, ps_session *s, ps_status *st) {
   return k;
 }
 
-/* "_coordinator/workers_done" on ps/0 counts the non-chief workers that
- * finished, so that the chief saves and evaluates a quiescent model. */
-#define DONE_VAR "_coordinator/workers_done"
-#define JOINED_VAR "_coordinator/workers_joined"
+/* The other workers of the job (tasks of "chief" and "worker" but this
+ * one), with what the chief has seen of their heartbeats
+ * (paramserver/coordinator.h). */
+typedef struct peer {
+  char task[PS_CLUSTER_MAX_JOB_NAME + 16]; /* "worker/1" */
+  int64_t beat;   /* the last value read; INT64_MIN before the first */
+  double changed; /* when it last changed (or was first read) */
+} peer;
 
-/* A counter on ps/0 (@name): created if missing, then zeroed (@reset) or
- * initialized only when uninitialized (a ps/0 that restarted empty; its
- * earlier counts are lost and the chief's wait ends by its idle rule). */
-static int counter_create(ps_client *c, const char *name, bool reset, ps_status *st) {
-  ps_init_spec z;
-  ps_init_spec_default(&z, PS_INIT_ZEROS);
-  ps_var_spec spec = {
-      .name = name, .dtype = PS_DT_INT64, .shape = {.rank = 0}, .init = &z};
-  if (ps_client_create_vars(c, 0, &spec, 1, st) != 0) return st->code;
-  return ps_client_initialize(c, 0, &name, 1, !reset, NULL, st);
+static peer *peers_of(const ps_cluster *cl, const ps_task_id *self, int *n) {
+  static const char *const jobs[] = {"chief", "worker"};
+  *n = 0;
+  int cap = 0;
+  for (int k = 0; k < 2; k++) {
+    const ps_cluster_job *jb = ps_cluster_find_job(cl, jobs[k]);
+    if (jb) cap += jb->ntasks;
+  }
+  peer *p = calloc((size_t)cap + 1, sizeof *p);
+  if (p == NULL) return NULL;
+  for (int k = 0; k < 2; k++) {
+    const ps_cluster_job *jb = ps_cluster_find_job(cl, jobs[k]);
+    for (int t = 0; jb && t < jb->ntasks; t++) {
+      if (jb->addrs[t] == NULL || (t == self->task && !strcmp(jobs[k], self->job)))
+        continue;
+      snprintf(p[*n].task, sizeof p[*n].task, "%s/%d", jobs[k], t);
+      p[(*n)++].beat = INT64_MIN;
+    }
+  }
+  return p;
 }
 
-/* The chief zeroes both counters before it marks the cluster ready. */
-static int done_counter_reset(ps_client *c, ps_status *st) {
-  if (counter_create(c, DONE_VAR, true, st) != 0) return st->code;
-  return counter_create(c, JOINED_VAR, true, st);
+/* Appends @task to the list @buf ("worker/1, worker/3"). */
+static void list_add(char *buf, size_t n, const char *task) {
+  size_t len = strlen(buf);
+  if (len + 2 < n) snprintf(buf + len, n - len, "%s%s", len ? ", " : "", task);
 }
 
-/* Reads counter @name: its value, or -1. */
-static int64_t counter_read(ps_client *c, const char *name, ps_status *st) {
-  ps_read r = {.name = name};
-  if (ps_client_read(c, 0, &r, 1, st) != 0) return -1;
-  int64_t v = *(int64_t *)ps_tensor_data(r.out);
-  ps_tensor_destroy(r.out);
-  return v;
-}
-
-/* Adds @add to counter @name: 0, or -1.  It does not read the counter
- * back: the chief may shut the ps down the moment the last worker's
- * count is in, and a read after it would fail a worker that is done. */
-static int counter_add(ps_client *c, const char *name, int64_t add, ps_status *st) {
-  ps_tensor *one = ps_tensor_new(PS_DT_INT64, 0, NULL);
-  *(int64_t *)ps_tensor_data(one) = add;
-  ps_update u = {.name = name, .op = PS_ASSIGN_ADD, .value = one};
-  int rc = ps_client_update(c, 0, &u, 1, st);
-  if ((rc == PS_NOT_FOUND || rc == PS_FAILED_PRECONDITION) &&
-      counter_create(c, name, false, st) == 0)
-    rc = ps_client_update(c, 0, &u, 1, st);
-  ps_tensor_destroy(one);
-  return rc == 0 ? 0 : -1;
-}
-
-/* Chief: waits until the other @n workers said they are done, or until
- * global_step has not moved for @idle_secs (the rest died or stopped).
- * Workers that have not joined yet are waited for up to @join_secs (the
- * chief is about to shut the ps down: a straggler still starting up would
- * find no ps and wait for ever, keeping the job from ending). */
-static void wait_workers_done(const model *m, ps_session *s, ps_client *c, int n,
+/* Chief: waits until every other worker has reported done (its heartbeat
+ * says DONE) or is gone, so that the final checkpoint and the test metric
+ * belong to a quiescent model.  A worker is gone when its heartbeat has
+ * not moved for PS_COORDINATOR_HEARTBEAT_TIMEOUT_SECS (it joined, then
+ * died or stopped); one without a heartbeat has not joined yet and is
+ * waited for up to @join_secs (the chief is about to shut the ps down: a
+ * straggler still starting up would find no ps and wait for ever).  Live
+ * workers are waited for until global_step has not moved for
+ * @idle_secs. */
+static void wait_workers_done(const model *m, ps_session *s, ps_client *c,
+                              const ps_cluster *cl, const ps_task_id *self,
                               double idle_secs, double join_secs) {
-  double t0 = now_secs(), last_move = t0, last_log = t0;
+  int n;
+  peer *p = peers_of(cl, self, &n);
+  if (p == NULL) {
+    PS_WARN("out of memory: not waiting for the other workers");
+    return;
+  }
+  double t0 = now_secs(), last_move = t0, last_log = t0, next_read = t0;
   int64_t last_step = -1;
+  int done = 0, unjoined = 0, alive = 0, gone = 0;
+  char unjoined_list[256] = "", gone_list[256] = "", busy_list[256] = "";
   for (;;) {
-    ps_status e;
-    int64_t v = counter_read(c, DONE_VAR, &e);
-    if (v >= n) return;
-    int64_t joined = counter_read(c, JOINED_VAR, &e);
-    /* no counter: ps/0 restarted and lost the counts; the workers count
-     * themselves again as they recover (recover), so wait for them too */
-    if (joined < 0 && (e.code == PS_NOT_FOUND || e.code == PS_FAILED_PRECONDITION))
-      joined = 0;
-    if (joined >= 0 && joined < n && now_secs() - t0 < join_secs &&
-        !atomic_load(&stop_requested)) {
-      if (now_secs() - last_log >= 5) {
-        PS_INFO("waiting up to %.0f s for %lld worker(s) that have not joined yet",
-                join_secs, (long long)(n - joined));
-        last_log = now_secs();
+    double now = now_secs();
+    if (now >= next_read) { /* heartbeats: 5 reads a second, not 50 */
+      next_read = now + 0.2;
+      done = unjoined = alive = gone = 0;
+      unjoined_list[0] = gone_list[0] = busy_list[0] = '\0';
+      for (int i = 0; i < n; i++) {
+        int64_t v;
+        ps_status e;
+        if (ps_coordinator_heartbeat_read(c, p[i].task, &v, &e) != 0)
+          v = p[i].beat == INT64_MIN ? 0 : p[i].beat; /* ps/0 busy: as before */
+        if (v != p[i].beat) {
+          p[i].beat = v;
+          p[i].changed = now;
+        }
+        if (v == PS_COORDINATOR_HEARTBEAT_DONE) {
+          done++;
+        } else if (v <= 0) {
+          unjoined++;
+          list_add(unjoined_list, sizeof unjoined_list, p[i].task);
+        } else if (now - p[i].changed >= PS_COORDINATOR_HEARTBEAT_TIMEOUT_SECS) {
+          gone++;
+          list_add(gone_list, sizeof gone_list, p[i].task);
+        } else {
+          alive++;
+          list_add(busy_list, sizeof busy_list, p[i].task);
+        }
       }
-      last_move = now_secs(); /* a joining worker may still take its steps */
-      struct timespec ts = {0, 50 * 1000 * 1000};
-      nanosleep(&ts, NULL);
+    }
+    if (done == n) break;
+    if (atomic_load(&stop_requested)) {
+      PS_WARN("stopped by a signal while %d of %d other worker(s) had not reported "
+              "done: going on without them",
+              n - done, n);
+      break;
+    }
+    if (unjoined > 0 && now - t0 < join_secs) {
+      if (now - last_log >= 5) {
+        PS_INFO("waiting up to %.0f s for %d worker(s) that have not joined yet: %s",
+                join_secs, unjoined, unjoined_list);
+        last_log = now;
+      }
+      last_move = now; /* a joining worker may still take its steps */
+      nanosleep(&(struct timespec){0, 50 * 1000 * 1000}, NULL);
       continue;
     }
+    if (alive == 0) {
+      if (gone > 0)
+        PS_WARN("%d worker(s) joined and then stopped (no heartbeat for %.0f s): going "
+                "on without them (%s)",
+                gone, PS_COORDINATOR_HEARTBEAT_TIMEOUT_SECS, gone_list);
+      if (unjoined > 0)
+        PS_WARN("%d worker(s) did not join within %.0f s: going on without them (%s)",
+                unjoined, join_secs, unjoined_list);
+      break;
+    }
+    ps_status e;
     int64_t gs = read_step(m, s, &e);
-    double now = now_secs();
     if (gs != last_step) {
       last_step = gs;
       last_move = now;
     }
-    if (now - last_move > idle_secs || atomic_load(&stop_requested)) {
-      PS_WARN(
-          "%lld of %d other worker(s) reported done and global_step has not moved for "
-          "%.0f s: going on without them",
-          (long long)(v < 0 ? 0 : v), n, idle_secs);
-      return;
+    if (now - last_move > idle_secs) {
+      PS_WARN("%d of %d other worker(s) reported done and global_step has not moved for "
+              "%.0f s: going on without them (%s%s%s)",
+              done, n, idle_secs, busy_list, gone ? ", " : "", gone_list);
+      break;
     }
     if (now - last_log >= 5) {
-      PS_INFO("waiting for %lld more worker(s) to finish their last step",
-              (long long)(n - (v < 0 ? 0 : v)));
+      PS_INFO("waiting for %d more worker(s) to finish their last step", n - done);
       last_log = now;
     }
-    struct timespec ts = {0, 20 * 1000 * 1000};
-    nanosleep(&ts, NULL);
+    nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);
   }
+  free(p);
+}
+
+/* Chief with --keep-ps, at the very end: the next job on these ps starts
+ * without this one's heartbeats (a DONE left there would pass for one of
+ * its workers that has not joined yet). */
+static void clear_heartbeats(ps_client *c, const ps_cluster *cl, const ps_task_id *self) {
+  int n;
+  peer *p = peers_of(cl, self, &n);
+  for (int i = 0; p && i < n; i++) {
+    ps_status e;
+    if (ps_coordinator_heartbeat_clear(c, p[i].task, &e) != 0)
+      PS_WARN("could not clear %s's heartbeat on ps/0: %s", p[i].task, e.msg);
+  }
+  free(p);
 }
 
 static bool recoverable(const ps_status *e) {
@@ -792,6 +844,7 @@ typedef struct job {
   ps_dataset_iter *it;
   bool rpc_up;
   ps_coordinator_options co;
+  ps_coordinator_heartbeat *hb; /* a non-chief worker's, once it has joined */
   /* the training loop's progress */
   int64_t gs, local, saved_step;
   bool trained;
@@ -999,17 +1052,11 @@ static int set_up(job *j, ps_status *st) {
                                    .no_restore = o->no_restore,
                                    .saver = j->saver};
   ps_coordinator_outcome outcome;
-  /* The chief zeroes the done counter before it marks the cluster ready,
-   * so no other worker can have counted itself yet. */
-  if (j->chief && j->client &&
-      (ps_coordinator_wait_for_ps(j->s, o->ps_timeout, st) ||
-       done_counter_reset(j->client, st)))
-    return -1;
   if (ps_coordinator_prepare(j->s, &j->co, &outcome, st)) return -1;
   if (!j->chief && j->client) { /* the chief waits for joined workers at the end */
-    ps_status e;
-    if (counter_add(j->client, JOINED_VAR, 1, &e) < 0)
-      PS_WARN("could not count this worker as joined: %s", e.msg);
+    char me[PS_CLUSTER_MAX_JOB_NAME + 16];
+    snprintf(me, sizeof me, "%s/%d", j->self.job, j->self.task);
+    if ((j->hb = ps_coordinator_heartbeat_start(j->client, me, st)) == NULL) return -1;
   }
   if ((j->gs = read_step(&j->m, j->s, st)) < 0) return -1;
   PS_INFO("cluster ready (%s) at global step %lld; training to step %lld",
@@ -1032,11 +1079,8 @@ static int recover(job *j, const ps_status *e, ps_status *st) {
   ps_coordinator_outcome outcome;
   if (ps_coordinator_prepare(j->s, &j->co, &outcome, st)) return -1;
   PS_INFO("recovered (%s)", ps_coordinator_outcome_name(outcome));
-  /* A restarted ps/0 lost the count of joined workers: count again (a
-   * count too many only shortens the chief's wait for stragglers). */
-  ps_status je;
-  if (!j->chief && counter_add(j->client, JOINED_VAR, 1, &je) < 0)
-    PS_WARN("could not count this worker as joined: %s", je.msg);
+  /* (a restarted ps/0 lost this worker's heartbeat: its next beat makes it
+   * again) */
   return 0;
 }
 
@@ -1143,30 +1187,37 @@ static int train_loop(job *j, ps_status *st) {
   return 0;
 }
 
-/* The end of the job: workers report done; the chief waits for them,
- * saves a final checkpoint and evaluates on the test set. */
-/* The job is done (the other workers reported done or gave up, the final
- * checkpoint is written): every ps task stops, so that the job's
- * allocation ends.  A ps that does not answer is only logged. */
-static void shutdown_ps(job *j) {
+/* The job is over (the other workers reported done or are gone, the
+ * final checkpoint is written, or the chief's last phase failed): every ps
+ * task stops, so that the job's allocation ends.  A ps that does not
+ * answer is only logged.  @failed: what failed, or NULL. */
+static void shutdown_ps(job *j, const char *failed) {
   int n = ps_client_num_ps(j->client), ok = 0;
   for (int t = 0; t < n; t++) {
     ps_status e;
-    if (ps_client_shutdown(j->client, t, "the chief's job is done", &e) == 0)
+    if (ps_client_shutdown(j->client, t,
+                           failed ? "the chief's job failed" : "the chief's job is done",
+                           &e) == 0)
       ok++;
     else
       PS_WARN("ps/%d (%s) did not take the shutdown: %s", t,
               ps_client_address(j->client, t), e.msg);
   }
-  PS_INFO("job done: %d of %d ps task(s) shutting down (--keep-ps keeps them)", ok, n);
+  if (failed)
+    PS_WARN("job failed (%s): %d of %d ps task(s) shutting down all the same, so the "
+            "allocation ends (--keep-ps keeps them)",
+            failed, ok, n);
+  else
+    PS_INFO("job done: %d of %d ps task(s) shutting down (--keep-ps keeps them)", ok, n);
 }
 
-static int finish(job *j, ps_status *st) {
+/* The chief's last phase: wait for the others, the final save, the test
+ * metric.  @failed is set to what failed when it returns -1. */
+static int finish_chief(job *j, const char **failed, ps_status *st) {
   const options *o = &j->o;
-  if (!j->chief && j->client && counter_add(j->client, DONE_VAR, 1, st) < 0) return -1;
-  if (!j->chief) return 0;
+  *failed = "reading global_step";
   if (j->client && j->num_workers > 1 && j->trained)
-    wait_workers_done(&j->m, j->s, j->client, j->num_workers - 1, 3.0,
+    wait_workers_done(&j->m, j->s, j->client, j->cluster, &j->self, 3.0,
                       o->keep_ps ? 0 : 60.0);
   if ((j->gs = read_step(&j->m, j->s, st)) < 0) return -1;
   bool saving = o->ckpt_dir || o->save_every_steps || o->save_every_secs > 0;
@@ -1179,23 +1230,52 @@ static int finish(job *j, ps_status *st) {
     /* named by the step it holds: another worker may step until the save's
      * snapshot (stopped by a signal, they all are at once) */
     if (ps_saver_save_at_step(j->saver, j->s, "model.ckpt", j->m.step, o->ckpt_dir, &path,
-                              &j->gs, st) != 0)
+                              &j->gs, st) != 0) {
+      *failed = "the final save failed";
+      ps_status_prefix(st, "final save of model.ckpt at global step %lld",
+                       (long long)j->gs);
       return -1;
+    }
     printf("checkpoint %s\n", path);
     free(path);
   }
   double metric;
-  if (evaluate(&j->m, j->s, &j->test, &metric, st)) return -1;
+  if (evaluate(&j->m, j->s, &j->test, &metric, st)) {
+    *failed = "the evaluation failed";
+    return -1;
+  }
   const char *what = j->m.classifier ? "accuracy" : "mse";
   PS_INFO("global step %lld: test %s %.4f", (long long)j->gs, what, metric);
   printf("global step %lld\ntest %s %.4f\n", (long long)j->gs, what, metric);
   fflush(stdout);
-  if (j->client && !o->keep_ps && !atomic_load(&stop_requested)) shutdown_ps(j);
   return 0;
+}
+
+/* The end of the job: workers report done; the chief waits for them,
+ * saves a final checkpoint, evaluates on the test set and shuts the ps
+ * down (unless --keep-ps or a signal stopped it), also when the save or
+ * the evaluation failed: the job is over either way, and ps left running
+ * would hold the allocation until its time limit. */
+static int finish(job *j, ps_status *st) {
+  const options *o = &j->o;
+  if (!j->chief) {
+    ps_coordinator_heartbeat *hb = j->hb;
+    j->hb = NULL;
+    return ps_coordinator_heartbeat_stop(hb, true, st) ? -1 : 0;
+  }
+  const char *failed = NULL;
+  int rc = finish_chief(j, &failed, st);
+  if (j->client && !o->keep_ps && !atomic_load(&stop_requested))
+    shutdown_ps(j, rc ? failed : NULL);
+  else if (j->client && o->keep_ps && j->num_workers > 1)
+    clear_heartbeats(j->client, j->cluster, &j->self);
+  return rc;
 }
 
 static void job_free(job *j) {
   ps_metrics_stop(j->metrics); /* before what its page reads is freed */
+  ps_status hbe;
+  if (ps_coordinator_heartbeat_stop(j->hb, false, &hbe) != 0) PS_WARN("%s", hbe.msg);
   free(EV.v);
   free(EV.in);
   free(EV.assign);

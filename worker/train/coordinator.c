@@ -1,7 +1,12 @@
 /* The coordinator (paramserver/coordinator.h): chief start-up (wait for
- * the ps, restore or initialize what is uninitialized, mark ready) and the
- * other workers' wait for readiness with the placement check. */
+ * the ps, restore or initialize what is uninitialized, mark ready), the
+ * other workers' wait for readiness with the placement check, and the
+ * workers' heartbeats on ps/0 that tell the chief, at the end of the job,
+ * which of them is still there. */
+#include <errno.h>
 #include <math.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -485,4 +490,162 @@ int ps_coordinator_prepare(ps_session *s, const ps_coordinator_options *o,
     if (rc == 0) *outcome = PS_COORD_JOINED;
   }
   return rc ? rc : init_session_vars(s, st);
+}
+
+/* ---- heartbeats --------------------------------------------------------- */
+
+struct ps_coordinator_heartbeat {
+  ps_client *c;
+  char name[256]; /* PS_COORDINATOR_HEARTBEAT_PREFIX + task */
+  pthread_t thread;
+  pthread_mutex_t mu;
+  pthread_cond_t cv; /* on CLOCK_MONOTONIC */
+  bool stop;         /* under mu */
+  bool failing;      /* the thread's: the last beat failed (logged once) */
+};
+
+static int heartbeat_name(char *buf, size_t n, const char *task, ps_status *st) {
+  int w = snprintf(buf, n, "%s%s", PS_COORDINATOR_HEARTBEAT_PREFIX, task);
+  if (w < 0 || (size_t)w >= n)
+    return ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "task name %s is too long for a heartbeat", task);
+  return 0;
+}
+
+/* @name on ps/0: created if missing, 0 if uninitialized. */
+static int heartbeat_create(ps_client *c, const char *name, ps_status *st) {
+  ps_init_spec z;
+  ps_init_spec_default(&z, PS_INIT_ZEROS);
+  ps_var_spec spec = {
+      .name = name, .dtype = PS_DT_INT64, .shape = {.rank = 0}, .init = &z};
+  if (ps_client_create_vars(c, 0, &spec, 1, st) != 0) return st->code;
+  return ps_client_initialize(c, 0, &name, 1, true, NULL, st);
+}
+
+/* @op (assign or add) @v to @name on ps/0, creating it when missing (a
+ * worker's first beat, a ps/0 that restarted empty) if @create. */
+static int heartbeat_update(ps_client *c, const char *name, ps_update_op op, int64_t v,
+                            bool create, ps_status *st) {
+  ps_tensor *t = ps_tensor_new(PS_DT_INT64, 0, NULL);
+  if (t == NULL) return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+  *(int64_t *)ps_tensor_data(t) = v;
+  ps_update u = {.name = name, .op = op, .value = t};
+  int rc = ps_client_update(c, 0, &u, 1, st);
+  if (rc == PS_NOT_FOUND || rc == PS_FAILED_PRECONDITION) {
+    if (!create)
+      rc = 0;
+    else if ((rc = heartbeat_create(c, name, st)) == 0)
+      rc = ps_client_update(c, 0, &u, 1, st);
+  }
+  ps_tensor_destroy(t);
+  return rc;
+}
+
+static void *heartbeat_main(void *arg) {
+  ps_coordinator_heartbeat *h = arg;
+  pthread_mutex_lock(&h->mu);
+  while (!h->stop) {
+    struct timespec dl;
+    clock_gettime(CLOCK_MONOTONIC, &dl);
+    dl.tv_sec += (time_t)PS_COORDINATOR_HEARTBEAT_SECS;
+    while (!h->stop && pthread_cond_timedwait(&h->cv, &h->mu, &dl) != ETIMEDOUT) {
+    }
+    if (h->stop) break;
+    pthread_mutex_unlock(&h->mu);
+    ps_status e;
+    if (heartbeat_update(h->c, h->name, PS_ASSIGN_ADD, 1, true, &e) != 0) {
+      if (!h->failing)
+        PS_WARN("heartbeat %s on ps/0 failed (tried again every %.0f s): %s", h->name,
+                PS_COORDINATOR_HEARTBEAT_SECS, e.msg);
+      h->failing = true;
+    } else {
+      h->failing = false;
+    }
+    pthread_mutex_lock(&h->mu);
+  }
+  pthread_mutex_unlock(&h->mu);
+  return NULL;
+}
+
+ps_coordinator_heartbeat *ps_coordinator_heartbeat_start(ps_client *c, const char *task,
+                                                         ps_status *st) {
+  ps_coordinator_heartbeat *h = calloc(1, sizeof *h);
+  if (h == NULL) {
+    ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+    return NULL;
+  }
+  h->c = c;
+  if (heartbeat_name(h->name, sizeof h->name, task, st) != 0) goto fail_free;
+  /* 1, not + 1: the value a worker's earlier life or an earlier job left
+   * (a count, or DONE) must read as a change */
+  if (heartbeat_update(c, h->name, PS_ASSIGN, 1, true, st) != 0) {
+    ps_status_prefix(st, "heartbeat %s on ps/0", h->name);
+    goto fail_free;
+  }
+  pthread_condattr_t ca;
+  if (pthread_condattr_init(&ca) != 0) goto fail_sys;
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  int rc = pthread_cond_init(&h->cv, &ca);
+  pthread_condattr_destroy(&ca);
+  if (rc != 0) goto fail_sys;
+  if (pthread_mutex_init(&h->mu, NULL) != 0) goto fail_cv;
+  /* the thread takes no signals: SIGTERM stays with the program's threads */
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  rc = pthread_create(&h->thread, NULL, heartbeat_main, h);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (rc != 0) goto fail_mu;
+  return h;
+fail_mu:
+  pthread_mutex_destroy(&h->mu);
+fail_cv:
+  pthread_cond_destroy(&h->cv);
+fail_sys:
+  ps_status_set(st, PS_RESOURCE_EXHAUSTED, "heartbeat %s: cannot start its thread",
+                h->name);
+fail_free:
+  free(h);
+  return NULL;
+}
+
+int ps_coordinator_heartbeat_stop(ps_coordinator_heartbeat *h, bool done, ps_status *st) {
+  if (h == NULL) return 0;
+  pthread_mutex_lock(&h->mu);
+  h->stop = true;
+  pthread_cond_signal(&h->cv);
+  pthread_mutex_unlock(&h->mu);
+  pthread_join(h->thread, NULL);
+  pthread_cond_destroy(&h->cv);
+  pthread_mutex_destroy(&h->mu);
+  int rc = 0;
+  if (done && (rc = heartbeat_update(h->c, h->name, PS_ASSIGN,
+                                     PS_COORDINATOR_HEARTBEAT_DONE, true, st)) != 0)
+    ps_status_prefix(st, "marking %s done on ps/0", h->name);
+  free(h);
+  return rc;
+}
+
+int ps_coordinator_heartbeat_read(ps_client *c, const char *task, int64_t *value,
+                                  ps_status *st) {
+  char name[256];
+  *value = 0;
+  if (heartbeat_name(name, sizeof name, task, st) != 0) return st->code;
+  ps_read r = {.name = name};
+  int rc = ps_client_read(c, 0, &r, 1, st);
+  if (rc == PS_NOT_FOUND || rc == PS_FAILED_PRECONDITION) return 0; /* none */
+  if (rc != 0) return rc;
+  if (r.out == NULL || r.out->dtype != PS_DT_INT64 || ps_tensor_num_elements(r.out) != 1)
+    rc = ps_status_set(st, PS_INTERNAL, "ps/0 answered a read of %s with no int64 scalar",
+                       name);
+  else
+    *value = *(int64_t *)ps_tensor_data(r.out);
+  ps_tensor_destroy(r.out);
+  return rc;
+}
+
+int ps_coordinator_heartbeat_clear(ps_client *c, const char *task, ps_status *st) {
+  char name[256];
+  if (heartbeat_name(name, sizeof name, task, st) != 0) return st->code;
+  return heartbeat_update(c, name, PS_ASSIGN, 0, false, st);
 }

@@ -60,4 +60,42 @@ int ps_coordinator_wait_for_ps(ps_session *s, double timeout_secs, ps_status *st
 int ps_coordinator_prepare(ps_session *s, const ps_coordinator_options *o,
                            ps_coordinator_outcome *outcome, ps_status *st);
 
+/* Worker heartbeats, for the chief's end-of-job wait: it must tell a
+ * worker that has not joined yet (wait for it) from one that joined and
+ * died (do not).  A non-chief worker that has joined runs a heartbeat: a
+ * thread that adds 1 to "_coordinator/heartbeat/<job>/<task>" (int64, on
+ * ps/0; created if missing, so a ps/0 that restarted empty gets it back)
+ * every PS_COORDINATOR_HEARTBEAT_SECS.  When the worker is done it stops
+ * the thread and sets the variable to PS_COORDINATOR_HEARTBEAT_DONE.  The
+ * chief reads each other worker's value: DONE is done; 0 (or no variable)
+ * never joined; a count that has not moved for
+ * PS_COORDINATOR_HEARTBEAT_TIMEOUT_SECS is a worker that is gone.  The
+ * values live on the ps, so a restarted chief sees them too. */
+#define PS_COORDINATOR_HEARTBEAT_PREFIX "_coordinator/heartbeat/"
+#define PS_COORDINATOR_HEARTBEAT_SECS 1.0
+#define PS_COORDINATOR_HEARTBEAT_TIMEOUT_SECS 5.0
+#define PS_COORDINATOR_HEARTBEAT_DONE (-1)
+
+typedef struct ps_coordinator_heartbeat ps_coordinator_heartbeat;
+
+/* Starts the heartbeat of task @task ("worker/1") on ps/0 of @c (borrowed:
+ * it must outlive the heartbeat); the first beat is sent before it
+ * returns.  NULL on error (@st says why). */
+ps_coordinator_heartbeat *ps_coordinator_heartbeat_start(ps_client *c, const char *task,
+                                                         ps_status *st);
+
+/* Stops the thread and frees @h (NULL: nothing); @done: then marks the
+ * task done.  0, or the error of that mark. */
+int ps_coordinator_heartbeat_stop(ps_coordinator_heartbeat *h, bool done, ps_status *st);
+
+/* Task @task's heartbeat value on ps/0 into *@value: a count of beats, 0
+ * if none (no variable: it never joined, or ps/0 restarted since), or
+ * PS_COORDINATOR_HEARTBEAT_DONE. */
+int ps_coordinator_heartbeat_read(ps_client *c, const char *task, int64_t *value,
+                                  ps_status *st);
+
+/* Sets task @task's heartbeat to 0 (no variable: nothing): a chief that
+ * leaves the ps running for the next job (--keep-ps) forgets its workers. */
+int ps_coordinator_heartbeat_clear(ps_client *c, const char *task, ps_status *st);
+
 #endif

@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+# The chief's end of a job, through real ps-server and ps-worker processes
+# on 127.0.0.1 with ports the kernel picks (no ps-launch: it would stop the
+# ps itself when the chief exits, hiding what the chief leaves running):
+#  - a final save that fails still shuts the ps down (unless --keep-ps),
+#    and the chief exits 1 naming the save;
+#  - SIGTERM to the chief does not log that global_step stood still;
+#  - a restarted chief does not wait for a worker that joined and died,
+#    yet waits for one that has not joined.
+# Waits poll with deadlines; every process is stopped by pid at the end.
+set -uo pipefail
+PS_SERVER=${PS_SERVER:?}; PS_WORKER=${PS_WORKER:?}
+source "$(dirname "$0")/../support/lib.sh"
+test_init chief-test
+
+has() { grep -qE -- "$2" "$1"; }
+rc_is() { [ "$1" = "$2" ]; }
+gone() { ! kill -0 "$1" 2>/dev/null; }
+# wait_gone PID SECONDS: until the process has ended
+wait_gone() {
+  local i
+  for ((i = 0; i < $2 * 20; i++)); do gone "$1" && return 0; sleep 0.05; done
+  return 1
+}
+
+# reap PID: its exit status in rc; one still running is killed first
+# (a check before has failed then)
+reap() {
+  gone "$1" || kill -KILL "$1" 2>/dev/null
+  wait "$1"; rc=$?
+}
+
+# cluster NAME NWORKERS [PS_FLAG...]: ps/0 running with a checkpoint
+# directory $dir/NAME.ck; $dir/NAME.json names it and NWORKERS workers.
+cluster() {
+  local name=$1 n=$2 w="" i; shift 2
+  mkdir -p "$dir/$name.ck"
+  echo '{"ps": ["127.0.0.1:0"]}' > "$dir/$name.boot.json"
+  start_ps "$dir/$name.boot.json" 0 "$dir/$name.ps.log" --checkpoint-dir "$dir/$name.ck" "$@"
+  PS_PID=$PID
+  for ((i = 0; i < n; i++)); do w+="${i:+, }\"127.0.0.1:0\""; done
+  w=${w#, }
+  echo "{\"ps\": [\"$ADDR\"], \"worker\": [$w]}" > "$dir/$name.json"
+}
+# worker NAME TASK LOG ARGS...: ps-worker in the background, pid in WPID
+worker() {
+  local name=$1 task=$2 log=$3; shift 3
+  "$PS_WORKER" --cluster "$dir/$name.json" --job worker --task "$task" \
+    --checkpoint-dir "$dir/$name.ck" "$@" > "$log.out" 2> "$log" &
+  WPID=$!
+}
+
+# ---- a final save that fails: the ps are shut down all the same ------------
+cluster full 1 --max-checkpoint-bytes 16
+worker full 0 "$dir/full.w0" --model linreg --steps 200
+wait "$WPID"; rc=$?
+show="$dir/full.w0 $dir/full.ps.log"
+check "full: the chief exits 1" rc_is "$rc" 1
+check "full: the error names the failed save" has "$dir/full.w0" "ERROR worker/0: final save of model\.ckpt at global step 200: Save of $dir/full\.ck/model\.ckpt-200: .* more than --max-checkpoint-bytes 16"
+check "full: the chief says it shuts the ps down all the same" has "$dir/full.w0" 'WARN worker/0: job failed \(the final save failed\): 1 of 1 ps task\(s\) shutting down all the same'
+check "full: the ps got the Shutdown" has "$dir/full.ps.log" "Shutdown asked by a client: the chief's job failed"
+check "full: the ps ends by itself" wait_gone "$PS_PID" 20
+reap "$PS_PID"
+check "full: the ps exits 0" rc_is "$rc" 0
+
+# --keep-ps: the ps stays (a cluster shared by several jobs).
+cluster keep 1 --max-checkpoint-bytes 16
+worker keep 0 "$dir/keep.w0" --model linreg --steps 200 --keep-ps
+wait "$WPID"; rc=$?
+show="$dir/keep.w0 $dir/keep.ps.log"
+check "keep: the chief exits 1" rc_is "$rc" 1
+check "keep: the error names the failed save" has "$dir/keep.w0" 'final save of model\.ckpt at global step 200'
+check "keep: no Shutdown" bash -c "! grep -q Shutdown '$dir/keep.ps.log'"
+check "keep: the ps still runs" kill -0 "$PS_PID"
+kill -TERM "$PS_PID"; reap "$PS_PID"
+
+# ---- SIGTERM to the chief: no word of global_step standing still -----------
+cluster sig 2
+worker sig 0 "$dir/sig.w0" --model linreg --steps 1000000 --log-every 200
+C=$WPID
+worker sig 1 "$dir/sig.w1" --model linreg --steps 1000000 --log-every 200
+W1=$WPID
+show="$dir/sig.w0 $dir/sig.w1"
+check "sig: worker/1 joined" wait_for "$dir/sig.w1" 'cluster ready \(joined\)'
+check "sig: the chief trains" wait_for "$dir/sig.w0" 'INFO worker/0: step [0-9]+ loss'
+kill -TERM "$C"
+check "sig: the chief ends" wait_gone "$C" 60
+reap "$C"
+check "sig: the chief says why it does not wait" has "$dir/sig.w0" 'WARN worker/0: stopped by a signal while 1 of 1 other worker\(s\) had not reported done: going on without them'
+check "sig: no 'global_step has not moved' after SIGTERM" bash -c "! grep -q 'has not moved' '$dir/sig.w0'"
+check "sig: the final checkpoint is written" has "$dir/sig.w0.out" "^checkpoint $dir/sig\.ck/model\.ckpt-[0-9]+$"
+kill -TERM "$W1" "$PS_PID"
+for p in "$W1" "$PS_PID"; do wait_gone "$p" 30; reap "$p"; done
+
+# --keep-ps: no wait for a worker that has not joined (the ps stay for it).
+cluster kj 2
+worker kj 0 "$dir/kj.w0" --model linreg --steps 200 --keep-ps
+reap_wait() { wait_gone "$1" "$2" && reap "$1"; }
+show="$dir/kj.w0"
+check "kj: the chief ends at once" reap_wait "$WPID" 60
+check "kj: exit 0" rc_is "$rc" 0
+check "kj: it names the worker that did not join" has "$dir/kj.w0" 'WARN worker/0: 1 worker\(s\) did not join within 0 s: going on without them \(worker/1\)$'
+check "kj: the ps still runs" kill -0 "$PS_PID"
+kill -TERM "$PS_PID"; wait_gone "$PS_PID" 30; reap "$PS_PID"
+
+# ---- a restarted chief, a worker that joined and died ------------------------
+# The chief is killed with -9 and restarted (a live cluster), then worker/1
+# is killed with -9 while it trains: the chief ends within seconds of its
+# last step (no heartbeat for 5 s: gone), not after a 60 s wait for a
+# worker "that has not joined yet".
+cluster rs 2
+worker rs 0 "$dir/rs.w0a" --model linreg --steps 12000 --log-every 500
+C=$WPID
+worker rs 1 "$dir/rs.w1" --model linreg --steps 12000 --log-every 500
+W1=$WPID
+show="$dir/rs.w0a $dir/rs.w0b $dir/rs.w1"
+check "rs: worker/1 joined" wait_for "$dir/rs.w1" 'cluster ready \(joined\)'
+kill -KILL "$C"; reap "$C"
+worker rs 0 "$dir/rs.w0b" --model linreg --steps 12000 --log-every 500
+C=$WPID
+check "rs: the restarted chief found the live cluster" wait_for "$dir/rs.w0b" 'cluster ready \(live\)'
+check "rs: worker/1 still trains" bash -c "kill -0 $W1 && ! grep -q 'local steps in' '$dir/rs.w1'"
+kill -KILL "$W1"; reap "$W1"
+check "rs: the chief ends its training" wait_for "$dir/rs.w0b" 'INFO worker/0: trained [0-9]+ local steps' 120
+t=$SECONDS
+check "rs: the chief ends promptly" wait_gone "$C" 20
+check "rs: within 15 s of its last step (was 63 s)" test $((SECONDS - t)) -lt 15
+reap "$C"
+check "rs: the chief exits 0" rc_is "$rc" 0
+check "rs: worker/1 is named as gone" has "$dir/rs.w0b" 'WARN worker/0: (1 worker\(s\) joined and then stopped \(no heartbeat for 5 s\)|0 of 1 other worker\(s\) reported done and global_step has not moved for 3 s): going on without them \(worker/1\)$'
+check "rs: no wait for a worker that has not joined" bash -c "! grep -q 'have not joined yet' '$dir/rs.w0b'"
+check "rs: final checkpoint" has "$dir/rs.w0b.out" "^checkpoint $dir/rs\.ck/model\.ckpt-[0-9]+$"
+check "rs: the ps shut down" wait_gone "$PS_PID" 20
+reap "$PS_PID"
+
+# The same with a worker/2 that has not joined: the restarted chief waits
+# for it (but not for the dead worker/1) and ends soon after it joins.
+cluster nj 3
+worker nj 0 "$dir/nj.w0a" --model linreg --steps 12000 --log-every 500
+C=$WPID
+worker nj 1 "$dir/nj.w1" --model linreg --steps 12000 --log-every 500
+W1=$WPID
+show="$dir/nj.w0a $dir/nj.w0b $dir/nj.w1 $dir/nj.w2"
+check "nj: worker/1 joined" wait_for "$dir/nj.w1" 'cluster ready \(joined\)'
+kill -KILL "$C"; reap "$C"
+worker nj 0 "$dir/nj.w0b" --model linreg --steps 12000 --log-every 500
+C=$WPID
+check "nj: the restarted chief found the live cluster" wait_for "$dir/nj.w0b" 'cluster ready \(live\)'
+kill -KILL "$W1"; reap "$W1"
+check "nj: the chief waits for worker/2 only" wait_for "$dir/nj.w0b" 'INFO worker/0: waiting up to 60 s for 1 worker\(s\) that have not joined yet: worker/2$' 120
+check "nj: still waiting" kill -0 "$C"
+worker nj 2 "$dir/nj.w2" --model linreg --steps 12000 --log-every 500
+W2=$WPID
+check "nj: worker/2 joins" wait_for "$dir/nj.w2" 'cluster ready \(joined\)'
+t=$SECONDS
+check "nj: the chief ends once worker/2 is done" wait_gone "$C" 20
+check "nj: within 15 s of worker/2's joining" test $((SECONDS - t)) -lt 15
+reap "$C"
+check "nj: the chief exits 0" rc_is "$rc" 0
+check "nj: worker/1 is named as gone" has "$dir/nj.w0b" 'WARN worker/0: 1 worker\(s\) joined and then stopped \(no heartbeat for 5 s\): going on without them \(worker/1\)$'
+check "nj: worker/2 exits 0" bash -c "wait_gone() { for i in \$(seq 400); do kill -0 $W2 2>/dev/null || return 0; sleep 0.05; done; return 1; }; wait_gone"
+reap "$W2"
+check "nj: worker/2's status" rc_is "$rc" 0
+check "nj: the ps shut down" wait_gone "$PS_PID" 20
+reap "$PS_PID"
+
+finish
