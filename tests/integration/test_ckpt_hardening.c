@@ -955,7 +955,7 @@ START_TEST(a_directory_swapped_for_a_link_during_a_merge_keeps_retention_inside)
   write_file(out, "checkpoint", planted_state);
   for (int i = 0; i < 3; i++)
     write_file(out, victims[i], "victim");
-  ps_up("PS_SLOW_AT=merge:1500", "5");
+  ps_up("PS_SLOW_AT=merge:2000", "5");
   put_vars(2, 4, 1.5f);
   ps_save_options o = {.max_to_keep = 1};
   PS_ASSERT_OK(ps_client_save(client, "sub/m1", &o, NULL, NULL, &st), st);
@@ -966,7 +966,7 @@ START_TEST(a_directory_swapped_for_a_link_during_a_merge_keeps_retention_inside)
   char merging[400];
   snprintf(merging, sizeof merging, "merging 1 parts into %s/sub/m2", ck);
   ck_assert_msg(log_has(merging, 30), "the merge of sub/m2 never started");
-  /* the merge waits 1.5 s before its first step: swap now */
+  /* the merge waits 2 s before its first step: swap now */
   snprintf(p, sizeof p, "%s/sub", ck);
   snprintf(q, sizeof q, "%s/sub_moved", ck);
   ck_assert_int_eq(rename(p, q), 0);
@@ -1053,11 +1053,11 @@ START_TEST(a_directory_swapped_for_a_link_during_the_sweep_leads_nowhere) {
   ck_assert_int_eq(utimensat(AT_FDCWD, p, ts, 0), 0);
   snprintf(p, sizeof p, "%s/old_temp", out);
   ck_assert_int_eq(utimensat(AT_FDCWD, p, ts, 0), 0);
-  /* the sweep waits 1.5 s before each temp directory it found */
+  /* the sweep waits 2 s before each temp directory it found */
   pthread_t t;
   swap_arg a = {.marker = "PS_SLOW_AT=sweep: waiting"};
   ck_assert_int_eq(pthread_create(&t, NULL, swapper, &a), 0);
-  ps_up("PS_SLOW_AT=sweep:1500", "5");
+  ps_up("PS_SLOW_AT=sweep:2000", "5");
   pthread_join(t, NULL);
   ck_assert_msg(a.rc == 0, "swap: %s", strerror(a.rc));
   snprintf(p, sizeof p, "%s/old_temp/part-00000-of-00002.index", out);
@@ -1102,11 +1102,11 @@ static void *raw_restorer(void *arg) {
 /* A variable given another shape (assign with validate_shape off) after a
  * restore read it and before the restore installs it: the restore fails
  * with ABORTED naming it, and nothing it read is installed (the restore
- * waits 2 s before each tensor; the reshape follows the first read of the
+ * waits 3 s before each tensor; the reshape follows the first read of the
  * data file, seen with inotify). */
 START_TEST(a_variable_reshaped_during_a_restore_aborts_it) {
   ps_status st;
-  ps_up("PS_SLOW_AT=restore_tensor:2000", "5");
+  ps_up("PS_SLOW_AT=restore_tensor:3000", "5");
   put_vars(2, 4, 1.5f);
   PS_ASSERT_OK(ps_client_save(client, "first", NULL, NULL, NULL, &st), st);
   put_vars(2, 4, 9.0f);
@@ -1122,7 +1122,7 @@ START_TEST(a_variable_reshaped_during_a_restore_aborts_it) {
   struct pollfd pfd = {in, POLLIN, 0};
   ck_assert_msg(poll(&pfd, 1, 60000) == 1, "the restore never read %s", data);
   close(in);
-  /* v00 is read (v01 is 2 s away): v00 becomes [8] */
+  /* v00 is read (v01 is 3 s away): v00 becomes [8] */
   ps_tensor *t8 = ps_tensor_new(PS_DT_FLOAT, 1, (int64_t[]){8});
   float *d = ps_tensor_data(t8);
   for (int i = 0; i < 8; i++)
