@@ -122,6 +122,11 @@ static int read_whole_file(int dirfd, const char *name, const char *path,
   *n = 0;
   int fd = dirfd == AT_FDCWD ? open(path, O_RDONLY | O_CLOEXEC)
                              : openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0 && dirfd != AT_FDCWD && errno == ELOOP)
+    return ps_status_set(st, PS_PERMISSION_DENIED,
+                         "%s %s: %s (a symbolic link: links under the checkpoint "
+                         "directory are not followed)",
+                         what, path, strerror(errno));
   if (fd < 0)
     return ps_status_set(st, ps_status_code_from_errno(errno), "%s %s: %s", what, path,
                          strerror(errno));

@@ -866,6 +866,32 @@ START_TEST(retention_never_deletes_outside_the_directory) {
   ck_assert(exists("%s/victim%s", out, ".index"));
   ck_assert(!exists("%s/a%s", ck, ".index")); /* inside: deleted as usual */
   ck_assert(exists("%s/b%s", ck, ".index"));
+  /* the state file a link (inside): not followed, the merge fails and
+   * removes what it wrote; the link's target is as it was */
+  char q[700];
+  snprintf(p, sizeof p, "%s/checkpoint", ck);
+  snprintf(q, sizeof q, "%s/state_copy", ck);
+  ck_assert_int_eq(rename(p, q), 0);
+  ck_assert_int_eq(symlink(q, p), 0);
+  size_t n0 = 0;
+  char *state0 = slurp(q, &n0);
+  ck_assert_ptr_nonnull(state0);
+  ck_assert_int_eq(ps_client_save(client, "c", &o, NULL, NULL, &st),
+                   PS_PERMISSION_DENIED);
+  char named[800];
+  snprintf(named, sizeof named, "checkpoint state %s: ", p);
+  ck_assert_msg(
+      strstr(st.msg, named) &&
+          strstr(st.msg, "links under the checkpoint directory are not followed"),
+      "%s", st.msg);
+  ck_assert(!exists("%s/c%s", ck, ".index"));
+  ck_assert(exists("%s/b%s", ck, ".index"));
+  size_t n1 = 0;
+  char *state1 = slurp(q, &n1);
+  ck_assert_ptr_nonnull(state1);
+  ck_assert(n0 == n1 && !memcmp(state0, state1, n0));
+  free(state0);
+  free(state1);
   ck_assert_int_eq(ps_term(30), 0);
 }
 END_TEST
