@@ -19,7 +19,9 @@
  * replaced, never followed.  A save and a merge then hold their directories
  * open (held_dir: opened from --checkpoint-dir down without following a
  * link) and work only through them, so a directory swapped for a link
- * after the check leads nowhere.
+ * after the check leads nowhere: the merge's state file and max_to_keep
+ * deletions too (ps_service_update_state gets the held directory), and
+ * the sweeps walk directories by descriptor.
  *
  * Jobs: save, merge and restore threads are counted (jobs_mu/jobs_cv);
  * ps_ckpt_abort_all() makes them stop at their next safe point (between
