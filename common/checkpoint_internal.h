@@ -47,5 +47,13 @@ void ps_repr_float_(sbuf *b, double v, int kind, bool strip_zero);
 /* The state file of @dir as it is (paths not made absolute); an absent
  * file is an empty state. */
 int ps_ckpt_state_read_raw_(const char *dir, ps_ckpt_state *s, ps_status *st);
+/* The same, and ps_ckpt_state_write, through the directory @dirfd opened
+ * (AT_FDCWD: by the path @dir): the state file is read, created, renamed
+ * and synced there, a link at its name never followed; @dir names it in
+ * messages. */
+int ps_ckpt_state_read_raw_at_(int dirfd, const char *dir, ps_ckpt_state *s,
+                               ps_status *st);
+int ps_ckpt_state_write_at_(int dirfd, const char *dir, const ps_ckpt_state *s,
+                            ps_status *st);
 
 #endif

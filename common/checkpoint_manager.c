@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "checkpoint_at.h"
 #include "checkpoint_internal.h"
 #include "common/bundle.h"
 #include "common/fileio.h"
@@ -44,51 +45,66 @@ static bool is_data_file(const char *name, const char *base) {
   return *p == '\0';
 }
 
-static void remove_one(const char *path, int *rc, ps_status *st) {
-  if (unlink(path) == 0 || errno == ENOENT) return;
+/* Deletes @name in @dfd (a link itself, never what it names); the first
+ * failure but a missing file goes to *@rc, naming @shown_dir/@name. */
+static void remove_one(int dfd, const char *shown_dir, const char *name, int *rc,
+                       ps_status *st) {
+  if (unlinkat(dfd, name, 0) == 0 || errno == ENOENT) return;
   int e = errno;
-  if (*rc == 0)
-    *rc = ps_status_set(st, ps_status_code_from_errno(e), "deleting %s: %s", path,
+  if (*rc == 0) {
+    char *p = ps_path_join_(shown_dir, name);
+    *rc = ps_status_set(st, ps_status_code_from_errno(e), "deleting %s: %s", p ? p : name,
                         strerror(e));
+    free(p);
+  }
 }
 
-int ps_ckpt_remove(const char *prefix, ps_status *st) {
+int ps_ckpt_remove_at(int dfd, const char *dir, const char *base, ps_status *st) {
   int rc = 0;
-  const char *slash = strrchr(prefix, '/');
-  const char *base = slash ? slash + 1 : prefix;
-  char *index = ps_str_cat3_(prefix, ".index", "");
-  char *meta = ps_str_cat3_(prefix, ".meta", "");
-  char *dname = slash ? strndup(prefix, slash == prefix ? 1 : (size_t)(slash - prefix))
-                      : strdup(".");
-  if (index == NULL || meta == NULL || dname == NULL) {
+  char *index = ps_str_cat3_(base, ".index", "");
+  char *meta = ps_str_cat3_(base, ".meta", "");
+  if (index == NULL || meta == NULL) {
     rc = ps_ckpt_oom_(st);
     goto done;
   }
-  remove_one(index, &rc, st);
-  DIR *d = opendir(dname);
+  remove_one(dfd, dir, index, &rc, st);
+  /* its own descriptor: readdir moves the offset */
+  int lfd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  DIR *d = lfd >= 0 ? fdopendir(lfd) : NULL;
   if (d == NULL) {
-    if (errno != ENOENT && rc == 0)
+    if (lfd >= 0) close(lfd);
+    if (rc == 0)
       rc = ps_status_set(st, ps_status_code_from_errno(errno),
-                         "deleting checkpoint %s: listing %s: %s", prefix, dname,
+                         "deleting checkpoint %s/%s: listing %s: %s", dir, base, dir,
                          strerror(errno));
   } else {
     struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-      if (!is_data_file(e->d_name, base)) continue;
-      char *p = ps_path_join_(dname, e->d_name);
-      if (p == NULL) {
-        if (rc == 0) rc = ps_ckpt_oom_(st);
-        continue;
-      }
-      remove_one(p, &rc, st);
-      free(p);
-    }
+    while ((e = readdir(d)) != NULL)
+      if (is_data_file(e->d_name, base)) remove_one(dfd, dir, e->d_name, &rc, st);
     closedir(d);
   }
-  remove_one(meta, &rc, st);
+  remove_one(dfd, dir, meta, &rc, st);
 done:
   free(index);
   free(meta);
+  return rc;
+}
+
+int ps_ckpt_remove(const char *prefix, ps_status *st) {
+  const char *slash = strrchr(prefix, '/');
+  const char *base = slash ? slash + 1 : prefix;
+  char *dname = slash ? strndup(prefix, slash == prefix ? 1 : (size_t)(slash - prefix))
+                      : strdup(".");
+  if (dname == NULL) return ps_ckpt_oom_(st);
+  int rc = 0, dfd = open(dname, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    rc = ps_ckpt_remove_at(dfd, dname, base, st);
+    close(dfd);
+  } else if (errno != ENOENT) { /* no directory: nothing to delete */
+    rc = ps_status_set(st, ps_status_code_from_errno(errno),
+                       "deleting checkpoint %s: listing %s: %s", prefix, dname,
+                       strerror(errno));
+  }
   free(dname);
   return rc;
 }
@@ -108,6 +124,7 @@ typedef struct mentry {
 } mentry;
 
 struct ps_ckpt_manager {
+  int dfd; /* the directory opened (not owned), or AT_FDCWD: by its path */
   char *dir;
   char *dirkey; /* absolute and normalized */
   int max_to_keep;
@@ -157,13 +174,28 @@ void ps_ckpt_manager_destroy(ps_ckpt_manager *m) {
   free(m);
 }
 
+/* @key (absolute, normalized) relative to the managed directory, or NULL
+ * when it is not below it. */
+static const char *rel_of(const ps_ckpt_manager *m, const char *key) {
+  size_t dl = strlen(m->dirkey);
+  if (dl == 1) dl = 0; /* "/" */
+  if (strncmp(key, m->dirkey, dl) != 0 || key[dl] != '/' || key[dl + 1] == '\0')
+    return NULL;
+  return key + dl + 1;
+}
+
 /* When a recovered checkpoint was saved, for state files without
- * timestamps: the mtime of its index (TF1's recover_last_checkpoints). */
-static double index_mtime(const char *full, double fallback) {
-  char *index = ps_str_cat3_(full, ".index", "");
+ * timestamps: the mtime of its index (TF1's recover_last_checkpoints).
+ * @full is its path, @key the same normalized; through the directory
+ * opened, only one below it is looked at, links not followed. */
+static double index_mtime(const ps_ckpt_manager *m, const char *full, const char *key,
+                          double fallback) {
+  const char *rel = m->dfd == AT_FDCWD ? full : rel_of(m, key);
+  char *index = rel ? ps_str_cat3_(rel, ".index", "") : NULL;
   struct stat sb;
   double t = fallback;
-  if (index && stat(index, &sb) == 0)
+  if (index &&
+      fstatat(m->dfd, index, &sb, m->dfd == AT_FDCWD ? 0 : AT_SYMLINK_NOFOLLOW) == 0)
     t = (double)sb.st_mtim.tv_sec + (double)sb.st_mtim.tv_nsec * 1e-9;
   free(index);
   return t;
@@ -186,6 +218,12 @@ static void entries_push(mentry **e, size_t *n, mentry *x, mentry **dropped) {
 ps_ckpt_manager *ps_ckpt_manager_create(const char *dir,
                                         const ps_ckpt_manager_options *opt, double now,
                                         ps_status *st) {
+  return ps_ckpt_manager_create_at(AT_FDCWD, dir, opt, now, st);
+}
+
+ps_ckpt_manager *ps_ckpt_manager_create_at(int dirfd, const char *dir,
+                                           const ps_ckpt_manager_options *opt, double now,
+                                           ps_status *st) {
   ps_ckpt_manager_options defaults;
   if (opt == NULL) {
     ps_ckpt_manager_options_init(&defaults);
@@ -204,7 +242,7 @@ ps_ckpt_manager *ps_ckpt_manager_create(const char *dir,
   }
   ps_ckpt_state s;
   ps_status rst = {0};
-  int rc = ps_ckpt_state_read_raw_(dir, &s, &rst);
+  int rc = ps_ckpt_state_read_raw_at_(dirfd, dir, &s, &rst);
   if (rc == PS_DATA_LOSS) {
     PS_WARN("%s; starting a new checkpoint state for %s", rst.msg, dir);
   } else if (rc != 0 && rc != PS_NOT_FOUND) {
@@ -215,6 +253,7 @@ ps_ckpt_manager *ps_ckpt_manager_create(const char *dir,
 
   ps_ckpt_manager *m = calloc(1, sizeof *m);
   if (m == NULL) goto nomem;
+  m->dfd = dirfd;
   m->max_to_keep = opt->max_to_keep;
   m->period = opt->keep_checkpoint_every_n_hours > 0
                   ? opt->keep_checkpoint_every_n_hours * 3600.0
@@ -232,7 +271,8 @@ ps_ckpt_manager *ps_ckpt_manager_create(const char *dir,
   for (size_t i = 0; i < s.num_paths; i++) {
     mentry *x = mentry_new(dir, s.all_model_checkpoint_paths[i], 0);
     if (x == NULL) goto nomem;
-    x->ts = have_ts ? s.all_model_checkpoint_timestamps[i] : index_mtime(x->full, now);
+    x->ts = have_ts ? s.all_model_checkpoint_timestamps[i]
+                    : index_mtime(m, x->full, x->key, now);
     if (!(x->ts <= now)) x->ts = now;
     mentry *dropped;
     entries_push(m->e, &m->n, x, &dropped);
@@ -308,10 +348,49 @@ static int write_listed(const ps_ckpt_manager *m, const mentry *x, mentry *const
       .all_model_checkpoint_timestamps = ts,
       .last_preserved_timestamp = lp,
   };
-  int rc = ps_ckpt_state_write(m->dir, &s, st);
+  int rc = ps_ckpt_state_write_at_(m->dfd, m->dir, &s, st);
   free(paths);
   free(ts);
   return rc;
+}
+
+/* Deletes the files of the checkpoint @x, which only is done inside the
+ * managed directory: a state file may list any path (it is a text file
+ * anyone can edit).  Through the directory opened, @x must be below it
+ * lexically and is reached from it without following a link, so a
+ * directory swapped for a link meanwhile leads nowhere. */
+static void remove_evicted(const ps_ckpt_manager *m, const mentry *x) {
+  ps_status dst = {0};
+  if (m->dfd == AT_FDCWD) {
+    char conf[4096];
+    if (ps_ckpt_path_confined(m->dir, x->full, conf, sizeof conf, &dst) != 0)
+      PS_WARN("checkpoint %s not deleted: %s", x->full, dst.msg);
+    else if (ps_ckpt_remove(conf, &dst) != 0)
+      PS_WARN("checkpoint %s not fully deleted: %s", x->full, dst.msg);
+    return;
+  }
+  const char *rel = rel_of(m, x->key);
+  if (rel == NULL) {
+    PS_WARN("checkpoint %s not deleted: it is outside the directory %s", x->full, m->dir);
+    return;
+  }
+  char *sub = strdup(rel), *shown = ps_dir_of(x->key);
+  char *slash = sub ? strrchr(sub, '/') : NULL;
+  const char *base = slash ? slash + 1 : rel;
+  if (slash) *slash = '\0';
+  int sfd = sub == NULL || shown == NULL
+                ? -1
+                : ps_open_beneath(m->dfd, slash ? sub : "", false);
+  if (sub == NULL || shown == NULL)
+    PS_WARN("checkpoint %s not deleted: out of memory", x->full);
+  else if (sfd < 0 && errno != ENOENT)
+    PS_WARN("checkpoint %s not deleted: %s: %s%s", x->full, shown, strerror(errno),
+            errno == ELOOP || errno == ENOTDIR ? " (links are not followed)" : "");
+  else if (sfd >= 0 && ps_ckpt_remove_at(sfd, shown, base, &dst) != 0)
+    PS_WARN("checkpoint %s not fully deleted: %s", x->full, dst.msg);
+  if (sfd >= 0) close(sfd);
+  free(sub);
+  free(shown);
 }
 
 /* Deletes the files of the evicted entries among next[0..first) and frees
@@ -322,16 +401,7 @@ static void drop_unlisted(const ps_ckpt_manager *m, mentry **next, size_t first,
     bool is_evicted = false;
     for (size_t j = 0; j < ne; j++)
       is_evicted |= evicted[j] == next[i];
-    if (is_evicted) {
-      /* A state file may list any path (it is a text file anyone can
-       * edit): only files inside the managed directory are deleted. */
-      ps_status dst = {0};
-      char conf[4096];
-      if (ps_ckpt_path_confined(m->dir, next[i]->full, conf, sizeof conf, &dst) != 0)
-        PS_WARN("checkpoint %s not deleted: %s", next[i]->full, dst.msg);
-      else if (ps_ckpt_remove(conf, &dst) != 0)
-        PS_WARN("checkpoint %s not fully deleted: %s", next[i]->full, dst.msg);
-    }
+    if (is_evicted) remove_evicted(m, next[i]);
     mentry_free(next[i]);
   }
 }
@@ -417,12 +487,15 @@ static mentry *own_entry(ps_ckpt_manager *m, const char *path, int *rc, ps_statu
     *slash = '\0';
     bool in_dir = strcmp(key[0] ? key : "/", m->dirkey) == 0;
     *slash = '/';
-    char *index = ps_str_cat3_(key, ".index", "");
+    /* through the directory opened: its own name there, no link followed */
+    char *index = ps_str_cat3_(m->dfd == AT_FDCWD ? key : slash + 1, ".index", "");
     struct stat sb;
     if (index == NULL)
       *rc = ps_ckpt_oom_(st);
-    else if (in_dir && stat(index, &sb) == 0 &&
-             (x = mentry_new(m->dir, slash + 1, index_mtime(key, 0))) == NULL)
+    else if (in_dir &&
+             fstatat(m->dfd, index, &sb, m->dfd == AT_FDCWD ? 0 : AT_SYMLINK_NOFOLLOW) ==
+                 0 &&
+             (x = mentry_new(m->dir, slash + 1, index_mtime(m, key, key, 0))) == NULL)
       *rc = ps_ckpt_oom_(st);
     free(index);
   }

@@ -114,12 +114,19 @@ char *ps_ckpt_state_format(const ps_ckpt_state *s, size_t *len, ps_status *st) {
 
 /* ---- State file: read and write ----------------------------------------- */
 
-/* Reads all of @path (at most 64 MiB) into a malloc'd buffer. */
-static int read_whole_file(const char *path, const char *what, uint8_t **out, size_t *n,
-                           ps_status *st) {
+/* Reads all of @path (at most 64 MiB) into a malloc'd buffer; with a
+ * directory @dirfd (not AT_FDCWD), @name in it, a link not followed. */
+static int read_whole_file(int dirfd, const char *name, const char *path,
+                           const char *what, uint8_t **out, size_t *n, ps_status *st) {
   *out = NULL;
   *n = 0;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  int fd = dirfd == AT_FDCWD ? open(path, O_RDONLY | O_CLOEXEC)
+                             : openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0 && dirfd != AT_FDCWD && errno == ELOOP)
+    return ps_status_set(st, PS_PERMISSION_DENIED,
+                         "%s %s: %s (a symbolic link: links under the checkpoint "
+                         "directory are not followed)",
+                         what, path, strerror(errno));
   if (fd < 0)
     return ps_status_set(st, ps_status_code_from_errno(errno), "%s %s: %s", what, path,
                          strerror(errno));
@@ -156,13 +163,15 @@ static int read_whole_file(const char *path, const char *what, uint8_t **out, si
 
 /* The state file of @dir parsed, paths as written; DATA_LOSS for an empty
  * model_checkpoint_path as TensorFlow's get_checkpoint_state. */
-int ps_ckpt_state_read_raw_(const char *dir, ps_ckpt_state *s, ps_status *st) {
+int ps_ckpt_state_read_raw_at_(int dirfd, const char *dir, ps_ckpt_state *s,
+                               ps_status *st) {
   memset(s, 0, sizeof *s);
   char *path = ps_path_join_(dir, PS_CKPT_STATE_FILENAME);
   if (path == NULL) return ps_ckpt_oom_(st);
   uint8_t *text;
   size_t n;
-  int rc = read_whole_file(path, "checkpoint state", &text, &n, st);
+  int rc = read_whole_file(dirfd, PS_CKPT_STATE_FILENAME, path, "checkpoint state", &text,
+                           &n, st);
   if (rc == 0) {
     rc = ps_ckpt_state_parse(text, n, s, st);
     free(text);
@@ -178,6 +187,10 @@ int ps_ckpt_state_read_raw_(const char *dir, ps_ckpt_state *s, ps_status *st) {
   }
   free(path);
   return rc;
+}
+
+int ps_ckpt_state_read_raw_(const char *dir, ps_ckpt_state *s, ps_status *st) {
+  return ps_ckpt_state_read_raw_at_(AT_FDCWD, dir, s, st);
 }
 
 int ps_ckpt_state_read(const char *dir, ps_ckpt_state *s, ps_status *st) {
@@ -200,6 +213,11 @@ nomem:
 }
 
 int ps_ckpt_state_write(const char *dir, const ps_ckpt_state *s, ps_status *st) {
+  return ps_ckpt_state_write_at_(AT_FDCWD, dir, s, st);
+}
+
+int ps_ckpt_state_write_at_(int dirfd, const char *dir, const ps_ckpt_state *s,
+                            ps_status *st) {
   if (s->model_checkpoint_path == NULL || s->model_checkpoint_path[0] == '\0')
     return ps_status_set(st, PS_INVALID_ARGUMENT,
                          "checkpoint state for %s: empty model_checkpoint_path", dir);
@@ -229,7 +247,14 @@ int ps_ckpt_state_write(const char *dir, const ps_ckpt_state *s, ps_status *st) 
     goto done;
   }
   const char *op = NULL;
-  int e = ps_replace_file(target, NULL, text, len, &op, &tmp_path);
+  int e = dirfd == AT_FDCWD ? ps_replace_file(target, NULL, text, len, &op, &tmp_path)
+                            : ps_replace_file_at(dirfd, PS_CKPT_STATE_FILENAME, text, len,
+                                                 &op, &tmp_path);
+  if (dirfd != AT_FDCWD && tmp_path != NULL) { /* named in its directory */
+    char *shown = ps_path_join_(dir, tmp_path);
+    free(tmp_path);
+    tmp_path = shown;
+  }
   if (e != 0 && !strcmp(op, "syncing the directory of")) {
     /* the new file is in place and nothing can undo that: say so only */
     PS_WARN("checkpoint directory %s: fsync: %s", dir, strerror(e));

@@ -58,9 +58,11 @@ static char *temp_name(const char *path) {
   return t;
 }
 
-int ps_write_file(const char *tmp, const void *p, size_t n, const char **op) {
+int ps_write_file_at(int dirfd, const char *tmp, const void *p, size_t n,
+                     const char **op) {
   const char *step = "creating";
-  int err = 0, fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  int err = 0,
+      fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) {
     if (op) *op = step;
     return errno;
@@ -76,9 +78,13 @@ int ps_write_file(const char *tmp, const void *p, size_t n, const char **op) {
     step = "closing";
     err = errno;
   }
-  if (err != 0) unlink(tmp);
+  if (err != 0) unlinkat(dirfd, tmp, 0);
   if (op) *op = step;
   return err;
+}
+
+int ps_write_file(const char *tmp, const void *p, size_t n, const char **op) {
+  return ps_write_file_at(AT_FDCWD, tmp, p, n, op);
 }
 
 int ps_replace_file(const char *path, const char *tmp, const void *p, size_t n,
@@ -121,4 +127,74 @@ int ps_replace_file(const char *path, const char *tmp, const void *p, size_t n,
     free(t);
   free(dir);
   return err;
+}
+
+int ps_replace_file_at(int dirfd, const char *name, const void *p, size_t n,
+                       const char **op, char **tmp_used) {
+  const char *step = "creating";
+  char *t = NULL;
+  int err = 0;
+  if (strchr(name, '/') != NULL) {
+    err = EINVAL;
+  } else {
+    for (int attempt = 0; attempt < 10; attempt++) { /* a fresh name on EEXIST */
+      free(t);
+      if ((t = temp_name(name)) == NULL) {
+        err = ENOMEM;
+        break;
+      }
+      if ((err = ps_write_file_at(dirfd, t, p, n, &step)) != EEXIST) break;
+    }
+  }
+  if (err == 0) {
+    step = "renaming";
+    if (renameat(dirfd, t, dirfd, name) != 0) {
+      err = errno;
+      unlinkat(dirfd, t, 0);
+    }
+  }
+  if (err == 0) {
+    step = "syncing the directory of";
+    if (fsync(dirfd) != 0 && errno != EINVAL && errno != EROFS) err = errno;
+  }
+  if (op) *op = step;
+  if (tmp_used)
+    *tmp_used = t;
+  else
+    free(t);
+  return err;
+}
+
+int ps_open_beneath(int dirfd, const char *rel, bool create) {
+  size_t n = strlen(rel) + 1;
+  char *buf = malloc(n);
+  if (buf == NULL) {
+    errno = ENOMEM;
+    return -1;
+  }
+  memcpy(buf, rel, n);
+  int fd = fcntl(dirfd, F_DUPFD_CLOEXEC, 0);
+  char *save = NULL;
+  for (char *c = fd < 0 ? NULL : strtok_r(buf, "/", &save); c;
+       c = strtok_r(NULL, "/", &save)) {
+    int nfd = -1;
+    if (!strcmp(c, "..")) {
+      errno = EPERM; /* never up, whatever the lexical path says */
+    } else {
+      nfd = openat(fd, c, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (nfd < 0 && errno == ENOENT && create) {
+        if (mkdirat(fd, c, 0755) == 0 || errno == EEXIST)
+          nfd = openat(fd, c, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      }
+    }
+    int e = errno;
+    close(fd);
+    fd = nfd;
+    if (fd < 0) {
+      errno = e;
+      break;
+    }
+  }
+  free(buf);
+  return fd;
 }

@@ -4,6 +4,7 @@
 #ifndef PS_FILEIO_H
 #define PS_FILEIO_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 /* Writes all @n bytes of @p to @fd, retrying short writes and EINTR. */
@@ -21,6 +22,10 @@ char *ps_dir_of(const char *path);
  * file is removed and *@op (if not NULL) names the step: "creating",
  * "writing", "syncing", "closing". */
 int ps_write_file(const char *tmp, const void *p, size_t n, const char **op);
+/* The same with @tmp relative to the directory @dirfd (or AT_FDCWD), a
+ * link at @tmp never followed. */
+int ps_write_file_at(int dirfd, const char *tmp, const void *p, size_t n,
+                     const char **op);
 
 /* Replaces @path durably: ps_write_file of @tmp (NULL: @path + ".tmp" +
  * 16 random hex digits), rename over @path, fsync of the directory.  A
@@ -30,5 +35,19 @@ int ps_write_file(const char *tmp, const void *p, size_t n, const char **op);
  * the temporary name is in *@tmp_used if not NULL (malloc'd, for messages). */
 int ps_replace_file(const char *path, const char *tmp, const void *p, size_t n,
                     const char **op, char **tmp_used);
+
+/* ps_replace_file of the file @name (no '/') in the directory @dirfd: the
+ * temporary file is created, renamed and removed through @dirfd, and @dirfd
+ * is fsync'd, so a link swapped for a component of the directory's path
+ * changes nothing.  *@tmp_used is the temporary file's name in it. */
+int ps_replace_file_at(int dirfd, const char *name, const void *p, size_t n,
+                       const char **op, char **tmp_used);
+
+/* Opens the directory @rel (relative, components separated by '/') under
+ * the directory @dirfd component by component with O_NOFOLLOW, so no
+ * symbolic link is followed on the way (ELOOP or ENOTDIR if one is) and no
+ * ".." is taken (EPERM); with @create, missing components are made (0755).
+ * "" opens @dirfd itself again.  A descriptor (O_CLOEXEC), or -1 with errno. */
+int ps_open_beneath(int dirfd, const char *rel, bool create);
 
 #endif

@@ -19,7 +19,9 @@
  * replaced, never followed.  A save and a merge then hold their directories
  * open (held_dir: opened from --checkpoint-dir down without following a
  * link) and work only through them, so a directory swapped for a link
- * after the check leads nowhere.
+ * after the check leads nowhere: the merge's state file and max_to_keep
+ * deletions too (ps_service_update_state gets the held directory), and
+ * the sweeps walk directories by descriptor.
  *
  * Jobs: save, merge and restore threads are counted (jobs_mu/jobs_cv);
  * ps_ckpt_abort_all() makes them stop at their next safe point (between
@@ -172,37 +174,6 @@ static void held_close(held_dir *h) {
   h->fd = -1;
 }
 
-/* @rel (a relative path, components separated by '/') opened under @dirfd
- * component by component with O_NOFOLLOW, so no link is followed on the
- * way; with @create, missing components are made.  -1 with errno. */
-static int open_beneath(int dirfd, const char *rel, bool create) {
-  char buf[PATH_MAX];
-  if ((size_t)snprintf(buf, sizeof buf, "%s", rel) >= sizeof buf) {
-    errno = ENAMETOOLONG;
-    return -1;
-  }
-  int fd = dup(dirfd);
-  if (fd < 0) return -1;
-  char *save = NULL;
-  for (char *c = strtok_r(buf, "/", &save); c; c = strtok_r(NULL, "/", &save)) {
-    int nfd = openat(fd, c, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (nfd < 0 && errno == ENOENT && create) {
-      if (mkdirat(fd, c, 0755) != 0 && errno != EEXIST)
-        nfd = -1;
-      else
-        nfd = openat(fd, c, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    }
-    int e = errno;
-    close(fd);
-    if (nfd < 0) {
-      errno = e;
-      return -1;
-    }
-    fd = nfd;
-  }
-  return fd;
-}
-
 /* @path made absolute (from the working directory) and normalized
  * lexically ("." and empty components dropped, ".." taking one back), as
  * ps_ckpt_path_confined compares paths; malloc'd, NULL if out of memory. */
@@ -267,7 +238,7 @@ static int held_open(const char *root, const char *dir, bool create, held_dir *h
     else if (rootfd < 0)
       rc = ps_status_set(st, ps_status_code_from_errno(errno),
                          "checkpoint directory %s: %s", root, strerror(errno));
-    else if ((h->fd = open_beneath(rootfd, rel, create)) < 0)
+    else if ((h->fd = ps_open_beneath(rootfd, rel, create)) < 0)
       rc = ps_status_set(st,
                          errno == ELOOP || errno == ENOTDIR
                              ? PS_PERMISSION_DENIED
@@ -381,20 +352,22 @@ typedef struct unmerged {
 #define MAX_UNMERGED 64
 static unmerged unmerged_parts[MAX_UNMERGED];
 static int n_unmerged;
+static char unmerged_root[PATH_MAX]; /* --checkpoint-dir */
 
 static bool same_file(const char *path, dev_t dev, ino_t ino) {
   struct stat sb;
   return lstat(path, &sb) == 0 && sb.st_dev == dev && sb.st_ino == ino;
 }
 
-static int temp_lock(const char *dir, int how);
 static void empty_dir(int fd);
 
-/* Records the finished part @part (its .index at @idx). */
-static void unmerged_add(const char *part, const char *idx) {
+/* Records the finished part @part (its .index at @idx) under the
+ * checkpoint directory @root. */
+static void unmerged_add(const char *root, const char *part, const char *idx) {
   struct stat sb;
   if (lstat(idx, &sb) != 0) return;
   pthread_mutex_lock(&jobs_mu);
+  snprintf(unmerged_root, sizeof unmerged_root, "%s", root);
   /* entries a merge took (their .index gone) make room first */
   int k = 0;
   for (int i = 0; i < n_unmerged; i++) {
@@ -418,7 +391,8 @@ static void unmerged_add(const char *part, const char *idx) {
 
 /* On the way out: the merging shards no merge took are removed, with the
  * other parts of their save when no one works in the temp directory; the
- * files go through the temp directory opened without following a link. */
+ * files and the temp directory go through its directory, opened from
+ * --checkpoint-dir down without following a link. */
 static void unmerged_remove_all(void) {
   for (int i = 0; i < n_unmerged; i++) {
     unmerged *u = &unmerged_parts[i];
@@ -430,18 +404,25 @@ static void unmerged_remove_all(void) {
     if (sl == NULL) continue;
     *sl = '\0';
     const char *name = sl + 1;
-    bool all = true;
-    int fd = temp_lock(dir, LOCK_EX | LOCK_NB);
-    if (fd < 0) { /* another ps works in it: this part alone */
-      all = false;
-      fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    char pdir[PATH_MAX];
+    const char *tname = split_base(dir, pdir, sizeof pdir);
+    held_dir pd;
+    ps_status hst;
+    ps_status_clear(&hst);
+    if (held_open(unmerged_root, pdir, false, &pd, &hst) != 0) {
+      PS_WARN("the unmerged part %s is left: %s", u->part, hst.msg);
+      continue;
     }
+    int fd = openat(pd.fd, tname, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    /* another ps works in it: this part alone */
+    bool all = fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0;
     struct stat sb;
     char f[NAME_MAX + 1];
     snprintf(f, sizeof f, "%s.index", name);
     if (fd < 0 || fstatat(fd, f, &sb, AT_SYMLINK_NOFOLLOW) != 0 || sb.st_ino != u->ino ||
         sb.st_dev != u->dev) {
       if (fd >= 0) close(fd);
+      held_close(&pd);
       continue;
     }
     if (all) {
@@ -452,7 +433,9 @@ static void unmerged_remove_all(void) {
       unlinkat(fd, f, 0);
     }
     close(fd);
-    if (all && rmdir(dir) == 0)
+    bool gone = all && unlinkat(pd.fd, tname, AT_REMOVEDIR) == 0;
+    held_close(&pd);
+    if (gone)
       PS_INFO("removed %s: a save this ps would have merged, stopped before its merge",
               dir);
     else
@@ -498,6 +481,7 @@ static void slow_point(const char *point) {
   size_t pl = strlen(point);
   if (at == NULL || strncmp(at, point, pl) != 0 || at[pl] != ':') return;
   long ms = strtol(at + pl + 1, NULL, 10);
+  PS_INFO("PS_SLOW_AT=%s: waiting %ld ms", point, ms);
   struct timespec until;
   clock_gettime(CLOCK_REALTIME, &until);
   until.tv_sec += ms / 1000;
@@ -514,17 +498,6 @@ static void slow_point(const char *point) {
 }
 
 /* ---- Leftover temp directories ---- */
-
-/* Holds @dir's lock: shared by workers in it, exclusive by the sweeper. */
-static int temp_lock(const char *dir, int how) {
-  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return -1;
-  if (flock(fd, how) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
 
 /* The newest mtime of the directory @fd and its entries (not recursive:
  * a temp directory holds files only). */
@@ -561,15 +534,24 @@ static void empty_dir(int fd) {
   closedir(d);
 }
 
-/* Removes the temp directory @dir if it is stale (see the top of the file);
- * 1 if removed.  Its entries go through the locked directory itself. */
-static int sweep_one(const char *dir, const char *shown) {
-  int fd = temp_lock(dir, LOCK_EX | LOCK_NB);
-  if (fd < 0) return 0; /* a save or merge works in it: live */
+/* Removes the temp directory @name of the directory @dfd if it is stale
+ * (see the top of the file); 1 if removed.  It is opened, emptied and
+ * removed through @dfd, no link followed; @shown names it in the log. */
+static int sweep_one(int dfd, const char *name, const char *shown) {
+  slow_point("sweep");
+  int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return 0;
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) { /* a save or merge works in it: live */
+    close(fd);
+    return 0;
+  }
   int removed = 0;
-  if (time(NULL) - newest_mtime(fd) >= PS_CKPT_TEMP_STALE_SECS) {
+  struct stat a, b;
+  if (time(NULL) - newest_mtime(fd) >= PS_CKPT_TEMP_STALE_SECS && fstat(fd, &a) == 0 &&
+      fstatat(dfd, name, &b, AT_SYMLINK_NOFOLLOW) == 0 && a.st_ino == b.st_ino &&
+      a.st_dev == b.st_dev) {
     empty_dir(fd);
-    removed = rmdir(dir) == 0;
+    removed = unlinkat(dfd, name, AT_REMOVEDIR) == 0;
     if (removed)
       PS_INFO("removed the leftover temp directory %s", shown);
     else
@@ -584,25 +566,34 @@ static bool ends_with_temp(const char *name) {
   return n > 5 && !strcmp(name + n - 5, "_temp");
 }
 
-/* Sweeps @dir (and, to @depth levels, its subdirectories; links are not
- * followed). */
-static int sweep_dir(const char *dir, const char *shown, int depth) {
-  DIR *d = opendir(dir);
-  if (d == NULL) return 0;
+/* Sweeps the directory @dfd (@shown in the log) and, to @depth levels, its
+ * subdirectories, each opened from its parent without following a link:
+ * a directory swapped for a link during the walk leads nowhere. */
+static int sweep_dir(int dfd, const char *shown, int depth) {
+  int lfd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC); /* own offset */
+  DIR *d = lfd >= 0 ? fdopendir(lfd) : NULL;
+  if (d == NULL) {
+    if (lfd >= 0) close(lfd);
+    return 0;
+  }
   int n = 0;
   struct dirent *e;
-  char p[PATH_MAX], q[PATH_MAX];
+  char q[PATH_MAX];
   while ((e = readdir(d)) != NULL) {
     if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-    if ((size_t)snprintf(p, sizeof p, "%s/%s", dir, e->d_name) >= sizeof p ||
-        (size_t)snprintf(q, sizeof q, "%s/%s", shown, e->d_name) >= sizeof q)
-      continue;
+    if ((size_t)snprintf(q, sizeof q, "%s/%s", shown, e->d_name) >= sizeof q) continue;
     struct stat sb;
-    if (lstat(p, &sb) != 0 || !S_ISDIR(sb.st_mode)) continue;
-    if (ends_with_temp(e->d_name))
-      n += sweep_one(p, q);
-    else if (depth > 0)
-      n += sweep_dir(p, q, depth - 1);
+    if (fstatat(dfd, e->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(sb.st_mode))
+      continue;
+    if (ends_with_temp(e->d_name)) {
+      n += sweep_one(dfd, e->d_name, q);
+    } else if (depth > 0) {
+      int sfd = openat(dfd, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (sfd >= 0) {
+        n += sweep_dir(sfd, q, depth - 1);
+        close(sfd);
+      }
+    }
   }
   closedir(d);
   return n;
@@ -614,7 +605,13 @@ int ps_ckpt_sweep(const char *dir, ps_status *st) {
     return ps_status_set(st, dir ? ps_status_code_from_errno(errno) : PS_INVALID_ARGUMENT,
                          "checkpoint directory %s: %s", dir ? dir : "(none)",
                          dir ? strerror(errno) : "not given");
-  int n = sweep_dir(real, real, 8);
+  /* the operator's directory itself may be a link; nothing below it */
+  int fd = open(real, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0)
+    return ps_status_set(st, ps_status_code_from_errno(errno),
+                         "checkpoint directory %s: %s", real, strerror(errno));
+  int n = sweep_dir(fd, real, 8);
+  close(fd);
   if (n > 0) PS_INFO("%d leftover temp directories removed from %s", n, real);
   return 0;
 }
@@ -785,14 +782,19 @@ static int write_shard(job *j, int64_t *tensors, int64_t *bytes) {
   snprintf(tname, sizeof tname, "%s_temp", base);
   held_dir pd, td;
   if (held_open(root, pdir, true, &pd, st) != 0) return st->code;
-  sweep_dir(pd.proc, pd.path, 0); /* leftovers of crashed saves beside this one */
+  sweep_dir(pd.fd, pd.path, 0); /* leftovers of crashed saves beside this one */
   if (held_sub(&pd, tname, true, LOCK_SH, &td) != 0) {
     int e = errno;
     held_close(&pd);
     return ps_status_set(st,
                          e == ELOOP || e == ENOTDIR ? PS_PERMISSION_DENIED
                                                     : ps_status_code_from_errno(e),
-                         "cannot hold %s: %s", dir, strerror(e));
+                         "cannot hold %s: %s%s", dir, strerror(e),
+                         e == ELOOP || e == ENOTDIR
+                             ? " (a symbolic link or a file where its temp directory "
+                               "goes: links under the checkpoint directory are not "
+                               "followed)"
+                             : "");
   }
   snprintf(part, sizeof part, "%s/part-%05d-of-%05d", td.proc, j->shard, j->nshards);
   int rc = 0;
@@ -843,7 +845,7 @@ static int write_shard(job *j, int64_t *tensors, int64_t *bytes) {
     remove_bundle(part, 1);
     unlinkat(pd.fd, tname, AT_REMOVEDIR); /* if this ps was the only one in it */
   } else if (j->shard == j->nshards - 1) {
-    unmerged_add(j->part, pidx);
+    unmerged_add(root, j->part, pidx);
   }
   held_close(&td);
   held_close(&pd);
@@ -1160,7 +1162,8 @@ static void *merge_thread(void *arg) {
   held_msg(&j->st, &td);
   held_msg(&j->st, &pd);
   if (rc == 0)
-    rc = ps_service_update_state(j->svc, j->prefix, &j->su, &listed, &nlisted, &j->st);
+    rc = ps_service_update_state(j->svc, pd.fd, j->prefix, &j->su, &listed, &nlisted,
+                                 &j->st);
   if (rc != 0 && merged) {
     /* the state file does not name it: what this merge wrote goes */
     remove_bundle(out, j->nshards);

@@ -47,6 +47,7 @@
 #include <unistd.h>
 
 #include "ckpt.h"
+#include "common/checkpoint_at.h"
 #include "common/kernels.h"
 #include "common/log.h"
 #include "common/variable.h"
@@ -824,8 +825,9 @@ const ps_rpc_handler *ps_service_handlers(size_t *n) {
 
 /* ---- the `checkpoint` state file (common/checkpoint_state.c) ---- */
 
-int ps_service_update_state(ps_service *svc, const char *prefix, const ps_state_update *u,
-                            char ***listed, size_t *nlisted, ps_status *st) {
+int ps_service_update_state(ps_service *svc, int dirfd, const char *prefix,
+                            const ps_state_update *u, char ***listed, size_t *nlisted,
+                            ps_status *st) {
   (void)svc;
   char dir[4096];
   snprintf(dir, sizeof dir, "%s", prefix);
@@ -839,7 +841,9 @@ int ps_service_update_state(ps_service *svc, const char *prefix, const ps_state_
   clock_gettime(CLOCK_REALTIME, &ts);
   double now = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
   if (listed) *listed = NULL, *nlisted = 0;
-  ps_ckpt_manager *m = ps_ckpt_manager_create(dir, &o, now, st);
+  /* through the directory the merge holds: the state file and the
+   * evicted checkpoints are reached without following a link */
+  ps_ckpt_manager *m = ps_ckpt_manager_create_at(dirfd, dir, &o, now, st);
   if (m == NULL) return st->code;
   int rc = u->own_list ? ps_ckpt_manager_retain(m, u->own, u->nown, st) : 0;
   if (rc == 0) rc = ps_ckpt_manager_add(m, prefix, now, st);

@@ -57,11 +57,13 @@ typedef struct ps_state_update {
   size_t nown;
 } ps_state_update;
 
-/* Records @prefix in its directory's state file as @u says.  *@listed
+/* Records @prefix in its directory's state file as @u says, through
+ * @dirfd, that directory held open (see common/checkpoint_at.h).  *@listed
  * (malloc'd strings in one malloc'd array, freed by the caller; may be
  * NULL) gets the list the state file names afterwards, oldest first. */
-int ps_service_update_state(ps_service *svc, const char *prefix, const ps_state_update *u,
-                            char ***listed, size_t *nlisted, ps_status *st);
+int ps_service_update_state(ps_service *svc, int dirfd, const char *prefix,
+                            const ps_state_update *u, char ***listed, size_t *nlisted,
+                            ps_status *st);
 /* The latest checkpoint of the checkpoint directory (malloc'd). */
 int ps_service_latest(ps_service *svc, char **prefix, ps_status *st);
 

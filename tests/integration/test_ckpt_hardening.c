@@ -642,6 +642,17 @@ START_TEST(symbolic_links_cannot_lead_out_of_the_checkpoint_directory) {
                    PS_PERMISSION_DENIED);
   ck_assert_msg(strstr(st.msg, "links under the checkpoint directory are not followed"),
                 "%s", st.msg);
+  /* the temp directory a link that stays inside: the save cannot hold it */
+  snprintf(p, sizeof p, "%s/in_temp", ck);
+  snprintf(q, sizeof q, "%s/real", ck);
+  ck_assert_int_eq(symlink(q, p), 0);
+  ck_assert_int_eq(ps_client_save(client, "in", NULL, NULL, NULL, &st),
+                   PS_PERMISSION_DENIED);
+  char held[400];
+  snprintf(held, sizeof held, "cannot hold %s/in_temp: ", ck);
+  ck_assert_msg(strstr(st.msg, held) && strstr(st.msg, "not followed"), "%s", st.msg);
+  ck_assert(!exists("%s/real/part-00000-of-00001.index%s", ck, ""));
+  ck_assert(!exists("%s/in%s", ck, ".index"));
   /* the variables are as they were, and a good save still works */
   ck_assert(get_var("v00") == 3.0f);
   ck_assert_msg(ps_client_save(client, "again", NULL, NULL, NULL, &st) == 0, "%s",
@@ -855,6 +866,32 @@ START_TEST(retention_never_deletes_outside_the_directory) {
   ck_assert(exists("%s/victim%s", out, ".index"));
   ck_assert(!exists("%s/a%s", ck, ".index")); /* inside: deleted as usual */
   ck_assert(exists("%s/b%s", ck, ".index"));
+  /* the state file a link (inside): not followed, the merge fails and
+   * removes what it wrote; the link's target is as it was */
+  char q[700];
+  snprintf(p, sizeof p, "%s/checkpoint", ck);
+  snprintf(q, sizeof q, "%s/state_copy", ck);
+  ck_assert_int_eq(rename(p, q), 0);
+  ck_assert_int_eq(symlink(q, p), 0);
+  size_t n0 = 0;
+  char *state0 = slurp(q, &n0);
+  ck_assert_ptr_nonnull(state0);
+  ck_assert_int_eq(ps_client_save(client, "c", &o, NULL, NULL, &st),
+                   PS_PERMISSION_DENIED);
+  char named[800];
+  snprintf(named, sizeof named, "checkpoint state %s: ", p);
+  ck_assert_msg(
+      strstr(st.msg, named) &&
+          strstr(st.msg, "links under the checkpoint directory are not followed"),
+      "%s", st.msg);
+  ck_assert(!exists("%s/c%s", ck, ".index"));
+  ck_assert(exists("%s/b%s", ck, ".index"));
+  size_t n1 = 0;
+  char *state1 = slurp(q, &n1);
+  ck_assert_ptr_nonnull(state1);
+  ck_assert(n0 == n1 && !memcmp(state0, state1, n0));
+  free(state0);
+  free(state1);
   ck_assert_int_eq(ps_term(30), 0);
 }
 END_TEST
@@ -912,6 +949,227 @@ START_TEST(a_merge_of_many_shards_is_refused_before_it_sizes_anything) {
 }
 END_TEST
 
+static void *saver_sub_m2(void *arg) {
+  saver_arg *a = arg;
+  ps_save_options o = {.max_to_keep = 1};
+  a->rc = ps_client_save(client, "sub/m2", &o, NULL, NULL, &a->st);
+  return NULL;
+}
+
+static void write_file(const char *d, const char *name, const char *text) {
+  char p[700];
+  snprintf(p, sizeof p, "%s/%s", d, name);
+  FILE *f = fopen(p, "w");
+  ck_assert_ptr_nonnull(f);
+  fputs(text, f);
+  fclose(f);
+}
+
+/* A directory swapped for a link while its merge waits (issue 21): the
+ * merge, its state file and its max_to_keep deletion all work in the
+ * directory it opened.  Outside, a state file listing m1 and m1's files
+ * are planted: before, the state file was rewritten through the link and
+ * max_to_keep deleted outside/m1.*. */
+START_TEST(a_directory_swapped_for_a_link_during_a_merge_keeps_retention_inside) {
+  ps_status st;
+  char p[700], q[700];
+  snprintf(p, sizeof p, "%s/sub", ck);
+  ck_assert_int_eq(mkdir(p, 0755), 0);
+  const char *planted_state =
+      "model_checkpoint_path: \"m1\"\nall_model_checkpoint_paths: \"m1\"\n";
+  const char *victims[] = {"m1.index", "m1.data-00000-of-00001", "m1.meta"};
+  write_file(out, "checkpoint", planted_state);
+  for (int i = 0; i < 3; i++)
+    write_file(out, victims[i], "victim");
+  ps_up("PS_SLOW_AT=merge:2000", "5");
+  put_vars(2, 4, 1.5f);
+  ps_save_options o = {.max_to_keep = 1};
+  PS_ASSERT_OK(ps_client_save(client, "sub/m1", &o, NULL, NULL, &st), st);
+  ck_assert(exists("%s/sub/m1%s", ck, ".index"));
+  pthread_t t;
+  saver_arg a = {0};
+  ck_assert_int_eq(pthread_create(&t, NULL, saver_sub_m2, &a), 0);
+  char merging[400];
+  snprintf(merging, sizeof merging, "merging 1 parts into %s/sub/m2", ck);
+  ck_assert_msg(log_has(merging, 30), "the merge of sub/m2 never started");
+  /* the merge waits 2 s before its first step: swap now */
+  snprintf(p, sizeof p, "%s/sub", ck);
+  snprintf(q, sizeof q, "%s/sub_moved", ck);
+  ck_assert_int_eq(rename(p, q), 0);
+  ck_assert_int_eq(symlink(out, p), 0);
+  pthread_join(t, NULL);
+  ck_assert_msg(a.rc == 0, "%d %s", a.rc, a.st.msg);
+  /* outside: as planted */
+  snprintf(p, sizeof p, "%s/checkpoint", out);
+  char *b = slurp(p, NULL);
+  ck_assert_ptr_nonnull(b);
+  ck_assert_msg(!strcmp(b, planted_state), "the state file outside was rewritten: %s", b);
+  free(b);
+  for (int i = 0; i < 3; i++) {
+    snprintf(p, sizeof p, "%s/%s", out, victims[i]);
+    b = slurp(p, NULL);
+    ck_assert_msg(b != NULL, "%s outside the checkpoint directory was deleted", p);
+    ck_assert_str_eq(b, "victim");
+    free(b);
+  }
+  char *o2 = NULL;
+  snprintf(p, sizeof p, "ls -A '%s'", out);
+  ck_assert_int_eq(harness_run(p, &o2), 0);
+  ck_assert_msg(!strstr(o2, "m2") && !strstr(o2, ".tmp"), "written outside: %s", o2);
+  free(o2);
+  /* inside, in the directory the merge held: m2 listed, m1 deleted */
+  snprintf(p, sizeof p, "%s/sub_moved/checkpoint", ck);
+  b = slurp(p, NULL);
+  ck_assert_ptr_nonnull(b);
+  ck_assert_msg(strstr(b, "model_checkpoint_path: \"m2\"") && !strstr(b, "m1"), "%s", b);
+  free(b);
+  ck_assert(exists("%s/sub_moved/m2%s", ck, ".index"));
+  ck_assert(!exists("%s/sub_moved/m1%s", ck, ".index"));
+  ck_assert(!exists("%s/sub_moved/m1%s", ck, ".data-00000-of-00001"));
+  ck_assert_int_eq(ps_term(30), 0);
+}
+END_TEST
+
+/* Swaps dir/sub for a link to outside once the ps log says @marker. */
+typedef struct swap_arg {
+  const char *marker;
+  int rc; /* 0, or an errno (ETIMEDOUT: never seen) */
+} swap_arg;
+
+static void *swapper(void *arg) {
+  swap_arg *a = arg;
+  char log[400], p[700], q[700];
+  snprintf(log, sizeof log, "%s/ps.log", dir);
+  a->rc = ETIMEDOUT;
+  double t0 = now_s();
+  while (now_s() - t0 < 60) {
+    char *s = slurp(log, NULL);
+    bool seen = s && strstr(s, a->marker);
+    free(s);
+    if (seen) {
+      snprintf(p, sizeof p, "%s/sub", ck);
+      snprintf(q, sizeof q, "%s/sub_moved", ck);
+      a->rc = rename(p, q) != 0 || symlink(out, p) != 0 ? errno : 0;
+      break;
+    }
+    struct timespec ts = {0, 2000000};
+    nanosleep(&ts, NULL);
+  }
+  return NULL;
+}
+
+/* A directory swapped for a link while the start-up sweep walks it (issue
+ * 21): the sweep goes on in the directory it opened.  The stale temp
+ * directory planted outside under the same name keeps its file (before,
+ * the sweep emptied and removed outside/old_temp through the link). */
+START_TEST(a_directory_swapped_for_a_link_during_the_sweep_leads_nowhere) {
+  char p[700];
+  snprintf(p, sizeof p, "%s/sub", ck);
+  ck_assert_int_eq(mkdir(p, 0755), 0);
+  make_temp("sub/old_temp", true);
+  /* the same outside, as old */
+  snprintf(p, sizeof p, "%s/old_temp", out);
+  ck_assert_int_eq(mkdir(p, 0755), 0);
+  write_file(p, "part-00000-of-00002.index", "victim");
+  struct timespec ts[2];
+  clock_gettime(CLOCK_REALTIME, &ts[0]);
+  ts[0].tv_sec -= 3600;
+  ts[1] = ts[0];
+  snprintf(p, sizeof p, "%s/old_temp/part-00000-of-00002.index", out);
+  ck_assert_int_eq(utimensat(AT_FDCWD, p, ts, 0), 0);
+  snprintf(p, sizeof p, "%s/old_temp", out);
+  ck_assert_int_eq(utimensat(AT_FDCWD, p, ts, 0), 0);
+  /* the sweep waits 2 s before each temp directory it found */
+  pthread_t t;
+  swap_arg a = {.marker = "PS_SLOW_AT=sweep: waiting"};
+  ck_assert_int_eq(pthread_create(&t, NULL, swapper, &a), 0);
+  ps_up("PS_SLOW_AT=sweep:2000", "5");
+  pthread_join(t, NULL);
+  ck_assert_msg(a.rc == 0, "swap: %s", strerror(a.rc));
+  snprintf(p, sizeof p, "%s/old_temp/part-00000-of-00002.index", out);
+  char *b = slurp(p, NULL);
+  ck_assert_msg(b != NULL, "%s outside the checkpoint directory was deleted", p);
+  ck_assert_str_eq(b, "victim");
+  free(b);
+  /* the directory the sweep held was swept */
+  ck_assert(!exists("%s/sub_moved/old_temp%s", ck, ""));
+  char *log = ps_log();
+  char named[400];
+  snprintf(named, sizeof named, "removed the leftover temp directory %s/sub/old_temp",
+           ck);
+  ck_assert_msg(strstr(log, named), "%s", log);
+  free(log);
+  ck_assert_int_eq(ps_term(30), 0);
+}
+END_TEST
+
+/* RestoreRequest{prefix: @prefix} */
+static size_t restore_req(uint8_t *b, const char *prefix) {
+  size_t n = strlen(prefix);
+  b[0] = 0x0a;
+  b[1] = (uint8_t)n;
+  memcpy(b + 2, prefix, n);
+  return n + 2;
+}
+
+typedef struct raw_arg {
+  const uint8_t *req;
+  size_t n;
+  int rc;
+  char msg[512];
+} raw_arg;
+
+static void *raw_restorer(void *arg) {
+  raw_arg *a = arg;
+  a->rc = raw("/paramserver.Ps/Restore", a->req, a->n, a->msg, sizeof a->msg);
+  return NULL;
+}
+
+/* A variable given another shape (assign with validate_shape off) after a
+ * restore read it and before the restore installs it: the restore fails
+ * with ABORTED naming it, and nothing it read is installed (the restore
+ * waits 3 s before each tensor; the reshape follows the first read of the
+ * data file, seen with inotify). */
+START_TEST(a_variable_reshaped_during_a_restore_aborts_it) {
+  ps_status st;
+  ps_up("PS_SLOW_AT=restore_tensor:3000", "5");
+  put_vars(2, 4, 1.5f);
+  PS_ASSERT_OK(ps_client_save(client, "first", NULL, NULL, NULL, &st), st);
+  put_vars(2, 4, 9.0f);
+  char data[600];
+  snprintf(data, sizeof data, "%s/first.data-00000-of-00001", ck);
+  int in = inotify_init1(IN_CLOEXEC);
+  ck_assert_int_ge(in, 0);
+  ck_assert_int_ge(inotify_add_watch(in, data, IN_ACCESS), 0);
+  uint8_t req[64];
+  raw_arg a = {.req = req, .n = restore_req(req, "first")};
+  pthread_t t;
+  ck_assert_int_eq(pthread_create(&t, NULL, raw_restorer, &a), 0);
+  struct pollfd pfd = {in, POLLIN, 0};
+  ck_assert_msg(poll(&pfd, 1, 60000) == 1, "the restore never read %s", data);
+  close(in);
+  /* v00 is read (v01 is 3 s away): v00 becomes [8] */
+  ps_tensor *t8 = ps_tensor_new(PS_DT_FLOAT, 1, (int64_t[]){8});
+  float *d = ps_tensor_data(t8);
+  for (int i = 0; i < 8; i++)
+    d[i] = 7.0f;
+  ps_update u = {.name = "v00", .op = PS_ASSIGN, .value = t8, .no_validate_shape = true};
+  PS_ASSERT_OK(ps_client_update(client, 0, &u, 1, &st), st);
+  ps_tensor_destroy(t8);
+  pthread_join(t, NULL);
+  ck_assert_msg(a.rc == PS_ABORTED && strstr(a.msg, "restoring v00: the variable changed "
+                                                    "shape during the restore"),
+                "%d %s", a.rc, a.msg);
+  /* nothing the restore read is installed */
+  ck_assert(all_are("v00", 8, 7.0f));
+  ck_assert(all_are("v01", 4, 9.0f));
+  char *log = ps_log();
+  ck_assert_msg(strstr(log, "changed shape during the restore"), "%s", log);
+  free(log);
+  ck_assert_int_eq(ps_term(30), 0);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("ckpt_hardening");
   TCase *tc = tcase_create("ckpt_hardening");
@@ -930,6 +1188,10 @@ static Suite *suite(void) {
   tcase_add_test(tc, a_failed_merge_removes_what_it_wrote);
   tcase_add_test(tc, a_merge_of_many_shards_is_refused_before_it_sizes_anything);
   tcase_add_test(tc, retention_never_deletes_outside_the_directory);
+  tcase_add_test(tc,
+                 a_directory_swapped_for_a_link_during_a_merge_keeps_retention_inside);
+  tcase_add_test(tc, a_directory_swapped_for_a_link_during_the_sweep_leads_nowhere);
+  tcase_add_test(tc, a_variable_reshaped_during_a_restore_aborts_it);
   suite_add_tcase(s, tc);
   return s;
 }
