@@ -85,6 +85,13 @@ if hostile list_flood; then
   else
     bad "psctl vars: List flood RSS ${rss:-?} kB (want < 200 MiB)" "$(cat "$dir/flood.time")"
   fi
+  # under a 1 GiB address-space limit (the old client segfaulted in an
+  # unchecked calloc); not under ASan, whose shadow memory needs more
+  if ! ldd "$PSCTL" 2> /dev/null | grep -q libasan; then
+    expect_clean "psctl vars: a List flood under prlimit --as=1G" 1 \
+      "ps/0 at $ADDR: List: entry 0 has no name" \
+      prlimit --as=$((1 << 30)) "$PSCTL" --cluster "$SPEC" vars
+  fi
   stop_hostile
 fi
 
