@@ -208,6 +208,16 @@ static int run_offline(psctl_args *a) {
   return 0;
 }
 
+/* "psctl: ps/1: MSG", unless MSG names the task already. */
+static void task_error(const psctl_args *a, int task, const ps_status *st) {
+  char t[128];
+  snprintf(t, sizeof t, "%s/%d ", a->job, task);
+  if (strncmp(st->msg, t, strlen(t)) == 0)
+    fprintf(stderr, "psctl: %s\n", st->msg);
+  else
+    fprintf(stderr, "psctl: %s/%d: %s\n", a->job, task, st->msg);
+}
+
 static int cmd_status(const psctl_args *a, ps_client *c, ps_status *st) {
   int rc = 0;
   for (int i = 0; i < ps_client_num_ps(c); i++) {
@@ -248,7 +258,7 @@ static int cmd_vars(const psctl_args *a, ps_client *c, ps_status *st) {
     ps_var_info *v;
     size_t n;
     if (ps_client_list(c, i, &v, &n, st) != 0) {
-      fprintf(stderr, "psctl: %s/%d: %s\n", a->job, i, st->msg);
+      task_error(a, i, st);
       rc = 1;
       continue;
     }
@@ -354,7 +364,7 @@ static int cmd_read(const psctl_args *a, ps_client *c, ps_status *st) {
     if (r == 0) {
       found = i;
     } else if (r != PS_NOT_FOUND) {
-      fprintf(stderr, "psctl: %s/%d: %s\n", a->job, i, st->msg);
+      task_error(a, i, st);
       down++;
     }
   }
