@@ -9,7 +9,7 @@
  * An input is a little-endian uint32 L, then L bytes of answer header (the
  * method's response message, raw), then the rest as the answer's bulk
  * bytes (inputs shorter than 4 bytes are a header alone).
- * ps_client_fuzz_answer decodes it against a typical request (Read: a
+ * fuzz_client_answer decodes it against a typical request (Read: a
  * plain read of "w", a read of "b" into a given float [2], a deduplicated
  * gather of "emb" at 80 ids (20 distinct), a gather of "tab" at 2 ids) and
  * fills the bulk ranges as the transport does.  Besides "no crash, no leak, no UB" it
@@ -28,8 +28,8 @@
 #include "driver.h"
 
 /* worker/client/client.c (not public API) */
-int ps_client_fuzz_answer(const char *method, const uint8_t *p, size_t n,
-                          const uint8_t *data, size_t ndata, ps_status *st);
+int fuzz_client_answer(const char *method, const uint8_t *p, size_t n,
+                       const uint8_t *data, size_t ndata, ps_status *st);
 
 static const char *method(void) {
 #ifdef PS_FUZZ_METHOD
@@ -58,7 +58,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     nb = size - 4 - nh;
   }
   ps_status st;
-  int code = ps_client_fuzz_answer(method(), hdr, nh, bulk, nb, &st);
+  int code = fuzz_client_answer(method(), hdr, nh, bulk, nb, &st);
   inputs++;
   codes[code >= 0 && code < 17 ? code : 16]++;
   if (code == PS_INVALID_ARGUMENT && strstr(st.msg, "no decoder for")) {

@@ -1903,9 +1903,10 @@ int ps_client_restore_vars(ps_client *c, int task, const char *prefix,
  * "Restore", "Shutdown") to a typical request of this client, fills the
  * bulk ranges it names from @data as the transport would (more or fewer
  * bytes fail as there), and frees everything.  0, or a code with @st set;
- * INVALID_ARGUMENT for an unknown @method.  Not part of the public API. */
-int ps_client_fuzz_answer(const char *method, const uint8_t *p, size_t n,
-                          const uint8_t *data, size_t ndata, ps_status *st);
+ * INVALID_ARGUMENT for an unknown @method.  Not public API: without the
+ * ps_ prefix, libpsworker.so does not export it. */
+int fuzz_client_answer(const char *method, const uint8_t *p, size_t n,
+                       const uint8_t *data, size_t ndata, ps_status *st);
 
 /* Read: a plain read, one into a given tensor, a deduplicated gather (80
  * ids, 20 distinct) and a plain one (2 ids). */
@@ -1958,8 +1959,8 @@ out:
   return rc;
 }
 
-int ps_client_fuzz_answer(const char *method, const uint8_t *p, size_t n,
-                          const uint8_t *data, size_t ndata, ps_status *st) {
+int fuzz_client_answer(const char *method, const uint8_t *p, size_t n,
+                       const uint8_t *data, size_t ndata, ps_status *st) {
   ps_status_clear(st);
   ps_rpc_segs sink = {0};
   int rc;
