@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Writes the seed corpus of fuzz_client (tests/fuzz/corpus_client/<Method>/):
-answers a real ps gives to the requests ps_client_fuzz_answer makes, and a
+answers a real ps gives to the requests fuzz_client_answer makes, and a
 few lies each.  Usage: gen_client_seeds.py DIR (default: next to this file).
 Each seed: uint32 little-endian L, L bytes of answer header, bulk bytes."""
 import os
