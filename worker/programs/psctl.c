@@ -284,10 +284,13 @@ static int cmd_save(const psctl_args *a, ps_client *c, ps_status *st) {
     for (int i = 0; i < nps; i++) {
       ps_read r = {.name = "global_step"};
       if (ps_client_read(c, i, &r, 1, st) == 0) {
-        snprintf(prefix, sizeof prefix, "model.ckpt-%lld",
-                 (long long)ps_elem_get(r.out->dtype, ps_tensor_data(r.out), 0));
+        /* a scalar, as a global step is; else no step in the name */
+        bool scalar = ps_tensor_num_elements(r.out) == 1;
+        if (scalar)
+          snprintf(prefix, sizeof prefix, "model.ckpt-%lld",
+                   (long long)ps_elem_get(r.out->dtype, ps_tensor_data(r.out), 0));
         ps_tensor_destroy(r.out);
-        break;
+        if (scalar) break;
       }
     }
   }
