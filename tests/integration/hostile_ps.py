@@ -17,6 +17,8 @@ them zeros and initialized), except the one MODE lies about:
   read_huge       Read announces float32 [2^40]
   read_wrong_name Read answers a tensor named "v" for "w"
   update_count    Update answers 0 versions for its updates
+  merge_empty     Merge answers no checkpoint name; global_step reads as
+                  float [0]
 """
 import struct
 import sys
@@ -149,6 +151,8 @@ def answer(method, header):
             return [field(1, tensor_meta(names[0], 1, [3, 0])), chunk(b"\0" * 12)]
         if MODE == "read_huge":
             return [field(1, tensor_meta(names[0], 1, [1 << 40]))]
+        if MODE == "merge_empty" and names == [b"global_step"]:
+            return [field(1, tensor_meta(b"global_step", 1, [0]))]
         if MODE == "read_wrong_name":
             return [field(1, tensor_meta(b"v", 1, []))] + [chunk(b"\0" * 4)]
         metas, data = b"", b""

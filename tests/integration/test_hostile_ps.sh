@@ -158,4 +158,13 @@ if hostile update_count; then
   stop_hostile
 fi
 
+# ---- a Merge answer that names no checkpoint (a sibling: every decoder
+# checks its answer); global_step is answered as float [0]
+if hostile merge_empty; then
+  expect_clean "psctl save: Merge naming no checkpoint" 1 \
+    "ps/0 at $ADDR: Merge: the answer names no checkpoint" \
+    "$PSCTL" --cluster "$SPEC" save
+  stop_hostile
+fi
+
 finish
