@@ -2093,6 +2093,9 @@ ps_rpc_channel *ps_rpc_channel_create_secure(const char *target,
   a[5] = (grpc_arg){.type = GRPC_ARG_INTEGER,
                     .key = GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
                     .value.integer = 1000};
+  if (sec && sec->max_recv_bytes > 0)
+    a[0].value.integer =
+        sec->max_recv_bytes > INT_MAX ? INT_MAX : (int)sec->max_recv_bytes;
   grpc_channel_args args = {6, a};
   grpc_channel_credentials *cc;
   if (sec && sec->ca_pem) {
@@ -2285,7 +2288,9 @@ static void ccall_recv_event(ccall *cc, int ok) {
     } else if (bb) {
       grpc_byte_buffer_destroy(bb);
     }
-    if (ok && bb != NULL && cc->err.code == PS_OK && cc->received < cc->sink.total) {
+    /* read on to the end of the stream: data past what the header announced
+     * is the server's error, seen at once, not a wait for the deadline */
+    if (ok && bb != NULL && cc->err.code == PS_OK) {
       if (!ccall_start_recv(cc)) cc->recv_done = 1;
     } else if (!ccall_start_status(cc)) {
       cc->recv_done = 1;
@@ -2297,10 +2302,12 @@ static void ccall_recv_event(ccall *cc, int ok) {
   grpc_byte_buffer *bb = cc->recv_bb;
   cc->recv_bb = NULL;
   if (ok && bb != NULL) {
-    if (consume_chunk(bb, &cc->sink, &cc->received, "response", &cc->err) != 0)
+    if (consume_chunk(bb, &cc->sink, &cc->received, r->method, &cc->err) != 0) {
+      cc->err.code = PS_INTERNAL; /* the server broke the protocol */
       ccall_local_error(cc);
+    }
     grpc_byte_buffer_destroy(bb);
-    if (cc->err.code == PS_OK && cc->received < cc->sink.total) {
+    if (cc->err.code == PS_OK) {
       if (!ccall_start_recv(cc)) cc->recv_done = 1;
       return;
     }

@@ -215,6 +215,9 @@ typedef struct ps_rpc_channel_security {
       server_name; /* name the server's certificate must have (NULL: the target's host) */
   const char
       *token; /* sent as "authorization: Bearer TOKEN" on every call (may be NULL) */
+  /* Response messages larger than this are refused by gRPC before they are
+   * buffered (RESOURCE_EXHAUSTED); 0: no limit. */
+  int64_t max_recv_bytes;
 } ps_rpc_channel_security;
 /* @sec may be NULL (ps_rpc_channel_create); its strings are copied. */
 ps_rpc_channel *ps_rpc_channel_create_secure(const char *target,

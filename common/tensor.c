@@ -13,6 +13,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 /* The numbers are TensorFlow's types.proto DataType values; they travel in
  * requests and checkpoints, so an edit of PS_DTYPE_LIST that changes one
@@ -335,8 +336,24 @@ static void advise_huge(void *p, size_t n) {
   if (e > a) madvise((void *)a, e - a, MADV_HUGEPAGE);
 }
 
+/* This machine's memory: no buffer larger is asked of the allocator (a
+ * size from outside, e.g. a .meta's [2^40] variable, fails as out of
+ * memory; under ASan such a request would abort instead). */
+static size_t phys_mem(void) {
+  static _Atomic size_t mem;
+  size_t m = atomic_load(&mem);
+  if (m == 0) {
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || psz <= 0 || ps_size_mul((size_t)pages, (size_t)psz, &m) != 0)
+      m = PS_SIZE_MAX;
+    atomic_store(&mem, m);
+  }
+  return m;
+}
+
 ps_buf *ps_buf_create(size_t size, bool zero) {
   if (size > PS_SIZE_MAX) return NULL; /* the rounding below cannot wrap */
+  if (size > phys_mem()) return NULL;
   ps_buf *b = malloc(sizeof *b);
   if (b == NULL) return NULL;
   size_t alloc = (size + 63) & ~(size_t)63;

@@ -6,7 +6,9 @@
  * reached the ps must not be applied twice). */
 #include "paramserver/client.h"
 
+#include <limits.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -17,6 +19,8 @@
 
 #include "common/log.h"
 #include "common/rpc.h"
+#include "common/tensor.h"
+#include "common/wire.h"
 #include "dedup.h"
 #include "ps.pb-c.h"
 
@@ -90,6 +94,7 @@ void ps_client_options_default(ps_client_options *o) {
   o->max_retries = 6;
   o->retry_initial_ms = 50;
   o->retry_max_ms = 2000;
+  o->max_message_bytes = PS_CLIENT_DEFAULT_MAX_MESSAGE_BYTES;
 }
 
 /* The files of ps_client_options' security settings, read and checked. */
@@ -206,6 +211,13 @@ ps_client *ps_client_create(const ps_cluster *cluster, const char *ps_job,
     ps_client_destroy(c);
     return NULL;
   }
+  /* a ps is input from outside: its answers are held to a size */
+  if (c->opt.max_message_bytes <= 0)
+    c->opt.max_message_bytes = PS_CLIENT_DEFAULT_MAX_MESSAGE_BYTES;
+  if (c->opt.max_message_bytes < PS_RPC_MIN_MESSAGE_BYTES)
+    c->opt.max_message_bytes = PS_RPC_MIN_MESSAGE_BYTES;
+  if (c->opt.max_message_bytes > INT_MAX) c->opt.max_message_bytes = INT_MAX;
+  sec.ch.max_recv_bytes = c->opt.max_message_bytes;
   for (int i = 0; i < n; i++) {
     const char *a = ps_cluster_address(cluster, job, i);
     if (a == NULL) {
@@ -311,9 +323,83 @@ static void annotate(ps_client *c, int task, ps_status *st) {
     ps_status_prefix(st, "ps/%d at %s", task, c->addrs[task]);
     tls_hint(c, st);
     break;
+  case PS_RESOURCE_EXHAUSTED: {
+    /* gRPC's own text when an answer is over this client's limit */
+    char ours[64];
+    snprintf(ours, sizeof ours, "vs. %lld)", (long long)c->opt.max_message_bytes);
+    if (strstr(st->msg, "Received message larger than max") && strstr(st->msg, ours)) {
+      ps_status_prefix(st, "ps/%d at %s", task, c->addrs[task]);
+      size_t n = strlen(st->msg);
+      snprintf(st->msg + n, sizeof st->msg - n,
+               ": an answer over the limit of %lld bytes (--max-message-bytes)",
+               (long long)c->opt.max_message_bytes);
+    }
+    break;
+  }
   default:
     break;
   }
+}
+
+/* ---- answers ----
+ *
+ * A ps is input from outside: every answer is checked against its request
+ * (counts, names, dtypes, shapes, byte sizes) before anything is used or
+ * allocated, and a call answered OK without its header message fails.
+ * Each decoder runs through on_answer, which notes that the header came. */
+
+typedef int (*parse_fn)(void *, const uint8_t *, size_t, ps_rpc_segs *, ps_status *);
+
+typedef struct answer {
+  parse_fn parse;
+  void *user;
+  const char *about; /* a variable the call is about, for errors (or NULL) */
+  bool seen;         /* the header arrived */
+} answer;
+
+static int on_answer(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
+                     ps_status *st) {
+  answer *a = user;
+  a->seen = true;
+  return a->parse(a->user, p, n, sink, st);
+}
+
+/* "Read" of "/paramserver.Ps/Read". */
+static const char *method_name(const char *method) {
+  const char *s = strrchr(method, '/');
+  return s ? s + 1 : method;
+}
+
+/* INTERNAL: the ps broke the protocol ("Read: ..."); the task is added by
+ * annotate(). */
+static int bad_answer(ps_status *st, const char *method, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int bad_answer(ps_status *st, const char *method, const char *fmt, ...) {
+  char m[PS_STATUS_MSG_MAX];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(m, sizeof m, fmt, ap);
+  va_end(ap);
+  return ps_status_set(st, PS_INTERNAL, "%s: %s", method_name(method), m);
+}
+
+static void answer_init(ps_rpc_req *r, answer *a, parse_fn parse, void *user,
+                        const char *about) {
+  *a = (answer){.parse = parse, .user = user, .about = about};
+  if (parse == NULL) return;
+  r->on_header = on_answer;
+  r->user = a;
+}
+
+/* An OK call whose header never came fails. */
+static void answer_check(ps_rpc_req *r) {
+  if (r->on_header != on_answer || r->st.code != PS_OK) return;
+  const answer *a = r->user;
+  if (a->seen) return;
+  if (a->about)
+    bad_answer(&r->st, r->method, "the answer has no header (variable %s)", a->about);
+  else
+    bad_answer(&r->st, r->method, "the answer has no header");
 }
 
 /* Runs @reqs (one per task in @tasks); retries UNAVAILABLE ones if @safe. */
@@ -358,6 +444,7 @@ static void run_reqs(ps_client *c, ps_rpc_req *reqs, const int *tasks, size_t n,
           again[k] = reqs[i];
           again[k].priv_ = NULL;
           ps_status_clear(&again[k].st);
+          if (again[k].on_header == on_answer) ((answer *)again[k].user)->seen = false;
           k++;
         }
       ps_rpc_run(again, k);
@@ -370,8 +457,10 @@ static void run_reqs(ps_client *c, ps_rpc_req *reqs, const int *tasks, size_t n,
       free(which);
     }
   }
-  for (size_t i = 0; i < n; i++)
+  for (size_t i = 0; i < n; i++) {
+    answer_check(&reqs[i]);
     annotate(c, tasks[i], &reqs[i].st);
+  }
 }
 
 static void req_init(ps_client *c, ps_rpc_req *r, int task, const char *method,
@@ -386,15 +475,13 @@ static void req_init(ps_client *c, ps_rpc_req *r, int task, const char *method,
 
 /* One control call with a unary response parsed by @parse. */
 static int control_call(ps_client *c, int task, const char *method,
-                        const ProtobufCMessage *msg, bool safe,
-                        int (*parse)(void *, const uint8_t *, size_t, ps_rpc_segs *,
-                                     ps_status *),
+                        const ProtobufCMessage *msg, bool safe, parse_fn parse,
                         void *user, ps_status *st) {
   if (check_task(c, task, st)) return st->code;
   ps_rpc_req r;
+  answer a;
   req_init(c, &r, task, method, msg, true, false);
-  r.on_header = parse;
-  r.user = user;
+  answer_init(&r, &a, parse, user, NULL);
   run_reqs(c, &r, &task, 1, safe);
   if (st) *st = r.st;
   return r.st.code;
@@ -417,6 +504,117 @@ static void init_to_proto(const ps_init_spec *in, Paramserver__Initializer *p) {
   p->mode = (char *)modes[in->mode % 3];
   p->distribution = (char *)dists[in->distribution % 3];
   p->seed = in->seed;
+}
+
+/* ---- checks of answers ---- */
+
+/* Strings of an answer with control characters, or over the limit of a
+ * name, are refused before anything is unpacked (a name printed by psctl
+ * must not carry terminal escapes). */
+static int wire_ok(const ProtobufCMessageDescriptor *d, const char *method,
+                   const uint8_t *p, size_t n, ps_status *st) {
+  ps_status w;
+  ps_status_clear(&w);
+  if (ps_wire_check_strings(d, p, n, "answer", &w) == 0) return 0;
+  return bad_answer(st, method, "%s", w.msg);
+}
+
+/* The bytes of the biggest tensor an answer may announce: this machine's
+ * memory.  Checked before the allocator is asked. */
+static size_t tensor_limit(void) {
+  static _Atomic size_t lim;
+  size_t l = atomic_load(&lim);
+  if (l == 0) {
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || psz <= 0 || ps_size_mul((size_t)pages, (size_t)psz, &l) != 0)
+      l = PS_SIZE_MAX;
+    atomic_store(&lim, l);
+  }
+  return l;
+}
+
+/* Reads a varint at *@q (before @end); -1 if malformed. */
+static int wire_varint(const uint8_t **q, const uint8_t *end, uint64_t *v) {
+  *v = 0;
+  for (int shift = 0; shift < 64; shift += 7) {
+    if (*q >= end) return -1;
+    uint8_t b = *(*q)++;
+    *v |= (uint64_t)(b & 0x7f) << shift;
+    if (!(b & 0x80)) return 0;
+  }
+  return -1;
+}
+
+/* The next top-level field at *@q: its number, and for a length-delimited
+ * one its bytes (@val, @len; else @val NULL).  1: a field, 0: the end,
+ * -1: malformed. */
+static int wire_next(const uint8_t **q, const uint8_t *end, uint64_t *field,
+                     const uint8_t **val, size_t *len) {
+  if (*q >= end) return 0;
+  uint64_t key, v;
+  if (wire_varint(q, end, &key) != 0) return -1;
+  *field = key >> 3;
+  *val = NULL;
+  *len = 0;
+  switch (key & 7) {
+  case 0:
+    return wire_varint(q, end, &v) == 0 ? 1 : -1;
+  case 1:
+  case 5: {
+    size_t w = (key & 7) == 1 ? 8 : 4;
+    if ((size_t)(end - *q) < w) return -1;
+    *q += w;
+    return 1;
+  }
+  case 2:
+    if (wire_varint(q, end, &v) != 0 || v > (uint64_t)(end - *q)) return -1;
+    *val = *q;
+    *len = (size_t)v;
+    *q += v;
+    return 1;
+  default:
+    return -1;
+  }
+}
+
+/* A shape and dtype of an answer: a dtype with a size, a rank of at most
+ * PS_MAX_RANK, dims >= 0, a byte size that fits and that this machine
+ * could hold (*@bytes). */
+static int answer_shape(int task, const char *method, const char *name, int dtype,
+                        const int64_t *dims, size_t rank, ps_shape *out, size_t *bytes,
+                        ps_status *st) {
+  if (ps_dtype_size(dtype) == 0)
+    return bad_answer(st, method, "variable %s has dtype %d, not a dtype", name, dtype);
+  if (rank > PS_MAX_RANK)
+    return bad_answer(st, method, "variable %s has rank %zu, above the maximum of %d",
+                      name, rank, PS_MAX_RANK);
+  for (size_t i = 0; i < rank; i++)
+    if (dims[i] < 0)
+      return bad_answer(st, method, "variable %s has a negative dimension (%lld)", name,
+                        (long long)dims[i]);
+  ps_shape_set(out, dims, rank, NULL);
+  size_t b;
+  char sh[256];
+  if (ps_size_bytes(dtype, out, &b) != 0)
+    return bad_answer(st, method, "variable %s: %s of shape %s has too many bytes", name,
+                      ps_dtype_name(dtype), ps_shape_format(out, sh, sizeof sh));
+  if (b > tensor_limit())
+    return ps_status_set(st, PS_RESOURCE_EXHAUSTED,
+                         "ps/%d: %s: variable %s: %s of shape %s is %zu bytes, more "
+                         "than this machine's memory (%zu bytes)",
+                         task, method_name(method), name, ps_dtype_name(dtype),
+                         ps_shape_format(out, sh, sizeof sh), b, tensor_limit());
+  *bytes = b;
+  return 0;
+}
+
+/* Every string of an answer's list is a name: not empty. */
+static int names_ok(const char *method, const char *what, char **v, size_t n,
+                    ps_status *st) {
+  for (size_t i = 0; i < n; i++)
+    if (v[i] == NULL || v[i][0] == '\0')
+      return bad_answer(st, method, "%s %zu is empty", what, i);
+  return 0;
 }
 
 /* ---- the checkpoint key space across tasks ---- */
@@ -584,17 +782,25 @@ int ps_client_create_vars(ps_client *c, int task, const ps_var_spec *specs, size
 
 typedef struct init_out {
   size_t n;
+  size_t asked; /* names in the request (0: every variable) */
 } init_out;
 
 static int parse_initialize(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
                             ps_status *st) {
+  init_out *o = user;
+  if (wire_ok(&paramserver__initialize_response__descriptor, M_INITIALIZE, p, n, st))
+    return st->code;
   Paramserver__InitializeResponse *r =
       paramserver__initialize_response__unpack(NULL, n, p);
-  if (r == NULL)
-    return ps_status_set(st, PS_INTERNAL, "Initialize: response does not parse");
-  ((init_out *)user)->n = r->n_initialized;
+  if (r == NULL) return bad_answer(st, M_INITIALIZE, "the answer does not parse");
+  int rc =
+      names_ok(M_INITIALIZE, "initialized name", r->initialized, r->n_initialized, st);
+  if (rc == 0 && o->asked > 0 && r->n_initialized > o->asked)
+    rc = bad_answer(st, M_INITIALIZE, "%zu variables initialized for %zu names",
+                    r->n_initialized, o->asked);
+  if (rc == 0) o->n = r->n_initialized;
   paramserver__initialize_response__free_unpacked(r, NULL);
-  return 0;
+  return rc;
 }
 
 int ps_client_initialize(ps_client *c, int task, const char *const *names, size_t n,
@@ -603,7 +809,7 @@ int ps_client_initialize(ps_client *c, int task, const char *const *names, size_
   req.names = (char **)names;
   req.n_names = n;
   req.only_uninitialized = only_uninitialized;
-  init_out out = {0};
+  init_out out = {0, n};
   int rc = control_call(c, task, M_INITIALIZE, &req.base, only_uninitialized,
                         parse_initialize, &out, st);
   if (ninit) *ninit = out.n;
@@ -613,6 +819,7 @@ int ps_client_initialize(ps_client *c, int task, const char *const *names, size_
 typedef struct bools_out {
   bool *out;
   size_t n;
+  const char *first; /* the first name asked, for errors */
 } bools_out;
 
 static int parse_is_init(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
@@ -620,12 +827,15 @@ static int parse_is_init(void *user, const uint8_t *p, size_t n, ps_rpc_segs *si
   bools_out *o = user;
   Paramserver__IsInitializedResponse *r =
       paramserver__is_initialized_response__unpack(NULL, n, p);
-  if (r == NULL)
-    return ps_status_set(st, PS_INTERNAL, "IsInitialized: response does not parse");
-  for (size_t i = 0; i < o->n && i < r->n_initialized; i++)
+  if (r == NULL) return bad_answer(st, M_IS_INIT, "the answer does not parse");
+  int rc = 0;
+  if (o->n > 0 && r->n_initialized != o->n)
+    rc = bad_answer(st, M_IS_INIT, "%zu answers for %zu names (%s%s)", r->n_initialized,
+                    o->n, o->first, o->n > 1 ? ", ..." : "");
+  for (size_t i = 0; rc == 0 && i < o->n; i++)
     o->out[i] = r->initialized[i];
   paramserver__is_initialized_response__free_unpacked(r, NULL);
-  return 0;
+  return rc;
 }
 
 int ps_client_is_initialized(ps_client *c, int task, const char *const *names, size_t n,
@@ -633,29 +843,42 @@ int ps_client_is_initialized(ps_client *c, int task, const char *const *names, s
   Paramserver__NamesRequest req = PARAMSERVER__NAMES_REQUEST__INIT;
   req.names = (char **)names;
   req.n_names = n;
-  bools_out o = {out, n};
+  bools_out o = {out, n, n ? names[0] : ""};
   return control_call(c, task, M_IS_INIT, &req.base, true, parse_is_init, &o, st);
 }
 
 typedef struct names_out {
   char **names;
   size_t n;
+  size_t asked; /* names in the request (0: every variable) */
 } names_out;
 
 static int parse_report(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
                         ps_status *st) {
   names_out *o = user;
+  if (wire_ok(&paramserver__report_uninitialized_response__descriptor, M_REPORT, p, n,
+              st))
+    return st->code;
   Paramserver__ReportUninitializedResponse *r =
       paramserver__report_uninitialized_response__unpack(NULL, n, p);
-  if (r == NULL)
-    return ps_status_set(st, PS_INTERNAL, "ReportUninitialized: response does not parse");
+  if (r == NULL) return bad_answer(st, M_REPORT, "the answer does not parse");
   ps_client_free_names(o->names, o->n);
-  o->names = calloc(r->n_names + 1, sizeof *o->names);
-  o->n = r->n_names;
-  for (size_t i = 0; i < r->n_names; i++)
-    o->names[i] = strdup(r->names[i]);
+  o->names = NULL;
+  o->n = 0;
+  int rc = names_ok(M_REPORT, "name", r->names, r->n_names, st);
+  if (rc == 0 && o->asked > 0 && r->n_names > o->asked)
+    rc = bad_answer(st, M_REPORT, "%zu uninitialized variables for %zu names", r->n_names,
+                    o->asked);
+  if (rc == 0 && (o->names = calloc(r->n_names + 1, sizeof *o->names)) == NULL)
+    rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+  for (size_t i = 0; rc == 0 && i < r->n_names; i++) {
+    if ((o->names[i] = strdup(r->names[i])) == NULL)
+      rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+    else
+      o->n++;
+  }
   paramserver__report_uninitialized_response__free_unpacked(r, NULL);
-  return 0;
+  return rc;
 }
 
 int ps_client_report_uninitialized(ps_client *c, int task, const char *const *names,
@@ -663,7 +886,7 @@ int ps_client_report_uninitialized(ps_client *c, int task, const char *const *na
   Paramserver__NamesRequest req = PARAMSERVER__NAMES_REQUEST__INIT;
   req.names = (char **)names;
   req.n_names = n;
-  names_out o = {NULL, 0};
+  names_out o = {NULL, 0, n};
   int rc = control_call(c, task, M_REPORT, &req.base, true, parse_report, &o, st);
   if (rc != 0) {
     ps_client_free_names(o.names, o.n);
@@ -686,12 +909,25 @@ static int copy_names(char **in, size_t n, char ***out, size_t *nout, ps_status 
   return 0;
 }
 
+typedef struct delete_out {
+  ps_delete_result *out;
+  size_t asked;
+} delete_out;
+
 static int parse_delete(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
                         ps_status *st) {
-  ps_delete_result *o = user;
+  delete_out *d = user;
+  ps_delete_result *o = d->out;
+  if (wire_ok(&paramserver__delete_response__descriptor, M_DELETE, p, n, st))
+    return st->code;
   Paramserver__DeleteResponse *r = paramserver__delete_response__unpack(NULL, n, p);
-  if (r == NULL) return ps_status_set(st, PS_INTERNAL, "Delete: response does not parse");
-  int rc = copy_names(r->deleted, r->n_deleted, &o->deleted, &o->ndeleted, st);
+  if (r == NULL) return bad_answer(st, M_DELETE, "the answer does not parse");
+  int rc = names_ok(M_DELETE, "deleted name", r->deleted, r->n_deleted, st);
+  if (rc == 0) rc = names_ok(M_DELETE, "missing name", r->missing, r->n_missing, st);
+  if (rc == 0 && r->n_missing > d->asked)
+    rc = bad_answer(st, M_DELETE, "%zu names missing of %zu asked", r->n_missing,
+                    d->asked);
+  if (rc == 0) rc = copy_names(r->deleted, r->n_deleted, &o->deleted, &o->ndeleted, st);
   if (rc == 0) rc = copy_names(r->missing, r->n_missing, &o->missing, &o->nmissing, st);
   paramserver__delete_response__free_unpacked(r, NULL);
   return rc;
@@ -712,7 +948,8 @@ int ps_client_delete(ps_client *c, int task, const char *const *names, size_t n,
   req.with_slots = (flags & PS_DELETE_SLOTS) != 0;
   req.missing_ok = (flags & PS_DELETE_MISSING_OK) != 0;
   ps_delete_result o = {0};
-  int rc = control_call(c, task, M_DELETE, &req.base, false, parse_delete, &o, st);
+  delete_out d = {&o, n};
+  int rc = control_call(c, task, M_DELETE, &req.base, false, parse_delete, &d, st);
   if (rc != 0 || out == NULL) ps_delete_result_free(&o);
   if (out) *out = o;
   return rc;
@@ -744,6 +981,7 @@ void ps_client_free_names(char **names, size_t n) {
 /* ---- updates ---- */
 
 typedef struct upd_build {
+  answer ans;
   Paramserver__UpdateRequest req;
   Paramserver__Update *us;
   Paramserver__Update **up;
@@ -868,16 +1106,23 @@ static int parse_update(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sin
                         ps_status *st) {
   ps_task_updates *t = user;
   Paramserver__UpdateResponse *r = paramserver__update_response__unpack(NULL, n, p);
-  if (r == NULL) return ps_status_set(st, PS_INTERNAL, "Update: response does not parse");
-  for (size_t i = 0; i < t->n; i++) {
+  if (r == NULL) return bad_answer(st, M_UPDATE, "the answer does not parse");
+  int rc = 0;
+  if (r->n_versions != t->n || (r->n_stale != 0 && r->n_stale != t->n) ||
+      (r->n_sync_steps != 0 && r->n_sync_steps != t->n))
+    rc = bad_answer(st, M_UPDATE,
+                    "%zu versions, %zu stale flags and %zu steps for %zu updates (%s%s)",
+                    r->n_versions, r->n_stale, r->n_sync_steps, t->n,
+                    t->n ? t->updates[0].name : "", t->n > 1 ? ", ..." : "");
+  for (size_t i = 0; rc == 0 && i < t->n; i++) {
     ps_update_result *res = t->updates[i].result;
     if (res == NULL) continue;
-    res->version = i < r->n_versions ? r->versions[i] : 0;
+    res->version = r->versions[i];
     res->stale = i < r->n_stale && r->stale[i];
     res->sync_step = i < r->n_sync_steps ? r->sync_steps[i] : 0;
   }
   paramserver__update_response__free_unpacked(r, NULL);
-  return 0;
+  return rc;
 }
 
 /* Builds task @t's Update request into @b and @r; @combine: repeated ids
@@ -888,8 +1133,7 @@ static int upd_request(ps_client *c, ps_task_updates *t, upd_build *b, ps_rpc_re
   if (rc != 0) return rc;
   req_init(c, r, t->task, M_UPDATE, &b->req.base, true, true);
   r->send = &b->segs;
-  r->on_header = parse_update;
-  r->user = t;
+  answer_init(r, &b->ans, parse_update, t, t->n ? t->updates[0].name : NULL);
   return 0;
 }
 
@@ -944,6 +1188,7 @@ int ps_client_update(ps_client *c, int task, const ps_update *u, size_t n,
 /* ---- reads ---- */
 
 typedef struct read_build {
+  answer ans;
   bool *allocated; /* outputs this call allocated (freed again on failure) */
   Paramserver__ReadRequest req;
   Paramserver__ReadItem *items;
@@ -959,61 +1204,87 @@ typedef struct read_build {
 static int parse_read(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
                       ps_status *st) {
   read_build *b = user;
+  /* counted on the wire: a flood of empty entries is never unpacked */
+  size_t nt = ps_wire_count_field(p, n, 1);
+  if (nt != b->t->n)
+    return bad_answer(st, M_READ, "%zu tensors for %zu variables (%s%s)", nt, b->t->n,
+                      b->t->n ? b->t->reads[0].name : "", b->t->n > 1 ? ", ..." : "");
+  if (wire_ok(&paramserver__read_response__descriptor, M_READ, p, n, st)) return st->code;
   Paramserver__ReadResponse *r = paramserver__read_response__unpack(NULL, n, p);
-  if (r == NULL) return ps_status_set(st, PS_INTERNAL, "Read: response does not parse");
+  if (r == NULL) return bad_answer(st, M_READ, "the answer does not parse");
   int rc = 0;
   if (r->n_tensors != b->t->n)
-    rc = ps_status_set(st, PS_INTERNAL, "Read: %zu tensors for %zu items", r->n_tensors,
-                       b->t->n);
+    rc = bad_answer(st, M_READ, "%zu tensors for %zu variables", r->n_tensors, b->t->n);
   for (size_t i = 0; i < r->n_tensors && rc == 0; i++) {
     Paramserver__TensorMeta *m = r->tensors[i];
     ps_read *rd = &b->t->reads[i];
-    ps_shape shape;
-    if (ps_shape_set(&shape, m->shape, m->n_shape, st) != 0 ||
-        ps_dtype_size(m->dtype) == 0) {
-      rc = ps_status_set(st, PS_INTERNAL, "Read %s: bad tensor metadata", m->name);
+    if (strcmp(m->name, rd->name) != 0) {
+      rc = bad_answer(st, M_READ, "tensor %zu is %s, the variable asked for is %s", i,
+                      m->name, rd->name);
       break;
     }
-    size_t need = (size_t)ps_shape_num_elements(&shape) * ps_dtype_size(m->dtype);
+    ps_shape shape;
+    size_t need;
+    if ((rc = answer_shape(b->t->task, M_READ, rd->name, m->dtype, m->shape, m->n_shape,
+                           &shape, &need, st)) != 0)
+      break;
     const ps_gather_dedup *dd = &b->dd[i];
+    if (rd->indices && dd->uix == NULL &&
+        (shape.rank < 1 || shape.dim[0] != rd->indices->shape.dim[0])) {
+      rc = bad_answer(st, M_READ, "variable %s: %lld rows for %lld ids", rd->name,
+                      (long long)(shape.rank ? shape.dim[0] : 0),
+                      (long long)rd->indices->shape.dim[0]);
+      break;
+    }
     if (dd->uix) { /* nu distinct rows come; the caller gets all n */
-      if (shape.rank < 1 || shape.dim[0] != dd->nu) {
-        rc = ps_status_set(st, PS_INTERNAL, "Read %s: %lld rows for %lld ids", m->name,
-                           (long long)(shape.rank ? shape.dim[0] : 0), (long long)dd->nu);
+      if (shape.rank < 1 || shape.dim[0] != dd->nu || dd->nu <= 0) {
+        rc = bad_answer(st, M_READ, "variable %s: %lld rows for %lld ids", rd->name,
+                        (long long)(shape.rank ? shape.dim[0] : 0), (long long)dd->nu);
         break;
       }
       b->row_bytes[i] = need / (size_t)dd->nu;
-      b->rows[i] = malloc(need ? need : 1);
-      if (b->rows[i] == NULL) {
-        rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED,
-                           "read %s: cannot allocate %zu bytes", m->name, need);
+      size_t all;
+      if (ps_size_mul(b->row_bytes[i], (size_t)dd->n, &all) != 0 ||
+          all > tensor_limit()) {
+        rc = ps_status_set(
+            st, PS_RESOURCE_EXHAUSTED,
+            "ps/%d: Read: variable %s: %lld rows of %zu bytes are more than "
+            "this machine's memory",
+            b->t->task, rd->name, (long long)dd->n, b->row_bytes[i]);
         break;
       }
-      ps_rpc_segs_add(sink, b->rows[i], need, NULL);
+      b->rows[i] = malloc(need ? need : 1);
+      if (b->rows[i] == NULL || ps_rpc_segs_add(sink, b->rows[i], need, NULL) != 0) {
+        rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED,
+                           "read %s: cannot allocate %zu bytes", rd->name, need);
+        break;
+      }
       shape.dim[0] = dd->n;
-      need = b->row_bytes[i] * (size_t)dd->n;
+      need = all;
     }
     if (rd->out &&
         (rd->out->dtype != (ps_dtype)m->dtype || ps_tensor_nbytes(rd->out) != need)) {
       char a[128], bb[128];
       rc = ps_status_set(st, PS_INVALID_ARGUMENT,
-                         "read %s: destination is %s %s, the variable is %s %s", m->name,
+                         "read %s: destination is %s %s, the variable is %s %s", rd->name,
                          ps_dtype_name(rd->out->dtype),
                          ps_shape_format(&rd->out->shape, a, sizeof a),
                          ps_dtype_name(m->dtype), ps_shape_format(&shape, bb, sizeof bb));
       break;
     }
     if (rd->out == NULL) {
-      b->allocated[i] = true;
       rd->out = ps_tensor_create((ps_dtype)m->dtype, &shape, false);
       if (rd->out == NULL) {
         rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED,
-                           "read %s: cannot allocate %zu bytes", m->name, need);
+                           "read %s: cannot allocate %zu bytes", rd->name, need);
         break;
       }
+      b->allocated[i] = true;
     }
     rd->out->shape = shape;
-    if (dd->uix == NULL) ps_rpc_segs_add(sink, ps_tensor_data(rd->out), need, NULL);
+    if (dd->uix == NULL &&
+        ps_rpc_segs_add(sink, ps_tensor_data(rd->out), need, NULL) != 0)
+      rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
   }
   paramserver__read_response__free_unpacked(r, NULL);
   return rc;
@@ -1094,8 +1365,8 @@ static int read_many(ps_client *c, ps_task_reads *t, size_t n, bool dedup,
     if ((rc = read_build_init(&bs[i], &t[i], dedup ? &c->memo : NULL, st)) != 0) goto out;
     req_init(c, &reqs[i], t[i].task, M_READ, &bs[i].req.base, false, true);
     reqs[i].send = &bs[i].segs;
-    reqs[i].on_header = parse_read;
-    reqs[i].user = &bs[i];
+    answer_init(&reqs[i], &bs[i].ans, parse_read, &bs[i],
+                t[i].n ? t[i].reads[0].name : NULL);
     tasks[i] = t[i].task;
   }
   run_reqs(c, reqs, tasks, n, true);
@@ -1153,33 +1424,81 @@ typedef struct list_out {
   int task;
 } list_out;
 
+/* One entry of a List answer, checked, appended to @o. */
+static int list_add(list_out *o, size_t *cap, size_t i, const Paramserver__VarInfo *vi,
+                    ps_status *st) {
+  if (vi->name[0] == '\0') return bad_answer(st, M_LIST, "entry %zu has no name", i);
+  ps_var_info v = {.dtype = (ps_dtype)vi->dtype,
+                   .bytes = vi->bytes,
+                   .initialized = vi->initialized,
+                   .version = vi->version,
+                   .task = o->task,
+                   .offset = vi->offset};
+  size_t bytes;
+  if (answer_shape(o->task, M_LIST, vi->name, vi->dtype, vi->shape, vi->n_shape, &v.shape,
+                   &bytes, st) != 0)
+    return st->code;
+  if (vi->bytes < 0 || (size_t)vi->bytes != bytes)
+    return bad_answer(st, M_LIST, "variable %s has %lld bytes, its shape %zu", vi->name,
+                      (long long)vi->bytes, bytes);
+  bool part = vi->full_name && vi->full_name[0];
+  if (part) {
+    size_t fb;
+    int64_t n = ps_shape_num_elements(&v.shape);
+    if (answer_shape(o->task, M_LIST, vi->full_name, vi->dtype, vi->full_shape,
+                     vi->n_full_shape, &v.full_shape, &fb, st) != 0)
+      return st->code;
+    if (vi->offset < 0 || vi->offset > ps_shape_num_elements(&v.full_shape) - n)
+      return bad_answer(st, M_LIST, "variable %s: offset %lld is outside %s", vi->name,
+                        (long long)vi->offset, vi->full_name);
+  } else {
+    v.offset = 0;
+  }
+  if (o->n == *cap) {
+    size_t nc = *cap ? *cap * 2 : 16;
+    ps_var_info *nv = realloc(o->v, (nc + 1) * sizeof *nv);
+    if (nv == NULL) return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+    o->v = nv;
+    *cap = nc;
+  }
+  v.name = strdup(vi->name);
+  v.full_name = part ? strdup(vi->full_name) : NULL;
+  if (v.name == NULL || (part && v.full_name == NULL)) {
+    free(v.name);
+    free(v.full_name);
+    return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  o->v[o->n++] = v;
+  return 0;
+}
+
+/* The entries are unpacked one at a time and checked as they come, so a
+ * flood of empty or bad ones stops at the first. */
 static int parse_list(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
                       ps_status *st) {
   list_out *o = user;
-  Paramserver__ListResponse *r = paramserver__list_response__unpack(NULL, n, p);
-  if (r == NULL) return ps_status_set(st, PS_INTERNAL, "List: response does not parse");
   ps_client_free_var_info(o->v, o->n);
-  o->v = calloc(r->n_vars + 1, sizeof *o->v);
-  o->n = r->n_vars;
-  for (size_t i = 0; i < r->n_vars; i++) {
-    Paramserver__VarInfo *vi = r->vars[i];
-    o->v[i].name = strdup(vi->name);
-    o->v[i].dtype = (ps_dtype)vi->dtype;
-    ps_shape_set(&o->v[i].shape, vi->shape,
-                 vi->n_shape > PS_MAX_RANK ? PS_MAX_RANK : vi->n_shape, NULL);
-    o->v[i].bytes = vi->bytes;
-    o->v[i].initialized = vi->initialized;
-    o->v[i].version = vi->version;
-    o->v[i].task = o->task;
-    if (vi->full_name && vi->full_name[0]) {
-      o->v[i].full_name = strdup(vi->full_name);
-      ps_shape_set(&o->v[i].full_shape, vi->full_shape,
-                   vi->n_full_shape > PS_MAX_RANK ? PS_MAX_RANK : vi->n_full_shape, NULL);
-      o->v[i].offset = vi->offset;
+  o->v = NULL;
+  o->n = 0;
+  if (wire_ok(&paramserver__list_response__descriptor, M_LIST, p, n, st)) return st->code;
+  const uint8_t *q = p, *end = p + n, *val;
+  uint64_t field;
+  size_t len, cap = 0, i = 0;
+  int w, rc = 0;
+  while (rc == 0 && (w = wire_next(&q, end, &field, &val, &len)) > 0) {
+    if (field != 1) continue;
+    Paramserver__VarInfo *vi = val ? paramserver__var_info__unpack(NULL, len, val) : NULL;
+    if (vi == NULL) {
+      rc = bad_answer(st, M_LIST, "entry %zu does not parse", i);
+      break;
     }
+    rc = list_add(o, &cap, i++, vi, st);
+    paramserver__var_info__free_unpacked(vi, NULL);
   }
-  paramserver__list_response__free_unpacked(r, NULL);
-  return 0;
+  if (rc == 0 && w < 0) rc = bad_answer(st, M_LIST, "the answer does not parse");
+  if (rc == 0 && o->v == NULL && (o->v = calloc(1, sizeof *o->v)) == NULL)
+    rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+  return rc;
 }
 
 int ps_client_list(ps_client *c, int task, ps_var_info **out, size_t *n, ps_status *st) {
@@ -1208,18 +1527,30 @@ void ps_client_free_var_info(ps_var_info *v, size_t n) {
 static int parse_status(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
                         ps_status *st) {
   ps_task_status *o = user;
+  if (wire_ok(&paramserver__status_response__descriptor, M_STATUS, p, n, st))
+    return st->code;
   Paramserver__StatusResponse *r = paramserver__status_response__unpack(NULL, n, p);
-  if (r == NULL) return ps_status_set(st, PS_INTERNAL, "Status: response does not parse");
-  snprintf(o->task, sizeof o->task, "%s", r->task);
-  snprintf(o->address, sizeof o->address, "%s", r->address);
-  snprintf(o->version, sizeof o->version, "%s", r->version);
-  o->num_vars = r->num_vars;
-  o->bytes = r->bytes;
-  o->pid = r->pid;
-  o->rpcs = r->rpcs;
-  o->uptime_secs = r->uptime_secs;
+  if (r == NULL) return bad_answer(st, M_STATUS, "the answer does not parse");
+  int rc = 0;
+  if (r->num_vars < 0 || r->bytes < 0 || r->rpcs < 0 || r->pid < 0 ||
+      !(r->uptime_secs >= 0))
+    rc = bad_answer(st, M_STATUS,
+                    "a negative count (vars %lld, bytes %lld, rpcs %lld, "
+                    "pid %lld, uptime %g)",
+                    (long long)r->num_vars, (long long)r->bytes, (long long)r->rpcs,
+                    (long long)r->pid, r->uptime_secs);
+  if (rc == 0) {
+    snprintf(o->task, sizeof o->task, "%s", r->task);
+    snprintf(o->address, sizeof o->address, "%s", r->address);
+    snprintf(o->version, sizeof o->version, "%s", r->version);
+    o->num_vars = r->num_vars;
+    o->bytes = r->bytes;
+    o->pid = r->pid;
+    o->rpcs = r->rpcs;
+    o->uptime_secs = r->uptime_secs;
+  }
   paramserver__status_response__free_unpacked(r, NULL);
-  return 0;
+  return rc;
 }
 
 int ps_client_status(ps_client *c, int task, ps_task_status *out, ps_status *st) {
@@ -1247,6 +1578,7 @@ typedef struct save_out {
   int64_t bytes;
   char *prefix;
   size_t n;
+  size_t asked;        /* Restore: the variables asked for (0: all) */
   ps_ckpt_list listed; /* Merge: the state file's list afterwards */
 } save_out;
 
@@ -1262,55 +1594,81 @@ void ps_ckpt_list_fini(ps_ckpt_list *l) {
 static int parse_save(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
                       ps_status *st) {
   Paramserver__SaveResponse *r = paramserver__save_response__unpack(NULL, n, p);
-  if (r == NULL) return ps_status_set(st, PS_INTERNAL, "Save: response does not parse");
-  ((save_out *)user)->bytes = r->bytes;
+  if (r == NULL) return bad_answer(st, M_SAVE, "the answer does not parse");
+  int rc = 0;
+  if (r->bytes < 0 || r->tensors < 0)
+    rc = bad_answer(st, M_SAVE, "%lld tensors, %lld bytes written", (long long)r->tensors,
+                    (long long)r->bytes);
+  else
+    ((save_out *)user)->bytes = r->bytes;
   paramserver__save_response__free_unpacked(r, NULL);
-  return 0;
+  return rc;
 }
 
 static int parse_merge(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
                        ps_status *st) {
+  if (wire_ok(&paramserver__merge_response__descriptor, M_MERGE, p, n, st))
+    return st->code;
   Paramserver__MergeResponse *r = paramserver__merge_response__unpack(NULL, n, p);
-  if (r == NULL) return ps_status_set(st, PS_INTERNAL, "Merge: response does not parse");
+  if (r == NULL) return bad_answer(st, M_MERGE, "the answer does not parse");
   save_out *o = user;
   free(o->prefix);
-  o->prefix = strdup(r->prefix);
+  o->prefix = NULL;
   ps_ckpt_list_fini(&o->listed);
-  int rc = o->prefix ? 0 : PS_RESOURCE_EXHAUSTED;
+  int rc = 0;
+  if (r->prefix[0] == '\0')
+    rc = bad_answer(st, M_MERGE, "the answer names no checkpoint");
+  else
+    rc = names_ok(M_MERGE, "listed checkpoint", r->listed, r->n_listed, st);
+  if (rc == 0 && (o->prefix = strdup(r->prefix)) == NULL)
+    rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Merge: out of memory");
   if (rc == 0 && (o->listed.paths = calloc(r->n_listed + 1, sizeof(char *))) == NULL)
-    rc = PS_RESOURCE_EXHAUSTED;
+    rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Merge: out of memory");
   for (size_t i = 0; rc == 0 && i < r->n_listed; i++)
     if ((o->listed.paths[o->listed.n++] = strdup(r->listed[i])) == NULL)
-      rc = PS_RESOURCE_EXHAUSTED;
+      rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Merge: out of memory");
   paramserver__merge_response__free_unpacked(r, NULL);
-  return rc ? ps_status_set(st, rc, "Merge: out of memory") : 0;
+  return rc;
 }
 
 static int parse_restore(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
                          ps_status *st) {
-  Paramserver__RestoreResponse *r = paramserver__restore_response__unpack(NULL, n, p);
-  if (r == NULL)
-    return ps_status_set(st, PS_INTERNAL, "Restore: response does not parse");
   save_out *o = user;
-  o->n = r->n_restored;
-  free(o->prefix); /* the checkpoint the ps resolved */
-  o->prefix = r->prefix && r->prefix[0] ? strdup(r->prefix) : NULL;
+  if (wire_ok(&paramserver__restore_response__descriptor, M_RESTORE, p, n, st))
+    return st->code;
+  Paramserver__RestoreResponse *r = paramserver__restore_response__unpack(NULL, n, p);
+  if (r == NULL) return bad_answer(st, M_RESTORE, "the answer does not parse");
+  int rc = names_ok(M_RESTORE, "restored name", r->restored, r->n_restored, st);
+  if (rc == 0 && o->asked > 0 && r->n_restored > o->asked)
+    rc = bad_answer(st, M_RESTORE, "%zu variables restored for %zu asked", r->n_restored,
+                    o->asked);
+  if (rc == 0) {
+    o->n = r->n_restored;
+    free(o->prefix); /* the checkpoint the ps resolved */
+    o->prefix = r->prefix && r->prefix[0] ? strdup(r->prefix) : NULL;
+    if (r->prefix && r->prefix[0] && o->prefix == NULL)
+      rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Restore: out of memory");
+  }
   paramserver__restore_response__free_unpacked(r, NULL);
-  return 0;
+  return rc;
 }
 
 /* The same unary call to every ps at once; the first failure wins. */
 static int all_ps(ps_client *c, const char *method, const ProtobufCMessage *const *msgs,
-                  int (*parse)(void *, const uint8_t *, size_t, ps_rpc_segs *,
-                               ps_status *),
-                  save_out *outs, int64_t timeout_ms, ps_status *st) {
+                  parse_fn parse, save_out *outs, int64_t timeout_ms, ps_status *st) {
   ps_rpc_req *reqs = calloc((size_t)c->nps, sizeof *reqs);
   int *tasks = calloc((size_t)c->nps, sizeof *tasks);
+  answer *as = calloc((size_t)c->nps, sizeof *as);
+  if (reqs == NULL || tasks == NULL || as == NULL) {
+    free(reqs);
+    free(tasks);
+    free(as);
+    return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+  }
   for (int t = 0; t < c->nps; t++) {
     req_init(c, &reqs[t], t, method, msgs[t], true, false);
     reqs[t].timeout_ms = timeout_ms;
-    reqs[t].on_header = parse;
-    reqs[t].user = outs ? &outs[t] : NULL;
+    answer_init(&reqs[t], &as[t], parse, outs ? &outs[t] : NULL, NULL);
     tasks[t] = t;
   }
   run_reqs(c, reqs, tasks, (size_t)c->nps, false);
@@ -1322,6 +1680,7 @@ static int all_ps(ps_client *c, const char *method, const ProtobufCMessage *cons
     }
   free(reqs);
   free(tasks);
+  free(as);
   return rc;
 }
 
@@ -1452,7 +1811,7 @@ int ps_client_save(ps_client *c, const char *prefix, const ps_save_options *o,
   if (rc) goto out;
   int64_t total = 0;
   for (int t = 0; t < n; t++)
-    total += outs[t].bytes;
+    total = outs[t].bytes > INT64_MAX - total ? INT64_MAX : total + outs[t].bytes;
   if (bytes) *bytes = total;
   /* 4. the last ps merges them and replaces the state file */
   Paramserver__MergeRequest mr = PARAMSERVER__MERGE_REQUEST__INIT;
@@ -1555,7 +1914,7 @@ static int restore_vars(ps_client *c, int task, const char *prefix,
   }
   rq.items = ip;
   rq.n_items = n;
-  save_out out = {0};
+  save_out out = {.asked = n};
   int rc = control_call(c, task, M_RESTORE, &rq.base, false, parse_restore, &out, st);
   free(out.prefix);
   free(items);
@@ -1573,4 +1932,124 @@ int ps_client_check_restore_vars(ps_client *c, int task, const char *prefix,
                                  const char *const *names, const char *const *keys,
                                  size_t n, ps_status *st) {
   return restore_vars(c, task, prefix, names, keys, n, true, st);
+}
+
+/* ---- the answer decoders, for the fuzz target ---- */
+
+/* tests/fuzz/fuzz_client.c: decodes @p (@n bytes) as the answer header of
+ * @method ("Read", "List", "IsInitialized", "Initialize",
+ * "ReportUninitialized", "Delete", "Update", "Status", "Save", "Merge",
+ * "Restore", "Shutdown") to a typical request of this client, fills the
+ * bulk ranges it names from @data as the transport would (more or fewer
+ * bytes fail as there), and frees everything.  0, or a code with @st set;
+ * INVALID_ARGUMENT for an unknown @method.  Not public API: without the
+ * ps_ prefix, libpsworker.so does not export it. */
+int fuzz_client_answer(const char *method, const uint8_t *p, size_t n,
+                       const uint8_t *data, size_t ndata, ps_status *st);
+
+/* Read: a plain read, one into a given tensor, a deduplicated gather (80
+ * ids, 20 distinct) and a plain one (2 ids). */
+static int fuzz_read(const uint8_t *p, size_t n, const uint8_t *data, size_t ndata,
+                     ps_status *st) {
+  ps_shape s2 = {.rank = 1, .dim = {2}}, s80 = {.rank = 1, .dim = {80}};
+  ps_tensor *given = ps_tensor_create(PS_DT_FLOAT, &s2, true);
+  ps_tensor *ix = ps_tensor_create(PS_DT_INT64, &s80, true);
+  ps_tensor *ix2 = ps_tensor_create(PS_DT_INT32, &s2, true);
+  ps_read reads[4] = {
+      {.name = "w"}, {.name = "b", .out = given}, {.name = "emb"}, {.name = "tab"}};
+  ps_task_reads t = {.task = 0, .reads = reads, .n = 4};
+  read_build b;
+  ps_rpc_segs sink = {0};
+  ps_dedup_memo memo;
+  ps_dedup_memo_init(&memo);
+  int rc;
+  if (given == NULL || ix == NULL || ix2 == NULL) {
+    rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+    memset(&b, 0, sizeof b);
+    goto out;
+  }
+  for (int64_t i = 0; i < 80; i++)
+    ((int64_t *)ps_tensor_data(ix))[i] = i % 20;
+  ((int32_t *)ps_tensor_data(ix2))[0] = 3;
+  ((int32_t *)ps_tensor_data(ix2))[1] = 1;
+  reads[2].indices = ix;
+  reads[3].indices = ix2;
+  if ((rc = read_build_init(&b, &t, &memo, st)) != 0) goto out;
+  rc = parse_read(&b, p, n, &sink, st);
+  if (rc == 0 && ndata != sink.total)
+    rc = ps_status_set(st, ndata > sink.total ? PS_INTERNAL : PS_DATA_LOSS,
+                       "Read: %zu bytes of data for %zu announced", ndata, sink.total);
+  if (rc == 0) {
+    ps_rpc_segs_fill(&sink, 0, data, ndata);
+    for (size_t k = 0; k < t.n; k++)
+      if (b.dd[k].uix && b.rows[k])
+        ps_gather_dedup_expand(&b.dd[k], b.rows[k], b.row_bytes[k],
+                               ps_tensor_data(reads[k].out));
+  }
+out:
+  for (size_t k = 0; k < t.n; k++)
+    if (reads[k].out != given) ps_tensor_destroy(reads[k].out);
+  read_build_fini(&b);
+  ps_rpc_segs_fini(&sink);
+  ps_dedup_memo_fini(&memo);
+  ps_tensor_destroy(given);
+  ps_tensor_destroy(ix);
+  ps_tensor_destroy(ix2);
+  return rc;
+}
+
+int fuzz_client_answer(const char *method, const uint8_t *p, size_t n,
+                       const uint8_t *data, size_t ndata, ps_status *st) {
+  ps_status_clear(st);
+  ps_rpc_segs sink = {0};
+  int rc;
+  if (!strcmp(method, "Read")) return fuzz_read(p, n, data, ndata, st);
+  if (!strcmp(method, "List")) {
+    list_out o = {NULL, 0, 0};
+    rc = parse_list(&o, p, n, &sink, st);
+    ps_client_free_var_info(o.v, o.n);
+  } else if (!strcmp(method, "IsInitialized")) {
+    bool out[2];
+    const char *names[2] = {"w", "b"};
+    bools_out o = {out, 2, names[0]};
+    rc = parse_is_init(&o, p, n, &sink, st);
+  } else if (!strcmp(method, "Initialize")) {
+    init_out o = {0, 2};
+    rc = parse_initialize(&o, p, n, &sink, st);
+  } else if (!strcmp(method, "ReportUninitialized")) {
+    names_out o = {NULL, 0, 2};
+    rc = parse_report(&o, p, n, &sink, st);
+    ps_client_free_names(o.names, o.n);
+  } else if (!strcmp(method, "Delete")) {
+    ps_delete_result r = {0};
+    delete_out o = {&r, 2};
+    rc = parse_delete(&o, p, n, &sink, st);
+    ps_delete_result_free(&r);
+  } else if (!strcmp(method, "Update")) {
+    ps_update_result res[2];
+    ps_update u[2] = {{.name = "w", .result = &res[0]}, {.name = "b", .result = &res[1]}};
+    ps_task_updates t = {.task = 0, .updates = u, .n = 2};
+    rc = parse_update(&t, p, n, &sink, st);
+  } else if (!strcmp(method, "Status")) {
+    ps_task_status o;
+    rc = parse_status(&o, p, n, &sink, st);
+  } else if (!strcmp(method, "Save") || !strcmp(method, "Merge") ||
+             !strcmp(method, "Restore")) {
+    save_out o = {.asked = 2};
+    rc = method[1] == 'a'   ? parse_save(&o, p, n, &sink, st)
+         : method[0] == 'M' ? parse_merge(&o, p, n, &sink, st)
+                            : parse_restore(&o, p, n, &sink, st);
+    free(o.prefix);
+    ps_ckpt_list_fini(&o.listed);
+  } else if (!strcmp(method, "Shutdown")) {
+    rc = parse_shutdown(NULL, p, n, &sink, st);
+  } else {
+    return ps_status_set(st, PS_INVALID_ARGUMENT, "no decoder for %s", method);
+  }
+  /* a unary answer names no bulk bytes; any that come are an error */
+  if (rc == 0 && (sink.total != 0 || ndata != 0))
+    rc = ps_status_set(st, PS_INTERNAL, "%s: more data than announced (%zu bytes)",
+                       method, sink.total);
+  ps_rpc_segs_fini(&sink);
+  return rc;
 }

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "client_flags.h"
 #include "common/bundle.h"
 #include "common/cluster.h"
 #include "common/log.h"
@@ -85,8 +86,7 @@ static const char usage[] =
     "                        save fails, and then it exits 1 naming the save)\n"
     "  --log-level LEVEL     debug | info | warn | error\n"
     "  --log-format F        text | json (one JSON object a line; env PS_LOG_FORMAT)\n"
-    "  --help, --version\n"
-    "\n" PS_SECURITY_HELP
+    "  --help, --version\n" PS_MAX_MESSAGE_HELP "\n" PS_SECURITY_HELP
     "  (the chief saves, restores and shuts the ps down: it needs an admin token)\n"
     "\n"
     "Output: progress lines on stderr (\"step 1200 loss 0.4123 examples/s 8100\");\n"
@@ -363,11 +363,24 @@ static int evaluate(const model *m, ps_session *s, const ps_dataset *test, doubl
   return rc;
 }
 
+/* The global step; -1 with @st set when it cannot be read, or when the ps
+ * answers with something that is not an int64 scalar. */
 static int64_t read_step(const model *m, ps_session *s, ps_status *st) {
   ps_node *r = ps_variable_value(m->step);
   ps_tensor *v = NULL;
   if (ps_session_run(s, NULL, 0, &r, 1, NULL, 0, &v, st) != 0) return -1;
-  int64_t k = *(int64_t *)ps_tensor_data(v);
+  if (v == NULL || v->dtype != PS_DT_INT64 || ps_tensor_num_elements(v) != 1) {
+    char sh[64];
+    if (v)
+      ps_status_set(st, PS_INTERNAL, "global_step read as %s %s, not an int64 scalar",
+                    ps_dtype_name(v->dtype), ps_shape_format(&v->shape, sh, sizeof sh));
+    else
+      ps_status_set(st, PS_INTERNAL, "global_step read as no tensor");
+    ps_tensor_destroy(v);
+    return -1;
+  }
+  int64_t k;
+  memcpy(&k, ps_tensor_data(v), sizeof k);
   ps_tensor_destroy(v);
   return k;
 }
@@ -586,7 +599,8 @@ enum {
   O_PLACEMENT,
   O_META,
   O_HELP,
-  O_VERSION
+  O_VERSION,
+  O_MAX_MESSAGE
 };
 
 /* Where the task is: --cluster, --job, --task, --local. */
@@ -791,6 +805,7 @@ static int parse_args(int argc, char **argv, options *o) {
       {"import-meta", required_argument, NULL, O_META},
       {"help", no_argument, NULL, O_HELP},
       {"version", no_argument, NULL, O_VERSION},
+      {"max-message-bytes", required_argument, NULL, O_MAX_MESSAGE},
       PS_SECURITY_OPTIONS,
       {NULL, 0, NULL, 0}};
   ps_client_options_default(&o->sec);
@@ -808,8 +823,14 @@ static int parse_args(int argc, char **argv, options *o) {
   o->metrics_port = -1;
   int c, rc;
   while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1)
-    if (!ps_security_option(c, optarg, &o->sec) && (rc = apply_option(c, o)) != 0)
+    if (c == O_MAX_MESSAGE) {
+      if ((rc = ps_max_message_bytes_option("ps-worker", optarg,
+                                            &o->sec.max_message_bytes)) != 0)
+        return rc;
+    } else if (!ps_security_option(c, optarg, &o->sec) &&
+               (rc = apply_option(c, o)) != 0) {
       return rc;
+    }
   if (optind < argc) {
     fprintf(stderr, "ps-worker: unexpected argument '%s'\n%s", argv[optind], usage);
     return 2;

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "client_flags.h"
 #include "common/cluster.h"
 #include "common/log.h"
 #include "paramserver/checkpoint.h"
@@ -41,8 +42,7 @@ static const char usage[] =
     "  --timeout-ms MS   deadline of each call (default 5000)\n"
     "  --limit N         read: print at most N elements (default 1000, 0 = all)\n"
     "  --max-to-keep N   save: checkpoints kept (default 5, -1 = all)\n"
-    "  --help, --version\n"
-    "\n" PS_SECURITY_HELP "\n"
+    "  --help, --version\n" PS_MAX_MESSAGE_HELP "\n" PS_SECURITY_HELP "\n"
     "exit status: 0 ok; 1 an RPC failed or a task is down; 2 usage error\n";
 
 static void print_value(const ps_tensor *t, int64_t limit) {
@@ -116,16 +116,18 @@ typedef struct psctl_args {
 
 /* Options before the command; -1 to go on, else the exit status. */
 static int parse_options(int argc, char **argv, psctl_args *a) {
-  static const struct option opts[] = {{"cluster", required_argument, NULL, 'c'},
-                                       {"job", required_argument, NULL, 'j'},
-                                       {"timeout-ms", required_argument, NULL, 't'},
-                                       {"limit", required_argument, NULL, 'L'},
-                                       {"max-to-keep", required_argument, NULL, 'k'},
-                                       {"all", no_argument, NULL, 'A'},
-                                       {"help", no_argument, NULL, 'h'},
-                                       {"version", no_argument, NULL, 'V'},
-                                       PS_SECURITY_OPTIONS,
-                                       {NULL, 0, NULL, 0}};
+  static const struct option opts[] = {
+      {"cluster", required_argument, NULL, 'c'},
+      {"job", required_argument, NULL, 'j'},
+      {"timeout-ms", required_argument, NULL, 't'},
+      {"limit", required_argument, NULL, 'L'},
+      {"max-to-keep", required_argument, NULL, 'k'},
+      {"all", no_argument, NULL, 'A'},
+      {"max-message-bytes", required_argument, NULL, 'M'},
+      {"help", no_argument, NULL, 'h'},
+      {"version", no_argument, NULL, 'V'},
+      PS_SECURITY_OPTIONS,
+      {NULL, 0, NULL, 0}};
   int o;
   while ((o = getopt_long(argc, argv, "+", opts, NULL)) != -1) {
     if (ps_security_option(o, optarg, &a->sec)) continue;
@@ -147,6 +149,10 @@ static int parse_options(int argc, char **argv, psctl_args *a) {
       break;
     case 'A':
       a->all_values = true;
+      break;
+    case 'M':
+      if (ps_max_message_bytes_option("psctl", optarg, &a->sec.max_message_bytes) != 0)
+        return 2;
       break;
     case 'h':
       fputs(usage, stdout);
@@ -202,6 +208,16 @@ static int run_offline(psctl_args *a) {
   return 0;
 }
 
+/* "psctl: ps/1: MSG", unless MSG names the task already. */
+static void task_error(const psctl_args *a, int task, const ps_status *st) {
+  char t[128];
+  snprintf(t, sizeof t, "%s/%d ", a->job, task);
+  if (strncmp(st->msg, t, strlen(t)) == 0)
+    fprintf(stderr, "psctl: %s\n", st->msg);
+  else
+    fprintf(stderr, "psctl: %s/%d: %s\n", a->job, task, st->msg);
+}
+
 static int cmd_status(const psctl_args *a, ps_client *c, ps_status *st) {
   int rc = 0;
   for (int i = 0; i < ps_client_num_ps(c); i++) {
@@ -242,7 +258,7 @@ static int cmd_vars(const psctl_args *a, ps_client *c, ps_status *st) {
     ps_var_info *v;
     size_t n;
     if (ps_client_list(c, i, &v, &n, st) != 0) {
-      fprintf(stderr, "psctl: %s/%d: %s\n", a->job, i, st->msg);
+      task_error(a, i, st);
       rc = 1;
       continue;
     }
@@ -268,10 +284,13 @@ static int cmd_save(const psctl_args *a, ps_client *c, ps_status *st) {
     for (int i = 0; i < nps; i++) {
       ps_read r = {.name = "global_step"};
       if (ps_client_read(c, i, &r, 1, st) == 0) {
-        snprintf(prefix, sizeof prefix, "model.ckpt-%lld",
-                 (long long)ps_elem_get(r.out->dtype, ps_tensor_data(r.out), 0));
+        /* a scalar, as a global step is; else no step in the name */
+        bool scalar = ps_tensor_num_elements(r.out) == 1;
+        if (scalar)
+          snprintf(prefix, sizeof prefix, "model.ckpt-%lld",
+                   (long long)ps_elem_get(r.out->dtype, ps_tensor_data(r.out), 0));
         ps_tensor_destroy(r.out);
-        break;
+        if (scalar) break;
       }
     }
   }
@@ -348,7 +367,7 @@ static int cmd_read(const psctl_args *a, ps_client *c, ps_status *st) {
     if (r == 0) {
       found = i;
     } else if (r != PS_NOT_FOUND) {
-      fprintf(stderr, "psctl: %s/%d: %s\n", a->job, i, st->msg);
+      task_error(a, i, st);
       down++;
     }
   }

@@ -52,7 +52,14 @@ typedef struct ps_client_options {
    * "authorization: Bearer TOKEN". */
   const char *tls_ca_file, *tls_cert_file, *tls_key_file, *tls_server_name;
   const char *token_file, *token;
+  /* The largest answer message (header or data chunk) taken from a ps;
+   * a larger one fails the call with RESOURCE_EXHAUSTED naming the limit
+   * (--max-message-bytes of psctl and ps-worker).  0 or less: the default,
+   * 32 MiB; raised to 16 MiB + 16 (a data chunk of any version). */
+  int64_t max_message_bytes;
 } ps_client_options;
+
+#define PS_CLIENT_DEFAULT_MAX_MESSAGE_BYTES ((int64_t)32 << 20)
 
 void ps_client_options_default(ps_client_options *o);
 

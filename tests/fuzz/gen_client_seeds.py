@@ -1,0 +1,145 @@
+#!/usr/bin/python3
+"""Writes the seed corpus of fuzz_client (tests/fuzz/corpus_client/<Method>/):
+answers a real ps gives to the requests fuzz_client_answer makes, and a
+few lies each.  Usage: gen_client_seeds.py DIR (default: next to this file).
+Each seed: uint32 little-endian L, L bytes of answer header, bulk bytes."""
+import os
+import struct
+import sys
+
+
+def varint(v):
+    v &= 0xFFFFFFFFFFFFFFFF
+    out = bytearray()
+    while True:
+        b = v & 0x7F
+        v >>= 7
+        if v:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def ld(num, payload):
+    return varint(num << 3 | 2) + varint(len(payload)) + payload
+
+
+def vi(num, v):
+    return varint(num << 3) + varint(v)
+
+
+def packed(num, vals):
+    return ld(num, b"".join(varint(v) for v in vals))
+
+
+def seed(hdr, bulk=b""):
+    return struct.pack("<I", len(hdr)) + hdr + bulk
+
+
+def meta(name, dtype, shape):
+    return ld(1, name) + vi(2, dtype) + (packed(3, shape) if shape else b"")
+
+
+F4 = struct.pack("<f", 1.5)
+seeds = {
+    "Read": {
+        # w: float [2,3]; b: float [2] (the given tensor); emb: 20 distinct
+        # rows of 4 for 80 ids; tab: 2 rows of 3
+        "ok": seed(ld(1, meta(b"w", 1, [2, 3])) + ld(1, meta(b"b", 1, [2])) +
+                   ld(1, meta(b"emb", 1, [20, 4])) + ld(1, meta(b"tab", 1, [2, 3])),
+                   F4 * (6 + 2 + 80 + 6)),
+        "scalar": seed(ld(1, meta(b"w", 9, [])) + ld(1, meta(b"b", 1, [2])) +
+                       ld(1, meta(b"emb", 2, [20, 1])) + ld(1, meta(b"tab", 10, [2])),
+                       b"\1" * 8 + F4 * 2 + b"\0" * 160 + b"\1\0"),
+        "no_tensors": seed(b""),
+        "shape_30": seed(ld(1, meta(b"w", 1, [3, 0])) + ld(1, meta(b"b", 1, [2])) +
+                         ld(1, meta(b"emb", 1, [20, 0])) + ld(1, meta(b"tab", 1, [2, 0])),
+                         F4 * 5),
+        "huge": seed(ld(1, meta(b"w", 1, [1 << 40])) + ld(1, meta(b"b", 1, [2])) +
+                     ld(1, meta(b"emb", 1, [20, 4])) + ld(1, meta(b"tab", 1, [2]))),
+        "huge_rows": seed(ld(1, meta(b"w", 1, [])) + ld(1, meta(b"b", 1, [2])) +
+                          ld(1, meta(b"emb", 1, [20, 1 << 36])) +
+                          ld(1, meta(b"tab", 1, [2]))),
+        "wrong_name": seed(ld(1, meta(b"v", 1, [])) + ld(1, meta(b"b", 1, [2])) +
+                           ld(1, meta(b"emb", 1, [20, 4])) + ld(1, meta(b"tab", 1, [2])),
+                           F4 * 85),
+        "empty_flood": seed(b"\x0a\x00" * 1000),
+    },
+    "List": {
+        "ok": seed(ld(1, ld(1, b"w") + vi(2, 1) + packed(3, [2, 3]) + vi(4, 24) + vi(5, 1) +
+                       vi(6, 7)) +
+                   ld(1, ld(1, b"emb/part_0") + vi(2, 1) + packed(3, [5, 4]) + vi(4, 80) +
+                      ld(7, b"emb") + packed(8, [10, 4]) + vi(9, 20))),
+        "empty": seed(b""),
+        "empty_entries": seed(b"\x0a\x00" * 1000),
+        "bad_bytes": seed(ld(1, ld(1, b"w") + vi(2, 1) + packed(3, [2]) + vi(4, 9))),
+        "neg_dim": seed(ld(1, ld(1, b"w") + vi(2, 1) + packed(3, [-2]) + vi(4, 8))),
+    },
+    "IsInitialized": {
+        "ok": seed(ld(1, b"\x01\x00")),
+        "unpacked": seed(vi(1, 1) + vi(1, 1)),
+        "empty": seed(b""),
+        "three": seed(ld(1, b"\x01\x01\x01")),
+    },
+    "Initialize": {
+        "ok": seed(ld(1, b"w") + ld(1, b"b")),
+        "empty": seed(b""),
+        "too_many": seed(ld(1, b"w") + ld(1, b"b") + ld(1, b"c")),
+        "empty_name": seed(ld(1, b"")),
+    },
+    "ReportUninitialized": {
+        "ok": seed(ld(1, b"w")),
+        "none": seed(b""),
+        "too_many": seed(ld(1, b"w") + ld(1, b"b") + ld(1, b"c")),
+        "nul": seed(ld(1, b"w\0evil")),
+    },
+    "Delete": {
+        "ok": seed(ld(1, b"w") + ld(1, b"w/Adam") + ld(2, b"b")),
+        "none": seed(b""),
+        "missing_many": seed(ld(2, b"a") + ld(2, b"b") + ld(2, b"c")),
+    },
+    "Update": {
+        "ok": seed(packed(1, [3, 4])),
+        "sync": seed(packed(1, [3, 4]) + packed(2, [0, 1]) + packed(3, [5, 5])),
+        "none": seed(b""),
+        "short_stale": seed(packed(1, [3, 4]) + packed(2, [1])),
+    },
+    "Status": {
+        "ok": seed(ld(1, b"ps/0") + ld(2, b"127.0.0.1:2222") + ld(3, b"1.0") + vi(4, 3) +
+                   vi(5, 100) + struct.pack("<B", 6 << 3 | 1) + struct.pack("<d", 12.5) +
+                   vi(7, 4242) + vi(8, 17)),
+        "negative": seed(vi(4, -1)),
+        "empty": seed(b""),
+    },
+    "Save": {
+        "ok": seed(vi(1, 4) + vi(2, 4096)),
+        "negative": seed(vi(2, -5)),
+        "empty": seed(b""),
+    },
+    "Merge": {
+        "ok": seed(ld(1, b"model.ckpt-20") + ld(2, b"model.ckpt-10") +
+                   ld(2, b"model.ckpt-20")),
+        "no_prefix": seed(b""),
+        "empty_listed": seed(ld(1, b"model.ckpt-20") + ld(2, b"")),
+    },
+    "Restore": {
+        "ok": seed(ld(1, b"w") + ld(1, b"b") + ld(2, b"model.ckpt-20")),
+        "too_many": seed(ld(1, b"w") + ld(1, b"b") + ld(1, b"c")),
+        "empty": seed(b""),
+    },
+    "Shutdown": {
+        "ok": seed(ld(1, b"ps/0")),
+        "empty": seed(b""),
+        "junk": seed(b"\xff\xff\xff"),
+    },
+}
+
+root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__),
+                                                          "corpus_client")
+for m, files in seeds.items():
+    d = os.path.join(root, m)
+    os.makedirs(d, exist_ok=True)
+    for name, data in files.items():
+        with open(os.path.join(d, name), "wb") as fh:
+            fh.write(data)

@@ -1,0 +1,218 @@
+#!/usr/bin/python3
+"""A ps that lies (tests/integration/test_hostile_ps.sh).
+
+Usage: hostile_ps.py MODE PORTFILE
+
+Serves every /paramserver.Ps method on 127.0.0.1 (a port the kernel picks,
+written to PORTFILE once it listens) with python3-grpcio and raw bytes.
+Every answer is what a real ps would say about a float32 scalar "w", an
+int64 scalar "global_step" and the variables a Create asked for (all of
+them zeros and initialized), except the one MODE lies about:
+
+  read_no_header  Read answers OK with no message at all
+  list_flood      List answers 5 MB: 2.5 million empty entries
+  list_big        List answers 40 MB (one entry with a 40 MB name)
+  isinit_empty    IsInitialized answers 0 entries for any number of names
+  read_shape_30   Read announces shape [3,0] and then sends 12 bytes
+  read_huge       Read announces float32 [2^40]
+  read_wrong_name Read answers a tensor named "v" for "w"
+  update_count    Update answers 0 versions for its updates
+  merge_empty     Merge answers no checkpoint name; global_step reads as
+                  float [0]
+"""
+import struct
+import sys
+import threading
+from concurrent import futures
+
+import grpc
+
+MODE, PORTFILE = sys.argv[1], sys.argv[2]
+
+
+def varint(v):
+    out = bytearray()
+    while True:
+        b = v & 0x7F
+        v >>= 7
+        if v:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def field(num, payload):  # length-delimited
+    return varint(num << 3 | 2) + varint(len(payload)) + payload
+
+
+def vfield(num, v):  # varint
+    return varint(num << 3) + varint(v & 0xFFFFFFFFFFFFFFFF)
+
+
+def fields(msg):
+    """Top-level fields of a message: [(number, value bytes or int)]."""
+    out, i = [], 0
+    while i < len(msg):
+        key, shift = 0, 0
+        while True:
+            b = msg[i]
+            i += 1
+            key |= (b & 0x7F) << shift
+            shift += 7
+            if not b & 0x80:
+                break
+        num, wt = key >> 3, key & 7
+        if wt == 0:
+            v, shift = 0, 0
+            while True:
+                b = msg[i]
+                i += 1
+                v |= (b & 0x7F) << shift
+                shift += 7
+                if not b & 0x80:
+                    break
+            out.append((num, v))
+        elif wt == 2:
+            n, shift = 0, 0
+            while True:
+                b = msg[i]
+                i += 1
+                n |= (b & 0x7F) << shift
+                shift += 7
+                if not b & 0x80:
+                    break
+            out.append((num, msg[i:i + n]))
+            i += n
+        elif wt == 1:
+            i += 8
+        elif wt == 5:
+            i += 4
+    return out
+
+
+VARS = {b"w": (1, [], 4), b"global_step": (9, [], 8)}  # dtype, shape, bytes
+
+
+def tensor_meta(name, dtype, shape):
+    m = field(1, name) + vfield(2, dtype)
+    if shape:
+        m += field(3, b"".join(varint(d) for d in shape))
+    return m
+
+
+def chunk(data):
+    return field(1, data)
+
+
+def varints(b):
+    out, v, shift = [], 0, 0
+    for x in b:
+        v |= (x & 0x7F) << shift
+        shift += 7
+        if not x & 0x80:
+            out.append(v)
+            v, shift = 0, 0
+    return out
+
+
+SIZES = {1: 4, 2: 8, 3: 4, 9: 8, 10: 1}  # float, double, int32, int64, bool
+
+
+def create(f):
+    """Remembers the variables of a Create, so Reads answer their shapes."""
+    for num, spec in f:
+        if num != 1:
+            continue
+        name, dtype, shape = b"", 1, []
+        for n, v in fields(spec):
+            if n == 1:
+                name = v
+            elif n == 2:
+                dtype = v
+            elif n == 3:
+                shape += varints(v) if isinstance(v, bytes) else [v]
+        nb = SIZES.get(dtype, 4)
+        for d in shape:
+            nb *= d
+        VARS[name] = (dtype, shape, nb)
+
+
+def answer(method, header):
+    f = fields(header)
+    if method == "Create":
+        create(f)
+        return [b""]
+    if method == "Read":
+        names = [fields(v)[0][1] for n, v in f if n == 1]
+        if MODE == "read_no_header":
+            return []
+        if MODE == "read_shape_30":
+            return [field(1, tensor_meta(names[0], 1, [3, 0])), chunk(b"\0" * 12)]
+        if MODE == "read_huge":
+            return [field(1, tensor_meta(names[0], 1, [1 << 40]))]
+        if MODE == "merge_empty" and names == [b"global_step"]:
+            return [field(1, tensor_meta(b"global_step", 1, [0]))]
+        if MODE == "read_wrong_name":
+            return [field(1, tensor_meta(b"v", 1, []))] + [chunk(b"\0" * 4)]
+        metas, data = b"", b""
+        for nm in names:
+            dt, shape, nb = VARS.get(nm, (1, [], 4))
+            metas += field(1, tensor_meta(nm, dt, shape))
+            data += b"\0" * nb
+        return [metas, chunk(data)]
+    if method == "List":
+        if MODE == "list_flood":
+            return [b"\x0a\x00" * 2500000]
+        if MODE == "list_big":
+            return [field(1, field(1, b"x" * (40 << 20)) + vfield(2, 1) + vfield(4, 4))]
+        return [b"".join(field(1, field(1, n) + vfield(2, dt) + vfield(4, nb) + vfield(5, 1))
+                         for n, (dt, shape, nb) in VARS.items())]
+    if method == "IsInitialized":
+        n = sum(1 for num, _ in f if num == 1)
+        if MODE == "isinit_empty":
+            return [b""]
+        return [field(1, b"\x01" * n)] if n else [b""]
+    if method == "Update":
+        n = sum(1 for num, _ in f if num == 1)
+        if MODE == "update_count":
+            return [b""]
+        return [field(1, b"".join(varint(1) for _ in range(n)))] if n else [b""]
+    if method == "Status":
+        return [field(1, b"ps/0") + field(3, b"hostile") + vfield(4, len(VARS))]
+    if method == "Initialize":
+        return [b""]
+    # Create, ReportUninitialized, Snapshot, Release, Delete, Shutdown...: empty
+    return [b""]
+
+
+def handler(method):
+    def serve(requests, context):
+        header = None
+        for msg in requests:
+            if header is None:
+                header = msg
+        for m in answer(method, header or b""):
+            yield m
+    return grpc.stream_stream_rpc_method_handler(serve)
+
+
+class Generic(grpc.GenericRpcHandler):
+    def service(self, details):
+        m = details.method
+        if m.startswith("/paramserver.Ps/"):
+            return handler(m.split("/")[-1])
+        return None
+
+
+server = grpc.server(futures.ThreadPoolExecutor(max_workers=4),
+                     options=[("grpc.max_send_message_length", -1),
+                              ("grpc.max_receive_message_length", -1)])
+server.add_generic_rpc_handlers((Generic(),))
+port = server.add_insecure_port("127.0.0.1:0")
+server.start()
+with open(PORTFILE + ".tmp", "w") as fh:
+    fh.write("%d\n" % port)
+import os
+os.rename(PORTFILE + ".tmp", PORTFILE)
+threading.Event().wait()
