@@ -259,6 +259,10 @@ function podSecurity(what, meta, spec) {
 // documents.
 //  - every container has requests and limits for cpu and memory, no
 //    request above its limit;
+//  - every container runs as a numeric uid other than 0 (runAsUser, its
+//    own or the pod's): the kubelet enforces runAsNonRoot only for an image
+//    whose USER is numeric, and the pod names the uid the image's files
+//    (/ckpt) belong to;
 //  - a container that runs ps-server has a readiness and a liveness probe;
 //  - a container that runs ps-worker (it finishes) is not under a
 //    controller that runs it again once it is done (StatefulSet, Deployment,
@@ -281,6 +285,9 @@ function deployChecks(docs, pods) {
     let server = false;
     for (const c of [...(spec.initContainers ?? []), ...(spec.containers ?? [])]) {
       const cw = `${what} container ${c.name}`;
+      const uid = c.securityContext?.runAsUser ?? spec.securityContext?.runAsUser;
+      if (!Number.isInteger(uid) || uid <= 0)
+        err.push(`${cw}: no runAsUser with a numeric uid other than 0 (is ${show(uid)})`);
       for (const r of ['cpu', 'memory']) {
         const req = c.resources?.requests?.[r];
         const lim = c.resources?.limits?.[r];
