@@ -17,7 +17,7 @@
 #    ps-worker and ps-launch --help; and a short job (ps-launch: 1 ps, 1
 #    worker, 50 steps) that writes its checkpoint to /ckpt (the volume the
 #    manifests mount there) as that user.
-# PS_IMAGE_TEST=0 skips it.  The image is tagged localhost/paramserver:test
+# PS_IMAGE_TEST=0 skips it.  The image is tagged localhost/paramserver:test-PID
 # and that tag removed at the end (PS_IMAGE_KEEP=NAME tags it NAME too,
 # which stays); its layers stay cached (buildah rmi --prune removes them).
 # Prints the build time, the image size and the job's last lines.
@@ -32,7 +32,7 @@ skip() {
 command -v buildah > /dev/null || skip "no buildah (apt-get install buildah; bash deploy/setup.sh image)"
 test_init image
 base=docker.io/library/debian:12-slim
-tag=localhost/paramserver:test
+tag=localhost/paramserver:test-$$ # its own: runs at once do not meet
 base_tar=${PS_IMAGE_BASE_TAR:-${XDG_CACHE_HOME:-$HOME/.cache}/paramserver/debian-12-slim.tar}
 ctr=""
 # Every process of the test in the image: its buildah run leads a session
@@ -41,12 +41,13 @@ ctr=""
 # of their own): at exit each is killed by its pid.
 test_cleanup_hook() {
   local e p sid
+  trap '' TERM INT # a signal now would cut the clean-up short
   sid=$(cat "$dir/run.sid" 2> /dev/null)
   [ -n "$sid" ] && kill -KILL -- "-$sid" 2> /dev/null
   for e in /proc/[0-9]*/environ; do
     p=${e#/proc/}
     p=${p%/environ}
-    tr '\0' '\n' < "$e" 2> /dev/null | grep -qxF "PS_IMAGE_RUN=$dir" && kill -KILL "$p" 2> /dev/null
+    tr '\0' '\n' 2> /dev/null < "$e" | grep -qxF "PS_IMAGE_RUN=$dir" && kill -KILL "$p" 2> /dev/null
   done
   [ -n "$ctr" ] && buildah rm "$ctr" > /dev/null 2>&1
   buildah rmi "$tag" > /dev/null 2>&1
@@ -60,8 +61,8 @@ if ! buildah inspect --type image "$base" > /dev/null 2>&1; then
     command -v mmdebstrap > /dev/null || skip "PS_IMAGE_BOOTSTRAP=1 needs mmdebstrap (apt-get install mmdebstrap)"
     mkdir -p "$(dirname "$base_tar")"
     echo "image: making $base_tar (mmdebstrap --variant=minbase bookworm)"
-    if ! mmdebstrap --variant=minbase bookworm "$base_tar.part" > "$dir/mmdebstrap.log" 2>&1; then
-      rm -f "$base_tar.part"
+    if ! mmdebstrap --variant=minbase --format=tar bookworm "$base_tar.part" > "$dir/mmdebstrap.log" 2>&1; then
+      rm -rf "$base_tar.part"
       bad "image: mmdebstrap --variant=minbase bookworm" "$(tail -20 "$dir/mmdebstrap.log")"
       finish
     fi
