@@ -10,9 +10,37 @@
 #                               libFuzzer build (clang) of tests/fuzz; runs each
 #                               RPC target for SECONDS (default 600)
 #   bash deploy/setup.sh build  install and build only
+#   bash deploy/setup.sh image  the container image (deploy/k8s/Dockerfile)
+#                               built from the tree with buildah, no registry
+#                               and no daemon, and run (tests/image): --help
+#                               of every program and a short job in it as its
+#                               unprivileged user.  Installs buildah, podman
+#                               and mmdebstrap; the first run makes the
+#                               debian:12-slim base with mmdebstrap (cached in
+#                               ~/.cache/paramserver/debian-12-slim.tar); the
+#                               image stays as localhost/paramserver:0.1
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-demo}
+
+# image: needs none of the build packages (the image builds the tree itself)
+if [ "$mode" = image ]; then
+  im_missing=()
+  for p in buildah podman mmdebstrap; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || im_missing+=("$p")
+  done
+  if ((${#im_missing[@]})); then
+    echo "setup: installing ${im_missing[*]}" >&2
+    sudo_cmd=()
+    [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+    "${sudo_cmd[@]}" apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends \
+      "${im_missing[@]}" >/dev/null
+  fi
+  echo "== the image, built from the tree and run (tests/image/test_image.sh)"
+  PS_IMAGE_BOOTSTRAP=1 PS_IMAGE_KEEP=localhost/paramserver:0.1 bash tests/image/test_image.sh
+  exit
+fi
 
 packages=(build-essential meson ninja-build pkg-config
   libgrpc-dev libprotobuf-c-dev protobuf-c-compiler libuv1-dev check
@@ -120,7 +148,7 @@ case "$mode" in
     fi
     ;;
   *)
-    echo "usage: bash deploy/setup.sh [demo|test|tsan|fuzz [SECONDS]|build]" >&2
+    echo "usage: bash deploy/setup.sh [demo|test|tsan|fuzz [SECONDS]|build|image]" >&2
     exit 2
     ;;
 esac

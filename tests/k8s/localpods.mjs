@@ -2,7 +2,8 @@
 // no container engine, but the manifest's own commands, probes, mounts and
 // Secrets, so that what a pod runs is what the test runs.
 //   node localpods.mjs MANIFEST OUTDIR SECRETS_DIR
-// For every pod of every StatefulSet (replicas) and TFJob (replica types)
+// For every pod of every StatefulSet (replicas), Indexed Job (completions)
+// and TFJob (replica types)
 // writes OUTDIR/POD/run (its container), OUTDIR/POD/readiness and
 // OUTDIR/POD/liveness (its exec probes), and one line "POD JOB INDEX" in
 // OUTDIR/pods (ps first) and "HOST" in OUTDIR/ps-hosts: the names the
@@ -17,7 +18,7 @@
 //    the commands becomes that directory;
 //  - /usr/bin/ps-server, ps-worker and psctl are $PS_SERVER, $PS_WORKER,
 //    $PSCTL; the environment is the container's env, HOSTNAME (the pod's
-//    name) and TF_CONFIG only.
+//    name), JOB_COMPLETION_INDEX (an Indexed Job's pod) and TF_CONFIG only.
 // $WORKER_ARGS, if set, is appended to every ps-worker command (a short run).
 import fs from 'node:fs';
 import net from 'node:net';
@@ -60,14 +61,20 @@ const pods = [];
 const tasks = {};
 const psHosts = [];
 for (const d of docs) {
-  if (d.kind === 'StatefulSet') {
+  if (d.kind === 'StatefulSet' || d.kind === 'Job') {
     const spec = JSON.parse(configMaps['paramserver-cluster']?.['cluster.json'] ?? 'null');
-    if (!spec) die('StatefulSets without the ConfigMap paramserver-cluster\'s cluster.json');
-    for (let i = 0; i < d.spec.replicas; i++) {
+    if (!spec) die(`${d.kind} ${d.metadata.name} without the ConfigMap paramserver-cluster's cluster.json`);
+    // a StatefulSet's pods NAME-I; an Indexed Job's too (the hostname), in
+    // the subdomain of its Service
+    const job = d.kind === 'Job';
+    if (job && d.spec.completionMode !== 'Indexed') die(`Job ${d.metadata.name} is not Indexed`);
+    const n = job ? d.spec.completions : d.spec.replicas;
+    const domain = job ? d.spec.template.spec.subdomain : d.metadata.name;
+    for (let i = 0; i < n; i++) {
       const name = `${d.metadata.name}-${i}`;
-      const job = Object.keys(spec).find((j) => spec[j][i]?.startsWith(`${name}.${d.metadata.name}:`));
-      if (!job) die(`pod ${name} is in no job of cluster.json`);
-      pods.push({ name, job, index: i, spec: d.spec.template.spec, addr: spec[job][i] });
+      const j = Object.keys(spec).find((j) => spec[j][i]?.startsWith(`${name}.${domain}:`));
+      if (!j) die(`pod ${name} is in no job of cluster.json`);
+      pods.push({ name, job: j, index: i, spec: d.spec.template.spec, addr: spec[j][i], completionIndex: job ? i : undefined });
     }
     for (const a of Object.values(spec).flat()) tasks[a] = 0;
     if (psHosts.length === 0) psHosts.push(...spec.ps.map((a) => a.replace(/:\d+$/, '')));
@@ -84,7 +91,7 @@ for (const d of docs) {
     }
   }
 }
-if (pods.length === 0) die('no StatefulSet or TFJob');
+if (pods.length === 0) die('no StatefulSet, Job or TFJob');
 const ports = await freePorts(Object.keys(tasks).length);
 Object.keys(tasks).forEach((a, k) => (tasks[a] = ports[k]));
 const local = (a) => `127.0.0.1:${tasks[a]}`;
@@ -143,6 +150,7 @@ for (const p of pods) {
       .replace(/--metrics-port(\s+|=)\d+/g, (m, sep) => `--metrics-port${sep}0`);
   const argv = (list) => list.map((s, i) => (list[i - 1] === '--metrics-port' ? '0' : fix(s)));
   const env = [`PATH=${process.env.PATH}`, `HOSTNAME=${p.name}`];
+  if (p.completionIndex !== undefined) env.push(`JOB_COMPLETION_INDEX=${p.completionIndex}`);
   if (p.tfjob)
     env.push(`TF_CONFIG=${JSON.stringify({ cluster: tfCluster, task: { type: p.job, index: p.index } })}`);
   for (const e of c.env ?? []) {

@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # The Kubernetes manifests of deploy/k8s, validated offline against the API
 # schemas (kubernetes-models from the npm registry, installed once into
-# $NPM_DIR), and a broken manifest to show the check can fail.  The image
-# recipe is checked for what the manifests rely on.
+# $NPM_DIR), and a broken manifest to show the check can fail.  Every pod
+# template passes the "restricted" Pod Security Standard, checked field by
+# field, each rule broken once to see its error; and what the manifests
+# promise besides (requests and limits, probes, claims, a
+# PodDisruptionBudget for the ps, workers in Jobs).  The image recipe is
+# checked for what the manifests rely on.
 # The secure variants (paramserver-secure.yaml, tfjob-secure.yaml) get the
 # same validation plus validate.mjs --secure (--require-auth, files from
 # read-only Secret volumes, a Secret each for the ps, the chief and the
@@ -23,12 +27,14 @@ if [ ! -d "$npm_dir/node_modules/kubernetes-models" ]; then
   (cd "$npm_dir" && npm install --silent --no-audit --no-fund kubernetes-models@5 js-yaml@4 > npm.log 2>&1) \
     || { bad "npm install kubernetes-models" "$(tail -5 "$npm_dir/npm.log")"; finish; }
 fi
-cp "$here/validate.mjs" "$here/localpods.mjs" "$npm_dir/"
+cp "$here/validate.mjs" "$here/localpods.mjs" "$here/mutate.mjs" "$npm_dir/"
 root=$(cd "$here/../.." && pwd)
 v() { node "$npm_dir/validate.mjs" "$@"; }
 
-expect "paramserver.yaml is valid" 0 "ok $k8s/paramserver.yaml: 6 documents" v "$k8s/paramserver.yaml"
-expect "tfjob.yaml is valid" 0 "ok $k8s/tfjob.yaml: 1 documents" v "$k8s/tfjob.yaml"
+expect "paramserver.yaml is valid, its 2 pod templates restricted" 0 \
+  "ok $k8s/paramserver.yaml: 7 documents, 2 pod templates restricted" v "$k8s/paramserver.yaml"
+expect "tfjob.yaml is valid, its 2 pod templates restricted" 0 \
+  "ok $k8s/tfjob.yaml: 3 documents, 2 pod templates restricted" v "$k8s/tfjob.yaml"
 # the check can fail: a replica count that is not a number, a misspelled
 # field, a spec that does not match the StatefulSets
 sed 's/replicas: 2/replicas: two/' "$k8s/paramserver.yaml" > "$dir/bad1.yaml"
@@ -36,15 +42,157 @@ expect "replicas: two is refused" 1 "spec/replicas must be integer" v "$dir/bad1
 sed 's/containerPort: 2222/containerPortt: 2222/' "$k8s/paramserver.yaml" > "$dir/bad2.yaml"
 expect "a misspelled containerPort is refused" 1 "must have required property containerPort" v "$dir/bad2.yaml"
 sed 's/"ps-1.ps:2222"/"ps-1.ps:2222", "ps-2.ps:2222"/' "$k8s/paramserver.yaml" > "$dir/bad3.yaml"
-expect "a spec that does not match the StatefulSet" 1 "job ps has 3 tasks but its StatefulSet runs 2" v "$dir/bad3.yaml"
+expect "a spec that does not match the StatefulSet" 1 "job ps has 3 tasks but its StatefulSet or Job runs 2" v "$dir/bad3.yaml"
+sed 's/"worker-1.worker:2222"/"worker-1.worker:2222", "worker-2.worker:2222"/' "$k8s/paramserver.yaml" > "$dir/bad3b.yaml"
+expect "a spec that does not match the Job" 1 "job worker has 3 tasks but its StatefulSet or Job runs 2" v "$dir/bad3b.yaml"
 sed 's/restartPolicy: OnFailure/restartPolicy: Sometimes/' "$k8s/tfjob.yaml" > "$dir/bad4.yaml"
 expect "a TFJob restart policy that does not exist" 1 "restartPolicy Sometimes is not a restart policy" v "$dir/bad4.yaml"
 
+# The "restricted" Pod Security Standard (kubernetes.io/docs/concepts/
+# security/pod-security-standards), field by field: each change below
+# breaks one control in one pod template, and validate.mjs refuses the file
+# with exactly one error (n=2: two) naming the control, the file and the
+# object.
+pss_n=0
+# [n=N] pss NAME FILE KIND/NAME MESSAGE PATH=JSON...: that change is refused so
+pss() {
+  local name=$1 f=$2 t=$3 msg=$4 out=$dir/pss-$((++pss_n)).yaml o rc; shift 4
+  node "$npm_dir/mutate.mjs" "$f" "$out" "$t" "$@" || { bad "$name: mutate.mjs $*"; return; }
+  o=$(v "$out" 2>&1); rc=$?
+  if [ "$rc" = 1 ] && [ "$(grep -c '^FAIL' <<< "$o")" = "${n:-1}" ] && grep -F -- "FAIL $out" <<< "$o" | grep -qF -- "$msg"; then
+    ok "$name is refused"
+  else
+    bad "$name is refused (exit $rc; want exit 1 and ${n:-1} error(s), one 'FAIL $out...$msg')" "$o"
+  fi
+}
+P=spec.template.spec C=spec.template.spec.containers.0
+A='spec.template.metadata.annotations[container.apparmor.security.beta.kubernetes.io/ps]'
+T=spec.tfReplicaSpecs.PS.template.spec
+ps=$k8s/paramserver.yaml tf=$k8s/tfjob.yaml
+# baseline
+pss "hostNetwork" "$ps" StatefulSet/ps 'StatefulSet ps: restricted "Host Namespaces": spec.hostNetwork must be false' \
+  "$P.hostNetwork=true"
+pss "hostPID" "$ps" Job/worker 'Job worker: restricted "Host Namespaces": spec.hostPID must be false' "$P.hostPID=true"
+pss "hostIPC" "$tf" TFJob/paramserver-mlp 'TFJob paramserver-mlp PS: restricted "Host Namespaces": spec.hostIPC must be false' \
+  "$T.hostIPC=true"
+pss "a privileged container" "$ps" StatefulSet/ps \
+  'StatefulSet ps: restricted "Privileged Containers": containers ps: securityContext.privileged must be false' \
+  "$C.securityContext.privileged=true"
+pss "a Windows HostProcess pod" "$ps" StatefulSet/ps \
+  'StatefulSet ps: restricted "HostProcess": spec.securityContext.windowsOptions.hostProcess must be false' \
+  "$P.securityContext.windowsOptions={\"hostProcess\":true}"
+n=2 pss "capability SYS_ADMIN added" "$ps" Job/worker \
+  'Job worker: restricted "Capabilities": containers worker: securityContext.capabilities.add SYS_ADMIN is beyond the baseline set' \
+  "$C.securityContext.capabilities.add=[\"SYS_ADMIN\"]"
+n=2 pss "a hostPath volume" "$ps" StatefulSet/ps \
+  'StatefulSet ps: restricted "HostPath Volumes": volume ckpt: hostPath must not be used' \
+  "$P.volumes.1={\"name\":\"ckpt\",\"hostPath\":{\"path\":\"/srv/ckpt\"}}"
+pss "a hostPort" "$ps" StatefulSet/ps \
+  'StatefulSet ps: restricted "Host Ports": containers ps: ports hostPort 2222 must be 0 or unset' "$C.ports.0.hostPort=2222"
+pss "AppArmor unconfined (annotation)" "$ps" StatefulSet/ps \
+  'StatefulSet ps: restricted "AppArmor": annotation container.apparmor.security.beta.kubernetes.io/ps must be runtime/default or localhost/* (is "unconfined")' \
+  "$A=\"unconfined\""
+pss "AppArmor Unconfined (field)" "$ps" StatefulSet/ps \
+  'StatefulSet ps: restricted "AppArmor": containers ps: securityContext.appArmorProfile.type must be RuntimeDefault, Localhost or unset (is "Unconfined")' \
+  "$C.securityContext.appArmorProfile={\"type\":\"Unconfined\"}"
+pss "an SELinux type spc_t" "$ps" StatefulSet/ps \
+  'StatefulSet ps: restricted "SELinux": spec.securityContext.seLinuxOptions.type must be container_t' \
+  "$P.securityContext.seLinuxOptions={\"type\":\"spc_t\"}"
+pss "an SELinux user" "$ps" Job/worker \
+  'Job worker: restricted "SELinux": containers worker: securityContext.seLinuxOptions.user must be unset (is "system_u")' \
+  "$C.securityContext.seLinuxOptions={\"user\":\"system_u\"}"
+pss "an unmasked /proc" "$ps" StatefulSet/ps \
+  'StatefulSet ps: restricted "/proc Mount Type": containers ps: securityContext.procMount must be Default or unset (is "Unmasked")' \
+  "$C.securityContext.procMount=\"Unmasked\""
+pss "an unsafe sysctl" "$ps" StatefulSet/ps \
+  'StatefulSet ps: restricted "Sysctls": spec.securityContext.sysctls kernel.msgmax is not a safe sysctl' \
+  "$P.securityContext.sysctls=[{\"name\":\"kernel.msgmax\",\"value\":\"65536\"}]"
+pss "seccomp Unconfined (pod)" "$ps" StatefulSet/ps \
+  'StatefulSet ps: restricted "Seccomp": spec.securityContext.seccompProfile.type must be RuntimeDefault or Localhost (is "Unconfined")' \
+  "$P.securityContext.seccompProfile.type=\"Unconfined\"" "$C.securityContext.seccompProfile={\"type\":\"RuntimeDefault\"}"
+# restricted
+pss "an nfs volume" "$ps" StatefulSet/ps \
+  'StatefulSet ps: restricted "Volume Types": volume ckpt: type nfs is not one of configMap, csi, downwardAPI, emptyDir, ephemeral, persistentVolumeClaim, projected, secret' \
+  "$P.volumes.1={\"name\":\"ckpt\",\"nfs\":{\"server\":\"nfs\",\"path\":\"/ckpt\"}}"
+pss "allowPrivilegeEscalation unset" "$ps" StatefulSet/ps \
+  'StatefulSet ps: restricted "Privilege Escalation": containers ps: securityContext.allowPrivilegeEscalation must be false (is unset)' \
+  "$C.securityContext.allowPrivilegeEscalation="
+pss "allowPrivilegeEscalation true" "$tf" TFJob/paramserver-mlp \
+  'TFJob paramserver-mlp PS: restricted "Privilege Escalation": containers tensorflow: securityContext.allowPrivilegeEscalation must be false (is true)' \
+  "$T.containers.0.securityContext.allowPrivilegeEscalation=true"
+pss "runAsNonRoot unset" "$ps" Job/worker \
+  'Job worker: restricted "Running as Non-root": containers worker: runAsNonRoot must be true' \
+  "$P.securityContext.runAsNonRoot="
+pss "runAsNonRoot false in a container" "$ps" StatefulSet/ps \
+  'StatefulSet ps: restricted "Running as Non-root": containers ps: runAsNonRoot must be true, in its securityContext or the pod'"'"'s (is false)' \
+  "$C.securityContext.runAsNonRoot=false"
+n=2 pss "runAsNonRoot false in the pod" "$ps" StatefulSet/ps \
+  'StatefulSet ps: restricted "Running as Non-root": spec.securityContext.runAsNonRoot must be true (is false)' \
+  "$P.securityContext.runAsNonRoot=false"
+n=2 pss "runAsUser 0 (pod)" "$ps" StatefulSet/ps \
+  'StatefulSet ps: restricted "Running as Non-root user": spec.securityContext.runAsUser must not be 0' \
+  "$P.securityContext.runAsUser=0"
+n=2 pss "runAsUser 0 (container)" "$tf" TFJob/paramserver-mlp \
+  'TFJob paramserver-mlp PS: restricted "Running as Non-root user": containers tensorflow: securityContext.runAsUser must not be 0' \
+  "$T.containers.0.securityContext.runAsUser=0"
+pss "no seccomp profile" "$ps" Job/worker \
+  'Job worker: restricted "Seccomp": containers worker: seccompProfile.type must be RuntimeDefault or Localhost, in its securityContext or the pod'"'"'s (is unset)' \
+  "$P.securityContext.seccompProfile="
+pss "seccomp Unconfined (container)" "$ps" StatefulSet/ps \
+  'StatefulSet ps: restricted "Seccomp": containers ps: seccompProfile.type must be RuntimeDefault or Localhost' \
+  "$C.securityContext.seccompProfile={\"type\":\"Unconfined\"}"
+pss "capabilities not dropped" "$ps" StatefulSet/ps \
+  'StatefulSet ps: restricted "Capabilities": containers ps: securityContext.capabilities.drop must include ALL (is unset)' \
+  "$C.securityContext.capabilities="
+pss "capability CHOWN added" "$tf" TFJob/paramserver-mlp \
+  'TFJob paramserver-mlp PS: restricted "Capabilities": containers tensorflow: securityContext.capabilities.add may only hold NET_BIND_SERVICE (holds CHOWN)' \
+  "$T.containers.0.securityContext.capabilities.add=[\"CHOWN\"]"
+pss "an init container without the restricted context" "$ps" StatefulSet/ps \
+  'StatefulSet ps: restricted "Privilege Escalation": initContainers init: securityContext.allowPrivilegeEscalation must be false' \
+  "$P.initContainers=[{\"name\":\"init\",\"image\":\"paramserver:0.1\",\"command\":[\"true\"],\"securityContext\":{\"capabilities\":{\"drop\":[\"ALL\"]}},\"resources\":{\"requests\":{\"cpu\":\"1\",\"memory\":\"1Gi\"},\"limits\":{\"cpu\":\"1\",\"memory\":\"1Gi\"}}}]"
+# ... and what the standard allows passes: NET_BIND_SERVICE added, a
+# Localhost seccomp profile, container_t, runtime/default
+node "$npm_dir/mutate.mjs" "$ps" "$dir/pss-ok.yaml" StatefulSet/ps "$C.securityContext.capabilities.add=[\"NET_BIND_SERVICE\"]" \
+  "$P.securityContext.seccompProfile={\"type\":\"Localhost\",\"localhostProfile\":\"ps.json\"}" \
+  "$P.securityContext.seLinuxOptions={\"type\":\"container_t\",\"level\":\"s0:c1,c2\"}" "$A=\"runtime/default\""
+expect "restricted: what the standard allows passes" 0 "ok $dir/pss-ok.yaml: 7 documents, 2 pod templates restricted" \
+  v "$dir/pss-ok.yaml"
+
+# what the manifests promise besides the standard
+pss "a pod without runAsUser" "$ps" StatefulSet/ps \
+  'StatefulSet ps container ps: no runAsUser with a numeric uid other than 0 (is unset)' "$P.securityContext.runAsUser="
+pss "a container without a memory limit" "$ps" StatefulSet/ps 'StatefulSet ps container ps: no resources.limits.memory' \
+  "$C.resources.limits.memory="
+pss "a TFJob container without a cpu request" "$tf" TFJob/paramserver-mlp \
+  'TFJob paramserver-mlp PS container tensorflow: no resources.requests.cpu' "$T.containers.0.resources.requests.cpu="
+pss "a request above its limit" "$ps" Job/worker \
+  'Job worker container worker: resources.requests.memory 3Gi is above its limit 2Gi' "$C.resources.requests.memory=\"3Gi\""
+pss "a TFJob ps without a livenessProbe" "$tf" TFJob/paramserver-mlp \
+  'TFJob paramserver-mlp PS container tensorflow: runs ps-server without a livenessProbe' "$T.containers.0.livenessProbe="
+pss "a ps no PodDisruptionBudget selects" "$ps" PodDisruptionBudget/ps \
+  'StatefulSet ps: no PodDisruptionBudget selects its pods (labels {"app":"paramserver","role":"ps"})' \
+  'spec.selector.matchLabels.role="worker"'
+n=2 pss "a claim the file does not define" "$tf" PersistentVolumeClaim/paramserver-ckpt \
+  'TFJob paramserver-mlp PS: volume ckpt: PersistentVolumeClaim paramserver-ckpt is not defined in the file' \
+  'metadata.name="other"'
+pss "a worker Job under restartPolicy Always" "$ps" Job/worker \
+  'Job worker container worker: runs ps-worker, which finishes, in a Job (restartPolicy Always): it would run again once done' \
+  "$P.restartPolicy=\"Always\""
+pss "a Job that is not Indexed" "$ps" Job/worker \
+  'document 7 (Job worker): Job worker: completionMode must be Indexed' "spec.completionMode=\"NonIndexed\""
+# the workers as a StatefulSet (the old paramserver.yaml): the chief, done
+# (--keep-ps), would be run again for ever
+pss "workers in a StatefulSet" "$ps" Job/worker \
+  'StatefulSet worker container worker: runs ps-worker, which finishes, in a StatefulSet (restartPolicy Always): it would run again once done; use a Job (or a TFJob)' \
+  'apiVersion="apps/v1"' 'kind="StatefulSet"' spec.completionMode= spec.completions= spec.parallelism= \
+  spec.backoffLimit= "$P.subdomain=" "$P.restartPolicy=" 'spec.serviceName="worker"' spec.replicas=2 \
+  'spec.selector={"matchLabels":{"app":"paramserver","role":"worker"}}'
+
 # the secure variants, offline
 expect "paramserver-secure.yaml is valid, and secure" 0 \
-  "ok $k8s/paramserver-secure.yaml: 8 documents (secure)" v --secure "$k8s/paramserver-secure.yaml"
+  "ok $k8s/paramserver-secure.yaml: 9 documents, 3 pod templates restricted (secure)" v --secure "$k8s/paramserver-secure.yaml"
 expect "tfjob-secure.yaml is valid, and secure" 0 \
-  "ok $k8s/tfjob-secure.yaml: 2 documents (secure)" v --secure "$k8s/tfjob-secure.yaml"
+  "ok $k8s/tfjob-secure.yaml: 4 documents, 3 pod templates restricted (secure)" v --secure "$k8s/tfjob-secure.yaml"
 expect "the secure manifests hold no token and no Secret (grep)" 1 "" \
   grep -nE '[0-9a-fA-F]{32}|PS_AUTH_TOKEN|kind: *Secret' "$k8s/paramserver-secure.yaml" "$k8s/tfjob-secure.yaml"
 # the secure checks can fail: the plain manifests, and broken secure ones
@@ -70,13 +218,13 @@ expect "secure: a Secret volume of mode 0644 is refused" 1 \
 sed "/^        - name: worker\$/a\          env: [{name: PS_AUTH_TOKEN, value: \"$(openssl rand -hex 32)\"}]" \
   "$sec" > "$dir/sbad5.yaml"
 expect "secure: an inline token is refused" 1 \
-  "StatefulSet worker container worker: a token inline in env PS_AUTH_TOKEN" v --secure "$dir/sbad5.yaml"
+  "Job worker container worker: a token inline in env PS_AUTH_TOKEN" v --secure "$dir/sbad5.yaml"
 sed 's/secretName: paramserver-worker-tls/secretName: paramserver-chief-tls/' "$sec" > "$dir/sbad6.yaml"
 expect "secure: workers mounting the chief's Secret is refused" 1 \
   "Secret paramserver-chief-tls is mounted by the chief and by the other workers" v --secure "$dir/sbad6.yaml"
 sed 's|--tls-ca /etc/paramserver-tls/ca.crt|--tls-ca /etc/paramserver/ca.crt|' "$sec" > "$dir/sbad7.yaml"
 expect "secure: a CA file outside the Secret is refused" 1 \
-  "StatefulSet chief container chief: --tls-ca /etc/paramserver/ca.crt is not in a mounted Secret" \
+  "Job chief container chief: --tls-ca /etc/paramserver/ca.crt is not in a mounted Secret" \
   v --secure "$dir/sbad7.yaml"
 
 # the secure variants through real processes (localpods.mjs)
@@ -202,11 +350,11 @@ run_secure tfjob-secure "$k8s/tfjob-secure.yaml"
 # the image: multi-stage, Debian 12, non-root, the programs the manifests run
 df="$k8s/Dockerfile"
 check "image: two stages from debian:12" test "$(grep -c '^FROM debian:12' "$df")" = 2
-check "image: runs as a non-root user" grep -q '^USER 10001' "$df"
+check "image: runs as the manifests' user and group, 10001" grep -qx 'USER 10001:10001' "$df"
 check "image: installs ps-server and ps-worker (meson install)" grep -q 'meson install' "$df"
 # The runtime stage's packages, with what they depend on, must hold every
-# shared library the programs load (the image cannot be built here: no
-# container engine; this is what a missing package would break).
+# shared library the programs load (this runs everywhere; tests/image
+# builds the image and runs it where buildah is).
 runtime=$(awk '/^FROM/ {n++} n == 2' "$df" | sed -n '/apt-get install/,/rm -rf/p' \
   | tr ' \\' '\n\n' | grep -E '^lib|^zlib|^ca-certificates' | sort -u)
 check "image: the runtime stage installs packages ($(echo $runtime | wc -w))" test -n "$runtime"

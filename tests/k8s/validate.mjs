@@ -4,16 +4,25 @@
 // Every document must be a kind this script knows; a TFJob's pod
 // templates are checked as core/v1 pod templates.  The paramserver
 // cluster spec in a ConfigMap must name as many tasks as the StatefulSets
-// run.  Prints "ok FILE: N documents" or the errors, and exits 1 on any.
+// and Indexed Jobs run.  Every pod template must pass the "restricted"
+// Pod Security Standard (podSecurity below) and what the manifests promise
+// besides (deployChecks below: requests and limits, probes, claims,
+// a PodDisruptionBudget for the ps, no finished task run again).
+// Prints "ok FILE: N documents, P pod templates restricted" or the
+// errors, and exits 1 on any.
 //   node validate.mjs --secure FILE...
 // also checks what a secure variant promises (secureChecks below).
 import fs from 'node:fs';
 import yaml from 'js-yaml';
 import { StatefulSet } from 'kubernetes-models/apps/v1';
+import { Job } from 'kubernetes-models/batch/v1';
+import { PodDisruptionBudget } from 'kubernetes-models/policy/v1';
 import { ConfigMap, PersistentVolumeClaim, PodTemplate, Service } from 'kubernetes-models/v1';
 
 const models = {
   'apps/v1 StatefulSet': StatefulSet,
+  'batch/v1 Job': Job,
+  'policy/v1 PodDisruptionBudget': PodDisruptionBudget,
   'v1 ConfigMap': ConfigMap,
   'v1 PersistentVolumeClaim': PersistentVolumeClaim,
   'v1 Service': Service,
@@ -143,6 +152,175 @@ function secureChecks(file, text, docs, pods) {
     });
 }
 
+// ---- The Pod Security Standards, "restricted" profile (which contains
+// "baseline"), field by field as kubernetes.io/docs/concepts/security/
+// pod-security-standards lists them (Kubernetes 1.25 and later).  Each
+// violation is reported as: WHAT: restricted "CONTROL": FIELD ...
+const BASELINE_CAPS = ['AUDIT_WRITE', 'CHOWN', 'DAC_OVERRIDE', 'FOWNER', 'FSETID', 'KILL', 'MKNOD',
+  'NET_BIND_SERVICE', 'SETFCAP', 'SETGID', 'SETPCAP', 'SETUID', 'SYS_CHROOT'];
+const SAFE_SYSCTLS = ['kernel.shm_rmid_forced', 'net.ipv4.ip_local_port_range',
+  'net.ipv4.ip_unprivileged_port_start', 'net.ipv4.tcp_syncookies', 'net.ipv4.ping_group_range',
+  'net.ipv4.ip_local_reserved_ports', 'net.ipv4.tcp_keepalive_time', 'net.ipv4.tcp_fin_timeout',
+  'net.ipv4.tcp_keepalive_intvl', 'net.ipv4.tcp_keepalive_probes'];
+const RESTRICTED_VOLUMES = ['configMap', 'csi', 'downwardAPI', 'emptyDir', 'ephemeral',
+  'persistentVolumeClaim', 'projected', 'secret'];
+const SELINUX_TYPES = ['', 'container_t', 'container_init_t', 'container_kvm_t', 'container_engine_t'];
+const show = (v) => (v === undefined ? 'unset' : JSON.stringify(v));
+
+// meta: the pod template's metadata; spec: its pod spec; what: e.g.
+// "StatefulSet ps".  Returns the violations.
+function podSecurity(what, meta, spec) {
+  const err = [];
+  const bad = (control, text) => err.push(`${what}: restricted "${control}": ${text}`);
+  const psc = spec.securityContext ?? {};
+  const containers = [['containers', spec.containers ?? []], ['initContainers', spec.initContainers ?? []],
+    ['ephemeralContainers', spec.ephemeralContainers ?? []]];
+  const all = containers.flatMap(([kind, list]) => list.map((c) => [`${kind} ${c.name}`, c]));
+  // baseline
+  if (psc.windowsOptions?.hostProcess === true)
+    bad('HostProcess', 'spec.securityContext.windowsOptions.hostProcess must be false or unset');
+  for (const f of ['hostNetwork', 'hostPID', 'hostIPC'])
+    if (spec[f] === true) bad('Host Namespaces', `spec.${f} must be false or unset (is true)`);
+  for (const [cw, c] of all) {
+    const sc = c.securityContext ?? {};
+    if (sc.windowsOptions?.hostProcess === true)
+      bad('HostProcess', `${cw}: securityContext.windowsOptions.hostProcess must be false or unset`);
+    if (sc.privileged === true) bad('Privileged Containers', `${cw}: securityContext.privileged must be false or unset`);
+    for (const cap of sc.capabilities?.add ?? [])
+      if (!BASELINE_CAPS.includes(cap))
+        bad('Capabilities', `${cw}: securityContext.capabilities.add ${cap} is beyond the baseline set`);
+    for (const p of c.ports ?? [])
+      if (p.hostPort) bad('Host Ports', `${cw}: ports hostPort ${p.hostPort} must be 0 or unset`);
+    if (sc.procMount !== undefined && sc.procMount !== 'Default')
+      bad('/proc Mount Type', `${cw}: securityContext.procMount must be Default or unset (is ${show(sc.procMount)})`);
+  }
+  for (const v of spec.volumes ?? [])
+    if (v.hostPath) bad('HostPath Volumes', `volume ${v.name}: hostPath must not be used`);
+  // AppArmor: the fields (1.30) and the annotations
+  const apparmorOk = (t) => t === undefined || t === 'RuntimeDefault' || t === 'Localhost';
+  if (!apparmorOk(psc.appArmorProfile?.type))
+    bad('AppArmor', `spec.securityContext.appArmorProfile.type must be RuntimeDefault, Localhost or unset (is ${show(psc.appArmorProfile.type)})`);
+  for (const [cw, c] of all)
+    if (!apparmorOk(c.securityContext?.appArmorProfile?.type))
+      bad('AppArmor', `${cw}: securityContext.appArmorProfile.type must be RuntimeDefault, Localhost or unset (is ${show(c.securityContext.appArmorProfile.type)})`);
+  for (const [k, v] of Object.entries(meta?.annotations ?? {}))
+    if (k.startsWith('container.apparmor.security.beta.kubernetes.io/') &&
+        v !== 'runtime/default' && !v.startsWith('localhost/'))
+      bad('AppArmor', `annotation ${k} must be runtime/default or localhost/* (is ${show(v)})`);
+  // SELinux
+  const selinux = (where, o) => {
+    if (!o) return;
+    if (o.type !== undefined && !SELINUX_TYPES.includes(o.type))
+      bad('SELinux', `${where}seLinuxOptions.type must be container_t, container_init_t, container_kvm_t, container_engine_t or unset (is ${show(o.type)})`);
+    for (const f of ['user', 'role'])
+      if (o[f] !== undefined && o[f] !== '') bad('SELinux', `${where}seLinuxOptions.${f} must be unset (is ${show(o[f])})`);
+  };
+  selinux('spec.securityContext.', psc.seLinuxOptions);
+  for (const [cw, c] of all) selinux(`${cw}: securityContext.`, c.securityContext?.seLinuxOptions);
+  // seccomp: never Unconfined (baseline); RuntimeDefault or Localhost for
+  // every container, at the pod or the container level (restricted)
+  const seccompOk = (t) => t === 'RuntimeDefault' || t === 'Localhost';
+  if (psc.seccompProfile?.type !== undefined && !seccompOk(psc.seccompProfile.type))
+    bad('Seccomp', `spec.securityContext.seccompProfile.type must be RuntimeDefault or Localhost (is ${show(psc.seccompProfile.type)})`);
+  for (const [cw, c] of all) {
+    const t = c.securityContext?.seccompProfile?.type;
+    if (t !== undefined ? !seccompOk(t) : !seccompOk(psc.seccompProfile?.type))
+      bad('Seccomp', `${cw}: seccompProfile.type must be RuntimeDefault or Localhost, in its securityContext or the pod's (is ${show(t ?? psc.seccompProfile?.type)})`);
+  }
+  for (const s of psc.sysctls ?? [])
+    if (!SAFE_SYSCTLS.includes(s.name)) bad('Sysctls', `spec.securityContext.sysctls ${s.name} is not a safe sysctl`);
+  // restricted
+  for (const v of spec.volumes ?? []) {
+    const type = Object.keys(v).find((k) => k !== 'name');
+    if (!RESTRICTED_VOLUMES.includes(type))
+      bad('Volume Types', `volume ${v.name}: type ${type} is not one of ${RESTRICTED_VOLUMES.join(', ')}`);
+  }
+  if (psc.runAsNonRoot === false) bad('Running as Non-root', 'spec.securityContext.runAsNonRoot must be true (is false)');
+  if (psc.runAsUser === 0) bad('Running as Non-root user', 'spec.securityContext.runAsUser must not be 0');
+  for (const [cw, c] of all) {
+    const sc = c.securityContext ?? {};
+    if (sc.allowPrivilegeEscalation !== false)
+      bad('Privilege Escalation', `${cw}: securityContext.allowPrivilegeEscalation must be false (is ${show(sc.allowPrivilegeEscalation)})`);
+    if (sc.runAsNonRoot === false || (sc.runAsNonRoot === undefined && psc.runAsNonRoot !== true))
+      bad('Running as Non-root', `${cw}: runAsNonRoot must be true, in its securityContext or the pod's (is ${show(sc.runAsNonRoot ?? psc.runAsNonRoot)})`);
+    if (sc.runAsUser === 0) bad('Running as Non-root user', `${cw}: securityContext.runAsUser must not be 0`);
+    const caps = sc.capabilities ?? {};
+    if (!(caps.drop ?? []).includes('ALL'))
+      bad('Capabilities', `${cw}: securityContext.capabilities.drop must include ALL (is ${show(caps.drop)})`);
+    for (const cap of caps.add ?? [])
+      if (cap !== 'NET_BIND_SERVICE')
+        bad('Capabilities', `${cw}: securityContext.capabilities.add may only hold NET_BIND_SERVICE (holds ${cap})`);
+  }
+  return err;
+}
+
+// ---- What the manifests promise besides.  pods: [{what, spec, kind,
+// labels, restart (a TFJob replica's restartPolicy)}], docs: the file's
+// documents.
+//  - every container has requests and limits for cpu and memory, no
+//    request above its limit;
+//  - every container runs as a numeric uid other than 0 (runAsUser, its
+//    own or the pod's): the kubelet enforces runAsNonRoot only for an image
+//    whose USER is numeric, and the pod names the uid the image's files
+//    (/ckpt) belong to;
+//  - a container that runs ps-server has a readiness and a liveness probe;
+//  - a container that runs ps-worker (it finishes) is not under a
+//    controller that runs it again once it is done (StatefulSet, Deployment,
+//    ReplicaSet, DaemonSet; or restartPolicy Always): a Job or a TFJob;
+//  - every persistentVolumeClaim a pod uses is defined in the file;
+//  - a PodDisruptionBudget selects the ps pods.
+const QTY = { '': 1, m: 1e-3, k: 1e3, M: 1e6, G: 1e9, T: 1e12, Ki: 1024, Mi: 1024 ** 2, Gi: 1024 ** 3, Ti: 1024 ** 4 };
+function quantity(q) {
+  const m = /^([0-9.]+)(m|k|M|G|T|Ki|Mi|Gi|Ti)?$/.exec(String(q));
+  return m ? Number(m[1]) * QTY[m[2] ?? ''] : NaN;
+}
+const selects = (sel, labels) =>
+  Object.entries(sel?.matchLabels ?? {}).every(([k, v]) => labels?.[k] === v) &&
+  Object.keys(sel?.matchLabels ?? {}).length > 0;
+function deployChecks(docs, pods) {
+  const err = [];
+  const claims = new Set(docs.filter((d) => d.kind === 'PersistentVolumeClaim').map((d) => d.metadata?.name));
+  const pdbs = docs.filter((d) => d.kind === 'PodDisruptionBudget');
+  for (const { what, spec, kind, labels, restart: rp } of pods) {
+    let server = false;
+    for (const c of [...(spec.initContainers ?? []), ...(spec.containers ?? [])]) {
+      const cw = `${what} container ${c.name}`;
+      const uid = c.securityContext?.runAsUser ?? spec.securityContext?.runAsUser;
+      if (!Number.isInteger(uid) || uid <= 0)
+        err.push(`${cw}: no runAsUser with a numeric uid other than 0 (is ${show(uid)})`);
+      for (const r of ['cpu', 'memory']) {
+        const req = c.resources?.requests?.[r];
+        const lim = c.resources?.limits?.[r];
+        if (req === undefined) err.push(`${cw}: no resources.requests.${r}`);
+        if (lim === undefined) err.push(`${cw}: no resources.limits.${r}`);
+        if (req !== undefined && lim !== undefined && !(quantity(req) <= quantity(lim)))
+          err.push(`${cw}: resources.requests.${r} ${req} is above its limit ${lim}`);
+      }
+      if (runsServer(c)) {
+        server = true;
+        for (const p of ['readinessProbe', 'livenessProbe']) if (!c[p]) err.push(`${cw}: runs ps-server without a ${p}`);
+      }
+      if (runsWorker(c)) {
+        const restart = rp ?? spec.restartPolicy ?? 'Always';
+        if (['StatefulSet', 'Deployment', 'ReplicaSet', 'DaemonSet'].includes(kind) || restart === 'Always')
+          err.push(`${cw}: runs ps-worker, which finishes, in a ${kind} (restartPolicy ${restart}): it would ` +
+            'run again once done; use a Job (or a TFJob)');
+      }
+    }
+    for (const v of spec.volumes ?? [])
+      if (v.persistentVolumeClaim && !claims.has(v.persistentVolumeClaim.claimName))
+        err.push(`${what}: volume ${v.name}: PersistentVolumeClaim ${v.persistentVolumeClaim.claimName} is not defined in the file`);
+    if (server && !pdbs.some((d) => selects(d.spec?.selector, labels)))
+      err.push(`${what}: no PodDisruptionBudget selects its pods (labels ${show(labels)})`);
+  }
+  for (const d of pdbs) {
+    const { maxUnavailable: mu, minAvailable: ma } = d.spec ?? {};
+    if (mu === undefined && ma === undefined)
+      err.push(`PodDisruptionBudget ${d.metadata?.name}: neither maxUnavailable nor minAvailable`);
+  }
+  return err;
+}
+
 // the job a StatefulSet's worker runs as (--job NAME)
 function jobOfArgs(ps) {
   for (const c of ps.containers ?? []) if (runsWorker(c)) return setting(c, '--job', 'PS_JOB');
@@ -169,16 +347,32 @@ for (const file of process.argv.slice(2).filter((a) => a !== '--secure')) {
       if (doc.apiVersion === 'kubeflow.org/v1' && doc.kind === 'TFJob') {
         for (const [role, rs] of Object.entries(doc.spec?.tfReplicaSpecs ?? {}))
           pods.push({ what: `TFJob ${doc.metadata.name} ${role}`, spec: rs.template?.spec ?? {},
+            meta: rs.template?.metadata, labels: rs.template?.metadata?.labels, kind: 'TFJob',
+            restart: rs.restartPolicy === 'ExitCode' ? 'Never' : rs.restartPolicy,
             job: role.toLowerCase(), tfjob: true });
         return tfjob(file, doc);
       }
       const M = models[`${doc.apiVersion} ${doc.kind}`];
       if (!M) throw new Error(`unknown kind ${doc.apiVersion} ${doc.kind}`);
       new M(doc).validate();
-      if (doc.kind === 'StatefulSet') {
-        replicas[doc.metadata.name] = doc.spec.replicas;
-        const ps = doc.spec.template.spec;
-        pods.push({ what: `StatefulSet ${doc.metadata.name}`, spec: ps, job: jobOfArgs(ps) ?? doc.metadata.name });
+      if (doc.spec?.template?.spec) {
+        // a pod template: StatefulSet, Job, (Deployment, ...)
+        const name = doc.metadata.name;
+        const t = doc.spec.template;
+        pods.push({ what: `${doc.kind} ${name}`, spec: t.spec, meta: t.metadata, labels: t.metadata?.labels,
+          kind: doc.kind, job: jobOfArgs(t.spec) ?? name });
+        if (doc.kind === 'StatefulSet') replicas[name] = doc.spec.replicas;
+        if (doc.kind === 'Job') {
+          // a task's address is NAME-I.NAME: an Indexed Job's pod NAME-I in
+          // the subdomain NAME (the headless Service), all running at once
+          replicas[name] = doc.spec.completions;
+          if (doc.spec.completionMode !== 'Indexed')
+            throw new Error(`Job ${name}: completionMode must be Indexed (its pods' names and task indices)`);
+          if (t.spec.subdomain !== name)
+            throw new Error(`Job ${name}: spec.template.spec.subdomain must be ${name} (is ${t.spec.subdomain})`);
+          if (doc.spec.parallelism !== doc.spec.completions)
+            throw new Error(`Job ${name}: parallelism ${doc.spec.parallelism} is not its completions ${doc.spec.completions}`);
+        }
       }
       if (doc.kind === 'ConfigMap' && doc.data?.['cluster.json'])
         spec = JSON.parse(doc.data['cluster.json']);
@@ -188,7 +382,7 @@ for (const file of process.argv.slice(2).filter((a) => a !== '--secure')) {
     check(`${file} cluster spec`, () => {
       for (const [job, tasks] of Object.entries(spec)) {
         if (replicas[job] !== undefined && replicas[job] !== tasks.length)
-          throw new Error(`job ${job} has ${tasks.length} tasks but its StatefulSet runs ${replicas[job]}`);
+          throw new Error(`job ${job} has ${tasks.length} tasks but its StatefulSet or Job runs ${replicas[job]}`);
         tasks.forEach((a, k) => {
           if (!a.startsWith(`${job}-${k}.${job}:`))
             throw new Error(`${job}/${k} is ${a}, not the pod ${job}-${k} of Service ${job}`);
@@ -201,6 +395,16 @@ for (const file of process.argv.slice(2).filter((a) => a !== '--secure')) {
     pods.forEach((p) => (p.role = roleOf(jobs, p.job)));
     secureChecks(file, text, docs, pods);
   }
-  if (!failed) console.log(`ok ${file}: ${docs.length} documents${secure ? ' (secure)' : ''}`);
+  for (const p of pods)
+    for (const e of podSecurity(p.what, p.meta, p.spec))
+      check(file, () => {
+        throw new Error(e);
+      });
+  for (const e of deployChecks(docs, pods))
+    check(file, () => {
+      throw new Error(e);
+    });
+  if (!failed)
+    console.log(`ok ${file}: ${docs.length} documents, ${pods.length} pod templates restricted${secure ? ' (secure)' : ''}`);
 }
 process.exit(failed ? 1 : 0);
