@@ -478,8 +478,10 @@ struct ps_rpc_server {
   conn_slot *conns;
   int nconns;
   int64_t last_full_log_ms, last_emfile_log_ms;
-  int64_t idle_since_ms; /* shutting down: since when no call runs (monitor) */
-  int idle_closed;       /* the idle connections are shut (monitor) */
+  int64_t idle_since_ms;          /* shutting down: since when no call runs (monitor) */
+  int64_t trim_check_ms, trim_ms; /* heap_trim: last look, last trim (monitor) */
+  size_t trim_free;               /* heap_trim: free heap bytes at the last trim */
+  int idle_closed;                /* the idle connections are shut (monitor) */
   /* TLS: gRPC's own listener (see "Listener"); the next certificate
    * config for its fetcher (tls_pending), under tls_mu */
   /* With tokens, gRPC must not read a request message before the call's
@@ -912,10 +914,17 @@ static void scall_complete(ps_rpc_call *c) {
   scall_send_next(c, 1);
 }
 
-/* RESOURCE_EXHAUSTED if @bb is over the message limit. */
-static int check_size(ps_rpc_call *c, grpc_byte_buffer *bb) {
+/* RESOURCE_EXHAUSTED if @bb is over the message limit, or for a request's
+ * first message (@header), over the header limit: a quarter of it (see
+ * ps_rpc_server_options). */
+static int check_size(ps_rpc_call *c, grpc_byte_buffer *bb, bool header) {
   size_t n = grpc_byte_buffer_length(bb);
   int64_t max = c->srv->opt.max_message_bytes;
+  if (header && max > 0 && (uint64_t)n > (uint64_t)(max / 4))
+    return ps_status_set(&c->st, PS_RESOURCE_EXHAUSTED,
+                         "%s: request header of %zu bytes is over the limit of %lld "
+                         "bytes (a quarter of --max-message-bytes)",
+                         c->srv->h[c->hi].method, n, (long long)(max / 4));
   if (max > 0 && (uint64_t)n > (uint64_t)max)
     return ps_status_set(&c->st, PS_RESOURCE_EXHAUSTED,
                          "%s: request message of %zu bytes is over the limit "
@@ -1001,7 +1010,7 @@ static void header_arrived(ps_rpc_call *c) {
     scall_fail(c);
     return;
   }
-  if (check_size(c, c->payload) != 0) {
+  if (check_size(c, c->payload, true) != 0) {
     scall_fail(c);
     return;
   }
@@ -1090,7 +1099,7 @@ static void scall_event(ps_rpc_call *c, int ok) {
       scall_fail(c);
       return;
     }
-    int rc = check_size(c, bb);
+    int rc = check_size(c, bb, false);
     if (rc == 0)
       rc = consume_chunk(bb, &c->sink, &c->received, s->h[c->hi].method, &c->st);
     grpc_byte_buffer_destroy(bb);
@@ -1680,6 +1689,53 @@ static void close_idle(ps_rpc_server *s) {
   s->idle_closed = 1;
 }
 
+/* Freed heap goes back to the system.  gRPC 1.51 buffers a request
+ * message whole before any limit is checked, its own (twice
+ * --max-message-bytes) included: one refused 1 GiB message left ~1 GiB of
+ * free heap in the arenas of gRPC's threads, and glibc keeps free heap
+ * (tune_malloc keeps up to 64 MiB at the top of the main heap on purpose;
+ * the other arenas shrink only from their top, which a live block pins).
+ * Once a second the monitor looks at the free heap (mallinfo2: no
+ * system call) and, above HEAP_KEEP_BYTES, hands its free pages back with
+ * malloc_trim: when it has changed by HEAP_MOVED_BYTES since the last
+ * trim (gRPC frees a refused message's buffers over a few seconds), or
+ * 60 s after it.  The transfers of a busy ps free far less than
+ * that (their messages are 1 MiB chunks), so they keep their warm heap. */
+#define HEAP_KEEP_BYTES ((size_t)128 << 20)
+#define HEAP_MOVED_BYTES ((size_t)4 << 20)
+
+/* Under AddressSanitizer (build-asan) glibc's heap is not the one in use:
+ * its allocator's own figures and purge stand in (weak: absent otherwise). */
+extern size_t __sanitizer_get_heap_size(void) __attribute__((weak));
+extern size_t __sanitizer_get_current_allocated_bytes(void) __attribute__((weak));
+extern void __sanitizer_purge_allocator(void) __attribute__((weak));
+
+static size_t heap_free_bytes(void) {
+  if (__sanitizer_get_heap_size && __sanitizer_get_current_allocated_bytes) {
+    size_t h = __sanitizer_get_heap_size(), a = __sanitizer_get_current_allocated_bytes();
+    return h > a ? h - a : 0;
+  }
+  return mallinfo2().fordblks;
+}
+
+static void heap_trim(ps_rpc_server *s, int64_t t) {
+  if (t - s->trim_check_ms < 1000) return;
+  s->trim_check_ms = t;
+  size_t f = heap_free_bytes(),
+         d = f > s->trim_free ? f - s->trim_free : s->trim_free - f;
+  if (f <= HEAP_KEEP_BYTES || (d < HEAP_MOVED_BYTES && t - s->trim_ms < 60000)) return;
+  if (__sanitizer_purge_allocator)
+    __sanitizer_purge_allocator();
+  else
+    malloc_trim(0);
+  if (d >= HEAP_KEEP_BYTES / 2)
+    PS_INFO("gave %zu MiB of freed heap back to the system (a large message was "
+            "received or refused)",
+            f >> 20);
+  s->trim_free = f;
+  s->trim_ms = t;
+}
+
 static void *monitor_thread(void *arg) {
   ps_rpc_server *s = arg;
   int64_t backoff_until = 0;
@@ -1724,6 +1780,7 @@ static void *monitor_thread(void *arg) {
     conns_check_suspects(s, now_ms());
     stop_when_settled(s);
     close_idle(s);
+    heap_trim(s, now_ms());
   }
   return NULL;
 }
