@@ -604,10 +604,11 @@ static int security_settings(server_args *a, const ps_cluster *cluster) {
 
 /* Each connection costs a descriptor: take all the system allows, and
  * serve no more connections than fit beside the reserve. */
-/* With TLS, gRPC's own listener accepts (common/rpc.c, "Listener"): it
- * stops for good on its first accept4 error, so connections over the limit
- * (shut by the monitor a moment later) must never exhaust the descriptors:
- * half of them stay free for those. */
+/* With TLS, half of them stay free: a connection costs gRPC more during
+ * its handshake, and where gRPC's own listener accepts (another gRPC than
+ * 1.51, or PS_TLS_GRPC_LISTENER=1: common/rpc.c, "Listener") it stops for
+ * good on its first accept4 error, so connections over the limit (shut by
+ * the monitor a moment later) must never exhaust the descriptors. */
 static int connection_limit(int64_t max_conns, bool tls) {
   long nofile = raise_fd_limit();
   long room = nofile > 0 ? nofile - FD_RESERVE(nofile) : 0;

@@ -109,4 +109,117 @@ ms=$((($(date +%s%N) - t0) / 1000000))
   && ok "psctl latest on 100,000 entries ($ms ms)" \
   || bad "psctl latest on 100,000 entries (exit $rc after $ms ms; 124: over 30 s)" "$out"
 
+# ---- point 18: silent connections under an open-file limit of 256 ----
+# 250 raw TCP connections that send nothing (no HTTP/2 preface, no TLS
+# ClientHello) stay open on the client's side; a real call must get in
+# within ~15 s (connections that made no call are closed after 10 s), and
+# they are logged.  Plaintext, then TLS.
+GEN_CERTS=${GEN_CERTS:-$(dirname "$0")/../../deploy/gen-certs.sh}
+C="$dir/certs"
+bash "$GEN_CERTS" "$C" > "$dir/gen.log" 2>&1 || bad "gen-certs" "$(cat "$dir/gen.log")"
+silent_py='
+import grpc, socket, sys, time
+addr, ca, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+host, port = addr.rsplit(":", 1)
+socks = []
+for _ in range(n):
+    try:
+        socks.append(socket.create_connection((host, int(port)), timeout=5))
+    except OSError:
+        pass
+t0 = time.time()
+err = "none"
+while time.time() - t0 < 30:
+    if ca == "-":
+        ch = grpc.insecure_channel(addr)
+    else:
+        ch = grpc.secure_channel(addr, grpc.ssl_channel_credentials(open(ca, "rb").read()),
+                                 options=[("grpc.ssl_target_name_override", "localhost")])
+    st = ch.unary_unary("/paramserver.Ps/Status", request_serializer=lambda b: b,
+                        response_deserializer=lambda b: b)
+    try:
+        st(b"", timeout=2)
+        break
+    except grpc.RpcError as e:
+        err = e.code().name + " " + str(e.details())
+    finally:
+        ch.close()
+    time.sleep(0.2)
+else:
+    print("no call got in for 30 s with %d silent connections open; last: %s" % (len(socks), err))
+    sys.exit(1)
+print("%d silent connections: a call got in after %.0f s" % (len(socks), time.time() - t0))
+'
+for mode in plaintext TLS; do
+  flags=() ca=-
+  if [ $mode = TLS ]; then flags=(--tls-cert "$C/server.crt" --tls-key "$C/server.key"); ca="$C/ca.crt"; fi
+  PS_PREFIX="prlimit --nofile=256:256" start_ps "$dir/one.json" 0 "$dir/silent-$mode.log" "${flags[@]}"
+  SP=$PID
+  if [ -z "$ADDR" ]; then bad "$mode: ps under prlimit --nofile=256" "$(cat "$dir/silent-$mode.log")"; continue; fi
+  out=$($PY -c "$silent_py" "$ADDR" "$ca" 250 2>&1); rc=$?
+  secs=$(echo "$out" | sed -n 's/.*a call got in after \([0-9]*\) s.*/\1/p')
+  [ "$rc" = 0 ] && [ -n "$secs" ] && [ "$secs" -le 15 ] \
+    && ok "$mode, 256 descriptors: $out" || bad "$mode, 256 descriptors: a call gets in within 15 s" "$out"
+  check "$mode: the silent connections closed are logged" has "$dir/silent-$mode.log" "connection(s) that made no call within 10 s"
+  check "$mode: the ps is still up" kill -0 "$SP"
+  kill -TERM "$SP"; wait "$SP"
+done
+
+# ---- point 18: a burst of connections at TLS ----
+# gRPC 1.51's own listener stopped for good on its first accept4 error
+# (EMFILE); the ps now accepts TLS connections itself, as it does
+# plaintext ones, and hands them to gRPC: a burst of twice the open-file
+# limit leaves it accepting.
+burst_py='
+import grpc, resource, socket, sys, time
+addr, ca, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+resource.setrlimit(resource.RLIMIT_NOFILE, (n + 256, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+host, port = addr.rsplit(":", 1)
+socks, t0 = [], time.time()
+for _ in range(n):
+    s = socket.socket()
+    s.setblocking(False)
+    try:
+        s.connect((host, int(port)))
+    except BlockingIOError:
+        pass
+    socks.append(s)
+burst = time.time() - t0
+time.sleep(2)
+for s in socks:
+    s.close()
+t0 = time.time()
+err = "none"
+while time.time() - t0 < 30:
+    ch = grpc.secure_channel(addr, grpc.ssl_channel_credentials(open(ca, "rb").read()),
+                             options=[("grpc.ssl_target_name_override", "localhost")])
+    try:
+        ch.unary_unary("/paramserver.Ps/Status", request_serializer=lambda b: b,
+                       response_deserializer=lambda b: b)(b"", timeout=2)
+        break
+    except grpc.RpcError as e:
+        err = e.code().name + " " + str(e.details())
+    finally:
+        ch.close()
+    time.sleep(0.2)
+else:
+    print("no call got in for 30 s after a burst of %d connections; last: %s" % (n, err))
+    sys.exit(1)
+print("a burst of %d connections in %.1f s: a call got in %.0f s after" % (n, burst, time.time() - t0))
+'
+PS_PREFIX="prlimit --nofile=512:512" start_ps "$dir/one.json" 0 "$dir/burst.log" \
+  --tls-cert "$C/server.crt" --tls-key "$C/server.key"
+BP=$PID
+if [ -n "$ADDR" ]; then
+  out=$($PY -c "$burst_py" "$ADDR" "$C/ca.crt" 1024 2>&1); rc=$?
+  secs=$(echo "$out" | sed -n 's/.*a call got in \([0-9]*\) s after.*/\1/p')
+  [ "$rc" = 0 ] && [ -n "$secs" ] && [ "$secs" -le 15 ] && ok "TLS, 512 descriptors: $out" \
+    || bad "TLS, 512 descriptors: a call gets in after a burst of 1024 connections" "$out $(tail -5 "$dir/burst.log")"
+  check "TLS: no listener stopped" test "$(grep -c 'accepts no more' "$dir/burst.log")" = 0
+  check "TLS: the ps is still up after the burst" kill -0 "$BP"
+  kill -TERM "$BP"; wait "$BP"
+else
+  bad "TLS ps under prlimit --nofile=512" "$(cat "$dir/burst.log")"
+fi
+
 finish
