@@ -165,6 +165,52 @@ for mode in plaintext TLS; do
   kill -TERM "$SP"; wait "$SP"
 done
 
+# A connection that made a call keeps its slot: a health Watch opened
+# after a Status call on the same channel is still open 12 s later, while
+# a silent socket opened beside it is closed (plaintext, no tokens).
+watch_py='
+import grpc, socket, sys, threading, time
+addr = sys.argv[1]
+ch = grpc.insecure_channel(addr)
+ch.unary_unary("/paramserver.Ps/Status", request_serializer=lambda b: b,
+               response_deserializer=lambda b: b)(b"", timeout=10)
+watch = ch.unary_stream("/grpc.health.v1.Health/Watch", request_serializer=lambda b: b,
+                        response_deserializer=lambda b: b)(b"")
+next(watch)
+ended = []
+def follow():
+    try:
+        for _ in watch:
+            pass
+        ended.append("end")
+    except grpc.RpcError as e:
+        ended.append(e.code().name)
+threading.Thread(target=follow, daemon=True).start()
+host, port = addr.rsplit(":", 1)
+raw = socket.create_connection((host, int(port)))
+raw.settimeout(15)
+t0 = time.time()
+gone = False
+try:  # the ps sends its HTTP/2 SETTINGS first: read to the end
+    while not gone:
+        gone = raw.recv(4096) == b""
+except socket.timeout:
+    pass
+except OSError:
+    gone = True
+waited = time.time() - t0
+time.sleep(max(0, 12 - waited))
+print("silent socket closed" if gone else "silent socket open", "after %.0f s;" % waited,
+      "watch", ended[0] if ended else "open")
+'
+start_ps "$dir/one.json" 0 "$dir/watch.log"
+WP=$PID
+out=$($PY -c "$watch_py" "$ADDR" 2>&1)
+[[ "$out" == "silent socket closed after 1"[01]" s; watch open" ]] \
+  && ok "a connection that made a call stays, a silent one goes: $out" \
+  || bad "a connection that made a call stays, a silent one goes (want: closed after 10-11 s, watch open)" "$out"
+kill -TERM "$WP"; wait "$WP"
+
 # ---- point 18: a burst of connections at TLS ----
 # gRPC 1.51's own listener stopped for good on its first accept4 error
 # (EMFILE); the ps now accepts TLS connections itself, as it does
