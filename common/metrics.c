@@ -2,6 +2,8 @@
 #include "metrics.h"
 
 #include <microhttpd.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -58,6 +60,7 @@ struct ps_metrics_server {
   void *arg;
   pthread_mutex_t mu; /* one scrape at a time */
   int port;
+  char host[256]; /* where it listens, for the log */
 };
 
 static enum MHD_Result answer(void *cls, struct MHD_Connection *conn, const char *url,
@@ -98,11 +101,47 @@ static enum MHD_Result answer(void *cls, struct MHD_Connection *conn, const char
   return ret;
 }
 
-ps_metrics_server *ps_metrics_start(int port, ps_metrics_render_fn render, void *arg,
+/* Whether @host means every interface. */
+static bool is_wildcard(const char *host) {
+  return host == NULL || host[0] == '\0' || !strcmp(host, "0.0.0.0") ||
+         !strcmp(host, "::") || !strcmp(host, "[::]") || !strcmp(host, "*");
+}
+
+ps_metrics_server *ps_metrics_start(const char *host, int port,
+                                    ps_metrics_render_fn render, void *arg,
                                     ps_status *st) {
   if (port < 0 || port > 65535) {
     ps_status_set(st, PS_INVALID_ARGUMENT, "metrics port %d is not a port number", port);
     return NULL;
+  }
+  /* one address of @host (the first it resolves to), or every interface */
+  struct sockaddr_storage sa;
+  bool any = is_wildcard(host);
+  char hbuf[256];
+  if (!any) {
+    size_t hl = strlen(host);
+    if (hl >= 2 && host[0] == '[' && host[hl - 1] == ']') /* [v6] */
+      snprintf(hbuf, sizeof hbuf, "%.*s", (int)(hl - 2), host + 1);
+    else
+      snprintf(hbuf, sizeof hbuf, "%s", host);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE},
+                    *res = NULL;
+    int e = getaddrinfo(hbuf, NULL, &hints, &res);
+    if (e != 0 || res == NULL || res->ai_addrlen > sizeof sa) {
+      ps_status_set(st, PS_UNAVAILABLE, "cannot serve metrics on %s: %s", hbuf,
+                    e ? gai_strerror(e) : "no address");
+      if (res) freeaddrinfo(res);
+      return NULL;
+    }
+    memset(&sa, 0, sizeof sa);
+    memcpy(&sa, res->ai_addr, res->ai_addrlen);
+    freeaddrinfo(res);
+    if (sa.ss_family == AF_INET)
+      ((struct sockaddr_in *)&sa)->sin_port = htons((uint16_t)port);
+    else
+      ((struct sockaddr_in6 *)&sa)->sin6_port = htons((uint16_t)port);
   }
   ps_metrics_server *m = calloc(1, sizeof *m);
   if (m == NULL) {
@@ -112,24 +151,46 @@ ps_metrics_server *ps_metrics_start(int port, ps_metrics_render_fn render, void 
   m->render = render;
   m->arg = arg;
   pthread_mutex_init(&m->mu, NULL);
-  m->d = MHD_start_daemon(
-      MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_DUAL_STACK, (uint16_t)port, NULL, NULL,
-      answer, m, MHD_OPTION_CONNECTION_LIMIT, (unsigned int)64,
-      MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)10, MHD_OPTION_END);
+  unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD;
+  if (any)
+    flags |= MHD_USE_DUAL_STACK;
+  else if (sa.ss_family == AF_INET6)
+    flags |= MHD_USE_IPv6;
+  if (any)
+    m->d =
+        MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, answer, m,
+                         MHD_OPTION_CONNECTION_LIMIT, (unsigned int)64,
+                         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)10, MHD_OPTION_END);
+  else
+    m->d = MHD_start_daemon(
+        flags, (uint16_t)port, NULL, NULL, answer, m, MHD_OPTION_SOCK_ADDR,
+        (struct sockaddr *)&sa, MHD_OPTION_CONNECTION_LIMIT, (unsigned int)64,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)10, MHD_OPTION_END);
   if (m->d == NULL) {
     pthread_mutex_destroy(&m->mu);
     free(m);
-    ps_status_set(st, PS_UNAVAILABLE,
-                  "cannot serve metrics on port %d (in use, or no permission)", port);
+    if (any)
+      ps_status_set(st, PS_UNAVAILABLE,
+                    "cannot serve metrics on port %d (in use, or no permission)", port);
+    else
+      ps_status_set(st, PS_UNAVAILABLE,
+                    "cannot serve metrics on port %d of %s (in use, not an address of "
+                    "this host, or no permission)",
+                    port, hbuf);
     return NULL;
   }
   const union MHD_DaemonInfo *info = MHD_get_daemon_info(m->d, MHD_DAEMON_INFO_BIND_PORT);
   m->port = info ? (int)info->port : port;
+  snprintf(m->host, sizeof m->host, "%s", any ? "every interface" : hbuf);
   return m;
 }
 
 int ps_metrics_port(const ps_metrics_server *m) {
   return m ? m->port : 0;
+}
+
+const char *ps_metrics_host(const ps_metrics_server *m) {
+  return m ? m->host : "";
 }
 
 void ps_metrics_stop(ps_metrics_server *m) {

@@ -324,16 +324,21 @@ static void unlimited_args(grpc_arg *a, int server) {
  * inode (fstat), so connections gRPC has closed are noticed without
  * keeping any descriptor of ours open on them.
  *
- * With TLS, gRPC 1.51 takes no connection by fd (add_channel_from_fd
- * refuses every credential but insecure ones), so gRPC listens itself
- * (grpc_server_add_http2_port, no SO_REUSEPORT, on the port our own bind
- * just checked).  The monitor then finds the connections in
- * /proc/self/fd (sockets whose local port is ours and that do not listen)
- * every 0.2 s and before every shutdown of connections: the table above,
- * the stall and shutdown handling, and max_connections (new connections
- * over it are shut down) work as without TLS.  But gRPC's listener stops
- * for good on an accept4 error such as EMFILE: ps-server keeps half the
- * descriptors free of connections, and listener_check logs the stop.
+ * With TLS, gRPC 1.51's add_channel_from_fd refuses the credentials, but
+ * its "external:" port (the door of C++'s ExternalConnectionAcceptor, see
+ * tls_hand_over) takes a connection accepted outside gRPC and runs the TLS
+ * handshake on it: TLS connections come through the same accept loop, the
+ * same table and the same limits.  Only with another gRPC version (or
+ * PS_TLS_GRPC_LISTENER=1) does gRPC listen itself (grpc_server_add_http2_port,
+ * no SO_REUSEPORT, on the port our own bind just checked); the monitor then
+ * finds its connections in /proc/self/fd every 0.2 s (conns_discover), and
+ * logs gRPC's listener stopping for good on an accept4 error
+ * (listener_check).
+ *
+ * Silent connections.  A connection that has made no call 10 s after it
+ * was accepted (with tokens: no call with a valid token) is shut down, so
+ * sockets that never send the HTTP/2 preface or finish the TLS handshake
+ * cannot hold the slots or the descriptors.
  *
  * Stalled streams.  While a batch that waits on the client is in flight
  * (a request message, or a response message the client must read), the
@@ -422,9 +427,11 @@ typedef struct conn_slot {
   int authed;         /* with tokens: a call of it had a valid one (or it was shut) */
 } conn_slot;
 
-/* With tokens, a connection that has made no call with a valid token this
- * long after it was seen is shut down: it cannot hold a slot of
- * --max-connections (or a descriptor) for nothing. */
+/* A connection that has made no call this long after it was seen (with
+ * tokens: no call with a valid token) is shut down, plaintext and TLS
+ * alike: silent sockets that never send the HTTP/2 preface or finish the
+ * TLS handshake cannot hold the slots of --max-connections (or the
+ * descriptors) for good. */
 #define UNAUTH_CONN_MS 10000
 
 #define MAX_LISTENERS 8
@@ -478,8 +485,10 @@ struct ps_rpc_server {
   conn_slot *conns;
   int nconns;
   int64_t last_full_log_ms, last_emfile_log_ms;
-  int64_t idle_since_ms; /* shutting down: since when no call runs (monitor) */
-  int idle_closed;       /* the idle connections are shut (monitor) */
+  int64_t idle_since_ms;          /* shutting down: since when no call runs (monitor) */
+  int64_t trim_check_ms, trim_ms; /* heap_trim: last look, last trim (monitor) */
+  size_t trim_free;               /* heap_trim: free heap bytes at the last trim */
+  int idle_closed;                /* the idle connections are shut (monitor) */
   /* TLS: gRPC's own listener (see "Listener"); the next certificate
    * config for its fetcher (tls_pending), under tls_mu */
   /* With tokens, gRPC must not read a request message before the call's
@@ -489,17 +498,21 @@ struct ps_rpc_server {
    * is received as the call's first batch after the check (S_HEADER). */
   int header_later;
   int64_t queue_since_ms, last_dead_log_ms; /* TLS: listener_check */
-  atomic_int unauthed; /* with tokens: tracked connections not authed */
+  atomic_int unauthed; /* tracked connections not authed (conn_slot.authed) */
   int64_t last_unauth_log_ms;
   /* conns_mark_authed: peers marked lately (under accept_mu), so that a
    * connection's later calls skip the scan */
   char authed_peers[16][64];
   int authed_next;
   DIR *fd_dir; /* TLS: /proc/self/fd, for conns_discover */
+  /* TLS: gRPC's handler of connections accepted outside it (see
+   * "Listener"); NULL: gRPC listens itself */
+  void *fd_handler;
   /* calls refused for their token since the last WARN about them */
   atomic_ullong auth_refused;
   atomic_llong auth_log_ms;
   int tls;
+  int tls_external; /* TLS_EXTERNAL_PORT's argument was given */
   pthread_mutex_t tls_mu;
   char *tls_cert, *tls_key, *tls_ca;
   int tls_pending;
@@ -912,10 +925,17 @@ static void scall_complete(ps_rpc_call *c) {
   scall_send_next(c, 1);
 }
 
-/* RESOURCE_EXHAUSTED if @bb is over the message limit. */
-static int check_size(ps_rpc_call *c, grpc_byte_buffer *bb) {
+/* RESOURCE_EXHAUSTED if @bb is over the message limit, or for a request's
+ * first message (@header), over the header limit: a quarter of it (see
+ * ps_rpc_server_options). */
+static int check_size(ps_rpc_call *c, grpc_byte_buffer *bb, bool header) {
   size_t n = grpc_byte_buffer_length(bb);
   int64_t max = c->srv->opt.max_message_bytes;
+  if (header && max > 0 && (uint64_t)n > (uint64_t)(max / 4))
+    return ps_status_set(&c->st, PS_RESOURCE_EXHAUSTED,
+                         "%s: request header of %zu bytes is over the limit of %lld "
+                         "bytes (a quarter of --max-message-bytes)",
+                         c->srv->h[c->hi].method, n, (long long)(max / 4));
   if (max > 0 && (uint64_t)n > (uint64_t)max)
     return ps_status_set(&c->st, PS_RESOURCE_EXHAUSTED,
                          "%s: request message of %zu bytes is over the limit "
@@ -935,6 +955,7 @@ static int call_authorize(ps_rpc_call *c, const ps_rpc_handler *h) {
   const char *m = strrchr(h->method, '/') ? strrchr(h->method, '/') + 1 : h->method;
   if (s->opt.auth == NULL) {
     c->role = PS_ROLE_ADMIN;
+    conns_mark_authed(c); /* without tokens any call will do */
     return 0;
   }
   if (h->access == PS_RPC_ACCESS_OPEN) {
@@ -1001,7 +1022,7 @@ static void header_arrived(ps_rpc_call *c) {
     scall_fail(c);
     return;
   }
-  if (check_size(c, c->payload) != 0) {
+  if (check_size(c, c->payload, true) != 0) {
     scall_fail(c);
     return;
   }
@@ -1090,7 +1111,7 @@ static void scall_event(ps_rpc_call *c, int ok) {
       scall_fail(c);
       return;
     }
-    int rc = check_size(c, bb);
+    int rc = check_size(c, bb, false);
     if (rc == 0)
       rc = consume_chunk(bb, &c->sink, &c->received, s->h[c->hi].method, &c->st);
     grpc_byte_buffer_destroy(bb);
@@ -1293,7 +1314,7 @@ static void conns_sweep(ps_rpc_server *s) {
     if (fstat(c->fd, &sb) == 0 && S_ISSOCK(sb.st_mode) && sb.st_ino == c->ino &&
         sb.st_dev == c->dev)
       s->conns[k++] = *c;
-    else if (s->opt.auth && !c->authed)
+    else if (!c->authed)
       atomic_fetch_sub(&s->unauthed, 1);
   }
   s->nconns = k;
@@ -1335,7 +1356,7 @@ static void listener_check(ps_rpc_server *s, int fd) {
 /* TLS: adds the connections gRPC's listener accepted to the table (see
  * "Listener"); those over max_connections are shut down.  Under accept_mu. */
 static void conns_discover(ps_rpc_server *s) {
-  if (!s->tls || s->port <= 0 || s->fd_dir == NULL) return;
+  if (!s->tls || s->fd_handler || s->port <= 0 || s->fd_dir == NULL) return;
   conns_sweep(s);
   DIR *d = s->fd_dir; /* open for good: out of descriptors, a scan still runs */
   rewinddir(d);
@@ -1376,11 +1397,40 @@ static void conns_discover(ps_rpc_server *s) {
     }
     s->conns[s->nconns++] =
         (conn_slot){(int)fd, sb.st_ino, sb.st_dev, 0, 0, 0, now_ms(), 0};
-    if (s->opt.auth) {
-      atomic_fetch_add(&s->unauthed, 1);
-      authed_peers_forget(s); /* its peer name may be a closed one's */
-    }
+    atomic_fetch_add(&s->unauthed, 1);
+    authed_peers_forget(s); /* its peer name may be a closed one's */
   }
+}
+
+/* TLS: gRPC 1.51 takes a connection accepted outside it, with the
+ * server's TLS credentials, through the port "external:NAME" (the C++
+ * ExternalConnectionAcceptor's door): grpc_server_add_http2_port stores a
+ * grpc_core::TcpServerFdHandler* where the channel argument NAME points
+ * (src/core/lib/iomgr/tcp_server.h):
+ *
+ *   class TcpServerFdHandler {
+ *    public:
+ *     virtual ~TcpServerFdHandler() = default;
+ *     virtual void Handle(int listener_fd, int fd, grpc_byte_buffer *pending_read) = 0;
+ *   };
+ *
+ * Its Handle (with an ExecCtx of its own) starts the TLS handshake on fd as
+ * gRPC's own listener would.  Under the Itanium C++ ABI the object starts
+ * with its vtable pointer, whose entries are the two destructors, then
+ * Handle: the third.  Used only with gRPC core 29 (1.51), where this was
+ * checked (tls_external_ok); any other falls back to gRPC's listener. */
+#define TLS_EXTERNAL_PORT "external:paramserver"
+typedef void (*fd_handle_fn)(void *self, int listener_fd, int fd,
+                             grpc_byte_buffer *pending);
+
+static bool tls_external_ok(void) {
+  const char *e = getenv("PS_TLS_GRPC_LISTENER"); /* 1: gRPC's listener (tests) */
+  return strncmp(grpc_version_string(), "29.", 3) == 0 && !(e && !strcmp(e, "1"));
+}
+
+static void tls_hand_over(ps_rpc_server *s, int lfd, int fd) {
+  fd_handle_fn *vt = *(fd_handle_fn **)s->fd_handler;
+  vt[2](s->fd_handler, lfd, fd, NULL);
 }
 
 static void accept_ready(ps_rpc_server *s, int lfd, int64_t *backoff_until) {
@@ -1420,13 +1470,15 @@ static void accept_ready(ps_rpc_server *s, int lfd, int64_t *backoff_until) {
       return;
     }
     s->conns[s->nconns++] = (conn_slot){fd, sb.st_ino, sb.st_dev, 0, 0, 0, now_ms(), 0};
-    if (s->opt.auth) {
-      atomic_fetch_add(&s->unauthed, 1);
-      authed_peers_forget(s); /* its peer name may be a closed one's */
+    atomic_fetch_add(&s->unauthed, 1);
+    authed_peers_forget(s); /* its peer name may be a closed one's */
+    if (s->fd_handler) {
+      tls_hand_over(s, lfd, fd); /* gRPC owns fd now */
+    } else {
+      grpc_server_credentials *sc = grpc_insecure_server_credentials_create();
+      grpc_server_add_channel_from_fd(s->srv, fd, sc); /* gRPC owns fd now */
+      grpc_server_credentials_release(sc);
     }
-    grpc_server_credentials *sc = grpc_insecure_server_credentials_create();
-    grpc_server_add_channel_from_fd(s->srv, fd, sc); /* gRPC owns fd now */
-    grpc_server_credentials_release(sc);
     pthread_mutex_unlock(&s->accept_mu);
   }
 }
@@ -1479,9 +1531,9 @@ static int conns_shutdown(ps_rpc_server *s, const char *peer) {
   return n;
 }
 
-/* With tokens: the connection of @c, whose token checked out, keeps its
- * slot.  Only while some tracked connection is not authed (a connection
- * is marked once; the lookup is a scan). */
+/* The connection of @c, which made a call (with tokens: whose token
+ * checked out), keeps its slot.  Only while some tracked connection is
+ * not authed (a connection is marked once; the lookup is a scan). */
 static void conns_mark_authed(ps_rpc_call *c) {
   ps_rpc_server *s = c->srv;
   if (atomic_load(&s->unauthed) <= 0) return;
@@ -1510,10 +1562,10 @@ done:
   gpr_free(peer);
 }
 
-/* With tokens: shuts down the connections that made no call with a valid
- * token within UNAUTH_CONN_MS of being seen (monitor). */
+/* Shuts down the connections that made no call (with tokens: none with a
+ * valid token) within UNAUTH_CONN_MS of being seen (monitor). */
 static void conns_close_unauthed(ps_rpc_server *s, int64_t t) {
-  if (s->opt.auth == NULL || atomic_load(&s->unauthed) <= 0) return;
+  if (atomic_load(&s->unauthed) <= 0) return;
   int n = 0;
   pthread_mutex_lock(&s->accept_mu);
   conns_sweep(s);
@@ -1526,8 +1578,13 @@ static void conns_close_unauthed(ps_rpc_server *s, int64_t t) {
     n++;
   }
   if (n && t - s->last_unauth_log_ms >= 10000) {
-    PS_WARN("closed %d connection(s) that made no call with a valid token within %d s", n,
-            UNAUTH_CONN_MS / 1000);
+    if (s->opt.auth)
+      PS_WARN("closed %d connection(s) that made no call with a valid token within %d s",
+              n, UNAUTH_CONN_MS / 1000);
+    else
+      PS_WARN("closed %d connection(s) that made no call within %d s (silent, or never "
+              "past their handshake)",
+              n, UNAUTH_CONN_MS / 1000);
     s->last_unauth_log_ms = t;
   }
   pthread_mutex_unlock(&s->accept_mu);
@@ -1680,6 +1737,53 @@ static void close_idle(ps_rpc_server *s) {
   s->idle_closed = 1;
 }
 
+/* Freed heap goes back to the system.  gRPC 1.51 buffers a request
+ * message whole before any limit is checked, its own (twice
+ * --max-message-bytes) included: one refused 1 GiB message left ~1 GiB of
+ * free heap in the arenas of gRPC's threads, and glibc keeps free heap
+ * (tune_malloc keeps up to 64 MiB at the top of the main heap on purpose;
+ * the other arenas shrink only from their top, which a live block pins).
+ * Once a second the monitor looks at the free heap (mallinfo2: no
+ * system call) and, above HEAP_KEEP_BYTES, hands its free pages back with
+ * malloc_trim: when it has changed by HEAP_MOVED_BYTES since the last
+ * trim (gRPC frees a refused message's buffers over a few seconds), or
+ * 60 s after it.  The transfers of a busy ps free far less than
+ * that (their messages are 1 MiB chunks), so they keep their warm heap. */
+#define HEAP_KEEP_BYTES ((size_t)128 << 20)
+#define HEAP_MOVED_BYTES ((size_t)4 << 20)
+
+/* Under AddressSanitizer (build-asan) glibc's heap is not the one in use:
+ * its allocator's own figures and purge stand in (weak: absent otherwise). */
+extern size_t __sanitizer_get_heap_size(void) __attribute__((weak));
+extern size_t __sanitizer_get_current_allocated_bytes(void) __attribute__((weak));
+extern void __sanitizer_purge_allocator(void) __attribute__((weak));
+
+static size_t heap_free_bytes(void) {
+  if (__sanitizer_get_heap_size && __sanitizer_get_current_allocated_bytes) {
+    size_t h = __sanitizer_get_heap_size(), a = __sanitizer_get_current_allocated_bytes();
+    return h > a ? h - a : 0;
+  }
+  return mallinfo2().fordblks;
+}
+
+static void heap_trim(ps_rpc_server *s, int64_t t) {
+  if (t - s->trim_check_ms < 1000) return;
+  s->trim_check_ms = t;
+  size_t f = heap_free_bytes(),
+         d = f > s->trim_free ? f - s->trim_free : s->trim_free - f;
+  if (f <= HEAP_KEEP_BYTES || (d < HEAP_MOVED_BYTES && t - s->trim_ms < 60000)) return;
+  if (__sanitizer_purge_allocator)
+    __sanitizer_purge_allocator();
+  else
+    malloc_trim(0);
+  if (d >= HEAP_KEEP_BYTES / 2)
+    PS_INFO("gave %zu MiB of freed heap back to the system (a large message was "
+            "received or refused)",
+            f >> 20);
+  s->trim_free = f;
+  s->trim_ms = t;
+}
+
 static void *monitor_thread(void *arg) {
   ps_rpc_server *s = arg;
   int64_t backoff_until = 0;
@@ -1699,7 +1803,7 @@ static void *monitor_thread(void *arg) {
     if (s->opt.stream_timeout_ms > 0 && s->opt.stream_timeout_ms / 4 < timeout)
       timeout = (int)(s->opt.stream_timeout_ms / 4) + 1;
     /* TLS: connections over the limit are shut within 0.2 s */
-    if (s->tls && timeout > 200) timeout = 200;
+    if (s->tls && !s->fd_handler && timeout > 200) timeout = 200;
     if (s->nlfd > 0 && !listening && backoff_until - t < timeout)
       timeout = (int)(backoff_until - t) + 1;
     int r = poll(p, (nfds_t)n, timeout);
@@ -1714,7 +1818,7 @@ static void *monitor_thread(void *arg) {
     }
     for (int i = 1; r > 0 && i < n; i++)
       if (p[i].revents & POLLIN) accept_ready(s, p[i].fd, &backoff_until);
-    if (s->tls) {
+    if (s->tls && !s->fd_handler) {
       pthread_mutex_lock(&s->accept_mu);
       conns_discover(s);
       pthread_mutex_unlock(&s->accept_mu);
@@ -1724,6 +1828,7 @@ static void *monitor_thread(void *arg) {
     conns_check_suspects(s, now_ms());
     stop_when_settled(s);
     close_idle(s);
+    heap_trim(s, now_ms());
   }
   return NULL;
 }
@@ -1809,7 +1914,6 @@ static int tls_listen(ps_rpc_server *s, const char *addr, ps_status *st) {
              host[0] == '\0';
   snprintf(gaddr, sizeof gaddr, "%s%s%s:%d", wild || strchr(host, ':') ? "[" : "",
            wild ? "::" : host, wild || strchr(host, ':') ? "]" : "", s->port);
-  close_listeners(s);
   grpc_ssl_server_credentials_options *so =
       grpc_ssl_server_credentials_create_options_using_config_fetcher(
           s->tls_ca ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
@@ -1817,6 +1921,13 @@ static int tls_listen(ps_rpc_server *s, const char *addr, ps_status *st) {
           tls_fetch, s);
   grpc_server_credentials *sc =
       so ? grpc_ssl_server_credentials_create_with_options(so) : NULL;
+  /* our own listeners and accept loop, connections handed over by fd */
+  if (sc && s->tls_external) grpc_server_add_http2_port(s->srv, TLS_EXTERNAL_PORT, sc);
+  if (s->fd_handler) {
+    grpc_server_credentials_release(sc);
+    return 0;
+  }
+  close_listeners(s); /* gRPC listens itself, on the port just checked */
   int got = sc ? grpc_server_add_http2_port(s->srv, gaddr, sc) : 0;
   if (sc) grpc_server_credentials_release(sc);
   if (got != s->port)
@@ -1839,6 +1950,17 @@ static void server_free(ps_rpc_server *s) {
   free(s->reg);
   free(s->stats);
   free(s);
+}
+
+/* The channel argument of TLS_EXTERNAL_PORT: where gRPC puts its handler. */
+static void *slot_copy(void *p) {
+  return p;
+}
+static void slot_destroy(void *p) {
+  (void)p;
+}
+static int slot_cmp(void *a, void *b) {
+  return a < b ? -1 : a > b;
 }
 
 ps_rpc_server *ps_rpc_server_create(const char *addr, const ps_rpc_handler *h, size_t nh,
@@ -1890,13 +2012,14 @@ ps_rpc_server *ps_rpc_server_create(const char *addr, const ps_rpc_handler *h, s
     }
   }
   if (open_listeners(s, addr, st) != 0) goto fail;
-  grpc_arg a[4];
+  grpc_arg a[5];
   unlimited_args(a, 1);
-  /* TLS: a connection that has not finished its handshake after 10 s goes
-   * (gRPC's default is 120 s) */
+  /* A connection that has made no call after UNAUTH_CONN_MS is shut by
+   * the monitor (and logged); gRPC's own handshake deadline (120 s by
+   * default) is a backstop behind it. */
   a[3] = (grpc_arg){.type = GRPC_ARG_INTEGER,
                     .key = GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
-                    .value.integer = 10000};
+                    .value.integer = UNAUTH_CONN_MS + 5000};
   /* Our own check (with a message naming the flag) runs below this;
    * gRPC's stops a far larger message before it is all buffered. */
   if (s->opt.max_message_bytes > 0)
@@ -1904,6 +2027,13 @@ ps_rpc_server *ps_rpc_server_create(const char *addr, const ps_rpc_handler *h, s
                              ? INT_MAX
                              : (int)(2 * s->opt.max_message_bytes);
   grpc_channel_args args = {4, a};
+  static const grpc_arg_pointer_vtable slot_vtable = {slot_copy, slot_destroy, slot_cmp};
+  if (s->tls && tls_external_ok()) { /* see tls_hand_over */
+    a[args.num_args++] = (grpc_arg){.type = GRPC_ARG_POINTER,
+                                    .key = (char *)TLS_EXTERNAL_PORT,
+                                    .value.pointer = {&s->fd_handler, &slot_vtable}};
+    s->tls_external = 1;
+  }
   s->srv = grpc_server_create(&args, NULL);
   s->cq = grpc_completion_queue_create_for_next(NULL);
   grpc_server_register_completion_queue(s->srv, s->cq, NULL);

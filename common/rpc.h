@@ -93,15 +93,18 @@ typedef struct ps_rpc_handler {
 typedef struct ps_rpc_server_options {
   int nthreads; /* completion-queue threads serving the handlers */
   /* One request message (header or chunk) larger than this is refused with
-   * RESOURCE_EXHAUSTED naming --max-message-bytes; gRPC itself stops
-   * reading a message at twice this size.  At least PS_RPC_MIN_MESSAGE_BYTES. */
+   * RESOURCE_EXHAUSTED naming --max-message-bytes, a request's first
+   * message (its header) larger than a quarter of it likewise; gRPC itself
+   * refuses a message of twice this size, after buffering it whole (the
+   * monitor gives the freed heap back).  At least PS_RPC_MIN_MESSAGE_BYTES. */
   int64_t max_message_bytes;
   /* A call whose request stream brings no message, or whose client reads
    * none of its response, for this long is cancelled with
    * RESOURCE_EXHAUSTED naming --stream-timeout-secs (0: never). */
   int64_t stream_timeout_ms;
-  /* Connections served at once; more are accepted and closed at once
-   * (with TLS, within a second of their arrival). */
+  /* Connections served at once; more are accepted and closed at once.  A
+   * connection that has made no call 10 s after it was accepted (with
+   * @auth: no call with a valid token) is shut down. */
   int max_connections;
   /* TLS: PEM files of the server's certificate chain and key; with
    * tls_client_ca_file, clients must present a certificate it signed

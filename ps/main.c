@@ -39,10 +39,14 @@ static const char usage[] =
     "  --job NAME         job of this task (default ps)\n"
     "  --task N           task index (default 0)\n"
     "  --metrics-port N   serve Prometheus metrics on GET http://HOST:N/metrics\n"
-    "                     (0: a port the kernel picks, logged)\n"
+    "                     (0: a port the kernel picks, logged), plain HTTP\n"
+    "                     without authentication, on --metrics-bind's host\n"
     "  --bind HOST        listen on HOST at the spec's port (default: every\n"
     "                     interface, IPv4 and IPv6; the spec's host name need\n"
     "                     not resolve yet, as on a Kubernetes pod not Ready)\n"
+    "  --metrics-bind HOST  serve the metrics on HOST only (default: --bind's\n"
+    "                     host, else every interface; 0.0.0.0 or :: for every\n"
+    "                     interface)\n"
     "  --threads N        RPC threads (default: one per two cores, at least 1)\n"
     "  --grace-secs S     on SIGTERM, let calls finish for S seconds (default 10)\n"
     "  --drain-secs S     on SIGTERM, first serve on for up to S seconds, so that\n"
@@ -78,7 +82,8 @@ static const char usage[] =
     "  --max-gather-rows N      rows gathered by one Read (default 1048576)\n"
     "  --max-hold-ms N          longest a snapshot may hold updates (default 60000)\n"
     "  --max-message-bytes N    one request message, header or data chunk\n"
-    "                           (default 32M, at least 16M+16)\n"
+    "                           (default 32M, at least 16M+16); a header (a\n"
+    "                           call's first message) at most a quarter of it\n"
     "  --stream-timeout-secs S  cancel a call whose client sends no request data,\n"
     "                           or reads no response data, for S seconds\n"
     "                           (default 60; 0: never)\n"
@@ -332,7 +337,7 @@ static long raise_fd_limit(void) {
 
 /* The command line, once parsed. */
 typedef struct server_args {
-  const char *cluster_file, *job, *ckpt_dir, *bind;
+  const char *cluster_file, *job, *ckpt_dir, *bind, *metrics_bind;
   const char *token_file;
   bool require_auth;
   int task, grace_secs, threads, metrics_port, drain_secs;
@@ -350,6 +355,7 @@ static const struct option opts[] = {
     {"checkpoint-dir", required_argument, NULL, 'C'},
     {"bind", required_argument, NULL, 'b'},
     {"metrics-port", required_argument, NULL, 'm'},
+    {"metrics-bind", required_argument, NULL, 'M'},
     {"drain-secs", required_argument, NULL, 'D'},
     {"log-level", required_argument, NULL, 'l'},
     {"log-format", required_argument, NULL, 'L'},
@@ -471,12 +477,13 @@ static int other_option(server_args *a, int o, bool *exit_now) {
     }
     break;
   case 'b':
+  case 'M':
     if (optarg[0] == '\0' || strlen(optarg) > 255 || strchr(optarg, ' ')) {
-      fprintf(stderr, "ps-server: --bind must be a host name or address, got '%s'\n",
-              optarg);
+      fprintf(stderr, "ps-server: --%s must be a host name or address, got '%s'\n",
+              o == 'b' ? "bind" : "metrics-bind", optarg);
       return 2;
     }
-    a->bind = optarg;
+    *(o == 'b' ? &a->bind : &a->metrics_bind) = optarg;
     break;
   case 2000:
     a->ropt.tls_cert_file = optarg;
@@ -554,6 +561,10 @@ static int parse_args(int argc, char **argv, server_args *a) {
     fprintf(stderr, "ps-server: unexpected argument '%s'\n%s", argv[optind], usage);
     return 2;
   }
+  if (a->metrics_bind && a->metrics_port < 0) {
+    fprintf(stderr, "ps-server: --metrics-bind needs --metrics-port\n");
+    return 2;
+  }
   return -1;
 }
 
@@ -593,10 +604,11 @@ static int security_settings(server_args *a, const ps_cluster *cluster) {
 
 /* Each connection costs a descriptor: take all the system allows, and
  * serve no more connections than fit beside the reserve. */
-/* With TLS, gRPC's own listener accepts (common/rpc.c, "Listener"): it
- * stops for good on its first accept4 error, so connections over the limit
- * (shut by the monitor a moment later) must never exhaust the descriptors:
- * half of them stay free for those. */
+/* With TLS, half of them stay free: a connection costs gRPC more during
+ * its handshake, and where gRPC's own listener accepts (another gRPC than
+ * 1.51, or PS_TLS_GRPC_LISTENER=1: common/rpc.c, "Listener") it stops for
+ * good on its first accept4 error, so connections over the limit (shut by
+ * the monitor a moment later) must never exhaust the descriptors. */
 static int connection_limit(int64_t max_conns, bool tls) {
   long nofile = raise_fd_limit();
   long room = nofile > 0 ? nofile - FD_RESERVE(nofile) : 0;
@@ -719,9 +731,12 @@ int main(int argc, char **argv) {
   ps_service_set_limits(svc, &a.limits);
   rc = 2;
   if (a.ckpt_dir && set_checkpoint_dir(svc, a.ckpt_dir) != 0) goto out;
-  /* the metrics port first: a port that cannot be had stops the start */
+  /* the metrics port first: a port that cannot be had stops the start.
+   * Its page has no authentication: it listens where the RPC port does
+   * (--bind) unless --metrics-bind says otherwise. */
+  if (a.metrics_bind == NULL) a.metrics_bind = a.bind;
   if (a.metrics_port >= 0 &&
-      ps_server_metrics_start(&metrics, a.metrics_port, &st) != 0) {
+      ps_server_metrics_start(&metrics, a.metrics_bind, a.metrics_port, &st) != 0) {
     PS_ERROR("--metrics-port %d: %s", a.metrics_port, st.msg);
     rc = 1;
     goto out;

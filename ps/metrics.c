@@ -98,11 +98,13 @@ static void render(ps_mbuf *b, void *arg) {
                      (double)(now.tv_nsec - m->start.tv_nsec) / 1e9);
 }
 
-int ps_server_metrics_start(ps_server_metrics *m, int port, ps_status *st) {
+int ps_server_metrics_start(ps_server_metrics *m, const char *host, int port,
+                            ps_status *st) {
   clock_gettime(CLOCK_MONOTONIC, &m->start);
-  m->http = ps_metrics_start(port, render, m, st);
+  m->http = ps_metrics_start(host, port, render, m, st);
   if (m->http == NULL) return st->code;
-  PS_INFO("metrics on port %d (GET /metrics)", ps_metrics_port(m->http));
+  PS_INFO("metrics on port %d of %s (GET /metrics)", ps_metrics_port(m->http),
+          ps_metrics_host(m->http));
   return 0;
 }
 

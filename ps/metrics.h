@@ -1,4 +1,4 @@
-/* ps-server's Prometheus endpoint (--metrics-port); metrics.c. */
+/* ps-server's Prometheus endpoint (--metrics-port, --metrics-bind); metrics.c. */
 #ifndef PS_SERVER_METRICS_H
 #define PS_SERVER_METRICS_H
 
@@ -17,8 +17,10 @@ typedef struct ps_server_metrics {
   ps_metrics_server *http;
 } ps_server_metrics;
 
-/* Serves the page on @port (0: the kernel picks; the log says which). */
-int ps_server_metrics_start(ps_server_metrics *m, int port, ps_status *st);
+/* Serves the page on @port (0: the kernel picks; the log says which) of
+ * @host (NULL: every interface; see ps_metrics_start). */
+int ps_server_metrics_start(ps_server_metrics *m, const char *host, int port,
+                            ps_status *st);
 void ps_server_metrics_stop(ps_server_metrics *m);
 
 #endif

@@ -9,6 +9,13 @@ PS_SERVER=${PS_SERVER:?}; PSCTL=${PSCTL:?}; PS_WORKER=${PS_WORKER:?}
 source "$(dirname "$0")/../support/lib.sh"
 test_init metrics
 
+# listening PID PORT: the local addresses PID listens on at PORT (ss), one a line
+listening() {
+  ss -Hltnp "sport = :$2" | grep -F "pid=$1," | awk '{print $4}' | sort
+}
+# a non-loopback IPv4 address of this host, if it has one
+OTHER_IP=$(ip -4 -o addr show scope global 2>/dev/null | awk '{sub(/\/.*/, "", $4); print $4; exit}')
+
 free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
 mkdir -p "$dir/ck"
@@ -79,7 +86,8 @@ fi
 # to each ps with the time it waited for them.
 echo "{\"ps\": [\"$A\"], \"worker\": [\"127.0.0.1:0\"]}" > "$dir/w.json"
 "$PS_WORKER" --cluster "$dir/w.json" --job worker --task 0 --model linreg --steps 100000000 \
-  --log-every 50 --metrics-port 0 --keep-ps --no-restore > "$dir/w.out" 2> "$dir/w.log" &
+  --log-every 50 --metrics-port 0 --metrics-bind 127.0.0.1 --keep-ps --no-restore \
+  > "$dir/w.out" 2> "$dir/w.log" &
 W=$!
 if wait_for "$dir/w.log" "step [0-9]+ loss" 120 && wait_for "$dir/w.log" "metrics on port" 5; then
   WP=$(sed -n 's/.*metrics on port \([0-9]*\) .*/\1/p' "$dir/w.log" | head -1)
@@ -87,6 +95,8 @@ if wait_for "$dir/w.log" "step [0-9]+ loss" 120 && wait_for "$dir/w.log" "metric
   check "worker: steps counted" grep -Eq '^ps_worker_steps_total [1-9][0-9]*$' "$dir/w.txt"
   check "worker: examples/s" grep -Eq '^ps_worker_examples_per_second [1-9]' "$dir/w.txt"
   check "worker: calls to ps/0" grep -Eq '^ps_worker_ps_calls_total\{ps="ps/0"\} [1-9][0-9]*$' "$dir/w.txt"
+  check "worker --metrics-bind 127.0.0.1: listens there only" \
+    test "$(listening "$W" "$WP")" = "127.0.0.1:$WP"
   check "worker: time waited for ps/0" grep -Eq '^ps_worker_ps_wait_seconds_total\{ps="ps/0"\} [0-9.]+$' "$dir/w.txt"
   if command -v promtool > /dev/null; then
     out=$(promtool check metrics < "$dir/w.txt" 2>&1); rc=$?
@@ -98,6 +108,46 @@ fi
 kill -TERM "$W"; wait "$W"; rc=$?
 [ "$rc" = 143 ] && ok "worker stops on SIGTERM (143: before --steps)" || bad "worker stops on SIGTERM (exit $rc, want 143)" "$(tail -5 "$dir/w.log")"
 
+# --bind: the metrics page (plain HTTP, no authentication) listens where
+# the RPC port does, not on every interface; --metrics-bind overrides it.
+start_ps "$dir/c.json" 0 "$dir/b.log" --bind 127.0.0.1 --metrics-port 0
+BPID=$PID
+BP=$(sed -n 's/.*metrics on port \([0-9]*\) of 127.0.0.1 .*/\1/p' "$dir/b.log" | head -1)
+if [ -n "$ADDR" ] && [ -n "$BP" ]; then
+  got=$(listening "$BPID" "$BP")
+  [ "$got" = "127.0.0.1:$BP" ] && ok "--bind 127.0.0.1: the metrics socket is bound to 127.0.0.1 only" \
+    || bad "--bind 127.0.0.1: the metrics socket is bound to 127.0.0.1 only" "$got"
+  check "--bind 127.0.0.1: GET /metrics on 127.0.0.1" curl -sf -o /dev/null "http://127.0.0.1:$BP/metrics"
+  if [ -n "$OTHER_IP" ]; then
+    curl -s -m 5 -o /dev/null "http://$OTHER_IP:$BP/metrics"; rc=$?
+    [ "$rc" = 7 ] && ok "--bind 127.0.0.1: no metrics on $OTHER_IP" \
+      || bad "--bind 127.0.0.1: no metrics on $OTHER_IP (curl exit $rc, want 7: refused)"
+  fi
+else
+  bad "ps with --bind 127.0.0.1 --metrics-port 0" "$(cat "$dir/b.log")"
+fi
+kill -TERM "$BPID"; wait "$BPID"
+start_ps "$dir/c.json" 0 "$dir/b6.log" --bind 127.0.0.1 --metrics-bind ::1 --metrics-port 0
+BPID=$PID
+BP=$(sed -n 's/.*metrics on port \([0-9]*\) of ::1 .*/\1/p' "$dir/b6.log" | head -1)
+got=$(listening "$BPID" "${BP:-0}")
+[ -n "$ADDR" ] && [ "$got" = "[::1]:$BP" ] && ok "--metrics-bind ::1: the metrics socket is bound to ::1 only" \
+  || bad "--metrics-bind ::1: the metrics socket is bound to ::1 only" "$got $(cat "$dir/b6.log")"
+check "--metrics-bind ::1: GET /metrics on [::1]" curl -sf -o /dev/null "http://[::1]:$BP/metrics"
+kill -TERM "$BPID"; wait "$BPID"
+start_ps "$dir/c.json" 0 "$dir/ba.log" --bind 127.0.0.1 --metrics-bind 0.0.0.0 --metrics-port 0
+BPID=$PID
+BP=$(sed -n 's/.*metrics on port \([0-9]*\) of every interface .*/\1/p' "$dir/ba.log" | head -1)
+got=$(listening "$BPID" "${BP:-0}")
+[ -n "$ADDR" ] && [[ "$got" == "*:$BP" || "$got" == "[::]:$BP" ]] \
+  && ok "--metrics-bind 0.0.0.0: every interface" \
+  || bad "--metrics-bind 0.0.0.0: every interface" "$got $(cat "$dir/ba.log")"
+kill -TERM "$BPID"; wait "$BPID"
+expect "--metrics-bind without --metrics-port" 2 "ps-server: --metrics-bind needs --metrics-port" "$PS_SERVER" --cluster "$dir/c.json" --metrics-bind 127.0.0.1
+expect "ps-worker: --metrics-bind without --metrics-port" 2 "ps-worker: --metrics-bind needs --metrics-port" "$PS_WORKER" --cluster "$dir/w.json" --job worker --task 0 --metrics-bind 127.0.0.1
+expect "--metrics-bind: a name that does not resolve" 1 "--metrics-port 0: cannot serve metrics on no-such-host.invalid:" "$PS_SERVER" --cluster "$dir/c.json" --metrics-port 0 --metrics-bind no-such-host.invalid
+expect "--metrics-bind: not an address of this host" 1 "--metrics-port 0: cannot serve metrics on port 0 of 203.0.113.77 (in use, not an address of this host, or no permission)" "$PS_SERVER" --cluster "$dir/c.json" --metrics-port 0 --metrics-bind 203.0.113.77
+expect "--metrics-bind: empty" 2 "ps-server: --metrics-bind must be a host name or address, got ''" "$PS_SERVER" --cluster "$dir/c.json" --metrics-port 0 --metrics-bind ''
 expect "--metrics-port: bad value" 2 "--metrics-port must be a port number" "$PS_SERVER" --cluster "$dir/c.json" --metrics-port 70000
 expect "--metrics-port: in use" 1 "--metrics-port $MP: cannot serve metrics on port $MP" "$PS_SERVER" --cluster "$dir/c.json" --metrics-port "$MP"
 kill -TERM "$PID"; wait "$PID"; rc=$?

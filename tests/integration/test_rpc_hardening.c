@@ -518,7 +518,8 @@ START_TEST(max_message_bytes) {
   srv_start(extra, 0);
   ps_rpc_global_init();
   ps_rpc_channel *ch = ps_rpc_channel_create(S.addr);
-  /* A ReadRequest header of 17 MiB: one item with a 17 MiB name. */
+  /* A ReadRequest header of 17 MiB: one item with a 17 MiB name, over the
+   * message limit and its quarter, the header limit. */
   size_t name_len = (size_t)17 << 20;
   uint8_t *hdr = malloc(name_len + 32);
   size_t n = 0, item = name_len + 4; /* 0x0a varint(name_len) name */
@@ -541,9 +542,10 @@ START_TEST(max_message_bytes) {
                   .timeout_ms = 30000};
   ps_rpc_run(&r, 1);
   ck_assert_int_eq(r.st.code, PS_RESOURCE_EXHAUSTED);
-  ck_assert_msg(
-      strstr(r.st.msg, "over the limit of 16777232 bytes (--max-message-bytes)"), "%s",
-      r.st.msg);
+  ck_assert_msg(strstr(r.st.msg,
+                       "Read: request header of 17825802 bytes is over the limit "
+                       "of 4194308 bytes (a quarter of --max-message-bytes)"),
+                "%s", r.st.msg);
   /* Twice the limit and more: gRPC stops reading it. */
   ps_rpc_req r2 = {.ch = ch,
                    .method = "/paramserver.Ps/Read",

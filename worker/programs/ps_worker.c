@@ -79,7 +79,9 @@ static const char usage[] =
     "Other:\n"
     "  --ps-timeout SECS     give up waiting for the ps after SECS (default 0: never)\n"
     "  --metrics-port N      serve Prometheus metrics on GET http://HOST:N/metrics\n"
-    "                        (0: a port the kernel picks, logged)\n"
+    "                        (0: a port the kernel picks, logged), plain HTTP\n"
+    "                        without authentication\n"
+    "  --metrics-bind HOST   serve them on HOST only (default: every interface)\n"
     "  --keep-ps             chief: leave the ps tasks running when the job is done\n"
     "                        (by default it shuts them down after its final save,\n"
     "                        so a Slurm or Kubernetes job ends; also when that\n"
@@ -98,6 +100,7 @@ typedef enum model_kind { M_LINREG, M_SOFTMAX, M_MLP, M_WIDE_DEEP } model_kind;
 
 typedef struct options {
   const char *cluster_file, *job, *data_dir, *ckpt_dir, *restore, *optimizer, *meta;
+  const char *metrics_bind;
   int task;
   bool local, sync, final_save, no_restore, keep_ps;
   model_kind model;
@@ -590,6 +593,7 @@ enum {
   O_NO_FINAL,
   O_KEEP_PS,
   O_METRICS_PORT,
+  O_METRICS_BIND,
   O_RESTORE,
   O_NO_RESTORE,
   O_KEEP,
@@ -718,6 +722,9 @@ static int run_option(int c, options *o) {
     }
     o->metrics_port = (int)v;
     break;
+  case O_METRICS_BIND:
+    o->metrics_bind = optarg;
+    break;
   case O_RESTORE:
     o->restore = optarg;
     break;
@@ -795,6 +802,7 @@ static int parse_args(int argc, char **argv, options *o) {
       {"no-final-save", no_argument, NULL, O_NO_FINAL},
       {"keep-ps", no_argument, NULL, O_KEEP_PS},
       {"metrics-port", required_argument, NULL, O_METRICS_PORT},
+      {"metrics-bind", required_argument, NULL, O_METRICS_BIND},
       {"restore", required_argument, NULL, O_RESTORE},
       {"no-restore", no_argument, NULL, O_NO_RESTORE},
       {"max-to-keep", required_argument, NULL, O_KEEP},
@@ -833,6 +841,10 @@ static int parse_args(int argc, char **argv, options *o) {
     }
   if (optind < argc) {
     fprintf(stderr, "ps-worker: unexpected argument '%s'\n%s", argv[optind], usage);
+    return 2;
+  }
+  if (o->metrics_bind && o->metrics_port < 0) {
+    fprintf(stderr, "ps-worker: --metrics-bind needs --metrics-port\n");
     return 2;
   }
   static const struct {
@@ -1332,12 +1344,13 @@ int main(int argc, char **argv) {
   int rc = 0;
   int up = set_up(&j, &st);
   if (up == 0 && j.o.metrics_port >= 0) {
-    if ((j.metrics = ps_metrics_start(j.o.metrics_port, render_metrics, &j, &st)) ==
-        NULL) {
+    if ((j.metrics = ps_metrics_start(j.o.metrics_bind, j.o.metrics_port, render_metrics,
+                                      &j, &st)) == NULL) {
       ps_status_prefix(&st, "--metrics-port %d", j.o.metrics_port);
       up = -1;
     } else {
-      PS_INFO("metrics on port %d (GET /metrics)", ps_metrics_port(j.metrics));
+      PS_INFO("metrics on port %d of %s (GET /metrics)", ps_metrics_port(j.metrics),
+              ps_metrics_host(j.metrics));
     }
   }
   if (up != 0 && st.code == PS_CANCELLED && atomic_load(&stop_requested)) {
