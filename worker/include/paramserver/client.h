@@ -52,7 +52,20 @@ typedef struct ps_client_options {
    * "authorization: Bearer TOKEN". */
   const char *tls_ca_file, *tls_cert_file, *tls_key_file, *tls_server_name;
   const char *token_file, *token;
+  /* A ps that stops answering (stopped, hung, its host frozen; README
+   * "Failures"): a call that hears nothing for this long fails with
+   * DEADLINE_EXCEEDED, "ps/1 at HOST:PORT: Update: no answer for 60 s
+   * (--rpc-timeout)".  Hearing is any progress of the call, or an answer
+   * to a Status call the client sends the same ps while the call is quiet:
+   * a ps that is busy (a long save) or holds the call on purpose
+   * (synchronous updates) still answers.  Shorter stops only delay the
+   * call.  0: the environment variable PS_RPC_TIMEOUT (seconds), else 60 s.
+   * The deadlines above are raised to at least this plus 5 s. */
+  int64_t rpc_timeout_ms;
 } ps_client_options;
+
+/* The default of ps_client_options.rpc_timeout_ms, in seconds. */
+#define PS_DEFAULT_RPC_TIMEOUT_SECS 60
 
 void ps_client_options_default(ps_client_options *o);
 
@@ -67,6 +80,16 @@ int ps_client_num_ps(const ps_client *c);
 void ps_client_task_stats(const ps_client *c, int task, unsigned long long *calls,
                           double *wait_secs);
 const char *ps_client_address(const ps_client *c, int task);
+/* Seconds the calls now waiting on ps @task have heard nothing from it
+ * (0 when none waits, or it answered within the last second): a stopped
+ * ps shows here until rpc_timeout_ms ends the calls.  Any thread. */
+double ps_client_task_unanswered_secs(const ps_client *c, int task);
+/* True when @st is a call that failed for want of an answer within
+ * rpc_timeout_ms (DEADLINE_EXCEEDED, "... no answer for N s (--rpc-timeout)"). */
+bool ps_client_stalled(const ps_status *st);
+/* The rpc_timeout_ms the client runs with (its option, PS_RPC_TIMEOUT or
+ * the default). */
+int64_t ps_client_rpc_timeout_ms(const ps_client *c);
 
 typedef struct ps_var_spec {
   const char *name;
