@@ -9,7 +9,8 @@
 #     shows it "not answering" (--rpc-timeout, PS_RPC_TIMEOUT);
 #  d. a ps that holds calls on purpose (synchronous updates waiting for a
 #     stopped worker) still answers, so those calls are not cut off;
-#  e. bad --rpc-timeout and PS_RPC_TIMEOUT values are refused.
+#  e. bad --rpc-timeout and PS_RPC_TIMEOUT values are refused;
+#  f. a worker that starts while a ps is stopped ends the same way.
 # Ports are picked at run time; every process is stopped (and a stopped
 # one continued) however the script ends.
 set -uo pipefail
@@ -162,6 +163,25 @@ if wait_for "$dir/d1.err" 'step [0-9]+ loss' 120; then
 else
   bad "d: worker/1 trained" "$(cat "$dir/d1.err")"
 fi
+stop_pair
+
+# ---- f. a worker that starts while ps/1 is stopped (its connection is
+# accepted by the kernel, never answered) ends too, in the wait for the ps
+start_pair
+stop "$P1"
+t0=$(date +%s.%N)
+"$PS_WORKER" --cluster "$dir/spec.json" --job worker --task 0 "${W[@]}" --steps 100 \
+  --rpc-timeout 3 > "$dir/f.out" 2> "$dir/f.err" &
+WP=$!
+wait_pid "$WP" 60; rc=$?
+secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+check "f: a worker starting with ps/1 stopped exits 69 (got $rc)" test "$rc" = 69
+show="$dir/f.err"
+check "f: ... naming ps/1 and the call" grep -q \
+  "ps-worker: ps/1 at $A1: Status: no answer for 3 s (--rpc-timeout)" "$dir/f.err"
+show=""
+check "f: ... within the timeout and a margin (${secs} s)" \
+  awk -v s="$secs" 'BEGIN { exit !(s >= 2.9 && s < 10) }'
 stop_pair
 
 # ---- e. bad values
