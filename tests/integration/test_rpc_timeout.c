@@ -8,12 +8,12 @@
  * test ends (its PR_SET_PDEATHSIG is SIGKILL, which also ends a stopped
  * process). */
 #include <check.h>
+#include <dirent.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -104,6 +104,46 @@ static void *watch(void *arg) {
   return NULL;
 }
 
+/* Whether every thread of @pid is stopped (a group stop reaches the
+ * threads one by one: until then one may still serve a call). */
+static bool all_stopped(pid_t pid) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+  DIR *d = opendir(path);
+  if (d == NULL) return false;
+  bool all = true;
+  struct dirent *e;
+  while (all && (e = readdir(d)) != NULL) {
+    if (e->d_name[0] == '.') continue;
+    char sp[128], buf[512];
+    snprintf(sp, sizeof sp, "%s/%s/stat", path, e->d_name);
+    FILE *f = fopen(sp, "r");
+    if (f == NULL) continue; /* a thread that just ended */
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')'); /* "pid (comm) S ..." */
+    all = p != NULL && p[1] == ' ' && p[2] == 'T';
+  }
+  closedir(d);
+  return all;
+}
+
+/* SIGSTOP to @pid, and waits until it took (10 s at most). */
+static void stop_ps(pid_t pid) {
+  ck_assert_int_eq(kill(pid, SIGSTOP), 0);
+  for (int i = 0; i < 2000 && !all_stopped(pid); i++)
+    usleep(5000);
+  ck_assert_msg(all_stopped(pid), "ps %d did not stop", (int)pid);
+}
+
+/* Continues the stopped process *@arg after 1.5 s. */
+static void *continue_later(void *arg) {
+  usleep(1500000);
+  kill(*(pid_t *)arg, SIGCONT);
+  return NULL;
+}
+
 START_TEST(stopped_ps) {
   ck_assert_int_eq(harness_start(&H, 2, NULL), 0);
   ps_library_init();
@@ -117,24 +157,18 @@ START_TEST(stopped_ps) {
   char want[160];
 
   /* a stop shorter than the timeout: the call waits and succeeds */
-  ck_assert_int_eq(kill(H.pids[1], SIGSTOP), 0);
-  pid_t cont = fork();
-  if (cont == 0) { /* continues ps/1 after 1.5 s */
-    usleep(1500000);
-    kill(H.pids[1], SIGCONT);
-    _exit(0);
-  }
-  ck_assert_int_ge(cont, 0);
+  stop_ps(H.pids[1]);
+  pthread_t cont;
+  ck_assert_int_eq(pthread_create(&cont, NULL, continue_later, &H.pids[1]), 0);
   double t0 = now_secs();
   int rc = ps_client_probe(c, 1, &st);
   double secs = now_secs() - t0;
-  kill(H.pids[1], SIGCONT);
-  waitpid(cont, NULL, 0);
+  pthread_join(cont, NULL);
   ck_assert_msg(rc == 0, "a 1.5 s stop under a 3 s timeout: %s", st.msg);
   ck_assert_msg(secs >= 1.2, "the call waited for ps/1 (%.2f s)", secs);
 
   /* a stop for good: DEADLINE_EXCEEDED at the timeout, naming it all */
-  ck_assert_int_eq(kill(H.pids[1], SIGSTOP), 0);
+  stop_ps(H.pids[1]);
   watcher w = {.c = c, .after = 2.0};
   pthread_t th;
   ck_assert_int_eq(pthread_create(&th, NULL, watch, &w), 0);
@@ -158,12 +192,10 @@ START_TEST(stopped_ps) {
   ps_tensor *one = ps_tensor_new(PS_DT_FLOAT, 0, NULL);
   ck_assert_ptr_nonnull(one);
   ps_update u = {.name = "anything", .op = PS_ASSIGN_ADD, .value = one};
-  rc = ps_client_update(c, 1, &u, 1, &st);
-  ps_tensor_destroy(one);
-  ck_assert_int_eq(rc, PS_DEADLINE_EXCEEDED);
   snprintf(want, sizeof want, "ps/1 at %s: Update: no answer for 3 s (--rpc-timeout)",
            H.addrs[1]);
-  PS_ASSERT_MSG_HAS(st, want);
+  PS_ASSERT_STATUS(ps_client_update(c, 1, &u, 1, &st), st, PS_DEADLINE_EXCEEDED, want);
+  ps_tensor_destroy(one);
   /* ps/0 answers meanwhile */
   PS_ASSERT_OK(ps_client_probe(c, 0, &st), st);
 

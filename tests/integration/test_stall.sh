@@ -23,7 +23,23 @@ test_cleanup_hook() {
   local p
   for p in "${STOPPED[@]}"; do kill -CONT "$p" 2> /dev/null; kill -KILL "$p" 2> /dev/null; done
 }
-stop() { STOPPED+=("$1"); kill -STOP "$1"; }
+# stopped PID: every thread of PID is stopped (a group stop reaches the
+# threads one by one; until then one may still serve a call)
+stopped() {
+  local f s
+  for f in /proc/"$1"/task/*/stat; do
+    s=$(sed 's/^.*) \(.\).*/\1/' "$f" 2> /dev/null) || continue
+    [ -z "$s" ] || [ "$s" = T ] || return 1
+  done
+}
+# stop PID: SIGSTOP, then waits until it took
+stop() {
+  local i
+  STOPPED+=("$1")
+  kill -STOP "$1"
+  for ((i = 0; i < 200; i++)); do stopped "$1" && return 0; sleep 0.05; done
+  bad "pid $1 stopped"
+}
 
 # start_pair: ps/0 and ps/1 on ports the kernel picks; P0 P1 their pids,
 # $dir/spec.json the cluster with one worker (or $1 workers)
