@@ -10,11 +10,13 @@
 #  d. a ps that holds calls on purpose (synchronous updates waiting for a
 #     stopped worker) still answers, so those calls are not cut off;
 #  e. bad --rpc-timeout and PS_RPC_TIMEOUT values are refused;
-#  f. a worker that starts while a ps is stopped ends the same way.
+#  f. a worker that starts while a ps is stopped ends the same way;
+#  g. under ps-launch (when PS_LAUNCH is set) the job exits 69.
 # Ports are picked at run time; every process is stopped (and a stopped
 # one continued) however the script ends.
 set -uo pipefail
 PS_SERVER=${PS_SERVER:?}; PSCTL=${PSCTL:?}; PS_WORKER=${PS_WORKER:?}
+PS_LAUNCH=${PS_LAUNCH:-}
 source "$(dirname "$0")/../support/lib.sh"
 test_init stall
 BAD_TAIL=40
@@ -199,6 +201,26 @@ show=""
 check "f: ... within the timeout and a margin (${secs} s)" \
   awk -v s="$secs" 'BEGIN { exit !(s >= 2.9 && s < 10) }'
 stop_pair
+
+# ---- g. the same under ps-launch: the job ends with the chief's 69
+if [ -n "${PS_LAUNCH:-}" ]; then
+  "$PS_LAUNCH" --ps 2 --workers 1 --grace-secs 2 -- "$PS_WORKER" "${W[@]}" --steps 1000000 \
+    --rpc-timeout 4 > "$dir/g.out" 2> "$dir/g.err" &
+  LP=$!
+  if wait_for "$dir/g.err" 'worker/0: .*step [0-9]+ loss' 120; then
+    G1=$(sed -n 's/.*started ps\/1 (pid \([0-9]*\)).*/\1/p' "$dir/g.err" | head -1)
+    stop "$G1"
+    wait_pid "$LP" 60; rc=$?
+    kill -CONT "$G1" 2> /dev/null
+    check "g: ps-launch exits with the chief's 69 (got $rc)" test "$rc" = 69
+    show="$dir/g.err"
+    check "g: the chief named ps/1 and the call" grep -Eq \
+      "worker/0: .*ps/1 at [0-9.:]+: (Update|Read): no answer for 4 s \(--rpc-timeout\)" "$dir/g.err"
+    show=""
+  else
+    bad "g: the job trained" "$(cat "$dir/g.err")"
+  fi
+fi
 
 # ---- e. bad values
 expect "e: --rpc-timeout 0" 2 "--rpc-timeout must be a number >= 0.001, got '0'" \
