@@ -87,8 +87,8 @@ struct ps_client {
 
 void ps_client_options_default(ps_client_options *o) {
   memset(o, 0, sizeof *o);
-  o->control_timeout_ms = 30000;
-  o->data_timeout_ms = 300000;
+  o->control_timeout_ms = 0; /* 30 s, or the rpc timeout + 5 s (timeouts_resolve) */
+  o->data_timeout_ms = 0;    /* 300 s, or the rpc timeout + 5 s */
   o->max_retries = 6;
   o->retry_initial_ms = 50;
   o->retry_max_ms = 2000;
@@ -135,6 +135,18 @@ static int rpc_timeout_resolve(ps_client_options *o, ps_status *st) {
                          "31536000, got '%s'",
                          e);
   o->rpc_timeout_ms = (int64_t)(v * 1000 + 0.5);
+  return 0;
+}
+
+/* ps_client_options' timeouts as the client runs with them: the rpc
+ * timeout (above); the whole-call deadlines left at 0 never end a call
+ * before the rpc timeout has had its say. */
+static int timeouts_resolve(ps_client_options *o, ps_status *st) {
+  if (rpc_timeout_resolve(o, st) != 0) return -1;
+  int64_t floor_ms = o->rpc_timeout_ms + 5000;
+  if (o->control_timeout_ms <= 0)
+    o->control_timeout_ms = floor_ms > 30000 ? floor_ms : 30000;
+  if (o->data_timeout_ms <= 0) o->data_timeout_ms = floor_ms > 300000 ? floor_ms : 300000;
   return 0;
 }
 
@@ -229,7 +241,7 @@ ps_client *ps_client_create(const ps_cluster *cluster, const char *ps_job,
   if (c->addrs == NULL || c->ch == NULL || c->calls == NULL || c->wait_us == NULL ||
       c->silent_since == NULL)
     goto oom;
-  if (rpc_timeout_resolve(&c->opt, st) != 0) {
+  if (timeouts_resolve(&c->opt, st) != 0) {
     ps_client_destroy(c);
     return NULL;
   }
@@ -453,13 +465,6 @@ static void run_reqs(ps_client *c, ps_rpc_req *reqs, const int *tasks, size_t n,
   }
 }
 
-/* A call's whole deadline: its kind's, but never before the rpc timeout
- * has had its say. */
-static int64_t call_deadline_ms(const ps_client *c, int64_t ms) {
-  int64_t floor_ms = c->opt.rpc_timeout_ms + 5000;
-  return ms < floor_ms ? floor_ms : ms;
-}
-
 static void req_init(ps_client *c, ps_rpc_req *r, int task, const char *method,
                      const ProtobufCMessage *msg, bool unary, bool data) {
   memset(r, 0, sizeof *r);
@@ -467,8 +472,7 @@ static void req_init(ps_client *c, ps_rpc_req *r, int task, const char *method,
   r->method = method;
   r->request = msg;
   r->unary_response = unary;
-  r->timeout_ms =
-      call_deadline_ms(c, data ? c->opt.data_timeout_ms : c->opt.control_timeout_ms);
+  r->timeout_ms = data ? c->opt.data_timeout_ms : c->opt.control_timeout_ms;
   /* a ps that stops answering: ps_client_options.rpc_timeout_ms */
   r->stall_timeout_ms = c->opt.rpc_timeout_ms;
   r->probe_method = M_STATUS;
@@ -1396,7 +1400,7 @@ static int all_ps(ps_client *c, const char *method, const ProtobufCMessage *cons
   int *tasks = calloc((size_t)c->nps, sizeof *tasks);
   for (int t = 0; t < c->nps; t++) {
     req_init(c, &reqs[t], t, method, msgs[t], true, false);
-    reqs[t].timeout_ms = call_deadline_ms(c, timeout_ms);
+    reqs[t].timeout_ms = timeout_ms;
     reqs[t].on_header = parse;
     reqs[t].user = outs ? &outs[t] : NULL;
     tasks[t] = t;

@@ -38,7 +38,8 @@ static const char usage[] =
     "options:\n"
     "  --cluster FILE    cluster spec JSON (or set TF_CONFIG)\n"
     "  --job NAME        the ps job's name (default ps)\n"
-    "  --timeout-ms MS   deadline of each call (default 5000)\n"
+    "  --timeout-ms MS   deadline of each call (default 5000; at least a second\n"
+    "                    past --rpc-timeout)\n"
     "  --rpc-timeout SECS  fail a call when its ps has not answered for SECS:\n"
     "                    stopped or hung (default: --timeout-ms; env\n"
     "                    PS_RPC_TIMEOUT); status shows such a ps 'not answering'\n"
@@ -449,11 +450,19 @@ int main(int argc, char **argv) {
     opt.data_timeout_ms = a.timeout_ms > 600000 ? a.timeout_ms : 600000;
   opt.max_retries = 0;
   /* a ps that does not answer: --rpc-timeout, else PS_RPC_TIMEOUT (the
-   * client reads it), else the call's deadline */
+   * client reads it), else --timeout-ms; a call's own deadline then ends
+   * no sooner than a second after it, so the silence is what is reported */
   if (a.rpc_timeout_ms > 0)
     opt.rpc_timeout_ms = a.rpc_timeout_ms;
-  else if (getenv("PS_RPC_TIMEOUT") == NULL || !*getenv("PS_RPC_TIMEOUT"))
-    opt.rpc_timeout_ms = a.timeout_ms > 0 ? a.timeout_ms : 0;
+  else if ((getenv("PS_RPC_TIMEOUT") == NULL || !*getenv("PS_RPC_TIMEOUT")) &&
+           a.timeout_ms > 0)
+    opt.rpc_timeout_ms = a.timeout_ms;
+  if (opt.rpc_timeout_ms > 0) {
+    if (opt.control_timeout_ms < opt.rpc_timeout_ms + 1000)
+      opt.control_timeout_ms = opt.rpc_timeout_ms + 1000;
+    if (opt.data_timeout_ms < opt.rpc_timeout_ms + 1000)
+      opt.data_timeout_ms = opt.rpc_timeout_ms + 1000;
+  }
   ps_client *c = ps_client_create(cluster, a.job, &opt, &st);
   if (c == NULL) {
     fprintf(stderr, "psctl: %s\n", st.msg);

@@ -37,11 +37,14 @@
 typedef struct ps_client ps_client;
 
 typedef struct ps_client_options {
-  int64_t control_timeout_ms; /* deadline of control calls (default 30 s) */
-  int64_t data_timeout_ms;    /* deadline of reads and updates (default 300 s) */
-  int max_retries;            /* UNAVAILABLE retries of safe calls (default 6) */
-  int64_t retry_initial_ms;   /* first backoff (default 50 ms), doubling */
-  int64_t retry_max_ms;       /* backoff cap (default 2 s) */
+  /* Whole-call deadlines of control calls, and of reads, updates, saves
+   * and restores; 0 (the default): 30 s and 300 s, or rpc_timeout_ms
+   * plus 5 s when that is longer. */
+  int64_t control_timeout_ms;
+  int64_t data_timeout_ms;
+  int max_retries;          /* UNAVAILABLE retries of safe calls (default 6) */
+  int64_t retry_initial_ms; /* first backoff (default 50 ms), doubling */
+  int64_t retry_max_ms;     /* backoff cap (default 2 s) */
   /* Security (README "Security"); each NULL one is taken from the
    * environment variable named after it, if set.  tls_ca_file (PS_TLS_CA):
    * TLS, the ps certificates must be signed by this PEM CA; tls_cert_file
@@ -59,8 +62,7 @@ typedef struct ps_client_options {
    * to a Status call the client sends the same ps while the call is quiet:
    * a ps that is busy (a long save) or holds the call on purpose
    * (synchronous updates) still answers.  Shorter stops only delay the
-   * call.  0: the environment variable PS_RPC_TIMEOUT (seconds), else 60 s.
-   * The deadlines above are raised to at least this plus 5 s. */
+   * call.  0: the environment variable PS_RPC_TIMEOUT (seconds), else 60 s. */
   int64_t rpc_timeout_ms;
 } ps_client_options;
 
