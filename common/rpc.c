@@ -2559,16 +2559,6 @@ int ps_rpc_run(ps_rpc_req *reqs, size_t n) {
     if (!ccall_done(cc)) live++;
   }
   while (live > 0 || nprobe > 0) {
-    if (live == 0 && !probes_cancelled) { /* every call ended: no more asking */
-      for (size_t k = 0; k < n; k++)
-        if (w[k].probing) grpc_call_cancel(cs[n + k].call, NULL);
-      probes_cancelled = true;
-    }
-    grpc_event ev = grpc_completion_queue_next(
-        cq,
-        gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
-                     gpr_time_from_millis(watching ? 100 : 500, GPR_TIMESPAN)),
-        NULL);
     int64_t now = mono_ns();
     if (watching && now - last_turn > 1000000000) {
       /* this process was not running (SIGSTOP, a frozen VM): the silence
@@ -2579,6 +2569,19 @@ int ps_rpc_run(ps_rpc_req *reqs, size_t n) {
       }
     }
     last_turn = now;
+    /* after the events that came in: an answer on time is not a stall */
+    if (live > 0 && watching) nprobe += watch_calls(cs, w, n, cq, now);
+    if (live == 0 && !probes_cancelled) { /* every call ended: no more asking */
+      for (size_t k = 0; k < n; k++)
+        if (w[k].probing) grpc_call_cancel(cs[n + k].call, NULL);
+      probes_cancelled = true;
+    }
+    grpc_event ev = grpc_completion_queue_next(
+        cq,
+        gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                     gpr_time_from_millis(watching ? 100 : 500, GPR_TIMESPAN)),
+        NULL);
+    now = mono_ns();
     if (live > 0 && now >= next_warn) { /* a dead link or a stuck ps shows in the log */
       for (size_t i = 0; i < n; i++)
         if (!ccall_done(&cs[i])) {
@@ -2594,7 +2597,6 @@ int ps_rpc_run(ps_rpc_req *reqs, size_t n) {
         }
       next_warn += PS_RPC_SLOW_WARN_NS;
     }
-    if (live > 0 && watching) nprobe += watch_calls(cs, w, n, cq, now);
     if (ev.type != GRPC_OP_COMPLETE) continue;
     ctag *t = ev.tag;
     ccall *cc = t->cc;
