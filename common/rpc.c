@@ -2575,41 +2575,161 @@ static void ccall_finish(ccall *cc) {
 /* A call still running after this long is logged, and again every so often. */
 #define PS_RPC_SLOW_WARN_NS ((int64_t)5000000000)
 
+/* What ps_rpc_run knows of each call with a stall timeout: when it last
+ * heard from its server, and the probe call that asks whether the server
+ * is still there. */
+typedef struct cwatch {
+  int64_t heard;  /* last progress of the call or answer to a probe */
+  int64_t probed; /* when its last probe started (0: never) */
+  bool probing;   /* its probe is in flight */
+  bool stalled;   /* cancelled for want of an answer */
+  ps_rpc_req probe;
+} cwatch;
+
+static bool ccall_done(const ccall *cc) {
+  return cc->send_done && cc->recv_done;
+}
+
+static void ccall_init(ccall *cc, ps_rpc_req *r) {
+  memset(cc, 0, sizeof *cc);
+  cc->req = r;
+  cc->send_tag = (ctag){TAG_CSEND, cc};
+  cc->recv_tag = (ctag){TAG_CRECV, cc};
+  cc->details = grpc_empty_slice();
+  grpc_metadata_array_init(&cc->init_md);
+  grpc_metadata_array_init(&cc->trail_md);
+}
+
+/* "/paramserver.Ps/Update" -> "Update" */
+static const char *method_short(const char *m) {
+  const char *s = strrchr(m, '/');
+  return s ? s + 1 : m;
+}
+
+/* The silence after which a quiet call's server is probed: a quarter of
+ * its stall timeout, at most a second. */
+static int64_t probe_after_ns(const ps_rpc_req *r) {
+  int64_t q = r->stall_timeout_ms * 250000;
+  return q < 1000000000 ? q : 1000000000;
+}
+
+/* Stall timeouts (ps_rpc_req.stall_timeout_ms): probes the servers of
+ * quiet calls and cancels the calls that heard nothing for too long.
+ * cs[n + k] is call k's probe.  Returns how many probes it started. */
+static size_t watch_calls(ccall *cs, cwatch *w, size_t n, grpc_completion_queue *cq,
+                          int64_t now) {
+  size_t started = 0;
+  for (size_t i = 0; i < n; i++) {
+    ps_rpc_req *r = cs[i].req;
+    if (r->stall_timeout_ms <= 0 || ccall_done(&cs[i]) || w[i].stalled) continue;
+    int64_t silent = now - w[i].heard, limit = r->stall_timeout_ms * 1000000;
+    if (r->silent_since_ns && silent >= 1000000000)
+      atomic_store(r->silent_since_ns, (long long)w[i].heard);
+    if (silent >= limit) {
+      w[i].stalled = true;
+      ps_status_set(&cs[i].err, PS_DEADLINE_EXCEEDED,
+                    "%s: no answer for %g s (--rpc-timeout)", method_short(r->method),
+                    (double)r->stall_timeout_ms / 1000);
+      grpc_call_cancel_with_status(cs[i].call, GRPC_STATUS_DEADLINE_EXCEEDED,
+                                   "no answer (--rpc-timeout)", NULL);
+      continue;
+    }
+    int64_t every = probe_after_ns(r);
+    if (r->probe_method == NULL || silent < every || w[i].probing ||
+        (w[i].probed && now - w[i].probed < every))
+      continue;
+    bool busy = false; /* one probe per channel at a time */
+    for (size_t k = 0; k < n && !busy; k++)
+      busy = w[k].probing && cs[k].req->ch == r->ch;
+    if (busy) continue;
+    ps_rpc_req *p = &w[i].probe;
+    memset(p, 0, sizeof *p);
+    p->ch = r->ch;
+    p->method = r->probe_method;
+    p->raw_request = "";
+    p->unary_response = true;
+    p->timeout_ms = r->stall_timeout_ms;
+    ccall *pc = &cs[n + i];
+    ccall_init(pc, p);
+    ccall_start(pc, cq);
+    w[i].probed = now;
+    if (ccall_done(pc)) {
+      ccall_finish(pc);
+    } else {
+      w[i].probing = true;
+      started++;
+    }
+  }
+  return started;
+}
+
+/* The call's silence is over (it ended or heard from its server). */
+static void silence_over(ps_rpc_req *r, int64_t since) {
+  if (r->silent_since_ns == NULL) return;
+  long long expect = (long long)since;
+  atomic_compare_exchange_strong(r->silent_since_ns, &expect, 0);
+}
+
 int ps_rpc_run(ps_rpc_req *reqs, size_t n) {
   if (n == 0) return 0;
-  ccall *cs = calloc(n, sizeof *cs);
-  if (cs == NULL) {
+  /* cs[0, n): the calls; cs[n, 2n): their probes */
+  ccall *cs = n <= SIZE_MAX / 2 / sizeof(ccall) ? calloc(2 * n, sizeof *cs) : NULL;
+  cwatch *w = calloc(n, sizeof *w);
+  if (cs == NULL || w == NULL) {
+    free(cs);
+    free(w);
     for (size_t i = 0; i < n; i++)
       ps_status_set(&reqs[i].st, PS_RESOURCE_EXHAUSTED, "out of memory");
     return (int)n;
   }
   grpc_completion_queue *cq = cq_get();
-  size_t live = 0;
+  size_t live = 0, nprobe = 0;
+  bool watching = false, probes_cancelled = false;
+  int64_t t0 = mono_ns(), next_warn = t0 + PS_RPC_SLOW_WARN_NS, last_turn = t0;
   for (size_t i = 0; i < n; i++) {
     ccall *cc = &cs[i];
-    cc->req = &reqs[i];
-    cc->send_tag = (ctag){TAG_CSEND, cc};
-    cc->recv_tag = (ctag){TAG_CRECV, cc};
-    cc->details = grpc_empty_slice();
-    grpc_metadata_array_init(&cc->init_md);
-    grpc_metadata_array_init(&cc->trail_md);
+    ccall_init(cc, &reqs[i]);
     reqs[i].elapsed_secs = 0;
+    w[i].heard = t0;
+    watching |= reqs[i].stall_timeout_ms > 0;
     ccall_start(cc, cq);
-    if (!(cc->send_done && cc->recv_done)) live++;
+    if (!ccall_done(cc)) live++;
   }
-  int64_t t0 = mono_ns(), next_warn = t0 + PS_RPC_SLOW_WARN_NS;
-  while (live > 0) {
-    grpc_event ev =
-        grpc_completion_queue_next(cq,
-                                   gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
-                                                gpr_time_from_millis(500, GPR_TIMESPAN)),
-                                   NULL);
-    if (mono_ns() >= next_warn) { /* a dead link or a stuck ps shows in the log */
+  while (live > 0 || nprobe > 0) {
+    int64_t now = mono_ns();
+    if (watching && now - last_turn > 1000000000) {
+      /* this process was not running (SIGSTOP, a frozen VM): the silence
+       * was its own, not the servers' */
+      for (size_t i = 0; i < n; i++) {
+        silence_over(&reqs[i], w[i].heard);
+        w[i].heard = now;
+      }
+    }
+    last_turn = now;
+    /* after the events that came in: an answer on time is not a stall */
+    if (live > 0 && watching) nprobe += watch_calls(cs, w, n, cq, now);
+    if (live == 0 && !probes_cancelled) { /* every call ended: no more asking */
+      for (size_t k = 0; k < n; k++)
+        if (w[k].probing) grpc_call_cancel(cs[n + k].call, NULL);
+      probes_cancelled = true;
+    }
+    grpc_event ev = grpc_completion_queue_next(
+        cq,
+        gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                     gpr_time_from_millis(watching ? 100 : 500, GPR_TIMESPAN)),
+        NULL);
+    now = mono_ns();
+    if (live > 0 && now >= next_warn) { /* a dead link or a stuck ps shows in the log */
       for (size_t i = 0; i < n; i++)
-        if (!(cs[i].send_done && cs[i].recv_done)) {
-          PS_WARN("still waiting after %.0f s for %s on %s (%zu call(s) outstanding)",
-                  (double)(mono_ns() - t0) / 1e9, reqs[i].method, reqs[i].ch->target,
-                  live);
+        if (!ccall_done(&cs[i])) {
+          char quiet[96] = "";
+          if (reqs[i].stall_timeout_ms > 0)
+            snprintf(quiet, sizeof quiet, "; no answer for %.0f s, --rpc-timeout %g s",
+                     (double)(now - w[i].heard) / 1e9,
+                     (double)reqs[i].stall_timeout_ms / 1000);
+          PS_WARN("still waiting after %.0f s for %s on %s (%zu call(s) outstanding%s)",
+                  (double)(now - t0) / 1e9, reqs[i].method, reqs[i].ch->target, live,
+                  quiet);
           break;
         }
       next_warn += PS_RPC_SLOW_WARN_NS;
@@ -2617,12 +2737,30 @@ int ps_rpc_run(ps_rpc_req *reqs, size_t n) {
     if (ev.type != GRPC_OP_COMPLETE) continue;
     ctag *t = ev.tag;
     ccall *cc = t->cc;
-    int was_done = cc->send_done && cc->recv_done;
+    size_t i = (size_t)(cc - cs);
+    int was_done = ccall_done(cc);
     if (t->kind == TAG_CSEND)
       ccall_send_event(cc, ev.success);
     else
       ccall_recv_event(cc, ev.success);
-    if (!was_done && cc->send_done && cc->recv_done) {
+    if (i >= n) { /* a probe */
+      if (was_done || !ccall_done(cc)) continue;
+      size_t k = i - n;
+      ccall_finish(cc);
+      w[k].probing = false;
+      nprobe--;
+      if (w[k].probe.st.code != PS_OK) continue;
+      now = mono_ns(); /* the server answered: it is there */
+      for (size_t j = 0; j < n; j++)
+        if (!ccall_done(&cs[j]) && reqs[j].ch == w[k].probe.ch) {
+          silence_over(&reqs[j], w[j].heard);
+          w[j].heard = now;
+        }
+      continue;
+    }
+    silence_over(cc->req, w[i].heard);
+    w[i].heard = mono_ns();
+    if (!was_done && ccall_done(cc)) {
       live--;
       cc->req->elapsed_secs = (double)(mono_ns() - t0) / 1e9;
     }
@@ -2634,5 +2772,6 @@ int ps_rpc_run(ps_rpc_req *reqs, size_t n) {
   }
   cq_put(cq);
   free(cs);
+  free(w);
   return failed;
 }

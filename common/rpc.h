@@ -13,6 +13,7 @@
 #define PS_RPC_H
 
 #include <protobuf-c/protobuf-c.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -239,6 +240,18 @@ typedef struct ps_rpc_req {
   bool unary_response; /* the response never carries chunks */
   bool keep_open;      /* tests: never end the request stream (a stalled client) */
   int64_t timeout_ms;
+  /* A server that stops answering (README "Failures"): when > 0, a call
+   * that has heard nothing for this long ends DEADLINE_EXCEEDED, "METHOD:
+   * no answer for N s (--rpc-timeout)".  Hearing is any progress of the
+   * call, or an answer to @probe_method (an empty request, sent on the same
+   * channel once the call has been silent a while): a server that is busy or
+   * holds the call on purpose still answers it, a stopped one does not. */
+  int64_t stall_timeout_ms;
+  const char *probe_method;
+  /* When not NULL: the CLOCK_MONOTONIC ns since which the call has heard
+   * nothing, once that is over a second (else left alone); put back to 0
+   * when the call ends.  Calls may share one (metrics of one server). */
+  atomic_llong *silent_since_ns;
   /* Response header arrived: parse it and add the ranges its bulk bytes go
    * to into @sink.  Return 0 or a code with @st set. */
   int (*on_header)(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,

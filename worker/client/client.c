@@ -83,14 +83,16 @@ struct ps_client {
   ps_rpc_channel **ch;
   /* per task: calls and the microseconds callers waited for them */
   atomic_ullong *calls, *wait_us;
+  /* per task: since when (CLOCK_MONOTONIC ns) waiting calls heard nothing */
+  atomic_llong *silent_since;
   ps_dedup_memo memo;    /* a gather's ids deduplicated, for the scatter after it */
   bool tls, client_cert; /* the channels' security, for hints in errors */
 };
 
 void ps_client_options_default(ps_client_options *o) {
   memset(o, 0, sizeof *o);
-  o->control_timeout_ms = 30000;
-  o->data_timeout_ms = 300000;
+  o->control_timeout_ms = 0; /* 30 s, or the rpc timeout + 5 s (timeouts_resolve) */
+  o->data_timeout_ms = 0;    /* 300 s, or the rpc timeout + 5 s */
   o->max_retries = 6;
   o->retry_initial_ms = 50;
   o->retry_max_ms = 2000;
@@ -115,6 +117,42 @@ static void security_free(client_security *s) {
     free(s->token);
   }
   memset(s, 0, sizeof *s);
+}
+
+/* ps_client_options.rpc_timeout_ms: its own, else PS_RPC_TIMEOUT (seconds),
+ * else the default. */
+static int rpc_timeout_resolve(ps_client_options *o, ps_status *st) {
+  if (o->rpc_timeout_ms < 0)
+    return ps_status_set(
+        st, PS_INVALID_ARGUMENT,
+        "rpc_timeout_ms must be >= 0 (0: PS_RPC_TIMEOUT, else %d s), got %lld",
+        PS_DEFAULT_RPC_TIMEOUT_SECS, (long long)o->rpc_timeout_ms);
+  if (o->rpc_timeout_ms > 0) return 0;
+  o->rpc_timeout_ms = (int64_t)PS_DEFAULT_RPC_TIMEOUT_SECS * 1000;
+  const char *e = getenv("PS_RPC_TIMEOUT");
+  if (e == NULL || *e == '\0') return 0;
+  char *end;
+  double v = strtod(e, &end);
+  /* at most a year: the milliseconds fit, and so do gRPC's deadlines */
+  if (*end != '\0' || !(v >= 0.001 && v <= 31536000.0))
+    return ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "PS_RPC_TIMEOUT must be a number of seconds from 0.001 to "
+                         "31536000, got '%s'",
+                         e);
+  o->rpc_timeout_ms = (int64_t)(v * 1000 + 0.5);
+  return 0;
+}
+
+/* ps_client_options' timeouts as the client runs with them: the rpc
+ * timeout (above); the whole-call deadlines left at 0 never end a call
+ * before the rpc timeout has had its say. */
+static int timeouts_resolve(ps_client_options *o, ps_status *st) {
+  if (rpc_timeout_resolve(o, st) != 0) return -1;
+  int64_t floor_ms = o->rpc_timeout_ms + 5000;
+  if (o->control_timeout_ms <= 0)
+    o->control_timeout_ms = floor_ms > 30000 ? floor_ms : 30000;
+  if (o->data_timeout_ms <= 0) o->data_timeout_ms = floor_ms > 300000 ? floor_ms : 300000;
+  return 0;
 }
 
 static const char *opt_or_env(const char *v, const char *env) {
@@ -204,8 +242,14 @@ ps_client *ps_client_create(const ps_cluster *cluster, const char *ps_job,
   c->ch = calloc((size_t)n, sizeof *c->ch);
   c->calls = calloc((size_t)n, sizeof *c->calls);
   c->wait_us = calloc((size_t)n, sizeof *c->wait_us);
-  if (c->addrs == NULL || c->ch == NULL || c->calls == NULL || c->wait_us == NULL)
+  c->silent_since = calloc((size_t)n, sizeof *c->silent_since);
+  if (c->addrs == NULL || c->ch == NULL || c->calls == NULL || c->wait_us == NULL ||
+      c->silent_since == NULL)
     goto oom;
+  if (timeouts_resolve(&c->opt, st) != 0) {
+    ps_client_destroy(c);
+    return NULL;
+  }
   client_security sec;
   if (security_load(&c->opt, cluster->security, &sec, st) != 0) {
     ps_client_destroy(c);
@@ -254,6 +298,7 @@ void ps_client_destroy(ps_client *c) {
   free(c->addrs);
   free(c->calls);
   free(c->wait_us);
+  free(c->silent_since);
   ps_dedup_memo_fini(&c->memo);
   free(c);
 }
@@ -266,6 +311,24 @@ void ps_client_task_stats(const ps_client *c, int task, unsigned long long *call
   *calls = atomic_load_explicit(&c->calls[task], memory_order_relaxed);
   *wait_secs =
       (double)atomic_load_explicit(&c->wait_us[task], memory_order_relaxed) / 1e6;
+}
+
+double ps_client_task_unanswered_secs(const ps_client *c, int task) {
+  if (c == NULL || task < 0 || task >= c->nps) return 0;
+  long long since = atomic_load(&c->silent_since[task]);
+  if (since == 0) return 0;
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  long long now = (long long)ts.tv_sec * 1000000000 + ts.tv_nsec;
+  return now > since ? (double)(now - since) / 1e9 : 0;
+}
+
+bool ps_client_stalled(const ps_status *st) {
+  return st && st->code == PS_DEADLINE_EXCEEDED && strstr(st->msg, " (--rpc-timeout)");
+}
+
+int64_t ps_client_rpc_timeout_ms(const ps_client *c) {
+  return c ? c->opt.rpc_timeout_ms : 0;
 }
 
 int ps_client_num_ps(const ps_client *c) {
@@ -415,49 +478,76 @@ static void count_waits(ps_client *c, const ps_rpc_req *reqs, const int *tasks,
   }
 }
 
+/* A connection the ps accepted but never answered on (the kernel takes it
+ * for a stopped process): the call never reached the ps, so it may be
+ * tried again whatever it is, until the rpc timeout. */
+static bool no_handshake(const ps_status *st) {
+  return st->code == PS_UNAVAILABLE && strstr(st->msg, "before receiving SETTINGS frame");
+}
+
+static int64_t mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Whether call @r is tried again: UNAVAILABLE ones of @safe calls up to
+ * max_retries times, and ones that found no answering ps (no_handshake)
+ * until the rpc timeout has passed since @t0. */
+static bool try_again(const ps_client *c, const ps_rpc_req *r, bool safe, int attempt,
+                      int64_t t0) {
+  if (no_handshake(&r->st)) return mono_ms() - t0 < c->opt.rpc_timeout_ms;
+  return safe && attempt < c->opt.max_retries && r->st.code == PS_UNAVAILABLE;
+}
+
 static void run_reqs(ps_client *c, ps_rpc_req *reqs, const int *tasks, size_t n,
                      bool safe) {
+  int64_t t0 = mono_ms();
   ps_rpc_run(reqs, n);
   count_waits(c, reqs, tasks, n);
-  if (safe) {
-    int64_t backoff = c->opt.retry_initial_ms;
-    for (int attempt = 0; attempt < c->opt.max_retries; attempt++) {
-      size_t nretry = 0;
-      for (size_t i = 0; i < n; i++)
-        nretry += reqs[i].st.code == PS_UNAVAILABLE;
-      if (nretry == 0) break;
-      PS_DEBUG("retrying %zu call(s) after UNAVAILABLE in %lld ms", nretry,
-               (long long)backoff);
-      sleep_ms(backoff);
-      backoff = backoff * 2 > c->opt.retry_max_ms ? c->opt.retry_max_ms : backoff * 2;
-      ps_rpc_req *again = malloc(nretry * sizeof *again);
-      size_t *which = malloc(nretry * sizeof *which);
-      if (again == NULL || which == NULL) {
-        free(again);
-        free(which);
-        break;
-      }
-      size_t k = 0;
-      for (size_t i = 0; i < n; i++)
-        if (reqs[i].st.code == PS_UNAVAILABLE) {
-          which[k] = i;
-          again[k] = reqs[i];
-          again[k].priv_ = NULL;
-          ps_status_clear(&again[k].st);
-          if (again[k].on_header == on_answer) ((answer *)again[k].user)->seen = false;
-          k++;
-        }
-      ps_rpc_run(again, k);
-      for (size_t j = 0; j < k; j++) {
-        reqs[which[j]].st = again[j].st;
-        int t = tasks[which[j]];
-        count_waits(c, &again[j], &t, 1);
-      }
+  int64_t backoff = c->opt.retry_initial_ms;
+  for (int attempt = 0;; attempt++) {
+    size_t nretry = 0;
+    for (size_t i = 0; i < n; i++)
+      nretry += try_again(c, &reqs[i], safe, attempt, t0);
+    if (nretry == 0) break;
+    PS_DEBUG("retrying %zu call(s) after UNAVAILABLE in %lld ms", nretry,
+             (long long)backoff);
+    sleep_ms(backoff);
+    backoff = backoff * 2 > c->opt.retry_max_ms ? c->opt.retry_max_ms : backoff * 2;
+    ps_rpc_req *again = malloc(nretry * sizeof *again);
+    size_t *which = malloc(nretry * sizeof *which);
+    if (again == NULL || which == NULL) {
       free(again);
       free(which);
+      break;
     }
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+      if (try_again(c, &reqs[i], safe, attempt, t0) && k < nretry) {
+        which[k] = i;
+        again[k] = reqs[i];
+        again[k].priv_ = NULL;
+        ps_status_clear(&again[k].st);
+        if (again[k].on_header == on_answer) ((answer *)again[k].user)->seen = false;
+        k++;
+      }
+    ps_rpc_run(again, k);
+    for (size_t j = 0; j < k; j++) {
+      reqs[which[j]].st = again[j].st;
+      int t = tasks[which[j]];
+      count_waits(c, &again[j], &t, 1);
+    }
+    free(again);
+    free(which);
   }
   for (size_t i = 0; i < n; i++) {
+    if (no_handshake(&reqs[i].st)) { /* as a call on an open connection says it */
+      const char *m = strrchr(reqs[i].method, '/');
+      ps_status_set(&reqs[i].st, PS_DEADLINE_EXCEEDED,
+                    "%s: no answer for %g s (--rpc-timeout)", m ? m + 1 : reqs[i].method,
+                    (double)c->opt.rpc_timeout_ms / 1000);
+    }
     answer_check(&reqs[i]);
     annotate(c, tasks[i], &reqs[i].st);
   }
@@ -471,6 +561,10 @@ static void req_init(ps_client *c, ps_rpc_req *r, int task, const char *method,
   r->request = msg;
   r->unary_response = unary;
   r->timeout_ms = data ? c->opt.data_timeout_ms : c->opt.control_timeout_ms;
+  /* a ps that stops answering: ps_client_options.rpc_timeout_ms */
+  r->stall_timeout_ms = c->opt.rpc_timeout_ms;
+  r->probe_method = M_STATUS;
+  r->silent_since_ns = &c->silent_since[task];
 }
 
 /* One control call with a unary response parsed by @parse. */

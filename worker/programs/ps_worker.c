@@ -78,6 +78,9 @@ static const char usage[] =
     "  --max-to-keep N       checkpoints kept (default 5)\n"
     "Other:\n"
     "  --ps-timeout SECS     give up waiting for the ps after SECS (default 0: never)\n"
+    "  --rpc-timeout SECS    fail when a ps has not answered a call for SECS: it\n"
+    "                        stopped or hung (default 60; env PS_RPC_TIMEOUT);\n"
+    "                        exit status 69\n"
     "  --metrics-port N      serve Prometheus metrics on GET http://HOST:N/metrics\n"
     "                        (0: a port the kernel picks, logged), plain HTTP\n"
     "                        without authentication\n"
@@ -93,8 +96,9 @@ static const char usage[] =
     "\n"
     "Output: progress lines on stderr (\"step 1200 loss 0.4123 examples/s 8100\");\n"
     "the final metric on stdout (\"test accuracy 0.8712\" or \"test mse ...\").\n"
-    "Exit status: 0 done, 1 a training or cluster error, 2 bad arguments,\n"
-    "143 (130) stopped by SIGTERM (SIGINT) before --steps, after the final checkpoint.\n";
+    "Exit status: 0 done, 1 a training or cluster error, 2 bad arguments, 69 a ps\n"
+    "stopped answering (--rpc-timeout), 143 (130) stopped by SIGTERM (SIGINT) before\n"
+    "--steps, after the final checkpoint.\n";
 
 typedef enum model_kind { M_LINREG, M_SOFTMAX, M_MLP, M_WIDE_DEEP } model_kind;
 
@@ -538,7 +542,13 @@ static void clear_heartbeats(ps_client *c, const ps_cluster *cl, const ps_task_i
   free(p);
 }
 
+/* Exit status when a ps stopped answering (--rpc-timeout): the ps may come
+ * back with its state, so a scheduler may wait and rerun rather than
+ * restore (sysexits' EX_UNAVAILABLE). */
+#define EXIT_PS_STALLED 69
+
 static bool recoverable(const ps_status *e) {
+  if (ps_client_stalled(e)) return false; /* waiting on would be for ever */
   return e->code == PS_UNAVAILABLE || e->code == PS_FAILED_PRECONDITION ||
          e->code == PS_NOT_FOUND || e->code == PS_DEADLINE_EXCEEDED ||
          e->code == PS_ABORTED;
@@ -598,6 +608,7 @@ enum {
   O_NO_RESTORE,
   O_KEEP,
   O_PS_TIMEOUT,
+  O_RPC_TIMEOUT,
   O_LOG_LEVEL,
   O_LOG_FORMAT,
   O_PLACEMENT,
@@ -739,6 +750,15 @@ static int run_option(int c, options *o) {
     if (parse_f64("--ps-timeout", optarg, 0, &d)) return 2;
     o->ps_timeout = d;
     break;
+  case O_RPC_TIMEOUT:
+    if (parse_f64("--rpc-timeout", optarg, 0.001, &d)) return 2;
+    if (d > 31536000) {
+      fprintf(stderr, "ps-worker: --rpc-timeout must be at most 31536000 s, got '%s'\n",
+              optarg);
+      return 2;
+    }
+    o->sec.rpc_timeout_ms = (int64_t)(d * 1000 + 0.5);
+    break;
   case O_LOG_LEVEL:
     if (ps_log_level_option("ps-worker", optarg) != 0) return 2;
     break;
@@ -807,6 +827,7 @@ static int parse_args(int argc, char **argv, options *o) {
       {"no-restore", no_argument, NULL, O_NO_RESTORE},
       {"max-to-keep", required_argument, NULL, O_KEEP},
       {"ps-timeout", required_argument, NULL, O_PS_TIMEOUT},
+      {"rpc-timeout", required_argument, NULL, O_RPC_TIMEOUT},
       {"log-level", required_argument, NULL, O_LOG_LEVEL},
       {"log-format", required_argument, NULL, O_LOG_FORMAT},
       {"placement", required_argument, NULL, O_PLACEMENT},
@@ -1156,6 +1177,16 @@ static void render_metrics(ps_mbuf *b, void *arg) {
     ps_client_task_stats(j->client, t, &calls, &secs);
     ps_mbuf_printf(b, "ps_worker_ps_wait_seconds_total{ps=\"ps/%d\"} %.6f\n", t, secs);
   }
+  ps_mbuf_family(b, "ps_worker_ps_unanswered_seconds", "gauge",
+                 "Seconds the calls waiting on each ps task have heard nothing from it "
+                 "(0: answering); at --rpc-timeout the worker fails.");
+  for (int t = 0; t < n; t++)
+    ps_mbuf_printf(b, "ps_worker_ps_unanswered_seconds{ps=\"ps/%d\"} %.3f\n", t,
+                   ps_client_task_unanswered_secs(j->client, t));
+  ps_mbuf_family(b, "ps_worker_rpc_timeout_seconds", "gauge",
+                 "--rpc-timeout: the silence of a ps after which the worker fails.");
+  ps_mbuf_printf(b, "ps_worker_rpc_timeout_seconds %.3f\n",
+                 (double)ps_client_rpc_timeout_ms(j->client) / 1000);
 }
 
 static int train_loop(job *j, ps_status *st) {
@@ -1365,7 +1396,7 @@ int main(int argc, char **argv) {
   } else if (up != 0 || train_loop(&j, &st) != 0 || finish(&j, &st) != 0) {
     PS_ERROR("%s", st.msg);
     fprintf(stderr, "ps-worker: %s\n", st.msg);
-    rc = 1;
+    rc = ps_client_stalled(&st) ? EXIT_PS_STALLED : 1;
   }
   /* Stopped by SIGTERM/SIGINT before --steps (a time limit, scancel): the
    * final checkpoint is saved, but the job is not done, so 128 + the

@@ -39,7 +39,11 @@ static const char usage[] =
     "options:\n"
     "  --cluster FILE    cluster spec JSON (or set TF_CONFIG)\n"
     "  --job NAME        the ps job's name (default ps)\n"
-    "  --timeout-ms MS   deadline of each call (default 5000)\n"
+    "  --timeout-ms MS   deadline of each call (default 5000; at least a second\n"
+    "                    past --rpc-timeout)\n"
+    "  --rpc-timeout SECS  fail a call when its ps has not answered for SECS:\n"
+    "                    stopped or hung (default: --timeout-ms; env\n"
+    "                    PS_RPC_TIMEOUT); status shows such a ps 'not answering'\n"
     "  --limit N         read: print at most N elements (default 1000, 0 = all)\n"
     "  --max-to-keep N   save: checkpoints kept (default 5, -1 = all)\n"
     "  --help, --version\n" PS_MAX_MESSAGE_HELP "\n" PS_SECURITY_HELP "\n"
@@ -106,6 +110,7 @@ static void print_value(const ps_tensor *t, int64_t limit) {
 typedef struct psctl_args {
   const char *cluster_file, *job;
   int64_t timeout_ms, limit;
+  int64_t rpc_timeout_ms; /* --rpc-timeout (0: not given) */
   int max_to_keep;
   bool all_values;
   ps_client_options sec; /* the security flags' part */
@@ -120,6 +125,7 @@ static int parse_options(int argc, char **argv, psctl_args *a) {
       {"cluster", required_argument, NULL, 'c'},
       {"job", required_argument, NULL, 'j'},
       {"timeout-ms", required_argument, NULL, 't'},
+      {"rpc-timeout", required_argument, NULL, 'R'},
       {"limit", required_argument, NULL, 'L'},
       {"max-to-keep", required_argument, NULL, 'k'},
       {"all", no_argument, NULL, 'A'},
@@ -141,6 +147,19 @@ static int parse_options(int argc, char **argv, psctl_args *a) {
     case 't':
       a->timeout_ms = atoll(optarg);
       break;
+    case 'R': {
+      char *end;
+      double v = strtod(optarg, &end);
+      if (*optarg == '\0' || *end != '\0' || !(v >= 0.001 && v <= 31536000.0)) {
+        fprintf(stderr,
+                "psctl: --rpc-timeout must be a number of seconds from 0.001 to "
+                "31536000, got '%s'\n",
+                optarg);
+        return 2;
+      }
+      a->rpc_timeout_ms = (int64_t)(v * 1000 + 0.5);
+      break;
+    }
     case 'L':
       a->limit = atoll(optarg);
       break;
@@ -227,7 +246,8 @@ static int cmd_status(const psctl_args *a, ps_client *c, ps_status *st) {
              i, ps_client_address(c, i), (long long)ts.num_vars, (long long)ts.bytes,
              ts.uptime_secs, (long long)ts.rpcs, (long long)ts.pid);
     } else {
-      printf("%s/%d %s down (%s: %s)\n", a->job, i, ps_client_address(c, i),
+      printf("%s/%d %s %s (%s: %s)\n", a->job, i, ps_client_address(c, i),
+             ps_client_stalled(st) ? "not answering" : "down",
              ps_status_code_name(st->code), st->msg);
       rc = 1;
     }
@@ -448,6 +468,20 @@ int main(int argc, char **argv) {
   if (!strcmp(a.cmd, "save") || !strcmp(a.cmd, "restore"))
     opt.data_timeout_ms = a.timeout_ms > 600000 ? a.timeout_ms : 600000;
   opt.max_retries = 0;
+  /* a ps that does not answer: --rpc-timeout, else PS_RPC_TIMEOUT (the
+   * client reads it), else --timeout-ms; a call's own deadline then ends
+   * no sooner than a second after it, so the silence is what is reported */
+  if (a.rpc_timeout_ms > 0)
+    opt.rpc_timeout_ms = a.rpc_timeout_ms;
+  else if ((getenv("PS_RPC_TIMEOUT") == NULL || !*getenv("PS_RPC_TIMEOUT")) &&
+           a.timeout_ms > 0)
+    opt.rpc_timeout_ms = a.timeout_ms;
+  if (opt.rpc_timeout_ms > 0) {
+    if (opt.control_timeout_ms < opt.rpc_timeout_ms + 1000)
+      opt.control_timeout_ms = opt.rpc_timeout_ms + 1000;
+    if (opt.data_timeout_ms < opt.rpc_timeout_ms + 1000)
+      opt.data_timeout_ms = opt.rpc_timeout_ms + 1000;
+  }
   ps_client *c = ps_client_create(cluster, a.job, &opt, &st);
   if (c == NULL) {
     fprintf(stderr, "psctl: %s\n", st.msg);

@@ -79,6 +79,9 @@ int ps_coordinator_wait_for_ps(ps_session *s, double timeout_secs, ps_status *st
       ps_status e;
       if (ps_client_probe(c, t, &e) == 0) {
         up[t] = true;
+      } else if (ps_client_stalled(&e)) { /* stopped, not starting: no end */
+        rc = ps_status_set(st, e.code, "%s", e.msg);
+        break;
       } else {
         if (first < 0) {
           first = t;
@@ -87,7 +90,7 @@ int ps_coordinator_wait_for_ps(ps_session *s, double timeout_secs, ps_status *st
         waiting++;
       }
     }
-    if (waiting == 0) break;
+    if (waiting == 0 || rc != 0) break;
     if (ps_coordinator_cancelled()) {
       rc = ps_status_set(st, PS_CANCELLED,
                          "stopped while waiting for ps/%d (%s) and %d other ps task(s)",
@@ -399,7 +402,13 @@ static int wait_ready(ps_session *s, const ps_coordinator_options *o, ps_status 
     bool ready = false;
     const char *mark = PS_COORDINATOR_READY;
     char why[400] = "the chief has not marked the cluster ready";
-    if (ps_client_is_initialized(c, 0, &mark, 1, &ready, &e) != 0) ready = false;
+    if (ps_client_is_initialized(c, 0, &mark, 1, &ready, &e) != 0) {
+      ready = false;
+      if (ps_client_stalled(&e)) { /* ps/0 stopped answering: no end */
+        rc = ps_status_set(st, e.code, "%s", e.msg);
+        break;
+      }
+    }
     if (ready && !placement_checked) {
       char missing[256] = "";
       if ((rc = check_placement(c, &vs, missing, sizeof missing, st)) != 0) break;

@@ -37,11 +37,14 @@
 typedef struct ps_client ps_client;
 
 typedef struct ps_client_options {
-  int64_t control_timeout_ms; /* deadline of control calls (default 30 s) */
-  int64_t data_timeout_ms;    /* deadline of reads and updates (default 300 s) */
-  int max_retries;            /* UNAVAILABLE retries of safe calls (default 6) */
-  int64_t retry_initial_ms;   /* first backoff (default 50 ms), doubling */
-  int64_t retry_max_ms;       /* backoff cap (default 2 s) */
+  /* Whole-call deadlines of control calls, and of reads, updates, saves
+   * and restores; 0 (the default): 30 s and 300 s, or rpc_timeout_ms
+   * plus 5 s when that is longer. */
+  int64_t control_timeout_ms;
+  int64_t data_timeout_ms;
+  int max_retries;          /* UNAVAILABLE retries of safe calls (default 6) */
+  int64_t retry_initial_ms; /* first backoff (default 50 ms), doubling */
+  int64_t retry_max_ms;     /* backoff cap (default 2 s) */
   /* Security (README "Security"); each NULL one is taken from the
    * environment variable named after it, if set.  tls_ca_file (PS_TLS_CA):
    * TLS, the ps certificates must be signed by this PEM CA; tls_cert_file
@@ -57,9 +60,21 @@ typedef struct ps_client_options {
    * (--max-message-bytes of psctl and ps-worker).  0 or less: the default,
    * 32 MiB; raised to 16 MiB + 16 (a data chunk of any version). */
   int64_t max_message_bytes;
+  /* A ps that stops answering (stopped, hung, its host frozen; README
+   * "Failures"): a call that hears nothing for this long fails with
+   * DEADLINE_EXCEEDED, "ps/1 at HOST:PORT: Update: no answer for 60 s
+   * (--rpc-timeout)".  Hearing is any progress of the call, or an answer
+   * to a Status call the client sends the same ps while the call is quiet:
+   * a ps that is busy (a long save) or holds the call on purpose
+   * (synchronous updates) still answers.  Shorter stops only delay the
+   * call.  0: the environment variable PS_RPC_TIMEOUT (seconds), else 60 s. */
+  int64_t rpc_timeout_ms;
 } ps_client_options;
 
 #define PS_CLIENT_DEFAULT_MAX_MESSAGE_BYTES ((int64_t)32 << 20)
+
+/* The default of ps_client_options.rpc_timeout_ms, in seconds. */
+#define PS_DEFAULT_RPC_TIMEOUT_SECS 60
 
 void ps_client_options_default(ps_client_options *o);
 
@@ -74,6 +89,16 @@ int ps_client_num_ps(const ps_client *c);
 void ps_client_task_stats(const ps_client *c, int task, unsigned long long *calls,
                           double *wait_secs);
 const char *ps_client_address(const ps_client *c, int task);
+/* Seconds the calls now waiting on ps @task have heard nothing from it
+ * (0 when none waits, or it answered within the last second): a stopped
+ * ps shows here until rpc_timeout_ms ends the calls.  Any thread. */
+double ps_client_task_unanswered_secs(const ps_client *c, int task);
+/* True when @st is a call that failed for want of an answer within
+ * rpc_timeout_ms (DEADLINE_EXCEEDED, "... no answer for N s (--rpc-timeout)"). */
+bool ps_client_stalled(const ps_status *st);
+/* The rpc_timeout_ms the client runs with (its option, PS_RPC_TIMEOUT or
+ * the default). */
+int64_t ps_client_rpc_timeout_ms(const ps_client *c);
 
 typedef struct ps_var_spec {
   const char *name;

@@ -53,7 +53,11 @@ const char *ps_coordinator_outcome_name(ps_coordinator_outcome o);
 void ps_coordinator_cancel(void);
 bool ps_coordinator_cancelled(void);
 
-/* Polls Status on every ps of the session's client until all answer. */
+/* Polls Status on every ps of the session's client until all answer.  A
+ * ps that accepts connections but does not answer for the client's
+ * rpc_timeout_ms (stopped, hung: ps_client_stalled) ends the wait with
+ * that DEADLINE_EXCEEDED, as does ps/0 while a worker waits for the
+ * chief in ps_coordinator_prepare. */
 int ps_coordinator_wait_for_ps(ps_session *s, double timeout_secs, ps_status *st);
 
 /* The whole start-up above; @outcome (may be NULL) says what happened. */
