@@ -9,8 +9,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "harness.h"
+#include "paramserver/client.h"
 #include "paramserver/graph.h"
 #include "paramserver/init.h"
 #include "paramserver/ops.h"
@@ -448,6 +450,192 @@ START_TEST(an_initial_value_reading_another_variable_is_ordered) {
 }
 END_TEST
 
+/* The peak resident set of this process is reset to its current size
+ * (/proc/self/clear_refs 5); returns that size. */
+static long long reset_peak(void) {
+  FILE *f = fopen("/proc/self/clear_refs", "w");
+  ck_assert_ptr_nonnull(f);
+  ck_assert_int_eq(fputs("5", f) >= 0, 1);
+  ck_assert_int_eq(fclose(f), 0);
+  long long peak = 0, rss = harness_rss(getpid(), &peak);
+  ck_assert_int_gt(rss, 0);
+  return peak;
+}
+
+/* A graph's initializer runs on the ps, as TensorFlow runs the initializer
+ * op on the variable's device: the 32 MiB of a random_normal variable are
+ * filled by the ps (the Update carries the spec, the key and the draw),
+ * so the worker never holds them (its peak grows by far less than the
+ * variable), and the values are the ones the worker's own fill gives
+ * for each run: a session-held variable of the same name and spec run
+ * twice agrees bit for bit with the first and the second ps run. */
+START_TEST(a_graph_initializer_fills_on_the_ps) {
+  const int64_t n = 8 << 20; /* 32 MiB of float */
+  ps_init_spec spec;
+  ps_init_spec_default(&spec, PS_INIT_RANDOM_NORMAL);
+  spec.seed = 11;
+  prog p = prog_new(&spec, n, NULL);
+  ps_session_run(p.s, NULL, 0, NULL, 0, NULL, 0, NULL, NULL); /* warm up */
+  long long before = reset_peak();
+  run(p.s, p.init);
+  long long peak = 0;
+  ck_assert_int_gt(harness_rss(getpid(), &peak), 0);
+  ck_assert_msg(peak - before < 8 << 20,
+                "the worker's peak grew by %lld bytes initializing a %lld-byte variable",
+                peak - before, (long long)(n * 4));
+  ps_tensor *a1 = eval(p.s, ps_variable_value(p.v));
+  run(p.s, p.init);
+  ps_tensor *a2 = eval(p.s, ps_variable_value(p.v));
+  ck_assert(!same(a1, a2));
+  /* the same spec held by a session: filled by the worker */
+  ps_status st;
+  ps_graph *g = ps_graph_create();
+  ps_shape sh = shape1(n);
+  ps_variable *l = ps_get_variable(g, "r", PS_DT_FLOAT, &sh, &spec, NULL, &st);
+  ck_assert_msg(l != NULL, "%s", st.msg);
+  ck_assert_int_lt(ps_variable_task(l), 0);
+  ps_session *ls = ps_session_create(g, NULL, &st);
+  ck_assert_ptr_nonnull(ls);
+  run(ls, ps_variable_initializer(l));
+  ps_tensor *b1 = eval(ls, ps_variable_value(l));
+  ck_assert(same(a1, b1));
+  ps_tensor_destroy(b1);
+  run(ls, ps_variable_initializer(l));
+  b1 = eval(ls, ps_variable_value(l));
+  ck_assert(same(a2, b1));
+  ps_tensor_destroy(b1);
+  ps_tensor_destroy(a1);
+  ps_tensor_destroy(a2);
+  ps_session_destroy(ls);
+  ps_graph_destroy(g);
+  prog_free(&p);
+}
+END_TEST
+
+/* Each element of @t is @x. */
+static void assert_all(const ps_tensor *t, float x) {
+  for (int64_t i = 0; i < ps_tensor_num_elements(t); i++)
+    ck_assert_msg(f32(t, i) == x, "[%lld] = %g, want %g", (long long)i, (double)f32(t, i),
+                  (double)x);
+}
+
+/* README Security: a graph's initializer is an Assign (filled on the ps),
+ * which a worker token may send whether or not the variable holds a
+ * value, as any assign; the Initialize RPC of a variable that holds a
+ * value (psctl init, the ps's own copy of the initializer) needs an admin
+ * token.  On a ps with tokens, a worker-token session runs its graph's
+ * initializer twice (the second over an assigned value); the worker
+ * token's Initialize is PERMISSION_DENIED and changes nothing; the admin
+ * token's runs. */
+START_TEST(a_worker_token_reruns_its_graphs_initializer) {
+  char tokens[] = "/tmp/ps-tf-rules-tokens-XXXXXX";
+  int fd = mkstemp(tokens);
+  ck_assert_int_ge(fd, 0);
+  const char *wtok = "worker-0123456789abcdef", *atok = "admin-0123456789abcdef";
+  char body[200];
+  int len = snprintf(body, sizeof body, "worker %s\nadmin %s\n", wtok, atok);
+  ck_assert_int_eq(write(fd, body, (size_t)len), len);
+  close(fd);
+  ps_harness h;
+  const char *extra[] = {"--auth-token-file", tokens, NULL};
+  int started = harness_start(&h, 1, extra);
+  unlink(tokens);
+  ck_assert_int_eq(started, 0);
+  ps_status st;
+  ps_client_options o;
+  ps_client_options_default(&o);
+  o.token = wtok;
+  ps_client *wc = ps_client_create(h.cluster, "ps", &o, &st);
+  ck_assert_msg(wc != NULL, "%s", st.msg);
+  o.token = atok;
+  ps_client *ac = ps_client_create(h.cluster, "ps", &o, &st);
+  ck_assert_msg(ac != NULL, "%s", st.msg);
+  ps_graph *g = ps_graph_create();
+  ps_device_push_fn(g, ps_replica_device_setter(h.cluster, NULL));
+  ps_init_spec seven;
+  ps_init_spec_default(&seven, PS_INIT_CONSTANT);
+  seven.value = 7;
+  ps_shape sh = shape1(4);
+  ps_variable *v = ps_get_variable(g, "tok_tbl", PS_DT_FLOAT, &sh, &seven, NULL, &st);
+  ck_assert_msg(v != NULL, "%s", st.msg);
+  ps_session *s = ps_session_create(g, wc, &st);
+  ck_assert_ptr_nonnull(s);
+  run(s, ps_variable_initializer(v));
+  ps_tensor *t = eval(s, ps_variable_value(v));
+  assert_all(t, 7);
+  ps_tensor_destroy(t);
+  const float ones[4] = {1, 1, 1, 1};
+  run(s, ps_assign(v, floats(g, ones, 4, "ones")));
+  run(s, ps_variable_initializer(v)); /* over a value, with a worker token */
+  t = eval(s, ps_variable_value(v));
+  assert_all(t, 7);
+  ps_tensor_destroy(t);
+  run(s, ps_assign(v, floats(g, ones, 4, "ones2")));
+  const char *nm[1] = {"tok_tbl"};
+  ck_assert_int_eq(ps_client_initialize(wc, 0, nm, 1, false, NULL, &st),
+                   PS_PERMISSION_DENIED);
+  ck_assert_msg(strstr(st.msg, "Initialize: tok_tbl on ps/0 already holds a value; "
+                               "re-initializing it needs an admin token (this call's "
+                               "token has the worker role)"),
+                "%s", st.msg);
+  t = eval(s, ps_variable_value(v));
+  assert_all(t, 1);
+  ps_tensor_destroy(t);
+  size_t ninit = 0;
+  PS_ASSERT_OK(ps_client_initialize(ac, 0, nm, 1, false, &ninit, &st), st);
+  ck_assert_uint_eq(ninit, 1);
+  t = eval(s, ps_variable_value(v));
+  assert_all(t, 7);
+  ps_tensor_destroy(t);
+  ps_session_destroy(s);
+  ps_graph_destroy(g);
+  ps_client_destroy(wc);
+  ps_client_destroy(ac);
+  ck_assert_int_eq(harness_stop(&h), 0);
+}
+END_TEST
+
+/* A session runs only its own graph's ops: a fetch or a target of another
+ * graph (here another graph's variable initializer and value, whose ids
+ * and variable index mean nothing in this graph) is INVALID_ARGUMENT, as
+ * TensorFlow's "is not an element of this graph", and nothing runs. */
+START_TEST(a_node_of_another_graph_is_refused) {
+  ps_status st;
+  ps_graph *ga = graph_on_cluster(), *gb = graph_on_cluster();
+  ps_shape sh = shape1(3);
+  ps_variable *va = ps_get_variable(ga, "ga_v", PS_DT_FLOAT, &sh, NULL, NULL, &st);
+  ck_assert_msg(va != NULL, "%s", st.msg);
+  ps_variable *vb[40];
+  for (int i = 0; i < 40; i++) {
+    char nm[32];
+    snprintf(nm, sizeof nm, "gb_v%d", i);
+    vb[i] = ps_get_variable(gb, nm, PS_DT_FLOAT, &sh, NULL, NULL, &st);
+    ck_assert_msg(vb[i] != NULL, "%s", st.msg);
+  }
+  ps_session *s = ps_session_create(ga, C, &st);
+  ck_assert_ptr_nonnull(s);
+  ps_node *init = ps_variable_initializer(vb[39]);
+  ck_assert_int_eq(ps_session_run(s, NULL, 0, NULL, 0, &init, 1, NULL, &st),
+                   PS_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(st.msg, "is not an element of this graph"), "%s", st.msg);
+  ck_assert_msg(strstr(st.msg, "gb_v39"), "%s", st.msg);
+  ps_node *val = ps_variable_value(vb[0]);
+  ps_tensor *out = NULL;
+  ck_assert_int_eq(ps_session_run(s, NULL, 0, &val, 1, NULL, 0, &out, &st),
+                   PS_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(st.msg, "is not an element of this graph"), "%s", st.msg);
+  ck_assert_ptr_null(out);
+  bool init_b = true;
+  const char *nm[1] = {"gb_v39"};
+  int rc = ps_client_is_initialized(C, ps_variable_task(vb[39]), nm, 1, &init_b, &st);
+  ck_assert(rc == PS_NOT_FOUND || (rc == 0 && !init_b));
+  run(s, ps_variable_initializer(va));
+  ps_session_destroy(s);
+  ps_graph_destroy(gb);
+  ps_graph_destroy(ga);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("tf_rules");
   TCase *tc = tcase_create("tf_rules");
@@ -460,6 +648,9 @@ int main(void) {
   tcase_add_test(tc, draws_agree_across_partitionings);
   tcase_add_test(tc, each_graph_runs_its_own_initializer);
   tcase_add_test(tc, an_initial_value_reading_another_variable_is_ordered);
+  tcase_add_test(tc, a_graph_initializer_fills_on_the_ps);
+  tcase_add_test(tc, a_worker_token_reruns_its_graphs_initializer);
+  tcase_add_test(tc, a_node_of_another_graph_is_refused);
   suite_add_tcase(s, tc);
   return ps_test_run(s);
 }
