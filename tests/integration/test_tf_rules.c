@@ -636,6 +636,80 @@ START_TEST(a_node_of_another_graph_is_refused) {
 }
 END_TEST
 
+/* Update.fill through the client API: a fill that cannot be made is
+ * refused with its message, by the client (with a value, or on another
+ * op) or by the ps (a synchronous one; an initializer invalid for the
+ * dtype or parameters; a part outside its full shape), and nothing
+ * changes; a valid one assigns. */
+START_TEST(a_bad_fill_is_refused_and_changes_nothing) {
+  ps_status st;
+  ps_shape sh = shape1(4);
+  ps_var_spec vs[2] = {{.name = "fill_f", .dtype = PS_DT_FLOAT, .shape = sh},
+                       {.name = "fill_i", .dtype = PS_DT_INT32, .shape = sh}};
+  PS_ASSERT_OK(ps_client_create_vars(C, 0, vs, 2, &st), st);
+  const float ones[4] = {1, 1, 1, 1};
+  ps_tensor *one = ps_tensor_create(PS_DT_FLOAT, &sh, false);
+  ck_assert_ptr_nonnull(one);
+  memcpy(ps_tensor_data(one), ones, sizeof ones);
+  ps_update a = {.name = "fill_f", .op = PS_ASSIGN, .value = one};
+  PS_ASSERT_OK(ps_client_update(C, 0, &a, 1, &st), st);
+  ps_init_spec ru;
+  ps_init_spec_default(&ru, PS_INIT_RANDOM_UNIFORM);
+  ps_update_fill f = {.init = &ru, .dtype = PS_DT_FLOAT, .shape = sh, .seed = 3};
+  struct {
+    ps_update u;
+    const char *want;
+  } bad[] = {
+      {{.name = "fill_f", .op = PS_ASSIGN, .value = one, .fill = &f},
+       "update of fill_f: a fill is an assign of an initializer, without a value"},
+      {{.name = "fill_f", .op = PS_ASSIGN_ADD, .fill = &f},
+       "update of fill_f: a fill is an assign of an initializer, without a value"},
+      {{.name = "fill_f", .op = PS_ASSIGN, .fill = &f, .replicas_to_aggregate = 2},
+       "Assign fill_f: only an asynchronous Assign can take an initializer (fill)"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    ck_assert_int_eq(ps_client_update(C, 0, &bad[i].u, 1, &st), PS_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(st.msg, bad[i].want), "%zu: %s", i, st.msg);
+  }
+  /* the ps's checks of the spec */
+  ps_update_fill fi = {.init = &ru, .dtype = PS_DT_INT32, .shape = sh};
+  ps_update u = {.name = "fill_i", .op = PS_ASSIGN, .fill = &fi};
+  ck_assert_int_eq(ps_client_update(C, 0, &u, 1, &st), PS_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(st.msg, "fill_i") && strstr(st.msg, "needs a floating dtype"),
+                "%s", st.msg);
+  ps_init_spec wrong = ru;
+  wrong.minval = 2;
+  wrong.maxval = 1;
+  ps_update_fill fw = {.init = &wrong, .dtype = PS_DT_FLOAT, .shape = sh};
+  ps_update ok = {.name = "fill_f", .op = PS_ASSIGN, .fill = &f};
+  ps_update two[2] = {ok, {.name = "fill_f", .op = PS_ASSIGN, .fill = &fw}};
+  ck_assert_int_eq(ps_client_update(C, 0, two, 2, &st), PS_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(st.msg, "Assign fill_f"), "%s", st.msg);
+  ps_shape full = shape1(6);
+  ps_update_fill fp = {.init = &ru,
+                       .dtype = PS_DT_FLOAT,
+                       .shape = sh,
+                       .full_name = "fill_full",
+                       .full_shape = &full,
+                       .offset = 4};
+  ps_update part = {.name = "fill_f", .op = PS_ASSIGN, .fill = &fp};
+  ck_assert_int_eq(ps_client_update(C, 0, &part, 1, &st), PS_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(st.msg, "elements [4, 4 + 4) are outside shape [6]"), "%s",
+                st.msg);
+  ps_read r = {.name = "fill_f"};
+  PS_ASSERT_OK(ps_client_read(C, 0, &r, 1, &st), st);
+  assert_all(r.out, 1); /* nothing changed */
+  ps_tensor_destroy(r.out);
+  /* a valid fill assigns the draw the worker would make */
+  PS_ASSERT_OK(ps_client_update(C, 0, &ok, 1, &st), st);
+  r.out = NULL;
+  PS_ASSERT_OK(ps_client_read(C, 0, &r, 1, &st), st);
+  assert_random(r.out, 4, 0, 1);
+  ps_tensor_destroy(r.out);
+  ps_tensor_destroy(one);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("tf_rules");
   TCase *tc = tcase_create("tf_rules");
@@ -651,6 +725,7 @@ int main(void) {
   tcase_add_test(tc, a_graph_initializer_fills_on_the_ps);
   tcase_add_test(tc, a_worker_token_reruns_its_graphs_initializer);
   tcase_add_test(tc, a_node_of_another_graph_is_refused);
+  tcase_add_test(tc, a_bad_fill_is_refused_and_changes_nothing);
   suite_add_tcase(s, tc);
   return ps_test_run(s);
 }
