@@ -148,8 +148,9 @@ static bool node_gone(const ps_graph *g, void *x, const ps_graph_mark *m) {
 }
 
 static bool var_gone(const ps_graph *g, void *x, const ps_graph_mark *m) {
-  (void)g;
-  return ((ps_variable *)x)->index >= m->nvars;
+  const ps_variable *v = x;
+  return v->g == g && v->index >= m->nvars && v->index < g->nvars &&
+         g->vars[v->index] == v;
 }
 
 void ps_graph_rollback_(ps_graph *g, ps_graph_mark m) {
