@@ -248,6 +248,11 @@ static int init_from_proto(const Paramserver__Initializer *p, const char *var, i
   return 0;
 }
 
+int ps_svc_init_from_proto_(const Paramserver__Initializer *p, const char *var, int dtype,
+                            ps_init_spec *out, ps_status *st) {
+  return init_from_proto(p, var, dtype, out, st);
+}
+
 /* The initializer of spec @v (already parsed into @init) against its
  * shape and, for a part, its full shape and offset. */
 static int check_spec_init(const Paramserver__VariableSpec *v, const ps_shape *shape,

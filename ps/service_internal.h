@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "common/init.h"
 #include "common/rpc.h"
 #include "common/status.h"
 #include "common/tensor.h"
@@ -57,6 +58,11 @@ int ps_svc_elems_bytes_(ps_service *s, int dtype, int64_t count, const char *wha
 int ps_svc_shape_from_(ps_shape *s, const int64_t *dims, size_t n, const char *var,
                        ps_status *st);
 const char *ps_svc_fmt_shape_(const ps_shape *s, char *buf, size_t n);
+struct Paramserver__Initializer;
+/* An Initializer message as a spec for variable @var of @dtype
+ * (INVALID_ARGUMENT naming @var); @out borrows @p's values. */
+int ps_svc_init_from_proto_(const struct Paramserver__Initializer *p, const char *var,
+                            int dtype, ps_init_spec *out, ps_status *st);
 /* service_update.c (and Read's gathers): indices in [0, @bound). */
 int ps_svc_check_indices_(const void *idx, size_t isize, int64_t n, int64_t bound,
                           const char *var, const char *op, ps_status *st);

@@ -239,6 +239,51 @@ static int check_sync_unique(upd_ctx *x, ps_status *st) {
   return rc;
 }
 
+/* An assign of a graph's initializer filled here (Update.fill): an
+ * asynchronous ASSIGN without indices, its initializer valid for the
+ * value's dtype and shape (or for the part's place in its full shape). */
+static int check_fill(upd_item *it, ps_status *st) {
+  Paramserver__Update *u = it->u;
+  if (u->op != PARAMSERVER__UPDATE_OP__ASSIGN || it->sync || u->index_dtype ||
+      u->num_indices)
+    return ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "%s %s: only an asynchronous Assign can take an initializer "
+                         "(fill)",
+                         op_name(u->op), u->name);
+  ps_init_spec init;
+  ps_shape full = it->shape;
+  const char *nm = u->fill->full_name[0] ? u->fill->full_name : u->name;
+  int rc = ps_svc_init_from_proto_(u->fill, u->name, u->dtype, &init, st);
+  if (rc == 0 && u->fill->n_full_shape)
+    rc = ps_svc_shape_from_(&full, u->fill->full_shape, u->fill->n_full_shape, u->name,
+                            st);
+  if (rc == 0)
+    rc = ps_init_check(&init, nm, u->dtype, &full, u->fill->offset,
+                       ps_shape_num_elements(&it->shape), st);
+  if (rc != 0) ps_status_prefix(st, "Assign %s", u->name);
+  return rc;
+}
+
+/* Fills it->val with the initializer check_fill() accepted: the values
+ * the client's ps_init_fill_draw() would compute for the same run. */
+static int run_fill(upd_item *it, ps_status *st) {
+  Paramserver__Update *u = it->u;
+  ps_init_spec init;
+  ps_shape full = it->shape;
+  const char *nm = u->fill->full_name[0] ? u->fill->full_name : u->name;
+  uint64_t seed = u->fill_seed;
+  int rc = ps_svc_init_from_proto_(u->fill, u->name, u->dtype, &init, st);
+  if (rc == 0 && u->fill->n_full_shape)
+    rc = ps_svc_shape_from_(&full, u->fill->full_shape, u->fill->n_full_shape, u->name,
+                            st);
+  if (rc == 0)
+    rc = ps_init_fill_draw(&init, nm, u->dtype, &full, u->fill->offset,
+                           ps_shape_num_elements(&it->shape), &seed, u->fill_draw,
+                           it->val->data, st);
+  if (rc != 0) ps_status_prefix(st, "Assign %s", u->name);
+  return rc;
+}
+
 void ps_svc_update_free_(ps_rpc_call *c) {
   upd_ctx *x = ps_rpc_call_ctx(c);
   if (x == NULL) return;
@@ -318,16 +363,22 @@ int ps_svc_update_header_(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status 
       }
       ps_rpc_segs_add(&sink, it->idx->data, it->idx->size, NULL);
     }
+    if (u->fill && (rc = check_fill(it, st)) != 0) break;
     size_t vb;
     if ((rc = ps_svc_tensor_bytes_(s, u->dtype, &it->shape, op, u->name, &vb, st)) != 0 ||
         (rc = ps_svc_add_staged_(s, &staged, vb, "Update", st)) != 0)
       break;
-    if ((it->val = ps_buf_create(vb, false)) == NULL) {
+    bool zero = u->fill && ps_init_type_from_name(u->fill->type) == PS_INIT_ZEROS;
+    if ((it->val = ps_buf_create(vb, zero)) == NULL) {
       rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED,
                          "%s %s: cannot allocate the value (%zu bytes)", op, u->name, vb);
       break;
     }
-    ps_rpc_segs_add(&sink, it->val->data, it->val->size, NULL);
+    if (u->fill) {
+      if (!zero && (rc = run_fill(it, st)) != 0) break;
+    } else {
+      ps_rpc_segs_add(&sink, it->val->data, it->val->size, NULL);
+    }
   }
   if (rc == 0 && x->any_sync) rc = check_sync_unique(x, st);
   x->bytes = (int64_t)sink.total;

@@ -270,6 +270,26 @@ static void updates(void) {
   memcpy(both, v12, sizeof v12);
   memcpy(both + sizeof v12, v3, sizeof v3);
   put("Update", "two_updates", &r.base, both, sizeof both);
+  /* a graph's initializer filled by the ps: no bulk bytes */
+  static int64_t s12[] = {12};
+  Paramserver__Initializer fi = PARAMSERVER__INITIALIZER__INIT;
+  fi.type = "random_normal";
+  fi.stddev = 1;
+  u = (Paramserver__Update)PARAMSERVER__UPDATE__INIT;
+  u.name = "w";
+  u.dtype = 1;
+  u.shape = s43;
+  u.n_shape = 2;
+  u.op = PARAMSERVER__UPDATE_OP__ASSIGN;
+  u.fill = &fi;
+  u.fill_seed = 7;
+  u.fill_draw = 2;
+  update("assign_fill", &u, NULL, 0, 1);
+  fi.type = "glorot_uniform";
+  fi.full_name = "w_full";
+  fi.full_shape = s12;
+  fi.n_full_shape = 1;
+  update("assign_fill_part", &u, NULL, 0, 0);
 }
 
 static void reads(void) {

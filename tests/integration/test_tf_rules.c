@@ -9,8 +9,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "harness.h"
+#include "paramserver/client.h"
 #include "paramserver/graph.h"
 #include "paramserver/init.h"
 #include "paramserver/ops.h"
@@ -448,6 +450,266 @@ START_TEST(an_initial_value_reading_another_variable_is_ordered) {
 }
 END_TEST
 
+/* The peak resident set of this process is reset to its current size
+ * (/proc/self/clear_refs 5); returns that size. */
+static long long reset_peak(void) {
+  FILE *f = fopen("/proc/self/clear_refs", "w");
+  ck_assert_ptr_nonnull(f);
+  ck_assert_int_eq(fputs("5", f) >= 0, 1);
+  ck_assert_int_eq(fclose(f), 0);
+  long long peak = 0, rss = harness_rss(getpid(), &peak);
+  ck_assert_int_gt(rss, 0);
+  return peak;
+}
+
+/* A graph's initializer runs on the ps, as TensorFlow runs the initializer
+ * op on the variable's device: the 32 MiB of a random_normal variable are
+ * filled by the ps (the Update carries the spec, the key and the draw),
+ * so the worker never holds them (its peak grows by far less than the
+ * variable), and the values are the ones the worker's own fill gives
+ * for each run: a session-held variable of the same name and spec run
+ * twice agrees bit for bit with the first and the second ps run. */
+START_TEST(a_graph_initializer_fills_on_the_ps) {
+  const int64_t n = 8 << 20; /* 32 MiB of float */
+  ps_init_spec spec;
+  ps_init_spec_default(&spec, PS_INIT_RANDOM_NORMAL);
+  spec.seed = 11;
+  prog p = prog_new(&spec, n, NULL);
+  ps_session_run(p.s, NULL, 0, NULL, 0, NULL, 0, NULL, NULL); /* warm up */
+  long long before = reset_peak();
+  run(p.s, p.init);
+  long long peak = 0;
+  ck_assert_int_gt(harness_rss(getpid(), &peak), 0);
+  ck_assert_msg(peak - before < 8 << 20,
+                "the worker's peak grew by %lld bytes initializing a %lld-byte variable",
+                peak - before, (long long)(n * 4));
+  ps_tensor *a1 = eval(p.s, ps_variable_value(p.v));
+  run(p.s, p.init);
+  ps_tensor *a2 = eval(p.s, ps_variable_value(p.v));
+  ck_assert(!same(a1, a2));
+  /* the same spec held by a session: filled by the worker */
+  ps_status st;
+  ps_graph *g = ps_graph_create();
+  ps_shape sh = shape1(n);
+  ps_variable *l = ps_get_variable(g, "r", PS_DT_FLOAT, &sh, &spec, NULL, &st);
+  ck_assert_msg(l != NULL, "%s", st.msg);
+  ck_assert_int_lt(ps_variable_task(l), 0);
+  ps_session *ls = ps_session_create(g, NULL, &st);
+  ck_assert_ptr_nonnull(ls);
+  run(ls, ps_variable_initializer(l));
+  ps_tensor *b1 = eval(ls, ps_variable_value(l));
+  ck_assert(same(a1, b1));
+  ps_tensor_destroy(b1);
+  run(ls, ps_variable_initializer(l));
+  b1 = eval(ls, ps_variable_value(l));
+  ck_assert(same(a2, b1));
+  ps_tensor_destroy(b1);
+  ps_tensor_destroy(a1);
+  ps_tensor_destroy(a2);
+  ps_session_destroy(ls);
+  ps_graph_destroy(g);
+  prog_free(&p);
+}
+END_TEST
+
+/* Each element of @t is @x. */
+static void assert_all(const ps_tensor *t, float x) {
+  for (int64_t i = 0; i < ps_tensor_num_elements(t); i++)
+    ck_assert_msg(f32(t, i) == x, "[%lld] = %g, want %g", (long long)i, (double)f32(t, i),
+                  (double)x);
+}
+
+/* README Security: a graph's initializer is an Assign (filled on the ps),
+ * which a worker token may send whether or not the variable holds a
+ * value, as any assign; the Initialize RPC of a variable that holds a
+ * value (psctl init, the ps's own copy of the initializer) needs an admin
+ * token.  On a ps with tokens, a worker-token session runs its graph's
+ * initializer twice (the second over an assigned value); the worker
+ * token's Initialize is PERMISSION_DENIED and changes nothing; the admin
+ * token's runs. */
+START_TEST(a_worker_token_reruns_its_graphs_initializer) {
+  char tokens[] = "/tmp/ps-tf-rules-tokens-XXXXXX";
+  int fd = mkstemp(tokens);
+  ck_assert_int_ge(fd, 0);
+  const char *wtok = "worker-0123456789abcdef", *atok = "admin-0123456789abcdef";
+  char body[200];
+  int len = snprintf(body, sizeof body, "worker %s\nadmin %s\n", wtok, atok);
+  ck_assert_int_eq(write(fd, body, (size_t)len), len);
+  close(fd);
+  ps_harness h;
+  const char *extra[] = {"--auth-token-file", tokens, NULL};
+  int started = harness_start(&h, 1, extra);
+  unlink(tokens);
+  ck_assert_int_eq(started, 0);
+  ps_status st;
+  ps_client_options o;
+  ps_client_options_default(&o);
+  o.token = wtok;
+  ps_client *wc = ps_client_create(h.cluster, "ps", &o, &st);
+  ck_assert_msg(wc != NULL, "%s", st.msg);
+  o.token = atok;
+  ps_client *ac = ps_client_create(h.cluster, "ps", &o, &st);
+  ck_assert_msg(ac != NULL, "%s", st.msg);
+  ps_graph *g = ps_graph_create();
+  ps_device_push_fn(g, ps_replica_device_setter(h.cluster, NULL));
+  ps_init_spec seven;
+  ps_init_spec_default(&seven, PS_INIT_CONSTANT);
+  seven.value = 7;
+  ps_shape sh = shape1(4);
+  ps_variable *v = ps_get_variable(g, "tok_tbl", PS_DT_FLOAT, &sh, &seven, NULL, &st);
+  ck_assert_msg(v != NULL, "%s", st.msg);
+  ps_session *s = ps_session_create(g, wc, &st);
+  ck_assert_ptr_nonnull(s);
+  run(s, ps_variable_initializer(v));
+  ps_tensor *t = eval(s, ps_variable_value(v));
+  assert_all(t, 7);
+  ps_tensor_destroy(t);
+  const float ones[4] = {1, 1, 1, 1};
+  run(s, ps_assign(v, floats(g, ones, 4, "ones")));
+  run(s, ps_variable_initializer(v)); /* over a value, with a worker token */
+  t = eval(s, ps_variable_value(v));
+  assert_all(t, 7);
+  ps_tensor_destroy(t);
+  run(s, ps_assign(v, floats(g, ones, 4, "ones2")));
+  const char *nm[1] = {"tok_tbl"};
+  ck_assert_int_eq(ps_client_initialize(wc, 0, nm, 1, false, NULL, &st),
+                   PS_PERMISSION_DENIED);
+  ck_assert_msg(strstr(st.msg, "Initialize: tok_tbl on ps/0 already holds a value; "
+                               "re-initializing it needs an admin token (this call's "
+                               "token has the worker role)"),
+                "%s", st.msg);
+  t = eval(s, ps_variable_value(v));
+  assert_all(t, 1);
+  ps_tensor_destroy(t);
+  size_t ninit = 0;
+  PS_ASSERT_OK(ps_client_initialize(ac, 0, nm, 1, false, &ninit, &st), st);
+  ck_assert_uint_eq(ninit, 1);
+  t = eval(s, ps_variable_value(v));
+  assert_all(t, 7);
+  ps_tensor_destroy(t);
+  ps_session_destroy(s);
+  ps_graph_destroy(g);
+  ps_client_destroy(wc);
+  ps_client_destroy(ac);
+  ck_assert_int_eq(harness_stop(&h), 0);
+}
+END_TEST
+
+/* A session runs only its own graph's ops: a fetch or a target of another
+ * graph (here another graph's variable initializer and value, whose ids
+ * and variable index mean nothing in this graph) is INVALID_ARGUMENT, as
+ * TensorFlow's "is not an element of this graph", and nothing runs. */
+START_TEST(a_node_of_another_graph_is_refused) {
+  ps_status st;
+  ps_graph *ga = graph_on_cluster(), *gb = graph_on_cluster();
+  ps_shape sh = shape1(3);
+  ps_variable *va = ps_get_variable(ga, "ga_v", PS_DT_FLOAT, &sh, NULL, NULL, &st);
+  ck_assert_msg(va != NULL, "%s", st.msg);
+  ps_variable *vb[40];
+  for (int i = 0; i < 40; i++) {
+    char nm[32];
+    snprintf(nm, sizeof nm, "gb_v%d", i);
+    vb[i] = ps_get_variable(gb, nm, PS_DT_FLOAT, &sh, NULL, NULL, &st);
+    ck_assert_msg(vb[i] != NULL, "%s", st.msg);
+  }
+  ps_session *s = ps_session_create(ga, C, &st);
+  ck_assert_ptr_nonnull(s);
+  ps_node *init = ps_variable_initializer(vb[39]);
+  ck_assert_int_eq(ps_session_run(s, NULL, 0, NULL, 0, &init, 1, NULL, &st),
+                   PS_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(st.msg, "is not an element of this graph"), "%s", st.msg);
+  ck_assert_msg(strstr(st.msg, "gb_v39"), "%s", st.msg);
+  ps_node *val = ps_variable_value(vb[0]);
+  ps_tensor *out = NULL;
+  ck_assert_int_eq(ps_session_run(s, NULL, 0, &val, 1, NULL, 0, &out, &st),
+                   PS_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(st.msg, "is not an element of this graph"), "%s", st.msg);
+  ck_assert_ptr_null(out);
+  bool init_b = true;
+  const char *nm[1] = {"gb_v39"};
+  int rc = ps_client_is_initialized(C, ps_variable_task(vb[39]), nm, 1, &init_b, &st);
+  ck_assert(rc == PS_NOT_FOUND || (rc == 0 && !init_b));
+  run(s, ps_variable_initializer(va));
+  ps_session_destroy(s);
+  ps_graph_destroy(gb);
+  ps_graph_destroy(ga);
+}
+END_TEST
+
+/* Update.fill through the client API: a fill that cannot be made is
+ * refused with its message, by the client (with a value, or on another
+ * op) or by the ps (a synchronous one; an initializer invalid for the
+ * dtype or parameters; a part outside its full shape), and nothing
+ * changes; a valid one assigns. */
+START_TEST(a_bad_fill_is_refused_and_changes_nothing) {
+  ps_status st;
+  ps_shape sh = shape1(4);
+  ps_var_spec vs[2] = {{.name = "fill_f", .dtype = PS_DT_FLOAT, .shape = sh},
+                       {.name = "fill_i", .dtype = PS_DT_INT32, .shape = sh}};
+  PS_ASSERT_OK(ps_client_create_vars(C, 0, vs, 2, &st), st);
+  const float ones[4] = {1, 1, 1, 1};
+  ps_tensor *one = ps_tensor_create(PS_DT_FLOAT, &sh, false);
+  ck_assert_ptr_nonnull(one);
+  memcpy(ps_tensor_data(one), ones, sizeof ones);
+  ps_update a = {.name = "fill_f", .op = PS_ASSIGN, .value = one};
+  PS_ASSERT_OK(ps_client_update(C, 0, &a, 1, &st), st);
+  ps_init_spec ru;
+  ps_init_spec_default(&ru, PS_INIT_RANDOM_UNIFORM);
+  ps_update_fill f = {.init = &ru, .dtype = PS_DT_FLOAT, .shape = sh, .seed = 3};
+  struct {
+    ps_update u;
+    const char *want;
+  } bad[] = {
+      {{.name = "fill_f", .op = PS_ASSIGN, .value = one, .fill = &f},
+       "update of fill_f: a fill is an assign of an initializer, without a value"},
+      {{.name = "fill_f", .op = PS_ASSIGN_ADD, .fill = &f},
+       "update of fill_f: a fill is an assign of an initializer, without a value"},
+      {{.name = "fill_f", .op = PS_ASSIGN, .fill = &f, .replicas_to_aggregate = 2},
+       "Assign fill_f: only an asynchronous Assign can take an initializer (fill)"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    ck_assert_int_eq(ps_client_update(C, 0, &bad[i].u, 1, &st), PS_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(st.msg, bad[i].want), "%zu: %s", i, st.msg);
+  }
+  /* the ps's checks of the spec */
+  ps_update_fill fi = {.init = &ru, .dtype = PS_DT_INT32, .shape = sh};
+  ps_update u = {.name = "fill_i", .op = PS_ASSIGN, .fill = &fi};
+  ck_assert_int_eq(ps_client_update(C, 0, &u, 1, &st), PS_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(st.msg, "fill_i") && strstr(st.msg, "needs a floating dtype"),
+                "%s", st.msg);
+  ps_init_spec wrong = ru;
+  wrong.minval = 2;
+  wrong.maxval = 1;
+  ps_update_fill fw = {.init = &wrong, .dtype = PS_DT_FLOAT, .shape = sh};
+  ps_update ok = {.name = "fill_f", .op = PS_ASSIGN, .fill = &f};
+  ps_update two[2] = {ok, {.name = "fill_f", .op = PS_ASSIGN, .fill = &fw}};
+  ck_assert_int_eq(ps_client_update(C, 0, two, 2, &st), PS_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(st.msg, "Assign fill_f"), "%s", st.msg);
+  ps_shape full = shape1(6);
+  ps_update_fill fp = {.init = &ru,
+                       .dtype = PS_DT_FLOAT,
+                       .shape = sh,
+                       .full_name = "fill_full",
+                       .full_shape = &full,
+                       .offset = 4};
+  ps_update part = {.name = "fill_f", .op = PS_ASSIGN, .fill = &fp};
+  ck_assert_int_eq(ps_client_update(C, 0, &part, 1, &st), PS_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(st.msg, "elements [4, 4 + 4) are outside shape [6]"), "%s",
+                st.msg);
+  ps_read r = {.name = "fill_f"};
+  PS_ASSERT_OK(ps_client_read(C, 0, &r, 1, &st), st);
+  assert_all(r.out, 1); /* nothing changed */
+  ps_tensor_destroy(r.out);
+  /* a valid fill assigns the draw the worker would make */
+  PS_ASSERT_OK(ps_client_update(C, 0, &ok, 1, &st), st);
+  r.out = NULL;
+  PS_ASSERT_OK(ps_client_read(C, 0, &r, 1, &st), st);
+  assert_random(r.out, 4, 0, 1);
+  ps_tensor_destroy(r.out);
+  ps_tensor_destroy(one);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("tf_rules");
   TCase *tc = tcase_create("tf_rules");
@@ -460,6 +722,10 @@ int main(void) {
   tcase_add_test(tc, draws_agree_across_partitionings);
   tcase_add_test(tc, each_graph_runs_its_own_initializer);
   tcase_add_test(tc, an_initial_value_reading_another_variable_is_ordered);
+  tcase_add_test(tc, a_graph_initializer_fills_on_the_ps);
+  tcase_add_test(tc, a_worker_token_reruns_its_graphs_initializer);
+  tcase_add_test(tc, a_node_of_another_graph_is_refused);
+  tcase_add_test(tc, a_bad_fill_is_refused_and_changes_nothing);
   suite_add_tcase(s, tc);
   return ps_test_run(s);
 }

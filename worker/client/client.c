@@ -1085,6 +1085,7 @@ typedef struct upd_build {
    * per distinct id (@combine): the ids, the sums */
   ps_gather_dedup *dd;
   ps_tensor **sums;
+  Paramserver__Initializer *fills; /* per update with a fill */
   size_t n;
   bool combined;
   ps_dedup_memo *memo;
@@ -1112,20 +1113,39 @@ static int upd_build_init(upd_build *b, ps_dedup_memo *memo, const ps_update *u,
   b->up = calloc(n + 1, sizeof *b->up);
   b->dd = calloc(n + 1, sizeof *b->dd);
   b->sums = calloc(n + 1, sizeof *b->sums);
+  b->fills = calloc(n + 1, sizeof *b->fills);
   b->n = n;
-  if (!b->us || !b->up || !b->dd || !b->sums)
+  if (!b->us || !b->up || !b->dd || !b->sums || !b->fills)
     return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
   for (size_t i = 0; i < n; i++) {
     Paramserver__Update *p = &b->us[i];
     paramserver__update__init(p);
-    if (u[i].value == NULL || u[i].name == NULL)
+    const ps_update_fill *f = u[i].fill;
+    if ((u[i].value == NULL && f == NULL) || u[i].name == NULL)
       return ps_status_set(st, PS_INVALID_ARGUMENT, "update %zu has no %s", i,
                            u[i].name ? "value" : "name");
+    if (f && (u[i].value || u[i].op != PS_ASSIGN || f->init == NULL))
+      return ps_status_set(st, PS_INVALID_ARGUMENT,
+                           "update of %s: a fill is an assign of an initializer, "
+                           "without a value",
+                           u[i].name);
     p->name = (char *)u[i].name;
     p->op = (Paramserver__UpdateOp)u[i].op;
-    p->dtype = u[i].value->dtype;
-    p->shape = (int64_t *)u[i].value->shape.dim;
-    p->n_shape = (size_t)u[i].value->shape.rank;
+    p->dtype = f ? f->dtype : u[i].value->dtype;
+    p->shape = (int64_t *)(f ? f->shape.dim : u[i].value->shape.dim);
+    p->n_shape = (size_t)(f ? f->shape.rank : u[i].value->shape.rank);
+    if (f) {
+      init_to_proto(f->init, &b->fills[i]);
+      if (f->full_name) b->fills[i].full_name = (char *)f->full_name;
+      if (f->full_shape) {
+        b->fills[i].full_shape = (int64_t *)f->full_shape->dim;
+        b->fills[i].n_full_shape = (size_t)f->full_shape->rank;
+      }
+      b->fills[i].offset = f->offset;
+      p->fill = &b->fills[i];
+      p->fill_seed = f->seed;
+      p->fill_draw = f->draw;
+    }
     p->no_validate_shape = u[i].no_validate_shape;
     if ((u[i].nslots && u[i].slots == NULL) || (u[i].nhparams && u[i].hparams == NULL))
       return ps_status_set(st, PS_INVALID_ARGUMENT, "update of %s: %s is NULL", u[i].name,
@@ -1160,7 +1180,8 @@ static int upd_build_init(upd_build *b, ps_dedup_memo *memo, const ps_update *u,
       ps_rpc_segs_add(&b->segs, ps_tensor_data(ix), ps_tensor_nbytes(ix), ix->buf);
     }
     const ps_tensor *val = b->sums[i] ? b->sums[i] : u[i].value;
-    ps_rpc_segs_add(&b->segs, ps_tensor_data(val), ps_tensor_nbytes(val), val->buf);
+    if (val)
+      ps_rpc_segs_add(&b->segs, ps_tensor_data(val), ps_tensor_nbytes(val), val->buf);
     b->up[i] = p;
   }
   b->req.updates = b->up;
@@ -1189,6 +1210,7 @@ static void upd_build_fini(upd_build *b) {
   }
   free(b->dd);
   free(b->sums);
+  free(b->fills);
   free(b->us);
   free(b->up);
   free(b->inline_buf);

@@ -148,9 +148,9 @@ static bool node_gone(const ps_graph *g, void *x, const ps_graph_mark *m) {
 }
 
 static bool var_gone(const ps_graph *g, void *x, const ps_graph_mark *m) {
-  for (size_t i = m->nvars; i < g->nvars; i++)
-    if (g->vars[i] == x) return true;
-  return false;
+  const ps_variable *v = x;
+  return v->g == g && v->index >= m->nvars && v->index < g->nvars &&
+         g->vars[v->index] == v;
 }
 
 void ps_graph_rollback_(ps_graph *g, ps_graph_mark m) {
@@ -259,6 +259,7 @@ ps_variable *ps_graph_import_var_(ps_graph *g, const char *name) {
     return (void *)ps_graph_oom_(g);
   }
   v->g = g;
+  v->index = g->nvars;
   g->vars[g->nvars++] = v;
   return v;
 }

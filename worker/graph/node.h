@@ -70,6 +70,7 @@ struct ps_node {
 
 struct ps_variable {
   ps_graph *g;
+  size_t index; /* its place among @g's variables: ps_graph_var_(g, index) */
   char *name;
   ps_dtype dtype;
   ps_shape shape;

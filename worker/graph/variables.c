@@ -351,6 +351,7 @@ static ps_variable *new_variable(ps_graph *g, const char *full, ps_dtype dtype,
   ps_graph_place_(g, n);
   snprintf(v->device, sizeof v->device, "%s", n->device);
   v->task = task_of(v->device);
+  v->index = g->nvars;
   g->vars[g->nvars++] = v; /* room made above */
   v->read = colocated(v, &op_read, "read", NULL, 0);
   return v;

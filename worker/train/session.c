@@ -104,15 +104,34 @@ void ps_session_last_sync(const ps_session *s, int *applied, int *stale) {
   *stale = s->last_sync_stale;
 }
 
-static size_t var_index(ps_graph *g, ps_variable *v) {
-  for (size_t i = 0; i < ps_graph_num_vars_(g); i++)
-    if (ps_graph_var_(g, i) == v) return i;
-  return (size_t)-1;
+static int oom(ps_status *st) {
+  return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
 }
 
-/* NULL when out of memory. */
+/* @v's place among @g's variables (ps_variable.index, O(1)), or SIZE_MAX
+ * when @v is not one of them. */
+static size_t var_index(ps_graph *g, ps_variable *v) {
+  if (v == NULL || v->g != g || v->index >= ps_graph_num_vars_(g) ||
+      ps_graph_var_(g, v->index) != v)
+    return SIZE_MAX;
+  return v->index;
+}
+
+static int not_in_graph(ps_variable *v, ps_status *st) {
+  return ps_status_set(st, PS_INVALID_ARGUMENT,
+                       "variable %s is not a variable of the session's graph",
+                       v ? v->name : "(null)");
+}
+
+/* Why local_of(@s, @v) gave NULL. */
+static int local_err(ps_session *s, ps_variable *v, ps_status *st) {
+  return var_index(s->g, v) == SIZE_MAX ? not_in_graph(v, st) : oom(st);
+}
+
+/* NULL when out of memory or when @v is not of the session's graph. */
 static local_var *local_of(ps_session *s, ps_variable *v) {
   size_t i = var_index(s->g, v);
+  if (i == SIZE_MAX) return NULL;
   if (i >= s->nlocals) {
     size_t n = ps_graph_num_vars_(s->g);
     if (ps_array_grow(&s->locals, NULL, n, sizeof *s->locals) != 0) return NULL;
@@ -132,15 +151,11 @@ int ps_session_set_local_value_(ps_session *s, ps_variable *v, ps_tensor *value,
   local_var *lv = local_of(s, v);
   if (lv == NULL) {
     ps_tensor_destroy(value);
-    return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+    return local_err(s, v, st);
   }
   ps_tensor_destroy(lv->value);
   lv->value = value;
   return 0;
-}
-
-static int oom(ps_status *st) {
-  return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
 }
 
 /* A tensor sharing @t's bytes (no copy); NULL when out of memory. */
@@ -231,7 +246,7 @@ static int report_names(ps_session *s, ps_node *report, char ***names, size_t *n
     if (v->task < 0) {
       local_var *lv = local_of(s, v);
       if (lv == NULL) {
-        rc = oom(st);
+        rc = local_err(s, v, st);
         break;
       }
       init = lv->value != NULL;
@@ -298,8 +313,9 @@ static uint64_t fresh_seed(void) {
   return k ? k : 1;
 }
 
-/* @v's initial value computed here, as this run of its initializer draws
- * it (TensorFlow 1.x's random kernels and seed rules): with a seed in the
+/* The key (*@seedp, used when the spec has no seed) and the draw of this
+ * run of @v's initializer (TensorFlow 1.x's random kernels and seed
+ * rules): with a seed in the
  * spec (an op seed), that seed; with none but a graph seed
  * (ps_graph_set_random_seed), the graph seed; each run of the initializer
  * in this session gives the next draw, and a new session starts again at
@@ -307,8 +323,10 @@ static uint64_t fresh_seed(void) {
  * With neither, a new random seed at every run.  The ps's own copy of the
  * initializer (the one the variable was created with) is not used: this
  * graph's initializer is the one that runs. */
-static int init_fill(ps_session *s, ps_variable *v, ps_tensor **out, ps_status *st) {
+static int init_draw(ps_session *s, ps_variable *v, uint64_t *seedp, uint64_t *drawp,
+                     ps_status *st) {
   size_t i = var_index(s->g, v), nvars = ps_graph_num_vars_(s->g);
+  if (i == SIZE_MAX) return not_in_graph(v, st);
   if (i >= s->ndraws) {
     if (ps_array_grow(&s->draws, NULL, nvars, sizeof *s->draws) != 0) return oom(st);
     memset(s->draws + s->ndraws, 0, (nvars - s->ndraws) * sizeof *s->draws);
@@ -325,13 +343,23 @@ static int init_fill(ps_session *s, ps_variable *v, ps_tensor **out, ps_status *
     seed = fresh_seed();
     draw = 0;
   }
+  s->draws[i]++;
+  *seedp = seed;
+  *drawp = draw;
+  return 0;
+}
+
+/* The fill of @v's initializer spec for this run (init_draw), as the ps
+ * makes it from an Update's fill (fill_of). */
+static int init_fill(ps_session *s, ps_variable *v, ps_tensor **out, ps_status *st) {
+  uint64_t seed, draw;
+  if (init_draw(s, v, &seed, &draw, st) != 0) return st->code;
   ps_tensor *x = ps_tensor_create(v->dtype, &v->shape, false);
   if (x == NULL) return oom(st);
   int rc = ps_init_fill_draw(&v->init, v->full_name ? v->full_name : v->name, v->dtype,
                              v->full_name ? &v->full_shape : &v->shape, v->offset,
                              ps_shape_num_elements(&v->shape), &seed, draw,
                              ps_tensor_data(x), st);
-  if (rc == 0) s->draws[i]++;
   if (rc != 0) {
     ps_tensor_destroy(x);
     return rc;
@@ -424,7 +452,7 @@ static int run_local(run *r, ps_node *n) {
   /* variables held by the session */
   ps_variable *v = n->var;
   local_var *lv = local_of(r->s, v);
-  if (lv == NULL) return oom(st);
+  if (lv == NULL) return local_err(r->s, v, st);
   switch (n->def->kind) {
   case PS_OPK_VAR_READ:
     if (lv->value == NULL && falls_back(n)) return initial_value_instead(r, n);
@@ -549,7 +577,7 @@ static int local_apply(run *r, ps_node *n, local_var *lv, int op, ps_tensor *in)
   for (size_t k = 0; k < e->nslots && k < PS_OPT_MAX_SLOTS; k++) {
     ps_variable *sv = find_var_by_name(r->s->g, e->slots[k]);
     local_var *sl = sv ? local_of(r->s, sv) : NULL;
-    if (sv && sl == NULL) return oom(st);
+    if (sv && sl == NULL) return local_err(r->s, sv, st);
     if (sl == NULL || sl->value == NULL) return ps_var_uninitialized(e->slots[k], st);
     if (local_private(sl, st)) return st->code;
     a.slots[k] = ps_tensor_data(sl->value);
@@ -588,7 +616,7 @@ typedef struct task_work {
   ps_node **up_nodes;
   ps_update_result *up_results; /* synchronous updates report here */
   size_t nups;
-  ps_tensor **fills; /* initial values computed here, owned */
+  ps_update_fill *fills; /* the fills of the ups that are fills, in order */
   size_t nfills;
 } task_work;
 
@@ -614,6 +642,10 @@ static int ensure_created(run *r, ps_node **wave, size_t nw) {
     ps_variable *v = wave[k]->var;
     if (v == NULL || v->task < 0) continue;
     size_t i = var_index(g, v);
+    if (i == SIZE_MAX) {
+      rc = not_in_graph(v, r->st);
+      break;
+    }
     if (s->created[i]) continue;
     if (v->task >= nps) {
       rc = ps_status_set(r->st, PS_INVALID_ARGUMENT,
@@ -674,8 +706,6 @@ static void batch_free(remote_batch *b, run *r, int rc) {
     free(w->ups);
     free(w->up_nodes);
     free(w->up_results);
-    for (size_t i = 0; i < w->nfills; i++)
-      ps_tensor_destroy(w->fills[i]);
     free(w->fills);
   }
   for (size_t i = 0; i < b->nhparams; i++)
@@ -787,18 +817,31 @@ static int batch_add_update(run *r, remote_batch *b, task_work *w, ps_node *n) {
   return 0;
 }
 
-/* The initializer @n of a variable with an initializer spec: its values,
- * drawn here for this run (init_fill), assigned on the ps. */
+/* @n is the initializer of a variable with an initializer spec. */
+static bool is_fill(const ps_node *n) {
+  return n->def->kind == PS_OPK_VAR_INIT && n->var->has_init;
+}
+
+/* The initializer @n of a variable with an initializer spec: an assign
+ * the ps fills with this run's draw (init_draw), as TensorFlow runs the
+ * initializer op on the variable's device; the values never cross the
+ * network nor sit in the worker's memory. */
 static int batch_add_fill(run *r, task_work *w, ps_node *n) {
   ps_variable *v = n->var;
-  ps_tensor *x = NULL;
   if (!GROW(w->fills, w->nfills) || !GROW(w->ups, w->nups) ||
       !GROW(w->up_nodes, w->nups) || !GROW(w->up_results, w->nups))
     return oom(r->st);
-  int rc = init_fill(r->s, v, &x, r->st);
+  ps_update_fill *f = &w->fills[w->nfills];
+  *f = (ps_update_fill){.init = &v->init, .dtype = v->dtype, .shape = v->shape};
+  if (v->full_name) {
+    f->full_name = v->full_name;
+    f->full_shape = &v->full_shape;
+    f->offset = v->offset;
+  }
+  int rc = init_draw(r->s, v, &f->seed, &f->draw, r->st);
   if (rc != 0) return rc;
-  w->fills[w->nfills++] = x;
-  w->ups[w->nups] = (ps_update){.name = v->name, .op = PS_ASSIGN, .value = x};
+  w->nfills++;
+  w->ups[w->nups] = (ps_update){.name = v->name, .op = PS_ASSIGN};
   w->up_results[w->nups] = (ps_update_result){0};
   w->up_nodes[w->nups++] = n;
   return 0;
@@ -820,7 +863,7 @@ static int batch_collect(run *r, remote_batch *b, ps_node **wave, size_t nw) {
       rc = batch_add_read(r, w, n, r->val[n->in[1]->id]);
       break;
     case PS_OPK_VAR_INIT:
-      if (v->has_init) {
+      if (is_fill(n)) {
         rc = batch_add_fill(r, w, n);
         break;
       }
@@ -863,10 +906,14 @@ static int batch_update(run *r, remote_batch *b) {
       b->tu[ntu++] =
           (ps_task_updates){.task = t, .updates = b->tw[t].ups, .n = b->tw[t].nups};
   if (ntu == 0) return 0;
-  /* the results array may have moved while growing: point again */
-  for (int t = 0; t < b->nps; t++)
-    for (size_t i = 0; i < b->tw[t].nups; i++)
+  /* the results and fills arrays may have moved while growing: point again */
+  for (int t = 0; t < b->nps; t++) {
+    size_t k = 0;
+    for (size_t i = 0; i < b->tw[t].nups; i++) {
       if (b->tw[t].ups[i].result) b->tw[t].ups[i].result = &b->tw[t].up_results[i];
+      if (is_fill(b->tw[t].up_nodes[i])) b->tw[t].ups[i].fill = &b->tw[t].fills[k++];
+    }
+  }
   int rc = ps_client_update_many(s->client, b->tu, ntu, r->st);
   s->last_updates += (int)ntu;
   if (rc == 0)
@@ -1020,6 +1067,16 @@ static void mark_wanted(run *r, ps_node *const *fetches, size_t nfetches) {
 }
 
 /* Feed @i (@f) checked against its node, as TensorFlow checks feeds. */
+/* A fetch or target of another graph (its ids and variables index
+ * nothing here): TensorFlow's "is not an element of this graph". */
+static int check_in_graph(run *r, const ps_node *n) {
+  if ((size_t)n->id < r->n && ps_graph_node(r->s->g, n->id) == n) return 0;
+  return ps_status_set(r->st, PS_INVALID_ARGUMENT,
+                       "Fetch argument %s cannot be interpreted as a Tensor. (%s is "
+                       "not an element of this graph.)",
+                       n->name, n->name);
+}
+
 static int apply_feed(run *r, const ps_feed *f, size_t i) {
   ps_graph *g = r->s->g;
   ps_node *n = f->node;
@@ -1220,9 +1277,11 @@ int ps_session_run(ps_session *s, const ps_feed *feeds, size_t nfeeds,
   for (size_t i = 0; i < nfetches && rc == 0; i++) {
     if (fetches[i] == NULL)
       rc = ps_status_set(st, PS_INVALID_ARGUMENT, "fetch %zu is NULL", i);
-    else
+    else if ((rc = check_in_graph(&r, fetches[i])) == 0)
       mark_needed(&r, fetches[i]);
   }
+  for (size_t i = 0; i < ntargets && rc == 0; i++)
+    if (targets[i]) rc = check_in_graph(&r, targets[i]);
   if (rc == 0) {
     for (size_t i = 0; i < ntargets; i++)
       if (targets[i]) mark_needed(&r, targets[i]);

@@ -213,6 +213,23 @@ typedef struct ps_update_result {
                         (applied: the step joined + 1; stale: its step) */
 } ps_update_result;
 
+/* A PS_ASSIGN whose value the ps computes: a graph's initializer run on
+ * the ps (TensorFlow runs it on the variable's device), so the values
+ * never cross the network.  The ps fills @dtype, @shape as
+ * ps_init_fill_draw(@init, full name, dtype, full shape, @offset, ...,
+ * &@seed, @draw) would: the same values, bit for bit.  @seed is the key
+ * when init->seed is 0.  Borrowed for the call. */
+typedef struct ps_update_fill {
+  const ps_init_spec *init;
+  ps_dtype dtype;
+  ps_shape shape;
+  const char *full_name;      /* parts of partitioned variables, else NULL */
+  const ps_shape *full_shape; /* NULL: @shape */
+  int64_t offset;
+  uint64_t seed;
+  uint64_t draw; /* the run of the initializer in the session (0: first) */
+} ps_update_fill;
+
 typedef struct ps_update {
   const char *name;
   ps_update_op op;
@@ -228,7 +245,8 @@ typedef struct ps_update {
   /* Synchronous updates (0: asynchronous). */
   int replicas_to_aggregate;
   int64_t sync_local_step;
-  ps_update_result *result; /* out (may be NULL): filled when the call succeeds */
+  ps_update_result *result;   /* out (may be NULL): filled when the call succeeds */
+  const ps_update_fill *fill; /* PS_ASSIGN without @value: the ps fills it */
 } ps_update;
 
 /* Applies @n updates on one ps atomically: if one fails, none applies. */

@@ -1,9 +1,11 @@
 /* libpsworker: variable initializers (TensorFlow's init_ops.py).
  *
  * A ps_init_spec names an initializer and its parameters.  A graph's
- * initializer computes it in the session and assigns the values (each
- * graph's initializer is its own, as in TensorFlow); the ps keeps the spec
- * a variable was created with for the Initialize RPC.  Values are
+ * initializer sends its spec, with the run's seed and draw, in an assign
+ * the ps fills (ps_update.fill: each graph's initializer is its own and
+ * runs on the variable's device, as in TensorFlow); a session-held
+ * variable is filled by the session with the same code.  The ps keeps the
+ * spec a variable was created with for the Initialize RPC.  Values are
  * deterministic by (seed, variable name, element index, draw) only: one
  * part of a partitioned variable gets exactly the values the same range of
  * an unpartitioned fill would have.  All functions are pure and
