@@ -29,7 +29,8 @@
 # 10. (with 1, at the same time) a non-chief worker killed -9 mid-training
 #     does not end the job: its rank logs it and exits 0, the chief trains
 #     on alone to --steps, and the job ends COMPLETED 0 with the final
-#     checkpoint at --steps.
+#     checkpoint at --steps; in a --sync job (its replicas would wait for
+#     it) the same ends the step, FAILED, saying why.
 set -uo pipefail
 PS_SERVER=${PS_SERVER:?}; PS_WORKER=${PS_WORKER:?}
 source "$(dirname "$0")/../support/lib.sh"
@@ -118,21 +119,27 @@ hid=${hid%%+*}
 id=$(submit one "$dir/ck1" "${W[@]}" --steps 300)
 sid=$(secure=$certs submit secure "$dir/ck5" "${W[@]}" --steps 300)
 bid=$(secure=$dir/bad submit badcert "$dir/ck5b" "${W[@]}" --steps 300)
-# 10. a job whose worker/1 (rank 3) is killed -9 once it trains
+# 10. a job whose worker/1 (rank 3) is killed -9 once it trains, and a
+# --sync one
 kid=$(submit killw "$dir/ck10" "${W[@]}" --steps 3000 --save-every-secs 1000)
-killed=""
-if wait_for "$dir/killw.out" "worker/1: .*step [0-9]+ loss" 120; then
+yid=$(submit killsync "$dir/ck10s" "${W[@]}" --sync --steps 100000000 --save-every-secs 1000)
+kill_worker1() { # NAME CKPT: kills -9 the ps-worker of rank 3 once it trains
+  local p killed=""
+  wait_for "$dir/$1.out" "worker/1: .*step [0-9]+ loss" 120 || return 1
   for p in $(pgrep -x ps-worker); do
-    { tr '\0' '\n' < "/proc/$p/cmdline"; } 2> /dev/null | grep -qx "$dir/ck10" || continue
+    { tr '\0' '\n' < "/proc/$p/cmdline"; } 2> /dev/null | grep -qx "$2" || continue
     { tr '\0' '\n' < "/proc/$p/environ"; } 2> /dev/null | grep -qx "SLURM_PROCID=3" || continue
     kill -KILL "$p" && killed=$p
   done
-fi
-check "killed worker: worker/1's ps-worker found and killed -9 while training (${killed:-none})" \
-  test -n "$killed"
+  [ -n "$killed" ]
+}
+check "killed worker: worker/1's ps-worker found and killed -9 while training" \
+  kill_worker1 killw "$dir/ck10"
+check "killed worker, --sync: worker/1's ps-worker found and killed -9 while training" \
+  kill_worker1 killsync "$dir/ck10s"
 # (a worker that never trained may stay up to 60 s after the chief: srun --wait)
 for ((i = 0; i < 3000; i++)); do
-  ended "$id" && ended "$sid" && ended "$bid" && ended "$kid" && break
+  ended "$id" && ended "$sid" && ended "$bid" && ended "$kid" && ended "$yid" && break
   sleep 0.1
 done
 s=$(job_state "$id")
@@ -156,6 +163,11 @@ check "killed worker: the chief trained on alone to a final checkpoint at --step
   test "$step" = 3000 -a -f "$dir/ck10/model.ckpt-3000.index"
 check "killed worker: the chief's end-of-job wait went on without it" \
   grep -q "worker/0: .*: going on without them (worker/1)" "$dir/killw.out"
+s=$(job_state "$yid")
+show=$dir/killsync.out
+check "killed worker, --sync: the step ends, FAILED ($s)" test "$s" = FAILED
+check "killed worker, --sync: its rank says why" \
+  grep -q "^paramserver.sbatch: rank 3 (worker/1) on n1[01]: ps-worker killed by signal 9 (KILL); a --sync job cannot go on without it (its replicas wait for every worker): ending the step$" "$dir/killsync.out"
 show=""
 
 # 5. SECURE_DIR
