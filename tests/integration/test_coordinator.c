@@ -179,6 +179,34 @@ START_TEST(non_chief_waits_for_the_chief) {
 }
 END_TEST
 
+/* A non-chief waiting for readiness ends when the chief marks the job
+ * done (the chief is about to shut the ps down): OUT_OF_RANGE with
+ * PS_COORDINATOR_DONE_MSG, which ps_coordinator_job_done recognizes. */
+START_TEST(non_chief_ends_when_the_job_is_done) {
+  ps_harness h;
+  ps_client *c = harness_start_client(&h, 2, NULL);
+  ck_assert_ptr_nonnull(c);
+  ps_status st;
+  model m;
+  build(&m, h.cluster);
+  waiter wt = {.s = ps_session_create(m.g, c, &st)};
+  pthread_t th;
+  pthread_create(&th, NULL, wait_thread, &wt);
+  usleep(300 * 1000); /* the waiter is polling; no ready mark */
+  PS_ASSERT_OK(ps_coordinator_mark_done(c, &st), st);
+  pthread_join(th, NULL);
+  ck_assert_int_eq(wt.rc, PS_OUT_OF_RANGE);
+  ck_assert_str_eq(wt.st.msg, "the chief has marked the job done: nothing left to train");
+  ck_assert(ps_coordinator_job_done(&wt.st));
+  ps_status other = {.code = PS_OUT_OF_RANGE};
+  snprintf(other.msg, sizeof other.msg, "end of sequence");
+  ck_assert(!ps_coordinator_job_done(&other));
+  ps_session_destroy(wt.s);
+  ps_graph_destroy(m.g);
+  ck_assert_int_eq(harness_stop_client(&h, c), 0);
+}
+END_TEST
+
 /* Heartbeats on ps/0: none before a worker joins, a count that moves
  * while it runs, DONE when it is done, 0 again when cleared; the API's
  * errors name the task. */
@@ -232,6 +260,7 @@ static Suite *suite(void) {
   tcase_add_test(tc, initializes_only_what_is_missing);
   tcase_add_test(tc, non_chief_waits_for_the_chief);
   tcase_add_test(tc, heartbeats_tell_joined_from_done);
+  tcase_add_test(tc, non_chief_ends_when_the_job_is_done);
   suite_add_tcase(s, tc);
   return s;
 }

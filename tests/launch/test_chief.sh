@@ -6,7 +6,11 @@
 #    and the chief exits 1 naming the save;
 #  - SIGTERM to the chief does not log that global_step stood still;
 #  - a restarted chief does not wait for a worker that joined and died,
-#    yet waits for one that has not joined.
+#    yet waits for one that has not joined;
+#  - a job resubmitted with its checkpoint at --steps ends at once, every
+#    worker with 0 (worker/1 waited for ever for ps the chief had shut
+#    down); a worker waiting for readiness whose ps all go away ends with
+#    an error naming them (or 0 when the checkpoint holds --steps).
 # Waits poll with deadlines; every process is stopped by pid at the end.
 set -uo pipefail
 PS_SERVER=${PS_SERVER:?}; PS_WORKER=${PS_WORKER:?}
@@ -163,5 +167,68 @@ reap "$W2"
 check "nj: worker/2's status" rc_is "$rc" 0
 check "nj: the ps shut down" wait_gone "$PS_PID" 20
 reap "$PS_PID"
+
+# ---- a job resubmitted once it is done (its checkpoint at --steps) ----------
+# Two workers, as on Slurm: the chief restores step 200 and trains no step;
+# worker/1, waiting for readiness, must not be left waiting for ps the
+# chief has shut down (it waited for ever).  Both exit 0 within seconds,
+# whether worker/1 starts with the chief or after the chief is ready.
+cluster fin 1
+worker fin 0 "$dir/fin.first" --model linreg --steps 200
+show="$dir/fin.first $dir/fin.ps.log"
+check "fin: the first job ends" reap_wait "$WPID" 60
+check "fin: the first job exits 0 with its checkpoint at 200" \
+  test "$rc" = 0 -a -f "$dir/fin.ck/model.ckpt-200.index"
+wait_gone "$PS_PID" 20; reap "$PS_PID"
+for late in no yes; do
+  cluster fin 2 # a new ps, the same checkpoint directory
+  worker fin 0 "$dir/fin.w0.$late" --model linreg --steps 200
+  C=$WPID
+  [ "$late" = no ] || wait_for "$dir/fin.w0.$late" 'cluster ready \(restored\)'
+  worker fin 1 "$dir/fin.w1.$late" --model linreg --steps 200
+  W1=$WPID
+  show="$dir/fin.w0.$late $dir/fin.w1.$late $dir/fin.ps.log"
+  t=$SECONDS
+  check "fin (worker/1 late: $late): the chief ends" reap_wait "$C" 30
+  crc=$rc
+  check "fin (worker/1 late: $late): worker/1 ends (it waited for ever)" reap_wait "$W1" 30
+  check "fin (worker/1 late: $late): both within 15 s" test $((SECONDS - t)) -lt 15
+  check "fin (worker/1 late: $late): the chief exits 0 ($crc)" rc_is "$crc" 0
+  check "fin (worker/1 late: $late): worker/1 exits 0 ($rc)" rc_is "$rc" 0
+  check "fin (worker/1 late: $late): the chief restored step 200" \
+    has "$dir/fin.w0.$late" 'INFO worker/0: cluster ready \(restored\) at global step 200;'
+  check "fin (worker/1 late: $late): worker/1 found the job done" \
+    has "$dir/fin.w1.$late" 'INFO worker/1: cluster ready \(joined\) at global step 200; training to step 200$'
+  check "fin (worker/1 late: $late): the ps shut down" wait_gone "$PS_PID" 20
+  reap "$PS_PID"
+done
+
+# A worker waiting for readiness whose ps go away without a chief's word
+# (no done mark; the checkpoint short of --steps: the job failed) ends
+# with an error naming them, instead of waiting for ever; with the
+# checkpoint at --steps the job is done and it exits 0.
+for want in 250 200; do
+  cluster gone 2 # (no chief ever comes)
+  cp "$dir"/fin.ck/model.ckpt-200.* "$dir"/fin.ck/checkpoint "$dir/gone.ck/" 2> /dev/null
+  worker gone 1 "$dir/gone.w1.$want" --model linreg --steps "$want"
+  W1=$WPID
+  show="$dir/gone.w1.$want"
+  check "gone (--steps $want): worker/1 waits for the chief" \
+    wait_for "$dir/gone.w1.$want" 'waiting for the chief: the chief has not marked'
+  kill -TERM "$PS_PID"; wait_gone "$PS_PID" 20; reap "$PS_PID"
+  t=$SECONDS
+  check "gone (--steps $want): worker/1 ends" reap_wait "$W1" 40
+  check "gone (--steps $want): within 30 s of the ps' end ($((SECONDS - t)) s)" \
+    test $((SECONDS - t)) -lt 30
+  if [ "$want" = 250 ]; then
+    check "gone (--steps 250): exit 1 ($rc)" rc_is "$rc" 1
+    check "gone (--steps 250): the error names the ps and the wait" has "$dir/gone.w1.$want" \
+      "ERROR worker/1: every ps task stopped answering while this worker waited for the chief to mark the cluster ready \(ps/0 \(127\.0\.0\.1:[0-9]+\) for 10 s: .*\): the chief shut the cluster down before this worker joined, or the job failed$"
+  else
+    check "gone (--steps 200): exit 0 ($rc)" rc_is "$rc" 0
+    check "gone (--steps 200): it says the checkpoint holds --steps" has "$dir/gone.w1.$want" \
+      "INFO worker/1: the ps went away \(every ps task stopped answering .*\), and the latest checkpoint $dir/gone\.ck/model\.ckpt-200 holds global step 200 of --steps 200: the job is done$"
+  fi
+done
 
 finish

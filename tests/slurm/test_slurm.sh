@@ -26,6 +26,11 @@
 #  9. a heterogeneous job (#SBATCH hetjob: the ps on one node, the workers
 #     on two) runs one step across its components (srun A : B) to
 #     COMPLETED, each rank on the host Slurm gave it.
+# 10. (with 1, at the same time) a non-chief worker killed -9 mid-training
+#     does not end the job: its rank logs it and exits 0, the chief trains
+#     on alone to --steps, and the job ends COMPLETED 0 with the final
+#     checkpoint at --steps; in a --sync job (its replicas would wait for
+#     it) the same ends the step, FAILED, saying why.
 set -uo pipefail
 PS_SERVER=${PS_SERVER:?}; PS_WORKER=${PS_WORKER:?}
 source "$(dirname "$0")/../support/lib.sh"
@@ -114,9 +119,27 @@ hid=${hid%%+*}
 id=$(submit one "$dir/ck1" "${W[@]}" --steps 300)
 sid=$(secure=$certs submit secure "$dir/ck5" "${W[@]}" --steps 300)
 bid=$(secure=$dir/bad submit badcert "$dir/ck5b" "${W[@]}" --steps 300)
+# 10. a job whose worker/1 (rank 3) is killed -9 once it trains, and a
+# --sync one
+kid=$(submit killw "$dir/ck10" "${W[@]}" --steps 3000 --save-every-secs 1000)
+yid=$(submit killsync "$dir/ck10s" "${W[@]}" --sync --steps 100000000 --save-every-secs 1000)
+kill_worker1() { # NAME CKPT: kills -9 the ps-worker of rank 3 once it trains
+  local p killed=""
+  wait_for "$dir/$1.out" "worker/1: .*step [0-9]+ loss" 120 || return 1
+  for p in $(pgrep -x ps-worker); do
+    { tr '\0' '\n' < "/proc/$p/cmdline"; } 2> /dev/null | grep -qx "$2" || continue
+    { tr '\0' '\n' < "/proc/$p/environ"; } 2> /dev/null | grep -qx "SLURM_PROCID=3" || continue
+    kill -KILL "$p" && killed=$p
+  done
+  [ -n "$killed" ]
+}
+check "killed worker: worker/1's ps-worker found and killed -9 while training" \
+  kill_worker1 killw "$dir/ck10"
+check "killed worker, --sync: worker/1's ps-worker found and killed -9 while training" \
+  kill_worker1 killsync "$dir/ck10s"
 # (a worker that never trained may stay up to 60 s after the chief: srun --wait)
 for ((i = 0; i < 3000; i++)); do
-  ended "$id" && ended "$sid" && ended "$bid" && break
+  ended "$id" && ended "$sid" && ended "$bid" && ended "$kid" && ended "$yid" && break
   sleep 0.1
 done
 s=$(job_state "$id")
@@ -128,6 +151,24 @@ step=$(last_step "$dir/one.out")
 check "one job: a checkpoint at the last step ($step)" test -n "$step" -a -f "$dir/ck1/model.ckpt-$step.index"
 check "one job: the chief shut the ps down" grep -q "job done: 2 of 2 ps task(s) shutting down" "$dir/one.out"
 check "one job: ranks on their hosts (ps/0 on n9)" grep -q "ps/0: .*serving on n9:" "$dir/one.out"
+
+# 10. the job with worker/1 killed
+s=$(job_state "$kid"); e=$(exit_code "$kid"); step=$(last_step "$dir/killw.out")
+show=$dir/killw.out
+check "killed worker: the job goes on and ends COMPLETED 0 ($s, ExitCode=${e:-none})" \
+  test "$s" = COMPLETED -a "$e" = 0:0
+check "killed worker: its rank says so and the step goes on" \
+  grep -q "^paramserver.sbatch: rank 3 (worker/1) on n1[01]: ps-worker killed by signal 9 (KILL); asynchronous training goes on without it" "$dir/killw.out"
+check "killed worker: the chief trained on alone to a final checkpoint at --steps ($step)" \
+  test "$step" = 3000 -a -f "$dir/ck10/model.ckpt-3000.index"
+check "killed worker: the chief's end-of-job wait went on without it" \
+  grep -q "worker/0: .*: going on without them (worker/1)" "$dir/killw.out"
+s=$(job_state "$yid")
+show=$dir/killsync.out
+check "killed worker, --sync: the step ends, FAILED ($s)" test "$s" = FAILED
+check "killed worker, --sync: its rank says why" \
+  grep -q "^paramserver.sbatch: rank 3 (worker/1) on n1[01]: ps-worker killed by signal 9 (KILL); a --sync job cannot go on without it (its replicas wait for every worker): ending the step$" "$dir/killsync.out"
+show=""
 
 # 5. SECURE_DIR
 out=$dir/secure.out

@@ -1280,7 +1280,10 @@ static void shutdown_ps(job *j, const char *failed) {
 static int finish_chief(job *j, const char **failed, ps_status *st) {
   const options *o = &j->o;
   *failed = "reading global_step";
-  if (j->client && j->num_workers > 1 && j->trained)
+  /* (also when this chief took no step: a job restored at --steps or past
+   * it.  The others, still waiting for readiness, join, find it done and
+   * report so; shut down under them, they would wait for ps that are gone) */
+  if (j->client && j->num_workers > 1)
     wait_workers_done(&j->m, j->s, j->client, j->cluster, &j->self, 3.0,
                       o->keep_ps ? 0 : 60.0);
   if ((j->gs = read_step(&j->m, j->s, st)) < 0) return -1;
@@ -1329,11 +1332,44 @@ static int finish(job *j, ps_status *st) {
   }
   const char *failed = NULL;
   int rc = finish_chief(j, &failed, st);
-  if (j->client && !o->keep_ps && !atomic_load(&stop_requested))
+  if (j->client && !o->keep_ps && !atomic_load(&stop_requested)) {
+    ps_status de;
+    /* a worker still waiting for readiness sees it and ends with 0 */
+    if (rc == 0 && ps_coordinator_mark_done(j->client, &de) != 0) PS_WARN("%s", de.msg);
     shutdown_ps(j, rc ? failed : NULL);
-  else if (j->client && o->keep_ps && j->num_workers > 1)
+  } else if (j->client && o->keep_ps && j->num_workers > 1)
     clear_heartbeats(j->client, j->cluster, &j->self);
   return rc;
+}
+
+/* A non-chief worker that could not go on (its start-up or a recovery
+ * ended): is the job already done?  The chief marked it done on ps/0
+ * (PS_COORDINATOR_DONE_MSG), or the ps are gone (UNAVAILABLE) and the
+ * latest checkpoint of --checkpoint-dir holds --steps. */
+static bool found_job_done(job *j, const ps_status *st) {
+  if (j->chief || j->evaluator || j->m.step == NULL) return false;
+  if (ps_coordinator_job_done(st)) {
+    PS_INFO("%s (--steps %lld)", st->msg, (long long)j->o.steps);
+    return true;
+  }
+  if (st->code != PS_UNAVAILABLE || j->o.ckpt_dir == NULL) return false;
+  char *latest = NULL;
+  ps_status e;
+  int64_t step = -1;
+  if (ps_latest_checkpoint(j->o.ckpt_dir, &latest, &e) == 0 && latest) {
+    ps_bundle_reader *r = ps_bundle_reader_open(latest, &e);
+    if (r && ps_bundle_reader_read_into(r, ps_variable_name(j->m.step), &step,
+                                        sizeof step, &e) != 0)
+      step = -1;
+    ps_bundle_reader_close(r);
+  }
+  bool done = step >= j->o.steps;
+  if (done)
+    PS_INFO("the ps went away (%s), and the latest checkpoint %s holds global step %lld "
+            "of --steps %lld: the job is done",
+            st->msg, latest, (long long)step, (long long)j->o.steps);
+  free(latest);
+  return done;
 }
 
 static void job_free(job *j) {
@@ -1393,7 +1429,8 @@ int main(int argc, char **argv) {
       fprintf(stderr, "ps-worker: %s\n", st.msg);
       rc = 1;
     }
-  } else if (up != 0 || train_loop(&j, &st) != 0 || finish(&j, &st) != 0) {
+  } else if ((up != 0 || train_loop(&j, &st) != 0 || finish(&j, &st) != 0) &&
+             !found_job_done(&j, &st)) {
     PS_ERROR("%s", st.msg);
     fprintf(stderr, "ps-worker: %s\n", st.msg);
     rc = ps_client_stalled(&st) ? EXIT_PS_STALLED : 1;

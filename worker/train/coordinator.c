@@ -385,6 +385,15 @@ out:
   return rc;
 }
 
+/* Whether any ps task answers a probe (ps/0 has just failed a call). */
+static bool any_ps_answers(ps_client *c) {
+  for (int t = 1; t < ps_client_num_ps(c); t++) {
+    ps_status e;
+    if (ps_client_probe(c, t, &e) == 0) return true;
+  }
+  return false;
+}
+
 static int wait_ready(ps_session *s, const ps_coordinator_options *o, ps_status *st) {
   ps_client *c = ps_session_client(s);
   var_set vs = {0};
@@ -395,19 +404,47 @@ static int wait_ready(ps_session *s, const ps_coordinator_options *o, ps_status 
     free(vs.v);
     return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
   }
-  double t0 = now_secs(), last_log = -1, delay = 0;
+  double t0 = now_secs(), last_log = -1, delay = 0, gone_since = -1;
   bool placement_checked = false;
   for (;;) {
     ps_status e;
-    bool ready = false;
-    const char *mark = PS_COORDINATOR_READY;
+    bool ready = false, done = false;
+    const char *mark = PS_COORDINATOR_READY, *done_mark = PS_COORDINATOR_DONE;
     char why[400] = "the chief has not marked the cluster ready";
-    if (ps_client_is_initialized(c, 0, &mark, 1, &ready, &e) != 0) {
-      ready = false;
-      if (ps_client_stalled(&e)) { /* ps/0 stopped answering: no end */
-        rc = ps_status_set(st, e.code, "%s", e.msg);
+    double now = now_secs();
+    /* (a mark not there yet is NOT_FOUND) */
+    int code = ps_client_is_initialized(c, 0, &mark, 1, &ready, &e) == 0 ? 0 : e.code;
+    if (code != 0) ready = false;
+    if (code != 0 && ps_client_stalled(&e)) { /* ps/0 stopped answering: no end */
+      rc = ps_status_set(st, e.code, "%s", e.msg);
+      break;
+    }
+    if (code == 0 || code == PS_NOT_FOUND) {
+      ps_status de;
+      if (ps_client_is_initialized(c, 0, &done_mark, 1, &done, &de) != 0) done = false;
+      gone_since = -1;
+    } else {
+      /* every ps gone at once (the chief shut the cluster down, or it
+       * failed as a whole), not one ps restarting */
+      if (code != PS_UNAVAILABLE || any_ps_answers(c)) {
+        gone_since = -1;
+      } else if (gone_since < 0) {
+        gone_since = now;
+      } else if (now - gone_since >= PS_COORDINATOR_GONE_SECS) {
+        rc = ps_status_set(
+            st, PS_UNAVAILABLE,
+            "every ps task stopped answering while this worker waited for the chief to "
+            "mark the cluster ready (ps/0 (%s) for %.0f s: %s): the chief shut the "
+            "cluster down before this worker joined, or the job failed",
+            ps_client_address(c, 0), PS_COORDINATOR_GONE_SECS, e.msg);
         break;
       }
+      snprintf(why, sizeof why, "ps/0 (%s) does not answer: %s", ps_client_address(c, 0),
+               e.msg);
+    }
+    if (done) {
+      rc = ps_status_set(st, PS_OUT_OF_RANGE, "%s", PS_COORDINATOR_DONE_MSG);
+      break;
     }
     if (ready && !placement_checked) {
       char missing[256] = "";
@@ -444,7 +481,6 @@ static int wait_ready(ps_session *s, const ps_coordinator_options *o, ps_status 
           ps_status_set(st, PS_CANCELLED, "stopped while waiting for the chief: %s", why);
       break;
     }
-    double now = now_secs();
     if (o->ready_timeout_secs > 0 && now - t0 > o->ready_timeout_secs) {
       rc = ps_status_set(st, PS_DEADLINE_EXCEEDED,
                          "the cluster was not ready within %.0f s: %s",
@@ -461,6 +497,25 @@ static int wait_ready(ps_session *s, const ps_coordinator_options *o, ps_status 
   free(uninit);
   free(vs.v);
   return rc;
+}
+
+int ps_coordinator_mark_done(ps_client *c, ps_status *st) {
+  ps_init_spec one;
+  ps_init_spec_default(&one, PS_INIT_ONES);
+  ps_var_spec spec = {.name = PS_COORDINATOR_DONE,
+                      .dtype = PS_DT_INT64,
+                      .shape = {.rank = 0},
+                      .init = &one};
+  const char *name = PS_COORDINATOR_DONE;
+  if (ps_client_create_vars(c, 0, &spec, 1, st) != 0 ||
+      ps_client_initialize(c, 0, &name, 1, false, NULL, st) != 0)
+    return ps_status_prefix(st, "marking the job done on ps/0 (%s)",
+                            ps_client_address(c, 0));
+  return 0;
+}
+
+bool ps_coordinator_job_done(const ps_status *st) {
+  return st->code == PS_OUT_OF_RANGE && !strcmp(st->msg, PS_COORDINATOR_DONE_MSG);
 }
 
 /* Variables the session holds itself (no ps device): every worker

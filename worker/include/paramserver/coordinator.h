@@ -25,6 +25,13 @@
 #include "paramserver/session.h"
 
 #define PS_COORDINATOR_READY "_coordinator/ready"
+/* The chief's "the job is done" mark on ps/0, written just before it
+ * shuts the ps down (ps_coordinator_mark_done). */
+#define PS_COORDINATOR_DONE "_coordinator/done"
+#define PS_COORDINATOR_DONE_MSG "the chief has marked the job done: nothing left to train"
+/* A worker waiting for readiness gives up when no ps task has answered
+ * for this long (the chief shut them down, or the job failed). */
+#define PS_COORDINATOR_GONE_SECS 10.0
 
 typedef struct ps_coordinator_options {
   bool is_chief;
@@ -60,9 +67,22 @@ bool ps_coordinator_cancelled(void);
  * chief in ps_coordinator_prepare. */
 int ps_coordinator_wait_for_ps(ps_session *s, double timeout_secs, ps_status *st);
 
-/* The whole start-up above; @outcome (may be NULL) says what happened. */
+/* The whole start-up above; @outcome (may be NULL) says what happened.
+ * A non-chief worker waiting for readiness also ends the wait when
+ * - ps/0 holds the done mark: OUT_OF_RANGE, PS_COORDINATOR_DONE_MSG
+ *   (ps_coordinator_job_done() says so): the job is over, nothing to do;
+ * - no ps task has answered for PS_COORDINATOR_GONE_SECS (every ps gone
+ *   at once, not one restarting): UNAVAILABLE "every ps task stopped
+ *   answering while this worker waited for the chief to mark the cluster
+ *   ready (...)". */
 int ps_coordinator_prepare(ps_session *s, const ps_coordinator_options *o,
                            ps_coordinator_outcome *outcome, ps_status *st);
+
+/* The chief, its job done, marks it so on ps/0 before it shuts the ps
+ * down: a worker still waiting for readiness then ends with
+ * PS_COORDINATOR_DONE_MSG instead of waiting for ps that are gone. */
+int ps_coordinator_mark_done(ps_client *c, ps_status *st);
+bool ps_coordinator_job_done(const ps_status *st);
 
 /* Worker heartbeats, for the chief's end-of-job wait: it must tell a
  * worker that has not joined yet (wait for it) from one that joined and
