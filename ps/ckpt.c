@@ -1133,7 +1133,7 @@ static void *merge_thread(void *arg) {
   if (rc == 0) rc = confine_bundle(root, j->prefix, j->nshards, &j->st);
   if (rc == 0) rc = ps_ckpt_path_confined(root, state, conf, sizeof conf, &j->st);
   /* from here on, the parts by the held temp directory */
-  free_names(names, rc == 0 ? j->nshards : 0);
+  free_names(names, j->nshards);
   names = NULL;
   if (rc == 0 && (names = part_names(td.proc, j->nshards)) == NULL)
     rc = ps_status_set(&j->st, PS_RESOURCE_EXHAUSTED, "Merge: out of memory");
