@@ -1262,6 +1262,9 @@ typedef struct staged {
   ps_buf *old; /* the buffer replaced, released after the locks */
 } staged;
 
+/* Reads and checks @v's tensor into a new buffer *@out; @out NULL: checks
+ * the same (key, dtype, shape, every byte's checksum) through the reader's
+ * bounded scratch buffer, allocating nothing of the tensor's size. */
 static int restore_one(ps_bundle_reader *r, ps_var *v, const char *key, ps_buf **out,
                        ps_status *st) {
   const char *k = key && key[0] ? key : (v->init_full_name ? v->init_full_name : v->name);
@@ -1277,8 +1280,8 @@ static int restore_one(ps_bundle_reader *r, ps_var *v, const char *key, ps_buf *
                          v->name, k, ps_dtype_name(e->dtype), ps_dtype_name(v->dtype));
   size_t es = ps_dtype_size(v->dtype);
   size_t nbytes = (size_t)ps_shape_num_elements(&v->shape) * es;
-  ps_buf *buf = ps_buf_create(nbytes, false);
-  if (buf == NULL)
+  ps_buf *buf = out ? ps_buf_create(nbytes, false) : NULL;
+  if (out && buf == NULL)
     return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "restoring %s: out of memory",
                          v->name);
   int rc;
@@ -1300,7 +1303,8 @@ static int restore_one(ps_bundle_reader *r, ps_var *v, const char *key, ps_buf *
     start[0] = row ? v->init_offset / row : 0;
     for (int d = 0; d < v->shape.rank; d++)
       len[d] = v->shape.dim[d];
-    rc = ps_bundle_reader_read_slice(r, k, start, len, buf->data, nbytes, st);
+    rc = buf ? ps_bundle_reader_read_slice(r, k, start, len, buf->data, nbytes, st)
+             : ps_bundle_reader_check_slice(r, k, start, len, nbytes, st);
   } else {
     if (!ps_shape_equal(&e->shape, &v->shape)) {
       ps_buf_unref(buf);
@@ -1310,18 +1314,22 @@ static int restore_one(ps_bundle_reader *r, ps_var *v, const char *key, ps_buf *
                            v->name, k, ps_shape_format(&e->shape, a, sizeof a),
                            ps_shape_format(&v->shape, b, sizeof b));
     }
-    rc = e->nslices ? ps_bundle_reader_read_slice(
-                          r, k, (int64_t[PS_MAX_RANK]){0},
-                          (int64_t[PS_MAX_RANK]){-1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
-                                                 -1, -1, -1, -1, -1, -1},
-                          buf->data, nbytes, st)
-                    : ps_bundle_reader_read_into(r, k, buf->data, nbytes, st);
+    if (buf == NULL)
+      rc = ps_bundle_reader_check_slice(r, k, NULL, NULL, nbytes, st);
+    else if (e->nslices)
+      rc = ps_bundle_reader_read_slice(r, k, (int64_t[PS_MAX_RANK]){0},
+                                       (int64_t[PS_MAX_RANK]){-1, -1, -1, -1, -1, -1, -1,
+                                                              -1, -1, -1, -1, -1, -1, -1,
+                                                              -1, -1},
+                                       buf->data, nbytes, st);
+    else
+      rc = ps_bundle_reader_read_into(r, k, buf->data, nbytes, st);
   }
   if (rc) {
     ps_buf_unref(buf);
     return rc;
   }
-  *out = buf;
+  if (out) *out = buf;
   return 0;
 }
 
@@ -1341,7 +1349,7 @@ static int restore_open(job *j, held_dir *pd, ps_bundle_reader **r, ps_var ***va
   const char *base = split_base(j->prefix, pdir, sizeof pdir);
   if ((rc = held_open(root, pdir, false, pd, st)) != 0) return rc;
   snprintf(in, sizeof in, "%s/%s", pd->proc, base);
-  if ((*r = ps_bundle_reader_open(in, st)) == NULL)
+  if ((*r = ps_bundle_reader_open_nofollow(in, st)) == NULL)
     return st->code ? st->code : PS_INTERNAL;
   if ((rc = confine_bundle(root, j->prefix, ps_bundle_reader_num_shards(*r), st)) != 0)
     return rc;
@@ -1362,7 +1370,9 @@ static int restore_open(job *j, held_dir *pd, ps_bundle_reader **r, ps_var ***va
  * (checksum, dtype, shape).  Nothing a variable holds changes here, so a
  * failure (a corrupt file, a file rewritten while it is read) leaves every
  * variable as it was.  Never into a variable's own buffer: a checksum
- * known only after the last byte would come too late to undo it. */
+ * known only after the last byte would come too late to undo it.  A
+ * check_only request reads through the reader's bounded scratch buffer
+ * instead: it keeps nothing, so it allocates nothing of a tensor's size. */
 static int restore_stage(job *j, ps_bundle_reader *r, ps_var **vars, staged *sv,
                          size_t nv, ps_status *st) {
   int rc = 0;
@@ -1371,11 +1381,7 @@ static int restore_stage(job *j, ps_bundle_reader *r, ps_var **vars, staged *sv,
     if ((rc = job_check(j, "restore")) != 0) break;
     const char *key = j->rq->n_items ? j->rq->items[i]->key : NULL;
     sv[i].v = vars[i];
-    rc = restore_one(r, vars[i], key, &sv[i].buf, st);
-    if (rc == 0 && j->rq->check_only) { /* checked: nothing is kept */
-      ps_buf_unref(sv[i].buf);
-      sv[i].buf = NULL;
-    }
+    rc = restore_one(r, vars[i], key, j->rq->check_only ? NULL : &sv[i].buf, st);
   }
   return rc;
 }
@@ -1421,6 +1427,7 @@ static int restore_reply(job *j, ps_var **vars, size_t nv, ps_status *st) {
   resp.restored = names;
   resp.n_restored = nv;
   resp.prefix = j->prefix;
+  resp.checked = j->rq->check_only;
   ps_rpc_call_reply(j->c, &resp.base);
   free(names);
   if (j->rq->check_only)

@@ -1193,6 +1193,108 @@ START_TEST(a_variable_reshaped_during_a_restore_aborts_it) {
 }
 END_TEST
 
+/* ---- a restore reads only regular files, links at them not followed ---- */
+
+typedef struct restore_arg {
+  const char *prefix;
+  int rc;
+  ps_status st;
+  volatile int done;
+} restore_arg;
+
+static void *restore_bg(void *arg) {
+  restore_arg *a = arg;
+  a->rc = ps_client_restore(client, a->prefix, NULL, &a->st);
+  a->done = 1;
+  return NULL;
+}
+
+/* A restore in a thread, waited for at most @limit seconds (a restore
+ * that blocks for ever fails the test instead of hanging it). */
+static void restore_within(restore_arg *a, double limit) {
+  pthread_t t;
+  ck_assert_int_eq(pthread_create(&t, NULL, restore_bg, a), 0);
+  double t0 = now_s();
+  while (!a->done && now_s() - t0 < limit) {
+    struct timespec ts = {0, 10000000};
+    nanosleep(&ts, NULL);
+  }
+  ck_assert_msg(a->done, "the restore of %s blocked for %.0f s", a->prefix, limit);
+  pthread_join(t, NULL);
+}
+
+/* A FIFO planted as a data file or as the index (issue 21 review): the
+ * restore fails at once naming the file, nothing changes, and the ps
+ * still shuts down promptly.  Before, the open of the FIFO blocked the
+ * restore thread for ever, and shutdown waited for it. */
+START_TEST(a_fifo_as_a_checkpoint_file_fails_the_restore_at_once) {
+  ps_status st;
+  char p[700];
+  ps_up(NULL, "5");
+  put_vars(2, 16, 1.5f);
+  PS_ASSERT_OK(ps_client_save(client, "f", NULL, NULL, NULL, &st), st);
+  PS_ASSERT_OK(ps_client_save(client, "g", NULL, NULL, NULL, &st), st);
+  put_vars(2, 16, 9.0f);
+  snprintf(p, sizeof p, "%s/f.data-00000-of-00001", ck);
+  ck_assert_int_eq(unlink(p), 0);
+  ck_assert_int_eq(mkfifo(p, 0644), 0);
+  restore_arg a = {.prefix = "f"};
+  restore_within(&a, 15);
+  ck_assert_int_eq(a.rc, PS_FAILED_PRECONDITION);
+  ck_assert_msg(strstr(a.st.msg, "f.data-00000-of-00001") &&
+                    strstr(a.st.msg, "is a FIFO, not a regular file") &&
+                    !strstr(a.st.msg, "/proc/"),
+                "%s", a.st.msg);
+  ck_assert(get_var("v00") == 9.0f && get_var("v01") == 9.0f);
+  snprintf(p, sizeof p, "%s/g.index", ck);
+  ck_assert_int_eq(unlink(p), 0);
+  ck_assert_int_eq(mkfifo(p, 0644), 0);
+  restore_arg b = {.prefix = "g"};
+  restore_within(&b, 15);
+  ck_assert_int_eq(b.rc, PS_FAILED_PRECONDITION);
+  ck_assert_msg(strstr(b.st.msg, "g.index") && strstr(b.st.msg, "is a FIFO"), "%s",
+                b.st.msg);
+  ck_assert(get_var("v00") == 9.0f);
+  double t0 = now_s();
+  ck_assert_int_eq(ps_term(30), 0);
+  ck_assert_msg(now_s() - t0 < 10, "shutdown took %.1f s", now_s() - t0);
+}
+END_TEST
+
+/* A data file swapped for a link after the restore confined its files,
+ * before it opened them (they are opened lazily): the restore does not
+ * follow the link (issue 21 review); before, it restored the values the
+ * link led to, outside the checkpoint directory. */
+START_TEST(a_data_file_swapped_for_a_link_during_a_restore_is_not_followed) {
+  ps_status st;
+  char p[700], q[700];
+  ps_up("PS_SLOW_AT=restore_tensor:2000", "5");
+  put_vars(2, 16, 1.5f);
+  PS_ASSERT_OK(ps_client_save(client, "s", NULL, NULL, NULL, &st), st);
+  put_vars(2, 16, -4.0f);
+  PS_ASSERT_OK(ps_client_save(client, "evil", NULL, NULL, NULL, &st), st);
+  snprintf(p, sizeof p, "mv %s/evil.data-00000-of-00001 %s/evil.data", ck, out);
+  ck_assert_int_eq(system(p), 0);
+  put_vars(2, 16, 9.0f);
+  pthread_t t;
+  restore_arg a = {.prefix = "s"};
+  ck_assert_int_eq(pthread_create(&t, NULL, restore_bg, &a), 0);
+  ck_assert_msg(log_has("PS_SLOW_AT=restore_tensor: waiting", 30), "no restore began");
+  snprintf(p, sizeof p, "%s/s.data-00000-of-00001", ck);
+  snprintf(q, sizeof q, "%s/evil.data", out);
+  ck_assert_int_eq(unlink(p), 0);
+  ck_assert_int_eq(symlink(q, p), 0);
+  pthread_join(t, NULL);
+  ck_assert_msg(a.rc == PS_PERMISSION_DENIED &&
+                    strstr(a.st.msg, "s.data-00000-of-00001") &&
+                    strstr(a.st.msg, "not followed"),
+                "%d %s", a.rc, a.st.msg);
+  ck_assert_msg(get_var("v00") == 9.0f && get_var("v01") == 9.0f,
+                "restored through the link: v00 %g", (double)get_var("v00"));
+  ck_assert_int_eq(ps_term(30), 0);
+}
+END_TEST
+
 /* One test case per test, named after it: CK_RUN_CASE=<name> runs one. */
 static void add(Suite *s, const char *name, const TTest *t) {
   TCase *tc = tcase_create(name);
@@ -1221,6 +1323,8 @@ static Suite *suite(void) {
   ADD(s, a_directory_swapped_for_a_link_during_a_merge_keeps_retention_inside);
   ADD(s, a_directory_swapped_for_a_link_during_the_sweep_leads_nowhere);
   ADD(s, a_variable_reshaped_during_a_restore_aborts_it);
+  ADD(s, a_fifo_as_a_checkpoint_file_fails_the_restore_at_once);
+  ADD(s, a_data_file_swapped_for_a_link_during_a_restore_is_not_followed);
   return s;
 }
 
