@@ -724,6 +724,21 @@ START_TEST(a_directory_swapped_for_a_link_during_a_save_leads_nowhere) {
                 "written outside: %s", o);
   free(o);
   ck_assert_int_eq(ps_term(30), 0);
+  /* and after the ps's shutdown clean-up, which once deleted them through
+   * the link */
+  for (int i = 0; i < 2; i++) {
+    snprintf(p, sizeof p, "%s/m_temp/%s", out, victims[i]);
+    char *b = slurp(p, NULL);
+    ck_assert_msg(b != NULL,
+                  "%s outside the checkpoint directory was deleted at shutdown", p);
+    ck_assert_str_eq(b, "victim");
+    free(b);
+  }
+  snprintf(p, sizeof p, "ls -A '%s' '%s/m_temp'", out, out);
+  ck_assert_int_eq(harness_run(p, &o), 0);
+  ck_assert_msg(!strstr(o, "m.index") && !strstr(o, ".tmp") && !strstr(o, "tempstate"),
+                "written outside at shutdown: %s", o);
+  free(o);
 }
 END_TEST
 
