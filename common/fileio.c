@@ -207,6 +207,11 @@ int ps_open_regular(int dirfd, const char *path, bool nofollow, unsigned *type) 
   struct stat sb;
   int fl;
   if (fstat(fd, &sb) != 0) goto fail;
+  if (S_ISDIR(sb.st_mode)) {
+    close(fd);
+    errno = EISDIR;
+    return -1;
+  }
   if (!S_ISREG(sb.st_mode)) {
     if (type) *type = (unsigned)(sb.st_mode & S_IFMT);
     close(fd);

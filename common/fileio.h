@@ -52,9 +52,10 @@ int ps_open_beneath(int dirfd, const char *rel, bool create);
 
 /* Opens @path (relative to @dirfd, or AT_FDCWD) for reading, as checkpoint
  * files are read: with @nofollow a link at the file itself is not followed
- * (ELOOP); the open never blocks, and anything but a regular file (a FIFO
- * that would block every read, a device, a directory) is refused: -1 with
- * errno EINVAL and *@type (may be NULL; 0 otherwise) its S_IFMT type.  The
+ * (ELOOP); the open never blocks, a directory is EISDIR, and anything
+ * else but a regular file (a FIFO that would block every read, a device, a
+ * socket) is refused: -1 with errno EINVAL and *@type (may be NULL; 0
+ * otherwise) its S_IFMT type.  The
  * descriptor returned is blocking.  -1 with errno on other failures. */
 int ps_open_regular(int dirfd, const char *path, bool nofollow, unsigned *type);
 /* "a FIFO", "a directory", "a socket", "a device" or "not a regular file":

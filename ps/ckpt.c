@@ -1193,19 +1193,18 @@ static void *merge_thread(void *arg) {
 }
 
 /* --max-checkpoint-bytes: the bytes a merge of @j writes besides its
- * MetaGraph: the merged index (at most the sum of the parts' indexes and
- * a block per part) and the new state file (the old one's bytes, one more
- * line naming the prefix twice, and room for its header).  Parts not
- * there count nothing: the merge fails before it writes. */
+ * MetaGraph: the new state file (the old one's bytes, one more line naming
+ * the prefix twice, and room for its header).  The merged index is not
+ * counted again here: each save reserved its part's index twice (the
+ * part's, then its share of the merged one, which replaces the parts'
+ * indexes), so the merged index has one estimate, made before any shard
+ * is written, and the header does no work per part (a request may name
+ * 99999 parts that are not there). */
 static int64_t merge_new_bytes(job *j) {
   if (ps_service_limits_of(j->svc)->max_checkpoint_bytes <= 0) return 0;
   int64_t b = 0;
   char p[PATH_MAX + 64];
   struct stat sb;
-  for (int k = 0; k < j->nshards; k++) {
-    snprintf(p, sizeof p, "%s_temp/part-%05d-of-%05d.index", j->prefix, k, j->nshards);
-    if (lstat(p, &sb) == 0 && S_ISREG(sb.st_mode)) b += (int64_t)sb.st_size + 4096;
-  }
   snprintf(p, sizeof p, "%s", j->prefix);
   char *sl = strrchr(p, '/');
   snprintf(sl ? sl + 1 : p, sizeof p - (size_t)(sl ? sl + 1 - p : 0), "%s",
@@ -1240,12 +1239,11 @@ static int merge_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *s
     rc = ps_status_set(st, PS_INVALID_ARGUMENT,
                        "Merge: %zu own_paths, more than the %d allowed", rq->n_own_paths,
                        MAX_OWN_PATHS);
-  /* the data files are renamed into place; new bytes are the merged index
-   * (the parts' indexes, merged: about their sum, and they go only after
-   * it is written), the state file and the .meta it carries */
+  /* the data files are renamed into place; new bytes are the state file
+   * and the .meta it carries (the merged index was counted by the saves) */
   if (rc == 0) {
     int64_t adds = (int64_t)rq->meta_graph.len + merge_new_bytes(j);
-    rc = check_quota(j, "Merge", "its index, state file and MetaGraph", adds, true, st);
+    rc = check_quota(j, "Merge", "its state file and MetaGraph", adds, true, st);
   }
   return rc;
 }

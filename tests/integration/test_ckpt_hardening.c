@@ -1270,6 +1270,16 @@ START_TEST(a_fifo_as_a_checkpoint_file_fails_the_restore_at_once) {
   ck_assert_msg(strstr(b.st.msg, "g.index") && strstr(b.st.msg, "is a FIFO"), "%s",
                 b.st.msg);
   ck_assert(get_var("v00") == 9.0f);
+  /* and as the state file, for a restore of the latest checkpoint */
+  snprintf(p, sizeof p, "%s/checkpoint", ck);
+  ck_assert_int_eq(unlink(p), 0);
+  ck_assert_int_eq(mkfifo(p, 0644), 0);
+  restore_arg c = {.prefix = NULL};
+  restore_within(&c, 15);
+  ck_assert_int_eq(c.rc, PS_FAILED_PRECONDITION);
+  ck_assert_msg(strstr(c.st.msg, p) && strstr(c.st.msg, "is a FIFO, not a regular file"),
+                "%s", c.st.msg);
+  ck_assert(get_var("v00") == 9.0f);
   double t0 = now_s();
   ck_assert_int_eq(ps_term(30), 0);
   ck_assert_msg(now_s() - t0 < 10, "shutdown took %.1f s", now_s() - t0);
