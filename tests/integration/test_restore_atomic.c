@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/rpc.h"
 #include "harness.h"
 #include "paramserver/client.h"
 #include "paramserver/graph.h"
@@ -161,6 +162,75 @@ START_TEST(a_cluster_restore_that_fails_on_one_ps_changes_no_ps) {
 }
 END_TEST
 
+/* ---- "the latest" is resolved once (issue 21 review, point 3) ---- */
+
+static ps_harness H0, H1;
+static char dir0[300], dir1[300];
+
+/* Two single-ps harnesses, each with its own checkpoint directory; C is a
+ * client of both as /job:ps/task:0 and task:1. */
+static void setup_split(void) {
+  ck_assert_int_eq(harness_scratch_dir(dir0, sizeof dir0, base), 0);
+  ck_assert_int_eq(harness_scratch_dir(dir1, sizeof dir1, base), 0);
+  const char *e0[] = {"--checkpoint-dir", dir0, NULL};
+  const char *e1[] = {"--checkpoint-dir", dir1, NULL};
+  ck_assert_int_eq(harness_start(&H0, 1, e0), 0);
+  ck_assert_int_eq(harness_start(&H1, 1, e1), 0);
+  ps_rpc_global_init();
+  char spec[400];
+  snprintf(spec, sizeof spec, "{\"ps\": [\"%s\", \"%s\"], \"worker\": [\"127.0.0.1:0\"]}",
+           H0.addrs[0], H1.addrs[0]);
+  ps_status st;
+  ps_cluster *cl = ps_cluster_parse(spec, strlen(spec), "test", &st);
+  ck_assert_msg(cl != NULL, "%s", st.msg);
+  C = ps_client_create(cl, "ps", NULL, &st);
+  ps_cluster_destroy(cl);
+  ck_assert_msg(C != NULL, "%s", st.msg);
+}
+
+static void teardown_split(void) {
+  ps_client_destroy(C);
+  C = NULL;
+  ck_assert_int_eq(harness_stop(&H0), 0);
+  ck_assert_int_eq(harness_stop(&H1), 0);
+  harness_scratch_remove(dir0);
+  harness_scratch_remove(dir1);
+}
+
+/* Each ps saves its variable alone into its own directory, under another
+ * name: the latest checkpoint of ps 0 is "a", that of ps 1 is "b".  A
+ * restore of "the latest" across both must not restore a on one ps and b
+ * on the other: it fails naming both paths and both tasks, and nothing
+ * changes.  (Before, the ps disagreeing, the client went on with "" and
+ * each ps restored its own latest.) */
+START_TEST(a_restore_of_the_latest_across_ps_that_disagree_restores_nothing) {
+  ps_status st;
+  create_var(0, "x", 10);
+  create_var(1, "y", 10);
+  set_var(0, "x", 10, 1.5f);
+  set_var(1, "y", 10, 2.5f);
+  ps_client *c0 = ps_client_create(H0.cluster, "ps", NULL, &st);
+  ps_client *c1 = ps_client_create(H1.cluster, "ps", NULL, &st);
+  ck_assert_ptr_nonnull(c0);
+  ck_assert_ptr_nonnull(c1);
+  PS_ASSERT_OK(ps_client_save(c0, "a", NULL, NULL, NULL, &st), st);
+  PS_ASSERT_OK(ps_client_save(c1, "b", NULL, NULL, NULL, &st), st);
+  ps_client_destroy(c0);
+  ps_client_destroy(c1);
+  set_var(0, "x", 10, -1.0f);
+  set_var(1, "y", 10, -1.0f);
+  ck_assert_int_eq(ps_client_restore(C, NULL, NULL, &st), PS_FAILED_PRECONDITION);
+  char a[400], b[400];
+  snprintf(a, sizeof a, "/job:ps/task:0 checked %s/a", dir0);
+  snprintf(b, sizeof b, "/job:ps/task:1 checked %s/b", dir1);
+  ck_assert_msg(strstr(st.msg, "the ps disagree on the checkpoint") &&
+                    strstr(st.msg, a) && strstr(st.msg, b),
+                "%s", st.msg);
+  ck_assert_msg(var_is(0, "x", -1.0f), "x changed by a restore that failed");
+  ck_assert_msg(var_is(1, "y", -1.0f), "y changed by a restore that failed");
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("restore_atomic");
   TCase *tc = tcase_create("all_or_nothing");
@@ -169,6 +239,12 @@ static Suite *suite(void) {
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, a_saver_restore_that_fails_on_one_ps_changes_no_ps);
   tcase_add_test(tc, a_cluster_restore_that_fails_on_one_ps_changes_no_ps);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("the_latest");
+  tcase_add_unchecked_fixture(tc, setup_base, teardown_base);
+  tcase_add_checked_fixture(tc, setup_split, teardown_split);
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, a_restore_of_the_latest_across_ps_that_disagree_restores_nothing);
   suite_add_tcase(s, tc);
   return s;
 }
