@@ -263,6 +263,38 @@ START_TEST(a_restore_of_the_latest_across_ps_that_disagree_restores_nothing) {
 }
 END_TEST
 
+/* ---- an older ps-server, which ignores check_only (review, point 7) ---- */
+
+static void setup_old(void) {
+  setenv("PS_TEST_IGNORE_CHECK_ONLY", "1", 1);
+  setup();
+  unsetenv("PS_TEST_IGNORE_CHECK_ONLY");
+}
+
+/* Every ps answers the check as an older ps-server would: it restored.
+ * The client stops at the check with FAILED_PRECONDITION naming the task,
+ * and never sends the restore itself (the old client went on). */
+START_TEST(a_ps_that_ignores_check_only_stops_the_restore) {
+  ps_status st;
+  create_var(0, "x", 10);
+  create_var(1, "y", 10);
+  set_var(0, "x", 10, 1.5f);
+  set_var(1, "y", 10, 2.5f);
+  PS_ASSERT_OK(ps_client_save(C, "old.ckpt", NULL, NULL, NULL, &st), st);
+  ck_assert_int_eq(ps_client_restore(C, "old.ckpt", NULL, &st), PS_FAILED_PRECONDITION);
+  ck_assert_msg(strstr(st.msg, "/job:ps/task:") &&
+                    strstr(st.msg, "did not answer the check before the restore as a "
+                                   "check: an older ps-server") &&
+                    strstr(st.msg, "Upgrade every ps-server"),
+                "%s", st.msg);
+  const char *names[] = {"x"};
+  ck_assert_int_eq(ps_client_check_restore_vars(C, 0, "old.ckpt", names, NULL, 1, &st),
+                   PS_FAILED_PRECONDITION);
+  ck_assert_msg(strstr(st.msg, "/job:ps/task:0") && strstr(st.msg, "an older ps-server"),
+                "%s", st.msg);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("restore_atomic");
   TCase *tc = tcase_create("all_or_nothing");
@@ -272,6 +304,12 @@ static Suite *suite(void) {
   tcase_add_test(tc, a_saver_restore_that_fails_on_one_ps_changes_no_ps);
   tcase_add_test(tc, a_cluster_restore_that_fails_on_one_ps_changes_no_ps);
   tcase_add_test(tc, the_check_before_a_restore_reads_every_byte_and_changes_nothing);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("older_ps");
+  tcase_add_unchecked_fixture(tc, setup_base, teardown_base);
+  tcase_add_checked_fixture(tc, setup_old, teardown);
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, a_ps_that_ignores_check_only_stops_the_restore);
   suite_add_tcase(s, tc);
   tc = tcase_create("the_latest");
   tcase_add_unchecked_fixture(tc, setup_base, teardown_base);
