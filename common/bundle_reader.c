@@ -643,7 +643,10 @@ static int read_slice_impl(ps_bundle_reader *r, const ps_bundle_entry *e,
   for (size_t k = 0; rc == 0 && dst == NULL && verify && k < nuse; k++) {
     key.n = 0;
     ps_bdl_encode_slice_key_(&key, e->key, e->key_len, &e->slices[use[k]]);
-    rc = check_fixed(r, find_key(r, (const char *)key.p, key.n), st);
+    const ps_bundle_entry *se = key.oom ? NULL : find_key(r, (const char *)key.p, key.n);
+    rc = se ? check_fixed(r, se, st)
+            : ps_status_set(st, PS_RESOURCE_EXHAUSTED, "checkpoint %s: out of memory",
+                            r->prefix);
   }
   ps_bdl_bb_free_(&key);
   free(use);
