@@ -150,6 +150,12 @@ typedef struct ps_bundle_entry {
  * (NOT_FOUND if P.index does not exist, DATA_LOSS if corrupt).  After open,
  * all functions may be called from several threads at once. */
 ps_bundle_reader *ps_bundle_reader_open(const char *prefix, ps_status *st);
+/* The same, refusing a symbolic link at the index or a data file itself
+ * (PERMISSION_DENIED): for files in a directory where a link can only be
+ * planted (the ps's checkpoint directory).  Either open refuses an index
+ * or data file that is not a regular file (a FIFO would block every read)
+ * with FAILED_PRECONDITION naming it, without blocking. */
+ps_bundle_reader *ps_bundle_reader_open_nofollow(const char *prefix, ps_status *st);
 void ps_bundle_reader_close(ps_bundle_reader *r); /* NULL is a no-op */
 
 const char *ps_bundle_reader_prefix(const ps_bundle_reader *r);
@@ -177,6 +183,13 @@ int ps_bundle_reader_read_into(ps_bundle_reader *r, const char *key, void *dst,
 /* Reads a plain fixed-size tensor through a small scratch buffer and
  * verifies its size and checksum, keeping nothing. */
 int ps_bundle_reader_check(ps_bundle_reader *r, const char *key, ps_status *st);
+/* What ps_bundle_reader_read_slice (@start NULL: ps_bundle_reader_read_into)
+ * would read into @nbytes, checked the same way (key, size, coverage,
+ * every stored piece it touches read and checksummed) through a bounded
+ * scratch buffer: no allocation of the tensor's size, nothing kept. */
+int ps_bundle_reader_check_slice(ps_bundle_reader *r, const char *full_name,
+                                 const int64_t *start, const int64_t *length,
+                                 size_t nbytes, ps_status *st);
 /* Reads the slice (@start[d], @length[d]; length -1 = whole dimension, one
  * pair per dimension of the full tensor) of the fixed-size-dtype tensor
  * @full_name into @dst (the slice's elements, row-major): from a plain

@@ -157,6 +157,7 @@ struct ps_bundle_reader {
   entry_set set;      /* sorted by key; no hash */
   pthread_mutex_t mu; /* guards opening shards */
   shard *shards;
+  bool nofollow; /* ps_bundle_reader_open_nofollow: links at files refused */
 };
 
 /* The BundleHeaderProto version of files this code writes. */

@@ -94,7 +94,7 @@ static int merge_oom(const char *out_prefix, ps_status *st) {
 static int open_parts(const char *const *part_prefixes, size_t n, merge_part *parts,
                       int *total, const char *out_prefix, ps_status *st) {
   for (size_t p = 0; p < n; p++) {
-    parts[p].r = ps_bundle_reader_open(part_prefixes[p], st);
+    parts[p].r = ps_bundle_reader_open_nofollow(part_prefixes[p], st);
     if (parts[p].r == NULL) return st ? st->code : PS_UNKNOWN;
     ps_bundle_reader *r = parts[p].r, *r0 = parts[0].r;
     if (r->endianness != r0->endianness || r->version_len != r0->version_len ||

@@ -91,9 +91,28 @@ static int load_kv(void *arg, const uint8_t *k, size_t kn, const uint8_t *v, siz
   return 0;
 }
 
-/* Reads all of @path; 0 or an errno. */
-static int slurp(const char *path, uint8_t **out, size_t *outn) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+/* The message of a failed ps_open_regular of @path (@err its errno, @type
+ * what it found), with @what ("cannot open data shard") for other errors. */
+static int open_failed(const char *path, int err, unsigned type, const char *what,
+                       ps_status *st) {
+  if (type != 0)
+    return ps_status_set(st, PS_FAILED_PRECONDITION,
+                         "checkpoint %s: is %s, not a regular file: not read", path,
+                         ps_file_type_name(type));
+  if (err == ELOOP)
+    return ps_status_set(st, PS_PERMISSION_DENIED,
+                         "checkpoint %s: a symbolic link (links under the checkpoint "
+                         "directory are not followed)",
+                         path);
+  return ps_status_set(st, err == ENOENT ? PS_NOT_FOUND : ps_status_code_from_errno(err),
+                       "checkpoint %s: %s (%s)", path, what, strerror(err));
+}
+
+/* Reads all of @path (a regular file; @nofollow: not through a link at
+ * it); 0 or an errno, *@type the type of a file that is not regular. */
+static int slurp(const char *path, bool nofollow, uint8_t **out, size_t *outn,
+                 unsigned *type) {
+  int fd = ps_open_regular(AT_FDCWD, path, nofollow, type);
   if (fd < 0) return errno;
   struct stat sb;
   if (fstat(fd, &sb) != 0) {
@@ -125,7 +144,17 @@ static int slurp(const char *path, uint8_t **out, size_t *outn) {
   return 0;
 }
 
+static ps_bundle_reader *reader_open(const char *prefix, bool nofollow, ps_status *st);
+
 ps_bundle_reader *ps_bundle_reader_open(const char *prefix, ps_status *st) {
+  return reader_open(prefix, false, st);
+}
+
+ps_bundle_reader *ps_bundle_reader_open_nofollow(const char *prefix, ps_status *st) {
+  return reader_open(prefix, true, st);
+}
+
+static ps_bundle_reader *reader_open(const char *prefix, bool nofollow, ps_status *st) {
   if (prefix == NULL || prefix[0] == '\0') {
     ps_status_set(st, PS_INVALID_ARGUMENT, "checkpoint prefix is empty");
     return NULL;
@@ -137,8 +166,14 @@ ps_bundle_reader *ps_bundle_reader_open(const char *prefix, ps_status *st) {
   r->prefix = strdup(prefix);
   r->index_path = ps_bdl_path_cat_(prefix, ".index");
   if (r->prefix == NULL || r->index_path == NULL) goto oom;
+  r->nofollow = nofollow;
   size_t n = 0;
-  int e = slurp(r->index_path, &file, &n);
+  unsigned type = 0;
+  int e = slurp(r->index_path, nofollow, &file, &n, &type);
+  if (e != 0 && (type != 0 || e == ELOOP)) {
+    open_failed(r->index_path, e, type, "", st);
+    goto fail;
+  }
   if (e != 0) {
     ps_status_set(st, ps_status_code_from_errno(e), "checkpoint %s: %s", r->index_path,
                   e == ENOENT ? "not found" : strerror(e));
@@ -236,16 +271,15 @@ static int entry_shard(ps_bundle_reader *r, const ps_bundle_entry *e, shard **ou
       rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "checkpoint %s: out of memory",
                          r->prefix);
     } else {
-      int fd = open(sh->path, O_RDONLY | O_CLOEXEC);
+      unsigned type = 0;
+      int fd = ps_open_regular(AT_FDCWD, sh->path, r->nofollow, &type);
       struct stat sb;
       if (fd < 0 || fstat(fd, &sb) != 0) {
         int err = errno;
         if (fd >= 0) close(fd);
-        rc = ps_status_set(
-            st, err == ENOENT ? PS_NOT_FOUND : ps_status_code_from_errno(err),
-            "checkpoint %s: %s (%s)", sh->path,
-            err == ENOENT ? "missing data shard" : "cannot open data shard",
-            strerror(err));
+        rc = open_failed(sh->path, err, type,
+                         err == ENOENT ? "missing data shard" : "cannot open data shard",
+                         st);
       } else {
         sh->fd = fd;
         sh->size = (uint64_t)sb.st_size;
@@ -372,6 +406,18 @@ static int read_fixed(ps_bundle_reader *r, const ps_bundle_entry *e, void *dst,
   return 0;
 }
 
+/* Reads plain fixed-size entry @e through a bounded scratch buffer and
+ * verifies its checksum, keeping nothing. */
+static int check_fixed(ps_bundle_reader *r, const ps_bundle_entry *e, ps_status *st) {
+  uint64_t n;
+  uint32_t crc;
+  int rc = check_fixed_entry(r, e, &n, st);
+  if (rc == 0) rc = read_range(r, e, NULL, &crc, st);
+  if (rc == 0 && crc != ps_crc32c_unmask(e->crc32c))
+    rc = checksum_mismatch(r, e, "data checksum", ps_crc32c_unmask(e->crc32c), crc, st);
+  return rc;
+}
+
 /* Copies the box [lo, hi) (full-tensor coordinates) from @src, holding the
  * region starting at @slo with dims @sdim row-major, into @dst, holding the
  * region at @dlo with dims @ddim. */
@@ -453,10 +499,12 @@ static char *slice_spec(const ps_bundle_slice *sl, char *buf, size_t n) {
 /* A slice of an entry stored whole: read it, and copy the box out when the
  * slice is not all of it. */
 static int read_from_whole(ps_bundle_reader *r, const ps_bundle_entry *e, const box *tb,
-                           const ps_bundle_slice *t, uint8_t *dst, ps_status *st) {
+                           const ps_bundle_slice *t, uint8_t *dst, bool verify,
+                           ps_status *st) {
   uint64_t n;
   int rc;
-  if ((rc = check_fixed_entry(r, e, &n, st)) != 0 || dst == NULL) return rc;
+  if ((rc = check_fixed_entry(r, e, &n, st)) != 0) return rc;
+  if (dst == NULL) return verify ? check_fixed(r, e, st) : 0;
   if (ps_bdl_slice_is_full_(t, &e->shape)) return read_fixed(r, e, dst, st);
   uint8_t *tmp = malloc(n ? (size_t)n : 1);
   if (tmp == NULL)
@@ -568,11 +616,14 @@ static int copy_slices(ps_bundle_reader *r, const ps_bundle_entry *e, const box 
   return rc;
 }
 
+/* @dst NULL and @verify: every stored piece the slice touches is read
+ * through a bounded scratch buffer and checksummed, nothing kept. */
 static int read_slice_impl(ps_bundle_reader *r, const ps_bundle_entry *e,
-                           const ps_bundle_slice *t, uint8_t *dst, ps_status *st) {
+                           const ps_bundle_slice *t, uint8_t *dst, bool verify,
+                           ps_status *st) {
   box tb;
   make_box(t, &e->shape, &tb);
-  if (e->nslices == 0) return read_from_whole(r, e, &tb, t, dst, st);
+  if (e->nslices == 0) return read_from_whole(r, e, &tb, t, dst, verify, st);
   char kb[KEYBUF];
   if (ps_bdl_elem_size_(e->dtype) == 0)
     return ps_status_set(st, PS_UNIMPLEMENTED,
@@ -589,6 +640,14 @@ static int read_slice_impl(ps_bundle_reader *r, const ps_bundle_entry *e,
   int rc = slices_covering(r, e, &tb, t, use, &nuse, st);
   if (rc == 0) rc = check_slice_entries(r, e, use, nuse, &key, st);
   if (rc == 0 && dst != NULL) rc = copy_slices(r, e, &tb, use, nuse, &key, dst, st);
+  for (size_t k = 0; rc == 0 && dst == NULL && verify && k < nuse; k++) {
+    key.n = 0;
+    ps_bdl_encode_slice_key_(&key, e->key, e->key_len, &e->slices[use[k]]);
+    const ps_bundle_entry *se = key.oom ? NULL : find_key(r, (const char *)key.p, key.n);
+    rc = se ? check_fixed(r, se, st)
+            : ps_status_set(st, PS_RESOURCE_EXHAUSTED, "checkpoint %s: out of memory",
+                            r->prefix);
+  }
   ps_bdl_bb_free_(&key);
   free(use);
   return rc;
@@ -635,7 +694,7 @@ int ps_bundle_reader_read_into(ps_bundle_reader *r, const char *key, void *dst,
   full_slice(e->shape.rank, &t);
   int rc = check_dst(r, e, &t, nbytes, st);
   if (rc != 0) return rc;
-  return read_slice_impl(r, e, &t, dst, st);
+  return read_slice_impl(r, e, &t, dst, false, st);
 }
 
 int ps_bundle_reader_check(ps_bundle_reader *r, const char *key, ps_status *st) {
@@ -645,13 +704,22 @@ int ps_bundle_reader_check(ps_bundle_reader *r, const char *key, ps_status *st) 
     return ps_status_set(st, PS_INVALID_ARGUMENT,
                          "checkpoint %s: %s is not a plain fixed-size tensor",
                          r->index_path, key);
-  uint64_t n;
-  uint32_t crc;
-  int rc = check_fixed_entry(r, e, &n, st);
-  if (rc == 0) rc = read_range(r, e, NULL, &crc, st);
-  if (rc == 0 && crc != ps_crc32c_unmask(e->crc32c))
-    rc = checksum_mismatch(r, e, "data checksum", ps_crc32c_unmask(e->crc32c), crc, st);
-  return rc;
+  return check_fixed(r, e, st);
+}
+
+int ps_bundle_reader_check_slice(ps_bundle_reader *r, const char *full_name,
+                                 const int64_t *start, const int64_t *length,
+                                 size_t nbytes, ps_status *st) {
+  const ps_bundle_entry *e = ps_bundle_reader_find(r, full_name);
+  if (e == NULL) return not_found(r, full_name, st);
+  ps_bundle_slice t;
+  int rc;
+  if (start == NULL)
+    full_slice(e->shape.rank, &t);
+  else if ((rc = ps_bdl_make_slice_(&e->shape, start, length, &t, full_name, st)) != 0)
+    return rc;
+  if ((rc = check_dst(r, e, &t, nbytes, st)) != 0) return rc;
+  return read_slice_impl(r, e, &t, NULL, true, st);
 }
 
 int ps_bundle_reader_read_slice(ps_bundle_reader *r, const char *full_name,
@@ -663,7 +731,7 @@ int ps_bundle_reader_read_slice(ps_bundle_reader *r, const char *full_name,
   int rc = ps_bdl_make_slice_(&e->shape, start, length, &t, full_name, st);
   if (rc == 0) rc = check_dst(r, e, &t, nbytes, st);
   if (rc != 0) return rc;
-  return read_slice_impl(r, e, &t, dst, st);
+  return read_slice_impl(r, e, &t, dst, false, st);
 }
 
 int ps_bundle_reader_read(ps_bundle_reader *r, const char *key, ps_tensor **out,
@@ -682,14 +750,14 @@ int ps_bundle_reader_read(ps_bundle_reader *r, const char *key, ps_tensor **out,
         e->dtype == DT_STRING ? " (use ps_bundle_reader_read_strings)" : "");
   ps_bundle_slice t;
   full_slice(e->shape.rank, &t);
-  int rc = read_slice_impl(r, e, &t, NULL, st); /* checks before allocating */
+  int rc = read_slice_impl(r, e, &t, NULL, false, st); /* checks before allocating */
   if (rc != 0) return rc;
   ps_tensor *x = ps_tensor_create((ps_dtype)e->dtype, &e->shape, false);
   if (x == NULL)
     return ps_status_set(st, PS_RESOURCE_EXHAUSTED,
                          "checkpoint %s: tensor %s: out of memory", r->prefix,
                          ps_bdl_key_str_(e->key, e->key_len, kb, sizeof kb));
-  rc = read_slice_impl(r, e, &t, ps_tensor_data(x), st);
+  rc = read_slice_impl(r, e, &t, ps_tensor_data(x), false, st);
   if (rc != 0) {
     ps_tensor_destroy(x);
     return rc;

@@ -120,8 +120,12 @@ static int read_whole_file(int dirfd, const char *name, const char *path,
                            const char *what, uint8_t **out, size_t *n, ps_status *st) {
   *out = NULL;
   *n = 0;
-  int fd = dirfd == AT_FDCWD ? open(path, O_RDONLY | O_CLOEXEC)
-                             : openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  unsigned type = 0; /* a FIFO would block the read: only regular files */
+  int fd =
+      ps_open_regular(dirfd, dirfd == AT_FDCWD ? path : name, dirfd != AT_FDCWD, &type);
+  if (fd < 0 && type != 0)
+    return ps_status_set(st, PS_FAILED_PRECONDITION, "%s %s: is %s, not a regular file",
+                         what, path, ps_file_type_name(type));
   if (fd < 0 && dirfd != AT_FDCWD && errno == ELOOP)
     return ps_status_set(st, PS_PERMISSION_DENIED,
                          "%s %s: %s (a symbolic link: links under the checkpoint "

@@ -198,3 +198,48 @@ int ps_open_beneath(int dirfd, const char *rel, bool create) {
   free(buf);
   return fd;
 }
+
+int ps_open_regular(int dirfd, const char *path, bool nofollow, unsigned *type) {
+  if (type) *type = 0;
+  int fd = openat(dirfd, path,
+                  O_RDONLY | O_CLOEXEC | O_NONBLOCK | (nofollow ? O_NOFOLLOW : 0));
+  if (fd < 0) return -1;
+  struct stat sb;
+  int fl;
+  if (fstat(fd, &sb) != 0) goto fail;
+  if (S_ISDIR(sb.st_mode)) {
+    close(fd);
+    errno = EISDIR;
+    return -1;
+  }
+  if (!S_ISREG(sb.st_mode)) {
+    if (type) *type = (unsigned)(sb.st_mode & S_IFMT);
+    close(fd);
+    errno = EINVAL;
+    return -1;
+  }
+  if ((fl = fcntl(fd, F_GETFL)) < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0)
+    goto fail;
+  return fd;
+fail:;
+  int e = errno;
+  close(fd);
+  errno = e;
+  return -1;
+}
+
+const char *ps_file_type_name(unsigned type) {
+  switch (type & S_IFMT) {
+  case S_IFIFO:
+    return "a FIFO";
+  case S_IFDIR:
+    return "a directory";
+  case S_IFSOCK:
+    return "a socket";
+  case S_IFCHR:
+  case S_IFBLK:
+    return "a device";
+  default:
+    return "not a regular file";
+  }
+}

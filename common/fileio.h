@@ -50,4 +50,16 @@ int ps_replace_file_at(int dirfd, const char *name, const void *p, size_t n,
  * "" opens @dirfd itself again.  A descriptor (O_CLOEXEC), or -1 with errno. */
 int ps_open_beneath(int dirfd, const char *rel, bool create);
 
+/* Opens @path (relative to @dirfd, or AT_FDCWD) for reading, as checkpoint
+ * files are read: with @nofollow a link at the file itself is not followed
+ * (ELOOP); the open never blocks, a directory is EISDIR, and anything
+ * else but a regular file (a FIFO that would block every read, a device, a
+ * socket) is refused: -1 with errno EINVAL and *@type (may be NULL; 0
+ * otherwise) its S_IFMT type.  The
+ * descriptor returned is blocking.  -1 with errno on other failures. */
+int ps_open_regular(int dirfd, const char *path, bool nofollow, unsigned *type);
+/* "a FIFO", "a directory", "a socket", "a device" or "not a regular file":
+ * for messages about a @type from ps_open_regular. */
+const char *ps_file_type_name(unsigned type);
+
 #endif

@@ -1133,7 +1133,7 @@ static void *merge_thread(void *arg) {
   if (rc == 0) rc = confine_bundle(root, j->prefix, j->nshards, &j->st);
   if (rc == 0) rc = ps_ckpt_path_confined(root, state, conf, sizeof conf, &j->st);
   /* from here on, the parts by the held temp directory */
-  free_names(names, rc == 0 ? j->nshards : 0);
+  free_names(names, j->nshards);
   names = NULL;
   if (rc == 0 && (names = part_names(td.proc, j->nshards)) == NULL)
     rc = ps_status_set(&j->st, PS_RESOURCE_EXHAUSTED, "Merge: out of memory");
@@ -1193,19 +1193,18 @@ static void *merge_thread(void *arg) {
 }
 
 /* --max-checkpoint-bytes: the bytes a merge of @j writes besides its
- * MetaGraph: the merged index (at most the sum of the parts' indexes and
- * a block per part) and the new state file (the old one's bytes, one more
- * line naming the prefix twice, and room for its header).  Parts not
- * there count nothing: the merge fails before it writes. */
+ * MetaGraph: the new state file (the old one's bytes, one more line naming
+ * the prefix twice, and room for its header).  The merged index is not
+ * counted again here: each save reserved its part's index twice (the
+ * part's, then its share of the merged one, which replaces the parts'
+ * indexes), so the merged index has one estimate, made before any shard
+ * is written, and the header does no work per part (a request may name
+ * 99999 parts that are not there). */
 static int64_t merge_new_bytes(job *j) {
   if (ps_service_limits_of(j->svc)->max_checkpoint_bytes <= 0) return 0;
   int64_t b = 0;
   char p[PATH_MAX + 64];
   struct stat sb;
-  for (int k = 0; k < j->nshards; k++) {
-    snprintf(p, sizeof p, "%s_temp/part-%05d-of-%05d.index", j->prefix, k, j->nshards);
-    if (lstat(p, &sb) == 0 && S_ISREG(sb.st_mode)) b += (int64_t)sb.st_size + 4096;
-  }
   snprintf(p, sizeof p, "%s", j->prefix);
   char *sl = strrchr(p, '/');
   snprintf(sl ? sl + 1 : p, sizeof p - (size_t)(sl ? sl + 1 - p : 0), "%s",
@@ -1240,12 +1239,11 @@ static int merge_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *s
     rc = ps_status_set(st, PS_INVALID_ARGUMENT,
                        "Merge: %zu own_paths, more than the %d allowed", rq->n_own_paths,
                        MAX_OWN_PATHS);
-  /* the data files are renamed into place; new bytes are the merged index
-   * (the parts' indexes, merged: about their sum, and they go only after
-   * it is written), the state file and the .meta it carries */
+  /* the data files are renamed into place; new bytes are the state file
+   * and the .meta it carries (the merged index was counted by the saves) */
   if (rc == 0) {
     int64_t adds = (int64_t)rq->meta_graph.len + merge_new_bytes(j);
-    rc = check_quota(j, "Merge", "its index, state file and MetaGraph", adds, true, st);
+    rc = check_quota(j, "Merge", "its state file and MetaGraph", adds, true, st);
   }
   return rc;
 }
@@ -1262,6 +1260,9 @@ typedef struct staged {
   ps_buf *old; /* the buffer replaced, released after the locks */
 } staged;
 
+/* Reads and checks @v's tensor into a new buffer *@out; @out NULL: checks
+ * the same (key, dtype, shape, every byte's checksum) through the reader's
+ * bounded scratch buffer, allocating nothing of the tensor's size. */
 static int restore_one(ps_bundle_reader *r, ps_var *v, const char *key, ps_buf **out,
                        ps_status *st) {
   const char *k = key && key[0] ? key : (v->init_full_name ? v->init_full_name : v->name);
@@ -1277,8 +1278,8 @@ static int restore_one(ps_bundle_reader *r, ps_var *v, const char *key, ps_buf *
                          v->name, k, ps_dtype_name(e->dtype), ps_dtype_name(v->dtype));
   size_t es = ps_dtype_size(v->dtype);
   size_t nbytes = (size_t)ps_shape_num_elements(&v->shape) * es;
-  ps_buf *buf = ps_buf_create(nbytes, false);
-  if (buf == NULL)
+  ps_buf *buf = out ? ps_buf_create(nbytes, false) : NULL;
+  if (out && buf == NULL)
     return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "restoring %s: out of memory",
                          v->name);
   int rc;
@@ -1300,7 +1301,8 @@ static int restore_one(ps_bundle_reader *r, ps_var *v, const char *key, ps_buf *
     start[0] = row ? v->init_offset / row : 0;
     for (int d = 0; d < v->shape.rank; d++)
       len[d] = v->shape.dim[d];
-    rc = ps_bundle_reader_read_slice(r, k, start, len, buf->data, nbytes, st);
+    rc = buf ? ps_bundle_reader_read_slice(r, k, start, len, buf->data, nbytes, st)
+             : ps_bundle_reader_check_slice(r, k, start, len, nbytes, st);
   } else {
     if (!ps_shape_equal(&e->shape, &v->shape)) {
       ps_buf_unref(buf);
@@ -1310,18 +1312,22 @@ static int restore_one(ps_bundle_reader *r, ps_var *v, const char *key, ps_buf *
                            v->name, k, ps_shape_format(&e->shape, a, sizeof a),
                            ps_shape_format(&v->shape, b, sizeof b));
     }
-    rc = e->nslices ? ps_bundle_reader_read_slice(
-                          r, k, (int64_t[PS_MAX_RANK]){0},
-                          (int64_t[PS_MAX_RANK]){-1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
-                                                 -1, -1, -1, -1, -1, -1},
-                          buf->data, nbytes, st)
-                    : ps_bundle_reader_read_into(r, k, buf->data, nbytes, st);
+    if (buf == NULL)
+      rc = ps_bundle_reader_check_slice(r, k, NULL, NULL, nbytes, st);
+    else if (e->nslices)
+      rc = ps_bundle_reader_read_slice(r, k, (int64_t[PS_MAX_RANK]){0},
+                                       (int64_t[PS_MAX_RANK]){-1, -1, -1, -1, -1, -1, -1,
+                                                              -1, -1, -1, -1, -1, -1, -1,
+                                                              -1, -1},
+                                       buf->data, nbytes, st);
+    else
+      rc = ps_bundle_reader_read_into(r, k, buf->data, nbytes, st);
   }
   if (rc) {
     ps_buf_unref(buf);
     return rc;
   }
-  *out = buf;
+  if (out) *out = buf;
   return 0;
 }
 
@@ -1341,7 +1347,7 @@ static int restore_open(job *j, held_dir *pd, ps_bundle_reader **r, ps_var ***va
   const char *base = split_base(j->prefix, pdir, sizeof pdir);
   if ((rc = held_open(root, pdir, false, pd, st)) != 0) return rc;
   snprintf(in, sizeof in, "%s/%s", pd->proc, base);
-  if ((*r = ps_bundle_reader_open(in, st)) == NULL)
+  if ((*r = ps_bundle_reader_open_nofollow(in, st)) == NULL)
     return st->code ? st->code : PS_INTERNAL;
   if ((rc = confine_bundle(root, j->prefix, ps_bundle_reader_num_shards(*r), st)) != 0)
     return rc;
@@ -1362,7 +1368,9 @@ static int restore_open(job *j, held_dir *pd, ps_bundle_reader **r, ps_var ***va
  * (checksum, dtype, shape).  Nothing a variable holds changes here, so a
  * failure (a corrupt file, a file rewritten while it is read) leaves every
  * variable as it was.  Never into a variable's own buffer: a checksum
- * known only after the last byte would come too late to undo it. */
+ * known only after the last byte would come too late to undo it.  A
+ * check_only request reads through the reader's bounded scratch buffer
+ * instead: it keeps nothing, so it allocates nothing of a tensor's size. */
 static int restore_stage(job *j, ps_bundle_reader *r, ps_var **vars, staged *sv,
                          size_t nv, ps_status *st) {
   int rc = 0;
@@ -1371,11 +1379,7 @@ static int restore_stage(job *j, ps_bundle_reader *r, ps_var **vars, staged *sv,
     if ((rc = job_check(j, "restore")) != 0) break;
     const char *key = j->rq->n_items ? j->rq->items[i]->key : NULL;
     sv[i].v = vars[i];
-    rc = restore_one(r, vars[i], key, &sv[i].buf, st);
-    if (rc == 0 && j->rq->check_only) { /* checked: nothing is kept */
-      ps_buf_unref(sv[i].buf);
-      sv[i].buf = NULL;
-    }
+    rc = restore_one(r, vars[i], key, j->rq->check_only ? NULL : &sv[i].buf, st);
   }
   return rc;
 }
@@ -1421,6 +1425,7 @@ static int restore_reply(job *j, ps_var **vars, size_t nv, ps_status *st) {
   resp.restored = names;
   resp.n_restored = nv;
   resp.prefix = j->prefix;
+  resp.checked = j->rq->check_only;
   ps_rpc_call_reply(j->c, &resp.base);
   free(names);
   if (j->rq->check_only)
@@ -1475,6 +1480,10 @@ static int restore_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status 
     rc = ps_wire_check_strings(&paramserver__restore_request__descriptor, p, n, "Restore",
                                st);
   if (rc) return rc;
+  /* test hook: answer as an older ps-server, which ignores check_only and
+   * restores (tests of the client's guard against it) */
+  const char *old = getenv("PS_TEST_IGNORE_CHECK_ONLY");
+  if (old && old[0] == '1') j->rq->check_only = false;
   const char *root = ps_service_checkpoint_dir(j->svc);
   if (j->rq->prefix[0] == '\0') {
     char *latest = NULL;

@@ -29,8 +29,10 @@
  *      written before are 3-4 times slower, and ext4 reuses freed blocks
  *      first).
  *  (b) ckpt_restore: ps_client_restore of the checkpoint saved in (c)
- *      into the live variables (each tensor CRC32C-checked, then read into
- *      its variable's own buffer), GB/s.  Baseline: `dd if=F of=/dev/null bs=4M` of a
+ *      into the live variables (each ps first checks every tensor, reading
+ *      and CRC32C-checking it through a bounded scratch buffer, then reads
+ *      it again into a new buffer, checked, swapped in for the variable's:
+ *      the checkpoint is read twice), GB/s.  Baseline: `dd if=F of=/dev/null bs=4M` of a
  *      file dd wrote.  Both read cold: just before each, the files about
  *      to be read (the checkpoint's, or dd's) are evicted from the page
  *      cache with posix_fadvise(POSIX_FADV_DONTNEED) (the pages are clean

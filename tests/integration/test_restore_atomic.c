@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/rpc.h"
 #include "harness.h"
 #include "paramserver/client.h"
 #include "paramserver/graph.h"
@@ -161,6 +162,139 @@ START_TEST(a_cluster_restore_that_fails_on_one_ps_changes_no_ps) {
 }
 END_TEST
 
+/* The check before a restore across several ps reads and checksums every
+ * byte through the reader's bounded scratch buffer (issue 21 review,
+ * point 2): a check changes nothing, a byte corrupted in the middle of a
+ * 64 MiB tensor fails the check of a cluster restore with DATA_LOSS, and
+ * no ps changes.  (The memory saved is not asserted: the ps's buffer
+ * cache handed the old check a buffer freed before, so its peak did not
+ * show it.) */
+START_TEST(the_check_before_a_restore_reads_every_byte_and_changes_nothing) {
+  ps_status st;
+  enum { ELEMS = 16 << 20 }; /* 64 MiB of float */
+  create_var(0, "big", ELEMS);
+  create_var(1, "small", 4);
+  set_var(0, "big", ELEMS, 1.5f);
+  set_var(1, "small", 4, 2.5f);
+  PS_ASSERT_OK(ps_client_save(C, "big.ckpt", NULL, NULL, NULL, &st), st);
+  set_var(0, "big", ELEMS, -1.0f);
+  const char *names[] = {"big"};
+  PS_ASSERT_OK(ps_client_check_restore_vars(C, 0, "big.ckpt", names, NULL, 1, &st), st);
+  ck_assert(var_is(0, "big", -1.0f));
+  /* and the check still sees every byte: a corrupt one fails it */
+  char data[400], cmd[800];
+  snprintf(data, sizeof data, "%s/big.ckpt.data-00000-of-00002", dir);
+  snprintf(cmd, sizeof cmd,
+           "printf '\\377' | dd of=%s bs=1 seek=40000000 conv=notrunc status=none", data);
+  ck_assert_int_eq(system(cmd), 0);
+  ck_assert_int_eq(ps_client_restore(C, "big.ckpt", NULL, &st), PS_DATA_LOSS);
+  ck_assert_msg(strstr(st.msg, "checksum") && strstr(st.msg, "big"), "%s", st.msg);
+  ck_assert(var_is(0, "big", -1.0f));
+  ck_assert(var_is(1, "small", 2.5f));
+}
+END_TEST
+
+/* ---- "the latest" is resolved once (issue 21 review, point 3) ---- */
+
+static ps_harness H0, H1;
+static char dir0[300], dir1[300];
+
+/* Two single-ps harnesses, each with its own checkpoint directory; C is a
+ * client of both as /job:ps/task:0 and task:1. */
+static void setup_split(void) {
+  ck_assert_int_eq(harness_scratch_dir(dir0, sizeof dir0, base), 0);
+  ck_assert_int_eq(harness_scratch_dir(dir1, sizeof dir1, base), 0);
+  const char *e0[] = {"--checkpoint-dir", dir0, NULL};
+  const char *e1[] = {"--checkpoint-dir", dir1, NULL};
+  ck_assert_int_eq(harness_start(&H0, 1, e0), 0);
+  ck_assert_int_eq(harness_start(&H1, 1, e1), 0);
+  ps_rpc_global_init();
+  char spec[400];
+  snprintf(spec, sizeof spec, "{\"ps\": [\"%s\", \"%s\"], \"worker\": [\"127.0.0.1:0\"]}",
+           H0.addrs[0], H1.addrs[0]);
+  ps_status st;
+  ps_cluster *cl = ps_cluster_parse(spec, strlen(spec), "test", &st);
+  ck_assert_msg(cl != NULL, "%s", st.msg);
+  C = ps_client_create(cl, "ps", NULL, &st);
+  ps_cluster_destroy(cl);
+  ck_assert_msg(C != NULL, "%s", st.msg);
+}
+
+static void teardown_split(void) {
+  ps_client_destroy(C);
+  C = NULL;
+  ck_assert_int_eq(harness_stop(&H0), 0);
+  ck_assert_int_eq(harness_stop(&H1), 0);
+  harness_scratch_remove(dir0);
+  harness_scratch_remove(dir1);
+}
+
+/* Each ps saves its variable alone into its own directory, under another
+ * name: the latest checkpoint of ps 0 is "a", that of ps 1 is "b".  A
+ * restore of "the latest" across both must not restore a on one ps and b
+ * on the other: it fails naming both paths and both tasks, and nothing
+ * changes.  (Before, the ps disagreeing, the client went on with "" and
+ * each ps restored its own latest.) */
+START_TEST(a_restore_of_the_latest_across_ps_that_disagree_restores_nothing) {
+  ps_status st;
+  create_var(0, "x", 10);
+  create_var(1, "y", 10);
+  set_var(0, "x", 10, 1.5f);
+  set_var(1, "y", 10, 2.5f);
+  ps_client *c0 = ps_client_create(H0.cluster, "ps", NULL, &st);
+  ps_client *c1 = ps_client_create(H1.cluster, "ps", NULL, &st);
+  ck_assert_ptr_nonnull(c0);
+  ck_assert_ptr_nonnull(c1);
+  PS_ASSERT_OK(ps_client_save(c0, "a", NULL, NULL, NULL, &st), st);
+  PS_ASSERT_OK(ps_client_save(c1, "b", NULL, NULL, NULL, &st), st);
+  ps_client_destroy(c0);
+  ps_client_destroy(c1);
+  set_var(0, "x", 10, -1.0f);
+  set_var(1, "y", 10, -1.0f);
+  ck_assert_int_eq(ps_client_restore(C, NULL, NULL, &st), PS_FAILED_PRECONDITION);
+  char a[400], b[400];
+  snprintf(a, sizeof a, "/job:ps/task:0 checked %s/a", dir0);
+  snprintf(b, sizeof b, "/job:ps/task:1 checked %s/b", dir1);
+  ck_assert_msg(strstr(st.msg, "the ps disagree on the checkpoint") &&
+                    strstr(st.msg, a) && strstr(st.msg, b),
+                "%s", st.msg);
+  ck_assert_msg(var_is(0, "x", -1.0f), "x changed by a restore that failed");
+  ck_assert_msg(var_is(1, "y", -1.0f), "y changed by a restore that failed");
+}
+END_TEST
+
+/* ---- an older ps-server, which ignores check_only (review, point 7) ---- */
+
+static void setup_old(void) {
+  setenv("PS_TEST_IGNORE_CHECK_ONLY", "1", 1);
+  setup();
+  unsetenv("PS_TEST_IGNORE_CHECK_ONLY");
+}
+
+/* Every ps answers the check as an older ps-server would: it restored.
+ * The client stops at the check with FAILED_PRECONDITION naming the task,
+ * and never sends the restore itself (the old client went on). */
+START_TEST(a_ps_that_ignores_check_only_stops_the_restore) {
+  ps_status st;
+  create_var(0, "x", 10);
+  create_var(1, "y", 10);
+  set_var(0, "x", 10, 1.5f);
+  set_var(1, "y", 10, 2.5f);
+  PS_ASSERT_OK(ps_client_save(C, "old.ckpt", NULL, NULL, NULL, &st), st);
+  ck_assert_int_eq(ps_client_restore(C, "old.ckpt", NULL, &st), PS_FAILED_PRECONDITION);
+  ck_assert_msg(strstr(st.msg, "/job:ps/task:") &&
+                    strstr(st.msg, "did not answer the check before the restore as a "
+                                   "check: an older ps-server") &&
+                    strstr(st.msg, "Upgrade every ps-server"),
+                "%s", st.msg);
+  const char *names[] = {"x"};
+  ck_assert_int_eq(ps_client_check_restore_vars(C, 0, "old.ckpt", names, NULL, 1, &st),
+                   PS_FAILED_PRECONDITION);
+  ck_assert_msg(strstr(st.msg, "/job:ps/task:0") && strstr(st.msg, "an older ps-server"),
+                "%s", st.msg);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("restore_atomic");
   TCase *tc = tcase_create("all_or_nothing");
@@ -169,6 +303,19 @@ static Suite *suite(void) {
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, a_saver_restore_that_fails_on_one_ps_changes_no_ps);
   tcase_add_test(tc, a_cluster_restore_that_fails_on_one_ps_changes_no_ps);
+  tcase_add_test(tc, the_check_before_a_restore_reads_every_byte_and_changes_nothing);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("older_ps");
+  tcase_add_unchecked_fixture(tc, setup_base, teardown_base);
+  tcase_add_checked_fixture(tc, setup_old, teardown);
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, a_ps_that_ignores_check_only_stops_the_restore);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("the_latest");
+  tcase_add_unchecked_fixture(tc, setup_base, teardown_base);
+  tcase_add_checked_fixture(tc, setup_split, teardown_split);
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, a_restore_of_the_latest_across_ps_that_disagree_restores_nothing);
   suite_add_tcase(s, tc);
   return s;
 }

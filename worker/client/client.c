@@ -1696,6 +1696,7 @@ typedef struct save_out {
   size_t n;
   size_t asked;        /* Restore: the variables asked for (0: all) */
   ps_ckpt_list listed; /* Merge: the state file's list afterwards */
+  bool checked;        /* Restore: the ps answered a check_only as one */
 } save_out;
 
 void ps_ckpt_list_fini(ps_ckpt_list *l) {
@@ -1760,6 +1761,7 @@ static int parse_restore(void *user, const uint8_t *p, size_t n, ps_rpc_segs *si
                     o->asked);
   if (rc == 0) {
     o->n = r->n_restored;
+    o->checked = r->checked;
     free(o->prefix); /* the checkpoint the ps resolved */
     o->prefix = r->prefix && r->prefix[0] ? strdup(r->prefix) : NULL;
     if (r->prefix && r->prefix[0] && o->prefix == NULL)
@@ -1966,6 +1968,97 @@ out:
   return rc;
 }
 
+/* Checks the answers of a check_only Restore sent to @tasks[0..@n): each
+ * ps must have answered it as a check (an older ps-server ignores
+ * check_only and restores instead), and all must name one checkpoint,
+ * which *@resolved receives (to free). */
+static int checked_answers(ps_client *c, const ps_rpc_req *reqs, const int *tasks,
+                           size_t n, const save_out *outs, char **resolved,
+                           ps_status *st) {
+  int rc = 0;
+  for (size_t i = 0; i < n && rc == 0; i++)
+    if (reqs[i].st.code != PS_OK) {
+      rc = reqs[i].st.code;
+      *st = reqs[i].st;
+    }
+  for (size_t i = 0; i < n && rc == 0; i++)
+    if (!outs[i].checked)
+      rc = ps_status_set(st, PS_FAILED_PRECONDITION,
+                         "Restore: /job:ps/task:%d (%s) did not answer the check before "
+                         "the restore as a check: an older ps-server, which ignores "
+                         "check_only and restores at once; its variables may have "
+                         "changed. Upgrade every ps-server to restore across several ps",
+                         tasks[i], c->addrs[tasks[i]]);
+  for (size_t i = 0; i < n && rc == 0; i++)
+    if (outs[i].prefix == NULL || strcmp(outs[i].prefix, outs[0].prefix) != 0)
+      rc = ps_status_set(st, PS_FAILED_PRECONDITION,
+                         "Restore: the ps disagree on the checkpoint: /job:ps/task:%d "
+                         "checked %s, /job:ps/task:%d checked %s (a save in between, or "
+                         "ps with different checkpoint directories); nothing restored",
+                         tasks[0], outs[0].prefix ? outs[0].prefix : "(none)", tasks[i],
+                         outs[i].prefix ? outs[i].prefix : "(none)");
+  if (rc == 0 && n > 0 && (*resolved = strdup(outs[0].prefix)) == NULL)
+    rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Restore: out of memory");
+  return rc;
+}
+
+int ps_client_check_restore_all(ps_client *c, const char *prefix,
+                                const char *const *const *names,
+                                const char *const *const *keys, const size_t *n,
+                                char **resolved, ps_status *st) {
+  int nps = c->nps;
+  *resolved = NULL;
+  size_t total = 0;
+  for (int t = 0; names && t < nps; t++)
+    total += n[t];
+  Paramserver__RestoreRequest *rq = calloc((size_t)nps, sizeof *rq);
+  Paramserver__RestoreItem *items = calloc(total + 1, sizeof *items);
+  Paramserver__RestoreItem **ip = calloc(total + 1, sizeof *ip);
+  ps_rpc_req *reqs = calloc((size_t)nps, sizeof *reqs);
+  int *tasks = calloc((size_t)nps, sizeof *tasks);
+  save_out *outs = calloc((size_t)nps, sizeof *outs);
+  int rc = 0;
+  if (rq == NULL || items == NULL || ip == NULL || reqs == NULL || tasks == NULL ||
+      outs == NULL) {
+    rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Restore: out of memory");
+    goto out;
+  }
+  size_t k = 0, nr = 0;
+  for (int t = 0; t < nps; t++) {
+    if (names && n[t] == 0) continue;
+    paramserver__restore_request__init(&rq[t]);
+    rq[t].prefix = (char *)(prefix ? prefix : "");
+    rq[t].check_only = true;
+    if (names) {
+      rq[t].items = &ip[k];
+      rq[t].n_items = n[t];
+      for (size_t i = 0; i < n[t]; i++, k++) {
+        paramserver__restore_item__init(&items[k]);
+        items[k].name = (char *)names[t][i];
+        items[k].key = (char *)(keys && keys[t] && keys[t][i] ? keys[t][i] : "");
+        ip[k] = &items[k];
+      }
+    }
+    req_init(c, &reqs[nr], t, M_RESTORE, &rq[t].base, true, false);
+    reqs[nr].timeout_ms = c->opt.data_timeout_ms;
+    reqs[nr].on_header = parse_restore;
+    reqs[nr].user = &outs[nr];
+    tasks[nr++] = t;
+  }
+  run_reqs(c, reqs, tasks, nr, false);
+  rc = checked_answers(c, reqs, tasks, nr, outs, resolved, st);
+out:
+  for (int t = 0; outs && t < nps; t++)
+    free(outs[t].prefix);
+  free(outs);
+  free(tasks);
+  free(reqs);
+  free(ip);
+  free(items);
+  free(rq);
+  return rc;
+}
+
 int ps_client_restore(ps_client *c, const char *prefix, size_t *nrestored,
                       ps_status *st) {
   Paramserver__RestoreRequest rq = PARAMSERVER__RESTORE_REQUEST__INIT;
@@ -1980,19 +2073,14 @@ int ps_client_restore(ps_client *c, const char *prefix, size_t *nrestored,
   for (int t = 0; t < c->nps; t++)
     msgs[t] = &rq.base;
   int rc = 0;
-  /* all or nothing across the ps: every ps checks first, none changes
-   * anything unless every one would succeed */
-  char *latest = NULL;
+  /* all or nothing across the ps: every ps checks first (all at once),
+   * none changes anything unless every one would succeed; then every ps
+   * restores the checkpoint they checked, by its path ("the latest" is
+   * resolved once: not one a save made since) */
+  char *checked = NULL;
   if (c->nps > 1) {
-    rq.check_only = true;
-    rc = all_ps(c, M_RESTORE, msgs, parse_restore, outs, c->opt.data_timeout_ms, st);
-    rq.check_only = false;
-    /* "the latest": the checkpoint every ps checked, not one a save made
-     * since (when every ps names it alike) */
-    bool same = rc == 0 && rq.prefix[0] == '\0' && outs[0].prefix;
-    for (int t = 1; same && t < c->nps; t++)
-      same = outs[t].prefix && !strcmp(outs[t].prefix, outs[0].prefix);
-    if (same && (latest = strdup(outs[0].prefix)) != NULL) rq.prefix = latest;
+    rc = ps_client_check_restore_all(c, prefix, NULL, NULL, NULL, &checked, st);
+    if (rc == 0) rq.prefix = checked;
   }
   if (rc == 0)
     rc = all_ps(c, M_RESTORE, msgs, parse_restore, outs, c->opt.data_timeout_ms, st);
@@ -2003,7 +2091,7 @@ int ps_client_restore(ps_client *c, const char *prefix, size_t *nrestored,
   }
   for (int t = 0; t < c->nps; t++)
     free(outs[t].prefix);
-  free(latest);
+  free(checked);
   free(msgs);
   free(outs);
   return rc;
@@ -2032,6 +2120,13 @@ static int restore_vars(ps_client *c, int task, const char *prefix,
   rq.n_items = n;
   save_out out = {.asked = n};
   int rc = control_call(c, task, M_RESTORE, &rq.base, false, parse_restore, &out, st);
+  if (rc == 0 && check_only && !out.checked)
+    rc = ps_status_set(st, PS_FAILED_PRECONDITION,
+                       "Restore: /job:ps/task:%d (%s) did not answer the check before "
+                       "the restore as a check: an older ps-server, which ignores "
+                       "check_only and restores at once; its variables may have "
+                       "changed. Upgrade every ps-server to restore across several ps",
+                       task, c->addrs[task]);
   free(out.prefix);
   free(items);
   free(ip);

@@ -184,17 +184,36 @@ static int restore_some(ps_client *c, var_set *vs, const bool *want, const char 
                         ps_status *st) {
   int nps = ps_client_num_ps(c);
   const char **names = calloc(vs->n + 1, sizeof *names);
-  if (names == NULL) return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+  const char **all = calloc(vs->n + 1, sizeof *all);
+  const char *const **per = calloc((size_t)nps + 1, sizeof *per);
+  size_t *n = calloc((size_t)nps + 1, sizeof *n);
+  char *checked = NULL;
   int rc = 0;
-  /* every ps checks first: a restore that fails changes no ps */
-  for (int t = 0; t < nps && nps > 1 && rc == 0; t++) {
-    size_t k = names_on(vs, want, t, names);
-    if (k) rc = ps_client_check_restore_vars(c, t, prefix, names, NULL, k, st);
+  if (names == NULL || all == NULL || per == NULL || n == NULL) {
+    rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+    goto out;
+  }
+  /* every ps checks first, all at once: a restore that fails changes no
+   * ps; then each restores the checkpoint they all checked, by its path
+   * ("" the latest is resolved once) */
+  if (nps > 1) {
+    size_t k = 0;
+    for (int t = 0; t < nps; t++) {
+      per[t] = all + k;
+      k += (n[t] = names_on(vs, want, t, all + k));
+    }
+    rc = ps_client_check_restore_all(c, prefix, per, NULL, n, &checked, st);
+    if (rc == 0 && checked) prefix = checked;
   }
   for (int t = 0; t < nps && rc == 0; t++) {
     size_t k = names_on(vs, want, t, names);
     if (k) rc = ps_client_restore_vars(c, t, prefix, names, NULL, k, st);
   }
+out:
+  free(checked);
+  free(n);
+  free(per);
+  free(all);
   free(names);
   return rc;
 }

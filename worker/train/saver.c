@@ -362,19 +362,11 @@ int ps_saver_save_at_step(ps_saver *s, ps_session *sess, const char *prefix,
   return save(s, sess, prefix, step, NULL, meta_dir, path, saved_step, st);
 }
 
-/* Restores (or, @check, checks) @vars[0..n) on their ps tasks, each task's
- * in one call (a ps restores its part all or nothing: a check is needed
- * only when two or more ps take part). */
+/* Restores @vars[0..n) on their ps tasks, each task's in one call (a ps
+ * restores its part all or nothing). */
 static int restore_tasks(ps_client *c, ps_variable **vars, const char **keys, size_t n,
-                         const char *prefix, bool check, ps_status *st) {
-  int nps = ps_client_num_ps(c), rc = 0, ntasks = 0;
-  for (int t = 0; t < nps; t++) {
-    size_t i = 0;
-    while (i < n && vars[i]->task != t)
-      i++;
-    ntasks += i < n;
-  }
-  if (check && ntasks < 2) return 0;
+                         const char *prefix, ps_status *st) {
+  int nps = ps_client_num_ps(c), rc = 0;
   const char **names = calloc(n + 1, sizeof *names);
   const char **tk = calloc(n + 1, sizeof *tk);
   if (names == NULL || tk == NULL)
@@ -387,11 +379,57 @@ static int restore_tasks(ps_client *c, ps_variable **vars, const char **keys, si
         tk[k++] = keys[i];
       }
     if (k == 0) continue;
-    rc = check ? ps_client_check_restore_vars(c, t, prefix, names, tk, k, st)
-               : ps_client_restore_vars(c, t, prefix, names, tk, k, st);
+    rc = ps_client_restore_vars(c, t, prefix, names, tk, k, st);
   }
   free(names);
   free(tk);
+  return rc;
+}
+
+/* The check before a restore of @vars[0..n) that takes more than one call
+ * (several ps, or variables held by the session, staged through a ps): on
+ * every ps at once, nothing changed.  *@checked receives the path of the
+ * checkpoint every ps checked (NULL when no check was needed): every later
+ * call restores from it, so "the latest" is resolved once. */
+static int check_tasks(ps_client *c, ps_variable **vars, const char **keys, size_t n,
+                       const char *prefix, char **checked, ps_status *st) {
+  int nps = ps_client_num_ps(c), ntasks = 0;
+  bool held = false;
+  *checked = NULL;
+  for (size_t i = 0; i < n; i++)
+    held |= vars[i]->task < 0;
+  for (int t = 0; t < nps; t++) {
+    size_t i = 0;
+    while (i < n && vars[i]->task != t)
+      i++;
+    ntasks += i < n;
+  }
+  if (ntasks + held < 2 || ntasks == 0) return 0;
+  const char **names = calloc(n + 1, sizeof *names);
+  const char **tk = calloc(n + 1, sizeof *tk);
+  const char *const **pn = calloc((size_t)nps + 1, sizeof *pn);
+  const char *const **pk = calloc((size_t)nps + 1, sizeof *pk);
+  size_t *cnt = calloc((size_t)nps + 1, sizeof *cnt);
+  int rc = 0;
+  if (names == NULL || tk == NULL || pn == NULL || pk == NULL || cnt == NULL)
+    rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+  size_t k = 0;
+  for (int t = 0; t < nps && rc == 0; t++) {
+    pn[t] = names + k;
+    pk[t] = tk + k;
+    for (size_t i = 0; i < n; i++)
+      if (vars[i]->task == t) {
+        names[k] = vars[i]->name;
+        tk[k++] = keys[i];
+        cnt[t]++;
+      }
+  }
+  if (rc == 0) rc = ps_client_check_restore_all(c, prefix, pn, pk, cnt, checked, st);
+  free(cnt);
+  free(pk);
+  free(pn);
+  free(tk);
+  free(names);
   return rc;
 }
 
@@ -440,15 +478,21 @@ int ps_saver_restore(ps_saver *s, ps_session *sess, const char *prefix, ps_statu
   /* All or nothing, as TensorFlow's restore: every ps checks its part
    * (keys, dtypes, shapes, checksums) and the session's variables are read
    * through staging variables before any variable changes. */
-  if (rc == 0) rc = restore_tasks(c, vars, keys, n, prefix ? prefix : "", true, st);
+  char *checked = NULL;
+  if (rc == 0) rc = check_tasks(c, vars, keys, n, prefix ? prefix : "", &checked, st);
+  if (checked) prefix = checked; /* "the latest" resolved once */
   ps_tensor **held = calloc(n + 1, sizeof *held);
-  if (held == NULL) goto oom;
+  if (held == NULL) {
+    free(checked);
+    goto oom;
+  }
   staging sg = {0};
   for (size_t i = 0; i < n && rc == 0; i++) /* held by the session */
     if (vars[i]->task < 0)
       rc = stage_in(&sg, c, vars[i], keys[i], prefix ? prefix : "", &held[i], st);
   staging_free(&sg, c);
-  if (rc == 0) rc = restore_tasks(c, vars, keys, n, prefix ? prefix : "", false, st);
+  if (rc == 0) rc = restore_tasks(c, vars, keys, n, prefix ? prefix : "", st);
+  free(checked);
   for (size_t i = 0; i < n; i++) {
     if (rc == 0 && held[i]) {
       rc = ps_session_set_local_value_(sess, vars[i], held[i], st);

@@ -420,5 +420,19 @@ int ps_client_restore_vars(ps_client *c, int task, const char *prefix,
 int ps_client_check_restore_vars(ps_client *c, int task, const char *prefix,
                                  const char *const *names, const char *const *keys,
                                  size_t n, ps_status *st);
+/* The check before a restore across several ps, on every ps at once: for
+ * each task t with @n[t] > 0, what ps_client_restore_vars(c, t, @prefix,
+ * @names[t], @keys[t] (may be NULL), @n[t]) would do, checked without
+ * changing anything; @names NULL: every variable of every ps, as
+ * ps_client_restore.  *@resolved receives (to free) the path of the
+ * checkpoint every ps checked, the latest one when @prefix is NULL or "":
+ * restore from it, not from @prefix, so that every ps restores what was
+ * checked, whatever a save does meanwhile.  FAILED_PRECONDITION when the
+ * ps name different checkpoints (both paths and tasks in the message), or
+ * when a ps is an older ps-server that restored instead of checking. */
+int ps_client_check_restore_all(ps_client *c, const char *prefix,
+                                const char *const *const *names,
+                                const char *const *const *keys, const size_t *n,
+                                char **resolved, ps_status *st);
 
 #endif
