@@ -311,6 +311,22 @@ static void tls_hint(ps_client *c, ps_status *st) {
   snprintf(st->msg + n, sizeof st->msg - n, " (%s)", hint);
 }
 
+/* Whether RESOURCE_EXHAUSTED text @msg is this client's gRPC refusing an
+ * answer over max_message_bytes.  gRPC's wording varies between versions
+ * ("Received message larger than max (N vs. M)", "grpc: received message
+ * larger than max ..."): any "larger than max" that is not about a sent
+ * message, not a ps's own limit text, and names no other limit than ours. */
+static bool over_recv_limit(const ps_client *c, const char *msg) {
+  const char *at = strcasestr(msg, "larger than max");
+  if (at == NULL || strcasestr(msg, "sent message") || strstr(msg, "--max-message-bytes"))
+    return false;
+  const char *vs = strstr(at, " vs. ");
+  if (vs == NULL) return true;
+  char *end;
+  long long lim = strtoll(vs + 5, &end, 10);
+  return end == vs + 5 || lim == (long long)c->opt.max_message_bytes;
+}
+
 /* Transport errors get the task's name and address; errors the ps sent
  * (TensorFlow's texts) pass through unchanged. */
 static void annotate(ps_client *c, int task, ps_status *st) {
@@ -323,11 +339,8 @@ static void annotate(ps_client *c, int task, ps_status *st) {
     ps_status_prefix(st, "ps/%d at %s", task, c->addrs[task]);
     tls_hint(c, st);
     break;
-  case PS_RESOURCE_EXHAUSTED: {
-    /* gRPC's own text when an answer is over this client's limit */
-    char ours[64];
-    snprintf(ours, sizeof ours, "vs. %lld)", (long long)c->opt.max_message_bytes);
-    if (strstr(st->msg, "Received message larger than max") && strstr(st->msg, ours)) {
+  case PS_RESOURCE_EXHAUSTED:
+    if (over_recv_limit(c, st->msg)) {
       ps_status_prefix(st, "ps/%d at %s", task, c->addrs[task]);
       size_t n = strlen(st->msg);
       snprintf(st->msg + n, sizeof st->msg - n,
@@ -335,7 +348,6 @@ static void annotate(ps_client *c, int task, ps_status *st) {
                (long long)c->opt.max_message_bytes);
     }
     break;
-  }
   default:
     break;
   }
@@ -918,6 +930,7 @@ static int parse_delete(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sin
                         ps_status *st) {
   delete_out *d = user;
   ps_delete_result *o = d->out;
+  ps_delete_result_free(o); /* a header parsed again */
   if (wire_ok(&paramserver__delete_response__descriptor, M_DELETE, p, n, st))
     return st->code;
   Paramserver__DeleteResponse *r = paramserver__delete_response__unpack(NULL, n, p);
@@ -1204,6 +1217,17 @@ typedef struct read_build {
 static int parse_read(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
                       ps_status *st) {
   read_build *b = user;
+  /* A retried call parses a header again: what the last one gave goes. */
+  for (size_t k = 0; k < b->t->n; k++) {
+    free(b->rows[k]);
+    b->rows[k] = NULL;
+    b->row_bytes[k] = 0;
+    if (b->allocated[k]) {
+      ps_tensor_destroy(b->t->reads[k].out);
+      b->t->reads[k].out = NULL;
+      b->allocated[k] = false;
+    }
+  }
   /* counted on the wire: a flood of empty entries is never unpacked */
   size_t nt = ps_wire_count_field(p, n, 1);
   if (nt != b->t->n)
@@ -1422,7 +1446,38 @@ typedef struct list_out {
   ps_var_info *v;
   size_t n;
   int task;
+  int64_t max_message_bytes; /* the client's receive limit */
+  const char *addr;          /* the ps's address, for errors */
 } list_out;
+
+/* The most entries a List answer may have: their ps_var_infos take at most
+ * PS_CLIENT_LIST_MEMORY_FACTOR times the receive limit (a 9-byte entry on
+ * the wire becomes a ps_var_info of some 340 bytes). */
+#define PS_CLIENT_LIST_MEMORY_FACTOR 4
+static size_t list_max_entries(int64_t max_message_bytes) {
+  if (max_message_bytes <= 0) max_message_bytes = PS_CLIENT_DEFAULT_MAX_MESSAGE_BYTES;
+  return (size_t)max_message_bytes * PS_CLIENT_LIST_MEMORY_FACTOR / sizeof(ps_var_info);
+}
+
+static int cmp_name_ptr(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* A variable listed twice: a ps holds one variable per name. */
+static int list_unique(const list_out *o, ps_status *st) {
+  if (o->n < 2) return 0;
+  char **names = malloc(o->n * sizeof *names);
+  if (names == NULL) return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+  for (size_t i = 0; i < o->n; i++)
+    names[i] = o->v[i].name;
+  qsort(names, o->n, sizeof *names, cmp_name_ptr);
+  int rc = 0;
+  for (size_t i = 1; i < o->n && rc == 0; i++)
+    if (strcmp(names[i - 1], names[i]) == 0)
+      rc = bad_answer(st, M_LIST, "variable %s is listed twice", names[i]);
+  free(names);
+  return rc;
+}
 
 /* One entry of a List answer, checked, appended to @o. */
 static int list_add(list_out *o, size_t *cap, size_t i, const Paramserver__VarInfo *vi,
@@ -1481,6 +1536,14 @@ static int parse_list(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
   o->v = NULL;
   o->n = 0;
   if (wire_ok(&paramserver__list_response__descriptor, M_LIST, p, n, st)) return st->code;
+  /* counted on the wire before anything is allocated for them */
+  size_t count = ps_wire_count_field(p, n, 1),
+         most = list_max_entries(o->max_message_bytes);
+  if (count > most)
+    return ps_status_set(st, PS_RESOURCE_EXHAUSTED,
+                         "ps/%d at %s: List: %zu variables, more than the %zu a "
+                         "client holds with a limit of %lld bytes (--max-message-bytes)",
+                         o->task, o->addr, count, most, (long long)o->max_message_bytes);
   const uint8_t *q = p, *end = p + n, *val;
   uint64_t field;
   size_t len, cap = 0, i = 0;
@@ -1496,6 +1559,7 @@ static int parse_list(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
     paramserver__var_info__free_unpacked(vi, NULL);
   }
   if (rc == 0 && w < 0) rc = bad_answer(st, M_LIST, "the answer does not parse");
+  if (rc == 0) rc = list_unique(o, st);
   if (rc == 0 && o->v == NULL && (o->v = calloc(1, sizeof *o->v)) == NULL)
     rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
   return rc;
@@ -1503,7 +1567,8 @@ static int parse_list(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
 
 int ps_client_list(ps_client *c, int task, ps_var_info **out, size_t *n, ps_status *st) {
   Paramserver__ListRequest req = PARAMSERVER__LIST_REQUEST__INIT;
-  list_out o = {NULL, 0, task};
+  list_out o = {NULL, 0, task, c->opt.max_message_bytes, NULL};
+  if (task >= 0 && task < c->nps) o.addr = c->addrs[task];
   int rc = control_call(c, task, M_LIST, &req.base, true, parse_list, &o, st);
   if (rc != 0) {
     ps_client_free_var_info(o.v, o.n);
@@ -1975,6 +2040,11 @@ static int fuzz_read(const uint8_t *p, size_t n, const uint8_t *data, size_t nda
   reads[2].indices = ix;
   reads[3].indices = ix2;
   if ((rc = read_build_init(&b, &t, &memo, st)) != 0) goto out;
+  /* a retried call (run_reqs) parses its header a second time */
+  ps_rpc_segs first = {0};
+  ps_status st1;
+  parse_read(&b, p, n, &first, &st1);
+  ps_rpc_segs_fini(&first);
   rc = parse_read(&b, p, n, &sink, st);
   if (rc == 0 && ndata != sink.total)
     rc = ps_status_set(st, ndata > sink.total ? PS_INTERNAL : PS_DATA_LOSS,
@@ -1998,6 +2068,16 @@ out:
   return rc;
 }
 
+/* Each header is parsed twice into the same outputs, as a call retried
+ * after UNAVAILABLE does (run_reqs): nothing of the first may leak. */
+#define TWICE(call)                                                                      \
+  do {                                                                                   \
+    (void)(call);                                                                        \
+    ps_rpc_segs_fini(&sink);                                                             \
+    ps_status_clear(st);                                                                 \
+    rc = (call);                                                                         \
+  } while (0)
+
 int fuzz_client_answer(const char *method, const uint8_t *p, size_t n,
                        const uint8_t *data, size_t ndata, ps_status *st) {
   ps_status_clear(st);
@@ -2005,44 +2085,45 @@ int fuzz_client_answer(const char *method, const uint8_t *p, size_t n,
   int rc;
   if (!strcmp(method, "Read")) return fuzz_read(p, n, data, ndata, st);
   if (!strcmp(method, "List")) {
-    list_out o = {NULL, 0, 0};
-    rc = parse_list(&o, p, n, &sink, st);
+    list_out o = {NULL, 0, 0, PS_CLIENT_DEFAULT_MAX_MESSAGE_BYTES, "fuzz"};
+    TWICE(parse_list(&o, p, n, &sink, st));
     ps_client_free_var_info(o.v, o.n);
   } else if (!strcmp(method, "IsInitialized")) {
     bool out[2];
     const char *names[2] = {"w", "b"};
     bools_out o = {out, 2, names[0]};
-    rc = parse_is_init(&o, p, n, &sink, st);
+    TWICE(parse_is_init(&o, p, n, &sink, st));
   } else if (!strcmp(method, "Initialize")) {
     init_out o = {0, 2};
-    rc = parse_initialize(&o, p, n, &sink, st);
+    TWICE(parse_initialize(&o, p, n, &sink, st));
   } else if (!strcmp(method, "ReportUninitialized")) {
     names_out o = {NULL, 0, 2};
-    rc = parse_report(&o, p, n, &sink, st);
+    TWICE(parse_report(&o, p, n, &sink, st));
     ps_client_free_names(o.names, o.n);
   } else if (!strcmp(method, "Delete")) {
     ps_delete_result r = {0};
     delete_out o = {&r, 2};
-    rc = parse_delete(&o, p, n, &sink, st);
+    TWICE(parse_delete(&o, p, n, &sink, st));
     ps_delete_result_free(&r);
   } else if (!strcmp(method, "Update")) {
     ps_update_result res[2];
     ps_update u[2] = {{.name = "w", .result = &res[0]}, {.name = "b", .result = &res[1]}};
     ps_task_updates t = {.task = 0, .updates = u, .n = 2};
-    rc = parse_update(&t, p, n, &sink, st);
+    TWICE(parse_update(&t, p, n, &sink, st));
   } else if (!strcmp(method, "Status")) {
     ps_task_status o;
-    rc = parse_status(&o, p, n, &sink, st);
+    TWICE(parse_status(&o, p, n, &sink, st));
   } else if (!strcmp(method, "Save") || !strcmp(method, "Merge") ||
              !strcmp(method, "Restore")) {
     save_out o = {.asked = 2};
-    rc = method[1] == 'a'   ? parse_save(&o, p, n, &sink, st)
-         : method[0] == 'M' ? parse_merge(&o, p, n, &sink, st)
-                            : parse_restore(&o, p, n, &sink, st);
+    parse_fn parse = method[1] == 'a'   ? parse_save
+                     : method[0] == 'M' ? parse_merge
+                                        : parse_restore;
+    TWICE(parse(&o, p, n, &sink, st));
     free(o.prefix);
     ps_ckpt_list_fini(&o.listed);
   } else if (!strcmp(method, "Shutdown")) {
-    rc = parse_shutdown(NULL, p, n, &sink, st);
+    TWICE(parse_shutdown(NULL, p, n, &sink, st));
   } else {
     return ps_status_set(st, PS_INVALID_ARGUMENT, "no decoder for %s", method);
   }
@@ -2053,3 +2134,4 @@ int fuzz_client_answer(const char *method, const uint8_t *p, size_t n,
   ps_rpc_segs_fini(&sink);
   return rc;
 }
+#undef TWICE
