@@ -26,6 +26,7 @@ them zeros and initialized), except the one MODE lies about:
                   the call UNAVAILABLE (the client retries); then as usual
   read_empty_tail Read sends its header and data, then empty messages
                   until the client gives up
+  restore_flood   Restore answers 16 million empty names (32 MB)
 """
 import struct
 import sys
@@ -227,6 +228,8 @@ def answer(method, header):
         return [field(1, b"".join(varint(1) for _ in range(n)))] if n else [b""]
     if method == "Status":
         return [field(1, b"ps/0") + field(3, b"hostile") + vfield(4, len(VARS))]
+    if method == "Restore" and MODE == "restore_flood":
+        return [b"\x0a\x00" * 16000000]
     if method == "Initialize":
         return [b""]
     # Create, ReportUninitialized, Snapshot, Release, Delete, Shutdown...: empty

@@ -115,6 +115,21 @@ if hostile list_valid_flood; then
   stop_hostile
 fi
 
+# ---- a Restore answer of 16 million empty names (32 MB): its entries are
+# counted before protobuf-c unpacks them (the old client took 700 MB)
+if hostile restore_flood; then
+  expect_clean "psctl restore: a flood of 16 million names" 1 \
+    "ps/0 at $ADDR: Restore: 16000000 entries, more than the" \
+    /usr/bin/time -f "maxrss_kb=%M" -o "$dir/rflood.time" "$PSCTL" --cluster "$SPEC" restore
+  rss=$(sed -n 's/^maxrss_kb=//p' "$dir/rflood.time")
+  if [ -n "$rss" ] && [ "$rss" -lt 204800 ]; then
+    ok "psctl restore: names flood RSS ${rss} kB < 200 MiB"
+  else
+    bad "psctl restore: names flood RSS ${rss:-?} kB (want < 200 MiB)" "$(cat "$dir/rflood.time")"
+  fi
+  stop_hostile
+fi
+
 # ---- a List naming a variable twice
 if hostile list_dup; then
   expect_clean "psctl vars: a variable listed twice" 1 \

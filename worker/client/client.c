@@ -367,12 +367,42 @@ typedef struct answer {
   void *user;
   const char *about; /* a variable the call is about, for errors (or NULL) */
   bool seen;         /* the header arrived */
+  const char *method;
+  int64_t max_message_bytes; /* the client's receive limit */
+  int task;
+  const char *addr;
 } answer;
+
+static int wire_next(const uint8_t **q, const uint8_t *end, uint64_t *field,
+                     const uint8_t **val, size_t *len);
+static const char *method_name(const char *method);
+static int parse_list(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
+                      ps_status *st);
+
+/* The most top-level entries an answer may have: each unpacked entry (a
+ * name's pointer and its smallest allocation) takes some 40 bytes, so at
+ * most 4 times the receive limit.  A 32 MiB answer of 16 million empty
+ * names took 640 MiB in protobuf-c's unpack before any check. */
+static size_t answer_max_entries(int64_t max_message_bytes) {
+  if (max_message_bytes <= 0) max_message_bytes = PS_CLIENT_DEFAULT_MAX_MESSAGE_BYTES;
+  return (size_t)max_message_bytes * 4 / 40;
+}
 
 static int on_answer(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
                      ps_status *st) {
   answer *a = user;
   a->seen = true;
+  const uint8_t *q = p, *end = p + n, *val;
+  uint64_t field;
+  size_t len, count = 0, most = answer_max_entries(a->max_message_bytes);
+  while (wire_next(&q, end, &field, &val, &len) > 0)
+    count++;
+  if (count > most && a->parse != parse_list) /* List's own cap is lower */
+    return ps_status_set(st, PS_RESOURCE_EXHAUSTED,
+                         "ps/%d at %s: %s: %zu entries, more than the %zu a client "
+                         "holds with a limit of %lld bytes (--max-message-bytes)",
+                         a->task, a->addr, method_name(a->method), count, most,
+                         (long long)a->max_message_bytes);
   return a->parse(a->user, p, n, sink, st);
 }
 
@@ -395,9 +425,15 @@ static int bad_answer(ps_status *st, const char *method, const char *fmt, ...) {
   return ps_status_set(st, PS_INTERNAL, "%s: %s", method_name(method), m);
 }
 
-static void answer_init(ps_rpc_req *r, answer *a, parse_fn parse, void *user,
-                        const char *about) {
-  *a = (answer){.parse = parse, .user = user, .about = about};
+static void answer_init(const ps_client *c, int task, ps_rpc_req *r, answer *a,
+                        parse_fn parse, void *user, const char *about) {
+  *a = (answer){.parse = parse,
+                .user = user,
+                .about = about,
+                .method = r->method,
+                .max_message_bytes = c->opt.max_message_bytes,
+                .task = task,
+                .addr = c->addrs[task]};
   if (parse == NULL) return;
   r->on_header = on_answer;
   r->user = a;
@@ -493,7 +529,7 @@ static int control_call(ps_client *c, int task, const char *method,
   ps_rpc_req r;
   answer a;
   req_init(c, &r, task, method, msg, true, false);
-  answer_init(&r, &a, parse, user, NULL);
+  answer_init(c, task, &r, &a, parse, user, NULL);
   run_reqs(c, &r, &task, 1, safe);
   if (st) *st = r.st;
   return r.st.code;
@@ -1146,7 +1182,7 @@ static int upd_request(ps_client *c, ps_task_updates *t, upd_build *b, ps_rpc_re
   if (rc != 0) return rc;
   req_init(c, r, t->task, M_UPDATE, &b->req.base, true, true);
   r->send = &b->segs;
-  answer_init(r, &b->ans, parse_update, t, t->n ? t->updates[0].name : NULL);
+  answer_init(c, t->task, r, &b->ans, parse_update, t, t->n ? t->updates[0].name : NULL);
   return 0;
 }
 
@@ -1389,7 +1425,7 @@ static int read_many(ps_client *c, ps_task_reads *t, size_t n, bool dedup,
     if ((rc = read_build_init(&bs[i], &t[i], dedup ? &c->memo : NULL, st)) != 0) goto out;
     req_init(c, &reqs[i], t[i].task, M_READ, &bs[i].req.base, false, true);
     reqs[i].send = &bs[i].segs;
-    answer_init(&reqs[i], &bs[i].ans, parse_read, &bs[i],
+    answer_init(c, t[i].task, &reqs[i], &bs[i].ans, parse_read, &bs[i],
                 t[i].n ? t[i].reads[0].name : NULL);
     tasks[i] = t[i].task;
   }
@@ -1733,7 +1769,7 @@ static int all_ps(ps_client *c, const char *method, const ProtobufCMessage *cons
   for (int t = 0; t < c->nps; t++) {
     req_init(c, &reqs[t], t, method, msgs[t], true, false);
     reqs[t].timeout_ms = timeout_ms;
-    answer_init(&reqs[t], &as[t], parse, outs ? &outs[t] : NULL, NULL);
+    answer_init(c, t, &reqs[t], &as[t], parse, outs ? &outs[t] : NULL, NULL);
     tasks[t] = t;
   }
   run_reqs(c, reqs, tasks, (size_t)c->nps, false);
