@@ -269,6 +269,9 @@ static int consume_chunk(grpc_byte_buffer *bb, ps_rpc_segs *sink, size_t *receiv
     rc = ps_status_set(st, PS_INVALID_ARGUMENT, "%s: truncated data chunk", what);
   if (rc == 0 && got != payload)
     rc = ps_status_set(st, PS_INVALID_ARGUMENT, "%s: truncated data chunk", what);
+  /* no peer sends one; a stream of them would hold a call to its deadline */
+  if (rc == 0 && payload == 0)
+    rc = ps_status_set(st, PS_INVALID_ARGUMENT, "%s: an empty data message", what);
   if (rc == 0) *received += got;
   return rc;
 }
@@ -2432,6 +2435,7 @@ static void ccall_recv_event(ccall *cc, int ok) {
   grpc_byte_buffer *bb = cc->recv_bb;
   cc->recv_bb = NULL;
   if (ok && bb != NULL) {
+    /* past the announced bytes, or empty: the server broke the protocol */
     if (consume_chunk(bb, &cc->sink, &cc->received, r->method, &cc->err) != 0) {
       cc->err.code = PS_INTERNAL; /* the server broke the protocol */
       ccall_local_error(cc);

@@ -19,10 +19,19 @@ them zeros and initialized), except the one MODE lies about:
   update_count    Update answers 0 versions for its updates
   merge_empty     Merge answers no checkpoint name; global_step reads as
                   float [0]
+  list_valid_flood List answers 3.6 million valid entries of 9 bytes ("a",
+                  float, 4 bytes): under the 32 MiB limit
+  list_dup        List answers "w" twice
+  read_retry      the first Read with a gather sends its header and ends
+                  the call UNAVAILABLE (the client retries); then as usual
+  read_empty_tail Read sends its header and data, then empty messages
+                  until the client gives up
+  restore_flood   Restore answers 16 million empty names (32 MB)
 """
 import struct
 import sys
 import threading
+import time
 from concurrent import futures
 
 import grpc
@@ -138,6 +147,29 @@ def create(f):
         VARS[name] = (dtype, shape, nb)
 
 
+ABORT = object()        # ends the call UNAVAILABLE after the messages before it
+EMPTY_TAIL = object()   # empty messages until the call ends
+RETRIED = []
+
+
+def read_items(f):
+    """[(name, num_indices or None)] of a ReadRequest."""
+    out = []
+    for n, v in f:
+        if n != 1:
+            continue
+        name, gather, num = b"", False, 0
+        for k, x in fields(v):
+            if k == 1:
+                name = x
+            elif k == 2:
+                gather = bool(x)
+            elif k == 4:
+                num = x
+        out.append((name, num if gather else None))
+    return out
+
+
 def answer(method, header):
     f = fields(header)
     if method == "Create":
@@ -155,15 +187,31 @@ def answer(method, header):
             return [field(1, tensor_meta(b"global_step", 1, [0]))]
         if MODE == "read_wrong_name":
             return [field(1, tensor_meta(b"v", 1, []))] + [chunk(b"\0" * 4)]
-        metas, data = b"", b""
-        for nm in names:
+        metas, data, gathers = b"", b"", False
+        for nm, num in read_items(f):
             dt, shape, nb = VARS.get(nm, (1, [], 4))
+            if num is not None and shape:  # a gather: num rows
+                gathers = True
+                nb = nb // shape[0] * num if shape[0] else 0
+                shape = [num] + shape[1:]
             metas += field(1, tensor_meta(nm, dt, shape))
             data += b"\0" * nb
-        return [metas, chunk(data)]
+        if MODE == "read_retry" and gathers and not RETRIED:
+            RETRIED.append(1)
+            sys.stderr.write("read_retry: a gather's header sent, the call ends UNAVAILABLE\n")
+            sys.stderr.flush()
+            return [metas, ABORT]
+        if MODE == "read_empty_tail":
+            return [metas, chunk(data), EMPTY_TAIL]
+        return [metas, chunk(data)] if data else [metas]
     if method == "List":
         if MODE == "list_flood":
             return [b"\x0a\x00" * 2500000]
+        if MODE == "list_valid_flood":
+            return [field(1, field(1, b"a") + vfield(2, 1) + vfield(4, 4)) * 3600000]
+        if MODE == "list_dup":
+            return [b"".join(field(1, field(1, n) + vfield(2, dt) + vfield(4, nb) + vfield(5, 1))
+                             for n, (dt, shape, nb) in list(VARS.items()) + [(b"w", VARS[b"w"])])]
         if MODE == "list_big":
             return [field(1, field(1, b"x" * (40 << 20)) + vfield(2, 1) + vfield(4, 4))]
         return [b"".join(field(1, field(1, n) + vfield(2, dt) + vfield(4, nb) + vfield(5, 1))
@@ -180,6 +228,8 @@ def answer(method, header):
         return [field(1, b"".join(varint(1) for _ in range(n)))] if n else [b""]
     if method == "Status":
         return [field(1, b"ps/0") + field(3, b"hostile") + vfield(4, len(VARS))]
+    if method == "Restore" and MODE == "restore_flood":
+        return [b"\x0a\x00" * 16000000]
     if method == "Initialize":
         return [b""]
     # Create, ReportUninitialized, Snapshot, Release, Delete, Shutdown...: empty
@@ -193,7 +243,15 @@ def handler(method):
             if header is None:
                 header = msg
         for m in answer(method, header or b""):
-            yield m
+            if m is ABORT:
+                context.abort(grpc.StatusCode.UNAVAILABLE, "hostile: going away")
+            elif m is EMPTY_TAIL:
+                while context.is_active():
+                    yield b""
+                    time.sleep(0.01)
+                return
+            else:
+                yield m
     return grpc.stream_stream_rpc_method_handler(serve)
 
 

@@ -73,11 +73,12 @@ if hostile read_no_header; then
   stop_hostile
 fi
 
-# ---- a 5 MB List of 2.5 million empty entries: refused at the first,
-# psctl's memory stays bounded (the old client took 1.2 GiB)
+# ---- a 5 MB List of 2.5 million empty entries: refused by their count
+# before any is unpacked, psctl's memory stays bounded (the old client
+# took 1.2 GiB)
 if hostile list_flood; then
   expect_clean "psctl vars: a List flood of empty entries" 1 \
-    "ps/0 at $ADDR: List: entry 0 has no name" \
+    "ps/0 at $ADDR: List: 2500000 variables, more than the" \
     /usr/bin/time -f "maxrss_kb=%M" -o "$dir/flood.time" "$PSCTL" --cluster "$SPEC" vars
   rss=$(sed -n 's/^maxrss_kb=//p' "$dir/flood.time")
   if [ -n "$rss" ] && [ "$rss" -lt 204800 ]; then
@@ -89,16 +90,92 @@ if hostile list_flood; then
   # unchecked calloc); not under ASan, whose shadow memory needs more
   if ! ldd "$PSCTL" 2> /dev/null | grep -q libasan; then
     expect_clean "psctl vars: a List flood under prlimit --as=1G" 1 \
-      "ps/0 at $ADDR: List: entry 0 has no name" \
+      "ps/0 at $ADDR: List: 2500000 variables, more than the" \
       prlimit --as=$((1 << 30)) "$PSCTL" --cluster "$SPEC" vars
   fi
   stop_hostile
 fi
 
-# ---- a List answer over the client's --max-message-bytes
+# ---- a flood of valid List entries under the receive limit: 3.6 million
+# of 9 bytes, each a ps_var_info of some 340 bytes (the old client took
+# 1.3 GiB and listed them all); counted before anything is allocated
+if hostile list_valid_flood; then
+  expect_clean "psctl vars: a flood of 3.6 million valid List entries" 1 \
+    "ps/0 at $ADDR: List: 3600000 variables, more than the" \
+    /usr/bin/time -f "maxrss_kb=%M" -o "$dir/vflood.time" "$PSCTL" --cluster "$SPEC" vars
+  expect_clean "psctl vars: the List flood's error names the limit" 1 \
+    "a client holds with a limit of 33554432 bytes (--max-message-bytes)" \
+    "$PSCTL" --cluster "$SPEC" vars
+  rss=$(sed -n 's/^maxrss_kb=//p' "$dir/vflood.time")
+  if [ -n "$rss" ] && [ "$rss" -lt 204800 ]; then
+    ok "psctl vars: valid List flood RSS ${rss} kB < 200 MiB"
+  else
+    bad "psctl vars: valid List flood RSS ${rss:-?} kB (want < 200 MiB)" "$(cat "$dir/vflood.time")"
+  fi
+  stop_hostile
+fi
+
+# ---- a Restore answer of 16 million empty names (32 MB): its entries are
+# counted before protobuf-c unpacks them (the old client took 700 MB)
+if hostile restore_flood; then
+  expect_clean "psctl restore: a flood of 16 million names" 1 \
+    "ps/0 at $ADDR: Restore: 16000000 entries, more than the" \
+    /usr/bin/time -f "maxrss_kb=%M" -o "$dir/rflood.time" "$PSCTL" --cluster "$SPEC" restore
+  rss=$(sed -n 's/^maxrss_kb=//p' "$dir/rflood.time")
+  if [ -n "$rss" ] && [ "$rss" -lt 204800 ]; then
+    ok "psctl restore: names flood RSS ${rss} kB < 200 MiB"
+  else
+    bad "psctl restore: names flood RSS ${rss:-?} kB (want < 200 MiB)" "$(cat "$dir/rflood.time")"
+  fi
+  stop_hostile
+fi
+
+# ---- a List naming a variable twice
+if hostile list_dup; then
+  expect_clean "psctl vars: a variable listed twice" 1 \
+    "ps/0 at $ADDR: List: variable w is listed twice" \
+    "$PSCTL" --cluster "$SPEC" vars
+  stop_hostile
+fi
+
+# ---- a Read whose header came and whose call then ended UNAVAILABLE: the
+# retry parses a header again, and the first one's rows (a deduplicated
+# gather of wide_deep's embeddings) are freed (ASan's leak check at exit)
+if hostile read_retry; then
+  expect_clean "ps-worker: a gather read retried after its header" 0 \
+    "test accuracy" \
+    timeout 120 "$PS_WORKER" --cluster "$WSPEC" --job worker --task 0 --steps 0 \
+    --no-restore --model wide_deep
+  if grep -q "read_retry: a gather's header sent" "$dir/hostile.$n_started.log"; then
+    ok "ps-worker: the hostile ps ended a gather read after its header"
+  else
+    bad "ps-worker: the hostile ps saw no gather read" "$(cat "$dir/hostile.$n_started.log")"
+  fi
+  stop_hostile
+fi
+
+# ---- empty messages after a Read's data: a protocol error at once, not
+# the call's deadline (8 s here; ps-worker's is 300 s)
+if hostile read_empty_tail; then
+  t0=$(date +%s%N)
+  expect_clean "psctl read: empty messages after the data" 1 \
+    "INTERNAL: ps/0 at $ADDR: /paramserver.Ps/Read: an empty data message" \
+    "$PSCTL" --cluster "$SPEC" --timeout-ms 8000 read w
+  ms=$((($(date +%s%N) - t0) / 1000000))
+  if [ "$ms" -lt 4000 ]; then ok "psctl read: empty messages refused in $ms ms"; else bad "psctl read: empty messages took $ms ms (the deadline is 8000)"; fi
+  expect_clean "ps-worker: empty messages after global_step's data" 1 \
+    "ps/0 at $ADDR: /paramserver.Ps/Read: an empty data message" worker
+  stop_hostile
+fi
+
+# ---- a List answer over the client's --max-message-bytes (gRPC's own
+# words for it vary between versions: only the client's are matched)
 if hostile list_big; then
   expect_clean "psctl vars: an answer over the default limit" 1 \
-    "ps/0 at $ADDR: Received message larger than max (41943054 vs. 33554432): an answer over the limit of 33554432 bytes (--max-message-bytes)" \
+    "an answer over the limit of 33554432 bytes (--max-message-bytes)" \
+    "$PSCTL" --cluster "$SPEC" vars
+  expect_clean "psctl vars: an answer over the limit names the ps" 1 \
+    "psctl: ps/0 at $ADDR: " \
     "$PSCTL" --cluster "$SPEC" vars
   expect_clean "psctl vars: --max-message-bytes 20M" 1 \
     "an answer over the limit of 20971520 bytes (--max-message-bytes)" \

@@ -374,6 +374,22 @@ static void tls_hint(ps_client *c, ps_status *st) {
   snprintf(st->msg + n, sizeof st->msg - n, " (%s)", hint);
 }
 
+/* Whether RESOURCE_EXHAUSTED text @msg is this client's gRPC refusing an
+ * answer over max_message_bytes.  gRPC's wording varies between versions
+ * ("Received message larger than max (N vs. M)", "grpc: received message
+ * larger than max ..."): any "larger than max" that is not about a sent
+ * message, not a ps's own limit text, and names no other limit than ours. */
+static bool over_recv_limit(const ps_client *c, const char *msg) {
+  const char *at = strcasestr(msg, "larger than max");
+  if (at == NULL || strcasestr(msg, "sent message") || strstr(msg, "--max-message-bytes"))
+    return false;
+  const char *vs = strstr(at, " vs. ");
+  if (vs == NULL) return true;
+  char *end;
+  long long lim = strtoll(vs + 5, &end, 10);
+  return end == vs + 5 || lim == (long long)c->opt.max_message_bytes;
+}
+
 /* Transport errors get the task's name and address; errors the ps sent
  * (TensorFlow's texts) pass through unchanged. */
 static void annotate(ps_client *c, int task, ps_status *st) {
@@ -386,11 +402,8 @@ static void annotate(ps_client *c, int task, ps_status *st) {
     ps_status_prefix(st, "ps/%d at %s", task, c->addrs[task]);
     tls_hint(c, st);
     break;
-  case PS_RESOURCE_EXHAUSTED: {
-    /* gRPC's own text when an answer is over this client's limit */
-    char ours[64];
-    snprintf(ours, sizeof ours, "vs. %lld)", (long long)c->opt.max_message_bytes);
-    if (strstr(st->msg, "Received message larger than max") && strstr(st->msg, ours)) {
+  case PS_RESOURCE_EXHAUSTED:
+    if (over_recv_limit(c, st->msg)) {
       ps_status_prefix(st, "ps/%d at %s", task, c->addrs[task]);
       size_t n = strlen(st->msg);
       snprintf(st->msg + n, sizeof st->msg - n,
@@ -398,7 +411,6 @@ static void annotate(ps_client *c, int task, ps_status *st) {
                (long long)c->opt.max_message_bytes);
     }
     break;
-  }
   default:
     break;
   }
@@ -418,12 +430,42 @@ typedef struct answer {
   void *user;
   const char *about; /* a variable the call is about, for errors (or NULL) */
   bool seen;         /* the header arrived */
+  const char *method;
+  int64_t max_message_bytes; /* the client's receive limit */
+  int task;
+  const char *addr;
 } answer;
+
+static int wire_next(const uint8_t **q, const uint8_t *end, uint64_t *field,
+                     const uint8_t **val, size_t *len);
+static const char *method_name(const char *method);
+static int parse_list(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
+                      ps_status *st);
+
+/* The most top-level entries an answer may have: each unpacked entry (a
+ * name's pointer and its smallest allocation) takes some 40 bytes, so at
+ * most 4 times the receive limit.  A 32 MiB answer of 16 million empty
+ * names took 640 MiB in protobuf-c's unpack before any check. */
+static size_t answer_max_entries(int64_t max_message_bytes) {
+  if (max_message_bytes <= 0) max_message_bytes = PS_CLIENT_DEFAULT_MAX_MESSAGE_BYTES;
+  return (size_t)max_message_bytes * 4 / 40;
+}
 
 static int on_answer(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
                      ps_status *st) {
   answer *a = user;
   a->seen = true;
+  const uint8_t *q = p, *end = p + n, *val;
+  uint64_t field;
+  size_t len, count = 0, most = answer_max_entries(a->max_message_bytes);
+  while (wire_next(&q, end, &field, &val, &len) > 0)
+    count++;
+  if (count > most && a->parse != parse_list) /* List's own cap is lower */
+    return ps_status_set(st, PS_RESOURCE_EXHAUSTED,
+                         "ps/%d at %s: %s: %zu entries, more than the %zu a client "
+                         "holds with a limit of %lld bytes (--max-message-bytes)",
+                         a->task, a->addr, method_name(a->method), count, most,
+                         (long long)a->max_message_bytes);
   return a->parse(a->user, p, n, sink, st);
 }
 
@@ -446,9 +488,15 @@ static int bad_answer(ps_status *st, const char *method, const char *fmt, ...) {
   return ps_status_set(st, PS_INTERNAL, "%s: %s", method_name(method), m);
 }
 
-static void answer_init(ps_rpc_req *r, answer *a, parse_fn parse, void *user,
-                        const char *about) {
-  *a = (answer){.parse = parse, .user = user, .about = about};
+static void answer_init(const ps_client *c, int task, ps_rpc_req *r, answer *a,
+                        parse_fn parse, void *user, const char *about) {
+  *a = (answer){.parse = parse,
+                .user = user,
+                .about = about,
+                .method = r->method,
+                .max_message_bytes = c->opt.max_message_bytes,
+                .task = task,
+                .addr = c->addrs[task]};
   if (parse == NULL) return;
   r->on_header = on_answer;
   r->user = a;
@@ -575,7 +623,7 @@ static int control_call(ps_client *c, int task, const char *method,
   ps_rpc_req r;
   answer a;
   req_init(c, &r, task, method, msg, true, false);
-  answer_init(&r, &a, parse, user, NULL);
+  answer_init(c, task, &r, &a, parse, user, NULL);
   run_reqs(c, &r, &task, 1, safe);
   if (st) *st = r.st;
   return r.st.code;
@@ -1012,6 +1060,7 @@ static int parse_delete(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sin
                         ps_status *st) {
   delete_out *d = user;
   ps_delete_result *o = d->out;
+  ps_delete_result_free(o); /* a header parsed again */
   if (wire_ok(&paramserver__delete_response__descriptor, M_DELETE, p, n, st))
     return st->code;
   Paramserver__DeleteResponse *r = paramserver__delete_response__unpack(NULL, n, p);
@@ -1249,7 +1298,7 @@ static int upd_request(ps_client *c, ps_task_updates *t, upd_build *b, ps_rpc_re
   if (rc != 0) return rc;
   req_init(c, r, t->task, M_UPDATE, &b->req.base, true, true);
   r->send = &b->segs;
-  answer_init(r, &b->ans, parse_update, t, t->n ? t->updates[0].name : NULL);
+  answer_init(c, t->task, r, &b->ans, parse_update, t, t->n ? t->updates[0].name : NULL);
   return 0;
 }
 
@@ -1320,6 +1369,17 @@ typedef struct read_build {
 static int parse_read(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
                       ps_status *st) {
   read_build *b = user;
+  /* A retried call parses a header again: what the last one gave goes. */
+  for (size_t k = 0; k < b->t->n; k++) {
+    free(b->rows[k]);
+    b->rows[k] = NULL;
+    b->row_bytes[k] = 0;
+    if (b->allocated[k]) {
+      ps_tensor_destroy(b->t->reads[k].out);
+      b->t->reads[k].out = NULL;
+      b->allocated[k] = false;
+    }
+  }
   /* counted on the wire: a flood of empty entries is never unpacked */
   size_t nt = ps_wire_count_field(p, n, 1);
   if (nt != b->t->n)
@@ -1481,7 +1541,7 @@ static int read_many(ps_client *c, ps_task_reads *t, size_t n, bool dedup,
     if ((rc = read_build_init(&bs[i], &t[i], dedup ? &c->memo : NULL, st)) != 0) goto out;
     req_init(c, &reqs[i], t[i].task, M_READ, &bs[i].req.base, false, true);
     reqs[i].send = &bs[i].segs;
-    answer_init(&reqs[i], &bs[i].ans, parse_read, &bs[i],
+    answer_init(c, t[i].task, &reqs[i], &bs[i].ans, parse_read, &bs[i],
                 t[i].n ? t[i].reads[0].name : NULL);
     tasks[i] = t[i].task;
   }
@@ -1538,7 +1598,38 @@ typedef struct list_out {
   ps_var_info *v;
   size_t n;
   int task;
+  int64_t max_message_bytes; /* the client's receive limit */
+  const char *addr;          /* the ps's address, for errors */
 } list_out;
+
+/* The most entries a List answer may have: their ps_var_infos take at most
+ * PS_CLIENT_LIST_MEMORY_FACTOR times the receive limit (a 9-byte entry on
+ * the wire becomes a ps_var_info of some 340 bytes). */
+#define PS_CLIENT_LIST_MEMORY_FACTOR 4
+static size_t list_max_entries(int64_t max_message_bytes) {
+  if (max_message_bytes <= 0) max_message_bytes = PS_CLIENT_DEFAULT_MAX_MESSAGE_BYTES;
+  return (size_t)max_message_bytes * PS_CLIENT_LIST_MEMORY_FACTOR / sizeof(ps_var_info);
+}
+
+static int cmp_name_ptr(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* A variable listed twice: a ps holds one variable per name. */
+static int list_unique(const list_out *o, ps_status *st) {
+  if (o->n < 2) return 0;
+  char **names = malloc(o->n * sizeof *names);
+  if (names == NULL) return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+  for (size_t i = 0; i < o->n; i++)
+    names[i] = o->v[i].name;
+  qsort(names, o->n, sizeof *names, cmp_name_ptr);
+  int rc = 0;
+  for (size_t i = 1; i < o->n && rc == 0; i++)
+    if (strcmp(names[i - 1], names[i]) == 0)
+      rc = bad_answer(st, M_LIST, "variable %s is listed twice", names[i]);
+  free(names);
+  return rc;
+}
 
 /* One entry of a List answer, checked, appended to @o. */
 static int list_add(list_out *o, size_t *cap, size_t i, const Paramserver__VarInfo *vi,
@@ -1597,6 +1688,14 @@ static int parse_list(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
   o->v = NULL;
   o->n = 0;
   if (wire_ok(&paramserver__list_response__descriptor, M_LIST, p, n, st)) return st->code;
+  /* counted on the wire before anything is allocated for them */
+  size_t count = ps_wire_count_field(p, n, 1),
+         most = list_max_entries(o->max_message_bytes);
+  if (count > most)
+    return ps_status_set(st, PS_RESOURCE_EXHAUSTED,
+                         "ps/%d at %s: List: %zu variables, more than the %zu a "
+                         "client holds with a limit of %lld bytes (--max-message-bytes)",
+                         o->task, o->addr, count, most, (long long)o->max_message_bytes);
   const uint8_t *q = p, *end = p + n, *val;
   uint64_t field;
   size_t len, cap = 0, i = 0;
@@ -1612,6 +1711,7 @@ static int parse_list(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
     paramserver__var_info__free_unpacked(vi, NULL);
   }
   if (rc == 0 && w < 0) rc = bad_answer(st, M_LIST, "the answer does not parse");
+  if (rc == 0) rc = list_unique(o, st);
   if (rc == 0 && o->v == NULL && (o->v = calloc(1, sizeof *o->v)) == NULL)
     rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
   return rc;
@@ -1619,7 +1719,8 @@ static int parse_list(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
 
 int ps_client_list(ps_client *c, int task, ps_var_info **out, size_t *n, ps_status *st) {
   Paramserver__ListRequest req = PARAMSERVER__LIST_REQUEST__INIT;
-  list_out o = {NULL, 0, task};
+  list_out o = {NULL, 0, task, c->opt.max_message_bytes, NULL};
+  if (task >= 0 && task < c->nps) o.addr = c->addrs[task];
   int rc = control_call(c, task, M_LIST, &req.base, true, parse_list, &o, st);
   if (rc != 0) {
     ps_client_free_var_info(o.v, o.n);
@@ -1786,7 +1887,7 @@ static int all_ps(ps_client *c, const char *method, const ProtobufCMessage *cons
   for (int t = 0; t < c->nps; t++) {
     req_init(c, &reqs[t], t, method, msgs[t], true, false);
     reqs[t].timeout_ms = timeout_ms;
-    answer_init(&reqs[t], &as[t], parse, outs ? &outs[t] : NULL, NULL);
+    answer_init(c, t, &reqs[t], &as[t], parse, outs ? &outs[t] : NULL, NULL);
     tasks[t] = t;
   }
   run_reqs(c, reqs, tasks, (size_t)c->nps, false);
@@ -2186,6 +2287,11 @@ static int fuzz_read(const uint8_t *p, size_t n, const uint8_t *data, size_t nda
   reads[2].indices = ix;
   reads[3].indices = ix2;
   if ((rc = read_build_init(&b, &t, &memo, st)) != 0) goto out;
+  /* a retried call (run_reqs) parses its header a second time */
+  ps_rpc_segs first = {0};
+  ps_status st1;
+  parse_read(&b, p, n, &first, &st1);
+  ps_rpc_segs_fini(&first);
   rc = parse_read(&b, p, n, &sink, st);
   if (rc == 0 && ndata != sink.total)
     rc = ps_status_set(st, ndata > sink.total ? PS_INTERNAL : PS_DATA_LOSS,
@@ -2209,6 +2315,16 @@ out:
   return rc;
 }
 
+/* Each header is parsed twice into the same outputs, as a call retried
+ * after UNAVAILABLE does (run_reqs): nothing of the first may leak. */
+#define TWICE(call)                                                                      \
+  do {                                                                                   \
+    (void)(call);                                                                        \
+    ps_rpc_segs_fini(&sink);                                                             \
+    ps_status_clear(st);                                                                 \
+    rc = (call);                                                                         \
+  } while (0)
+
 int fuzz_client_answer(const char *method, const uint8_t *p, size_t n,
                        const uint8_t *data, size_t ndata, ps_status *st) {
   ps_status_clear(st);
@@ -2216,44 +2332,45 @@ int fuzz_client_answer(const char *method, const uint8_t *p, size_t n,
   int rc;
   if (!strcmp(method, "Read")) return fuzz_read(p, n, data, ndata, st);
   if (!strcmp(method, "List")) {
-    list_out o = {NULL, 0, 0};
-    rc = parse_list(&o, p, n, &sink, st);
+    list_out o = {NULL, 0, 0, PS_CLIENT_DEFAULT_MAX_MESSAGE_BYTES, "fuzz"};
+    TWICE(parse_list(&o, p, n, &sink, st));
     ps_client_free_var_info(o.v, o.n);
   } else if (!strcmp(method, "IsInitialized")) {
     bool out[2];
     const char *names[2] = {"w", "b"};
     bools_out o = {out, 2, names[0]};
-    rc = parse_is_init(&o, p, n, &sink, st);
+    TWICE(parse_is_init(&o, p, n, &sink, st));
   } else if (!strcmp(method, "Initialize")) {
     init_out o = {0, 2};
-    rc = parse_initialize(&o, p, n, &sink, st);
+    TWICE(parse_initialize(&o, p, n, &sink, st));
   } else if (!strcmp(method, "ReportUninitialized")) {
     names_out o = {NULL, 0, 2};
-    rc = parse_report(&o, p, n, &sink, st);
+    TWICE(parse_report(&o, p, n, &sink, st));
     ps_client_free_names(o.names, o.n);
   } else if (!strcmp(method, "Delete")) {
     ps_delete_result r = {0};
     delete_out o = {&r, 2};
-    rc = parse_delete(&o, p, n, &sink, st);
+    TWICE(parse_delete(&o, p, n, &sink, st));
     ps_delete_result_free(&r);
   } else if (!strcmp(method, "Update")) {
     ps_update_result res[2];
     ps_update u[2] = {{.name = "w", .result = &res[0]}, {.name = "b", .result = &res[1]}};
     ps_task_updates t = {.task = 0, .updates = u, .n = 2};
-    rc = parse_update(&t, p, n, &sink, st);
+    TWICE(parse_update(&t, p, n, &sink, st));
   } else if (!strcmp(method, "Status")) {
     ps_task_status o;
-    rc = parse_status(&o, p, n, &sink, st);
+    TWICE(parse_status(&o, p, n, &sink, st));
   } else if (!strcmp(method, "Save") || !strcmp(method, "Merge") ||
              !strcmp(method, "Restore")) {
     save_out o = {.asked = 2};
-    rc = method[1] == 'a'   ? parse_save(&o, p, n, &sink, st)
-         : method[0] == 'M' ? parse_merge(&o, p, n, &sink, st)
-                            : parse_restore(&o, p, n, &sink, st);
+    parse_fn parse = method[1] == 'a'   ? parse_save
+                     : method[0] == 'M' ? parse_merge
+                                        : parse_restore;
+    TWICE(parse(&o, p, n, &sink, st));
     free(o.prefix);
     ps_ckpt_list_fini(&o.listed);
   } else if (!strcmp(method, "Shutdown")) {
-    rc = parse_shutdown(NULL, p, n, &sink, st);
+    TWICE(parse_shutdown(NULL, p, n, &sink, st));
   } else {
     return ps_status_set(st, PS_INVALID_ARGUMENT, "no decoder for %s", method);
   }
@@ -2264,3 +2381,4 @@ int fuzz_client_answer(const char *method, const uint8_t *p, size_t n,
   ps_rpc_segs_fini(&sink);
   return rc;
 }
+#undef TWICE
