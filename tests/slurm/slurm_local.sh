@@ -19,12 +19,26 @@ D=${2:?usage: slurm_local.sh start|stop DIR}
 export SLURM_CONF=$D/slurm.conf
 NODES=(n9 n10 n11)
 MARK="# paramserver tests/slurm $D"
-# unmark: /etc/hosts without this run's line (rewritten in place: it may
-# be a bind mount)
+# The hosts file (PS_TEST_HOSTS_FILE: another file, for the test of mark
+# and unmark themselves).  Every run changes it under an exclusive flock on
+# one lock file, so that two runs at once never lose each other's line.
+HOSTS=${PS_TEST_HOSTS_FILE:-/etc/hosts}
+LOCK=${PS_TEST_HOSTS_LOCK:-/tmp/paramserver-tests-hosts.lock}
+# mark: this run's line appended, once
+mark() {
+  (
+    flock -x 9 || exit 1
+    grep -qF -- "$MARK" "$HOSTS" || echo "127.0.0.1 ${NODES[*]} $MARK" >> "$HOSTS"
+  ) 9>> "$LOCK"
+}
+# unmark: the hosts file without this run's line (rewritten in place: it
+# may be a bind mount)
 unmark() {
-  local t
-  grep -qF -- "$MARK" /etc/hosts || return 0
-  t=$(grep -vF -- "$MARK" /etc/hosts) && printf '%s\n' "$t" > /etc/hosts
+  (
+    flock -x 9 || exit 1
+    grep -qF -- "$MARK" "$HOSTS" || exit 0
+    t=$(grep -vF -- "$MARK" "$HOSTS") && printf '%s\n' "$t" > "$HOSTS"
+  ) 9>> "$LOCK"
 }
 M=$D/munge
 # record NAME PIDFILE: DIR/pids gets "pid name" once the daemon wrote it
@@ -52,7 +66,7 @@ start)
   record munged "$M/munged.pid" || exit 1
   munge -S "$M/munge.socket" -n | unmunge -S "$M/munge.socket" > /dev/null \
     || { echo "munged on $M/munge.socket does not answer" >&2; exit 1; }
-  grep -qF -- "$MARK" /etc/hosts || echo "127.0.0.1 ${NODES[*]} $MARK" >> /etc/hosts
+  mark || { echo "could not add the nodes to $HOSTS" >&2; exit 1; }
   read -r ctld_port node_port0 node_port1 node_port2 resv_lo < <(python3 -c '
 import random, socket, subprocess
 ss = [socket.socket() for _ in range(4)]
@@ -130,5 +144,8 @@ stop)
   done
   unmark
   exit 0 ;;
+# (for the test: only the hosts file's line)
+mark) mark ;;
+unmark) unmark ;;
 *) echo "usage: slurm_local.sh start|stop DIR" >&2; exit 2 ;;
 esac
