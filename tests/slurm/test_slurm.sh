@@ -15,32 +15,38 @@
 #     the other worker with the worker one; and a job whose server.crt does
 #     not name its nodes fails before starting anything, saying so;
 #  6. the test's Slurm has its own munged (private socket, AuthInfo=socket=)
-#     and stopping it leaves the machine's munged on /run/munge running (a
-#     stand-in started there for the test when the machine runs none);
+#     and stopping it leaves a munged on /run/munge running: a stand-in
+#     the test starts there inside a private mount namespace (the machine's
+#     /run untouched), or without unshare the machine's own;
 #  7. a job with --time=1 gets SIGTERM from its script 15 s before the
 #     limit, writes a final checkpoint and ends FAILED with exit code 143
-#     (stopped before --steps), where a finished job ends COMPLETED 0;
+#     (stopped before --steps), where a finished job ends COMPLETED 0; the
+#     same when squeue fails inside the job (scontrol show job instead);
 #  8. (with 3) scancel --signal=TERM: a final checkpoint, FAILED 143, and
 #     a job chained to it with --dependency=afternotok runs then and
 #     resumes from that checkpoint;
 #  9. a heterogeneous job (#SBATCH hetjob: the ps on one node, the workers
 #     on two) runs one step across its components (srun A : B) to
-#     COMPLETED, each rank on the host Slurm gave it.
+#     COMPLETED, each rank on the host Slurm gave it (the components'
+#     nodes as the job logged them from SLURM_JOB_NODELIST_HET_GROUP_<k>).
 # 10. (with 1, at the same time) a non-chief worker killed -9 mid-training
 #     does not end the job: its rank logs it and exits 0, the chief trains
 #     on alone to --steps, and the job ends COMPLETED 0 with the final
 #     checkpoint at --steps; in a --sync job (its replicas would wait for
 #     it) the same ends the step, FAILED, saying why.
+# 11. slurm_local.sh's hosts-file line: 8 runs marking and unmarking at
+#     once (on a copy of /etc/hosts) keep each other's line.
 set -uo pipefail
 PS_SERVER=${PS_SERVER:?}; PS_WORKER=${PS_WORKER:?}
-# 6. needs a munged on the machine's default socket, which slurm_local.sh
-# must neither use nor stop.  When the machine runs none, the test runs in
-# a private mount namespace (unshare -m) whose /run is an overlay with an
-# empty tmpfs on /run/munge, and starts a stand-in there: the machine's
-# /run is never touched, yet slurm_local.sh (in the namespace too) sees the
-# stand-in where it would see the machine's munged.
+# 6. needs a munged on the default socket, which slurm_local.sh must
+# neither use nor stop.  The test runs in a private mount namespace
+# (unshare -m) whose /run is an overlay with an empty tmpfs on /run/munge,
+# and starts a stand-in there: the machine's /run (and a munged it runs) is
+# never touched, yet slurm_local.sh (in the namespace too) sees the
+# stand-in where it would see the machine's munged.  Without unshare, the
+# machine's own munged is the one to leave alone.
 if [ -z "${PS_SLURM_TEST_NS:-}" ] && [ "$(id -u)" = 0 ] && command -v munged > /dev/null \
-  && ! munge -n > /dev/null 2>&1 && unshare -m --propagation private true 2> /dev/null; then
+  && unshare -m --propagation private true 2> /dev/null; then
   PS_SLURM_TEST_NS=1 exec unshare -m --propagation private bash "$0" "$@"
 fi
 source "$(dirname "$0")/../support/lib.sh"
@@ -51,8 +57,8 @@ if [ "$(id -u)" != 0 ] || ! command -v slurmctld > /dev/null || ! command -v mun
   bad "local Slurm" "needs root and slurm-wlm + munge (deploy/setup.sh installs them)"
   finish
 fi
-# 6. the machine's own munged (/run/munge/munge.socket.2), or in the
-# private namespace a stand-in the test starts there, is still alive after
+# 6. in the private namespace a stand-in munged the test starts on
+# /run/munge/munge.socket.2 (else the machine's own) is still alive after
 # the test's Slurm stopped: slurm_local.sh runs its own munged on a private
 # socket and stops only it
 sys_sock=/run/munge/munge.socket.2 sys_pid="" stand_in="" ovl=""
@@ -73,7 +79,7 @@ elif munge -n > /dev/null 2>&1; then
   [ -n "$sys_pid" ] && [ -d "/proc/$sys_pid" ] \
     || sys_pid=$(ss -Hxlp 2> /dev/null | grep -F " $sys_sock " | sed -n 's/.*pid=\([0-9]*\).*/\1/p' | head -1)
 else
-  bad "a munged on $sys_sock to leave alone" "the machine runs none, and no private mount namespace (unshare -m) for a stand-in"
+  bad "a munged on $sys_sock to leave alone" "no private mount namespace (unshare -m) for a stand-in, and the machine runs none"
 fi
 test_cleanup_hook() {
   bash "$here/slurm_local.sh" stop "$dir/slurm" > /dev/null 2>&1
