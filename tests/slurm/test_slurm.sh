@@ -21,7 +21,8 @@
 #  7. a job with --time=1 gets SIGTERM from its script 15 s before the
 #     limit, writes a final checkpoint and ends FAILED with exit code 143
 #     (stopped before --steps), where a finished job ends COMPLETED 0; the
-#     same when squeue fails inside the job (scontrol show job instead);
+#     same when squeue fails inside the job (scontrol show job instead),
+#     and a warning when scontrol fails too;
 #  8. (with 3) scancel --signal=TERM: a final checkpoint, FAILED 143, and
 #     a job chained to it with --dependency=afternotok runs then and
 #     resumes from that checkpoint;
@@ -152,6 +153,11 @@ tid=$(sbopt=--time=1 submit timelimit "$dir/ck7" "${W[@]}" --steps 100000000 --s
 mkdir -p "$dir/nosqueue" && printf '#!/bin/sh\necho "squeue: error: (test) no answer" >&2\nexit 1\n' \
   > "$dir/nosqueue/squeue" && chmod +x "$dir/nosqueue/squeue"
 qid=$(PATH="$dir/nosqueue:$PATH" sbopt=--time=1 submit nosqueue "$dir/ck7b" "${W[@]}" --steps 100000000 --save-every-secs 1000)
+# 7c. neither squeue nor scontrol answering: the script warns that no stop
+# will come before the limit (a short job, which completes)
+mkdir -p "$dir/noslurm" && cp "$dir/nosqueue/squeue" "$dir/noslurm/squeue" \
+  && cp "$dir/nosqueue/squeue" "$dir/noslurm/scontrol"
+nid=$(PATH="$dir/noslurm:$PATH" sbopt=--time=1 submit noslurm "$dir/ck7c" "${W[@]}" --steps 300)
 # 9. (started now, checked later) a heterogeneous job: component 0 the 2 ps
 # on one node, component 1 the 2 workers on two, one step across both
 # (srun A : B); Slurm gives it SLURM_DISTRIBUTION=cyclic and tasks per
@@ -350,6 +356,15 @@ check "time limit, squeue failing: FAILED 143, not TIMEOUT ($s, ExitCode=${e:-no
   test "$s" = FAILED -a "$e" = 143:0
 check "time limit, squeue failing: a final checkpoint at the last step ($step)" \
   test -n "$step" -a -f "$dir/ck7b/model.ckpt-$step.index"
+show=""
+
+# 7c. neither squeue nor scontrol answering: a warning
+for ((i = 0; i < 1200; i++)); do ended "$nid" && break; sleep 0.1; done
+show=$dir/noslurm.out
+check "time limit, neither squeue nor scontrol answering: the script warns" \
+  grep -q "^paramserver.sbatch: warning: neither squeue nor scontrol show job gave job $nid's time limit: no SIGTERM STOP_SECS before it, so at the limit Slurm stops the tasks (SIGKILL KillWait seconds after its SIGTERM) and the final checkpoint may be cut short$" "$dir/noslurm.out"
+check "time limit, neither squeue nor scontrol answering: the job still runs (COMPLETED)" \
+  test "$(job_state "$nid")" = COMPLETED
 show=""
 
 # 8. scancel --signal=TERM: the same final checkpoint, FAILED 143
