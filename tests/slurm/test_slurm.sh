@@ -37,6 +37,8 @@
 #     it) the same ends the step, FAILED, saying why.
 # 11. slurm_local.sh's hosts-file line: 8 runs marking and unmarking at
 #     once (on a copy of /etc/hosts) keep each other's line.
+# 12. slurm_local.sh given a taken port for slurmctld (one the test holds)
+#     starts the daemons again on fresh ports, saying so.
 set -uo pipefail
 PS_SERVER=${PS_SERVER:?}; PS_WORKER=${PS_WORKER:?}
 # 6. needs a munged on the default socket, which slurm_local.sh must
@@ -116,8 +118,13 @@ check "hosts file: 8 runs marking and unmarking at once keep each other's line a
   test "$hlines" = 111111111 -a "$hbase" = "$hbase0"
 
 chmod 0711 "$dir" # munged: every directory above its socket searchable
-bash "$here/slurm_local.sh" start "$dir/slurm" > "$dir/slurm-start.log" 2>&1 \
+# 12. (with the start) a port picked for slurmctld that is taken before it
+# binds it: slurm_local.sh starts the daemons again on fresh ports
+hold_port || bad "a port held for slurmctld's first attempt" "python3 could not bind one"
+PS_TEST_CTLD_PORT=$HELD_PORT bash "$here/slurm_local.sh" start "$dir/slurm" > "$dir/slurm-start.log" 2>&1 \
   || { bad "local Slurm starts" "$(cat "$dir/slurm-start.log") $(tail -5 "$dir"/slurm/*.log)"; finish; }
+check "local Slurm: slurmctld's port taken: started again on fresh ports" \
+  grep -q "^slurm_local.sh: a port picked for slurmctld or a slurmd was taken before it bound it (Address already in use): starting again on fresh ports (attempt 2 of 3;" "$dir/slurm-start.log"
 export SLURM_CONF=$dir/slurm/slurm.conf
 export PS_SERVER PS_WORKER
 # (a heterogeneous job has a record per component: the leader's, the first)
