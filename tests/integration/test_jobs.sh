@@ -136,24 +136,33 @@ check "graph: another shape is refused naming both" \
   has "$dir/p2.err" "variable hidden/kernel is float \[784,32\] on the ps but float \[784,16\] here"
 kill -INT "$lpid"; wait "$lpid" 2>/dev/null
 
-# ---- 5. a worker started before any ps waits, then joins
-ports=$(python3 -c '
-import socket
-ss=[socket.socket() for _ in range(2)]
-for s in ss: s.bind(("127.0.0.1", 0))
-print(" ".join(str(s.getsockname()[1]) for s in ss))')
-read -r p0 p1 <<< "$ports"
-echo "{\"ps\": [\"127.0.0.1:$p0\", \"127.0.0.1:$p1\"], \"worker\": [\"127.0.0.1:0\"]}" > "$dir/early.json"
-"$PS_WORKER" "${W[@]}" --cluster "$dir/early.json" --job worker --task 0 --steps 30 --no-final-save \
-  > "$dir/early.out" 2> "$dir/early.err" &
-ew=$!; pids+=("$ew")
-wait_for "$dir/early.err" "waiting for 2 ps task(s): ps/0 (127.0.0.1:$p0), ps/1 (127.0.0.1:$p1)" 60
-check "early worker: logs which ps it waits for" test $? = 0
-eps=()
-for t in 0 1; do
-  "$PS_SERVER" --cluster "$dir/early.json" --job ps --task $t > /dev/null 2>> "$dir/early-ps.err" &
-  pids+=($!); eps+=($!)
+# ---- 5. a worker started before any ps waits, then joins.  The ps's
+# ports must be in the spec before they start, so they are picked free
+# and may be taken before a ps binds its own: then the whole start is
+# done again on fresh ports, saying so
+for attempt in 1 2 3; do
+  read -r p0 p1 < <(pick_ports 2)
+  echo "{\"ps\": [\"127.0.0.1:$p0\", \"127.0.0.1:$p1\"], \"worker\": [\"127.0.0.1:0\"]}" > "$dir/early.json"
+  "$PS_WORKER" "${W[@]}" --cluster "$dir/early.json" --job worker --task 0 --steps 30 --no-final-save \
+    > "$dir/early.out" 2> "$dir/early.err" &
+  ew=$!; pids+=("$ew")
+  wait_for "$dir/early.err" "waiting for 2 ps task(s): ps/0 (127.0.0.1:$p0), ps/1 (127.0.0.1:$p1)" 60
+  waited=$?
+  eps=() taken=""
+  for t in 0 1; do
+    start_ps_on "$dir/early.json" $t "$dir/early-ps.err"
+    case $? in
+      0) pids+=("$PID"); eps+=("$PID") ;;
+      2) taken="ps/$t's port $([ $t = 0 ] && echo "$p0" || echo "$p1")"; break ;;
+      *) bad "early worker: ps/$t starts" "$(tail -5 "$dir/early-ps.err")"; break ;;
+    esac
+  done
+  [ -z "$taken" ] && break
+  kill -KILL "$ew" "${eps[@]}" 2> /dev/null; wait "$ew" "${eps[@]}" 2> /dev/null
+  [ "$attempt" = 3 ] && { bad "early worker: the ps's ports were taken 3 times in a row" "$taken"; break; }
+  echo "early worker: $taken was taken before the ps bound it (address in use): starting again on fresh ports (attempt $((attempt + 1)) of 3)"
 done
+check "early worker: logs which ps it waits for" test "$waited" = 0
 wait "$ew"; rc=$?
 check "early worker: joins once the ps are up and finishes (exit $rc)" test "$rc" = 0
 check "early worker: reports accuracy" test -n "$(accuracy "$dir/early.out")"
@@ -165,10 +174,10 @@ check "job done: the ps logged why" has "$dir/early-ps.err" "Shutdown asked by a
 
 # ---- 5b. a sparse spec counts only the tasks it lists: a chief and
 # worker/3 train synchronously (replicas = 2, not 5) and end
-read -r sp < <(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-echo "{\"ps\": [\"127.0.0.1:$sp\"], \"chief\": [\"127.0.0.1:0\"], \"worker\": {\"3\": \"127.0.0.1:0\"}}" > "$dir/sparse.json"
-"$PS_SERVER" --cluster "$dir/sparse.json" --job ps --task 0 > /dev/null 2>> "$dir/sparse-ps.err" &
-spp=$!; pids+=("$spp")
+# (the ps first, on a port of its own: the spec gets its address)
+start_ps_cluster 1 "$dir/sparse-ps.err" || bad "sparse spec: the ps starts" "$(tail -5 "$dir/sparse-ps.err")"
+spp=${PS_PIDS[0]}; pids+=("$spp")
+echo "{\"ps\": [$PS_LIST], \"chief\": [\"127.0.0.1:0\"], \"worker\": {\"3\": \"127.0.0.1:0\"}}" > "$dir/sparse.json"
 for role in "chief 0" "worker 3"; do
   set -- $role
   timeout 300 "$PS_WORKER" --model linreg --cluster "$dir/sparse.json" --job "$1" --task "$2" --sync \
@@ -183,10 +192,10 @@ wait "$spp"; check "sparse spec: the ps was shut down by the chief (exit $?)" te
 # ---- 5d. an evaluator outside the cluster spec (TensorFlow's layout)
 # evaluates each new checkpoint and never trains
 ck="$dir/ck-eval"; mkdir -p "$ck"
-read -r ep < <(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-echo "{\"ps\": [\"127.0.0.1:$ep\"], \"worker\": [\"127.0.0.1:0\"]}" > "$dir/eval.json"
-"$PS_SERVER" --cluster "$dir/eval.json" --job ps --task 0 --checkpoint-dir "$ck" > /dev/null 2>> "$dir/eval-ps.err" &
-pids+=($!); evps=$!
+start_ps_cluster 1 "$dir/eval-ps.err" --checkpoint-dir "$ck" \
+  || bad "evaluator: the ps starts" "$(tail -5 "$dir/eval-ps.err")"
+evps=${PS_PIDS[0]}; pids+=("$evps")
+echo "{\"ps\": [$PS_LIST], \"worker\": [\"127.0.0.1:0\"]}" > "$dir/eval.json"
 "$PS_WORKER" --cluster "$dir/eval.json" --job evaluator --task 0 --model linreg --steps 600 \
   --checkpoint-dir "$ck" > "$dir/evaluator.out" 2> "$dir/evaluator.err" &
 pids+=($!); ev=$!
@@ -206,10 +215,9 @@ expect "evaluator: needs --checkpoint-dir" 2 "an evaluator needs --checkpoint-di
 # ---- 5e. a straggler: worker/1 starts after the chief has finished its
 # steps; the chief waits for it to join before shutting the ps down, so it
 # does not wait for ever for ps that are gone, and the job ends
-read -r sg < <(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-echo "{\"ps\": [\"127.0.0.1:$sg\"], \"worker\": [\"127.0.0.1:0\", \"127.0.0.1:0\"]}" > "$dir/strag.json"
-"$PS_SERVER" --cluster "$dir/strag.json" --job ps --task 0 > /dev/null 2>> "$dir/strag-ps.err" &
-pids+=($!); sgps=$!
+start_ps_cluster 1 "$dir/strag-ps.err" || bad "straggler: the ps starts" "$(tail -5 "$dir/strag-ps.err")"
+sgps=${PS_PIDS[0]}; pids+=("$sgps")
+echo "{\"ps\": [$PS_LIST], \"worker\": [\"127.0.0.1:0\", \"127.0.0.1:0\"]}" > "$dir/strag.json"
 "$PS_WORKER" --cluster "$dir/strag.json" --job worker --task 0 --model linreg --steps 200 \
   > "$dir/strag0.out" 2> "$dir/strag0.err" &
 pids+=($!); sg0=$!
@@ -226,18 +234,10 @@ check "straggler: the chief and the ps end (exit $r0 $rp)" test "$r0$rp" = 00
 # final checkpoint, which holds the last step it reached; then every task
 # exits by itself: the ps 0, the workers 143 (stopped before --steps)
 ck="$dir/ck-term"; mkdir -p "$ck"
-read -r q0 q1 < <(python3 -c '
-import socket
-ss=[socket.socket() for _ in range(2)]
-for s in ss: s.bind(("127.0.0.1", 0))
-print(" ".join(str(s.getsockname()[1]) for s in ss))')
-echo "{\"ps\": [\"127.0.0.1:$q0\", \"127.0.0.1:$q1\"], \"worker\": [\"127.0.0.1:0\", \"127.0.0.1:0\"]}" > "$dir/term.json"
-tps=(); tws=()
-for t in 0 1; do
-  "$PS_SERVER" --cluster "$dir/term.json" --job ps --task $t --checkpoint-dir "$ck" --drain-secs 60 \
-    > /dev/null 2>> "$dir/term-ps.err" &
-  tps+=($!); pids+=($!)
-done
+start_ps_cluster 2 "$dir/term-ps.err" --checkpoint-dir "$ck" --drain-secs 60 \
+  || bad "SIGTERM to the whole job: the ps start" "$(tail -5 "$dir/term-ps.err")"
+tps=("${PS_PIDS[@]}"); tws=(); pids+=("${PS_PIDS[@]}")
+echo "{\"ps\": [$PS_LIST], \"worker\": [\"127.0.0.1:0\", \"127.0.0.1:0\"]}" > "$dir/term.json"
 for t in 0 1; do
   "$PS_WORKER" "${W[@]}" --cluster "$dir/term.json" --job worker --task $t --steps 100000000 \
     --log-every 20 --checkpoint-dir "$ck" > "$dir/term-w$t.out" 2> "$dir/term-w$t.err" &
@@ -283,8 +283,10 @@ expect "ps-worker missing spec" 2 "$dir/none.json" "$PS_WORKER" --cluster "$dir/
 echo '{"worker": ["127.0.0.1:0"]}' > "$dir/nops.json"
 expect "ps-worker spec without ps" 2 "has no ps job" "$PS_WORKER" --cluster "$dir/nops.json"
 expect "ps-worker --help" 0 "usage: ps-worker" "$PS_WORKER" --help
-# no ps ever answers: --ps-timeout gives up with the task and address
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+# no ps ever answers (its port held bound, never listening, so that
+# nothing else takes it): --ps-timeout gives up with the task and address
+hold_port || bad "a port held closed" "python3 could not bind one"
+port=$HELD_PORT
 echo "{\"ps\": [\"127.0.0.1:$port\"], \"worker\": [\"127.0.0.1:0\"]}" > "$dir/dead.json"
 expect "ps-worker --ps-timeout" 1 "ps/0 (127.0.0.1:$port) and 0 other ps task(s) did not answer within 1 s" \
   "$PS_WORKER" --cluster "$dir/dead.json" --ps-timeout 1 --steps 1

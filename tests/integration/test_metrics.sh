@@ -16,8 +16,6 @@ listening() {
 # a non-loopback IPv4 address of this host, if it has one
 OTHER_IP=$(ip -4 -o addr show scope global 2>/dev/null | awk '{sub(/\/.*/, "", $4); print $4; exit}')
 
-free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-
 mkdir -p "$dir/ck"
 echo '{"ps": ["127.0.0.1:0"]}' > "$dir/c.json"
 fifo="$dir/ready"; mkfifo "$fifo"
@@ -55,7 +53,6 @@ fi
 # A real Prometheus scrapes the ps every second; its query API then has
 # the ps's series.
 if command -v prometheus > /dev/null; then
-  PP=$(free_port)
   cat > "$dir/prom.yml" <<YML
 global:
   scrape_interval: 1s
@@ -65,8 +62,17 @@ scrape_configs:
       - targets: ["127.0.0.1:$MP"]
 YML
   prometheus --config.file="$dir/prom.yml" --storage.tsdb.path="$dir/tsdb" \
-    --web.listen-address="127.0.0.1:$PP" > "$dir/prom.log" 2>&1 &
+    --web.listen-address=127.0.0.1:0 > "$dir/prom.log" 2>&1 &
   PROM=$!
+  # (port 0: the port it bound, from its log line 'msg="Listening on"
+  # address=127.0.0.1:PORT')
+  PP=""
+  for ((i = 0; i < 300; i++)); do
+    PP=$(sed -n 's/.*msg="Listening on" address=127\.0\.0\.1:\([0-9]*\).*/\1/p' "$dir/prom.log" | head -1)
+    [ -n "$PP" ] && break
+    sleep 0.1
+  done
+  [ -n "$PP" ] || bad "Prometheus listens (on a port of its own)" "$(tail -5 "$dir/prom.log")"
   got=""
   for ((i = 0; i < 300; i++)); do
     got=$(curl -s "http://127.0.0.1:$PP/api/v1/query?query=ps_rpc_calls_total%7Bmethod%3D%22paramserver.Ps%2FStatus%22%2Ccode%3D%22OK%22%7D" 2>/dev/null)

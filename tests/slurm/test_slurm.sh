@@ -15,24 +15,43 @@
 #     the other worker with the worker one; and a job whose server.crt does
 #     not name its nodes fails before starting anything, saying so;
 #  6. the test's Slurm has its own munged (private socket, AuthInfo=socket=)
-#     and stopping it leaves the machine's munged on /run/munge running (a
-#     stand-in started there for the test when the machine runs none);
+#     and stopping it leaves a munged on /run/munge running: a stand-in
+#     the test starts there inside a private mount namespace (the machine's
+#     /run untouched), or without unshare the machine's own;
 #  7. a job with --time=1 gets SIGTERM from its script 15 s before the
 #     limit, writes a final checkpoint and ends FAILED with exit code 143
-#     (stopped before --steps), where a finished job ends COMPLETED 0;
+#     (stopped before --steps), where a finished job ends COMPLETED 0; the
+#     same when squeue fails inside the job (scontrol show job instead),
+#     and a warning when scontrol fails too;
 #  8. (with 3) scancel --signal=TERM: a final checkpoint, FAILED 143, and
 #     a job chained to it with --dependency=afternotok runs then and
 #     resumes from that checkpoint;
 #  9. a heterogeneous job (#SBATCH hetjob: the ps on one node, the workers
 #     on two) runs one step across its components (srun A : B) to
-#     COMPLETED, each rank on the host Slurm gave it.
+#     COMPLETED, each rank on the host Slurm gave it (the components'
+#     nodes as the job logged them from SLURM_JOB_NODELIST_HET_GROUP_<k>).
 # 10. (with 1, at the same time) a non-chief worker killed -9 mid-training
 #     does not end the job: its rank logs it and exits 0, the chief trains
 #     on alone to --steps, and the job ends COMPLETED 0 with the final
 #     checkpoint at --steps; in a --sync job (its replicas would wait for
 #     it) the same ends the step, FAILED, saying why.
+# 11. slurm_local.sh's hosts-file line: 8 runs marking and unmarking at
+#     once (on a copy of /etc/hosts) keep each other's line.
+# 12. slurm_local.sh given a taken port for slurmctld (one the test holds)
+#     starts the daemons again on fresh ports, saying so.
 set -uo pipefail
 PS_SERVER=${PS_SERVER:?}; PS_WORKER=${PS_WORKER:?}
+# 6. needs a munged on the default socket, which slurm_local.sh must
+# neither use nor stop.  The test runs in a private mount namespace
+# (unshare -m) whose /run is an overlay with an empty tmpfs on /run/munge,
+# and starts a stand-in there: the machine's /run (and a munged it runs) is
+# never touched, yet slurm_local.sh (in the namespace too) sees the
+# stand-in where it would see the machine's munged.  Without unshare, the
+# machine's own munged is the one to leave alone.
+if [ -z "${PS_SLURM_TEST_NS:-}" ] && [ "$(id -u)" = 0 ] && command -v munged > /dev/null \
+  && unshare -m --propagation private true 2> /dev/null; then
+  PS_SLURM_TEST_NS=1 exec unshare -m --propagation private bash "$0" "$@"
+fi
 source "$(dirname "$0")/../support/lib.sh"
 test_init slurm
 here=$(cd "$(dirname "$0")" && pwd)
@@ -41,32 +60,71 @@ if [ "$(id -u)" != 0 ] || ! command -v slurmctld > /dev/null || ! command -v mun
   bad "local Slurm" "needs root and slurm-wlm + munge (deploy/setup.sh installs them)"
   finish
 fi
-# 6. the machine's own munged (/run/munge), or a stand-in the test starts
-# there when none runs, is still alive after the test's Slurm stopped:
-# slurm_local.sh runs its own munged on a private socket and stops only it
-sys_sock=/run/munge/munge.socket.2 sys_pid="" stand_in="" made_run=""
-if munge -n > /dev/null 2>&1 && [ -s /run/munge/munged.pid ]; then
-  sys_pid=$(cat /run/munge/munged.pid)
-else
-  [ -d /run/munge ] || { mkdir -m 0755 /run/munge && made_run=yes; }
-  mkdir -m 0700 "$dir/sysmunge" && head -c 1024 /dev/urandom > "$dir/sysmunge/key" \
+# 6. in the private namespace a stand-in munged the test starts on
+# /run/munge/munge.socket.2 (else the machine's own) is still alive after
+# the test's Slurm stopped: slurm_local.sh runs its own munged on a private
+# socket and stops only it
+sys_sock=/run/munge/munge.socket.2 sys_pid="" stand_in="" ovl=""
+if [ -n "${PS_SLURM_TEST_NS:-}" ]; then
+  ovl=$dir/run-overlay
+  mkdir -p "$ovl" && mount -t tmpfs -o mode=0700 tmpfs "$ovl" && mkdir "$ovl/u" "$ovl/w" \
+    && mount -t overlay overlay -o "lowerdir=/run,upperdir=$ovl/u,workdir=$ovl/w" /run \
+    && mkdir -p -m 0755 /run/munge && mount -t tmpfs -o mode=0755 tmpfs /run/munge \
+    && mkdir -m 0700 "$dir/sysmunge" && head -c 1024 /dev/urandom > "$dir/sysmunge/key" \
     && chmod 0600 "$dir/sysmunge/key" \
     && munged -S "$sys_sock" --key-file="$dir/sysmunge/key" --pid-file=/run/munge/munged.pid \
       --log-file="$dir/sysmunge/log" --seed-file="$dir/sysmunge/seed" \
-    && sys_pid=$(cat /run/munge/munged.pid) && stand_in=$sys_pid
+    && sys_pid=$(cat /run/munge/munged.pid) && stand_in=$sys_pid \
+    || bad "a stand-in munged on $sys_sock in a private mount namespace" "$(cat "$dir/sysmunge/log" 2> /dev/null)"
+elif munge -n > /dev/null 2>&1; then
+  # the machine's: its pid from the pid file, or from the socket's owner
+  sys_pid=$(cat /run/munge/munged.pid 2> /dev/null)
+  [ -n "$sys_pid" ] && [ -d "/proc/$sys_pid" ] \
+    || sys_pid=$(ss -Hxlp 2> /dev/null | grep -F " $sys_sock " | sed -n 's/.*pid=\([0-9]*\).*/\1/p' | head -1)
+else
+  bad "a munged on $sys_sock to leave alone" "no private mount namespace (unshare -m) for a stand-in, and the machine runs none"
 fi
 test_cleanup_hook() {
   bash "$here/slurm_local.sh" stop "$dir/slurm" > /dev/null 2>&1
   if [ -n "$stand_in" ]; then
     kill "$stand_in" 2> /dev/null
     for ((i = 0; i < 50; i++)); do kill -0 "$stand_in" 2> /dev/null || break; sleep 0.1; done
-    rm -f /run/munge/munged.pid
-    [ -z "$made_run" ] || rm -rf /run/munge
+  fi
+  # (the namespace's mounts: /run's overlay, then its tmpfs under $dir)
+  if [ -n "$ovl" ]; then
+    umount /run/munge 2> /dev/null; umount /run 2> /dev/null; umount "$ovl" 2> /dev/null
   fi
 }
+# 11. slurm_local.sh's /etc/hosts line: runs that mark and unmark at once
+# (each under the lock) never lose another's line.  On a copy of the file:
+# 8 runs, each marking and unmarking its line 25 times and then marking it
+# for good, beside a line marked before that nobody removes
+hosts_of() { # N: the hosts-file line marking run N
+  grep -c -F -- "# paramserver tests/slurm $dir/hostsrun$1" "$dir/hosts"
+}
+cp /etc/hosts "$dir/hosts"
+hbase0=$(wc -l < "$dir/hosts")
+hmark() { PS_TEST_HOSTS_FILE=$dir/hosts PS_TEST_HOSTS_LOCK=$dir/hosts.lock bash "$here/slurm_local.sh" "$1" "$dir/hostsrun$2"; }
+hmark mark keep
+hpids=()
+for r in 1 2 3 4 5 6 7 8; do
+  (for ((i = 0; i < 25; i++)); do hmark mark "$r"; hmark unmark "$r"; done; hmark mark "$r") &
+  hpids+=($!)
+done
+for p in "${hpids[@]}"; do wait "$p"; done
+hlines=$(for r in keep 1 2 3 4 5 6 7 8; do echo -n "$(hosts_of "$r")"; done)
+hbase=$(grep -cvF -- "# paramserver tests/slurm $dir/hostsrun" "$dir/hosts")
+check "hosts file: 8 runs marking and unmarking at once keep each other's line and the rest (lines $hlines, want 111111111; $hbase of $hbase0 others)" \
+  test "$hlines" = 111111111 -a "$hbase" = "$hbase0"
+
 chmod 0711 "$dir" # munged: every directory above its socket searchable
-bash "$here/slurm_local.sh" start "$dir/slurm" > "$dir/slurm-start.log" 2>&1 \
+# 12. (with the start) a port picked for slurmctld that is taken before it
+# binds it: slurm_local.sh starts the daemons again on fresh ports
+hold_port || bad "a port held for slurmctld's first attempt" "python3 could not bind one"
+PS_TEST_CTLD_PORT=$HELD_PORT bash "$here/slurm_local.sh" start "$dir/slurm" > "$dir/slurm-start.log" 2>&1 \
   || { bad "local Slurm starts" "$(cat "$dir/slurm-start.log") $(tail -5 "$dir"/slurm/*.log)"; finish; }
+check "local Slurm: slurmctld's port taken: started again on fresh ports" \
+  grep -q "^slurm_local.sh: a port picked for slurmctld or a slurmd was taken before it bound it (Address already in use): starting again on fresh ports (attempt 2 of 3;" "$dir/slurm-start.log"
 export SLURM_CONF=$dir/slurm/slurm.conf
 export PS_SERVER PS_WORKER
 # (a heterogeneous job has a record per component: the leader's, the first)
@@ -97,6 +155,16 @@ certs=$dir/certs
 
 # 7. (started first, checked last) a job with a 1-minute limit
 tid=$(sbopt=--time=1 submit timelimit "$dir/ck7" "${W[@]}" --steps 100000000 --save-every-secs 1000)
+# 7b. the same where squeue fails inside the job (a squeue on its PATH that
+# exits 1): the script says so and takes the limit from scontrol show job
+mkdir -p "$dir/nosqueue" && printf '#!/bin/sh\necho "squeue: error: (test) no answer" >&2\nexit 1\n' \
+  > "$dir/nosqueue/squeue" && chmod +x "$dir/nosqueue/squeue"
+qid=$(PATH="$dir/nosqueue:$PATH" sbopt=--time=1 submit nosqueue "$dir/ck7b" "${W[@]}" --steps 100000000 --save-every-secs 1000)
+# 7c. neither squeue nor scontrol answering: the script warns that no stop
+# will come before the limit (a short job, which completes)
+mkdir -p "$dir/noslurm" && cp "$dir/nosqueue/squeue" "$dir/noslurm/squeue" \
+  && cp "$dir/nosqueue/squeue" "$dir/noslurm/scontrol"
+nid=$(PATH="$dir/noslurm:$PATH" sbopt=--time=1 submit noslurm "$dir/ck7c" "${W[@]}" --steps 300)
 # 9. (started now, checked later) a heterogeneous job: component 0 the 2 ps
 # on one node, component 1 the 2 workers on two, one step across both
 # (srun A : B); Slurm gives it SLURM_DISTRIBUTION=cyclic and tasks per
@@ -107,6 +175,8 @@ cat > "$dir/het.sbatch" <<HET
 #SBATCH hetjob
 #SBATCH -N2 -n2
 export PS_SLURM_JOBS=ps:2,worker:2
+echo "het group 0: \$(scontrol show hostnames "\$SLURM_JOB_NODELIST_HET_GROUP_0" | paste -sd,)" >&2
+echo "het group 1: \$(scontrol show hostnames "\$SLURM_JOB_NODELIST_HET_GROUP_1" | paste -sd,)" >&2
 srun --kill-on-bad-exit=1 bash -c 'echo "rank \$SLURM_PROCID on \$SLURMD_NODENAME" >&2
     exec "\$PS_SERVER" --checkpoint-dir "$dir/ck9" --grace-secs 5' \\
   : bash -c 'echo "rank \$SLURM_PROCID on \$SLURMD_NODENAME" >&2
@@ -198,11 +268,16 @@ for ((i = 0; i < 1200; i++)); do ended "$hid" && break; sleep 0.1; done
 s=$(job_state "$hid"); e=$(exit_code "$hid"); step=$(last_step "$dir/het.out")
 show=$dir/het.out
 check "hetjob, srun A : B: COMPLETED 0 ($s, ExitCode=${e:-none})" test "$s" = COMPLETED -a "$e" = 0:0
-check "hetjob: the ranks ran where Slurm put them (0-1 n9, 2 n10, 3 n11)" \
-  test "$(grep -o "^rank [0-9] on n[0-9]*" "$dir/het.out" | sort | tr '\n' ' ')" \
-  = "rank 0 on n9 rank 1 on n9 rank 2 on n10 rank 3 on n11 "
-check "hetjob: both ps served on n9" \
-  test "$(grep -c "ps/[01]: .*serving on n9:" "$dir/het.out")" = 2
+# where Slurm put the components (logged by the job): the 2 ps on group
+# 0's node, the workers on group 1's two nodes in Slurm's order
+g0=$(sed -n 's/^het group 0: //p' "$dir/het.out"); g1=$(sed -n 's/^het group 1: //p' "$dir/het.out")
+want="rank 0 on $g0 rank 1 on $g0 rank 2 on ${g1%%,*} rank 3 on ${g1#*,} "
+check "hetjob: the job logged its components' nodes (group 0: $g0; group 1: $g1)" \
+  test -n "$g0" -a "${g0/,/}" = "$g0" -a "${g1//[!,]/}" = ,
+check "hetjob: the ranks ran where Slurm put them ($want)" \
+  test "$(grep -o "^rank [0-9] on n[0-9]*" "$dir/het.out" | sort | tr '\n' ' ')" = "$want"
+check "hetjob: both ps served on $g0" \
+  test "$(grep -c "ps/[01]: .*serving on $g0:" "$dir/het.out")" = 2
 check "hetjob: both workers trained, the chief to a checkpoint at the last step ($step)" \
   test -n "$step" -a -f "$dir/ck9/model.ckpt-$step.index" \
   -a -n "$(grep "worker/1: .*step [0-9]* loss" "$dir/het.out")"
@@ -276,6 +351,29 @@ check "time limit 1 min: a final checkpoint at the last step ($step)" \
   test -n "$step" -a -f "$dir/ck7/model.ckpt-$step.index"
 show=""
 
+# 7b. squeue failing inside the job: the same, from scontrol show job
+for ((i = 0; i < 1200; i++)); do ended "$qid" && break; sleep 0.1; done
+s=$(job_state "$qid"); e=$(exit_code "$qid"); step=$(last_step "$dir/nosqueue.out")
+show=$dir/nosqueue.out
+check "time limit, squeue failing: the script says so" \
+  grep -q "^paramserver.sbatch: warning: squeue did not answer; the time limit (60) and the time left come from scontrol show job$" "$dir/nosqueue.out"
+check "time limit, squeue failing: the script still stopped the tasks before it" \
+  grep -q "s before the time limit: SIGTERM to the tasks (STOP_SECS=15)" "$dir/nosqueue.out"
+check "time limit, squeue failing: FAILED 143, not TIMEOUT ($s, ExitCode=${e:-none})" \
+  test "$s" = FAILED -a "$e" = 143:0
+check "time limit, squeue failing: a final checkpoint at the last step ($step)" \
+  test -n "$step" -a -f "$dir/ck7b/model.ckpt-$step.index"
+show=""
+
+# 7c. neither squeue nor scontrol answering: a warning
+for ((i = 0; i < 1200; i++)); do ended "$nid" && break; sleep 0.1; done
+show=$dir/noslurm.out
+check "time limit, neither squeue nor scontrol answering: the script warns" \
+  grep -q "^paramserver.sbatch: warning: neither squeue nor scontrol show job gave job $nid's time limit: no SIGTERM STOP_SECS before it, so at the limit Slurm stops the tasks (SIGKILL KillWait seconds after its SIGTERM) and the final checkpoint may be cut short$" "$dir/noslurm.out"
+check "time limit, neither squeue nor scontrol answering: the job still runs (COMPLETED)" \
+  test "$(job_state "$nid")" = COMPLETED
+show=""
+
 # 8. scancel --signal=TERM: the same final checkpoint, FAILED 143
 for ((i = 0; i < 1200; i++)); do ended "$gid" && break; sleep 0.1; done
 s=$(job_state "$gid"); e=$(exit_code "$gid"); step=$(last_step "$dir/sigterm.out")
@@ -303,6 +401,7 @@ check "stop: the test's munged, slurmctld and slurmd are gone ($ours;$left)" \
   test -n "$ours" -a -z "$left"
 check "stop: the test's munged had its own socket (slurm.conf AuthInfo)" \
   grep -q "^AuthInfo=socket=$dir/slurm/munge/munge.socket$" "$dir/slurm/slurm.conf"
-sys_alive() { [ -n "$sys_pid" ] && [ -d "/proc/$sys_pid" ] && munge -n -S "$sys_sock" > /dev/null; }
-check "stop: the munged on $sys_sock (pid ${sys_pid:-none}${stand_in:+, a stand-in}) is still alive" sys_alive
+# (the machine's munged may have no pid file: then its socket answering)
+sys_alive() { { [ -z "$sys_pid" ] || [ -d "/proc/$sys_pid" ]; } && munge -n -S "$sys_sock" > /dev/null; }
+check "stop: the munged on $sys_sock (pid ${sys_pid:-unknown}${stand_in:+, a stand-in}) is still alive" sys_alive
 finish

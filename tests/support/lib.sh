@@ -91,6 +91,83 @@ start_ps() {
   [[ "$line" == *" ready on "* ]] || ADDR=""
 }
 
+# Ports.  A port found free by binding port 0 and closing the socket is
+# free only at that moment: anything (another test's server, an outgoing
+# connection's local port) may take it before the process meant for it
+# binds.  So:
+# - a ps that can start before its clients gets port 0 (its spec says
+#   127.0.0.1:0) and reports the port it bound (start_ps, start_ps_cluster);
+#   the clients' spec is written from those addresses;
+# - a port that must stay closed (a ps that never answers) is held bound,
+#   never listening, for the test's life (hold_port): connecting to it is
+#   refused, and nothing else can bind it;
+# - only a ps whose port must be in the spec before it starts (its clients
+#   start first) gets pick_ports, and start_ps_on tells "address in use"
+#   apart, so that the caller starts again on fresh ports, saying so.
+
+# start_ps_cluster N LOG [FLAG...]: N ps-servers (tasks 0..N-1 of a spec
+# of N ps on port 0); PS_PIDS and PS_ADDRS (HOST:PORT each) from their
+# readiness lines, PS_LIST their addresses as a JSON list's items.  Fails
+# (after saying which) when one never came up.
+start_ps_cluster() {
+  local n=$1 log=$2 t boot="$dir/boot-ps.$RANDOM$RANDOM.json" items=""
+  shift 2
+  for ((t = 0; t < n; t++)); do items="$items${items:+, }\"127.0.0.1:0\""; done
+  echo "{\"ps\": [$items]}" > "$boot"
+  PS_PIDS=() PS_ADDRS=() PS_LIST=""
+  for ((t = 0; t < n; t++)); do
+    start_ps "$boot" "$t" "$log" "$@"
+    PS_PIDS+=("$PID")
+    [ -n "$ADDR" ] || { echo "ps/$t never came up (log: $log)" >&2; return 1; }
+    PS_ADDRS+=("$ADDR")
+    PS_LIST="$PS_LIST${PS_LIST:+, }\"$ADDR\""
+  done
+}
+
+# hold_port: HELD_PORT, a port of 127.0.0.1 bound but never listening by a
+# background process (killed at exit), so that connecting to it is refused
+# and nothing else can bind it.
+hold_port() {
+  local fifo="$dir/hold.$RANDOM$RANDOM"
+  mkfifo "$fifo"
+  python3 -c '
+import socket, sys, time
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1], flush=True)
+sys.stdout.close()
+while True:
+    time.sleep(3600)' > "$fifo" &
+  HELD_PORT=""
+  read -r -t 10 HELD_PORT < "$fifo"
+  rm -f "$fifo"
+  [ -n "$HELD_PORT" ]
+}
+
+# pick_ports N: N ports of 127.0.0.1 free at this moment (see above: only
+# with start_ps_on)
+pick_ports() {
+  python3 -c '
+import socket, sys
+ss = [socket.socket() for _ in range(int(sys.argv[1]))]
+for s in ss: s.bind(("127.0.0.1", 0))
+print(" ".join(str(s.getsockname()[1]) for s in ss))' "$1"
+}
+
+# start_ps_on SPEC TASK LOG [FLAG...]: start_ps on the port SPEC names for
+# the task.  0: ready (PID, ADDR); 2: that port was taken before the ps
+# bound it (it said "address in use"; the caller starts again on fresh
+# ports); 1: it failed otherwise.
+start_ps_on() {
+  local before=0
+  [ -f "$3" ] && before=$(wc -l < "$3")
+  start_ps "$@"
+  [ -n "$ADDR" ] && return 0
+  kill -KILL "$PID" 2> /dev/null; wait "$PID" 2> /dev/null
+  tail -n +"$((before + 1))" "$3" | grep -q ": address in use" && return 2
+  return 1
+}
+
 finish() {
   echo "$pass passed, $fail failed"
   [ "$fail" = 0 ]
