@@ -21,6 +21,7 @@
 #include "common/cluster.h"
 #include "common/log.h"
 #include "common/rpc.h"
+#include "common/units.h"
 #include "metrics.h"
 #include "service.h"
 #include "store.h"
@@ -275,49 +276,6 @@ static void request_shutdown(void *arg) {
   uv_async_send(&d->shutdown);
 }
 
-/* Parses a count or byte size ("64M"); -1 if malformed or below @min. */
-static int parse_size(const char *s, int64_t min, int64_t *out) {
-  char *end;
-  errno = 0;
-  if (s == NULL || *s < '0' || *s > '9') return -1;
-  unsigned long long v = strtoull(s, &end, 10);
-  if (errno) return -1;
-  int shift = 0;
-  if (*end) {
-    switch (*end) {
-    case 'k':
-    case 'K':
-      shift = 10;
-      break;
-    case 'm':
-    case 'M':
-      shift = 20;
-      break;
-    case 'g':
-    case 'G':
-      shift = 30;
-      break;
-    case 't':
-    case 'T':
-      shift = 40;
-      break;
-    default:
-      return -1;
-    }
-    end++;
-    if (*end == 'i' && end[1] == 'B')
-      end += 2;
-    else if (*end == 'B')
-      end++;
-    if (*end) return -1;
-  }
-  if (v > (unsigned long long)INT64_MAX >> shift) return -1;
-  int64_t r = (int64_t)(v << shift);
-  if (r < min) return -1;
-  *out = r;
-  return 0;
-}
-
 /* Raises the soft open-file limit to the hard one; returns the soft limit. */
 static long raise_fd_limit(void) {
   struct rlimit rl;
@@ -380,7 +338,7 @@ static const struct option opts[] = {
 static int limit_option(server_args *a, int o, int li) {
   const char *flag = opts[li].name;
   int64_t min = o == 1004 ? PS_RPC_MIN_MESSAGE_BYTES : o == 1005 || o == 1007 ? 0 : 1, v;
-  if (parse_size(optarg, min, &v) != 0 || (o == 1006 && v > INT32_MAX) ||
+  if (ps_parse_size(optarg, min, INT64_MAX, &v) != 0 || (o == 1006 && v > INT32_MAX) ||
       (o == 1005 && v > INT64_MAX / 1000)) {
     if (o == 1004)
       fprintf(stderr,
@@ -546,7 +504,7 @@ static int parse_args(int argc, char **argv, server_args *a) {
   const char *ra = ps_security_env("PS_REQUIRE_AUTH");
   a->require_auth = ra && strcmp(ra, "0") != 0 && strcasecmp(ra, "false") != 0;
   const char *mcb = ps_security_env("PS_MAX_CHECKPOINT_BYTES");
-  if (mcb && parse_size(mcb, 0, &a->limits.max_checkpoint_bytes) != 0) {
+  if (mcb && ps_parse_size(mcb, 0, INT64_MAX, &a->limits.max_checkpoint_bytes) != 0) {
     fprintf(stderr,
             "ps-server: PS_MAX_CHECKPOINT_BYTES must be a non-negative integer "
             "(optionally with a K, M or G suffix), got '%s'\n",
