@@ -74,6 +74,46 @@ check "keep: no Shutdown" bash -c "! grep -q Shutdown '$dir/keep.ps.log'"
 check "keep: the ps still runs" kill -0 "$PS_PID"
 kill -TERM "$PS_PID"; reap "$PS_PID"
 
+# ---- a chief that fails before its end: a --restore path that does not ----
+# exist fails every restart the same way, so the ps are shut down (the
+# allocation ends); one that cannot reach the ps in time leaves them be
+# (a restarted chief finds them live).
+cluster nope 1
+worker nope 0 "$dir/nope.w0" --model linreg --steps 200 --restore "$dir/nope/none.ckpt"
+wait "$WPID"; rc=$?
+show="$dir/nope.w0 $dir/nope.ps.log"
+check "nope: the chief exits 1" rc_is "$rc" 1
+check "nope: the error names the checkpoint" has "$dir/nope.w0" "ERROR worker/0: .*$dir/nope/none\.ckpt"
+check "nope: the chief shuts the ps down" has "$dir/nope.w0" 'WARN worker/0: job failed \(the set-up failed \([A-Z_]+\), a restart would fail again\): 1 of 1 ps task\(s\) shutting down all the same'
+check "nope: the ps got the Shutdown" has "$dir/nope.ps.log" "Shutdown asked by a client: the chief's job failed"
+check "nope: the ps ends by itself" wait_gone "$PS_PID" 20
+reap "$PS_PID"
+check "nope: the ps exits 0" rc_is "$rc" 0
+
+# --keep-ps: the ps stays.
+cluster nopek 1
+worker nopek 0 "$dir/nopek.w0" --model linreg --steps 200 --restore "$dir/nope/none.ckpt" --keep-ps
+wait "$WPID"; rc=$?
+show="$dir/nopek.w0 $dir/nopek.ps.log"
+check "nopek: the chief exits 1" rc_is "$rc" 1
+check "nopek: no Shutdown" bash -c "! grep -q Shutdown '$dir/nopek.ps.log'"
+check "nopek: the ps still runs" kill -0 "$PS_PID"
+kill -TERM "$PS_PID"; reap "$PS_PID"
+
+# A ps that does not answer within --ps-timeout (stopped): a transient
+# failure, the chief says it leaves the ps running and sends no Shutdown.
+cluster slow 1
+kill -STOP "$PS_PID"
+worker slow 0 "$dir/slow.w0" --model linreg --steps 200 --ps-timeout 2
+wait "$WPID"; rc=$?
+kill -CONT "$PS_PID"
+show="$dir/slow.w0 $dir/slow.ps.log"
+check "slow: the chief exits 1" rc_is "$rc" 1
+check "slow: it leaves the ps running" has "$dir/slow.w0" 'WARN worker/0: the ps are left running: a restarted chief may get past this set-up failure \((DEADLINE_EXCEEDED|UNAVAILABLE)\)'
+check "slow: no Shutdown" bash -c "! grep -q Shutdown '$dir/slow.ps.log'"
+check "slow: the ps still runs" kill -0 "$PS_PID"
+kill -TERM "$PS_PID"; reap "$PS_PID"
+
 # ---- SIGTERM to the chief: no word of global_step standing still -----------
 cluster sig 2
 worker sig 0 "$dir/sig.w0" --model linreg --steps 1000000 --log-every 200

@@ -1293,6 +1293,48 @@ static int finish(job *j, ps_status *st) {
   return rc;
 }
 
+/* Whether a restart of the chief may get past @e: the ps did not answer
+ * in time or went away (a restarted chief, e.g. under Kubernetes'
+ * restartPolicy, finds them back with their state), or a signal stopped
+ * it.  Anything else (a --restore path that does not exist, a checkpoint
+ * or graph that does not fit, bad data) fails the same way again. */
+static bool restart_may_fix(const ps_status *e) {
+  return e->code == PS_UNAVAILABLE || e->code == PS_DEADLINE_EXCEEDED ||
+         e->code == PS_ABORTED || e->code == PS_CANCELLED;
+}
+
+/* The chief failed before its last phase (set-up or training, @phase):
+ * when a restart cannot fix it, the job is over, so the ps are shut down
+ * as at the end of a job (unless --keep-ps or a signal), and the job's
+ * allocation ends; on a transient failure they are left running for the
+ * chief's restart, which finds them live. */
+static void chief_failed(job *j, const char *phase, const ps_status *e) {
+  if (!j->chief || j->cluster == NULL || j->o.keep_ps || atomic_load(&stop_requested))
+    return;
+  if (restart_may_fix(e)) {
+    PS_WARN("the ps are left running: a restarted chief may get past this %s failure "
+            "(%s) and finds them live",
+            phase, ps_status_code_name(e->code));
+    return;
+  }
+  if (j->client == NULL) { /* failed before its client existed (bad data) */
+    ps_status ce;
+    if (!j->rpc_up) {
+      ps_library_init();
+      j->rpc_up = true;
+      ps_security_admin_token(&j->o.sec, j->cluster);
+    }
+    if ((j->client = ps_client_create(j->cluster, "ps", &j->o.sec, &ce)) == NULL) {
+      PS_WARN("cannot shut the ps down: %s", ce.msg);
+      return;
+    }
+  }
+  char why[96];
+  snprintf(why, sizeof why, "the %s failed (%s), a restart would fail again", phase,
+           ps_status_code_name(e->code));
+  shutdown_ps(j, why);
+}
+
 static void job_free(job *j) {
   ps_metrics_stop(j->metrics); /* before what its page reads is freed */
   ps_status hbe;
@@ -1349,7 +1391,12 @@ int main(int argc, char **argv) {
       fprintf(stderr, "ps-worker: %s\n", st.msg);
       rc = 1;
     }
-  } else if (up != 0 || train_loop(&j, &st) != 0 || finish(&j, &st) != 0) {
+  } else if (up != 0 || train_loop(&j, &st) != 0) {
+    PS_ERROR("%s", st.msg);
+    fprintf(stderr, "ps-worker: %s\n", st.msg);
+    rc = 1;
+    chief_failed(&j, up != 0 ? "set-up" : "training", &st);
+  } else if (finish(&j, &st) != 0) {
     PS_ERROR("%s", st.msg);
     fprintf(stderr, "ps-worker: %s\n", st.msg);
     rc = 1;
