@@ -425,43 +425,66 @@ static void list_add(char *buf, size_t n, const char *task) {
 /* Chief: waits until every other worker has reported done (its heartbeat
  * says DONE) or is gone, so that the final checkpoint and the test metric
  * belong to a quiescent model.  A worker is gone when its heartbeat has
- * not moved for PS_COORDINATOR_HEARTBEAT_TIMEOUT_SECS (it joined, then
- * died or stopped); one without a heartbeat has not joined yet and is
- * waited for up to @join_secs (the chief is about to shut the ps down: a
- * straggler still starting up would find no ps and wait for ever).  Live
- * workers are waited for until global_step has not moved for
- * @idle_secs. */
+ * not moved between reads PS_COORDINATOR_HEARTBEAT_TIMEOUT_SECS apart (it
+ * joined, then died or stopped); reads of ps/0 that fail age no one.  One
+ * without a heartbeat has not joined yet and is waited for up to
+ * @join_secs (the chief is about to shut the ps down: a straggler still
+ * starting up would find no ps and wait for ever); one the chief has seen
+ * before keeps what it was when its heartbeat reads 0 (ps/0 restarted
+ * empty).  A live worker (its heartbeat moves) is waited for until it is
+ * done, however slow its last step, at most until global_step has not
+ * moved for @idle_secs. */
 static void wait_workers_done(const model *m, ps_session *s, ps_client *c,
                               const ps_cluster *cl, const ps_task_id *self,
                               double idle_secs, double join_secs) {
   int n;
   peer *p = peers_of(cl, self, &n);
-  if (p == NULL) {
+  const char **tasks = calloc((size_t)n + 1, sizeof *tasks);
+  int64_t *v = calloc((size_t)n + 1, sizeof *v);
+  if (p == NULL || tasks == NULL || v == NULL) {
     PS_WARN("out of memory: not waiting for the other workers");
+    free(p);
+    free(tasks);
+    free(v);
     return;
   }
+  for (int i = 0; i < n; i++)
+    tasks[i] = p[i].task;
   double t0 = now_secs(), last_move = t0, last_log = t0, next_read = t0;
   int64_t last_step = -1;
   int done = 0, unjoined = 0, alive = 0, gone = 0;
+  bool read_failing = false;
   char unjoined_list[256] = "", gone_list[256] = "", busy_list[256] = "";
   for (;;) {
     double now = now_secs();
     if (now >= next_read) { /* heartbeats: 5 reads a second, not 50 */
+      ps_status e;
+      bool ok = ps_coordinator_heartbeat_read_many(c, tasks, (size_t)n, v, &e) == 0;
+      now = now_secs();
       next_read = now + 0.2;
+      if (!ok && !read_failing)
+        PS_WARN("reading the heartbeats on ps/0 failed (%s): no worker is judged gone "
+                "while they cannot be read",
+                e.msg);
+      read_failing = !ok;
       done = unjoined = alive = gone = 0;
       unjoined_list[0] = gone_list[0] = busy_list[0] = '\0';
       for (int i = 0; i < n; i++) {
-        int64_t v;
-        ps_status e;
-        if (ps_coordinator_heartbeat_read(c, p[i].task, &v, &e) != 0)
-          v = p[i].beat == INT64_MIN ? 0 : p[i].beat; /* ps/0 busy: as before */
-        if (v != p[i].beat) {
-          p[i].beat = v;
-          p[i].changed = now;
+        if (!ok) {
+          p[i].changed = now; /* unread: not aged */
+        } else {
+          int64_t x = v[i];
+          if (x == 0 && p[i].beat != INT64_MIN && p[i].beat != 0)
+            x = p[i].beat; /* seen before, gone from a restarted ps/0 */
+          if (x != p[i].beat) {
+            p[i].beat = x;
+            p[i].changed = now;
+          }
         }
-        if (v == PS_COORDINATOR_HEARTBEAT_DONE) {
+        int64_t x = p[i].beat == INT64_MIN ? 0 : p[i].beat;
+        if (x == PS_COORDINATOR_HEARTBEAT_DONE) {
           done++;
-        } else if (v <= 0) {
+        } else if (x <= 0) {
           unjoined++;
           list_add(unjoined_list, sizeof unjoined_list, p[i].task);
         } else if (now - p[i].changed >= PS_COORDINATOR_HEARTBEAT_TIMEOUT_SECS) {
@@ -513,12 +536,15 @@ static void wait_workers_done(const model *m, ps_session *s, ps_client *c,
       break;
     }
     if (now - last_log >= 5) {
-      PS_INFO("waiting for %d more worker(s) to finish their last step", n - done);
+      PS_INFO("waiting for %d more worker(s) to finish their last step: %s", alive,
+              busy_list);
       last_log = now;
     }
     nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);
   }
   free(p);
+  free(tasks);
+  free(v);
 }
 
 /* Chief with --keep-ps, at the very end: the next job on these ps starts
@@ -534,6 +560,11 @@ static void clear_heartbeats(ps_client *c, const ps_cluster *cl, const ps_task_i
   }
   free(p);
 }
+
+/* The chief's end-of-job wait gives up on live workers (their heartbeats
+ * move) when global_step has not moved for this long: a last step slower
+ * than this is taken for a worker that is stuck. */
+#define DONE_IDLE_SECS 60.0
 
 static bool recoverable(const ps_status *e) {
   return e->code == PS_UNAVAILABLE || e->code == PS_FAILED_PRECONDITION ||
@@ -866,6 +897,7 @@ typedef struct job {
   bool rpc_up;
   ps_coordinator_options co;
   ps_coordinator_heartbeat *hb; /* a non-chief worker's, once it has joined */
+  ps_client *hbc; /* heartbeat calls: deadline PS_COORDINATOR_HEARTBEAT_CALL_MS */
   /* the training loop's progress */
   int64_t gs, local, saved_step;
   bool trained;
@@ -1050,6 +1082,12 @@ static int set_up(job *j, ps_status *st) {
     if (j->chief) ps_security_admin_token(&j->o.sec, j->cluster);
     if ((j->client = ps_client_create(j->cluster, "ps", &j->o.sec, st)) == NULL)
       return -1;
+    /* heartbeats, their reads and the done mark: bounded when ps/0 does
+     * not answer (the data deadline is 300 s) */
+    ps_client_options ho = j->o.sec;
+    ho.control_timeout_ms = ho.data_timeout_ms = PS_COORDINATOR_HEARTBEAT_CALL_MS;
+    ho.max_retries = 1;
+    if ((j->hbc = ps_client_create(j->cluster, "ps", &ho, st)) == NULL) return -1;
   }
   if (o->meta) {
     if (import_model(o->meta, &j->m, &j->saver, st)) return -1;
@@ -1077,7 +1115,7 @@ static int set_up(job *j, ps_status *st) {
   if (!j->chief && j->client) { /* the chief waits for joined workers at the end */
     char me[PS_CLUSTER_MAX_JOB_NAME + 16];
     snprintf(me, sizeof me, "%s/%d", j->self.job, j->self.task);
-    if ((j->hb = ps_coordinator_heartbeat_start(j->client, me, st)) == NULL) return -1;
+    if ((j->hb = ps_coordinator_heartbeat_start(j->hbc, me, st)) == NULL) return -1;
   }
   if ((j->gs = read_step(&j->m, j->s, st)) < 0) return -1;
   PS_INFO("cluster ready (%s) at global step %lld; training to step %lld",
@@ -1238,7 +1276,7 @@ static int finish_chief(job *j, const char **failed, ps_status *st) {
   const options *o = &j->o;
   *failed = "reading global_step";
   if (j->client && j->num_workers > 1 && j->trained)
-    wait_workers_done(&j->m, j->s, j->client, j->cluster, &j->self, 3.0,
+    wait_workers_done(&j->m, j->s, j->hbc, j->cluster, &j->self, DONE_IDLE_SECS,
                       o->keep_ps ? 0 : 60.0);
   if ((j->gs = read_step(&j->m, j->s, st)) < 0) return -1;
   bool saving = o->ckpt_dir || o->save_every_steps || o->save_every_secs > 0;
@@ -1282,14 +1320,19 @@ static int finish(job *j, ps_status *st) {
   if (!j->chief) {
     ps_coordinator_heartbeat *hb = j->hb;
     j->hb = NULL;
-    return ps_coordinator_heartbeat_stop(hb, true, st) ? -1 : 0;
+    if (ps_coordinator_heartbeat_stop(hb, true, st) == 0) return 0;
+    if (!atomic_load(&stop_requested)) return -1;
+    /* stopped by a signal: the mark is best effort (the chief, stopped
+     * too, does not wait; one that does finds the heartbeat standing) */
+    PS_WARN("%s", st->msg);
+    return 0;
   }
   const char *failed = NULL;
   int rc = finish_chief(j, &failed, st);
   if (j->client && !o->keep_ps && !atomic_load(&stop_requested))
     shutdown_ps(j, rc ? failed : NULL);
   else if (j->client && o->keep_ps && j->num_workers > 1)
-    clear_heartbeats(j->client, j->cluster, &j->self);
+    clear_heartbeats(j->hbc, j->cluster, &j->self);
   return rc;
 }
 
@@ -1349,6 +1392,7 @@ static void job_free(job *j) {
   ps_session_destroy(j->s);
   ps_saver_destroy(j->saver);
   ps_graph_destroy(j->m.g);
+  ps_client_destroy(j->hbc);
   ps_client_destroy(j->client);
   ps_cluster_destroy(j->cluster);
   if (j->rpc_up) ps_library_shutdown();
