@@ -205,4 +205,33 @@ check "nj: worker/2's status" rc_is "$rc" 0
 check "nj: the ps shut down" wait_gone "$PS_PID" 20
 reap "$PS_PID"
 
+
+# ---- a worker that finished before ps/0 restarted empty --------------------
+# The chief saw worker/1 done while it trained; ps/0 then restarts empty
+# (its heartbeats are lost) and the chief restores from its checkpoint:
+# at its end worker/1 is still done, not a worker "that has not joined yet"
+# waited for 60 s.  The chief is held with SIGSTOP while ps/0 restarts.
+cluster pr 2
+worker pr 0 "$dir/pr.w0" --model linreg --steps 20000 --log-every 1000 --save-every-steps 100
+C=$WPID
+worker pr 1 "$dir/pr.w1" --model linreg --steps 300 --log-every 100
+W1=$WPID
+show="$dir/pr.w0 $dir/pr.w1 $dir/pr.ps.log $dir/pr.ps2.log"
+check "pr: worker/1 ends" wait_gone "$W1" 60
+reap "$W1"
+check "pr: worker/1 exits 0" rc_is "$rc" 0
+check "pr: the chief saw worker/1 done" wait_for "$dir/pr.w0" 'INFO worker/0: worker/1 reported done$'
+kill -STOP "$C"
+kill -KILL "$PS_PID"; reap "$PS_PID"
+start_ps "$dir/pr.json" 0 "$dir/pr.ps2.log" --checkpoint-dir "$dir/pr.ck"
+PS_PID=$PID
+kill -CONT "$C"
+check "pr: the chief restores ps/0" wait_for "$dir/pr.w0" 'recovered \(restored\)' 60
+check "pr: the chief ends" wait_gone "$C" 50
+reap "$C"
+check "pr: the chief exits 0" rc_is "$rc" 0
+check "pr: no wait for worker/1 as not joined" bash -c "! grep -q 'have not joined yet' '$dir/pr.w0'"
+check "pr: the ps shut down" wait_gone "$PS_PID" 20
+reap "$PS_PID"
+
 finish

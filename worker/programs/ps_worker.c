@@ -422,65 +422,100 @@ static void list_add(char *buf, size_t n, const char *task) {
   if (len + 2 < n) snprintf(buf + len, n - len, "%s%s", len ? ", " : "", task);
 }
 
+/* What the chief has seen of the other workers' heartbeats, read during
+ * training (once a second) and in its end-of-job wait, so that a worker
+ * that died long before the end is seen as gone at once and one that
+ * finished before a ps/0 restart is still done. */
+typedef struct watch {
+  peer *p;
+  const char **tasks;
+  int64_t *v;
+  int n;
+  bool failing;     /* the last read failed (logged once) */
+  double next_read; /* when to read again */
+} watch;
+
+static void watch_free(watch *w) {
+  if (w == NULL) return;
+  free(w->p);
+  free(w->tasks);
+  free(w->v);
+  free(w);
+}
+
+static watch *watch_new(const ps_cluster *cl, const ps_task_id *self) {
+  watch *w = calloc(1, sizeof *w);
+  if (w == NULL) return NULL;
+  w->p = peers_of(cl, self, &w->n);
+  w->tasks = calloc((size_t)w->n + 1, sizeof *w->tasks);
+  w->v = calloc((size_t)w->n + 1, sizeof *w->v);
+  if (w->p == NULL || w->tasks == NULL || w->v == NULL) {
+    watch_free(w);
+    return NULL;
+  }
+  for (int i = 0; i < w->n; i++)
+    w->tasks[i] = w->p[i].task;
+  return w;
+}
+
+/* Reads every heartbeat in one call (deadline: @c's).  A read that fails
+ * ages no one (their clocks restart); a worker seen before whose
+ * heartbeat reads 0 (a ps/0 that restarted empty) keeps what it was. */
+static void watch_read(watch *w, ps_client *c) {
+  ps_status e;
+  bool ok = ps_coordinator_heartbeat_read_many(c, w->tasks, (size_t)w->n, w->v, &e) == 0;
+  double now = now_secs();
+  if (!ok && !w->failing)
+    PS_WARN("reading the heartbeats on ps/0 failed (%s): no worker is judged gone "
+            "while they cannot be read",
+            e.msg);
+  w->failing = !ok;
+  for (int i = 0; i < w->n; i++) {
+    peer *q = &w->p[i];
+    if (!ok) {
+      q->changed = now; /* unread: not aged */
+      continue;
+    }
+    int64_t x = w->v[i];
+    if (x == 0 && q->beat != INT64_MIN && q->beat != 0)
+      x = q->beat; /* seen before, gone from a restarted ps/0 */
+    if (x != q->beat) {
+      if (x == PS_COORDINATOR_HEARTBEAT_DONE) PS_INFO("%s reported done", q->task);
+      q->beat = x;
+      q->changed = now;
+    }
+  }
+}
+
 /* Chief: waits until every other worker has reported done (its heartbeat
  * says DONE) or is gone, so that the final checkpoint and the test metric
  * belong to a quiescent model.  A worker is gone when its heartbeat has
- * not moved between reads PS_COORDINATOR_HEARTBEAT_TIMEOUT_SECS apart (it
- * joined, then died or stopped); reads of ps/0 that fail age no one.  One
- * without a heartbeat has not joined yet and is waited for up to
- * @join_secs (the chief is about to shut the ps down: a straggler still
- * starting up would find no ps and wait for ever); one the chief has seen
- * before keeps what it was when its heartbeat reads 0 (ps/0 restarted
- * empty).  A live worker (its heartbeat moves) is waited for until it is
- * done, however slow its last step, at most until global_step has not
- * moved for @idle_secs. */
-static void wait_workers_done(const model *m, ps_session *s, ps_client *c,
-                              const ps_cluster *cl, const ps_task_id *self,
+ * not moved for PS_COORDINATOR_HEARTBEAT_TIMEOUT_SECS of the chief's
+ * reads (it joined, then died or stopped); reads of ps/0 that fail age no
+ * one.  One without a heartbeat has not joined yet and is waited for up
+ * to @join_secs (the chief is about to shut the ps down: a straggler
+ * still starting up would find no ps and wait for ever); one the chief
+ * has seen before keeps what it was when its heartbeat reads 0 (ps/0
+ * restarted empty).  A live worker (its heartbeat moves) is waited for
+ * until it is done, however slow its last step, at most until global_step
+ * has not moved for @idle_secs. */
+static void wait_workers_done(const model *m, ps_session *s, ps_client *c, watch *w,
                               double idle_secs, double join_secs) {
-  int n;
-  peer *p = peers_of(cl, self, &n);
-  const char **tasks = calloc((size_t)n + 1, sizeof *tasks);
-  int64_t *v = calloc((size_t)n + 1, sizeof *v);
-  if (p == NULL || tasks == NULL || v == NULL) {
-    PS_WARN("out of memory: not waiting for the other workers");
-    free(p);
-    free(tasks);
-    free(v);
-    return;
-  }
-  for (int i = 0; i < n; i++)
-    tasks[i] = p[i].task;
+  int n = w->n;
+  peer *p = w->p;
   double t0 = now_secs(), last_move = t0, last_log = t0, next_read = t0;
   int64_t last_step = -1;
   int done = 0, unjoined = 0, alive = 0, gone = 0;
-  bool read_failing = false;
   char unjoined_list[256] = "", gone_list[256] = "", busy_list[256] = "";
   for (;;) {
     double now = now_secs();
     if (now >= next_read) { /* heartbeats: 5 reads a second, not 50 */
-      ps_status e;
-      bool ok = ps_coordinator_heartbeat_read_many(c, tasks, (size_t)n, v, &e) == 0;
+      watch_read(w, c);
       now = now_secs();
       next_read = now + 0.2;
-      if (!ok && !read_failing)
-        PS_WARN("reading the heartbeats on ps/0 failed (%s): no worker is judged gone "
-                "while they cannot be read",
-                e.msg);
-      read_failing = !ok;
       done = unjoined = alive = gone = 0;
       unjoined_list[0] = gone_list[0] = busy_list[0] = '\0';
       for (int i = 0; i < n; i++) {
-        if (!ok) {
-          p[i].changed = now; /* unread: not aged */
-        } else {
-          int64_t x = v[i];
-          if (x == 0 && p[i].beat != INT64_MIN && p[i].beat != 0)
-            x = p[i].beat; /* seen before, gone from a restarted ps/0 */
-          if (x != p[i].beat) {
-            p[i].beat = x;
-            p[i].changed = now;
-          }
-        }
         int64_t x = p[i].beat == INT64_MIN ? 0 : p[i].beat;
         if (x == PS_COORDINATOR_HEARTBEAT_DONE) {
           done++;
@@ -542,9 +577,6 @@ static void wait_workers_done(const model *m, ps_session *s, ps_client *c,
     }
     nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);
   }
-  free(p);
-  free(tasks);
-  free(v);
 }
 
 /* Chief with --keep-ps, at the very end: the next job on these ps starts
@@ -897,7 +929,8 @@ typedef struct job {
   bool rpc_up;
   ps_coordinator_options co;
   ps_coordinator_heartbeat *hb; /* a non-chief worker's, once it has joined */
-  ps_client *hbc; /* heartbeat calls: deadline PS_COORDINATOR_HEARTBEAT_CALL_MS */
+  ps_client *hbc;      /* heartbeat calls: deadline PS_COORDINATOR_HEARTBEAT_CALL_MS */
+  struct watch *watch; /* the chief's view of the others' heartbeats */
   /* the training loop's progress */
   int64_t gs, local, saved_step;
   bool trained;
@@ -1117,6 +1150,9 @@ static int set_up(job *j, ps_status *st) {
     snprintf(me, sizeof me, "%s/%d", j->self.job, j->self.task);
     if ((j->hb = ps_coordinator_heartbeat_start(j->hbc, me, st)) == NULL) return -1;
   }
+  if (j->chief && j->client && j->num_workers > 1 &&
+      (j->watch = watch_new(j->cluster, &j->self)) == NULL)
+    return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
   if ((j->gs = read_step(&j->m, j->s, st)) < 0) return -1;
   PS_INFO("cluster ready (%s) at global step %lld; training to step %lld",
           ps_coordinator_outcome_name(outcome), (long long)j->gs, (long long)o->steps);
@@ -1205,6 +1241,10 @@ static int train_loop(job *j, ps_status *st) {
       continue;
     }
     j->trained = true;
+    if (j->watch && now_secs() >= j->watch->next_read) { /* once a second */
+      watch_read(j->watch, j->hbc);
+      j->watch->next_read = now_secs() + PS_COORDINATOR_HEARTBEAT_SECS;
+    }
     double loss = *(float *)ps_tensor_data(out[0]);
     j->gs = *(int64_t *)ps_tensor_data(out[1]) + 1;
     ps_tensor_destroy(out[0]);
@@ -1275,8 +1315,8 @@ static void shutdown_ps(job *j, const char *failed) {
 static int finish_chief(job *j, const char **failed, ps_status *st) {
   const options *o = &j->o;
   *failed = "reading global_step";
-  if (j->client && j->num_workers > 1 && j->trained)
-    wait_workers_done(&j->m, j->s, j->hbc, j->cluster, &j->self, DONE_IDLE_SECS,
+  if (j->client && j->watch && j->trained)
+    wait_workers_done(&j->m, j->s, j->hbc, j->watch, DONE_IDLE_SECS,
                       o->keep_ps ? 0 : 60.0);
   if ((j->gs = read_step(&j->m, j->s, st)) < 0) return -1;
   bool saving = o->ckpt_dir || o->save_every_steps || o->save_every_secs > 0;
@@ -1392,6 +1432,7 @@ static void job_free(job *j) {
   ps_session_destroy(j->s);
   ps_saver_destroy(j->saver);
   ps_graph_destroy(j->m.g);
+  watch_free(j->watch);
   ps_client_destroy(j->hbc);
   ps_client_destroy(j->client);
   ps_cluster_destroy(j->cluster);
