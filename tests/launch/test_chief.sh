@@ -234,4 +234,27 @@ check "pr: no wait for worker/1 as not joined" bash -c "! grep -q 'have not join
 check "pr: the ps shut down" wait_gone "$PS_PID" 20
 reap "$PS_PID"
 
+
+# ---- ps/0 in trouble during the chief's wait: no worker judged gone -------
+# worker/1 trains on (its --steps is far off) while the chief, done, waits
+# for it; ps/0 is then killed, so every heartbeat read fails.  The chief
+# says so and keeps counting worker/1 as live past the 10 s timeout (it
+# logs "waiting for 1 more worker(s)" every 5 s), instead of judging it
+# gone and shutting the ps down under a training worker.
+cluster p0 2
+worker p0 0 "$dir/p0.w0" --model linreg --steps 200
+C=$WPID
+worker p0 1 "$dir/p0.w1" --model linreg --steps 100000000 --log-every 100000
+W1=$WPID
+show="$dir/p0.w0 $dir/p0.w1"
+busy='INFO worker/0: waiting for 1 more worker\(s\) to finish their last step: worker/1$'
+check "p0: the chief waits for the live worker/1" wait_for "$dir/p0.w0" "$busy" 60
+kill -KILL "$PS_PID"; reap "$PS_PID"
+n0=$(grep -cE "$busy" "$dir/p0.w0")
+check "p0: the failing reads are named" wait_for "$dir/p0.w0" 'WARN worker/0: reading the heartbeats on ps/0 failed \(.*\): no worker is judged gone while they cannot be read$' 30
+check "p0: worker/1 still counted live 15 s on" wait_count "$dir/p0.w0" "$busy" $((n0 + 3)) 60
+check "p0: worker/1 not judged gone" bash -c "! grep -q 'joined and then stopped' '$dir/p0.w0'"
+kill -TERM "$C" "$W1"
+for p in "$C" "$W1"; do wait_gone "$p" 60; reap "$p"; done
+
 finish
