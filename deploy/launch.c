@@ -28,9 +28,12 @@
  * or a ps's failure ends the job: a non-chief worker that fails is logged
  * and asynchronous training goes on without it (--restart-workers starts
  * it again, and it joins the running job), since the chief's end-of-job
- * wait sees it gone.  Synchronous replicas (--sync in the worker command)
- * would wait for it for ever, so there it stops the job unless it is
- * restarted. */
+ * wait sees it gone.  When every step waits for every worker (synchronous
+ * replicas aggregating all of them) the user says so with --sync-workers:
+ * then a failed worker stops the job unless it is restarted.  ps-launch
+ * does not guess it from the worker command: a wrapper script hides its
+ * flags, and --sync with --replicas-to-aggregate below the worker count
+ * does not wait for every worker. */
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
@@ -67,11 +70,10 @@ static const char usage[] =
     "it exits, ps-launch stops the other tasks and exits with its status.  A\n"
     "worker that exits 0 is done.  A non-chief worker that fails (non-zero\n"
     "status or killed by a signal) is logged and the others train on without\n"
-    "it (asynchronous training), unless --restart-workers restarts it; when the\n"
-    "worker command has --sync (synchronous replicas wait for every worker) it\n"
-    "stops every task instead, unless it can be restarted.  A ps that fails\n"
-    "stops every task unless --restart restarts it.  Without WORKER_CMD the ps\n"
-    "tasks run until\n"
+    "it (asynchronous training), unless --restart-workers restarts it; with\n"
+    "--sync-workers (every step waits for every worker) it stops every task\n"
+    "instead, unless it can be restarted.  A ps that fails stops every task\n"
+    "unless --restart restarts it.  Without WORKER_CMD the ps tasks run until\n"
     "Ctrl-C (the log line \"cluster ready: ... spec PATH\" names the spec to give\n"
     "psctl).  SIGINT, SIGTERM or SIGHUP sends SIGTERM to every task (to its\n"
     "process group), then SIGKILL after --grace-secs; a second signal kills at\n"
@@ -99,6 +101,10 @@ static const char usage[] =
     "                        same arguments, after a short backoff; it joins\n"
     "                        the running job again (the chief is not restarted:\n"
     "                        its exit ends the job)\n"
+    "  --sync-workers        every step waits for every worker (ps-worker\n"
+    "                        --sync aggregating all of them): a non-chief\n"
+    "                        worker that fails and is not restarted stops\n"
+    "                        every task (by default training goes on)\n"
     "  --max-restarts K      restarts per task (default 3)\n"
     "  --grace-secs S        after SIGTERM, wait S seconds before SIGKILL\n"
     "                        (default 10)\n"
@@ -119,8 +125,8 @@ static const char usage[] =
     "  --version             print the version\n"
     "\n"
     "exit status: the chief's (128+N if signal N killed it), also after other\n"
-    "workers failed; 1 if a ps failed, a task could not start, or a --sync\n"
-    "worker failed; 2 for usage errors and bad specs; 128+N after\n"
+    "workers failed; 1 if a ps failed, a task could not start, or a worker\n"
+    "failed under --sync-workers; 2 for usage errors and bad specs; 128+N after\n"
     "signal N (130 for SIGINT, 143 for SIGTERM).\n";
 
 /* A child's line longer than this is cut into pieces of this size. */
@@ -206,7 +212,7 @@ struct launcher {
   char **cmd;
   int ncmd;
   int restart, restart_workers, max_restarts, grace_secs, ready_secs;
-  int sync; /* the worker command has --sync: a missing worker stalls the job */
+  int sync; /* --sync-workers: a missing worker stalls the job */
   /* cluster */
   ps_cluster *spec;
   char *spec_path; /* what the ps tasks start with */
@@ -766,13 +772,15 @@ static void task_ended(task *t, run *r) {
   if (!t->is_ps && !L->sync) {
     /* Asynchronous training does not need it: the others train on, and the
      * chief's end-of-job wait sees that it is gone. */
-    PS_WARN("%s failed: %s%s: training goes on without it", t->name, how, why);
+    PS_WARN("%s failed: %s%s: training goes on without it (--sync-workers stops the job "
+            "instead)",
+            t->name, how, why);
     maybe_finish(L);
     return;
   }
   if (!t->is_ps)
-    PS_ERROR("%s failed: %s%s: a --sync job cannot go on without it (synchronous "
-             "replicas wait for every worker): stopping every task",
+    PS_ERROR("%s failed: %s%s: a --sync-workers job cannot go on without it (every "
+             "step waits for every worker): stopping every task",
              t->name, how, why);
   else
     PS_ERROR("%s failed: %s%s: stopping every task", t->name, how, why);
@@ -1004,6 +1012,7 @@ static int parse_options(launcher *L, int argc, char **argv, int *nps, int *nwor
                                        {"ps-arg", required_argument, NULL, 'a'},
                                        {"restart", no_argument, NULL, 'r'},
                                        {"restart-workers", no_argument, NULL, 'T'},
+                                       {"sync-workers", no_argument, NULL, 'Y'},
                                        {"max-restarts", required_argument, NULL, 'm'},
                                        {"grace-secs", required_argument, NULL, 'g'},
                                        {"ready-timeout", required_argument, NULL, 'R'},
@@ -1040,6 +1049,9 @@ static int parse_options(launcher *L, int argc, char **argv, int *nps, int *nwor
     case 'T':
       L->restart_workers = 1;
       break;
+    case 'Y':
+      L->sync = 1;
+      break;
     case 'm':
       if (parse_int("--max-restarts", optarg, 0, 1000000, &L->max_restarts) != 0)
         return 2;
@@ -1069,8 +1081,6 @@ static int parse_options(launcher *L, int argc, char **argv, int *nps, int *nwor
   }
   L->cmd = argv + optind;
   L->ncmd = argc - optind;
-  for (int i = 1; i < L->ncmd; i++)
-    if (strcmp(L->cmd[i], "--sync") == 0) L->sync = 1;
   return -1;
 }
 

@@ -232,6 +232,15 @@ START_TEST(heartbeats_tell_joined_from_done) {
   PS_ASSERT_OK(ps_coordinator_heartbeat_stop(hb, true, &st), st);
   PS_ASSERT_OK(ps_coordinator_heartbeat_read(c, "worker/1", &v, &st), st);
   ck_assert_int_eq(v, PS_COORDINATOR_HEARTBEAT_DONE);
+  { /* several in one call; one without a heartbeat reads 0 */
+    const char *tasks[2] = {"worker/1", "worker/2"};
+    int64_t vals[2] = {7, 7};
+    PS_ASSERT_OK(ps_coordinator_heartbeat_read_many(c, tasks, 2, vals, &st), st);
+    ck_assert_int_eq(vals[0], PS_COORDINATOR_HEARTBEAT_DONE);
+    ck_assert_int_eq(vals[1], 0);
+    PS_ASSERT_OK(ps_coordinator_heartbeat_read_many(c, tasks, 1, vals, &st), st);
+    ck_assert_int_eq(vals[0], PS_COORDINATOR_HEARTBEAT_DONE);
+  }
   /* a later life of the worker reads as a change, never as DONE */
   hb = ps_coordinator_heartbeat_start(c, "worker/1", &st);
   ck_assert_ptr_nonnull(hb);

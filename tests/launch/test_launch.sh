@@ -58,7 +58,7 @@ while [ $# -gt 0 ]; do
     --cluster) cluster=$2; shift 2 ;;
     --job) job=$2; shift 2 ;;
     --task) task=$2; shift 2 ;;
-    --sync) shift ;;  # seen by ps-launch: a synchronous job
+    --sync) shift ;;  # a synchronous job's flag (ps-launch does not look at it)
     *) echo "unexpected argument $1" >&2; exit 64 ;;
   esac
 done
@@ -244,7 +244,7 @@ L --ps 1 --workers 3 --grace-secs 30 -- sh "$dir/worker.sh" fail b > "$dir/b.out
 rc=$?
 show="$dir/b.out $dir/b.err"
 check "b: exit status is the chief's (4), not 1" rc_is "$rc" 4
-check "b: failing task named with its status, job goes on" has "$dir/b.err" 'WARN launch: worker/2 failed: exited with status 5 \(--restart-workers restarts it\): training goes on without it$'
+check "b: failing task named with its status, job goes on" has "$dir/b.err" 'WARN launch: worker/2 failed: exited with status 5 \(--restart-workers restarts it\): training goes on without it \(--sync-workers stops the job instead\)$'
 check "b: its stderr came through" has "$dir/b.err" '^worker/2: worker 2 giving up$'
 check "b: nothing stopped for it" bash -c "! grep -q 'stopping every task' '$dir/b.err'"
 check "b: the chief finished its work" has "$dir/b.out" '^worker/0: chief done$'
@@ -252,21 +252,31 @@ check "b: the chief's exit ends the job" has "$dir/b.err" 'chief worker/0 exited
 check "b: worker/1 ran until the chief ended" has "$dir/b.err" 'launch: worker/1 stopped \(killed by signal 15'
 check "b: no process left (sleeps included)" no_leftovers
 
-# The same with --sync in the worker command: synchronous replicas would
-# wait for worker/2 for ever, so the job stops (exit 1, naming why).
+# The same with --sync-workers (every step waits for every worker): the
+# job stops (exit 1, naming why).
 start=$SECONDS
-L --ps 1 --workers 3 --grace-secs 30 -- sh "$dir/worker.sh" fail bs --sync > "$dir/bs.out" 2> "$dir/bs.err"
+L --ps 1 --workers 3 --grace-secs 30 --sync-workers -- sh "$dir/worker.sh" fail bs --sync > "$dir/bs.out" 2> "$dir/bs.err"
 rc=$?
 show="$dir/bs.out $dir/bs.err"
-check "bs: a failing --sync worker -> 1" rc_is "$rc" 1
-check "bs: failing task named, and why the job stops" has "$dir/bs.err" 'ERROR launch: worker/2 failed: exited with status 5 \(--restart-workers restarts it\): a --sync job cannot go on without it \(synchronous replicas wait for every worker\): stopping every task$'
+check "bs: a failing worker under --sync-workers -> 1" rc_is "$rc" 1
+check "bs: failing task named, and why the job stops" has "$dir/bs.err" 'ERROR launch: worker/2 failed: exited with status 5 \(--restart-workers restarts it\): a --sync-workers job cannot go on without it \(every step waits for every worker\): stopping every task$'
 check "bs: chief terminated" has "$dir/bs.err" 'launch: worker/0 stopped \(killed by signal 15'
 check "bs: stopped without waiting for SIGKILL" test $((SECONDS - start)) -lt 30
 check "bs: no process left (sleeps included)" no_leftovers
 
+# ps-launch does not guess from the worker command: --sync there (a
+# wrapper could hide it, and --replicas-to-aggregate below the worker
+# count does not wait for every worker) leaves the job going.
+L --ps 1 --workers 3 --grace-secs 30 -- sh "$dir/worker.sh" fail bn --sync > "$dir/bn.out" 2> "$dir/bn.err"
+rc=$?
+show="$dir/bn.out $dir/bn.err"
+check "bn: --sync in the command alone: the chief's status (4)" rc_is "$rc" 4
+check "bn: the job goes on" has "$dir/bn.err" 'WARN launch: worker/2 failed: exited with status 5 \(--restart-workers restarts it\): training goes on without it \(--sync-workers stops the job instead\)$'
+check "bn: no process left" no_leftovers
+
 # --restart-workers: worker/1 fails once, is restarted and ends well; the
-# --sync job is not stopped for it either.
-L --ps 1 --workers 2 --restart-workers -- sh "$dir/worker.sh" flaky r --sync > "$dir/r.out" 2> "$dir/r.err"
+# --sync-workers job is not stopped for it either.
+L --ps 1 --workers 2 --restart-workers --sync-workers -- sh "$dir/worker.sh" flaky r --sync > "$dir/r.out" 2> "$dir/r.err"
 rc=$?
 show="$dir/r.out $dir/r.err"
 check "r: the chief's status (0)" rc_is "$rc" 0
@@ -278,7 +288,14 @@ check "r: no process left" no_leftovers
 # A worker whose restart cannot start (its command is gone): the job goes on.
 cat > "$dir/selfdel.sh" <<'EOF2'
 for a; do case $a in --task) next=1 ;; *) [ -n "${next:-}" ] && task=$a; next= ;; esac; done
-if [ "$task" = 1 ]; then rm -f "$0"; exit 3; fi
+# worker/1 deletes the script only once the chief runs it (the chief
+# touches sd.chief first): a chief not started yet would find it gone
+if [ "$task" = 1 ]; then
+  i=0
+  while [ ! -e "$PS_TEST_DIR/sd.chief" ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+  rm -f "$0"; exit 3
+fi
+touch "$PS_TEST_DIR/sd.chief"
 i=0
 while ! grep -q 'launch: worker/1 could not be restarted' "$PS_TEST_DIR/sd.err" && [ $i -lt 600 ]; do
   sleep 0.1; i=$((i + 1))
@@ -290,33 +307,46 @@ L --ps 1 --workers 2 --restart-workers -- "$dir/selfdel.sh" > "$dir/sd.out" 2> "
 rc=$?
 show="$dir/sd.out $dir/sd.err"
 check "sd: the chief's status (0)" rc_is "$rc" 0
+check "sd: worker/1 deleted the script after the chief started" test -e "$dir/sd.chief"
 check "sd: the restart's failure named" has "$dir/sd.err" "cannot start worker/1: $dir/selfdel.sh: no such file or directory"
 check "sd: the job goes on" has "$dir/sd.err" 'WARN launch: worker/1 could not be restarted: training goes on without it$'
 check "sd: no process left" no_leftovers
 expect "--help documents --restart-workers" 0 "--restart-workers     restart a non-chief worker" "$PS_LAUNCH" --help
+expect "--help documents --sync-workers" 0 "--sync-workers        every step waits for every worker" "$PS_LAUNCH" --help
+check "--help: no line of 'tasks run until' alone" bash -c '! "$0" --help | grep -qx "tasks run until"' "$PS_LAUNCH"
+
 
 # ---- (j) with ps-worker: worker/1 killed with -9 while it trains ------------
-# The job ends as if it had not been there: the chief finishes, waits for
-# global_step to stop moving, saves, shuts the ps down and exits 0.  With
-# --restart-workers the killed worker comes back and joins the running job,
-# a synchronous one (--sync) too.
+# The job ends as if it had not been there: the chief finishes, sees
+# worker/1's heartbeat stand still, saves, shuts the ps down and exits 0.
+# With --restart-workers the killed worker comes back and joins the
+# running job, a synchronous one (--sync, --sync-workers) too.  The chief
+# is held with SIGSTOP from its first step until worker/1 has been killed
+# (and, when restarted, has joined again), so that it cannot finish its
+# steps first however the machine schedules them.
 for mode in plain restart sync; do
   ck="$dir/j-$mode.ck"; mkdir -p "$ck"
   extra=(); wextra=()
   [ $mode != plain ] && extra=(--restart-workers)
-  [ $mode = sync ] && wextra=(--sync)
+  [ $mode = sync ] && wextra=(--sync) && extra+=(--sync-workers)
   "$PS_LAUNCH" --ps 2 --workers 2 --restart "${extra[@]}" --ps-arg "--checkpoint-dir=$ck" \
     -- "$PS_WORKER" --model linreg --steps 6000 --log-every 500 --checkpoint-dir "$ck" "${wextra[@]}" \
     > "$dir/j-$mode.out" 2> "$dir/j-$mode.err" &
   lp=$!; bg+=("$lp")
   show="$dir/j-$mode.out $dir/j-$mode.err"
+  check "j-$mode: the chief is ready" wait_for "$dir/j-$mode.err" '^worker/0: .* cluster ready \((initialized|restored)\)'
+  cp=$(launched_pid "$dir/j-$mode.err" worker/0)
+  kill -STOP "$cp"
   check "j-$mode: worker/1 joined" wait_for "$dir/j-$mode.err" '^worker/1: .* cluster ready \(joined\)'
   kill -KILL "$(launched_pid "$dir/j-$mode.err" worker/1)"
+  [ $mode != plain ] && check "j-$mode: worker/1 back" wait_count "$dir/j-$mode.err" '^worker/1: .* cluster ready \(joined\)' 2 60
+  [ $mode = plain ] && check "j-$mode: worker/1's death seen" wait_for "$dir/j-$mode.err" 'launch: worker/1 failed'
+  kill -CONT "$cp"
   wait "$lp"; rc=$?
   check "j-$mode: exit status is the chief's (0)" rc_is "$rc" 0
   if [ $mode = plain ]; then
-    check "j-$mode: worker/1's death logged, training goes on" has "$dir/j-$mode.err" 'WARN launch: worker/1 failed: killed by signal 9 \(Killed\) \(--restart-workers restarts it\): training goes on without it$'
-    check "j-$mode: the chief went on without it" has "$dir/j-$mode.err" '^worker/0: .* 0 of 1 other worker\(s\) reported done'
+    check "j-$mode: worker/1's death logged, training goes on" has "$dir/j-$mode.err" 'WARN launch: worker/1 failed: killed by signal 9 \(Killed\) \(--restart-workers restarts it\): training goes on without it \(--sync-workers stops the job instead\)$'
+    check "j-$mode: the chief went on without it" has "$dir/j-$mode.err" '^worker/0: .* 1 worker\(s\) joined and then stopped \(no heartbeat for 10 s\): going on without them \(worker/1\)$'
   else
     check "j-$mode: worker/1 restarted" has "$dir/j-$mode.err" 'WARN launch: worker/1 killed by signal 9 \(Killed\): restarting it in 0\.5 s \(restart 1 of 3\)$'
     check "j-$mode: the restarted worker/1 joined the running job" test "$(grep -cE '^worker/1: .* cluster ready \(joined\)' "$dir/j-$mode.err")" = 2

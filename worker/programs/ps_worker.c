@@ -429,24 +429,87 @@ static void list_add(char *buf, size_t n, const char *task) {
   if (len + 2 < n) snprintf(buf + len, n - len, "%s%s", len ? ", " : "", task);
 }
 
+/* What the chief has seen of the other workers' heartbeats, read during
+ * training (once a second) and in its end-of-job wait, so that a worker
+ * that died long before the end is seen as gone at once and one that
+ * finished before a ps/0 restart is still done. */
+typedef struct watch {
+  peer *p;
+  const char **tasks;
+  int64_t *v;
+  int n;
+  bool failing;     /* the last read failed (logged once) */
+  double next_read; /* when to read again */
+} watch;
+
+static void watch_free(watch *w) {
+  if (w == NULL) return;
+  free(w->p);
+  free(w->tasks);
+  free(w->v);
+  free(w);
+}
+
+static watch *watch_new(const ps_cluster *cl, const ps_task_id *self) {
+  watch *w = calloc(1, sizeof *w);
+  if (w == NULL) return NULL;
+  w->p = peers_of(cl, self, &w->n);
+  w->tasks = calloc((size_t)w->n + 1, sizeof *w->tasks);
+  w->v = calloc((size_t)w->n + 1, sizeof *w->v);
+  if (w->p == NULL || w->tasks == NULL || w->v == NULL) {
+    watch_free(w);
+    return NULL;
+  }
+  for (int i = 0; i < w->n; i++)
+    w->tasks[i] = w->p[i].task;
+  return w;
+}
+
+/* Reads every heartbeat in one call (deadline: @c's).  A read that fails
+ * ages no one (their clocks restart); a worker seen before whose
+ * heartbeat reads 0 (a ps/0 that restarted empty) keeps what it was. */
+static void watch_read(watch *w, ps_client *c) {
+  ps_status e;
+  bool ok = ps_coordinator_heartbeat_read_many(c, w->tasks, (size_t)w->n, w->v, &e) == 0;
+  double now = now_secs();
+  if (!ok && !w->failing)
+    PS_WARN("reading the heartbeats on ps/0 failed (%s): no worker is judged gone "
+            "while they cannot be read",
+            e.msg);
+  w->failing = !ok;
+  for (int i = 0; i < w->n; i++) {
+    peer *q = &w->p[i];
+    if (!ok) {
+      q->changed = now; /* unread: not aged */
+      continue;
+    }
+    int64_t x = w->v[i];
+    if (x == 0 && q->beat != INT64_MIN && q->beat != 0)
+      x = q->beat; /* seen before, gone from a restarted ps/0 */
+    if (x != q->beat) {
+      if (x == PS_COORDINATOR_HEARTBEAT_DONE) PS_INFO("%s reported done", q->task);
+      q->beat = x;
+      q->changed = now;
+    }
+  }
+}
+
 /* Chief: waits until every other worker has reported done (its heartbeat
  * says DONE) or is gone, so that the final checkpoint and the test metric
  * belong to a quiescent model.  A worker is gone when its heartbeat has
- * not moved for PS_COORDINATOR_HEARTBEAT_TIMEOUT_SECS (it joined, then
- * died or stopped); one without a heartbeat has not joined yet and is
- * waited for up to @join_secs (the chief is about to shut the ps down: a
- * straggler still starting up would find no ps and wait for ever).  Live
- * workers are waited for until global_step has not moved for
- * @idle_secs. */
-static void wait_workers_done(const model *m, ps_session *s, ps_client *c,
-                              const ps_cluster *cl, const ps_task_id *self,
+ * not moved for PS_COORDINATOR_HEARTBEAT_TIMEOUT_SECS of the chief's
+ * reads (it joined, then died or stopped); reads of ps/0 that fail age no
+ * one.  One without a heartbeat has not joined yet and is waited for up
+ * to @join_secs (the chief is about to shut the ps down: a straggler
+ * still starting up would find no ps and wait for ever); one the chief
+ * has seen before keeps what it was when its heartbeat reads 0 (ps/0
+ * restarted empty).  A live worker (its heartbeat moves) is waited for
+ * until it is done, however slow its last step, at most until global_step
+ * has not moved for @idle_secs. */
+static void wait_workers_done(const model *m, ps_session *s, ps_client *c, watch *w,
                               double idle_secs, double join_secs) {
-  int n;
-  peer *p = peers_of(cl, self, &n);
-  if (p == NULL) {
-    PS_WARN("out of memory: not waiting for the other workers");
-    return;
-  }
+  int n = w->n;
+  peer *p = w->p;
   double t0 = now_secs(), last_move = t0, last_log = t0, next_read = t0;
   int64_t last_step = -1;
   int done = 0, unjoined = 0, alive = 0, gone = 0;
@@ -454,21 +517,16 @@ static void wait_workers_done(const model *m, ps_session *s, ps_client *c,
   for (;;) {
     double now = now_secs();
     if (now >= next_read) { /* heartbeats: 5 reads a second, not 50 */
+      watch_read(w, c);
+      now = now_secs();
       next_read = now + 0.2;
       done = unjoined = alive = gone = 0;
       unjoined_list[0] = gone_list[0] = busy_list[0] = '\0';
       for (int i = 0; i < n; i++) {
-        int64_t v;
-        ps_status e;
-        if (ps_coordinator_heartbeat_read(c, p[i].task, &v, &e) != 0)
-          v = p[i].beat == INT64_MIN ? 0 : p[i].beat; /* ps/0 busy: as before */
-        if (v != p[i].beat) {
-          p[i].beat = v;
-          p[i].changed = now;
-        }
-        if (v == PS_COORDINATOR_HEARTBEAT_DONE) {
+        int64_t x = p[i].beat == INT64_MIN ? 0 : p[i].beat;
+        if (x == PS_COORDINATOR_HEARTBEAT_DONE) {
           done++;
-        } else if (v <= 0) {
+        } else if (x <= 0) {
           unjoined++;
           list_add(unjoined_list, sizeof unjoined_list, p[i].task);
         } else if (now - p[i].changed >= PS_COORDINATOR_HEARTBEAT_TIMEOUT_SECS) {
@@ -520,12 +578,12 @@ static void wait_workers_done(const model *m, ps_session *s, ps_client *c,
       break;
     }
     if (now - last_log >= 5) {
-      PS_INFO("waiting for %d more worker(s) to finish their last step", n - done);
+      PS_INFO("waiting for %d more worker(s) to finish their last step: %s", alive,
+              busy_list);
       last_log = now;
     }
     nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);
   }
-  free(p);
 }
 
 /* Chief with --keep-ps, at the very end: the next job on these ps starts
@@ -546,6 +604,11 @@ static void clear_heartbeats(ps_client *c, const ps_cluster *cl, const ps_task_i
  * back with its state, so a scheduler may wait and rerun rather than
  * restore (sysexits' EX_UNAVAILABLE). */
 #define EXIT_PS_STALLED 69
+
+/* The chief's end-of-job wait gives up on live workers (their heartbeats
+ * move) when global_step has not moved for this long: a last step slower
+ * than this is taken for a worker that is stuck. */
+#define DONE_IDLE_SECS 60.0
 
 static bool recoverable(const ps_status *e) {
   if (ps_client_stalled(e)) return false; /* waiting on would be for ever */
@@ -899,6 +962,8 @@ typedef struct job {
   bool rpc_up;
   ps_coordinator_options co;
   ps_coordinator_heartbeat *hb; /* a non-chief worker's, once it has joined */
+  ps_client *hbc;      /* heartbeat calls: deadline PS_COORDINATOR_HEARTBEAT_CALL_MS */
+  struct watch *watch; /* the chief's view of the others' heartbeats */
   /* the training loop's progress */
   int64_t gs, local, saved_step;
   bool trained;
@@ -1083,6 +1148,12 @@ static int set_up(job *j, ps_status *st) {
     if (j->chief) ps_security_admin_token(&j->o.sec, j->cluster);
     if ((j->client = ps_client_create(j->cluster, "ps", &j->o.sec, st)) == NULL)
       return -1;
+    /* heartbeats, their reads and the done mark: bounded when ps/0 does
+     * not answer (the data deadline is 300 s) */
+    ps_client_options ho = j->o.sec;
+    ho.control_timeout_ms = ho.data_timeout_ms = PS_COORDINATOR_HEARTBEAT_CALL_MS;
+    ho.max_retries = 1;
+    if ((j->hbc = ps_client_create(j->cluster, "ps", &ho, st)) == NULL) return -1;
   }
   if (o->meta) {
     if (import_model(o->meta, &j->m, &j->saver, st)) return -1;
@@ -1110,8 +1181,11 @@ static int set_up(job *j, ps_status *st) {
   if (!j->chief && j->client) { /* the chief waits for joined workers at the end */
     char me[PS_CLUSTER_MAX_JOB_NAME + 16];
     snprintf(me, sizeof me, "%s/%d", j->self.job, j->self.task);
-    if ((j->hb = ps_coordinator_heartbeat_start(j->client, me, st)) == NULL) return -1;
+    if ((j->hb = ps_coordinator_heartbeat_start(j->hbc, me, st)) == NULL) return -1;
   }
+  if (j->chief && j->client && j->num_workers > 1 &&
+      (j->watch = watch_new(j->cluster, &j->self)) == NULL)
+    return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
   if ((j->gs = read_step(&j->m, j->s, st)) < 0) return -1;
   PS_INFO("cluster ready (%s) at global step %lld; training to step %lld",
           ps_coordinator_outcome_name(outcome), (long long)j->gs, (long long)o->steps);
@@ -1210,6 +1284,10 @@ static int train_loop(job *j, ps_status *st) {
       continue;
     }
     j->trained = true;
+    if (j->watch && now_secs() >= j->watch->next_read) { /* once a second */
+      watch_read(j->watch, j->hbc);
+      j->watch->next_read = now_secs() + PS_COORDINATOR_HEARTBEAT_SECS;
+    }
     double loss = *(float *)ps_tensor_data(out[0]);
     j->gs = *(int64_t *)ps_tensor_data(out[1]) + 1;
     ps_tensor_destroy(out[0]);
@@ -1283,8 +1361,8 @@ static int finish_chief(job *j, const char **failed, ps_status *st) {
   /* (also when this chief took no step: a job restored at --steps or past
    * it.  The others, still waiting for readiness, join, find it done and
    * report so; shut down under them, they would wait for ps that are gone) */
-  if (j->client && j->num_workers > 1)
-    wait_workers_done(&j->m, j->s, j->client, j->cluster, &j->self, 3.0,
+  if (j->client && j->watch)
+    wait_workers_done(&j->m, j->s, j->hbc, j->watch, DONE_IDLE_SECS,
                       o->keep_ps ? 0 : 60.0);
   if ((j->gs = read_step(&j->m, j->s, st)) < 0) return -1;
   bool saving = o->ckpt_dir || o->save_every_steps || o->save_every_secs > 0;
@@ -1328,7 +1406,12 @@ static int finish(job *j, ps_status *st) {
   if (!j->chief) {
     ps_coordinator_heartbeat *hb = j->hb;
     j->hb = NULL;
-    return ps_coordinator_heartbeat_stop(hb, true, st) ? -1 : 0;
+    if (ps_coordinator_heartbeat_stop(hb, true, st) == 0) return 0;
+    if (!atomic_load(&stop_requested)) return -1;
+    /* stopped by a signal: the mark is best effort (the chief, stopped
+     * too, does not wait; one that does finds the heartbeat standing) */
+    PS_WARN("%s", st->msg);
+    return 0;
   }
   const char *failed = NULL;
   int rc = finish_chief(j, &failed, st);
@@ -1338,7 +1421,7 @@ static int finish(job *j, ps_status *st) {
     if (rc == 0 && ps_coordinator_mark_done(j->client, &de) != 0) PS_WARN("%s", de.msg);
     shutdown_ps(j, rc ? failed : NULL);
   } else if (j->client && o->keep_ps && j->num_workers > 1)
-    clear_heartbeats(j->client, j->cluster, &j->self);
+    clear_heartbeats(j->hbc, j->cluster, &j->self);
   return rc;
 }
 
@@ -1372,6 +1455,48 @@ static bool found_job_done(job *j, const ps_status *st) {
   return done;
 }
 
+/* Whether a restart of the chief may get past @e: the ps did not answer
+ * in time or went away (a restarted chief, e.g. under Kubernetes'
+ * restartPolicy, finds them back with their state), or a signal stopped
+ * it.  Anything else (a --restore path that does not exist, a checkpoint
+ * or graph that does not fit, bad data) fails the same way again. */
+static bool restart_may_fix(const ps_status *e) {
+  return e->code == PS_UNAVAILABLE || e->code == PS_DEADLINE_EXCEEDED ||
+         e->code == PS_ABORTED || e->code == PS_CANCELLED;
+}
+
+/* The chief failed before its last phase (set-up or training, @phase):
+ * when a restart cannot fix it, the job is over, so the ps are shut down
+ * as at the end of a job (unless --keep-ps or a signal), and the job's
+ * allocation ends; on a transient failure they are left running for the
+ * chief's restart, which finds them live. */
+static void chief_failed(job *j, const char *phase, const ps_status *e) {
+  if (!j->chief || j->cluster == NULL || j->o.keep_ps || atomic_load(&stop_requested))
+    return;
+  if (restart_may_fix(e)) {
+    PS_WARN("the ps are left running: a restarted chief may get past this %s failure "
+            "(%s) and finds them live",
+            phase, ps_status_code_name(e->code));
+    return;
+  }
+  if (j->client == NULL) { /* failed before its client existed (bad data) */
+    ps_status ce;
+    if (!j->rpc_up) {
+      ps_library_init();
+      j->rpc_up = true;
+      ps_security_admin_token(&j->o.sec, j->cluster);
+    }
+    if ((j->client = ps_client_create(j->cluster, "ps", &j->o.sec, &ce)) == NULL) {
+      PS_WARN("cannot shut the ps down: %s", ce.msg);
+      return;
+    }
+  }
+  char why[96];
+  snprintf(why, sizeof why, "the %s failed (%s), a restart would fail again", phase,
+           ps_status_code_name(e->code));
+  shutdown_ps(j, why);
+}
+
 static void job_free(job *j) {
   ps_metrics_stop(j->metrics); /* before what its page reads is freed */
   ps_status hbe;
@@ -1386,6 +1511,8 @@ static void job_free(job *j) {
   ps_session_destroy(j->s);
   ps_saver_destroy(j->saver);
   ps_graph_destroy(j->m.g);
+  watch_free(j->watch);
+  ps_client_destroy(j->hbc);
   ps_client_destroy(j->client);
   ps_cluster_destroy(j->cluster);
   if (j->rpc_up) ps_library_shutdown();
@@ -1429,8 +1556,14 @@ int main(int argc, char **argv) {
       fprintf(stderr, "ps-worker: %s\n", st.msg);
       rc = 1;
     }
-  } else if ((up != 0 || train_loop(&j, &st) != 0 || finish(&j, &st) != 0) &&
-             !found_job_done(&j, &st)) {
+  } else if (up != 0 || train_loop(&j, &st) != 0) {
+    if (!found_job_done(&j, &st)) {
+      PS_ERROR("%s", st.msg);
+      fprintf(stderr, "ps-worker: %s\n", st.msg);
+      rc = ps_client_stalled(&st) ? EXIT_PS_STALLED : 1;
+      chief_failed(&j, up != 0 ? "set-up" : "training", &st);
+    }
+  } else if (finish(&j, &st) != 0 && !found_job_done(&j, &st)) {
     PS_ERROR("%s", st.msg);
     fprintf(stderr, "ps-worker: %s\n", st.msg);
     rc = ps_client_stalled(&st) ? EXIT_PS_STALLED : 1;

@@ -661,9 +661,17 @@ ps_coordinator_heartbeat *ps_coordinator_heartbeat_start(ps_client *c, const cha
   if (heartbeat_name(h->name, sizeof h->name, task, st) != 0) goto fail_free;
   /* 1, not + 1: the value a worker's earlier life or an earlier job left
    * (a count, or DONE) must read as a change */
-  if (heartbeat_update(c, h->name, PS_ASSIGN, 1, true, st) != 0) {
-    ps_status_prefix(st, "heartbeat %s on ps/0", h->name);
-    goto fail_free;
+  ps_status e;
+  if (heartbeat_update(c, h->name, PS_ASSIGN, 1, true, &e) != 0) {
+    if (e.code != PS_DEADLINE_EXCEEDED && e.code != PS_UNAVAILABLE) {
+      *st = e;
+      ps_status_prefix(st, "heartbeat %s on ps/0", h->name);
+      goto fail_free;
+    }
+    /* ps/0 busy or away for a moment: the thread beats again */
+    PS_WARN("heartbeat %s on ps/0 failed (tried again every %.0f s): %s", h->name,
+            PS_COORDINATOR_HEARTBEAT_SECS, e.msg);
+    h->failing = true;
   }
   pthread_condattr_t ca;
   if (pthread_condattr_init(&ca) != 0) goto fail_sys;
@@ -724,6 +732,47 @@ int ps_coordinator_heartbeat_read(ps_client *c, const char *task, int64_t *value
   else
     *value = *(int64_t *)ps_tensor_data(r.out);
   ps_tensor_destroy(r.out);
+  return rc;
+}
+
+int ps_coordinator_heartbeat_read_many(ps_client *c, const char *const *tasks, size_t n,
+                                       int64_t *values, ps_status *st) {
+  if (n == 0) return 0;
+  char(*names)[256] = calloc(n, sizeof *names);
+  ps_read *r = calloc(n, sizeof *r);
+  int rc = 0;
+  if (names == NULL || r == NULL) {
+    rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+    goto out;
+  }
+  for (size_t i = 0; i < n && rc == 0; i++) {
+    values[i] = 0;
+    rc = heartbeat_name(names[i], sizeof names[i], tasks[i], st);
+    r[i].name = names[i];
+  }
+  if (rc != 0) goto out;
+  rc = ps_client_read(c, 0, r, n, st);
+  if (rc == PS_NOT_FOUND || rc == PS_FAILED_PRECONDITION) {
+    /* one of them has no heartbeat (yet, or since ps/0 restarted): one by
+     * one, so that the others still count */
+    rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++)
+      rc = ps_coordinator_heartbeat_read(c, tasks[i], &values[i], st);
+    goto out;
+  }
+  for (size_t i = 0; i < n && rc == 0; i++) {
+    if (r[i].out == NULL || r[i].out->dtype != PS_DT_INT64 ||
+        ps_tensor_num_elements(r[i].out) != 1)
+      rc = ps_status_set(st, PS_INTERNAL,
+                         "ps/0 answered a read of %s with no int64 scalar", names[i]);
+    else
+      values[i] = *(int64_t *)ps_tensor_data(r[i].out);
+  }
+  for (size_t i = 0; i < n; i++)
+    ps_tensor_destroy(r[i].out);
+out:
+  free(names);
+  free(r);
   return rc;
 }
 

@@ -92,12 +92,17 @@ bool ps_coordinator_job_done(const ps_status *st);
  * every PS_COORDINATOR_HEARTBEAT_SECS.  When the worker is done it stops
  * the thread and sets the variable to PS_COORDINATOR_HEARTBEAT_DONE.  The
  * chief reads each other worker's value: DONE is done; 0 (or no variable)
- * never joined; a count that has not moved for
- * PS_COORDINATOR_HEARTBEAT_TIMEOUT_SECS is a worker that is gone.  The
- * values live on the ps, so a restarted chief sees them too. */
+ * never joined; a count that has not moved between reads
+ * PS_COORDINATOR_HEARTBEAT_TIMEOUT_SECS apart (reads that failed do not
+ * count) is a worker that is gone.  The values live on the ps, so a
+ * restarted chief sees them too.  Heartbeat calls should carry a short
+ * deadline, PS_COORDINATOR_HEARTBEAT_CALL_MS (ps-worker gives them a
+ * client of their own), so that stopping a heartbeat and marking it done
+ * are bounded when ps/0 does not answer. */
 #define PS_COORDINATOR_HEARTBEAT_PREFIX "_coordinator/heartbeat/"
 #define PS_COORDINATOR_HEARTBEAT_SECS 1.0
-#define PS_COORDINATOR_HEARTBEAT_TIMEOUT_SECS 5.0
+#define PS_COORDINATOR_HEARTBEAT_TIMEOUT_SECS 10.0
+#define PS_COORDINATOR_HEARTBEAT_CALL_MS 2000
 #define PS_COORDINATOR_HEARTBEAT_DONE (-1)
 
 typedef struct ps_coordinator_heartbeat ps_coordinator_heartbeat;
@@ -117,6 +122,11 @@ int ps_coordinator_heartbeat_stop(ps_coordinator_heartbeat *h, bool done, ps_sta
  * PS_COORDINATOR_HEARTBEAT_DONE. */
 int ps_coordinator_heartbeat_read(ps_client *c, const char *task, int64_t *value,
                                   ps_status *st);
+
+/* The heartbeats of @n tasks in one Read of ps/0 (per task when one of
+ * them has none), into @values[i] as ps_coordinator_heartbeat_read does. */
+int ps_coordinator_heartbeat_read_many(ps_client *c, const char *const *tasks, size_t n,
+                                       int64_t *values, ps_status *st);
 
 /* Sets task @task's heartbeat to 0 (no variable: nothing): a chief that
  * leaves the ps running for the next job (--keep-ps) forgets its workers. */
