@@ -108,11 +108,18 @@ kill -TERM "$PS_PID"; reap "$PS_PID"
 # failure, the chief says it leaves the ps running and sends no Shutdown.
 cluster slow 1
 kill -STOP "$PS_PID"
+t=$SECONDS
 worker slow 0 "$dir/slow.w0" --model linreg --steps 200 --ps-timeout 2
 wait "$WPID"; rc=$?
+took=$((SECONDS - t))
 kill -CONT "$PS_PID"
 show="$dir/slow.w0 $dir/slow.ps.log"
 check "slow: the chief exits 1" rc_is "$rc" 1
+# (a probe of the stopped ps may not outlast --ps-timeout: it took
+# --rpc-timeout's 60 s and exit 69 before)
+check "slow: --ps-timeout 2 holds ($took s)" test "$took" -lt 15
+check "slow: the error names the ps and the timeout" has "$dir/slow.w0" \
+  'ps/0 \(127\.0\.0\.1:[0-9]+\) and 0 other ps task\(s\) did not answer within 2 s: it accepts connections but does not answer \(stopped or hung\)'
 check "slow: it leaves the ps running" has "$dir/slow.w0" 'WARN worker/0: the ps are left running: a restarted chief may get past this set-up failure \((DEADLINE_EXCEEDED|UNAVAILABLE)\)'
 check "slow: no Shutdown" bash -c "! grep -q Shutdown '$dir/slow.ps.log'"
 check "slow: the ps still runs" kill -0 "$PS_PID"

@@ -544,7 +544,7 @@ static int64_t mono_ms(void) {
  * until the rpc timeout has passed since @t0. */
 static bool try_again(const ps_client *c, const ps_rpc_req *r, bool safe, int attempt,
                       int64_t t0) {
-  if (no_handshake(&r->st)) return mono_ms() - t0 < c->opt.rpc_timeout_ms;
+  if (no_handshake(&r->st)) return mono_ms() - t0 < r->stall_timeout_ms;
   return safe && attempt < c->opt.max_retries && r->st.code == PS_UNAVAILABLE;
 }
 
@@ -594,7 +594,7 @@ static void run_reqs(ps_client *c, ps_rpc_req *reqs, const int *tasks, size_t n,
       const char *m = strrchr(reqs[i].method, '/');
       ps_status_set(&reqs[i].st, PS_DEADLINE_EXCEEDED,
                     "%s: no answer for %g s (--rpc-timeout)", m ? m + 1 : reqs[i].method,
-                    (double)c->opt.rpc_timeout_ms / 1000);
+                    (double)reqs[i].stall_timeout_ms / 1000);
     }
     answer_check(&reqs[i]);
     annotate(c, tasks[i], &reqs[i].st);
@@ -1782,10 +1782,25 @@ int ps_client_status(ps_client *c, int task, ps_task_status *out, ps_status *st)
 }
 
 int ps_client_probe(ps_client *c, int task, ps_status *st) {
+  return ps_client_probe_within(c, task, 0, st);
+}
+
+int ps_client_probe_within(ps_client *c, int task, int64_t within_ms, ps_status *st) {
+  if (check_task(c, task, st)) return st->code;
   Paramserver__StatusRequest req = PARAMSERVER__STATUS_REQUEST__INIT;
   ps_task_status out;
   memset(&out, 0, sizeof out);
-  return control_call(c, task, M_STATUS, &req.base, false, parse_status, &out, st);
+  ps_rpc_req r;
+  answer a;
+  req_init(c, &r, task, M_STATUS, &req.base, true, false);
+  if (within_ms > 0 && within_ms < r.stall_timeout_ms) {
+    r.stall_timeout_ms = within_ms;
+    if (r.timeout_ms > within_ms + 1000) r.timeout_ms = within_ms + 1000;
+  }
+  answer_init(c, task, &r, &a, parse_status, &out, NULL);
+  run_reqs(c, &r, &task, 1, false);
+  if (st) *st = r.st;
+  return r.st.code;
 }
 
 /* ---- checkpoints ---- */

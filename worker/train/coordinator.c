@@ -77,12 +77,23 @@ int ps_coordinator_wait_for_ps(ps_session *s, double timeout_secs, ps_status *st
     for (int t = 0; t < nps; t++) {
       if (up[t]) continue;
       ps_status e;
-      if (ps_client_probe(c, t, &e) == 0) {
+      /* with a --ps-timeout, one probe may not outlast it */
+      int64_t left_ms = 0;
+      if (timeout_secs > 0) {
+        left_ms = (int64_t)((timeout_secs - (now_secs() - t0)) * 1000);
+        if (left_ms < 100) left_ms = 100;
+      }
+      if (ps_client_probe_within(c, t, left_ms, &e) == 0) {
         up[t] = true;
-      } else if (ps_client_stalled(&e)) { /* stopped, not starting: no end */
+      } else if (ps_client_stalled(&e) &&
+                 (timeout_secs <= 0 || now_secs() - t0 < timeout_secs)) {
+        /* stopped, not starting: no end */
         rc = ps_status_set(st, e.code, "%s", e.msg);
         break;
       } else {
+        if (ps_client_stalled(&e)) /* cut short by --ps-timeout */
+          ps_status_set(&e, PS_DEADLINE_EXCEEDED,
+                        "it accepts connections but does not answer (stopped or hung)");
         if (first < 0) {
           first = t;
           last = e;

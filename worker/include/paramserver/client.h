@@ -340,6 +340,10 @@ int ps_client_shutdown(ps_client *c, int task, const char *reason, ps_status *st
 /* One Status call, not retried: 0 when ps @task answers now (for callers
  * that poll and must stay responsive, e.g. to a signal). */
 int ps_client_probe(ps_client *c, int task, ps_status *st);
+/* ps_client_probe, but a ps that accepts and does not answer fails it
+ * after @within_ms (when shorter than the stall timeout, rpc_timeout_ms)
+ * with the same DEADLINE_EXCEEDED; 0: rpc_timeout_ms. */
+int ps_client_probe_within(ps_client *c, int task, int64_t within_ms, ps_status *st);
 
 /* ---- checkpoints (see proto/ps.proto) ----
  * Paths are relative to the ps tasks' --checkpoint-dir (a filesystem they
