@@ -351,7 +351,7 @@ static size_t phys_mem(void) {
   return m;
 }
 
-ps_buf *ps_buf_create(size_t size, bool zero) {
+static ps_buf *buf_create(size_t size, bool zero, bool huge) {
   if (size > PS_SIZE_MAX) return NULL; /* the rounding below cannot wrap */
   if (size > phys_mem()) return NULL;
   ps_buf *b = malloc(sizeof *b);
@@ -370,10 +370,28 @@ ps_buf *ps_buf_create(size_t size, bool zero) {
     free(b);
     return NULL;
   }
-  advise_huge(b->data, alloc);
+  if (huge) advise_huge(b->data, alloc);
   atomic_init(&b->refs, 1);
   b->size = size;
   return b;
+}
+
+ps_buf *ps_buf_create(size_t size, bool zero) {
+  return buf_create(size, zero, true);
+}
+
+/* New memory faulted in 4 KiB pages: a 2 MiB page is zeroed whole on its
+ * first touch, and on a VM that hands free memory back to its host (free
+ * page reporting) every such page is a host fault too: 1-2 s of CPU per
+ * GiB here, against 0.4-0.7 s in 4 KiB pages (tests/bench/README.md,
+ * bench_ckpt).  Huge pages are asked for once the bytes are in
+ * (ps_buf_advise_huge): khugepaged merges them in the background. */
+ps_buf *ps_buf_create_for_read(size_t size) {
+  return buf_create(size, false, false);
+}
+
+void ps_buf_advise_huge(ps_buf *b) {
+  if (b) advise_huge(b->data, b->alloc);
 }
 
 ps_buf *ps_buf_ref(ps_buf *b) {

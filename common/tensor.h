@@ -45,6 +45,12 @@ struct ps_buf {
  * buffers (>= 1 MiB) are recycled through a small bounded cache
  * (PS_BUF_CACHE_MB, default 256; 0 disables it). */
 ps_buf *ps_buf_create(size_t size, bool zero);
+/* As ps_buf_create(@size, false) for a buffer a read fills at once (a
+ * restore's staging buffer): new memory is faulted in small pages, and
+ * ps_buf_advise_huge(), called once it is filled, lets the kernel merge it
+ * into huge pages later (see tensor.c). */
+ps_buf *ps_buf_create_for_read(size_t size);
+void ps_buf_advise_huge(ps_buf *b);
 ps_buf *ps_buf_ref(ps_buf *b);
 void ps_buf_unref(ps_buf *b); /* NULL is a no-op */
 

@@ -1278,7 +1278,7 @@ static int restore_one(ps_bundle_reader *r, ps_var *v, const char *key, ps_buf *
                          v->name, k, ps_dtype_name(e->dtype), ps_dtype_name(v->dtype));
   size_t es = ps_dtype_size(v->dtype);
   size_t nbytes = (size_t)ps_shape_num_elements(&v->shape) * es;
-  ps_buf *buf = out ? ps_buf_create(nbytes, false) : NULL;
+  ps_buf *buf = out ? ps_buf_create_for_read(nbytes) : NULL;
   if (out && buf == NULL)
     return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "restoring %s: out of memory",
                          v->name);
@@ -1327,6 +1327,7 @@ static int restore_one(ps_bundle_reader *r, ps_var *v, const char *key, ps_buf *
     ps_buf_unref(buf);
     return rc;
   }
+  ps_buf_advise_huge(buf); /* filled: huge pages from here on (tensor.c) */
   if (out) *out = buf;
   return 0;
 }

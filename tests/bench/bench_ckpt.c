@@ -43,7 +43,8 @@
  *      run again warm (files in the page cache), which shows the CPU cost
  *      alone: ckpt_restore_cached against a cached dd read (which copies
  *      into one reused 4 MiB buffer: no page faults, no checksum).  The ps
- *      processes' CPU time during each save and restore is printed too.
+ *      processes' CPU time during each save and restore is printed too,
+ *      and each restore's minor page faults (its new staging memory).
  *      ckpt_restore_fresh: the same checkpoint restored by a new pair of
  *      ps (the old ones stopped) whose variables are created but hold no
  *      memory yet, as after a crash: every tensor goes into new memory the
@@ -121,11 +122,11 @@ static void ps_fail(const char *what, const ps_status *st) {
   fprintf(stderr, "bench_ckpt: %s failed: %s\n", what, st->msg);
 }
 
-/* CPU seconds used so far by the ps processes, threads that have exited
- * included (utime + stime of /proc/PID/stat, in clock ticks: 10 ms
- * resolution); -1 if unavailable.  (The per-thread schedstat files would
- * miss the save and restore threads, which exit when done.) */
-static double ps_cpu_s(const pid_t *pids, int n) {
+/* CPU seconds used so far by the ps processes (@what 0), threads that have
+ * exited included (utime + stime of /proc/PID/stat, in clock ticks: 10 ms
+ * resolution), or their minor page faults (@what 1); -1 if unavailable.  (The per-thread
+ * schedstat files would miss the save and restore threads, which exit when done.) */
+static double ps_stat_sum(const pid_t *pids, int n, int what) {
   double sum = 0;
   long hz = sysconf(_SC_CLK_TCK);
   for (int i = 0; i < n; i++) {
@@ -137,16 +138,27 @@ static double ps_cpu_s(const pid_t *pids, int n) {
     fclose(f);
     buf[got] = '\0';
     const char *q = strrchr(buf, ')'); /* after the command name */
-    unsigned long long ut, st;
+    unsigned long long mf, ut, st;
     /* state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime
      */
     if (q == NULL ||
-        sscanf(q + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut,
-               &st) != 2)
+        sscanf(q + 1, " %*c %*d %*d %*d %*d %*d %*u %llu %*u %*u %*u %llu %llu", &mf, &ut,
+               &st) != 3)
       return -1;
-    sum += (double)(ut + st) / (double)hz;
+    sum += what ? (double)mf : (double)(ut + st) / (double)hz;
   }
   return sum;
+}
+
+static double ps_cpu_s(const pid_t *pids, int n) {
+  return ps_stat_sum(pids, n, 0);
+}
+
+/* Minor page faults of the ps processes so far (minflt, the same way); -1
+ * if unavailable.  New memory shows here: a restore's staging buffers take
+ * 262144 faults per GiB in 4 KiB pages, 512 in 2 MiB pages. */
+static double ps_minflt(const pid_t *pids, int n) {
+  return ps_stat_sum(pids, n, 1);
 }
 
 /* ---- dd, spawned and timed ---------------------------------------------- */
@@ -642,20 +654,23 @@ int main(int argc, char **argv) {
                  (side ^ (r % 2)) == 0 ? ckpt_files : "dd-0.bin");
         cache_report(dir, files, !cached);
         if ((side ^ (r % 2)) == 0) {
-          double cpu0 = ps_cpu_s(h.pids, NPS), t0 = now_s();
+          double cpu0 = ps_cpu_s(h.pids, NPS), mf0 = ps_minflt(h.pids, NPS);
+          double t0 = now_s();
           if (ps_client_restore(c, prefix, &nrest, &st) != 0) {
             ps_fail("restore", &st);
             goto done;
           }
           double t = now_s() - t0, cpu = ps_cpu_s(h.pids, NPS) - cpu0;
+          double mf = ps_minflt(h.pids, NPS) - mf0;
           if (nrest != NVARS + NPS) {
             fprintf(stderr, "bench_ckpt: restored %zu variables, expected %d\n", nrest,
                     NVARS + NPS);
             goto done;
           }
           (cached ? rest_c : rest)[r] = bytes / t;
-          fprintf(stderr, "  restore%s %7.3f s  %6.3f GB/s (ps CPU %.3f s)\n",
-                  cached ? " (cached)" : "         ", t, gbps(bytes, t), cpu);
+          fprintf(stderr,
+                  "  restore%s %7.3f s  %6.3f GB/s (ps CPU %.3f s, %.0f page faults)\n",
+                  cached ? " (cached)" : "         ", t, gbps(bytes, t), cpu, mf);
         } else {
           double t = dd_read(ddfile[0], o.mib, 1);
           if (t < 0) goto done;
@@ -695,15 +710,19 @@ int main(int argc, char **argv) {
     if (setup_vars(c, &o, false) != 0) goto done;
     cache_report(dir, ckpt_files, 1);
     {
-      double cpu0 = ps_cpu_s(h.pids, NPS), t0 = now_s();
+      double cpu0 = ps_cpu_s(h.pids, NPS), mf0 = ps_minflt(h.pids, NPS);
+      double t0 = now_s();
       if (ps_client_restore(c, prefix, &nrest, &st) != 0) {
         ps_fail("restore (fresh cluster)", &st);
         goto done;
       }
       double t = now_s() - t0;
       rest_f[r] = bytes / t;
-      fprintf(stderr, "  restore (fresh ps) %7.3f s  %6.3f GB/s (ps CPU %.3f s)\n", t,
-              gbps(bytes, t), ps_cpu_s(h.pids, NPS) - cpu0);
+      fprintf(stderr,
+              "  restore (fresh ps) %7.3f s  %6.3f GB/s (ps CPU %.3f s, %.0f page "
+              "faults)\n",
+              t, gbps(bytes, t), ps_cpu_s(h.pids, NPS) - cpu0,
+              ps_minflt(h.pids, NPS) - mf0);
     }
     if (fingerprint(c, fp1) != 0) goto done;
     if (memcmp(fp0, fp1, sizeof fp0) != 0) {
