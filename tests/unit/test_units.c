@@ -14,8 +14,9 @@ static int64_t parsed(const char *s, int64_t min, int64_t max) {
 
 static void refused(const char *s, int64_t min, int64_t max) {
   int64_t v = -7;
-  ck_assert_msg(ps_parse_size(s, min, max, &v) == -1, "'%s' accepted", s);
-  ck_assert_msg(v == -7, "'%s' refused but *out changed", s);
+  const char *shown = s ? s : "(null)";
+  ck_assert_msg(ps_parse_size(s, min, max, &v) == -1, "'%s' accepted", shown);
+  ck_assert_msg(v == -7, "'%s' refused but *out changed", shown);
 }
 
 START_TEST(test_spellings) {

@@ -352,7 +352,7 @@ static int init_draw(ps_session *s, ps_variable *v, uint64_t *seedp, uint64_t *d
 /* The fill of @v's initializer spec for this run (init_draw), as the ps
  * makes it from an Update's fill (fill_of). */
 static int init_fill(ps_session *s, ps_variable *v, ps_tensor **out, ps_status *st) {
-  uint64_t seed, draw;
+  uint64_t seed = 0, draw = 0;
   if (init_draw(s, v, &seed, &draw, st) != 0) return st->code;
   ps_tensor *x = ps_tensor_create(v->dtype, &v->shape, false);
   if (x == NULL) return oom(st);
