@@ -338,7 +338,9 @@ static void unlimited_args(grpc_arg *a, int server) {
  * Silent connections.  A connection that has made no call 10 s after it
  * was accepted (with tokens: no call with a valid token) is shut down, so
  * sockets that never send the HTTP/2 preface or finish the TLS handshake
- * cannot hold the slots or the descriptors.
+ * cannot hold the slots or the descriptors.  A call counts from its HTTP/2
+ * headers (header_later), and without tokens a connection that has sent
+ * more than a handshake is in use too (conns_close_unauthed).
  *
  * Stalled streams.  While a batch that waits on the client is in flight
  * (a request message, or a response message the client must read), the
@@ -491,11 +493,15 @@ struct ps_rpc_server {
   int idle_closed;                /* the idle connections are shut (monitor) */
   /* TLS: gRPC's own listener (see "Listener"); the next certificate
    * config for its fetcher (tls_pending), under tls_mu */
-  /* With tokens, gRPC must not read a request message before the call's
+  /* Methods are registered without their payload and a call's first
+   * message is received as its first batch after the checks (S_HEADER):
+   * with tokens, gRPC must not read a request message before the call's
    * token is checked (a caller without one could make it buffer up to
-   * twice --max-message-bytes per stream, outside the stream timeout):
-   * methods are registered without their payload and the first message
-   * is received as the call's first batch after the check (S_HEADER). */
+   * twice --max-message-bytes per stream, outside the stream timeout);
+   * with or without, a call is handed over when its HTTP/2 headers come
+   * in, so that its connection counts as used (conns_mark_authed) while
+   * its first message is still on the way (a client that sends it late,
+   * a header of many MiB on a slow link). */
   int header_later;
   int64_t queue_since_ms, last_dead_log_ms; /* TLS: listener_check */
   atomic_int unauthed; /* tracked connections not authed (conn_slot.authed) */
@@ -925,22 +931,24 @@ static void scall_complete(ps_rpc_call *c) {
   scall_send_next(c, 1);
 }
 
-/* RESOURCE_EXHAUSTED if @bb is over the message limit, or for a request's
- * first message (@header), over the header limit: a quarter of it (see
- * ps_rpc_server_options). */
+/* RESOURCE_EXHAUSTED if @bb is over the message limit (--max-message-bytes).
+ * A request's first message (@header) has the same limit and no lower one:
+ * the other limits accept --max-read-names items (100,000) of names up to
+ * 4096 bytes (common/wire.h), and a Create's constant initializer lists
+ * values without bound, so any lower header cap would refuse a request
+ * every other limit accepts.  What a header may make the ps allocate is
+ * held down before unpacking instead (items counted on the wire,
+ * ps_svc_check_items_), and the heap a refused message took is given back
+ * (heap_trim). */
 static int check_size(ps_rpc_call *c, grpc_byte_buffer *bb, bool header) {
   size_t n = grpc_byte_buffer_length(bb);
   int64_t max = c->srv->opt.max_message_bytes;
-  if (header && max > 0 && (uint64_t)n > (uint64_t)(max / 4))
-    return ps_status_set(&c->st, PS_RESOURCE_EXHAUSTED,
-                         "%s: request header of %zu bytes is over the limit of %lld "
-                         "bytes (a quarter of --max-message-bytes)",
-                         c->srv->h[c->hi].method, n, (long long)(max / 4));
   if (max > 0 && (uint64_t)n > (uint64_t)max)
     return ps_status_set(&c->st, PS_RESOURCE_EXHAUSTED,
-                         "%s: request message of %zu bytes is over the limit "
+                         "%s: request %s of %zu bytes is over the limit "
                          "of %lld bytes (--max-message-bytes)",
-                         c->srv->h[c->hi].method, n, (long long)max);
+                         c->srv->h[c->hi].method, header ? "header" : "message", n,
+                         (long long)max);
   return 0;
 }
 
@@ -1562,16 +1570,50 @@ done:
   gpr_free(peer);
 }
 
+/* The bytes the peer of socket @fd has sent (TCP_INFO's
+ * tcpi_bytes_received, Linux 4.1 and later; glibc's struct tcp_info ends
+ * before it, so it is read at its offset in the kernel's, which never
+ * moves); -1 if the kernel does not say. */
+static int64_t conn_bytes_in(int fd) {
+  enum { BYTES_RECEIVED_OFF = 128 };
+  uint64_t ti[32];
+  socklen_t tl = sizeof ti;
+  memset(ti, 0, sizeof ti);
+  if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, ti, &tl) != 0 ||
+      tl < BYTES_RECEIVED_OFF + sizeof(uint64_t))
+    return -1;
+  return (int64_t)ti[BYTES_RECEIVED_OFF / sizeof(uint64_t)];
+}
+
+/* Without tokens, a connection that has sent more than its handshake
+ * takes is in use even before a call of it reached call_authorize (its
+ * calls wait behind a busy RPC thread): plaintext, the HTTP/2 preface and
+ * SETTINGS (24 + 9 + 6 per setting: 91 bytes from gRPC's clients, a call's
+ * HEADERS frame brings ~250 more); TLS, a ClientHello (517 from gRPC's
+ * clients, larger with post-quantum key shares), the client's Finished and
+ * the encrypted preface.  A client that stops halfway through a handshake
+ * of more than this is left to gRPC's handshake deadline
+ * (UNAUTH_CONN_MS + 5 s). */
+#define CONN_HANDSHAKE_BYTES_PLAIN 128
+#define CONN_HANDSHAKE_BYTES_TLS 2048
+
 /* Shuts down the connections that made no call (with tokens: none with a
- * valid token) within UNAUTH_CONN_MS of being seen (monitor). */
+ * valid token; without, that sent no more than a handshake either) within
+ * UNAUTH_CONN_MS of being seen (monitor). */
 static void conns_close_unauthed(ps_rpc_server *s, int64_t t) {
   if (atomic_load(&s->unauthed) <= 0) return;
   int n = 0;
+  int64_t allowance = s->tls ? CONN_HANDSHAKE_BYTES_TLS : CONN_HANDSHAKE_BYTES_PLAIN;
   pthread_mutex_lock(&s->accept_mu);
   conns_sweep(s);
   for (int i = 0; i < s->nconns; i++) {
     conn_slot *c = &s->conns[i];
     if (c->authed || t - c->since_ms < UNAUTH_CONN_MS) continue;
+    if (s->opt.auth == NULL && conn_bytes_in(c->fd) > allowance) {
+      c->authed = 1; /* in use: its call is on the way */
+      atomic_fetch_sub(&s->unauthed, 1);
+      continue;
+    }
     shutdown(c->fd, SHUT_RDWR);
     c->authed = 1;
     atomic_fetch_sub(&s->unauthed, 1);
@@ -1999,7 +2041,7 @@ ps_rpc_server *ps_rpc_server_create(const char *addr, const ps_rpc_handler *h, s
     ps_status_set(st, PS_UNAVAILABLE, "pipe: %s", strerror(errno));
     goto fail;
   }
-  s->header_later = s->opt.auth != NULL;
+  s->header_later = 1;
   s->tls = s->opt.tls_cert_file || s->opt.tls_key_file;
   if (s->tls) {
     if (tls_files_read(&s->opt, &s->tls_cert, &s->tls_key, &s->tls_ca, st) != 0)
