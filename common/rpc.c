@@ -519,6 +519,7 @@ struct ps_rpc_server {
   atomic_llong auth_log_ms;
   int tls;
   int tls_external; /* TLS_EXTERNAL_PORT's argument was given */
+  int tls_own;      /* TLS connections are ours to accept (fd_handler checked) */
   pthread_mutex_t tls_mu;
   char *tls_cert, *tls_key, *tls_ca;
   int tls_pending;
@@ -1364,7 +1365,7 @@ static void listener_check(ps_rpc_server *s, int fd) {
 /* TLS: adds the connections gRPC's listener accepted to the table (see
  * "Listener"); those over max_connections are shut down.  Under accept_mu. */
 static void conns_discover(ps_rpc_server *s) {
-  if (!s->tls || s->fd_handler || s->port <= 0 || s->fd_dir == NULL) return;
+  if (!s->tls || s->tls_own || s->port <= 0 || s->fd_dir == NULL) return;
   conns_sweep(s);
   DIR *d = s->fd_dir; /* open for good: out of descriptors, a scan still runs */
   rewinddir(d);
@@ -1434,6 +1435,24 @@ typedef void (*fd_handle_fn)(void *self, int listener_fd, int fd,
 static bool tls_external_ok(void) {
   const char *e = getenv("PS_TLS_GRPC_LISTENER"); /* 1: gRPC's listener (tests) */
   return strncmp(grpc_version_string(), "29.", 3) == 0 && !(e && !strcmp(e, "1"));
+}
+
+/* Whether @h is the handler checked above: its vtable's type_info
+ * (vtable[-1]; its second word the mangled name, '*' first for a type of
+ * internal linkage) names ExternalConnectionHandler of
+ * src/cpp/server/external_connection_acceptor_impl.cc's anonymous
+ * namespace.  Anything else (another build, an object of another type
+ * in the argument) is not called. */
+#define TLS_EXTERNAL_TYPE "N12_GLOBAL__N_125ExternalConnectionHandlerE"
+static bool tls_handler_ok(void *h) {
+  void **vt = *(void ***)h;
+  if (vt == NULL || vt[-1] == NULL) return false;
+  const char *name = ((const char *const *)vt[-1])[1];
+  if (name == NULL) return false;
+  if (name[0] == '*') name++;
+  /* tests: PS_TLS_HANDLER_TYPE names another type, as another build would */
+  const char *want = getenv("PS_TLS_HANDLER_TYPE");
+  return strcmp(name, want && *want ? want : TLS_EXTERNAL_TYPE) == 0;
 }
 
 static void tls_hand_over(ps_rpc_server *s, int lfd, int fd) {
@@ -1725,7 +1744,15 @@ static void check_stalls(ps_rpc_server *s) {
 #define STOP_WAIT_MAX_MS 5000
 #define STOP_BIG_BYTES 65536
 
+/* Nothing is handed to gRPC once its shutdown starts: gRPC deletes the
+ * external-connection handler (fd_handler) when it finishes shutting
+ * down, so it is forgotten here, under accept_mu (accept_ready checks
+ * accepting under it), whoever stops gRPC (shutdown, cancel_all). */
 static void grpc_stop(ps_rpc_server *s) {
+  pthread_mutex_lock(&s->accept_mu);
+  s->accepting = 0;
+  s->fd_handler = NULL;
+  pthread_mutex_unlock(&s->accept_mu);
   if (atomic_exchange(&s->grpc_stopped, 1) == 0)
     grpc_server_shutdown_and_notify(s->srv, s->cq, &s->shutdown_tag);
 }
@@ -1845,7 +1872,7 @@ static void *monitor_thread(void *arg) {
     if (s->opt.stream_timeout_ms > 0 && s->opt.stream_timeout_ms / 4 < timeout)
       timeout = (int)(s->opt.stream_timeout_ms / 4) + 1;
     /* TLS: connections over the limit are shut within 0.2 s */
-    if (s->tls && !s->fd_handler && timeout > 200) timeout = 200;
+    if (s->tls && !s->tls_own && timeout > 200) timeout = 200;
     if (s->nlfd > 0 && !listening && backoff_until - t < timeout)
       timeout = (int)(backoff_until - t) + 1;
     int r = poll(p, (nfds_t)n, timeout);
@@ -1860,7 +1887,7 @@ static void *monitor_thread(void *arg) {
     }
     for (int i = 1; r > 0 && i < n; i++)
       if (p[i].revents & POLLIN) accept_ready(s, p[i].fd, &backoff_until);
-    if (s->tls && !s->fd_handler) {
+    if (s->tls && !s->tls_own) {
       pthread_mutex_lock(&s->accept_mu);
       conns_discover(s);
       pthread_mutex_unlock(&s->accept_mu);
@@ -1965,7 +1992,19 @@ static int tls_listen(ps_rpc_server *s, const char *addr, ps_status *st) {
       so ? grpc_ssl_server_credentials_create_with_options(so) : NULL;
   /* our own listeners and accept loop, connections handed over by fd */
   if (sc && s->tls_external) grpc_server_add_http2_port(s->srv, TLS_EXTERNAL_PORT, sc);
+  if (s->fd_handler && !tls_handler_ok(s->fd_handler)) {
+    PS_WARN("TLS: gRPC's external-connection handler is not of the type this ps was "
+            "built for (%s): gRPC's own listener accepts TLS connections instead",
+            TLS_EXTERNAL_TYPE);
+    pthread_mutex_lock(&s->accept_mu);
+    s->fd_handler = NULL;
+    pthread_mutex_unlock(&s->accept_mu);
+    pthread_mutex_lock(&s->tls_mu); /* the external port took the first config */
+    s->tls_pending = 1;
+    pthread_mutex_unlock(&s->tls_mu);
+  }
   if (s->fd_handler) {
+    s->tls_own = 1;
     grpc_server_credentials_release(sc);
     return 0;
   }
