@@ -490,6 +490,7 @@ struct ps_rpc_server {
   int64_t idle_since_ms;          /* shutting down: since when no call runs (monitor) */
   int64_t trim_check_ms, trim_ms; /* heap_trim: last look, last trim (monitor) */
   size_t trim_free;               /* heap_trim: free heap bytes at the last trim */
+  int64_t look_rss, look_until;   /* heap_trim: RSS at the last look, busy window */
   int idle_closed;                /* the idle connections are shut (monitor) */
   /* TLS: gRPC's own listener (see "Listener"); the next certificate
    * config for its fetcher (tls_pending), under tls_mu */
@@ -1812,8 +1813,11 @@ static void close_idle(ps_rpc_server *s) {
  * free heap in the arenas of gRPC's threads, and glibc keeps free heap
  * (tune_malloc keeps up to 64 MiB at the top of the main heap on purpose;
  * the other arenas shrink only from their top, which a live block pins).
- * Once a second the monitor looks at the free heap (mallinfo2: no
- * system call) and, above HEAP_KEEP_BYTES, hands its free pages back with
+ * The monitor reads the process's RSS once a second (/proc/self/statm: no
+ * allocator lock); only for 10 s after it grew by HEAP_KEEP_BYTES / 2
+ * since the last look, and every 60 s otherwise, does it look at the free
+ * heap (mallinfo2, which walks the free chunks under the arenas' locks)
+ * and, above HEAP_KEEP_BYTES, hand its free pages back with
  * malloc_trim: when it has changed by HEAP_MOVED_BYTES since the last
  * trim (gRPC frees a refused message's buffers over a few seconds), or
  * 60 s after it.  The transfers of a busy ps free far less than
@@ -1835,9 +1839,28 @@ static size_t heap_free_bytes(void) {
   return mallinfo2().fordblks;
 }
 
+/* The process's resident bytes, or -1. */
+static int64_t rss_bytes(void) {
+  char b[128];
+  int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  ssize_t n = read(fd, b, sizeof b - 1);
+  close(fd);
+  long long size, res;
+  if (n <= 0) return -1;
+  b[n] = '\0';
+  if (sscanf(b, "%lld %lld", &size, &res) != 2) return -1;
+  return (int64_t)res * sysconf(_SC_PAGESIZE);
+}
+
 static void heap_trim(ps_rpc_server *s, int64_t t) {
   if (t - s->trim_check_ms < 1000) return;
+  int64_t rss = rss_bytes();
+  if (rss < 0 || rss >= s->look_rss + (int64_t)(HEAP_KEEP_BYTES / 2))
+    s->look_until = t + 10000; /* grew: a large message came in */
+  if (t >= s->look_until && t - s->trim_check_ms < 60000) return;
   s->trim_check_ms = t;
+  s->look_rss = rss;
   size_t f = heap_free_bytes(),
          d = f > s->trim_free ? f - s->trim_free : s->trim_free - f;
   if (f <= HEAP_KEEP_BYTES || (d < HEAP_MOVED_BYTES && t - s->trim_ms < 60000)) return;
@@ -1845,10 +1868,13 @@ static void heap_trim(ps_rpc_server *s, int64_t t) {
     __sanitizer_purge_allocator();
   else
     malloc_trim(0);
-  if (d >= HEAP_KEEP_BYTES / 2)
+  if (d >= HEAP_KEEP_BYTES / 2) {
+    int64_t after = rss_bytes();
     PS_INFO("gave %zu MiB of freed heap back to the system (a large message was "
-            "received or refused)",
-            f >> 20);
+            "received or refused; RSS %lld -> %lld MiB)",
+            f >> 20, (long long)(rss >> 20), (long long)(after >> 20));
+  }
+  s->look_rss = rss_bytes();
   s->trim_free = f;
   s->trim_ms = t;
 }
