@@ -341,7 +341,9 @@ static void unlimited_args(grpc_arg *a, int server) {
  * Silent connections.  A connection that has made no call 10 s after it
  * was accepted (with tokens: no call with a valid token) is shut down, so
  * sockets that never send the HTTP/2 preface or finish the TLS handshake
- * cannot hold the slots or the descriptors.
+ * cannot hold the slots or the descriptors.  A call counts from its HTTP/2
+ * headers (header_later), and without tokens a connection that has sent
+ * more than a handshake is in use too (conns_close_unauthed).
  *
  * Stalled streams.  While a batch that waits on the client is in flight
  * (a request message, or a response message the client must read), the
@@ -491,14 +493,19 @@ struct ps_rpc_server {
   int64_t idle_since_ms;          /* shutting down: since when no call runs (monitor) */
   int64_t trim_check_ms, trim_ms; /* heap_trim: last look, last trim (monitor) */
   size_t trim_free;               /* heap_trim: free heap bytes at the last trim */
+  int64_t look_rss, look_until;   /* heap_trim: RSS at the last look, busy window */
   int idle_closed;                /* the idle connections are shut (monitor) */
   /* TLS: gRPC's own listener (see "Listener"); the next certificate
    * config for its fetcher (tls_pending), under tls_mu */
-  /* With tokens, gRPC must not read a request message before the call's
+  /* Methods are registered without their payload and a call's first
+   * message is received as its first batch after the checks (S_HEADER):
+   * with tokens, gRPC must not read a request message before the call's
    * token is checked (a caller without one could make it buffer up to
-   * twice --max-message-bytes per stream, outside the stream timeout):
-   * methods are registered without their payload and the first message
-   * is received as the call's first batch after the check (S_HEADER). */
+   * twice --max-message-bytes per stream, outside the stream timeout);
+   * with or without, a call is handed over when its HTTP/2 headers come
+   * in, so that its connection counts as used (conns_mark_authed) while
+   * its first message is still on the way (a client that sends it late,
+   * a header of many MiB on a slow link). */
   int header_later;
   int64_t queue_since_ms, last_dead_log_ms; /* TLS: listener_check */
   atomic_int unauthed; /* tracked connections not authed (conn_slot.authed) */
@@ -516,6 +523,7 @@ struct ps_rpc_server {
   atomic_llong auth_log_ms;
   int tls;
   int tls_external; /* TLS_EXTERNAL_PORT's argument was given */
+  int tls_own;      /* TLS connections are ours to accept (fd_handler checked) */
   pthread_mutex_t tls_mu;
   char *tls_cert, *tls_key, *tls_ca;
   int tls_pending;
@@ -928,22 +936,24 @@ static void scall_complete(ps_rpc_call *c) {
   scall_send_next(c, 1);
 }
 
-/* RESOURCE_EXHAUSTED if @bb is over the message limit, or for a request's
- * first message (@header), over the header limit: a quarter of it (see
- * ps_rpc_server_options). */
+/* RESOURCE_EXHAUSTED if @bb is over the message limit (--max-message-bytes).
+ * A request's first message (@header) has the same limit and no lower one:
+ * the other limits accept --max-read-names items (100,000) of names up to
+ * 4096 bytes (common/wire.h), and a Create's constant initializer lists
+ * values without bound, so any lower header cap would refuse a request
+ * every other limit accepts.  What a header may make the ps allocate is
+ * held down before unpacking instead (items counted on the wire,
+ * ps_svc_check_items_), and the heap a refused message took is given back
+ * (heap_trim). */
 static int check_size(ps_rpc_call *c, grpc_byte_buffer *bb, bool header) {
   size_t n = grpc_byte_buffer_length(bb);
   int64_t max = c->srv->opt.max_message_bytes;
-  if (header && max > 0 && (uint64_t)n > (uint64_t)(max / 4))
-    return ps_status_set(&c->st, PS_RESOURCE_EXHAUSTED,
-                         "%s: request header of %zu bytes is over the limit of %lld "
-                         "bytes (a quarter of --max-message-bytes)",
-                         c->srv->h[c->hi].method, n, (long long)(max / 4));
   if (max > 0 && (uint64_t)n > (uint64_t)max)
     return ps_status_set(&c->st, PS_RESOURCE_EXHAUSTED,
-                         "%s: request message of %zu bytes is over the limit "
+                         "%s: request %s of %zu bytes is over the limit "
                          "of %lld bytes (--max-message-bytes)",
-                         c->srv->h[c->hi].method, n, (long long)max);
+                         c->srv->h[c->hi].method, header ? "header" : "message", n,
+                         (long long)max);
   return 0;
 }
 
@@ -1359,7 +1369,7 @@ static void listener_check(ps_rpc_server *s, int fd) {
 /* TLS: adds the connections gRPC's listener accepted to the table (see
  * "Listener"); those over max_connections are shut down.  Under accept_mu. */
 static void conns_discover(ps_rpc_server *s) {
-  if (!s->tls || s->fd_handler || s->port <= 0 || s->fd_dir == NULL) return;
+  if (!s->tls || s->tls_own || s->port <= 0 || s->fd_dir == NULL) return;
   conns_sweep(s);
   DIR *d = s->fd_dir; /* open for good: out of descriptors, a scan still runs */
   rewinddir(d);
@@ -1429,6 +1439,24 @@ typedef void (*fd_handle_fn)(void *self, int listener_fd, int fd,
 static bool tls_external_ok(void) {
   const char *e = getenv("PS_TLS_GRPC_LISTENER"); /* 1: gRPC's listener (tests) */
   return strncmp(grpc_version_string(), "29.", 3) == 0 && !(e && !strcmp(e, "1"));
+}
+
+/* Whether @h is the handler checked above: its vtable's type_info
+ * (vtable[-1]; its second word the mangled name, '*' first for a type of
+ * internal linkage) names ExternalConnectionHandler of
+ * src/cpp/server/external_connection_acceptor_impl.cc's anonymous
+ * namespace.  Anything else (another build, an object of another type
+ * in the argument) is not called. */
+#define TLS_EXTERNAL_TYPE "N12_GLOBAL__N_125ExternalConnectionHandlerE"
+static bool tls_handler_ok(void *h) {
+  void **vt = *(void ***)h;
+  if (vt == NULL || vt[-1] == NULL) return false;
+  const char *name = ((const char *const *)vt[-1])[1];
+  if (name == NULL) return false;
+  if (name[0] == '*') name++;
+  /* tests: PS_TLS_HANDLER_TYPE names another type, as another build would */
+  const char *want = getenv("PS_TLS_HANDLER_TYPE");
+  return strcmp(name, want && *want ? want : TLS_EXTERNAL_TYPE) == 0;
 }
 
 static void tls_hand_over(ps_rpc_server *s, int lfd, int fd) {
@@ -1565,16 +1593,50 @@ done:
   gpr_free(peer);
 }
 
+/* The bytes the peer of socket @fd has sent (TCP_INFO's
+ * tcpi_bytes_received, Linux 4.1 and later; glibc's struct tcp_info ends
+ * before it, so it is read at its offset in the kernel's, which never
+ * moves); -1 if the kernel does not say. */
+static int64_t conn_bytes_in(int fd) {
+  enum { BYTES_RECEIVED_OFF = 128 };
+  uint64_t ti[32];
+  socklen_t tl = sizeof ti;
+  memset(ti, 0, sizeof ti);
+  if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, ti, &tl) != 0 ||
+      tl < BYTES_RECEIVED_OFF + sizeof(uint64_t))
+    return -1;
+  return (int64_t)ti[BYTES_RECEIVED_OFF / sizeof(uint64_t)];
+}
+
+/* Without tokens, a connection that has sent more than its handshake
+ * takes is in use even before a call of it reached call_authorize (its
+ * calls wait behind a busy RPC thread): plaintext, the HTTP/2 preface and
+ * SETTINGS (24 + 9 + 6 per setting: 91 bytes from gRPC's clients, a call's
+ * HEADERS frame brings ~250 more); TLS, a ClientHello (517 from gRPC's
+ * clients, larger with post-quantum key shares), the client's Finished and
+ * the encrypted preface.  A client that stops halfway through a handshake
+ * of more than this is left to gRPC's handshake deadline
+ * (UNAUTH_CONN_MS + 5 s). */
+#define CONN_HANDSHAKE_BYTES_PLAIN 128
+#define CONN_HANDSHAKE_BYTES_TLS 2048
+
 /* Shuts down the connections that made no call (with tokens: none with a
- * valid token) within UNAUTH_CONN_MS of being seen (monitor). */
+ * valid token; without, that sent no more than a handshake either) within
+ * UNAUTH_CONN_MS of being seen (monitor). */
 static void conns_close_unauthed(ps_rpc_server *s, int64_t t) {
   if (atomic_load(&s->unauthed) <= 0) return;
   int n = 0;
+  int64_t allowance = s->tls ? CONN_HANDSHAKE_BYTES_TLS : CONN_HANDSHAKE_BYTES_PLAIN;
   pthread_mutex_lock(&s->accept_mu);
   conns_sweep(s);
   for (int i = 0; i < s->nconns; i++) {
     conn_slot *c = &s->conns[i];
     if (c->authed || t - c->since_ms < UNAUTH_CONN_MS) continue;
+    if (s->opt.auth == NULL && conn_bytes_in(c->fd) > allowance) {
+      c->authed = 1; /* in use: its call is on the way */
+      atomic_fetch_sub(&s->unauthed, 1);
+      continue;
+    }
     shutdown(c->fd, SHUT_RDWR);
     c->authed = 1;
     atomic_fetch_sub(&s->unauthed, 1);
@@ -1686,7 +1748,15 @@ static void check_stalls(ps_rpc_server *s) {
 #define STOP_WAIT_MAX_MS 5000
 #define STOP_BIG_BYTES 65536
 
+/* Nothing is handed to gRPC once its shutdown starts: gRPC deletes the
+ * external-connection handler (fd_handler) when it finishes shutting
+ * down, so it is forgotten here, under accept_mu (accept_ready checks
+ * accepting under it), whoever stops gRPC (shutdown, cancel_all). */
 static void grpc_stop(ps_rpc_server *s) {
+  pthread_mutex_lock(&s->accept_mu);
+  s->accepting = 0;
+  s->fd_handler = NULL;
+  pthread_mutex_unlock(&s->accept_mu);
   if (atomic_exchange(&s->grpc_stopped, 1) == 0)
     grpc_server_shutdown_and_notify(s->srv, s->cq, &s->shutdown_tag);
 }
@@ -1746,8 +1816,11 @@ static void close_idle(ps_rpc_server *s) {
  * free heap in the arenas of gRPC's threads, and glibc keeps free heap
  * (tune_malloc keeps up to 64 MiB at the top of the main heap on purpose;
  * the other arenas shrink only from their top, which a live block pins).
- * Once a second the monitor looks at the free heap (mallinfo2: no
- * system call) and, above HEAP_KEEP_BYTES, hands its free pages back with
+ * The monitor reads the process's RSS once a second (/proc/self/statm: no
+ * allocator lock); only for 10 s after it grew by HEAP_KEEP_BYTES / 2
+ * since the last look, and every 60 s otherwise, does it look at the free
+ * heap (mallinfo2, which walks the free chunks under the arenas' locks)
+ * and, above HEAP_KEEP_BYTES, hand its free pages back with
  * malloc_trim: when it has changed by HEAP_MOVED_BYTES since the last
  * trim (gRPC frees a refused message's buffers over a few seconds), or
  * 60 s after it.  The transfers of a busy ps free far less than
@@ -1769,9 +1842,28 @@ static size_t heap_free_bytes(void) {
   return mallinfo2().fordblks;
 }
 
+/* The process's resident bytes, or -1. */
+static int64_t rss_bytes(void) {
+  char b[128];
+  int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  ssize_t n = read(fd, b, sizeof b - 1);
+  close(fd);
+  long long size, res;
+  if (n <= 0) return -1;
+  b[n] = '\0';
+  if (sscanf(b, "%lld %lld", &size, &res) != 2) return -1;
+  return (int64_t)res * sysconf(_SC_PAGESIZE);
+}
+
 static void heap_trim(ps_rpc_server *s, int64_t t) {
   if (t - s->trim_check_ms < 1000) return;
+  int64_t rss = rss_bytes();
+  if (rss < 0 || rss >= s->look_rss + (int64_t)(HEAP_KEEP_BYTES / 2))
+    s->look_until = t + 10000; /* grew: a large message came in */
+  if (t >= s->look_until && t - s->trim_check_ms < 60000) return;
   s->trim_check_ms = t;
+  s->look_rss = rss;
   size_t f = heap_free_bytes(),
          d = f > s->trim_free ? f - s->trim_free : s->trim_free - f;
   if (f <= HEAP_KEEP_BYTES || (d < HEAP_MOVED_BYTES && t - s->trim_ms < 60000)) return;
@@ -1779,10 +1871,13 @@ static void heap_trim(ps_rpc_server *s, int64_t t) {
     __sanitizer_purge_allocator();
   else
     malloc_trim(0);
-  if (d >= HEAP_KEEP_BYTES / 2)
+  if (d >= HEAP_KEEP_BYTES / 2) {
+    int64_t after = rss_bytes();
     PS_INFO("gave %zu MiB of freed heap back to the system (a large message was "
-            "received or refused)",
-            f >> 20);
+            "received or refused; RSS %lld -> %lld MiB)",
+            f >> 20, (long long)(rss >> 20), (long long)(after >> 20));
+  }
+  s->look_rss = rss_bytes();
   s->trim_free = f;
   s->trim_ms = t;
 }
@@ -1806,7 +1901,7 @@ static void *monitor_thread(void *arg) {
     if (s->opt.stream_timeout_ms > 0 && s->opt.stream_timeout_ms / 4 < timeout)
       timeout = (int)(s->opt.stream_timeout_ms / 4) + 1;
     /* TLS: connections over the limit are shut within 0.2 s */
-    if (s->tls && !s->fd_handler && timeout > 200) timeout = 200;
+    if (s->tls && !s->tls_own && timeout > 200) timeout = 200;
     if (s->nlfd > 0 && !listening && backoff_until - t < timeout)
       timeout = (int)(backoff_until - t) + 1;
     int r = poll(p, (nfds_t)n, timeout);
@@ -1821,7 +1916,7 @@ static void *monitor_thread(void *arg) {
     }
     for (int i = 1; r > 0 && i < n; i++)
       if (p[i].revents & POLLIN) accept_ready(s, p[i].fd, &backoff_until);
-    if (s->tls && !s->fd_handler) {
+    if (s->tls && !s->tls_own) {
       pthread_mutex_lock(&s->accept_mu);
       conns_discover(s);
       pthread_mutex_unlock(&s->accept_mu);
@@ -1926,7 +2021,19 @@ static int tls_listen(ps_rpc_server *s, const char *addr, ps_status *st) {
       so ? grpc_ssl_server_credentials_create_with_options(so) : NULL;
   /* our own listeners and accept loop, connections handed over by fd */
   if (sc && s->tls_external) grpc_server_add_http2_port(s->srv, TLS_EXTERNAL_PORT, sc);
+  if (s->fd_handler && !tls_handler_ok(s->fd_handler)) {
+    PS_WARN("TLS: gRPC's external-connection handler is not of the type this ps was "
+            "built for (%s): gRPC's own listener accepts TLS connections instead",
+            TLS_EXTERNAL_TYPE);
+    pthread_mutex_lock(&s->accept_mu);
+    s->fd_handler = NULL;
+    pthread_mutex_unlock(&s->accept_mu);
+    pthread_mutex_lock(&s->tls_mu); /* the external port took the first config */
+    s->tls_pending = 1;
+    pthread_mutex_unlock(&s->tls_mu);
+  }
   if (s->fd_handler) {
+    s->tls_own = 1;
     grpc_server_credentials_release(sc);
     return 0;
   }
@@ -2002,7 +2109,7 @@ ps_rpc_server *ps_rpc_server_create(const char *addr, const ps_rpc_handler *h, s
     ps_status_set(st, PS_UNAVAILABLE, "pipe: %s", strerror(errno));
     goto fail;
   }
-  s->header_later = s->opt.auth != NULL;
+  s->header_later = 1;
   s->tls = s->opt.tls_cert_file || s->opt.tls_key_file;
   if (s->tls) {
     if (tls_files_read(&s->opt, &s->tls_cert, &s->tls_key, &s->tls_ca, st) != 0)

@@ -94,8 +94,8 @@ typedef struct ps_rpc_handler {
 typedef struct ps_rpc_server_options {
   int nthreads; /* completion-queue threads serving the handlers */
   /* One request message (header or chunk) larger than this is refused with
-   * RESOURCE_EXHAUSTED naming --max-message-bytes, a request's first
-   * message (its header) larger than a quarter of it likewise; gRPC itself
+   * RESOURCE_EXHAUSTED naming --max-message-bytes (a request's first
+   * message, its header, has the same limit: see check_size); gRPC itself
    * refuses a message of twice this size, after buffering it whole (the
    * monitor gives the freed heap back).  At least PS_RPC_MIN_MESSAGE_BYTES. */
   int64_t max_message_bytes;

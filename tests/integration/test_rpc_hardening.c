@@ -544,7 +544,7 @@ START_TEST(max_message_bytes) {
   ck_assert_int_eq(r.st.code, PS_RESOURCE_EXHAUSTED);
   ck_assert_msg(strstr(r.st.msg,
                        "Read: request header of 17825802 bytes is over the limit "
-                       "of 4194308 bytes (a quarter of --max-message-bytes)"),
+                       "of 16777232 bytes (--max-message-bytes)"),
                 "%s", r.st.msg);
   /* Twice the limit and more: gRPC stops reading it. */
   ps_rpc_req r2 = {.ch = ch,
