@@ -42,6 +42,17 @@ typedef struct srv {
 static srv S;
 static pid_t CHILD; /* a client process of the test, if any */
 
+/* Every server's directory lies in BASE, made and removed by an unchecked
+ * fixture in Check's parent process: a test killed by its timeout (no
+ * atexit runs in its forked child) leaves nothing behind. */
+static char BASE[64];
+static void base_make(void) {
+  harness_scratch_base(BASE, sizeof BASE, "rpch");
+}
+static void base_remove(void) {
+  harness_scratch_remove(BASE);
+}
+
 static void cleanup(void) {
   if (CHILD > 0) {
     kill(CHILD, SIGKILL);
@@ -83,8 +94,7 @@ static void srv_start(const char *const *extra, long nofile) {
     registered = 1;
   }
   memset(&S, 0, sizeof S);
-  snprintf(S.dir, sizeof S.dir, "/tmp/ps-test-XXXXXX");
-  ck_assert_ptr_nonnull(mkdtemp(S.dir));
+  ck_assert_int_eq(harness_scratch_dir(S.dir, sizeof S.dir, BASE), 0);
   char boot[200];
   snprintf(boot, sizeof boot, "%s/boot.json", S.dir);
   snprintf(S.log, sizeof S.log, "%s/ps.log", S.dir);
@@ -958,6 +968,7 @@ int main(void) {
   tcase_add_test(tc, sigterm_during_upload);
   tcase_add_test(tc, sigterm_during_read);
   tcase_add_test(tc, sigterm_with_idle_connections_exits_at_once);
+  tcase_add_unchecked_fixture(tc, base_make, base_remove);
   suite_add_tcase(s, tc);
   TCase *tl = tcase_create("listener");
   tcase_set_timeout(tl, 300);
@@ -965,6 +976,7 @@ int main(void) {
   tcase_add_test(tl, connection_cap);
   tcase_add_test(tl, fd_limit_raised_and_default_cap);
   tcase_add_test(tl, port_zero_and_no_sharing);
+  tcase_add_unchecked_fixture(tl, base_make, base_remove);
   suite_add_tcase(s, tl);
   TCase *tr = tcase_create("limits");
   tcase_set_timeout(tr, 300);
@@ -976,6 +988,7 @@ int main(void) {
   tcase_add_test(tr, bad_flag_values_exit_2);
   tcase_add_test(tr, good_flag_values_start);
   tcase_add_test(tr, log_escapes_control_characters);
+  tcase_add_unchecked_fixture(tr, base_make, base_remove);
   suite_add_tcase(s, tr);
   return ps_test_run(s);
 }
