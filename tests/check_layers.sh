@@ -5,7 +5,8 @@
 #   worker/include/paramserver/*.h excepted: every layer may include them);
 # - ps/ includes nothing from worker/ but the public API headers, worker/
 #   nothing from ps/;
-# - gRPC headers appear in common/rpc.c alone (benchmarks excepted);
+# - gRPC headers appear in common/rpc*.c and rpc_internal.h alone (benchmarks
+#   excepted), and rpc_internal.h is included by common/rpc*.c alone;
 # - no meson.build compiles another folder's sources or puts ".." on the
 #   include path;
 # - public headers include only each other and system headers;
@@ -53,12 +54,18 @@ while IFS= read -r hit; do
   say "$f:$line" "includes \"$inc\", a header private to its own folder"
 done < <(grep -rn --include='*.c' --include='*.h' -E '#[[:space:]]*include[[:space:]]*"[^"]*(_priv|_internal)\.h"' common ps worker deploy tests | cut -d: -f1,2)
 
-# gRPC core: common/rpc.c alone
+# gRPC core: common/rpc*.c and their private header alone; that header
+# brings gRPC's, so only they include it
 while IFS= read -r hit; do
   f=${hit%%:*}
-  case "$f" in common/rpc.c|tests/bench/*) continue ;; esac
-  say "$hit" "includes a gRPC header: only common/rpc.c may (benchmarks excepted)"
+  case "$f" in common/rpc*.c|common/rpc_internal.h|tests/bench/*) continue ;; esac
+  say "$hit" "includes a gRPC header: only common/rpc*.c may (benchmarks excepted)"
 done < <(grep -rn --include='*.c' --include='*.h' '#[[:space:]]*include[[:space:]]*<grpc/' common ps worker deploy tests | cut -d: -f1,2)
+while IFS= read -r hit; do
+  f=${hit%%:*}
+  case "$f" in common/rpc*.c) continue ;; esac
+  say "$hit" "includes rpc_internal.h, which brings gRPC: only common/rpc*.c may"
+done < <(grep -rn --include='*.c' --include='*.h' '#[[:space:]]*include[[:space:]]*"rpc_internal\.h"' common ps worker deploy tests | cut -d: -f1,2)
 
 # meson: no folder compiles another's sources, no ".." include directory
 while IFS= read -r hit; do
