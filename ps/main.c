@@ -564,8 +564,8 @@ static int security_settings(server_args *a, const ps_cluster *cluster) {
  * serve no more connections than fit beside the reserve. */
 /* With TLS, half of them stay free: a connection costs gRPC more during
  * its handshake, and where gRPC's own listener accepts (another gRPC than
- * 1.51, or PS_TLS_GRPC_LISTENER=1: common/rpc.c, "Listener") it stops for
- * good on its first accept4 error, so connections over the limit (shut by
+ * 1.51, or PS_TLS_GRPC_LISTENER=1: common/rpc_internal.h, "Listener") it
+ * stops for good on its first accept4 error, so connections over the limit (shut by
  * the monitor a moment later) must never exhaust the descriptors. */
 static int connection_limit(int64_t max_conns, bool tls) {
   long nofile = raise_fd_limit();
