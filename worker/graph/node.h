@@ -188,6 +188,8 @@ ps_variable *ps_graph_var_(const ps_graph *g, size_t i);
 ps_variable **ps_graph_vars_(const ps_graph *g, size_t *n);
 /* The variable named @name, or NULL. */
 ps_variable *ps_graph_find_var_(const ps_graph *g, const char *name);
+/* Whether @n is a variable's own node ("VariableV2"). */
+bool ps_node_is_variable_(const ps_node *n);
 size_t ps_graph_num_partitioned_(const ps_graph *g);
 const struct ps_partitioned_variable *ps_graph_partitioned_(const ps_graph *g, size_t i);
 size_t ps_graph_num_collections_(const ps_graph *g);
