@@ -79,14 +79,8 @@ done
 
 # no circles between files: who uses whose symbols, from nm of the objects
 # (compile_commands.json maps each source to its object)
-# Known circles, still to untie (issue 22): the op files name their
-# gradient functions in their op tables, and grad.c builds gradients out of
-# their ops.  A pair listed here that is no circle any more fails too: take
-# it out.
-known_circles="worker/ops/array.c:worker/ops/grad.c worker/ops/grad.c:worker/ops/math.c
-  worker/ops/grad.c:worker/ops/nn.c worker/ops/grad.c:worker/ops/reduce.c"
 if [ -n "$build" ]; then
-  python3 - "$root" "$build" "$known_circles" <<'EOF_PY' || bad=1
+  python3 - "$root" "$build" <<'EOF_PY' || bad=1
 import json, os, subprocess, sys
 root, build = sys.argv[1], sys.argv[2]
 try:
@@ -160,15 +154,10 @@ def names(syms):
     s = sorted(syms)
     return ", ".join(s[:3]) + (f" (+{len(s) - 3} more)" if len(s) > 3 else "")
 
-known = set(tuple(k.split(":")) for k in sys.argv[3].split()) if len(sys.argv) > 3 else set()
 bad = 0
-for a, b in sorted(known):
-    if a not in edges.get(b, {}) or b not in edges.get(a, {}):
-        print(f"{a} <-> {b}: no circle any more: take it out of known_circles")
-        bad = 1
 for a in sorted(edges):
     for b in sorted(edges[a]):
-        if a < b and a in edges.get(b, {}) and (a, b) not in known:
+        if a < b and a in edges.get(b, {}):
             print(f"{a} <-> {b}: {os.path.basename(a)} uses {names(edges[a][b])}, "
                   f"{os.path.basename(b)} uses {names(edges[b][a])}")
             bad = 1

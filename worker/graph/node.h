@@ -40,8 +40,9 @@ typedef struct ps_op_def {
    * tensor owned by the caller. */
   int (*compute)(ps_node *n, ps_tensor *const *in, ps_tensor **out, ps_status *st);
   /* Builds the gradient of each input given @dy, the gradient of the
-   * output (same shape).  dx[i] = NULL when input i gets none.  NULL
-   * function: not differentiable (gradient stops). */
+   * output (same shape).  dx[i] = NULL when input i gets none.  NULL:
+   * the builder worker/ops/grad.c keeps for the op, if any; else not
+   * differentiable (gradient stops). */
   int (*grad)(ps_graph *g, ps_node *n, ps_node *dy, ps_node **dx, ps_status *st);
 } ps_op_def;
 
