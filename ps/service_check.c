@@ -29,12 +29,12 @@ int ps_svc_bad_request_(ps_status *st, const char *method) {
                        method);
 }
 
-/* Before unpacking a request: names with NUL or control characters, or
- * over-long, are INVALID_ARGUMENT (protobuf-c would cut "w\0evil" to "w"). */
-/* Every request's list (field 1: Create's vars, Update's updates, Read's
- * items, the names of Initialize, IsInitialized, ReportUninitialized and
- * Delete) is counted on the wire before protobuf-c allocates it: a 32 MiB
- * header could otherwise hold millions of items. */
+/* CHECK_WIRE's second step, once ps_wire_check_strings has refused names
+ * with NUL or control characters, or over-long (protobuf-c would cut
+ * "w\0evil" to "w"): every request's list (field 1: Create's vars,
+ * Update's updates, Read's items, the names of Initialize, IsInitialized,
+ * ReportUninitialized and Delete) is counted on the wire before protobuf-c
+ * allocates it: a 32 MiB header could otherwise hold millions of items. */
 int ps_svc_check_items_(ps_service *s, const uint8_t *p, size_t n, const char *method,
                         ps_status *st) {
   size_t k = ps_wire_count_field(p, n, 1);
