@@ -88,16 +88,19 @@ try:
 except OSError as e:
     print(f"{build}: no compile_commands.json ({e.strerror}): configure the build first")
     sys.exit(1)
-objs = {}  # source (relative to root) -> object
+objs, unbuilt = {}, set()  # source (relative to root) -> object
 for c in cmds:
     src = os.path.relpath(os.path.join(c["directory"], c["file"]), root)
     if src.split("/")[0] not in ("common", "ps", "worker", "deploy") or not src.endswith(".c"):
         continue
     obj = os.path.join(c["directory"], c["output"])
-    if src not in objs and os.path.exists(obj):
-        objs[src] = obj
-if not objs:
-    print(f"{build}: no object files of common/, ps/, worker/ or deploy/: build first")
+    if os.path.exists(obj):
+        objs.setdefault(src, obj)
+    else:
+        unbuilt.add(src)
+unbuilt -= set(objs)
+if unbuilt:  # a circle through a file not built would go unseen
+    print(f"{build}: no object file for {', '.join(sorted(unbuilt))}: build first")
     sys.exit(1)
 byobj = {o: s for s, o in objs.items()}
 out = subprocess.run(["nm", "-g", "-A"] + sorted(objs.values()), capture_output=True,
