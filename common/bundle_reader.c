@@ -108,42 +108,6 @@ static int open_failed(const char *path, int err, unsigned type, const char *wha
                        "checkpoint %s: %s (%s)", path, what, strerror(err));
 }
 
-/* Reads all of @path (a regular file; @nofollow: not through a link at
- * it); 0 or an errno, *@type the type of a file that is not regular. */
-static int slurp(const char *path, bool nofollow, uint8_t **out, size_t *outn,
-                 unsigned *type) {
-  int fd = ps_open_regular(AT_FDCWD, path, nofollow, type);
-  if (fd < 0) return errno;
-  struct stat sb;
-  if (fstat(fd, &sb) != 0) {
-    int e = errno;
-    close(fd);
-    return e;
-  }
-  size_t cap = (size_t)sb.st_size, n = 0;
-  uint8_t *p = malloc(cap ? cap : 1);
-  if (p == NULL) {
-    close(fd);
-    return ENOMEM;
-  }
-  while (n < cap) {
-    ssize_t r = read(fd, p + n, cap - n);
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) {
-      int e = errno;
-      free(p);
-      close(fd);
-      return e;
-    }
-    if (r == 0) break;
-    n += (size_t)r;
-  }
-  close(fd);
-  *out = p;
-  *outn = n;
-  return 0;
-}
-
 static ps_bundle_reader *reader_open(const char *prefix, bool nofollow, ps_status *st);
 
 ps_bundle_reader *ps_bundle_reader_open(const char *prefix, ps_status *st) {
@@ -160,7 +124,7 @@ static ps_bundle_reader *reader_open(const char *prefix, bool nofollow, ps_statu
     return NULL;
   }
   ps_bundle_reader *r = calloc(1, sizeof *r);
-  uint8_t *file = NULL;
+  char *file = NULL;
   if (r == NULL) goto oom;
   pthread_mutex_init(&r->mu, NULL);
   r->prefix = strdup(prefix);
@@ -169,7 +133,10 @@ static ps_bundle_reader *reader_open(const char *prefix, bool nofollow, ps_statu
   r->nofollow = nofollow;
   size_t n = 0;
   unsigned type = 0;
-  int e = slurp(r->index_path, nofollow, &file, &n, &type);
+  /* the index is read whole: no limit but memory */
+  int e = ps_read_file(AT_FDCWD, r->index_path,
+                       PS_READ_REGULAR | (nofollow ? PS_READ_NOFOLLOW : 0), SIZE_MAX,
+                       &file, &n, &type, NULL);
   if (e != 0 && (type != 0 || e == ELOOP)) {
     open_failed(r->index_path, e, type, "", st);
     goto fail;
@@ -179,7 +146,7 @@ static ps_bundle_reader *reader_open(const char *prefix, bool nofollow, ps_statu
                   e == ENOENT ? "not found" : strerror(e));
     goto fail;
   }
-  table_src src = {r->index_path, file, n};
+  table_src src = {r->index_path, (const uint8_t *)file, n};
   load_state ls = {r, false};
   if (ps_bdl_table_read_(&src, load_kv, &ls, st) != 0) goto fail;
   if (!ls.have_header) {

@@ -121,48 +121,28 @@ static int read_whole_file(int dirfd, const char *name, const char *path,
   *out = NULL;
   *n = 0;
   unsigned type = 0; /* a FIFO would block the read: only regular files */
-  int fd =
-      ps_open_regular(dirfd, dirfd == AT_FDCWD ? path : name, dirfd != AT_FDCWD, &type);
-  if (fd < 0 && type != 0)
+  char *text;
+  int e = ps_read_file(dirfd, dirfd == AT_FDCWD ? path : name,
+                       PS_READ_REGULAR | (dirfd != AT_FDCWD ? PS_READ_NOFOLLOW : 0),
+                       64u << 20, &text, n, &type, NULL);
+  if (e == 0) {
+    *out = (uint8_t *)text;
+    return 0;
+  }
+  *n = 0;
+  if (type != 0)
     return ps_status_set(st, PS_FAILED_PRECONDITION, "%s %s: is %s, not a regular file",
                          what, path, ps_file_type_name(type));
-  if (fd < 0 && dirfd != AT_FDCWD && errno == ELOOP)
+  if (dirfd != AT_FDCWD && e == ELOOP)
     return ps_status_set(st, PS_PERMISSION_DENIED,
                          "%s %s: %s (a symbolic link: links under the checkpoint "
                          "directory are not followed)",
-                         what, path, strerror(errno));
-  if (fd < 0)
-    return ps_status_set(st, ps_status_code_from_errno(errno), "%s %s: %s", what, path,
-                         strerror(errno));
-  sbuf b = {0};
-  ps_sb_puts_(&b, "");
-  char chunk[8192];
-  for (;;) {
-    ssize_t r = read(fd, chunk, sizeof chunk);
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) {
-      int e = errno;
-      close(fd);
-      free(b.p);
-      return ps_status_set(st, ps_status_code_from_errno(e), "%s %s: %s", what, path,
-                           strerror(e));
-    }
-    if (r == 0) break;
-    ps_sb_putn_(&b, chunk, (size_t)r);
-    if (b.len > (64u << 20)) {
-      close(fd);
-      free(b.p);
-      return ps_status_set(st, PS_DATA_LOSS, "%s %s: larger than 64 MiB", what, path);
-    }
-  }
-  close(fd);
-  if (b.oom) {
-    free(b.p);
-    return ps_ckpt_oom_(st);
-  }
-  *out = (uint8_t *)b.p;
-  *n = b.len;
-  return 0;
+                         what, path, strerror(e));
+  if (e == EFBIG)
+    return ps_status_set(st, PS_DATA_LOSS, "%s %s: larger than 64 MiB", what, path);
+  if (e == ENOMEM) return ps_ckpt_oom_(st);
+  return ps_status_set(st, ps_status_code_from_errno(e), "%s %s: %s", what, path,
+                       strerror(e));
 }
 
 /* The state file of @dir parsed, paths as written; DATA_LOSS for an empty

@@ -517,55 +517,26 @@ ps_cluster *ps_cluster_load_file(const char *path, ps_status *st) {
   make_pre(pre, path);
   if (path == NULL)
     return ps_status_set(st, PS_INVALID_ARGUMENT, "%s: no path given", pre), NULL;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    int e = errno;
-    return ps_status_set(st, errno_code(e, PS_INVALID_ARGUMENT), "%s: cannot open: %s",
-                         pre, strerror(e)),
-           NULL;
-  }
-  size_t cap = 4096, n = 0;
-  char *buf = malloc(cap);
+  char *buf;
+  size_t n;
+  const char *op;
   ps_cluster *c = NULL;
-  if (buf == NULL) {
-    ps_cl_oom_(pre, st);
-    goto out;
-  }
-  for (;;) {
-    if (n == cap) {
-      size_t nc = cap * 2 > PS_CLUSTER_MAX_BYTES ? PS_CLUSTER_MAX_BYTES + 1 : cap * 2;
-      char *nb = realloc(buf, nc);
-      if (nb == NULL) {
-        ps_cl_oom_(pre, st);
-        goto out;
-      }
-      buf = nb;
-      cap = nc;
-    }
-    ssize_t r = read(fd, buf + n, cap - n);
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) {
-      int e = errno;
-      ps_status_set(st, errno_code(e, PS_INVALID_ARGUMENT), "%s: cannot read: %s", pre,
-                    strerror(e));
-      goto out;
-    }
-    if (r == 0) break;
-    n += (size_t)r;
-    if (n > PS_CLUSTER_MAX_BYTES) {
-      ps_status_set(st, PS_INVALID_ARGUMENT, "%s: too large (more than %u bytes)", pre,
-                    PS_CLUSTER_MAX_BYTES);
-      goto out;
-    }
-  }
+  int e = ps_read_file(AT_FDCWD, path, 0, PS_CLUSTER_MAX_BYTES, &buf, &n, NULL, &op);
+  if (e == EFBIG)
+    return ps_status_set(st, PS_INVALID_ARGUMENT, "%s: too large (more than %u bytes)",
+                         pre, PS_CLUSTER_MAX_BYTES),
+           NULL;
+  if (e == ENOMEM) return ps_cl_oom_(pre, st), NULL;
+  if (e != 0)
+    return ps_status_set(st, errno_code(e, PS_INVALID_ARGUMENT), "%s: cannot %s: %s", pre,
+                         strcmp(op, "opening") == 0 ? "open" : "read", strerror(e)),
+           NULL;
   json_object *top = ps_cl_json_parse_(buf, n, pre, st);
   if (top != NULL) {
     c = ps_cl_cluster_from_json_(top, "top level", pre, st);
     json_object_put(top);
   }
-out:
   free(buf);
-  close(fd);
   return c;
 }
 

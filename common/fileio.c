@@ -1,4 +1,4 @@
-/* File writes every module shares (see fileio.h). */
+/* File reads and writes every module shares (see fileio.h). */
 #include "fileio.h"
 
 #include <errno.h>
@@ -12,6 +12,71 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+
+/* Reads @fd to its end into *@out (at most @max bytes); @size is the
+ * file's size if known, else 0. */
+static int read_fd(int fd, size_t size, size_t max, char **out, size_t *n) {
+  if (max > SIZE_MAX - 2) max = SIZE_MAX - 2; /* room for one byte more and a NUL */
+  if (size > max) {
+    *n = size;
+    return EFBIG;
+  }
+  /* a known size fits at once, with room to see the end and for the NUL */
+  size_t cap = size > 0 ? size + 2 : (max + 2 < 4096 ? max + 2 : 4096), len = 0;
+  char *buf = malloc(cap);
+  if (buf == NULL) return ENOMEM;
+  for (;;) {
+    if (len == cap - 1) { /* full but for the NUL (len <= max: see below) */
+      size_t nc = cap > (max + 2) / 2 ? max + 2 : cap * 2;
+      char *nb = realloc(buf, nc);
+      if (nb == NULL) {
+        free(buf);
+        return ENOMEM;
+      }
+      buf = nb;
+      cap = nc;
+    }
+    ssize_t r = read(fd, buf + len, cap - 1 - len);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      int e = errno;
+      free(buf);
+      return e;
+    }
+    if (r == 0) break;
+    len += (size_t)r;
+    if (len > max) {
+      free(buf);
+      *n = len;
+      return EFBIG;
+    }
+  }
+  buf[len] = '\0';
+  *out = buf;
+  *n = len;
+  return 0;
+}
+
+int ps_read_file(int dirfd, const char *path, int flags, size_t max, char **out,
+                 size_t *n, unsigned *type, const char **op) {
+  *out = NULL;
+  *n = 0;
+  if (type) *type = 0;
+  if (op) *op = "opening";
+  bool nofollow = (flags & PS_READ_NOFOLLOW) != 0;
+  int fd = (flags & PS_READ_REGULAR)
+               ? ps_open_regular(dirfd, path, nofollow, type)
+               : openat(dirfd, path, O_RDONLY | O_CLOEXEC | (nofollow ? O_NOFOLLOW : 0));
+  if (fd < 0) return errno;
+  if (op) *op = "reading";
+  struct stat sb;
+  size_t size = 0;
+  if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size > 0)
+    size = (uint64_t)sb.st_size > SIZE_MAX ? SIZE_MAX : (size_t)sb.st_size;
+  int e = read_fd(fd, size, max, out, n);
+  close(fd);
+  return e;
+}
 
 int ps_write_all(int fd, const void *p, size_t n) {
   const char *b = p;

@@ -1,11 +1,32 @@
-/* File writes every module shares: one write loop, one directory fsync,
- * one durable replace.  Each returns 0 or an errno (map it with
+/* File reads and writes every module shares: one whole-file read, one
+ * write loop, one directory fsync, one durable replace.  Each returns 0 or
+ * an errno (map it with
  * ps_status_code_from_errno, common/status.h); none logs. */
 #ifndef PS_FILEIO_H
 #define PS_FILEIO_H
 
 #include <stdbool.h>
 #include <stddef.h>
+
+/* Flags of ps_read_file. */
+enum {
+  /* regular files only, as ps_open_regular opens them: the open never
+   * blocks, a directory is EISDIR, a FIFO, device or socket EINVAL with
+   * *@type its S_IFMT type */
+  PS_READ_REGULAR = 1,
+  /* a link at the file itself is not followed (ELOOP) */
+  PS_READ_NOFOLLOW = 2,
+};
+
+/* Reads the whole of the file @path (relative to @dirfd, or AT_FDCWD), at
+ * most @max bytes, into *@out (malloc'd, *@n bytes and a NUL after them).
+ * 0, or an errno: EFBIG when the file holds more than @max bytes (*@n is
+ * then its size as far as it was seen, above @max), ENOMEM, or the open's
+ * or a read's error.  *@op (may be NULL) names the step that failed:
+ * "opening" or "reading"; *@type (may be NULL) is 0 but for a file that
+ * PS_READ_REGULAR refused.  On failure *@out is NULL. */
+int ps_read_file(int dirfd, const char *path, int flags, size_t max, char **out,
+                 size_t *n, unsigned *type, const char **op);
 
 /* Writes all @n bytes of @p to @fd, retrying short writes and EINTR. */
 int ps_write_all(int fd, const void *p, size_t n);

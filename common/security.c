@@ -22,6 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fileio.h"
 #include "log.h"
 
 #define DIGEST_BYTES 32
@@ -54,42 +55,30 @@ const char *ps_role_name(ps_role r) {
 /* The whole of a small regular file, NUL-terminated (malloc'd). */
 static char *read_small_file(const char *path, const char *what, size_t *len,
                              ps_status *st) {
-  /* O_NONBLOCK: a FIFO put at the path must not block the caller (the
-   * daemon's loop, on SIGHUP) until a writer comes; it is refused below */
-  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0)
-    return ps_status_set(st, errno == ENOENT ? PS_NOT_FOUND : PS_INVALID_ARGUMENT,
-                         "%s %s: %s", what, path, strerror(errno)),
+  /* regular files only: a FIFO put at the path must not block the caller
+   * (the daemon's loop, on SIGHUP) until a writer comes */
+  char *buf;
+  size_t got;
+  unsigned type;
+  int e = ps_read_file(AT_FDCWD, path, PS_READ_REGULAR, PS_SECURITY_FILE_MAX, &buf, &got,
+                       &type, NULL);
+  if (e == EFBIG)
+    return ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "%s %s: %zu bytes, more than the %zu "
+                         "allowed",
+                         what, path, got, PS_SECURITY_FILE_MAX),
            NULL;
-  struct stat sb;
-  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-    close(fd);
+  if (e == ENOMEM)
+    return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "%s %s: out of memory", what, path),
+           NULL;
+  if (type != 0 || e == EISDIR)
     return ps_status_set(st, PS_INVALID_ARGUMENT, "%s %s: not a regular file", what,
                          path),
            NULL;
-  }
-  if ((uint64_t)sb.st_size > PS_SECURITY_FILE_MAX) {
-    close(fd);
-    return ps_status_set(st, PS_INVALID_ARGUMENT,
-                         "%s %s: %lld bytes, more than the %zu "
-                         "allowed",
-                         what, path, (long long)sb.st_size, PS_SECURITY_FILE_MAX),
+  if (e != 0)
+    return ps_status_set(st, e == ENOENT ? PS_NOT_FOUND : PS_INVALID_ARGUMENT,
+                         "%s %s: %s", what, path, strerror(e)),
            NULL;
-  }
-  char *buf = malloc((size_t)sb.st_size + 1);
-  if (buf == NULL) {
-    close(fd);
-    return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory"), NULL;
-  }
-  size_t got = 0;
-  while (got < (size_t)sb.st_size) {
-    ssize_t r = read(fd, buf + got, (size_t)sb.st_size - got);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) break;
-    got += (size_t)r;
-  }
-  close(fd);
-  buf[got] = '\0';
   if (memchr(buf, '\0', got) != NULL) {
     OPENSSL_cleanse(buf, got);
     free(buf);

@@ -1,7 +1,9 @@
-/* The paramserver.Ps RPC handlers: the service object, the request checks
- * every handler shares, Create, Initialize, IsInitialized,
- * ReportUninitialized, List, Status, Delete and the handler table; Update
- * is service_update.c, Read service_read.c, the checkpoint RPCs ckpt.c.
+/* The paramserver.Ps RPC handlers: the service object, Create, Initialize,
+ * IsInitialized, ReportUninitialized, List, Status, Delete, Shutdown and
+ * the health service, with their handler table (ps_svc_handlers).  The
+ * request checks every handler shares are service_check.c, Update
+ * service_update.c, Read service_read.c, the checkpoint RPCs ckpt.c; the
+ * table of them all service_handlers.c.
  *
  * Every handler decodes its header (bytes that do not parse are
  * INVALID_ARGUMENT), resolves variable names (NOT_FOUND naming the
@@ -46,7 +48,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ckpt.h"
 #include "common/checkpoint_at.h"
 #include "common/kernels.h"
 #include "common/log.h"
@@ -128,130 +129,7 @@ void ps_service_set_address(ps_service *s, const char *addr) {
   snprintf(s->address, sizeof s->address, "%s", addr);
 }
 
-ps_service *ps_svc_of_(ps_rpc_call *c) {
-  ps_service *s = ps_rpc_call_server_user(c);
-  atomic_fetch_add_explicit(&s->rpcs, 1, memory_order_relaxed);
-  return s;
-}
-
-int ps_svc_bad_request_(ps_status *st, const char *method) {
-  return ps_status_set(st, PS_INVALID_ARGUMENT, "%s: request message does not parse",
-                       method);
-}
-
-/* Before unpacking a request: names with NUL or control characters, or
- * over-long, are INVALID_ARGUMENT (protobuf-c would cut "w\0evil" to "w"). */
-/* Every request's list (field 1: Create's vars, Update's updates, Read's
- * items, the names of Initialize, IsInitialized, ReportUninitialized and
- * Delete) is counted on the wire before protobuf-c allocates it: a 32 MiB
- * header could otherwise hold millions of items. */
-int ps_svc_check_items_(ps_service *s, const uint8_t *p, size_t n, const char *method,
-                        ps_status *st) {
-  size_t k = ps_wire_count_field(p, n, 1);
-  if ((uint64_t)k > (uint64_t)s->limits.max_read_names)
-    return ps_status_set(st, PS_RESOURCE_EXHAUSTED,
-                         "%s: %zu items, above the limit of %lld per call "
-                         "(--max-read-names)",
-                         method, k, (long long)s->limits.max_read_names);
-  return 0;
-}
-
-/* The byte size of a tensor of @dtype and @shape that a request names:
- * INVALID_ARGUMENT if it does not fit in memory at all, RESOURCE_EXHAUSTED
- * above --max-tensor-bytes; checked before anything is allocated. */
-int ps_svc_tensor_bytes_(ps_service *s, int dtype, const ps_shape *shape,
-                         const char *what, const char *var, size_t *out, ps_status *st) {
-  char a[256];
-  if (ps_size_bytes(dtype, shape, out) != 0)
-    return ps_status_set(st, PS_INVALID_ARGUMENT,
-                         "%s %s: %s of shape %s does not fit in memory", what, var,
-                         ps_dtype_name(dtype), ps_shape_format(shape, a, sizeof a));
-  if ((uint64_t)*out > (uint64_t)s->limits.max_tensor_bytes)
-    return ps_status_set(st, PS_RESOURCE_EXHAUSTED,
-                         "%s %s: %s of shape %s is %zu bytes, above the limit of "
-                         "%lld bytes (--max-tensor-bytes)",
-                         what, var, ps_dtype_name(dtype),
-                         ps_shape_format(shape, a, sizeof a), *out,
-                         (long long)s->limits.max_tensor_bytes);
-  return 0;
-}
-
-/* Adds @add bytes to the bytes one request stages or builds (*@total):
- * together they may not pass --max-tensor-bytes either. */
-int ps_svc_add_staged_(ps_service *s, size_t *total, size_t add, const char *method,
-                       ps_status *st) {
-  if (ps_size_add(*total, add, total) != 0 ||
-      (uint64_t)*total > (uint64_t)s->limits.max_tensor_bytes)
-    return ps_status_set(st, PS_RESOURCE_EXHAUSTED,
-                         "%s: the tensors of the request total more than the limit of "
-                         "%lld bytes (--max-tensor-bytes)",
-                         method, (long long)s->limits.max_tensor_bytes);
-  return 0;
-}
-
-/* The same for @count elements of @dtype (indices, gathered rows). */
-int ps_svc_elems_bytes_(ps_service *s, int dtype, int64_t count, const char *what,
-                        const char *var, size_t *out, ps_status *st) {
-  ps_shape sh = {.rank = 1, .dim = {count}};
-  return ps_svc_tensor_bytes_(s, dtype, &sh, what, var, out, st);
-}
-
-int ps_svc_shape_from_(ps_shape *s, const int64_t *dims, size_t n, const char *var,
-                       ps_status *st) {
-  if (ps_shape_set(s, dims, n, st) != 0) return ps_status_prefix(st, "variable %s", var);
-  return 0;
-}
-
-const char *ps_svc_fmt_shape_(const ps_shape *s, char *buf, size_t n) {
-  return ps_shape_format(s, buf, n);
-}
-
 /* ---- Create ---- */
-
-static int init_from_proto(const Paramserver__Initializer *p, const char *var, int dtype,
-                           ps_init_spec *out, ps_status *st) {
-  int t = ps_init_type_from_name(p->type);
-  if (t < 0)
-    return ps_status_set(st, PS_INVALID_ARGUMENT, "variable %s: unknown initializer '%s'",
-                         var, p->type);
-  ps_init_spec_default(out, (ps_init_type)t);
-  out->value = p->value;
-  out->values = p->values;
-  out->nvalues = p->n_values;
-  out->minval = p->minval;
-  out->maxval = p->maxval;
-  out->mean = p->mean;
-  out->stddev = p->stddev;
-  if (p->scale != 0) out->scale = p->scale;
-  if (p->mode[0]) {
-    int m = ps_fan_mode_from_name(p->mode);
-    if (m < 0)
-      return ps_status_set(st, PS_INVALID_ARGUMENT, "variable %s: unknown fan mode '%s'",
-                           var, p->mode);
-    out->mode = (ps_fan_mode)m;
-  }
-  if (p->distribution[0]) {
-    int d = ps_distribution_from_name(p->distribution);
-    if (d < 0)
-      return ps_status_set(st, PS_INVALID_ARGUMENT,
-                           "variable %s: unknown distribution '%s'", var,
-                           p->distribution);
-    out->distribution = (ps_distribution)d;
-  }
-  out->seed = p->seed;
-  bool random = t != PS_INIT_ZEROS && t != PS_INIT_ONES && t != PS_INIT_CONSTANT;
-  if (random && !ps_dtype_is_floating(dtype))
-    return ps_status_set(st, PS_INVALID_ARGUMENT,
-                         "variable %s: initializer %s needs a floating dtype, "
-                         "got %s",
-                         var, p->type, ps_dtype_name(dtype));
-  return 0;
-}
-
-int ps_svc_init_from_proto_(const Paramserver__Initializer *p, const char *var, int dtype,
-                            ps_init_spec *out, ps_status *st) {
-  return init_from_proto(p, var, dtype, out, st);
-}
 
 /* The initializer of spec @v (already parsed into @init) against its
  * shape and, for a part, its full shape and offset. */
@@ -292,7 +170,8 @@ static int create_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *
              (rc = ps_svc_tensor_bytes_(s, v->dtype, &shape, "Create", v->name, &bytes,
                                         st)) == 0 &&
              v->initializer &&
-             (rc = init_from_proto(v->initializer, v->name, v->dtype, &init, st)) == 0)
+             (rc = ps_svc_init_from_proto_(v->initializer, v->name, v->dtype, &init,
+                                           st)) == 0)
       rc = check_spec_init(v, &shape, &init, st);
   }
   /* Then create them; a conflict found by the store undoes what this call
@@ -311,7 +190,7 @@ static int create_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *
     const ps_shape *fs = NULL;
     int64_t off = 0;
     if (v->initializer) {
-      init_from_proto(v->initializer, v->name, v->dtype, &init, st);
+      ps_svc_init_from_proto_(v->initializer, v->name, v->dtype, &init, st);
       ip = &init;
       if (v->initializer->full_name[0]) full_name = v->initializer->full_name;
       if (v->initializer->n_full_shape) {
@@ -360,12 +239,12 @@ static int create_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *
 /* Variables named in @names (all when empty), or NOT_FOUND. */
 static ps_var **resolve(ps_service *s, char **names, size_t n, size_t *out_n,
                         ps_status *st) {
-  if (n == 0) return ps_store_list(s->store, out_n);
-  ps_var **vars = malloc(n * sizeof *vars);
+  ps_var **vars = n == 0 ? ps_store_list(s->store, out_n) : malloc(n * sizeof *vars);
   if (vars == NULL) {
     ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
     return NULL;
   }
+  if (n == 0) return vars;
   for (size_t i = 0; i < n; i++) {
     vars[i] = ps_store_find(s->store, names[i], st);
     if (vars[i] == NULL) {
@@ -451,45 +330,57 @@ static int initialize_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_stat
 
 /* ---- IsInitialized / ReportUninitialized ---- */
 
+/* What both answer: the variables of @req (all when it names none), each
+ * looked at under its lock.  A variable deleted meanwhile is NOT_FOUND if
+ * named, else left out.  *@names and *@init (malloc'd, *@n entries): the
+ * name of each variable left and whether it holds a value. */
+static int init_state(ps_service *s, const Paramserver__NamesRequest *req, char ***names,
+                      protobuf_c_boolean **init, size_t *n, ps_status *st) {
+  size_t nv = 0, k = 0;
+  ps_var **vars = resolve(s, req->names, req->n_names, &nv, st);
+  if (vars == NULL) return st->code;
+  *names = calloc(nv + 1, sizeof **names);
+  *init = calloc(nv + 1, sizeof **init);
+  int rc = 0;
+  if (*names == NULL || *init == NULL)
+    rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+  for (size_t i = 0; i < nv && rc == 0; i++) {
+    pthread_rwlock_rdlock(&vars[i]->lock);
+    if (!vars[i]->deleted) {
+      (*names)[k] = vars[i]->name;
+      (*init)[k++] = vars[i]->buf != NULL;
+    } else if (req->n_names) {
+      rc = ps_var_gone(s->store, vars[i], st);
+    }
+    pthread_rwlock_unlock(&vars[i]->lock);
+  }
+  free(vars);
+  if (rc != 0) {
+    free(*names);
+    free(*init);
+    *names = NULL;
+    *init = NULL;
+  }
+  *n = k;
+  return rc;
+}
+
 static int is_init_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *st) {
   ps_service *s = ps_svc_of_(c);
   CHECK_WIRE(paramserver__names_request__descriptor, "IsInitialized");
   Paramserver__NamesRequest *req = paramserver__names_request__unpack(NULL, n, p);
   if (req == NULL) return ps_svc_bad_request_(st, "IsInitialized");
-  size_t nv = 0;
-  ps_var **vars = resolve(s, req->names, req->n_names, &nv, st);
-  int rc = st->code;
-  if (vars) {
-    protobuf_c_boolean *b = calloc(nv + 1, sizeof *b);
-    if (b == NULL) {
-      free(vars);
-      paramserver__names_request__free_unpacked(req, NULL);
-      return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
-    }
-    size_t k = 0;
-    for (size_t i = 0; i < nv; i++) {
-      pthread_rwlock_rdlock(&vars[i]->lock);
-      /* a variable deleted meanwhile: NOT_FOUND if named, else left out */
-      if (!vars[i]->deleted)
-        b[k++] = vars[i]->buf != NULL;
-      else if (req->n_names && rc == 0)
-        rc = ps_var_gone(s->store, vars[i], st);
-      pthread_rwlock_unlock(&vars[i]->lock);
-    }
-    if (rc != 0) {
-      free(b);
-      free(vars);
-      paramserver__names_request__free_unpacked(req, NULL);
-      return rc;
-    }
-    nv = k;
+  char **names;
+  protobuf_c_boolean *init;
+  size_t nv;
+  int rc = init_state(s, req, &names, &init, &nv, st);
+  if (rc == 0) {
     Paramserver__IsInitializedResponse resp = PARAMSERVER__IS_INITIALIZED_RESPONSE__INIT;
-    resp.initialized = b;
+    resp.initialized = init;
     resp.n_initialized = nv;
     ps_rpc_call_reply(c, &resp.base);
-    free(b);
-    free(vars);
-    rc = 0;
+    free(names);
+    free(init);
   }
   paramserver__names_request__free_unpacked(req, NULL);
   return rc;
@@ -500,40 +391,21 @@ static int report_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *
   CHECK_WIRE(paramserver__names_request__descriptor, "ReportUninitialized");
   Paramserver__NamesRequest *req = paramserver__names_request__unpack(NULL, n, p);
   if (req == NULL) return ps_svc_bad_request_(st, "ReportUninitialized");
-  size_t nv = 0;
-  ps_var **vars = resolve(s, req->names, req->n_names, &nv, st);
-  int rc = st->code;
-  if (vars) {
-    char **names = calloc(nv + 1, sizeof *names);
-    if (names == NULL) {
-      free(vars);
-      paramserver__names_request__free_unpacked(req, NULL);
-      return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
-    }
+  char **names;
+  protobuf_c_boolean *init;
+  size_t nv;
+  int rc = init_state(s, req, &names, &init, &nv, st);
+  if (rc == 0) {
     size_t k = 0;
-    for (size_t i = 0; i < nv; i++) {
-      pthread_rwlock_rdlock(&vars[i]->lock);
-      if (vars[i]->deleted) {
-        if (req->n_names && rc == 0) rc = ps_var_gone(s->store, vars[i], st);
-      } else if (vars[i]->buf == NULL) {
-        names[k++] = vars[i]->name;
-      }
-      pthread_rwlock_unlock(&vars[i]->lock);
-    }
-    if (rc != 0) {
-      free(names);
-      free(vars);
-      paramserver__names_request__free_unpacked(req, NULL);
-      return rc;
-    }
+    for (size_t i = 0; i < nv; i++)
+      if (!init[i]) names[k++] = names[i];
     Paramserver__ReportUninitializedResponse resp =
         PARAMSERVER__REPORT_UNINITIALIZED_RESPONSE__INIT;
     resp.names = names;
     resp.n_names = k;
     ps_rpc_call_reply(c, &resp.base);
     free(names);
-    free(vars);
-    rc = 0;
+    free(init);
   }
   paramserver__names_request__free_unpacked(req, NULL);
   return rc;
@@ -792,9 +664,7 @@ static void health_watch_end(ps_rpc_call *c) {
   ps_rpc_call_reply(c, &resp.base);
 }
 
-static ps_rpc_handler handlers[64];
-static size_t nhandlers;
-static const ps_rpc_handler base_handlers[] = {
+const ps_rpc_handler ps_svc_handlers[10] = {
     {"/paramserver.Ps/Create", create_header, no_data, NULL, NULL, PS_RPC_ACCESS_WORKER},
     {"/paramserver.Ps/Initialize", initialize_header, no_data, NULL, NULL,
      PS_RPC_ACCESS_WORKER},
@@ -802,10 +672,6 @@ static const ps_rpc_handler base_handlers[] = {
      PS_RPC_ACCESS_WORKER},
     {"/paramserver.Ps/ReportUninitialized", report_header, no_data, NULL, NULL,
      PS_RPC_ACCESS_WORKER},
-    {"/paramserver.Ps/Update", ps_svc_update_header_, ps_svc_update_data_,
-     ps_svc_update_free_, NULL, PS_RPC_ACCESS_WORKER},
-    {"/paramserver.Ps/Read", ps_svc_read_header_, ps_svc_read_data_, ps_svc_read_free_,
-     NULL, PS_RPC_ACCESS_WORKER},
     {"/paramserver.Ps/List", list_header, no_data, NULL, NULL, PS_RPC_ACCESS_WORKER},
     {"/paramserver.Ps/Status", status_header, no_data, NULL, NULL, PS_RPC_ACCESS_WORKER},
     {"/paramserver.Ps/Delete", delete_header, no_data, NULL, NULL, PS_RPC_ACCESS_ADMIN},
@@ -816,17 +682,6 @@ static const ps_rpc_handler base_handlers[] = {
     {"/grpc.health.v1.Health/Watch", health_watch, health_watch_open, NULL,
      health_watch_end, PS_RPC_ACCESS_OPEN},
 };
-
-const ps_rpc_handler *ps_service_handlers(size_t *n) {
-  if (nhandlers == 0) {
-    size_t nb = sizeof base_handlers / sizeof base_handlers[0];
-    memcpy(handlers, base_handlers, sizeof base_handlers);
-    memcpy(handlers + nb, ps_ckpt_handlers, sizeof ps_ckpt_handlers);
-    nhandlers = nb + sizeof ps_ckpt_handlers / sizeof ps_ckpt_handlers[0];
-  }
-  *n = nhandlers;
-  return handlers;
-}
 
 /* ---- the `checkpoint` state file (common/checkpoint_state.c) ---- */
 

@@ -1,7 +1,9 @@
 /* Shared by the files of the Ps service: service.c (the service object,
- * request checks, Create, Initialize, the queries, Delete, the handler
- * table), service_update.c (Update, synchronous updates) and
- * service_read.c (Read).  Private to ps/. */
+ * Create, Initialize, the queries, Delete), service_check.c (the request
+ * checks every handler makes), service_update.c (Update, synchronous
+ * updates), service_read.c (Read) and service_handlers.c (the handler
+ * table, gathered from the tables the handler files export).  Private to
+ * ps/. */
 #ifndef PS_SERVICE_INTERNAL_H
 #define PS_SERVICE_INTERNAL_H
 
@@ -43,8 +45,9 @@ struct ps_service {
     if (rc_ != 0) return rc_;                                                            \
   } while (0)
 
-/* service.c: the service of a call (and one more RPC counted), request
- * checks and sizes held to the limits before anything is allocated. */
+/* service_check.c: the service of a call (and one more RPC counted),
+ * request checks and sizes held to the limits before anything is
+ * allocated. */
 ps_service *ps_svc_of_(ps_rpc_call *c);
 int ps_svc_bad_request_(ps_status *st, const char *method);
 int ps_svc_check_items_(ps_service *s, const uint8_t *p, size_t n, const char *method,
@@ -63,17 +66,16 @@ struct Paramserver__Initializer;
  * (INVALID_ARGUMENT naming @var); @out borrows @p's values. */
 int ps_svc_init_from_proto_(const struct Paramserver__Initializer *p, const char *var,
                             int dtype, ps_init_spec *out, ps_status *st);
-/* service_update.c (and Read's gathers): indices in [0, @bound). */
+/* Update's and Read's indices: each in [0, @bound). */
 int ps_svc_check_indices_(const void *idx, size_t isize, int64_t n, int64_t bound,
                           const char *var, const char *op, ps_status *st);
-/* The Update and Read handlers, for the table in service.c. */
-void ps_svc_update_free_(ps_rpc_call *c);
-int ps_svc_update_header_(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *st);
-int ps_svc_update_data_(ps_rpc_call *c, ps_status *st);
-void ps_svc_read_free_(ps_rpc_call *c);
-int ps_svc_read_header_(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *st);
-int ps_svc_read_data_(ps_rpc_call *c, ps_status *st);
-/* Answers the calls whose synchronous updates @w were waiting on. */
+/* The handler tables of the files, for service_handlers.c (ckpt.h has
+ * ckpt.c's). */
+extern const ps_rpc_handler ps_svc_handlers[10];       /* service.c */
+extern const ps_rpc_handler ps_svc_update_handlers[1]; /* service_update.c */
+extern const ps_rpc_handler ps_svc_read_handlers[1];   /* service_read.c */
+/* service_update.c: answers the calls whose synchronous updates @w were
+ * waiting on (Delete fails them). */
 struct ps_sync_waiter;
 void ps_svc_sync_release_all_(struct ps_sync_waiter *w);
 

@@ -38,7 +38,7 @@ typedef struct read_ctx {
   size_t n;
 } read_ctx;
 
-void ps_svc_read_free_(ps_rpc_call *c) {
+static void read_free(ps_rpc_call *c) {
   read_ctx *x = ps_rpc_call_ctx(c);
   if (x == NULL) return;
   for (size_t i = 0; i < x->n; i++)
@@ -47,7 +47,7 @@ void ps_svc_read_free_(ps_rpc_call *c) {
   free(x);
 }
 
-int ps_svc_read_header_(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *st) {
+static int read_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *st) {
   ps_service *s = ps_svc_of_(c);
   CHECK_WIRE(paramserver__read_request__descriptor, "Read");
   Paramserver__ReadRequest *req = paramserver__read_request__unpack(NULL, n, p);
@@ -119,7 +119,7 @@ int ps_svc_read_header_(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *s
   return rc;
 }
 
-int ps_svc_read_data_(ps_rpc_call *c, ps_status *st) {
+static int read_data(ps_rpc_call *c, ps_status *st) {
   ps_service *s = ps_rpc_call_server_user(c);
   read_ctx *x = ps_rpc_call_ctx(c);
   ps_var **vars = malloc((x->n + 1) * sizeof *vars);
@@ -212,3 +212,8 @@ out:
   free(vars);
   return rc;
 }
+
+const ps_rpc_handler ps_svc_read_handlers[1] = {
+    {"/paramserver.Ps/Read", read_header, read_data, read_free, NULL,
+     PS_RPC_ACCESS_WORKER},
+};

@@ -114,7 +114,7 @@ static const char *plural(size_t n) {
 
 /* Checks what only optimizer ops take (slots, hparams, use_nesterov) and
  * resolves the slot variables; counts are per kernel.  Nothing here depends
- * on the variables' state, which ps_svc_update_data_ checks under the locks. */
+ * on the variables' state, which update_data checks under the locks. */
 static int resolve_optimizer(ps_service *s, upd_item *it, ps_status *st) {
   Paramserver__Update *u = it->u;
   if (!is_optimizer(u->op)) {
@@ -284,7 +284,7 @@ static int run_fill(upd_item *it, ps_status *st) {
   return rc;
 }
 
-void ps_svc_update_free_(ps_rpc_call *c) {
+static void update_free(ps_rpc_call *c) {
   upd_ctx *x = ps_rpc_call_ctx(c);
   if (x == NULL) return;
   for (size_t i = 0; i < x->n; i++) {
@@ -296,7 +296,7 @@ void ps_svc_update_free_(ps_rpc_call *c) {
   free(x);
 }
 
-int ps_svc_update_header_(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *st) {
+static int update_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *st) {
   ps_service *s = ps_svc_of_(c);
   CHECK_WIRE(paramserver__update_request__descriptor, "Update");
   upd_ctx *x = calloc(1, sizeof *x);
@@ -399,19 +399,6 @@ int ps_svc_update_header_(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status 
 static int64_t index_at(const upd_item *it, int64_t k) {
   if (it->isize == 4) return ((const int32_t *)it->idx->data)[k];
   return ((const int64_t *)it->idx->data)[k];
-}
-
-int ps_svc_check_indices_(const void *idx, size_t isize, int64_t n, int64_t bound,
-                          const char *var, const char *op, ps_status *st) {
-  for (int64_t k = 0; k < n; k++) {
-    int64_t i = isize == 4 ? ((const int32_t *)idx)[k] : ((const int64_t *)idx)[k];
-    if (i < 0 || i >= bound)
-      return ps_status_set(st, PS_INVALID_ARGUMENT,
-                           "indices[%lld] = %lld is not in [0, %lld)\n\t "
-                           "[[{{node %s/%s}}]]",
-                           (long long)k, (long long)i, (long long)bound, var, op);
-  }
-  return 0;
 }
 
 /* Simulated state of a variable while validating a batch in order. */
@@ -909,7 +896,7 @@ static void update_deferred(void *arg) {
   if (rc != PS_RPC_PENDING) ps_rpc_call_resume(c, rc, &st);
 }
 
-int ps_svc_update_data_(ps_rpc_call *c, ps_status *st) {
+static int update_data(ps_rpc_call *c, ps_status *st) {
   ps_service *s = ps_rpc_call_server_user(c);
   upd_ctx *x = ps_rpc_call_ctx(c);
   bool parked;
@@ -984,3 +971,8 @@ static int update_apply(ps_rpc_call *c, ps_status *st) {
   if (atomic_fetch_sub(&x->pending, 1) != 1) return PS_RPC_PENDING;
   return update_reply(x, st);
 }
+
+const ps_rpc_handler ps_svc_update_handlers[1] = {
+    {"/paramserver.Ps/Update", update_header, update_data, update_free, NULL,
+     PS_RPC_ACCESS_WORKER},
+};

@@ -11,12 +11,17 @@
 #   include path;
 # - public headers include only each other and system headers;
 # - a folder's private headers (*_priv.h, *_internal.h) are included only
-#   by the files of that folder (worker/graph/graph_priv.h by worker/graph/).
-# Prints each violation as FILE:LINE: why, and exits 1 if there is any.
+#   by the files of that folder (worker/graph/graph_priv.h by worker/graph/);
+# - no circle between files: with a build directory (the second argument,
+#   as meson test passes it), the object files of common/, ps/, worker/
+#   and deploy/ must not use each other round a circle (A uses a symbol B
+#   defines, and B, or a file B leads to, one A defines).
+# Prints each violation as FILE:LINE: why, or a circle as
+# A.c <-> B.c: A.c uses x, B.c uses y, and exits 1 if there is any.
 set -uo pipefail
 root=${1:-$(cd "$(dirname "$0")/.." && pwd)}
+build=${2:-}
 cd "$root" || exit 2
-PUBLIC_TODO=""
 bad=0
 say() { echo "$1: $2"; bad=1; }
 
@@ -74,14 +79,115 @@ done < <(grep -rn --include=meson.build -E "(files|include_directories)\([^)]*'\
 
 # public headers: only each other and system headers
 for h in worker/include/paramserver/*.h; do
-  b=$(basename "$h")
-  case " $PUBLIC_TODO " in *" $b "*) continue ;; esac
   while IFS= read -r hit; do
     say "$h:${hit%%:*}" "a public header includes a non-public header"
   done < <(grep -n '#[[:space:]]*include[[:space:]]*"' "$h" | grep -v '"paramserver/' | cut -d: -f1)
 done
-n_todo=$(echo $PUBLIC_TODO | wc -w)
-if [ "$n_todo" -gt 0 ]; then echo "note: $n_todo public headers still include non-public headers: $PUBLIC_TODO"; fi
+
+# no circles between files: who uses whose symbols, from nm of the objects
+# (compile_commands.json maps each source to its object)
+if [ -n "$build" ]; then
+  python3 - "$root" "$build" <<'EOF_PY' || bad=1
+import json, os, subprocess, sys
+root, build = sys.argv[1], sys.argv[2]
+try:
+    cmds = json.load(open(os.path.join(build, "compile_commands.json")))
+except OSError as e:
+    print(f"{build}: no compile_commands.json ({e.strerror}): configure the build first")
+    sys.exit(1)
+objs, unbuilt = {}, set()  # source (relative to root) -> object
+for c in cmds:
+    src = os.path.relpath(os.path.join(c["directory"], c["file"]), root)
+    if src.split("/")[0] not in ("common", "ps", "worker", "deploy") or not src.endswith(".c"):
+        continue
+    obj = os.path.join(c["directory"], c["output"])
+    if os.path.exists(obj):
+        objs.setdefault(src, obj)
+    else:
+        unbuilt.add(src)
+unbuilt -= set(objs)
+if unbuilt:  # a circle through a file not built would go unseen
+    print(f"{build}: no object file for {', '.join(sorted(unbuilt))}: build first")
+    sys.exit(1)
+byobj = {o: s for s, o in objs.items()}
+out = subprocess.run(["nm", "-g", "-A"] + sorted(objs.values()), capture_output=True,
+                     text=True, check=True).stdout
+defs, uses = {}, {s: set() for s in objs}
+for line in out.splitlines():
+    path, _, rest = line.partition(": ") if ": " in line else line.partition(":")
+    f = rest.split()
+    if len(f) < 2 or path not in byobj:
+        continue
+    typ, sym = f[-2], f[-1]
+    if typ == "U":
+        uses[byobj[path]].add(sym)
+    elif typ.isupper() or typ in "vw":
+        defs.setdefault(sym, byobj[path])
+edges = {s: {} for s in objs}  # a -> b -> the symbols a uses that b defines
+for a, syms in uses.items():
+    for sym in syms:
+        b = defs.get(sym)
+        if b is not None and b != a:
+            edges[a].setdefault(b, set()).add(sym)
+
+def sccs(nodes, succ):  # Tarjan, iterative
+    index, low, on, stack, out, n = {}, {}, set(), [], [], [0]
+    for v0 in sorted(nodes):
+        if v0 in index:
+            continue
+        work = [(v0, iter(sorted(succ(v0))))]
+        index[v0] = low[v0] = n[0]; n[0] += 1; stack.append(v0); on.add(v0)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = n[0]; n[0] += 1; stack.append(w); on.add(w)
+                    work.append((w, iter(sorted(succ(w)))))
+                elif w in on:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop(); on.discard(w); comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    out.append(sorted(comp))
+    return out
+
+def names(syms):
+    s = sorted(syms)
+    return ", ".join(s[:3]) + (f" (+{len(s) - 3} more)" if len(s) > 3 else "")
+
+bad = 0
+for a in sorted(edges):
+    for b in sorted(edges[a]):
+        if a < b and a in edges.get(b, {}):
+            print(f"{a} <-> {b}: {os.path.basename(a)} uses {names(edges[a][b])}, "
+                  f"{os.path.basename(b)} uses {names(edges[b][a])}")
+            bad = 1
+# longer circles: those left with the two-way pairs taken out
+one_way = lambda v: [w for w in edges[v] if v not in edges[w]]  # noqa: E731
+for comp in sccs(edges, one_way):
+    inside = set(comp)
+    path, seen, v = [comp[0]], {comp[0]: 0}, comp[0]
+    while True:  # walk inside the component until a file repeats
+        v = min(w for w in one_way(v) if w in inside)
+        if v in seen:
+            break
+        seen[v] = len(path); path.append(v)
+    cyc = path[seen[v]:] + [v]
+    print(" -> ".join(cyc) + ": " + "; ".join(
+        f"{os.path.basename(x)} uses {names(edges[x][y])}" for x, y in zip(cyc, cyc[1:])))
+    bad = 1
+sys.exit(bad)
+EOF_PY
+fi
 
 if [ $bad -ne 0 ]; then echo "check_layers: FAILED"; exit 1; fi
 echo "check_layers: ok"

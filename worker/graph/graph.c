@@ -1,7 +1,10 @@
-/* Worker graphs: nodes, name and variable scopes, device scopes and
- * collections.  Variables and placement live in variables.c, partitioned
- * variables in partition.c; ops in worker/ops/; the executor in
- * worker/train/session.c.
+/* Worker graphs: the graph object, its nodes (ps_node_new, names made
+ * unique), placeholders and constants, control dependencies, collections,
+ * the rollback of a failed constructor, and what the runtime and the
+ * MetaGraph import read of a graph (node.h).  Name and variable scopes are
+ * scopes.c, device scopes and replica_device_setter placement.c,
+ * variables variables.c, partitioned variables partition.c; ops are in
+ * worker/ops/, the executor in worker/train/session.c.
  *
  * Names follow TensorFlow: a node's name is "<name scope>/<hint>", and a
  * name already taken gets "_1", "_2"... (Graph.unique_name). */
@@ -17,7 +20,8 @@
 #include "node.h"
 #include "paramserver/partition.h"
 
-extern const ps_op_def ps_op_variable_def_;
+/* a variable's node; its other ops are in variables.c */
+const ps_op_def ps_op_variable_def_ = {"VariableV2", PS_OPK_NOOP, NULL, NULL};
 static const ps_op_def op_placeholder = {"Placeholder", PS_OPK_PLACEHOLDER, NULL, NULL};
 static const ps_op_def op_const = {"Const", PS_OPK_CONST, NULL, NULL};
 static const ps_op_def op_noop = {"NoOp", PS_OPK_NOOP, NULL, NULL};
@@ -119,6 +123,14 @@ ps_node *ps_graph_node(const ps_graph *g, size_t i) {
   return g && i < g->nnodes ? g->nodes[i] : NULL;
 }
 
+void ps_variable_free_(ps_variable *v) {
+  free(v->name);
+  free(v->store_key);
+  free(v->init_values);
+  free(v->full_name);
+  free(v);
+}
+
 /* ---- a failed constructor adds nothing (node.h) ---- */
 
 ps_graph_mark ps_graph_mark_(const ps_graph *g) {
@@ -194,6 +206,10 @@ ps_variable *ps_graph_find_var_(const ps_graph *g, const char *name) {
   return NULL;
 }
 
+bool ps_node_is_variable_(const ps_node *n) {
+  return n->def == &ps_op_variable_def_;
+}
+
 size_t ps_graph_num_partitioned_(const ps_graph *g) {
   return g->npvars;
 }
@@ -211,24 +227,6 @@ const char *ps_graph_collection_(const ps_graph *g, size_t i, ps_variable *const
   *nodes = g->coll[i].nodes;
   *nnodes = g->coll[i].nnodes;
   return g->coll[i].key;
-}
-
-ps_scope_mark ps_graph_scopes_clear_(ps_graph *g) {
-  ps_scope_mark m = {g->nscope, g->nvscope};
-  /* the root scopes, pushed on top so nothing below is overwritten */
-  if (ps_name_scope_push(g, "", NULL) == 0) {
-    if (g->nvscope < PS_MAX_SCOPE)
-      g->vscope[g->nvscope++] = NULL;
-    else
-      ps_name_scope_pop(g);
-  }
-  return m;
-}
-
-void ps_graph_scopes_restore_(ps_graph *g, ps_scope_mark m) {
-  while (g->nscope > m.nscope)
-    ps_name_scope_pop(g);
-  if (g->nvscope > m.nvscope) g->nvscope = m.nvscope;
 }
 
 /* ---- MetaGraph import (node.h) ---- */
@@ -282,25 +280,6 @@ ps_partitioned_variable *ps_graph_import_partitioned_(ps_graph *g, const char *n
   return pv;
 }
 
-int ps_graph_vscope_name_(const ps_graph *g, const char *name, char *out, size_t n,
-                          ps_reuse *reuse, ps_status *st) {
-  size_t off = 0;
-  int rc = 0;
-  const ps_variable_scope *top = g->nvscope > 0 ? g->vscope[g->nvscope - 1] : NULL;
-  out[0] = '\0';
-  if (top && top->name[0]) rc |= ps_appendf(out, n, &off, "%s/", top->name);
-  rc |= ps_appendf(out, n, &off, "%s", name);
-  if (rc != 0) {
-    out[0] = '\0';
-    return ps_status_set(st, PS_INVALID_ARGUMENT,
-                         "variable %.64s...: the name with its variable scopes is longer "
-                         "than %zu bytes",
-                         name, n - 1);
-  }
-  *reuse = top ? top->reuse : PS_REUSE_NONE;
-  return 0;
-}
-
 /* ---- unique names ---- */
 
 static int name_lookup(ps_graph *g, const char *name) {
@@ -341,52 +320,6 @@ void ps_graph_scoped_name_(ps_graph *g, const char *hint, char *out, size_t n) {
   out[0] = '\0';
   if (top[0]) ps_appendf(out, n, &off, "%s/", top);
   ps_appendf(out, n, &off, "%s", hint);
-}
-
-/* The full name scope that pushing @name opens (malloc'd), or NULL with
- * @st set. */
-static char *name_scope_for(ps_graph *g, const char *name, ps_status *st) {
-  size_t len = name ? strlen(name) : 0;
-  char full[PS_NAME_MAX];
-  if (len > 0 && name[len - 1] != '/') ps_graph_scoped_name_(g, name, full, sizeof full);
-  if (len >= PS_NAME_MAX - 1 ||
-      (len > 0 && name[len - 1] != '/' && strlen(full) >= PS_NAME_MAX - 1)) {
-    ps_status_set(st, PS_INVALID_ARGUMENT,
-                  "name scope %.64s...: longer than %d bytes with its scopes", name,
-                  PS_NAME_MAX - 2);
-    return NULL;
-  }
-  char *u;
-  if (len == 0)
-    u = strdup(""); /* the root */
-  else if (name[len - 1] == '/')
-    u = strndup(name, len - 1); /* re-entered exactly */
-  else
-    u = ps_graph_unique_name_(g, full);
-  if (u == NULL) ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
-  return u;
-}
-
-int ps_name_scope_push(ps_graph *g, const char *name, ps_status *st) {
-  ps_status local;
-  if (g == NULL) return ps_status_set(st, PS_INVALID_ARGUMENT, "name scope: no graph");
-  if (g->nscope >= PS_MAX_SCOPE)
-    ps_status_set(&local, PS_RESOURCE_EXHAUSTED, "name scope %.64s: more than %d nested",
-                  name ? name : "", PS_MAX_SCOPE);
-  char *full = g->nscope < PS_MAX_SCOPE ? name_scope_for(g, name, &local) : NULL;
-  if (full == NULL) {
-    ps_graph_fail(g, local.code, "%s", local.msg);
-    return ps_status_set(st, local.code, "%s", local.msg);
-  }
-  g->scope[g->nscope++] = full;
-  return 0;
-}
-
-void ps_name_scope_pop(ps_graph *g) {
-  if (g == NULL || g->nscope <= 0) return;
-  g->nscope--;
-  free(g->scope[g->nscope]);
-  g->scope[g->nscope] = NULL;
 }
 
 /* ---- nodes ---- */

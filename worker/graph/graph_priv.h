@@ -1,6 +1,6 @@
 /* The ps_graph struct and the graph's own helpers, private to worker/graph/
- * (graph.c, variables.c, partition.c).  The rest of the worker reaches a
- * graph through the functions in node.h and the public graph.h. */
+ * (graph.c, scopes.c, placement.c, variables.c, partition.c).  The rest of the worker
+ * reaches a graph through the functions in node.h and the public graph.h. */
 #ifndef PS_GRAPH_PRIV_H
 #define PS_GRAPH_PRIV_H
 
@@ -65,6 +65,10 @@ struct ps_graph {
   bool has_seed; /* tf.set_random_seed */
   int64_t seed;
 };
+
+/* The op of a variable's node ("VariableV2", graph.c): ps_node_new does
+ * not place it, the variable's constructor does. */
+extern const ps_op_def ps_op_variable_def_;
 
 /* A unique name for @full (malloc'd), or NULL with the graph failed. */
 char *ps_graph_unique_name_(ps_graph *g, const char *full);

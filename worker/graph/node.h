@@ -40,8 +40,9 @@ typedef struct ps_op_def {
    * tensor owned by the caller. */
   int (*compute)(ps_node *n, ps_tensor *const *in, ps_tensor **out, ps_status *st);
   /* Builds the gradient of each input given @dy, the gradient of the
-   * output (same shape).  dx[i] = NULL when input i gets none.  NULL
-   * function: not differentiable (gradient stops). */
+   * output (same shape).  dx[i] = NULL when input i gets none.  NULL:
+   * the builder worker/ops/grad.c keeps for the op, if any; else not
+   * differentiable (gradient stops). */
   int (*grad)(ps_graph *g, ps_node *n, ps_node *dy, ps_node **dx, ps_status *st);
 } ps_op_def;
 
@@ -188,6 +189,8 @@ ps_variable *ps_graph_var_(const ps_graph *g, size_t i);
 ps_variable **ps_graph_vars_(const ps_graph *g, size_t *n);
 /* The variable named @name, or NULL. */
 ps_variable *ps_graph_find_var_(const ps_graph *g, const char *name);
+/* Whether @n is a variable's own node ("VariableV2"). */
+bool ps_node_is_variable_(const ps_node *n);
 size_t ps_graph_num_partitioned_(const ps_graph *g);
 const struct ps_partitioned_variable *ps_graph_partitioned_(const ps_graph *g, size_t i);
 size_t ps_graph_num_collections_(const ps_graph *g);

@@ -74,8 +74,7 @@ static int reshape_compute(ps_node *n, ps_tensor *const *in, ps_tensor **out,
   return *out ? 0 : st->code;
 }
 
-static const ps_op_def op_reshape = {"Reshape", PS_OPK_LOCAL, reshape_compute,
-                                     ps_grad_reshape_};
+const ps_op_def ps_op_reshape_ = {"Reshape", PS_OPK_LOCAL, reshape_compute, NULL};
 
 ps_node *ps_reshape(ps_node *x, const ps_shape *shape) {
   ps_graph *g = ps_check_inputs_("Reshape", &x, 1);
@@ -118,7 +117,7 @@ ps_node *ps_reshape(ps_node *x, const ps_shape *shape) {
   ps_shape *keep = malloc(sizeof *keep);
   if (keep == NULL) return ps_graph_fail(g, PS_RESOURCE_EXHAUSTED, "out of memory");
   *keep = *shape;
-  ps_node *n = ps_make_(g, &op_reshape, "Reshape", &x, 1, x->dtype, &s);
+  ps_node *n = ps_make_(g, &ps_op_reshape_, "Reshape", &x, 1, x->dtype, &s);
   if (n == NULL) {
     free(keep);
     return NULL;
@@ -131,7 +130,7 @@ ps_node *ps_reshape_like_(ps_node *x, ps_node *ref) {
   ps_node *in[2] = {x, ref};
   ps_graph *g = ps_check_inputs_("Reshape", in, 2);
   if (g == NULL) return NULL;
-  return ps_make_(g, &op_reshape, "Reshape", in, 2, x->dtype, &ref->shape);
+  return ps_make_(g, &ps_op_reshape_, "Reshape", in, 2, x->dtype, &ref->shape);
 }
 
 static int expand_dims_compute(ps_node *n, ps_tensor *const *in, ps_tensor **out,
@@ -149,8 +148,8 @@ static int expand_dims_compute(ps_node *n, ps_tensor *const *in, ps_tensor **out
   return *out ? 0 : st->code;
 }
 
-static const ps_op_def op_expand_dims = {"ExpandDims", PS_OPK_LOCAL, expand_dims_compute,
-                                         ps_grad_reshape_};
+const ps_op_def ps_op_expand_dims_ = {"ExpandDims", PS_OPK_LOCAL, expand_dims_compute,
+                                      NULL};
 
 ps_node *ps_expand_dims_(ps_node *x, int axis) {
   ps_graph *g = ps_check_inputs_("ExpandDims", &x, 1);
@@ -167,7 +166,7 @@ ps_node *ps_expand_dims_(ps_node *x, int axis) {
     for (int i = 0, j = 0; i < s.rank; i++)
       s.dim[i] = i == a ? 1 : x->shape.dim[j++];
   }
-  ps_node *n = ps_make_(g, &op_expand_dims, "ExpandDims", &x, 1, x->dtype, &s);
+  ps_node *n = ps_make_(g, &ps_op_expand_dims_, "ExpandDims", &x, 1, x->dtype, &s);
   if (n) n->ia[0] = axis;
   return n;
 }
@@ -178,13 +177,12 @@ static int identity_compute(ps_node *n, ps_tensor *const *in, ps_tensor **out,
   return *out ? 0 : st->code;
 }
 
-static const ps_op_def op_identity = {"Identity", PS_OPK_LOCAL, identity_compute,
-                                      ps_grad_identity_};
+const ps_op_def ps_op_identity_ = {"Identity", PS_OPK_LOCAL, identity_compute, NULL};
 
 ps_node *ps_identity_(ps_node *x) {
   ps_graph *g = ps_check_inputs_("Identity", &x, 1);
   if (g == NULL) return NULL;
-  return ps_make_(g, &op_identity, "Identity", &x, 1, x->dtype, &x->shape);
+  return ps_make_(g, &ps_op_identity_, "Identity", &x, 1, x->dtype, &x->shape);
 }
 
 /* ---- ConcatV2 ---- */
@@ -236,8 +234,7 @@ static int concat_compute(ps_node *n, ps_tensor *const *in, ps_tensor **out,
   return 0;
 }
 
-static const ps_op_def op_concat = {"ConcatV2", PS_OPK_LOCAL, concat_compute,
-                                    ps_grad_concat_};
+const ps_op_def ps_op_concat_ = {"ConcatV2", PS_OPK_LOCAL, concat_compute, NULL};
 
 ps_node *ps_concat(ps_node *const *xs, size_t n, int axis) {
   if (xs == NULL || n == 0 || n > INT_MAX) return NULL; /* no graph to tell */
@@ -306,7 +303,7 @@ ps_node *ps_concat(ps_node *const *xs, size_t n, int axis) {
       }
     }
   }
-  ps_node *nd = ps_make_(g, &op_concat, "concat", xs, nx, xs[0]->dtype, &s);
+  ps_node *nd = ps_make_(g, &ps_op_concat_, "concat", xs, nx, xs[0]->dtype, &s);
   if (nd) nd->ia[0] = stored;
   return nd;
 }
@@ -426,8 +423,7 @@ static int gather_compute(ps_node *n, ps_tensor *const *in, ps_tensor **out,
   return 0;
 }
 
-static const ps_op_def op_gather = {"GatherV2", PS_OPK_LOCAL, gather_compute,
-                                    ps_grad_gather_};
+const ps_op_def ps_op_gather_ = {"GatherV2", PS_OPK_LOCAL, gather_compute, NULL};
 
 ps_node *ps_gather(ps_node *params, ps_node *indices) {
   ps_node *in[2] = {params, indices};
@@ -454,7 +450,7 @@ ps_node *ps_gather(ps_node *params, ps_node *indices) {
     for (int d = 1; d < ps->rank; d++)
       s.dim[s.rank++] = ps->dim[d];
   }
-  return ps_make_(g, &op_gather, "GatherV2", in, 2, params->dtype, &s);
+  return ps_make_(g, &ps_op_gather_, "GatherV2", in, 2, params->dtype, &s);
 }
 
 static int segment_sum_compute(ps_node *n, ps_tensor *const *in, ps_tensor **out,
@@ -515,8 +511,8 @@ static int segment_sum_compute(ps_node *n, ps_tensor *const *in, ps_tensor **out
   return 0;
 }
 
-static const ps_op_def op_segment_sum = {"UnsortedSegmentSum", PS_OPK_LOCAL,
-                                         segment_sum_compute, ps_grad_segment_sum_};
+const ps_op_def ps_op_segment_sum_ = {"UnsortedSegmentSum", PS_OPK_LOCAL,
+                                      segment_sum_compute, NULL};
 
 ps_node *ps_unsorted_segment_sum_(ps_node *rows, ps_node *ids, int64_t num_segments,
                                   ps_node *ref) {
@@ -538,7 +534,7 @@ ps_node *ps_unsorted_segment_sum_(ps_node *rows, ps_node *ids, int64_t num_segme
       s.dim[1 + d - ids->shape.rank] = rows->shape.dim[d];
   }
   ps_node *n =
-      ps_make_(g, &op_segment_sum, "UnsortedSegmentSum", in, nin, rows->dtype, &s);
+      ps_make_(g, &ps_op_segment_sum_, "UnsortedSegmentSum", in, nin, rows->dtype, &s);
   if (n) n->ia[0] = num_segments;
   return n;
 }
@@ -588,17 +584,18 @@ static int broadcast_to_compute(ps_node *n, ps_tensor *const *in, ps_tensor **ou
   return 0;
 }
 
-static const ps_op_def op_broadcast_to = {"BroadcastTo", PS_OPK_LOCAL,
-                                          broadcast_to_compute, ps_grad_broadcast_to_};
+const ps_op_def ps_op_broadcast_to_ = {"BroadcastTo", PS_OPK_LOCAL, broadcast_to_compute,
+                                       NULL};
 
 ps_node *ps_broadcast_to_(ps_node *x, ps_node *ref) {
   ps_node *in[2] = {x, ref};
   ps_graph *g = ps_check_inputs_("BroadcastTo", in, 2);
   if (g == NULL) return NULL;
-  return ps_make_(g, &op_broadcast_to, "BroadcastTo", in, 2, x->dtype, &ref->shape);
+  return ps_make_(g, &ps_op_broadcast_to_, "BroadcastTo", in, 2, x->dtype, &ref->shape);
 }
 
 /* Every op of this file, for MetaGraph import (train/saver.c). */
 const ps_op_def *const ps_opdefs_array_[] = {
-    &op_reshape, &op_expand_dims, &op_identity,     &op_concat, &op_concat_slice,
-    &op_gather,  &op_segment_sum, &op_broadcast_to, NULL};
+    &ps_op_reshape_,     &ps_op_expand_dims_,  &ps_op_identity_,
+    &ps_op_concat_,      &op_concat_slice,     &ps_op_gather_,
+    &ps_op_segment_sum_, &ps_op_broadcast_to_, NULL};

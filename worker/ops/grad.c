@@ -38,26 +38,26 @@ static ps_node *unbroadcast(ps_node *t, ps_node *ref, ps_node *out) {
 
 /* ---- gradients of each op ---- */
 
-int ps_grad_add_(ps_graph *g, ps_node *n, ps_node *dy, ps_node **dx, ps_status *st) {
+static int grad_add(ps_graph *g, ps_node *n, ps_node *dy, ps_node **dx, ps_status *st) {
   dx[0] = unbroadcast(dy, n->in[0], n);
   dx[1] = unbroadcast(dy, n->in[1], n);
   return 0;
 }
 
-int ps_grad_sub_(ps_graph *g, ps_node *n, ps_node *dy, ps_node **dx, ps_status *st) {
+static int grad_sub(ps_graph *g, ps_node *n, ps_node *dy, ps_node **dx, ps_status *st) {
   dx[0] = unbroadcast(dy, n->in[0], n);
   dx[1] = unbroadcast(ps_neg(dy), n->in[1], n);
   return 0;
 }
 
-int ps_grad_mul_(ps_graph *g, ps_node *n, ps_node *dy, ps_node **dx, ps_status *st) {
+static int grad_mul(ps_graph *g, ps_node *n, ps_node *dy, ps_node **dx, ps_status *st) {
   ps_node *a = n->in[0], *b = n->in[1];
   dx[0] = unbroadcast(ps_mul(dy, b), a, n);
   dx[1] = unbroadcast(ps_mul(a, dy), b, n);
   return 0;
 }
 
-int ps_grad_div_(ps_graph *g, ps_node *n, ps_node *dy, ps_node **dx, ps_status *st) {
+static int grad_div(ps_graph *g, ps_node *n, ps_node *dy, ps_node **dx, ps_status *st) {
   ps_node *a = n->in[0], *b = n->in[1];
   dx[0] = unbroadcast(ps_div(dy, b), a, n);
   /* d(a/b)/db = -a / b^2 */
@@ -65,7 +65,8 @@ int ps_grad_div_(ps_graph *g, ps_node *n, ps_node *dy, ps_node **dx, ps_status *
   return 0;
 }
 
-int ps_grad_matmul_(ps_graph *g, ps_node *n, ps_node *dy, ps_node **dx, ps_status *st) {
+static int grad_matmul(ps_graph *g, ps_node *n, ps_node *dy, ps_node **dx,
+                       ps_status *st) {
   ps_node *a = n->in[0], *b = n->in[1];
   bool ta = n->ia[0], tb = n->ia[1];
   if (!ta && !tb) { /* y = a b */
@@ -84,43 +85,46 @@ int ps_grad_matmul_(ps_graph *g, ps_node *n, ps_node *dy, ps_node **dx, ps_statu
   return 0;
 }
 
-int ps_grad_bias_add_(ps_graph *g, ps_node *n, ps_node *dy, ps_node **dx, ps_status *st) {
+static int grad_bias_add(ps_graph *g, ps_node *n, ps_node *dy, ps_node **dx,
+                         ps_status *st) {
   dx[0] = dy;
   dx[1] = ps_bias_add_grad_(dy);
   return 0;
 }
 
-int ps_grad_relu_(ps_graph *g, ps_node *n, ps_node *dy, ps_node **dx, ps_status *st) {
+static int grad_relu(ps_graph *g, ps_node *n, ps_node *dy, ps_node **dx, ps_status *st) {
   dx[0] = ps_relu_grad_(dy, n);
   return 0;
 }
 
-int ps_grad_sigmoid_(ps_graph *g, ps_node *n, ps_node *dy, ps_node **dx, ps_status *st) {
+static int grad_sigmoid(ps_graph *g, ps_node *n, ps_node *dy, ps_node **dx,
+                        ps_status *st) {
   dx[0] = ps_sigmoid_grad_(n, dy);
   return 0;
 }
 
-int ps_grad_tanh_(ps_graph *g, ps_node *n, ps_node *dy, ps_node **dx, ps_status *st) {
+static int grad_tanh(ps_graph *g, ps_node *n, ps_node *dy, ps_node **dx, ps_status *st) {
   dx[0] = ps_tanh_grad_(n, dy);
   return 0;
 }
 
 /* dx = (dy - sum(dy * y, -1)) * y */
-int ps_grad_softmax_(ps_graph *g, ps_node *n, ps_node *dy, ps_node **dx, ps_status *st) {
+static int grad_softmax(ps_graph *g, ps_node *n, ps_node *dy, ps_node **dx,
+                        ps_status *st) {
   ps_node *s = ps_reduce_sum(ps_mul(dy, n), -1, true);
   dx[0] = ps_mul(ps_sub(dy, s), n);
   return 0;
 }
 
 /* dx = dy - exp(y) * sum(dy, -1) */
-int ps_grad_log_softmax_(ps_graph *g, ps_node *n, ps_node *dy, ps_node **dx,
-                         ps_status *st) {
+static int grad_log_softmax(ps_graph *g, ps_node *n, ps_node *dy, ps_node **dx,
+                            ps_status *st) {
   dx[0] = ps_sub(dy, ps_mul(ps_exp_(n), ps_reduce_sum(dy, -1, true)));
   return 0;
 }
 
 /* inputs: logits, labels (no gradient) */
-int ps_grad_xent_(ps_graph *g, ps_node *n, ps_node *dy, ps_node **dx, ps_status *st) {
+static int grad_xent(ps_graph *g, ps_node *n, ps_node *dy, ps_node **dx, ps_status *st) {
   dx[0] = ps_xent_grad_(n->in[0], n->in[1], dy);
   dx[1] = NULL;
   return 0;
@@ -136,24 +140,26 @@ static ps_node *unreduce(ps_node *n, ps_node *dy) {
   return ps_broadcast_to_(t, n->in[0]);
 }
 
-int ps_grad_sum_(ps_graph *g, ps_node *n, ps_node *dy, ps_node **dx, ps_status *st) {
+static int grad_sum(ps_graph *g, ps_node *n, ps_node *dy, ps_node **dx, ps_status *st) {
   dx[0] = unreduce(n, dy);
   return 0;
 }
 
-int ps_grad_mean_(ps_graph *g, ps_node *n, ps_node *dy, ps_node **dx, ps_status *st) {
+static int grad_mean(ps_graph *g, ps_node *n, ps_node *dy, ps_node **dx, ps_status *st) {
   dx[0] = ps_div(unreduce(n, dy), ps_size_ratio_(n->in[0], dy));
   return 0;
 }
 
 /* Reshape (either form) and ExpandDims: back to the input's shape. */
-int ps_grad_reshape_(ps_graph *g, ps_node *n, ps_node *dy, ps_node **dx, ps_status *st) {
+static int grad_reshape(ps_graph *g, ps_node *n, ps_node *dy, ps_node **dx,
+                        ps_status *st) {
   dx[0] = ps_reshape_like_(dy, n->in[0]);
   if (n->nin > 1) dx[1] = NULL;
   return 0;
 }
 
-int ps_grad_concat_(ps_graph *g, ps_node *n, ps_node *dy, ps_node **dx, ps_status *st) {
+static int grad_concat(ps_graph *g, ps_node *n, ps_node *dy, ps_node **dx,
+                       ps_status *st) {
   for (int i = 0; i < n->nin; i++)
     dx[i] = ps_concat_slice_(dy, n->in, n->nin, (int)n->ia[0], i);
   return 0;
@@ -161,7 +167,8 @@ int ps_grad_concat_(ps_graph *g, ps_node *n, ps_node *dy, ps_node **dx, ps_statu
 
 /* Sparse: the rows of dy for the gathered indices, flattened to
  * [num_indices] + params.shape[1:]. */
-int ps_grad_gather_(ps_graph *g, ps_node *n, ps_node *dy, ps_node **dx, ps_status *st) {
+static int grad_gather(ps_graph *g, ps_node *n, ps_node *dy, ps_node **dx,
+                       ps_status *st) {
   ps_node *params = n->in[0], *indices = n->in[1], *rows, *idx;
   dx[1] = NULL;
   if (indices->shape.rank == 1) {
@@ -199,60 +206,109 @@ int ps_grad_gather_(ps_graph *g, ps_node *n, ps_node *dy, ps_node **dx, ps_statu
   return 0;
 }
 
-int ps_grad_cast_(ps_graph *g, ps_node *n, ps_node *dy, ps_node **dx, ps_status *st) {
+static int grad_cast(ps_graph *g, ps_node *n, ps_node *dy, ps_node **dx, ps_status *st) {
   ps_dtype src = n->in[0]->dtype;
   dx[0] = ps_dtype_is_floating(src) && ps_dtype_is_floating(n->dtype) ? ps_cast(dy, src)
                                                                       : NULL;
   return 0;
 }
 
-int ps_grad_neg_(ps_graph *g, ps_node *n, ps_node *dy, ps_node **dx, ps_status *st) {
+static int grad_neg(ps_graph *g, ps_node *n, ps_node *dy, ps_node **dx, ps_status *st) {
   dx[0] = ps_neg(dy);
   return 0;
 }
 
-int ps_grad_square_(ps_graph *g, ps_node *n, ps_node *dy, ps_node **dx, ps_status *st) {
+static int grad_square(ps_graph *g, ps_node *n, ps_node *dy, ps_node **dx,
+                       ps_status *st) {
   dx[0] = ps_mul(dy, ps_mul(n->in[0], ps_scalar(g, n->dtype, 2.0)));
   return 0;
 }
 
-int ps_grad_exp_(ps_graph *g, ps_node *n, ps_node *dy, ps_node **dx, ps_status *st) {
+static int grad_exp(ps_graph *g, ps_node *n, ps_node *dy, ps_node **dx, ps_status *st) {
   dx[0] = ps_mul(dy, n);
   return 0;
 }
 
-int ps_grad_identity_(ps_graph *g, ps_node *n, ps_node *dy, ps_node **dx, ps_status *st) {
+static int grad_identity(ps_graph *g, ps_node *n, ps_node *dy, ps_node **dx,
+                         ps_status *st) {
   dx[0] = dy;
   return 0;
 }
 
-int ps_grad_add_n_(ps_graph *g, ps_node *n, ps_node *dy, ps_node **dx, ps_status *st) {
+static int grad_add_n(ps_graph *g, ps_node *n, ps_node *dy, ps_node **dx, ps_status *st) {
   for (int i = 0; i < n->nin; i++)
     dx[i] = dy;
   return 0;
 }
 
-int ps_grad_broadcast_to_(ps_graph *g, ps_node *n, ps_node *dy, ps_node **dx,
-                          ps_status *st) {
+static int grad_broadcast_to(ps_graph *g, ps_node *n, ps_node *dy, ps_node **dx,
+                             ps_status *st) {
   dx[0] = ps_sum_to_shape_(dy, n->in[0]);
   dx[1] = NULL;
   return 0;
 }
 
-int ps_grad_sum_to_shape_(ps_graph *g, ps_node *n, ps_node *dy, ps_node **dx,
-                          ps_status *st) {
+static int grad_sum_to_shape(ps_graph *g, ps_node *n, ps_node *dy, ps_node **dx,
+                             ps_status *st) {
   dx[0] = ps_broadcast_to_(dy, n->in[0]);
   dx[1] = NULL;
   return 0;
 }
 
 /* inputs: rows, segment ids (, ref) */
-int ps_grad_segment_sum_(ps_graph *g, ps_node *n, ps_node *dy, ps_node **dx,
-                         ps_status *st) {
+static int grad_segment_sum(ps_graph *g, ps_node *n, ps_node *dy, ps_node **dx,
+                            ps_status *st) {
   dx[0] = ps_gather(dy, n->in[1]);
   for (int i = 1; i < n->nin; i++)
     dx[i] = NULL;
   return 0;
+}
+
+/* ---- the builder of each op ---- */
+
+/* The builders above by op, as TensorFlow's RegisterGradient: the op
+ * tables of math.c, array.c, nn.c and reduce.c name no builder, so those
+ * files do not use this one, which builds gradients out of their ops.  An
+ * op whose definition names its builder (partition.c's) keeps it. */
+static const struct {
+  const ps_op_def *def;
+  ps_grad_fn *fn;
+} grad_table[] = {
+    {&ps_op_reshape_, grad_reshape},
+    {&ps_op_expand_dims_, grad_reshape},
+    {&ps_op_identity_, grad_identity},
+    {&ps_op_concat_, grad_concat},
+    {&ps_op_gather_, grad_gather},
+    {&ps_op_segment_sum_, grad_segment_sum},
+    {&ps_op_broadcast_to_, grad_broadcast_to},
+    {&ps_op_add_, grad_add},
+    {&ps_op_sub_, grad_sub},
+    {&ps_op_mul_, grad_mul},
+    {&ps_op_div_, grad_div},
+    {&ps_op_neg_, grad_neg},
+    {&ps_op_square_, grad_square},
+    {&ps_op_relu_, grad_relu},
+    {&ps_op_sigmoid_, grad_sigmoid},
+    {&ps_op_tanh_, grad_tanh},
+    {&ps_op_exp_, grad_exp},
+    {&ps_op_matmul_, grad_matmul},
+    {&ps_op_cast_, grad_cast},
+    {&ps_op_add_n_, grad_add_n},
+    {&ps_op_bias_add_, grad_bias_add},
+    {&ps_op_sum_to_shape_, grad_sum_to_shape},
+    {&ps_op_softmax_, grad_softmax},
+    {&ps_op_log_softmax_, grad_log_softmax},
+    {&ps_op_xent_, grad_xent},
+    {&ps_op_sum_, grad_sum},
+    {&ps_op_mean_, grad_mean},
+};
+
+/* @def's gradient builder, or NULL: not differentiable. */
+static ps_grad_fn *grad_of(const ps_op_def *def) {
+  if (def->grad) return def->grad;
+  for (size_t i = 0; i < sizeof grad_table / sizeof grad_table[0]; i++)
+    if (grad_table[i].def == def) return grad_table[i].fn;
+  return NULL;
 }
 
 /* ---- ps_gradients ---- */
@@ -370,7 +426,7 @@ static int backprop_node(ps_graph *g, ps_node *nd, ps_node *dy, const unsigned c
   snprintf(scope, sizeof scope, "%s_grad", nd->name);
   int rc = ps_name_scope_push(g, scope, st);
   if (rc == 0) {
-    rc = nd->def->grad(g, nd, dy, dx, st);
+    rc = grad_of(nd->def)(g, nd, dy, dx, st);
     ps_name_scope_pop(g);
   }
   for (int i = 0; rc == 0 && i < nd->nin; i++) {
@@ -406,7 +462,7 @@ static int backprop(ps_graph *g, ps_node *y, ps_node *const *xs, size_t n, ps_no
     if (fl[id] & IS_X)
       for (size_t k = 0; k < n; k++)
         if (xs[k] == nd) dxs[k] = dy;
-    if (nd->def->grad == NULL) continue; /* not differentiable: the gradient stops */
+    if (grad_of(nd->def) == NULL) continue; /* not differentiable: the gradient stops */
     bool wanted = false;
     for (int i = 0; i < nd->nin; i++)
       wanted |= (fl[nd->in[i]->id] & FROM_X) && ps_dtype_is_floating(nd->in[i]->dtype);

@@ -156,11 +156,10 @@ static int equal_compute(ps_node *n, ps_tensor *const *in, ps_tensor **out,
   return 0;
 }
 
-static const ps_op_def op_add = {"Add", PS_OPK_LOCAL, ps_binary_compute_, ps_grad_add_};
-static const ps_op_def op_sub = {"Sub", PS_OPK_LOCAL, ps_binary_compute_, ps_grad_sub_};
-static const ps_op_def op_mul = {"Mul", PS_OPK_LOCAL, ps_binary_compute_, ps_grad_mul_};
-static const ps_op_def op_div = {"RealDiv", PS_OPK_LOCAL, ps_binary_compute_,
-                                 ps_grad_div_};
+const ps_op_def ps_op_add_ = {"Add", PS_OPK_LOCAL, ps_binary_compute_, NULL};
+const ps_op_def ps_op_sub_ = {"Sub", PS_OPK_LOCAL, ps_binary_compute_, NULL};
+const ps_op_def ps_op_mul_ = {"Mul", PS_OPK_LOCAL, ps_binary_compute_, NULL};
+const ps_op_def ps_op_div_ = {"RealDiv", PS_OPK_LOCAL, ps_binary_compute_, NULL};
 static const ps_op_def op_equal = {"Equal", PS_OPK_LOCAL, equal_compute, NULL};
 static const ps_op_def op_relu_grad = {"ReluGrad", PS_OPK_LOCAL, ps_binary_compute_,
                                        NULL};
@@ -193,16 +192,16 @@ static ps_node *binary(const ps_op_def *def, const char *name, binop op, uint32_
 }
 
 ps_node *ps_add(ps_node *a, ps_node *b) {
-  return binary(&op_add, "add", B_ADD, T_NUMERIC, a, b);
+  return binary(&ps_op_add_, "add", B_ADD, T_NUMERIC, a, b);
 }
 ps_node *ps_sub(ps_node *a, ps_node *b) {
-  return binary(&op_sub, "sub", B_SUB, T_NUMERIC, a, b);
+  return binary(&ps_op_sub_, "sub", B_SUB, T_NUMERIC, a, b);
 }
 ps_node *ps_mul(ps_node *a, ps_node *b) {
-  return binary(&op_mul, "mul", B_MUL, T_NUMERIC, a, b);
+  return binary(&ps_op_mul_, "mul", B_MUL, T_NUMERIC, a, b);
 }
 ps_node *ps_div(ps_node *a, ps_node *b) {
-  return binary(&op_div, "truediv", B_DIV, T_FLOATS, a, b);
+  return binary(&ps_op_div_, "truediv", B_DIV, T_FLOATS, a, b);
 }
 ps_node *ps_equal(ps_node *a, ps_node *b) {
   return binary(&op_equal, "Equal", 0, T_ALL, a, b);
@@ -300,14 +299,12 @@ static int unary_compute(ps_node *nd, ps_tensor *const *in, ps_tensor **out,
   return 0;
 }
 
-static const ps_op_def op_neg = {"Neg", PS_OPK_LOCAL, unary_compute, ps_grad_neg_};
-static const ps_op_def op_square = {"Square", PS_OPK_LOCAL, unary_compute,
-                                    ps_grad_square_};
-static const ps_op_def op_relu = {"Relu", PS_OPK_LOCAL, unary_compute, ps_grad_relu_};
-static const ps_op_def op_sigmoid = {"Sigmoid", PS_OPK_LOCAL, unary_compute,
-                                     ps_grad_sigmoid_};
-static const ps_op_def op_tanh = {"Tanh", PS_OPK_LOCAL, unary_compute, ps_grad_tanh_};
-static const ps_op_def op_exp = {"Exp", PS_OPK_LOCAL, unary_compute, ps_grad_exp_};
+const ps_op_def ps_op_neg_ = {"Neg", PS_OPK_LOCAL, unary_compute, NULL};
+const ps_op_def ps_op_square_ = {"Square", PS_OPK_LOCAL, unary_compute, NULL};
+const ps_op_def ps_op_relu_ = {"Relu", PS_OPK_LOCAL, unary_compute, NULL};
+const ps_op_def ps_op_sigmoid_ = {"Sigmoid", PS_OPK_LOCAL, unary_compute, NULL};
+const ps_op_def ps_op_tanh_ = {"Tanh", PS_OPK_LOCAL, unary_compute, NULL};
+const ps_op_def ps_op_exp_ = {"Exp", PS_OPK_LOCAL, unary_compute, NULL};
 
 static ps_node *unary(const ps_op_def *def, unop op, uint32_t types, ps_node *x) {
   ps_graph *g = ps_check_inputs_(def->type, &x, 1);
@@ -318,22 +315,22 @@ static ps_node *unary(const ps_op_def *def, unop op, uint32_t types, ps_node *x)
 }
 
 ps_node *ps_neg(ps_node *x) {
-  return unary(&op_neg, U_NEG, T_NUMERIC, x);
+  return unary(&ps_op_neg_, U_NEG, T_NUMERIC, x);
 }
 ps_node *ps_square(ps_node *x) {
-  return unary(&op_square, U_SQUARE, T_NUMERIC, x);
+  return unary(&ps_op_square_, U_SQUARE, T_NUMERIC, x);
 }
 ps_node *ps_relu(ps_node *x) {
-  return unary(&op_relu, U_RELU, T_FLOATS, x);
+  return unary(&ps_op_relu_, U_RELU, T_FLOATS, x);
 }
 ps_node *ps_sigmoid(ps_node *x) {
-  return unary(&op_sigmoid, U_SIGMOID, T_FLOATS, x);
+  return unary(&ps_op_sigmoid_, U_SIGMOID, T_FLOATS, x);
 }
 ps_node *ps_tanh(ps_node *x) {
-  return unary(&op_tanh, U_TANH, T_FLOATS, x);
+  return unary(&ps_op_tanh_, U_TANH, T_FLOATS, x);
 }
 ps_node *ps_exp_(ps_node *x) {
-  return unary(&op_exp, U_EXP, T_FLOATS, x);
+  return unary(&ps_op_exp_, U_EXP, T_FLOATS, x);
 }
 
 /* ---- MatMul ---- */
@@ -377,8 +374,7 @@ static int matmul_compute(ps_node *n, ps_tensor *const *in, ps_tensor **out,
   return 0;
 }
 
-static const ps_op_def op_matmul = {"MatMul", PS_OPK_LOCAL, matmul_compute,
-                                    ps_grad_matmul_};
+const ps_op_def ps_op_matmul_ = {"MatMul", PS_OPK_LOCAL, matmul_compute, NULL};
 
 ps_node *ps_matmul(ps_node *a, ps_node *b, bool transpose_a, bool transpose_b) {
   ps_node *in[2] = {a, b};
@@ -406,7 +402,7 @@ ps_node *ps_matmul(ps_node *a, ps_node *b, bool transpose_a, bool transpose_b) {
                            "MatMul: Matrix size-incompatible: In[0]: %s, In[1]: %s",
                            ps_shape_str_(&a->shape, s1), ps_shape_str_(&b->shape, s2));
   }
-  ps_node *n = ps_make_(g, &op_matmul, "MatMul", in, 2, a->dtype, &s);
+  ps_node *n = ps_make_(g, &ps_op_matmul_, "MatMul", in, 2, a->dtype, &s);
   if (n) {
     n->ia[0] = transpose_a;
     n->ia[1] = transpose_b;
@@ -474,7 +470,7 @@ static int cast_compute(ps_node *n, ps_tensor *const *in, ps_tensor **out,
   return 0;
 }
 
-static const ps_op_def op_cast = {"Cast", PS_OPK_LOCAL, cast_compute, ps_grad_cast_};
+const ps_op_def ps_op_cast_ = {"Cast", PS_OPK_LOCAL, cast_compute, NULL};
 
 ps_node *ps_cast(ps_node *x, ps_dtype dtype) {
   ps_graph *g = ps_check_inputs_("Cast", &x, 1);
@@ -482,7 +478,7 @@ ps_node *ps_cast(ps_node *x, ps_dtype dtype) {
   if (!in_mask(x->dtype, T_ALL) || !in_mask(dtype, T_ALL))
     return ps_graph_fail(g, PS_UNIMPLEMENTED, "Cast: Cast %s to %s is not supported",
                          ps_dtype_name(x->dtype), ps_dtype_name(dtype));
-  return ps_make_(g, &op_cast, "Cast", &x, 1, dtype, &x->shape);
+  return ps_make_(g, &ps_op_cast_, "Cast", &x, 1, dtype, &x->shape);
 }
 
 /* ---- small helpers for gradients ---- */
@@ -511,7 +507,7 @@ static int add_n_compute(ps_node *n, ps_tensor *const *in, ps_tensor **out,
   return 0;
 }
 
-static const ps_op_def op_add_n = {"AddN", PS_OPK_LOCAL, add_n_compute, ps_grad_add_n_};
+const ps_op_def ps_op_add_n_ = {"AddN", PS_OPK_LOCAL, add_n_compute, NULL};
 
 ps_node *ps_add_n_(ps_node *const *xs, int n) {
   if (xs == NULL || n <= 0) return NULL;
@@ -536,7 +532,7 @@ ps_node *ps_add_n_(ps_node *const *xs, int n) {
         if (s.dim[d] < 0) s.dim[d] = si->dim[d];
     }
   }
-  return ps_make_(g, &op_add_n, "AddN", xs, n, xs[0]->dtype, &s);
+  return ps_make_(g, &ps_op_add_n_, "AddN", xs, n, xs[0]->dtype, &s);
 }
 
 static int ones_like_compute(ps_node *n, ps_tensor *const *in, ps_tensor **out,
@@ -582,7 +578,7 @@ ps_node *ps_size_ratio_(ps_node *x, ps_node *y) {
 
 /* Every op of this file, for MetaGraph import (train/saver.c). */
 const ps_op_def *const ps_opdefs_math_[] = {
-    &op_add,       &op_sub,          &op_mul,       &op_div,        &op_equal,
-    &op_relu_grad, &op_sigmoid_grad, &op_tanh_grad, &op_neg,        &op_square,
-    &op_relu,      &op_sigmoid,      &op_tanh,      &op_exp,        &op_matmul,
-    &op_cast,      &op_add_n,        &op_ones_like, &op_size_ratio, NULL};
+    &ps_op_add_,   &ps_op_sub_,      &ps_op_mul_,   &ps_op_div_,    &op_equal,
+    &op_relu_grad, &op_sigmoid_grad, &op_tanh_grad, &ps_op_neg_,    &ps_op_square_,
+    &ps_op_relu_,  &ps_op_sigmoid_,  &ps_op_tanh_,  &ps_op_exp_,    &ps_op_matmul_,
+    &ps_op_cast_,  &ps_op_add_n_,    &op_ones_like, &op_size_ratio, NULL};

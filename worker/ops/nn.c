@@ -35,8 +35,7 @@ static int bias_add_compute(ps_node *n, ps_tensor *const *in, ps_tensor **out,
   return ps_binary_compute_(n, in, out, st);
 }
 
-static const ps_op_def op_bias_add = {"BiasAdd", PS_OPK_LOCAL, bias_add_compute,
-                                      ps_grad_bias_add_};
+const ps_op_def ps_op_bias_add_ = {"BiasAdd", PS_OPK_LOCAL, bias_add_compute, NULL};
 
 ps_node *ps_bias_add(ps_node *x, ps_node *bias) {
   ps_node *in[2] = {x, bias};
@@ -54,7 +53,7 @@ ps_node *ps_bias_add(ps_node *x, ps_node *bias) {
     if (bias_shapes_ok(&xs, &bs, &st))
       return ps_graph_fail(g, st.code, "BiasAdd: %s", st.msg);
   }
-  ps_node *n = ps_make_(g, &op_bias_add, "BiasAdd", in, 2, x->dtype, &x->shape);
+  ps_node *n = ps_make_(g, &ps_op_bias_add_, "BiasAdd", in, 2, x->dtype, &x->shape);
   if (n) n->ia[0] = B_ADD;
   return n;
 }
@@ -129,8 +128,8 @@ static int sum_to_shape_compute(ps_node *n, ps_tensor *const *in, ps_tensor **ou
 
 static const ps_op_def op_bias_add_grad = {"BiasAddGrad", PS_OPK_LOCAL,
                                            bias_add_grad_compute, NULL};
-static const ps_op_def op_sum_to_shape = {"SumToShape", PS_OPK_LOCAL,
-                                          sum_to_shape_compute, ps_grad_sum_to_shape_};
+const ps_op_def ps_op_sum_to_shape_ = {"SumToShape", PS_OPK_LOCAL, sum_to_shape_compute,
+                                       NULL};
 
 ps_node *ps_bias_add_grad_(ps_node *dy) {
   ps_graph *g = ps_check_inputs_("BiasAddGrad", &dy, 1);
@@ -144,7 +143,7 @@ ps_node *ps_sum_to_shape_(ps_node *x, ps_node *ref) {
   ps_node *in[2] = {x, ref};
   ps_graph *g = ps_check_inputs_("SumToShape", in, 2);
   if (g == NULL) return NULL;
-  return ps_make_(g, &op_sum_to_shape, "SumToShape", in, 2, x->dtype, &ref->shape);
+  return ps_make_(g, &ps_op_sum_to_shape_, "SumToShape", in, 2, x->dtype, &ref->shape);
 }
 
 /* ---- softmax and cross entropy ---- */
@@ -196,10 +195,8 @@ static int softmax_compute(ps_node *n, ps_tensor *const *in, ps_tensor **out,
   return 0;
 }
 
-static const ps_op_def op_softmax = {"Softmax", PS_OPK_LOCAL, softmax_compute,
-                                     ps_grad_softmax_};
-static const ps_op_def op_log_softmax = {"LogSoftmax", PS_OPK_LOCAL, softmax_compute,
-                                         ps_grad_log_softmax_};
+const ps_op_def ps_op_softmax_ = {"Softmax", PS_OPK_LOCAL, softmax_compute, NULL};
+const ps_op_def ps_op_log_softmax_ = {"LogSoftmax", PS_OPK_LOCAL, softmax_compute, NULL};
 
 static ps_node *softmax(const ps_op_def *def, ps_node *x) {
   ps_graph *g = ps_check_inputs_(def->type, &x, 1);
@@ -211,15 +208,15 @@ static ps_node *softmax(const ps_op_def *def, ps_node *x) {
                          ps_shape_str_(&x->shape, b));
   }
   ps_node *n = ps_make_(g, def, def->type, &x, 1, x->dtype, &x->shape);
-  if (n) n->ia[0] = def == &op_log_softmax;
+  if (n) n->ia[0] = def == &ps_op_log_softmax_;
   return n;
 }
 
 ps_node *ps_softmax(ps_node *logits) {
-  return softmax(&op_softmax, logits);
+  return softmax(&ps_op_softmax_, logits);
 }
 ps_node *ps_log_softmax(ps_node *logits) {
-  return softmax(&op_log_softmax, logits);
+  return softmax(&ps_op_log_softmax_, logits);
 }
 
 /* Shapes of logits [N, C] and labels [N]; all labels in [0, C). */
@@ -306,8 +303,8 @@ static int xent_compute(ps_node *n, ps_tensor *const *in, ps_tensor **out,
   return 0;
 }
 
-static const ps_op_def op_xent = {"SparseSoftmaxCrossEntropyWithLogits", PS_OPK_LOCAL,
-                                  xent_compute, ps_grad_xent_};
+const ps_op_def ps_op_xent_ = {"SparseSoftmaxCrossEntropyWithLogits", PS_OPK_LOCAL,
+                               xent_compute, NULL};
 static const ps_op_def op_xent_grad = {"SparseSoftmaxCrossEntropyWithLogitsGrad",
                                        PS_OPK_LOCAL, xent_compute, NULL};
 
@@ -347,7 +344,7 @@ static ps_node *xent(const ps_op_def *def, ps_node *labels, ps_node *logits,
 }
 
 ps_node *ps_sparse_softmax_cross_entropy_with_logits(ps_node *labels, ps_node *logits) {
-  return xent(&op_xent, labels, logits, NULL);
+  return xent(&ps_op_xent_, labels, logits, NULL);
 }
 
 ps_node *ps_xent_grad_(ps_node *logits, ps_node *labels, ps_node *dy) {
@@ -382,5 +379,5 @@ ps_node *ps_mean_squared_error(ps_node *labels, ps_node *predictions) {
 
 /* Every op of this file, for MetaGraph import (train/saver.c). */
 const ps_op_def *const ps_opdefs_nn_[] = {
-    &op_bias_add,    &op_bias_add_grad, &op_sum_to_shape, &op_softmax,
-    &op_log_softmax, &op_xent,          &op_xent_grad,    NULL};
+    &ps_op_bias_add_,    &op_bias_add_grad, &ps_op_sum_to_shape_, &ps_op_softmax_,
+    &ps_op_log_softmax_, &ps_op_xent_,      &op_xent_grad,        NULL};

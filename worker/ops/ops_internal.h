@@ -190,13 +190,15 @@ ps_node *ps_concat_slice_(ps_node *dy, ps_node *const *xs, int n, int axis, int 
 ps_node *ps_unsorted_segment_sum_(ps_node *rows, ps_node *ids, int64_t num_segments,
                                   ps_node *ref);
 
-/* ---- gradient builders (grad.c), referenced by the op definitions ---- */
+/* ---- the differentiable ops, whose gradient builders grad.c keeps ---- */
 typedef int ps_grad_fn(ps_graph *g, ps_node *n, ps_node *dy, ps_node **dx, ps_status *st);
-ps_grad_fn ps_grad_add_, ps_grad_sub_, ps_grad_mul_, ps_grad_div_, ps_grad_matmul_,
-    ps_grad_bias_add_, ps_grad_relu_, ps_grad_sigmoid_, ps_grad_tanh_, ps_grad_softmax_,
-    ps_grad_log_softmax_, ps_grad_xent_, ps_grad_sum_, ps_grad_mean_, ps_grad_reshape_,
-    ps_grad_concat_, ps_grad_gather_, ps_grad_cast_, ps_grad_neg_, ps_grad_square_,
-    ps_grad_exp_, ps_grad_identity_, ps_grad_add_n_, ps_grad_broadcast_to_,
-    ps_grad_sum_to_shape_, ps_grad_segment_sum_;
+extern const ps_op_def ps_op_reshape_, ps_op_expand_dims_, ps_op_identity_, ps_op_concat_,
+    ps_op_gather_, ps_op_segment_sum_, ps_op_broadcast_to_; /* array.c */
+extern const ps_op_def ps_op_add_, ps_op_sub_, ps_op_mul_, ps_op_div_, ps_op_neg_,
+    ps_op_square_, ps_op_relu_, ps_op_sigmoid_, ps_op_tanh_, ps_op_exp_, ps_op_matmul_,
+    ps_op_cast_, ps_op_add_n_; /* math.c */
+extern const ps_op_def ps_op_bias_add_, ps_op_sum_to_shape_, ps_op_softmax_,
+    ps_op_log_softmax_, ps_op_xent_;            /* nn.c */
+extern const ps_op_def ps_op_sum_, ps_op_mean_; /* reduce.c */
 
 #endif

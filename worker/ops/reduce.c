@@ -103,8 +103,8 @@ static int reduce_compute(ps_node *n, ps_tensor *const *in, ps_tensor **out,
   return 0;
 }
 
-static const ps_op_def op_sum = {"Sum", PS_OPK_LOCAL, reduce_compute, ps_grad_sum_};
-static const ps_op_def op_mean = {"Mean", PS_OPK_LOCAL, reduce_compute, ps_grad_mean_};
+const ps_op_def ps_op_sum_ = {"Sum", PS_OPK_LOCAL, reduce_compute, NULL};
+const ps_op_def ps_op_mean_ = {"Mean", PS_OPK_LOCAL, reduce_compute, NULL};
 
 static ps_node *reduce(const ps_op_def *def, ps_node *x, int axis, bool keep) {
   ps_graph *g = ps_check_inputs_(def->type, &x, 1);
@@ -129,16 +129,16 @@ static ps_node *reduce(const ps_op_def *def, ps_node *x, int axis, bool keep) {
   if (n) {
     n->ia[0] = stored;
     n->ia[1] = keep;
-    n->ia[2] = def == &op_mean;
+    n->ia[2] = def == &ps_op_mean_;
   }
   return n;
 }
 
 ps_node *ps_reduce_sum(ps_node *x, int axis, bool keep_dims) {
-  return reduce(&op_sum, x, axis, keep_dims);
+  return reduce(&ps_op_sum_, x, axis, keep_dims);
 }
 ps_node *ps_reduce_mean(ps_node *x, int axis, bool keep_dims) {
-  return reduce(&op_mean, x, axis, keep_dims);
+  return reduce(&ps_op_mean_, x, axis, keep_dims);
 }
 
 /* ---- ArgMax ---- */
@@ -207,4 +207,5 @@ ps_node *ps_argmax(ps_node *x, int axis) {
 }
 
 /* Every op of this file, for MetaGraph import (train/saver.c). */
-const ps_op_def *const ps_opdefs_reduce_[] = {&op_sum, &op_mean, &op_argmax, NULL};
+const ps_op_def *const ps_opdefs_reduce_[] = {&ps_op_sum_, &ps_op_mean_, &op_argmax,
+                                              NULL};
