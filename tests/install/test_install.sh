@@ -6,9 +6,13 @@
 # exports exactly the functions its headers declare, and a C++ program
 # builds and runs against it; the man pages and LICENSE are there.  Prints "N passed, N failed".
 #   test_install.sh BUILD_DIR PS_DEMO_SOURCE
+# PS_SANITIZE_FLAGS (build-asan: -fsanitize=...) goes into every program
+# the test builds: a sanitized libpsworker needs the sanitizer runtime in
+# each program linking it.
 set -uo pipefail
 build=${1:?build dir}; demo_src=${2:?ps_demo.c}
 CC=${CC:-cc}
+san=${PS_SANITIZE_FLAGS:-}
 command -v pkg-config >/dev/null || { echo "skip: no pkg-config"; exit 77; }
 source "$(dirname "$0")/../support/lib.sh"
 test_init install
@@ -95,9 +99,9 @@ fi
 # Build the example and a version/init check with the installed flags only.
 cp "$demo_src" "$dir/ps_demo.c"
 expect "build ps_demo (shared)" 0 "" \
-  $CC -std=c11 -Wall -Wextra -Werror -o "$dir/demo" "$dir/ps_demo.c" $cflags $libs
+  $CC -std=c11 -Wall -Wextra -Werror $san -o "$dir/demo" "$dir/ps_demo.c" $cflags $libs
 expect "build ps_demo (static)" 0 "" \
-  $CC -std=c11 -Wall -Wextra -Werror -o "$dir/demo-static" "$dir/ps_demo.c" $cflags \
+  $CC -std=c11 -Wall -Wextra -Werror $san -o "$dir/demo-static" "$dir/ps_demo.c" $cflags \
   "$libdir/libpsworker.a" $(pkg-config "${pcx[@]}" --static --libs paramserver | sed 's/-lpsworker//')
 cat > "$dir/version.c" <<'C'
 #include <paramserver/paramserver.h>
@@ -118,7 +122,8 @@ int main(void) {
 }
 C
 v=$(pkg-config --modversion paramserver)
-expect "build version check" 0 "" $CC -std=c11 -Wall -Wextra -Werror -o "$dir/version" "$dir/version.c" $cflags $libs
+expect "build version check" 0 "" $CC -std=c11 -Wall -Wextra -Werror $san -o "$dir/version" \
+  "$dir/version.c" $cflags $libs
 export LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 expect "version macros and ps_library_*" 0 "$v $v $v ok" "$dir/version"
 
@@ -170,7 +175,7 @@ CXX
 } > "$dir/api.cc"
 if command -v "$CXX" >/dev/null; then
   expect "build a C++ program (shared)" 0 "" \
-    "$CXX" -std=c++17 -Wall -Wextra -Werror -o "$dir/api_cxx" "$dir/api.cc" $cflags $libs
+    "$CXX" -std=c++17 -Wall -Wextra -Werror $san -o "$dir/api_cxx" "$dir/api.cc" $cflags $libs
   expect "C++ program runs" 0 "h2:3 2 [2,3] float 1.500000 Const INVALID_ARGUMENT" "$dir/api_cxx"
   [[ "$(ldd "$dir/api_cxx")" == *"$libdir/libpsworker.so.$major"* ]] \
     && ok "C++ program loads the installed libpsworker" \
