@@ -42,6 +42,7 @@ if [ "$mode" = image ]; then
   exit
 fi
 
+# build-essential brings gcc and g++ (tests/install builds a C++ program)
 packages=(build-essential meson ninja-build pkg-config
   libgrpc-dev libprotobuf-c-dev protobuf-c-compiler libuv1-dev check
   libjson-c-dev libsnappy-dev zlib1g-dev libopenblas-dev iperf3 clang-format

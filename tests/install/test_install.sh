@@ -2,12 +2,17 @@
 # The installed tree is usable on its own: `meson install --destdir` of the
 # build directory, then the example client built with nothing but
 # `pkg-config paramserver` against that tree (shared and static), run
-# against the installed ps-server on kernel-picked ports; the man pages and
-# LICENSE are there.  Prints "N passed, N failed".
+# against the installed ps-server on kernel-picked ports; the library
+# exports exactly the functions its headers declare, and a C++ program
+# builds and runs against it; the man pages and LICENSE are there.  Prints "N passed, N failed".
 #   test_install.sh BUILD_DIR PS_DEMO_SOURCE
+# PS_SANITIZE_FLAGS (build-asan: -fsanitize=...) goes into every program
+# the test builds: a sanitized libpsworker needs the sanitizer runtime in
+# each program linking it.
 set -uo pipefail
 build=${1:?build dir}; demo_src=${2:?ps_demo.c}
 CC=${CC:-cc}
+san=${PS_SANITIZE_FLAGS:-}
 command -v pkg-config >/dev/null || { echo "skip: no pkg-config"; exit 77; }
 source "$(dirname "$0")/../support/lib.sh"
 test_init install
@@ -48,12 +53,55 @@ for h in "$root"/include/paramserver/*.h; do
 done
 [ -z "$hdr_fail" ] && ok "headers self-contained" || bad "headers self-contained" "$hdr_fail"
 
+# The export list is the API: libpsworker.so's dynamic symbols are exactly
+# the functions the installed headers declare, no internal one besides
+# and none missing.  The compiler parses the headers: gcc's -aux-info
+# writes every prototype it reads, one a line, after the file and line it
+# came from ("/* F:L:NC */ extern int ps_x (int);"; static inline ones
+# read "static" and are not exported).
+all_h="$dir/all_headers.c"
+for h in "$root"/include/paramserver/*.h; do
+  echo "#include <paramserver/$(basename "$h")>"
+done > "$all_h"
+if out=$(gcc -std=c11 $cflags -fsyntax-only -aux-info "$dir/aux.txt" "$all_h" 2>&1); then
+  awk -v inc="$root/include/paramserver/" '
+    index($0, "/* " inc) == 1 && / \*\/ extern / {
+      sub(/^\/\*[^*]*\*\/ /, "")
+      if (match($0, /[A-Za-z_][A-Za-z0-9_]* \(/)) print substr($0, RSTART, RLENGTH - 2)
+    }' "$dir/aux.txt" | sort > "$dir/declared.txt"
+  nm -D --defined-only "$libdir/libpsworker.so" | awk '{ sub(/@.*/, "", $NF); print $NF }' |
+    sort > "$dir/exported.txt"
+  extra=$(comm -13 "$dir/declared.txt" "$dir/exported.txt" | tr '\n' ' ')
+  missing=$(comm -23 "$dir/declared.txt" "$dir/exported.txt" | tr '\n' ' ')
+  ndecl=$(wc -l < "$dir/declared.txt")
+  if ! grep -qx ps_library_init "$dir/declared.txt"; then
+    bad "exports: the headers parse" "no ps_library_init among: $(tr '\n' ' ' < "$dir/declared.txt")"
+  elif [ -z "$extra$missing" ]; then
+    ok "exports: exactly the $ndecl functions the headers declare"
+  else
+    bad "exports: exactly the $ndecl functions the headers declare" \
+      "exported but in no installed header ($(wc -w <<< "$extra")): $extra
+declared but not exported ($(wc -w <<< "$missing")): $missing"
+  fi
+  # C++ callers need C linkage: every header that declares a function
+  # opens extern "C" for C++.
+  guard_fail=""
+  for h in $(awk '/ \*\/ extern / { sub(/^\/\* /, ""); sub(/:.*/, ""); print }' "$dir/aux.txt" |
+    grep -F "$root/include/paramserver/" | sort -u); do
+    grep -q '^extern "C" {' "$h" || guard_fail+=" $(basename "$h")"
+  done
+  [ -z "$guard_fail" ] && ok 'headers have extern "C" guards' \
+    || bad 'headers have extern "C" guards' "$guard_fail"
+else
+  bad "exports: gcc -aux-info parses the headers" "$out"
+fi
+
 # Build the example and a version/init check with the installed flags only.
 cp "$demo_src" "$dir/ps_demo.c"
 expect "build ps_demo (shared)" 0 "" \
-  $CC -std=c11 -Wall -Wextra -Werror -o "$dir/demo" "$dir/ps_demo.c" $cflags $libs
+  $CC -std=c11 -Wall -Wextra -Werror $san -o "$dir/demo" "$dir/ps_demo.c" $cflags $libs
 expect "build ps_demo (static)" 0 "" \
-  $CC -std=c11 -Wall -Wextra -Werror -o "$dir/demo-static" "$dir/ps_demo.c" $cflags \
+  $CC -std=c11 -Wall -Wextra -Werror $san -o "$dir/demo-static" "$dir/ps_demo.c" $cflags \
   "$libdir/libpsworker.a" $(pkg-config "${pcx[@]}" --static --libs paramserver | sed 's/-lpsworker//')
 cat > "$dir/version.c" <<'C'
 #include <paramserver/paramserver.h>
@@ -74,9 +122,67 @@ int main(void) {
 }
 C
 v=$(pkg-config --modversion paramserver)
-expect "build version check" 0 "" $CC -std=c11 -Wall -Wextra -Werror -o "$dir/version" "$dir/version.c" $cflags $libs
+expect "build version check" 0 "" $CC -std=c11 -Wall -Wextra -Werror $san -o "$dir/version" \
+  "$dir/version.c" $cflags $libs
 export LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 expect "version macros and ps_library_*" 0 "$v $v $v ok" "$dir/version"
+
+# A C++ program includes every public header and calls the API through
+# the installed shared library.
+CXX=${CXX:-g++}
+{
+  for h in "$root"/include/paramserver/*.h; do
+    echo "#include <paramserver/$(basename "$h")>"
+  done
+  cat <<'CXX'
+#include <cstdio>
+#include <string>
+int main() {
+  if (ps_library_init() != 0) return 1;
+  ps_status st;
+  ps_status_clear(&st);
+  static const char spec[] = "{\"ps\": [\"127.0.0.1:2222\"], \"worker\": [\"h1:2\", \"h2:3\"]}";
+  ps_cluster *cl = ps_cluster_parse(spec, sizeof spec - 1, "c++", &st);
+  if (cl == nullptr) {
+    std::fprintf(stderr, "%s\n", st.msg);
+    return 1;
+  }
+  const int64_t dims[2] = {2, 3};
+  ps_tensor *t = ps_tensor_new(PS_DT_FLOAT, 2, dims);
+  if (t == nullptr) return 1;
+  static_cast<float *>(ps_tensor_data(t))[5] = 1.5f;
+  char shape[32];
+  std::string out = std::string(ps_cluster_address(cl, "worker", 1)) + " " +
+                    std::to_string(ps_cluster_num_tasks(cl, "worker")) + " " +
+                    ps_shape_format(&t->shape, shape, sizeof shape) + " " +
+                    ps_dtype_name(t->dtype) + " " +
+                    std::to_string(ps_elem_get(t->dtype, ps_tensor_data(t), 5)) + " ";
+  ps_graph *g = ps_graph_create();
+  ps_tensor *c = ps_tensor_new(PS_DT_FLOAT, 0, nullptr);
+  ps_node *n = ps_constant(g, c, "two");
+  out += std::string(n != nullptr ? ps_node_op(n) : "?") + " ";
+  if (ps_cluster_parse("[", 1, "c++", &st) != nullptr) return 1;
+  out += ps_status_code_name(st.code);
+  std::printf("%s\n", out.c_str());
+  ps_tensor_destroy(c);
+  ps_graph_destroy(g);
+  ps_tensor_destroy(t);
+  ps_cluster_destroy(cl);
+  ps_library_shutdown();
+  return 0;
+}
+CXX
+} > "$dir/api.cc"
+if command -v "$CXX" >/dev/null; then
+  expect "build a C++ program (shared)" 0 "" \
+    "$CXX" -std=c++17 -Wall -Wextra -Werror $san -o "$dir/api_cxx" "$dir/api.cc" $cflags $libs
+  expect "C++ program runs" 0 "h2:3 2 [2,3] float 1.500000 Const INVALID_ARGUMENT" "$dir/api_cxx"
+  [[ "$(ldd "$dir/api_cxx")" == *"$libdir/libpsworker.so.$major"* ]] \
+    && ok "C++ program loads the installed libpsworker" \
+    || bad "C++ program loads the installed libpsworker" "$(ldd "$dir/api_cxx")"
+else
+  bad "a C++ compiler ($CXX)" "not found: deploy/setup.sh installs g++ (build-essential)"
+fi
 [[ "$(ldd "$dir/demo")" == *"$libdir/libpsworker.so.$major"* ]] \
   && ok "demo loads the installed libpsworker" || bad "demo loads the installed libpsworker" "$(ldd "$dir/demo")"
 

@@ -37,7 +37,12 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "paramserver/api.h"
 #include "paramserver/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 /* TensorFlow's default latest_filename. */
 #define PS_CKPT_STATE_FILENAME "checkpoint"
@@ -65,7 +70,8 @@ typedef struct ps_ckpt_state {
  * literals such as 1e+16, inf, nan, 2.5f.  Paths are returned as written
  * (not joined with a directory).  DATA_LOSS "line N: ..." on a syntax
  * error, an unknown field or a NUL byte in a path; @state is then empty. */
-int ps_ckpt_state_parse(const uint8_t *p, size_t n, ps_ckpt_state *state, ps_status *st);
+PS_API int ps_ckpt_state_parse(const uint8_t *p, size_t n, ps_ckpt_state *state,
+                               ps_status *st);
 
 /* Encodes @state exactly as TensorFlow's text_format.MessageToString does:
  * one "field: value\n" line per value, in field-number order; strings in
@@ -75,14 +81,14 @@ int ps_ckpt_state_parse(const uint8_t *p, size_t n, ps_ckpt_state *state, ps_sta
  * last_preserved_timestamp are omitted (proto3 defaults).  Returns a
  * malloc'd NUL-terminated string (length in *@len if not NULL); NULL and
  * INVALID_ARGUMENT if num_timestamps is neither 0 nor num_paths. */
-char *ps_ckpt_state_format(const ps_ckpt_state *state, size_t *len, ps_status *st);
+PS_API char *ps_ckpt_state_format(const ps_ckpt_state *state, size_t *len, ps_status *st);
 
 /* Reads @dir/checkpoint (TensorFlow's get_checkpoint_state): NOT_FOUND if
  * there is none, DATA_LOSS if it does not parse or has no
  * model_checkpoint_path ("Invalid checkpoint state loaded from DIR").
  * Relative paths are joined with @dir as os.path.join does.  @state is
  * overwritten (not freed first); on error it is left empty. */
-int ps_ckpt_state_read(const char *dir, ps_ckpt_state *state, ps_status *st);
+PS_API int ps_ckpt_state_read(const char *dir, ps_ckpt_state *state, ps_status *st);
 
 /* Writes @dir/checkpoint atomically, exactly as ps_ckpt_state_format: a
  * temporary "checkpoint.tmp<32 hex>" in @dir is written, fsynced and
@@ -91,11 +97,12 @@ int ps_ckpt_state_read(const char *dir, ps_ckpt_state *state, ps_status *st);
  * error).  Paths are written as given.  INVALID_ARGUMENT for an empty
  * model_checkpoint_path, mismatched timestamps, or a model_checkpoint_path
  * that is the state file itself. */
-int ps_ckpt_state_write(const char *dir, const ps_ckpt_state *state, ps_status *st);
+PS_API int ps_ckpt_state_write(const char *dir, const ps_ckpt_state *state,
+                               ps_status *st);
 
 /* Frees what ps_ckpt_state_read/parse filled in and empties @state.  NULL
  * and an empty state are no-ops. */
-void ps_ckpt_state_free(ps_ckpt_state *state);
+PS_API void ps_ckpt_state_free(ps_ckpt_state *state);
 
 /* ---- latest_checkpoint ------------------------------------------------- */
 
@@ -104,7 +111,7 @@ void ps_ckpt_state_free(ps_ckpt_state *state);
  * *@prefix_out is malloc'd (caller frees).  NOT_FOUND "no checkpoint in DIR
  * (no DIR/checkpoint)" or "Couldn't match files for checkpoint P"; the
  * state file's own errors as ps_ckpt_state_read. */
-int ps_latest_checkpoint(const char *dir, char **prefix_out, ps_status *st);
+PS_API int ps_latest_checkpoint(const char *dir, char **prefix_out, ps_status *st);
 
 /* ---- Retention --------------------------------------------------------- */
 
@@ -120,7 +127,7 @@ typedef struct ps_ckpt_manager_options {
 
 /* TensorFlow's defaults: max_to_keep 5, keep_checkpoint_every_n_hours
  * 10000. */
-void ps_ckpt_manager_options_init(ps_ckpt_manager_options *opt);
+PS_API void ps_ckpt_manager_options_init(ps_ckpt_manager_options *opt);
 
 typedef struct ps_ckpt_manager ps_ckpt_manager;
 
@@ -131,10 +138,10 @@ typedef struct ps_ckpt_manager ps_ckpt_manager;
  * policy.  Timestamps later than @now (seconds) are clamped to @now.  An
  * unparsable state file is logged and replaced at the next add (as
  * TensorFlow does); other read errors fail.  NULL on error. */
-ps_ckpt_manager *ps_ckpt_manager_create(const char *dir,
-                                        const ps_ckpt_manager_options *opt, double now,
-                                        ps_status *st);
-void ps_ckpt_manager_destroy(ps_ckpt_manager *m); /* NULL is a no-op */
+PS_API ps_ckpt_manager *ps_ckpt_manager_create(const char *dir,
+                                               const ps_ckpt_manager_options *opt,
+                                               double now, ps_status *st);
+PS_API void ps_ckpt_manager_destroy(ps_ckpt_manager *m); /* NULL is a no-op */
 
 /* Records the checkpoint @prefix just written (e.g. "DIR/model.ckpt-1000";
  * its directory must be the manager's, else INVALID_ARGUMENT) at time
@@ -146,11 +153,11 @@ void ps_ckpt_manager_destroy(ps_ckpt_manager *m); /* NULL is a no-op */
  * timestamps, last_preserved_timestamp) is written atomically before any
  * file is deleted; if that write fails nothing changes, on disk or in @m.
  * Failures to delete are logged, not returned. */
-int ps_ckpt_manager_add(ps_ckpt_manager *m, const char *prefix, double now,
-                        ps_status *st);
+PS_API int ps_ckpt_manager_add(ps_ckpt_manager *m, const char *prefix, double now,
+                               ps_status *st);
 
 /* The latest checkpoint (joined with the directory), NULL if none yet. */
-const char *ps_ckpt_manager_latest(const ps_ckpt_manager *m);
+PS_API const char *ps_ckpt_manager_latest(const ps_ckpt_manager *m);
 /* Makes the list @paths[0..n) (oldest first; as the state file names them,
  * or as ps_ckpt_manager_path gave them): a path listed keeps its
  * timestamp, one of this directory that is not listed but whose index
@@ -160,24 +167,24 @@ const char *ps_ckpt_manager_latest(const ps_ckpt_manager *m);
  * Saver, whose state file lists only the checkpoints it wrote, so its
  * retention never deletes another Saver's.  RESOURCE_EXHAUSTED when out of
  * memory (the list then holds the paths gathered so far). */
-int ps_ckpt_manager_retain(ps_ckpt_manager *m, const char *const *paths, size_t n,
-                           ps_status *st);
+PS_API int ps_ckpt_manager_retain(ps_ckpt_manager *m, const char *const *paths, size_t n,
+                                  ps_status *st);
 /* The listed checkpoints, oldest first; pointers valid until the next
  * add or destroy. */
-size_t ps_ckpt_manager_count(const ps_ckpt_manager *m);
-const char *ps_ckpt_manager_path(const ps_ckpt_manager *m, size_t i);
-double ps_ckpt_manager_timestamp(const ps_ckpt_manager *m, size_t i);
+PS_API size_t ps_ckpt_manager_count(const ps_ckpt_manager *m);
+PS_API const char *ps_ckpt_manager_path(const ps_ckpt_manager *m, size_t i);
+PS_API double ps_ckpt_manager_timestamp(const ps_ckpt_manager *m, size_t i);
 
 /* One-shot create + add + destroy, for a process that does not keep a
  * manager between saves. */
-int ps_ckpt_record(const char *dir, const char *prefix,
-                   const ps_ckpt_manager_options *opt, double now, ps_status *st);
+PS_API int ps_ckpt_record(const char *dir, const char *prefix,
+                          const ps_ckpt_manager_options *opt, double now, ps_status *st);
 
 /* Deletes P.index, P.data-NNNNN-of-NNNNN and P.meta (TensorFlow's
  * remove_checkpoint, index first so a half-deleted checkpoint is never
  * "latest").  Missing files are fine; the first other failure is returned,
  * after trying the rest. */
-int ps_ckpt_remove(const char *prefix, ps_status *st);
+PS_API int ps_ckpt_remove(const char *prefix, ps_status *st);
 
 /* ---- inspect_checkpoint ------------------------------------------------ */
 
@@ -192,7 +199,7 @@ int ps_ckpt_remove(const char *prefix, ps_status *st);
  * "...".  A @prefix that is a directory means its latest checkpoint.
  * Errors are the bundle reader's (naming the file); a write error on @out
  * is UNKNOWN. */
-int ps_ckpt_inspect(FILE *out, const char *prefix, bool all_values, ps_status *st);
+PS_API int ps_ckpt_inspect(FILE *out, const char *prefix, bool all_values, ps_status *st);
 
 /* ---- Path confinement -------------------------------------------------- */
 
@@ -215,7 +222,11 @@ int ps_ckpt_inspect(FILE *out, const char *prefix, bool all_values, ps_status *s
  * are created under temporary names with O_EXCL and renamed, so a link at
  * a final name is replaced, never followed); the ps's save and merge also
  * hold their directories open and work through the descriptors. */
-int ps_ckpt_path_confined(const char *root, const char *prefix, char *resolved, size_t n,
-                          ps_status *st);
+PS_API int ps_ckpt_path_confined(const char *root, const char *prefix, char *resolved,
+                                 size_t n, ps_status *st);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

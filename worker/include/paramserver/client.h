@@ -28,11 +28,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "paramserver/api.h"
 #include "paramserver/cluster.h"
 #include "paramserver/init.h"
 #include "paramserver/library.h"
 #include "paramserver/status.h"
 #include "paramserver/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 typedef struct ps_client ps_client;
 
@@ -76,29 +81,29 @@ typedef struct ps_client_options {
 /* The default of ps_client_options.rpc_timeout_ms, in seconds. */
 #define PS_DEFAULT_RPC_TIMEOUT_SECS 60
 
-void ps_client_options_default(ps_client_options *o);
+PS_API void ps_client_options_default(ps_client_options *o);
 
 /* Channels to every task of @ps_job ("ps") in @cluster (copied).
  * @opt may be NULL for defaults. */
-ps_client *ps_client_create(const ps_cluster *cluster, const char *ps_job,
-                            const ps_client_options *opt, ps_status *st);
-void ps_client_destroy(ps_client *c); /* NULL is a no-op */
-int ps_client_num_ps(const ps_client *c);
+PS_API ps_client *ps_client_create(const ps_cluster *cluster, const char *ps_job,
+                                   const ps_client_options *opt, ps_status *st);
+PS_API void ps_client_destroy(ps_client *c); /* NULL is a no-op */
+PS_API int ps_client_num_ps(const ps_client *c);
 /* Calls made to ps @task so far and the seconds callers waited for them
  * (for metrics: time blocked on each ps).  Any thread. */
-void ps_client_task_stats(const ps_client *c, int task, unsigned long long *calls,
-                          double *wait_secs);
-const char *ps_client_address(const ps_client *c, int task);
+PS_API void ps_client_task_stats(const ps_client *c, int task, unsigned long long *calls,
+                                 double *wait_secs);
+PS_API const char *ps_client_address(const ps_client *c, int task);
 /* Seconds the calls now waiting on ps @task have heard nothing from it
  * (0 when none waits, or it answered within the last second): a stopped
  * ps shows here until rpc_timeout_ms ends the calls.  Any thread. */
-double ps_client_task_unanswered_secs(const ps_client *c, int task);
+PS_API double ps_client_task_unanswered_secs(const ps_client *c, int task);
 /* True when @st is a call that failed for want of an answer within
  * rpc_timeout_ms (DEADLINE_EXCEEDED, "... no answer for N s (--rpc-timeout)"). */
-bool ps_client_stalled(const ps_status *st);
+PS_API bool ps_client_stalled(const ps_status *st);
 /* The rpc_timeout_ms the client runs with (its option, PS_RPC_TIMEOUT or
  * the default). */
-int64_t ps_client_rpc_timeout_ms(const ps_client *c);
+PS_API int64_t ps_client_rpc_timeout_ms(const ps_client *c);
 
 typedef struct ps_var_spec {
   const char *name;
@@ -122,20 +127,22 @@ typedef struct ps_var_spec {
  * one variable with another dtype or full shape, or overlapping elements
  * (INVALID_ARGUMENT); each message names both variables and the task.  A
  * task that cannot be listed is skipped with a warning. */
-int ps_client_create_vars(ps_client *c, int task, const ps_var_spec *specs, size_t n,
-                          ps_status *st);
+PS_API int ps_client_create_vars(ps_client *c, int task, const ps_var_spec *specs,
+                                 size_t n, ps_status *st);
 /* Runs the server-side initializers of @names (all when n == 0).  With
  * @only_uninitialized, variables that hold a value are left alone.
  * @ninit (may be NULL) receives how many were initialized. */
-int ps_client_initialize(ps_client *c, int task, const char *const *names, size_t n,
-                         bool only_uninitialized, size_t *ninit, ps_status *st);
-int ps_client_is_initialized(ps_client *c, int task, const char *const *names, size_t n,
-                             bool *out, ps_status *st);
+PS_API int ps_client_initialize(ps_client *c, int task, const char *const *names,
+                                size_t n, bool only_uninitialized, size_t *ninit,
+                                ps_status *st);
+PS_API int ps_client_is_initialized(ps_client *c, int task, const char *const *names,
+                                    size_t n, bool *out, ps_status *st);
 /* Names of uninitialized variables among @names (all when n == 0);
  * free with ps_client_free_names(). */
-int ps_client_report_uninitialized(ps_client *c, int task, const char *const *names,
-                                   size_t n, char ***out, size_t *nout, ps_status *st);
-void ps_client_free_names(char **names, size_t n);
+PS_API int ps_client_report_uninitialized(ps_client *c, int task,
+                                          const char *const *names, size_t n, char ***out,
+                                          size_t *nout, ps_status *st);
+PS_API void ps_client_free_names(char **names, size_t n);
 
 typedef enum ps_update_op {
   PS_ASSIGN = 0,
@@ -250,7 +257,8 @@ typedef struct ps_update {
 } ps_update;
 
 /* Applies @n updates on one ps atomically: if one fails, none applies. */
-int ps_client_update(ps_client *c, int task, const ps_update *u, size_t n, ps_status *st);
+PS_API int ps_client_update(ps_client *c, int task, const ps_update *u, size_t n,
+                            ps_status *st);
 
 typedef struct ps_read {
   const char *name;
@@ -261,7 +269,7 @@ typedef struct ps_read {
 
 /* Reads @n variables of one ps in one RPC, all as of one moment.  On
  * failure, outputs this call allocated are freed and set back to NULL. */
-int ps_client_read(ps_client *c, int task, ps_read *r, size_t n, ps_status *st);
+PS_API int ps_client_read(ps_client *c, int task, ps_read *r, size_t n, ps_status *st);
 
 /* Work for one ps task in a *_many call. */
 typedef struct ps_task_reads {
@@ -279,8 +287,9 @@ typedef struct ps_task_updates {
 
 /* All tasks in parallel; returns 0 if all succeeded, else the first failing
  * task's code (each entry's st says how it went). */
-int ps_client_read_many(ps_client *c, ps_task_reads *t, size_t n, ps_status *st);
-int ps_client_update_many(ps_client *c, ps_task_updates *t, size_t n, ps_status *st);
+PS_API int ps_client_read_many(ps_client *c, ps_task_reads *t, size_t n, ps_status *st);
+PS_API int ps_client_update_many(ps_client *c, ps_task_updates *t, size_t n,
+                                 ps_status *st);
 
 typedef struct ps_var_info {
   char *name;
@@ -297,8 +306,9 @@ typedef struct ps_var_info {
   int64_t offset;
 } ps_var_info;
 
-int ps_client_list(ps_client *c, int task, ps_var_info **out, size_t *n, ps_status *st);
-void ps_client_free_var_info(ps_var_info *v, size_t n);
+PS_API int ps_client_list(ps_client *c, int task, ps_var_info **out, size_t *n,
+                          ps_status *st);
+PS_API void ps_client_free_var_info(ps_var_info *v, size_t n);
 
 /* Flags of ps_client_delete(). */
 #define PS_DELETE_SLOTS 1      /* also the slot variables NAME/SLOT */
@@ -320,9 +330,9 @@ typedef struct ps_delete_result {
   char **missing;
   size_t nmissing;
 } ps_delete_result;
-int ps_client_delete(ps_client *c, int task, const char *const *names, size_t n,
-                     int flags, ps_delete_result *out, ps_status *st);
-void ps_delete_result_free(ps_delete_result *r); /* NULL is a no-op */
+PS_API int ps_client_delete(ps_client *c, int task, const char *const *names, size_t n,
+                            int flags, ps_delete_result *out, ps_status *st);
+PS_API void ps_delete_result_free(ps_delete_result *r); /* NULL is a no-op */
 
 typedef struct ps_task_status {
   char task[64];
@@ -332,18 +342,19 @@ typedef struct ps_task_status {
   double uptime_secs;
 } ps_task_status;
 
-int ps_client_status(ps_client *c, int task, ps_task_status *out, ps_status *st);
+PS_API int ps_client_status(ps_client *c, int task, ps_task_status *out, ps_status *st);
 /* Asks ps @task to stop as on SIGTERM (calls in flight finish within its
  * --grace-secs, then it exits 0); @reason (may be NULL, at most 256 bytes)
  * goes to its log.  Not retried. */
-int ps_client_shutdown(ps_client *c, int task, const char *reason, ps_status *st);
+PS_API int ps_client_shutdown(ps_client *c, int task, const char *reason, ps_status *st);
 /* One Status call, not retried: 0 when ps @task answers now (for callers
  * that poll and must stay responsive, e.g. to a signal). */
-int ps_client_probe(ps_client *c, int task, ps_status *st);
+PS_API int ps_client_probe(ps_client *c, int task, ps_status *st);
 /* ps_client_probe, but a ps that accepts and does not answer fails it
  * after @within_ms (when shorter than the stall timeout, rpc_timeout_ms)
  * with the same DEADLINE_EXCEEDED; 0: rpc_timeout_ms. */
-int ps_client_probe_within(ps_client *c, int task, int64_t within_ms, ps_status *st);
+PS_API int ps_client_probe_within(ps_client *c, int task, int64_t within_ms,
+                                  ps_status *st);
 
 /* ---- checkpoints (see proto/ps.proto) ----
  * Paths are relative to the ps tasks' --checkpoint-dir (a filesystem they
@@ -355,7 +366,7 @@ typedef struct ps_ckpt_list {
   char **paths;
   size_t n;
 } ps_ckpt_list;
-void ps_ckpt_list_fini(ps_ckpt_list *l);
+PS_API void ps_ckpt_list_fini(ps_ckpt_list *l);
 
 /* One variable of a Saver's save: on ps @task, saved under @key (NULL or
  * "": its name, or its partitioned variable's name for a part). */
@@ -407,23 +418,24 @@ typedef struct ps_save_options {
  * `checkpoint` state file is replaced atomically.  @written (may be NULL)
  * receives the checkpoint's path on the ps (malloc'd), @bytes the bytes
  * written. */
-int ps_client_save(ps_client *c, const char *prefix, const ps_save_options *o,
-                   char **written, int64_t *bytes, ps_status *st);
+PS_API int ps_client_save(ps_client *c, const char *prefix, const ps_save_options *o,
+                          char **written, int64_t *bytes, ps_status *st);
 /* Restores every variable of every ps by name from @prefix (NULL or "":
  * the latest checkpoint of the directory); no initialization needed.
  * @nrestored (may be NULL) receives how many variables were restored. */
-int ps_client_restore(ps_client *c, const char *prefix, size_t *nrestored, ps_status *st);
+PS_API int ps_client_restore(ps_client *c, const char *prefix, size_t *nrestored,
+                             ps_status *st);
 /* Restores some variables of one ps, each from @keys[i] in the checkpoint
  * (NULL: the variable's own name), as TensorFlow's Saver({"key": var}). */
-int ps_client_restore_vars(ps_client *c, int task, const char *prefix,
-                           const char *const *names, const char *const *keys, size_t n,
-                           ps_status *st);
+PS_API int ps_client_restore_vars(ps_client *c, int task, const char *prefix,
+                                  const char *const *names, const char *const *keys,
+                                  size_t n, ps_status *st);
 /* What ps_client_restore_vars would do, checked (keys, dtypes, shapes,
  * checksums) without changing anything: a restore across several ps
  * checks every ps first, so that a failure changes no variable. */
-int ps_client_check_restore_vars(ps_client *c, int task, const char *prefix,
-                                 const char *const *names, const char *const *keys,
-                                 size_t n, ps_status *st);
+PS_API int ps_client_check_restore_vars(ps_client *c, int task, const char *prefix,
+                                        const char *const *names, const char *const *keys,
+                                        size_t n, ps_status *st);
 /* The check before a restore across several ps, on every ps at once: for
  * each task t with @n[t] > 0, what ps_client_restore_vars(c, t, @prefix,
  * @names[t], @keys[t] (may be NULL), @n[t]) would do, checked without
@@ -434,9 +446,13 @@ int ps_client_check_restore_vars(ps_client *c, int task, const char *prefix,
  * checked, whatever a save does meanwhile.  FAILED_PRECONDITION when the
  * ps name different checkpoints (both paths and tasks in the message), or
  * when a ps is an older ps-server that restored instead of checking. */
-int ps_client_check_restore_all(ps_client *c, const char *prefix,
-                                const char *const *const *names,
-                                const char *const *const *keys, const size_t *n,
-                                char **resolved, ps_status *st);
+PS_API int ps_client_check_restore_all(ps_client *c, const char *prefix,
+                                       const char *const *const *names,
+                                       const char *const *const *keys, const size_t *n,
+                                       char **resolved, ps_status *st);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -19,7 +19,12 @@
 
 #include <stddef.h>
 
+#include "paramserver/api.h"
 #include "paramserver/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 /* Longest job name: ps_task_id.job and ps_device.job hold it. */
 #define PS_CLUSTER_MAX_JOB_NAME 63
@@ -61,38 +66,38 @@ typedef struct ps_task_id {
  * "host:port"}; host a name, IPv4 or [IPv6], port 0..65535; no address
  * other than port 0 used by two tasks.  Returns NULL with
  * PS_INVALID_ARGUMENT (PS_RESOURCE_EXHAUSTED if out of memory). */
-ps_cluster *ps_cluster_parse(const char *json, size_t len, const char *origin,
-                             ps_status *st);
+PS_API ps_cluster *ps_cluster_parse(const char *json, size_t len, const char *origin,
+                                    ps_status *st);
 
 /* Reads and parses @path.  A missing file is PS_NOT_FOUND, an unreadable
  * one PS_PERMISSION_DENIED, a bad one PS_INVALID_ARGUMENT. */
-ps_cluster *ps_cluster_load_file(const char *path, ps_status *st);
+PS_API ps_cluster *ps_cluster_load_file(const char *path, ps_status *st);
 
-void ps_cluster_destroy(ps_cluster *c);
+PS_API void ps_cluster_destroy(ps_cluster *c);
 
 /* NULL if @c has no job @job. */
-const ps_cluster_job *ps_cluster_find_job(const ps_cluster *c, const char *job);
+PS_API const ps_cluster_job *ps_cluster_find_job(const ps_cluster *c, const char *job);
 /* max index + 1; 0 if no such job. */
-int ps_cluster_num_tasks(const ps_cluster *c, const char *job);
+PS_API int ps_cluster_num_tasks(const ps_cluster *c, const char *job);
 /* The tasks the spec lists for @job (TensorFlow's num_tasks): in a sparse
  * spec ({"worker": {"1": ...}}) fewer than ps_cluster_num_tasks, which is
  * the highest index + 1. */
-int ps_cluster_num_listed(const ps_cluster *c, const char *job);
+PS_API int ps_cluster_num_listed(const ps_cluster *c, const char *job);
 /* NULL if no such job or task, or the task is a hole. */
-const char *ps_cluster_address(const ps_cluster *c, const char *job, int task);
+PS_API const char *ps_cluster_address(const ps_cluster *c, const char *job, int task);
 
 /* Replaces (or fills the hole of) job/task's address with a copy of @addr,
  * e.g. once a test learns the port the kernel picked.  PS_NOT_FOUND if the
  * task is outside the job, PS_INVALID_ARGUMENT if @addr is not host:port
  * or is already another task's. */
-int ps_cluster_set_address(ps_cluster *c, const char *job, int task, const char *addr,
-                           ps_status *st);
+PS_API int ps_cluster_set_address(ps_cluster *c, const char *job, int task,
+                                  const char *addr, ps_status *st);
 
 /* The spec as TF's ClusterSpec.as_dict() prints it: jobs in name order,
  * each a list, or an {"index": address} object if it has holes (so the
  * output always parses back to the same cluster).  malloc'd; the caller
  * frees it.  NULL if out of memory. */
-char *ps_cluster_to_json(const ps_cluster *c);
+PS_API char *ps_cluster_to_json(const ps_cluster *c);
 
 /* Resolves the cluster and this task's identity, first source that applies:
  *   1. @cluster_file != NULL: load it; @job and @task (>= 0) are required
@@ -105,11 +110,15 @@ char *ps_cluster_to_json(const ps_cluster *c);
  *      --job NAME --task N or set TF_CONFIG".
  * In cases 2 and 3 a non-NULL @job overrides the task identity found there
  * (as TF's resolvers allow), and must name a task of the cluster. */
-ps_cluster *ps_cluster_resolve(const char *cluster_file, const char *job, int task,
-                               ps_task_id *self, ps_status *st);
+PS_API ps_cluster *ps_cluster_resolve(const char *cluster_file, const char *job, int task,
+                                      ps_task_id *self, ps_status *st);
 
 /* The chief: "chief"/0 if that job exists, else "worker"/0.  Returns 0, or
  * PS_NOT_FOUND if neither exists. */
-int ps_cluster_chief(const ps_cluster *c, ps_task_id *chief);
+PS_API int ps_cluster_chief(const ps_cluster *c, ps_task_id *chief);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

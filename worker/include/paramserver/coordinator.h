@@ -21,8 +21,13 @@
 
 #include <stdbool.h>
 
+#include "paramserver/api.h"
 #include "paramserver/saver.h"
 #include "paramserver/session.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 #define PS_COORDINATOR_READY "_coordinator/ready"
 /* The chief's "the job is done" mark on ps/0, written just before it
@@ -52,20 +57,20 @@ typedef enum ps_coordinator_outcome {
   PS_COORD_JOINED,      /* a non-chief worker found the cluster ready */
 } ps_coordinator_outcome;
 
-const char *ps_coordinator_outcome_name(ps_coordinator_outcome o);
+PS_API const char *ps_coordinator_outcome_name(ps_coordinator_outcome o);
 
 /* Stops every wait of the coordinator in this process (for ps, for the
  * chief): they return CANCELLED "stopped while waiting for ...".  Async-
  * signal-safe: call it from a SIGTERM handler.  It cannot be undone. */
-void ps_coordinator_cancel(void);
-bool ps_coordinator_cancelled(void);
+PS_API void ps_coordinator_cancel(void);
+PS_API bool ps_coordinator_cancelled(void);
 
 /* Polls Status on every ps of the session's client until all answer.  A
  * ps that accepts connections but does not answer for the client's
  * rpc_timeout_ms (stopped, hung: ps_client_stalled) ends the wait with
  * that DEADLINE_EXCEEDED, as does ps/0 while a worker waits for the
  * chief in ps_coordinator_prepare. */
-int ps_coordinator_wait_for_ps(ps_session *s, double timeout_secs, ps_status *st);
+PS_API int ps_coordinator_wait_for_ps(ps_session *s, double timeout_secs, ps_status *st);
 
 /* The whole start-up above; @outcome (may be NULL) says what happened.
  * A non-chief worker waiting for readiness also ends the wait when
@@ -75,14 +80,14 @@ int ps_coordinator_wait_for_ps(ps_session *s, double timeout_secs, ps_status *st
  *   at once, not one restarting): UNAVAILABLE "every ps task stopped
  *   answering while this worker waited for the chief to mark the cluster
  *   ready (...)". */
-int ps_coordinator_prepare(ps_session *s, const ps_coordinator_options *o,
-                           ps_coordinator_outcome *outcome, ps_status *st);
+PS_API int ps_coordinator_prepare(ps_session *s, const ps_coordinator_options *o,
+                                  ps_coordinator_outcome *outcome, ps_status *st);
 
 /* The chief, its job done, marks it so on ps/0 before it shuts the ps
  * down: a worker still waiting for readiness then ends with
  * PS_COORDINATOR_DONE_MSG instead of waiting for ps that are gone. */
-int ps_coordinator_mark_done(ps_client *c, ps_status *st);
-bool ps_coordinator_job_done(const ps_status *st);
+PS_API int ps_coordinator_mark_done(ps_client *c, ps_status *st);
+PS_API bool ps_coordinator_job_done(const ps_status *st);
 
 /* Worker heartbeats, for the chief's end-of-job wait: it must tell a
  * worker that has not joined yet (wait for it) from one that joined and
@@ -110,26 +115,31 @@ typedef struct ps_coordinator_heartbeat ps_coordinator_heartbeat;
 /* Starts the heartbeat of task @task ("worker/1") on ps/0 of @c (borrowed:
  * it must outlive the heartbeat); the first beat is sent before it
  * returns.  NULL on error (@st says why). */
-ps_coordinator_heartbeat *ps_coordinator_heartbeat_start(ps_client *c, const char *task,
-                                                         ps_status *st);
+PS_API ps_coordinator_heartbeat *
+ps_coordinator_heartbeat_start(ps_client *c, const char *task, ps_status *st);
 
 /* Stops the thread and frees @h (NULL: nothing); @done: then marks the
  * task done.  0, or the error of that mark. */
-int ps_coordinator_heartbeat_stop(ps_coordinator_heartbeat *h, bool done, ps_status *st);
+PS_API int ps_coordinator_heartbeat_stop(ps_coordinator_heartbeat *h, bool done,
+                                         ps_status *st);
 
 /* Task @task's heartbeat value on ps/0 into *@value: a count of beats, 0
  * if none (no variable: it never joined, or ps/0 restarted since), or
  * PS_COORDINATOR_HEARTBEAT_DONE. */
-int ps_coordinator_heartbeat_read(ps_client *c, const char *task, int64_t *value,
-                                  ps_status *st);
+PS_API int ps_coordinator_heartbeat_read(ps_client *c, const char *task, int64_t *value,
+                                         ps_status *st);
 
 /* The heartbeats of @n tasks in one Read of ps/0 (per task when one of
  * them has none), into @values[i] as ps_coordinator_heartbeat_read does. */
-int ps_coordinator_heartbeat_read_many(ps_client *c, const char *const *tasks, size_t n,
-                                       int64_t *values, ps_status *st);
+PS_API int ps_coordinator_heartbeat_read_many(ps_client *c, const char *const *tasks,
+                                              size_t n, int64_t *values, ps_status *st);
 
 /* Sets task @task's heartbeat to 0 (no variable: nothing): a chief that
  * leaves the ps running for the next job (--keep-ps) forgets its workers. */
-int ps_coordinator_heartbeat_clear(ps_client *c, const char *task, ps_status *st);
+PS_API int ps_coordinator_heartbeat_clear(ps_client *c, const char *task, ps_status *st);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -25,8 +25,13 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "paramserver/api.h"
 #include "paramserver/status.h"
 #include "paramserver/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 typedef struct ps_dataset {
   int64_t n;        /* examples: dim 0 of every tensor below */
@@ -38,10 +43,10 @@ typedef struct ps_dataset {
 
 /* The dataset owns its tensors.  Frees them and zeroes @d; NULL and a
  * zeroed dataset are no-ops, so a dataset can be freed twice. */
-void ps_dataset_free(ps_dataset *d);
+PS_API void ps_dataset_free(ps_dataset *d);
 
 /* The tensor named "x", "ids", "dense" or "y"; NULL if @d has none. */
-ps_tensor *ps_dataset_tensor(const ps_dataset *d, const char *name);
+PS_API ps_tensor *ps_dataset_tensor(const ps_dataset *d, const char *name);
 
 /* ---- IDX files (MNIST's format) ---- */
 
@@ -55,7 +60,7 @@ ps_tensor *ps_dataset_tensor(const ps_dataset *d, const char *name);
  * file has M") / trailing bytes / corrupt gzip / dims whose size
  * overflows.  Never trusts a dim: memory grows with the data read.  @st
  * may be NULL. */
-int ps_idx_load(const char *path, ps_tensor **out, ps_status *st);
+PS_API int ps_idx_load(const char *path, ps_tensor **out, ps_status *st);
 
 /* ---- Fashion-MNIST ---- */
 
@@ -73,8 +78,8 @@ int ps_idx_load(const char *path, ps_tensor **out, ps_status *st);
  * be NULL) and returns ps_dataset_fashion_mnist_synthetic(60000, 10000,
  * 1, ...).  Files that exist but are corrupt, or a partial set, are an
  * error naming the file (no fallback).  On error nothing is allocated. */
-int ps_dataset_fashion_mnist(const char *dir, ps_dataset *train, ps_dataset *test,
-                             bool *synthetic, ps_status *st);
+PS_API int ps_dataset_fashion_mnist(const char *dir, ps_dataset *train, ps_dataset *test,
+                                    bool *synthetic, ps_status *st);
 
 /* Synthetic stand-in with Fashion-MNIST's shapes and dtypes: 10 class
  * prototype images (from @seed) plus per-example brightness and pixel
@@ -82,9 +87,9 @@ int ps_dataset_fashion_mnist(const char *dir, ps_dataset *train, ps_dataset *tes
  * nearest-centroid classifier) gets well above 85% test accuracy.  Train
  * and test share the prototypes but not the noise.  @ntrain / @ntest >= 0;
  * a NULL dataset is skipped. */
-int ps_dataset_fashion_mnist_synthetic(int64_t ntrain, int64_t ntest, uint64_t seed,
-                                       ps_dataset *train, ps_dataset *test,
-                                       ps_status *st);
+PS_API int ps_dataset_fashion_mnist_synthetic(int64_t ntrain, int64_t ntest,
+                                              uint64_t seed, ps_dataset *train,
+                                              ps_dataset *test, ps_status *st);
 
 /* ---- Synthetic regression and click-through data ---- */
 
@@ -94,8 +99,8 @@ int ps_dataset_fashion_mnist_synthetic(int64_t ntrain, int64_t ntest, uint64_t s
  * normal, b uniform in [-1,1], noise normal with standard deviation
  * PS_DATASET_LINREG_NOISE; y float [n,1].  The true parameters go to
  * @true_w (dim doubles) and @true_b when not NULL.  n >= 0, dim >= 1. */
-int ps_dataset_linreg(int64_t n, int64_t dim, uint64_t seed, ps_dataset *out,
-                      double *true_w, double *true_b, ps_status *st);
+PS_API int ps_dataset_linreg(int64_t n, int64_t dim, uint64_t seed, ps_dataset *out,
+                             double *true_w, double *true_b, ps_status *st);
 
 #define PS_DATASET_CTR_DENSE 4 /* dense features per click-through example */
 
@@ -108,8 +113,8 @@ int ps_dataset_linreg(int64_t n, int64_t dim, uint64_t seed, ps_dataset *out,
  * About 40% of labels are 1; a logistic model over one-hot ids and the
  * dense features learns it well above the base rate.  n >= 0, vocab >= 1,
  * nfields >= 1. */
-int ps_dataset_ctr(int64_t n, int64_t vocab, int nfields, uint64_t seed, ps_dataset *out,
-                   ps_status *st);
+PS_API int ps_dataset_ctr(int64_t n, int64_t vocab, int nfields, uint64_t seed,
+                          ps_dataset *out, ps_status *st);
 
 /* ---- Batches ---- */
 
@@ -118,12 +123,12 @@ int ps_dataset_ctr(int64_t n, int64_t vocab, int nfields, uint64_t seed, ps_data
  * earlier batch: tensors of the right shape that nobody else references
  * are refilled in place, others are replaced.  Free @b with
  * ps_dataset_free.  INVALID_ARGUMENT / OUT_OF_RANGE / RESOURCE_EXHAUSTED. */
-int ps_dataset_batch(const ps_dataset *d, int64_t start, int64_t size, ps_dataset *b,
-                     ps_status *st);
+PS_API int ps_dataset_batch(const ps_dataset *d, int64_t start, int64_t size,
+                            ps_dataset *b, ps_status *st);
 
 /* Rows @idx[0..k) of @d, in that order, into @b (as ps_dataset_batch). */
-int ps_dataset_gather(const ps_dataset *d, const int64_t *idx, int64_t k, ps_dataset *b,
-                      ps_status *st);
+PS_API int ps_dataset_gather(const ps_dataset *d, const int64_t *idx, int64_t k,
+                             ps_dataset *b, ps_status *st);
 
 typedef struct ps_dataset_iter ps_dataset_iter;
 
@@ -141,14 +146,19 @@ typedef struct ps_dataset_iter_options {
  * rows.  Workers with different seeds see different orders.  NULL with
  * @st set on bad options (e.g. an empty shard) or out of memory.  One
  * thread at a time per iterator. */
-ps_dataset_iter *ps_dataset_iter_create(const ps_dataset *d,
-                                        const ps_dataset_iter_options *o, ps_status *st);
-void ps_dataset_iter_destroy(ps_dataset_iter *it); /* NULL is a no-op */
+PS_API ps_dataset_iter *ps_dataset_iter_create(const ps_dataset *d,
+                                               const ps_dataset_iter_options *o,
+                                               ps_status *st);
+PS_API void ps_dataset_iter_destroy(ps_dataset_iter *it); /* NULL is a no-op */
 /* The next batch into @b (as ps_dataset_batch: reuses @b's tensors). */
-int ps_dataset_iter_next(ps_dataset_iter *it, ps_dataset *b, ps_status *st);
+PS_API int ps_dataset_iter_next(ps_dataset_iter *it, ps_dataset *b, ps_status *st);
 /* Examples in this iterator's shard. */
-int64_t ps_dataset_iter_shard_size(const ps_dataset_iter *it);
+PS_API int64_t ps_dataset_iter_shard_size(const ps_dataset_iter *it);
 /* Completed epochs: 0 until the shard's last example has been returned. */
-int64_t ps_dataset_iter_epoch(const ps_dataset_iter *it);
+PS_API int64_t ps_dataset_iter_epoch(const ps_dataset_iter *it);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -16,6 +16,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "paramserver/api.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum ps_init_type {
   PS_INIT_ZEROS,
   PS_INIT_ONES,
@@ -61,18 +67,22 @@ typedef struct ps_init_spec {
 
 /* TensorFlow's defaults for @type (glorot_* get fan_avg and their
  * distribution; their scale, mode and distribution are fixed anyway). */
-void ps_init_spec_default(ps_init_spec *s, ps_init_type type);
+PS_API void ps_init_spec_default(ps_init_spec *s, ps_init_type type);
 
 /* "zeros", "ones", "constant", "random_uniform", "random_normal",
  * "truncated_normal", "glorot_uniform", "glorot_normal",
  * "variance_scaling"; "unknown" for anything else. */
-const char *ps_init_type_name(ps_init_type t);
+PS_API const char *ps_init_type_name(ps_init_type t);
 /* The inverse of the above; -1 if @s is unknown or NULL. */
-int ps_init_type_from_name(const char *s);
+PS_API int ps_init_type_from_name(const char *s);
 /* "fan_in", "fan_out", "fan_avg"; -1 if unknown. */
-int ps_fan_mode_from_name(const char *s);
+PS_API int ps_fan_mode_from_name(const char *s);
 /* "truncated_normal", "normal" (= truncated_normal), "untruncated_normal",
  * "uniform"; -1 if unknown. */
-int ps_distribution_from_name(const char *s);
+PS_API int ps_distribution_from_name(const char *s);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -13,12 +13,22 @@
 #ifndef PARAMSERVER_LIBRARY_H
 #define PARAMSERVER_LIBRARY_H
 
+#include "paramserver/api.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Returns 0 (the RPC runtime cannot fail to start; the int leaves room). */
-int ps_library_init(void);
+PS_API int ps_library_init(void);
 /* Undoes one ps_library_init(); a call without a matching init is a no-op. */
-void ps_library_shutdown(void);
+PS_API void ps_library_shutdown(void);
 /* The library's version at run time ("0.1.0"); compare with
  * PS_VERSION_STRING of paramserver/version.h to detect a mismatch. */
-const char *ps_library_version(void);
+PS_API const char *ps_library_version(void);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

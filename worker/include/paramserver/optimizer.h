@@ -11,19 +11,24 @@
 #ifndef PARAMSERVER_OPTIMIZER_H
 #define PARAMSERVER_OPTIMIZER_H
 
+#include "paramserver/api.h"
 #include "paramserver/graph.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 typedef struct ps_optimizer ps_optimizer;
 
-ps_optimizer *ps_gradient_descent_optimizer(double learning_rate);
-ps_optimizer *ps_momentum_optimizer(double learning_rate, double momentum,
-                                    bool use_nesterov);
+PS_API ps_optimizer *ps_gradient_descent_optimizer(double learning_rate);
+PS_API ps_optimizer *ps_momentum_optimizer(double learning_rate, double momentum,
+                                           bool use_nesterov);
 /* initial_accumulator_value: TensorFlow's default is 0.1 */
-ps_optimizer *ps_adagrad_optimizer(double learning_rate,
-                                   double initial_accumulator_value);
+PS_API ps_optimizer *ps_adagrad_optimizer(double learning_rate,
+                                          double initial_accumulator_value);
 /* TensorFlow's defaults: 0.001, 0.9, 0.999, 1e-8 */
-ps_optimizer *ps_adam_optimizer(double learning_rate, double beta1, double beta2,
-                                double epsilon);
+PS_API ps_optimizer *ps_adam_optimizer(double learning_rate, double beta1, double beta2,
+                                       double epsilon);
 /* tf.train.SyncReplicasOptimizer: synchronous training.  Takes ownership
  * of @inner (also on failure).  minimize() then builds the inner
  * optimizer's apply nodes with the aggregation moved to the ps: each
@@ -43,17 +48,23 @@ ps_optimizer *ps_adam_optimizer(double learning_rate, double beta1, double beta2
  * < 1, or replicas_to_aggregate > total_num_replicas (a step could never
  * fill, since a worker waits for its step).  Asynchronous updates of the
  * same variables (another train op) still apply at once. */
-ps_optimizer *ps_sync_replicas_optimizer(ps_optimizer *inner, int replicas_to_aggregate,
-                                         int total_num_replicas);
-void ps_optimizer_destroy(ps_optimizer *o); /* NULL: no-op; frees a wrapped one */
+PS_API ps_optimizer *ps_sync_replicas_optimizer(ps_optimizer *inner,
+                                                int replicas_to_aggregate,
+                                                int total_num_replicas);
+PS_API void ps_optimizer_destroy(ps_optimizer *o); /* NULL: no-op; frees a wrapped one */
 
 /* tf.train.create_global_step: int64 scalar "global_step", zeros, not
  * trainable, in GLOBAL_VARIABLES and GLOBAL_STEP. */
-ps_variable *ps_create_global_step(ps_graph *g, ps_status *st);
+PS_API ps_variable *ps_create_global_step(ps_graph *g, ps_status *st);
 
 /* @var_list NULL: TRAINABLE_VARIABLES.  @global_step may be NULL. */
-ps_node *ps_optimizer_minimize(ps_optimizer *o, ps_graph *g, ps_node *loss,
-                               ps_variable *global_step, ps_variable *const *var_list,
-                               size_t n, ps_status *st);
+PS_API ps_node *ps_optimizer_minimize(ps_optimizer *o, ps_graph *g, ps_node *loss,
+                                      ps_variable *global_step,
+                                      ps_variable *const *var_list, size_t n,
+                                      ps_status *st);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -9,6 +9,7 @@
 #ifndef PARAMSERVER_PARAMSERVER_H
 #define PARAMSERVER_PARAMSERVER_H
 
+#include "paramserver/api.h"
 #include "paramserver/checkpoint.h"
 #include "paramserver/client.h"
 #include "paramserver/cluster.h"

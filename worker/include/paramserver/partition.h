@@ -9,7 +9,12 @@
 #ifndef PARAMSERVER_PARTITION_H
 #define PARAMSERVER_PARTITION_H
 
+#include "paramserver/api.h"
 #include "paramserver/graph.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 typedef struct ps_partitioner {
   enum { PS_PART_FIXED = 0, PS_PART_MIN_MAX = 1 } kind;
@@ -28,14 +33,14 @@ typedef struct ps_partitioned_variable {
 
 /* Number of parts the partitioner gives @shape of @dtype (TensorFlow's
  * formulas; at least 1, at most shape[0]). */
-int ps_partitioner_num_parts(const ps_partitioner *p, ps_dtype dtype,
-                             const ps_shape *shape);
+PS_API int ps_partitioner_num_parts(const ps_partitioner *p, ps_dtype dtype,
+                                    const ps_shape *shape);
 
 /* get_variable with a partitioner, in the current variable scope; the
  * graph owns the result.  Reuse errors as ps_get_variable, with TF's
  * "Partitioned variable with name %s already exists..." wording; dtype
  * PS_DT_INVALID is float32 (TensorFlow's dtype=None). */
-ps_partitioned_variable *
+PS_API ps_partitioned_variable *
 ps_get_partitioned_variable(ps_graph *g, const char *name, ps_dtype dtype,
                             const ps_shape *shape, const ps_init_spec *init,
                             const ps_partitioner *part, const ps_var_options *opt,
@@ -49,7 +54,11 @@ typedef enum ps_partition_strategy {
 /* Rows @ids (int32/int64, 1-D) of the table made of @parts: each part's
  * rows are gathered on its ps, then stitched back in order.  With n == 1
  * this is a gather.  The gradient reaches each part as sparse rows. */
-ps_node *ps_embedding_lookup(ps_graph *g, ps_variable *const *parts, int n, ps_node *ids,
-                             ps_partition_strategy strategy);
+PS_API ps_node *ps_embedding_lookup(ps_graph *g, ps_variable *const *parts, int n,
+                                    ps_node *ids, ps_partition_strategy strategy);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

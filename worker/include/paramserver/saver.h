@@ -29,8 +29,13 @@
 
 #include <stdint.h>
 
+#include "paramserver/api.h"
 #include "paramserver/graph.h"
 #include "paramserver/session.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 typedef struct ps_saver ps_saver;
 
@@ -58,8 +63,8 @@ typedef struct ps_saver_options {
   bool no_meta_graph;
 } ps_saver_options;
 
-ps_saver *ps_saver_create(ps_graph *g, const ps_saver_options *o, ps_status *st);
-void ps_saver_destroy(ps_saver *s); /* NULL is a no-op */
+PS_API ps_saver *ps_saver_create(ps_graph *g, const ps_saver_options *o, ps_status *st);
+PS_API void ps_saver_destroy(ps_saver *s); /* NULL is a no-op */
 
 /* Saves the cluster as @prefix, or "@prefix-@global_step" when
  * @global_step >= 0 (model.ckpt-1000); max_to_keep and
@@ -67,8 +72,9 @@ void ps_saver_destroy(ps_saver *s); /* NULL is a no-op */
  * prefix>.meta on the ps (unless no_meta_graph); @meta_dir (may be NULL):
  * this worker writes it to <meta_dir>/<written prefix>.meta instead.  @path (may be
  * NULL) receives the written prefix (malloc'd), as the state file has it. */
-int ps_saver_save(ps_saver *s, ps_session *sess, const char *prefix, int64_t global_step,
-                  const char *meta_dir, char **path, ps_status *st);
+PS_API int ps_saver_save(ps_saver *s, ps_session *sess, const char *prefix,
+                         int64_t global_step, const char *meta_dir, char **path,
+                         ps_status *st);
 /* ps_saver_save with the global-step variable instead of its value, as
  * TensorFlow's saver.save(sess, prefix, global_step=global_step_tensor),
  * but consistent: a variable on a ps is read inside the save's snapshot,
@@ -76,33 +82,38 @@ int ps_saver_save(ps_saver *s, ps_session *sess, const char *prefix, int64_t glo
  * train (TensorFlow reads it first, and a step in between makes the name
  * and the contents differ).  Its error (e.g. uninitialized) is returned
  * as it is.  @saved_step (may be NULL) receives the step. */
-int ps_saver_save_at_step(ps_saver *s, ps_session *sess, const char *prefix,
-                          ps_variable *global_step, const char *meta_dir, char **path,
-                          int64_t *saved_step, ps_status *st);
+PS_API int ps_saver_save_at_step(ps_saver *s, ps_session *sess, const char *prefix,
+                                 ps_variable *global_step, const char *meta_dir,
+                                 char **path, int64_t *saved_step, ps_status *st);
 
 /* Creates the saver's variables on their ps if needed, then restores them
  * from @prefix (NULL or "": the latest checkpoint).  Restored variables
  * count as initialized; nothing else is touched.  Errors name the key
  * ("Key w not found in checkpoint ...") or both shapes/dtypes. */
-int ps_saver_restore(ps_saver *s, ps_session *sess, const char *prefix, ps_status *st);
+PS_API int ps_saver_restore(ps_saver *s, ps_session *sess, const char *prefix,
+                            ps_status *st);
 
 /* Writes @g (nodes, variables, partitioned variables, collections) and
  * @saver's settings (may be NULL) to @path in proto/meta.proto's format,
  * atomically (temp file, fsync, rename). */
-int ps_export_meta_graph(ps_graph *g, const ps_saver *saver, const char *path,
-                         ps_status *st);
+PS_API int ps_export_meta_graph(ps_graph *g, const ps_saver *saver, const char *path,
+                                ps_status *st);
 
 /* Reads a MetaGraph into a new graph.  Nodes keep their names, devices and
  * collections, so they are found with ps_graph_find_node() and
  * ps_collection_nodes(); more nodes can be added.  @saver (may be NULL)
  * receives the saved Saver (or a default one when the file has none).  A
  * truncated or corrupt file is an error naming the file and the fault. */
-ps_graph *ps_import_meta_graph(const char *path, ps_saver **saver, ps_status *st);
+PS_API ps_graph *ps_import_meta_graph(const char *path, ps_saver **saver, ps_status *st);
 
 /* In-memory forms of the above (the bytes of a .meta file). */
-uint8_t *ps_meta_graph_serialize(ps_graph *g, const ps_saver *saver, size_t *len,
-                                 ps_status *st);
-ps_graph *ps_meta_graph_parse(const uint8_t *p, size_t n, const char *what,
-                              ps_saver **saver, ps_status *st);
+PS_API uint8_t *ps_meta_graph_serialize(ps_graph *g, const ps_saver *saver, size_t *len,
+                                        ps_status *st);
+PS_API ps_graph *ps_meta_graph_parse(const uint8_t *p, size_t n, const char *what,
+                                     ps_saver **saver, ps_status *st);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

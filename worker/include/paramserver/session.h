@@ -5,8 +5,13 @@
 #ifndef PARAMSERVER_SESSION_H
 #define PARAMSERVER_SESSION_H
 
+#include "paramserver/api.h"
 #include "paramserver/client.h"
 #include "paramserver/graph.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 typedef struct ps_session ps_session;
 
@@ -17,8 +22,8 @@ typedef struct ps_feed {
 
 /* @client may be NULL for graphs without variables (local computation).
  * Variables of the graph are created on their ps at the first run. */
-ps_session *ps_session_create(ps_graph *g, ps_client *client, ps_status *st);
-void ps_session_destroy(ps_session *s);
+PS_API ps_session *ps_session_create(ps_graph *g, ps_client *client, ps_status *st);
+PS_API void ps_session_destroy(ps_session *s);
 
 typedef struct ps_session_options {
   /* TensorFlow's allow_soft_placement: a node on a device that does not
@@ -35,33 +40,38 @@ typedef struct ps_session_options {
 } ps_session_options;
 
 /* ps_session_create with options (NULL: the defaults above). */
-ps_session *ps_session_create_opts(ps_graph *g, ps_client *client,
-                                   const ps_session_options *opt, ps_status *st);
+PS_API ps_session *ps_session_create_opts(ps_graph *g, ps_client *client,
+                                          const ps_session_options *opt, ps_status *st);
 
 /* outputs[i] receives a new tensor for fetches[i] (caller destroys). */
-int ps_session_run(ps_session *s, const ps_feed *feeds, size_t nfeeds,
-                   ps_node *const *fetches, size_t nfetches, ps_node *const *targets,
-                   size_t ntargets, ps_tensor **outputs, ps_status *st);
+PS_API int ps_session_run(ps_session *s, const ps_feed *feeds, size_t nfeeds,
+                          ps_node *const *fetches, size_t nfetches,
+                          ps_node *const *targets, size_t ntargets, ps_tensor **outputs,
+                          ps_status *st);
 
 /* Creates every variable of the graph on its ps now (a run does it
  * lazily); needed before restoring a checkpoint into a fresh cluster. */
-int ps_session_create_variables(ps_session *s, ps_status *st);
+PS_API int ps_session_create_variables(ps_session *s, ps_status *st);
 
 /* Runs a report_uninitialized_variables node: names of the uninitialized
  * variables (free with ps_client_free_names). */
-int ps_session_run_report(ps_session *s, ps_node *report, char ***names, size_t *n,
-                          ps_status *st);
+PS_API int ps_session_run_report(ps_session *s, ps_node *report, char ***names, size_t *n,
+                                 ps_status *st);
 
 /* The client (NULL: no ps) and graph the session was created with. */
-ps_client *ps_session_client(const ps_session *s);
-ps_graph *ps_session_graph(const ps_session *s);
+PS_API ps_client *ps_session_client(const ps_session *s);
+PS_API ps_graph *ps_session_graph(const ps_session *s);
 
 /* RPCs issued by the last run: reads and updates (for tests). */
-void ps_session_last_rpcs(const ps_session *s, int *reads, int *updates);
+PS_API void ps_session_last_rpcs(const ps_session *s, int *reads, int *updates);
 /* Synchronous updates (ps_sync_replicas_optimizer) of the last run: how
  * many the ps applied (joined their step) and how many it dropped as stale
  * (computed from an older global_step; the run still succeeds, as in
  * TensorFlow). */
-void ps_session_last_sync(const ps_session *s, int *applied, int *stale);
+PS_API void ps_session_last_sync(const ps_session *s, int *applied, int *stale);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -9,6 +9,12 @@
 
 #include <stddef.h>
 
+#include "paramserver/api.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 enum {
   PS_OK = 0,
   PS_CANCELLED = 1,
@@ -37,12 +43,16 @@ typedef struct ps_status {
 } ps_status;
 
 /* Sets the code to PS_OK and the message to "" (NULL is a no-op). */
-void ps_status_clear(ps_status *st);
+PS_API void ps_status_clear(ps_status *st);
 static inline int ps_status_ok(const ps_status *st) {
   return st->code == PS_OK;
 }
 /* "INVALID_ARGUMENT" etc.; "UNKNOWN_CODE(n)" is never returned: unknown
  * codes map to "UNKNOWN". */
-const char *ps_status_code_name(int code);
+PS_API const char *ps_status_code_name(int code);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -15,7 +15,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "paramserver/api.h"
 #include "paramserver/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 /* The data types, written once.  Each row:
  *   X(ENUM, number, name, size, C type, arithmetic type, kind)
@@ -55,19 +60,19 @@ typedef enum ps_dtype { PS_DT_INVALID = 0, PS_DTYPE_LIST(PS_DTYPE_ENUM_) } ps_dt
 #undef PS_DTYPE_ENUM_
 
 /* Bytes per element; 0 for DT_STRING, DT_INVALID and unknown numbers. */
-size_t ps_dtype_size(int dtype);
+PS_API size_t ps_dtype_size(int dtype);
 /* TensorFlow's DataTypeString: "float", "int32", "bfloat16"... ("unknown"). */
-const char *ps_dtype_name(int dtype);
+PS_API const char *ps_dtype_name(int dtype);
 /* The Python DType.name: "float32", "float64", "float16", else as
  * ps_dtype_name ("int32", "bool", "bfloat16"...). */
-const char *ps_dtype_python_name(int dtype);
+PS_API const char *ps_dtype_python_name(int dtype);
 /* The enum name: "DT_FLOAT" ("DT_INVALID" if unknown). */
-const char *ps_dtype_enum_name(int dtype);
+PS_API const char *ps_dtype_enum_name(int dtype);
 /* Accepts "float", "float32", "DT_FLOAT", "int64", ...; PS_DT_INVALID if not. */
-ps_dtype ps_dtype_from_name(const char *s);
+PS_API ps_dtype ps_dtype_from_name(const char *s);
 /* True for the numeric types the ps can do arithmetic on. */
-bool ps_dtype_is_numeric(int dtype);
-bool ps_dtype_is_floating(int dtype);
+PS_API bool ps_dtype_is_numeric(int dtype);
+PS_API bool ps_dtype_is_floating(int dtype);
 
 #define PS_MAX_RANK 16
 
@@ -78,16 +83,16 @@ typedef struct ps_shape {
 } ps_shape;
 
 /* Number of elements; -1 if any dim is negative or the product overflows. */
-int64_t ps_shape_num_elements(const ps_shape *s);
-bool ps_shape_equal(const ps_shape *a, const ps_shape *b);
+PS_API int64_t ps_shape_num_elements(const ps_shape *s);
+PS_API bool ps_shape_equal(const ps_shape *a, const ps_shape *b);
 /* "[2,3]" as TensorFlow prints shapes in errors ("[]" for a scalar). */
-char *ps_shape_format(const ps_shape *s, char *buf, size_t n);
+PS_API char *ps_shape_format(const ps_shape *s, char *buf, size_t n);
 /* As Python's TensorShape prints: "(5, 5, 32, 32)", "(3,)", "()", "(?, 2)",
  * "<unknown>" for an unknown rank. */
-char *ps_shape_format_py(const ps_shape *s, char *buf, size_t n);
+PS_API char *ps_shape_format_py(const ps_shape *s, char *buf, size_t n);
 /* Fills @s from @dims[0..rank); INVALID_ARGUMENT for rank > PS_MAX_RANK or a
  * negative dim. */
-int ps_shape_set(ps_shape *s, const int64_t *dims, size_t rank, ps_status *st);
+PS_API int ps_shape_set(ps_shape *s, const int64_t *dims, size_t rank, ps_status *st);
 
 /* The refcounted buffer that holds a tensor's bytes (internal). */
 typedef struct ps_buf ps_buf;
@@ -100,34 +105,38 @@ typedef struct ps_tensor {
 
 /* Heap tensor with uninitialized (or zeroed) contents; NULL on bad dtype,
  * negative dims or out of memory.  Free with ps_tensor_destroy(). */
-ps_tensor *ps_tensor_create(ps_dtype dtype, const ps_shape *shape, bool zero);
+PS_API ps_tensor *ps_tensor_create(ps_dtype dtype, const ps_shape *shape, bool zero);
 /* Convenience: rank and dims as arguments; the contents are zeroed. */
-ps_tensor *ps_tensor_new(ps_dtype dtype, int rank, const int64_t *dims);
-void ps_tensor_destroy(ps_tensor *t); /* NULL is a no-op */
+PS_API ps_tensor *ps_tensor_new(ps_dtype dtype, int rank, const int64_t *dims);
+PS_API void ps_tensor_destroy(ps_tensor *t); /* NULL is a no-op */
 /* The first byte of the elements (64-byte aligned); NULL for an empty
  * tensor.  Valid until the tensor is destroyed. */
-void *ps_tensor_data(const ps_tensor *t);
-size_t ps_tensor_nbytes(const ps_tensor *t);
-int64_t ps_tensor_num_elements(const ps_tensor *t);
+PS_API void *ps_tensor_data(const ps_tensor *t);
+PS_API size_t ps_tensor_nbytes(const ps_tensor *t);
+PS_API int64_t ps_tensor_num_elements(const ps_tensor *t);
 
 /* String tensors (DT_STRING), as fetched from report_uninitialized_variables:
  * a 1-D tensor of @n copies of the NUL-terminated strings @s.  Their bytes
  * are not the element array of ps_tensor_data(); read them with
  * ps_tensor_string(). */
-ps_tensor *ps_tensor_new_strings(const char *const *s, size_t n);
+PS_API ps_tensor *ps_tensor_new_strings(const char *const *s, size_t n);
 /* Element @i of a DT_STRING tensor; NULL if @t is not one or @i is out of
  * range. */
-const char *ps_tensor_string(const ps_tensor *t, int64_t i);
+PS_API const char *ps_tensor_string(const ps_tensor *t, int64_t i);
 
 /* IEEE half and bfloat16 conversions (round to nearest even). */
-float ps_half_to_float(uint16_t h);
-uint16_t ps_float_to_half(float f);
-float ps_bf16_to_float(uint16_t h);
-uint16_t ps_float_to_bf16(float f);
+PS_API float ps_half_to_float(uint16_t h);
+PS_API uint16_t ps_float_to_half(float f);
+PS_API float ps_bf16_to_float(uint16_t h);
+PS_API uint16_t ps_float_to_bf16(float f);
 
 /* Element i of a numeric or bool buffer as double / store a double
  * (converted as a C cast would; 0 / nothing for other dtypes). */
-double ps_elem_get(int dtype, const void *p, int64_t i);
-void ps_elem_set(int dtype, void *p, int64_t i, double v);
+PS_API double ps_elem_get(int dtype, const void *p, int64_t i);
+PS_API void ps_elem_set(int dtype, void *p, int64_t i, double v);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif
