@@ -36,6 +36,7 @@
  * does not wait for every worker.
  *
  * This file is main; launch_internal.h lists the files of the rest. */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -2,7 +2,6 @@
  * they fail, paths, exit descriptions, whole writes, integer flags, the
  * exit code and the temporary directory. */
 #include <errno.h>
-#include <limits.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -14,7 +14,6 @@
 #include "common/log.h"
 #include "common/metrics.h"
 #include "ps_worker_internal.h"
-#include "security_flags.h"
 
 /* Exit status when a ps stopped answering (--rpc-timeout): the ps may come
  * back with its state, so a scheduler may wait and rerun rather than

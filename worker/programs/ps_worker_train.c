@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "common/log.h"
-#include "paramserver/checkpoint.h"
 #include "ps_worker_internal.h"
 #include "security_flags.h"
 

@@ -2,13 +2,11 @@
  * goes): kernels, initializers of the variables the session holds and the
  * updates of those, the report of uninitialized variables, and the
  * initial values a read falls back to. */
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 #include <time.h>
 
-#include "common/appendf.h"
 #include "common/array.h"
 #include "common/kernels.h"
 #include "common/variable.h"

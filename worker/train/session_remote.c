@@ -2,11 +2,9 @@
  * reads, initializers and updates of the variables on the ps, batched
  * into one Read and one Update RPC per ps, every ps at once; and the
  * creation of the variables on their ps. */
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/appendf.h"
 #include "common/array.h"
 #include "common/variable.h"
 #include "session_internal.h"

@@ -1,7 +1,6 @@
 /* ps_session_run (session.c says how a run goes): which nodes the fetches
  * and targets need, the feeds, the placement check, and the waves of
  * local nodes (session_local.c) and remote ones (session_remote.c). */
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
