@@ -1,0 +1,411 @@
+/* ps-worker's flags: --help's text and the parsing of the command line
+ * into the options, with each model's defaults. */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client_flags.h"
+#include "common/log.h"
+#include "paramserver/dataset.h"
+#include "ps_worker_internal.h"
+#include "security_flags.h"
+
+static const char usage[] =
+    "usage: ps-worker [--cluster FILE --job worker --task N] [options]\n"
+    "       ps-worker --local [options]        (one process, in-memory variables)\n"
+    "\n"
+    "Trains a built-in model on the ps of a cluster.  The chief (task 0 of the\n"
+    "'chief' job, else of 'worker') waits for every ps, restores the latest\n"
+    "checkpoint or initializes the variables (never re-initializing a live\n"
+    "cluster), saves periodically and at the end, and prints the test metric;\n"
+    "the other workers wait until the cluster is ready, then train.\n"
+    "Identity (first that applies): --cluster/--job/--task; TF_CONFIG; Slurm.\n"
+    "\n"
+    "Model and data:\n"
+    "  --model NAME          linreg | softmax | mlp | wide_deep (default mlp)\n"
+    "                        softmax and mlp read Fashion-MNIST (Debian package\n"
+    "                        dataset-fashion-mnist), else synthetic data;\n"
+    "                        linreg and wide_deep use synthetic data\n"
+    "  --data-dir DIR        Fashion-MNIST IDX files (default " PS_FASHION_MNIST_DIR ")\n"
+    "  --hidden N            mlp hidden units (default 128)\n"
+    "  --vocab N             wide_deep ids per field (default 10000)\n"
+    "  --embedding-parts N   wide_deep table parts (default: one per ps)\n"
+    "  --placement NAME      round_robin | greedy: replica_device_setter's ps\n"
+    "                        strategy (every worker must use the chief's)\n"
+    "  --import-meta FILE    build no graph: import it from a MetaGraph (a .meta\n"
+    "                        the chief wrote next to a checkpoint); --model still\n"
+    "                        chooses the data\n"
+    "Training:\n"
+    "  --steps N             train until global_step reaches N (default per model;\n"
+    "                        0: only restore/initialize and evaluate)\n"
+    "  --batch N             examples per step and worker (default 100)\n"
+    "  --optimizer NAME      sgd | momentum | adagrad | adam (default per model)\n"
+    "  --learning-rate X     (default per model)\n"
+    "  --seed N              data order and initializers (default 1)\n"
+    "  --sync                synchronous training (SyncReplicas)\n"
+    "  --replicas-to-aggregate N  gradients per step in --sync (default: all workers)\n"
+    "  --log-every N         progress line every N local steps (default 100)\n"
+    "Checkpoints (saved by the ps into their --checkpoint-dir):\n"
+    "  --checkpoint-dir DIR  this worker's path to the ps checkpoint directory:\n"
+    "                        the chief writes the MetaGraph <prefix>.meta there\n"
+    "  --save-every-steps N  chief: save every N global steps\n"
+    "  --save-every-secs S   chief: save every S seconds\n"
+    "  --no-final-save       chief: do not save when training ends (saving at the\n"
+    "                        end is the default when any of the above is given)\n"
+    "  --restore PREFIX      chief: restore this checkpoint instead of the latest\n"
+    "  --no-restore          chief: initialize even if a checkpoint exists\n"
+    "  --max-to-keep N       checkpoints kept (default 5)\n"
+    "Other:\n"
+    "  --ps-timeout SECS     give up waiting for the ps after SECS (default 0: never)\n"
+    "  --rpc-timeout SECS    fail when a ps has not answered a call for SECS: it\n"
+    "                        stopped or hung (default 60; env PS_RPC_TIMEOUT);\n"
+    "                        exit status 69\n"
+    "  --metrics-port N      serve Prometheus metrics on GET http://HOST:N/metrics\n"
+    "                        (0: a port the kernel picks, logged), plain HTTP\n"
+    "                        without authentication\n"
+    "  --metrics-bind HOST   serve them on HOST only (default: every interface)\n"
+    "  --keep-ps             chief: leave the ps tasks running when the job is done\n"
+    "                        (by default it shuts them down after its final save,\n"
+    "                        so a Slurm or Kubernetes job ends; also when that\n"
+    "                        save fails, and then it exits 1 naming the save)\n"
+    "  --log-level LEVEL     debug | info | warn | error\n"
+    "  --log-format F        text | json (one JSON object a line; env PS_LOG_FORMAT)\n"
+    "  --help, --version\n" PS_MAX_MESSAGE_HELP "\n" PS_SECURITY_HELP
+    "  (the chief saves, restores and shuts the ps down: it needs an admin token)\n"
+    "\n"
+    "Output: progress lines on stderr (\"step 1200 loss 0.4123 examples/s 8100\");\n"
+    "the final metric on stdout (\"test accuracy 0.8712\" or \"test mse ...\").\n"
+    "Exit status: 0 done, 1 a training or cluster error, 2 bad arguments, 69 a ps\n"
+    "stopped answering (--rpc-timeout), 143 (130) stopped by SIGTERM (SIGINT) before\n"
+    "--steps, after the final checkpoint.\n";
+
+static int parse_i64(const char *flag, const char *s, int64_t min, int64_t *out) {
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (*s == '\0' || *end || errno || v < min) {
+    fprintf(stderr, "ps-worker: %s must be an integer >= %lld, got '%s'\n", flag,
+            (long long)min, s);
+    return -1;
+  }
+  *out = v;
+  return 0;
+}
+
+static int parse_f64(const char *flag, const char *s, double min, double *out) {
+  char *end;
+  double v = strtod(s, &end);
+  if (*s == '\0' || *end || !(v >= min) || !isfinite(v)) {
+    fprintf(stderr, "ps-worker: %s must be a number >= %g, got '%s'\n", flag, min, s);
+    return -1;
+  }
+  *out = v;
+  return 0;
+}
+
+/* The option codes, in groups (apply_option). */
+enum {
+  O_CLUSTER = 1000,
+  O_JOB,
+  O_TASK,
+  O_LOCAL,
+  O_MODEL,
+  O_DATA,
+  O_HIDDEN,
+  O_VOCAB,
+  O_PARTS,
+  O_STEPS,
+  O_BATCH,
+  O_OPT,
+  O_LR,
+  O_SEED,
+  O_SYNC,
+  O_REPL,
+  O_LOG_EVERY,
+  O_CKPT,
+  O_SAVE_STEPS,
+  O_SAVE_SECS,
+  O_NO_FINAL,
+  O_KEEP_PS,
+  O_METRICS_PORT,
+  O_METRICS_BIND,
+  O_RESTORE,
+  O_NO_RESTORE,
+  O_KEEP,
+  O_PS_TIMEOUT,
+  O_RPC_TIMEOUT,
+  O_LOG_LEVEL,
+  O_LOG_FORMAT,
+  O_PLACEMENT,
+  O_META,
+  O_HELP,
+  O_VERSION,
+  O_MAX_MESSAGE
+};
+
+/* Where the task is: --cluster, --job, --task, --local. */
+static int cluster_option(int c, options *o) {
+  int64_t v;
+  switch (c) {
+  case O_CLUSTER:
+    o->cluster_file = optarg;
+    break;
+  case O_JOB:
+    o->job = optarg;
+    break;
+  case O_TASK:
+    if (parse_i64("--task", optarg, 0, &v)) return 2;
+    o->task = (int)v;
+    break;
+  case O_LOCAL:
+    o->local = true;
+    break;
+  }
+  return 0;
+}
+
+/* What is trained and how: --model ... --seed. */
+static int model_option(int c, options *o) {
+  int64_t v;
+  switch (c) {
+  case O_MODEL:
+    if (!strcmp(optarg, "linreg"))
+      o->model = M_LINREG;
+    else if (!strcmp(optarg, "softmax"))
+      o->model = M_SOFTMAX;
+    else if (!strcmp(optarg, "mlp"))
+      o->model = M_MLP;
+    else if (!strcmp(optarg, "wide_deep") || !strcmp(optarg, "wide-deep"))
+      o->model = M_WIDE_DEEP;
+    else {
+      fprintf(stderr,
+              "ps-worker: unknown --model '%s' (linreg, softmax, mlp, wide_deep)\n",
+              optarg);
+      return 2;
+    }
+    break;
+  case O_DATA:
+    o->data_dir = optarg;
+    break;
+  case O_HIDDEN:
+    if (parse_i64("--hidden", optarg, 1, &v)) return 2;
+    o->hidden = (int)v;
+    break;
+  case O_VOCAB:
+    if (parse_i64("--vocab", optarg, 2, &o->vocab)) return 2;
+    break;
+  case O_PARTS:
+    if (parse_i64("--embedding-parts", optarg, 1, &v)) return 2;
+    o->parts = (int)v;
+    break;
+  case O_STEPS:
+    if (parse_i64("--steps", optarg, 0, &o->steps)) return 2;
+    break;
+  case O_BATCH:
+    if (parse_i64("--batch", optarg, 1, &o->batch)) return 2;
+    break;
+  case O_OPT:
+    o->optimizer = optarg;
+    break;
+  case O_LR:
+    if (parse_f64("--learning-rate", optarg, 0, &o->lr)) return 2;
+    break;
+  case O_SEED:
+    if (parse_i64("--seed", optarg, 0, &v)) return 2;
+    o->seed = (uint64_t)v;
+    break;
+  }
+  return 0;
+}
+
+/* How the job runs: --sync ... --import-meta. */
+static int run_option(int c, options *o) {
+  int64_t v;
+  double d;
+  switch (c) {
+  case O_SYNC:
+    o->sync = true;
+    break;
+  case O_REPL:
+    if (parse_i64("--replicas-to-aggregate", optarg, 1, &v)) return 2;
+    o->replicas = (int)v;
+    break;
+  case O_LOG_EVERY:
+    if (parse_i64("--log-every", optarg, 1, &o->log_every)) return 2;
+    break;
+  case O_CKPT:
+    o->ckpt_dir = optarg;
+    break;
+  case O_SAVE_STEPS:
+    if (parse_i64("--save-every-steps", optarg, 1, &o->save_every_steps)) return 2;
+    break;
+  case O_SAVE_SECS:
+    if (parse_f64("--save-every-secs", optarg, 0.001, &o->save_every_secs)) return 2;
+    break;
+  case O_NO_FINAL:
+    o->final_save = false;
+    break;
+  case O_KEEP_PS:
+    o->keep_ps = true;
+    break;
+  case O_METRICS_PORT:
+    if (parse_i64("--metrics-port", optarg, 0, &v)) return 2;
+    if (v > 65535) {
+      fprintf(stderr,
+              "ps-worker: --metrics-port must be a port number 0..65535, got '%s'\n",
+              optarg);
+      return 2;
+    }
+    o->metrics_port = (int)v;
+    break;
+  case O_METRICS_BIND:
+    o->metrics_bind = optarg;
+    break;
+  case O_RESTORE:
+    o->restore = optarg;
+    break;
+  case O_NO_RESTORE:
+    o->no_restore = true;
+    break;
+  case O_KEEP:
+    if (parse_i64("--max-to-keep", optarg, -1, &v)) return 2;
+    o->max_to_keep = (int)v;
+    break;
+  case O_PS_TIMEOUT:
+    if (parse_f64("--ps-timeout", optarg, 0, &d)) return 2;
+    o->ps_timeout = d;
+    break;
+  case O_RPC_TIMEOUT:
+    if (parse_f64("--rpc-timeout", optarg, 0.001, &d)) return 2;
+    if (d > 31536000) {
+      fprintf(stderr, "ps-worker: --rpc-timeout must be at most 31536000 s, got '%s'\n",
+              optarg);
+      return 2;
+    }
+    o->sec.rpc_timeout_ms = (int64_t)(d * 1000 + 0.5);
+    break;
+  case O_LOG_LEVEL:
+    if (ps_log_level_option("ps-worker", optarg) != 0) return 2;
+    break;
+  case O_LOG_FORMAT:
+    if (ps_log_format_option("ps-worker", optarg) != 0) return 2;
+    break;
+  case O_META:
+    o->meta = optarg;
+    break;
+  case O_PLACEMENT:
+    if (strcmp(optarg, "round_robin") && strcmp(optarg, "greedy")) {
+      fprintf(stderr, "ps-worker: unknown --placement '%s' (round_robin, greedy)\n",
+              optarg);
+      return 2;
+    }
+    o->greedy = !strcmp(optarg, "greedy");
+    break;
+  }
+  return 0;
+}
+
+/* 0, 1 (--help or --version: exit 0) or 2 (a usage error). */
+static int apply_option(int c, options *o) {
+  if (c >= O_CLUSTER && c < O_MODEL) return cluster_option(c, o);
+  if (c >= O_MODEL && c < O_SYNC) return model_option(c, o);
+  if (c >= O_SYNC && c < O_HELP) return run_option(c, o);
+  if (c == O_HELP) {
+    fputs(usage, stdout);
+    return 1;
+  }
+  if (c == O_VERSION) {
+    printf("ps-worker %s\n", PS_VERSION);
+    return 1;
+  }
+  fputs(usage, stderr);
+  return 2;
+}
+
+int ps_worker_parse_args_(int argc, char **argv, options *o) {
+  static const struct option opts[] = {
+      {"cluster", required_argument, NULL, O_CLUSTER},
+      {"job", required_argument, NULL, O_JOB},
+      {"task", required_argument, NULL, O_TASK},
+      {"local", no_argument, NULL, O_LOCAL},
+      {"model", required_argument, NULL, O_MODEL},
+      {"data-dir", required_argument, NULL, O_DATA},
+      {"hidden", required_argument, NULL, O_HIDDEN},
+      {"vocab", required_argument, NULL, O_VOCAB},
+      {"embedding-parts", required_argument, NULL, O_PARTS},
+      {"steps", required_argument, NULL, O_STEPS},
+      {"batch", required_argument, NULL, O_BATCH},
+      {"optimizer", required_argument, NULL, O_OPT},
+      {"learning-rate", required_argument, NULL, O_LR},
+      {"seed", required_argument, NULL, O_SEED},
+      {"sync", no_argument, NULL, O_SYNC},
+      {"replicas-to-aggregate", required_argument, NULL, O_REPL},
+      {"log-every", required_argument, NULL, O_LOG_EVERY},
+      {"checkpoint-dir", required_argument, NULL, O_CKPT},
+      {"save-every-steps", required_argument, NULL, O_SAVE_STEPS},
+      {"save-every-secs", required_argument, NULL, O_SAVE_SECS},
+      {"no-final-save", no_argument, NULL, O_NO_FINAL},
+      {"keep-ps", no_argument, NULL, O_KEEP_PS},
+      {"metrics-port", required_argument, NULL, O_METRICS_PORT},
+      {"metrics-bind", required_argument, NULL, O_METRICS_BIND},
+      {"restore", required_argument, NULL, O_RESTORE},
+      {"no-restore", no_argument, NULL, O_NO_RESTORE},
+      {"max-to-keep", required_argument, NULL, O_KEEP},
+      {"ps-timeout", required_argument, NULL, O_PS_TIMEOUT},
+      {"rpc-timeout", required_argument, NULL, O_RPC_TIMEOUT},
+      {"log-level", required_argument, NULL, O_LOG_LEVEL},
+      {"log-format", required_argument, NULL, O_LOG_FORMAT},
+      {"placement", required_argument, NULL, O_PLACEMENT},
+      {"import-meta", required_argument, NULL, O_META},
+      {"help", no_argument, NULL, O_HELP},
+      {"version", no_argument, NULL, O_VERSION},
+      {"max-message-bytes", required_argument, NULL, O_MAX_MESSAGE},
+      PS_SECURITY_OPTIONS,
+      {NULL, 0, NULL, 0}};
+  ps_client_options_default(&o->sec);
+  o->task = -1;
+  o->model = M_MLP;
+  o->steps = -1;
+  o->batch = 100;
+  o->log_every = 100;
+  o->hidden = 128;
+  o->vocab = 10000;
+  o->seed = 1;
+  o->final_save = true;
+  o->lr = -1;
+  o->max_to_keep = 5;
+  o->metrics_port = -1;
+  int c, rc;
+  while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1)
+    if (c == O_MAX_MESSAGE) {
+      if ((rc = ps_max_message_bytes_option("ps-worker", optarg,
+                                            &o->sec.max_message_bytes)) != 0)
+        return rc;
+    } else if (!ps_security_option(c, optarg, &o->sec) &&
+               (rc = apply_option(c, o)) != 0) {
+      return rc;
+    }
+  if (optind < argc) {
+    fprintf(stderr, "ps-worker: unexpected argument '%s'\n%s", argv[optind], usage);
+    return 2;
+  }
+  if (o->metrics_bind && o->metrics_port < 0) {
+    fprintf(stderr, "ps-worker: --metrics-bind needs --metrics-port\n");
+    return 2;
+  }
+  static const struct {
+    int64_t steps;
+    const char *opt;
+    double lr;
+  } defaults[] = {{1000, "sgd", 0.1},
+                  {1500, "adam", 0.001},
+                  {2000, "adam", 0.001},
+                  {2000, "adagrad", 0.1}};
+  if (o->steps < 0) o->steps = defaults[o->model].steps;
+  if (o->optimizer == NULL) o->optimizer = defaults[o->model].opt;
+  if (o->lr < 0) o->lr = defaults[o->model].lr;
+  return 0;
+}
