@@ -1,5 +1,6 @@
 /* Restore: reads a checkpoint's tensors into new buffers, checks them,
- * and swaps them in under the variables' locks, all or nothing. */
+ * and swaps them in under the variables' locks, all or nothing; or lists
+ * the checkpoint's tensors (RestoreRequest.list). */
 #include "ckpt_internal.h"
 
 #include <errno.h>
@@ -116,6 +117,7 @@ static int restore_open(job *j, held_dir *pd, ps_bundle_reader **r, ps_var ***va
   if ((rc = ps_ckpt_confine_bundle_(root, j->prefix, ps_bundle_reader_num_shards(*r),
                                     st)) != 0)
     return rc;
+  if (j->rq->list) return 0; /* no variable is looked at (restore_list) */
   if (j->rq->n_items == 0) {
     *vars = ps_store_list(store, nv);
     return 0;
@@ -200,6 +202,58 @@ static int restore_reply(job *j, ps_var **vars, size_t nv, ps_status *st) {
   return 0;
 }
 
+/* RestoreRequest.list: the checkpoint's tensors (not the slice keys) with
+ * their dtypes, shapes and slices, from the index alone. */
+static int restore_list(job *j, ps_bundle_reader *r, ps_status *st) {
+  size_t n = ps_bundle_reader_count(r), ns = 0, k = 0, m = 0;
+  for (size_t i = 0; i < n; i++)
+    ns += ps_bundle_reader_entry(r, i)->nslices;
+  Paramserver__CheckpointEntry *es = calloc(n + 1, sizeof *es);
+  Paramserver__CheckpointEntry **ep = calloc(n + 1, sizeof *ep);
+  Paramserver__CheckpointSlice *ss = calloc(ns + 1, sizeof *ss);
+  Paramserver__CheckpointSlice **sp = calloc(ns + 1, sizeof *sp);
+  int rc = 0;
+  if (es == NULL || ep == NULL || ss == NULL || sp == NULL) {
+    rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Restore: out of memory");
+    goto out;
+  }
+  for (size_t i = 0; i < n; i++) {
+    const ps_bundle_entry *e = ps_bundle_reader_entry(r, i);
+    if (e->is_slice) continue;
+    paramserver__checkpoint_entry__init(&es[k]);
+    es[k].key = (char *)e->key;
+    es[k].dtype = e->dtype;
+    es[k].shape = (int64_t *)e->shape.dim;
+    es[k].n_shape = (size_t)e->shape.rank;
+    es[k].slices = &sp[m];
+    for (size_t s = 0; s < e->nslices; s++, m++) {
+      paramserver__checkpoint_slice__init(&ss[m]);
+      ss[m].start = (int64_t *)e->slices[s].start;
+      ss[m].n_start = (size_t)e->slices[s].rank;
+      ss[m].length = (int64_t *)e->slices[s].length;
+      ss[m].n_length = (size_t)e->slices[s].rank;
+      sp[m] = &ss[m];
+    }
+    es[k].n_slices = e->nslices;
+    ep[k] = &es[k];
+    k++;
+  }
+  Paramserver__RestoreResponse resp = PARAMSERVER__RESTORE_RESPONSE__INIT;
+  resp.prefix = j->prefix;
+  resp.checked = true;
+  resp.listed = true;
+  resp.entries = ep;
+  resp.n_entries = k;
+  ps_rpc_call_reply(j->c, &resp.base);
+  PS_INFO("listed the %zu tensors of %s", k, j->prefix);
+out:
+  free(sp);
+  free(ss);
+  free(ep);
+  free(es);
+  return rc;
+}
+
 static void *restore_thread(void *arg) {
   job *j = arg;
   ps_status *st = &j->st;
@@ -209,7 +263,9 @@ static void *restore_thread(void *arg) {
   ps_var **vars = NULL;
   held_dir pd = {.fd = -1};
   int rc = restore_open(j, &pd, &r, &vars, &nv, st);
-  if (rc == 0) {
+  if (rc == 0 && j->rq->list) {
+    rc = restore_list(j, r, st);
+  } else if (rc == 0) {
     sv = calloc(nv + 1, sizeof *sv);
     if (sv == NULL)
       rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Restore: out of memory");
@@ -217,9 +273,10 @@ static void *restore_thread(void *arg) {
       PS_INFO("%s %zu variables from %s", j->rq->check_only ? "checking" : "restoring",
               nv, j->prefix);
   }
-  if (rc == 0) rc = restore_stage(j, r, vars, sv, nv, st);
-  if (rc == 0 && !j->rq->check_only) rc = restore_apply(j, vars, sv, nv, st);
-  if (rc == 0) rc = restore_reply(j, vars, nv, st);
+  if (rc == 0 && !j->rq->list) rc = restore_stage(j, r, vars, sv, nv, st);
+  if (rc == 0 && !j->rq->list && !j->rq->check_only)
+    rc = restore_apply(j, vars, sv, nv, st);
+  if (rc == 0 && !j->rq->list) rc = restore_reply(j, vars, nv, st);
   for (size_t i = 0; sv && i < nv; i++)
     ps_buf_unref(sv[i].buf);
   free(sv);
