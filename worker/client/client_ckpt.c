@@ -1,5 +1,6 @@
 /* Cluster checkpoints: ps_client_save() (snapshot, save the shards,
- * merge) and the restores, all or nothing across the ps tasks. */
+ * merge) and the restores, all or nothing across the ps tasks (what
+ * psctl restore adds on top is in client_recover.c). */
 #include "client_internal.h"
 
 #include <stdint.h>
@@ -378,8 +379,8 @@ out:
   return rc;
 }
 
-int ps_client_restore(ps_client *c, const char *prefix, size_t *nrestored,
-                      ps_status *st) {
+int ps_cl_restore_all_(ps_client *c, const char *prefix, size_t *nrestored,
+                       ps_status *st) {
   Paramserver__RestoreRequest rq = PARAMSERVER__RESTORE_REQUEST__INIT;
   rq.prefix = (char *)(prefix ? prefix : "");
   const ProtobufCMessage **msgs = calloc((size_t)c->nps, sizeof *msgs);
@@ -417,9 +418,9 @@ int ps_client_restore(ps_client *c, const char *prefix, size_t *nrestored,
   return rc;
 }
 
-static int restore_vars(ps_client *c, int task, const char *prefix,
+int ps_cl_restore_vars_(ps_client *c, int task, const char *prefix,
                         const char *const *names, const char *const *keys, size_t n,
-                        bool check_only, ps_status *st) {
+                        bool check_only, size_t *nrestored, ps_status *st) {
   Paramserver__RestoreRequest rq = PARAMSERVER__RESTORE_REQUEST__INIT;
   rq.prefix = (char *)(prefix ? prefix : "");
   rq.check_only = check_only;
@@ -448,6 +449,7 @@ static int restore_vars(ps_client *c, int task, const char *prefix,
                        "check_only and restores at once; its variables may have "
                        "changed. Upgrade every ps-server to restore across several ps",
                        task, c->addrs[task]);
+  if (nrestored) *nrestored = rc == 0 ? out.n : 0;
   free(out.prefix);
   free(items);
   free(ip);
@@ -457,11 +459,11 @@ static int restore_vars(ps_client *c, int task, const char *prefix,
 int ps_client_restore_vars(ps_client *c, int task, const char *prefix,
                            const char *const *names, const char *const *keys, size_t n,
                            ps_status *st) {
-  return restore_vars(c, task, prefix, names, keys, n, false, st);
+  return ps_cl_restore_vars_(c, task, prefix, names, keys, n, false, NULL, st);
 }
 
 int ps_client_check_restore_vars(ps_client *c, int task, const char *prefix,
                                  const char *const *names, const char *const *keys,
                                  size_t n, ps_status *st) {
-  return restore_vars(c, task, prefix, names, keys, n, true, st);
+  return ps_cl_restore_vars_(c, task, prefix, names, keys, n, true, NULL, st);
 }

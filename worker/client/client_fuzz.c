@@ -10,7 +10,8 @@
 /* tests/fuzz/fuzz_client.c: decodes @p (@n bytes) as the answer header of
  * @method ("Read", "List", "IsInitialized", "Initialize",
  * "ReportUninitialized", "Delete", "Update", "Status", "Save", "Merge",
- * "Restore", "Shutdown") to a typical request of this client, fills the
+ * "Restore", "RestoreList" (the answer to RestoreRequest.list),
+ * "Shutdown") to a typical request of this client, fills the
  * bulk ranges it names from @data as the transport would (more or fewer
  * bytes fail as there), and frees everything.  0, or a code with @st set;
  * INVALID_ARGUMENT for an unknown @method.  Not public API: without the
@@ -128,6 +129,10 @@ int fuzz_client_answer(const char *method, const uint8_t *p, size_t n,
     TWICE(parse(&o, p, n, &sink, st));
     free(o.prefix);
     ps_ckpt_list_fini(&o.listed);
+  } else if (!strcmp(method, "RestoreList")) {
+    ckpt_vars o = {0};
+    TWICE(ps_cl_parse_restore_list_(&o, p, n, &sink, st));
+    ps_cl_ckpt_vars_fini_(&o);
   } else if (!strcmp(method, "Shutdown")) {
     TWICE(ps_cl_parse_shutdown_(NULL, p, n, &sink, st));
   } else {

@@ -8,6 +8,8 @@
  *                    List, Status;
  *   client_update.c  updates;  client_read.c  reads;
  *   client_ckpt.c    cluster save and restore;
+ *   client_recover.c psctl restore's checks: what the checkpoint holds
+ *                    that no ps has, created on request;
  *   client_fuzz.c    the answer decoders for the fuzz target.
  * Each file calls only files listed above it (no circles).  Private to
  * worker/client/. */
@@ -187,5 +189,38 @@ int ps_cl_parse_merge_(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink
                        ps_status *st);
 int ps_cl_parse_restore_(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
                          ps_status *st);
+/* The restore of every variable of every ps from @prefix (ps_client_restore
+ * before psctl restore's checks); *@nrestored: how many. */
+int ps_cl_restore_all_(ps_client *c, const char *prefix, size_t *nrestored,
+                       ps_status *st);
+/* ps_client_restore_vars (or its check), and how many the ps restored. */
+int ps_cl_restore_vars_(ps_client *c, int task, const char *prefix,
+                        const char *const *names, const char *const *keys, size_t n,
+                        bool check_only, size_t *nrestored, ps_status *st);
+
+/* client_recover.c: a checkpoint's variables as RestoreRequest.list gives
+ * them, each part of a partitioned one a variable of its own */
+typedef struct ckpt_var {
+  char *name; /* the variable: its key, or "KEY/part_I" for part I */
+  char *key;  /* its checkpoint key */
+  int dtype;
+  ps_shape shape;      /* a part: its rows */
+  ps_shape full_shape; /* a part: the full tensor's */
+  int64_t offset;      /* a part: its first element in the full tensor */
+  bool part;
+  bool rows;    /* a part along dimension 0 (else no ps variable can hold it) */
+  bool present; /* a ps holds it */
+} ckpt_var;
+
+typedef struct ckpt_vars {
+  ckpt_var *v;
+  size_t n;
+  char *prefix; /* the checkpoint the ps resolved */
+  bool listed;  /* the ps answered the list as one */
+} ckpt_vars;
+
+void ps_cl_ckpt_vars_fini_(ckpt_vars *cv);
+int ps_cl_parse_restore_list_(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
+                              ps_status *st);
 
 #endif
