@@ -1,0 +1,98 @@
+/* restore-counters: the training program of test_restore_recovery.sh, as
+ * small as it gets, through the public API only.
+ *   restore-counters SPEC create [--parts]
+ *       ack/c0..ack/c7 (float scalars, value I + 1) round robin over the
+ *       ps tasks, as replica_device_setter places them; --parts: then
+ *       ack/w (float [4,2], values 0..7) in two parts of 2 rows, on the
+ *       next two tasks
+ *   restore-counters SPEC add X [TASK]
+ *       adds X to the counters of ps/TASK (default 0)
+ * Exit 0, or 1 after printing the error. */
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <paramserver/paramserver.h>
+
+static int oom(ps_status *st) {
+  st->code = PS_RESOURCE_EXHAUSTED;
+  snprintf(st->msg, sizeof st->msg, "out of memory");
+  return st->code;
+}
+
+static int create(ps_client *c, bool parts, ps_status *st) {
+  int nps = ps_client_num_ps(c);
+  ps_shape scalar = {0, {0}}, rows = {2, {2, 2}}, full = {2, {4, 2}};
+  char names[8][16];
+  int rc = 0;
+  for (int i = 0; i < 8 && rc == 0; i++) {
+    snprintf(names[i], sizeof names[i], "ack/c%d", i);
+    ps_var_spec s = {.name = names[i], .dtype = PS_DT_FLOAT, .shape = scalar};
+    ps_tensor *v = ps_tensor_create(PS_DT_FLOAT, &scalar, true);
+    if (v == NULL) return oom(st);
+    *(float *)ps_tensor_data(v) = (float)(i + 1);
+    ps_update u = {.name = names[i], .op = PS_ASSIGN, .value = v};
+    rc = ps_client_create_vars(c, i % nps, &s, 1, st);
+    if (rc == 0) rc = ps_client_update(c, i % nps, &u, 1, st);
+    ps_tensor_destroy(v);
+  }
+  const char *pn[2] = {"ack/w/part_0", "ack/w/part_1"};
+  for (int p = 0; parts && p < 2 && rc == 0; p++) {
+    int task = (8 + p) % nps;
+    ps_var_spec s = {.name = pn[p],
+                     .dtype = PS_DT_FLOAT,
+                     .shape = rows,
+                     .full_name = "ack/w",
+                     .full_shape = &full,
+                     .offset = 4 * p};
+    ps_tensor *v = ps_tensor_create(PS_DT_FLOAT, &rows, true);
+    if (v == NULL) return oom(st);
+    for (int k = 0; k < 4; k++)
+      ((float *)ps_tensor_data(v))[k] = (float)(4 * p + k);
+    ps_update u = {.name = pn[p], .op = PS_ASSIGN, .value = v};
+    rc = ps_client_create_vars(c, task, &s, 1, st);
+    if (rc == 0) rc = ps_client_update(c, task, &u, 1, st);
+    ps_tensor_destroy(v);
+  }
+  return rc;
+}
+
+static int add(ps_client *c, float x, int task, ps_status *st) {
+  ps_shape scalar = {0, {0}};
+  ps_tensor *v = ps_tensor_create(PS_DT_FLOAT, &scalar, true);
+  if (v == NULL) return oom(st);
+  *(float *)ps_tensor_data(v) = x;
+  int nps = ps_client_num_ps(c), rc = 0;
+  for (int i = task; i < 8 && rc == 0; i += nps) {
+    char name[16];
+    snprintf(name, sizeof name, "ack/c%d", i);
+    ps_update u = {.name = name, .op = PS_ASSIGN_ADD, .value = v};
+    rc = ps_client_update(c, task, &u, 1, st);
+  }
+  ps_tensor_destroy(v);
+  return rc;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 3 || (strcmp(argv[2], "create") && (strcmp(argv[2], "add") || argc < 4))) {
+    fprintf(stderr, "usage: restore-counters SPEC create [--parts] | add X [TASK]\n");
+    return 2;
+  }
+  ps_status st;
+  ps_status_clear(&st);
+  ps_library_init();
+  ps_cluster *cl = ps_cluster_load_file(argv[1], &st);
+  ps_client *c = cl ? ps_client_create(cl, "ps", NULL, &st) : NULL;
+  int rc = c == NULL;
+  bool parts = argc > 3 && !strcmp(argv[3], "--parts");
+  if (c)
+    rc = strcmp(argv[2], "create")
+             ? add(c, strtof(argv[3], NULL), argc > 4 ? atoi(argv[4]) : 0, &st)
+             : create(c, parts, &st);
+  if (rc) fprintf(stderr, "restore-counters: %s\n", st.msg);
+  ps_client_destroy(c);
+  ps_cluster_destroy(cl);
+  ps_library_shutdown();
+  return rc ? 1 : 0;
+}
