@@ -7,6 +7,9 @@
  *       next two tasks
  *   restore-counters SPEC add X [TASK]
  *       adds X to the counters of ps/TASK (default 0)
+ *   restore-counters SPEC restore PREFIX
+ *       ps_client_restore_opts without options, then ps_client_restore:
+ *       prints what each reports (status, counts)
  * Exit 0, or 1 after printing the error. */
 #include <stdbool.h>
 #include <stdio.h>
@@ -74,9 +77,22 @@ static int add(ps_client *c, float x, int task, ps_status *st) {
   return rc;
 }
 
+static int restore(ps_client *c, const char *prefix, ps_status *st) {
+  ps_restore_result r;
+  int rc = ps_client_restore_opts(c, prefix, NULL, &r, st);
+  printf("restore_opts: %s restored=%zu total=%zu absent=%zu created=%zu\n",
+         ps_status_code_name(rc), r.restored, r.total, r.absent, r.created);
+  ps_restore_result_fini(&r);
+  size_t n = 99;
+  rc = ps_client_restore(c, prefix, &n, st);
+  printf("restore: %s restored=%zu: %s\n", ps_status_code_name(rc), n, st->msg);
+  return 0;
+}
+
 int main(int argc, char **argv) {
-  if (argc < 3 || (strcmp(argv[2], "create") && (strcmp(argv[2], "add") || argc < 4))) {
-    fprintf(stderr, "usage: restore-counters SPEC create [--parts] | add X [TASK]\n");
+  if (argc < 3 || (strcmp(argv[2], "create") && argc < 4)) {
+    fprintf(stderr,
+            "usage: restore-counters SPEC create [--parts] | add X [TASK] | restore P\n");
     return 2;
   }
   ps_status st;
@@ -86,10 +102,12 @@ int main(int argc, char **argv) {
   ps_client *c = cl ? ps_client_create(cl, "ps", NULL, &st) : NULL;
   int rc = c == NULL;
   bool parts = argc > 3 && !strcmp(argv[3], "--parts");
-  if (c)
-    rc = strcmp(argv[2], "create")
-             ? add(c, strtof(argv[3], NULL), argc > 4 ? atoi(argv[4]) : 0, &st)
-             : create(c, parts, &st);
+  if (c && !strcmp(argv[2], "create"))
+    rc = create(c, parts, &st);
+  else if (c && !strcmp(argv[2], "restore"))
+    rc = restore(c, argv[3], &st);
+  else if (c)
+    rc = add(c, strtof(argv[3], NULL), argc > 4 ? atoi(argv[4]) : 0, &st);
   if (rc) fprintf(stderr, "restore-counters: %s\n", st.msg);
   ps_client_destroy(c);
   ps_cluster_destroy(cl);

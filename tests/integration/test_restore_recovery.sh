@@ -5,7 +5,8 @@
 # ps/1: c1 c3 c5 c7); psctl save ack; ps/0's counters change (+100); ps/1
 # is killed with -9 and started again on its address, empty.  Then:
 #  a. psctl restore fails (exit 1), naming the 4 variables on no ps task
-#     and the way out, and changes nothing;
+#     and the way out, and changes nothing; so do ps_client_restore and
+#     ps_client_restore_opts (NOT_FOUND, the count in absent);
 #  b. --create --only-missing creates the 4 on ps/1 (round robin, as
 #     replica_device_setter placed them) and restores them alone: ps/0's
 #     counters keep their new values;
@@ -69,6 +70,10 @@ expect "restore into a restarted ps fails" 1 \
   "restored 0 of 8 variables of $dir/ckpt/ack (nothing changed); 4 exist on no ps task: ack/c1, ack/c3, ack/c5, ack/c7 (a restarted ps comes back empty: recreate them with psctl restore --create, or restore from the chief)" \
   psctl restore ack
 values "101 103 105 107" ack/c0 ack/c2 ack/c4 ack/c6
+expect "the C API reports the count" 0 "restore_opts: NOT_FOUND restored=0 total=8 absent=4 created=0" \
+  "$RESTORE_COUNTERS" "$spec" restore ack
+expect "ps_client_restore fails the same" 0 "restore: NOT_FOUND restored=0: restored 0 of 8 variables" \
+  "$RESTORE_COUNTERS" "$spec" restore ack
 expect "still missing afterwards" 1 "variable ack/c1 not found on any ps task" psctl read ack/c1
 expect "--only-missing needs --create when something is missing" 1 \
   "4 exist on no ps task: ack/c1, ack/c3, ack/c5, ack/c7" psctl restore ack --only-missing
