@@ -7,6 +7,8 @@
  *       next two tasks
  *   restore-counters SPEC add X [TASK]
  *       adds X to the counters of ps/TASK (default 0)
+ *   restore-counters SPEC wrong NAME TASK
+ *       creates NAME on ps/TASK as a float [3] of ones (not a counter)
  *   restore-counters SPEC restore PREFIX
  *       ps_client_restore_opts without options, then ps_client_restore:
  *       prints what each reports (status, counts)
@@ -77,6 +79,14 @@ static int add(ps_client *c, float x, int task, ps_status *st) {
   return rc;
 }
 
+static int wrong(ps_client *c, const char *name, int task, ps_status *st) {
+  ps_init_spec ones;
+  ps_init_spec_default(&ones, PS_INIT_ONES);
+  ps_var_spec s = {.name = name, .dtype = PS_DT_FLOAT, .shape = {1, {3}}, .init = &ones};
+  if (ps_client_create_vars(c, task, &s, 1, st) != 0) return st->code;
+  return ps_client_initialize(c, task, &name, 1, false, NULL, st);
+}
+
 static int restore(ps_client *c, const char *prefix, ps_status *st) {
   ps_restore_result r;
   int rc = ps_client_restore_opts(c, prefix, NULL, &r, st);
@@ -91,8 +101,8 @@ static int restore(ps_client *c, const char *prefix, ps_status *st) {
 
 int main(int argc, char **argv) {
   if (argc < 3 || (strcmp(argv[2], "create") && argc < 4)) {
-    fprintf(stderr,
-            "usage: restore-counters SPEC create [--parts] | add X [TASK] | restore P\n");
+    fprintf(stderr, "usage: restore-counters SPEC create [--parts] | add X [TASK] | "
+                    "wrong NAME TASK | restore P\n");
     return 2;
   }
   ps_status st;
@@ -104,6 +114,8 @@ int main(int argc, char **argv) {
   bool parts = argc > 3 && !strcmp(argv[3], "--parts");
   if (c && !strcmp(argv[2], "create"))
     rc = create(c, parts, &st);
+  else if (c && !strcmp(argv[2], "wrong") && argc > 4)
+    rc = wrong(c, argv[3], atoi(argv[4]), &st);
   else if (c && !strcmp(argv[2], "restore"))
     rc = restore(c, argv[3], &st);
   else if (c)

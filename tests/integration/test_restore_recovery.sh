@@ -14,7 +14,9 @@
 #  d. --task 1 --create: all missing ones on ps/1, ps/1 alone restored;
 #  e. a partitioned variable lost in part comes back as its part;
 #  f. errors: --task out of range, not a number, unknown options, the
-#     restore flags on another command, --only-missing without --create.
+#     restore flags on another command, --only-missing without --create;
+#  g. a restore that fails after --create deletes what it created; one
+#     with a ps down creates nothing.
 # Ports are chosen at run time; every process is stopped by pid.
 set -uo pipefail
 PS_SERVER=${PS_SERVER:?}; PSCTL=${PSCTL:?}; RESTORE_COUNTERS=${RESTORE_COUNTERS:?}
@@ -138,4 +140,18 @@ expect "restore flags on save" 2 "--create, --only-missing and --task are option
 expect "a checkpoint that does not exist" 1 "NOT_FOUND" psctl restore nope --create
 values "101 2" ack/c0 ack/c1
 expect "--help shows the flags" 0 "--only-missing" "$PSCTL" --help
+
+# g. a restore that fails after --create deletes what it created: ps/1
+# restarted, then given an ack/c3 of another shape
+up
+restart1
+"$RESTORE_COUNTERS" "$spec" wrong ack/c3 1 || bad "a wrong ack/c3 made"
+expect "a failing restore with --create" 1 "INVALID_ARGUMENT: restoring ack/c3 from ack/c3: the checkpoint has shape [], the variable has shape [3]" \
+  psctl restore ack --create
+expect "what it created is gone again" 1 "variable ack/c1 not found on any ps task" psctl read ack/c1
+values "101 103" ack/c0 ack/c2
+# and one whose ps is down creates nothing
+kill -KILL "$P1"; wait "$P1" 2> /dev/null
+expect "restore with ps/1 down" 1 "ps/1 at $A1" psctl restore ack --create --only-missing
+values "101 103" ack/c0 ack/c2
 finish

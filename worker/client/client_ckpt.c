@@ -16,7 +16,6 @@
 #define M_RELEASE "/paramserver.Ps/Release"
 #define M_SAVE "/paramserver.Ps/Save"
 #define M_MERGE "/paramserver.Ps/Merge"
-#define M_RESTORE "/paramserver.Ps/Restore"
 
 void ps_ckpt_list_fini(ps_ckpt_list *l) {
   if (l == NULL) return;

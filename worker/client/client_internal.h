@@ -37,6 +37,7 @@
 #define M_STATUS "/paramserver.Ps/Status"
 #define M_DELETE "/paramserver.Ps/Delete"
 #define M_SHUTDOWN "/paramserver.Ps/Shutdown"
+#define M_RESTORE "/paramserver.Ps/Restore"
 
 struct ps_client {
   ps_client_options opt;

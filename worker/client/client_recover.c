@@ -14,8 +14,6 @@
 #include "common/log.h"
 #include "common/tensor.h"
 
-#define M_RESTORE "/paramserver.Ps/Restore"
-
 /* The names shown of the variables that exist on no ps. */
 #define ABSENT_SHOWN 8
 
