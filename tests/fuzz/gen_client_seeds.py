@@ -128,6 +128,22 @@ seeds = {
         "too_many": seed(ld(1, b"w") + ld(1, b"b") + ld(1, b"c")),
         "empty": seed(b""),
     },
+    "RestoreList": {  # RestoreResponse: listed (4), entries (5)
+        "ok": seed(ld(2, b"model.ckpt-20") + vi(3, 1) + vi(4, 1) +
+                   ld(5, ld(1, b"ack/c0") + vi(2, 1)) +
+                   ld(5, ld(1, b"ack/w") + vi(2, 1) + packed(3, [4, 2]) +
+                      ld(4, packed(1, [0, 0]) + packed(2, [2, -1 & 0xFFFFFFFFFFFFFFFF])) +
+                      ld(4, packed(1, [2, 0]) + packed(2, [2, -1 & 0xFFFFFFFFFFFFFFFF])))),
+        "not_listed": seed(ld(2, b"model.ckpt-20") + vi(3, 1)),
+        "no_prefix": seed(vi(4, 1) + ld(5, ld(1, b"w") + vi(2, 1))),
+        "bad_slice": seed(ld(2, b"p") + vi(4, 1) +
+                          ld(5, ld(1, b"w") + vi(2, 1) + packed(3, [4]) +
+                             ld(4, packed(1, [3]) + packed(2, [2]))) ),
+        "bad_dtype": seed(ld(2, b"p") + vi(4, 1) + ld(5, ld(1, b"w") + vi(2, 99))),
+        "negative_dim": seed(ld(2, b"p") + vi(4, 1) +
+                             ld(5, ld(1, b"w") + vi(2, 1) + packed(3, [-3]))),
+        "no_name": seed(ld(2, b"p") + vi(4, 1) + ld(5, vi(2, 1))),
+    },
     "Shutdown": {
         "ok": seed(ld(1, b"ps/0")),
         "empty": seed(b""),

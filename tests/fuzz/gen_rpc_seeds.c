@@ -393,6 +393,10 @@ static void others(void) {
   put("Restore", "items", &rs.base, NULL, 0);
   it1.key = "b"; /* another shape */
   put("Restore", "wrong_key", &rs.base, NULL, 0);
+  rs.n_items = 0; /* psctl restore's list of the checkpoint's tensors */
+  rs.check_only = 1;
+  rs.list = 1;
+  put("Restore", "list", &rs.base, NULL, 0);
 }
 
 int main(int argc, char **argv) {

@@ -26,7 +26,14 @@ static const char usage[] =
     "  save [PREFIX] save every variable of every ps, as of one moment, to\n"
     "                PREFIX (relative to the ps tasks' --checkpoint-dir; default\n"
     "                model.ckpt, with -STEP when a global_step variable exists)\n"
-    "  restore [PREFIX]  restore every variable from PREFIX (default: the latest)\n"
+    "  restore [PREFIX] [--create] [--only-missing] [--task N]\n"
+    "                restore every variable from PREFIX (default: the latest);\n"
+    "                fails, changing nothing, when the checkpoint holds variables\n"
+    "                that exist on no ps task (a restarted ps comes back empty):\n"
+    "                --create creates them from the checkpoint (round robin over\n"
+    "                the ps tasks in its order, or all on --task N), --only-missing\n"
+    "                restores only those created and the uninitialized ones,\n"
+    "                --task N only the variables of ps task N\n"
     "  shutdown      stop every ps task as SIGTERM does (calls in flight finish\n"
     "                within its --grace-secs; then it exits 0)\n"
     "  latest DIR    print the latest checkpoint of DIR (no cluster needed)\n"
@@ -113,11 +120,32 @@ typedef struct psctl_args {
   int64_t rpc_timeout_ms; /* --rpc-timeout (0: not given) */
   int max_to_keep;
   bool all_values;
-  ps_client_options sec; /* the security flags' part */
+  ps_restore_options restore; /* restore --create, --only-missing, --task N */
+  ps_client_options sec;      /* the security flags' part */
   const char *cmd;
   char **rest; /* the command's arguments */
   int nrest;
 } psctl_args;
+
+/* restore's --create ('C'), --only-missing ('O') and --task N ('T'). */
+static int restore_option(int o, const char *arg, ps_restore_options *r) {
+  if (o == 'C') {
+    r->create = true;
+  } else if (o == 'O') {
+    r->only_missing = true;
+  } else {
+    char *end;
+    long v = arg ? strtol(arg, &end, 10) : -1;
+    if (arg == NULL || *arg == '\0' || *end != '\0' || v < 0 || v > 1000000) {
+      fprintf(stderr, "psctl: --task must be a ps task number (0, 1, ...), got '%s'\n",
+              arg ? arg : "");
+      return 2;
+    }
+    r->one_task = true;
+    r->task = (int)v;
+  }
+  return 0;
+}
 
 /* Options before the command; -1 to go on, else the exit status. */
 static int parse_options(int argc, char **argv, psctl_args *a) {
@@ -129,6 +157,9 @@ static int parse_options(int argc, char **argv, psctl_args *a) {
       {"limit", required_argument, NULL, 'L'},
       {"max-to-keep", required_argument, NULL, 'k'},
       {"all", no_argument, NULL, 'A'},
+      {"create", no_argument, NULL, 'C'},
+      {"only-missing", no_argument, NULL, 'O'},
+      {"task", required_argument, NULL, 'T'},
       {"max-message-bytes", required_argument, NULL, 'M'},
       {"help", no_argument, NULL, 'h'},
       {"version", no_argument, NULL, 'V'},
@@ -168,6 +199,11 @@ static int parse_options(int argc, char **argv, psctl_args *a) {
       break;
     case 'A':
       a->all_values = true;
+      break;
+    case 'C':
+    case 'O':
+    case 'T':
+      if (restore_option(o, optarg, &a->restore) != 0) return 2;
       break;
     case 'M':
       if (ps_max_message_bytes_option("psctl", optarg, &a->sec.max_message_bytes) != 0)
@@ -365,15 +401,45 @@ static int cmd_rm(const psctl_args *a, ps_client *c, ps_status *st) {
   return rc;
 }
 
+/* restore [PREFIX] [--create] [--only-missing] [--task N]: the flags
+ * may also come before the command. */
 static int cmd_restore(const psctl_args *a, ps_client *c, ps_status *st) {
-  size_t n = 0;
-  const char *prefix = a->nrest > 0 ? a->rest[0] : NULL;
-  if (ps_client_restore(c, prefix, &n, st) != 0) {
+  ps_restore_options o = a->restore;
+  const char *prefix = NULL;
+  for (int i = 0; i < a->nrest; i++) {
+    const char *s = a->rest[i];
+    int rc = 0;
+    if (!strcmp(s, "--create")) {
+      rc = restore_option('C', NULL, &o);
+    } else if (!strcmp(s, "--only-missing")) {
+      rc = restore_option('O', NULL, &o);
+    } else if (!strcmp(s, "--task")) {
+      rc = restore_option('T', i + 1 < a->nrest ? a->rest[++i] : NULL, &o);
+    } else if (!strncmp(s, "--task=", 7)) {
+      rc = restore_option('T', s + 7, &o);
+    } else if (s[0] == '-') {
+      fprintf(stderr, "psctl: restore: unknown option '%s'\n", s);
+      rc = 2;
+    } else if (prefix != NULL) {
+      fprintf(stderr, "psctl: restore: one PREFIX only, got '%s' too\n", s);
+      rc = 2;
+    } else {
+      prefix = s;
+    }
+    if (rc != 0) return 2;
+  }
+  ps_restore_result r;
+  if (ps_client_restore_opts(c, prefix, &o, &r, st) != 0) {
     fprintf(stderr, "psctl: restore: %s: %s\n", ps_status_code_name(st->code), st->msg);
+    ps_restore_result_fini(&r);
     return 1;
   }
-  printf("restored %zu variables from %s\n", n,
-         prefix ? prefix : "the latest checkpoint");
+  printf("restored %zu of %zu variables from %s", r.restored, r.total, r.prefix);
+  if (r.created) printf("; created %zu that existed on no ps task", r.created);
+  if (o.one_task) printf("; only %s/%d", a->job, o.task);
+  if (o.only_missing) printf("; only the missing ones, the others left as they were");
+  printf("\n");
+  ps_restore_result_fini(&r);
   return 0;
 }
 
@@ -454,6 +520,12 @@ int main(int argc, char **argv) {
   }
   if (commands[k].needs && a.nrest < 1) {
     fputs(commands[k].needs, stderr);
+    return 2;
+  }
+  if ((a.restore.create || a.restore.only_missing || a.restore.one_task) &&
+      strcmp(a.cmd, "restore") != 0) {
+    fprintf(stderr,
+            "psctl: --create, --only-missing and --task are options of restore\n");
     return 2;
   }
   ps_log_set_task("psctl");

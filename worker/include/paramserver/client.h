@@ -422,9 +422,49 @@ PS_API int ps_client_save(ps_client *c, const char *prefix, const ps_save_option
                           char **written, int64_t *bytes, ps_status *st);
 /* Restores every variable of every ps by name from @prefix (NULL or "":
  * the latest checkpoint of the directory); no initialization needed.
- * @nrestored (may be NULL) receives how many variables were restored. */
+ * @nrestored (may be NULL) receives how many variables were restored.
+ * NOT_FOUND, changing nothing, when the checkpoint holds variables that
+ * exist on no ps task (ps_client_restore_opts with no options). */
 PS_API int ps_client_restore(ps_client *c, const char *prefix, size_t *nrestored,
                              ps_status *st);
+
+/* psctl restore's options (all zero: ps_client_restore). */
+typedef struct ps_restore_options {
+  /* Creates the checkpoint's variables that exist on no ps task from its
+   * own names, dtypes, shapes and slices (a part of a partitioned variable
+   * as "NAME/part_I"), then restores them too.  Each goes to ps task
+   * @task with @one_task, else to task I mod (the number of ps tasks),
+   * I its place in the checkpoint's order (its index: sorted by name, the
+   * parts of a partitioned variable in row order, each part one): where
+   * replica_device_setter puts variables created in that order. */
+  bool create;
+  /* Restores only the variables created now and those that exist without
+   * a value (uninitialized); every other variable keeps its value. */
+  bool only_missing;
+  /* Only ps task @task: its variables alone are restored (or created). */
+  bool one_task;
+  int task;
+} ps_restore_options;
+
+typedef struct ps_restore_result {
+  size_t restored; /* variables restored */
+  size_t total;    /* variables the checkpoint holds (each part one) */
+  size_t absent;   /* of them, on no ps task before the restore */
+  size_t created;  /* of them, created (create) */
+  char *prefix;    /* the checkpoint's path on the ps (malloc'd) */
+} ps_restore_result;
+
+/* Restores from @prefix (NULL or "": the latest) as @o (may be NULL) says.
+ * NOT_FOUND when the checkpoint holds variables that exist on no ps task
+ * and @o->create is not set; the message gives their number and names (at
+ * most 8, then "..."), and res->absent the number.  After any failure
+ * nothing has changed (variables it created are deleted again).
+ * INVALID_ARGUMENT for a task that does not exist.  @res (may be NULL):
+ * free with ps_restore_result_fini(). */
+PS_API int ps_client_restore_opts(ps_client *c, const char *prefix,
+                                  const ps_restore_options *o, ps_restore_result *res,
+                                  ps_status *st);
+PS_API void ps_restore_result_fini(ps_restore_result *r); /* NULL is a no-op */
 /* Restores some variables of one ps, each from @keys[i] in the checkpoint
  * (NULL: the variable's own name), as TensorFlow's Saver({"key": var}). */
 PS_API int ps_client_restore_vars(ps_client *c, int task, const char *prefix,

@@ -1,0 +1,325 @@
+/* Restore: reads a checkpoint's tensors into new buffers, checks them,
+ * and swaps them in under the variables' locks, all or nothing; or lists
+ * the checkpoint's tensors (RestoreRequest.list). */
+#include "ckpt_internal.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/bundle.h"
+#include "common/log.h"
+#include "common/wire.h"
+#include "paramserver/checkpoint.h"
+#include "ps.pb-c.h"
+#include "service.h"
+#include "store.h"
+
+typedef struct staged {
+  ps_var *v;
+  ps_buf *buf; /* the tensor read and checked, swapped in by restore_apply */
+  ps_buf *old; /* the buffer replaced, released after the locks */
+} staged;
+
+/* Reads and checks @v's tensor into a new buffer *@out; @out NULL: checks
+ * the same (key, dtype, shape, every byte's checksum) through the reader's
+ * bounded scratch buffer, allocating nothing of the tensor's size. */
+static int restore_one(ps_bundle_reader *r, ps_var *v, const char *key, ps_buf **out,
+                       ps_status *st) {
+  const char *k = key && key[0] ? key : (v->init_full_name ? v->init_full_name : v->name);
+  const ps_bundle_entry *e = ps_bundle_reader_find(r, k);
+  if (e == NULL)
+    return ps_status_set(st, PS_NOT_FOUND, "Key %s not found in checkpoint %s", k,
+                         ps_bundle_reader_prefix(r));
+  char a[256], b[256];
+  if (e->dtype != (int)v->dtype)
+    return ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "restoring %s from %s: the checkpoint has dtype %s, the "
+                         "variable has dtype %s",
+                         v->name, k, ps_dtype_name(e->dtype), ps_dtype_name(v->dtype));
+  size_t es = ps_dtype_size(v->dtype);
+  size_t nbytes = (size_t)ps_shape_num_elements(&v->shape) * es;
+  ps_buf *buf = out ? ps_buf_create_for_read(nbytes) : NULL;
+  if (out && buf == NULL)
+    return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "restoring %s: out of memory",
+                         v->name);
+  int rc;
+  bool part =
+      strcmp(k, v->name) != 0 && v->init_full_name && !strcmp(k, v->init_full_name);
+  if (part) {
+    /* this variable is a slice of the stored full tensor */
+    if (!ps_shape_equal(&e->shape, &v->init_full_shape)) {
+      ps_buf_unref(buf);
+      return ps_status_set(st, PS_INVALID_ARGUMENT,
+                           "restoring %s: the checkpoint's %s has shape %s, the "
+                           "partitioned variable has shape %s",
+                           v->name, k, ps_shape_format(&e->shape, a, sizeof a),
+                           ps_shape_format(&v->init_full_shape, b, sizeof b));
+    }
+    int64_t start[PS_MAX_RANK] = {0}, len[PS_MAX_RANK];
+    int64_t row =
+        v->shape.dim[0] ? ps_shape_num_elements(&v->shape) / v->shape.dim[0] : 0;
+    start[0] = row ? v->init_offset / row : 0;
+    for (int d = 0; d < v->shape.rank; d++)
+      len[d] = v->shape.dim[d];
+    rc = buf ? ps_bundle_reader_read_slice(r, k, start, len, buf->data, nbytes, st)
+             : ps_bundle_reader_check_slice(r, k, start, len, nbytes, st);
+  } else {
+    if (!ps_shape_equal(&e->shape, &v->shape)) {
+      ps_buf_unref(buf);
+      return ps_status_set(st, PS_INVALID_ARGUMENT,
+                           "restoring %s from %s: the checkpoint has shape %s, the "
+                           "variable has shape %s",
+                           v->name, k, ps_shape_format(&e->shape, a, sizeof a),
+                           ps_shape_format(&v->shape, b, sizeof b));
+    }
+    if (buf == NULL)
+      rc = ps_bundle_reader_check_slice(r, k, NULL, NULL, nbytes, st);
+    else if (e->nslices)
+      rc = ps_bundle_reader_read_slice(r, k, (int64_t[PS_MAX_RANK]){0},
+                                       (int64_t[PS_MAX_RANK]){-1, -1, -1, -1, -1, -1, -1,
+                                                              -1, -1, -1, -1, -1, -1, -1,
+                                                              -1, -1},
+                                       buf->data, nbytes, st);
+    else
+      rc = ps_bundle_reader_read_into(r, k, buf->data, nbytes, st);
+  }
+  if (rc) {
+    ps_buf_unref(buf);
+    return rc;
+  }
+  ps_buf_advise_huge(buf); /* filled: huge pages from here on (tensor.c) */
+  if (out) *out = buf;
+  return 0;
+}
+
+/* The reader of the checkpoint and the variables to restore (those of the
+ * request, else every variable).  The index, then (their number is in it)
+ * the data files, are confined before a byte of them is read. */
+static int restore_open(job *j, held_dir *pd, ps_bundle_reader **r, ps_var ***vars,
+                        size_t *nv, ps_status *st) {
+  ps_store *store = ps_service_store(j->svc);
+  const char *root = ps_service_checkpoint_dir(j->svc);
+  char idx[PATH_MAX + 16], conf[PATH_MAX + 16], pdir[PATH_MAX], in[PATH_MAX + 16];
+  snprintf(idx, sizeof idx, "%s.index", j->prefix);
+  int rc;
+  if ((rc = ps_ckpt_path_confined(root, idx, conf, sizeof conf, st)) != 0) return rc;
+  /* its files are read through its directory, held open (no link on the
+   * way is followed, and none swapped in later) */
+  const char *base = ps_ckpt_split_base_(j->prefix, pdir, sizeof pdir);
+  if ((rc = ps_ckpt_held_open_(root, pdir, false, pd, st)) != 0) return rc;
+  snprintf(in, sizeof in, "%s/%s", pd->proc, base);
+  if ((*r = ps_bundle_reader_open_nofollow(in, st)) == NULL)
+    return st->code ? st->code : PS_INTERNAL;
+  if ((rc = ps_ckpt_confine_bundle_(root, j->prefix, ps_bundle_reader_num_shards(*r),
+                                    st)) != 0)
+    return rc;
+  if (j->rq->list) return 0; /* no variable is looked at (restore_list) */
+  if (j->rq->n_items == 0) {
+    *vars = ps_store_list(store, nv);
+    return 0;
+  }
+  *nv = j->rq->n_items;
+  if ((*vars = calloc(*nv + 1, sizeof **vars)) == NULL)
+    return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Restore: out of memory");
+  for (size_t i = 0; i < *nv; i++)
+    if (((*vars)[i] = ps_store_find(store, j->rq->items[i]->name, st)) == NULL)
+      return st->code;
+  return 0;
+}
+
+/* Phase 1, no locks: every tensor is read into a new buffer and checked
+ * (checksum, dtype, shape).  Nothing a variable holds changes here, so a
+ * failure (a corrupt file, a file rewritten while it is read) leaves every
+ * variable as it was.  Never into a variable's own buffer: a checksum
+ * known only after the last byte would come too late to undo it.  A
+ * check_only request reads through the reader's bounded scratch buffer
+ * instead: it keeps nothing, so it allocates nothing of a tensor's size. */
+static int restore_stage(job *j, ps_bundle_reader *r, ps_var **vars, staged *sv,
+                         size_t nv, ps_status *st) {
+  int rc = 0;
+  for (size_t i = 0; i < nv && rc == 0; i++) {
+    ps_ckpt_slow_point_("restore_tensor");
+    if ((rc = ps_ckpt_job_check_(j, "restore")) != 0) break;
+    const char *key = j->rq->n_items ? j->rq->items[i]->key : NULL;
+    sv[i].v = vars[i];
+    rc = restore_one(r, vars[i], key, j->rq->check_only ? NULL : &sv[i].buf, st);
+  }
+  return rc;
+}
+
+/* Phase 2: all or nothing, and as one update: the checked buffers are
+ * swapped in under every variable's lock; no byte is read here. */
+static int restore_apply(job *j, ps_var **vars, staged *sv, size_t nv, ps_status *st) {
+  ps_store *store = ps_service_store(j->svc);
+  int rc = 0;
+  ps_store_lock_set(vars, nv, true);
+  /* a variable deleted since phase 1 fails the whole restore */
+  for (size_t i = 0; i < nv && rc == 0; i++)
+    rc = ps_var_gone(store, sv[i].v, st);
+  /* and so does one whose size changed since (read unlocked in phase 1) */
+  for (size_t i = 0; i < nv && rc == 0; i++) {
+    ps_var *v = sv[i].v;
+    size_t want = (size_t)ps_shape_num_elements(&v->shape) * ps_dtype_size(v->dtype);
+    if (sv[i].buf->size != want)
+      rc = ps_status_set(st, PS_ABORTED,
+                         "restoring %s: the variable changed shape during the restore",
+                         v->name);
+  }
+  for (size_t i = 0; i < nv && rc == 0; i++) {
+    ps_var *v = sv[i].v;
+    sv[i].old = v->buf ? ps_buf_ref(v->buf) : NULL;
+    ps_var_set_buf(store, v, sv[i].buf, NULL);
+  }
+  ps_store_unlock_set(vars, nv);
+  /* the replaced buffers are unmapped outside the locks */
+  for (size_t i = 0; i < nv; i++)
+    ps_buf_unref(sv[i].old);
+  return rc;
+}
+
+/* The response: the names restored. */
+static int restore_reply(job *j, ps_var **vars, size_t nv, ps_status *st) {
+  Paramserver__RestoreResponse resp = PARAMSERVER__RESTORE_RESPONSE__INIT;
+  char **names = calloc(nv + 1, sizeof *names);
+  if (names == NULL)
+    return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Restore: out of memory");
+  for (size_t i = 0; i < nv; i++)
+    names[i] = vars[i]->name;
+  resp.restored = names;
+  resp.n_restored = nv;
+  resp.prefix = j->prefix;
+  resp.checked = j->rq->check_only;
+  ps_rpc_call_reply(j->c, &resp.base);
+  free(names);
+  if (j->rq->check_only)
+    PS_INFO("checked %zu variables of %s for a restore", nv, j->prefix);
+  else
+    PS_INFO("restored %zu variables from %s", nv, j->prefix);
+  return 0;
+}
+
+/* RestoreRequest.list: the checkpoint's tensors (not the slice keys) with
+ * their dtypes, shapes and slices, from the index alone. */
+static int restore_list(job *j, ps_bundle_reader *r, ps_status *st) {
+  size_t n = ps_bundle_reader_count(r), ns = 0, k = 0, m = 0;
+  for (size_t i = 0; i < n; i++)
+    ns += ps_bundle_reader_entry(r, i)->nslices;
+  Paramserver__CheckpointEntry *es = calloc(n + 1, sizeof *es);
+  Paramserver__CheckpointEntry **ep = calloc(n + 1, sizeof *ep);
+  Paramserver__CheckpointSlice *ss = calloc(ns + 1, sizeof *ss);
+  Paramserver__CheckpointSlice **sp = calloc(ns + 1, sizeof *sp);
+  int rc = 0;
+  if (es == NULL || ep == NULL || ss == NULL || sp == NULL) {
+    rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Restore: out of memory");
+    goto out;
+  }
+  for (size_t i = 0; i < n; i++) {
+    const ps_bundle_entry *e = ps_bundle_reader_entry(r, i);
+    if (e->is_slice) continue;
+    paramserver__checkpoint_entry__init(&es[k]);
+    es[k].key = (char *)e->key;
+    es[k].dtype = e->dtype;
+    es[k].shape = (int64_t *)e->shape.dim;
+    es[k].n_shape = (size_t)e->shape.rank;
+    es[k].slices = &sp[m];
+    for (size_t s = 0; s < e->nslices; s++, m++) {
+      paramserver__checkpoint_slice__init(&ss[m]);
+      ss[m].start = (int64_t *)e->slices[s].start;
+      ss[m].n_start = (size_t)e->slices[s].rank;
+      ss[m].length = (int64_t *)e->slices[s].length;
+      ss[m].n_length = (size_t)e->slices[s].rank;
+      sp[m] = &ss[m];
+    }
+    es[k].n_slices = e->nslices;
+    ep[k] = &es[k];
+    k++;
+  }
+  Paramserver__RestoreResponse resp = PARAMSERVER__RESTORE_RESPONSE__INIT;
+  resp.prefix = j->prefix;
+  resp.checked = true;
+  resp.listed = true;
+  resp.entries = ep;
+  resp.n_entries = k;
+  ps_rpc_call_reply(j->c, &resp.base);
+  PS_INFO("listed the %zu tensors of %s", k, j->prefix);
+out:
+  free(sp);
+  free(ss);
+  free(ep);
+  free(es);
+  return rc;
+}
+
+static void *restore_thread(void *arg) {
+  job *j = arg;
+  ps_status *st = &j->st;
+  ps_bundle_reader *r = NULL;
+  staged *sv = NULL;
+  size_t nv = 0;
+  ps_var **vars = NULL;
+  held_dir pd = {.fd = -1};
+  int rc = restore_open(j, &pd, &r, &vars, &nv, st);
+  if (rc == 0 && j->rq->list) {
+    rc = restore_list(j, r, st);
+  } else if (rc == 0) {
+    sv = calloc(nv + 1, sizeof *sv);
+    if (sv == NULL)
+      rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Restore: out of memory");
+    else
+      PS_INFO("%s %zu variables from %s", j->rq->check_only ? "checking" : "restoring",
+              nv, j->prefix);
+  }
+  if (rc == 0 && !j->rq->list) rc = restore_stage(j, r, vars, sv, nv, st);
+  if (rc == 0 && !j->rq->list && !j->rq->check_only)
+    rc = restore_apply(j, vars, sv, nv, st);
+  if (rc == 0 && !j->rq->list) rc = restore_reply(j, vars, nv, st);
+  for (size_t i = 0; sv && i < nv; i++)
+    ps_buf_unref(sv[i].buf);
+  free(sv);
+  free(vars);
+  ps_bundle_reader_close(r);
+  ps_ckpt_held_msg_(st, &pd);
+  ps_ckpt_held_close_(&pd);
+  if (rc)
+    PS_ERROR("%s from %s failed: %s", j->rq->check_only ? "restore check" : "restore",
+             j->prefix, st->msg);
+  ps_rpc_call_resume(j->c, rc, st); /* @j may be freed from here on */
+  ps_ckpt_job_done_();
+  return NULL;
+}
+
+int ps_ckpt_restore_header_(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *st) {
+  job *j = ps_ckpt_job_new_(c);
+  if (j == NULL) return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+  j->rq = paramserver__restore_request__unpack(NULL, n, p);
+  if (j->rq == NULL) return ps_ckpt_bad_request_(st, "Restore");
+  int rc = ps_ckpt_check_raw_prefix_(p, n, 1, "Restore", st);
+  if (rc == 0)
+    rc = ps_wire_check_strings(&paramserver__restore_request__descriptor, p, n, "Restore",
+                               st);
+  if (rc) return rc;
+  /* test hook: answer as an older ps-server, which ignores check_only and
+   * restores (tests of the client's guard against it) */
+  const char *old = getenv("PS_TEST_IGNORE_CHECK_ONLY");
+  if (old && old[0] == '1') j->rq->check_only = false;
+  const char *root = ps_service_checkpoint_dir(j->svc);
+  if (j->rq->prefix[0] == '\0') {
+    char *latest = NULL;
+    char conf[PATH_MAX];
+    if ((rc = ps_ckpt_path_(root, PS_CKPT_STATE_FILENAME, conf, sizeof conf, st)) != 0)
+      return rc;
+    if ((rc = ps_service_latest(j->svc, &latest, st)) != 0) return rc;
+    rc = ps_ckpt_path_(root, latest, j->prefix, sizeof j->prefix, st);
+    free(latest);
+    return rc;
+  }
+  return ps_ckpt_path_(root, j->rq->prefix, j->prefix, sizeof j->prefix, st);
+}
+
+int ps_ckpt_restore_data_(ps_rpc_call *c, ps_status *st) {
+  return ps_ckpt_spawn_(restore_thread, ps_rpc_call_ctx(c), st);
+}

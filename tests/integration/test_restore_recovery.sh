@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# psctl restore into a restarted ps (issue 26; README "Recovering a
+# restarted ps with psctl").  Two ps tasks share a checkpoint directory;
+# restore-counters puts ack/c0..c7 round robin on them (ps/0: c0 c2 c4 c6,
+# ps/1: c1 c3 c5 c7); psctl save ack; ps/0's counters change (+100); ps/1
+# is killed with -9 and started again on its address, empty.  Then:
+#  a. psctl restore fails (exit 1), naming the 4 variables on no ps task
+#     and the way out, and changes nothing; so do ps_client_restore and
+#     ps_client_restore_opts (NOT_FOUND, the count in absent);
+#  b. --create --only-missing creates the 4 on ps/1 (round robin, as
+#     replica_device_setter placed them) and restores them alone: ps/0's
+#     counters keep their new values;
+#  c. --create restores all 8 (ps/0's roll back, as a full restore does);
+#  d. --task 1 --create: all missing ones on ps/1, ps/1 alone restored;
+#  e. a partitioned variable lost in part comes back as its part;
+#  f. errors: --task out of range, not a number, unknown options, the
+#     restore flags on another command, --only-missing without --create;
+#  g. a restore that fails after --create deletes what it created; one
+#     with a ps down creates nothing.
+# Ports are chosen at run time; every process is stopped by pid.
+set -uo pipefail
+PS_SERVER=${PS_SERVER:?}; PSCTL=${PSCTL:?}; RESTORE_COUNTERS=${RESTORE_COUNTERS:?}
+source "$(dirname "$0")/../support/lib.sh"
+test_init restore-recovery
+BAD_TAIL=30
+
+# up [--parts]: a fresh pair of ps tasks on one checkpoint directory, the
+# counters (and with --parts ack/w) on them, saved as ack, then ps/0's
+# counters +100.  P0 P1 the pids, A1 ps/1's address, $spec the cluster.
+up() {
+  [ -n "${P0:-}" ] && kill -KILL "$P0" "$P1" 2> /dev/null && wait "$P0" "$P1" 2> /dev/null
+  rm -rf "$dir/ckpt" && mkdir -p "$dir/ckpt"
+  start_ps_cluster 2 "$dir/ps.log" --checkpoint-dir "$dir/ckpt" || { bad "ps tasks up" "$(cat "$dir/ps.log")"; finish; }
+  P0=${PS_PIDS[0]} P1=${PS_PIDS[1]} A1=${PS_ADDRS[1]}
+  spec="$dir/spec.json"
+  echo "{\"ps\": [$PS_LIST]}" > "$spec"
+  "$RESTORE_COUNTERS" "$spec" create "$@" || { bad "counters created"; finish; }
+  "$PSCTL" --cluster "$spec" save ack > "$dir/save.out" 2>&1 || { bad "save" "$(cat "$dir/save.out")"; finish; }
+  "$RESTORE_COUNTERS" "$spec" add 100 || { bad "counters changed"; finish; }
+}
+
+# restart1: ps/1 killed with -9 and started again on its address, empty
+restart1() {
+  kill -KILL "$P1"; wait "$P1" 2> /dev/null
+  start_ps_on "$spec" 1 "$dir/ps.log" --checkpoint-dir "$dir/ckpt"
+  case $? in
+    0) P1=$PID ;;
+    *) bad "ps/1 restarted on $A1" "$(tail -5 "$dir/ps.log")"; finish ;;
+  esac
+}
+
+psctl() { "$PSCTL" --cluster "$spec" "$@"; }
+# value NAME: what psctl read prints as the value (its last line)
+value() { psctl read "$1" 2>&1 | tail -n +2 | tr -d '\n'; }
+# values WANT NAME...: each NAME reads as WANT[i] (space-separated lists)
+values() {
+  local want=($1) got="" n; shift
+  for n in "$@"; do got="$got${got:+ }$(value "$n")"; done
+  if [ "$got" = "${want[*]}" ]; then ok "$*: ${want[*]}"; else bad "$* are ${want[*]}" "got: $got"; fi
+}
+# part_is NAME WANT: the value psctl read prints, its lines joined
+part_is() {
+  local got
+  got=$(value "$1")
+  if [ "$got" = "$2" ]; then ok "$1: $2"; else bad "$1 is $2" "got: $got"; fi
+}
+
+# a. a restore that cannot be whole says so and changes nothing
+up
+restart1
+expect "restore into a restarted ps fails" 1 \
+  "restored 0 of 8 variables of $dir/ckpt/ack (nothing changed); 4 exist on no ps task: ack/c1, ack/c3, ack/c5, ack/c7 (a restarted ps comes back empty: recreate them with psctl restore --create, or restore from the chief)" \
+  psctl restore ack
+values "101 103 105 107" ack/c0 ack/c2 ack/c4 ack/c6
+expect "the C API reports the count" 0 "restore_opts: NOT_FOUND restored=0 total=8 absent=4 created=0" \
+  "$RESTORE_COUNTERS" "$spec" restore ack
+expect "ps_client_restore fails the same" 0 "restore: NOT_FOUND restored=0: restored 0 of 8 variables" \
+  "$RESTORE_COUNTERS" "$spec" restore ack
+expect "still missing afterwards" 1 "variable ack/c1 not found on any ps task" psctl read ack/c1
+expect "--only-missing needs --create when something is missing" 1 \
+  "4 exist on no ps task: ack/c1, ack/c3, ack/c5, ack/c7" psctl restore ack --only-missing
+
+# b. only what was lost
+expect "restore --create --only-missing" 0 \
+  "restored 4 of 8 variables from $dir/ckpt/ack; created 4 that existed on no ps task; only the missing ones" \
+  psctl restore ack --create --only-missing
+values "2 4 6 8" ack/c1 ack/c3 ack/c5 ack/c7
+values "101 103 105 107" ack/c0 ack/c2 ack/c4 ack/c6
+expect "created on ps/1, where replica_device_setter had them" 0 "ack/c7 (DT_FLOAT) [] on ps/1" psctl read ack/c7
+expect "nothing missing: --only-missing restores nothing" 0 "restored 0 of 8 variables" \
+  psctl restore ack --create --only-missing
+values "101 103" ack/c0 ack/c2
+
+# c. everything, created where missing
+restart1
+expect "restore --create" 0 "restored 8 of 8 variables from $dir/ckpt/ack; created 4 that existed on no ps task" \
+  psctl restore ack --create
+values "1 2 3 4 5 6 7 8" ack/c0 ack/c1 ack/c2 ack/c3 ack/c4 ack/c5 ack/c6 ack/c7
+
+# d. one task: every missing variable created on it, it alone restored
+up
+restart1
+expect "restore --task 1 --create" 0 \
+  "restored 4 of 8 variables from $dir/ckpt/ack; created 4 that existed on no ps task; only ps/1" \
+  psctl restore --task 1 ack --create
+values "2 4 6 8" ack/c1 ack/c3 ack/c5 ack/c7
+values "101 103 105 107" ack/c0 ack/c2 ack/c4 ack/c6
+"$RESTORE_COUNTERS" "$spec" add 50 1 || bad "ps/1's counters changed"
+expect "restore --task 0" 0 "restored 4 of 8 variables from $dir/ckpt/ack; only ps/0" \
+  psctl restore ack --task=0
+values "1 3 5 7" ack/c0 ack/c2 ack/c4 ack/c6
+values "52 54 56 58" ack/c1 ack/c3 ack/c5 ack/c7
+restart1
+expect "restore --task 0 --create puts them all on ps/0" 0 "created 4 that existed on no ps task; only ps/0" \
+  psctl restore ack --task 0 --create
+expect "ack/c5 now on ps/0" 0 "ack/c5 (DT_FLOAT) [] on ps/0" psctl read ack/c5
+values "6" ack/c5
+
+# e. a partitioned variable: ps/1 held its second part
+up --parts
+restart1
+expect "a lost part is named" 1 \
+  "restored 0 of 10 variables of $dir/ckpt/ack (nothing changed); 5 exist on no ps task: ack/c1, ack/c3, ack/c5, ack/c7, ack/w/part_1 (" \
+  psctl restore ack
+expect "restore --create --only-missing with parts" 0 "restored 5 of 10 variables" \
+  psctl restore ack --only-missing --create
+expect "the part is back on ps/1 with its rows" 0 "ack/w/part_1 (DT_FLOAT) [2,2] on ps/1" psctl read ack/w/part_1
+part_is ack/w/part_1 "[[4, 5] [6, 7]]"
+part_is ack/w/part_0 "[[0, 1] [2, 3]]"
+values "101 2" ack/c0 ack/c1
+
+# f. errors, each with its message, changing nothing
+expect "--task out of range" 1 "restore: ps task 2 does not exist (the cluster has 2 ps tasks: 0 to 1)" \
+  psctl restore ack --task 2
+expect "--task not a number" 2 "--task must be a ps task number (0, 1, ...), got 'one'" psctl restore ack --task one
+expect "--task without a number" 2 "--task must be a ps task number (0, 1, ...), got ''" psctl restore ack --task
+expect "unknown restore option" 2 "psctl: restore: unknown option '--bogus'" psctl restore ack --bogus
+expect "two prefixes" 2 "psctl: restore: one PREFIX only, got 'other' too" psctl restore ack other
+expect "restore flags on save" 2 "--create, --only-missing and --task are options of restore" psctl --create save x
+expect "a checkpoint that does not exist" 1 "NOT_FOUND" psctl restore nope --create
+values "101 2" ack/c0 ack/c1
+expect "--help shows the flags" 0 "--only-missing" "$PSCTL" --help
+
+# g. a restore that fails after --create deletes what it created: ps/1
+# restarted, then given an ack/c3 of another shape
+up
+restart1
+"$RESTORE_COUNTERS" "$spec" wrong ack/c3 1 || bad "a wrong ack/c3 made"
+expect "a failing restore with --create" 1 "INVALID_ARGUMENT: restoring ack/c3 from ack/c3: the checkpoint has shape [], the variable has shape [3]" \
+  psctl restore ack --create
+expect "what it created is gone again" 1 "variable ack/c1 not found on any ps task" psctl read ack/c1
+values "101 103" ack/c0 ack/c2
+# and one whose ps is down creates nothing
+kill -KILL "$P1"; wait "$P1" 2> /dev/null
+expect "restore with ps/1 down" 1 "ps/1 at $A1" psctl restore ack --create --only-missing
+values "101 103" ack/c0 ack/c2
+finish

@@ -1,0 +1,227 @@
+/* Shared by the files of the client (worker/client/), each of one job:
+ *   client.c         the library's start and stop, the client object, its
+ *                    channels and the notes added to a failed call's status;
+ *   client_wire.c    checks of a ps's answers (strings, shapes, names);
+ *   client_list.c    the List answer's decoder;
+ *   client_call.c    running calls: answers, retries, control calls;
+ *   client_control.c Create, Initialize, the queries, Delete, Shutdown,
+ *                    List, Status;
+ *   client_update.c  updates;  client_read.c  reads;
+ *   client_ckpt.c    cluster save and restore;
+ *   client_recover.c psctl restore's checks: what the checkpoint holds
+ *                    that no ps has, created on request;
+ *   client_fuzz.c    the answer decoders for the fuzz target.
+ * Each file calls only files listed above it (no circles).  Private to
+ * worker/client/. */
+#ifndef PS_CLIENT_INTERNAL_H
+#define PS_CLIENT_INTERNAL_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/rpc.h"
+#include "common/status.h"
+#include "dedup.h"
+#include "paramserver/client.h"
+#include "ps.pb-c.h"
+
+#define M_CREATE "/paramserver.Ps/Create"
+#define M_INITIALIZE "/paramserver.Ps/Initialize"
+#define M_IS_INIT "/paramserver.Ps/IsInitialized"
+#define M_REPORT "/paramserver.Ps/ReportUninitialized"
+#define M_UPDATE "/paramserver.Ps/Update"
+#define M_READ "/paramserver.Ps/Read"
+#define M_LIST "/paramserver.Ps/List"
+#define M_STATUS "/paramserver.Ps/Status"
+#define M_DELETE "/paramserver.Ps/Delete"
+#define M_SHUTDOWN "/paramserver.Ps/Shutdown"
+#define M_RESTORE "/paramserver.Ps/Restore"
+
+struct ps_client {
+  ps_client_options opt;
+  int nps;
+  char **addrs;
+  ps_rpc_channel **ch;
+  /* per task: calls and the microseconds callers waited for them */
+  atomic_ullong *calls, *wait_us;
+  /* per task: since when (CLOCK_MONOTONIC ns) waiting calls heard nothing */
+  atomic_llong *silent_since;
+  ps_dedup_memo memo;    /* a gather's ids deduplicated, for the scatter after it */
+  bool tls, client_cert; /* the channels' security, for hints in errors */
+};
+
+/* client.c */
+int ps_cl_check_task_(ps_client *c, int task, ps_status *st);
+void ps_cl_sleep_ms_(int64_t ms);
+/* Adds the task, its address and hints (TLS, limits) to a failed @st. */
+void ps_cl_annotate_(ps_client *c, int task, ps_status *st);
+
+/* client_wire.c: checks of answers */
+const char *ps_cl_method_name_(const char *method);
+int ps_cl_bad_answer_(ps_status *st, const char *method, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+int ps_cl_wire_ok_(const ProtobufCMessageDescriptor *d, const char *method,
+                   const uint8_t *p, size_t n, ps_status *st);
+size_t ps_cl_tensor_limit_(void);
+int ps_cl_wire_next_(const uint8_t **q, const uint8_t *end, uint64_t *field,
+                     const uint8_t **val, size_t *len);
+int ps_cl_answer_shape_(int task, const char *method, const char *name, int dtype,
+                        const int64_t *dims, size_t rank, ps_shape *out, size_t *bytes,
+                        ps_status *st);
+int ps_cl_names_ok_(const char *method, const char *what, char **v, size_t n,
+                    ps_status *st);
+
+/* A decoder of an answer's header message into its call's output. */
+typedef int (*parse_fn)(void *, const uint8_t *, size_t, ps_rpc_segs *, ps_status *);
+
+/* client_list.c */
+typedef struct list_out {
+  ps_var_info *v;
+  size_t n;
+  int task;
+  int64_t max_message_bytes; /* the client's receive limit */
+  const char *addr;          /* the ps's address, for errors */
+} list_out;
+
+int ps_cl_parse_list_(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
+                      ps_status *st);
+
+/* client_call.c */
+typedef struct answer {
+  parse_fn parse;
+  void *user;
+  const char *about; /* a variable the call is about, for errors (or NULL) */
+  bool seen;         /* the header arrived */
+  const char *method;
+  int64_t max_message_bytes; /* the client's receive limit */
+  int task;
+  const char *addr;
+} answer;
+
+void ps_cl_answer_init_(const ps_client *c, int task, ps_rpc_req *r, answer *a,
+                        parse_fn parse, void *user, const char *about);
+/* Runs @reqs (one per task in @tasks); retries UNAVAILABLE ones if @safe. */
+void ps_cl_run_reqs_(ps_client *c, ps_rpc_req *reqs, const int *tasks, size_t n,
+                     bool safe);
+void ps_cl_req_init_(ps_client *c, ps_rpc_req *r, int task, const char *method,
+                     const ProtobufCMessage *msg, bool unary, bool data);
+/* One control call with a unary response parsed by @parse. */
+int ps_cl_control_call_(ps_client *c, int task, const char *method,
+                        const ProtobufCMessage *msg, bool safe, parse_fn parse,
+                        void *user, ps_status *st);
+void ps_cl_init_to_proto_(const ps_init_spec *in, Paramserver__Initializer *p);
+
+/* client_control.c */
+typedef struct init_out {
+  size_t n;
+  size_t asked; /* names in the request (0: every variable) */
+} init_out;
+
+typedef struct bools_out {
+  bool *out;
+  size_t n;
+  const char *first; /* the first name asked, for errors */
+} bools_out;
+
+typedef struct names_out {
+  char **names;
+  size_t n;
+  size_t asked; /* names in the request (0: every variable) */
+} names_out;
+
+typedef struct delete_out {
+  ps_delete_result *out;
+  size_t asked;
+} delete_out;
+
+int ps_cl_parse_initialize_(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
+                            ps_status *st);
+int ps_cl_parse_is_init_(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
+                         ps_status *st);
+int ps_cl_parse_report_(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
+                        ps_status *st);
+int ps_cl_parse_delete_(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
+                        ps_status *st);
+int ps_cl_parse_shutdown_(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
+                          ps_status *st);
+int ps_cl_parse_status_(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
+                        ps_status *st);
+
+/* client_update.c */
+int ps_cl_parse_update_(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
+                        ps_status *st);
+
+/* client_read.c */
+typedef struct read_build {
+  answer ans;
+  bool *allocated; /* outputs this call allocated (freed again on failure) */
+  Paramserver__ReadRequest req;
+  Paramserver__ReadItem *items;
+  Paramserver__ReadItem **ip;
+  ps_rpc_segs segs;
+  ps_task_reads *t;
+  /* gathers sent deduplicated: the ids, and the distinct rows received */
+  ps_gather_dedup *dd;
+  void **rows;
+  size_t *row_bytes;
+} read_build;
+
+int ps_cl_parse_read_(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
+                      ps_status *st);
+int ps_cl_read_build_init_(read_build *b, ps_task_reads *t, ps_dedup_memo *dedup,
+                           ps_status *st);
+void ps_cl_read_build_fini_(read_build *b);
+
+/* client_ckpt.c */
+typedef struct save_out {
+  int64_t bytes;
+  char *prefix;
+  size_t n;
+  size_t asked;        /* Restore: the variables asked for (0: all) */
+  ps_ckpt_list listed; /* Merge: the state file's list afterwards */
+  bool checked;        /* Restore: the ps answered a check_only as one */
+} save_out;
+
+int ps_cl_parse_save_(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
+                      ps_status *st);
+int ps_cl_parse_merge_(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
+                       ps_status *st);
+int ps_cl_parse_restore_(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
+                         ps_status *st);
+/* The restore of every variable of every ps from @prefix (ps_client_restore
+ * before psctl restore's checks); *@nrestored: how many. */
+int ps_cl_restore_all_(ps_client *c, const char *prefix, size_t *nrestored,
+                       ps_status *st);
+/* ps_client_restore_vars (or its check), and how many the ps restored. */
+int ps_cl_restore_vars_(ps_client *c, int task, const char *prefix,
+                        const char *const *names, const char *const *keys, size_t n,
+                        bool check_only, size_t *nrestored, ps_status *st);
+
+/* client_recover.c: a checkpoint's variables as RestoreRequest.list gives
+ * them, each part of a partitioned one a variable of its own */
+typedef struct ckpt_var {
+  char *name; /* the variable: its key, or "KEY/part_I" for part I */
+  char *key;  /* its checkpoint key */
+  int dtype;
+  ps_shape shape;      /* a part: its rows */
+  ps_shape full_shape; /* a part: the full tensor's */
+  int64_t offset;      /* a part: its first element in the full tensor */
+  bool part;
+  bool rows;    /* a part along dimension 0 (else no ps variable can hold it) */
+  bool present; /* a ps holds it */
+} ckpt_var;
+
+typedef struct ckpt_vars {
+  ckpt_var *v;
+  size_t n;
+  char *prefix; /* the checkpoint the ps resolved */
+  bool listed;  /* the ps answered the list as one */
+} ckpt_vars;
+
+void ps_cl_ckpt_vars_fini_(ckpt_vars *cv);
+int ps_cl_parse_restore_list_(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
+                              ps_status *st);
+
+#endif

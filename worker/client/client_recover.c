@@ -1,0 +1,505 @@
+/* psctl restore's checks on top of the cluster restore (client_ckpt.c):
+ * the checkpoint's own list of variables (RestoreRequest.list) against
+ * what the ps tasks hold, so that a restore never reports success while
+ * a variable of the checkpoint exists on no ps (a restarted ps comes back
+ * empty); on request the missing variables are created from the
+ * checkpoint's names, dtypes, shapes and slices, and only what was lost
+ * is restored (ps_client_restore_opts). */
+#include "client_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "common/tensor.h"
+
+/* The names shown of the variables that exist on no ps. */
+#define ABSENT_SHOWN 8
+
+void ps_cl_ckpt_vars_fini_(ckpt_vars *cv) {
+  for (size_t i = 0; cv->v && i < cv->n; i++) {
+    free(cv->v[i].name);
+    free(cv->v[i].key);
+  }
+  free(cv->v);
+  free(cv->prefix);
+  memset(cv, 0, sizeof *cv);
+}
+
+/* A shape of the answer: a dtype with a size, rank <= PS_MAX_RANK, dims
+ * >= 0 whose byte size fits. */
+static int list_shape(const char *key, int dtype, const int64_t *dims, size_t rank,
+                      ps_shape *out, ps_status *st) {
+  size_t bytes;
+  if (ps_dtype_size(dtype) == 0)
+    return ps_cl_bad_answer_(st, M_RESTORE, "tensor %s has dtype %d, not a dtype", key,
+                             dtype);
+  if (rank > PS_MAX_RANK)
+    return ps_cl_bad_answer_(st, M_RESTORE, "tensor %s has rank %zu, above %d", key, rank,
+                             PS_MAX_RANK);
+  for (size_t d = 0; d < rank; d++)
+    if (dims[d] < 0)
+      return ps_cl_bad_answer_(st, M_RESTORE, "tensor %s has a negative dimension", key);
+  ps_shape_set(out, dims, rank, NULL);
+  if (ps_size_bytes(dtype, out, &bytes) != 0)
+    return ps_cl_bad_answer_(st, M_RESTORE, "tensor %s has too many bytes", key);
+  return 0;
+}
+
+/* Part @i of entry @e, from its slice @s: rows [start, start + length) of
+ * the full tensor when only dimension 0 is sliced, else not a part a ps
+ * variable can hold (rows false). */
+static int list_part(const Paramserver__CheckpointEntry *e, const ps_shape *full,
+                     const Paramserver__CheckpointSlice *s, ckpt_var *v, ps_status *st) {
+  int rank = full->rank;
+  if (s->n_start != (size_t)rank || s->n_length != (size_t)rank)
+    return ps_cl_bad_answer_(st, M_RESTORE, "tensor %s: a slice of rank %zu for rank %d",
+                             e->key, s->n_start, rank);
+  v->rows = rank > 0;
+  v->shape = *full;
+  for (int d = 0; d < rank; d++) {
+    int64_t a = s->start[d], l = s->length[d], dim = full->dim[d];
+    if (a < 0 || a > dim || l < -1 || (l == -1 && a != 0) || (l >= 0 && l > dim - a))
+      return ps_cl_bad_answer_(st, M_RESTORE, "tensor %s: a slice outside its shape",
+                               e->key);
+    int64_t len = l == -1 ? dim : l;
+    if (d > 0 && len != dim) v->rows = false;
+    if (d == 0) v->shape.dim[0] = len;
+    if (d == 0) v->offset = a;
+  }
+  int64_t row =
+      rank > 0 && full->dim[0] > 0 ? ps_shape_num_elements(full) / full->dim[0] : 0;
+  v->offset *= row;
+  return 0;
+}
+
+static int cmp_part_offset(const void *a, const void *b) {
+  const ckpt_var *x = a, *y = b;
+  return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+/* The variables of entry @e appended to @o: the tensor, or its parts
+ * (named "KEY/part_I" in row order). */
+static int list_entry(ckpt_vars *o, const Paramserver__CheckpointEntry *e,
+                      ps_status *st) {
+  ps_shape full;
+  if (e->key == NULL || e->key[0] == '\0')
+    return ps_cl_bad_answer_(st, M_RESTORE, "a tensor of the checkpoint has no name");
+  if (list_shape(e->key, e->dtype, e->shape, e->n_shape, &full, st) != 0) return st->code;
+  size_t first = o->n, nparts = e->n_slices ? e->n_slices : 1, len = strlen(e->key) + 32;
+  for (size_t i = 0; i < nparts; i++) {
+    ckpt_var *v = &o->v[o->n];
+    memset(v, 0, sizeof *v);
+    v->dtype = e->dtype;
+    v->shape = full;
+    if (e->n_slices) {
+      v->part = true;
+      v->full_shape = full;
+      if (list_part(e, &full, e->slices[i], v, st) != 0) return st->code;
+    }
+    v->key = strdup(e->key);
+    v->name = malloc(len);
+    o->n++;
+    if (v->key == NULL || v->name == NULL)
+      return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Restore: out of memory");
+  }
+  if (e->n_slices) qsort(&o->v[first], nparts, sizeof *o->v, cmp_part_offset);
+  for (size_t i = 0; i < nparts; i++)
+    if (e->n_slices)
+      snprintf(o->v[first + i].name, len, "%s/part_%zu", e->key, i);
+    else
+      snprintf(o->v[first + i].name, len, "%s", e->key);
+  return 0;
+}
+
+int ps_cl_parse_restore_list_(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
+                              ps_status *st) {
+  ckpt_vars *o = user;
+  ps_cl_ckpt_vars_fini_(o); /* a retried call parses again */
+  if (ps_cl_wire_ok_(&paramserver__restore_response__descriptor, M_RESTORE, p, n, st))
+    return st->code;
+  Paramserver__RestoreResponse *r = paramserver__restore_response__unpack(NULL, n, p);
+  if (r == NULL) return ps_cl_bad_answer_(st, M_RESTORE, "the answer does not parse");
+  int rc = 0;
+  size_t total = 0;
+  for (size_t i = 0; i < r->n_entries && rc == 0; i++) {
+    size_t k = r->entries[i]->n_slices ? r->entries[i]->n_slices : 1;
+    if (k > SIZE_MAX / sizeof *o->v - 1 - total)
+      rc = ps_cl_bad_answer_(st, M_RESTORE, "too many tensors");
+    total += k;
+  }
+  o->listed = r->listed;
+  if (rc == 0 && r->listed && r->prefix[0] == '\0')
+    rc = ps_cl_bad_answer_(st, M_RESTORE, "the answer names no checkpoint");
+  if (rc == 0 && r->listed) {
+    o->v = calloc(total + 1, sizeof *o->v);
+    o->prefix = strdup(r->prefix);
+    if (o->v == NULL || o->prefix == NULL)
+      rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Restore: out of memory");
+  }
+  for (size_t i = 0; rc == 0 && r->listed && i < r->n_entries; i++)
+    rc = list_entry(o, r->entries[i], st);
+  paramserver__restore_response__free_unpacked(r, NULL);
+  if (rc != 0) ps_cl_ckpt_vars_fini_(o);
+  return rc;
+}
+
+/* Whether the answers of @tasks[0..@n) are lists of one checkpoint: every
+ * call succeeded, every ps listed (an older ps-server only checks), and
+ * all resolved the same path, as ps_client_check_restore_all says. */
+static int lists_agree(ps_client *c, const ps_rpc_req *reqs, const int *tasks, size_t n,
+                       const ckpt_vars *cv, ps_status *st) {
+  for (size_t i = 0; i < n; i++)
+    if (reqs[i].st.code != PS_OK) {
+      *st = reqs[i].st;
+      return st->code;
+    }
+  for (size_t i = 0; i < n; i++)
+    if (!cv[i].listed)
+      return ps_status_set(st, PS_FAILED_PRECONDITION,
+                           "Restore: /job:ps/task:%d (%s) did not list the checkpoint: "
+                           "an older ps-server. Upgrade every ps-server to restore with "
+                           "these checks",
+                           tasks[i], c->addrs[tasks[i]]);
+  for (size_t i = 1; i < n; i++)
+    if (strcmp(cv[i].prefix, cv[0].prefix) != 0)
+      return ps_status_set(st, PS_FAILED_PRECONDITION,
+                           "Restore: the ps disagree on the checkpoint: /job:ps/task:%d "
+                           "checked %s, /job:ps/task:%d checked %s (a save in between, "
+                           "or ps with different checkpoint directories); nothing "
+                           "restored",
+                           tasks[0], cv[0].prefix, tasks[i], cv[i].prefix);
+  return 0;
+}
+
+/* The checkpoint's variables into *@out, as every ps task (or only
+ * @o->task) lists them from its checkpoint directory, all at once; the
+ * path they resolved (the latest for @prefix NULL or "") in out->prefix. */
+static int list_checkpoint(ps_client *c, const char *prefix, const ps_restore_options *o,
+                           ckpt_vars *out, ps_status *st) {
+  size_t n = o->one_task ? 1 : (size_t)c->nps;
+  Paramserver__RestoreRequest rq = PARAMSERVER__RESTORE_REQUEST__INIT;
+  rq.prefix = (char *)(prefix ? prefix : "");
+  rq.check_only = true; /* an older ps-server, which ignores list, only checks */
+  rq.list = true;
+  ps_rpc_req *reqs = calloc(n, sizeof *reqs);
+  answer *as = calloc(n, sizeof *as);
+  int *tasks = calloc(n, sizeof *tasks);
+  ckpt_vars *cv = calloc(n, sizeof *cv);
+  int rc = 0;
+  if (reqs == NULL || as == NULL || tasks == NULL || cv == NULL) {
+    rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Restore: out of memory");
+    goto out;
+  }
+  for (size_t i = 0; i < n; i++) {
+    tasks[i] = o->one_task ? o->task : (int)i;
+    ps_cl_req_init_(c, &reqs[i], tasks[i], M_RESTORE, &rq.base, true, false);
+    ps_cl_answer_init_(c, tasks[i], &reqs[i], &as[i], ps_cl_parse_restore_list_, &cv[i],
+                       NULL);
+  }
+  ps_cl_run_reqs_(c, reqs, tasks, n, true);
+  if ((rc = lists_agree(c, reqs, tasks, n, cv, st)) == 0) {
+    *out = cv[0];
+    memset(&cv[0], 0, sizeof cv[0]);
+  }
+out:
+  for (size_t i = 0; cv && i < n; i++)
+    ps_cl_ckpt_vars_fini_(&cv[i]);
+  free(cv);
+  free(tasks);
+  free(as);
+  free(reqs);
+  return rc;
+}
+
+/* What every ps task holds, in one array sorted by checkpoint key. */
+typedef struct live_vars {
+  ps_var_info **v; /* sorted by key */
+  size_t n;
+  ps_var_info **per; /* per task, as listed */
+  size_t *nper;
+  int nps;
+} live_vars;
+
+static const char *live_key(const ps_var_info *v) {
+  return v->full_name ? v->full_name : v->name;
+}
+
+static int cmp_live(const void *a, const void *b) {
+  return strcmp(live_key(*(ps_var_info *const *)a), live_key(*(ps_var_info *const *)b));
+}
+
+static void live_fini(live_vars *l) {
+  for (int t = 0; l->per && t < l->nps; t++)
+    ps_client_free_var_info(l->per[t], l->nper[t]);
+  free(l->per);
+  free(l->nper);
+  free(l->v);
+  memset(l, 0, sizeof *l);
+}
+
+static int live_list(ps_client *c, live_vars *l, ps_status *st) {
+  l->nps = c->nps;
+  l->per = calloc((size_t)c->nps, sizeof *l->per);
+  l->nper = calloc((size_t)c->nps, sizeof *l->nper);
+  if (l->per == NULL || l->nper == NULL)
+    return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Restore: out of memory");
+  size_t total = 0;
+  for (int t = 0; t < c->nps; t++) {
+    if (ps_client_list(c, t, &l->per[t], &l->nper[t], st) != 0) return st->code;
+    total += l->nper[t];
+  }
+  if ((l->v = calloc(total + 1, sizeof *l->v)) == NULL)
+    return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Restore: out of memory");
+  for (int t = 0; t < c->nps; t++)
+    for (size_t i = 0; i < l->nper[t]; i++)
+      l->v[l->n++] = &l->per[t][i];
+  qsort(l->v, l->n, sizeof *l->v, cmp_live);
+  return 0;
+}
+
+/* The first live variable of key @key, or l->n. */
+static size_t live_find(const live_vars *l, const char *key) {
+  size_t lo = 0, hi = l->n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (strcmp(live_key(l->v[mid]), key) < 0)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+/* Whether a ps holds @v: a variable of its key, plain, or a part whose
+ * elements overlap @v's (a partitioned variable restored into another
+ * number of ps has other parts). */
+static bool live_holds(const live_vars *l, const ckpt_var *v) {
+  int64_t n = ps_shape_num_elements(&v->shape);
+  for (size_t i = live_find(l, v->key); i < l->n && !strcmp(live_key(l->v[i]), v->key);
+       i++) {
+    const ps_var_info *w = l->v[i];
+    if (!v->part || w->full_name == NULL) return true;
+    int64_t wn = ps_shape_num_elements(&w->shape);
+    if (w->offset < v->offset + n && v->offset < w->offset + wn) return true;
+  }
+  return false;
+}
+
+/* "a, b, c, ..." of the variables of @cv that no ps holds, at most
+ * ABSENT_SHOWN of them, into @buf. */
+static void absent_names(const ckpt_vars *cv, char *buf, size_t size) {
+  size_t used = 0, shown = 0;
+  buf[0] = '\0';
+  for (size_t i = 0; i < cv->n && used < size; i++) {
+    if (cv->v[i].present) continue;
+    if (shown == ABSENT_SHOWN) {
+      snprintf(buf + used, size - used, ", ...");
+      return;
+    }
+    int w = snprintf(buf + used, size - used, "%s%s", shown ? ", " : "", cv->v[i].name);
+    used += w > 0 ? (size_t)w : 0;
+    shown++;
+  }
+}
+
+/* The ps task each variable of @cv goes to when created: @o's task, else
+ * round robin in the checkpoint's order. */
+static int place(const ps_client *c, const ps_restore_options *o, size_t i) {
+  return o->one_task ? o->task : (int)(i % (size_t)c->nps);
+}
+
+/* Deletes again the variables marked in @created (after a failure). */
+static void delete_created(ps_client *c, const ckpt_vars *cv, const ps_restore_options *o,
+                           const bool *created, const char **names) {
+  for (int t = 0; t < c->nps; t++) {
+    size_t k = 0;
+    for (size_t i = 0; i < cv->n; i++)
+      if (created[i] && place(c, o, i) == t) names[k++] = cv->v[i].name;
+    ps_status dst;
+    if (k && ps_client_delete(c, t, names, k, 0, NULL, &dst) != 0)
+      PS_WARN("restore: %zu variables created on ps/%d are left: %s", k, t, dst.msg);
+  }
+}
+
+/* Creates the variables of @cv that no ps holds on their tasks, marking
+ * them in @created. */
+static int create_absent(ps_client *c, const ckpt_vars *cv, const ps_restore_options *o,
+                         bool *created, ps_status *st) {
+  for (size_t i = 0; i < cv->n; i++)
+    if (!cv->v[i].present && cv->v[i].part && !cv->v[i].rows)
+      return ps_status_set(st, PS_INVALID_ARGUMENT,
+                           "restore: %s is saved in slices across more than its first "
+                           "dimension, which no ps variable holds: create it from its "
+                           "training program; nothing changed",
+                           cv->v[i].key);
+  ps_var_spec *specs = calloc(cv->n + 1, sizeof *specs);
+  if (specs == NULL) return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+  int rc = 0;
+  for (int t = 0; t < c->nps && rc == 0; t++) {
+    size_t k = 0;
+    for (size_t i = 0; i < cv->n; i++) {
+      const ckpt_var *v = &cv->v[i];
+      if (v->present || place(c, o, i) != t) continue;
+      specs[k++] = (ps_var_spec){.name = v->name,
+                                 .dtype = (ps_dtype)v->dtype,
+                                 .shape = v->shape,
+                                 .full_name = v->part ? v->key : NULL,
+                                 .full_shape = v->part ? &v->full_shape : NULL,
+                                 .offset = v->part ? v->offset : 0};
+    }
+    if (k == 0) continue;
+    rc = ps_client_create_vars(c, t, specs, k, st);
+    for (size_t i = 0; i < cv->n && rc == 0; i++)
+      created[i] |= !cv->v[i].present && place(c, o, i) == t;
+    if (rc == 0) PS_INFO("restore: created %zu variables on ps/%d", k, t);
+  }
+  free(specs);
+  return rc;
+}
+
+static int cmp_str(const void *a, const void *b) {
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* --only-missing: per task, the variables created now and those of the
+ * checkpoint a ps holds without a value. */
+static size_t missing_on(ps_client *c, const ckpt_vars *cv, const live_vars *l,
+                         const ps_restore_options *o, const bool *created,
+                         const char **keys, int t, const char **names) {
+  size_t k = 0;
+  for (size_t i = 0; i < cv->n; i++)
+    if (created[i] && place(c, o, i) == t) names[k++] = cv->v[i].name;
+  for (size_t i = 0; i < l->nper[t]; i++) {
+    const ps_var_info *w = &l->per[t][i];
+    const char *key = live_key(w);
+    if (!w->initialized && bsearch(&key, keys, cv->n, sizeof *keys, cmp_str))
+      names[k++] = w->name;
+  }
+  return k;
+}
+
+/* Restores what @o asks for from cv->prefix: every variable (of
+ * o->task), or only the missing ones, checked on every ps first. */
+static int restore_chosen(ps_client *c, const ckpt_vars *cv, const live_vars *l,
+                          const ps_restore_options *o, const bool *created,
+                          size_t *nrestored, ps_status *st) {
+  if (!o->only_missing && !o->one_task)
+    return ps_cl_restore_all_(c, cv->prefix, nrestored, st);
+  if (!o->only_missing)
+    return ps_cl_restore_vars_(c, o->task, cv->prefix, NULL, NULL, 0, false, nrestored,
+                               st);
+  size_t nl = 0;
+  for (int t = 0; t < c->nps; t++)
+    nl += l->nper[t];
+  const char **keys = calloc(cv->n + 1, sizeof *keys);
+  const char **names = calloc(cv->n + nl + 1, sizeof *names);
+  const char *const **per = calloc((size_t)c->nps, sizeof *per);
+  size_t *n = calloc((size_t)c->nps, sizeof *n);
+  char *checked = NULL;
+  int rc = 0, ntasks = 0;
+  if (keys == NULL || names == NULL || per == NULL || n == NULL) {
+    rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+    goto out;
+  }
+  for (size_t i = 0; i < cv->n; i++)
+    keys[i] = cv->v[i].key;
+  qsort(keys, cv->n, sizeof *keys, cmp_str);
+  size_t used = 0;
+  for (int t = 0; t < c->nps; t++) {
+    per[t] = names + used;
+    if (!o->one_task || t == o->task)
+      n[t] = missing_on(c, cv, l, o, created, keys, t, names + used);
+    used += n[t];
+    ntasks += n[t] > 0;
+  }
+  /* all or nothing across the ps, as ps_client_restore */
+  if (ntasks > 1)
+    rc = ps_client_check_restore_all(c, cv->prefix, per, NULL, n, &checked, st);
+  for (int t = 0; t < c->nps && rc == 0; t++) {
+    size_t k = 0;
+    if (n[t])
+      rc = ps_cl_restore_vars_(c, t, cv->prefix, per[t], NULL, n[t], false, &k, st);
+    *nrestored += k;
+  }
+out:
+  free(checked);
+  free(n);
+  free(per);
+  free(names);
+  free(keys);
+  return rc;
+}
+
+/* NOT_FOUND naming what exists on no ps task, with the way out. */
+static int absent_error(const ckpt_vars *cv, size_t absent, ps_status *st) {
+  char names[600];
+  absent_names(cv, names, sizeof names);
+  return ps_status_set(
+      st, PS_NOT_FOUND,
+      "restored 0 of %zu variables of %s (nothing changed); %zu exist on "
+      "no ps task: %s (a restarted ps comes back empty: recreate them "
+      "with psctl restore --create, or restore from the chief)",
+      cv->n, cv->prefix, absent, names);
+}
+
+int ps_client_restore_opts(ps_client *c, const char *prefix, const ps_restore_options *o,
+                           ps_restore_result *res, ps_status *st) {
+  ps_restore_options none = {0};
+  if (o == NULL) o = &none;
+  if (res) memset(res, 0, sizeof *res);
+  if (o->one_task && (o->task < 0 || o->task >= c->nps))
+    return ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "restore: ps task %d does not exist (the cluster has %d ps "
+                         "tasks: 0 to %d)",
+                         o->task, c->nps, c->nps - 1);
+  ckpt_vars cv = {0};
+  live_vars l = {0};
+  bool *created = NULL;
+  size_t absent = 0, ncreated = 0, nrestored = 0;
+  int rc = list_checkpoint(c, prefix, o, &cv, st);
+  if (rc == 0) rc = live_list(c, &l, st);
+  if (rc == 0 && (created = calloc(cv.n + 1, sizeof *created)) == NULL)
+    rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+  for (size_t i = 0; rc == 0 && i < cv.n; i++)
+    absent += !(cv.v[i].present = live_holds(&l, &cv.v[i]));
+  if (rc == 0 && absent > 0 && !o->create) rc = absent_error(&cv, absent, st);
+  if (rc == 0 && absent > 0) rc = create_absent(c, &cv, o, created, st);
+  if (rc == 0) rc = restore_chosen(c, &cv, &l, o, created, &nrestored, st);
+  for (size_t i = 0; created && i < cv.n; i++)
+    ncreated += created[i];
+  if (rc != 0 && ncreated > 0) { /* nothing changed: they go again */
+    const char **names = calloc(cv.n + 1, sizeof *names);
+    if (names) delete_created(c, &cv, o, created, names);
+    free(names);
+    ncreated = 0;
+  }
+  if (res) {
+    *res = (ps_restore_result){.restored = rc == 0 ? nrestored : 0,
+                               .total = cv.n,
+                               .absent = absent,
+                               .created = ncreated,
+                               .prefix = cv.prefix};
+    cv.prefix = NULL;
+  }
+  free(created);
+  live_fini(&l);
+  ps_cl_ckpt_vars_fini_(&cv);
+  return rc;
+}
+
+void ps_restore_result_fini(ps_restore_result *r) {
+  if (r == NULL) return;
+  free(r->prefix);
+  memset(r, 0, sizeof *r);
+}
+
+int ps_client_restore(ps_client *c, const char *prefix, size_t *nrestored,
+                      ps_status *st) {
+  ps_restore_result r;
+  int rc = ps_client_restore_opts(c, prefix, NULL, &r, st);
+  if (nrestored) *nrestored = r.restored;
+  ps_restore_result_fini(&r);
+  return rc;
+}
