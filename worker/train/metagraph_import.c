@@ -5,19 +5,18 @@
  * an op this build doesn't know, a bad dtype or shape, or extras that
  * don't fit their op name the file and the fault. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/array.h"
 #include "common/crc32c.h"
+#include "common/fileio.h"
 #include "common/variable.h"
 #include "meta.pb-c.h"
 #include "paramserver/partition.h"
 #include "saver_internal.h"
-
-extern const ps_op_def ps_op_variable_def_;
 
 typedef struct importer {
   const char *what; /* the file, for messages */
@@ -163,7 +162,7 @@ static int node_edges(importer *im, ps_node *n, const Paramserver__Meta__NodeDef
     return im->st->code;
   int kind = n->def->kind;
   if ((kind == PS_OPK_VAR_READ || kind == PS_OPK_VAR_INIT || kind == PS_OPK_VAR_UPDATE ||
-       kind == PS_OPK_VAR_IS_INIT || n->def == &ps_op_variable_def_) &&
+       kind == PS_OPK_VAR_IS_INIT || ps_node_is_variable_(n)) &&
       n->var == NULL)
     return bad(im, "node %s: a %s without its variable", n->name, n->def->type);
   if ((kind == PS_OPK_VAR_INIT || kind == PS_OPK_VAR_UPDATE) && n->nin < 1 &&
@@ -500,33 +499,23 @@ ps_graph *ps_meta_graph_parse(const uint8_t *p, size_t n, const char *what,
 
 ps_graph *ps_import_meta_graph(const char *path, ps_saver **saver, ps_status *st) {
   if (saver) *saver = NULL;
-  FILE *f = fopen(path, "rb");
-  if (f == NULL) {
-    ps_status_set(st, ps_status_code_from_errno(errno), "MetaGraph %s: %s", path,
-                  strerror(errno));
+  char *buf = NULL;
+  size_t n = 0;
+  const char *op = NULL;
+  int e = ps_read_file(AT_FDCWD, path, PS_READ_REGULAR, SIZE_MAX, &buf, &n, NULL, &op);
+  if (e == ENOMEM) {
+    ps_status_set(st, PS_RESOURCE_EXHAUSTED, "MetaGraph %s: out of memory", path);
     return NULL;
   }
-  uint8_t *buf = NULL;
-  size_t n = 0, cap = 0;
-  for (;;) {
-    if (ps_array_grow(&buf, &cap, n + (1 << 16), 1) != 0) {
-      free(buf);
-      fclose(f);
-      ps_status_set(st, PS_RESOURCE_EXHAUSTED, "MetaGraph %s: out of memory", path);
-      return NULL;
-    }
-    size_t r = fread(buf + n, 1, cap - n, f);
-    n += r;
-    if (r == 0) break;
-  }
-  bool err = ferror(f);
-  fclose(f);
-  if (err) {
-    free(buf);
-    ps_status_set(st, PS_INTERNAL, "MetaGraph %s: read error", path);
+  if (e != 0) {
+    if (op == NULL || strcmp(op, "opening") == 0)
+      ps_status_set(st, ps_status_code_from_errno(e), "MetaGraph %s: %s", path,
+                    strerror(e));
+    else
+      ps_status_set(st, PS_INTERNAL, "MetaGraph %s: read error: %s", path, strerror(e));
     return NULL;
   }
-  ps_graph *g = ps_meta_graph_parse(buf, n, path, saver, st);
+  ps_graph *g = ps_meta_graph_parse((const uint8_t *)buf, n, path, saver, st);
   free(buf);
   return g;
 }
