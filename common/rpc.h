@@ -89,7 +89,7 @@ typedef struct ps_rpc_handler {
  * (16 MiB) still gets in. */
 #define PS_RPC_MIN_MESSAGE_BYTES (((int64_t)16 << 20) + 16)
 
-/* Receive limits and resources of a server (ps-server flags, README
+/* Receive limits and resources of a server (ps-server flags, ps/SERVER.md
  * "Limits"). */
 typedef struct ps_rpc_server_options {
   int nthreads; /* completion-queue threads serving the handlers */
@@ -210,7 +210,7 @@ int ps_rpc_call_reply_data(ps_rpc_call *c, void *ptr, size_t len, ps_buf *owner)
 typedef struct ps_rpc_channel ps_rpc_channel;
 
 ps_rpc_channel *ps_rpc_channel_create(const char *target);
-/* How a client reaches a server that checks who calls (README "Security"). */
+/* How a client reaches a server that checks who calls (common/SECURITY.md). */
 typedef struct ps_rpc_channel_security {
   const char *ca_pem; /* verify the server against it: TLS (NULL: plaintext) */
   const char *cert_pem,
@@ -240,12 +240,12 @@ typedef struct ps_rpc_req {
   bool unary_response; /* the response never carries chunks */
   bool keep_open;      /* tests: never end the request stream (a stalled client) */
   int64_t timeout_ms;
-  /* A server that stops answering (README "Failures"): when > 0, a call
-   * that has heard nothing for this long ends DEADLINE_EXCEEDED, "METHOD:
-   * no answer for N s (--rpc-timeout)".  Hearing is any progress of the
-   * call, or an answer to @probe_method (an empty request, sent on the same
-   * channel once the call has been silent a while): a server that is busy or
-   * holds the call on purpose still answers it, a stopped one does not. */
+  /* A server that stops answering (deploy/DEPLOY.md "A ps that stops answering"): when >
+   * 0, a call that has heard nothing for this long ends DEADLINE_EXCEEDED, "METHOD: no
+   * answer for N s (--rpc-timeout)".  Hearing is any progress of the call, or an answer
+   * to @probe_method (an empty request, sent on the same channel once the call has been
+   * silent a while): a server that is busy or holds the call on purpose still answers it,
+   * a stopped one does not. */
   int64_t stall_timeout_ms;
   const char *probe_method;
   /* When not NULL: the CLOCK_MONOTONIC ns since which the call has heard

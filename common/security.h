@@ -1,5 +1,5 @@
 /* Who may call a ps: bearer tokens with a role, and the PEM files of TLS
- * (README "Security").  Used by common/rpc*.c (the check on every call,
+ * (common/SECURITY.md).  Used by common/rpc*.c (the check on every call,
  * the credentials) and by the programs that read the files. */
 #ifndef PS_SECURITY_H
 #define PS_SECURITY_H

@@ -33,7 +33,7 @@
  * characters, or longer than 4096 bytes, are INVALID_ARGUMENT, because
  * protobuf-c would cut "w\0evil" to "w"); every byte size goes through the
  * checked helpers of common/tensor.h and is held to the limits
- * (ps_service_limits, README "Limits") before anything is allocated.
+ * (ps_service_limits, ps/SERVER.md "Limits") before anything is allocated.
  * Variables may be deleted while other calls hold them (ps/store.h): a
  * handler checks ps_var_gone() once it holds a variable's lock. */
 #include "service.h"

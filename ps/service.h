@@ -12,7 +12,7 @@
 typedef struct ps_service ps_service;
 
 /* Limits on what one request may make the ps hold or do (flags of
- * ps-server; README "Limits").  Exceeding one is RESOURCE_EXHAUSTED naming
+ * ps-server; ps/SERVER.md "Limits").  Exceeding one is RESOURCE_EXHAUSTED naming
  * the limit and its flag, checked before anything is allocated. */
 typedef struct ps_service_limits {
   /* one variable, value, index list or gather response; also the bytes

@@ -1,6 +1,6 @@
 /* --max-message-bytes of psctl and ps-worker: the largest answer message
  * (header or data chunk) the client takes from a ps
- * (ps_client_options.max_message_bytes; README "Limits"). */
+ * (ps_client_options.max_message_bytes; ps/SERVER.md "Limits"). */
 #ifndef PS_CLIENT_FLAGS_H
 #define PS_CLIENT_FLAGS_H
 
@@ -13,10 +13,7 @@
 #include "paramserver/client.h"
 
 #define PS_MAX_MESSAGE_HELP                                                              \
-  "  --max-message-bytes N  the largest answer message (header or data chunk)\n"         \
-  "                    taken from a ps, with an optional K, M or G suffix\n"             \
-  "                    (default 32M, at least 16M+16); a larger one fails the\n"         \
-  "                    call with RESOURCE_EXHAUSTED naming this flag\n"
+  "  --max-message-bytes N  the largest answer message (default 32M)\n"
 
 /* Parses @s ("64M") into *@out; 0, or 2 after saying why on stderr. */
 static inline int ps_max_message_bytes_option(const char *prog, const char *s,

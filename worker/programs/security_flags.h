@@ -1,4 +1,4 @@
-/* The security flags psctl and ps-worker share (README "Security"): each
+/* The security flags psctl and ps-worker share (common/SECURITY.md): each
  * sets a field of ps_client_options; the environment variable named in
  * the help text applies when the flag is not given. */
 #ifndef PS_SECURITY_FLAGS_H
@@ -18,15 +18,12 @@
   }
 
 #define PS_SECURITY_HELP                                                                 \
-  "security (README \"Security\"; each also from the environment variable shown):\n"     \
-  "  --tls-ca FILE     TLS: the ps certificates must be signed by this PEM CA\n"         \
-  "                    (PS_TLS_CA)\n"                                                    \
+  "security (each also from the environment, else the spec):\n"                          \
+  "  --tls-ca FILE     TLS: the CA of the ps certificates (PS_TLS_CA)\n"                 \
   "  --tls-cert FILE   mutual TLS: this client's PEM certificate (PS_TLS_CERT)\n"        \
   "  --tls-key FILE    and its PEM key (PS_TLS_KEY)\n"                                   \
-  "  --tls-server-name NAME  the name in the ps certificates, when not each\n"           \
-  "                    task's host (PS_TLS_SERVER_NAME)\n"                               \
-  "  --token-file FILE send its token as 'authorization: Bearer TOKEN'\n"                \
-  "                    (PS_TOKEN_FILE; or the token itself in PS_AUTH_TOKEN)\n"
+  "  --tls-server-name NAME  the name in the ps certificates (PS_TLS_SERVER_NAME)\n"     \
+  "  --token-file FILE send this token on every call (PS_TOKEN_FILE; PS_AUTH_TOKEN)\n"
 
 /* true when @o was one of PS_SECURITY_OPTIONS (its value stored in @c). */
 static inline bool ps_security_option(int o, const char *arg, ps_client_options *c) {

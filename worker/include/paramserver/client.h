@@ -50,7 +50,7 @@ typedef struct ps_client_options {
   int max_retries;          /* UNAVAILABLE retries of safe calls (default 6) */
   int64_t retry_initial_ms; /* first backoff (default 50 ms), doubling */
   int64_t retry_max_ms;     /* backoff cap (default 2 s) */
-  /* Security (README "Security"); each NULL one is taken from the
+  /* Security (common/SECURITY.md); each NULL one is taken from the
    * environment variable named after it, if set.  tls_ca_file (PS_TLS_CA):
    * TLS, the ps certificates must be signed by this PEM CA; tls_cert_file
    * and tls_key_file (PS_TLS_CERT, PS_TLS_KEY): this client's certificate
@@ -65,8 +65,8 @@ typedef struct ps_client_options {
    * (--max-message-bytes of psctl and ps-worker).  0 or less: the default,
    * 32 MiB; raised to 16 MiB + 16 (a data chunk of any version). */
   int64_t max_message_bytes;
-  /* A ps that stops answering (stopped, hung, its host frozen; README
-   * "Failures"): a call that hears nothing for this long fails with
+  /* A ps that stops answering (stopped, hung, its host frozen; deploy/DEPLOY.md
+   * "A ps that stops answering"): a call that hears nothing for this long fails with
    * DEADLINE_EXCEEDED, "ps/1 at HOST:PORT: Update: no answer for 60 s
    * (--rpc-timeout)".  Hearing is any progress of the call, or an answer
    * to a Status call the client sends the same ps while the call is quiet:

@@ -35,7 +35,7 @@ typedef struct ps_cluster_job {
   char **addrs; /* ntasks entries; addrs[i] NULL for a hole (sparse form) */
 } ps_cluster_job;
 
-/* A spec's optional "security" section (README "Security"): paths of the
+/* A spec's optional "security" section (common/SECURITY.md): paths of the
  * files each program uses when neither its flag nor its environment
  * variable names one; NULL when absent.  The ps side: server_cert,
  * server_key, client_ca, auth_token_file, require_auth.  The clients: ca,
