@@ -7,7 +7,8 @@
 #
 #   deploy/demo.sh [--secure] [BUILD_DIR] [STEPS]
 #
-# --secure: the same job with TLS, client certificates and tokens (common/SECURITY.md): deploy/gen-certs.sh makes them, ps-launch --secure hands
+# --secure: the same job with TLS, client certificates and tokens
+# (common/SECURITY.md): deploy/gen-certs.sh makes them, ps-launch --secure hands
 # them out (the chief an admin token, the other worker a worker token), and
 # every ps runs with --require-auth.
 set -euo pipefail
