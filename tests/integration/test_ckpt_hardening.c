@@ -258,8 +258,7 @@ START_TEST(sigterm_during_a_long_save_keeps_the_previous_checkpoint) {
   /* a good checkpoint first */
   ps_up(NULL, "1");
   put_vars(20, 1000, 1.5f);
-  ck_assert_msg(ps_client_save(client, "first", NULL, NULL, NULL, &st) == 0, "%s",
-                st.msg);
+  PS_ASSERT_OK(ps_client_save(client, "first", NULL, NULL, NULL, &st), st);
   ck_assert_int_eq(ps_term(30), 0);
   ps_down();
   char state[400];
@@ -346,8 +345,7 @@ START_TEST(sigterm_during_a_long_restore_or_merge) {
   ps_status st;
   ps_up(NULL, "1");
   put_vars(20, 100, 1.5f);
-  ck_assert_msg(ps_client_save(client, "first", NULL, NULL, NULL, &st) == 0, "%s",
-                st.msg);
+  PS_ASSERT_OK(ps_client_save(client, "first", NULL, NULL, NULL, &st), st);
   ck_assert_int_eq(ps_term(30), 0);
   ps_down();
   char state[400];
@@ -477,7 +475,7 @@ START_TEST(a_restore_that_fails_leaves_every_variable_as_it_was) {
   ps_status st;
   ps_up("PS_SLOW_AT=restore_tensor:3000", "1");
   put_vars(2, BIG, 1.5f);
-  ck_assert_msg(ps_client_save(client, "big", NULL, NULL, NULL, &st) == 0, "%s", st.msg);
+  PS_ASSERT_OK(ps_client_save(client, "big", NULL, NULL, NULL, &st), st);
   put_vars(2, BIG, 9.0f);
   char prefix[400], data[600];
   snprintf(prefix, sizeof prefix, "%s/big", ck);
@@ -509,7 +507,7 @@ START_TEST(a_restore_that_fails_leaves_every_variable_as_it_was) {
   /* corrupt before: the restore fails, nothing changes */
   ps_up(NULL, "1");
   put_vars(2, BIG, 9.0f);
-  ck_assert_int_eq(ps_client_restore(client, "big", NULL, &st), PS_DATA_LOSS);
+  PS_ASSERT_CODE(ps_client_restore(client, "big", NULL, &st), st, PS_DATA_LOSS);
   ck_assert_msg(strstr(st.msg, "checksum") && strstr(st.msg, "v00"), "%s", st.msg);
   ck_assert(all_are("v00", BIG, 9.0f));
   ck_assert(all_are("v01", BIG, 9.0f));
@@ -559,8 +557,8 @@ START_TEST(the_checkpoint_quota_counts_index_files) {
   }
   ps_tensor_destroy(one);
   free(names);
-  ck_assert_int_eq(ps_client_save(client, "names", NULL, NULL, NULL, &st),
-                   PS_RESOURCE_EXHAUSTED);
+  PS_ASSERT_CODE(ps_client_save(client, "names", NULL, NULL, NULL, &st), st,
+                 PS_RESOURCE_EXHAUSTED);
   ck_assert_msg(strstr(st.msg, "more than --max-checkpoint-bytes 3145728") &&
                     strstr(st.msg, "(tensors and index)"),
                 "%s", st.msg);
@@ -586,21 +584,19 @@ START_TEST(symbolic_links_cannot_lead_out_of_the_checkpoint_directory) {
   snprintf(p, sizeof p, "%s/link", ck);
   ck_assert_int_eq(symlink(out, p), 0);
   ck_assert_int_ne(ps_client_save(client, "link/m", NULL, NULL, NULL, &st), 0);
-  ck_assert_int_eq(st.code, PS_PERMISSION_DENIED);
+  PS_ASSERT_CODE(st.code, st, PS_PERMISSION_DENIED);
   ck_assert_msg(strstr(st.msg, "link/m") && strstr(st.msg, "outside the checkpoint"),
                 "%s", st.msg);
   ck_assert(!exists("%s/m_temp%s", out, ""));
   ck_assert(!exists("%s/m%s", out, ".index"));
   ck_assert_int_ne(ps_client_restore(client, "link/good", NULL, &st), 0);
-  ck_assert_int_eq(st.code, PS_PERMISSION_DENIED);
-  ck_assert_msg(strstr(st.msg, "link/good"), "%s", st.msg);
+  PS_ASSERT_STATUS(st.code, st, PS_PERMISSION_DENIED, "link/good");
   /* a file link: evil.index -> outside/good.index */
   snprintf(p, sizeof p, "%s/evil.index", ck);
   snprintf(q, sizeof q, "%s/good.index", out);
   ck_assert_int_eq(symlink(q, p), 0);
   ck_assert_int_ne(ps_client_restore(client, "evil", NULL, &st), 0);
-  ck_assert_int_eq(st.code, PS_PERMISSION_DENIED);
-  ck_assert_msg(strstr(st.msg, "evil.index"), "%s", st.msg);
+  PS_ASSERT_STATUS(st.code, st, PS_PERMISSION_DENIED, "evil.index");
   /* a data file link: mixed.index inside, its data outside */
   snprintf(p, sizeof p, "cp %s/good.index %s/mixed.index", ck, ck);
   ck_assert_int_eq(system(p), 0);
@@ -608,13 +604,12 @@ START_TEST(symbolic_links_cannot_lead_out_of_the_checkpoint_directory) {
   snprintf(q, sizeof q, "%s/good.data-00000-of-00001", out);
   ck_assert_int_eq(symlink(q, p), 0);
   ck_assert_int_ne(ps_client_restore(client, "mixed", NULL, &st), 0);
-  ck_assert_int_eq(st.code, PS_PERMISSION_DENIED);
-  ck_assert_msg(strstr(st.msg, "mixed.data-00000-of-00001"), "%s", st.msg);
+  PS_ASSERT_STATUS(st.code, st, PS_PERMISSION_DENIED, "mixed.data-00000-of-00001");
   /* a temp directory link, and a dangling link where a file will go */
   snprintf(p, sizeof p, "%s/t_temp", ck);
   ck_assert_int_eq(symlink(out, p), 0);
   ck_assert_int_ne(ps_client_save(client, "t", NULL, NULL, NULL, &st), 0);
-  ck_assert_int_eq(st.code, PS_PERMISSION_DENIED);
+  PS_ASSERT_CODE(st.code, st, PS_PERMISSION_DENIED);
   ck_assert(!exists("%s/part-00000-of-00001.index%s", out, ""));
   snprintf(p, sizeof p, "%s/d_temp", ck);
   ck_assert_int_eq(mkdir(p, 0755), 0);
@@ -622,8 +617,7 @@ START_TEST(symbolic_links_cannot_lead_out_of_the_checkpoint_directory) {
   snprintf(q, sizeof q, "%s/planted.index", out);
   ck_assert_int_eq(symlink(q, p), 0);
   ck_assert_int_ne(ps_client_save(client, "d", NULL, NULL, NULL, &st), 0);
-  ck_assert_int_eq(st.code, PS_PERMISSION_DENIED);
-  ck_assert_msg(strstr(st.msg, "does not resolve"), "%s", st.msg);
+  PS_ASSERT_STATUS(st.code, st, PS_PERMISSION_DENIED, "does not resolve");
   ck_assert(!exists("%s/planted.index%s", out, ""));
   /* a link that stays inside: the paths check passes, but a save or a
    * restore opens its directories without following links (issue 21) */
@@ -631,23 +625,22 @@ START_TEST(symbolic_links_cannot_lead_out_of_the_checkpoint_directory) {
   ck_assert_int_eq(mkdir(p, 0755), 0);
   snprintf(q, sizeof q, "%s/alias", ck);
   ck_assert_int_eq(symlink(p, q), 0);
-  ck_assert_int_eq(ps_client_save(client, "alias/m", NULL, NULL, NULL, &st),
-                   PS_PERMISSION_DENIED);
+  PS_ASSERT_CODE(ps_client_save(client, "alias/m", NULL, NULL, NULL, &st), st,
+                 PS_PERMISSION_DENIED);
   ck_assert_msg(
       strstr(st.msg, "alias") &&
           strstr(st.msg, "links under the checkpoint directory are not followed"),
       "%s", st.msg);
   ck_assert(!exists("%s/real/m_temp%s", ck, ""));
-  ck_assert_int_eq(ps_client_restore(client, "alias/good", NULL, &st),
-                   PS_PERMISSION_DENIED);
-  ck_assert_msg(strstr(st.msg, "links under the checkpoint directory are not followed"),
-                "%s", st.msg);
+  PS_ASSERT_STATUS(ps_client_restore(client, "alias/good", NULL, &st), st,
+                   PS_PERMISSION_DENIED,
+                   "links under the checkpoint directory are not followed");
   /* the temp directory a link that stays inside: the save cannot hold it */
   snprintf(p, sizeof p, "%s/in_temp", ck);
   snprintf(q, sizeof q, "%s/real", ck);
   ck_assert_int_eq(symlink(q, p), 0);
-  ck_assert_int_eq(ps_client_save(client, "in", NULL, NULL, NULL, &st),
-                   PS_PERMISSION_DENIED);
+  PS_ASSERT_CODE(ps_client_save(client, "in", NULL, NULL, NULL, &st), st,
+                 PS_PERMISSION_DENIED);
   char held[400];
   snprintf(held, sizeof held, "cannot hold %s/in_temp: ", ck);
   ck_assert_msg(strstr(st.msg, held) && strstr(st.msg, "not followed"), "%s", st.msg);
@@ -655,8 +648,7 @@ START_TEST(symbolic_links_cannot_lead_out_of_the_checkpoint_directory) {
   ck_assert(!exists("%s/in%s", ck, ".index"));
   /* the variables are as they were, and a good save still works */
   ck_assert(get_var("v00") == 3.0f);
-  ck_assert_msg(ps_client_save(client, "again", NULL, NULL, NULL, &st) == 0, "%s",
-                st.msg);
+  PS_ASSERT_OK(ps_client_save(client, "again", NULL, NULL, NULL, &st), st);
   ck_assert_int_eq(ps_term(30), 0);
 }
 END_TEST
@@ -847,7 +839,7 @@ START_TEST(a_failed_merge_removes_what_it_wrote) {
   snprintf(p, sizeof p, "%s/checkpoint", ck);
   ck_assert_int_eq(mkdir(p, 0755), 0);
   ck_assert_int_ne(ps_client_save(client, "m", NULL, NULL, NULL, &st), 0);
-  ck_assert_int_eq(st.code, PS_UNKNOWN); /* EISDIR */
+  PS_ASSERT_CODE(st.code, st, PS_UNKNOWN); /* EISDIR */
   ck_assert_msg(strstr(st.msg, "checkpoint state ") && strstr(st.msg, p) &&
                     strstr(st.msg, "Is a directory"),
                 "%s", st.msg);
@@ -891,8 +883,8 @@ START_TEST(retention_never_deletes_outside_the_directory) {
   size_t n0 = 0;
   char *state0 = slurp(q, &n0);
   ck_assert_ptr_nonnull(state0);
-  ck_assert_int_eq(ps_client_save(client, "c", &o, NULL, NULL, &st),
-                   PS_PERMISSION_DENIED);
+  PS_ASSERT_CODE(ps_client_save(client, "c", &o, NULL, NULL, &st), st,
+                 PS_PERMISSION_DENIED);
   char named[800];
   snprintf(named, sizeof named, "checkpoint state %s: ", p);
   ck_assert_msg(

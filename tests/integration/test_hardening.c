@@ -209,29 +209,27 @@ START_TEST(update_of_a_size_that_does_not_fit_is_refused) {
   int64_t huge[1] = {4611686018427387903LL};
   ps_status st =
       raw_update("w", PARAMSERVER__UPDATE_OP__ASSIGN, PS_DT_FLOAT, huge, 1, 0, 0, 100);
-  ck_assert_int_eq(st.code, PS_INVALID_ARGUMENT);
-  PS_ASSERT_MSG_HAS(
-      st, "Assign w: float of shape [4611686018427387903] does not fit in memory");
+  PS_ASSERT_STATUS(
+      st.code, st, PS_INVALID_ARGUMENT,
+      "Assign w: float of shape [4611686018427387903] does not fit in memory");
   st = raw_update("w", PARAMSERVER__UPDATE_OP__ASSIGN, PS_DT_FLOAT, huge, 1, 0, 0,
                   1 << 20);
-  ck_assert_int_eq(st.code, PS_INVALID_ARGUMENT);
+  PS_ASSERT_CODE(st.code, st, PS_INVALID_ARGUMENT);
   /* 4 TiB fits a size_t but not the default --max-tensor-bytes (memory) */
   int64_t big[1] = {1LL << 40};
   st =
       raw_update("w", PARAMSERVER__UPDATE_OP__ASSIGN_ADD, PS_DT_FLOAT, big, 1, 0, 0, 100);
-  ck_assert_int_eq(st.code, PS_RESOURCE_EXHAUSTED);
-  PS_ASSERT_MSG_HAS(st,
-                    "AssignAdd w: float of shape [1099511627776] is 4398046511104 bytes, "
-                    "above the limit of ");
+  PS_ASSERT_STATUS(st.code, st, PS_RESOURCE_EXHAUSTED,
+                   "AssignAdd w: float of shape [1099511627776] is 4398046511104 bytes, "
+                   "above the limit of ");
   PS_ASSERT_MSG_HAS(st, "bytes (--max-tensor-bytes)");
   /* 2^61 int64 indices: 2^64 bytes */
   int64_t rows[2] = {1, 3};
   st = raw_update("w", PARAMSERVER__UPDATE_OP__SCATTER_UPDATE, PS_DT_FLOAT, rows, 2,
                   PS_DT_INT64, 1LL << 61, 100);
-  ck_assert_int_eq(st.code, PS_INVALID_ARGUMENT);
-  PS_ASSERT_MSG_HAS(st,
-                    "ScatterUpdate w: int64 of shape [2305843009213693952] does not fit "
-                    "in memory");
+  PS_ASSERT_STATUS(st.code, st, PS_INVALID_ARGUMENT,
+                   "ScatterUpdate w: int64 of shape [2305843009213693952] does not fit "
+                   "in memory");
   assert_w_unchanged();
 }
 END_TEST
@@ -242,32 +240,29 @@ START_TEST(create_of_a_size_that_does_not_fit_is_refused) {
   ps_var_spec v = {
       .name = "big", .dtype = PS_DT_FLOAT, .shape = shp1(1LL << 62), .init = &z};
   ps_status st;
-  ck_assert_int_eq(ps_client_create_vars(C, 0, &v, 1, &st), PS_INVALID_ARGUMENT);
-  PS_ASSERT_MSG_HAS(
-      st, "Create big: float of shape [4611686018427387904] does not fit in memory");
+  PS_ASSERT_STATUS(
+      ps_client_create_vars(C, 0, &v, 1, &st), st, PS_INVALID_ARGUMENT,
+      "Create big: float of shape [4611686018427387904] does not fit in memory");
   v.shape = shp2(1LL << 31, 1LL << 31);
-  ck_assert_int_eq(ps_client_create_vars(C, 0, &v, 1, &st), PS_INVALID_ARGUMENT);
-  PS_ASSERT_MSG_HAS(st,
-                    "Create big: float of shape [2147483648,2147483648] does not fit");
+  PS_ASSERT_STATUS(ps_client_create_vars(C, 0, &v, 1, &st), st, PS_INVALID_ARGUMENT,
+                   "Create big: float of shape [2147483648,2147483648] does not fit");
   v.shape = shp1(1LL << 50);
-  ck_assert_int_eq(ps_client_create_vars(C, 0, &v, 1, &st), PS_RESOURCE_EXHAUSTED);
-  PS_ASSERT_MSG_HAS(st,
-                    "Create big: float of shape [1125899906842624] is 4503599627370496 "
-                    "bytes, above the limit of ");
+  PS_ASSERT_STATUS(ps_client_create_vars(C, 0, &v, 1, &st), st, PS_RESOURCE_EXHAUSTED,
+                   "Create big: float of shape [1125899906842624] is 4503599627370496 "
+                   "bytes, above the limit of ");
   PS_ASSERT_MSG_HAS(st, "(--max-tensor-bytes)");
   ck_assert(!exists("big"));
   /* nothing to initialize: Initialize of everything still works */
-  ck_assert_int_eq(ps_client_initialize(C, 0, NULL, 0, false, NULL, &st), 0);
+  PS_ASSERT_OK(ps_client_initialize(C, 0, NULL, 0, false, NULL, &st), st);
   assert_w_unchanged();
 }
 END_TEST
 
 START_TEST(huge_gather_is_refused_before_allocating) {
   ps_status st = raw_gather("w", PS_DT_INT64, (1LL << 61) - 1, 100);
-  ck_assert_int_eq(st.code, PS_RESOURCE_EXHAUSTED);
-  PS_ASSERT_MSG_HAS(st,
-                    "Gather w: 2305843009213693951 rows, above the limit of 1048576 per "
-                    "gather (--max-gather-rows)");
+  PS_ASSERT_STATUS(st.code, st, PS_RESOURCE_EXHAUSTED,
+                   "Gather w: 2305843009213693951 rows, above the limit of 1048576 per "
+                   "gather (--max-gather-rows)");
   st = raw_gather("w", PS_DT_INT32, -5, 0);
   PS_ASSERT_STATUS(st.code, st, PS_INVALID_ARGUMENT, "Gather w: negative index count -5");
   assert_w_unchanged();
@@ -287,9 +282,9 @@ START_TEST(read_with_too_many_names_is_refused) {
   req.items = ip;
   req.n_items = n;
   ps_status st = raw_msg("/paramserver.Ps/Read", &req.base, false);
-  ck_assert_int_eq(st.code, PS_RESOURCE_EXHAUSTED);
-  PS_ASSERT_MSG_HAS(st, "Read: 100001 items, above the limit of 100000 per call "
-                        "(--max-read-names)");
+  PS_ASSERT_STATUS(st.code, st, PS_RESOURCE_EXHAUSTED,
+                   "Read: 100001 items, above the limit of 100000 per call "
+                   "(--max-read-names)");
   free(ip);
   free(items);
   assert_w_unchanged();
@@ -351,9 +346,9 @@ START_TEST(bad_initializers_are_refused_at_create) {
       {.name = "a", .dtype = PS_DT_FLOAT, .shape = shp1(3), .init = &z},
       {.name = "m", .dtype = PS_DT_FLOAT, .shape = shp1(3), .init = &bad}};
   ps_status st;
-  ck_assert_int_eq(ps_client_create_vars(C, 0, v, 2, &st), PS_INVALID_ARGUMENT);
-  PS_ASSERT_MSG_HAS(st, "variable m: random_uniform needs minval <= maxval, got minval=2 "
-                        "maxval=1");
+  PS_ASSERT_STATUS(ps_client_create_vars(C, 0, v, 2, &st), st, PS_INVALID_ARGUMENT,
+                   "variable m: random_uniform needs minval <= maxval, got minval=2 "
+                   "maxval=1");
   v[1].init = &neg;
   PS_ASSERT_STATUS(ps_client_create_vars(C, 0, v, 2, &st), st, PS_INVALID_ARGUMENT,
                    "variable m: truncated_normal needs stddev >= 0, got -1");
@@ -363,18 +358,17 @@ START_TEST(bad_initializers_are_refused_at_create) {
                    "variable m: constant 300 is not representable as int8");
   v[1].dtype = PS_DT_FLOAT;
   v[1].init = &lst;
-  ck_assert_int_eq(ps_client_create_vars(C, 0, v, 2, &st), PS_INVALID_ARGUMENT);
-  PS_ASSERT_MSG_HAS(st, "variable m: Too many elements provided. Needed at most 3, but "
-                        "received 5");
+  PS_ASSERT_STATUS(ps_client_create_vars(C, 0, v, 2, &st), st, PS_INVALID_ARGUMENT,
+                   "variable m: Too many elements provided. Needed at most 3, but "
+                   "received 5");
   /* nothing was created, and Initialize of everything keeps working */
   ck_assert(!exists("a"));
   ck_assert(!exists("m"));
   size_t ninit = 0;
-  ck_assert_int_eq(ps_client_initialize(C, 0, NULL, 0, false, &ninit, &st), 0);
+  PS_ASSERT_OK(ps_client_initialize(C, 0, NULL, 0, false, &ninit, &st), st);
   v[1].init = &z;
   PS_ASSERT_OK(ps_client_create_vars(C, 0, v, 2, &st), st);
-  ck_assert_msg(ps_client_initialize(C, 0, NULL, 0, false, &ninit, &st) == 0, "%s",
-                st.msg);
+  PS_ASSERT_OK(ps_client_initialize(C, 0, NULL, 0, false, &ninit, &st), st);
   ck_assert_uint_eq(ninit, 2);
   assert_w_unchanged();
 }
@@ -385,16 +379,15 @@ START_TEST(initialize_changes_nothing_when_one_name_fails) {
   ps_init_spec_default(&one, PS_INIT_ONES);
   create("a", PS_DT_FLOAT, shp1(3), &one);
   ps_status st;
-  ck_assert_int_eq(ps_client_initialize(C, 0, NULL, 0, false, NULL, &st), 0);
+  PS_ASSERT_OK(ps_client_initialize(C, 0, NULL, 0, false, NULL, &st), st);
   float v[3] = {7, 7, 7};
   assign_f("a", shp1(3), v);
   const char *names[3] = {"a", "w", "nosuch"};
   PS_ASSERT_STATUS(ps_client_initialize(C, 0, names, 3, false, NULL, &st), st,
                    PS_NOT_FOUND, "variable nosuch does not exist on ps/0");
   /* w has no initializer: FAILED_PRECONDITION, a keeps its value */
-  ck_assert_int_eq(ps_client_initialize(C, 0, names, 2, false, NULL, &st),
-                   PS_FAILED_PRECONDITION);
-  PS_ASSERT_MSG_HAS(st, "variable w has no initializer on ps/0");
+  PS_ASSERT_STATUS(ps_client_initialize(C, 0, names, 2, false, NULL, &st), st,
+                   PS_FAILED_PRECONDITION, "variable w has no initializer on ps/0");
   ps_tensor *r = read1("a", &st);
   ck_assert_ptr_nonnull(r);
   ck_assert(((float *)ps_tensor_data(r))[0] == 7);
@@ -426,7 +419,7 @@ START_TEST(parked_update_past_its_deadline_is_dropped) {
   ps_tensor *t = ps_tensor_create(PS_DT_FLOAT, &s, false);
   memcpy(ps_tensor_data(t), one, sizeof one);
   ps_update u = {.name = "w", .op = PS_ASSIGN_ADD, .value = t};
-  ck_assert_int_eq(ps_client_update(fast, 0, &u, 1, &st), PS_DEADLINE_EXCEEDED);
+  PS_ASSERT_CODE(ps_client_update(fast, 0, &u, 1, &st), st, PS_DEADLINE_EXCEEDED);
   ps_client_destroy(fast);
   ps_tensor_destroy(t);
   past_server_deadline();
@@ -513,10 +506,9 @@ START_TEST(sync_local_step_at_int64_max_is_refused) {
   req.inline_data.data = (uint8_t *)one;
   req.inline_data.len = sizeof one;
   ps_status st = raw_msg("/paramserver.Ps/Update", &req.base, true);
-  ck_assert_int_eq(st.code, PS_INVALID_ARGUMENT);
-  PS_ASSERT_MSG_HAS(st,
-                    "AssignAdd w: sync_local_step must be in [0, 9223372036854775807), "
-                    "got 9223372036854775807");
+  PS_ASSERT_STATUS(st.code, st, PS_INVALID_ARGUMENT,
+                   "AssignAdd w: sync_local_step must be in [0, 9223372036854775807), "
+                   "got 9223372036854775807");
   assert_w_unchanged();
 }
 END_TEST
@@ -546,67 +538,58 @@ START_TEST(key_space_conflicts_are_refused) {
   ps_status st;
   ps_init_spec z;
   ps_init_spec_default(&z, PS_INIT_ZEROS);
-  ck_assert_msg(
-      create_part("P/part_0", "P", shp2(2, 2), shp2(4, 2), 0, PS_DT_FLOAT, &st) == 0,
-      "%s", st.msg);
+  PS_ASSERT_OK(create_part("P/part_0", "P", shp2(2, 2), shp2(4, 2), 0, PS_DT_FLOAT, &st),
+               st);
   /* a plain P beside parts of P */
   ps_var_spec plain = {
       .name = "P", .dtype = PS_DT_FLOAT, .shape = shp2(4, 2), .init = &z};
-  ck_assert_int_eq(ps_client_create_vars(C, 0, &plain, 1, &st), PS_ALREADY_EXISTS);
-  PS_ASSERT_MSG_HAS(st,
-                    "variable P: P is the full name of the partitioned variable whose "
-                    "part P/part_0 is on ps/0");
+  PS_ASSERT_STATUS(ps_client_create_vars(C, 0, &plain, 1, &st), st, PS_ALREADY_EXISTS,
+                   "variable P: P is the full name of the partitioned variable whose "
+                   "part P/part_0 is on ps/0");
   /* the other order: parts of the plain variable w */
-  ck_assert_int_eq(
-      create_part("w/part_0", "w", shp2(1, 3), shp2(2, 3), 0, PS_DT_FLOAT, &st),
-      PS_ALREADY_EXISTS);
-  PS_ASSERT_MSG_HAS(st, "variable w/part_0: its full name w is a variable on ps/0");
+  PS_ASSERT_STATUS(
+      create_part("w/part_0", "w", shp2(1, 3), shp2(2, 3), 0, PS_DT_FLOAT, &st), st,
+      PS_ALREADY_EXISTS, "variable w/part_0: its full name w is a variable on ps/0");
   /* overlapping parts: rows [1, 3) overlap rows [0, 2) */
-  ck_assert_int_eq(
-      create_part("P/part_1", "P", shp2(2, 2), shp2(4, 2), 2, PS_DT_FLOAT, &st),
-      PS_INVALID_ARGUMENT);
-  PS_ASSERT_MSG_HAS(st,
-                    "variable P/part_1: its elements [2, 6) of P overlap those of part "
-                    "P/part_0 [0, 4)");
+  PS_ASSERT_STATUS(
+      create_part("P/part_1", "P", shp2(2, 2), shp2(4, 2), 2, PS_DT_FLOAT, &st), st,
+      PS_INVALID_ARGUMENT,
+      "variable P/part_1: its elements [2, 6) of P overlap those of part "
+      "P/part_0 [0, 4)");
   /* disagreeing full shape, dtype */
-  ck_assert_int_eq(
-      create_part("P/part_1", "P", shp2(2, 2), shp2(6, 2), 4, PS_DT_FLOAT, &st),
-      PS_INVALID_ARGUMENT);
-  PS_ASSERT_MSG_HAS(st,
-                    "variable P/part_1: part of P with dtype float and full shape [6,2], "
-                    "but its part P/part_0 has dtype float and full shape [4,2]");
-  ck_assert_int_eq(
-      create_part("P/part_1", "P", shp2(2, 2), shp2(4, 2), 4, PS_DT_DOUBLE, &st),
-      PS_INVALID_ARGUMENT);
-  PS_ASSERT_MSG_HAS(st, "but its part P/part_0 has dtype float");
+  PS_ASSERT_STATUS(
+      create_part("P/part_1", "P", shp2(2, 2), shp2(6, 2), 4, PS_DT_FLOAT, &st), st,
+      PS_INVALID_ARGUMENT,
+      "variable P/part_1: part of P with dtype float and full shape [6,2], "
+      "but its part P/part_0 has dtype float and full shape [4,2]");
+  PS_ASSERT_STATUS(
+      create_part("P/part_1", "P", shp2(2, 2), shp2(4, 2), 4, PS_DT_DOUBLE, &st), st,
+      PS_INVALID_ARGUMENT, "but its part P/part_0 has dtype float");
   /* a part outside its full shape */
-  ck_assert_int_eq(
-      create_part("P/part_1", "P", shp2(2, 2), shp2(4, 2), 6, PS_DT_FLOAT, &st),
-      PS_INVALID_ARGUMENT);
-  PS_ASSERT_MSG_HAS(
-      st, "variable P/part_1: variable P: elements [6, 6 + 4) are outside shape "
-          "[4,2]");
+  PS_ASSERT_STATUS(
+      create_part("P/part_1", "P", shp2(2, 2), shp2(4, 2), 6, PS_DT_FLOAT, &st), st,
+      PS_INVALID_ARGUMENT,
+      "variable P/part_1: variable P: elements [6, 6 + 4) are outside shape "
+      "[4,2]");
   ck_assert(!exists("P/part_1"));
   ck_assert(!exists("P"));
   /* the right second part works, and a batch with a conflict creates nothing */
   ps_var_spec two[2] = {
       {.name = "Q", .dtype = PS_DT_FLOAT, .shape = shp1(2), .init = &z},
       {.name = "P", .dtype = PS_DT_FLOAT, .shape = shp1(2), .init = &z}};
-  ck_assert_int_eq(ps_client_create_vars(C, 0, two, 2, &st), PS_ALREADY_EXISTS);
+  PS_ASSERT_CODE(ps_client_create_vars(C, 0, two, 2, &st), st, PS_ALREADY_EXISTS);
   ck_assert(!exists("Q"));
-  ck_assert_msg(
-      create_part("P/part_1", "P", shp2(2, 2), shp2(4, 2), 4, PS_DT_FLOAT, &st) == 0,
-      "%s", st.msg);
-  ck_assert_int_eq(ps_client_initialize(C, 0, NULL, 0, false, NULL, &st), 0);
+  PS_ASSERT_OK(create_part("P/part_1", "P", shp2(2, 2), shp2(4, 2), 4, PS_DT_FLOAT, &st),
+               st);
+  PS_ASSERT_OK(ps_client_initialize(C, 0, NULL, 0, false, NULL, &st), st);
   /* a part's shape cannot change, even with validate_shape off */
   ps_shape s3 = shp2(3, 2);
   ps_tensor *t = ps_tensor_create(PS_DT_FLOAT, &s3, true);
   ps_update u = {
       .name = "P/part_1", .op = PS_ASSIGN, .value = t, .no_validate_shape = true};
-  ck_assert_int_eq(ps_client_update(C, 0, &u, 1, &st), PS_INVALID_ARGUMENT);
-  PS_ASSERT_MSG_HAS(st,
-                    "Assign P/part_1: a part of partitioned variable P cannot change its "
-                    "shape ([2,2] to [3,2], validate_shape off)");
+  PS_ASSERT_STATUS(ps_client_update(C, 0, &u, 1, &st), st, PS_INVALID_ARGUMENT,
+                   "Assign P/part_1: a part of partitioned variable P cannot change its "
+                   "shape ([2,2] to [3,2], validate_shape off)");
   ps_tensor_destroy(t);
   ps_tensor *r = read1("P/part_1", &st);
   ck_assert_ptr_nonnull(r);
@@ -628,9 +611,8 @@ START_TEST(delete_removes_variables_and_their_slots) {
   ps_status st;
   /* a name that matches nothing: NOT_FOUND, nothing deleted */
   const char *bad[2] = {"w", "nosuch"};
-  ck_assert_int_eq(ps_client_delete(C, 0, bad, 2, PS_DELETE_SLOTS, NULL, &st),
-                   PS_NOT_FOUND);
-  PS_ASSERT_MSG_HAS(st, "variable nosuch does not exist on ps/0");
+  PS_ASSERT_STATUS(ps_client_delete(C, 0, bad, 2, PS_DELETE_SLOTS, NULL, &st), st,
+                   PS_NOT_FOUND, "variable nosuch does not exist on ps/0");
   assert_w_unchanged();
   /* control characters are refused before anything is looked up */
   Paramserver__DeleteRequest dr = PARAMSERVER__DELETE_REQUEST__INIT;
@@ -642,19 +624,18 @@ START_TEST(delete_removes_variables_and_their_slots) {
   patch(b, n, "wXu", "w\nu", 3);
   st = raw_call("/paramserver.Ps/Delete", b, n, NULL, true, 10000);
   free(b);
-  ck_assert_int_eq(st.code, PS_INVALID_ARGUMENT);
-  PS_ASSERT_MSG_HAS(
-      st, "Delete: DeleteRequest.names \"w\\x0au\" contains a control character");
+  PS_ASSERT_STATUS(
+      st.code, st, PS_INVALID_ARGUMENT,
+      "Delete: DeleteRequest.names \"w\\x0au\" contains a control character");
   PS_ASSERT_STATUS(ps_client_delete(C, 0, NULL, 0, 0, NULL, &st), st, PS_INVALID_ARGUMENT,
                    "Delete: no variable names given");
   ps_task_status ts;
-  ck_assert_int_eq(ps_client_status(C, 0, &ts, &st), 0);
+  PS_ASSERT_OK(ps_client_status(C, 0, &ts, &st), st);
   ck_assert_int_eq(ts.num_vars, 5);
   ck_assert_int_eq(ts.bytes, 24); /* w; the others are not initialized */
   ps_delete_result res;
   const char *w[1] = {"w"};
-  ck_assert_msg(ps_client_delete(C, 0, w, 1, PS_DELETE_SLOTS, &res, &st) == 0, "%s",
-                st.msg);
+  PS_ASSERT_OK(ps_client_delete(C, 0, w, 1, PS_DELETE_SLOTS, &res, &st), st);
   ck_assert_uint_eq(res.ndeleted, 3);
   ck_assert_str_eq(res.deleted[0], "w");
   ck_assert_str_eq(res.deleted[1], "w/Adam_1");
@@ -667,22 +648,22 @@ START_TEST(delete_removes_variables_and_their_slots) {
   ck_assert_ptr_null(read1("w", &st));
   PS_ASSERT_STATUS(st.code, st, PS_NOT_FOUND, "variable w does not exist on ps/0");
   ps_var_info *vi;
-  ck_assert_int_eq(ps_client_list(C, 0, &vi, &n, &st), 0);
+  PS_ASSERT_OK(ps_client_list(C, 0, &vi, &n, &st), st);
   ck_assert_uint_eq(n, 2);
   ps_client_free_var_info(vi, n);
-  ck_assert_int_eq(ps_client_status(C, 0, &ts, &st), 0);
+  PS_ASSERT_OK(ps_client_status(C, 0, &ts, &st), st);
   ck_assert_int_eq(ts.num_vars, 2);
   ck_assert_int_eq(ts.bytes, 0); /* w's value was freed */
   /* missing_ok reports what matched nothing */
   const char *two[2] = {"u", "w"};
-  ck_assert_int_eq(ps_client_delete(C, 0, two, 2, PS_DELETE_MISSING_OK, &res, &st), 0);
+  PS_ASSERT_OK(ps_client_delete(C, 0, two, 2, PS_DELETE_MISSING_OK, &res, &st), st);
   ck_assert_uint_eq(res.ndeleted, 1);
   ck_assert_uint_eq(res.nmissing, 1);
   ck_assert_str_eq(res.missing[0], "w");
   ps_delete_result_free(&res);
   /* a deleted name can be created again, with another shape */
   create("w", PS_DT_DOUBLE, shp1(4), &z);
-  ck_assert_int_eq(ps_client_initialize(C, 0, w, 1, false, NULL, &st), 0);
+  PS_ASSERT_OK(ps_client_initialize(C, 0, w, 1, false, NULL, &st), st);
   ps_tensor *r = read1("w", &st);
   ck_assert_ptr_nonnull(r);
   ck_assert_int_eq(r->dtype, PS_DT_DOUBLE);
@@ -692,17 +673,16 @@ END_TEST
 
 START_TEST(delete_removes_the_parts_of_a_partitioned_variable) {
   ps_status st;
-  ck_assert_int_eq(
-      create_part("P/part_0", "P", shp2(2, 2), shp2(4, 2), 0, PS_DT_FLOAT, &st), 0);
-  ck_assert_int_eq(
-      create_part("P/part_1", "P", shp2(2, 2), shp2(4, 2), 4, PS_DT_FLOAT, &st), 0);
+  PS_ASSERT_OK(create_part("P/part_0", "P", shp2(2, 2), shp2(4, 2), 0, PS_DT_FLOAT, &st),
+               st);
+  PS_ASSERT_OK(create_part("P/part_1", "P", shp2(2, 2), shp2(4, 2), 4, PS_DT_FLOAT, &st),
+               st);
   ps_init_spec z;
   ps_init_spec_default(&z, PS_INIT_ZEROS);
   create("P/part_0/Momentum", PS_DT_FLOAT, shp2(2, 2), &z);
   ps_delete_result res;
   const char *p[1] = {"P"};
-  ck_assert_msg(ps_client_delete(C, 0, p, 1, PS_DELETE_SLOTS, &res, &st) == 0, "%s",
-                st.msg);
+  PS_ASSERT_OK(ps_client_delete(C, 0, p, 1, PS_DELETE_SLOTS, &res, &st), st);
   ck_assert_uint_eq(res.ndeleted, 3);
   ck_assert_str_eq(res.deleted[0], "P/part_0");
   ck_assert_str_eq(res.deleted[1], "P/part_0/Momentum");
@@ -765,7 +745,7 @@ START_TEST(delete_is_safe_while_other_calls_use_the_variable) {
   ps_client_destroy(ch.c);
   ck_assert_msg(ch.errors_other == 0, "%d unexpected errors, last: %s", ch.errors_other,
                 ch.last);
-  ck_assert_int_eq(ps_client_status(C, 0, &(ps_task_status){0}, &st), 0);
+  PS_ASSERT_OK(ps_client_status(C, 0, &(ps_task_status){0}, &st), st);
 }
 END_TEST
 
@@ -795,9 +775,9 @@ START_TEST(delete_fails_waiting_synchronous_updates) {
   /* wait until the update waits in w's accumulator: the value stays the
    * same, so poll the ps's call counter instead (bounded) */
   ps_task_status ts0, ts;
-  ck_assert_int_eq(ps_client_status(C, 0, &ts0, &st), 0);
+  PS_ASSERT_OK(ps_client_status(C, 0, &ts0, &st), st);
   for (int i = 0; i < 500; i++) {
-    ck_assert_int_eq(ps_client_status(C, 0, &ts, &st), 0);
+    PS_ASSERT_OK(ps_client_status(C, 0, &ts, &st), st);
     if (ts.rpcs >= ts0.rpcs + 2) break; /* this Status and the Update */
     struct timespec d = {0, 10000000};
     nanosleep(&d, NULL);
@@ -846,8 +826,8 @@ START_TEST(psctl_rm_on_every_ps_task) {
   ps_status st;
   ps_var_spec a = {.name = "a", .dtype = PS_DT_FLOAT, .shape = shp1(1)};
   ps_var_spec b = {.name = "b", .dtype = PS_DT_FLOAT, .shape = shp1(1)};
-  ck_assert_int_eq(ps_client_create_vars(C, 0, &a, 1, &st), 0);
-  ck_assert_int_eq(ps_client_create_vars(C, 1, &b, 1, &st), 0);
+  PS_ASSERT_OK(ps_client_create_vars(C, 0, &a, 1, &st), st);
+  PS_ASSERT_OK(ps_client_create_vars(C, 1, &b, 1, &st), st);
   char cmd[1024], *out = NULL;
   snprintf(cmd, sizeof cmd, "%s --cluster %s rm a b", harness_prog("PSCTL", "psctl"),
            H.spec);
@@ -858,7 +838,7 @@ START_TEST(psctl_rm_on_every_ps_task) {
   ps_var_info *vi;
   size_t n;
   for (int t = 0; t < 2; t++) {
-    ck_assert_int_eq(ps_client_list(C, t, &vi, &n, &st), 0);
+    PS_ASSERT_OK(ps_client_list(C, t, &vi, &n, &st), st);
     ck_assert_uint_eq(n, 0);
     ps_client_free_var_info(vi, n);
   }
@@ -889,9 +869,9 @@ START_TEST(names_with_control_characters_are_refused) {
   patch(b, n, "wXevil", "w\0evil", 6);
   ps_status st = raw_call("/paramserver.Ps/Create", b, n, NULL, true, 10000);
   free(b);
-  ck_assert_int_eq(st.code, PS_INVALID_ARGUMENT);
-  PS_ASSERT_MSG_HAS(st, "Create: VariableSpec.name \"w\\x00evil\" contains a control "
-                        "character (NUL or 0x01-0x1f, 0x7f)");
+  PS_ASSERT_STATUS(st.code, st, PS_INVALID_ARGUMENT,
+                   "Create: VariableSpec.name \"w\\x00evil\" contains a control "
+                   "character (NUL or 0x01-0x1f, 0x7f)");
   /* Read of "w\0evil" must not read w */
   Paramserver__ReadItem it = PARAMSERVER__READ_ITEM__INIT;
   it.name = "wXevil";
@@ -903,38 +883,35 @@ START_TEST(names_with_control_characters_are_refused) {
   patch(b, n, "wXevil", "w\0evil", 6);
   st = raw_call("/paramserver.Ps/Read", b, n, NULL, false, 10000);
   free(b);
-  ck_assert_int_eq(st.code, PS_INVALID_ARGUMENT);
-  PS_ASSERT_MSG_HAS(st,
-                    "Read: ReadItem.name \"w\\x00evil\" contains a control character");
+  PS_ASSERT_STATUS(st.code, st, PS_INVALID_ARGUMENT,
+                   "Read: ReadItem.name \"w\\x00evil\" contains a control character");
   /* a slot name with an escape character, nested in an Update */
   st = raw_update("w\x1b[31m", PARAMSERVER__UPDATE_OP__ASSIGN, PS_DT_FLOAT,
                   (int64_t[]){2, 3}, 2, 0, 0, 24);
-  ck_assert_int_eq(st.code, PS_INVALID_ARGUMENT);
-  PS_ASSERT_MSG_HAS(st,
-                    "Update: Update.name \"w\\x1b[31m\" contains a control character");
+  PS_ASSERT_STATUS(st.code, st, PS_INVALID_ARGUMENT,
+                   "Update: Update.name \"w\\x1b[31m\" contains a control character");
   /* Initialize, IsInitialized with DEL */
   Paramserver__NamesRequest nr = PARAMSERVER__NAMES_REQUEST__INIT;
   char *names[1] = {"w\x7f"};
   nr.names = names;
   nr.n_names = 1;
   st = raw_msg("/paramserver.Ps/IsInitialized", &nr.base, true);
-  ck_assert_int_eq(st.code, PS_INVALID_ARGUMENT);
-  PS_ASSERT_MSG_HAS(st,
-                    "IsInitialized: NamesRequest.names \"w\\x7f\" contains a control");
+  PS_ASSERT_STATUS(st.code, st, PS_INVALID_ARGUMENT,
+                   "IsInitialized: NamesRequest.names \"w\\x7f\" contains a control");
   /* over-long names */
   char *longname = malloc(5001);
   memset(longname, 'a', 5000);
   longname[5000] = '\0';
   v.name = longname;
   ps_var_spec spec = {.name = longname, .dtype = PS_DT_FLOAT, .shape = shp1(1)};
-  ck_assert_int_eq(ps_client_create_vars(C, 0, &spec, 1, &st), PS_INVALID_ARGUMENT);
-  PS_ASSERT_MSG_HAS(st, "Create: VariableSpec.name is 5000 bytes; the limit is 4096");
+  PS_ASSERT_STATUS(ps_client_create_vars(C, 0, &spec, 1, &st), st, PS_INVALID_ARGUMENT,
+                   "Create: VariableSpec.name is 5000 bytes; the limit is 4096");
   longname[4096] = '\0'; /* 4096 is fine */
   PS_ASSERT_OK(ps_client_create_vars(C, 0, &spec, 1, &st), st);
   free(longname);
   assert_w_unchanged();
   ps_var_info *vi;
-  ck_assert_int_eq(ps_client_list(C, 0, &vi, &n, &st), 0);
+  PS_ASSERT_OK(ps_client_list(C, 0, &vi, &n, &st), st);
   ck_assert_uint_eq(n, 2);
   ps_client_free_var_info(vi, n);
 }
@@ -960,17 +937,16 @@ START_TEST(limits_from_flags) {
   ps_status st;
   /* a variable of 65540 bytes */
   ps_var_spec v = {.name = "big", .dtype = PS_DT_FLOAT, .shape = shp1(16385)};
-  ck_assert_int_eq(ps_client_create_vars(C, 0, &v, 1, &st), PS_RESOURCE_EXHAUSTED);
-  PS_ASSERT_MSG_HAS(
-      st, "Create big: float of shape [16385] is 65540 bytes, above the limit of "
-          "65536 bytes (--max-tensor-bytes)");
+  PS_ASSERT_STATUS(
+      ps_client_create_vars(C, 0, &v, 1, &st), st, PS_RESOURCE_EXHAUSTED,
+      "Create big: float of shape [16385] is 65540 bytes, above the limit of "
+      "65536 bytes (--max-tensor-bytes)");
   ck_assert(!exists("big"));
   /* 5 names */
   ps_read r[5] = {
       {.name = "w"}, {.name = "w"}, {.name = "w"}, {.name = "w"}, {.name = "w"}};
-  ck_assert_int_eq(ps_client_read(C, 0, r, 5, &st), PS_RESOURCE_EXHAUSTED);
-  PS_ASSERT_MSG_HAS(st,
-                    "Read: 5 items, above the limit of 4 per call (--max-read-names)");
+  PS_ASSERT_STATUS(ps_client_read(C, 0, r, 5, &st), st, PS_RESOURCE_EXHAUSTED,
+                   "Read: 5 items, above the limit of 4 per call (--max-read-names)");
   PS_ASSERT_OK(ps_client_read(C, 0, r, 4, &st), st);
   for (int i = 0; i < 4; i++)
     ps_tensor_destroy(r[i].out);
@@ -978,9 +954,9 @@ START_TEST(limits_from_flags) {
   ps_shape s9 = shp1(9);
   ps_tensor *idx = ps_tensor_create(PS_DT_INT64, &s9, true);
   ps_read g = {.name = "w", .indices = idx};
-  ck_assert_int_eq(ps_client_read(C, 0, &g, 1, &st), PS_RESOURCE_EXHAUSTED);
-  PS_ASSERT_MSG_HAS(
-      st, "Gather w: 9 rows, above the limit of 8 per gather (--max-gather-rows)");
+  PS_ASSERT_STATUS(
+      ps_client_read(C, 0, &g, 1, &st), st, PS_RESOURCE_EXHAUSTED,
+      "Gather w: 9 rows, above the limit of 8 per gather (--max-gather-rows)");
   ps_tensor_destroy(idx);
   /* 8 rows of 16 KiB: a 128 KiB response */
   create("wide", PS_DT_FLOAT, shp2(4, 4096), NULL);
@@ -988,10 +964,10 @@ START_TEST(limits_from_flags) {
   ps_shape s8 = shp1(8);
   idx = ps_tensor_create(PS_DT_INT64, &s8, true);
   ps_read g8 = {.name = "wide", .indices = idx};
-  ck_assert_int_eq(ps_client_read(C, 0, &g8, 1, &st), PS_RESOURCE_EXHAUSTED);
-  PS_ASSERT_MSG_HAS(
-      st, "Gather wide: float of shape [8,4096] is 131072 bytes, above the limit "
-          "of 65536 bytes (--max-tensor-bytes)");
+  PS_ASSERT_STATUS(
+      ps_client_read(C, 0, &g8, 1, &st), st, PS_RESOURCE_EXHAUSTED,
+      "Gather wide: float of shape [8,4096] is 131072 bytes, above the limit "
+      "of 65536 bytes (--max-tensor-bytes)");
   ps_tensor_destroy(idx);
   /* two values of 40000 bytes: each fits, together they do not */
   create("a", PS_DT_FLOAT, shp1(10000), NULL);
@@ -1000,14 +976,14 @@ START_TEST(limits_from_flags) {
   ps_tensor *t = ps_tensor_create(PS_DT_FLOAT, &s1, true);
   ps_update u2[2] = {{.name = "a", .op = PS_ASSIGN, .value = t},
                      {.name = "b", .op = PS_ASSIGN, .value = t}};
-  ck_assert_int_eq(ps_client_update(C, 0, u2, 2, &st), PS_RESOURCE_EXHAUSTED);
-  PS_ASSERT_MSG_HAS(st, "Update: the tensors of the request total more than the limit of "
-                        "65536 bytes (--max-tensor-bytes)");
+  PS_ASSERT_STATUS(ps_client_update(C, 0, u2, 2, &st), st, PS_RESOURCE_EXHAUSTED,
+                   "Update: the tensors of the request total more than the limit of "
+                   "65536 bytes (--max-tensor-bytes)");
   PS_ASSERT_OK(ps_client_update(C, 0, u2, 1, &st), st);
   ps_tensor_destroy(t);
   const char *ab[2] = {"a", "b"};
   bool init[2];
-  ck_assert_int_eq(ps_client_is_initialized(C, 0, ab, 2, init, &st), 0);
+  PS_ASSERT_OK(ps_client_is_initialized(C, 0, ab, 2, init, &st), st);
   ck_assert(init[0] && !init[1]);
   assert_w_unchanged();
 }
@@ -1038,9 +1014,9 @@ START_TEST(every_request_list_is_bounded) {
   nr.names = names;
   nr.n_names = 5;
   ps_status st = raw_msg("/paramserver.Ps/IsInitialized", &nr.base, true);
-  ck_assert_int_eq(st.code, PS_RESOURCE_EXHAUSTED);
-  PS_ASSERT_MSG_HAS(st, "IsInitialized: 5 items, above the limit of 4 per call "
-                        "(--max-read-names)");
+  PS_ASSERT_STATUS(st.code, st, PS_RESOURCE_EXHAUSTED,
+                   "IsInitialized: 5 items, above the limit of 4 per call "
+                   "(--max-read-names)");
   Paramserver__DeleteRequest dr = PARAMSERVER__DELETE_REQUEST__INIT;
   dr.names = names;
   dr.n_names = 5;
@@ -1079,7 +1055,7 @@ START_TEST(parked_updates_are_bounded) {
   create("a", PS_DT_FLOAT, shp1(16000), &z);
   create("b", PS_DT_FLOAT, shp1(16000), &z);
   ps_status st;
-  ck_assert_int_eq(ps_client_initialize(C, 0, NULL, 0, false, NULL, &st), 0);
+  PS_ASSERT_OK(ps_client_initialize(C, 0, NULL, 0, false, NULL, &st), st);
   PS_ASSERT_OK((st = raw_snapshot(9, 60000)).code, st);
   ps_client_options o;
   ps_client_options_default(&o);
@@ -1177,54 +1153,51 @@ START_TEST(key_space_conflicts_across_tasks_are_refused) {
   ps_status st;
   ps_init_spec z;
   ps_init_spec_default(&z, PS_INIT_ZEROS);
-  ck_assert_msg(create_part_on(0, "P/part_0", "P", shp2(2, 2), shp2(4, 2), 0, PS_DT_FLOAT,
-                               &st) == 0,
-                "%s", st.msg);
+  PS_ASSERT_OK(
+      create_part_on(0, "P/part_0", "P", shp2(2, 2), shp2(4, 2), 0, PS_DT_FLOAT, &st),
+      st);
   ps_var_spec w = {.name = "w", .dtype = PS_DT_FLOAT, .shape = shp2(2, 3), .init = &z};
   PS_ASSERT_OK(ps_client_create_vars(C, 0, &w, 1, &st), st);
   /* a plain P on ps/1 beside the part of P on ps/0 */
   ps_var_spec plain = {
       .name = "P", .dtype = PS_DT_FLOAT, .shape = shp2(4, 2), .init = &z};
-  ck_assert_int_eq(ps_client_create_vars(C, 1, &plain, 1, &st), PS_ALREADY_EXISTS);
-  PS_ASSERT_MSG_HAS(st,
-                    "variable P: P is the full name of the partitioned variable whose "
-                    "part P/part_0 is on ps/0");
+  PS_ASSERT_STATUS(ps_client_create_vars(C, 1, &plain, 1, &st), st, PS_ALREADY_EXISTS,
+                   "variable P: P is the full name of the partitioned variable whose "
+                   "part P/part_0 is on ps/0");
   /* parts of the plain w of ps/0 */
-  ck_assert_int_eq(
-      create_part_on(1, "w/part_0", "w", shp2(1, 3), shp2(2, 3), 0, PS_DT_FLOAT, &st),
-      PS_ALREADY_EXISTS);
-  PS_ASSERT_MSG_HAS(st, "variable w/part_0: its full name w is a variable on ps/0");
+  PS_ASSERT_STATUS(
+      create_part_on(1, "w/part_0", "w", shp2(1, 3), shp2(2, 3), 0, PS_DT_FLOAT, &st), st,
+      PS_ALREADY_EXISTS, "variable w/part_0: its full name w is a variable on ps/0");
   /* the same name on both */
-  ck_assert_int_eq(ps_client_create_vars(C, 1, &w, 1, &st), PS_ALREADY_EXISTS);
-  PS_ASSERT_MSG_HAS(st, "variable w: a variable of that name is on ps/0; creating it on "
-                        "ps/1 too would put it twice in every checkpoint");
+  PS_ASSERT_STATUS(ps_client_create_vars(C, 1, &w, 1, &st), st, PS_ALREADY_EXISTS,
+                   "variable w: a variable of that name is on ps/0; creating it on "
+                   "ps/1 too would put it twice in every checkpoint");
   /* overlapping parts, disagreeing full shape or dtype */
-  ck_assert_int_eq(
-      create_part_on(1, "P/part_1", "P", shp2(2, 2), shp2(4, 2), 2, PS_DT_FLOAT, &st),
-      PS_INVALID_ARGUMENT);
-  PS_ASSERT_MSG_HAS(st, "variable P/part_1: its elements [2, 6) of P overlap those of "
-                        "part P/part_0 [0, 4) on ps/0");
-  ck_assert_int_eq(
-      create_part_on(1, "P/part_1", "P", shp2(2, 2), shp2(6, 2), 4, PS_DT_FLOAT, &st),
-      PS_INVALID_ARGUMENT);
-  PS_ASSERT_MSG_HAS(st, "variable P/part_1: part of P with dtype float and full shape "
-                        "[6,2], but its part P/part_0 on ps/0 has dtype float and full "
-                        "shape [4,2]");
-  ck_assert_int_eq(
-      create_part_on(1, "P/part_1", "P", shp2(2, 2), shp2(4, 2), 4, PS_DT_INT32, &st),
-      PS_INVALID_ARGUMENT);
-  PS_ASSERT_MSG_HAS(st, "but its part P/part_0 on ps/0 has dtype float");
+  PS_ASSERT_STATUS(
+      create_part_on(1, "P/part_1", "P", shp2(2, 2), shp2(4, 2), 2, PS_DT_FLOAT, &st), st,
+      PS_INVALID_ARGUMENT,
+      "variable P/part_1: its elements [2, 6) of P overlap those of "
+      "part P/part_0 [0, 4) on ps/0");
+  PS_ASSERT_STATUS(
+      create_part_on(1, "P/part_1", "P", shp2(2, 2), shp2(6, 2), 4, PS_DT_FLOAT, &st), st,
+      PS_INVALID_ARGUMENT,
+      "variable P/part_1: part of P with dtype float and full shape "
+      "[6,2], but its part P/part_0 on ps/0 has dtype float and full "
+      "shape [4,2]");
+  PS_ASSERT_STATUS(
+      create_part_on(1, "P/part_1", "P", shp2(2, 2), shp2(4, 2), 4, PS_DT_INT32, &st), st,
+      PS_INVALID_ARGUMENT, "but its part P/part_0 on ps/0 has dtype float");
   /* nothing reached ps/1 */
   ps_var_info *vi;
   size_t n;
-  ck_assert_int_eq(ps_client_list(C, 1, &vi, &n, &st), 0);
+  PS_ASSERT_OK(ps_client_list(C, 1, &vi, &n, &st), st);
   ck_assert_uint_eq(n, 0);
   ps_client_free_var_info(vi, n);
   /* the right second part: List tells whose part it is */
-  ck_assert_msg(create_part_on(1, "P/part_1", "P", shp2(2, 2), shp2(4, 2), 4, PS_DT_FLOAT,
-                               &st) == 0,
-                "%s", st.msg);
-  ck_assert_int_eq(ps_client_list(C, 1, &vi, &n, &st), 0);
+  PS_ASSERT_OK(
+      create_part_on(1, "P/part_1", "P", shp2(2, 2), shp2(4, 2), 4, PS_DT_FLOAT, &st),
+      st);
+  PS_ASSERT_OK(ps_client_list(C, 1, &vi, &n, &st), st);
   ck_assert_uint_eq(n, 1);
   ck_assert_str_eq(vi[0].full_name, "P");
   ck_assert_int_eq(vi[0].offset, 4);
@@ -1233,7 +1206,7 @@ START_TEST(key_space_conflicts_across_tasks_are_refused) {
   ps_client_free_var_info(vi, n);
   /* and the cluster saves and restores */
   for (int t = 0; t < 2; t++)
-    ck_assert_int_eq(ps_client_initialize(C, t, NULL, 0, false, NULL, &st), 0);
+    PS_ASSERT_OK(ps_client_initialize(C, t, NULL, 0, false, NULL, &st), st);
   char *written = NULL;
   PS_ASSERT_OK(ps_client_save(C, "both", NULL, &written, NULL, &st), st);
   free(written);
@@ -1243,7 +1216,7 @@ START_TEST(key_space_conflicts_across_tasks_are_refused) {
   /* a raw Create bypasses the client: R on ps/1, a part of R on ps/0.
    * Merge then names the duplicate key, and removing the part mends it. */
   ps_var_spec r = {.name = "R", .dtype = PS_DT_FLOAT, .shape = shp1(4), .init = &z};
-  ck_assert_int_eq(ps_client_create_vars(C, 1, &r, 1, &st), 0);
+  PS_ASSERT_OK(ps_client_create_vars(C, 1, &r, 1, &st), st);
   Paramserver__Initializer in = PARAMSERVER__INITIALIZER__INIT;
   in.type = "zeros";
   in.full_name = "R";
@@ -1265,13 +1238,13 @@ START_TEST(key_space_conflicts_across_tasks_are_refused) {
   free(b);
   PS_ASSERT_OK(st.code, st);
   for (int t = 0; t < 2; t++)
-    ck_assert_int_eq(ps_client_initialize(C, t, NULL, 0, true, NULL, &st), 0);
+    PS_ASSERT_OK(ps_client_initialize(C, t, NULL, 0, true, NULL, &st), st);
   PS_ASSERT_STATUS(ps_client_save(C, "dup", NULL, NULL, NULL, &st), st,
                    PS_INVALID_ARGUMENT,
                    "Duplicate tensor keyed by R encountered, when merging prefix: ");
   PS_ASSERT_MSG_HAS(st, "dup_temp/part-0000");
   const char *rp[1] = {"R/part_0"};
-  ck_assert_int_eq(ps_client_delete(C, 0, rp, 1, 0, NULL, &st), 0);
+  PS_ASSERT_OK(ps_client_delete(C, 0, rp, 1, 0, NULL, &st), st);
   PS_ASSERT_OK(ps_client_save(C, "dup", NULL, NULL, NULL, &st), st);
   /* a task that is down is not checked, and creating goes on */
   harness_kill(&H, 1);
@@ -1282,28 +1255,28 @@ END_TEST
 
 START_TEST(save_works_after_refused_conflicts_and_deletes) {
   ps_status st;
-  ck_assert_int_eq(
-      create_part("P/part_0", "P", shp2(2, 2), shp2(4, 2), 0, PS_DT_FLOAT, &st), 0);
-  ck_assert_int_eq(
-      create_part("P/part_1", "P", shp2(2, 2), shp2(4, 2), 4, PS_DT_FLOAT, &st), 0);
+  PS_ASSERT_OK(create_part("P/part_0", "P", shp2(2, 2), shp2(4, 2), 0, PS_DT_FLOAT, &st),
+               st);
+  PS_ASSERT_OK(create_part("P/part_1", "P", shp2(2, 2), shp2(4, 2), 4, PS_DT_FLOAT, &st),
+               st);
   ps_init_spec one;
   ps_init_spec_default(&one, PS_INIT_ONES);
   ps_var_spec plain = {
       .name = "P", .dtype = PS_DT_FLOAT, .shape = shp2(4, 2), .init = &one};
-  ck_assert_int_eq(ps_client_create_vars(C, 0, &plain, 1, &st), PS_ALREADY_EXISTS);
-  ck_assert_int_eq(
-      create_part("P/part_2", "P", shp2(2, 2), shp2(4, 2), 0, PS_DT_FLOAT, &st),
+  PS_ASSERT_CODE(ps_client_create_vars(C, 0, &plain, 1, &st), st, PS_ALREADY_EXISTS);
+  PS_ASSERT_CODE(
+      create_part("P/part_2", "P", shp2(2, 2), shp2(4, 2), 0, PS_DT_FLOAT, &st), st,
       PS_INVALID_ARGUMENT);
-  ck_assert_int_eq(ps_client_initialize(C, 0, NULL, 0, false, NULL, &st), 0);
+  PS_ASSERT_OK(ps_client_initialize(C, 0, NULL, 0, false, NULL, &st), st);
   ps_save_options so = {0};
   char *written = NULL;
   PS_ASSERT_OK(ps_client_save(C, "one", &so, &written, NULL, &st), st);
   free(written);
   /* P as parts is gone; a plain P of ones replaces it and saves too */
   const char *p[1] = {"P"};
-  ck_assert_int_eq(ps_client_delete(C, 0, p, 1, PS_DELETE_SLOTS, NULL, &st), 0);
+  PS_ASSERT_OK(ps_client_delete(C, 0, p, 1, PS_DELETE_SLOTS, NULL, &st), st);
   PS_ASSERT_OK(ps_client_create_vars(C, 0, &plain, 1, &st), st);
-  ck_assert_int_eq(ps_client_initialize(C, 0, NULL, 0, true, NULL, &st), 0);
+  PS_ASSERT_OK(ps_client_initialize(C, 0, NULL, 0, true, NULL, &st), st);
   PS_ASSERT_OK(ps_client_save(C, "two", &so, &written, NULL, &st), st);
   free(written);
   /* the first checkpoint's P (zeros, from the parts) restores into it */

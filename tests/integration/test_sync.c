@@ -128,8 +128,7 @@ static void worker_fini(worker *wk) {
 static void initialize(worker *wk) {
   ps_status st;
   ps_node *init = ps_global_variables_initializer(wk->g);
-  ck_assert_msg(ps_session_run(wk->s, NULL, 0, NULL, 0, &init, 1, NULL, &st) == 0, "%s",
-                st.msg);
+  PS_ASSERT_OK(ps_session_run(wk->s, NULL, 0, NULL, 0, &init, 1, NULL, &st), st);
 }
 
 /* A new batch: each worker its own data. */
@@ -400,7 +399,7 @@ START_TEST(sparse_rows_average_per_index) {
   emb_init(&e[1], ids1, w1, 2);
   ps_status st;
   ps_node *init = ps_global_variables_initializer(e[0].g);
-  ck_assert_int_eq(ps_session_run(e[0].s, NULL, 0, NULL, 0, &init, 1, NULL, &st), 0);
+  PS_ASSERT_OK(ps_session_run(e[0].s, NULL, 0, NULL, 0, &init, 1, NULL, &st), st);
   for (int t = 0; t < 2; t++) {
     double before[12], after[12];
     read_values("emb", before, 12);
@@ -444,9 +443,9 @@ static void make_var(const char *name, float value) {
   ps_init_spec_default(&c, PS_INIT_CONSTANT);
   c.value = value;
   ps_var_spec v = {.name = name, .dtype = PS_DT_FLOAT, .shape = {1, {2}}, .init = &c};
-  ck_assert_int_eq(ps_client_create_vars(C, 0, &v, 1, &st), 0);
+  PS_ASSERT_OK(ps_client_create_vars(C, 0, &v, 1, &st), st);
   const char *nm[1] = {name};
-  ck_assert_int_eq(ps_client_initialize(C, 0, nm, 1, false, NULL, &st), 0);
+  PS_ASSERT_OK(ps_client_initialize(C, 0, nm, 1, false, NULL, &st), st);
 }
 
 typedef struct sync_call {
@@ -576,11 +575,9 @@ START_TEST(waiting_mixing_and_errors) {
                     .hparams = &lr,
                     .nhparams = 1,
                     .replicas_to_aggregate = 2};
-    ck_assert_int_eq(ps_client_update(C, 0, &sp, 1, &st), PS_INVALID_ARGUMENT);
-    ck_assert_msg(strstr(st.msg,
-                         "synchronous update of m: SparseApplyGradientDescent does "
-                         "not match ApplyGradientDescent of step 0"),
-                  "%s", st.msg);
+    PS_ASSERT_STATUS(ps_client_update(C, 0, &sp, 1, &st), st, PS_INVALID_ARGUMENT,
+                     "synchronous update of m: SparseApplyGradientDescent does "
+                     "not match ApplyGradientDescent of step 0");
     ps_tensor_destroy(row);
     ps_tensor_destroy(ix);
   }
@@ -605,8 +602,8 @@ START_TEST(waiting_mixing_and_errors) {
                   .value = rows,
                   .indices = idx,
                   .replicas_to_aggregate = 1};
-  ck_assert_int_eq(ps_client_update(C, 0, &sc, 1, &st), PS_INVALID_ARGUMENT);
-  ck_assert_msg(strstr(st.msg, "scatter updates cannot be synchronous"), "%s", st.msg);
+  PS_ASSERT_STATUS(ps_client_update(C, 0, &sc, 1, &st), st, PS_INVALID_ARGUMENT,
+                   "scatter updates cannot be synchronous");
   ps_tensor *g = ps_tensor_create(PS_DT_FLOAT, &(ps_shape){1, {2}}, true);
   double lr = 0.1;
   ps_update two[2] = {{.name = "m",
@@ -623,11 +620,11 @@ START_TEST(waiting_mixing_and_errors) {
                        .nhparams = 1,
                        .replicas_to_aggregate = 1,
                        .sync_local_step = 1}};
-  ck_assert_int_eq(ps_client_update(C, 0, two, 2, &st), PS_INVALID_ARGUMENT);
-  ck_assert_msg(strstr(st.msg, "two synchronous updates of m"), "%s", st.msg);
+  PS_ASSERT_STATUS(ps_client_update(C, 0, two, 2, &st), st, PS_INVALID_ARGUMENT,
+                   "two synchronous updates of m");
   /* a variable without a value */
   ps_var_spec un = {.name = "uninit", .dtype = PS_DT_FLOAT, .shape = {1, {2}}};
-  ck_assert_int_eq(ps_client_create_vars(C, 0, &un, 1, &st), 0);
+  PS_ASSERT_OK(ps_client_create_vars(C, 0, &un, 1, &st), st);
   sync_call u = {.name = "uninit", .g = {1, 1}, .replicas = 1};
   sync_send(&u);
   ck_assert_int_eq(u.rc, PS_FAILED_PRECONDITION);
@@ -666,8 +663,7 @@ START_TEST(settings_are_checked) {
     ps_variable *gs = !cases[i].step ? NULL : i == 4 ? w : step;
     ps_node *t = ps_optimizer_minimize(o, g, loss, gs, NULL, 0, &st);
     ck_assert_ptr_null(t);
-    ck_assert_int_eq(st.code, PS_INVALID_ARGUMENT);
-    ck_assert_msg(strstr(st.msg, cases[i].msg), "case %zu: %s", i, st.msg);
+    PS_ASSERT_STATUS(st.code, st, PS_INVALID_ARGUMENT, cases[i].msg);
     ps_optimizer_destroy(o);
   }
   ps_graph_destroy(g);

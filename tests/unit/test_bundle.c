@@ -176,13 +176,13 @@ START_TEST(reads_tf_counter) {
   ck_assert(ps_bundle_reader_find(r, "counter") == e);
   ck_assert(ps_bundle_reader_find(r, "count") == NULL);
   ps_tensor *t;
-  ck_assert_int_eq(ps_bundle_reader_read(r, "counter", &t, &st), 0);
+  PS_ASSERT_OK(ps_bundle_reader_read(r, "counter", &t, &st), st);
   ck_assert_int_eq(t->dtype, PS_DT_FLOAT);
   ck_assert_int_eq(t->shape.rank, 0);
   ck_assert(*(float *)ps_tensor_data(t) == 0.0f);
   ps_tensor_destroy(t);
-  ck_assert_int_eq(ps_bundle_reader_verify(r, &st), 0);
-  ck_assert_int_eq(ps_bundle_reader_read(r, "nope", &t, &st), PS_NOT_FOUND);
+  PS_ASSERT_OK(ps_bundle_reader_verify(r, &st), st);
+  PS_ASSERT_CODE(ps_bundle_reader_read(r, "nope", &t, &st), st, PS_NOT_FOUND);
   ck_assert_ptr_null(t);
   PS_ASSERT_MSG_HAS(st, "Key nope not found in checkpoint");
   ps_bundle_reader_close(r);
@@ -200,7 +200,7 @@ START_TEST(reads_tf_half_plus_two) {
   ck_assert_uint_eq(ps_bundle_reader_find(r, "a")->offset, 0);
   ck_assert_uint_eq(ps_bundle_reader_find(r, "b")->offset, 4);
   ck_assert_uint_eq(ps_bundle_reader_find(r, "c")->offset, 8);
-  ck_assert_int_eq(ps_bundle_reader_verify(r, &st), 0);
+  PS_ASSERT_OK(ps_bundle_reader_verify(r, &st), st);
   ps_bundle_reader_close(r);
 
   /* The same model with a Snappy-compressed index block. */
@@ -216,7 +216,7 @@ START_TEST(reads_tf_half_plus_two) {
     ck_assert_int_eq(e->shape.rank, 0);
     ck_assert(read_float(r, keys[i]) == vals[i]);
   }
-  ck_assert_int_eq(ps_bundle_reader_verify(r, &st), 0);
+  PS_ASSERT_OK(ps_bundle_reader_verify(r, &st), st);
   ps_bundle_reader_close(r);
 }
 END_TEST
@@ -247,9 +247,9 @@ START_TEST(reads_tf_index_with_many_restarts) {
   ck_assert_int_eq(ps_bundle_reader_find(r, "conv1.conv2d.weight")->shape.rank, 4);
   /* Reading needs the data file, which is not there. */
   float b[32];
-  ck_assert_int_eq(ps_bundle_reader_read_into(r, "conv1.conv2d.bias", b, sizeof b, &st),
-                   PS_NOT_FOUND);
-  PS_ASSERT_MSG_HAS(st, "swift-style.data-00000-of-00001: missing data shard");
+  PS_ASSERT_STATUS(ps_bundle_reader_read_into(r, "conv1.conv2d.bias", b, sizeof b, &st),
+                   st, PS_NOT_FOUND,
+                   "swift-style.data-00000-of-00001: missing data shard");
   ps_bundle_reader_close(r);
 }
 END_TEST
@@ -262,10 +262,10 @@ START_TEST(writes_counter_exactly_as_tensorflow) {
   ck_assert_msg(w != NULL, "%s", st.msg);
   ps_shape scalar = {.rank = 0};
   float zero = 0.0f;
-  ck_assert_int_eq(
-      ps_bundle_writer_add(w, "counter", PS_DT_FLOAT, &scalar, &zero, 4, &st), 0);
+  PS_ASSERT_OK(ps_bundle_writer_add(w, "counter", PS_DT_FLOAT, &scalar, &zero, 4, &st),
+               st);
   ck_assert_uint_eq(ps_bundle_writer_bytes(w), 4);
-  ck_assert_int_eq(ps_bundle_writer_finish(w, &st), 0);
+  PS_ASSERT_OK(ps_bundle_writer_finish(w, &st), st);
   ps_bundle_writer_destroy(w);
   assert_same_file(tmp("ckpt/variables.index"), tfdata("counter/variables.index"));
   assert_same_file(tmp("ckpt/variables.data-00000-of-00001"),
@@ -285,9 +285,9 @@ START_TEST(writes_counter_exactly_as_tensorflow) {
   const char *keys[] = {"a", "b", "c"};
   float vals[] = {0.5f, 2.0f, 3.0f};
   for (int i = 0; i < 3; i++)
-    ck_assert_int_eq(
-        ps_bundle_writer_add(w, keys[i], PS_DT_FLOAT, &scalar, &vals[i], 4, &st), 0);
-  ck_assert_int_eq(ps_bundle_writer_finish(w, &st), 0);
+    PS_ASSERT_OK(ps_bundle_writer_add(w, keys[i], PS_DT_FLOAT, &scalar, &vals[i], 4, &st),
+                 st);
+  PS_ASSERT_OK(ps_bundle_writer_finish(w, &st), st);
   ps_bundle_writer_destroy(w);
   assert_same_file(tmp("hp2/variables.index"),
                    tfdata("half_plus_two_gpu/variables.index"));
@@ -379,18 +379,16 @@ START_TEST(round_trips_every_dtype) {
     bf[i] = ps_float_to_bf16(fv[i]);
   }
   ps_shape four = shp(1, (int64_t)4);
-  ck_assert_int_eq(ps_bundle_writer_add(w, "half", PS_DT_HALF, &four, h, sizeof h, &st),
-                   0);
-  ck_assert_int_eq(
-      ps_bundle_writer_add(w, "bf16", PS_DT_BFLOAT16, &four, bf, sizeof bf, &st), 0);
+  PS_ASSERT_OK(ps_bundle_writer_add(w, "half", PS_DT_HALF, &four, h, sizeof h, &st), st);
+  PS_ASSERT_OK(ps_bundle_writer_add(w, "bf16", PS_DT_BFLOAT16, &four, bf, sizeof bf, &st),
+               st);
   /* empty tensors and a scalar */
   ps_shape empty = shp(2, (int64_t)2, (int64_t)0), scalar = {.rank = 0};
   int64_t big = -1234567890123LL;
-  ck_assert_int_eq(ps_bundle_writer_add(w, "empty", PS_DT_FLOAT, &empty, NULL, 0, &st),
-                   0);
-  ck_assert_int_eq(
-      ps_bundle_writer_add(w, "global_step", PS_DT_INT64, &scalar, &big, 8, &st), 0);
-  ck_assert_int_eq(ps_bundle_writer_finish(w, &st), 0);
+  PS_ASSERT_OK(ps_bundle_writer_add(w, "empty", PS_DT_FLOAT, &empty, NULL, 0, &st), st);
+  PS_ASSERT_OK(ps_bundle_writer_add(w, "global_step", PS_DT_INT64, &scalar, &big, 8, &st),
+               st);
+  PS_ASSERT_OK(ps_bundle_writer_finish(w, &st), st);
   ps_bundle_writer_destroy(w);
 
   ps_bundle_reader *r = ps_bundle_reader_open(tmp("rt/model.ckpt-7"), &st);
@@ -400,7 +398,7 @@ START_TEST(round_trips_every_dtype) {
     ck_assert_int_lt(
         strcmp(ps_bundle_reader_entry(r, i - 1)->key, ps_bundle_reader_entry(r, i)->key),
         0);
-  ck_assert_int_eq(ps_bundle_reader_verify(r, &st), 0);
+  PS_ASSERT_OK(ps_bundle_reader_verify(r, &st), st);
   for (size_t i = 0; i < NDT; i++) {
     const ps_bundle_entry *e = ps_bundle_reader_find(r, key[i]);
     ck_assert_ptr_nonnull(e);
@@ -408,7 +406,7 @@ START_TEST(round_trips_every_dtype) {
     ck_assert(ps_shape_equal(&e->shape, &sh));
     ck_assert_uint_eq(e->size, 15 * all_dtypes[i].size);
     uint8_t back[15 * 16] = {0};
-    ck_assert_int_eq(ps_bundle_reader_read_into(r, key[i], back, e->size, &st), 0);
+    PS_ASSERT_OK(ps_bundle_reader_read_into(r, key[i], back, e->size, &st), st);
     ck_assert_int_eq(memcmp(back, data[i], e->size), 0);
     ps_tensor *t = NULL;
     int rc = ps_bundle_reader_read(r, key[i], &t, &st);
@@ -422,28 +420,28 @@ START_TEST(round_trips_every_dtype) {
       ck_assert_ptr_null(t);
     }
     /* a wrong buffer size is the caller's error */
-    ck_assert_int_eq(ps_bundle_reader_read_into(r, key[i], back, e->size - 1, &st),
-                     PS_INVALID_ARGUMENT);
+    PS_ASSERT_CODE(ps_bundle_reader_read_into(r, key[i], back, e->size - 1, &st), st,
+                   PS_INVALID_ARGUMENT);
   }
   ps_tensor *t;
-  ck_assert_int_eq(ps_bundle_reader_read(r, "half", &t, &st), 0);
+  PS_ASSERT_OK(ps_bundle_reader_read(r, "half", &t, &st), st);
   ck_assert_int_eq(t->dtype, PS_DT_HALF);
   for (int i = 0; i < 4; i++)
     ck_assert(ps_half_to_float(((uint16_t *)ps_tensor_data(t))[i]) ==
               ps_half_to_float(h[i]));
   ck_assert(ps_half_to_float(((uint16_t *)ps_tensor_data(t))[1]) == -2.5f);
   ps_tensor_destroy(t);
-  ck_assert_int_eq(ps_bundle_reader_read(r, "bf16", &t, &st), 0);
+  PS_ASSERT_OK(ps_bundle_reader_read(r, "bf16", &t, &st), st);
   ck_assert_int_eq(t->dtype, PS_DT_BFLOAT16);
   ck_assert(ps_bf16_to_float(((uint16_t *)ps_tensor_data(t))[0]) == 1.0f);
   ck_assert(ps_bf16_to_float(((uint16_t *)ps_tensor_data(t))[1]) == -2.5f);
   ps_tensor_destroy(t);
-  ck_assert_int_eq(ps_bundle_reader_read(r, "empty", &t, &st), 0);
+  PS_ASSERT_OK(ps_bundle_reader_read(r, "empty", &t, &st), st);
   ck_assert_int_eq(ps_tensor_num_elements(t), 0);
   ck_assert_uint_eq(ps_bundle_reader_find(r, "empty")->crc32c, 0xa282ead8u); /* Mask(0) */
   ps_tensor_destroy(t);
   int64_t gs = 0;
-  ck_assert_int_eq(ps_bundle_reader_read_into(r, "global_step", &gs, 8, &st), 0);
+  PS_ASSERT_OK(ps_bundle_reader_read_into(r, "global_step", &gs, 8, &st), st);
   ck_assert_int_eq(gs, big);
   ps_bundle_reader_close(r);
 }
@@ -460,31 +458,30 @@ START_TEST(round_trips_strings) {
   size_t lens[] = {5, 0, 3, 1024};
   ps_shape four = shp(1, (int64_t)4), one = shp(1, (int64_t)1), scalar = {.rank = 0};
   ps_shape none = shp(1, (int64_t)0);
-  ck_assert_int_eq(ps_bundle_writer_add_strings(w, "strs", &four, strs, lens, &st), 0);
+  PS_ASSERT_OK(ps_bundle_writer_add_strings(w, "strs", &four, strs, lens, &st), st);
   const char *hello[] = {"hello"};
-  ck_assert_int_eq(ps_bundle_writer_add_strings(w, "scalar", &one, hello, NULL, &st), 0);
+  PS_ASSERT_OK(ps_bundle_writer_add_strings(w, "scalar", &one, hello, NULL, &st), st);
   const char *emptys[] = {""};
-  ck_assert_int_eq(
-      ps_bundle_writer_add_strings(w, "string_tensor", &one, emptys, NULL, &st), 0);
+  PS_ASSERT_OK(ps_bundle_writer_add_strings(w, "string_tensor", &one, emptys, NULL, &st),
+               st);
   const char *nul[] = {"a\0b\xff"};
   size_t nullen[] = {4};
-  ck_assert_int_eq(ps_bundle_writer_add_strings(w, "nul", &scalar, nul, nullen, &st), 0);
-  ck_assert_int_eq(ps_bundle_writer_add_strings(w, "none", &none, NULL, NULL, &st), 0);
+  PS_ASSERT_OK(ps_bundle_writer_add_strings(w, "nul", &scalar, nul, nullen, &st), st);
+  PS_ASSERT_OK(ps_bundle_writer_add_strings(w, "none", &none, NULL, NULL, &st), st);
   float f[6] = {16.18f, 16.18f, 16.18f, 16.18f, 16.18f, 16.18f};
   ps_shape two3 = shp(2, (int64_t)2, (int64_t)3);
-  ck_assert_int_eq(
-      ps_bundle_writer_add(w, "floats", PS_DT_FLOAT, &two3, f, sizeof f, &st), 0);
-  ck_assert_int_eq(ps_bundle_writer_add(w, "bad", PS_DT_STRING, &one, "x", 1, &st),
-                   PS_INVALID_ARGUMENT);
-  PS_ASSERT_MSG_HAS(st, "ps_bundle_writer_add_strings");
-  ck_assert_int_eq(ps_bundle_writer_finish(w, &st), 0);
+  PS_ASSERT_OK(ps_bundle_writer_add(w, "floats", PS_DT_FLOAT, &two3, f, sizeof f, &st),
+               st);
+  PS_ASSERT_STATUS(ps_bundle_writer_add(w, "bad", PS_DT_STRING, &one, "x", 1, &st), st,
+                   PS_INVALID_ARGUMENT, "ps_bundle_writer_add_strings");
+  PS_ASSERT_OK(ps_bundle_writer_finish(w, &st), st);
   ps_bundle_writer_destroy(w);
 
   ps_bundle_reader *r = ps_bundle_reader_open(tmp("s/ckpt"), &st);
   ck_assert_msg(r != NULL, "%s", st.msg);
-  ck_assert_int_eq(ps_bundle_reader_verify(r, &st), 0);
+  PS_ASSERT_OK(ps_bundle_reader_verify(r, &st), st);
   ps_bundle_strings *s;
-  ck_assert_int_eq(ps_bundle_reader_read_strings(r, "strs", &s, &st), 0);
+  PS_ASSERT_OK(ps_bundle_reader_read_strings(r, "strs", &s, &st), st);
   ck_assert_uint_eq(s->n, 4);
   ck_assert(ps_shape_equal(&s->shape, &four));
   for (int i = 0; i < 4; i++) {
@@ -493,12 +490,12 @@ START_TEST(round_trips_strings) {
     ck_assert_int_eq(s->str[i][lens[i]], '\0');
   }
   ps_bundle_strings_destroy(s);
-  ck_assert_int_eq(ps_bundle_reader_read_strings(r, "nul", &s, &st), 0);
+  PS_ASSERT_OK(ps_bundle_reader_read_strings(r, "nul", &s, &st), st);
   ck_assert_uint_eq(s->n, 1);
   ck_assert_uint_eq(s->len[0], 4);
   ck_assert_int_eq(memcmp(s->str[0], "a\0b\xff", 4), 0);
   ps_bundle_strings_destroy(s);
-  ck_assert_int_eq(ps_bundle_reader_read_strings(r, "none", &s, &st), 0);
+  PS_ASSERT_OK(ps_bundle_reader_read_strings(r, "none", &s, &st), st);
   ck_assert_uint_eq(s->n, 0);
   ps_bundle_strings_destroy(s);
   /* The layout: varint lengths, masked crc of the lengths as uint32, bytes. */
@@ -521,9 +518,9 @@ START_TEST(round_trips_strings) {
   ps_tensor *t;
   PS_ASSERT_STATUS(ps_bundle_reader_read(r, "strs", &t, &st), st, PS_INVALID_ARGUMENT,
                    "ps_bundle_reader_read_strings");
-  ck_assert_int_eq(ps_bundle_reader_read_strings(r, "floats", &s, &st),
-                   PS_INVALID_ARGUMENT);
-  ck_assert_int_eq(ps_bundle_reader_read(r, "floats", &t, &st), 0);
+  PS_ASSERT_CODE(ps_bundle_reader_read_strings(r, "floats", &s, &st), st,
+                 PS_INVALID_ARGUMENT);
+  PS_ASSERT_OK(ps_bundle_reader_read(r, "floats", &t, &st), st);
   ck_assert(((float *)ps_tensor_data(t))[5] == 16.18f);
   ps_tensor_destroy(t);
   ps_bundle_reader_close(r);
@@ -541,17 +538,17 @@ START_TEST(round_trips_a_100mib_tensor) {
   ck_assert_msg(w != NULL, "%s", st.msg);
   ps_shape sh = shp(2, (int64_t)(n / 1024), (int64_t)1024), scalar = {.rank = 0};
   int64_t step = 42;
-  ck_assert_int_eq(
-      ps_bundle_writer_add(w, "global_step", PS_DT_INT64, &scalar, &step, 8, &st), 0);
-  ck_assert_int_eq(
-      ps_bundle_writer_add(w, "emb", PS_DT_FLOAT, &sh, v, (size_t)n * 4, &st), 0);
+  PS_ASSERT_OK(
+      ps_bundle_writer_add(w, "global_step", PS_DT_INT64, &scalar, &step, 8, &st), st);
+  PS_ASSERT_OK(ps_bundle_writer_add(w, "emb", PS_DT_FLOAT, &sh, v, (size_t)n * 4, &st),
+               st);
   ck_assert_uint_eq(ps_bundle_writer_bytes(w), 8 + (uint64_t)n * 4);
-  ck_assert_int_eq(ps_bundle_writer_finish(w, &st), 0);
+  PS_ASSERT_OK(ps_bundle_writer_finish(w, &st), st);
   ps_bundle_writer_destroy(w);
   ps_bundle_reader *r = ps_bundle_reader_open(tmp("big/ckpt"), &st);
   ck_assert_msg(r != NULL, "%s", st.msg);
   ck_assert_uint_eq(ps_bundle_reader_find(r, "emb")->offset, 8);
-  ck_assert_int_eq(ps_bundle_reader_verify(r, &st), 0);
+  PS_ASSERT_OK(ps_bundle_reader_verify(r, &st), st);
   ps_tensor *t;
   PS_ASSERT_OK(ps_bundle_reader_read(r, "emb", &t, &st), st);
   ck_assert_int_eq(memcmp(ps_tensor_data(t), v, (size_t)n * 4), 0);
@@ -559,8 +556,8 @@ START_TEST(round_trips_a_100mib_tensor) {
   /* a window out of the middle of a plain entry */
   int64_t start[2] = {12345, 100}, len[2] = {3, 5};
   float win[15];
-  ck_assert_int_eq(
-      ps_bundle_reader_read_slice(r, "emb", start, len, win, sizeof win, &st), 0);
+  PS_ASSERT_OK(ps_bundle_reader_read_slice(r, "emb", start, len, win, sizeof win, &st),
+               st);
   for (int i = 0; i < 3; i++)
     for (int j = 0; j < 5; j++)
       ck_assert(win[i * 5 + j] == v[(12345 + i) * 1024 + 100 + j]);
@@ -589,9 +586,9 @@ static void add_v_slice(ps_bundle_writer *w, int64_t row0, int64_t rows) {
     for (int64_t j = 0; j < 20; j++)
       buf[i * 20 + j] = vval(row0 + i, j);
   int64_t start[2] = {row0, 0}, len[2] = {rows, 20};
-  ck_assert_msg(ps_bundle_writer_add_slice(w, "v", PS_DT_FLOAT, &full, start, len, buf,
-                                           (size_t)rows * 20 * 4, &st) == 0,
-                "%s", st.msg);
+  PS_ASSERT_OK(ps_bundle_writer_add_slice(w, "v", PS_DT_FLOAT, &full, start, len, buf,
+                                          (size_t)rows * 20 * 4, &st),
+               st);
 }
 
 /* Many partitioned tensors: each slice's entry grows the entry table, which
@@ -608,9 +605,9 @@ START_TEST(many_partitioned_tensors_round_trip) {
     for (int64_t part = 0; part < 2; part++) {
       float buf[2] = {(float)(10 * t + 2 * part), (float)(10 * t + 2 * part + 1)};
       int64_t start[1] = {2 * part}, len[1] = {2};
-      ck_assert_msg(ps_bundle_writer_add_slice(w, name, PS_DT_FLOAT, &full, start, len,
-                                               buf, sizeof buf, &st) == 0,
-                    "%s", st.msg);
+      PS_ASSERT_OK(ps_bundle_writer_add_slice(w, name, PS_DT_FLOAT, &full, start, len,
+                                              buf, sizeof buf, &st),
+                   st);
     }
   }
   PS_ASSERT_OK(ps_bundle_writer_finish(w, &st), st);
@@ -640,36 +637,33 @@ START_TEST(sliced_entries_match_tensorflow) {
   ps_shape full = shp(2, (int64_t)10, (int64_t)20);
   float buf[300] = {0};
   int64_t s0[2] = {0, 0}, l5[2] = {5, 20}, s3[2] = {3, 0};
-  ck_assert_int_eq(
-      ps_bundle_writer_add_slice(w, "v", PS_DT_FLOAT, &full, s0, l5, buf, 400, &st),
+  PS_ASSERT_CODE(
+      ps_bundle_writer_add_slice(w, "v", PS_DT_FLOAT, &full, s0, l5, buf, 400, &st), st,
       PS_INVALID_ARGUMENT);
-  ck_assert_int_eq(
-      ps_bundle_writer_add_slice(w, "v", PS_DT_FLOAT, &full, s3, l5, buf, 400, &st),
-      PS_INVALID_ARGUMENT);
-  PS_ASSERT_MSG_HAS(st, "overlaps");
-  ck_assert_int_eq(ps_bundle_writer_add(w, "v", PS_DT_FLOAT, &full, buf, 800, &st),
-                   PS_INVALID_ARGUMENT);
-  PS_ASSERT_MSG_HAS(st, "tensor v added twice");
+  PS_ASSERT_STATUS(
+      ps_bundle_writer_add_slice(w, "v", PS_DT_FLOAT, &full, s3, l5, buf, 400, &st), st,
+      PS_INVALID_ARGUMENT, "overlaps");
+  PS_ASSERT_STATUS(ps_bundle_writer_add(w, "v", PS_DT_FLOAT, &full, buf, 800, &st), st,
+                   PS_INVALID_ARGUMENT, "tensor v added twice");
   /* a slice outside the shape, a wrong byte count */
   int64_t s8[2] = {8, 0};
-  ck_assert_int_eq(
-      ps_bundle_writer_add_slice(w, "u", PS_DT_FLOAT, &full, s8, l5, buf, 400, &st),
-      PS_INVALID_ARGUMENT);
-  PS_ASSERT_MSG_HAS(st, "does not fit");
-  ck_assert_int_eq(
-      ps_bundle_writer_add_slice(w, "u", PS_DT_FLOAT, &full, s0, l5, buf, 4, &st),
+  PS_ASSERT_STATUS(
+      ps_bundle_writer_add_slice(w, "u", PS_DT_FLOAT, &full, s8, l5, buf, 400, &st), st,
+      PS_INVALID_ARGUMENT, "does not fit");
+  PS_ASSERT_CODE(
+      ps_bundle_writer_add_slice(w, "u", PS_DT_FLOAT, &full, s0, l5, buf, 4, &st), st,
       PS_INVALID_ARGUMENT);
   /* a "slice" covering everything is a plain entry */
   int64_t z[2] = {0, 0}, all[2] = {-1, 20};
-  ck_assert_int_eq(
+  PS_ASSERT_OK(
       ps_bundle_writer_add_slice(w, "whole", PS_DT_FLOAT, &full, z, all, buf, 800, &st),
-      0);
+      st);
   /* one column range of a [3, 0x500000] tensor: multi-byte OrderedCode */
   ps_shape wide = shp(2, (int64_t)3, (int64_t)0x500000);
   int64_t ws[2] = {0, 0x424242}, wl[2] = {-1, 100};
-  ck_assert_int_eq(
-      ps_bundle_writer_add_slice(w, "w", PS_DT_FLOAT, &wide, ws, wl, buf, 1200, &st), 0);
-  ck_assert_int_eq(ps_bundle_writer_finish(w, &st), 0);
+  PS_ASSERT_OK(
+      ps_bundle_writer_add_slice(w, "w", PS_DT_FLOAT, &wide, ws, wl, buf, 1200, &st), st);
+  PS_ASSERT_OK(ps_bundle_writer_finish(w, &st), st);
   ps_bundle_writer_destroy(w);
 
   /* The index holds TensorFlow's bytes (tf-checkpoint-format.md 6.3). */
@@ -683,7 +677,7 @@ START_TEST(sliced_entries_match_tensorflow) {
   free(idx);
   ps_bundle_reader *r = ps_bundle_reader_open(tmp("sl/ckpt"), &st);
   ck_assert_msg(r != NULL, "%s", st.msg);
-  ck_assert_int_eq(ps_bundle_reader_verify(r, &st), 0);
+  PS_ASSERT_OK(ps_bundle_reader_verify(r, &st), st);
   ck_assert_uint_eq(ps_bundle_reader_count(r), 3 + 3);
   static const uint8_t k0[] = {0x00, 0x76, 0x00, 0x01, 0x01,
                                0x02, 0x80, 0x85, 0x80, 0x94};
@@ -721,26 +715,26 @@ START_TEST(sliced_entries_match_tensorflow) {
   /* A window across both slices, a stored slice exactly, a "-" extent. */
   int64_t st1[2] = {3, 2}, ln1[2] = {4, 5};
   float out[200];
-  ck_assert_int_eq(ps_bundle_reader_read_slice(r, "v", st1, ln1, out, 20 * 4, &st), 0);
+  PS_ASSERT_OK(ps_bundle_reader_read_slice(r, "v", st1, ln1, out, 20 * 4, &st), st);
   for (int i = 0; i < 4; i++)
     for (int j = 0; j < 5; j++)
       ck_assert(out[i * 5 + j] == vval(3 + i, 2 + j));
   int64_t st2[2] = {5, 0}, ln2[2] = {5, -1};
-  ck_assert_int_eq(ps_bundle_reader_read_slice(r, "v", st2, ln2, out, 100 * 4, &st), 0);
+  PS_ASSERT_OK(ps_bundle_reader_read_slice(r, "v", st2, ln2, out, 100 * 4, &st), st);
   ck_assert(out[99] == vval(9, 19));
-  ck_assert_int_eq(ps_bundle_reader_read_slice(r, "v", st2, ln2, out, 99 * 4, &st),
-                   PS_INVALID_ARGUMENT);
+  PS_ASSERT_CODE(ps_bundle_reader_read_slice(r, "v", st2, ln2, out, 99 * 4, &st), st,
+                 PS_INVALID_ARGUMENT);
   int64_t bad[2] = {9, 0}, badl[2] = {2, 20};
-  ck_assert_int_eq(ps_bundle_reader_read_slice(r, "v", bad, badl, out, 160, &st),
-                   PS_INVALID_ARGUMENT);
+  PS_ASSERT_CODE(ps_bundle_reader_read_slice(r, "v", bad, badl, out, 160, &st), st,
+                 PS_INVALID_ARGUMENT);
   /* A slice of the wide tensor that was stored, and one that was not. */
   int64_t st3[2] = {1, 0x424242 + 10}, ln3[2] = {2, 3};
-  ck_assert_int_eq(ps_bundle_reader_read_slice(r, "w", st3, ln3, out, 6 * 4, &st), 0);
+  PS_ASSERT_OK(ps_bundle_reader_read_slice(r, "w", st3, ln3, out, 6 * 4, &st), st);
   int64_t st4[2] = {0, 0}, ln4[2] = {1, 1};
-  ck_assert_int_eq(ps_bundle_reader_read_slice(r, "w", st4, ln4, out, 4, &st),
-                   PS_NOT_FOUND);
-  PS_ASSERT_MSG_HAS(st, "tensor w: the stored slices do not cover slice 0,1:0,1");
-  ck_assert_int_eq(ps_bundle_reader_read(r, "w", &t, &st), PS_NOT_FOUND);
+  PS_ASSERT_STATUS(ps_bundle_reader_read_slice(r, "w", st4, ln4, out, 4, &st), st,
+                   PS_NOT_FOUND,
+                   "tensor w: the stored slices do not cover slice 0,1:0,1");
+  PS_ASSERT_CODE(ps_bundle_reader_read(r, "w", &t, &st), st, PS_NOT_FOUND);
   ps_bundle_reader_close(r);
 }
 END_TEST
@@ -750,17 +744,17 @@ START_TEST(parses_shape_and_slice_specs) {
   ps_shape full;
   ps_bundle_slice sl;
   bool sliced = true;
-  ck_assert_int_eq(ps_bundle_parse_shape_and_slice("", &full, &sl, &sliced, &st), 0);
+  PS_ASSERT_OK(ps_bundle_parse_shape_and_slice("", &full, &sl, &sliced, &st), st);
   ck_assert(!sliced);
-  ck_assert_int_eq(
-      ps_bundle_parse_shape_and_slice("10 20 0,5:0,20", &full, &sl, &sliced, &st), 0);
+  PS_ASSERT_OK(
+      ps_bundle_parse_shape_and_slice("10 20 0,5:0,20", &full, &sl, &sliced, &st), st);
   ck_assert(sliced);
   ck_assert_int_eq(full.rank, 2);
   ck_assert_int_eq(full.dim[1], 20);
   ck_assert_int_eq(sl.rank, 2);
   ck_assert_int_eq(sl.length[0], 5);
-  ck_assert_int_eq(ps_bundle_parse_shape_and_slice("4 6 -:2,3", &full, &sl, &sliced, &st),
-                   0);
+  PS_ASSERT_OK(ps_bundle_parse_shape_and_slice("4 6 -:2,3", &full, &sl, &sliced, &st),
+               st);
   ck_assert_int_eq(sl.start[0], 0);
   ck_assert_int_eq(sl.length[0], -1);
   ck_assert_int_eq(sl.start[1], 2);
@@ -793,20 +787,20 @@ START_TEST(merges_parts_like_merge_v2_checkpoints) {
   ps_bundle_writer *w = ps_bundle_writer_create(parts[0], &st);
   ck_assert_msg(w != NULL, "%s", st.msg);
   float a = 1.5f, b = -7.0f;
-  ck_assert_int_eq(ps_bundle_writer_add(w, "a", PS_DT_FLOAT, &scalar, &a, 4, &st), 0);
+  PS_ASSERT_OK(ps_bundle_writer_add(w, "a", PS_DT_FLOAT, &scalar, &a, 4, &st), st);
   add_v_slice(w, 0, 5);
-  ck_assert_int_eq(ps_bundle_writer_finish(w, &st), 0);
+  PS_ASSERT_OK(ps_bundle_writer_finish(w, &st), st);
   ps_bundle_writer_destroy(w);
   w = ps_bundle_writer_create(parts[1], &st);
-  ck_assert_int_eq(ps_bundle_writer_add(w, "b", PS_DT_FLOAT, &scalar, &b, 4, &st), 0);
+  PS_ASSERT_OK(ps_bundle_writer_add(w, "b", PS_DT_FLOAT, &scalar, &b, 4, &st), st);
   add_v_slice(w, 5, 5);
-  ck_assert_int_eq(ps_bundle_writer_finish(w, &st), 0);
+  PS_ASSERT_OK(ps_bundle_writer_finish(w, &st), st);
   ps_bundle_writer_destroy(w);
   w = ps_bundle_writer_create(parts[2], &st);
   const char *names[] = {"x", "yz"};
   ps_shape two = shp(1, (int64_t)2);
-  ck_assert_int_eq(ps_bundle_writer_add_strings(w, "names", &two, names, NULL, &st), 0);
-  ck_assert_int_eq(ps_bundle_writer_finish(w, &st), 0);
+  PS_ASSERT_OK(ps_bundle_writer_add_strings(w, "names", &two, names, NULL, &st), st);
+  PS_ASSERT_OK(ps_bundle_writer_finish(w, &st), st);
   ps_bundle_writer_destroy(w);
 
   PS_ASSERT_OK(ps_bundle_merge(parts, 3, tmp("model.ckpt-100"), &st), st);
@@ -825,7 +819,7 @@ START_TEST(merges_parts_like_merge_v2_checkpoints) {
   ps_bundle_reader *r = ps_bundle_reader_open(tmp("model.ckpt-100"), &st);
   ck_assert_msg(r != NULL, "%s", st.msg);
   ck_assert_int_eq(ps_bundle_reader_num_shards(r), 3);
-  ck_assert_int_eq(ps_bundle_reader_verify(r, &st), 0);
+  PS_ASSERT_OK(ps_bundle_reader_verify(r, &st), st);
   ck_assert_int_eq(ps_bundle_reader_find(r, "a")->shard_id, 0);
   ck_assert_int_eq(ps_bundle_reader_find(r, "b")->shard_id, 1);
   ck_assert_int_eq(ps_bundle_reader_find(r, "names")->shard_id, 2);
@@ -838,7 +832,7 @@ START_TEST(merges_parts_like_merge_v2_checkpoints) {
     ck_assert(((float *)ps_tensor_data(t))[i * 20 + 19] == vval(i, 19));
   ps_tensor_destroy(t);
   ps_bundle_strings *s;
-  ck_assert_int_eq(ps_bundle_reader_read_strings(r, "names", &s, &st), 0);
+  PS_ASSERT_OK(ps_bundle_reader_read_strings(r, "names", &s, &st), st);
   ck_assert_str_eq(s->str[1], "yz");
   ps_bundle_strings_destroy(s);
   ps_bundle_reader_close(r);
@@ -856,8 +850,8 @@ START_TEST(merge_conflicts_move_nothing) {
   for (int k = 0; k < 2; k++) {
     ps_bundle_writer *w = ps_bundle_writer_create(parts[k], &st);
     ck_assert_msg(w != NULL, "%s", st.msg);
-    ck_assert_int_eq(ps_bundle_writer_add(w, "dup", PS_DT_FLOAT, &scalar, &x, 4, &st), 0);
-    ck_assert_int_eq(ps_bundle_writer_finish(w, &st), 0);
+    PS_ASSERT_OK(ps_bundle_writer_add(w, "dup", PS_DT_FLOAT, &scalar, &x, 4, &st), st);
+    PS_ASSERT_OK(ps_bundle_writer_finish(w, &st), st);
     ps_bundle_writer_destroy(w);
   }
   PS_ASSERT_STATUS(ps_bundle_merge(parts, 2, tmp("out/m"), &st), st, PS_INVALID_ARGUMENT,
@@ -876,7 +870,7 @@ START_TEST(merge_conflicts_move_nothing) {
   ck_assert(!exists(tmp("out/m.index")));
   /* a part with no tensors still counts as a shard, and its file moves */
   ps_bundle_writer *w = ps_bundle_writer_create(parts[2], &st);
-  ck_assert_int_eq(ps_bundle_writer_finish(w, &st), 0);
+  PS_ASSERT_OK(ps_bundle_writer_finish(w, &st), st);
   ps_bundle_writer_destroy(w);
   const char *two[] = {parts[2], parts[0]};
   PS_ASSERT_OK(ps_bundle_merge(two, 2, tmp("out/m"), &st), st);
@@ -886,7 +880,7 @@ START_TEST(merge_conflicts_move_nothing) {
   ck_assert_int_eq(ps_bundle_reader_num_shards(r), 2);
   ck_assert_int_eq(ps_bundle_reader_find(r, "dup")->shard_id, 0); /* first used */
   ck_assert(read_float(r, "dup") == 1.0f);
-  ck_assert_int_eq(ps_bundle_reader_verify(r, &st), 0);
+  PS_ASSERT_OK(ps_bundle_reader_verify(r, &st), st);
   ps_bundle_reader_close(r);
   ck_assert(exists(tmp("out/m.data-00001-of-00002")));
 }
@@ -903,10 +897,10 @@ static void write_sample(const char *dir) {
   for (int i = 0; i < 100; i++)
     v[i] = (float)i;
   ps_shape sh = shp(1, (int64_t)100), two = shp(1, (int64_t)2);
-  ck_assert_int_eq(ps_bundle_writer_add(w, "w", PS_DT_FLOAT, &sh, v, sizeof v, &st), 0);
+  PS_ASSERT_OK(ps_bundle_writer_add(w, "w", PS_DT_FLOAT, &sh, v, sizeof v, &st), st);
   const char *strs[] = {"abc", "defgh"};
-  ck_assert_int_eq(ps_bundle_writer_add_strings(w, "s", &two, strs, NULL, &st), 0);
-  ck_assert_int_eq(ps_bundle_writer_finish(w, &st), 0);
+  PS_ASSERT_OK(ps_bundle_writer_add_strings(w, "s", &two, strs, NULL, &st), st);
+  PS_ASSERT_OK(ps_bundle_writer_finish(w, &st), st);
   ps_bundle_writer_destroy(w);
 }
 
@@ -933,7 +927,7 @@ START_TEST(corrupt_index_is_named) {
   write_sample("ok");
   ps_bundle_reader *r = ps_bundle_reader_open(tmp("ok/ckpt"), &st);
   ck_assert_msg(r != NULL, "%s", st.msg);
-  ck_assert_int_eq(ps_bundle_reader_verify(r, &st), 0);
+  PS_ASSERT_OK(ps_bundle_reader_verify(r, &st), st);
   ps_bundle_reader_close(r);
   size_t n;
   free(read_file(tmp("ok/ckpt.index"), &n));
@@ -967,7 +961,7 @@ START_TEST(corrupt_index_is_named) {
   PS_ASSERT_STATUS(open_fails(tmp("trunc/ckpt"), &st), st, PS_DATA_LOSS,
                    "trunc/ckpt.index: file too short (20 bytes)");
   ck_assert_int_eq(truncate(tmp("trunc/ckpt.index"), 0), 0);
-  ck_assert_int_eq(open_fails(tmp("trunc/ckpt"), &st), PS_DATA_LOSS);
+  PS_ASSERT_CODE(open_fails(tmp("trunc/ckpt"), &st), st, PS_DATA_LOSS);
 
   /* the footer says the index block lies beyond the end */
   write_sample("handle");
@@ -978,7 +972,7 @@ START_TEST(corrupt_index_is_named) {
   f[2] = (uint8_t)(f[2] + 100) & 0x7f;
   write_file(tmp("handle/ckpt.index"), h, hn);
   free(h);
-  ck_assert_int_eq(open_fails(tmp("handle/ckpt"), &st), PS_DATA_LOSS);
+  PS_ASSERT_CODE(open_fails(tmp("handle/ckpt"), &st), st, PS_DATA_LOSS);
 
   PS_ASSERT_STATUS(open_fails(tmp("nothing/ckpt"), &st), st, PS_NOT_FOUND,
                    "nothing/ckpt.index: not found");
@@ -997,11 +991,11 @@ START_TEST(corrupt_data_is_named) {
   ck_assert_msg(r != NULL, "%s", st.msg);
   PS_ASSERT_STATUS(ps_bundle_reader_read_into(r, "w", v, sizeof v, &st), st, PS_DATA_LOSS,
                    "flip/ckpt.data-00000-of-00001: tensor w: data checksum mismatch");
-  ck_assert_int_eq(ps_bundle_reader_read(r, "w", &t, &st), PS_DATA_LOSS);
+  PS_ASSERT_CODE(ps_bundle_reader_read(r, "w", &t, &st), st, PS_DATA_LOSS);
   ck_assert_ptr_null(t);
   PS_ASSERT_STATUS(ps_bundle_reader_verify(r, &st), st, PS_DATA_LOSS,
                    "flip/ckpt.data-00000-of-00001: tensor w: data checksum mismatch");
-  ck_assert_int_eq(ps_bundle_reader_read_strings(r, "s", &s, &st), 0); /* untouched */
+  PS_ASSERT_OK(ps_bundle_reader_read_strings(r, "s", &s, &st), st); /* untouched */
   ps_bundle_strings_destroy(s);
   ps_bundle_reader_close(r);
 
@@ -1009,7 +1003,7 @@ START_TEST(corrupt_data_is_named) {
   write_sample("str");
   flip(tmp("str/ckpt.data-00000-of-00001"), 400, 0x02); /* first length varint */
   r = ps_bundle_reader_open(tmp("str/ckpt"), &st);
-  ck_assert_int_eq(ps_bundle_reader_read_strings(r, "s", &s, &st), PS_DATA_LOSS);
+  PS_ASSERT_CODE(ps_bundle_reader_read_strings(r, "s", &s, &st), st, PS_DATA_LOSS);
   ck_assert_ptr_null(s);
   PS_ASSERT_MSG_HAS(st, "str/ckpt.data-00000-of-00001: tensor s:");
   ps_bundle_reader_close(r);
@@ -1030,14 +1024,13 @@ START_TEST(corrupt_data_is_named) {
   ck_assert_int_eq(truncate(tmp("short/ckpt.data-00000-of-00001"), 399), 0);
   r = ps_bundle_reader_open(tmp("short/ckpt"), &st);
   ck_assert_msg(r != NULL, "%s", st.msg);
-  ck_assert_int_eq(ps_bundle_reader_read_into(r, "w", v, sizeof v, &st), PS_DATA_LOSS);
-  PS_ASSERT_MSG_HAS(st,
-                    "short/ckpt.data-00000-of-00001: tensor w: entry past the end of its "
-                    "shard (offset 0 + size 400 > file size 399");
-  ck_assert_int_eq(ps_bundle_reader_read(r, "w", &t, &st), PS_DATA_LOSS);
+  PS_ASSERT_STATUS(ps_bundle_reader_read_into(r, "w", v, sizeof v, &st), st, PS_DATA_LOSS,
+                   "short/ckpt.data-00000-of-00001: tensor w: entry past the end of its "
+                   "shard (offset 0 + size 400 > file size 399");
+  PS_ASSERT_CODE(ps_bundle_reader_read(r, "w", &t, &st), st, PS_DATA_LOSS);
   PS_ASSERT_STATUS(ps_bundle_reader_read_strings(r, "s", &s, &st), st, PS_DATA_LOSS,
                    "tensor s: entry past the end of its shard");
-  ck_assert_int_eq(ps_bundle_reader_verify(r, &st), PS_DATA_LOSS);
+  PS_ASSERT_CODE(ps_bundle_reader_verify(r, &st), st, PS_DATA_LOSS);
   ps_bundle_reader_close(r);
 
   write_sample("gone");
@@ -1121,20 +1114,18 @@ START_TEST(writer_errors_are_named) {
   float x[3] = {1, 2, 3};
   ps_bundle_writer *w = ps_bundle_writer_create(tmp("w/ckpt"), &st);
   ck_assert_msg(w != NULL, "%s", st.msg);
-  ck_assert_int_eq(ps_bundle_writer_add(w, "", PS_DT_FLOAT, &scalar, x, 4, &st),
-                   PS_INVALID_ARGUMENT);
-  PS_ASSERT_MSG_HAS(st, "may not be empty");
-  ck_assert_int_eq(ps_bundle_writer_add(w, "x", PS_DT_FLOAT, &three, x, 8, &st),
-                   PS_INVALID_ARGUMENT);
-  PS_ASSERT_MSG_HAS(st, "tensor x: 8 bytes given for dtype float shape [3]");
-  ck_assert_int_eq(ps_bundle_writer_add(w, "r", 20 /* DT_RESOURCE */, &scalar, x, 4, &st),
-                   PS_UNIMPLEMENTED);
-  ck_assert_int_eq(ps_bundle_writer_add(w, "x", PS_DT_FLOAT, &three, x, 12, &st), 0);
-  ck_assert_int_eq(ps_bundle_writer_add(w, "x", PS_DT_FLOAT, &three, x, 12, &st),
-                   PS_INVALID_ARGUMENT);
-  PS_ASSERT_MSG_HAS(st, "w/ckpt: tensor x added twice");
-  ck_assert_int_eq(ps_bundle_writer_add_strings(w, "x", &scalar, NULL, NULL, &st),
-                   PS_INVALID_ARGUMENT);
+  PS_ASSERT_STATUS(ps_bundle_writer_add(w, "", PS_DT_FLOAT, &scalar, x, 4, &st), st,
+                   PS_INVALID_ARGUMENT, "may not be empty");
+  PS_ASSERT_STATUS(ps_bundle_writer_add(w, "x", PS_DT_FLOAT, &three, x, 8, &st), st,
+                   PS_INVALID_ARGUMENT,
+                   "tensor x: 8 bytes given for dtype float shape [3]");
+  PS_ASSERT_CODE(ps_bundle_writer_add(w, "r", 20 /* DT_RESOURCE */, &scalar, x, 4, &st),
+                 st, PS_UNIMPLEMENTED);
+  PS_ASSERT_OK(ps_bundle_writer_add(w, "x", PS_DT_FLOAT, &three, x, 12, &st), st);
+  PS_ASSERT_STATUS(ps_bundle_writer_add(w, "x", PS_DT_FLOAT, &three, x, 12, &st), st,
+                   PS_INVALID_ARGUMENT, "w/ckpt: tensor x added twice");
+  PS_ASSERT_CODE(ps_bundle_writer_add_strings(w, "x", &scalar, NULL, NULL, &st), st,
+                 PS_INVALID_ARGUMENT);
   /* Abandoned: nothing is left behind. */
   ps_bundle_writer_destroy(w);
   DIR *d = opendir(tmp("w"));
@@ -1147,10 +1138,10 @@ START_TEST(writer_errors_are_named) {
 
   /* finished: no more adds */
   w = ps_bundle_writer_create(tmp("w/ckpt"), &st);
-  ck_assert_int_eq(ps_bundle_writer_finish(w, &st), 0);
-  ck_assert_int_eq(ps_bundle_writer_add(w, "y", PS_DT_FLOAT, &scalar, x, 4, &st),
-                   PS_FAILED_PRECONDITION);
-  ck_assert_int_eq(ps_bundle_writer_finish(w, &st), PS_FAILED_PRECONDITION);
+  PS_ASSERT_OK(ps_bundle_writer_finish(w, &st), st);
+  PS_ASSERT_CODE(ps_bundle_writer_add(w, "y", PS_DT_FLOAT, &scalar, x, 4, &st), st,
+                 PS_FAILED_PRECONDITION);
+  PS_ASSERT_CODE(ps_bundle_writer_finish(w, &st), st, PS_FAILED_PRECONDITION);
   ps_bundle_writer_destroy(w);
   /* an empty bundle is still a bundle */
   ps_bundle_reader *r = ps_bundle_reader_open(tmp("w/ckpt"), &st);
@@ -1163,7 +1154,7 @@ START_TEST(writer_errors_are_named) {
   ck_assert_ptr_null(ps_bundle_writer_create(tmp("afile/sub/ckpt"), &st));
   PS_ASSERT_MSG_HAS(st, "afile/sub/ckpt: cannot create directory");
   ck_assert_ptr_null(ps_bundle_writer_create("", &st));
-  ck_assert_int_eq(st.code, PS_INVALID_ARGUMENT);
+  PS_ASSERT_CODE(st.code, st, PS_INVALID_ARGUMENT);
 }
 END_TEST
 
@@ -1181,9 +1172,9 @@ START_TEST(index_spans_several_blocks) {
     snprintf(key, sizeof key, "tower_%d/layer_%04d/some/rather/long/variable/name/kernel",
              i % 3, i);
     float v[2] = {(float)i, (float)-i};
-    ck_assert_int_eq(ps_bundle_writer_add(w, key, PS_DT_FLOAT, &sh, v, 8, &st), 0);
+    PS_ASSERT_OK(ps_bundle_writer_add(w, key, PS_DT_FLOAT, &sh, v, 8, &st), st);
   }
-  ck_assert_int_eq(ps_bundle_writer_finish(w, &st), 0);
+  PS_ASSERT_OK(ps_bundle_writer_finish(w, &st), st);
   ps_bundle_writer_destroy(w);
   /* count the index block's entries: one per data block */
   size_t n;
@@ -1204,10 +1195,10 @@ START_TEST(index_spans_several_blocks) {
     snprintf(key, sizeof key, "tower_%d/layer_%04d/some/rather/long/variable/name/kernel",
              i % 3, i);
     float v[2];
-    ck_assert_int_eq(ps_bundle_reader_read_into(r, key, v, sizeof v, &st), 0);
+    PS_ASSERT_OK(ps_bundle_reader_read_into(r, key, v, sizeof v, &st), st);
     ck_assert(v[0] == (float)i && v[1] == (float)-i);
   }
-  ck_assert_int_eq(ps_bundle_reader_verify(r, &st), 0);
+  PS_ASSERT_OK(ps_bundle_reader_verify(r, &st), st);
   ps_bundle_reader_close(r);
 }
 END_TEST
@@ -1243,17 +1234,16 @@ START_TEST(reads_from_several_threads) {
   add_v_slice(w, 5, 5);
   ps_shape scalar = {.rank = 0};
   float x = 42.0f;
-  ck_assert_int_eq(ps_bundle_writer_add(w, "x", PS_DT_FLOAT, &scalar, &x, 4, &st), 0);
+  PS_ASSERT_OK(ps_bundle_writer_add(w, "x", PS_DT_FLOAT, &scalar, &x, 4, &st), st);
   /* the same empty slice twice is refused */
   ps_shape full = shp(2, (int64_t)10, (int64_t)20);
   int64_t s0[2] = {0, 0}, l0[2] = {0, 20};
-  ck_assert_int_eq(
-      ps_bundle_writer_add_slice(w, "e", PS_DT_FLOAT, &full, s0, l0, NULL, 0, &st), 0);
-  ck_assert_int_eq(
-      ps_bundle_writer_add_slice(w, "e", PS_DT_FLOAT, &full, s0, l0, NULL, 0, &st),
-      PS_INVALID_ARGUMENT);
-  PS_ASSERT_MSG_HAS(st, "the same slice added twice");
-  ck_assert_int_eq(ps_bundle_writer_finish(w, &st), 0);
+  PS_ASSERT_OK(
+      ps_bundle_writer_add_slice(w, "e", PS_DT_FLOAT, &full, s0, l0, NULL, 0, &st), st);
+  PS_ASSERT_STATUS(
+      ps_bundle_writer_add_slice(w, "e", PS_DT_FLOAT, &full, s0, l0, NULL, 0, &st), st,
+      PS_INVALID_ARGUMENT, "the same slice added twice");
+  PS_ASSERT_OK(ps_bundle_writer_finish(w, &st), st);
   ps_bundle_writer_destroy(w);
   ps_bundle_reader *r = ps_bundle_reader_open(tmp("thr/ckpt"), &st);
   ck_assert_msg(r != NULL, "%s", st.msg);

@@ -111,7 +111,7 @@ START_TEST(state_format_is_tensorflows_tf1) {
                      .num_paths = 2,
                      .all_model_checkpoint_paths = paths};
   ps_status st = {0};
-  ck_assert_int_eq(ps_ckpt_state_write(tmpdir, &s, &st), 0);
+  PS_ASSERT_OK(ps_ckpt_state_write(tmpdir, &s, &st), st);
   assert_file_text(tmp("checkpoint"),
                    "model_checkpoint_path: \"model.ckpt-1000\"\n"
                    "all_model_checkpoint_paths: \"model.ckpt-900\"\n"
@@ -131,7 +131,7 @@ START_TEST(state_format_is_tensorflows_tf2) {
                      .all_model_checkpoint_timestamps = ts,
                      .last_preserved_timestamp = 1601611588.861176};
   ps_status st = {0};
-  ck_assert_int_eq(ps_ckpt_state_write(tmpdir, &s, &st), 0);
+  PS_ASSERT_OK(ps_ckpt_state_write(tmpdir, &s, &st), st);
   assert_file_text(tmp("checkpoint"),
                    "model_checkpoint_path: \"ckpt-12\"\n"
                    "all_model_checkpoint_paths: \"ckpt-11\"\n"
@@ -203,7 +203,7 @@ START_TEST(state_format_python_reprs_and_escapes) {
   ck_assert_uint_eq(len, strlen(text));
   /* and back */
   ps_ckpt_state r;
-  ck_assert_int_eq(ps_ckpt_state_parse((const uint8_t *)text, len, &r, &st), 0);
+  PS_ASSERT_OK(ps_ckpt_state_parse((const uint8_t *)text, len, &r, &st), st);
   ck_assert_str_eq(r.model_checkpoint_path, paths[0]);
   ck_assert_uint_eq(r.num_paths, 1);
   ck_assert_str_eq(r.all_model_checkpoint_paths[0], paths[0]);
@@ -223,7 +223,7 @@ START_TEST(state_round_trips_through_the_directory) {
                      .all_model_checkpoint_timestamps = ts,
                      .last_preserved_timestamp = 1699999999.0};
   ps_status st = {0};
-  ck_assert_int_eq(ps_ckpt_state_write(tmpdir, &s, &st), 0);
+  PS_ASSERT_OK(ps_ckpt_state_write(tmpdir, &s, &st), st);
   ps_ckpt_state r;
   PS_ASSERT_OK(ps_ckpt_state_read(tmpdir, &r, &st), st);
   /* relative paths are joined with the directory, absolute ones kept */
@@ -242,7 +242,7 @@ START_TEST(state_round_trips_through_the_directory) {
   /* a directory given with a trailing slash is joined as os.path.join does */
   char dir_slash[1100];
   snprintf(dir_slash, sizeof dir_slash, "%s/", tmpdir);
-  ck_assert_int_eq(ps_ckpt_state_read(dir_slash, &r, &st), 0);
+  PS_ASSERT_OK(ps_ckpt_state_read(dir_slash, &r, &st), st);
   ck_assert_str_eq(r.all_model_checkpoint_paths[0], tmp("model.ckpt-1"));
   ps_ckpt_state_free(&r);
 }
@@ -301,8 +301,7 @@ START_TEST(parses_the_whole_text_format) {
       "all_model_checkpoint_paths: \"tab\\tq\\\"\\'\\\\\\q\"\n";
   ps_ckpt_state r;
   ps_status st = {0};
-  ck_assert_msg(ps_ckpt_state_parse((const uint8_t *)text, sizeof text - 1, &r, &st) == 0,
-                "%s", st.msg);
+  PS_ASSERT_OK(ps_ckpt_state_parse((const uint8_t *)text, sizeof text - 1, &r, &st), st);
   ck_assert_str_eq(r.model_checkpoint_path, "last wins");
   ck_assert_uint_eq(r.num_paths, 4);
   ck_assert_str_eq(r.all_model_checkpoint_paths[0], "a");
@@ -319,7 +318,7 @@ START_TEST(parses_the_whole_text_format) {
   ck_assert(isnan(r.last_preserved_timestamp));
   ps_ckpt_state_free(&r);
   /* an empty file parses (and then has no model_checkpoint_path) */
-  ck_assert_int_eq(ps_ckpt_state_parse((const uint8_t *)"", 0, &r, &st), 0);
+  PS_ASSERT_OK(ps_ckpt_state_parse((const uint8_t *)"", 0, &r, &st), st);
   ck_assert_ptr_null(r.model_checkpoint_path);
   ps_ckpt_state_free(&r);
 }
@@ -353,10 +352,9 @@ START_TEST(state_errors_are_named) {
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     ps_ckpt_state r;
     ps_status st = {0};
-    ck_assert_int_eq(
+    PS_ASSERT_STATUS(
         ps_ckpt_state_parse((const uint8_t *)bad[i].text, strlen(bad[i].text), &r, &st),
-        PS_DATA_LOSS);
-    PS_ASSERT_MSG_HAS(st, bad[i].msg);
+        st, PS_DATA_LOSS, bad[i].msg);
     ck_assert_ptr_null(r.model_checkpoint_path);
     ck_assert_uint_eq(r.num_paths, 0);
     /* read names the file */
@@ -394,9 +392,9 @@ START_TEST(state_errors_are_named) {
   PS_ASSERT_STATUS(ps_ckpt_state_write(empty, &s, &st), st, PS_INVALID_ARGUMENT,
                    "empty model_checkpoint_path");
   s.model_checkpoint_path = "./checkpoint";
-  ck_assert_int_eq(ps_ckpt_state_write(empty, &s, &st), PS_INVALID_ARGUMENT);
-  PS_ASSERT_MSG_HAS(
-      st, "Save path './checkpoint' conflicts with path used for checkpoint state");
+  PS_ASSERT_STATUS(
+      ps_ckpt_state_write(empty, &s, &st), st, PS_INVALID_ARGUMENT,
+      "Save path './checkpoint' conflicts with path used for checkpoint state");
   assert_dir_has(empty, "");
   /* a directory that does not exist */
   s.model_checkpoint_path = "b";
@@ -452,7 +450,7 @@ START_TEST(failed_write_keeps_the_previous_state) {
   assert_file_text(tmp("checkpoint"), state_a);
   assert_dir_has(tmpdir, "checkpoint");
   /* and a later write succeeds */
-  ck_assert_int_eq(write_state_b(tmpdir, &st), 0);
+  PS_ASSERT_OK(write_state_b(tmpdir, &st), st);
   char *text = read_text(tmp("checkpoint"));
   const char *head = "model_checkpoint_path: \"model.ckpt-1063\"\n";
   ck_assert(strncmp(text, head, strlen(head)) == 0);
@@ -501,7 +499,7 @@ START_TEST(latest_checkpoint_like_tensorflow) {
   char *p = (char *)"unchanged";
   ps_status st = {0};
   /* no state file */
-  ck_assert_int_eq(ps_latest_checkpoint(tmpdir, &p, &st), PS_NOT_FOUND);
+  PS_ASSERT_CODE(ps_latest_checkpoint(tmpdir, &p, &st), st, PS_NOT_FOUND);
   ck_assert_ptr_null(p);
   char want[1200];
   snprintf(want, sizeof want, "no checkpoint in %s", tmpdir);
@@ -513,7 +511,7 @@ START_TEST(latest_checkpoint_like_tensorflow) {
   write_text(tmp("checkpoint"), "model_checkpoint_path: \"model.ckpt-5\"\n"
                                 "all_model_checkpoint_paths: \"model.ckpt-5\"\n");
   write_text(tmp("model.ckpt-5.data-00000-of-00001"), "");
-  ck_assert_int_eq(ps_latest_checkpoint(tmpdir, &p, &st), PS_NOT_FOUND);
+  PS_ASSERT_CODE(ps_latest_checkpoint(tmpdir, &p, &st), st, PS_NOT_FOUND);
   snprintf(want, sizeof want, "Couldn't match files for checkpoint %s/model.ckpt-5",
            tmpdir);
   ck_assert_str_eq(st.msg, want);
@@ -526,7 +524,7 @@ START_TEST(latest_checkpoint_like_tensorflow) {
   ck_assert_int_eq(mkdir(tmp("sub"), 0755), 0);
   write_text(tmp("sub/m-1.index"), "");
   write_text(tmp("checkpoint"), "model_checkpoint_path: \"sub/m-1\"\n");
-  ck_assert_int_eq(ps_latest_checkpoint(tmpdir, &p, &st), 0);
+  PS_ASSERT_OK(ps_latest_checkpoint(tmpdir, &p, &st), st);
   ck_assert_str_eq(p, tmp("sub/m-1"));
   free(p);
   /* absolute: as written */
@@ -534,7 +532,7 @@ START_TEST(latest_checkpoint_like_tensorflow) {
   snprintf(text, sizeof text, "model_checkpoint_path: \"%s\"\n",
            tfdata("counter/variables"));
   write_text(tmp("checkpoint"), text);
-  ck_assert_int_eq(ps_latest_checkpoint(tmpdir, &p, &st), 0);
+  PS_ASSERT_OK(ps_latest_checkpoint(tmpdir, &p, &st), st);
   ck_assert_str_eq(p, tfdata("counter/variables"));
   free(p);
   /* unparsable */
@@ -608,7 +606,7 @@ START_TEST(retention_keeps_max_to_keep) {
   ck_assert_ptr_null(ps_ckpt_manager_path(m, 2));
   /* and TensorFlow's latest_checkpoint agrees */
   char *latest;
-  ck_assert_int_eq(ps_latest_checkpoint(tmpdir, &latest, &st), 0);
+  PS_ASSERT_OK(ps_latest_checkpoint(tmpdir, &latest, &st), st);
   ck_assert_str_eq(latest, tmp("model.ckpt-3"));
   free(latest);
   ps_ckpt_manager_destroy(m);
@@ -649,7 +647,7 @@ START_TEST(retention_resaved_path_moves_to_the_end) {
   add_ok(m, "a", 1e9 + 1);
   add_ok(m, "b", 1e9 + 2);
   /* the same checkpoint, spelled differently */
-  ck_assert_int_eq(ps_ckpt_manager_add(m, tmp("./a"), 1e9 + 3, &st), 0);
+  PS_ASSERT_OK(ps_ckpt_manager_add(m, tmp("./a"), 1e9 + 3, &st), st);
   assert_file_text(tmp("checkpoint"), "model_checkpoint_path: \"a\"\n"
                                       "all_model_checkpoint_paths: \"b\"\n"
                                       "all_model_checkpoint_paths: \"a\"\n"
@@ -700,8 +698,7 @@ START_TEST(retention_keep_every_n_hours_with_a_fake_clock) {
     char name[32];
     snprintf(name, sizeof name, "model.ckpt-%d", k);
     make_ckpt(name);
-    ck_assert_msg(ps_ckpt_record(tmpdir, tmp("%s", name), &opt, T + 1200 * k, &st) == 0,
-                  "%s", st.msg);
+    PS_ASSERT_OK(ps_ckpt_record(tmpdir, tmp("%s", name), &opt, T + 1200 * k, &st), st);
   }
   snprintf(want, sizeof want, "checkpoint %s %s %s %s %s", ckpt_files("model.ckpt-10"),
            ckpt_files("model.ckpt-11"), ckpt_files("model.ckpt-3"),
@@ -755,7 +752,7 @@ START_TEST(retention_picks_up_a_tf1_state_file) {
            tmpdir);
   assert_file_text(tmp("checkpoint"), text);
   /* re-saving the absolutely-listed checkpoint by its full name */
-  ck_assert_int_eq(ps_ckpt_manager_add(m, tmp("model.ckpt-1"), T + 20, &st), 0);
+  PS_ASSERT_OK(ps_ckpt_manager_add(m, tmp("model.ckpt-1"), T + 20, &st), st);
   ck_assert_uint_eq(ps_ckpt_manager_count(m), 2);
   ck_assert_str_eq(ps_ckpt_manager_path(m, 0), tmp("model.ckpt-2"));
   add_ok(m, "model.ckpt-3", T + 30); /* evicts 2 */
@@ -773,21 +770,19 @@ START_TEST(retention_errors) {
   ck_assert_ptr_null(ps_ckpt_manager_create(tmpdir, &opt, 1e9, &st));
   PS_ASSERT_STATUS(st.code, st, PS_INVALID_ARGUMENT, "max_to_keep -1 must be >= 0");
   ck_assert_ptr_null(ps_ckpt_manager_create("", NULL, 1e9, &st));
-  ck_assert_int_eq(st.code, PS_INVALID_ARGUMENT);
+  PS_ASSERT_CODE(st.code, st, PS_INVALID_ARGUMENT);
   ps_ckpt_manager *m = ps_ckpt_manager_create(tmpdir, NULL, 1e9, &st);
   ck_assert_ptr_nonnull(m);
   /* not in the managed directory */
-  ck_assert_int_eq(ps_ckpt_manager_add(m, "/elsewhere/model.ckpt-1", 1e9, &st),
-                   PS_INVALID_ARGUMENT);
-  PS_ASSERT_MSG_HAS(st,
-                    "checkpoint /elsewhere/model.ckpt-1 is not in the managed directory");
-  ck_assert_int_eq(ps_ckpt_manager_add(m, tmp("sub/model.ckpt-1"), 1e9, &st),
-                   PS_INVALID_ARGUMENT);
-  ck_assert_int_eq(ps_ckpt_manager_add(m, "", 1e9, &st), PS_INVALID_ARGUMENT);
+  PS_ASSERT_STATUS(ps_ckpt_manager_add(m, "/elsewhere/model.ckpt-1", 1e9, &st), st,
+                   PS_INVALID_ARGUMENT,
+                   "checkpoint /elsewhere/model.ckpt-1 is not in the managed directory");
+  PS_ASSERT_CODE(ps_ckpt_manager_add(m, tmp("sub/model.ckpt-1"), 1e9, &st), st,
+                 PS_INVALID_ARGUMENT);
+  PS_ASSERT_CODE(ps_ckpt_manager_add(m, "", 1e9, &st), st, PS_INVALID_ARGUMENT);
   /* the state file's own name */
-  ck_assert_int_eq(ps_ckpt_manager_add(m, tmp("checkpoint"), 1e9, &st),
-                   PS_INVALID_ARGUMENT);
-  PS_ASSERT_MSG_HAS(st, "conflicts with path used for checkpoint state");
+  PS_ASSERT_STATUS(ps_ckpt_manager_add(m, tmp("checkpoint"), 1e9, &st), st,
+                   PS_INVALID_ARGUMENT, "conflicts with path used for checkpoint state");
   assert_dir_has(tmpdir, "");
   /* a failed state write changes nothing */
   add_ok(m, "model.ckpt-1", 1e9 + 1);
@@ -827,10 +822,10 @@ START_TEST(remove_deletes_every_file_of_a_checkpoint) {
   make_ckpt("m-1");
   make_ckpt("m-10");
   ps_status st = {0};
-  ck_assert_int_eq(ps_ckpt_remove(tmp("m-1"), &st), 0);
+  PS_ASSERT_OK(ps_ckpt_remove(tmp("m-1"), &st), st);
   assert_dir_has(tmpdir, ckpt_files("m-10"));
-  ck_assert_int_eq(ps_ckpt_remove(tmp("m-1"), &st), 0); /* nothing left: fine */
-  ck_assert_int_eq(ps_ckpt_remove(tmp("nodir/m-1"), &st), 0);
+  PS_ASSERT_OK(ps_ckpt_remove(tmp("m-1"), &st), st); /* nothing left: fine */
+  PS_ASSERT_OK(ps_ckpt_remove(tmp("nodir/m-1"), &st), st);
 }
 END_TEST
 
@@ -889,8 +884,8 @@ START_TEST(inspect_errors_name_the_file) {
   ck_assert_ptr_nonnull(w);
   float v = 1;
   ps_shape scalar = {0};
-  ck_assert_int_eq(ps_bundle_writer_add(w, "v", PS_DT_FLOAT, &scalar, &v, 4, &st), 0);
-  ck_assert_int_eq(ps_bundle_writer_finish(w, &st), 0);
+  PS_ASSERT_OK(ps_bundle_writer_add(w, "v", PS_DT_FLOAT, &scalar, &v, 4, &st), st);
+  PS_ASSERT_OK(ps_bundle_writer_finish(w, &st), st);
   ps_bundle_writer_destroy(w);
   ck_assert_int_eq(unlink(tmp("nodata.data-00000-of-00001")), 0);
   assert_inspect(tmp("nodata"), false, "v (DT_FLOAT) []\n");
@@ -905,8 +900,7 @@ static void add_tensor(ps_bundle_writer *w, const char *key, int dtype, ps_shape
                        const void *data) {
   ps_status st = {0};
   size_t n = (size_t)ps_shape_num_elements(&shape) * ps_dtype_size(dtype);
-  ck_assert_msg(ps_bundle_writer_add(w, key, dtype, &shape, data, n, &st) == 0, "%s",
-                st.msg);
+  PS_ASSERT_OK(ps_bundle_writer_add(w, key, dtype, &shape, data, n, &st), st);
 }
 
 START_TEST(inspect_values_like_numpy) {
@@ -920,12 +914,12 @@ START_TEST(inspect_values_like_numpy) {
   float emb[8] = {0, 1, 2, 3, 4, 5, 6, 7};
   ps_shape full = {2, {4, 2}};
   int64_t start0[2] = {0, 0}, start1[2] = {2, 0}, len[2] = {2, -1};
-  ck_assert_int_eq(ps_bundle_writer_add_slice(w, "emb", PS_DT_FLOAT, &full, start1, len,
-                                              emb + 4, 16, &st),
-                   0);
-  ck_assert_int_eq(
+  PS_ASSERT_OK(ps_bundle_writer_add_slice(w, "emb", PS_DT_FLOAT, &full, start1, len,
+                                          emb + 4, 16, &st),
+               st);
+  PS_ASSERT_OK(
       ps_bundle_writer_add_slice(w, "emb", PS_DT_FLOAT, &full, start0, len, emb, 16, &st),
-      0);
+      st);
   int64_t step = 1000;
   add_tensor(w, "global_step", PS_DT_INT64, (ps_shape){0, {0}}, &step);
   uint16_t half[2] = {ps_float_to_half(0.5f), ps_float_to_half(0.1f)};
@@ -943,7 +937,7 @@ START_TEST(inspect_values_like_numpy) {
   add_tensor(w, "cplx", PS_DT_COMPLEX64, (ps_shape){0, {0}}, cplx);
   const char *strs[3] = {"a", "it's", "x\n\x01\xff"};
   ps_shape sshape = {1, {3}};
-  ck_assert_int_eq(ps_bundle_writer_add_strings(w, "names", &sshape, strs, NULL, &st), 0);
+  PS_ASSERT_OK(ps_bundle_writer_add_strings(w, "names", &sshape, strs, NULL, &st), st);
   float *table = malloc(2000 * sizeof *table);
   for (int i = 0; i < 2000; i++)
     table[i] = (float)i;
@@ -1020,9 +1014,8 @@ static void assert_refused(const char *root, const char *prefix, int code,
                            const char *msg) {
   char out[1024] = "untouched";
   ps_status st = {0};
-  ck_assert_int_eq(ps_ckpt_path_confined(root, prefix, out, sizeof out, &st), code);
-  ck_assert_int_eq(st.code, code);
-  PS_ASSERT_MSG_HAS(st, msg);
+  PS_ASSERT_CODE(ps_ckpt_path_confined(root, prefix, out, sizeof out, &st), st, code);
+  PS_ASSERT_STATUS(st.code, st, code, msg);
   if (prefix[0]) PS_ASSERT_MSG_HAS(st, prefix);
   if (root[0]) PS_ASSERT_MSG_HAS(st, root);
   ck_assert_str_eq(out, "untouched");
@@ -1073,9 +1066,8 @@ START_TEST(path_confinement) {
   /* too small a buffer */
   char small[8];
   ps_status st = {0};
-  ck_assert_int_eq(ps_ckpt_path_confined(root, "model", small, sizeof small, &st),
-                   PS_INVALID_ARGUMENT);
-  PS_ASSERT_MSG_HAS(st, "more than the 7 allowed");
+  PS_ASSERT_STATUS(ps_ckpt_path_confined(root, "model", small, sizeof small, &st), st,
+                   PS_INVALID_ARGUMENT, "more than the 7 allowed");
 }
 END_TEST
 

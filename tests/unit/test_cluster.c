@@ -76,8 +76,7 @@ static void parse_fails_code(const char *json, int code, const char *needle) {
   ps_status st = {0};
   ps_cluster *c = parse(json, &st);
   ck_assert_msg(c == NULL, "parsed: %s", json);
-  ck_assert_int_eq(st.code, code);
-  PS_ASSERT_MSG_HAS(st, needle);
+  PS_ASSERT_STATUS(st.code, st, code, needle);
 }
 
 static void parse_fails(const char *json, const char *needle) {
@@ -143,8 +142,8 @@ START_TEST(test_parse_sparse) {
                          "\"w0:1\", \"3\": \"w3:1\" } }");
   free(json);
   /* a dense object prints as a list */
-  ck_assert_int_eq(ps_cluster_set_address(c, "worker", 1, "w1:1", &st), 0);
-  ck_assert_int_eq(ps_cluster_set_address(c, "worker", 2, "w2:1", &st), 0);
+  PS_ASSERT_OK(ps_cluster_set_address(c, "worker", 1, "w1:1", &st), st);
+  PS_ASSERT_OK(ps_cluster_set_address(c, "worker", 2, "w2:1", &st), st);
   json = ps_cluster_to_json(c);
   ck_assert_str_eq(json, "{ \"ps\": [ \"a:1\" ], \"worker\": [ \"w0:1\", "
                          "\"w1:1\", \"w2:1\", \"w3:1\" ] }");
@@ -353,20 +352,20 @@ START_TEST(test_load_file_errors) {
   char want[700];
   const char *missing = tmp_path("missing.json");
   ck_assert_ptr_null(ps_cluster_load_file(missing, &st));
-  ck_assert_int_eq(st.code, PS_NOT_FOUND);
+  PS_ASSERT_CODE(st.code, st, PS_NOT_FOUND);
   snprintf(want, sizeof want, "cluster spec %s: cannot open: No such file or directory",
            missing);
   ck_assert_str_eq(st.msg, want);
 
   ck_assert_ptr_null(ps_cluster_load_file(tmpdir, &st));
-  ck_assert_int_eq(st.code, PS_INVALID_ARGUMENT);
+  PS_ASSERT_CODE(st.code, st, PS_INVALID_ARGUMENT);
   snprintf(want, sizeof want, "cluster spec %s: cannot read: Is a directory", tmpdir);
   ck_assert_str_eq(st.msg, want);
 
   const char *bad = write_tmp("bad.json", "{\n  \"ps\": [\n    \"a:1\"\n"
                                           "    \"b:2\"\n  ]\n}\n");
   ck_assert_ptr_null(ps_cluster_load_file(bad, &st));
-  ck_assert_int_eq(st.code, PS_INVALID_ARGUMENT);
+  PS_ASSERT_CODE(st.code, st, PS_INVALID_ARGUMENT);
   snprintf(want, sizeof want, "cluster spec %s: invalid JSON at line 4: ", bad);
   PS_ASSERT_MSG_HAS(st, want);
 
@@ -396,7 +395,7 @@ START_TEST(test_write_file) {
                         &st);
   ck_assert_msg(c != NULL, "%s", st.msg);
   const char *path = tmp_path("out.json");
-  ck_assert_int_eq(ps_cluster_write_file(c, path, &st), 0);
+  PS_ASSERT_OK(ps_cluster_write_file(c, path, &st), st);
   ck_assert_int_eq(count_dir_entries(tmpdir), 1); /* no temporary left */
   ps_cluster *back = ps_cluster_load_file(path, &st);
   ck_assert_msg(back != NULL, "%s", st.msg);
@@ -407,8 +406,8 @@ START_TEST(test_write_file) {
   ps_cluster_destroy(back);
 
   /* overwrite with learned ports, as a test harness does */
-  ck_assert_int_eq(ps_cluster_set_address(c, "worker", 0, "127.0.0.1:4001", &st), 0);
-  ck_assert_int_eq(ps_cluster_write_file(c, path, &st), 0);
+  PS_ASSERT_OK(ps_cluster_set_address(c, "worker", 0, "127.0.0.1:4001", &st), st);
+  PS_ASSERT_OK(ps_cluster_write_file(c, path, &st), st);
   ck_assert_int_eq(count_dir_entries(tmpdir), 1);
   back = ps_cluster_load_file(path, &st);
   ck_assert_msg(back != NULL, "%s", st.msg);
@@ -422,7 +421,7 @@ START_TEST(test_write_file) {
   /* a directory that does not exist */
   char want[700];
   const char *nodir = tmp_path("no/such/dir.json");
-  ck_assert_int_eq(ps_cluster_write_file(c, nodir, &st), PS_NOT_FOUND);
+  PS_ASSERT_CODE(ps_cluster_write_file(c, nodir, &st), st, PS_NOT_FOUND);
   snprintf(want, sizeof want,
            "cluster spec %s: cannot create temporary file: No such file or "
            "directory",
@@ -502,35 +501,34 @@ START_TEST(test_set_address) {
                         "\"worker\": {\"1\": \"127.0.0.1:5000\"}}",
                         &st);
   ck_assert_msg(c != NULL, "%s", st.msg);
-  ck_assert_int_eq(ps_cluster_set_address(c, "ps", 0, "127.0.0.1:4000", &st), 0);
+  PS_ASSERT_OK(ps_cluster_set_address(c, "ps", 0, "127.0.0.1:4000", &st), st);
   ck_assert_str_eq(ps_cluster_address(c, "ps", 0), "127.0.0.1:4000");
   /* the same address again on the same task is fine */
-  ck_assert_int_eq(ps_cluster_set_address(c, "ps", 0, "127.0.0.1:4000", &st), 0);
+  PS_ASSERT_OK(ps_cluster_set_address(c, "ps", 0, "127.0.0.1:4000", &st), st);
   /* fills a hole */
-  ck_assert_int_eq(ps_cluster_set_address(c, "worker", 0, "127.0.0.1:5001", &st), 0);
+  PS_ASSERT_OK(ps_cluster_set_address(c, "worker", 0, "127.0.0.1:5001", &st), st);
   ck_assert_str_eq(ps_cluster_address(c, "worker", 0), "127.0.0.1:5001");
   /* port 0 may repeat */
-  ck_assert_int_eq(ps_cluster_set_address(c, "worker", 0, "127.0.0.1:0", &st), 0);
+  PS_ASSERT_OK(ps_cluster_set_address(c, "worker", 0, "127.0.0.1:0", &st), st);
 
-  ck_assert_int_eq(ps_cluster_set_address(c, "ps", 1, "127.0.0.1:4000", &st),
-                   PS_INVALID_ARGUMENT);
+  PS_ASSERT_CODE(ps_cluster_set_address(c, "ps", 1, "127.0.0.1:4000", &st), st,
+                 PS_INVALID_ARGUMENT);
   ck_assert_str_eq(st.msg, "cluster: ps/1: address 127.0.0.1:4000 is already "
                            "used by ps/0");
-  ck_assert_int_eq(ps_cluster_set_address(c, "ps", 1, "nohost", &st),
-                   PS_INVALID_ARGUMENT);
+  PS_ASSERT_CODE(ps_cluster_set_address(c, "ps", 1, "nohost", &st), st,
+                 PS_INVALID_ARGUMENT);
   ck_assert_str_eq(st.msg, "cluster: ps/1: address \"nohost\" is not "
                            "host:port");
-  ck_assert_int_eq(ps_cluster_set_address(c, "ps", 1, "h:70000", &st),
-                   PS_INVALID_ARGUMENT);
-  PS_ASSERT_MSG_HAS(st, "has a bad port");
-  ck_assert_int_eq(ps_cluster_set_address(c, "ps", 2, "h:1", &st), PS_NOT_FOUND);
+  PS_ASSERT_STATUS(ps_cluster_set_address(c, "ps", 1, "h:70000", &st), st,
+                   PS_INVALID_ARGUMENT, "has a bad port");
+  PS_ASSERT_CODE(ps_cluster_set_address(c, "ps", 2, "h:1", &st), st, PS_NOT_FOUND);
   ck_assert_str_eq(st.msg, "cluster: no task ps/2 (job ps has 2 tasks)");
-  ck_assert_int_eq(ps_cluster_set_address(c, "ps", -1, "h:1", &st), PS_NOT_FOUND);
-  ck_assert_int_eq(ps_cluster_set_address(c, "chief", 0, "h:1", &st), PS_NOT_FOUND);
+  PS_ASSERT_CODE(ps_cluster_set_address(c, "ps", -1, "h:1", &st), st, PS_NOT_FOUND);
+  PS_ASSERT_CODE(ps_cluster_set_address(c, "chief", 0, "h:1", &st), st, PS_NOT_FOUND);
   ck_assert_str_eq(st.msg, "cluster: no task chief/0 (no job \"chief\"; "
                            "jobs: ps, worker)");
-  ck_assert_int_eq(ps_cluster_set_address(NULL, "ps", 0, "h:1", &st),
-                   PS_INVALID_ARGUMENT);
+  PS_ASSERT_CODE(ps_cluster_set_address(NULL, "ps", 0, "h:1", &st), st,
+                 PS_INVALID_ARGUMENT);
   /* failed calls changed nothing */
   ck_assert_str_eq(ps_cluster_address(c, "ps", 1), "127.0.0.1:0");
   ps_cluster_destroy(c);
@@ -1125,7 +1123,7 @@ START_TEST(test_resolve_file) {
   ps_cluster_destroy(c);
 
   ck_assert_ptr_null(ps_cluster_resolve(path, "ps", 5, &self, &st));
-  ck_assert_int_eq(st.code, PS_INVALID_ARGUMENT);
+  PS_ASSERT_CODE(st.code, st, PS_INVALID_ARGUMENT);
   snprintf(want, sizeof want,
            "--job ps --task 5: not in cluster spec %s (job ps has 2 tasks)", path);
   ck_assert_str_eq(st.msg, want);
@@ -1214,7 +1212,7 @@ START_TEST(test_resolve_nothing) {
   ps_task_id self;
   clear_env();
   ck_assert_ptr_null(ps_cluster_resolve(NULL, NULL, -1, &self, &st));
-  ck_assert_int_eq(st.code, PS_INVALID_ARGUMENT);
+  PS_ASSERT_CODE(st.code, st, PS_INVALID_ARGUMENT);
   ck_assert_str_eq(st.msg, "no cluster spec: pass --cluster FILE --job NAME "
                            "--task N or set TF_CONFIG");
 }
