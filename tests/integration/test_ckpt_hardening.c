@@ -3,9 +3,10 @@
  * prefixes), leftover temp directories, a merge that fails after writing,
  * and retention that never deletes outside the checkpoint directory.
  *
- * Each ps is started here (not through the harness) because the tests read
- * its log: stderr goes to a file.  Children die with the test
- * (PR_SET_PDEATHSIG) and are killed in every outcome by the teardown. */
+ * Each ps is started through the harness with its stderr in a file (the
+ * tests read its log: harness_start_opts): it dies with the test
+ * (PR_SET_PDEATHSIG, the harness's guardian) and is killed in every outcome
+ * by the teardown. */
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -17,7 +18,6 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/inotify.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -30,13 +30,11 @@
 #include "paramserver/client.h"
 #include "tests/support/assert.h"
 
-static char dir[256];  /* scratch: spec, logs */
-static char ck[300];   /* --checkpoint-dir */
-static char out[300];  /* outside the checkpoint directory */
-static pid_t pid = -1; /* the running ps */
-static char addr[64];
+static char dir[256]; /* scratch: spec, logs */
+static char ck[300];  /* --checkpoint-dir */
+static char out[300]; /* outside the checkpoint directory */
+static ps_harness H;  /* the running ps: H.pids[0], H.addrs[0], H.cluster */
 static ps_client *client;
-static ps_cluster *cluster;
 
 /* Each test's directory lives in one base directory per test case,
  * removed by an unchecked fixture: that teardown runs in Check's parent
@@ -62,13 +60,8 @@ static void setup(void) {
 static void ps_down(void) {
   ps_client_destroy(client);
   client = NULL;
-  ps_cluster_destroy(cluster);
-  cluster = NULL;
-  if (pid > 0) {
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
-    pid = -1;
-  }
+  harness_kill(&H, 0);
+  harness_stop(&H);
 }
 
 static void teardown(void) {
@@ -87,63 +80,25 @@ static double now_s(void) {
 /* Starts one ps with --checkpoint-dir, its log in dir/ps.log; @env is
  * "NAME=VALUE" or NULL. */
 static void ps_up(const char *env, const char *grace) {
-  char boot[400], log[400], spec[400];
-  snprintf(boot, sizeof boot, "%s/boot.json", dir);
+  char log[400];
   snprintf(log, sizeof log, "%s/ps.log", dir);
-  FILE *f = fopen(boot, "w");
-  ck_assert_ptr_nonnull(f);
-  fputs("{\"ps\": [\"127.0.0.1:0\"], \"worker\": [\"127.0.0.1:0\"]}\n", f);
-  fclose(f);
-  int p[2];
-  ck_assert_int_eq(pipe(p), 0);
-  const char *prog = harness_prog("PS_SERVER", "build/ps/ps-server");
-  pid_t parent = getpid();
-  pid = fork();
-  ck_assert_int_ge(pid, 0);
-  if (pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(127);
-    int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(p[1], 1);
-    dup2(fd, 2);
-    close(p[0]);
-    close(p[1]);
-    if (env) putenv((char *)env);
-    execl(prog, prog, "--cluster", boot, "--job", "ps", "--task", "0", "--checkpoint-dir",
-          ck, "--grace-secs", grace, (char *)NULL);
-    _exit(127);
-  }
-  close(p[1]);
-  char line[256];
-  size_t k = 0;
-  while (k + 1 < sizeof line) {
-    struct pollfd pfd = {p[0], POLLIN, 0};
-    ck_assert_msg(poll(&pfd, 1, 60000) == 1, "ps-server did not report ready");
-    char ch;
-    if (read(p[0], &ch, 1) != 1 || ch == '\n') break;
-    line[k++] = ch;
-  }
-  line[k] = '\0';
-  close(p[0]);
-  const char *a = strstr(line, "ready on ");
-  ck_assert_msg(a != NULL, "readiness line '%s'", line);
-  snprintf(addr, sizeof addr, "%s", a + 9);
-  snprintf(spec, sizeof spec, "{\"ps\": [\"%s\"], \"worker\": [\"127.0.0.1:0\"]}", addr);
+  const char *const extra[] = {"--checkpoint-dir", ck, "--grace-secs", grace, NULL};
+  harness_opts o = {.stderr_path = log, .env = env};
+  ck_assert_int_eq(harness_start_opts(&H, 1, extra, &o), 0);
   ps_status st;
-  cluster = ps_cluster_parse(spec, strlen(spec), "test", &st);
-  ck_assert_msg(cluster != NULL, "%s", st.msg);
-  client = ps_client_create(cluster, "ps", NULL, &st);
+  client = ps_client_create(H.cluster, "ps", NULL, &st);
   ck_assert_msg(client != NULL, "%s", st.msg);
 }
 
 /* SIGTERM, then the exit status within @limit seconds (-1: not exited). */
 static int ps_term(double limit) {
-  kill(pid, SIGTERM);
+  if (H.pids[0] <= 0) return -1;
+  kill(H.pids[0], SIGTERM);
   double t0 = now_s();
   int status = 0;
   while (now_s() - t0 < limit) {
-    if (waitpid(pid, &status, WNOHANG) == pid) {
-      pid = -1;
+    if (waitpid(H.pids[0], &status, WNOHANG) == H.pids[0]) {
+      H.pids[0] = 0;
       return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     }
     struct timespec ts = {0, 10000000};
@@ -208,7 +163,7 @@ static float get_var(const char *name) {
 
 /* A raw request to the ps; returns its status code, message in @msg. */
 static int raw(const char *method, const uint8_t *p, size_t n, char *msg, size_t mn) {
-  ps_rpc_channel *ch = ps_rpc_channel_create(addr);
+  ps_rpc_channel *ch = ps_rpc_channel_create(H.addrs[0]);
   ps_rpc_req r = {.ch = ch,
                   .method = method,
                   .raw_request = p,
@@ -926,7 +881,7 @@ START_TEST(a_merge_of_many_shards_is_refused_before_it_sizes_anything) {
                 "%s", msg);
   /* nothing was sized to 99999 parts (4 KiB each were 416 MB before) */
   long long peak = 0;
-  harness_rss(pid, &peak);
+  harness_rss(H.pids[0], &peak);
   ck_assert_msg(peak > 0 && peak < (64ll << 20), "peak RSS %lld bytes", peak);
   /* MergeRequest{prefix: "big", num_shards: 100000} */
   static const uint8_t m2[] = {0x0a, 3, 'b', 'i', 'g', 0x10, 0xa0, 0x8d, 0x06};
@@ -970,7 +925,7 @@ START_TEST(a_merge_of_many_shards_is_refused_before_it_sizes_anything) {
     ck_assert_msg(strstr(msg, "part-00000-of-99999.data-00000-of-00001"), "%s", msg);
   }
 #if !defined(__SANITIZE_ADDRESS__)
-  long long rss = harness_rss(pid, NULL);
+  long long rss = harness_rss(H.pids[0], NULL);
   ck_assert_msg(rss > 0 && rss < (64ll << 20), "RSS %lld bytes after 30 failed merges",
                 rss);
 #endif
