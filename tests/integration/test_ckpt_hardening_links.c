@@ -265,7 +265,7 @@ START_TEST(a_fifo_as_a_checkpoint_file_fails_the_restore_at_once) {
   ck_assert_int_eq(mkfifo(p, 0644), 0);
   restore_arg a = {.prefix = "f"};
   restore_within(&a, 15);
-  ck_assert_int_eq(a.rc, PS_FAILED_PRECONDITION);
+  PS_ASSERT_CODE(a.rc, a.st, PS_FAILED_PRECONDITION);
   ck_assert_msg(strstr(a.st.msg, "f.data-00000-of-00001") &&
                     strstr(a.st.msg, "is a FIFO, not a regular file") &&
                     !strstr(a.st.msg, "/proc/"),
@@ -276,7 +276,7 @@ START_TEST(a_fifo_as_a_checkpoint_file_fails_the_restore_at_once) {
   ck_assert_int_eq(mkfifo(p, 0644), 0);
   restore_arg b = {.prefix = "g"};
   restore_within(&b, 15);
-  ck_assert_int_eq(b.rc, PS_FAILED_PRECONDITION);
+  PS_ASSERT_CODE(b.rc, b.st, PS_FAILED_PRECONDITION);
   ck_assert_msg(strstr(b.st.msg, "g.index") && strstr(b.st.msg, "is a FIFO"), "%s",
                 b.st.msg);
   ck_assert(get_var("v00") == 9.0f);
@@ -286,7 +286,7 @@ START_TEST(a_fifo_as_a_checkpoint_file_fails_the_restore_at_once) {
   ck_assert_int_eq(mkfifo(p, 0644), 0);
   restore_arg c = {.prefix = NULL};
   restore_within(&c, 15);
-  ck_assert_int_eq(c.rc, PS_FAILED_PRECONDITION);
+  PS_ASSERT_CODE(c.rc, c.st, PS_FAILED_PRECONDITION);
   ck_assert_msg(strstr(c.st.msg, p) && strstr(c.st.msg, "is a FIFO, not a regular file"),
                 "%s", c.st.msg);
   ck_assert(get_var("v00") == 9.0f);

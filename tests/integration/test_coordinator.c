@@ -153,7 +153,7 @@ START_TEST(non_chief_waits_for_the_chief) {
   ps_coordinator_options o = {.is_chief = true};
   PS_ASSERT_OK(ps_coordinator_prepare(chief, &o, NULL, &st), st);
   pthread_join(th, NULL);
-  ck_assert_msg(wt.rc == 0, "%s", wt.st.msg);
+  PS_ASSERT_OK(wt.rc, wt.st);
   ck_assert_int_eq(wt.out, PS_COORD_JOINED);
   float w[4], w2[4];
   values(wt.s, &m2, w, w2);
@@ -194,7 +194,7 @@ START_TEST(non_chief_ends_when_the_job_is_done) {
   usleep(300 * 1000); /* the waiter is polling; no ready mark */
   PS_ASSERT_OK(ps_coordinator_mark_done(c, &st), st);
   pthread_join(th, NULL);
-  ck_assert_int_eq(wt.rc, PS_OUT_OF_RANGE);
+  PS_ASSERT_CODE(wt.rc, wt.st, PS_OUT_OF_RANGE);
   ck_assert_str_eq(wt.st.msg, "the chief has marked the job done: nothing left to train");
   ck_assert(ps_coordinator_job_done(&wt.st));
   ps_status other = {.code = PS_OUT_OF_RANGE};

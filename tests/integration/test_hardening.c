@@ -487,8 +487,7 @@ START_TEST(sigterm_answers_updates_parked_at_a_closed_gate) {
   pthread_join(t, NULL);
   double secs = (double)(e.tv_sec - b.tv_sec) + (double)(e.tv_nsec - b.tv_nsec) / 1e9;
   ck_assert_msg(secs < 8, "the ps took %.1f s to stop (grace 10 s, hold 30 s)", secs);
-  ck_assert_int_eq(a.rc, PS_UNAVAILABLE);
-  PS_ASSERT_MSG_HAS(a.st, "shutting down");
+  PS_ASSERT_STATUS(a.rc, a.st, PS_UNAVAILABLE, "shutting down");
 }
 END_TEST
 

@@ -190,7 +190,7 @@ START_TEST(delete_fails_waiting_synchronous_updates) {
   const char *w[1] = {"w"};
   PS_ASSERT_OK(ps_client_delete(C, 0, w, 1, 0, NULL, &st), st);
   pthread_join(th, NULL);
-  ck_assert_int_eq(sc.rc, PS_NOT_FOUND);
+  PS_ASSERT_CODE(sc.rc, sc.st, PS_NOT_FOUND);
   ck_assert(strstr(sc.st.msg, "variable w does not exist on ps/0") ||
             strstr(sc.st.msg, "variable w was deleted on ps/0: synchronous step"));
   ps_client_destroy(sc.c);

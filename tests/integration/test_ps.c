@@ -850,7 +850,7 @@ START_TEST(sigterm_lets_in_flight_calls_finish) {
   ck_assert_msg(taken, "the ps never took the read");
   kill(H.pids[1], SIGTERM);
   pthread_join(th, NULL);
-  ck_assert_msg(b.rc == 0, "%s", b.st.msg);
+  PS_ASSERT_OK(b.rc, b.st);
   float *p = ps_tensor_data(b.r.out);
   ck_assert(p[0] == 1.5f && p[n - 1] == 1.5f);
   ps_tensor_destroy(b.r.out);

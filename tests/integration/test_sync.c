@@ -250,7 +250,7 @@ START_TEST(one_replica_each_worker_proceeds) {
     gradient(k, w, b, g);
     k->applied = k->stale = 0;
     run_once(k);
-    ck_assert_msg(k->rc == 0, "%s", k->st.msg);
+    PS_ASSERT_OK(k->rc, k->st);
     ck_assert_int_eq(k->applied, 3);
     double nw[3], nb;
     read_model(nw, &nb);
@@ -409,7 +409,7 @@ START_TEST(sparse_rows_average_per_index) {
     for (int k = 0; k < 2; k++)
       pthread_join(th[k], NULL);
     for (int k = 0; k < 2; k++)
-      ck_assert_msg(e[k].rc == 0, "%s", e[k].st.msg);
+      PS_ASSERT_OK(e[k].rc, e[k].st);
     read_values("emb", after, 12);
     double mean[6][2] = {{0}};
     for (int j = 0; j < 2; j++) {
@@ -511,7 +511,7 @@ START_TEST(stale_gradient_is_dropped) {
   double v[2];
   sync_call c = {.name = "v", .g = {1, 2}, .replicas = 1, .step = 5};
   sync_send(&c); /* a new accumulator starts at the first local step */
-  ck_assert_msg(c.rc == 0, "%s", c.st.msg);
+  PS_ASSERT_OK(c.rc, c.st);
   ck_assert(!c.res.stale);
   ck_assert_int_eq(c.res.sync_step, 6);
   read_values("v", v, 2);
@@ -519,7 +519,7 @@ START_TEST(stale_gradient_is_dropped) {
   for (int64_t old = 5; old >= 4; old--) {
     sync_call s = {.name = "v", .g = {10, 10}, .replicas = 1, .step = old};
     sync_send(&s);
-    ck_assert_msg(s.rc == 0, "%s", s.st.msg);
+    PS_ASSERT_OK(s.rc, s.st);
     ck_assert(s.res.stale);
     ck_assert_int_eq(s.res.sync_step, 6);
     read_values("v", v, 2);
@@ -545,7 +545,7 @@ START_TEST(waiting_mixing_and_errors) {
   /* asynchronous: applies now, the accumulator is not involved */
   sync_call async = {.name = "m", .g = {1, 1}, .replicas = 0};
   sync_send(&async);
-  ck_assert_msg(async.rc == 0, "%s", async.st.msg);
+  PS_ASSERT_OK(async.rc, async.st);
   double v[2];
   read_values("m", v, 2);
   ck_assert(close_to(v[0], -0.5) && close_to(v[1], -0.5));
@@ -553,15 +553,12 @@ START_TEST(waiting_mixing_and_errors) {
   /* a different replicas_to_aggregate for the step being aggregated */
   sync_call bad = {.name = "m", .g = {0, 0}, .replicas = 3, .step = 0};
   sync_send(&bad);
-  ck_assert_int_eq(bad.rc, PS_INVALID_ARGUMENT);
-  ck_assert_msg(
-      strstr(bad.st.msg, "replicas_to_aggregate is 3 but step 0 is aggregating 2"), "%s",
-      bad.st.msg);
+  PS_ASSERT_STATUS(bad.rc, bad.st, PS_INVALID_ARGUMENT,
+                   "replicas_to_aggregate is 3 but step 0 is aggregating 2");
   sync_call neg = {.name = "m", .g = {0, 0}, .replicas = -1};
   sync_send(&neg);
-  ck_assert_int_eq(neg.rc, PS_INVALID_ARGUMENT);
-  ck_assert_msg(strstr(neg.st.msg, "replicas_to_aggregate must be positive"), "%s",
-                neg.st.msg);
+  PS_ASSERT_STATUS(neg.rc, neg.st, PS_INVALID_ARGUMENT,
+                   "replicas_to_aggregate must be positive");
   /* a sparse gradient for the dense step being aggregated */
   {
     ps_status st;
@@ -627,9 +624,8 @@ START_TEST(waiting_mixing_and_errors) {
   PS_ASSERT_OK(ps_client_create_vars(C, 0, &un, 1, &st), st);
   sync_call u = {.name = "uninit", .g = {1, 1}, .replicas = 1};
   sync_send(&u);
-  ck_assert_int_eq(u.rc, PS_FAILED_PRECONDITION);
-  ck_assert_msg(strstr(u.st.msg, "Attempting to use uninitialized value uninit"), "%s",
-                u.st.msg);
+  PS_ASSERT_STATUS(u.rc, u.st, PS_FAILED_PRECONDITION,
+                   "Attempting to use uninitialized value uninit");
   ps_tensor_destroy(rows);
   ps_tensor_destroy(idx);
   ps_tensor_destroy(g);
@@ -684,8 +680,7 @@ START_TEST(sigterm_fails_waiting_call) {
   clock_gettime(CLOCK_MONOTONIC, &t1);
   double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
   ck_assert_msg(secs < 5, "stopping took %.1f s (the grace period is 10 s)", secs);
-  ck_assert_int_eq(a.rc, PS_UNAVAILABLE);
-  ck_assert_msg(strstr(a.st.msg, "shutting down"), "%s", a.st.msg);
+  PS_ASSERT_STATUS(a.rc, a.st, PS_UNAVAILABLE, "shutting down");
 }
 END_TEST
 

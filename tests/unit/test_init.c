@@ -54,7 +54,7 @@ static void expect_error(const ps_init_spec *spec, const char *name, int dtype,
   memset(buf, 0xAB, sizeof buf);
   ps_status st = {0};
   int rc = ps_init_fill(spec, name, dtype, shape, offset, count, buf, &st);
-  ck_assert_int_eq(rc, PS_INVALID_ARGUMENT);
+  PS_ASSERT_CODE(rc, st, PS_INVALID_ARGUMENT);
   PS_ASSERT_STATUS(st.code, st, PS_INVALID_ARGUMENT, want);
   for (size_t i = 0; i < sizeof buf; i++)
     ck_assert_uint_eq(buf[i], 0xAB);
