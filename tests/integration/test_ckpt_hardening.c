@@ -124,7 +124,7 @@ char *slurp(const char *path, size_t *n) {
   return b;
 }
 
-char *ps_log(void) {
+char *server_log(void) {
   char p[400];
   snprintf(p, sizeof p, "%s/ps.log", dir);
   char *s = slurp(p, NULL);
@@ -239,7 +239,7 @@ START_TEST(sigterm_during_a_long_save_keeps_the_previous_checkpoint) {
   int rc = ps_term(30);
   double took = now_s() - t1;
   pthread_join(t, NULL);
-  char *log = ps_log();
+  char *log = server_log();
   ck_assert_msg(rc == 0, "ps-server exited with %d; log:\n%s", rc, log);
   ck_assert_msg(took < 6, "stopping took %.1f s: the save was not cut short", took);
   ck_assert_msg(strstr(log, "stopped (") != NULL, "no stopped line:\n%s", log);
@@ -275,7 +275,7 @@ END_TEST
 bool log_has(const char *what, double limit) {
   double t0 = now_s();
   do {
-    char *log = ps_log();
+    char *log = server_log();
     bool found = strstr(log, what) != NULL;
     free(log);
     if (found) return true;
@@ -321,7 +321,7 @@ START_TEST(sigterm_during_a_long_restore_or_merge) {
   int rc = ps_term(30);
   double took = now_s() - t1;
   pthread_join(t, NULL);
-  char *log = ps_log();
+  char *log = server_log();
   ck_assert_msg(rc == 0 && took < 6, "exit %d after %.1f s; log:\n%s", rc, took, log);
   ck_assert_msg(strstr(log, "restore of ") && strstr(log, "/first cut short") &&
                     strstr(log, "stopped ("),
@@ -340,7 +340,7 @@ START_TEST(sigterm_during_a_long_restore_or_merge) {
   rc = ps_term(30);
   took = now_s() - t1;
   pthread_join(t, NULL);
-  log = ps_log();
+  log = server_log();
   ck_assert_msg(rc == 0 && took < 6, "exit %d after %.1f s; log:\n%s", rc, took, log);
   ck_assert_msg(strstr(log, "merge of ") && strstr(log, "/second cut short"), "%s", log);
   free(log);
@@ -370,7 +370,7 @@ START_TEST(sigterm_before_the_merge_removes_the_finished_part) {
   ck_assert_msg(raw("/paramserver.Ps/Save", req, n, msg, sizeof msg) == 0, "%s", msg);
   ck_assert(exists("%s/unmerged_temp/part-00000-of-00001%s", ck, ".index"));
   ck_assert_int_eq(ps_term(30), 0);
-  char *log = ps_log();
+  char *log = server_log();
   ck_assert_msg(!exists("%s/unmerged_temp%s", ck, ""),
                 "the finished part of a save never merged is left; log:\n%s", log);
   ck_assert_msg(strstr(log, "a save this ps would have merged, stopped before its merge"),

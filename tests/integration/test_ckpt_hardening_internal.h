@@ -46,7 +46,7 @@ double now_s(void);
 void ps_up(const char *env, const char *grace);
 int ps_term(double limit);
 char *slurp(const char *path, size_t *n);
-char *ps_log(void);
+char *server_log(void);
 bool exists(const char *fmt, const char *a, const char *b);
 void put_vars(int n, int64_t elems, float val);
 float get_var(const char *name);

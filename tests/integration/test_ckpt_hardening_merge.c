@@ -41,7 +41,7 @@ START_TEST(stale_temp_directories_are_swept_live_ones_kept) {
   ck_assert(!exists("%s/old_temp%s", ck, ""));
   ck_assert(exists("%s/fresh_temp%s", ck, ""));
   ck_assert(exists("%s/locked_temp%s", ck, ""));
-  char *log = ps_log();
+  char *log = server_log();
   char named[400];
   snprintf(named, sizeof named, "removed the leftover temp directory %s/old_temp", ck);
   ck_assert_msg(strstr(log, named) && !strstr(log, "/proc/self/fd"), "%s", log);
@@ -344,7 +344,7 @@ START_TEST(a_directory_swapped_for_a_link_during_the_sweep_leads_nowhere) {
   free(b);
   /* the directory the sweep held was swept */
   ck_assert(!exists("%s/sub_moved/old_temp%s", ck, ""));
-  char *log = ps_log();
+  char *log = server_log();
   char named[400];
   snprintf(named, sizeof named, "removed the leftover temp directory %s/sub/old_temp",
            ck);
@@ -414,7 +414,7 @@ START_TEST(a_variable_reshaped_during_a_restore_aborts_it) {
   /* nothing the restore read is installed */
   ck_assert(all_are("v00", 8, 7.0f));
   ck_assert(all_are("v01", 4, 9.0f));
-  char *log = ps_log();
+  char *log = server_log();
   ck_assert_msg(strstr(log, "changed shape during the restore"), "%s", log);
   free(log);
   ck_assert_int_eq(ps_term(30), 0);
