@@ -918,9 +918,14 @@ static int run_client_loop(char *spec, int reads) {
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_set_fork_status(sr, CK_NOFORK);
-  srunner_run_all(sr, CK_NORMAL);
+  srunner_run_all(sr, CK_SILENT); /* client_loop _exits: here it failed */
+  TestResult **fail = srunner_failures(sr);
+  for (int i = 0; fail && i < srunner_ntests_failed(sr); i++)
+    fprintf(stderr, "client loop: %s:%d: %s\n", tr_lfile(fail[i]), tr_lno(fail[i]),
+            tr_msg(fail[i]));
+  free(fail);
   srunner_free(sr);
-  return 1; /* client_loop _exits: here it failed */
+  return 1;
 }
 
 int main(int argc, char **argv) {
