@@ -168,7 +168,7 @@ float get_var(const char *name) {
 }
 
 /* A raw request to the ps; returns its status code, message in @msg. */
-int raw(const char *method, const uint8_t *p, size_t n, char *msg, size_t mn) {
+int raw(const char *method, const uint8_t *p, size_t n, ps_status *st) {
   ps_rpc_channel *ch = ps_rpc_channel_create(H.addrs[0]);
   ps_rpc_req r = {.ch = ch,
                   .method = method,
@@ -177,7 +177,7 @@ int raw(const char *method, const uint8_t *p, size_t n, char *msg, size_t mn) {
                   .unary_response = true,
                   .timeout_ms = 20000};
   ps_rpc_run(&r, 1);
-  snprintf(msg, mn, "%s", r.st.msg);
+  *st = r.st;
   ps_rpc_channel_destroy(ch);
   return r.st.code;
 }
@@ -365,9 +365,9 @@ START_TEST(sigterm_before_the_merge_removes_the_finished_part) {
   ps_up(NULL, "1");
   put_vars(4, 1000, 1.5f);
   uint8_t req[64];
-  char msg[512];
+  ps_status st;
   size_t n = save_req(req, "unmerged", strlen("unmerged"));
-  ck_assert_msg(raw("/paramserver.Ps/Save", req, n, msg, sizeof msg) == 0, "%s", msg);
+  PS_ASSERT_OK(raw("/paramserver.Ps/Save", req, n, &st), st);
   ck_assert(exists("%s/unmerged_temp/part-00000-of-00001%s", ck, ".index"));
   ck_assert_int_eq(ps_term(30), 0);
   char *log = server_log();

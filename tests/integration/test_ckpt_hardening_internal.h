@@ -50,7 +50,7 @@ char *server_log(void);
 bool exists(const char *fmt, const char *a, const char *b);
 void put_vars(int n, int64_t elems, float val);
 float get_var(const char *name);
-int raw(const char *method, const uint8_t *p, size_t n, char *msg, size_t mn);
+int raw(const char *method, const uint8_t *p, size_t n, ps_status *st);
 size_t save_req(uint8_t *b, const char *prefix, size_t plen);
 bool log_has(const char *what, double limit);
 bool all_are(const char *name, int64_t n, float val);

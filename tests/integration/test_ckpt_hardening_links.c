@@ -170,7 +170,7 @@ START_TEST(a_directory_swapped_for_a_link_during_a_save_leads_nowhere) {
 END_TEST
 
 START_TEST(bad_prefixes_are_invalid_argument) {
-  char msg[1024];
+  ps_status st;
   uint8_t b[9000];
   ps_up(NULL, "5");
   put_vars(1, 4, 1.0f);
@@ -180,35 +180,29 @@ START_TEST(bad_prefixes_are_invalid_argument) {
     longp[i] = (i % 100 == 99) ? '/' : 'a';
   longp[4000] = '\0';
   size_t n = save_req(b, longp, 4000);
-  ck_assert_int_eq(raw("/paramserver.Ps/Save", b, n, msg, sizeof msg),
-                   PS_INVALID_ARGUMENT);
-  ck_assert_msg(strstr(msg, "too long") && strstr(msg, "limit is"), "%s", msg);
+  PS_ASSERT_CODE(raw("/paramserver.Ps/Save", b, n, &st), st, PS_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(st.msg, "too long") && strstr(st.msg, "limit is"), "%s", st.msg);
   /* one component longer than a file name may be */
   memset(longp, 'b', 300);
   n = save_req(b, longp, 300);
-  ck_assert_int_eq(raw("/paramserver.Ps/Save", b, n, msg, sizeof msg),
-                   PS_INVALID_ARGUMENT);
-  ck_assert_msg(strstr(msg, "component of 300 bytes") && strstr(msg, "NAME_MAX"), "%s",
-                msg);
+  PS_ASSERT_CODE(raw("/paramserver.Ps/Save", b, n, &st), st, PS_INVALID_ARGUMENT);
+  ck_assert_msg(strstr(st.msg, "component of 300 bytes") && strstr(st.msg, "NAME_MAX"),
+                "%s", st.msg);
   free(longp);
   /* a newline, and a NUL */
   n = save_req(b, "a\nb", 3);
-  ck_assert_int_eq(raw("/paramserver.Ps/Save", b, n, msg, sizeof msg),
-                   PS_INVALID_ARGUMENT);
-  ck_assert_msg(strstr(msg, "control character (byte 0x0a at offset 1)"), "%s", msg);
+  PS_ASSERT_STATUS(raw("/paramserver.Ps/Save", b, n, &st), st, PS_INVALID_ARGUMENT,
+                   "control character (byte 0x0a at offset 1)");
   n = save_req(b, "w\0evil", 6);
-  ck_assert_int_eq(raw("/paramserver.Ps/Save", b, n, msg, sizeof msg),
-                   PS_INVALID_ARGUMENT);
-  ck_assert_msg(strstr(msg, "Save: the checkpoint prefix has a NUL byte"), "%s", msg);
+  PS_ASSERT_STATUS(raw("/paramserver.Ps/Save", b, n, &st), st, PS_INVALID_ARGUMENT,
+                   "Save: the checkpoint prefix has a NUL byte");
   /* RestoreRequest{prefix: "w\0evil"}, MergeRequest{prefix: "a\x01", num_shards: 1} */
   static const uint8_t rr[] = {0x0a, 6, 'w', 0, 'e', 'v', 'i', 'l'};
-  ck_assert_int_eq(raw("/paramserver.Ps/Restore", rr, sizeof rr, msg, sizeof msg),
-                   PS_INVALID_ARGUMENT);
-  ck_assert_msg(strstr(msg, "Restore: the checkpoint prefix has a NUL byte"), "%s", msg);
+  PS_ASSERT_STATUS(raw("/paramserver.Ps/Restore", rr, sizeof rr, &st), st,
+                   PS_INVALID_ARGUMENT, "Restore: the checkpoint prefix has a NUL byte");
   static const uint8_t mr[] = {0x0a, 2, 'a', 1, 0x10, 1};
-  ck_assert_int_eq(raw("/paramserver.Ps/Merge", mr, sizeof mr, msg, sizeof msg),
-                   PS_INVALID_ARGUMENT);
-  ck_assert_msg(strstr(msg, "control character (byte 0x01"), "%s", msg);
+  PS_ASSERT_STATUS(raw("/paramserver.Ps/Merge", mr, sizeof mr, &st), st,
+                   PS_INVALID_ARGUMENT, "control character (byte 0x01");
   /* nothing was written */
   char cmd[400];
   snprintf(cmd, sizeof cmd, "test -z \"$(ls -A %s)\"", ck);

@@ -125,14 +125,14 @@ START_TEST(retention_never_deletes_outside_the_directory) {
 END_TEST
 
 START_TEST(a_merge_of_many_shards_is_refused_before_it_sizes_anything) {
-  char msg[512], p[600];
+  char p[600];
+  ps_status st;
   ps_up(NULL, "5");
   /* MergeRequest{prefix: "big", num_shards: 99999}: no temp directory */
   static const uint8_t m1[] = {0x0a, 3, 'b', 'i', 'g', 0x10, 0x9f, 0x8d, 0x06};
-  ck_assert_int_eq(raw("/paramserver.Ps/Merge", m1, sizeof m1, msg, sizeof msg),
-                   PS_NOT_FOUND);
-  ck_assert_msg(strstr(msg, "checkpoint ") && strstr(msg, "big: no parts to merge"), "%s",
-                msg);
+  PS_ASSERT_CODE(raw("/paramserver.Ps/Merge", m1, sizeof m1, &st), st, PS_NOT_FOUND);
+  ck_assert_msg(strstr(st.msg, "checkpoint ") && strstr(st.msg, "big: no parts to merge"),
+                "%s", st.msg);
   /* its temp directory with part 0 of 99999, but not the last part */
   snprintf(p, sizeof p, "%s/big_temp", ck);
   ck_assert_int_eq(mkdir(p, 0755), 0);
@@ -140,20 +140,18 @@ START_TEST(a_merge_of_many_shards_is_refused_before_it_sizes_anything) {
   FILE *f = fopen(p, "w");
   ck_assert_ptr_nonnull(f);
   fclose(f);
-  ck_assert_int_eq(raw("/paramserver.Ps/Merge", m1, sizeof m1, msg, sizeof msg),
-                   PS_NOT_FOUND);
-  ck_assert_msg(strstr(msg, "merge of 99999 parts, but part 99998 is not there") &&
-                    strstr(msg, "part-99998-of-99999.index"),
-                "%s", msg);
+  PS_ASSERT_CODE(raw("/paramserver.Ps/Merge", m1, sizeof m1, &st), st, PS_NOT_FOUND);
+  ck_assert_msg(strstr(st.msg, "merge of 99999 parts, but part 99998 is not there") &&
+                    strstr(st.msg, "part-99998-of-99999.index"),
+                "%s", st.msg);
   /* nothing was sized to 99999 parts (4 KiB each were 416 MB before) */
   long long peak = 0;
   harness_rss(H.pids[0], &peak);
   ck_assert_msg(peak > 0 && peak < (64ll << 20), "peak RSS %lld bytes", peak);
   /* MergeRequest{prefix: "big", num_shards: 100000} */
   static const uint8_t m2[] = {0x0a, 3, 'b', 'i', 'g', 0x10, 0xa0, 0x8d, 0x06};
-  ck_assert_int_eq(raw("/paramserver.Ps/Merge", m2, sizeof m2, msg, sizeof msg),
-                   PS_INVALID_ARGUMENT);
-  ck_assert_msg(strstr(msg, "Merge: num_shards 100000 is outside [1, 99999]"), "%s", msg);
+  PS_ASSERT_STATUS(raw("/paramserver.Ps/Merge", m2, sizeof m2, &st), st,
+                   PS_INVALID_ARGUMENT, "Merge: num_shards 100000 is outside [1, 99999]");
   /* a Saver's own list of 10001 checkpoints: refused by its limit */
   size_t n3 = 0;
   uint8_t *m3 = malloc(16 + 10001 * 3);
@@ -166,11 +164,10 @@ START_TEST(a_merge_of_many_shards_is_refused_before_it_sizes_anything) {
     m3[n3++] = 1;
     m3[n3++] = 'x';
   }
-  ck_assert_int_eq(raw("/paramserver.Ps/Merge", m3, n3, msg, sizeof msg),
-                   PS_INVALID_ARGUMENT);
+  PS_ASSERT_CODE(raw("/paramserver.Ps/Merge", m3, n3, &st), st, PS_INVALID_ARGUMENT);
   free(m3);
-  ck_assert_msg(strstr(msg, "Merge: 10001 own_paths, more than the 10000 allowed"), "%s",
-                msg);
+  ck_assert_msg(strstr(st.msg, "Merge: 10001 own_paths, more than the 10000 allowed"),
+                "%s", st.msg);
   ck_assert(exists("%s/big_temp/part-00000-of-99999%s", ck, ".index"));
   ck_assert(!exists("%s/big%s", ck, ".index"));
   /* the first and the last part there, part 0's data a dangling link: the
@@ -186,9 +183,8 @@ START_TEST(a_merge_of_many_shards_is_refused_before_it_sizes_anything) {
   snprintf(q, sizeof q, "%s/nowhere", out);
   ck_assert_int_eq(symlink(q, p), 0);
   for (int i = 0; i < 30; i++) {
-    ck_assert_int_eq(raw("/paramserver.Ps/Merge", m1, sizeof m1, msg, sizeof msg),
-                     PS_PERMISSION_DENIED);
-    ck_assert_msg(strstr(msg, "part-00000-of-99999.data-00000-of-00001"), "%s", msg);
+    PS_ASSERT_STATUS(raw("/paramserver.Ps/Merge", m1, sizeof m1, &st), st,
+                     PS_PERMISSION_DENIED, "part-00000-of-99999.data-00000-of-00001");
   }
 #if !defined(__SANITIZE_ADDRESS__)
   long long rss = harness_rss(H.pids[0], NULL);
@@ -367,12 +363,12 @@ typedef struct raw_arg {
   const uint8_t *req;
   size_t n;
   int rc;
-  char msg[512];
+  ps_status st;
 } raw_arg;
 
 static void *raw_restorer(void *arg) {
   raw_arg *a = arg;
-  a->rc = raw("/paramserver.Ps/Restore", a->req, a->n, a->msg, sizeof a->msg);
+  a->rc = raw("/paramserver.Ps/Restore", a->req, a->n, &a->st);
   return NULL;
 }
 
@@ -408,9 +404,10 @@ START_TEST(a_variable_reshaped_during_a_restore_aborts_it) {
   PS_ASSERT_OK(ps_client_update(client, 0, &u, 1, &st), st);
   ps_tensor_destroy(t8);
   pthread_join(t, NULL);
-  ck_assert_msg(a.rc == PS_ABORTED && strstr(a.msg, "restoring v00: the variable changed "
-                                                    "shape during the restore"),
-                "%d %s", a.rc, a.msg);
+  ck_assert_msg(a.rc == PS_ABORTED &&
+                    strstr(a.st.msg, "restoring v00: the variable changed "
+                                     "shape during the restore"),
+                "%d %s", a.rc, a.st.msg);
   /* nothing the restore read is installed */
   ck_assert(all_are("v00", 8, 7.0f));
   ck_assert(all_are("v01", 4, 9.0f));
