@@ -23,7 +23,7 @@ START_TEST(three_gib_variable_round_trip) {
   const int64_t n = (int64_t)3 << 28; /* 3 GiB of float32 */
   ps_shape s = {.rank = 1, .dim = {n}};
   ps_var_spec spec = {.name = "huge", .dtype = PS_DT_FLOAT, .shape = s};
-  ck_assert_int_eq(ps_client_create_vars(c, 0, &spec, 1, &st), 0);
+  PS_ASSERT_OK(ps_client_create_vars(c, 0, &spec, 1, &st), st);
   ps_tensor *t = ps_tensor_create(PS_DT_FLOAT, &s, false);
   ck_assert_ptr_nonnull(t);
   float *p = ps_tensor_data(t);
@@ -42,7 +42,7 @@ START_TEST(three_gib_variable_round_trip) {
   ck_assert_msg(peak < 3.4 * gib, "ps peak resident %.2f GiB", peak / gib);
   ck_assert_msg(rss > 2.9 * gib, "ps resident %.2f GiB", rss / gib);
   ps_task_status ts;
-  ck_assert_int_eq(ps_client_status(c, 0, &ts, &st), 0);
+  PS_ASSERT_OK(ps_client_status(c, 0, &ts, &st), st);
   ck_assert_int_eq(ts.bytes, n * 4);
   ps_tensor_destroy(r.out);
   ps_tensor_destroy(t);

@@ -84,9 +84,8 @@ static void read_all(model *m, ps_session *s, float *w, int64_t *step, float *em
   for (int i = 0; i < m->emb->n; i++)
     f[2 + i] = ps_variable_value(m->emb->parts[i]);
   ps_tensor *out[8];
-  ck_assert_msg(
-      ps_session_run(s, NULL, 0, f, (size_t)(2 + m->emb->n), NULL, 0, out, &st) == 0,
-      "%s", st.msg);
+  PS_ASSERT_OK(ps_session_run(s, NULL, 0, f, (size_t)(2 + m->emb->n), NULL, 0, out, &st),
+               st);
   memcpy(w, ps_tensor_data(out[0]), 12 * 4);
   *step = *(int64_t *)ps_tensor_data(out[1]);
   size_t off = 0;
@@ -107,21 +106,19 @@ START_TEST(restore_into_another_cluster_shape) {
   ps_status st;
   ps_session *s = ps_session_create(m.g, c, &st);
   ps_node *init = ps_global_variables_initializer(m.g);
-  ck_assert_int_eq(ps_session_run(s, NULL, 0, NULL, 0, &init, 1, NULL, &st), 0);
+  PS_ASSERT_OK(ps_session_run(s, NULL, 0, NULL, 0, &init, 1, NULL, &st), st);
   /* change every value so restore cannot be confused with init */
   ps_node *ups[2] = {
       ps_assign_add(m.step, ps_scalar(m.g, PS_DT_INT64, 41)),
       ps_assign_add(m.w, ps_mul(ps_variable_value(m.w), ps_scalar(m.g, PS_DT_FLOAT, 1)))};
-  ck_assert_msg(ps_session_run(s, NULL, 0, NULL, 0, ups, 2, NULL, &st) == 0, "%s",
-                st.msg);
+  PS_ASSERT_OK(ps_session_run(s, NULL, 0, NULL, 0, ups, 2, NULL, &st), st);
   float w0[12], emb0[14];
   int64_t step0;
   read_all(&m, s, w0, &step0, emb0);
   ck_assert_int_eq(step0, 41);
   char *written = NULL;
   int64_t bytes = 0;
-  ck_assert_msg(ps_client_save(c, "model.ckpt-41", NULL, &written, &bytes, &st) == 0,
-                "%s", st.msg);
+  PS_ASSERT_OK(ps_client_save(c, "model.ckpt-41", NULL, &written, &bytes, &st), st);
   ck_assert_ptr_nonnull(strstr(written, "model.ckpt-41"));
   ck_assert_int_gt(bytes, 12 * 4 + 14 * 4);
   free(written);
@@ -151,7 +148,7 @@ START_TEST(restore_into_another_cluster_shape) {
   ck_assert_int_eq(start(&h, 3, &c), 0);
   build(&m, h.cluster, 2);
   s = ps_session_create(m.g, c, &st);
-  ck_assert_int_eq(ps_session_create_variables(s, &st), 0);
+  PS_ASSERT_OK(ps_session_create_variables(s, &st), st);
   size_t n = 0;
   PS_ASSERT_OK(ps_client_restore(c, NULL, &n, &st), st);
   ck_assert_uint_eq(n, 4);
@@ -164,45 +161,40 @@ START_TEST(restore_into_another_cluster_shape) {
   /* a rename, as Saver({"dense/kernel": other}) */
   ps_variable *other =
       ps_get_variable(m.g, "other", PS_DT_FLOAT, &(ps_shape){2, {4, 3}}, NULL, NULL, &st);
-  ck_assert_int_eq(ps_session_create_variables(s, &st), 0);
+  PS_ASSERT_OK(ps_session_create_variables(s, &st), st);
   const char *names[1] = {"other"}, *keys[1] = {"dense/kernel"};
-  ck_assert_msg(ps_client_restore_vars(c, ps_variable_task(other), "model.ckpt-41", names,
-                                       keys, 1, &st) == 0,
-                "%s", st.msg);
+  PS_ASSERT_OK(ps_client_restore_vars(c, ps_variable_task(other), "model.ckpt-41", names,
+                                      keys, 1, &st),
+               st);
   ps_node *ov = ps_variable_value(other);
   ps_tensor *o;
-  ck_assert_int_eq(ps_session_run(s, NULL, 0, &ov, 1, NULL, 0, &o, &st), 0);
+  PS_ASSERT_OK(ps_session_run(s, NULL, 0, &ov, 1, NULL, 0, &o, &st), st);
   ck_assert_int_eq(memcmp(ps_tensor_data(o), w0, sizeof w0), 0);
   ps_tensor_destroy(o);
   /* errors: a missing key names it; a shape mismatch names both */
   const char *missing[1] = {"other"}, *mkeys[1] = {"nope"};
-  ck_assert_int_eq(ps_client_restore_vars(c, ps_variable_task(other), "model.ckpt-41",
+  PS_ASSERT_STATUS(ps_client_restore_vars(c, ps_variable_task(other), "model.ckpt-41",
                                           missing, mkeys, 1, &st),
-                   PS_NOT_FOUND);
-  ck_assert_msg(strstr(st.msg, "Key nope not found in checkpoint") != NULL, "%s", st.msg);
+                   st, PS_NOT_FOUND, "Key nope not found in checkpoint");
   ps_variable *bad =
       ps_get_variable(m.g, "bad", PS_DT_FLOAT, &(ps_shape){2, {3, 4}}, NULL, NULL, &st);
-  ck_assert_int_eq(ps_session_create_variables(s, &st), 0);
+  PS_ASSERT_OK(ps_session_create_variables(s, &st), st);
   const char *bn[1] = {"bad"}, *bk[1] = {"dense/kernel"};
-  ck_assert_int_eq(
+  PS_ASSERT_STATUS(
       ps_client_restore_vars(c, ps_variable_task(bad), "model.ckpt-41", bn, bk, 1, &st),
-      PS_INVALID_ARGUMENT);
-  ck_assert_msg(
-      strstr(st.msg, "the checkpoint has shape [4,3], the variable has shape [3,4]") !=
-          NULL,
-      "%s", st.msg);
+      st, PS_INVALID_ARGUMENT,
+      "the checkpoint has shape [4,3], the variable has shape [3,4]");
   /* a restore of all variables fails as a whole when one is missing */
-  ck_assert_int_eq(ps_client_restore(c, "model.ckpt-41", &n, &st), PS_NOT_FOUND);
-  ck_assert_ptr_nonnull(strstr(st.msg, "not found in checkpoint"));
+  PS_ASSERT_STATUS(ps_client_restore(c, "model.ckpt-41", &n, &st), st, PS_NOT_FOUND,
+                   "not found in checkpoint");
   /* prefixes that leave the checkpoint directory are refused */
   /* (an uninitialized variable fails a save unless skipped) */
-  ck_assert_int_eq(ps_client_save(c, "x", NULL, NULL, NULL, &st), PS_FAILED_PRECONDITION);
-  ck_assert_ptr_nonnull(strstr(st.msg, "Attempting to use uninitialized value bad"));
+  PS_ASSERT_STATUS(ps_client_save(c, "x", NULL, NULL, NULL, &st), st,
+                   PS_FAILED_PRECONDITION, "Attempting to use uninitialized value bad");
   ps_save_options skip = {.skip_uninitialized = true};
-  ck_assert_int_eq(ps_client_save(c, "../escape", &skip, NULL, NULL, &st),
-                   PS_PERMISSION_DENIED);
-  ck_assert_ptr_nonnull(strstr(st.msg, "escapes the checkpoint directory"));
-  ck_assert_int_eq(ps_client_restore(c, "/etc/passwd", &n, &st), PS_PERMISSION_DENIED);
+  PS_ASSERT_STATUS(ps_client_save(c, "../escape", &skip, NULL, NULL, &st), st,
+                   PS_PERMISSION_DENIED, "escapes the checkpoint directory");
+  PS_ASSERT_CODE(ps_client_restore(c, "/etc/passwd", &n, &st), st, PS_PERMISSION_DENIED);
   ps_session_destroy(s);
   ps_graph_destroy(m.g);
   stop(&h, c);
@@ -222,8 +214,8 @@ START_TEST(restore_in_place_and_corrupt_data) {
   ps_var_spec specs[2] = {
       {.name = "a", .dtype = PS_DT_FLOAT, .shape = {1, {1000}}, .init = &one},
       {.name = "b", .dtype = PS_DT_DOUBLE, .shape = {2, {10, 10}}, .init = &one}};
-  ck_assert_int_eq(ps_client_create_vars(c, 0, specs, 2, &st), 0);
-  ck_assert_int_eq(ps_client_initialize(c, 0, NULL, 0, false, NULL, &st), 0);
+  PS_ASSERT_OK(ps_client_create_vars(c, 0, specs, 2, &st), st);
+  PS_ASSERT_OK(ps_client_initialize(c, 0, NULL, 0, false, NULL, &st), st);
   PS_ASSERT_OK(ps_client_save(c, "p", NULL, NULL, NULL, &st), st);
   /* change both */
   ps_tensor *va = ps_tensor_new(PS_DT_FLOAT, 1, (int64_t[]){1000});
@@ -234,12 +226,12 @@ START_TEST(restore_in_place_and_corrupt_data) {
     ((double *)ps_tensor_data(vb))[i] = 9.0;
   ps_update u[2] = {{.name = "a", .op = PS_ASSIGN, .value = va},
                     {.name = "b", .op = PS_ASSIGN, .value = vb}};
-  ck_assert_int_eq(ps_client_update(c, 0, u, 2, &st), 0);
+  PS_ASSERT_OK(ps_client_update(c, 0, u, 2, &st), st);
   size_t n = 0;
   PS_ASSERT_OK(ps_client_restore(c, "p", &n, &st), st);
   ck_assert_uint_eq(n, 2);
   ps_read r[2] = {{.name = "a"}, {.name = "b"}};
-  ck_assert_int_eq(ps_client_read(c, 0, r, 2, &st), 0);
+  PS_ASSERT_OK(ps_client_read(c, 0, r, 2, &st), st);
   for (int i = 0; i < 1000; i++)
     ck_assert_float_eq(((float *)ps_tensor_data(r[0].out))[i], 1.0f);
   for (int i = 0; i < 100; i++)
@@ -248,7 +240,7 @@ START_TEST(restore_in_place_and_corrupt_data) {
   ps_tensor_destroy(r[1].out);
   /* corrupt one byte of b's data (stored after a's): the restore fails,
    * naming the file, and a keeps its new value too (all or nothing) */
-  ck_assert_int_eq(ps_client_update(c, 0, u, 2, &st), 0);
+  PS_ASSERT_OK(ps_client_update(c, 0, u, 2, &st), st);
   char data[400];
   snprintf(data, sizeof data, "%s/p.data-00000-of-00001", dir);
   FILE *f = fopen(data, "r+b");
@@ -258,11 +250,11 @@ START_TEST(restore_in_place_and_corrupt_data) {
   fseek(f, 4000 + 17, SEEK_SET);
   fputc(ch ^ 0x40, f);
   fclose(f);
-  ck_assert_int_eq(ps_client_restore(c, "p", &n, &st), PS_DATA_LOSS);
+  PS_ASSERT_CODE(ps_client_restore(c, "p", &n, &st), st, PS_DATA_LOSS);
   ck_assert_msg(strstr(st.msg, "data checksum") != NULL && strstr(st.msg, data) != NULL,
                 "%s", st.msg);
   ps_read r2[2] = {{.name = "a"}, {.name = "b"}};
-  ck_assert_int_eq(ps_client_read(c, 0, r2, 2, &st), 0);
+  PS_ASSERT_OK(ps_client_read(c, 0, r2, 2, &st), st);
   for (int i = 0; i < 1000; i++)
     ck_assert_float_eq(((float *)ps_tensor_data(r2[0].out))[i], 7.0f);
   for (int i = 0; i < 100; i++)
@@ -320,11 +312,11 @@ START_TEST(save_during_training_is_consistent) {
   ps_var_spec vy = {.name = "y", .dtype = PS_DT_INT64, .shape = s0, .init = &z};
   ps_var_spec big = {
       .name = "ballast", .dtype = PS_DT_FLOAT, .shape = {1, {4 << 20}}, .init = &z};
-  ck_assert_int_eq(ps_client_create_vars(c, 0, &vx, 1, &st), 0);
-  ck_assert_int_eq(ps_client_create_vars(c, 0, &big, 1, &st), 0);
-  ck_assert_int_eq(ps_client_create_vars(c, 1, &vy, 1, &st), 0);
-  ck_assert_int_eq(ps_client_initialize(c, 0, NULL, 0, false, NULL, &st), 0);
-  ck_assert_int_eq(ps_client_initialize(c, 1, NULL, 0, false, NULL, &st), 0);
+  PS_ASSERT_OK(ps_client_create_vars(c, 0, &vx, 1, &st), st);
+  PS_ASSERT_OK(ps_client_create_vars(c, 0, &big, 1, &st), st);
+  PS_ASSERT_OK(ps_client_create_vars(c, 1, &vy, 1, &st), st);
+  PS_ASSERT_OK(ps_client_initialize(c, 0, NULL, 0, false, NULL, &st), st);
+  PS_ASSERT_OK(ps_client_initialize(c, 1, NULL, 0, false, NULL, &st), st);
   trainer t = {.c = c};
   pthread_t th;
   pthread_create(&th, NULL, train_loop, &t);
@@ -338,8 +330,8 @@ START_TEST(save_during_training_is_consistent) {
     ps_bundle_reader *r = ps_bundle_reader_open(prefix, &st);
     ck_assert_msg(r != NULL, "%s", st.msg);
     int64_t x, y;
-    ck_assert_int_eq(ps_bundle_reader_read_into(r, "x", &x, 8, &st), 0);
-    ck_assert_int_eq(ps_bundle_reader_read_into(r, "y", &y, 8, &st), 0);
+    PS_ASSERT_OK(ps_bundle_reader_read_into(r, "x", &x, 8, &st), st);
+    PS_ASSERT_OK(ps_bundle_reader_read_into(r, "y", &y, 8, &st), st);
     ps_bundle_reader_close(r);
     ck_assert_msg(x - y >= 0 && x - y <= 1, "checkpoint %d: x=%lld y=%lld", k,
                   (long long)x, (long long)y);
@@ -348,7 +340,7 @@ START_TEST(save_during_training_is_consistent) {
   pthread_join(th, NULL);
   ck_assert_int_gt(t.steps, 10);
   /* max_to_keep 5: the first of six is gone */
-  ck_assert_int_eq(ps_client_save(c, "consistent-5", NULL, NULL, NULL, &st), 0);
+  PS_ASSERT_OK(ps_client_save(c, "consistent-5", NULL, NULL, NULL, &st), st);
   char p0[400];
   snprintf(p0, sizeof p0, "%s/consistent-0.index", dir);
   ck_assert_int_ne(access(p0, F_OK), 0);
@@ -385,10 +377,11 @@ START_TEST(save_during_training_is_consistent) {
     ck_assert_msg(r != NULL, "%s", st.msg);
     int64_t x, y;
     float f;
-    ck_assert_int_eq(ps_bundle_reader_read_into(r, "saved_x", &x, 8, &st), 0);
-    ck_assert_int_eq(ps_bundle_reader_read_into(r, "saved_y", &y, 8, &st), 0);
-    ck_assert_int_eq(ps_bundle_reader_read_into(r, "ballast", &f, 4, &st), PS_NOT_FOUND);
-    ck_assert_int_eq(ps_bundle_reader_read_into(r, "x", &x, 8, &st), PS_NOT_FOUND);
+    PS_ASSERT_OK(ps_bundle_reader_read_into(r, "saved_x", &x, 8, &st), st);
+    PS_ASSERT_OK(ps_bundle_reader_read_into(r, "saved_y", &y, 8, &st), st);
+    PS_ASSERT_CODE(ps_bundle_reader_read_into(r, "ballast", &f, 4, &st), st,
+                   PS_NOT_FOUND);
+    PS_ASSERT_CODE(ps_bundle_reader_read_into(r, "x", &x, 8, &st), st, PS_NOT_FOUND);
     ps_bundle_reader_close(r);
     ck_assert_msg(x - y >= 0 && x - y <= 1, "subset checkpoint %d: x=%lld y=%lld", k,
                   (long long)x, (long long)y);
@@ -406,7 +399,7 @@ START_TEST(save_during_training_is_consistent) {
                   (long long)named);
     ps_bundle_reader *r = ps_bundle_reader_open(written, &st);
     ck_assert_msg(r != NULL, "%s", st.msg);
-    ck_assert_int_eq(ps_bundle_reader_read_into(r, "saved_x", &x, 8, &st), 0);
+    PS_ASSERT_OK(ps_bundle_reader_read_into(r, "saved_x", &x, 8, &st), st);
     ps_bundle_reader_close(r);
     ck_assert_msg(x == named, "%s holds x=%lld", written, (long long)x);
     free(written);
@@ -440,10 +433,10 @@ static void put_x(ps_client *c, int64_t v, bool create) {
   for (int t = 0; t < 2; t++) {
     if (create) {
       ps_var_spec vx = {.name = xname[t], .dtype = PS_DT_INT64, .shape = s0};
-      ck_assert_int_eq(ps_client_create_vars(c, t, &vx, 1, &st), 0);
+      PS_ASSERT_OK(ps_client_create_vars(c, t, &vx, 1, &st), st);
     }
     ps_update u = {.name = xname[t], .op = PS_ASSIGN, .value = val};
-    ck_assert_int_eq(ps_client_update(c, t, &u, 1, &st), 0);
+    PS_ASSERT_OK(ps_client_update(c, t, &u, 1, &st), st);
   }
   ps_tensor_destroy(val);
 }
@@ -491,7 +484,7 @@ START_TEST(crash_at_any_point_of_a_save_keeps_the_previous_checkpoint) {
     ps_shape s0 = {0};
     for (int t = 0; t < 2; t++) {
       ps_var_spec vx = {.name = xname[t], .dtype = PS_DT_INT64, .shape = s0};
-      ck_assert_int_eq(ps_client_create_vars(c, t, &vx, 1, &st), 0);
+      PS_ASSERT_OK(ps_client_create_vars(c, t, &vx, 1, &st), st);
     }
     size_t n = 0;
     ck_assert_msg(ps_client_restore(c, NULL, &n, &st) == 0, "%s: %s", points[k], st.msg);
@@ -519,7 +512,7 @@ START_TEST(gates_reopen_when_the_coordinator_dies) {
                   .unary_response = true,
                   .timeout_ms = 10000};
   ps_rpc_run(&r, 1);
-  ck_assert_msg(r.st.code == 0, "%s", r.st.msg);
+  PS_ASSERT_OK(r.st.code, r.st);
   struct timespec a, b;
   clock_gettime(CLOCK_MONOTONIC, &a);
   put_x(c, 2, false); /* waits for the gate of ps/0 */

@@ -72,7 +72,7 @@ START_TEST(initializes_in_dependency_order_across_ps) {
   for (int i = 0; i < 4; i++)
     ((float *)ps_tensor_data(v))[i] = 10.0f + (float)i;
   ps_update u = {.name = "w", .op = PS_ASSIGN, .value = v};
-  ck_assert_int_eq(ps_client_update(c, 0, &u, 1, &st), 0);
+  PS_ASSERT_OK(ps_client_update(c, 0, &u, 1, &st), st);
   ps_session_destroy(s);
   s = ps_session_create(m.g, c, &st);
   PS_ASSERT_OK(ps_coordinator_prepare(s, &o, &out, &st), st);
@@ -99,12 +99,12 @@ START_TEST(initializes_only_what_is_missing) {
   build(&m, h.cluster);
   ps_status st;
   ps_session *s = ps_session_create(m.g, c, &st);
-  ck_assert_int_eq(ps_session_create_variables(s, &st), 0);
+  PS_ASSERT_OK(ps_session_create_variables(s, &st), st);
   ps_tensor *v = ps_tensor_new(PS_DT_FLOAT, 1, (int64_t[]){4});
   for (int i = 0; i < 4; i++)
     ((float *)ps_tensor_data(v))[i] = 5.0f;
   ps_update u = {.name = "w", .op = PS_ASSIGN, .value = v};
-  ck_assert_int_eq(ps_client_update(c, 0, &u, 1, &st), 0);
+  PS_ASSERT_OK(ps_client_update(c, 0, &u, 1, &st), st);
   ps_coordinator_options o = {.is_chief = true, .no_restore = true};
   ps_coordinator_outcome out;
   PS_ASSERT_OK(ps_coordinator_prepare(s, &o, &out, &st), st);
@@ -153,7 +153,7 @@ START_TEST(non_chief_waits_for_the_chief) {
   ps_coordinator_options o = {.is_chief = true};
   PS_ASSERT_OK(ps_coordinator_prepare(chief, &o, NULL, &st), st);
   pthread_join(th, NULL);
-  ck_assert_msg(wt.rc == 0, "%s", wt.st.msg);
+  PS_ASSERT_OK(wt.rc, wt.st);
   ck_assert_int_eq(wt.out, PS_COORD_JOINED);
   float w[4], w2[4];
   values(wt.s, &m2, w, w2);
@@ -170,9 +170,8 @@ START_TEST(non_chief_waits_for_the_chief) {
   ps_session *s3 = ps_session_create(m3.g, c, &st);
   ps_coordinator_options o3 = {.is_chief = false, .ready_timeout_secs = 0.5};
   ck_assert_int_ne(ps_coordinator_prepare(s3, &o3, NULL, &st), 0);
-  ck_assert_int_eq(st.code, PS_DEADLINE_EXCEEDED);
-  ck_assert_msg(strstr(st.msg, "the chief has not marked the cluster ready") != NULL,
-                "%s", st.msg);
+  PS_ASSERT_STATUS(st.code, st, PS_DEADLINE_EXCEEDED,
+                   "the chief has not marked the cluster ready");
   ps_session_destroy(s3);
   ps_graph_destroy(m3.g);
   ck_assert_int_eq(harness_stop_client(&h, c), 0);
@@ -195,7 +194,7 @@ START_TEST(non_chief_ends_when_the_job_is_done) {
   usleep(300 * 1000); /* the waiter is polling; no ready mark */
   PS_ASSERT_OK(ps_coordinator_mark_done(c, &st), st);
   pthread_join(th, NULL);
-  ck_assert_int_eq(wt.rc, PS_OUT_OF_RANGE);
+  PS_ASSERT_CODE(wt.rc, wt.st, PS_OUT_OF_RANGE);
   ck_assert_str_eq(wt.st.msg, "the chief has marked the job done: nothing left to train");
   ck_assert(ps_coordinator_job_done(&wt.st));
   ps_status other = {.code = PS_OUT_OF_RANGE};
@@ -250,13 +249,12 @@ START_TEST(heartbeats_tell_joined_from_done) {
   PS_ASSERT_OK(ps_coordinator_heartbeat_clear(c, "worker/1", &st), st);
   PS_ASSERT_OK(ps_coordinator_heartbeat_read(c, "worker/1", &v, &st), st);
   ck_assert_int_eq(v, 0);
-  ck_assert_int_eq(ps_coordinator_heartbeat_stop(NULL, true, &st), 0);
+  PS_ASSERT_OK(ps_coordinator_heartbeat_stop(NULL, true, &st), st);
   char longname[300];
   memset(longname, 'w', sizeof longname - 1);
   longname[sizeof longname - 1] = '\0';
   ck_assert_ptr_null(ps_coordinator_heartbeat_start(c, longname, &st));
-  ck_assert_int_eq(st.code, PS_INVALID_ARGUMENT);
-  ck_assert_msg(strstr(st.msg, "is too long for a heartbeat") != NULL, "%s", st.msg);
+  PS_ASSERT_STATUS(st.code, st, PS_INVALID_ARGUMENT, "is too long for a heartbeat");
   ck_assert_int_eq(harness_stop_client(&h, c), 0);
 }
 END_TEST

@@ -49,7 +49,7 @@ START_TEST(round_robin_placement_in_creation_order) {
   /* an unparsable device: TensorFlow's error, no scope, the graph usable */
   PS_ASSERT_STATUS(ps_device_push(g, "/nonsense:xyz", &st), st, PS_INVALID_ARGUMENT,
                    "Unknown attribute: 'nonsense' in '/nonsense:xyz'");
-  ck_assert_int_eq(ps_graph_status(g)->code, PS_OK);
+  PS_ASSERT_OK(ps_graph_status(g)->code, *ps_graph_status(g));
   ck_assert_str_eq(ps_variable_device(a), "/job:ps/task:0");
   ck_assert_str_eq(ps_variable_device(b), "/job:ps/task:1");
   ck_assert_str_eq(ps_variable_device(c), "/job:ps/task:0");
@@ -216,7 +216,8 @@ START_TEST(mixed_collections_and_null_accessors) {
   ck_assert_ptr_null(ps_report_uninitialized_variables(NULL, NULL, 0));
   ck_assert_ptr_null(ps_scalar(NULL, PS_DT_FLOAT, 1));
   ck_assert_ptr_null(ps_variable_scope_current(NULL));
-  ck_assert_int_eq(ps_graph_status(NULL)->code, PS_INVALID_ARGUMENT);
+  PS_ASSERT_CODE(ps_graph_status(NULL)->code, *ps_graph_status(NULL),
+                 PS_INVALID_ARGUMENT);
   size_t before = ps_graph_num_nodes(g);
   ck_assert_ptr_null(ps_variables_initializer(g, &again, 1, "init_again"));
   ck_assert_ptr_nonnull(strstr(ps_graph_status(g)->msg, "variable 0 is NULL"));
@@ -240,22 +241,22 @@ START_TEST(a_scoped_name_over_the_limit_is_refused) {
   /* a scope that does not fit is refused and opens nothing */
   PS_ASSERT_STATUS(ps_variable_scope_push(g, scope, PS_REUSE_NONE, &st), st,
                    PS_INVALID_ARGUMENT, "longer than 1022 bytes with its scopes");
-  ck_assert_int_eq(ps_graph_status(g)->code, PS_INVALID_ARGUMENT);
+  PS_ASSERT_CODE(ps_graph_status(g)->code, *ps_graph_status(g), PS_INVALID_ARGUMENT);
   ck_assert_str_eq(ps_variable_scope_name(ps_variable_scope_current(g)), scope);
   char inner[321];
   memset(inner, 'b', sizeof inner - 1);
   inner[sizeof inner - 1] = '\0';
   PS_ASSERT_OK(ps_variable_scope_push(g, inner, PS_REUSE_NONE, &st), st);
   ck_assert_ptr_null(ps_get_variable(g, "wwwww", PS_DT_FLOAT, &s, NULL, NULL, &st));
-  ck_assert_int_eq(st.code, PS_INVALID_ARGUMENT);
-  PS_ASSERT_MSG_HAS(st, "variable wwwww...: the name with its variable scopes is longer "
-                        "than 1023 bytes");
+  PS_ASSERT_STATUS(st.code, st, PS_INVALID_ARGUMENT,
+                   "variable wwwww...: the name with its variable scopes is longer "
+                   "than 1023 bytes");
   ps_partitioner p = {.kind = PS_PART_FIXED, .num_shards = 2};
   ck_assert_ptr_null(
       ps_get_partitioned_variable(g, "eeeee", PS_DT_FLOAT, &s, NULL, &p, NULL, &st));
-  ck_assert_int_eq(st.code, PS_INVALID_ARGUMENT);
-  PS_ASSERT_MSG_HAS(st, "variable eeeee...: the name with its variable scopes is longer "
-                        "than 1023 bytes");
+  PS_ASSERT_STATUS(st.code, st, PS_INVALID_ARGUMENT,
+                   "variable eeeee...: the name with its variable scopes is longer "
+                   "than 1023 bytes");
   ps_variable_scope_pop(g);
   ps_variable *w = ps_get_variable(g, "w", PS_DT_FLOAT, &s, NULL, NULL, &st);
   ck_assert_ptr_nonnull(w);
@@ -285,13 +286,13 @@ START_TEST(initialize_in_dependency_order_across_ps) {
   ck_assert_ptr_nonnull(sess);
   char **names;
   size_t nn;
-  ck_assert_int_eq(ps_session_run_report(sess, report, &names, &nn, &st), 0);
+  PS_ASSERT_OK(ps_session_run_report(sess, report, &names, &nn, &st), st);
   ck_assert_uint_eq(nn, 2);
   ck_assert_str_eq(names[0], "w");
   ck_assert_str_eq(names[1], "w2");
   ps_client_free_names(names, nn);
   PS_ASSERT_OK(ps_session_run(sess, NULL, 0, NULL, 0, &init, 1, NULL, &st), st);
-  ck_assert_int_eq(ps_session_run_report(sess, report, &names, &nn, &st), 0);
+  PS_ASSERT_OK(ps_session_run_report(sess, report, &names, &nn, &st), st);
   ck_assert_uint_eq(nn, 0);
   free(names);
   ps_node *fetch[2] = {ps_variable_value(w), ps_variable_value(w2)};
@@ -322,15 +323,14 @@ START_TEST(initialize_in_dependency_order_across_ps) {
   ps_tensor_destroy(out[0]);
   /* is_variable_initialized */
   ps_node *isw = ps_is_variable_initialized(w);
-  ck_assert_int_eq(ps_session_run(sess, NULL, 0, &isw, 1, NULL, 0, out, &st), 0);
+  PS_ASSERT_OK(ps_session_run(sess, NULL, 0, &isw, 1, NULL, 0, out, &st), st);
   ck_assert_int_eq(*(uint8_t *)ps_tensor_data(out[0]), 1);
   ps_tensor_destroy(out[0]);
   /* feeding errors */
   ps_node *fx = x;
-  ck_assert_int_eq(ps_session_run(sess, NULL, 0, &fx, 1, NULL, 0, out, &st),
-                   PS_INVALID_ARGUMENT);
-  ck_assert_ptr_nonnull(
-      strstr(st.msg, "You must feed a value for placeholder tensor 'x'"));
+  PS_ASSERT_STATUS(ps_session_run(sess, NULL, 0, &fx, 1, NULL, 0, out, &st), st,
+                   PS_INVALID_ARGUMENT,
+                   "You must feed a value for placeholder tensor 'x'");
   ps_tensor_destroy(xv);
   ps_session_destroy(sess);
   ps_graph_destroy(g);
@@ -346,8 +346,8 @@ START_TEST(uninitialized_read_through_a_session) {
   ps_session *sess = ps_session_create(g, C, &st);
   ps_node *r = ps_variable_value(w);
   ps_tensor *out;
-  ck_assert_int_eq(ps_session_run(sess, NULL, 0, &r, 1, NULL, 0, &out, &st),
-                   PS_FAILED_PRECONDITION);
+  PS_ASSERT_CODE(ps_session_run(sess, NULL, 0, &r, 1, NULL, 0, &out, &st), st,
+                 PS_FAILED_PRECONDITION);
   ck_assert_str_eq(st.msg, "Attempting to use uninitialized value lonely");
   ps_session_destroy(sess);
   ps_graph_destroy(g);
@@ -520,9 +520,8 @@ START_TEST(a_failed_constructor_leaves_the_graph_usable) {
   /* an op with mismatched shapes */
   ps_node *bad = ps_add(ps_variable_value(v), ps_placeholder(g, PS_DT_FLOAT, &s2, "p"));
   ck_assert_ptr_null(bad);
-  ck_assert_int_eq(ps_graph_status(g)->code, PS_INVALID_ARGUMENT);
-  ck_assert_ptr_nonnull(
-      strstr(ps_graph_status(g)->msg, "Incompatible shapes: [3] vs. [2]"));
+  PS_ASSERT_STATUS(ps_graph_status(g)->code, *ps_graph_status(g), PS_INVALID_ARGUMENT,
+                   "Incompatible shapes: [3] vs. [2]");
   nodes++; /* the placeholder was made before the add failed */
   ck_assert_uint_eq(ps_graph_num_nodes(g), nodes);
   /* a NULL input keeps the error that made it */
@@ -544,7 +543,7 @@ START_TEST(a_failed_constructor_leaves_the_graph_usable) {
   ps_collection_variables(g, PS_GLOBAL_VARIABLES, &nvars_after);
   ck_assert_uint_eq(nvars_after, nvars);
   ps_graph_clear_status(g);
-  ck_assert_int_eq(ps_graph_status(g)->code, PS_OK);
+  PS_ASSERT_OK(ps_graph_status(g)->code, *ps_graph_status(g));
   /* the name is free again: the failed w left nothing behind */
   ps_variable *w =
       ps_get_variable_from(g, "w", PS_DT_INVALID, NULL, tensor_init, NULL, &st);
@@ -750,13 +749,13 @@ START_TEST(local_and_remote_variables_say_the_same) {
   for (int i = 0; i < 2; i++) {
     char want[256];
     /* not initialized yet */
-    ck_assert_int_eq(ps_session_run(sess, &f, 1, NULL, 0, &adds[i], 1, NULL, &st),
-                     PS_FAILED_PRECONDITION);
+    PS_ASSERT_CODE(ps_session_run(sess, &f, 1, NULL, 0, &adds[i], 1, NULL, &st), st,
+                   PS_FAILED_PRECONDITION);
     snprintf(want, sizeof want, "Attempting to use uninitialized value %s", names[i]);
     ck_assert_msg(strstr(st.msg, want) != NULL, "%s", st.msg);
     /* shapes */
-    ck_assert_int_eq(ps_session_run(sess, &f, 1, NULL, 0, &sets[i], 1, NULL, &st),
-                     PS_INVALID_ARGUMENT);
+    PS_ASSERT_CODE(ps_session_run(sess, &f, 1, NULL, 0, &sets[i], 1, NULL, &st), st,
+                   PS_INVALID_ARGUMENT);
     snprintf(want, sizeof want,
              "Assign requires shapes of both tensors to match. lhs shape= [2] rhs "
              "shape= [3]\n\t [[{{node %s/Assign}}]]",
@@ -764,12 +763,11 @@ START_TEST(local_and_remote_variables_say_the_same) {
     ck_assert_msg(strstr(st.msg, want) != NULL, "%s", st.msg);
   }
   ps_node *init = ps_global_variables_initializer(g);
-  ck_assert_msg(ps_session_run(sess, NULL, 0, NULL, 0, &init, 1, NULL, &st) == 0, "%s",
-                st.msg);
+  PS_ASSERT_OK(ps_session_run(sess, NULL, 0, NULL, 0, &init, 1, NULL, &st), st);
   for (int i = 0; i < 2; i++) {
     char want[256];
-    ck_assert_int_eq(ps_session_run(sess, &f, 1, NULL, 0, &adds[i], 1, NULL, &st),
-                     PS_INVALID_ARGUMENT);
+    PS_ASSERT_CODE(ps_session_run(sess, &f, 1, NULL, 0, &adds[i], 1, NULL, &st), st,
+                   PS_INVALID_ARGUMENT);
     snprintf(want, sizeof want,
              "Cannot update variable with shape [2] using a Tensor with shape [3], "
              "shapes must be equal.\n\t [[{{node %s/AssignAdd}}]]",

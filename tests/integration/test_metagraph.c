@@ -99,7 +99,7 @@ static ps_graph *build(const ps_cluster *cluster) {
   ps_optimizer_destroy(o);
   ps_collection_add_node(g, PS_LOSSES, loss);
   ps_collection_add_node(g, PS_TRAIN_OP, train);
-  ck_assert_int_eq(ps_graph_status(g)->code, PS_OK);
+  PS_ASSERT_OK(ps_graph_status(g)->code, *ps_graph_status(g));
   return g;
 }
 
@@ -124,8 +124,7 @@ static double step_loss(ps_graph *g, ps_session *s, int i) {
   ck_assert(f[0].node && f[1].node && f[2].node);
   ps_tensor *out = NULL;
   ps_status st;
-  ck_assert_msg(ps_session_run(s, f, 3, &loss, 1, &train, 1, &out, &st) == 0, "%s",
-                st.msg);
+  PS_ASSERT_OK(ps_session_run(s, f, 3, &loss, 1, &train, 1, &out, &st), st);
   double l = *(float *)ps_tensor_data(out);
   ps_tensor_destroy(out);
   ps_tensor_destroy(x);
@@ -154,16 +153,14 @@ START_TEST(export_import_restore_continue) {
   ps_graph *g = build(h.cluster);
   ps_session *s = ps_session_create(g, c, &st);
   ps_node *init = ps_global_variables_initializer(g);
-  ck_assert_msg(ps_session_run(s, NULL, 0, NULL, 0, &init, 1, NULL, &st) == 0, "%s",
-                st.msg);
+  PS_ASSERT_OK(ps_session_run(s, NULL, 0, NULL, 0, &init, 1, NULL, &st), st);
   for (int i = 0; i < 5; i++)
     step_loss(g, s, i);
   ps_saver_options so = {.max_to_keep = 3};
   ps_saver *sv = ps_saver_create(g, &so, &st);
   char *path = NULL;
-  ck_assert_msg(ps_saver_save(sv, s, "model.ckpt", global_step(g, s), dir, &path, &st) ==
-                    0,
-                "%s", st.msg);
+  PS_ASSERT_OK(ps_saver_save(sv, s, "model.ckpt", global_step(g, s), dir, &path, &st),
+               st);
   char want_path[400];
   snprintf(want_path, sizeof want_path, "%s/model.ckpt-5", dir);
   ck_assert_str_eq(path, want_path);
@@ -231,8 +228,7 @@ START_TEST(name_map_and_eviction) {
   ps_graph *g = build(h.cluster);
   ps_session *s = ps_session_create(g, c, &st);
   ps_node *init = ps_global_variables_initializer(g);
-  ck_assert_msg(ps_session_run(s, NULL, 0, NULL, 0, &init, 1, NULL, &st) == 0, "%s",
-                st.msg);
+  PS_ASSERT_OK(ps_session_run(s, NULL, 0, NULL, 0, &init, 1, NULL, &st), st);
   ps_variable *w = NULL;
   size_t nv;
   ps_variable *const *gv = ps_collection_variables(g, PS_GLOBAL_VARIABLES, &nv);
@@ -428,8 +424,8 @@ START_TEST(a_saver_saves_its_var_list_under_its_names) {
   PS_ASSERT_OK(ps_session_run(s, NULL, 0, NULL, 0, &init_bad, 1, NULL, &st), st);
   for (int k = 0; k < 2; k++) {
     path = NULL;
-    ck_assert_int_eq(
-        ps_saver_save_at_step(renamed, s, "badstep", both[k], NULL, &path, NULL, &st),
+    PS_ASSERT_CODE(
+        ps_saver_save_at_step(renamed, s, "badstep", both[k], NULL, &path, NULL, &st), st,
         PS_INVALID_ARGUMENT);
     char want[128];
     snprintf(want, sizeof want,
@@ -602,8 +598,7 @@ START_TEST(sync_graph_round_trip) {
   ck_assert_msg(g2 != NULL, "%s", st.msg);
   ps_session *s = ps_session_create(g2, c, &st);
   ps_node *init = ps_global_variables_initializer(g2);
-  ck_assert_msg(ps_session_run(s, NULL, 0, NULL, 0, &init, 1, NULL, &st) == 0, "%s",
-                st.msg);
+  PS_ASSERT_OK(ps_session_run(s, NULL, 0, NULL, 0, &init, 1, NULL, &st), st);
   ps_tensor *xv = ps_tensor_new(PS_DT_FLOAT, 2, (int64_t[]){1, 2});
   ps_feed f = {ps_graph_find_node(g2, "x"), xv};
   size_t n;
@@ -640,7 +635,7 @@ START_TEST(corrupt_meta_files) {
   for (size_t cut = 0; cut < len; cut++, cuts++) {
     ps_graph *x = ps_meta_graph_parse(buf, cut, "cut.meta", NULL, &st);
     ck_assert_msg(x == NULL, "a cut at %zu of %zu bytes was imported", cut, len);
-    ck_assert_int_eq(st.code, PS_DATA_LOSS);
+    PS_ASSERT_CODE(st.code, st, PS_DATA_LOSS);
     ck_assert_msg(strstr(st.msg, "MetaGraph cut.meta: ") == st.msg, "%s", st.msg);
   }
   ck_assert_int_eq(cuts, (int)len);
@@ -657,7 +652,7 @@ START_TEST(corrupt_meta_files) {
     ps_saver *sv = NULL;
     ps_graph *x = ps_meta_graph_parse(copy, len, "flip.meta", &sv, &st);
     ck_assert_msg(x == NULL, "flip %d was imported silently", i);
-    ck_assert_int_eq(st.code, PS_DATA_LOSS);
+    PS_ASSERT_CODE(st.code, st, PS_DATA_LOSS);
     ck_assert_msg(strstr(st.msg, "MetaGraph flip.meta: ") == st.msg, "%s", st.msg);
     sums += strstr(st.msg, "checksum") != NULL;
     ps_saver_destroy(sv);
@@ -687,13 +682,12 @@ START_TEST(corrupt_meta_files) {
   fwrite(buf, 1, len, ff);
   fclose(ff);
   ck_assert_ptr_null(ps_import_meta_graph(p, NULL, &st));
-  ck_assert_int_eq(st.code, PS_DATA_LOSS);
+  PS_ASSERT_CODE(st.code, st, PS_DATA_LOSS);
   ck_assert_msg(strstr(st.msg, p) && strstr(st.msg, "checksum mismatch"), "%s", st.msg);
   /* a missing file, and a file that is not a MetaGraph */
   snprintf(p, sizeof p, "%s/none.meta", dir);
   ck_assert_ptr_null(ps_import_meta_graph(p, NULL, &st));
-  ck_assert_int_eq(st.code, PS_NOT_FOUND);
-  ck_assert_msg(strstr(st.msg, p) != NULL, "%s", st.msg);
+  PS_ASSERT_STATUS(st.code, st, PS_NOT_FOUND, p);
   snprintf(p, sizeof p, "%s/text.meta", dir);
   FILE *f = fopen(p, "w");
   fputs("model_checkpoint_path: \"x\"\n", f);

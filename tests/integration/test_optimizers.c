@@ -522,7 +522,7 @@ static void assert_unchanged(void) {
   ps_status st;
   bool init[2];
   const char *names[2] = {"u", "w/Mu"};
-  ck_assert_int_eq(ps_client_is_initialized(C, 0, names, 2, init, &st), 0);
+  PS_ASSERT_OK(ps_client_is_initialized(C, 0, names, 2, init, &st), st);
   ck_assert(!init[0] && !init[1]);
 }
 

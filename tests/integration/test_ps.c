@@ -82,8 +82,8 @@ START_TEST(create_initialize_read_on_two_ps) {
   create(0, "w", PS_DT_FLOAT, shp(2, 16, 8), &rn);
   ps_status st;
   size_t n0 = 0, n1 = 0;
-  ck_assert_int_eq(ps_client_initialize(C, 0, NULL, 0, false, &n0, &st), 0);
-  ck_assert_int_eq(ps_client_initialize(C, 1, NULL, 0, false, &n1, &st), 0);
+  PS_ASSERT_OK(ps_client_initialize(C, 0, NULL, 0, false, &n0, &st), st);
+  PS_ASSERT_OK(ps_client_initialize(C, 1, NULL, 0, false, &n1, &st), st);
   ck_assert_uint_eq(n0, 2);
   ck_assert_uint_eq(n1, 2);
   ps_read r0[2] = {{.name = "a"}, {.name = "w"}};
@@ -100,9 +100,9 @@ START_TEST(create_initialize_read_on_two_ps) {
   /* The same variable on another ps draws the same values (one task at a
    * time: a name on two tasks would be twice in every checkpoint). */
   const char *wn[1] = {"w"};
-  ck_assert_int_eq(ps_client_delete(C, 0, wn, 1, 0, NULL, &st), 0);
+  PS_ASSERT_OK(ps_client_delete(C, 0, wn, 1, 0, NULL, &st), st);
   create(1, "w", PS_DT_FLOAT, shp(2, 16, 8), &rn);
-  ck_assert_int_eq(ps_client_initialize(C, 1, wn, 1, false, &n1, &st), 0);
+  PS_ASSERT_OK(ps_client_initialize(C, 1, wn, 1, false, &n1, &st), st);
   ps_tensor *w1 = read1(1, "w", &st);
   ck_assert_msg(w1 != NULL, "%s", st.msg);
   ck_assert_int_eq(memcmp(ps_tensor_data(r0[1].out), ps_tensor_data(w1), 16 * 8 * 4), 0);
@@ -126,13 +126,13 @@ START_TEST(create_is_idempotent_and_conflicts_fail) {
   ps_status st;
   ps_var_spec bad = {
       .name = "v", .dtype = PS_DT_INT32, .shape = shp(1, 3, 0), .init = &z};
-  ck_assert_int_eq(ps_client_create_vars(C, 0, &bad, 1, &st), PS_ALREADY_EXISTS);
-  ck_assert_ptr_nonnull(strstr(st.msg, "variable v already exists"));
+  PS_ASSERT_STATUS(ps_client_create_vars(C, 0, &bad, 1, &st), st, PS_ALREADY_EXISTS,
+                   "variable v already exists");
   ck_assert_ptr_nonnull(strstr(st.msg, "int32"));
   ps_var_spec bad2 = {
       .name = "v", .dtype = PS_DT_FLOAT, .shape = shp(1, 4, 0), .init = &z};
-  ck_assert_int_eq(ps_client_create_vars(C, 0, &bad2, 1, &st), PS_ALREADY_EXISTS);
-  ck_assert_ptr_nonnull(strstr(st.msg, "[4]"));
+  PS_ASSERT_STATUS(ps_client_create_vars(C, 0, &bad2, 1, &st), st, PS_ALREADY_EXISTS,
+                   "[4]");
 }
 END_TEST
 
@@ -175,7 +175,7 @@ START_TEST(scatter_and_gather) {
   ps_tensor *t = ftensor(2, 4, 2, init);
   ps_status st;
   ps_update u = {.name = "e", .op = PS_ASSIGN, .value = t};
-  ck_assert_int_eq(ps_client_update(C, 1, &u, 1, &st), 0);
+  PS_ASSERT_OK(ps_client_update(C, 1, &u, 1, &st), st);
   int64_t idx[3] = {3, 0, 3};
   float upd[6] = {1, 1, 5, 5, 1, 1};
   ps_tensor *ti = itensor(3, idx), *tu = ftensor(2, 3, 2, upd);
@@ -185,9 +185,9 @@ START_TEST(scatter_and_gather) {
   float u1[2] = {-1, -2};
   ps_tensor *ti1 = itensor(1, i1), *tu1 = ftensor(2, 1, 2, u1);
   ps_update su = {.name = "e", .op = PS_SCATTER_UPDATE, .value = tu1, .indices = ti1};
-  ck_assert_int_eq(ps_client_update(C, 1, &su, 1, &st), 0);
+  PS_ASSERT_OK(ps_client_update(C, 1, &su, 1, &st), st);
   ps_update ss = {.name = "e", .op = PS_SCATTER_SUB, .value = tu1, .indices = ti1};
-  ck_assert_int_eq(ps_client_update(C, 1, &ss, 1, &st), 0);
+  PS_ASSERT_OK(ps_client_update(C, 1, &ss, 1, &st), st);
   /* rows: 0 -> 5,5 ; 1 -> 0,0 ; 2 -> 2,2 ; 3 -> 5,5 (duplicates accumulate) */
   int64_t g[4] = {3, 1, 0, 2};
   ps_tensor *tg = itensor(4, g);
@@ -255,7 +255,7 @@ START_TEST(gather_with_repeated_ids_returns_every_row) {
   id64[700] = 99;
   ps_tensor *bad = itensor(N, id64);
   ps_read rb = {.name = "tab", .indices = bad};
-  ck_assert_int_eq(ps_client_read(C, 0, &rb, 1, &st), PS_INVALID_ARGUMENT);
+  PS_ASSERT_CODE(ps_client_read(C, 0, &rb, 1, &st), st, PS_INVALID_ARGUMENT);
   ck_assert_msg(strstr(st.msg, "indices[700] = 99 is not in [0, 50)") == st.msg, "%s",
                 st.msg);
   ck_assert_ptr_null(rb.out);
@@ -318,23 +318,22 @@ START_TEST(scatter_add_with_repeated_ids_adds_every_occurrence) {
   ids[450] = 77;
   ps_tensor *bad = itensor(N, ids);
   ps_update ub = {.name = "acc", .op = PS_SCATTER_ADD, .value = g, .indices = bad};
-  ck_assert_int_eq(ps_client_update(C, 0, &ub, 1, &st), PS_INVALID_ARGUMENT);
+  PS_ASSERT_CODE(ps_client_update(C, 0, &ub, 1, &st), st, PS_INVALID_ARGUMENT);
   ck_assert_msg(strstr(st.msg, "indices[450] = 77 is not in [0, 40)") == st.msg, "%s",
                 st.msg);
   /* updates of the wrong shape: the caller's shapes in the message */
   ps_tensor *g3 = ftensor(2, N, 3, NULL);
   memset(ps_tensor_data(g3), 0, ps_tensor_nbytes(g3));
   ps_update us3 = {.name = "acc", .op = PS_SCATTER_ADD, .value = g3, .indices = ti};
-  ck_assert_int_eq(ps_client_update(C, 0, &us3, 1, &st), PS_INVALID_ARGUMENT);
-  ck_assert_msg(strstr(st.msg, "got updates.shape [600,3], indices.shape [600], "
-                               "params.shape [40,2]") != NULL,
-                "%s", st.msg);
+  PS_ASSERT_STATUS(ps_client_update(C, 0, &us3, 1, &st), st, PS_INVALID_ARGUMENT,
+                   "got updates.shape [600,3], indices.shape [600], "
+                   "params.shape [40,2]");
   /* two tasks: ps/1 applies, ps/0 refuses (and is sent again plainly) */
   ps_update ok1 = {.name = "acc1", .op = PS_SCATTER_ADD, .value = g, .indices = ti};
   ps_task_updates tu[2] = {{.task = 0, .updates = &ub, .n = 1},
                            {.task = 1, .updates = &ok1, .n = 1}};
-  ck_assert_int_eq(ps_client_update_many(C, tu, 2, &st), PS_INVALID_ARGUMENT);
-  ck_assert_int_eq(tu[1].st.code, PS_OK);
+  PS_ASSERT_CODE(ps_client_update_many(C, tu, 2, &st), st, PS_INVALID_ARGUMENT);
+  PS_ASSERT_OK(tu[1].st.code, tu[1].st);
   ck_assert_ptr_nonnull(strstr(tu[0].st.msg, "indices[450] = 77"));
   r = read1(0, "acc", &st);
   ps_tensor *r1 = read1(1, "acc1", &st);
@@ -433,18 +432,18 @@ static void errors_setup(void) {
   ps_tensor *t = ftensor(2, 2, 3, v);
   ps_update u = {.name = "w", .op = PS_ASSIGN, .value = t};
   ps_status st;
-  ck_assert_int_eq(ps_client_update(C, 0, &u, 1, &st), 0);
+  PS_ASSERT_OK(ps_client_update(C, 0, &u, 1, &st), st);
   ps_tensor_destroy(t);
 }
 
 START_TEST(error_uninitialized_read) {
   ps_status st;
   ck_assert_ptr_null(read1(0, "u", &st));
-  ck_assert_int_eq(st.code, PS_FAILED_PRECONDITION);
+  PS_ASSERT_CODE(st.code, st, PS_FAILED_PRECONDITION);
   ck_assert_str_eq(st.msg, "Attempting to use uninitialized value u");
   ps_tensor *t = ftensor(2, 2, 3, NULL);
   ps_update u = {.name = "u", .op = PS_ASSIGN_ADD, .value = t};
-  ck_assert_int_eq(ps_client_update(C, 0, &u, 1, &st), PS_FAILED_PRECONDITION);
+  PS_ASSERT_CODE(ps_client_update(C, 0, &u, 1, &st), st, PS_FAILED_PRECONDITION);
   ck_assert_str_eq(st.msg, "Attempting to use uninitialized value u");
   ps_tensor_destroy(t);
   assert_unchanged();
@@ -455,15 +454,15 @@ START_TEST(error_assign_shape) {
   ps_status st;
   ps_tensor *t = ftensor(2, 3, 2, NULL);
   ps_update u = {.name = "w", .op = PS_ASSIGN, .value = t};
-  ck_assert_int_eq(ps_client_update(C, 0, &u, 1, &st), PS_INVALID_ARGUMENT);
+  PS_ASSERT_CODE(ps_client_update(C, 0, &u, 1, &st), st, PS_INVALID_ARGUMENT);
   ck_assert_msg(strstr(st.msg, "Assign requires shapes of both tensors to match. "
                                "lhs shape= [2,3] rhs shape= [3,2]") == st.msg,
                 "%s", st.msg);
   ck_assert_ptr_nonnull(strstr(st.msg, "w/Assign"));
   ps_update a = {.name = "w", .op = PS_ASSIGN_ADD, .value = t};
-  ck_assert_int_eq(ps_client_update(C, 0, &a, 1, &st), PS_INVALID_ARGUMENT);
-  ck_assert_ptr_nonnull(strstr(st.msg, "Cannot update variable with shape [2,3] using "
-                                       "a Tensor with shape [3,2]"));
+  PS_ASSERT_STATUS(ps_client_update(C, 0, &a, 1, &st), st, PS_INVALID_ARGUMENT,
+                   "Cannot update variable with shape [2,3] using "
+                   "a Tensor with shape [3,2]");
   ps_tensor_destroy(t);
   assert_unchanged();
 }
@@ -474,15 +473,13 @@ START_TEST(error_dtype_mismatch) {
   ps_shape s = shp(2, 2, 3);
   ps_tensor *t = ps_tensor_create(PS_DT_INT32, &s, true);
   ps_update u = {.name = "w", .op = PS_ASSIGN, .value = t};
-  ck_assert_int_eq(ps_client_update(C, 0, &u, 1, &st), PS_INVALID_ARGUMENT);
-  ck_assert_msg(strstr(st.msg, "value has dtype int32 that does not match dtype float") !=
-                    NULL,
-                "%s", st.msg);
+  PS_ASSERT_STATUS(ps_client_update(C, 0, &u, 1, &st), st, PS_INVALID_ARGUMENT,
+                   "value has dtype int32 that does not match dtype float");
   ck_assert_ptr_nonnull(strstr(st.msg, "w"));
   ps_tensor_destroy(t);
   ps_read r = {.name = "w", .out = ps_tensor_create(PS_DT_DOUBLE, &s, true)};
-  ck_assert_int_eq(ps_client_read(C, 0, &r, 1, &st), PS_INVALID_ARGUMENT);
-  ck_assert_ptr_nonnull(strstr(st.msg, "read w: destination is double [2,3]"));
+  PS_ASSERT_STATUS(ps_client_read(C, 0, &r, 1, &st), st, PS_INVALID_ARGUMENT,
+                   "read w: destination is double [2,3]");
   ps_tensor_destroy(r.out);
   assert_unchanged();
 }
@@ -491,16 +488,15 @@ END_TEST
 START_TEST(error_unknown_variable) {
   ps_status st;
   ck_assert_ptr_null(read1(0, "nope", &st));
-  ck_assert_int_eq(st.code, PS_NOT_FOUND);
+  PS_ASSERT_CODE(st.code, st, PS_NOT_FOUND);
   ck_assert_str_eq(st.msg, "variable nope does not exist on ps/0");
   ps_tensor *t = ftensor(2, 2, 3, NULL);
   ps_update u[2] = {{.name = "w", .op = PS_ASSIGN, .value = t},
                     {.name = "ghost", .op = PS_ASSIGN, .value = t}};
-  ck_assert_int_eq(ps_client_update(C, 0, u, 2, &st), PS_NOT_FOUND);
-  ck_assert_ptr_nonnull(strstr(st.msg, "ghost"));
+  PS_ASSERT_STATUS(ps_client_update(C, 0, u, 2, &st), st, PS_NOT_FOUND, "ghost");
   const char *names[] = {"ghost"};
   bool b;
-  ck_assert_int_eq(ps_client_is_initialized(C, 0, names, 1, &b, &st), PS_NOT_FOUND);
+  PS_ASSERT_CODE(ps_client_is_initialized(C, 0, names, 1, &b, &st), st, PS_NOT_FOUND);
   ps_tensor_destroy(t);
   assert_unchanged(); /* the valid first update did not apply */
 }
@@ -511,27 +507,27 @@ START_TEST(error_index_out_of_range) {
   int64_t idx[2] = {1, 7};
   ps_tensor *ti = itensor(2, idx);
   ps_read r = {.name = "w", .indices = ti};
-  ck_assert_int_eq(ps_client_read(C, 0, &r, 1, &st), PS_INVALID_ARGUMENT);
+  PS_ASSERT_CODE(ps_client_read(C, 0, &r, 1, &st), st, PS_INVALID_ARGUMENT);
   ck_assert_msg(strstr(st.msg, "indices[1] = 7 is not in [0, 2)") == st.msg, "%s",
                 st.msg);
   ck_assert_ptr_nonnull(strstr(st.msg, "w/Gather"));
   ps_tensor_destroy(r.out);
   ps_tensor *tu = ftensor(2, 2, 3, NULL);
   ps_update u = {.name = "w", .op = PS_SCATTER_ADD, .value = tu, .indices = ti};
-  ck_assert_int_eq(ps_client_update(C, 0, &u, 1, &st), PS_INVALID_ARGUMENT);
+  PS_ASSERT_CODE(ps_client_update(C, 0, &u, 1, &st), st, PS_INVALID_ARGUMENT);
   ck_assert_msg(strstr(st.msg, "indices[1] = 7 is not in [0, 2)") == st.msg, "%s",
                 st.msg);
   int64_t neg[1] = {-1};
   ps_tensor *tn = itensor(1, neg), *tu1 = ftensor(2, 1, 3, NULL);
   ps_update u2 = {.name = "w", .op = PS_SCATTER_UPDATE, .value = tu1, .indices = tn};
-  ck_assert_int_eq(ps_client_update(C, 0, &u2, 1, &st), PS_INVALID_ARGUMENT);
+  PS_ASSERT_CODE(ps_client_update(C, 0, &u2, 1, &st), st, PS_INVALID_ARGUMENT);
   ck_assert_ptr_nonnull(strstr(st.msg, "indices[0] = -1 is not in [0, 2)"));
   /* updates shape must be indices.shape + params.shape[1:] */
   ps_update u3 = {.name = "w", .op = PS_SCATTER_ADD, .value = tu, .indices = tn};
-  ck_assert_int_eq(ps_client_update(C, 0, &u3, 1, &st), PS_INVALID_ARGUMENT);
-  ck_assert_ptr_nonnull(strstr(st.msg, "Must have updates.shape = indices.shape + "
-                                       "params.shape[1:], got updates.shape [2,3], "
-                                       "indices.shape [1], params.shape [2,3]"));
+  PS_ASSERT_STATUS(ps_client_update(C, 0, &u3, 1, &st), st, PS_INVALID_ARGUMENT,
+                   "Must have updates.shape = indices.shape + "
+                   "params.shape[1:], got updates.shape [2,3], "
+                   "indices.shape [1], params.shape [2,3]");
   ps_tensor_destroy(ti);
   ps_tensor_destroy(tu);
   ps_tensor_destroy(tn);
@@ -557,9 +553,8 @@ START_TEST(error_request_does_not_parse) {
                     .unary_response = i != 1,
                     .timeout_ms = 10000};
     ps_rpc_run(&r, 1);
-    ck_assert_int_eq(r.st.code, PS_INVALID_ARGUMENT);
-    ck_assert_msg(strstr(r.st.msg, "request message does not parse") != NULL, "%s",
-                  r.st.msg);
+    PS_ASSERT_STATUS(r.st.code, r.st, PS_INVALID_ARGUMENT,
+                     "request message does not parse");
   }
   ps_rpc_channel_destroy(ch);
   assert_unchanged();
@@ -578,8 +573,7 @@ START_TEST(error_unknown_method_is_unimplemented_at_once) {
                   .timeout_ms = 20000};
   ps_rpc_run(&r, 1);
   clock_gettime(CLOCK_MONOTONIC, &b);
-  ck_assert_int_eq(r.st.code, PS_UNIMPLEMENTED);
-  ck_assert_ptr_nonnull(strstr(r.st.msg, "NoSuchMethod"));
+  PS_ASSERT_STATUS(r.st.code, r.st, PS_UNIMPLEMENTED, "NoSuchMethod");
   ck_assert_int_lt(b.tv_sec - a.tv_sec, 10); /* not the 20 s deadline */
   ps_rpc_channel_destroy(ch);
   assert_unchanged();
@@ -619,10 +613,8 @@ START_TEST(error_truncated_stream) {
                   .unary_response = true,
                   .timeout_ms = 10000};
   ps_rpc_run(&r, 1);
-  ck_assert_int_eq(r.st.code, PS_INVALID_ARGUMENT);
-  ck_assert_msg(
-      strstr(r.st.msg, "request data truncated: expected 1048576 bytes, got 4096"), "%s",
-      r.st.msg);
+  PS_ASSERT_STATUS(r.st.code, r.st, PS_INVALID_ARGUMENT,
+                   "request data truncated: expected 1048576 bytes, got 4096");
   ps_rpc_segs_fini(&send);
   ps_buf_unref(data);
   ps_rpc_channel_destroy(ch);
@@ -636,7 +628,7 @@ START_TEST(batch_is_atomic) {
   ps_tensor *t = ftensor(2, 2, 3, v), *bad = ftensor(1, 5, 0, NULL);
   ps_update u[2] = {{.name = "w", .op = PS_ASSIGN_ADD, .value = t},
                     {.name = "w", .op = PS_ASSIGN, .value = bad}};
-  ck_assert_int_eq(ps_client_update(C, 0, u, 2, &st), PS_INVALID_ARGUMENT);
+  PS_ASSERT_CODE(ps_client_update(C, 0, u, 2, &st), st, PS_INVALID_ARGUMENT);
   ps_tensor_destroy(t);
   ps_tensor_destroy(bad);
   assert_unchanged();
@@ -647,22 +639,21 @@ START_TEST(initialized_state_queries) {
   ps_status st;
   const char *names[] = {"w", "u"};
   bool out[2];
-  ck_assert_int_eq(ps_client_is_initialized(C, 0, names, 2, out, &st), 0);
+  PS_ASSERT_OK(ps_client_is_initialized(C, 0, names, 2, out, &st), st);
   ck_assert(out[0] && !out[1]);
   char **un;
   size_t nun;
-  ck_assert_int_eq(ps_client_report_uninitialized(C, 0, NULL, 0, &un, &nun, &st), 0);
+  PS_ASSERT_OK(ps_client_report_uninitialized(C, 0, NULL, 0, &un, &nun, &st), st);
   ck_assert_uint_eq(nun, 1);
   ck_assert_str_eq(un[0], "u");
   ps_client_free_names(un, nun);
   /* u has no initializer: initializing it by name is an error */
   const char *u1[] = {"u"};
-  ck_assert_int_eq(ps_client_initialize(C, 0, u1, 1, false, NULL, &st),
-                   PS_FAILED_PRECONDITION);
-  ck_assert_ptr_nonnull(strstr(st.msg, "variable u has no initializer"));
+  PS_ASSERT_STATUS(ps_client_initialize(C, 0, u1, 1, false, NULL, &st), st,
+                   PS_FAILED_PRECONDITION, "variable u has no initializer");
   ps_var_info *vi;
   size_t nv;
-  ck_assert_int_eq(ps_client_list(C, 0, &vi, &nv, &st), 0);
+  PS_ASSERT_OK(ps_client_list(C, 0, &vi, &nv, &st), st);
   ck_assert_uint_eq(nv, 2);
   ck_assert_str_eq(vi[0].name, "u");
   ck_assert(!vi[0].initialized);
@@ -671,7 +662,7 @@ START_TEST(initialized_state_queries) {
   ck_assert_int_eq(vi[1].bytes, 24);
   ps_client_free_var_info(vi, nv);
   ps_task_status ts;
-  ck_assert_int_eq(ps_client_status(C, 0, &ts, &st), 0);
+  PS_ASSERT_OK(ps_client_status(C, 0, &ts, &st), st);
   ck_assert_str_eq(ts.task, "ps/0");
   ck_assert_int_eq(ts.num_vars, 2);
   ck_assert_int_eq(ts.bytes, 24);
@@ -711,9 +702,9 @@ START_TEST(unavailable_ps_is_named) {
   ps_status st;
   ps_client *c = ps_client_create(H.cluster, "ps", &o, &st);
   ps_task_status ts;
-  ck_assert_int_eq(ps_client_status(c, 1, &ts, &st), PS_UNAVAILABLE);
+  PS_ASSERT_CODE(ps_client_status(c, 1, &ts, &st), st, PS_UNAVAILABLE);
   ck_assert_msg(strstr(st.msg, "ps/1 at 127.0.0.1:") == st.msg, "%s", st.msg);
-  ck_assert_int_eq(ps_client_status(c, 0, &ts, &st), 0);
+  PS_ASSERT_OK(ps_client_status(c, 0, &ts, &st), st);
   ps_client_destroy(c);
 }
 END_TEST
@@ -731,7 +722,7 @@ START_TEST(safe_calls_retry_until_ps_is_up) {
   ps_status st;
   ps_client *c = ps_client_create(H.cluster, "ps", &o, &st);
   ps_task_status ts;
-  ck_assert_int_eq(ps_client_status(c, 1, &ts, &st), PS_UNAVAILABLE);
+  PS_ASSERT_CODE(ps_client_status(c, 1, &ts, &st), st, PS_UNAVAILABLE);
   char spec[400];
   snprintf(spec, sizeof spec, "%s/again.json", H.dir);
   FILE *f = fopen(spec, "w");
@@ -809,7 +800,7 @@ START_TEST(random_garbage_never_crashes) {
   ps_rpc_channel_destroy(ch);
   ps_status st;
   ps_task_status ts;
-  ck_assert_int_eq(ps_client_status(C, 0, &ts, &st), 0);
+  PS_ASSERT_OK(ps_client_status(C, 0, &ts, &st), st);
   /* w may have been assigned by a lucky random update; it must be readable */
   ps_tensor *r = read1(0, "w", &st);
   ck_assert_msg(r != NULL, "%s", st.msg);
@@ -840,9 +831,9 @@ START_TEST(sigterm_lets_in_flight_calls_finish) {
   k.value = 1.5;
   create(1, "big", PS_DT_FLOAT, s, &k);
   ps_status st;
-  ck_assert_int_eq(ps_client_initialize(C, 1, NULL, 0, false, NULL, &st), 0);
+  PS_ASSERT_OK(ps_client_initialize(C, 1, NULL, 0, false, NULL, &st), st);
   ps_task_status ts;
-  ck_assert_int_eq(ps_client_status(C, 1, &ts, &st), 0);
+  PS_ASSERT_OK(ps_client_status(C, 1, &ts, &st), st);
   int64_t base = ts.rpcs;
   bg_read b = {.c = C, .r = {.name = "big"}};
   pthread_t th;
@@ -851,7 +842,7 @@ START_TEST(sigterm_lets_in_flight_calls_finish) {
    * counts itself, so base + i without the read, base + i + 1 with it. */
   bool taken = false;
   for (int i = 1; i <= 5000 && !taken; i++) {
-    ck_assert_int_eq(ps_client_status(C, 1, &ts, &st), 0);
+    PS_ASSERT_OK(ps_client_status(C, 1, &ts, &st), st);
     taken = ts.rpcs >= base + i + 1;
     struct timespec d = {0, 1000000};
     if (!taken) nanosleep(&d, NULL);
@@ -859,7 +850,7 @@ START_TEST(sigterm_lets_in_flight_calls_finish) {
   ck_assert_msg(taken, "the ps never took the read");
   kill(H.pids[1], SIGTERM);
   pthread_join(th, NULL);
-  ck_assert_msg(b.rc == 0, "%s", b.st.msg);
+  PS_ASSERT_OK(b.rc, b.st);
   float *p = ps_tensor_data(b.r.out);
   ck_assert(p[0] == 1.5f && p[n - 1] == 1.5f);
   ps_tensor_destroy(b.r.out);
@@ -896,7 +887,7 @@ START_TEST(calls_meeting_a_sigterm_fail_unavailable) {
   ps_init_spec_default(&k, PS_INIT_CONSTANT);
   create(1, "mid", PS_DT_FLOAT, shp(1, 1 << 18, 0), &k);
   ps_status st;
-  ck_assert_int_eq(ps_client_initialize(C, 1, NULL, 0, false, NULL, &st), 0);
+  PS_ASSERT_OK(ps_client_initialize(C, 1, NULL, 0, false, NULL, &st), st);
   enum { NR = 6 };
   reader rs[NR];
   pthread_t th[NR];

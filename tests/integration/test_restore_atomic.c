@@ -100,8 +100,8 @@ START_TEST(a_saver_restore_that_fails_on_one_ps_changes_no_ps) {
   ps_saver_options bo = {.var_list = both, .nvars = 2, .keys = bad_keys};
   ps_saver *bad = ps_saver_create(g, &bo, &st);
   ck_assert_ptr_nonnull(bad);
-  ck_assert_int_eq(ps_saver_restore(bad, s, "model.ckpt", &st), PS_NOT_FOUND);
-  ck_assert_msg(strstr(st.msg, "Key nope not found in checkpoint") != NULL, "%s", st.msg);
+  PS_ASSERT_STATUS(ps_saver_restore(bad, s, "model.ckpt", &st), st, PS_NOT_FOUND,
+                   "Key nope not found in checkpoint");
   ck_assert_msg(var_is(0, "a", 0.0f), "a on ps 0 changed by a restore that failed");
   ck_assert(var_is(1, "b", 0.0f));
 
@@ -130,8 +130,8 @@ START_TEST(a_cluster_restore_that_fails_on_one_ps_changes_no_ps) {
   create_var(1, "z", 10);
   set_var(1, "z", 10, 7.0f);
 
-  ck_assert_int_eq(ps_client_restore(C, "all.ckpt", NULL, &st), PS_NOT_FOUND);
-  ck_assert_msg(strstr(st.msg, "Key z not found in checkpoint") != NULL, "%s", st.msg);
+  PS_ASSERT_STATUS(ps_client_restore(C, "all.ckpt", NULL, &st), st, PS_NOT_FOUND,
+                   "Key z not found in checkpoint");
   char named[400];
   snprintf(named, sizeof named, "%s/all.ckpt", dir);
   ck_assert_msg(strstr(st.msg, named) != NULL && strstr(st.msg, "/proc/") == NULL, "%s",
@@ -187,7 +187,7 @@ START_TEST(the_check_before_a_restore_reads_every_byte_and_changes_nothing) {
   snprintf(cmd, sizeof cmd,
            "printf '\\377' | dd of=%s bs=1 seek=40000000 conv=notrunc status=none", data);
   ck_assert_int_eq(system(cmd), 0);
-  ck_assert_int_eq(ps_client_restore(C, "big.ckpt", NULL, &st), PS_DATA_LOSS);
+  PS_ASSERT_CODE(ps_client_restore(C, "big.ckpt", NULL, &st), st, PS_DATA_LOSS);
   ck_assert_msg(strstr(st.msg, "checksum") && strstr(st.msg, "big"), "%s", st.msg);
   ck_assert(var_is(0, "big", -1.0f));
   ck_assert(var_is(1, "small", 2.5f));
@@ -251,7 +251,7 @@ START_TEST(a_restore_of_the_latest_across_ps_that_disagree_restores_nothing) {
   ps_client_destroy(c1);
   set_var(0, "x", 10, -1.0f);
   set_var(1, "y", 10, -1.0f);
-  ck_assert_int_eq(ps_client_restore(C, NULL, NULL, &st), PS_FAILED_PRECONDITION);
+  PS_ASSERT_CODE(ps_client_restore(C, NULL, NULL, &st), st, PS_FAILED_PRECONDITION);
   char a[400], b[400];
   snprintf(a, sizeof a, "/job:ps/task:0 checked %s/a", dir0);
   snprintf(b, sizeof b, "/job:ps/task:1 checked %s/b", dir1);
@@ -281,15 +281,15 @@ START_TEST(a_ps_that_ignores_check_only_stops_the_restore) {
   set_var(0, "x", 10, 1.5f);
   set_var(1, "y", 10, 2.5f);
   PS_ASSERT_OK(ps_client_save(C, "old.ckpt", NULL, NULL, NULL, &st), st);
-  ck_assert_int_eq(ps_client_restore(C, "old.ckpt", NULL, &st), PS_FAILED_PRECONDITION);
+  PS_ASSERT_CODE(ps_client_restore(C, "old.ckpt", NULL, &st), st, PS_FAILED_PRECONDITION);
   ck_assert_msg(strstr(st.msg, "/job:ps/task:") &&
                     strstr(st.msg, "did not answer the check before the restore as a "
                                    "check: an older ps-server") &&
                     strstr(st.msg, "Upgrade every ps-server"),
                 "%s", st.msg);
   const char *names[] = {"x"};
-  ck_assert_int_eq(ps_client_check_restore_vars(C, 0, "old.ckpt", names, NULL, 1, &st),
-                   PS_FAILED_PRECONDITION);
+  PS_ASSERT_CODE(ps_client_check_restore_vars(C, 0, "old.ckpt", names, NULL, 1, &st), st,
+                 PS_FAILED_PRECONDITION);
   ck_assert_msg(strstr(st.msg, "/job:ps/task:0") && strstr(st.msg, "an older ps-server"),
                 "%s", st.msg);
 }

@@ -2,10 +2,12 @@
  * middle of a big upload or read, the listener after fd exhaustion, receive
  * limits, the end of a request stream, and one log line per message.
  *
- * Each test starts its own ps-server (stderr captured in a file, optionally
- * under a low RLIMIT_NOFILE), killed with the test process whatever happens
- * (PR_SET_PDEATHSIG plus an atexit hook, which also runs when a Check
- * assertion ends the forked test). */
+ * Each test starts its own ps-server through the harness (stderr in a
+ * file, optionally under a low RLIMIT_NOFILE: harness_start_opts), and the
+ * big-stream tests a client process (this program run with
+ * --client-loop): both die with the test process whatever happens (the
+ * harness's PR_SET_PDEATHSIG and guardian, plus an atexit hook, which also
+ * runs when a Check assertion ends the forked test). */
 #include <arpa/inet.h>
 #include <check.h>
 #include <errno.h>
@@ -15,7 +17,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -32,11 +33,9 @@
 /* ---- one ps-server ---- */
 
 typedef struct srv {
-  pid_t pid;
-  char addr[64];
+  ps_harness h; /* its one ps: h.pids[0], h.addrs[0], h.cluster */
   char dir[128];
   char log[200];
-  ps_cluster *cluster;
 } srv;
 
 static srv S;
@@ -59,13 +58,8 @@ static void cleanup(void) {
     waitpid(CHILD, NULL, 0);
     CHILD = 0;
   }
-  if (S.pid > 0) {
-    kill(S.pid, SIGKILL);
-    waitpid(S.pid, NULL, 0);
-    S.pid = 0;
-  }
-  ps_cluster_destroy(S.cluster);
-  S.cluster = NULL;
+  harness_kill(&S.h, 0);
+  harness_stop(&S.h);
   if (S.dir[0]) {
     char cmd[200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", S.dir);
@@ -85,8 +79,9 @@ static void pause_ms(int ms) {
   nanosleep(&ts, NULL);
 }
 
-/* Starts ps-server with @extra args; @nofile > 0 sets RLIMIT_NOFILE (soft
- * and hard), @nofile < 0 only the soft limit, to -@nofile. */
+/* Starts ps-server with @extra args, its stderr in S.log; @nofile > 0
+ * sets RLIMIT_NOFILE (soft and hard), @nofile < 0 only the soft limit, to
+ * -@nofile. */
 static void srv_start(const char *const *extra, long nofile) {
   static int registered;
   if (!registered) {
@@ -95,68 +90,9 @@ static void srv_start(const char *const *extra, long nofile) {
   }
   memset(&S, 0, sizeof S);
   ck_assert_int_eq(harness_scratch_dir(S.dir, sizeof S.dir, BASE), 0);
-  char boot[200];
-  snprintf(boot, sizeof boot, "%s/boot.json", S.dir);
   snprintf(S.log, sizeof S.log, "%s/ps.log", S.dir);
-  FILE *f = fopen(boot, "w");
-  ck_assert_ptr_nonnull(f);
-  fprintf(f, "{\"ps\": [\"127.0.0.1:0\"]}\n");
-  fclose(f);
-  const char *prog = harness_prog("PS_SERVER", "build/ps/ps-server");
-  const char *argv[40] = {prog, "--cluster", boot};
-  int argc = 3;
-  for (int k = 0; extra && extra[k] && argc < 38; k++)
-    argv[argc++] = extra[k];
-  argv[argc] = NULL;
-  int p[2];
-  ck_assert_int_eq(pipe(p), 0);
-  pid_t parent = getpid();
-  pid_t pid = fork();
-  ck_assert_int_ge(pid, 0);
-  if (pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(127);
-    if (nofile != 0) {
-      struct rlimit rl;
-      getrlimit(RLIMIT_NOFILE, &rl);
-      rl.rlim_cur = (rlim_t)(nofile > 0 ? nofile : -nofile);
-      if (nofile > 0) rl.rlim_max = rl.rlim_cur;
-      if (setrlimit(RLIMIT_NOFILE, &rl) != 0) _exit(126);
-    }
-    FILE *lf = fopen(S.log, "w");
-    if (lf == NULL) _exit(125);
-    dup2(fileno(lf), 2);
-    dup2(p[1], 1);
-    close(p[0]);
-    close(p[1]);
-    execv(prog, (char *const *)argv);
-    _exit(127);
-  }
-  close(p[1]);
-  S.pid = pid;
-  char line[256];
-  size_t k = 0;
-  int64_t end = now_ms() + 60000;
-  while (k + 1 < sizeof line && now_ms() < end) {
-    struct pollfd pfd = {p[0], POLLIN, 0};
-    if (poll(&pfd, 1, 1000) <= 0) continue;
-    char ch;
-    if (read(p[0], &ch, 1) != 1 || ch == '\n') break;
-    line[k++] = ch;
-  }
-  line[k] = '\0';
-  close(p[0]);
-  const char *a = strstr(line, "ready on ");
-  ck_assert_msg(a != NULL, "ps-server did not report ready: '%s'", line);
-  snprintf(S.addr, sizeof S.addr, "%s", a + 9);
-  char spec[200];
-  snprintf(spec, sizeof spec, "%s/cluster.json", S.dir);
-  f = fopen(spec, "w");
-  fprintf(f, "{\"ps\": [\"%s\"]}\n", S.addr);
-  fclose(f);
-  ps_status st;
-  S.cluster = ps_cluster_load_file(spec, &st);
-  ck_assert_msg(S.cluster != NULL, "%s", st.msg);
+  harness_opts o = {.stderr_path = S.log, .nofile = nofile};
+  ck_assert_int_eq(harness_start_opts(&S.h, 1, extra, &o), 0);
 }
 
 /* Waits up to @ms for the server to exit; its wait status, or -1. */
@@ -164,9 +100,9 @@ static int srv_wait(int ms) {
   int64_t end = now_ms() + ms;
   int status;
   while (now_ms() < end) {
-    pid_t r = waitpid(S.pid, &status, WNOHANG);
-    if (r == S.pid) {
-      S.pid = 0;
+    pid_t r = waitpid(S.h.pids[0], &status, WNOHANG);
+    if (r == S.h.pids[0]) {
+      S.h.pids[0] = 0;
       return status;
     }
     pause_ms(10);
@@ -209,13 +145,13 @@ static int log_wait(const char *needle, int ms) {
 
 /* SIGTERM; the server must exit 0 within 60 s and log its stopped line. */
 static void srv_stop_ok(void) {
-  kill(S.pid, SIGTERM);
+  kill(S.h.pids[0], SIGTERM);
   int status = srv_wait(60000);
   char *b = slurp(S.log);
   if (status == -1 && getenv("TEST_GDB")) {
     char cmd[128];
     snprintf(cmd, sizeof cmd, "gdb -p %d -batch -ex 'thread apply all bt' >&2",
-             (int)S.pid);
+             (int)S.h.pids[0]);
     if (system(cmd) != 0) fprintf(stderr, "gdb failed\n");
     snprintf(cmd, sizeof cmd, "cp %s /tmp/rpc_hang.log", S.log);
     if (system(cmd) != 0) fprintf(stderr, "cp failed\n");
@@ -234,7 +170,7 @@ static ps_client *client(void) {
   ps_client_options_default(&o);
   o.max_retries = 0;
   o.control_timeout_ms = 20000;
-  ps_client *c = ps_client_create(S.cluster, "ps", &o, &st);
+  ps_client *c = ps_client_create(S.h.cluster, "ps", &o, &st);
   ck_assert_msg(c != NULL, "%s", st.msg);
   return c;
 }
@@ -270,9 +206,9 @@ static int status_ok(ps_status *st);
 
 #define BIG_FLOATS ((int64_t)64 << 20) /* 256 MiB */
 
-/* Child process: creates "big" (reads: and assigns it), writes one byte
- * to @ready, then uploads (or reads) BIG_FLOATS floats until an error.
- * gRPC is never initialized in the test process before this fork. */
+/* Child process (this program run as "--client-loop SPEC READS", see
+ * main): creates "big" (reads: and assigns it), writes one byte to @ready,
+ * then uploads (or reads) BIG_FLOATS floats until an error. */
 static void client_loop(int reads, int ready) {
   ps_rpc_global_init();
   ps_client *c = client();
@@ -300,25 +236,23 @@ static void client_loop(int reads, int ready) {
   _exit(0);
 }
 
+/* Starts this program as a client loop of S's ps (through the harness: it
+ * dies with the test) and waits until it is ready. */
 static pid_t start_client_loop(int reads) {
-  int p[2];
-  ck_assert_int_eq(pipe(p), 0);
-  pid_t parent = getpid();
-  pid_t pid = fork();
-  ck_assert_int_ge(pid, 0);
-  if (pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(127);
-    close(p[0]);
-    client_loop(reads, p[1]);
-  }
+  char self[4096];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  ck_assert_int_gt(n, 0);
+  self[n] = '\0';
+  const char *argv[] = {self, "--client-loop", S.h.spec, reads ? "1" : "0", NULL};
+  int out;
+  pid_t pid = harness_spawn(&S.h, argv, &out);
+  ck_assert_int_gt(pid, 0);
   CHILD = pid;
-  close(p[1]);
-  struct pollfd pfd = {p[0], POLLIN, 0};
+  struct pollfd pfd = {out, POLLIN, 0};
   char ch;
-  ck_assert_msg(poll(&pfd, 1, 120000) == 1 && read(p[0], &ch, 1) == 1,
+  ck_assert_msg(poll(&pfd, 1, 120000) == 1 && read(out, &ch, 1) == 1,
                 "the client did not get ready");
-  close(p[0]);
+  close(out);
   return pid;
 }
 
@@ -353,10 +287,10 @@ static const char *const GRACE0[] = {"--grace-secs", "0", "--threads", "4", NULL
 START_TEST(sigterm_during_upload) {
   for (int round = 0; round < 8; round++) {
     srv_start(round < 4 ? GRACE1 : GRACE0, 0);
-    long long base = rss_of(S.pid);
+    long long base = rss_of(S.h.pids[0]);
     pid_t ch = start_client_loop(0);
     /* A different moment of the stream each round. */
-    wait_rss(S.pid, base, (long long)(16 + 48 * (round % 4)) << 20);
+    wait_rss(S.h.pids[0], base, (long long)(16 + 48 * (round % 4)) << 20);
     if (round == 3) kill(ch, SIGSTOP); /* stalled: only the grace cancels it */
     srv_stop_ok();
     stop_child();
@@ -413,7 +347,7 @@ static void exhaust_and_recover(void) {
   enum { N = 200 };
   int fds[N], n = 0;
   for (int i = 0; i < N; i++) {
-    int fd = tcp_connect(S.addr);
+    int fd = tcp_connect(S.h.addrs[0]);
     if (fd >= 0) fds[n++] = fd;
   }
   ck_assert_int_gt(n, 100);
@@ -434,7 +368,7 @@ static void exhaust_and_recover(void) {
   /* And again: the listener still works after a second burst. */
   n = 0;
   for (int i = 0; i < N; i++) {
-    int fd = tcp_connect(S.addr);
+    int fd = tcp_connect(S.h.addrs[0]);
     if (fd >= 0) fds[n++] = fd;
   }
   for (int i = 0; i < n; i++)
@@ -475,7 +409,7 @@ START_TEST(fd_limit_raised_and_default_cap) {
   /* A soft limit of 40 below the hard one: the ps raises it. */
   srv_start(NULL, -40);
   char path[64], *b;
-  snprintf(path, sizeof path, "/proc/%d/limits", (int)S.pid);
+  snprintf(path, sizeof path, "/proc/%d/limits", (int)S.h.pids[0]);
   b = slurp(path);
   struct rlimit rl;
   getrlimit(RLIMIT_NOFILE, &rl);
@@ -500,12 +434,12 @@ END_TEST
 
 START_TEST(port_zero_and_no_sharing) {
   srv_start(NULL, 0);
-  const char *colon = strrchr(S.addr, ':');
+  const char *colon = strrchr(S.h.addrs[0], ':');
   ck_assert_int_gt(atoi(colon + 1), 0);
   char dir[128], cmd[600], *out = NULL;
   snprintf(dir, sizeof dir, "%s/second.json", S.dir);
   FILE *f = fopen(dir, "w");
-  fprintf(f, "{\"ps\": [\"%s\"]}\n", S.addr);
+  fprintf(f, "{\"ps\": [\"%s\"]}\n", S.h.addrs[0]);
   fclose(f);
   snprintf(cmd, sizeof cmd, "timeout 60 %s --cluster %s 2>&1",
            harness_prog("PS_SERVER", "build/ps/ps-server"), dir);
@@ -527,7 +461,7 @@ START_TEST(max_message_bytes) {
   const char *const extra[] = {"--max-message-bytes", "16777232", NULL};
   srv_start(extra, 0);
   ps_rpc_global_init();
-  ps_rpc_channel *ch = ps_rpc_channel_create(S.addr);
+  ps_rpc_channel *ch = ps_rpc_channel_create(S.h.addrs[0]);
   /* A ReadRequest header of 17 MiB: one item with a 17 MiB name, over the
    * message limit and its quarter, the header limit. */
   size_t name_len = (size_t)17 << 20;
@@ -551,11 +485,9 @@ START_TEST(max_message_bytes) {
                   .raw_len = n,
                   .timeout_ms = 30000};
   ps_rpc_run(&r, 1);
-  ck_assert_int_eq(r.st.code, PS_RESOURCE_EXHAUSTED);
-  ck_assert_msg(strstr(r.st.msg,
-                       "Read: request header of 17825802 bytes is over the limit "
-                       "of 16777232 bytes (--max-message-bytes)"),
-                "%s", r.st.msg);
+  PS_ASSERT_STATUS(r.st.code, r.st, PS_RESOURCE_EXHAUSTED,
+                   "Read: request header of 17825802 bytes is over the limit "
+                   "of 16777232 bytes (--max-message-bytes)");
   /* Twice the limit and more: gRPC stops reading it. */
   ps_rpc_req r2 = {.ch = ch,
                    .method = "/paramserver.Ps/Read",
@@ -611,7 +543,7 @@ START_TEST(stream_timeout_request) {
   ps_client *c = client();
   create_float(c, "w", 1024);
   ps_client_destroy(c);
-  ps_rpc_channel *ch = ps_rpc_channel_create(S.addr);
+  ps_rpc_channel *ch = ps_rpc_channel_create(S.h.addrs[0]);
   uint8_t hdr[128];
   size_t n = pack_update(hdr, sizeof hdr, "w", 1024, NULL, 0);
   /* Announces 4 KiB, sends 1 KiB, then neither data nor end of stream. */
@@ -628,10 +560,9 @@ START_TEST(stream_timeout_request) {
                   .timeout_ms = 20000};
   int64_t t0 = now_ms();
   ps_rpc_run(&r, 1);
-  ck_assert_int_eq(r.st.code, PS_RESOURCE_EXHAUSTED);
-  ck_assert_msg(strstr(r.st.msg, "no request data arrived for 1 s: call cancelled "
-                                 "(limit --stream-timeout-secs)"),
-                "%s", r.st.msg);
+  PS_ASSERT_STATUS(r.st.code, r.st, PS_RESOURCE_EXHAUSTED,
+                   "no request data arrived for 1 s: call cancelled "
+                   "(limit --stream-timeout-secs)");
   ck_assert_int_lt(now_ms() - t0, 10000);
   ps_rpc_segs_fini(&send);
   ps_buf_unref(data);
@@ -665,7 +596,7 @@ START_TEST(stream_timeout_response) {
   ps_tensor *t = ftensor(nf, 1.0f);
   assign(c, "big", t);
   ps_tensor_destroy(t);
-  ps_rpc_channel *ch = ps_rpc_channel_create(S.addr);
+  ps_rpc_channel *ch = ps_rpc_channel_create(S.h.addrs[0]);
   Paramserver__ReadItem it = PARAMSERVER__READ_ITEM__INIT, *itp = &it;
   it.name = "big";
   Paramserver__ReadRequest req = PARAMSERVER__READ_REQUEST__INIT;
@@ -748,7 +679,7 @@ START_TEST(data_after_announced_bytes) {
   assign(c, "s", s2);
   ps_tensor_destroy(t);
   ps_tensor_destroy(s2);
-  ps_rpc_channel *ch = ps_rpc_channel_create(S.addr);
+  ps_rpc_channel *ch = ps_rpc_channel_create(S.h.addrs[0]);
   uint8_t hdr[256];
   /* 16 MiB announced and sent in whole chunks, then one byte more in
    * one chunk after them. */
@@ -765,10 +696,9 @@ START_TEST(data_after_announced_bytes) {
                   .unary_response = true,
                   .timeout_ms = 30000};
   ps_rpc_run(&r, 1);
-  ck_assert_int_eq(r.st.code, PS_INVALID_ARGUMENT);
-  ck_assert_msg(strstr(r.st.msg, "/paramserver.Ps/Update: more data than announced "
-                                 "(16777216 bytes)"),
-                "%s", r.st.msg);
+  PS_ASSERT_STATUS(r.st.code, r.st, PS_INVALID_ARGUMENT,
+                   "/paramserver.Ps/Update: more data than announced "
+                   "(16777216 bytes)");
   ps_rpc_segs_fini(&send);
   ck_assert(read_first(c, "w") == 1.0f);
   /* Inline data, so nothing announced; a chunk follows anyway. */
@@ -783,8 +713,8 @@ START_TEST(data_after_announced_bytes) {
                    .unary_response = true,
                    .timeout_ms = 30000};
   ps_rpc_run(&r2, 1);
-  ck_assert_int_eq(r2.st.code, PS_INVALID_ARGUMENT);
-  ck_assert_msg(strstr(r2.st.msg, "more data than announced (0 bytes)"), "%s", r2.st.msg);
+  PS_ASSERT_STATUS(r2.st.code, r2.st, PS_INVALID_ARGUMENT,
+                   "more data than announced (0 bytes)");
   ck_assert(read_first(c, "s") == 1.0f);
   /* Without the extra chunk the same request applies. */
   ps_rpc_req r3 = {.ch = ch,
@@ -794,7 +724,7 @@ START_TEST(data_after_announced_bytes) {
                    .unary_response = true,
                    .timeout_ms = 30000};
   ps_rpc_run(&r3, 1);
-  ck_assert_msg(r3.st.code == 0, "%s", r3.st.msg);
+  PS_ASSERT_OK(r3.st.code, r3.st);
   ck_assert(read_first(c, "s") == 7.0f);
   ps_rpc_segs_fini(&send);
   ps_tensor_destroy(v);
@@ -936,7 +866,7 @@ END_TEST
 START_TEST(sigterm_with_idle_connections_exits_at_once) {
   const char *extra[] = {"--grace-secs", "60", NULL};
   srv_start(extra, 0);
-  int a = tcp_connect(S.addr), b = tcp_connect(S.addr);
+  int a = tcp_connect(S.h.addrs[0]), b = tcp_connect(S.h.addrs[0]);
   ck_assert(a >= 0 && b >= 0);
   static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
   ck_assert_int_eq(write(b, preface, sizeof preface - 1), (ssize_t)(sizeof preface - 1));
@@ -961,7 +891,46 @@ START_TEST(sigterm_with_idle_connections_exits_at_once) {
 }
 END_TEST
 
-int main(void) {
+/* The client loop as a test of its own, run in this process (CK_NOFORK:
+ * no grandchild outlives the harness's PR_SET_PDEATHSIG), so that its
+ * assertions report to Check. */
+static char *LOOP_SPEC;
+static int LOOP_READS, LOOP_READY;
+START_TEST(client_loop_process) {
+  ps_status st;
+  S.h.cluster = ps_cluster_load_file(LOOP_SPEC, &st);
+  ck_assert_msg(S.h.cluster != NULL, "%s", st.msg);
+  client_loop(LOOP_READS, LOOP_READY);
+}
+END_TEST
+
+static int run_client_loop(char *spec, int reads) {
+  LOOP_SPEC = spec;
+  LOOP_READS = reads;
+  LOOP_READY = dup(1); /* the ready byte; Check's report goes to stderr */
+  if (LOOP_READY < 0 || dup2(2, 1) < 0) return 1;
+  unsetenv("CK_RUN_SUITE"); /* the test's own selection does not apply */
+  unsetenv("CK_RUN_CASE");
+  unsetenv("CK_INCLUDE_TAGS");
+  Suite *s = suite_create("client_loop");
+  TCase *tc = tcase_create("client_loop");
+  tcase_add_test(tc, client_loop_process);
+  suite_add_tcase(s, tc);
+  SRunner *sr = srunner_create(s);
+  srunner_set_fork_status(sr, CK_NOFORK);
+  srunner_run_all(sr, CK_SILENT); /* client_loop _exits: here it failed */
+  TestResult **fail = srunner_failures(sr);
+  for (int i = 0; fail && i < srunner_ntests_failed(sr); i++)
+    fprintf(stderr, "client loop: %s:%d: %s\n", tr_lfile(fail[i]), tr_lno(fail[i]),
+            tr_msg(fail[i]));
+  free(fail);
+  srunner_free(sr);
+  return 1;
+}
+
+int main(int argc, char **argv) {
+  if (argc == 4 && strcmp(argv[1], "--client-loop") == 0)
+    return run_client_loop(argv[2], argv[3][0] == '1');
   Suite *s = suite_create("rpc_hardening");
   TCase *tc = tcase_create("shutdown");
   tcase_set_timeout(tc, 600);

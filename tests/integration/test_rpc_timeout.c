@@ -63,13 +63,12 @@ START_TEST(options_and_environment) {
   ck_assert_int_eq(timeout_with(0, "", &st), 60000);    /* empty counts as unset */
   ck_assert_int_eq(timeout_with(700, "2.5", &st), 700); /* the option wins */
   ck_assert_int_eq(timeout_with(-1, NULL, &st), -1);
-  ck_assert_int_eq(st.code, PS_INVALID_ARGUMENT);
-  PS_ASSERT_MSG_HAS(st,
-                    "rpc_timeout_ms must be >= 0 (0: PS_RPC_TIMEOUT, else 60 s), got -1");
+  PS_ASSERT_STATUS(st.code, st, PS_INVALID_ARGUMENT,
+                   "rpc_timeout_ms must be >= 0 (0: PS_RPC_TIMEOUT, else 60 s), got -1");
   static const char *const bad[] = {"0", "-3", "abc", "5s", "1e9", "nan"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     ck_assert_int_eq(timeout_with(0, bad[i], &st), -1);
-    ck_assert_int_eq(st.code, PS_INVALID_ARGUMENT);
+    PS_ASSERT_CODE(st.code, st, PS_INVALID_ARGUMENT);
     char want[128];
     snprintf(
         want, sizeof want,

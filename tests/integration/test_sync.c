@@ -128,8 +128,7 @@ static void worker_fini(worker *wk) {
 static void initialize(worker *wk) {
   ps_status st;
   ps_node *init = ps_global_variables_initializer(wk->g);
-  ck_assert_msg(ps_session_run(wk->s, NULL, 0, NULL, 0, &init, 1, NULL, &st) == 0, "%s",
-                st.msg);
+  PS_ASSERT_OK(ps_session_run(wk->s, NULL, 0, NULL, 0, &init, 1, NULL, &st), st);
 }
 
 /* A new batch: each worker its own data. */
@@ -251,7 +250,7 @@ START_TEST(one_replica_each_worker_proceeds) {
     gradient(k, w, b, g);
     k->applied = k->stale = 0;
     run_once(k);
-    ck_assert_msg(k->rc == 0, "%s", k->st.msg);
+    PS_ASSERT_OK(k->rc, k->st);
     ck_assert_int_eq(k->applied, 3);
     double nw[3], nb;
     read_model(nw, &nb);
@@ -400,7 +399,7 @@ START_TEST(sparse_rows_average_per_index) {
   emb_init(&e[1], ids1, w1, 2);
   ps_status st;
   ps_node *init = ps_global_variables_initializer(e[0].g);
-  ck_assert_int_eq(ps_session_run(e[0].s, NULL, 0, NULL, 0, &init, 1, NULL, &st), 0);
+  PS_ASSERT_OK(ps_session_run(e[0].s, NULL, 0, NULL, 0, &init, 1, NULL, &st), st);
   for (int t = 0; t < 2; t++) {
     double before[12], after[12];
     read_values("emb", before, 12);
@@ -410,7 +409,7 @@ START_TEST(sparse_rows_average_per_index) {
     for (int k = 0; k < 2; k++)
       pthread_join(th[k], NULL);
     for (int k = 0; k < 2; k++)
-      ck_assert_msg(e[k].rc == 0, "%s", e[k].st.msg);
+      PS_ASSERT_OK(e[k].rc, e[k].st);
     read_values("emb", after, 12);
     double mean[6][2] = {{0}};
     for (int j = 0; j < 2; j++) {
@@ -444,9 +443,9 @@ static void make_var(const char *name, float value) {
   ps_init_spec_default(&c, PS_INIT_CONSTANT);
   c.value = value;
   ps_var_spec v = {.name = name, .dtype = PS_DT_FLOAT, .shape = {1, {2}}, .init = &c};
-  ck_assert_int_eq(ps_client_create_vars(C, 0, &v, 1, &st), 0);
+  PS_ASSERT_OK(ps_client_create_vars(C, 0, &v, 1, &st), st);
   const char *nm[1] = {name};
-  ck_assert_int_eq(ps_client_initialize(C, 0, nm, 1, false, NULL, &st), 0);
+  PS_ASSERT_OK(ps_client_initialize(C, 0, nm, 1, false, NULL, &st), st);
 }
 
 typedef struct sync_call {
@@ -512,7 +511,7 @@ START_TEST(stale_gradient_is_dropped) {
   double v[2];
   sync_call c = {.name = "v", .g = {1, 2}, .replicas = 1, .step = 5};
   sync_send(&c); /* a new accumulator starts at the first local step */
-  ck_assert_msg(c.rc == 0, "%s", c.st.msg);
+  PS_ASSERT_OK(c.rc, c.st);
   ck_assert(!c.res.stale);
   ck_assert_int_eq(c.res.sync_step, 6);
   read_values("v", v, 2);
@@ -520,7 +519,7 @@ START_TEST(stale_gradient_is_dropped) {
   for (int64_t old = 5; old >= 4; old--) {
     sync_call s = {.name = "v", .g = {10, 10}, .replicas = 1, .step = old};
     sync_send(&s);
-    ck_assert_msg(s.rc == 0, "%s", s.st.msg);
+    PS_ASSERT_OK(s.rc, s.st);
     ck_assert(s.res.stale);
     ck_assert_int_eq(s.res.sync_step, 6);
     read_values("v", v, 2);
@@ -546,7 +545,7 @@ START_TEST(waiting_mixing_and_errors) {
   /* asynchronous: applies now, the accumulator is not involved */
   sync_call async = {.name = "m", .g = {1, 1}, .replicas = 0};
   sync_send(&async);
-  ck_assert_msg(async.rc == 0, "%s", async.st.msg);
+  PS_ASSERT_OK(async.rc, async.st);
   double v[2];
   read_values("m", v, 2);
   ck_assert(close_to(v[0], -0.5) && close_to(v[1], -0.5));
@@ -554,15 +553,12 @@ START_TEST(waiting_mixing_and_errors) {
   /* a different replicas_to_aggregate for the step being aggregated */
   sync_call bad = {.name = "m", .g = {0, 0}, .replicas = 3, .step = 0};
   sync_send(&bad);
-  ck_assert_int_eq(bad.rc, PS_INVALID_ARGUMENT);
-  ck_assert_msg(
-      strstr(bad.st.msg, "replicas_to_aggregate is 3 but step 0 is aggregating 2"), "%s",
-      bad.st.msg);
+  PS_ASSERT_STATUS(bad.rc, bad.st, PS_INVALID_ARGUMENT,
+                   "replicas_to_aggregate is 3 but step 0 is aggregating 2");
   sync_call neg = {.name = "m", .g = {0, 0}, .replicas = -1};
   sync_send(&neg);
-  ck_assert_int_eq(neg.rc, PS_INVALID_ARGUMENT);
-  ck_assert_msg(strstr(neg.st.msg, "replicas_to_aggregate must be positive"), "%s",
-                neg.st.msg);
+  PS_ASSERT_STATUS(neg.rc, neg.st, PS_INVALID_ARGUMENT,
+                   "replicas_to_aggregate must be positive");
   /* a sparse gradient for the dense step being aggregated */
   {
     ps_status st;
@@ -576,11 +572,9 @@ START_TEST(waiting_mixing_and_errors) {
                     .hparams = &lr,
                     .nhparams = 1,
                     .replicas_to_aggregate = 2};
-    ck_assert_int_eq(ps_client_update(C, 0, &sp, 1, &st), PS_INVALID_ARGUMENT);
-    ck_assert_msg(strstr(st.msg,
-                         "synchronous update of m: SparseApplyGradientDescent does "
-                         "not match ApplyGradientDescent of step 0"),
-                  "%s", st.msg);
+    PS_ASSERT_STATUS(ps_client_update(C, 0, &sp, 1, &st), st, PS_INVALID_ARGUMENT,
+                     "synchronous update of m: SparseApplyGradientDescent does "
+                     "not match ApplyGradientDescent of step 0");
     ps_tensor_destroy(row);
     ps_tensor_destroy(ix);
   }
@@ -605,8 +599,8 @@ START_TEST(waiting_mixing_and_errors) {
                   .value = rows,
                   .indices = idx,
                   .replicas_to_aggregate = 1};
-  ck_assert_int_eq(ps_client_update(C, 0, &sc, 1, &st), PS_INVALID_ARGUMENT);
-  ck_assert_msg(strstr(st.msg, "scatter updates cannot be synchronous"), "%s", st.msg);
+  PS_ASSERT_STATUS(ps_client_update(C, 0, &sc, 1, &st), st, PS_INVALID_ARGUMENT,
+                   "scatter updates cannot be synchronous");
   ps_tensor *g = ps_tensor_create(PS_DT_FLOAT, &(ps_shape){1, {2}}, true);
   double lr = 0.1;
   ps_update two[2] = {{.name = "m",
@@ -623,16 +617,15 @@ START_TEST(waiting_mixing_and_errors) {
                        .nhparams = 1,
                        .replicas_to_aggregate = 1,
                        .sync_local_step = 1}};
-  ck_assert_int_eq(ps_client_update(C, 0, two, 2, &st), PS_INVALID_ARGUMENT);
-  ck_assert_msg(strstr(st.msg, "two synchronous updates of m"), "%s", st.msg);
+  PS_ASSERT_STATUS(ps_client_update(C, 0, two, 2, &st), st, PS_INVALID_ARGUMENT,
+                   "two synchronous updates of m");
   /* a variable without a value */
   ps_var_spec un = {.name = "uninit", .dtype = PS_DT_FLOAT, .shape = {1, {2}}};
-  ck_assert_int_eq(ps_client_create_vars(C, 0, &un, 1, &st), 0);
+  PS_ASSERT_OK(ps_client_create_vars(C, 0, &un, 1, &st), st);
   sync_call u = {.name = "uninit", .g = {1, 1}, .replicas = 1};
   sync_send(&u);
-  ck_assert_int_eq(u.rc, PS_FAILED_PRECONDITION);
-  ck_assert_msg(strstr(u.st.msg, "Attempting to use uninitialized value uninit"), "%s",
-                u.st.msg);
+  PS_ASSERT_STATUS(u.rc, u.st, PS_FAILED_PRECONDITION,
+                   "Attempting to use uninitialized value uninit");
   ps_tensor_destroy(rows);
   ps_tensor_destroy(idx);
   ps_tensor_destroy(g);
@@ -666,8 +659,7 @@ START_TEST(settings_are_checked) {
     ps_variable *gs = !cases[i].step ? NULL : i == 4 ? w : step;
     ps_node *t = ps_optimizer_minimize(o, g, loss, gs, NULL, 0, &st);
     ck_assert_ptr_null(t);
-    ck_assert_int_eq(st.code, PS_INVALID_ARGUMENT);
-    ck_assert_msg(strstr(st.msg, cases[i].msg), "case %zu: %s", i, st.msg);
+    PS_ASSERT_STATUS(st.code, st, PS_INVALID_ARGUMENT, cases[i].msg);
     ps_optimizer_destroy(o);
   }
   ps_graph_destroy(g);
@@ -688,8 +680,7 @@ START_TEST(sigterm_fails_waiting_call) {
   clock_gettime(CLOCK_MONOTONIC, &t1);
   double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
   ck_assert_msg(secs < 5, "stopping took %.1f s (the grace period is 10 s)", secs);
-  ck_assert_int_eq(a.rc, PS_UNAVAILABLE);
-  ck_assert_msg(strstr(a.st.msg, "shutting down"), "%s", a.st.msg);
+  PS_ASSERT_STATUS(a.rc, a.st, PS_UNAVAILABLE, "shutting down");
 }
 END_TEST
 

@@ -65,7 +65,7 @@ START_TEST(linear_regression_learns_known_weights) {
   ck_assert_msg(train != NULL, "%s", st.msg);
   ps_node *init = ps_global_variables_initializer(g);
   ps_session *s = ps_session_create(g, C, &st);
-  ck_assert_int_eq(ps_session_run(s, NULL, 0, NULL, 0, &init, 1, NULL, &st), 0);
+  PS_ASSERT_OK(ps_session_run(s, NULL, 0, NULL, 0, &init, 1, NULL, &st), st);
   const float tw[3] = {1.5f, -2.f, 0.25f}, tb = -0.5f;
   ps_tensor *bx = ps_tensor_create(PS_DT_FLOAT, &(ps_shape){2, {32, 3}}, false);
   ps_tensor *by = ps_tensor_create(PS_DT_FLOAT, &(ps_shape){2, {32, 1}}, false);
@@ -95,7 +95,7 @@ START_TEST(linear_regression_learns_known_weights) {
   ps_node *fetch[3] = {ps_variable_value(w), ps_variable_value(b),
                        ps_variable_value(step)};
   ps_tensor *out[3];
-  ck_assert_int_eq(ps_session_run(s, NULL, 0, fetch, 3, NULL, 0, out, &st), 0);
+  PS_ASSERT_OK(ps_session_run(s, NULL, 0, fetch, 3, NULL, 0, out, &st), st);
   for (int j = 0; j < 3; j++)
     ck_assert_msg(fabsf(((float *)ps_tensor_data(out[0]))[j] - tw[j]) < 1e-3f, "w[%d]",
                   j);
@@ -222,7 +222,7 @@ START_TEST(partitioned_embedding_trains_with_sparse_updates) {
   ps_node *parts[3] = {ps_variable_value(emb->parts[0]), ps_variable_value(emb->parts[1]),
                        ps_variable_value(emb->parts[2])};
   ps_tensor *before[3];
-  ck_assert_int_eq(ps_session_run(s, NULL, 0, parts, 3, NULL, 0, before, &st), 0);
+  PS_ASSERT_OK(ps_session_run(s, NULL, 0, parts, 3, NULL, 0, before, &st), st);
   float full[40];
   memcpy(full, ps_tensor_data(before[0]), 16 * 4);
   memcpy(full + 16, ps_tensor_data(before[1]), 12 * 4);
@@ -233,7 +233,7 @@ START_TEST(partitioned_embedding_trains_with_sparse_updates) {
   ps_tensor *tt = ps_tensor_create(PS_DT_FLOAT, &(ps_shape){2, {5, 4}}, true);
   ps_feed f[2] = {{ids, tid}, {target, tt}};
   ps_tensor *got;
-  ck_assert_int_eq(ps_session_run(s, f, 1, &rows, 1, NULL, 0, &got, &st), 0);
+  PS_ASSERT_OK(ps_session_run(s, f, 1, &rows, 1, NULL, 0, &got, &st), st);
   for (int i = 0; i < 5; i++)
     for (int k = 0; k < 4; k++)
       ck_assert(((float *)ps_tensor_data(got))[i * 4 + k] == full[idv[i] * 4 + k]);
@@ -247,7 +247,7 @@ START_TEST(partitioned_embedding_trains_with_sparse_updates) {
     last = run_loss(s, f, 2, loss, train);
   ck_assert_msg(last < first * 0.2f, "loss %f -> %f", first, last);
   ps_tensor *after[3];
-  ck_assert_int_eq(ps_session_run(s, NULL, 0, parts, 3, NULL, 0, after, &st), 0);
+  PS_ASSERT_OK(ps_session_run(s, NULL, 0, parts, 3, NULL, 0, after, &st), st);
   /* row 1 (part 0) and row 8 (part 2) were never looked up */
   ck_assert(memcmp((float *)ps_tensor_data(after[0]) + 4, full + 4, 16) == 0);
   ck_assert(memcmp((float *)ps_tensor_data(after[2]) + 4, full + 32, 16) == 0);
@@ -280,7 +280,7 @@ START_TEST(initialized_value_times_two_on_another_ps) {
   PS_ASSERT_OK(ps_session_run(s, NULL, 0, NULL, 0, &init, 1, NULL, &st), st);
   ps_node *fetch[2] = {ps_variable_value(w), ps_variable_value(w2)};
   ps_tensor *out[2];
-  ck_assert_int_eq(ps_session_run(s, NULL, 0, fetch, 2, NULL, 0, out, &st), 0);
+  PS_ASSERT_OK(ps_session_run(s, NULL, 0, fetch, 2, NULL, 0, out, &st), st);
   for (int i = 0; i < 6; i++)
     ck_assert(((float *)ps_tensor_data(out[1]))[i] ==
               2 * ((float *)ps_tensor_data(out[0]))[i]);
@@ -307,10 +307,10 @@ START_TEST(embedding_lookup_mod_strategy_and_ps_ops) {
   ps_node *rows = ps_embedding_lookup(g, emb->parts, emb->n, ids, PS_PARTITION_MOD);
   ps_node *init = ps_global_variables_initializer(g);
   ps_session *s = ps_session_create(g, C, &st);
-  ck_assert_int_eq(ps_session_run(s, NULL, 0, NULL, 0, &init, 1, NULL, &st), 0);
+  PS_ASSERT_OK(ps_session_run(s, NULL, 0, NULL, 0, &init, 1, NULL, &st), st);
   ps_node *pv[2] = {ps_variable_value(emb->parts[0]), ps_variable_value(emb->parts[1])};
   ps_tensor *p[2];
-  ck_assert_int_eq(ps_session_run(s, NULL, 0, pv, 2, NULL, 0, p, &st), 0);
+  PS_ASSERT_OK(ps_session_run(s, NULL, 0, pv, 2, NULL, 0, p, &st), st);
   int32_t idv[4] = {3, 4, 0, 1};
   ps_tensor *tid = ps_tensor_create(PS_DT_INT32, &(ps_shape){1, {4}}, false);
   memcpy(ps_tensor_data(tid), idv, sizeof idv);
@@ -325,8 +325,8 @@ START_TEST(embedding_lookup_mod_strategy_and_ps_ops) {
   /* out of range ids are reported with TF's text */
   idv[0] = 5;
   memcpy(ps_tensor_data(tid), idv, sizeof idv);
-  ck_assert_int_eq(ps_session_run(s, &f, 1, &rows, 1, NULL, 0, &got, &st),
-                   PS_INVALID_ARGUMENT);
+  PS_ASSERT_CODE(ps_session_run(s, &f, 1, &rows, 1, NULL, 0, &got, &st), st,
+                 PS_INVALID_ARGUMENT);
   ck_assert_ptr_nonnull(strstr(st.msg, "indices[0] = 5 is not in [0, 5)"));
   ps_tensor_destroy(p[0]);
   ps_tensor_destroy(p[1]);
@@ -382,7 +382,7 @@ static void train_small(ps_client *client, const ps_cluster *cluster, float *w_o
   }
   ps_node *wv = ps_variable_value(w);
   ps_tensor *out;
-  ck_assert_int_eq(ps_session_run(s, NULL, 0, &wv, 1, NULL, 0, &out, &st), 0);
+  PS_ASSERT_OK(ps_session_run(s, NULL, 0, &wv, 1, NULL, 0, &out, &st), st);
   memcpy(w_out, ps_tensor_data(out), 3 * sizeof(float));
   ps_tensor_destroy(out);
   ps_tensor_destroy(bx);

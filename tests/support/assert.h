@@ -29,6 +29,15 @@
     PS_ASSERT_MSG_HAS(st, text);                                                         \
   } while (0)
 
+/* @expr fails with @code (for a failure whose message no test pins yet:
+ * prefer PS_ASSERT_STATUS); a failure prints the status text. */
+#define PS_ASSERT_CODE(expr, st, code)                                                   \
+  do {                                                                                   \
+    int rc_ = (expr);                                                                    \
+    ck_assert_msg(rc_ == (code), "%s: %s (\"%s\"), want %s", #expr,                      \
+                  ps_status_code_name(rc_), (st).msg, ps_status_code_name(code));        \
+  } while (0)
+
 /* Runs suite @s (forking each test, as Check does by default) and returns
  * the test program's exit status: 0 when every test passed. */
 static inline int ps_test_run(Suite *s) {

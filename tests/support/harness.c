@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -128,10 +129,45 @@ static void stop_guardian(ps_harness *h) {
   }
 }
 
-pid_t harness_spawn(ps_harness *h, const char *const *argv, int *stdout_fd) {
+/* The environment of a child: the test's, plus @add ("NAME=VALUE", may be
+ * NULL).  Built before fork (the child of a threaded process may not
+ * allocate).  NULL after printing why. */
+static char **child_env(const char *add) {
+  extern char **environ;
+  size_t n = 0;
+  while (environ[n])
+    n++;
+  char **env = calloc(n + 2, sizeof *env);
+  if (env == NULL) {
+    perror("harness: calloc");
+    return NULL;
+  }
+  size_t k = 0;
+  if (add) env[k++] = (char *)add; /* first: it wins over the test's */
+  for (size_t i = 0; i < n; i++)
+    env[k++] = environ[i];
+  env[k] = NULL;
+  return env;
+}
+
+static pid_t spawn(ps_harness *h, const char *const *argv, int *stdout_fd,
+                   const harness_opts *o) {
   int p[2] = {-1, -1};
+  int err = -1;
+  char **env = NULL;
+  if (o && o->env && (env = child_env(o->env)) == NULL) return -1;
+  if (o && o->stderr_path) {
+    err = open(o->stderr_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (err < 0) {
+      fprintf(stderr, "harness: cannot open %s: %s\n", o->stderr_path, strerror(errno));
+      free(env);
+      return -1;
+    }
+  }
   if (stdout_fd && pipe2(p, O_CLOEXEC) != 0) {
     perror("harness: pipe");
+    if (err >= 0) close(err);
+    free(env);
     return -1;
   }
   pid_t parent = getpid();
@@ -142,18 +178,33 @@ pid_t harness_spawn(ps_harness *h, const char *const *argv, int *stdout_fd) {
       close(p[0]);
       close(p[1]);
     }
+    if (err >= 0) close(err);
+    free(env);
     return -1;
   }
   if (pid == 0) {
     /* Dies with the thread that forked it.  If that thread is already gone
      * (a race before prctl), the parent changed: give up at once. */
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) _exit(126);
+    if (o && o->nofile != 0) {
+      struct rlimit rl;
+      if (getrlimit(RLIMIT_NOFILE, &rl) != 0) _exit(126);
+      rl.rlim_cur = (rlim_t)(o->nofile > 0 ? o->nofile : -o->nofile);
+      if (o->nofile > 0) rl.rlim_max = rl.rlim_cur;
+      if (setrlimit(RLIMIT_NOFILE, &rl) != 0) _exit(126);
+    }
     if (stdout_fd) dup2(p[1], 1); /* dup2 clears O_CLOEXEC on fd 1 */
-    execv(argv[0], (char *const *)argv);
+    if (err >= 0) dup2(err, 2);
+    if (env)
+      execve(argv[0], (char *const *)argv, env);
+    else
+      execv(argv[0], (char *const *)argv);
     static const char msg[] = "harness: exec failed\n";
     if (write(2, msg, sizeof msg - 1) < 0) _exit(127);
     _exit(127);
   }
+  if (err >= 0) close(err);
+  free(env);
   if (stdout_fd) {
     close(p[1]);
     *stdout_fd = p[0];
@@ -162,6 +213,10 @@ pid_t harness_spawn(ps_harness *h, const char *const *argv, int *stdout_fd) {
   snprintf(line, sizeof line, "p %d %llu\n", (int)pid, start_time(pid));
   guard_tell(h, line);
   return pid;
+}
+
+pid_t harness_spawn(ps_harness *h, const char *const *argv, int *stdout_fd) {
+  return spawn(h, argv, stdout_fd, NULL);
 }
 
 static int write_spec(const char *path, int nps, char (*addrs)[64]) {
@@ -182,6 +237,11 @@ static int write_spec(const char *path, int nps, char (*addrs)[64]) {
 }
 
 int harness_start(ps_harness *h, int nps, const char *const *extra) {
+  return harness_start_opts(h, nps, extra, NULL);
+}
+
+int harness_start_opts(ps_harness *h, int nps, const char *const *extra,
+                       const harness_opts *o) {
   memset(h, 0, sizeof *h);
   h->guard_fd = -1;
   if (nps < 1 || nps > HARNESS_MAX_PS) {
@@ -205,6 +265,15 @@ int harness_start(ps_harness *h, int nps, const char *const *extra) {
     harness_stop(h);
     return -1;
   }
+  if (o && o->stderr_path) {
+    int fd = open(o->stderr_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      fprintf(stderr, "harness: cannot create %s: %s\n", o->stderr_path, strerror(errno));
+      harness_stop(h);
+      return -1;
+    }
+    close(fd);
+  }
   const char *prog = harness_prog("PS_SERVER", "build/ps/ps-server");
   for (int i = 0; i < nps; i++) {
     char task[16];
@@ -215,7 +284,7 @@ int harness_start(ps_harness *h, int nps, const char *const *extra) {
       argv[argc++] = extra[k];
     argv[argc] = NULL;
     int out;
-    pid_t pid = harness_spawn(h, argv, &out);
+    pid_t pid = spawn(h, argv, &out, o);
     if (pid < 0) {
       harness_stop(h);
       return -1;

@@ -33,10 +33,26 @@ typedef struct ps_harness {
   int guard_fd;        /* write end of the guardian's pipe (-1: none) */
 } ps_harness;
 
+/* How harness_start_opts starts the ps tasks (a zeroed struct: as
+ * harness_start does). */
+typedef struct harness_opts {
+  /* The tasks' stderr goes to this file, emptied first (the tests that read
+   * a ps's log); NULL: the test's own stderr. */
+  const char *stderr_path;
+  /* "NAME=VALUE" added to the tasks' environment, or NULL. */
+  const char *env;
+  /* RLIMIT_NOFILE of the tasks: > 0 sets the soft and hard limit to it,
+   * < 0 only the soft limit, to -nofile; 0 leaves it as the test's. */
+  long nofile;
+} harness_opts;
+
 /* Starts @nps ps tasks (plus one worker address in the spec).  Extra
  * arguments for ps-server may be given in @extra (NULL-terminated, may be
  * NULL).  Returns 0, or -1 after printing why. */
 int harness_start(ps_harness *h, int nps, const char *const *extra);
+/* harness_start with the options @o (may be NULL). */
+int harness_start_opts(ps_harness *h, int nps, const char *const *extra,
+                       const harness_opts *o);
 /* harness_start, then gRPC and a client of its ps tasks (NULL after
  * printing why).  harness_stop_client() undoes all three and returns what
  * harness_stop() returns. */

@@ -7,7 +7,12 @@
  * strings, a ~100 MiB tensor and partitioned (sliced) tensors, merges
  * parts, and sees the error text of every corruption a user can meet.
  * Each test works in a fresh mkdtemp() directory, removed afterwards
- * (even when the test fails). */
+ * (even when the test fails).
+ *
+ * Partitioned tensors and merges are tested in test_bundle_slices.c,
+ * corrupt files and writer misuse in test_bundle_corrupt.c (one program:
+ * unit_bundle).
+ */
 #include <check.h>
 #include <dirent.h>
 #include <errno.h>
@@ -22,10 +27,11 @@
 
 #include "common/bundle.h"
 #include "common/crc32c.h"
+#include "test_bundle_internal.h"
 #include "testdir.h"
 #include "tests/support/assert.h"
 
-static uint8_t *read_file(const char *path, size_t *n) {
+uint8_t *read_file(const char *path, size_t *n) {
   FILE *f = fopen(path, "rb");
   ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
   fseek(f, 0, SEEK_END);
@@ -39,21 +45,21 @@ static uint8_t *read_file(const char *path, size_t *n) {
   return p;
 }
 
-static void write_file(const char *path, const void *p, size_t n) {
+void write_file(const char *path, const void *p, size_t n) {
   FILE *f = fopen(path, "wb");
   ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
   ck_assert_uint_eq(fwrite(p, 1, n, f), n);
   fclose(f);
 }
 
-static void copy_file(const char *from, const char *to) {
+void copy_file(const char *from, const char *to) {
   size_t n;
   uint8_t *p = read_file(from, &n);
   write_file(to, p, n);
   free(p);
 }
 
-static bool exists(const char *path) {
+bool exists(const char *path) {
   struct stat sb;
   return stat(path, &sb) == 0;
 }
@@ -69,7 +75,7 @@ static void assert_same_file(const char *a, const char *b) {
   free(pb);
 }
 
-static ps_shape shp(int rank, ...) {
+ps_shape shp(int rank, ...) {
   ps_shape s = {.rank = rank};
   va_list ap;
   va_start(ap, rank);
@@ -79,7 +85,7 @@ static ps_shape shp(int rank, ...) {
   return s;
 }
 
-static float read_float(ps_bundle_reader *r, const char *key) {
+float read_float(ps_bundle_reader *r, const char *key) {
   float v = -1;
   ps_status st = {0};
   ck_assert_msg(ps_bundle_reader_read_into(r, key, &v, sizeof v, &st) == 0, "%s: %s", key,
@@ -176,13 +182,13 @@ START_TEST(reads_tf_counter) {
   ck_assert(ps_bundle_reader_find(r, "counter") == e);
   ck_assert(ps_bundle_reader_find(r, "count") == NULL);
   ps_tensor *t;
-  ck_assert_int_eq(ps_bundle_reader_read(r, "counter", &t, &st), 0);
+  PS_ASSERT_OK(ps_bundle_reader_read(r, "counter", &t, &st), st);
   ck_assert_int_eq(t->dtype, PS_DT_FLOAT);
   ck_assert_int_eq(t->shape.rank, 0);
   ck_assert(*(float *)ps_tensor_data(t) == 0.0f);
   ps_tensor_destroy(t);
-  ck_assert_int_eq(ps_bundle_reader_verify(r, &st), 0);
-  ck_assert_int_eq(ps_bundle_reader_read(r, "nope", &t, &st), PS_NOT_FOUND);
+  PS_ASSERT_OK(ps_bundle_reader_verify(r, &st), st);
+  PS_ASSERT_CODE(ps_bundle_reader_read(r, "nope", &t, &st), st, PS_NOT_FOUND);
   ck_assert_ptr_null(t);
   PS_ASSERT_MSG_HAS(st, "Key nope not found in checkpoint");
   ps_bundle_reader_close(r);
@@ -200,7 +206,7 @@ START_TEST(reads_tf_half_plus_two) {
   ck_assert_uint_eq(ps_bundle_reader_find(r, "a")->offset, 0);
   ck_assert_uint_eq(ps_bundle_reader_find(r, "b")->offset, 4);
   ck_assert_uint_eq(ps_bundle_reader_find(r, "c")->offset, 8);
-  ck_assert_int_eq(ps_bundle_reader_verify(r, &st), 0);
+  PS_ASSERT_OK(ps_bundle_reader_verify(r, &st), st);
   ps_bundle_reader_close(r);
 
   /* The same model with a Snappy-compressed index block. */
@@ -216,7 +222,7 @@ START_TEST(reads_tf_half_plus_two) {
     ck_assert_int_eq(e->shape.rank, 0);
     ck_assert(read_float(r, keys[i]) == vals[i]);
   }
-  ck_assert_int_eq(ps_bundle_reader_verify(r, &st), 0);
+  PS_ASSERT_OK(ps_bundle_reader_verify(r, &st), st);
   ps_bundle_reader_close(r);
 }
 END_TEST
@@ -247,9 +253,9 @@ START_TEST(reads_tf_index_with_many_restarts) {
   ck_assert_int_eq(ps_bundle_reader_find(r, "conv1.conv2d.weight")->shape.rank, 4);
   /* Reading needs the data file, which is not there. */
   float b[32];
-  ck_assert_int_eq(ps_bundle_reader_read_into(r, "conv1.conv2d.bias", b, sizeof b, &st),
-                   PS_NOT_FOUND);
-  PS_ASSERT_MSG_HAS(st, "swift-style.data-00000-of-00001: missing data shard");
+  PS_ASSERT_STATUS(ps_bundle_reader_read_into(r, "conv1.conv2d.bias", b, sizeof b, &st),
+                   st, PS_NOT_FOUND,
+                   "swift-style.data-00000-of-00001: missing data shard");
   ps_bundle_reader_close(r);
 }
 END_TEST
@@ -262,10 +268,10 @@ START_TEST(writes_counter_exactly_as_tensorflow) {
   ck_assert_msg(w != NULL, "%s", st.msg);
   ps_shape scalar = {.rank = 0};
   float zero = 0.0f;
-  ck_assert_int_eq(
-      ps_bundle_writer_add(w, "counter", PS_DT_FLOAT, &scalar, &zero, 4, &st), 0);
+  PS_ASSERT_OK(ps_bundle_writer_add(w, "counter", PS_DT_FLOAT, &scalar, &zero, 4, &st),
+               st);
   ck_assert_uint_eq(ps_bundle_writer_bytes(w), 4);
-  ck_assert_int_eq(ps_bundle_writer_finish(w, &st), 0);
+  PS_ASSERT_OK(ps_bundle_writer_finish(w, &st), st);
   ps_bundle_writer_destroy(w);
   assert_same_file(tmp("ckpt/variables.index"), tfdata("counter/variables.index"));
   assert_same_file(tmp("ckpt/variables.data-00000-of-00001"),
@@ -285,9 +291,9 @@ START_TEST(writes_counter_exactly_as_tensorflow) {
   const char *keys[] = {"a", "b", "c"};
   float vals[] = {0.5f, 2.0f, 3.0f};
   for (int i = 0; i < 3; i++)
-    ck_assert_int_eq(
-        ps_bundle_writer_add(w, keys[i], PS_DT_FLOAT, &scalar, &vals[i], 4, &st), 0);
-  ck_assert_int_eq(ps_bundle_writer_finish(w, &st), 0);
+    PS_ASSERT_OK(ps_bundle_writer_add(w, keys[i], PS_DT_FLOAT, &scalar, &vals[i], 4, &st),
+                 st);
+  PS_ASSERT_OK(ps_bundle_writer_finish(w, &st), st);
   ps_bundle_writer_destroy(w);
   assert_same_file(tmp("hp2/variables.index"),
                    tfdata("half_plus_two_gpu/variables.index"));
@@ -379,18 +385,16 @@ START_TEST(round_trips_every_dtype) {
     bf[i] = ps_float_to_bf16(fv[i]);
   }
   ps_shape four = shp(1, (int64_t)4);
-  ck_assert_int_eq(ps_bundle_writer_add(w, "half", PS_DT_HALF, &four, h, sizeof h, &st),
-                   0);
-  ck_assert_int_eq(
-      ps_bundle_writer_add(w, "bf16", PS_DT_BFLOAT16, &four, bf, sizeof bf, &st), 0);
+  PS_ASSERT_OK(ps_bundle_writer_add(w, "half", PS_DT_HALF, &four, h, sizeof h, &st), st);
+  PS_ASSERT_OK(ps_bundle_writer_add(w, "bf16", PS_DT_BFLOAT16, &four, bf, sizeof bf, &st),
+               st);
   /* empty tensors and a scalar */
   ps_shape empty = shp(2, (int64_t)2, (int64_t)0), scalar = {.rank = 0};
   int64_t big = -1234567890123LL;
-  ck_assert_int_eq(ps_bundle_writer_add(w, "empty", PS_DT_FLOAT, &empty, NULL, 0, &st),
-                   0);
-  ck_assert_int_eq(
-      ps_bundle_writer_add(w, "global_step", PS_DT_INT64, &scalar, &big, 8, &st), 0);
-  ck_assert_int_eq(ps_bundle_writer_finish(w, &st), 0);
+  PS_ASSERT_OK(ps_bundle_writer_add(w, "empty", PS_DT_FLOAT, &empty, NULL, 0, &st), st);
+  PS_ASSERT_OK(ps_bundle_writer_add(w, "global_step", PS_DT_INT64, &scalar, &big, 8, &st),
+               st);
+  PS_ASSERT_OK(ps_bundle_writer_finish(w, &st), st);
   ps_bundle_writer_destroy(w);
 
   ps_bundle_reader *r = ps_bundle_reader_open(tmp("rt/model.ckpt-7"), &st);
@@ -400,7 +404,7 @@ START_TEST(round_trips_every_dtype) {
     ck_assert_int_lt(
         strcmp(ps_bundle_reader_entry(r, i - 1)->key, ps_bundle_reader_entry(r, i)->key),
         0);
-  ck_assert_int_eq(ps_bundle_reader_verify(r, &st), 0);
+  PS_ASSERT_OK(ps_bundle_reader_verify(r, &st), st);
   for (size_t i = 0; i < NDT; i++) {
     const ps_bundle_entry *e = ps_bundle_reader_find(r, key[i]);
     ck_assert_ptr_nonnull(e);
@@ -408,7 +412,7 @@ START_TEST(round_trips_every_dtype) {
     ck_assert(ps_shape_equal(&e->shape, &sh));
     ck_assert_uint_eq(e->size, 15 * all_dtypes[i].size);
     uint8_t back[15 * 16] = {0};
-    ck_assert_int_eq(ps_bundle_reader_read_into(r, key[i], back, e->size, &st), 0);
+    PS_ASSERT_OK(ps_bundle_reader_read_into(r, key[i], back, e->size, &st), st);
     ck_assert_int_eq(memcmp(back, data[i], e->size), 0);
     ps_tensor *t = NULL;
     int rc = ps_bundle_reader_read(r, key[i], &t, &st);
@@ -422,28 +426,28 @@ START_TEST(round_trips_every_dtype) {
       ck_assert_ptr_null(t);
     }
     /* a wrong buffer size is the caller's error */
-    ck_assert_int_eq(ps_bundle_reader_read_into(r, key[i], back, e->size - 1, &st),
-                     PS_INVALID_ARGUMENT);
+    PS_ASSERT_CODE(ps_bundle_reader_read_into(r, key[i], back, e->size - 1, &st), st,
+                   PS_INVALID_ARGUMENT);
   }
   ps_tensor *t;
-  ck_assert_int_eq(ps_bundle_reader_read(r, "half", &t, &st), 0);
+  PS_ASSERT_OK(ps_bundle_reader_read(r, "half", &t, &st), st);
   ck_assert_int_eq(t->dtype, PS_DT_HALF);
   for (int i = 0; i < 4; i++)
     ck_assert(ps_half_to_float(((uint16_t *)ps_tensor_data(t))[i]) ==
               ps_half_to_float(h[i]));
   ck_assert(ps_half_to_float(((uint16_t *)ps_tensor_data(t))[1]) == -2.5f);
   ps_tensor_destroy(t);
-  ck_assert_int_eq(ps_bundle_reader_read(r, "bf16", &t, &st), 0);
+  PS_ASSERT_OK(ps_bundle_reader_read(r, "bf16", &t, &st), st);
   ck_assert_int_eq(t->dtype, PS_DT_BFLOAT16);
   ck_assert(ps_bf16_to_float(((uint16_t *)ps_tensor_data(t))[0]) == 1.0f);
   ck_assert(ps_bf16_to_float(((uint16_t *)ps_tensor_data(t))[1]) == -2.5f);
   ps_tensor_destroy(t);
-  ck_assert_int_eq(ps_bundle_reader_read(r, "empty", &t, &st), 0);
+  PS_ASSERT_OK(ps_bundle_reader_read(r, "empty", &t, &st), st);
   ck_assert_int_eq(ps_tensor_num_elements(t), 0);
   ck_assert_uint_eq(ps_bundle_reader_find(r, "empty")->crc32c, 0xa282ead8u); /* Mask(0) */
   ps_tensor_destroy(t);
   int64_t gs = 0;
-  ck_assert_int_eq(ps_bundle_reader_read_into(r, "global_step", &gs, 8, &st), 0);
+  PS_ASSERT_OK(ps_bundle_reader_read_into(r, "global_step", &gs, 8, &st), st);
   ck_assert_int_eq(gs, big);
   ps_bundle_reader_close(r);
 }
@@ -460,31 +464,30 @@ START_TEST(round_trips_strings) {
   size_t lens[] = {5, 0, 3, 1024};
   ps_shape four = shp(1, (int64_t)4), one = shp(1, (int64_t)1), scalar = {.rank = 0};
   ps_shape none = shp(1, (int64_t)0);
-  ck_assert_int_eq(ps_bundle_writer_add_strings(w, "strs", &four, strs, lens, &st), 0);
+  PS_ASSERT_OK(ps_bundle_writer_add_strings(w, "strs", &four, strs, lens, &st), st);
   const char *hello[] = {"hello"};
-  ck_assert_int_eq(ps_bundle_writer_add_strings(w, "scalar", &one, hello, NULL, &st), 0);
+  PS_ASSERT_OK(ps_bundle_writer_add_strings(w, "scalar", &one, hello, NULL, &st), st);
   const char *emptys[] = {""};
-  ck_assert_int_eq(
-      ps_bundle_writer_add_strings(w, "string_tensor", &one, emptys, NULL, &st), 0);
+  PS_ASSERT_OK(ps_bundle_writer_add_strings(w, "string_tensor", &one, emptys, NULL, &st),
+               st);
   const char *nul[] = {"a\0b\xff"};
   size_t nullen[] = {4};
-  ck_assert_int_eq(ps_bundle_writer_add_strings(w, "nul", &scalar, nul, nullen, &st), 0);
-  ck_assert_int_eq(ps_bundle_writer_add_strings(w, "none", &none, NULL, NULL, &st), 0);
+  PS_ASSERT_OK(ps_bundle_writer_add_strings(w, "nul", &scalar, nul, nullen, &st), st);
+  PS_ASSERT_OK(ps_bundle_writer_add_strings(w, "none", &none, NULL, NULL, &st), st);
   float f[6] = {16.18f, 16.18f, 16.18f, 16.18f, 16.18f, 16.18f};
   ps_shape two3 = shp(2, (int64_t)2, (int64_t)3);
-  ck_assert_int_eq(
-      ps_bundle_writer_add(w, "floats", PS_DT_FLOAT, &two3, f, sizeof f, &st), 0);
-  ck_assert_int_eq(ps_bundle_writer_add(w, "bad", PS_DT_STRING, &one, "x", 1, &st),
-                   PS_INVALID_ARGUMENT);
-  PS_ASSERT_MSG_HAS(st, "ps_bundle_writer_add_strings");
-  ck_assert_int_eq(ps_bundle_writer_finish(w, &st), 0);
+  PS_ASSERT_OK(ps_bundle_writer_add(w, "floats", PS_DT_FLOAT, &two3, f, sizeof f, &st),
+               st);
+  PS_ASSERT_STATUS(ps_bundle_writer_add(w, "bad", PS_DT_STRING, &one, "x", 1, &st), st,
+                   PS_INVALID_ARGUMENT, "ps_bundle_writer_add_strings");
+  PS_ASSERT_OK(ps_bundle_writer_finish(w, &st), st);
   ps_bundle_writer_destroy(w);
 
   ps_bundle_reader *r = ps_bundle_reader_open(tmp("s/ckpt"), &st);
   ck_assert_msg(r != NULL, "%s", st.msg);
-  ck_assert_int_eq(ps_bundle_reader_verify(r, &st), 0);
+  PS_ASSERT_OK(ps_bundle_reader_verify(r, &st), st);
   ps_bundle_strings *s;
-  ck_assert_int_eq(ps_bundle_reader_read_strings(r, "strs", &s, &st), 0);
+  PS_ASSERT_OK(ps_bundle_reader_read_strings(r, "strs", &s, &st), st);
   ck_assert_uint_eq(s->n, 4);
   ck_assert(ps_shape_equal(&s->shape, &four));
   for (int i = 0; i < 4; i++) {
@@ -493,12 +496,12 @@ START_TEST(round_trips_strings) {
     ck_assert_int_eq(s->str[i][lens[i]], '\0');
   }
   ps_bundle_strings_destroy(s);
-  ck_assert_int_eq(ps_bundle_reader_read_strings(r, "nul", &s, &st), 0);
+  PS_ASSERT_OK(ps_bundle_reader_read_strings(r, "nul", &s, &st), st);
   ck_assert_uint_eq(s->n, 1);
   ck_assert_uint_eq(s->len[0], 4);
   ck_assert_int_eq(memcmp(s->str[0], "a\0b\xff", 4), 0);
   ps_bundle_strings_destroy(s);
-  ck_assert_int_eq(ps_bundle_reader_read_strings(r, "none", &s, &st), 0);
+  PS_ASSERT_OK(ps_bundle_reader_read_strings(r, "none", &s, &st), st);
   ck_assert_uint_eq(s->n, 0);
   ps_bundle_strings_destroy(s);
   /* The layout: varint lengths, masked crc of the lengths as uint32, bytes. */
@@ -521,9 +524,9 @@ START_TEST(round_trips_strings) {
   ps_tensor *t;
   PS_ASSERT_STATUS(ps_bundle_reader_read(r, "strs", &t, &st), st, PS_INVALID_ARGUMENT,
                    "ps_bundle_reader_read_strings");
-  ck_assert_int_eq(ps_bundle_reader_read_strings(r, "floats", &s, &st),
-                   PS_INVALID_ARGUMENT);
-  ck_assert_int_eq(ps_bundle_reader_read(r, "floats", &t, &st), 0);
+  PS_ASSERT_CODE(ps_bundle_reader_read_strings(r, "floats", &s, &st), st,
+                 PS_INVALID_ARGUMENT);
+  PS_ASSERT_OK(ps_bundle_reader_read(r, "floats", &t, &st), st);
   ck_assert(((float *)ps_tensor_data(t))[5] == 16.18f);
   ps_tensor_destroy(t);
   ps_bundle_reader_close(r);
@@ -541,17 +544,17 @@ START_TEST(round_trips_a_100mib_tensor) {
   ck_assert_msg(w != NULL, "%s", st.msg);
   ps_shape sh = shp(2, (int64_t)(n / 1024), (int64_t)1024), scalar = {.rank = 0};
   int64_t step = 42;
-  ck_assert_int_eq(
-      ps_bundle_writer_add(w, "global_step", PS_DT_INT64, &scalar, &step, 8, &st), 0);
-  ck_assert_int_eq(
-      ps_bundle_writer_add(w, "emb", PS_DT_FLOAT, &sh, v, (size_t)n * 4, &st), 0);
+  PS_ASSERT_OK(
+      ps_bundle_writer_add(w, "global_step", PS_DT_INT64, &scalar, &step, 8, &st), st);
+  PS_ASSERT_OK(ps_bundle_writer_add(w, "emb", PS_DT_FLOAT, &sh, v, (size_t)n * 4, &st),
+               st);
   ck_assert_uint_eq(ps_bundle_writer_bytes(w), 8 + (uint64_t)n * 4);
-  ck_assert_int_eq(ps_bundle_writer_finish(w, &st), 0);
+  PS_ASSERT_OK(ps_bundle_writer_finish(w, &st), st);
   ps_bundle_writer_destroy(w);
   ps_bundle_reader *r = ps_bundle_reader_open(tmp("big/ckpt"), &st);
   ck_assert_msg(r != NULL, "%s", st.msg);
   ck_assert_uint_eq(ps_bundle_reader_find(r, "emb")->offset, 8);
-  ck_assert_int_eq(ps_bundle_reader_verify(r, &st), 0);
+  PS_ASSERT_OK(ps_bundle_reader_verify(r, &st), st);
   ps_tensor *t;
   PS_ASSERT_OK(ps_bundle_reader_read(r, "emb", &t, &st), st);
   ck_assert_int_eq(memcmp(ps_tensor_data(t), v, (size_t)n * 4), 0);
@@ -559,611 +562,13 @@ START_TEST(round_trips_a_100mib_tensor) {
   /* a window out of the middle of a plain entry */
   int64_t start[2] = {12345, 100}, len[2] = {3, 5};
   float win[15];
-  ck_assert_int_eq(
-      ps_bundle_reader_read_slice(r, "emb", start, len, win, sizeof win, &st), 0);
+  PS_ASSERT_OK(ps_bundle_reader_read_slice(r, "emb", start, len, win, sizeof win, &st),
+               st);
   for (int i = 0; i < 3; i++)
     for (int j = 0; j < 5; j++)
       ck_assert(win[i * 5 + j] == v[(12345 + i) * 1024 + 100 + j]);
   ps_bundle_reader_close(r);
   free(v);
-}
-END_TEST
-
-/* ---- Partitioned tensors ------------------------------------------------ */
-
-static bool has_bytes(const uint8_t *p, size_t n, const uint8_t *want, size_t wn) {
-  return memmem(p, n, want, wn) != NULL;
-}
-
-/* v = [10,20] float, v[i][j] = 100 i + j, saved as rows 0-4 and 5-9 with
- * TF1 Python's explicit extents ("10 20 0,5:0,20", "10 20 5,5:0,20"). */
-static float vval(int64_t i, int64_t j) {
-  return (float)(100 * i + j);
-}
-
-static void add_v_slice(ps_bundle_writer *w, int64_t row0, int64_t rows) {
-  ps_status st = {0};
-  ps_shape full = shp(2, (int64_t)10, (int64_t)20);
-  float buf[200];
-  for (int64_t i = 0; i < rows; i++)
-    for (int64_t j = 0; j < 20; j++)
-      buf[i * 20 + j] = vval(row0 + i, j);
-  int64_t start[2] = {row0, 0}, len[2] = {rows, 20};
-  ck_assert_msg(ps_bundle_writer_add_slice(w, "v", PS_DT_FLOAT, &full, start, len, buf,
-                                           (size_t)rows * 20 * 4, &st) == 0,
-                "%s", st.msg);
-}
-
-/* Many partitioned tensors: each slice's entry grows the entry table, which
- * may move it, while the writer held a pointer to the full tensor's entry
- * (a use after free that ASan saw once a save had more than 8 tensors). */
-START_TEST(many_partitioned_tensors_round_trip) {
-  ps_status st = {0};
-  ps_bundle_writer *w = ps_bundle_writer_create(tmp("many/ckpt"), &st);
-  ck_assert_msg(w != NULL, "%s", st.msg);
-  ps_shape full = shp(1, (int64_t)4, (int64_t)0);
-  char name[32];
-  for (int t = 0; t < 100; t++) {
-    snprintf(name, sizeof name, "t%03d", t);
-    for (int64_t part = 0; part < 2; part++) {
-      float buf[2] = {(float)(10 * t + 2 * part), (float)(10 * t + 2 * part + 1)};
-      int64_t start[1] = {2 * part}, len[1] = {2};
-      ck_assert_msg(ps_bundle_writer_add_slice(w, name, PS_DT_FLOAT, &full, start, len,
-                                               buf, sizeof buf, &st) == 0,
-                    "%s", st.msg);
-    }
-  }
-  PS_ASSERT_OK(ps_bundle_writer_finish(w, &st), st);
-  ps_bundle_writer_destroy(w);
-  ps_bundle_reader *r = ps_bundle_reader_open(tmp("many/ckpt"), &st);
-  ck_assert_msg(r != NULL, "%s", st.msg);
-  for (int t = 0; t < 100; t++) {
-    snprintf(name, sizeof name, "t%03d", t);
-    ps_tensor *x = NULL;
-    PS_ASSERT_OK(ps_bundle_reader_read(r, name, &x, &st), st);
-    const float *v = ps_tensor_data(x);
-    for (int k = 0; k < 4; k++)
-      ck_assert(v[k] == (float)(10 * t + k));
-    ps_tensor_destroy(x);
-  }
-  ps_bundle_reader_close(r);
-}
-END_TEST
-
-START_TEST(sliced_entries_match_tensorflow) {
-  ps_status st = {0};
-  ps_bundle_writer *w = ps_bundle_writer_create(tmp("sl/ckpt"), &st);
-  ck_assert_msg(w != NULL, "%s", st.msg);
-  add_v_slice(w, 5, 5); /* any order */
-  add_v_slice(w, 0, 5);
-  /* the same slice twice, an overlapping one, a plain tensor of that name */
-  ps_shape full = shp(2, (int64_t)10, (int64_t)20);
-  float buf[300] = {0};
-  int64_t s0[2] = {0, 0}, l5[2] = {5, 20}, s3[2] = {3, 0};
-  ck_assert_int_eq(
-      ps_bundle_writer_add_slice(w, "v", PS_DT_FLOAT, &full, s0, l5, buf, 400, &st),
-      PS_INVALID_ARGUMENT);
-  ck_assert_int_eq(
-      ps_bundle_writer_add_slice(w, "v", PS_DT_FLOAT, &full, s3, l5, buf, 400, &st),
-      PS_INVALID_ARGUMENT);
-  PS_ASSERT_MSG_HAS(st, "overlaps");
-  ck_assert_int_eq(ps_bundle_writer_add(w, "v", PS_DT_FLOAT, &full, buf, 800, &st),
-                   PS_INVALID_ARGUMENT);
-  PS_ASSERT_MSG_HAS(st, "tensor v added twice");
-  /* a slice outside the shape, a wrong byte count */
-  int64_t s8[2] = {8, 0};
-  ck_assert_int_eq(
-      ps_bundle_writer_add_slice(w, "u", PS_DT_FLOAT, &full, s8, l5, buf, 400, &st),
-      PS_INVALID_ARGUMENT);
-  PS_ASSERT_MSG_HAS(st, "does not fit");
-  ck_assert_int_eq(
-      ps_bundle_writer_add_slice(w, "u", PS_DT_FLOAT, &full, s0, l5, buf, 4, &st),
-      PS_INVALID_ARGUMENT);
-  /* a "slice" covering everything is a plain entry */
-  int64_t z[2] = {0, 0}, all[2] = {-1, 20};
-  ck_assert_int_eq(
-      ps_bundle_writer_add_slice(w, "whole", PS_DT_FLOAT, &full, z, all, buf, 800, &st),
-      0);
-  /* one column range of a [3, 0x500000] tensor: multi-byte OrderedCode */
-  ps_shape wide = shp(2, (int64_t)3, (int64_t)0x500000);
-  int64_t ws[2] = {0, 0x424242}, wl[2] = {-1, 100};
-  ck_assert_int_eq(
-      ps_bundle_writer_add_slice(w, "w", PS_DT_FLOAT, &wide, ws, wl, buf, 1200, &st), 0);
-  ck_assert_int_eq(ps_bundle_writer_finish(w, &st), 0);
-  ps_bundle_writer_destroy(w);
-
-  /* The index holds TensorFlow's bytes (tf-checkpoint-format.md 6.3). */
-  size_t n;
-  uint8_t *idx = read_file(tmp("sl/ckpt.index"), &n);
-  static const uint8_t full_entry[] = {
-      0x08, 0x01, 0x12, 0x08, 0x12, 0x02, 0x08, 0x0a, 0x12, 0x02, 0x08, 0x14, 0x3a,
-      0x0a, 0x0a, 0x04, 0x08, 0x05, 0x10, 0x05, 0x0a, 0x02, 0x10, 0x14, /* 5,5:0,20 */
-      0x3a, 0x08, 0x0a, 0x02, 0x10, 0x05, 0x0a, 0x02, 0x10, 0x14};      /* 0,5:0,20 */
-  ck_assert(has_bytes(idx, n, full_entry, sizeof full_entry));
-  free(idx);
-  ps_bundle_reader *r = ps_bundle_reader_open(tmp("sl/ckpt"), &st);
-  ck_assert_msg(r != NULL, "%s", st.msg);
-  ck_assert_int_eq(ps_bundle_reader_verify(r, &st), 0);
-  ck_assert_uint_eq(ps_bundle_reader_count(r), 3 + 3);
-  static const uint8_t k0[] = {0x00, 0x76, 0x00, 0x01, 0x01,
-                               0x02, 0x80, 0x85, 0x80, 0x94};
-  static const uint8_t k1[] = {0x00, 0x76, 0x00, 0x01, 0x01,
-                               0x02, 0x85, 0x85, 0x80, 0x94};
-  /* 0x424242 -> f0 42 42 42, 100 -> c0 64, whole dimension -> 80 7f */
-  static const uint8_t kw[] = {0x00, 0x77, 0x00, 0x01, 0x01, 0x02, 0x80,
-                               0x7f, 0xf0, 0x42, 0x42, 0x42, 0xc0, 0x64};
-  const ps_bundle_entry *e0 = ps_bundle_reader_entry(r, 0),
-                        *e1 = ps_bundle_reader_entry(r, 1),
-                        *e2 = ps_bundle_reader_entry(r, 2);
-  ck_assert(e0->is_slice && e1->is_slice && e2->is_slice);
-  ck_assert_uint_eq(e0->key_len, sizeof k0);
-  ck_assert_int_eq(memcmp(e0->key, k0, sizeof k0), 0);
-  ck_assert_int_eq(memcmp(e1->key, k1, sizeof k1), 0);
-  ck_assert_uint_eq(e2->key_len, sizeof kw);
-  ck_assert_int_eq(memcmp(e2->key, kw, sizeof kw), 0);
-  ck_assert_int_eq(e0->shape.rank, 2);
-  ck_assert_int_eq(e0->shape.dim[0], 5);
-  ck_assert_uint_eq(e1->offset, 0); /* rows 5-9 were added first */
-  const ps_bundle_entry *v = ps_bundle_reader_find(r, "v");
-  ck_assert_uint_eq(v->nslices, 2);
-  ck_assert_int_eq(v->slices[0].start[0], 5);
-  ck_assert_int_eq(v->slices[1].length[0], 5);
-  ck_assert_int_eq(v->shape.dim[1], 20);
-  ck_assert_uint_eq(ps_bundle_reader_find(r, "whole")->nslices, 0);
-
-  /* The full tensor, assembled. */
-  ps_tensor *t;
-  PS_ASSERT_OK(ps_bundle_reader_read(r, "v", &t, &st), st);
-  for (int i = 0; i < 10; i++)
-    for (int j = 0; j < 20; j++)
-      ck_assert(((float *)ps_tensor_data(t))[i * 20 + j] == vval(i, j));
-  ps_tensor_destroy(t);
-  /* A window across both slices, a stored slice exactly, a "-" extent. */
-  int64_t st1[2] = {3, 2}, ln1[2] = {4, 5};
-  float out[200];
-  ck_assert_int_eq(ps_bundle_reader_read_slice(r, "v", st1, ln1, out, 20 * 4, &st), 0);
-  for (int i = 0; i < 4; i++)
-    for (int j = 0; j < 5; j++)
-      ck_assert(out[i * 5 + j] == vval(3 + i, 2 + j));
-  int64_t st2[2] = {5, 0}, ln2[2] = {5, -1};
-  ck_assert_int_eq(ps_bundle_reader_read_slice(r, "v", st2, ln2, out, 100 * 4, &st), 0);
-  ck_assert(out[99] == vval(9, 19));
-  ck_assert_int_eq(ps_bundle_reader_read_slice(r, "v", st2, ln2, out, 99 * 4, &st),
-                   PS_INVALID_ARGUMENT);
-  int64_t bad[2] = {9, 0}, badl[2] = {2, 20};
-  ck_assert_int_eq(ps_bundle_reader_read_slice(r, "v", bad, badl, out, 160, &st),
-                   PS_INVALID_ARGUMENT);
-  /* A slice of the wide tensor that was stored, and one that was not. */
-  int64_t st3[2] = {1, 0x424242 + 10}, ln3[2] = {2, 3};
-  ck_assert_int_eq(ps_bundle_reader_read_slice(r, "w", st3, ln3, out, 6 * 4, &st), 0);
-  int64_t st4[2] = {0, 0}, ln4[2] = {1, 1};
-  ck_assert_int_eq(ps_bundle_reader_read_slice(r, "w", st4, ln4, out, 4, &st),
-                   PS_NOT_FOUND);
-  PS_ASSERT_MSG_HAS(st, "tensor w: the stored slices do not cover slice 0,1:0,1");
-  ck_assert_int_eq(ps_bundle_reader_read(r, "w", &t, &st), PS_NOT_FOUND);
-  ps_bundle_reader_close(r);
-}
-END_TEST
-
-START_TEST(parses_shape_and_slice_specs) {
-  ps_status st = {0};
-  ps_shape full;
-  ps_bundle_slice sl;
-  bool sliced = true;
-  ck_assert_int_eq(ps_bundle_parse_shape_and_slice("", &full, &sl, &sliced, &st), 0);
-  ck_assert(!sliced);
-  ck_assert_int_eq(
-      ps_bundle_parse_shape_and_slice("10 20 0,5:0,20", &full, &sl, &sliced, &st), 0);
-  ck_assert(sliced);
-  ck_assert_int_eq(full.rank, 2);
-  ck_assert_int_eq(full.dim[1], 20);
-  ck_assert_int_eq(sl.rank, 2);
-  ck_assert_int_eq(sl.length[0], 5);
-  ck_assert_int_eq(ps_bundle_parse_shape_and_slice("4 6 -:2,3", &full, &sl, &sliced, &st),
-                   0);
-  ck_assert_int_eq(sl.start[0], 0);
-  ck_assert_int_eq(sl.length[0], -1);
-  ck_assert_int_eq(sl.start[1], 2);
-  static const char *const bad[] = {"10 20",      "10 20 0,5",          "10 20 0,11:0,20",
-                                    "10 x 0,5:-", "10 20 0,5:0,20:0,1", "10 20 -1,5:-",
-                                    "10 20 0,5;-"};
-  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-    ck_assert_msg(ps_bundle_parse_shape_and_slice(bad[i], &full, &sl, &sliced, &st) ==
-                      PS_INVALID_ARGUMENT,
-                  "%s", bad[i]);
-    PS_ASSERT_MSG_HAS(st, bad[i]);
-  }
-  char name[64];
-  ck_assert_str_eq(ps_bundle_data_filename("/c/m", 3, 12, name, sizeof name),
-                   "/c/m.data-00003-of-00012");
-  ck_assert_ptr_null(ps_bundle_data_filename("/c/m", 3, 12, name, 10));
-}
-END_TEST
-
-/* ---- Merge -------------------------------------------------------------- */
-
-START_TEST(merges_parts_like_merge_v2_checkpoints) {
-  ps_status st = {0};
-  TMP(p0, "P_temp/part-00000-of-00003");
-  TMP(p1, "P_temp/part-00001-of-00003");
-  TMP(p2, "P_temp/part-00002-of-00003");
-  const char *parts[3] = {p0, p1, p2};
-  ps_shape scalar = {.rank = 0};
-  /* ps 0: a and rows 0-4 of v; ps 1: b, rows 5-9 of v; ps 2: strings */
-  ps_bundle_writer *w = ps_bundle_writer_create(parts[0], &st);
-  ck_assert_msg(w != NULL, "%s", st.msg);
-  float a = 1.5f, b = -7.0f;
-  ck_assert_int_eq(ps_bundle_writer_add(w, "a", PS_DT_FLOAT, &scalar, &a, 4, &st), 0);
-  add_v_slice(w, 0, 5);
-  ck_assert_int_eq(ps_bundle_writer_finish(w, &st), 0);
-  ps_bundle_writer_destroy(w);
-  w = ps_bundle_writer_create(parts[1], &st);
-  ck_assert_int_eq(ps_bundle_writer_add(w, "b", PS_DT_FLOAT, &scalar, &b, 4, &st), 0);
-  add_v_slice(w, 5, 5);
-  ck_assert_int_eq(ps_bundle_writer_finish(w, &st), 0);
-  ps_bundle_writer_destroy(w);
-  w = ps_bundle_writer_create(parts[2], &st);
-  const char *names[] = {"x", "yz"};
-  ps_shape two = shp(1, (int64_t)2);
-  ck_assert_int_eq(ps_bundle_writer_add_strings(w, "names", &two, names, NULL, &st), 0);
-  ck_assert_int_eq(ps_bundle_writer_finish(w, &st), 0);
-  ps_bundle_writer_destroy(w);
-
-  PS_ASSERT_OK(ps_bundle_merge(parts, 3, tmp("model.ckpt-100"), &st), st);
-  for (int k = 0; k < 3; k++) {
-    char name[64];
-    snprintf(name, sizeof name, "model.ckpt-100.data-%05d-of-00003", k);
-    ck_assert_msg(exists(tmp("%s", name)), "%s", name);
-  }
-  ck_assert(!exists(tmp("P_temp"))); /* parts moved, indexes deleted, dir removed */
-  size_t n;
-  uint8_t *idx = read_file(tmp("model.ckpt-100.index"), &n);
-  static const uint8_t header[] = {0x00, 0x00, 0x06, 0x08, 0x03, 0x1a, 0x02, 0x08, 0x01};
-  ck_assert_int_eq(memcmp(idx, header, sizeof header), 0); /* num_shards = 3 */
-  free(idx);
-
-  ps_bundle_reader *r = ps_bundle_reader_open(tmp("model.ckpt-100"), &st);
-  ck_assert_msg(r != NULL, "%s", st.msg);
-  ck_assert_int_eq(ps_bundle_reader_num_shards(r), 3);
-  ck_assert_int_eq(ps_bundle_reader_verify(r, &st), 0);
-  ck_assert_int_eq(ps_bundle_reader_find(r, "a")->shard_id, 0);
-  ck_assert_int_eq(ps_bundle_reader_find(r, "b")->shard_id, 1);
-  ck_assert_int_eq(ps_bundle_reader_find(r, "names")->shard_id, 2);
-  ck_assert_uint_eq(ps_bundle_reader_find(r, "v")->nslices, 2);
-  ck_assert(read_float(r, "a") == 1.5f);
-  ck_assert(read_float(r, "b") == -7.0f);
-  ps_tensor *t;
-  PS_ASSERT_OK(ps_bundle_reader_read(r, "v", &t, &st), st);
-  for (int i = 0; i < 10; i++)
-    ck_assert(((float *)ps_tensor_data(t))[i * 20 + 19] == vval(i, 19));
-  ps_tensor_destroy(t);
-  ps_bundle_strings *s;
-  ck_assert_int_eq(ps_bundle_reader_read_strings(r, "names", &s, &st), 0);
-  ck_assert_str_eq(s->str[1], "yz");
-  ps_bundle_strings_destroy(s);
-  ps_bundle_reader_close(r);
-}
-END_TEST
-
-START_TEST(merge_conflicts_move_nothing) {
-  ps_status st = {0};
-  TMP(p0, "t/p0");
-  TMP(p1, "t/p1");
-  TMP(p2, "t/p2");
-  const char *parts[3] = {p0, p1, p2};
-  ps_shape scalar = {.rank = 0};
-  float x = 1;
-  for (int k = 0; k < 2; k++) {
-    ps_bundle_writer *w = ps_bundle_writer_create(parts[k], &st);
-    ck_assert_msg(w != NULL, "%s", st.msg);
-    ck_assert_int_eq(ps_bundle_writer_add(w, "dup", PS_DT_FLOAT, &scalar, &x, 4, &st), 0);
-    ck_assert_int_eq(ps_bundle_writer_finish(w, &st), 0);
-    ps_bundle_writer_destroy(w);
-  }
-  PS_ASSERT_STATUS(ps_bundle_merge(parts, 2, tmp("out/m"), &st), st, PS_INVALID_ARGUMENT,
-                   "Duplicate tensor keyed by dup");
-  PS_ASSERT_MSG_HAS(st, "t/p1");
-  ck_assert(exists(tmp("t/p0.index")) && exists(tmp("t/p0.data-00000-of-00001")));
-  ck_assert(exists(tmp("t/p1.index")) && exists(tmp("t/p1.data-00000-of-00001")));
-  ck_assert(!exists(tmp("out/m.index")));
-  /* a missing part, a part whose data file is gone */
-  PS_ASSERT_STATUS(ps_bundle_merge(&parts[1], 2, tmp("out/m"), &st), st, PS_NOT_FOUND,
-                   "t/p2.index: not found");
-  unlink(tmp("t/p1.data-00000-of-00001"));
-  PS_ASSERT_STATUS(ps_bundle_merge(&parts[1], 1, tmp("out/m"), &st), st, PS_NOT_FOUND,
-                   "t/p1.data-00000-of-00001: missing data shard");
-  ck_assert(exists(tmp("t/p1.index")));
-  ck_assert(!exists(tmp("out/m.index")));
-  /* a part with no tensors still counts as a shard, and its file moves */
-  ps_bundle_writer *w = ps_bundle_writer_create(parts[2], &st);
-  ck_assert_int_eq(ps_bundle_writer_finish(w, &st), 0);
-  ps_bundle_writer_destroy(w);
-  const char *two[] = {parts[2], parts[0]};
-  PS_ASSERT_OK(ps_bundle_merge(two, 2, tmp("out/m"), &st), st);
-  ck_assert(exists(tmp("out/m.data-00000-of-00002")));
-  ps_bundle_reader *r = ps_bundle_reader_open(tmp("out/m"), &st);
-  ck_assert_msg(r != NULL, "%s", st.msg);
-  ck_assert_int_eq(ps_bundle_reader_num_shards(r), 2);
-  ck_assert_int_eq(ps_bundle_reader_find(r, "dup")->shard_id, 0); /* first used */
-  ck_assert(read_float(r, "dup") == 1.0f);
-  ck_assert_int_eq(ps_bundle_reader_verify(r, &st), 0);
-  ps_bundle_reader_close(r);
-  ck_assert(exists(tmp("out/m.data-00001-of-00002")));
-}
-END_TEST
-
-/* ---- Corrupt and truncated files ---------------------------------------- */
-
-/* A small bundle at tmp(dir)/ckpt: w = float[100], s = strings. */
-static void write_sample(const char *dir) {
-  ps_status st = {0};
-  ps_bundle_writer *w = ps_bundle_writer_create(tmp("%s/ckpt", dir), &st);
-  ck_assert_msg(w != NULL, "%s", st.msg);
-  float v[100];
-  for (int i = 0; i < 100; i++)
-    v[i] = (float)i;
-  ps_shape sh = shp(1, (int64_t)100), two = shp(1, (int64_t)2);
-  ck_assert_int_eq(ps_bundle_writer_add(w, "w", PS_DT_FLOAT, &sh, v, sizeof v, &st), 0);
-  const char *strs[] = {"abc", "defgh"};
-  ck_assert_int_eq(ps_bundle_writer_add_strings(w, "s", &two, strs, NULL, &st), 0);
-  ck_assert_int_eq(ps_bundle_writer_finish(w, &st), 0);
-  ps_bundle_writer_destroy(w);
-}
-
-static void flip(const char *path, long off, uint8_t mask) {
-  size_t n;
-  uint8_t *p = read_file(path, &n);
-  size_t at = off >= 0 ? (size_t)off : n - (size_t)(-off);
-  ck_assert_uint_lt(at, n);
-  p[at] ^= mask;
-  write_file(path, p, n);
-  free(p);
-}
-
-static int open_fails(const char *prefix, ps_status *st) {
-  ps_bundle_reader *r = ps_bundle_reader_open(prefix, st);
-  ck_assert_ptr_null(r);
-  ck_assert_msg(strstr(st->msg, prefix) != NULL, "\"%s\" does not name %s", st->msg,
-                prefix);
-  return st->code;
-}
-
-START_TEST(corrupt_index_is_named) {
-  ps_status st = {0};
-  write_sample("ok");
-  ps_bundle_reader *r = ps_bundle_reader_open(tmp("ok/ckpt"), &st);
-  ck_assert_msg(r != NULL, "%s", st.msg);
-  ck_assert_int_eq(ps_bundle_reader_verify(r, &st), 0);
-  ps_bundle_reader_close(r);
-  size_t n;
-  free(read_file(tmp("ok/ckpt.index"), &n));
-
-  write_sample("magic");
-  flip(tmp("magic/ckpt.index"), -1, 0x01);
-  PS_ASSERT_STATUS(open_fails(tmp("magic/ckpt"), &st), st, PS_DATA_LOSS,
-                   "magic/ckpt.index: not an sstable (bad magic number");
-
-  write_sample("block");
-  flip(tmp("block/ckpt.index"), 10, 0x04); /* inside data block 0 */
-  PS_ASSERT_STATUS(open_fails(tmp("block/ckpt"), &st), st, PS_DATA_LOSS,
-                   "block/ckpt.index: block 0: bad checksum");
-
-  write_sample("iblock");
-  flip(tmp("iblock/ckpt.index"), -(48 + 5 + 2),
-       0x80); /* the index block's restart count */
-  PS_ASSERT_STATUS(open_fails(tmp("iblock/ckpt"), &st), st, PS_DATA_LOSS,
-                   "iblock/ckpt.index: index block: bad checksum");
-
-  write_sample("trailer");
-  flip(tmp("trailer/ckpt.index"), -(48 + 1), 0x10); /* the index block's stored crc */
-  PS_ASSERT_STATUS(open_fails(tmp("trailer/ckpt"), &st), st, PS_DATA_LOSS,
-                   "index block: bad checksum");
-
-  write_sample("trunc");
-  ck_assert_int_eq(truncate(tmp("trunc/ckpt.index"), (off_t)(n / 2)), 0);
-  PS_ASSERT_STATUS(open_fails(tmp("trunc/ckpt"), &st), st, PS_DATA_LOSS,
-                   "trunc/ckpt.index: not an sstable");
-  ck_assert_int_eq(truncate(tmp("trunc/ckpt.index"), 20), 0);
-  PS_ASSERT_STATUS(open_fails(tmp("trunc/ckpt"), &st), st, PS_DATA_LOSS,
-                   "trunc/ckpt.index: file too short (20 bytes)");
-  ck_assert_int_eq(truncate(tmp("trunc/ckpt.index"), 0), 0);
-  ck_assert_int_eq(open_fails(tmp("trunc/ckpt"), &st), PS_DATA_LOSS);
-
-  /* the footer says the index block lies beyond the end */
-  write_sample("handle");
-  size_t hn;
-  uint8_t *h = read_file(tmp("handle/ckpt.index"), &hn);
-  uint8_t *f = h + hn - 48;
-  ck_assert_uint_lt(f[0], 0x80); /* metaindex offset, then size, index offset, size */
-  f[2] = (uint8_t)(f[2] + 100) & 0x7f;
-  write_file(tmp("handle/ckpt.index"), h, hn);
-  free(h);
-  ck_assert_int_eq(open_fails(tmp("handle/ckpt"), &st), PS_DATA_LOSS);
-
-  PS_ASSERT_STATUS(open_fails(tmp("nothing/ckpt"), &st), st, PS_NOT_FOUND,
-                   "nothing/ckpt.index: not found");
-}
-END_TEST
-
-START_TEST(corrupt_data_is_named) {
-  ps_status st = {0};
-  float v[100];
-  ps_tensor *t;
-  ps_bundle_strings *s;
-
-  write_sample("flip");
-  flip(tmp("flip/ckpt.data-00000-of-00001"), 40, 0x01); /* inside w */
-  ps_bundle_reader *r = ps_bundle_reader_open(tmp("flip/ckpt"), &st);
-  ck_assert_msg(r != NULL, "%s", st.msg);
-  PS_ASSERT_STATUS(ps_bundle_reader_read_into(r, "w", v, sizeof v, &st), st, PS_DATA_LOSS,
-                   "flip/ckpt.data-00000-of-00001: tensor w: data checksum mismatch");
-  ck_assert_int_eq(ps_bundle_reader_read(r, "w", &t, &st), PS_DATA_LOSS);
-  ck_assert_ptr_null(t);
-  PS_ASSERT_STATUS(ps_bundle_reader_verify(r, &st), st, PS_DATA_LOSS,
-                   "flip/ckpt.data-00000-of-00001: tensor w: data checksum mismatch");
-  ck_assert_int_eq(ps_bundle_reader_read_strings(r, "s", &s, &st), 0); /* untouched */
-  ps_bundle_strings_destroy(s);
-  ps_bundle_reader_close(r);
-
-  /* the string tensor: a length, then a string byte */
-  write_sample("str");
-  flip(tmp("str/ckpt.data-00000-of-00001"), 400, 0x02); /* first length varint */
-  r = ps_bundle_reader_open(tmp("str/ckpt"), &st);
-  ck_assert_int_eq(ps_bundle_reader_read_strings(r, "s", &s, &st), PS_DATA_LOSS);
-  ck_assert_ptr_null(s);
-  PS_ASSERT_MSG_HAS(st, "str/ckpt.data-00000-of-00001: tensor s:");
-  ps_bundle_reader_close(r);
-  write_sample("str2");
-  flip(tmp("str2/ckpt.data-00000-of-00001"), -1, 0x02); /* last byte of "defgh" */
-  r = ps_bundle_reader_open(tmp("str2/ckpt"), &st);
-  PS_ASSERT_STATUS(ps_bundle_reader_read_strings(r, "s", &s, &st), st, PS_DATA_LOSS,
-                   "str2/ckpt.data-00000-of-00001: tensor s: data checksum mismatch");
-  ps_bundle_reader_close(r);
-  write_sample("str3");
-  flip(tmp("str3/ckpt.data-00000-of-00001"), 403, 0x02); /* the length checksum */
-  r = ps_bundle_reader_open(tmp("str3/ckpt"), &st);
-  PS_ASSERT_STATUS(ps_bundle_reader_read_strings(r, "s", &s, &st), st, PS_DATA_LOSS,
-                   "tensor s: length checksum mismatch");
-  ps_bundle_reader_close(r);
-
-  write_sample("short");
-  ck_assert_int_eq(truncate(tmp("short/ckpt.data-00000-of-00001"), 399), 0);
-  r = ps_bundle_reader_open(tmp("short/ckpt"), &st);
-  ck_assert_msg(r != NULL, "%s", st.msg);
-  ck_assert_int_eq(ps_bundle_reader_read_into(r, "w", v, sizeof v, &st), PS_DATA_LOSS);
-  PS_ASSERT_MSG_HAS(st,
-                    "short/ckpt.data-00000-of-00001: tensor w: entry past the end of its "
-                    "shard (offset 0 + size 400 > file size 399");
-  ck_assert_int_eq(ps_bundle_reader_read(r, "w", &t, &st), PS_DATA_LOSS);
-  PS_ASSERT_STATUS(ps_bundle_reader_read_strings(r, "s", &s, &st), st, PS_DATA_LOSS,
-                   "tensor s: entry past the end of its shard");
-  ck_assert_int_eq(ps_bundle_reader_verify(r, &st), PS_DATA_LOSS);
-  ps_bundle_reader_close(r);
-
-  write_sample("gone");
-  ck_assert_int_eq(unlink(tmp("gone/ckpt.data-00000-of-00001")), 0);
-  r = ps_bundle_reader_open(tmp("gone/ckpt"), &st);
-  ck_assert_msg(r != NULL, "%s", st.msg); /* data files open on first read */
-  PS_ASSERT_STATUS(ps_bundle_reader_read_into(r, "w", v, sizeof v, &st), st, PS_NOT_FOUND,
-                   "gone/ckpt.data-00000-of-00001: missing data shard");
-  PS_ASSERT_STATUS(ps_bundle_reader_verify(r, &st), st, PS_NOT_FOUND,
-                   "missing data shard");
-  ps_bundle_reader_close(r);
-}
-END_TEST
-
-static uint64_t get_varint(const uint8_t **p) {
-  uint64_t v = 0;
-  for (int s = 0;; s += 7) {
-    uint8_t c = *(*p)++;
-    v |= (uint64_t)(c & 0x7f) << s;
-    if (!(c & 0x80)) return v;
-  }
-}
-
-/* Rewrites block 0 of a table (the first data block) through @fn, with a
- * valid checksum for the new contents and type. */
-static void rewrite_block0(const char *path,
-                           void (*fn)(uint8_t *b, size_t n, uint8_t *type)) {
-  size_t n;
-  uint8_t *p = read_file(path, &n);
-  const uint8_t *f = p + n - 48;
-  get_varint(&f);
-  get_varint(&f);
-  uint64_t ioff = get_varint(&f);
-  const uint8_t *q = p + ioff;
-  get_varint(&q); /* shared */
-  uint64_t kn = get_varint(&q);
-  get_varint(&q); /* value length */
-  q += kn;
-  uint64_t off = get_varint(&q), size = get_varint(&q);
-  uint8_t *b = p + off, type = b[size];
-  fn(b, (size_t)size, &type);
-  b[size] = type;
-  uint32_t crc = ps_crc32c_mask(ps_crc32c_extend(ps_crc32c(b, (size_t)size), &type, 1));
-  for (int i = 0; i < 4; i++)
-    b[size + 1 + i] = (uint8_t)(crc >> (8 * i));
-  write_file(path, p, n);
-  free(p);
-}
-
-static void break_snappy(uint8_t *b, size_t n, uint8_t *type) {
-  ck_assert_uint_eq(*type, 1);
-  b[0] = 0x7f; /* claims 127 uncompressed bytes */
-  (void)n;
-}
-
-static void unknown_type(uint8_t *b, size_t n, uint8_t *type) {
-  *type = 2;
-  (void)b;
-  (void)n;
-}
-
-START_TEST(corrupt_compressed_block_is_named) {
-  ps_status st = {0};
-  ck_assert_int_eq(mkdir(tmp("z"), 0777), 0);
-  copy_file(tfdata("half_plus_two_cpu/variables.index"), tmp("z/v.index"));
-  rewrite_block0(tmp("z/v.index"), break_snappy);
-  PS_ASSERT_STATUS(open_fails(tmp("z/v"), &st), st, PS_DATA_LOSS,
-                   "z/v.index: block 0: corrupted compressed block contents");
-  copy_file(tfdata("half_plus_two_gpu/variables.index"), tmp("z/v.index"));
-  rewrite_block0(tmp("z/v.index"), unknown_type);
-  PS_ASSERT_STATUS(open_fails(tmp("z/v"), &st), st, PS_DATA_LOSS,
-                   "z/v.index: block 0: unknown compression type 2");
-}
-END_TEST
-
-/* ---- Writer misuse ---------------------------------------------------- */
-
-START_TEST(writer_errors_are_named) {
-  ps_status st = {0};
-  ps_shape scalar = {.rank = 0}, three = shp(1, (int64_t)3);
-  float x[3] = {1, 2, 3};
-  ps_bundle_writer *w = ps_bundle_writer_create(tmp("w/ckpt"), &st);
-  ck_assert_msg(w != NULL, "%s", st.msg);
-  ck_assert_int_eq(ps_bundle_writer_add(w, "", PS_DT_FLOAT, &scalar, x, 4, &st),
-                   PS_INVALID_ARGUMENT);
-  PS_ASSERT_MSG_HAS(st, "may not be empty");
-  ck_assert_int_eq(ps_bundle_writer_add(w, "x", PS_DT_FLOAT, &three, x, 8, &st),
-                   PS_INVALID_ARGUMENT);
-  PS_ASSERT_MSG_HAS(st, "tensor x: 8 bytes given for dtype float shape [3]");
-  ck_assert_int_eq(ps_bundle_writer_add(w, "r", 20 /* DT_RESOURCE */, &scalar, x, 4, &st),
-                   PS_UNIMPLEMENTED);
-  ck_assert_int_eq(ps_bundle_writer_add(w, "x", PS_DT_FLOAT, &three, x, 12, &st), 0);
-  ck_assert_int_eq(ps_bundle_writer_add(w, "x", PS_DT_FLOAT, &three, x, 12, &st),
-                   PS_INVALID_ARGUMENT);
-  PS_ASSERT_MSG_HAS(st, "w/ckpt: tensor x added twice");
-  ck_assert_int_eq(ps_bundle_writer_add_strings(w, "x", &scalar, NULL, NULL, &st),
-                   PS_INVALID_ARGUMENT);
-  /* Abandoned: nothing is left behind. */
-  ps_bundle_writer_destroy(w);
-  DIR *d = opendir(tmp("w"));
-  ck_assert_ptr_nonnull(d);
-  struct dirent *e;
-  while ((e = readdir(d)) != NULL)
-    ck_assert_msg(e->d_name[0] == '.', "left behind: %s", e->d_name);
-  closedir(d);
-  ps_bundle_writer_destroy(NULL);
-
-  /* finished: no more adds */
-  w = ps_bundle_writer_create(tmp("w/ckpt"), &st);
-  ck_assert_int_eq(ps_bundle_writer_finish(w, &st), 0);
-  ck_assert_int_eq(ps_bundle_writer_add(w, "y", PS_DT_FLOAT, &scalar, x, 4, &st),
-                   PS_FAILED_PRECONDITION);
-  ck_assert_int_eq(ps_bundle_writer_finish(w, &st), PS_FAILED_PRECONDITION);
-  ps_bundle_writer_destroy(w);
-  /* an empty bundle is still a bundle */
-  ps_bundle_reader *r = ps_bundle_reader_open(tmp("w/ckpt"), &st);
-  ck_assert_msg(r != NULL, "%s", st.msg);
-  ck_assert_uint_eq(ps_bundle_reader_count(r), 0);
-  ps_bundle_reader_close(r);
-
-  /* a directory that cannot be created */
-  write_file(tmp("afile"), "x", 1);
-  ck_assert_ptr_null(ps_bundle_writer_create(tmp("afile/sub/ckpt"), &st));
-  PS_ASSERT_MSG_HAS(st, "afile/sub/ckpt: cannot create directory");
-  ck_assert_ptr_null(ps_bundle_writer_create("", &st));
-  ck_assert_int_eq(st.code, PS_INVALID_ARGUMENT);
 }
 END_TEST
 
@@ -1181,9 +586,9 @@ START_TEST(index_spans_several_blocks) {
     snprintf(key, sizeof key, "tower_%d/layer_%04d/some/rather/long/variable/name/kernel",
              i % 3, i);
     float v[2] = {(float)i, (float)-i};
-    ck_assert_int_eq(ps_bundle_writer_add(w, key, PS_DT_FLOAT, &sh, v, 8, &st), 0);
+    PS_ASSERT_OK(ps_bundle_writer_add(w, key, PS_DT_FLOAT, &sh, v, 8, &st), st);
   }
-  ck_assert_int_eq(ps_bundle_writer_finish(w, &st), 0);
+  PS_ASSERT_OK(ps_bundle_writer_finish(w, &st), st);
   ps_bundle_writer_destroy(w);
   /* count the index block's entries: one per data block */
   size_t n;
@@ -1204,10 +609,10 @@ START_TEST(index_spans_several_blocks) {
     snprintf(key, sizeof key, "tower_%d/layer_%04d/some/rather/long/variable/name/kernel",
              i % 3, i);
     float v[2];
-    ck_assert_int_eq(ps_bundle_reader_read_into(r, key, v, sizeof v, &st), 0);
+    PS_ASSERT_OK(ps_bundle_reader_read_into(r, key, v, sizeof v, &st), st);
     ck_assert(v[0] == (float)i && v[1] == (float)-i);
   }
-  ck_assert_int_eq(ps_bundle_reader_verify(r, &st), 0);
+  PS_ASSERT_OK(ps_bundle_reader_verify(r, &st), st);
   ps_bundle_reader_close(r);
 }
 END_TEST
@@ -1243,17 +648,16 @@ START_TEST(reads_from_several_threads) {
   add_v_slice(w, 5, 5);
   ps_shape scalar = {.rank = 0};
   float x = 42.0f;
-  ck_assert_int_eq(ps_bundle_writer_add(w, "x", PS_DT_FLOAT, &scalar, &x, 4, &st), 0);
+  PS_ASSERT_OK(ps_bundle_writer_add(w, "x", PS_DT_FLOAT, &scalar, &x, 4, &st), st);
   /* the same empty slice twice is refused */
   ps_shape full = shp(2, (int64_t)10, (int64_t)20);
   int64_t s0[2] = {0, 0}, l0[2] = {0, 20};
-  ck_assert_int_eq(
-      ps_bundle_writer_add_slice(w, "e", PS_DT_FLOAT, &full, s0, l0, NULL, 0, &st), 0);
-  ck_assert_int_eq(
-      ps_bundle_writer_add_slice(w, "e", PS_DT_FLOAT, &full, s0, l0, NULL, 0, &st),
-      PS_INVALID_ARGUMENT);
-  PS_ASSERT_MSG_HAS(st, "the same slice added twice");
-  ck_assert_int_eq(ps_bundle_writer_finish(w, &st), 0);
+  PS_ASSERT_OK(
+      ps_bundle_writer_add_slice(w, "e", PS_DT_FLOAT, &full, s0, l0, NULL, 0, &st), st);
+  PS_ASSERT_STATUS(
+      ps_bundle_writer_add_slice(w, "e", PS_DT_FLOAT, &full, s0, l0, NULL, 0, &st), st,
+      PS_INVALID_ARGUMENT, "the same slice added twice");
+  PS_ASSERT_OK(ps_bundle_writer_finish(w, &st), st);
   ps_bundle_writer_destroy(w);
   ps_bundle_reader *r = ps_bundle_reader_open(tmp("thr/ckpt"), &st);
   ck_assert_msg(r != NULL, "%s", st.msg);
@@ -1288,15 +692,8 @@ int main(void) {
   tcase_add_test(tc, round_trips_every_dtype);
   tcase_add_test(tc, round_trips_strings);
   tcase_add_test(tc, round_trips_a_100mib_tensor);
-  tcase_add_test(tc, sliced_entries_match_tensorflow);
-  tcase_add_test(tc, many_partitioned_tensors_round_trip);
-  tcase_add_test(tc, parses_shape_and_slice_specs);
-  tcase_add_test(tc, merges_parts_like_merge_v2_checkpoints);
-  tcase_add_test(tc, merge_conflicts_move_nothing);
-  tcase_add_test(tc, corrupt_index_is_named);
-  tcase_add_test(tc, corrupt_data_is_named);
-  tcase_add_test(tc, corrupt_compressed_block_is_named);
-  tcase_add_test(tc, writer_errors_are_named);
+  bundle_slices_tests(tc);
+  bundle_corrupt_tests(tc);
   tcase_add_test(tc, index_spans_several_blocks);
   tcase_add_test(tc, reads_from_several_threads);
   suite_add_tcase(s, tc);

@@ -39,11 +39,11 @@ START_TEST(a_big_tensor_is_cut_between_pieces) {
   ck_assert_ptr_nonnull(big);
   ps_shape s = {1, {(int64_t)(n / 4)}};
   calls = 0;
-  ck_assert_int_eq(ps_bundle_writer_add(w, "big", 1, &s, big, n, &st), PS_CANCELLED);
+  PS_ASSERT_CODE(ps_bundle_writer_add(w, "big", 1, &s, big, n, &st), st, PS_CANCELLED);
   ck_assert_msg(strstr(st.msg, "cancelled") && strstr(st.msg, prefix), "%s", st.msg);
   ck_assert_int_eq(calls, 3); /* stopped at the third piece, not the eighth */
   /* sticky: the writer does nothing more */
-  ck_assert_int_eq(ps_bundle_writer_finish(w, &st), PS_CANCELLED);
+  PS_ASSERT_CODE(ps_bundle_writer_finish(w, &st), st, PS_CANCELLED);
   ps_bundle_writer_destroy(w);
   free(big);
   ck_assert_int_eq(files_in(tmp("b")), 0);
@@ -57,8 +57,8 @@ START_TEST(without_a_cancel_the_writer_finishes) {
   ck_assert_msg(w != NULL, "%s", st.msg);
   float v[3] = {1, 2, 3};
   ps_shape s = {1, {3}};
-  ck_assert_int_eq(ps_bundle_writer_add(w, "v", 1, &s, v, sizeof v, &st), 0);
-  ck_assert_int_eq(ps_bundle_writer_finish(w, &st), 0);
+  PS_ASSERT_OK(ps_bundle_writer_add(w, "v", 1, &s, v, sizeof v, &st), st);
+  PS_ASSERT_OK(ps_bundle_writer_finish(w, &st), st);
   ps_bundle_writer_destroy(w);
   ck_assert_int_eq(files_in(tmp("c")), 2);
 }

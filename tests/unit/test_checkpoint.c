@@ -9,7 +9,11 @@
  * including a restart.  inspect output is compared with exact expected text
  * for the TensorFlow-written checkpoints in $PS_TESTDATA/tf-checkpoints and
  * for bundles written here.  Each test works in a fresh mkdtemp()
- * directory, removed afterwards (even when the test fails). */
+ * directory, removed afterwards (even when the test fails).
+ *
+ * Retention is tested in test_checkpoint_retention.c, inspect and path
+ * confinement in test_checkpoint_inspect.c (one program: unit_checkpoint).
+ */
 #include <check.h>
 #include <dirent.h>
 #include <errno.h>
@@ -26,6 +30,7 @@
 
 #include "common/bundle.h"
 #include "paramserver/checkpoint.h"
+#include "test_checkpoint_internal.h"
 #include "testdir.h"
 #include "tests/support/assert.h"
 
@@ -43,14 +48,14 @@ static char *read_text(const char *path) {
   return p;
 }
 
-static void write_text(const char *path, const char *text) {
+void write_text(const char *path, const char *text) {
   FILE *f = fopen(path, "wb");
   ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
   ck_assert_uint_eq(fwrite(text, 1, strlen(text), f), strlen(text));
   fclose(f);
 }
 
-static void assert_file_text(const char *path, const char *want) {
+void assert_file_text(const char *path, const char *want) {
   char *got = read_text(path);
   ck_assert_msg(strcmp(got, want) == 0, "%s is\n---\n%s---\nwant\n---\n%s---", path, got,
                 want);
@@ -75,14 +80,14 @@ static char *list_dir(const char *dir) {
   return out;
 }
 
-static void assert_dir_has(const char *dir, const char *want) {
+void assert_dir_has(const char *dir, const char *want) {
   char *got = list_dir(dir);
   ck_assert_msg(strcmp(got, want) == 0, "%s holds\n  %s\nwant\n  %s", dir, got, want);
   free(got);
 }
 
 /* Runs ps_ckpt_inspect into a string. */
-static char *inspect(const char *prefix, bool values, ps_status *st) {
+char *inspect(const char *prefix, bool values, ps_status *st) {
   char *buf = NULL;
   size_t len = 0;
   FILE *f = open_memstream(&buf, &len);
@@ -93,7 +98,7 @@ static char *inspect(const char *prefix, bool values, ps_status *st) {
   return buf;
 }
 
-static void assert_inspect(const char *prefix, bool values, const char *want) {
+void assert_inspect(const char *prefix, bool values, const char *want) {
   ps_status st = {0};
   char *got = inspect(prefix, values, &st);
   ck_assert_msg(st.code == 0, "inspect %s: %s", prefix, st.msg);
@@ -111,7 +116,7 @@ START_TEST(state_format_is_tensorflows_tf1) {
                      .num_paths = 2,
                      .all_model_checkpoint_paths = paths};
   ps_status st = {0};
-  ck_assert_int_eq(ps_ckpt_state_write(tmpdir, &s, &st), 0);
+  PS_ASSERT_OK(ps_ckpt_state_write(tmpdir, &s, &st), st);
   assert_file_text(tmp("checkpoint"),
                    "model_checkpoint_path: \"model.ckpt-1000\"\n"
                    "all_model_checkpoint_paths: \"model.ckpt-900\"\n"
@@ -131,7 +136,7 @@ START_TEST(state_format_is_tensorflows_tf2) {
                      .all_model_checkpoint_timestamps = ts,
                      .last_preserved_timestamp = 1601611588.861176};
   ps_status st = {0};
-  ck_assert_int_eq(ps_ckpt_state_write(tmpdir, &s, &st), 0);
+  PS_ASSERT_OK(ps_ckpt_state_write(tmpdir, &s, &st), st);
   assert_file_text(tmp("checkpoint"),
                    "model_checkpoint_path: \"ckpt-12\"\n"
                    "all_model_checkpoint_paths: \"ckpt-11\"\n"
@@ -203,7 +208,7 @@ START_TEST(state_format_python_reprs_and_escapes) {
   ck_assert_uint_eq(len, strlen(text));
   /* and back */
   ps_ckpt_state r;
-  ck_assert_int_eq(ps_ckpt_state_parse((const uint8_t *)text, len, &r, &st), 0);
+  PS_ASSERT_OK(ps_ckpt_state_parse((const uint8_t *)text, len, &r, &st), st);
   ck_assert_str_eq(r.model_checkpoint_path, paths[0]);
   ck_assert_uint_eq(r.num_paths, 1);
   ck_assert_str_eq(r.all_model_checkpoint_paths[0], paths[0]);
@@ -223,7 +228,7 @@ START_TEST(state_round_trips_through_the_directory) {
                      .all_model_checkpoint_timestamps = ts,
                      .last_preserved_timestamp = 1699999999.0};
   ps_status st = {0};
-  ck_assert_int_eq(ps_ckpt_state_write(tmpdir, &s, &st), 0);
+  PS_ASSERT_OK(ps_ckpt_state_write(tmpdir, &s, &st), st);
   ps_ckpt_state r;
   PS_ASSERT_OK(ps_ckpt_state_read(tmpdir, &r, &st), st);
   /* relative paths are joined with the directory, absolute ones kept */
@@ -242,7 +247,7 @@ START_TEST(state_round_trips_through_the_directory) {
   /* a directory given with a trailing slash is joined as os.path.join does */
   char dir_slash[1100];
   snprintf(dir_slash, sizeof dir_slash, "%s/", tmpdir);
-  ck_assert_int_eq(ps_ckpt_state_read(dir_slash, &r, &st), 0);
+  PS_ASSERT_OK(ps_ckpt_state_read(dir_slash, &r, &st), st);
   ck_assert_str_eq(r.all_model_checkpoint_paths[0], tmp("model.ckpt-1"));
   ps_ckpt_state_free(&r);
 }
@@ -301,8 +306,7 @@ START_TEST(parses_the_whole_text_format) {
       "all_model_checkpoint_paths: \"tab\\tq\\\"\\'\\\\\\q\"\n";
   ps_ckpt_state r;
   ps_status st = {0};
-  ck_assert_msg(ps_ckpt_state_parse((const uint8_t *)text, sizeof text - 1, &r, &st) == 0,
-                "%s", st.msg);
+  PS_ASSERT_OK(ps_ckpt_state_parse((const uint8_t *)text, sizeof text - 1, &r, &st), st);
   ck_assert_str_eq(r.model_checkpoint_path, "last wins");
   ck_assert_uint_eq(r.num_paths, 4);
   ck_assert_str_eq(r.all_model_checkpoint_paths[0], "a");
@@ -319,7 +323,7 @@ START_TEST(parses_the_whole_text_format) {
   ck_assert(isnan(r.last_preserved_timestamp));
   ps_ckpt_state_free(&r);
   /* an empty file parses (and then has no model_checkpoint_path) */
-  ck_assert_int_eq(ps_ckpt_state_parse((const uint8_t *)"", 0, &r, &st), 0);
+  PS_ASSERT_OK(ps_ckpt_state_parse((const uint8_t *)"", 0, &r, &st), st);
   ck_assert_ptr_null(r.model_checkpoint_path);
   ps_ckpt_state_free(&r);
 }
@@ -353,10 +357,9 @@ START_TEST(state_errors_are_named) {
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     ps_ckpt_state r;
     ps_status st = {0};
-    ck_assert_int_eq(
+    PS_ASSERT_STATUS(
         ps_ckpt_state_parse((const uint8_t *)bad[i].text, strlen(bad[i].text), &r, &st),
-        PS_DATA_LOSS);
-    PS_ASSERT_MSG_HAS(st, bad[i].msg);
+        st, PS_DATA_LOSS, bad[i].msg);
     ck_assert_ptr_null(r.model_checkpoint_path);
     ck_assert_uint_eq(r.num_paths, 0);
     /* read names the file */
@@ -394,9 +397,9 @@ START_TEST(state_errors_are_named) {
   PS_ASSERT_STATUS(ps_ckpt_state_write(empty, &s, &st), st, PS_INVALID_ARGUMENT,
                    "empty model_checkpoint_path");
   s.model_checkpoint_path = "./checkpoint";
-  ck_assert_int_eq(ps_ckpt_state_write(empty, &s, &st), PS_INVALID_ARGUMENT);
-  PS_ASSERT_MSG_HAS(
-      st, "Save path './checkpoint' conflicts with path used for checkpoint state");
+  PS_ASSERT_STATUS(
+      ps_ckpt_state_write(empty, &s, &st), st, PS_INVALID_ARGUMENT,
+      "Save path './checkpoint' conflicts with path used for checkpoint state");
   assert_dir_has(empty, "");
   /* a directory that does not exist */
   s.model_checkpoint_path = "b";
@@ -452,7 +455,7 @@ START_TEST(failed_write_keeps_the_previous_state) {
   assert_file_text(tmp("checkpoint"), state_a);
   assert_dir_has(tmpdir, "checkpoint");
   /* and a later write succeeds */
-  ck_assert_int_eq(write_state_b(tmpdir, &st), 0);
+  PS_ASSERT_OK(write_state_b(tmpdir, &st), st);
   char *text = read_text(tmp("checkpoint"));
   const char *head = "model_checkpoint_path: \"model.ckpt-1063\"\n";
   ck_assert(strncmp(text, head, strlen(head)) == 0);
@@ -501,7 +504,7 @@ START_TEST(latest_checkpoint_like_tensorflow) {
   char *p = (char *)"unchanged";
   ps_status st = {0};
   /* no state file */
-  ck_assert_int_eq(ps_latest_checkpoint(tmpdir, &p, &st), PS_NOT_FOUND);
+  PS_ASSERT_CODE(ps_latest_checkpoint(tmpdir, &p, &st), st, PS_NOT_FOUND);
   ck_assert_ptr_null(p);
   char want[1200];
   snprintf(want, sizeof want, "no checkpoint in %s", tmpdir);
@@ -513,7 +516,7 @@ START_TEST(latest_checkpoint_like_tensorflow) {
   write_text(tmp("checkpoint"), "model_checkpoint_path: \"model.ckpt-5\"\n"
                                 "all_model_checkpoint_paths: \"model.ckpt-5\"\n");
   write_text(tmp("model.ckpt-5.data-00000-of-00001"), "");
-  ck_assert_int_eq(ps_latest_checkpoint(tmpdir, &p, &st), PS_NOT_FOUND);
+  PS_ASSERT_CODE(ps_latest_checkpoint(tmpdir, &p, &st), st, PS_NOT_FOUND);
   snprintf(want, sizeof want, "Couldn't match files for checkpoint %s/model.ckpt-5",
            tmpdir);
   ck_assert_str_eq(st.msg, want);
@@ -526,7 +529,7 @@ START_TEST(latest_checkpoint_like_tensorflow) {
   ck_assert_int_eq(mkdir(tmp("sub"), 0755), 0);
   write_text(tmp("sub/m-1.index"), "");
   write_text(tmp("checkpoint"), "model_checkpoint_path: \"sub/m-1\"\n");
-  ck_assert_int_eq(ps_latest_checkpoint(tmpdir, &p, &st), 0);
+  PS_ASSERT_OK(ps_latest_checkpoint(tmpdir, &p, &st), st);
   ck_assert_str_eq(p, tmp("sub/m-1"));
   free(p);
   /* absolute: as written */
@@ -534,7 +537,7 @@ START_TEST(latest_checkpoint_like_tensorflow) {
   snprintf(text, sizeof text, "model_checkpoint_path: \"%s\"\n",
            tfdata("counter/variables"));
   write_text(tmp("checkpoint"), text);
-  ck_assert_int_eq(ps_latest_checkpoint(tmpdir, &p, &st), 0);
+  PS_ASSERT_OK(ps_latest_checkpoint(tmpdir, &p, &st), st);
   ck_assert_str_eq(p, tfdata("counter/variables"));
   free(p);
   /* unparsable */
@@ -542,540 +545,6 @@ START_TEST(latest_checkpoint_like_tensorflow) {
   PS_ASSERT_STATUS(ps_latest_checkpoint(tmpdir, &p, &st), st, PS_DATA_LOSS,
                    "unterminated string");
   ck_assert_ptr_null(p);
-}
-END_TEST
-
-/* ---- Retention ------------------------------------------------------------ */
-
-/* The files of a (fake) checkpoint: index, two data shards, meta. */
-static void make_ckpt(const char *name) {
-  write_text(tmp("%s.index", name), "i");
-  write_text(tmp("%s.data-00000-of-00002", name), "d");
-  write_text(tmp("%s.data-00001-of-00002", name), "d");
-  write_text(tmp("%s.meta", name), "m");
-}
-
-static const char *ckpt_files(const char *name) {
-  static char b[8][512];
-  static int i;
-  char *p = b[i++ & 7];
-  snprintf(p, 512, "%s.data-00000-of-00002 %s.data-00001-of-00002 %s.index %s.meta", name,
-           name, name, name);
-  return p;
-}
-
-static void add_ok(ps_ckpt_manager *m, const char *name, double now) {
-  make_ckpt(name);
-  ps_status st = {0};
-  ck_assert_msg(ps_ckpt_manager_add(m, tmp("%s", name), now, &st) == 0, "add %s: %s",
-                name, st.msg);
-}
-
-START_TEST(retention_keeps_max_to_keep) {
-  ps_ckpt_manager_options opt;
-  ps_ckpt_manager_options_init(&opt);
-  ck_assert_int_eq(opt.max_to_keep, 5);
-  ck_assert(opt.keep_checkpoint_every_n_hours == 10000.0);
-  opt.max_to_keep = 2;
-  ps_status st = {0};
-  ps_ckpt_manager *m = ps_ckpt_manager_create(tmpdir, &opt, 1e9, &st);
-  ck_assert_ptr_nonnull(m);
-  ck_assert_ptr_null(ps_ckpt_manager_latest(m));
-  ck_assert_uint_eq(ps_ckpt_manager_count(m), 0);
-  /* files that only look alike must survive */
-  write_text(tmp("model.ckpt-10.index"), "x");
-  write_text(tmp("model.ckpt-1.data-00000-of-00001.tempstate123"), "x");
-  write_text(tmp("model.ckpt-1.data-0000-of-00001"), "x");
-  add_ok(m, "model.ckpt-1", 1e9 + 1);
-  add_ok(m, "model.ckpt-2", 1e9 + 2);
-  add_ok(m, "model.ckpt-3", 1e9 + 3.5);
-  char want[4096];
-  snprintf(want, sizeof want,
-           "checkpoint model.ckpt-1.data-0000-of-00001 "
-           "model.ckpt-1.data-00000-of-00001.tempstate123 model.ckpt-10.index %s %s",
-           ckpt_files("model.ckpt-2"), ckpt_files("model.ckpt-3"));
-  assert_dir_has(tmpdir, want);
-  assert_file_text(tmp("checkpoint"), "model_checkpoint_path: \"model.ckpt-3\"\n"
-                                      "all_model_checkpoint_paths: \"model.ckpt-2\"\n"
-                                      "all_model_checkpoint_paths: \"model.ckpt-3\"\n"
-                                      "all_model_checkpoint_timestamps: 1000000002.0\n"
-                                      "all_model_checkpoint_timestamps: 1000000003.5\n"
-                                      "last_preserved_timestamp: 1000000000.0\n");
-  ck_assert_str_eq(ps_ckpt_manager_latest(m), tmp("model.ckpt-3"));
-  ck_assert_uint_eq(ps_ckpt_manager_count(m), 2);
-  ck_assert_str_eq(ps_ckpt_manager_path(m, 0), tmp("model.ckpt-2"));
-  ck_assert(ps_ckpt_manager_timestamp(m, 1) == 1e9 + 3.5);
-  ck_assert_ptr_null(ps_ckpt_manager_path(m, 2));
-  /* and TensorFlow's latest_checkpoint agrees */
-  char *latest;
-  ck_assert_int_eq(ps_latest_checkpoint(tmpdir, &latest, &st), 0);
-  ck_assert_str_eq(latest, tmp("model.ckpt-3"));
-  free(latest);
-  ps_ckpt_manager_destroy(m);
-  ps_ckpt_manager_destroy(NULL);
-}
-END_TEST
-
-START_TEST(retention_max_to_keep_0_keeps_every_file) {
-  ps_ckpt_manager_options opt = {.max_to_keep = 0, .keep_checkpoint_every_n_hours = 1};
-  ps_status st = {0};
-  ps_ckpt_manager *m = ps_ckpt_manager_create(tmpdir, &opt, 1e9, &st);
-  ck_assert_ptr_nonnull(m);
-  for (int i = 1; i <= 4; i++) {
-    char name[32];
-    snprintf(name, sizeof name, "model.ckpt-%d", i);
-    add_ok(m, name, 1e9 + 10000 * i);
-  }
-  char want[4096];
-  snprintf(want, sizeof want, "checkpoint %s %s %s %s", ckpt_files("model.ckpt-1"),
-           ckpt_files("model.ckpt-2"), ckpt_files("model.ckpt-3"),
-           ckpt_files("model.ckpt-4"));
-  assert_dir_has(tmpdir, want);
-  assert_file_text(tmp("checkpoint"), "model_checkpoint_path: \"model.ckpt-4\"\n"
-                                      "all_model_checkpoint_paths: \"model.ckpt-4\"\n"
-                                      "all_model_checkpoint_timestamps: 1000040000.0\n"
-                                      "last_preserved_timestamp: 1000000000.0\n");
-  ck_assert_uint_eq(ps_ckpt_manager_count(m), 1);
-  ps_ckpt_manager_destroy(m);
-}
-END_TEST
-
-/* Saving a path again moves it to the end: it is then the newest. */
-START_TEST(retention_resaved_path_moves_to_the_end) {
-  ps_ckpt_manager_options opt = {.max_to_keep = 2, .keep_checkpoint_every_n_hours = 0};
-  ps_status st = {0};
-  ps_ckpt_manager *m = ps_ckpt_manager_create(tmpdir, &opt, 1e9, &st);
-  ck_assert_ptr_nonnull(m);
-  add_ok(m, "a", 1e9 + 1);
-  add_ok(m, "b", 1e9 + 2);
-  /* the same checkpoint, spelled differently */
-  ck_assert_int_eq(ps_ckpt_manager_add(m, tmp("./a"), 1e9 + 3, &st), 0);
-  assert_file_text(tmp("checkpoint"), "model_checkpoint_path: \"a\"\n"
-                                      "all_model_checkpoint_paths: \"b\"\n"
-                                      "all_model_checkpoint_paths: \"a\"\n"
-                                      "all_model_checkpoint_timestamps: 1000000002.0\n"
-                                      "all_model_checkpoint_timestamps: 1000000003.0\n"
-                                      "last_preserved_timestamp: 1000000000.0\n");
-  add_ok(m, "c", 1e9 + 4); /* evicts b, not a */
-  char want[4096];
-  /* "a.*" sorts before "c.*" which sorts before "checkpoint" */
-  snprintf(want, sizeof want, "%s %s checkpoint", ckpt_files("a"), ckpt_files("c"));
-  assert_dir_has(tmpdir, want);
-  ck_assert_uint_eq(ps_ckpt_manager_count(m), 2);
-  ck_assert_str_eq(ps_ckpt_manager_path(m, 0), tmp("a"));
-  ck_assert_str_eq(ps_ckpt_manager_path(m, 1), tmp("c"));
-  ps_ckpt_manager_destroy(m);
-}
-END_TEST
-
-/* keep_checkpoint_every_n_hours = 1 with a checkpoint every 20 minutes and
- * max_to_keep 2; the policy survives a restart through the state file. */
-START_TEST(retention_keep_every_n_hours_with_a_fake_clock) {
-  const double T = 1e9;
-  ps_ckpt_manager_options opt = {.max_to_keep = 2, .keep_checkpoint_every_n_hours = 1};
-  ps_status st = {0};
-  ps_ckpt_manager *m = ps_ckpt_manager_create(tmpdir, &opt, T, &st);
-  ck_assert_ptr_nonnull(m);
-  for (int k = 1; k <= 8; k++) {
-    char name[32];
-    snprintf(name, sizeof name, "model.ckpt-%d", k);
-    add_ok(m, name, T + 1200 * k);
-  }
-  ps_ckpt_manager_destroy(m);
-  /* 3 (T+1h) and 6 (T+2h) preserved; 7 and 8 listed */
-  char want[4096];
-  snprintf(want, sizeof want, "checkpoint %s %s %s %s", ckpt_files("model.ckpt-3"),
-           ckpt_files("model.ckpt-6"), ckpt_files("model.ckpt-7"),
-           ckpt_files("model.ckpt-8"));
-  assert_dir_has(tmpdir, want);
-  assert_file_text(tmp("checkpoint"), "model_checkpoint_path: \"model.ckpt-8\"\n"
-                                      "all_model_checkpoint_paths: \"model.ckpt-7\"\n"
-                                      "all_model_checkpoint_paths: \"model.ckpt-8\"\n"
-                                      "all_model_checkpoint_timestamps: 1000008400.0\n"
-                                      "all_model_checkpoint_timestamps: 1000009600.0\n"
-                                      "last_preserved_timestamp: 1000007200.0\n");
-  /* A restarted process (one-shot records, each reading the state file):
-   * 9 is preserved only because last_preserved_timestamp was kept. */
-  for (int k = 9; k <= 11; k++) {
-    char name[32];
-    snprintf(name, sizeof name, "model.ckpt-%d", k);
-    make_ckpt(name);
-    ck_assert_msg(ps_ckpt_record(tmpdir, tmp("%s", name), &opt, T + 1200 * k, &st) == 0,
-                  "%s", st.msg);
-  }
-  snprintf(want, sizeof want, "checkpoint %s %s %s %s %s", ckpt_files("model.ckpt-10"),
-           ckpt_files("model.ckpt-11"), ckpt_files("model.ckpt-3"),
-           ckpt_files("model.ckpt-6"), ckpt_files("model.ckpt-9"));
-  assert_dir_has(tmpdir, want);
-  assert_file_text(tmp("checkpoint"), "model_checkpoint_path: \"model.ckpt-11\"\n"
-                                      "all_model_checkpoint_paths: \"model.ckpt-10\"\n"
-                                      "all_model_checkpoint_paths: \"model.ckpt-11\"\n"
-                                      "all_model_checkpoint_timestamps: 1000012000.0\n"
-                                      "all_model_checkpoint_timestamps: 1000013200.0\n"
-                                      "last_preserved_timestamp: 1000010800.0\n");
-  /* The clock went back: timestamps in the future are clamped to now. */
-  m = ps_ckpt_manager_create(tmpdir, &opt, T, &st);
-  ck_assert_ptr_nonnull(m);
-  ck_assert_uint_eq(ps_ckpt_manager_count(m), 2);
-  ck_assert(ps_ckpt_manager_timestamp(m, 0) == T);
-  ck_assert_str_eq(ps_ckpt_manager_latest(m), tmp("model.ckpt-11"));
-  ps_ckpt_manager_destroy(m);
-}
-END_TEST
-
-/* A state file from TensorFlow 1.x (absolute paths, no timestamps): the
- * index mtimes stand in for the timestamps, paths are kept as written. */
-START_TEST(retention_picks_up_a_tf1_state_file) {
-  const double T = 1e9;
-  make_ckpt("model.ckpt-1");
-  struct timespec times[2] = {{.tv_sec = (time_t)T - 100}, {.tv_sec = (time_t)T - 100}};
-  ck_assert_int_eq(utimensat(AT_FDCWD, tmp("model.ckpt-1.index"), times, 0), 0);
-  char text[4096];
-  snprintf(text, sizeof text,
-           "model_checkpoint_path: \"%s/model.ckpt-1\"\n"
-           "all_model_checkpoint_paths: \"%s/model.ckpt-1\"\n",
-           tmpdir, tmpdir);
-  write_text(tmp("checkpoint"), text);
-  ps_ckpt_manager_options opt = {.max_to_keep = 2,
-                                 .keep_checkpoint_every_n_hours = 10000};
-  ps_status st = {0};
-  ps_ckpt_manager *m = ps_ckpt_manager_create(tmpdir, &opt, T, &st);
-  ck_assert_ptr_nonnull(m);
-  ck_assert_uint_eq(ps_ckpt_manager_count(m), 1);
-  ck_assert(ps_ckpt_manager_timestamp(m, 0) == T - 100);
-  ck_assert_str_eq(ps_ckpt_manager_latest(m), tmp("model.ckpt-1"));
-  add_ok(m, "model.ckpt-2", T + 10);
-  snprintf(text, sizeof text,
-           "model_checkpoint_path: \"model.ckpt-2\"\n"
-           "all_model_checkpoint_paths: \"%s/model.ckpt-1\"\n"
-           "all_model_checkpoint_paths: \"model.ckpt-2\"\n"
-           "all_model_checkpoint_timestamps: 999999900.0\n"
-           "all_model_checkpoint_timestamps: 1000000010.0\n"
-           "last_preserved_timestamp: 1000000000.0\n",
-           tmpdir);
-  assert_file_text(tmp("checkpoint"), text);
-  /* re-saving the absolutely-listed checkpoint by its full name */
-  ck_assert_int_eq(ps_ckpt_manager_add(m, tmp("model.ckpt-1"), T + 20, &st), 0);
-  ck_assert_uint_eq(ps_ckpt_manager_count(m), 2);
-  ck_assert_str_eq(ps_ckpt_manager_path(m, 0), tmp("model.ckpt-2"));
-  add_ok(m, "model.ckpt-3", T + 30); /* evicts 2 */
-  char want[4096];
-  snprintf(want, sizeof want, "checkpoint %s %s", ckpt_files("model.ckpt-1"),
-           ckpt_files("model.ckpt-3"));
-  assert_dir_has(tmpdir, want);
-  ps_ckpt_manager_destroy(m);
-}
-END_TEST
-
-START_TEST(retention_errors) {
-  ps_status st = {0};
-  ps_ckpt_manager_options opt = {.max_to_keep = -1};
-  ck_assert_ptr_null(ps_ckpt_manager_create(tmpdir, &opt, 1e9, &st));
-  PS_ASSERT_STATUS(st.code, st, PS_INVALID_ARGUMENT, "max_to_keep -1 must be >= 0");
-  ck_assert_ptr_null(ps_ckpt_manager_create("", NULL, 1e9, &st));
-  ck_assert_int_eq(st.code, PS_INVALID_ARGUMENT);
-  ps_ckpt_manager *m = ps_ckpt_manager_create(tmpdir, NULL, 1e9, &st);
-  ck_assert_ptr_nonnull(m);
-  /* not in the managed directory */
-  ck_assert_int_eq(ps_ckpt_manager_add(m, "/elsewhere/model.ckpt-1", 1e9, &st),
-                   PS_INVALID_ARGUMENT);
-  PS_ASSERT_MSG_HAS(st,
-                    "checkpoint /elsewhere/model.ckpt-1 is not in the managed directory");
-  ck_assert_int_eq(ps_ckpt_manager_add(m, tmp("sub/model.ckpt-1"), 1e9, &st),
-                   PS_INVALID_ARGUMENT);
-  ck_assert_int_eq(ps_ckpt_manager_add(m, "", 1e9, &st), PS_INVALID_ARGUMENT);
-  /* the state file's own name */
-  ck_assert_int_eq(ps_ckpt_manager_add(m, tmp("checkpoint"), 1e9, &st),
-                   PS_INVALID_ARGUMENT);
-  PS_ASSERT_MSG_HAS(st, "conflicts with path used for checkpoint state");
-  assert_dir_has(tmpdir, "");
-  /* a failed state write changes nothing */
-  add_ok(m, "model.ckpt-1", 1e9 + 1);
-  ck_assert_int_eq(mkdir(tmp("checkpoint.d"), 0755), 0);
-  ck_assert_int_eq(rename(tmp("checkpoint"), tmp("checkpoint.d/checkpoint")), 0);
-  ck_assert_int_eq(mkdir(tmp("checkpoint"), 0755), 0); /* in the way of the rename */
-  write_text(tmp("checkpoint/x"), "x");
-  make_ckpt("model.ckpt-2");
-  ck_assert_int_ne(ps_ckpt_manager_add(m, tmp("model.ckpt-2"), 1e9 + 2, &st), 0);
-  PS_ASSERT_MSG_HAS(st, "renaming");
-  ck_assert_uint_eq(ps_ckpt_manager_count(m), 1);
-  ck_assert_str_eq(ps_ckpt_manager_latest(m), tmp("model.ckpt-1"));
-  ps_ckpt_manager_destroy(m);
-  /* a state file that is a directory cannot be read */
-  ck_assert_ptr_null(ps_ckpt_manager_create(tmpdir, NULL, 1e9, &st));
-  PS_ASSERT_MSG_HAS(st, tmp("checkpoint"));
-}
-END_TEST
-
-/* An unparsable state file is replaced (TensorFlow ignores it too). */
-START_TEST(retention_replaces_a_corrupt_state_file) {
-  write_text(tmp("checkpoint"), "garbage garbage\n");
-  ps_status st = {0};
-  ps_ckpt_manager *m = ps_ckpt_manager_create(tmpdir, NULL, 1e9, &st);
-  ck_assert_msg(m != NULL, "%s", st.msg);
-  ck_assert_uint_eq(ps_ckpt_manager_count(m), 0);
-  add_ok(m, "model.ckpt-1", 1e9 + 1);
-  assert_file_text(tmp("checkpoint"), "model_checkpoint_path: \"model.ckpt-1\"\n"
-                                      "all_model_checkpoint_paths: \"model.ckpt-1\"\n"
-                                      "all_model_checkpoint_timestamps: 1000000001.0\n"
-                                      "last_preserved_timestamp: 1000000000.0\n");
-  ps_ckpt_manager_destroy(m);
-}
-END_TEST
-
-START_TEST(remove_deletes_every_file_of_a_checkpoint) {
-  make_ckpt("m-1");
-  make_ckpt("m-10");
-  ps_status st = {0};
-  ck_assert_int_eq(ps_ckpt_remove(tmp("m-1"), &st), 0);
-  assert_dir_has(tmpdir, ckpt_files("m-10"));
-  ck_assert_int_eq(ps_ckpt_remove(tmp("m-1"), &st), 0); /* nothing left: fine */
-  ck_assert_int_eq(ps_ckpt_remove(tmp("nodir/m-1"), &st), 0);
-}
-END_TEST
-
-/* ---- inspect -------------------------------------------------------------- */
-
-START_TEST(inspect_tensorflow_checkpoints) {
-  assert_inspect(tfdata("counter/variables"), false, "counter (DT_FLOAT) []\n");
-  assert_inspect(tfdata("counter/variables"), true, "tensor_name:  counter\n0.0\n");
-  assert_inspect(tfdata("half_plus_two_cpu/variables"), false,
-                 "a (DT_FLOAT) []\n"
-                 "a2 (DT_FLOAT) []\n"
-                 "b (DT_FLOAT) []\n"
-                 "c (DT_FLOAT) []\n"
-                 "c2 (DT_FLOAT) []\n");
-  assert_inspect(tfdata("half_plus_two_cpu/variables"), true,
-                 "tensor_name:  a\n0.5\n"
-                 "tensor_name:  a2\n0.5\n"
-                 "tensor_name:  b\n2.0\n"
-                 "tensor_name:  c\n3.0\n"
-                 "tensor_name:  c2\n3.0\n");
-  assert_inspect(tfdata("half_plus_two_gpu/variables"), true,
-                 "tensor_name:  a\n0.5\n"
-                 "tensor_name:  b\n2.0\n"
-                 "tensor_name:  c\n3.0\n");
-  /* a directory: its latest checkpoint */
-  char text[2200];
-  snprintf(text, sizeof text, "model_checkpoint_path: \"%s\"\n",
-           tfdata("half_plus_two_gpu/variables"));
-  write_text(tmp("checkpoint"), text);
-  assert_inspect(tmpdir, false, "a (DT_FLOAT) []\nb (DT_FLOAT) []\nc (DT_FLOAT) []\n");
-}
-END_TEST
-
-START_TEST(inspect_errors_name_the_file) {
-  ps_status st = {0};
-  char *out = inspect(tmp("missing"), false, &st);
-  PS_ASSERT_STATUS(st.code, st, PS_NOT_FOUND, tmp("missing.index"));
-  ck_assert_str_eq(out, "");
-  free(out);
-  /* given the index file instead of the prefix */
-  out = inspect(tfdata("counter/variables.index"), false, &st);
-  PS_ASSERT_STATUS(st.code, st, PS_NOT_FOUND, "variables.index.index");
-  PS_ASSERT_MSG_HAS(st, "give the checkpoint prefix");
-  free(out);
-  /* a directory without checkpoints */
-  out = inspect(tmpdir, false, &st);
-  PS_ASSERT_STATUS(st.code, st, PS_NOT_FOUND, "no checkpoint in");
-  free(out);
-  /* a corrupt index */
-  write_text(tmp("bad.index"), "not a table");
-  out = inspect(tmp("bad"), false, &st);
-  PS_ASSERT_STATUS(st.code, st, PS_DATA_LOSS, tmp("bad.index"));
-  free(out);
-  /* a missing data file: the lines before the failing value stay */
-  ps_bundle_writer *w = ps_bundle_writer_create(tmp("nodata"), &st);
-  ck_assert_ptr_nonnull(w);
-  float v = 1;
-  ps_shape scalar = {0};
-  ck_assert_int_eq(ps_bundle_writer_add(w, "v", PS_DT_FLOAT, &scalar, &v, 4, &st), 0);
-  ck_assert_int_eq(ps_bundle_writer_finish(w, &st), 0);
-  ps_bundle_writer_destroy(w);
-  ck_assert_int_eq(unlink(tmp("nodata.data-00000-of-00001")), 0);
-  assert_inspect(tmp("nodata"), false, "v (DT_FLOAT) []\n");
-  out = inspect(tmp("nodata"), true, &st);
-  PS_ASSERT_STATUS(st.code, st, PS_NOT_FOUND, tmp("nodata.data-00000-of-00001"));
-  ck_assert_str_eq(out, "tensor_name:  v\n");
-  free(out);
-}
-END_TEST
-
-static void add_tensor(ps_bundle_writer *w, const char *key, int dtype, ps_shape shape,
-                       const void *data) {
-  ps_status st = {0};
-  size_t n = (size_t)ps_shape_num_elements(&shape) * ps_dtype_size(dtype);
-  ck_assert_msg(ps_bundle_writer_add(w, key, dtype, &shape, data, n, &st) == 0, "%s",
-                st.msg);
-}
-
-START_TEST(inspect_values_like_numpy) {
-  ps_status st = {0};
-  TMP(prefix, "model.ckpt-7");
-  ps_bundle_writer *w = ps_bundle_writer_create(prefix, &st);
-  ck_assert_ptr_nonnull(w);
-  uint8_t bools[3] = {1, 0, 1};
-  add_tensor(w, "bools", PS_DT_BOOL, (ps_shape){1, {3}}, bools);
-  /* a partitioned [4,2] variable in two slices */
-  float emb[8] = {0, 1, 2, 3, 4, 5, 6, 7};
-  ps_shape full = {2, {4, 2}};
-  int64_t start0[2] = {0, 0}, start1[2] = {2, 0}, len[2] = {2, -1};
-  ck_assert_int_eq(ps_bundle_writer_add_slice(w, "emb", PS_DT_FLOAT, &full, start1, len,
-                                              emb + 4, 16, &st),
-                   0);
-  ck_assert_int_eq(
-      ps_bundle_writer_add_slice(w, "emb", PS_DT_FLOAT, &full, start0, len, emb, 16, &st),
-      0);
-  int64_t step = 1000;
-  add_tensor(w, "global_step", PS_DT_INT64, (ps_shape){0, {0}}, &step);
-  uint16_t half[2] = {ps_float_to_half(0.5f), ps_float_to_half(0.1f)};
-  add_tensor(w, "half", PS_DT_HALF, (ps_shape){1, {2}}, half);
-  int32_t i3[8] = {0, 1, 2, 3, 4, 5, 6, -7};
-  add_tensor(w, "int3", PS_DT_INT32, (ps_shape){3, {2, 2, 2}}, i3);
-  int32_t *lng = malloc(2000 * sizeof *lng);
-  for (int i = 0; i < 2000; i++)
-    lng[i] = i;
-  add_tensor(w, "long", PS_DT_INT32, (ps_shape){1, {2000}}, lng);
-  free(lng);
-  double mat[6] = {1, 2.5, -3, 1e-5, 1e16, 0.1};
-  add_tensor(w, "matrix", PS_DT_DOUBLE, (ps_shape){2, {2, 3}}, mat);
-  float cplx[2] = {1.5f, -2};
-  add_tensor(w, "cplx", PS_DT_COMPLEX64, (ps_shape){0, {0}}, cplx);
-  const char *strs[3] = {"a", "it's", "x\n\x01\xff"};
-  ps_shape sshape = {1, {3}};
-  ck_assert_int_eq(ps_bundle_writer_add_strings(w, "names", &sshape, strs, NULL, &st), 0);
-  float *table = malloc(2000 * sizeof *table);
-  for (int i = 0; i < 2000; i++)
-    table[i] = (float)i;
-  add_tensor(w, "table", PS_DT_FLOAT, (ps_shape){2, {100, 20}}, table);
-  free(table);
-  uint64_t big = UINT64_MAX;
-  add_tensor(w, "u64", PS_DT_UINT64, (ps_shape){1, {1}}, &big);
-  PS_ASSERT_OK(ps_bundle_writer_finish(w, &st), st);
-  ps_bundle_writer_destroy(w);
-
-  assert_inspect(prefix, false,
-                 "bools (DT_BOOL) [3]\n"
-                 "cplx (DT_COMPLEX64) []\n"
-                 "emb (DT_FLOAT) [4,2]\n"
-                 "global_step (DT_INT64) []\n"
-                 "half (DT_HALF) [2]\n"
-                 "int3 (DT_INT32) [2,2,2]\n"
-                 "long (DT_INT32) [2000]\n"
-                 "matrix (DT_DOUBLE) [2,3]\n"
-                 "names (DT_STRING) [3]\n"
-                 "table (DT_FLOAT) [100,20]\n"
-                 "u64 (DT_UINT64) [1]\n");
-  assert_inspect(prefix, true,
-                 "tensor_name:  bools\n"
-                 "[True False True]\n"
-                 "tensor_name:  cplx\n"
-                 "(1.5-2j)\n"
-                 "tensor_name:  emb\n"
-                 "[[0.0 1.0]\n"
-                 " [2.0 3.0]\n"
-                 " [4.0 5.0]\n"
-                 " [6.0 7.0]]\n"
-                 "tensor_name:  global_step\n"
-                 "1000\n"
-                 "tensor_name:  half\n"
-                 "[0.5 0.1]\n"
-                 "tensor_name:  int3\n"
-                 "[[[0 1]\n"
-                 "  [2 3]]\n"
-                 "\n"
-                 " [[4 5]\n"
-                 "  [6 -7]]]\n"
-                 "tensor_name:  long\n"
-                 "[0 1 2 ... 1997 1998 1999]\n"
-                 "tensor_name:  matrix\n"
-                 "[[1.0 2.5 -3.0]\n"
-                 " [1e-05 1e+16 0.1]]\n"
-                 "tensor_name:  names\n"
-                 "[b'a' b\"it's\" b'x\\n\\x01\\xff']\n"
-                 "tensor_name:  table\n"
-                 "[[0.0 1.0 2.0 ... 17.0 18.0 19.0]\n"
-                 " [20.0 21.0 22.0 ... 37.0 38.0 39.0]\n"
-                 " [40.0 41.0 42.0 ... 57.0 58.0 59.0]\n"
-                 " ...\n"
-                 " [1940.0 1941.0 1942.0 ... 1957.0 1958.0 1959.0]\n"
-                 " [1960.0 1961.0 1962.0 ... 1977.0 1978.0 1979.0]\n"
-                 " [1980.0 1981.0 1982.0 ... 1997.0 1998.0 1999.0]]\n"
-                 "tensor_name:  u64\n"
-                 "[18446744073709551615]\n");
-}
-END_TEST
-
-/* ---- Path confinement ----------------------------------------------------- */
-
-static void assert_confined(const char *root, const char *prefix, const char *want) {
-  char out[1024];
-  ps_status st = {0};
-  ck_assert_msg(ps_ckpt_path_confined(root, prefix, out, sizeof out, &st) == 0,
-                "%s under %s: %s", prefix, root, st.msg);
-  ck_assert_str_eq(out, want);
-}
-
-static void assert_refused(const char *root, const char *prefix, int code,
-                           const char *msg) {
-  char out[1024] = "untouched";
-  ps_status st = {0};
-  ck_assert_int_eq(ps_ckpt_path_confined(root, prefix, out, sizeof out, &st), code);
-  ck_assert_int_eq(st.code, code);
-  PS_ASSERT_MSG_HAS(st, msg);
-  if (prefix[0]) PS_ASSERT_MSG_HAS(st, prefix);
-  if (root[0]) PS_ASSERT_MSG_HAS(st, root);
-  ck_assert_str_eq(out, "untouched");
-}
-
-START_TEST(path_confinement) {
-  const char *root = tmpdir;
-  assert_confined(root, "model.ckpt-1", tmp("model.ckpt-1"));
-  assert_confined(root, "sub/./model", tmp("sub/model"));
-  assert_confined(root, "a//b/../model/", tmp("a/model"));
-  assert_confined(root, tmp("x/model"), tmp("x/model"));
-  char root_slash[1100];
-  snprintf(root_slash, sizeof root_slash, "%s/", tmpdir);
-  assert_confined(root_slash, "m", tmp("m"));
-  /* leaving the root */
-  assert_refused(root, "../evil", PS_PERMISSION_DENIED,
-                 "is outside the checkpoint directory");
-  assert_refused(root, "a/../../evil", PS_PERMISSION_DENIED, "is outside");
-  assert_refused(root, "..", PS_PERMISSION_DENIED, "is outside");
-  assert_refused(root, "/etc/passwd", PS_PERMISSION_DENIED, "is outside");
-  assert_refused(root, tmp("../x"), PS_PERMISSION_DENIED, "is outside");
-  char sibling[1100];
-  snprintf(sibling, sizeof sibling, "%s-other/model", tmpdir);
-  assert_refused(root, sibling, PS_PERMISSION_DENIED, "is outside");
-  /* the root itself: its files would sit beside it */
-  assert_refused(root, ".", PS_INVALID_ARGUMENT, "names the checkpoint directory");
-  assert_refused(root, "a/..", PS_INVALID_ARGUMENT, "names the checkpoint directory");
-  assert_refused(root, root, PS_INVALID_ARGUMENT, "names the checkpoint directory");
-  assert_refused(root, "", PS_INVALID_ARGUMENT, "empty checkpoint path");
-  assert_refused("", "m", PS_INVALID_ARGUMENT, "empty checkpoint directory");
-  /* symbolic links inside the root */
-  TMP(outside, "outside");
-  TMP(inroot, "root");
-  ck_assert_int_eq(mkdir(outside, 0755), 0);
-  ck_assert_int_eq(mkdir(inroot, 0755), 0);
-  ck_assert_int_eq(mkdir(tmp("root/sub"), 0755), 0);
-  ck_assert_int_eq(symlink(outside, tmp("root/out")), 0);
-  ck_assert_int_eq(symlink("sub", tmp("root/in")), 0);
-  assert_refused(inroot, "out/model", PS_PERMISSION_DENIED, "through a symbolic link");
-  assert_refused(inroot, "out/new/deeper/model", PS_PERMISSION_DENIED, "symbolic link");
-  assert_confined(inroot, "in/model", tmp("root/in/model"));
-  assert_confined(inroot, "new/dir/model", tmp("root/new/dir/model"));
-  /* a relative root stays relative */
-  assert_confined("ckpt", "model", "ckpt/model");
-  assert_confined("./ckpt/", "a/../model", "ckpt/model");
-  assert_confined(".", "model", "model");
-  assert_refused("ckpt", "../model", PS_PERMISSION_DENIED, "is outside");
-  /* too small a buffer */
-  char small[8];
-  ps_status st = {0};
-  ck_assert_int_eq(ps_ckpt_path_confined(root, "model", small, sizeof small, &st),
-                   PS_INVALID_ARGUMENT);
-  PS_ASSERT_MSG_HAS(st, "more than the 7 allowed");
 }
 END_TEST
 
@@ -1096,18 +565,8 @@ int main(void) {
   tcase_add_test(tc, failed_rename_leaves_no_temporary);
   tcase_add_test(tc, read_only_directory_keeps_the_previous_state);
   tcase_add_test(tc, latest_checkpoint_like_tensorflow);
-  tcase_add_test(tc, retention_keeps_max_to_keep);
-  tcase_add_test(tc, retention_max_to_keep_0_keeps_every_file);
-  tcase_add_test(tc, retention_resaved_path_moves_to_the_end);
-  tcase_add_test(tc, retention_keep_every_n_hours_with_a_fake_clock);
-  tcase_add_test(tc, retention_picks_up_a_tf1_state_file);
-  tcase_add_test(tc, retention_errors);
-  tcase_add_test(tc, retention_replaces_a_corrupt_state_file);
-  tcase_add_test(tc, remove_deletes_every_file_of_a_checkpoint);
-  tcase_add_test(tc, inspect_tensorflow_checkpoints);
-  tcase_add_test(tc, inspect_errors_name_the_file);
-  tcase_add_test(tc, inspect_values_like_numpy);
-  tcase_add_test(tc, path_confinement);
+  checkpoint_retention_tests(tc);
+  checkpoint_inspect_tests(tc);
   suite_add_tcase(s, tc);
   SRunner *sr = srunner_create(s);
   srunner_run_all(sr, CK_NORMAL);

@@ -75,7 +75,7 @@ START_TEST(stale_temp_directories_go_live_ones_stay) {
   FILE *fp = fopen(tmp("ck/model.ckpt-5_temp/part-00001-of-00002.index"), "w");
   fclose(fp);
 
-  ck_assert_int_eq(ps_ckpt_sweep(root, &st), 0);
+  PS_ASSERT_OK(ps_ckpt_sweep(root, &st), st);
   ck_assert(gone(old));
   ck_assert(gone(nested));
   ck_assert(!gone(fresh));
@@ -87,7 +87,7 @@ START_TEST(stale_temp_directories_go_live_ones_stay) {
   ck_assert(!gone(outside)); /* and is not followed */
   /* once its writer is gone, a stale one goes too */
   close(fd);
-  ck_assert_int_eq(ps_ckpt_sweep(root, &st), 0);
+  PS_ASSERT_OK(ps_ckpt_sweep(root, &st), st);
   ck_assert(gone(locked));
   ck_assert(!gone(fresh));
 }
@@ -96,8 +96,7 @@ END_TEST
 START_TEST(a_missing_directory_is_an_error_naming_it) {
   ps_status st;
   TMP(none, "none");
-  ck_assert_int_eq(ps_ckpt_sweep(none, &st), PS_NOT_FOUND);
-  ck_assert_msg(strstr(st.msg, none) != NULL, "%s", st.msg);
+  PS_ASSERT_STATUS(ps_ckpt_sweep(none, &st), st, PS_NOT_FOUND, none);
 }
 END_TEST
 

@@ -368,8 +368,7 @@ START_TEST(fashion_mnist_real_files) {
   ps_dataset train = {0}, test = {0};
   bool synthetic = true;
   ps_status st;
-  ck_assert_msg(ps_dataset_fashion_mnist(NULL, &train, &test, &synthetic, &st) == 0, "%s",
-                st.msg);
+  PS_ASSERT_OK(ps_dataset_fashion_mnist(NULL, &train, &test, &synthetic, &st), st);
   ck_assert(!synthetic);
   check_fashion_split(&train, 60000);
   check_fashion_split(&test, 10000);
@@ -389,8 +388,7 @@ START_TEST(fashion_mnist_real_files) {
   ps_dataset_free(&train);
   ps_dataset_free(&test);
   /* just one split */
-  ck_assert_msg(ps_dataset_fashion_mnist(NULL, NULL, &test, NULL, &st) == 0, "%s",
-                st.msg);
+  PS_ASSERT_OK(ps_dataset_fashion_mnist(NULL, NULL, &test, NULL, &st), st);
   ck_assert_int_eq(test.n, 10000);
   ps_dataset_free(&test);
   ps_dataset_free(&test); /* twice is fine */
@@ -436,8 +434,7 @@ START_TEST(fashion_mnist_synthetic_fallback) {
   bool synthetic = false;
   ps_status st;
   TMP(dir, "not-installed");
-  ck_assert_msg(ps_dataset_fashion_mnist(dir, &train, &test, &synthetic, &st) == 0, "%s",
-                st.msg);
+  PS_ASSERT_OK(ps_dataset_fashion_mnist(dir, &train, &test, &synthetic, &st), st);
   ck_assert(synthetic);
   check_fashion_split(&train, 60000);
   check_fashion_split(&test, 10000);
@@ -446,16 +443,16 @@ START_TEST(fashion_mnist_synthetic_fallback) {
   fprintf(stderr, "synthetic Fashion-MNIST: nearest-centroid test accuracy %.3f\n", acc);
   /* deterministic, and the smaller variant has the same prototypes */
   ps_dataset small = {0};
-  ck_assert_int_eq(ps_dataset_fashion_mnist_synthetic(100, 0, 1, &small, NULL, &st), 0);
+  PS_ASSERT_OK(ps_dataset_fashion_mnist_synthetic(100, 0, 1, &small, NULL, &st), st);
   check_fashion_split(&small, 100);
   ck_assert_mem_eq(ps_tensor_data(small.x), ps_tensor_data(train.x), 100 * 784 * 4);
   ck_assert_mem_eq(ps_tensor_data(small.y), ps_tensor_data(train.y), 100 * 8);
   ps_dataset_free(&small);
-  ck_assert_int_eq(ps_dataset_fashion_mnist_synthetic(100, 0, 2, &small, NULL, &st), 0);
+  PS_ASSERT_OK(ps_dataset_fashion_mnist_synthetic(100, 0, 2, &small, NULL, &st), st);
   ck_assert(memcmp(ps_tensor_data(small.x), ps_tensor_data(train.x), 100 * 784 * 4) != 0);
   ps_dataset_free(&small);
-  ck_assert_int_eq(ps_dataset_fashion_mnist_synthetic(-1, 0, 2, &small, NULL, &st),
-                   PS_INVALID_ARGUMENT);
+  PS_ASSERT_CODE(ps_dataset_fashion_mnist_synthetic(-1, 0, 2, &small, NULL, &st), st,
+                 PS_INVALID_ARGUMENT);
   ps_dataset_free(&train);
   ps_dataset_free(&test);
 }
@@ -467,8 +464,8 @@ END_TEST
 START_TEST(mlp_learns_synthetic_fashion_mnist) {
   ps_dataset train = {0}, test = {0};
   ps_status st;
-  ck_assert_int_eq(ps_dataset_fashion_mnist_synthetic(12000, 2000, 1, &train, &test, &st),
-                   0);
+  PS_ASSERT_OK(ps_dataset_fashion_mnist_synthetic(12000, 2000, 1, &train, &test, &st),
+               st);
   ps_graph *g = ps_graph_create();
   ps_node *x = ps_placeholder(g, PS_DT_FLOAT, &(ps_shape){2, {-1, 784}}, "x");
   ps_node *labels = ps_placeholder(g, PS_DT_INT64, &(ps_shape){1, {-1}}, "labels");
@@ -495,16 +492,14 @@ START_TEST(mlp_learns_synthetic_fashion_mnist) {
   ps_node *init = ps_global_variables_initializer(g);
   ps_session *s = ps_session_create(g, NULL, &st);
   ck_assert_msg(s != NULL, "%s", st.msg);
-  ck_assert_msg(ps_session_run(s, NULL, 0, NULL, 0, &init, 1, NULL, &st) == 0, "%s",
-                st.msg);
+  PS_ASSERT_OK(ps_session_run(s, NULL, 0, NULL, 0, &init, 1, NULL, &st), st);
   ps_dataset_iter_options o = {.batch_size = 100, .shuffle = true, .seed = 5};
   ps_dataset_iter *it = ps_dataset_iter_create(&train, &o, &st);
   ps_dataset b = {0};
   for (int step = 0; step < 300; step++) {
     PS_ASSERT_OK(ps_dataset_iter_next(it, &b, &st), st);
     ps_feed f[2] = {{x, b.x}, {labels, b.y}};
-    ck_assert_msg(ps_session_run(s, f, 2, NULL, 0, &train_op, 1, NULL, &st) == 0, "%s",
-                  st.msg);
+    PS_ASSERT_OK(ps_session_run(s, f, 2, NULL, 0, &train_op, 1, NULL, &st), st);
   }
   ps_feed f[2] = {{x, test.x}, {labels, test.y}};
   ps_tensor *out = NULL;
@@ -543,8 +538,7 @@ START_TEST(fashion_mnist_corrupt_files_are_errors) {
   ps_dataset train = {0}, test = {0};
   bool synthetic = true;
   ps_status st;
-  ck_assert_msg(ps_dataset_fashion_mnist(tmpdir, &train, &test, &synthetic, &st) == 0,
-                "%s", st.msg);
+  PS_ASSERT_OK(ps_dataset_fashion_mnist(tmpdir, &train, &test, &synthetic, &st), st);
   ck_assert(!synthetic);
   ck_assert_int_eq(train.n, N);
   ck_assert_int_eq(((int64_t *)ps_tensor_data(train.y))[3], 3);
@@ -555,8 +549,8 @@ START_TEST(fashion_mnist_corrupt_files_are_errors) {
   /* truncated test labels */
   TMP(lp, "t10k-labels-idx1-ubyte");
   write_idx(lp, false, 0x08, 1, (uint32_t[]){N}, lbl, N - 1);
-  ck_assert_int_eq(ps_dataset_fashion_mnist(tmpdir, &train, &test, &synthetic, &st),
-                   PS_DATA_LOSS);
+  PS_ASSERT_CODE(ps_dataset_fashion_mnist(tmpdir, &train, &test, &synthetic, &st), st,
+                 PS_DATA_LOSS);
   ck_assert(!synthetic);
   ck_assert_msg(strstr(st.msg, lp) &&
                     strstr(st.msg, "expected 5 bytes of data, file has 4"),
@@ -564,35 +558,34 @@ START_TEST(fashion_mnist_corrupt_files_are_errors) {
   ck_assert_ptr_null(train.x);
   /* labels that do not match the images */
   write_idx(lp, false, 0x08, 1, (uint32_t[]){N - 1}, lbl, N - 1);
-  ck_assert_int_eq(ps_dataset_fashion_mnist(tmpdir, &train, &test, &synthetic, &st),
-                   PS_DATA_LOSS);
+  PS_ASSERT_CODE(ps_dataset_fashion_mnist(tmpdir, &train, &test, &synthetic, &st), st,
+                 PS_DATA_LOSS);
   ck_assert_msg(strstr(st.msg, lp) &&
                     strstr(st.msg, "expected uint8 labels of shape [5]"),
                 "%s", st.msg);
   /* a label out of range */
   lbl[2] = 10;
   write_idx(lp, false, 0x08, 1, (uint32_t[]){N}, lbl, N);
-  ck_assert_int_eq(ps_dataset_fashion_mnist(tmpdir, &train, &test, &synthetic, &st),
-                   PS_DATA_LOSS);
-  ck_assert_msg(strstr(st.msg, "label 2 is 10"), "%s", st.msg);
+  PS_ASSERT_STATUS(ps_dataset_fashion_mnist(tmpdir, &train, &test, &synthetic, &st), st,
+                   PS_DATA_LOSS, "label 2 is 10");
   /* images of the wrong shape */
   TMP(ip, "t10k-images-idx3-ubyte");
   write_idx(ip, false, 0x08, 3, (uint32_t[]){N, 28, 27}, img, N * 28 * 27);
-  ck_assert_int_eq(ps_dataset_fashion_mnist(tmpdir, NULL, &test, &synthetic, &st),
-                   PS_DATA_LOSS);
+  PS_ASSERT_CODE(ps_dataset_fashion_mnist(tmpdir, NULL, &test, &synthetic, &st), st,
+                 PS_DATA_LOSS);
   ck_assert_msg(strstr(st.msg, ip) && strstr(st.msg, "expected uint8 images of shape "
                                                      "[N,28,28], got uint8 [5,28,27]"),
                 "%s", st.msg);
   /* garbage in place of the training images */
   TMP(tp, "train-images-idx3-ubyte");
   write_file(tp, "<html>404</html>", 16);
-  ck_assert_int_eq(ps_dataset_fashion_mnist(tmpdir, &train, NULL, &synthetic, &st),
-                   PS_DATA_LOSS);
+  PS_ASSERT_CODE(ps_dataset_fashion_mnist(tmpdir, &train, NULL, &synthetic, &st), st,
+                 PS_DATA_LOSS);
   ck_assert_msg(strstr(st.msg, tp) && strstr(st.msg, "bad magic number"), "%s", st.msg);
   /* a partial set */
   remove(tp);
-  ck_assert_int_eq(ps_dataset_fashion_mnist(tmpdir, &train, &test, &synthetic, &st),
-                   PS_NOT_FOUND);
+  PS_ASSERT_CODE(ps_dataset_fashion_mnist(tmpdir, &train, &test, &synthetic, &st), st,
+                 PS_NOT_FOUND);
   ck_assert(!synthetic);
   ck_assert_msg(strstr(st.msg, tmpdir) && strstr(st.msg, "train-images-idx3-ubyte(.gz) "
                                                          "is missing"),
@@ -640,15 +633,15 @@ START_TEST(linreg_matches_its_model) {
   /* deterministic per seed */
   ps_dataset e = {0};
   double w2[D], b2;
-  ck_assert_int_eq(ps_dataset_linreg(N, D, 7, &e, w2, &b2, &st), 0);
+  PS_ASSERT_OK(ps_dataset_linreg(N, D, 7, &e, w2, &b2, &st), st);
   ck_assert_mem_eq(ps_tensor_data(e.x), x, sizeof(float) * N * D);
   ck_assert(b2 == b && w2[0] == w[0]);
   ps_dataset_free(&e);
-  ck_assert_int_eq(ps_dataset_linreg(N, D, 8, &e, w2, NULL, &st), 0);
+  PS_ASSERT_OK(ps_dataset_linreg(N, D, 8, &e, w2, NULL, &st), st);
   ck_assert(w2[0] != w[0]);
   ps_dataset_free(&e);
-  ck_assert_int_eq(ps_dataset_linreg(N, 0, 8, &e, NULL, NULL, &st), PS_INVALID_ARGUMENT);
-  ck_assert_msg(strstr(st.msg, "dim=0"), "%s", st.msg);
+  PS_ASSERT_STATUS(ps_dataset_linreg(N, 0, 8, &e, NULL, NULL, &st), st,
+                   PS_INVALID_ARGUMENT, "dim=0");
   ps_dataset_free(&d);
 }
 END_TEST
@@ -734,11 +727,11 @@ START_TEST(ctr_ids_labels_and_learnability) {
   ck_assert_msg(acc > majority + 0.08, "accuracy %.3f, majority %.3f", acc, majority);
 
   ps_dataset e = {0};
-  ck_assert_int_eq(ps_dataset_ctr(N, V, F, 4, &e, &st), 0);
+  PS_ASSERT_OK(ps_dataset_ctr(N, V, F, 4, &e, &st), st);
   ck_assert(memcmp(ps_tensor_data(e.y), y, sizeof(int64_t) * N) != 0);
   ps_dataset_free(&e);
-  ck_assert_int_eq(ps_dataset_ctr(N, 0, F, 4, &e, &st), PS_INVALID_ARGUMENT);
-  ck_assert_msg(strstr(st.msg, "vocab=0"), "%s", st.msg);
+  PS_ASSERT_STATUS(ps_dataset_ctr(N, 0, F, 4, &e, &st), st, PS_INVALID_ARGUMENT,
+                   "vocab=0");
   ps_dataset_free(&d);
 }
 END_TEST
@@ -773,27 +766,27 @@ static void check_rows(const ps_dataset *b, const int64_t *want, int64_t k) {
 START_TEST(batches_copy_rows) {
   ps_dataset d = counting(10), b = {0};
   ps_status st;
-  ck_assert_int_eq(ps_dataset_batch(&d, 2, 4, &b, &st), 0);
+  PS_ASSERT_OK(ps_dataset_batch(&d, 2, 4, &b, &st), st);
   check_rows(&b, (int64_t[]){2, 3, 4, 5}, 4);
   ps_tensor *x = b.x;
-  ck_assert_int_eq(ps_dataset_batch(&d, 6, 4, &b, &st), 0);
+  PS_ASSERT_OK(ps_dataset_batch(&d, 6, 4, &b, &st), st);
   ck_assert_ptr_eq(b.x, x); /* same shape: refilled in place */
   check_rows(&b, (int64_t[]){6, 7, 8, 9}, 4);
-  ck_assert_int_eq(ps_dataset_batch(&d, 8, 4, &b, &st), 0); /* the short last batch */
+  PS_ASSERT_OK(ps_dataset_batch(&d, 8, 4, &b, &st), st); /* the short last batch */
   check_rows(&b, (int64_t[]){8, 9}, 2);
   /* a buffer someone else holds is not overwritten */
   ps_buf *held = ps_buf_ref(b.x->buf);
-  ck_assert_int_eq(ps_dataset_batch(&d, 0, 2, &b, &st), 0);
+  PS_ASSERT_OK(ps_dataset_batch(&d, 0, 2, &b, &st), st);
   ck_assert_ptr_ne(b.x->buf, held);
   ck_assert(((float *)held->data)[0] == 8.0f);
   ps_buf_unref(held);
-  ck_assert_int_eq(ps_dataset_gather(&d, (int64_t[]){9, 0, 9}, 3, &b, &st), 0);
+  PS_ASSERT_OK(ps_dataset_gather(&d, (int64_t[]){9, 0, 9}, 3, &b, &st), st);
   check_rows(&b, (int64_t[]){9, 0, 9}, 3);
-  ck_assert_int_eq(ps_dataset_batch(&d, 10, 1, &b, &st), PS_OUT_OF_RANGE);
+  PS_ASSERT_CODE(ps_dataset_batch(&d, 10, 1, &b, &st), st, PS_OUT_OF_RANGE);
   ck_assert_msg(strstr(st.msg, "start 10 is not in [0, 10)"), "%s", st.msg);
-  ck_assert_int_eq(ps_dataset_batch(&d, 0, 0, &b, &st), PS_INVALID_ARGUMENT);
-  ck_assert_int_eq(ps_dataset_gather(&d, (int64_t[]){3, -1}, 2, &b, &st),
-                   PS_OUT_OF_RANGE);
+  PS_ASSERT_CODE(ps_dataset_batch(&d, 0, 0, &b, &st), st, PS_INVALID_ARGUMENT);
+  PS_ASSERT_CODE(ps_dataset_gather(&d, (int64_t[]){3, -1}, 2, &b, &st), st,
+                 PS_OUT_OF_RANGE);
   ck_assert_msg(strstr(st.msg, "example -1 is not in [0, 10)"), "%s", st.msg);
   ps_dataset_free(&b);
   ps_dataset_free(&d);
@@ -907,16 +900,15 @@ START_TEST(iterator_shards_partition_the_examples) {
   /* bad options */
   ps_dataset_iter_options bad = {.batch_size = 0};
   ck_assert_ptr_null(ps_dataset_iter_create(&d, &bad, &st));
-  ck_assert_int_eq(st.code, PS_INVALID_ARGUMENT);
+  PS_ASSERT_CODE(st.code, st, PS_INVALID_ARGUMENT);
   bad = (ps_dataset_iter_options){.batch_size = 1, .task = 3, .num_tasks = 3};
   ck_assert_ptr_null(ps_dataset_iter_create(&d, &bad, &st));
   ck_assert_msg(strstr(st.msg, "task 3 is not in [0, 3)"), "%s", st.msg);
   ps_dataset tiny = counting(2);
   bad = (ps_dataset_iter_options){.batch_size = 1, .task = 2, .num_tasks = 3};
   ck_assert_ptr_null(ps_dataset_iter_create(&tiny, &bad, &st));
-  ck_assert_int_eq(st.code, PS_OUT_OF_RANGE);
-  ck_assert_msg(strstr(st.msg, "shard 2 of 3 of a dataset of 2 examples is empty"), "%s",
-                st.msg);
+  PS_ASSERT_STATUS(st.code, st, PS_OUT_OF_RANGE,
+                   "shard 2 of 3 of a dataset of 2 examples is empty");
   ps_dataset_iter_destroy(NULL);
   ps_dataset_free(&tiny);
   ps_dataset_free(&d);

@@ -27,9 +27,7 @@ static void parse_fails(const char *in, const char *needle) {
   memset(&d, 0x55, sizeof d);
   int rc = ps_device_parse(in, &d, &st);
   ck_assert_msg(rc == PS_INVALID_ARGUMENT, "parse '%s' gave %d", in, rc);
-  ck_assert_int_eq(st.code, PS_INVALID_ARGUMENT);
-  ck_assert_msg(strstr(st.msg, needle) != NULL, "'%s': message '%s' lacks '%s'", in,
-                st.msg, needle);
+  PS_ASSERT_STATUS(st.code, st, PS_INVALID_ARGUMENT, needle);
   ck_assert_str_eq(ps_device_format(&d, buf, sizeof buf), "");
 }
 
@@ -49,31 +47,31 @@ END_TEST
 START_TEST(test_parse_fields) {
   ps_status st = {0};
   ps_device d;
-  ck_assert_int_eq(ps_device_parse("/job:ps/replica:0/task:3/device:CPU:1", &d, &st), 0);
+  PS_ASSERT_OK(ps_device_parse("/job:ps/replica:0/task:3/device:CPU:1", &d, &st), st);
   ck_assert_str_eq(d.job, "ps");
   ck_assert_int_eq(d.replica, 0);
   ck_assert_int_eq(d.task, 3);
   ck_assert_str_eq(d.type, "CPU");
   ck_assert_int_eq(d.index, 1);
 
-  ck_assert_int_eq(ps_device_parse("/job:ps/task:7", &d, &st), 0);
+  PS_ASSERT_OK(ps_device_parse("/job:ps/task:7", &d, &st), st);
   ck_assert_str_eq(d.job, "ps");
   ck_assert_int_eq(d.replica, -1);
   ck_assert_int_eq(d.task, 7);
   ck_assert_str_eq(d.type, "");
   ck_assert_int_eq(d.index, -1);
 
-  ck_assert_int_eq(ps_device_parse("/device:GPU:*", &d, &st), 0);
+  PS_ASSERT_OK(ps_device_parse("/device:GPU:*", &d, &st), st);
   ck_assert_str_eq(d.type, "GPU");
   ck_assert_int_eq(d.index, PS_DEVICE_ANY);
 
-  ck_assert_int_eq(ps_device_parse("/cpu", &d, &st), 0);
+  PS_ASSERT_OK(ps_device_parse("/cpu", &d, &st), st);
   ck_assert_str_eq(d.type, "CPU");
   ck_assert_int_eq(d.index, -1);
 
-  ck_assert_int_eq(ps_device_parse("", &d, &st), 0);
+  PS_ASSERT_OK(ps_device_parse("", &d, &st), st);
   ck_assert_str_eq(d.job, "");
-  ck_assert_int_eq(ps_device_parse(NULL, &d, &st), 0);
+  PS_ASSERT_OK(ps_device_parse(NULL, &d, &st), st);
   ck_assert_int_eq(d.task, -1);
 }
 END_TEST
@@ -120,34 +118,34 @@ START_TEST(test_merge) {
   ps_status st = {0};
   ps_device d, s;
   char buf[PS_DEVICE_STRING_MAX];
-  ck_assert_int_eq(ps_device_parse("/job:foo/replica:0", &d, &st), 0);
-  ck_assert_int_eq(ps_device_parse("/task:1/device:GPU:2", &s, &st), 0);
+  PS_ASSERT_OK(ps_device_parse("/job:foo/replica:0", &d, &st), st);
+  PS_ASSERT_OK(ps_device_parse("/task:1/device:GPU:2", &s, &st), st);
   ps_device_merge(&d, &s);
   ck_assert_str_eq(ps_device_format(&d, buf, sizeof buf),
                    "/job:foo/replica:0/task:1/device:GPU:2");
 
   ps_device_init(&d);
-  ck_assert_int_eq(ps_device_parse("/task:1/cpu:0", &s, &st), 0);
+  PS_ASSERT_OK(ps_device_parse("/task:1/cpu:0", &s, &st), st);
   ps_device_merge(&d, &s);
   ck_assert_str_eq(ps_device_format(&d, buf, sizeof buf), "/task:1/device:CPU:0");
-  ck_assert_int_eq(ps_device_parse("/job:boo/device:GPU:0", &s, &st), 0);
+  PS_ASSERT_OK(ps_device_parse("/job:boo/device:GPU:0", &s, &st), st);
   ps_device_merge(&d, &s);
   ck_assert_str_eq(ps_device_format(&d, buf, sizeof buf), "/job:boo/task:1/device:GPU:0");
-  ck_assert_int_eq(ps_device_parse("/job:muu/cpu:2", &s, &st), 0);
+  PS_ASSERT_OK(ps_device_parse("/job:muu/cpu:2", &s, &st), st);
   ps_device_merge(&d, &s);
   ck_assert_str_eq(ps_device_format(&d, buf, sizeof buf), "/job:muu/task:1/device:CPU:2");
-  ck_assert_int_eq(ps_device_parse("/job:muu/device:MyFunnyDevice:2", &s, &st), 0);
+  PS_ASSERT_OK(ps_device_parse("/job:muu/device:MyFunnyDevice:2", &s, &st), st);
   ps_device_merge(&d, &s);
   ck_assert_str_eq(ps_device_format(&d, buf, sizeof buf),
                    "/job:muu/task:1/device:MyFunnyDevice:2");
 
   /* '*' is TF's None: it does not overwrite an index */
-  ck_assert_int_eq(ps_device_parse("/device:GPU:1", &d, &st), 0);
-  ck_assert_int_eq(ps_device_parse("/device:GPU:*", &s, &st), 0);
+  PS_ASSERT_OK(ps_device_parse("/device:GPU:1", &d, &st), st);
+  PS_ASSERT_OK(ps_device_parse("/device:GPU:*", &s, &st), st);
   ps_device_merge(&d, &s);
   ck_assert_str_eq(ps_device_format(&d, buf, sizeof buf), "/device:GPU:1");
-  ck_assert_int_eq(ps_device_parse("/cpu:0", &d, &st), 0);
-  ck_assert_int_eq(ps_device_parse("/gpu", &s, &st), 0);
+  PS_ASSERT_OK(ps_device_parse("/cpu:0", &d, &st), st);
+  PS_ASSERT_OK(ps_device_parse("/gpu", &s, &st), st);
   ps_device_merge(&d, &s);
   ck_assert_str_eq(ps_device_format(&d, buf, sizeof buf), "/device:GPU:0");
 
@@ -163,8 +161,8 @@ static const char *setter(const char *ps_dev, int task, const char *op_device) {
   static char buf[PS_DEVICE_STRING_MAX];
   ps_status st = {0};
   ps_device ps, cur;
-  ck_assert_int_eq(ps_device_parse(op_device, &cur, &st), 0);
-  ck_assert_int_eq(ps_device_parse(ps_dev, &ps, &st), 0);
+  PS_ASSERT_OK(ps_device_parse(op_device, &cur, &st), st);
+  PS_ASSERT_OK(ps_device_parse(ps_dev, &ps, &st), st);
   if (ps.job[0] != '\0' && (cur.job[0] == '\0' || strcmp(cur.job, ps.job) == 0))
     ps.task = task;
   ps_device_merge(&ps, &cur);
@@ -181,12 +179,12 @@ START_TEST(test_replica_device_setter_examples) {
   ps_status st = {0};
   ps_device w, cur;
   char buf[PS_DEVICE_STRING_MAX];
-  ck_assert_int_eq(ps_device_parse("/job:worker/task:3", &w, &st), 0);
-  ck_assert_int_eq(ps_device_parse("", &cur, &st), 0);
+  PS_ASSERT_OK(ps_device_parse("/job:worker/task:3", &w, &st), st);
+  PS_ASSERT_OK(ps_device_parse("", &cur, &st), st);
   ps_device_merge(&w, &cur);
   ck_assert_str_eq(ps_device_format(&w, buf, sizeof buf), "/job:worker/task:3");
-  ck_assert_int_eq(ps_device_parse("/gpu:0", &cur, &st), 0);
-  ck_assert_int_eq(ps_device_parse("/job:worker", &w, &st), 0);
+  PS_ASSERT_OK(ps_device_parse("/gpu:0", &cur, &st), st);
+  PS_ASSERT_OK(ps_device_parse("/job:worker", &w, &st), st);
   ps_device_merge(&w, &cur);
   ck_assert_str_eq(ps_device_format(&w, buf, sizeof buf), "/job:worker/device:GPU:0");
 }
@@ -195,18 +193,18 @@ END_TEST
 START_TEST(test_equal) {
   ps_status st = {0};
   ps_device a, b;
-  ck_assert_int_eq(ps_device_parse("/job:ps/task:0/cpu:0", &a, &st), 0);
-  ck_assert_int_eq(ps_device_parse("/task:0/device:CPU:0/job:ps", &b, &st), 0);
+  PS_ASSERT_OK(ps_device_parse("/job:ps/task:0/cpu:0", &a, &st), st);
+  PS_ASSERT_OK(ps_device_parse("/task:0/device:CPU:0/job:ps", &b, &st), st);
   ck_assert(ps_device_equal(&a, &b));
-  ck_assert_int_eq(ps_device_parse("/job:ps/task:1/cpu:0", &b, &st), 0);
+  PS_ASSERT_OK(ps_device_parse("/job:ps/task:1/cpu:0", &b, &st), st);
   ck_assert(!ps_device_equal(&a, &b));
-  ck_assert_int_eq(ps_device_parse("/device:GPU:*", &a, &st), 0);
-  ck_assert_int_eq(ps_device_parse("/gpu", &b, &st), 0);
+  PS_ASSERT_OK(ps_device_parse("/device:GPU:*", &a, &st), st);
+  PS_ASSERT_OK(ps_device_parse("/gpu", &b, &st), st);
   ck_assert(ps_device_equal(&a, &b));
-  ck_assert_int_eq(ps_device_parse("/gpu:0", &b, &st), 0);
+  PS_ASSERT_OK(ps_device_parse("/gpu:0", &b, &st), st);
   ck_assert(!ps_device_equal(&a, &b));
-  ck_assert_int_eq(ps_device_parse("/job:ps", &a, &st), 0);
-  ck_assert_int_eq(ps_device_parse("/job:worker", &b, &st), 0);
+  PS_ASSERT_OK(ps_device_parse("/job:ps", &a, &st), st);
+  PS_ASSERT_OK(ps_device_parse("/job:worker", &b, &st), st);
   ck_assert(!ps_device_equal(&a, &b));
   ps_device_init(&a);
   ps_device_init(&b);
@@ -254,8 +252,8 @@ START_TEST(test_error_keeps_status_code) {
   ps_status st = {0};
   ps_device d;
   ck_assert_int_eq(ps_device_parse("/foo:bar", &d, NULL), PS_INVALID_ARGUMENT);
-  ck_assert_int_eq(ps_device_parse("/foo:bar", &d, &st), PS_INVALID_ARGUMENT);
-  ck_assert_int_eq(st.code, PS_INVALID_ARGUMENT);
+  PS_ASSERT_CODE(ps_device_parse("/foo:bar", &d, &st), st, PS_INVALID_ARGUMENT);
+  PS_ASSERT_CODE(st.code, st, PS_INVALID_ARGUMENT);
 }
 END_TEST
 
@@ -263,7 +261,7 @@ START_TEST(test_format_truncates) {
   ps_status st = {0};
   ps_device d;
   char big[PS_DEVICE_STRING_MAX], small[6];
-  ck_assert_int_eq(ps_device_parse("/job:ps/replica:0/task:0/device:CPU:0", &d, &st), 0);
+  PS_ASSERT_OK(ps_device_parse("/job:ps/replica:0/task:0/device:CPU:0", &d, &st), st);
   ck_assert_ptr_eq(ps_device_format(&d, small, sizeof small), small);
   ck_assert_str_eq(small, "/job:");
   memset(small, 'x', sizeof small);

@@ -19,41 +19,44 @@ START_TEST(create_is_idempotent_and_conflicts_are_named) {
   ps_init_spec_default(&z, PS_INIT_ZEROS);
   bool created;
   ps_status st;
-  ck_assert_int_eq(
-      ps_store_create_var(s, "w", PS_DT_FLOAT, &sh, &z, NULL, NULL, 0, &created, &st), 0);
+  PS_ASSERT_OK(
+      ps_store_create_var(s, "w", PS_DT_FLOAT, &sh, &z, NULL, NULL, 0, &created, &st),
+      st);
   ck_assert(created);
-  ck_assert_int_eq(
-      ps_store_create_var(s, "w", PS_DT_FLOAT, &sh, &z, NULL, NULL, 0, &created, &st), 0);
+  PS_ASSERT_OK(
+      ps_store_create_var(s, "w", PS_DT_FLOAT, &sh, &z, NULL, NULL, 0, &created, &st),
+      st);
   ck_assert(!created);
   ps_shape other = shape2(3, 2);
-  ck_assert_int_eq(
+  PS_ASSERT_CODE(
       ps_store_create_var(s, "w", PS_DT_FLOAT, &other, &z, NULL, NULL, 0, &created, &st),
-      PS_ALREADY_EXISTS);
+      st, PS_ALREADY_EXISTS);
   ck_assert_str_eq(st.msg,
                    "variable w already exists on ps/3 with dtype float shape [2,3]; "
                    "requested dtype float shape [3,2]");
   /* another initializer: shared by name, as TensorFlow's (it was refused) */
   ps_init_spec o;
   ps_init_spec_default(&o, PS_INIT_ONES);
-  ck_assert_int_eq(
-      ps_store_create_var(s, "w", PS_DT_FLOAT, &sh, &o, NULL, NULL, 0, &created, &st), 0);
+  PS_ASSERT_OK(
+      ps_store_create_var(s, "w", PS_DT_FLOAT, &sh, &o, NULL, NULL, 0, &created, &st),
+      st);
   ck_assert(!created);
   /* the same name as another part of a partitioned variable */
   ps_shape full = shape2(4, 3);
-  ck_assert_int_eq(ps_store_create_var(s, "p/part_0", PS_DT_FLOAT, &sh, &z, "p", &full, 0,
-                                       &created, &st),
-                   0);
-  ck_assert_int_eq(ps_store_create_var(s, "p/part_0", PS_DT_FLOAT, &sh, &z, "p", &full, 6,
-                                       &created, &st),
-                   PS_ALREADY_EXISTS);
+  PS_ASSERT_OK(ps_store_create_var(s, "p/part_0", PS_DT_FLOAT, &sh, &z, "p", &full, 0,
+                                   &created, &st),
+               st);
+  PS_ASSERT_CODE(ps_store_create_var(s, "p/part_0", PS_DT_FLOAT, &sh, &z, "p", &full, 6,
+                                     &created, &st),
+                 st, PS_ALREADY_EXISTS);
   ck_assert_str_eq(st.msg, "variable p/part_0 already exists on ps/3 as a part of p at "
                            "offset 0; requested a part of p at offset 6");
-  ck_assert_int_eq(
+  PS_ASSERT_CODE(
       ps_store_create_var(s, "", PS_DT_FLOAT, &sh, NULL, NULL, NULL, 0, &created, &st),
-      PS_INVALID_ARGUMENT);
-  ck_assert_int_eq(
+      st, PS_INVALID_ARGUMENT);
+  PS_ASSERT_CODE(
       ps_store_create_var(s, "x", PS_DT_STRING, &sh, NULL, NULL, NULL, 0, &created, &st),
-      PS_INVALID_ARGUMENT);
+      st, PS_INVALID_ARGUMENT);
   ck_assert_ptr_null(ps_store_find(s, "nope", &st));
   ck_assert_str_eq(st.msg, "variable nope does not exist on ps/3");
   ps_store_destroy(s);
@@ -90,11 +93,12 @@ START_TEST(initializer_accounting_and_copy_on_write) {
   k.value = 2.0;
   bool created;
   ps_status st;
-  ck_assert_int_eq(
-      ps_store_create_var(s, "w", PS_DT_FLOAT, &sh, &k, NULL, NULL, 0, &created, &st), 0);
+  PS_ASSERT_OK(
+      ps_store_create_var(s, "w", PS_DT_FLOAT, &sh, &k, NULL, NULL, 0, &created, &st),
+      st);
   ps_var *v = ps_store_lookup(s, "w");
   ck_assert_ptr_null(v->buf);
-  ck_assert_int_eq(ps_var_run_initializer(s, v, &st), 0);
+  PS_ASSERT_OK(ps_var_run_initializer(s, v, &st), st);
   ck_assert_ptr_nonnull(v->buf);
   ck_assert(((float *)v->buf->data)[5] == 2.0f);
   int64_t nv, bytes;
@@ -103,13 +107,13 @@ START_TEST(initializer_accounting_and_copy_on_write) {
   ck_assert_int_eq(bytes, 24);
   /* A reader holds the buffer: an in-place writer must copy first. */
   ps_buf *reader = ps_buf_ref(v->buf);
-  ck_assert_int_eq(ps_var_make_private(v, &st), 0);
+  PS_ASSERT_OK(ps_var_make_private(v, &st), st);
   ck_assert_ptr_ne(v->buf, reader);
   ((float *)v->buf->data)[0] = 9.0f;
   ck_assert(((float *)reader->data)[0] == 2.0f);
   ps_buf_unref(reader);
   ps_buf *mine = v->buf;
-  ck_assert_int_eq(ps_var_make_private(v, &st), 0);
+  PS_ASSERT_OK(ps_var_make_private(v, &st), st);
   ck_assert_ptr_eq(v->buf, mine); /* sole owner: no copy */
   /* Replacing the value accounts the size difference. */
   ps_buf *nb = ps_buf_create(40, true);
@@ -120,12 +124,11 @@ START_TEST(initializer_accounting_and_copy_on_write) {
   ck_assert_int_eq(bytes, 40);
   ck_assert_int_eq(v->shape.dim[0], 10);
   /* No initializer: a clear error. */
-  ck_assert_int_eq(
+  PS_ASSERT_OK(
       ps_store_create_var(s, "u", PS_DT_FLOAT, &sh, NULL, NULL, NULL, 0, &created, &st),
-      0);
-  ck_assert_int_eq(ps_var_run_initializer(s, ps_store_lookup(s, "u"), &st),
-                   PS_FAILED_PRECONDITION);
-  ck_assert_ptr_nonnull(strstr(st.msg, "variable u has no initializer on ps/0"));
+      st);
+  PS_ASSERT_STATUS(ps_var_run_initializer(s, ps_store_lookup(s, "u"), &st), st,
+                   PS_FAILED_PRECONDITION, "variable u has no initializer on ps/0");
   ps_store_destroy(s);
 }
 END_TEST
@@ -142,15 +145,15 @@ START_TEST(a_selected_snapshot_takes_only_its_variables) {
   ps_status st;
   const char *names[] = {"b", "a", "c"};
   for (int i = 0; i < 3; i++)
-    ck_assert_int_eq(ps_store_create_var(s, names[i], PS_DT_FLOAT, &sh, &k, NULL, NULL, 0,
-                                         &created, &st),
-                     0);
-  ck_assert_int_eq(ps_var_run_initializer(s, ps_store_lookup(s, "a"), &st), 0);
-  ck_assert_int_eq(ps_var_run_initializer(s, ps_store_lookup(s, "b"), &st), 0);
+    PS_ASSERT_OK(ps_store_create_var(s, names[i], PS_DT_FLOAT, &sh, &k, NULL, NULL, 0,
+                                     &created, &st),
+                 st);
+  PS_ASSERT_OK(ps_var_run_initializer(s, ps_store_lookup(s, "a"), &st), st);
+  PS_ASSERT_OK(ps_var_run_initializer(s, ps_store_lookup(s, "b"), &st), st);
   /* c stays uninitialized */
   const char *sel_names[] = {"b", "a"}, *sel_keys[] = {"renamed_b", ""};
   ps_snapshot_select sel = {sel_names, sel_keys, 2};
-  ck_assert_int_eq(ps_store_snapshot_begin_sel(s, 1, 1000, false, &sel, &st), 0);
+  PS_ASSERT_OK(ps_store_snapshot_begin_sel(s, 1, 1000, false, &sel, &st), st);
   ps_store_snapshot_release(s, 1);
   ps_snapshot *snap = ps_store_snapshot_take(s, 1);
   ck_assert_ptr_nonnull(snap);
@@ -162,8 +165,8 @@ START_TEST(a_selected_snapshot_takes_only_its_variables) {
   ps_snapshot_free(snap);
   const char *missing[] = {"a", "nope"};
   ps_snapshot_select bad = {missing, NULL, 2};
-  ck_assert_int_eq(ps_store_snapshot_begin_sel(s, 2, 1000, false, &bad, &st),
-                   PS_NOT_FOUND);
+  PS_ASSERT_CODE(ps_store_snapshot_begin_sel(s, 2, 1000, false, &bad, &st), st,
+                 PS_NOT_FOUND);
   ck_assert_str_eq(st.msg, "variable nope does not exist on ps/0");
   ck_assert(ps_store_update_enter(s, NULL, NULL)); /* the gate is open again */
   ps_store_update_leave(s);

@@ -25,12 +25,12 @@ static int make(ps_store *s, const char *name, const char *full, int64_t rows,
 START_TEST(remove_keeps_pointers_valid_and_names_free) {
   ps_store *s = ps_store_create("ps/0");
   ps_status st;
-  ck_assert_int_eq(make(s, "w", NULL, 2, 0, &st), 0);
-  ck_assert_int_eq(make(s, "w/Momentum", NULL, 2, 0, &st), 0);
-  ck_assert_int_eq(make(s, "w/a/b", NULL, 2, 0, &st), 0);
+  PS_ASSERT_OK(make(s, "w", NULL, 2, 0, &st), st);
+  PS_ASSERT_OK(make(s, "w/Momentum", NULL, 2, 0, &st), st);
+  PS_ASSERT_OK(make(s, "w/a/b", NULL, 2, 0, &st), st);
   ps_var *w = ps_store_lookup(s, "w");
   pthread_rwlock_wrlock(&w->lock);
-  ck_assert_int_eq(ps_var_run_initializer(s, w, &st), 0);
+  PS_ASSERT_OK(ps_var_run_initializer(s, w, &st), st);
   pthread_rwlock_unlock(&w->lock);
   int64_t nv, bytes;
   ps_store_totals(s, &nv, &bytes);
@@ -39,14 +39,14 @@ START_TEST(remove_keeps_pointers_valid_and_names_free) {
   char *bad[2] = {"w", "x"};
   ps_var **out;
   size_t n;
-  ck_assert_int_eq(ps_store_remove(s, bad, 2, PS_REMOVE_SLOTS, &out, &n, NULL, &st),
-                   PS_NOT_FOUND);
+  PS_ASSERT_CODE(ps_store_remove(s, bad, 2, PS_REMOVE_SLOTS, &out, &n, NULL, &st), st,
+                 PS_NOT_FOUND);
   ck_assert_str_eq(st.msg, "variable x does not exist on ps/0");
   ck_assert_ptr_eq(ps_store_lookup(s, "w"), w);
   bool missing[2];
-  ck_assert_int_eq(ps_store_remove(s, bad, 2, PS_REMOVE_SLOTS | PS_REMOVE_MISSING_OK,
-                                   &out, &n, missing, &st),
-                   0);
+  PS_ASSERT_OK(ps_store_remove(s, bad, 2, PS_REMOVE_SLOTS | PS_REMOVE_MISSING_OK, &out,
+                               &n, missing, &st),
+               st);
   ck_assert(!missing[0] && missing[1]);
   ck_assert_uint_eq(n, 2);
   ck_assert_str_eq(out[0]->name, "w");
@@ -63,7 +63,7 @@ START_TEST(remove_keeps_pointers_valid_and_names_free) {
   pthread_rwlock_rdlock(&w->lock);
   ck_assert(w->deleted);
   ck_assert_ptr_null(w->buf);
-  ck_assert_int_eq(ps_var_gone(s, w, &st), PS_NOT_FOUND);
+  PS_ASSERT_CODE(ps_var_gone(s, w, &st), st, PS_NOT_FOUND);
   pthread_rwlock_unlock(&w->lock);
   ps_store_totals(s, &nv, &bytes);
   ck_assert_int_eq(nv, 1);
@@ -76,7 +76,7 @@ START_TEST(remove_keeps_pointers_valid_and_names_free) {
   pthread_rwlock_unlock(&w->lock);
   ps_buf_unref(b);
   /* the name is free again */
-  ck_assert_int_eq(make(s, "w", NULL, 2, 0, &st), 0);
+  PS_ASSERT_OK(make(s, "w", NULL, 2, 0, &st), st);
   ck_assert_ptr_ne(ps_store_lookup(s, "w"), w);
   ps_store_destroy(s);
 }
@@ -85,23 +85,23 @@ END_TEST
 START_TEST(partition_index_follows_creates_and_removes) {
   ps_store *s = ps_store_create("ps/0");
   ps_status st;
-  ck_assert_int_eq(make(s, "P/part_0", "P", 2, 0, &st), 0);
-  ck_assert_int_eq(make(s, "P", NULL, 4, 0, &st), PS_ALREADY_EXISTS);
-  ck_assert_int_eq(make(s, "P/part_1", "P", 2, 2, &st), PS_INVALID_ARGUMENT);
-  ck_assert_int_eq(make(s, "P/part_1", "P", 2, 4, &st), 0);
+  PS_ASSERT_OK(make(s, "P/part_0", "P", 2, 0, &st), st);
+  PS_ASSERT_CODE(make(s, "P", NULL, 4, 0, &st), st, PS_ALREADY_EXISTS);
+  PS_ASSERT_CODE(make(s, "P/part_1", "P", 2, 2, &st), st, PS_INVALID_ARGUMENT);
+  PS_ASSERT_OK(make(s, "P/part_1", "P", 2, 4, &st), st);
   /* a part whose full name is its own name is a plain variable */
-  ck_assert_int_eq(make(s, "Q", "Q", 4, 0, &st), 0);
-  ck_assert_int_eq(make(s, "Q/part_0", "Q", 2, 0, &st), PS_ALREADY_EXISTS);
+  PS_ASSERT_OK(make(s, "Q", "Q", 4, 0, &st), st);
+  PS_ASSERT_CODE(make(s, "Q/part_0", "Q", 2, 0, &st), st, PS_ALREADY_EXISTS);
   char *p[1] = {"P"};
   ps_var **out;
   size_t n;
-  ck_assert_int_eq(ps_store_remove(s, p, 1, 0, &out, &n, NULL, &st), 0);
+  PS_ASSERT_OK(ps_store_remove(s, p, 1, 0, &out, &n, NULL, &st), st);
   ck_assert_uint_eq(n, 2);
   for (size_t i = 0; i < n; i++)
     ps_var_mark_deleted(s, out[i]);
   free(out);
-  ck_assert_int_eq(make(s, "P", NULL, 4, 0, &st), 0);
-  ck_assert_int_eq(make(s, "P/part_0", "P", 2, 0, &st), PS_ALREADY_EXISTS);
+  PS_ASSERT_OK(make(s, "P", NULL, 4, 0, &st), st);
+  PS_ASSERT_CODE(make(s, "P/part_0", "P", 2, 0, &st), st, PS_ALREADY_EXISTS);
   ps_store_destroy(s);
 }
 END_TEST
@@ -115,9 +115,9 @@ START_TEST(remove_of_many_with_slots) {
     char b[64];
     snprintf(b, sizeof b, "v%d", i);
     names[i] = strdup(b);
-    ck_assert_int_eq(make(s, b, NULL, 1, 0, &st), 0);
+    PS_ASSERT_OK(make(s, b, NULL, 1, 0, &st), st);
     snprintf(b, sizeof b, "v%d/Momentum", i);
-    ck_assert_int_eq(make(s, b, NULL, 1, 0, &st), 0);
+    PS_ASSERT_OK(make(s, b, NULL, 1, 0, &st), st);
   }
   /* every other name, one given twice and one slot named explicitly too */
   char **del = calloc(N / 2 + 2, sizeof *del);
@@ -127,8 +127,8 @@ START_TEST(remove_of_many_with_slots) {
   del[N / 2 + 1] = "v2/Momentum";
   ps_var **out;
   size_t n;
-  ck_assert_int_eq(
-      ps_store_remove(s, del, N / 2 + 2, PS_REMOVE_SLOTS, &out, &n, NULL, &st), 0);
+  PS_ASSERT_OK(ps_store_remove(s, del, N / 2 + 2, PS_REMOVE_SLOTS, &out, &n, NULL, &st),
+               st);
   ck_assert_uint_eq(n, N);
   for (size_t i = 1; i < n; i++)
     ck_assert(strcmp(out[i - 1]->name, out[i]->name) < 0);
@@ -149,17 +149,17 @@ END_TEST
 START_TEST(snapshot_keeps_partition_info_of_deleted_parts) {
   ps_store *s = ps_store_create("ps/0");
   ps_status st;
-  ck_assert_int_eq(make(s, "P/part_1", "P", 2, 4, &st), 0);
-  ck_assert_int_eq(make(s, "w", NULL, 2, 0, &st), 0);
+  PS_ASSERT_OK(make(s, "P/part_1", "P", 2, 4, &st), st);
+  PS_ASSERT_OK(make(s, "w", NULL, 2, 0, &st), st);
   ps_var *p = ps_store_lookup(s, "P/part_1"), *w = ps_store_lookup(s, "w");
-  ck_assert_int_eq(ps_var_run_initializer(s, p, &st), 0);
-  ck_assert_int_eq(ps_var_run_initializer(s, w, &st), 0);
-  ck_assert_int_eq(ps_store_snapshot_begin(s, 5, 1000, false, &st), 0);
+  PS_ASSERT_OK(ps_var_run_initializer(s, p, &st), st);
+  PS_ASSERT_OK(ps_var_run_initializer(s, w, &st), st);
+  PS_ASSERT_OK(ps_store_snapshot_begin(s, 5, 1000, false, &st), st);
   ps_store_snapshot_release(s, 5);
   char *names[1] = {"P"};
   ps_var **out;
   size_t n;
-  ck_assert_int_eq(ps_store_remove(s, names, 1, 0, &out, &n, NULL, &st), 0);
+  PS_ASSERT_OK(ps_store_remove(s, names, 1, 0, &out, &n, NULL, &st), st);
   ck_assert_uint_eq(n, 1);
   ps_var_mark_deleted(s, out[0]);
   free(out);
@@ -173,7 +173,7 @@ START_TEST(snapshot_keeps_partition_info_of_deleted_parts) {
   ck_assert_ptr_null(snap->e[1].full_name);
   ps_snapshot_free(snap);
   /* a snapshot after the delete does not see the part */
-  ck_assert_int_eq(ps_store_snapshot_begin(s, 6, 1000, false, &st), 0);
+  PS_ASSERT_OK(ps_store_snapshot_begin(s, 6, 1000, false, &st), st);
   ps_store_snapshot_release(s, 6);
   snap = ps_store_snapshot_take(s, 6);
   ck_assert_uint_eq(snap->n, 1);
@@ -193,31 +193,31 @@ START_TEST(gate_limits) {
   ps_status st;
   ps_store_set_gate_limits(s, 0, 100);
   /* hold clamped to 0 ms: the gate reopens at the next tick */
-  ck_assert_int_eq(ps_store_snapshot_begin(s, 1, 1000000000000LL, false, &st), 0);
+  PS_ASSERT_OK(ps_store_snapshot_begin(s, 1, 1000000000000LL, false, &st), st);
   bool parked;
   ran = 0;
-  ck_assert_int_eq(ps_store_update_admit(s, count_run, NULL, 10, &parked, &st), 0);
+  PS_ASSERT_OK(ps_store_update_admit(s, count_run, NULL, 10, &parked, &st), st);
   ck_assert(!parked); /* expired: reopened on entry */
   ps_store_update_leave(s);
   ps_snapshot_free(ps_store_snapshot_take(s, 1));
   ps_store_set_gate_limits(s, 60000, 100);
-  ck_assert_int_eq(ps_store_snapshot_begin(s, 2, 60000, false, &st), 0);
-  ck_assert_int_eq(ps_store_update_admit(s, count_run, NULL, 60, &parked, &st), 0);
+  PS_ASSERT_OK(ps_store_snapshot_begin(s, 2, 60000, false, &st), st);
+  PS_ASSERT_OK(ps_store_update_admit(s, count_run, NULL, 60, &parked, &st), st);
   ck_assert(parked);
-  ck_assert_int_eq(ps_store_update_admit(s, count_run, NULL, 60, &parked, &st),
-                   PS_RESOURCE_EXHAUSTED);
+  PS_ASSERT_CODE(ps_store_update_admit(s, count_run, NULL, 60, &parked, &st), st,
+                 PS_RESOURCE_EXHAUSTED);
   ck_assert_str_eq(st.msg,
                    "ps/0: updates waiting for snapshot 2 to end hold 60 bytes; this "
                    "one (60 bytes) would pass the limit of 100 bytes "
                    "(--max-tensor-bytes); try again");
-  ck_assert_int_eq(ps_store_update_admit(s, count_run, NULL, 40, &parked, &st), 0);
+  PS_ASSERT_OK(ps_store_update_admit(s, count_run, NULL, 40, &parked, &st), st);
   ck_assert(parked);
   ps_store_snapshot_release(s, 2);
   ck_assert_int_eq(ran, 2);
   ps_store_update_leave(s);
   ps_store_update_leave(s);
   /* open again: the count starts over */
-  ck_assert_int_eq(ps_store_update_admit(s, count_run, NULL, 60, &parked, &st), 0);
+  PS_ASSERT_OK(ps_store_update_admit(s, count_run, NULL, 60, &parked, &st), st);
   ck_assert(!parked);
   ps_store_update_leave(s);
   ps_snapshot_free(ps_store_snapshot_take(s, 2));

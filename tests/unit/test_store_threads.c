@@ -48,8 +48,8 @@ static void apply(void *arg) {
   ps_var *vars[2] = {lookup(s, "c"), lookup(s, "a")};
   ps_store_lock_set(vars, 2, true);
   ps_status st;
-  ck_assert_int_eq(ps_var_make_private(vars[0], &st), 0);
-  ck_assert_int_eq(ps_var_make_private(vars[1], &st), 0);
+  PS_ASSERT_OK(ps_var_make_private(vars[0], &st), st);
+  PS_ASSERT_OK(ps_var_make_private(vars[1], &st), st);
   ((int64_t *)vars[0]->buf->data)[0] += 1;
   float *a = vars[1]->buf->data;
   for (int i = 0; i < N_ELEMS; i++)
@@ -148,12 +148,12 @@ static void *creator(void *arg) {
     snprintf(name, sizeof name, "x%d", i % 400);
     bool created;
     ps_status st;
-    ck_assert_int_eq(ps_store_create_var(sh->s, name, PS_DT_FLOAT, &sh8, &k, NULL, NULL,
-                                         0, &created, &st),
-                     0);
+    PS_ASSERT_OK(ps_store_create_var(sh->s, name, PS_DT_FLOAT, &sh8, &k, NULL, NULL, 0,
+                                     &created, &st),
+                 st);
     ps_var *v = lookup(sh->s, name);
     ps_store_lock_set(&v, 1, true);
-    ck_assert_int_eq(ps_var_run_initializer(sh->s, v, &st), 0);
+    PS_ASSERT_OK(ps_var_run_initializer(sh->s, v, &st), st);
     ps_store_unlock_set(&v, 1);
     ps_store_gate_tick(sh->s);
   }
@@ -168,15 +168,15 @@ START_TEST(updates_reads_and_snapshots_from_many_threads_are_exact) {
   ps_shape sa = {.rank = 1, .dim = {N_ELEMS}}, sc = {.rank = 0};
   bool created;
   ps_status st;
-  ck_assert_int_eq(
+  PS_ASSERT_OK(
       ps_store_create_var(sh.s, "a", PS_DT_FLOAT, &sa, &z, NULL, NULL, 0, &created, &st),
-      0);
-  ck_assert_int_eq(
+      st);
+  PS_ASSERT_OK(
       ps_store_create_var(sh.s, "c", PS_DT_INT64, &sc, &z, NULL, NULL, 0, &created, &st),
-      0);
+      st);
   ps_var *vars[2] = {lookup(sh.s, "a"), lookup(sh.s, "c")};
   for (int i = 0; i < 2; i++)
-    ck_assert_int_eq(ps_var_run_initializer(sh.s, vars[i], &st), 0);
+    PS_ASSERT_OK(ps_var_run_initializer(sh.s, vars[i], &st), st);
   pthread_t up[N_UPDATERS], rd[N_READERS], sn, cr;
   for (int i = 0; i < N_UPDATERS; i++)
     ck_assert_int_eq(pthread_create(&up[i], NULL, updater, &sh), 0);

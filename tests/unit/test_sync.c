@@ -41,13 +41,13 @@ START_TEST(dense_mean_of_three_replicas) {
   bool stale, completes;
   for (int i = 0; i < 3; i++) {
     ps_sync_update u = dense_add(g[i], 2, 3, 7);
-    ck_assert_int_eq(join(a, &u, 0, 2, &w[i], &stale, &completes, &st), 0);
+    PS_ASSERT_OK(join(a, &u, 0, 2, &w[i], &stale, &completes, &st), st);
     ck_assert(!stale);
     ck_assert(completes == (i == 2));
     ck_assert(ps_accum_full(a) == (i == 2));
   }
   ps_sync_take t;
-  ck_assert_int_eq(ps_accum_take(a, &t, &st), 0);
+  PS_ASSERT_OK(ps_accum_take(a, &t, &st), st);
   ck_assert_int_eq(t.kind, PS_SYNC_ADD);
   ck_assert_int_eq(t.step, 7);
   ck_assert(!t.sparse);
@@ -58,7 +58,7 @@ START_TEST(dense_mean_of_three_replicas) {
   for (ps_sync_waiter *x = list; x; x = x->next, n++) {
     ck_assert_int_eq(x->step, 8);
     ck_assert_int_eq(x->version, 42);
-    ck_assert_int_eq(x->st.code, 0);
+    PS_ASSERT_OK(x->st.code, x->st);
   }
   ck_assert_int_eq(n, 3);
   ck_assert_int_eq(ps_accum_step(a), 8);
@@ -81,11 +81,11 @@ START_TEST(an_int8_mean_over_256_replicas_divides_by_256) {
     ps_sync_update u = dense_add(NULL, 2, 256, 3);
     u.dtype = PS_DT_INT8;
     u.value = one;
-    ck_assert_int_eq(join(a, &u, 0, 2, &w[i], &stale, &completes, &st), 0);
+    PS_ASSERT_OK(join(a, &u, 0, 2, &w[i], &stale, &completes, &st), st);
   }
   ck_assert(ps_accum_full(a));
   ps_sync_take t;
-  ck_assert_int_eq(ps_accum_take(a, &t, &st), 0);
+  PS_ASSERT_OK(ps_accum_take(a, &t, &st), st);
   const int8_t *mean = t.value;
   /* 256 * 1 wraps to 0 in int8; 0 / 256 = 0 */
   ck_assert_int_eq(mean[0], 0);
@@ -103,28 +103,28 @@ START_TEST(stale_updates_are_dropped_and_the_step_moves_up) {
   ps_status st;
   bool stale, completes;
   ps_sync_update u = dense_add(g, 2, 2, 5);
-  ck_assert_int_eq(join(a, &u, 0, 2, &w[0], &stale, &completes, &st), 0);
+  PS_ASSERT_OK(join(a, &u, 0, 2, &w[0], &stale, &completes, &st), st);
   /* behind the step being aggregated: dropped, nothing changes */
   ps_sync_update old = dense_add(g, 2, 2, 4);
-  ck_assert_int_eq(ps_accum_check(a, &old, 0, 2, "w", &stale, &completes, &st), 0);
+  PS_ASSERT_OK(ps_accum_check(a, &old, 0, 2, "w", &stale, &completes, &st), st);
   ck_assert(stale);
   ck_assert(!ps_accum_full(a));
   ck_assert_int_eq(ps_accum_step(a), 5);
-  ck_assert_int_eq(join(a, &u, 0, 2, &w[1], &stale, &completes, &st), 0);
+  PS_ASSERT_OK(join(a, &u, 0, 2, &w[1], &stale, &completes, &st), st);
   ck_assert(completes);
   ps_sync_take t;
-  ck_assert_int_eq(ps_accum_take(a, &t, &st), 0);
+  PS_ASSERT_OK(ps_accum_take(a, &t, &st), st);
   ps_accum_finish(a, 1, 0);
   ck_assert_int_eq(ps_accum_step(a), 6);
   /* an empty accumulator moves up to a later local step */
   ps_sync_update later = dense_add(g, 2, 2, 9);
-  ck_assert_int_eq(join(a, &later, 0, 2, &w[2], &stale, &completes, &st), 0);
+  PS_ASSERT_OK(join(a, &later, 0, 2, &w[2], &stale, &completes, &st), st);
   ck_assert(!stale);
   ck_assert_int_eq(ps_accum_step(a), 9);
   /* and once the variable's value was replaced (new epoch), even down */
   ps_accum_fail(a, PS_UNAVAILABLE, "x");
   ps_sync_update down = dense_add(g, 2, 2, 3);
-  ck_assert_int_eq(join(a, &down, 1, 2, &w[3], &stale, &completes, &st), 0);
+  PS_ASSERT_OK(join(a, &down, 1, 2, &w[3], &stale, &completes, &st), st);
   ck_assert(!stale);
   ck_assert_int_eq(ps_accum_step(a), 3);
   ps_accum_destroy(a);
@@ -157,10 +157,10 @@ START_TEST(sparse_rows_are_averaged_per_index) {
     u.nindices = 2;
     u.replicas = 2;
     u.local_step = 0;
-    ck_assert_int_eq(join(a, &u, 0, 4, &w[i], &stale, &completes, &st), 0);
+    PS_ASSERT_OK(join(a, &u, 0, 4, &w[i], &stale, &completes, &st), st);
   }
   ps_sync_take t;
-  ck_assert_int_eq(ps_accum_take(a, &t, &st), 0);
+  PS_ASSERT_OK(ps_accum_take(a, &t, &st), st);
   ck_assert(t.sparse);
   ck_assert_int_eq(t.nindices, 3);
   const float *v = t.value;
@@ -184,30 +184,30 @@ START_TEST(mismatches_are_refused_with_their_texts) {
   ps_status st;
   bool stale, completes;
   ps_sync_update u = dense_add(g, 2, 3, 2);
-  ck_assert_int_eq(join(a, &u, 0, 2, &w, &stale, &completes, &st), 0);
+  PS_ASSERT_OK(join(a, &u, 0, 2, &w, &stale, &completes, &st), st);
   ps_sync_update sub = u;
   sub.kind = PS_SYNC_SUB;
-  ck_assert_int_eq(ps_accum_check(a, &sub, 0, 2, "w", &stale, &completes, &st),
-                   PS_INVALID_ARGUMENT);
+  PS_ASSERT_CODE(ps_accum_check(a, &sub, 0, 2, "w", &stale, &completes, &st), st,
+                 PS_INVALID_ARGUMENT);
   ck_assert_str_eq(st.msg, "synchronous update of w: AssignSub does not match AssignAdd "
                            "of step 2 being aggregated");
   ps_sync_update rep = u;
   rep.replicas = 4;
-  ck_assert_int_eq(ps_accum_check(a, &rep, 0, 2, "w", &stale, &completes, &st),
-                   PS_INVALID_ARGUMENT);
+  PS_ASSERT_CODE(ps_accum_check(a, &rep, 0, 2, "w", &stale, &completes, &st), st,
+                 PS_INVALID_ARGUMENT);
   ck_assert_str_eq(st.msg,
                    "synchronous update of w: replicas_to_aggregate is 4 but step 2 "
                    "is aggregating 3");
   ps_sync_update dt = u;
   dt.dtype = PS_DT_DOUBLE;
-  ck_assert_int_eq(ps_accum_check(a, &dt, 0, 2, "w", &stale, &completes, &st),
-                   PS_INVALID_ARGUMENT);
+  PS_ASSERT_CODE(ps_accum_check(a, &dt, 0, 2, "w", &stale, &completes, &st), st,
+                 PS_INVALID_ARGUMENT);
   ck_assert_str_eq(st.msg,
                    "synchronous update of w: dtype double does not match float of "
                    "step 2");
   ps_sync_update sh = dense_add(g3, 3, 3, 2);
-  ck_assert_int_eq(ps_accum_check(a, &sh, 0, 2, "w", &stale, &completes, &st),
-                   PS_INVALID_ARGUMENT);
+  PS_ASSERT_CODE(ps_accum_check(a, &sh, 0, 2, "w", &stale, &completes, &st), st,
+                 PS_INVALID_ARGUMENT);
   ck_assert_str_eq(st.msg,
                    "synchronous update of w: Shape mismatch: value shape [3], step "
                    "2 aggregates shape [2]");
@@ -217,7 +217,7 @@ START_TEST(mismatches_are_refused_with_their_texts) {
   /* fail: the waiters get the code and the text, the step stays */
   ps_sync_waiter *list = ps_accum_fail(a, PS_UNAVAILABLE, "ps/0 is shutting down");
   ck_assert_ptr_eq(list, &w);
-  ck_assert_int_eq(w.st.code, PS_UNAVAILABLE);
+  PS_ASSERT_CODE(w.st.code, w.st, PS_UNAVAILABLE);
   ck_assert_str_eq(w.st.msg, "ps/0 is shutting down");
   ck_assert_int_eq(ps_accum_step(a), 2);
   ps_accum_destroy(a);

@@ -98,13 +98,13 @@ START_TEST(wire_strings_are_checked) {
   ps_status st;
   size_t n;
   uint8_t *b = pack_create("good/name", &n);
-  ck_assert_int_eq(ps_wire_check_strings(&paramserver__create_request__descriptor, b, n,
-                                         "Create", &st),
-                   0);
+  PS_ASSERT_OK(ps_wire_check_strings(&paramserver__create_request__descriptor, b, n,
+                                     "Create", &st),
+               st);
   patch(b, n, "good/", '\0');
-  ck_assert_int_eq(ps_wire_check_strings(&paramserver__create_request__descriptor, b, n,
-                                         "Create", &st),
-                   PS_INVALID_ARGUMENT);
+  PS_ASSERT_CODE(ps_wire_check_strings(&paramserver__create_request__descriptor, b, n,
+                                       "Create", &st),
+                 st, PS_INVALID_ARGUMENT);
   ck_assert_str_eq(st.msg,
                    "Create: VariableSpec.name \"good\\x00name\" contains a control "
                    "character (NUL or 0x01-0x1f, 0x7f)");
@@ -112,9 +112,9 @@ START_TEST(wire_strings_are_checked) {
   /* nested: Initializer.full_name */
   b = pack_create("w", &n);
   patch(b, n, "FU", '\n');
-  ck_assert_int_eq(ps_wire_check_strings(&paramserver__create_request__descriptor, b, n,
-                                         "Create", &st),
-                   PS_INVALID_ARGUMENT);
+  PS_ASSERT_CODE(ps_wire_check_strings(&paramserver__create_request__descriptor, b, n,
+                                       "Create", &st),
+                 st, PS_INVALID_ARGUMENT);
   ck_assert_str_eq(st.msg,
                    "Create: Initializer.full_name \"F\\x0aLL\" contains a control "
                    "character (NUL or 0x01-0x1f, 0x7f)");
@@ -123,9 +123,9 @@ START_TEST(wire_strings_are_checked) {
   memset(longname, 'x', PS_WIRE_MAX_STRING + 1);
   longname[PS_WIRE_MAX_STRING + 1] = '\0';
   b = pack_create(longname, &n);
-  ck_assert_int_eq(ps_wire_check_strings(&paramserver__create_request__descriptor, b, n,
-                                         "Create", &st),
-                   PS_INVALID_ARGUMENT);
+  PS_ASSERT_CODE(ps_wire_check_strings(&paramserver__create_request__descriptor, b, n,
+                                       "Create", &st),
+                 st, PS_INVALID_ARGUMENT);
   ck_assert_str_eq(st.msg, "Create: VariableSpec.name is 4097 bytes; the limit is 4096");
   free(b);
   free(longname);
@@ -137,14 +137,14 @@ START_TEST(wire_strings_are_checked) {
   free(b);
   static const uint8_t junk[] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
                                  0xff, 0xff, 0xff, 0xff, 0x01};
-  ck_assert_int_eq(ps_wire_check_strings(&paramserver__create_request__descriptor, junk,
-                                         sizeof junk, "Create", &st),
-                   0);
+  PS_ASSERT_OK(ps_wire_check_strings(&paramserver__create_request__descriptor, junk,
+                                     sizeof junk, "Create", &st),
+               st);
   /* UTF-8 is fine */
   b = pack_create("w\xc3\xa9", &n);
-  ck_assert_int_eq(ps_wire_check_strings(&paramserver__create_request__descriptor, b, n,
-                                         "Create", &st),
-                   0);
+  PS_ASSERT_OK(ps_wire_check_strings(&paramserver__create_request__descriptor, b, n,
+                                     "Create", &st),
+               st);
   free(b);
 }
 END_TEST

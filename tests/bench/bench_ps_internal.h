@@ -1,0 +1,86 @@
+/* What the bench_ps*.c files share: the options, the CPU placement and
+ * timing helpers, the baselines' peers, and each file's measurements. */
+#ifndef PS_BENCH_PS_INTERNAL_H
+#define PS_BENCH_PS_INTERNAL_H
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <grpc/byte_buffer.h>
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
+#include <grpc/slice.h>
+#include <grpc/support/time.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/rpc.h"
+#include "harness.h"
+#include "paramserver/client.h"
+#include "tcp.h"
+#include "zipf.h"
+
+/* (a)'s transfer size: --bulk-mib (default 64), set before the TCP peer
+ * is forked so both sides agree. */
+extern size_t bulk_bytes;
+#define NSMALL 1000
+#define PING_METHOD "/bench.Bare/Ping"
+#define PING_REQ 16
+#define PING_REPLY 8
+
+typedef struct opts {
+  int reps;         /* (a) repetitions per kind */
+  int bulk_mib;     /* (a) transfer size */
+  int iters;        /* latency samples per side */
+  int warmup;       /* latency warm-up calls per side */
+  int steps;        /* per-variable steps for (c); batched gets 10x */
+  int ps_threads;   /* 0: ps-server default */
+  const char *only; /* subset of "abcde" to run */
+  int pin;          /* control CPU placement (see place()) */
+  /* (d) sparse */
+  int rows, dim, batch, sparse_steps;
+  double zipf;
+  int adagrad; /* the push is a sparse Adagrad step, not a plain add */
+} opts;
+
+/* A bare gRPC core client (bench_ps_bare.c). */
+typedef struct bare_client {
+  grpc_channel *ch;
+  void *reg;
+  grpc_completion_queue *cq;
+} bare_client;
+
+double now_s(void);
+int cmp_i64(const void *a, const void *b);
+double thread_cpu_s(void);
+double proc_cpu_s(pid_t pid);
+void place(const opts *o, const pid_t *servers, int n, int split);
+void unplace(const opts *o, const pid_t *servers, int n);
+double quantile(double *v, size_t n, double q);
+int ps_fail(const char *what, const ps_status *st);
+void print_reps(const char *name, const double *gbs, int n);
+void tcp_child(int lfd);
+double tcp_once(int fd, char cmd, char *buf);
+int bench_sparse(ps_client *c, int tfd, const opts *o);
+void bare_server_main(int port_fd, int ctl_fd);
+int bare_client_init(bare_client *b, int port);
+void bare_client_fini(bare_client *b);
+int bare_ping(bare_client *b, uint32_t seq);
+int bench_tls(const opts *o);
+
+#endif
