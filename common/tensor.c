@@ -336,6 +336,24 @@ static void advise_huge(void *p, size_t n) {
   if (e > a) madvise((void *)a, e - a, MADV_HUGEPAGE);
 }
 
+/* Zeroes @n bytes of new memory.  calloc would, but its big blocks (an
+ * mmap of glibc's) start 16 bytes into a page, not 64-byte aligned as a
+ * ps_buf must be.  Big ones keep calloc's lazily zeroed pages: the whole
+ * pages inside are handed back (MADV_DONTNEED: an anonymous private page
+ * reads as zeros when next touched), only the partial pages at the ends
+ * are written. */
+static void zero_fresh(void *p, size_t n) {
+  uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+  uintptr_t s = (uintptr_t)p, e = s + n;
+  uintptr_t a = (s + page - 1) & ~(page - 1), z = e & ~(page - 1);
+  if (n < CACHE_MIN || z <= a || madvise((void *)a, z - a, MADV_DONTNEED) != 0) {
+    memset(p, 0, n);
+    return;
+  }
+  memset(p, 0, a - s);
+  memset((void *)z, 0, e - z);
+}
+
 /* This machine's memory: no buffer larger is asked of the allocator (a
  * size from outside, e.g. a .meta's [2^40] variable, fails as out of
  * memory; under ASan such a request would abort instead). */
@@ -360,15 +378,17 @@ static ps_buf *buf_create(size_t size, bool zero, bool huge) {
   if (alloc == 0) alloc = 64;
   b->alloc = alloc;
   b->data = alloc >= CACHE_MIN ? cache_take(alloc) : NULL;
-  if (b->data) {
-    if (zero) memset(b->data, 0, alloc);
-  } else if (zero)
-    b->data = calloc(1, alloc); /* large calloc gets lazily zeroed pages */
-  else
-    b->data = aligned_alloc(64, alloc);
+  bool warm = b->data != NULL;
+  if (!warm) b->data = aligned_alloc(64, alloc);
   if (b->data == NULL) {
     free(b);
     return NULL;
+  }
+  if (zero) {
+    if (warm)
+      memset(b->data, 0, alloc);
+    else
+      zero_fresh(b->data, alloc);
   }
   if (huge) advise_huge(b->data, alloc);
   atomic_init(&b->refs, 1);
