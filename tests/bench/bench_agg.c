@@ -238,7 +238,7 @@ static const char usage[] =
 int main(int argc, char **argv) {
   if (argc == 9 && !strcmp(argv[1], "--worker")) return worker_main(argv + 2);
   int mib = 4, reps = 50, rounds = 3;
-  for (int i = 1; i < argc; i++) {
+  for (int i = 1; i < argc; i += 2) { /* FLAG VALUE pairs */
     int *dst = !strcmp(argv[i], "--mib")      ? &mib
                : !strcmp(argv[i], "--reps")   ? &reps
                : !strcmp(argv[i], "--rounds") ? &rounds
@@ -252,7 +252,6 @@ int main(int argc, char **argv) {
       fprintf(stderr, "bench_agg: bad argument '%s'\n%s", argv[i], usage);
       return 2;
     }
-    i++;
   }
   if (mib > 1024) {
     fprintf(stderr, "bench_agg: --mib is at most 1024\n");
