@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Clients against a ps that lies (README "Limits", issue 21 point 16): a
+# Clients against a ps that lies (ps/SERVER.md "Limits", issue 21 point 16): a
 # python3-grpcio server (hostile_ps.py) answers every ps method as a real
 # ps would, except for one lie per mode.  psctl and ps-worker must report
 # each lie with its code and a text naming the ps task, the method and what

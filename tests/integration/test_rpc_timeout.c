@@ -1,5 +1,4 @@
-/* ps_client_options.rpc_timeout_ms through the public C API (README
- * "Failures"): its default, PS_RPC_TIMEOUT and the option, and their
+/* ps_client_options.rpc_timeout_ms through the public C API (deploy/DEPLOY.md): its default, PS_RPC_TIMEOUT and the option, and their
  * errors; then a real ps stopped with SIGSTOP: a call fails
  * DEADLINE_EXCEEDED naming the task, its address and the call within the
  * timeout and a margin, ps_client_task_unanswered_secs shows the silence

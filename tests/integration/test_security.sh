@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Security through real processes (README "Security"): certificates and
+# Security through real processes (common/SECURITY.md): certificates and
 # tokens from deploy/gen-certs.sh; ps-server with TLS, mutual TLS and
 # tokens; psctl, ps-worker and ps-launch as clients; Debian's python3-grpcio
 # as a client that is not ours (raw requests, its own TLS).

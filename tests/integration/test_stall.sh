@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A ps that stops answering (SIGSTOP: stopped, hung, its host frozen):
-# calls have a deadline, --rpc-timeout (README "Failures").
+# calls have a deadline, --rpc-timeout (deploy/DEPLOY.md).
 #  a. a stop shorter than --rpc-timeout only delays training: it finishes;
 #  b. a stop past it ends ps-worker with exit status 69 and a message that
 #     names ps/1, its address and the call, within the timeout and a

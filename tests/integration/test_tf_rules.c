@@ -519,7 +519,7 @@ static void assert_all(const ps_tensor *t, float x) {
                   (double)x);
 }
 
-/* README Security: a graph's initializer is an Assign (filled on the ps),
+/* common/SECURITY.md: a graph's initializer is an Assign (filled on the ps),
  * which a worker token may send whether or not the variable holds a
  * value, as any assign; the Initialize RPC of a variable that holds a
  * value (psctl init, the ps's own copy of the initializer) needs an admin
