@@ -1,11 +1,10 @@
-/* ps_client_options.rpc_timeout_ms through the public C API (deploy/DEPLOY.md): its default, PS_RPC_TIMEOUT and the option, and their
- * errors; then a real ps stopped with SIGSTOP: a call fails
- * DEADLINE_EXCEEDED naming the task, its address and the call within the
- * timeout and a margin, ps_client_task_unanswered_secs shows the silence
- * while it lasts, and a stop shorter than the timeout only delays a call.
- * A stopped ps is continued before it is stopped for good, however the
- * test ends (its PR_SET_PDEATHSIG is SIGKILL, which also ends a stopped
- * process). */
+/* ps_client_options.rpc_timeout_ms through the public C API (deploy/DEPLOY.md): its
+ * default, PS_RPC_TIMEOUT and the option, and their errors; then a real ps stopped with
+ * SIGSTOP: a call fails DEADLINE_EXCEEDED naming the task, its address and the call
+ * within the timeout and a margin, ps_client_task_unanswered_secs shows the silence while
+ * it lasts, and a stop shorter than the timeout only delays a call. A stopped ps is
+ * continued before it is stopped for good, however the test ends (its PR_SET_PDEATHSIG is
+ * SIGKILL, which also ends a stopped process). */
 #include <check.h>
 #include <dirent.h>
 #include <pthread.h>
