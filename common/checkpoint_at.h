@@ -1,5 +1,5 @@
 /* The checkpoint directory's code through a directory held open (the ps:
- * ps/ckpt.c), so that a component of the directory's path swapped for a
+ * ps/ckpt_fs.c), so that a component of the directory's path swapped for a
  * symbolic link after the directory was opened leads nowhere.  The
  * path-based API is worker/include/paramserver/checkpoint.h. */
 #ifndef PS_COMMON_CHECKPOINT_AT_H

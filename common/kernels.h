@@ -1,8 +1,8 @@
 /* Optimizer update kernels: TensorFlow's training ops on raw buffers.
  *
  * Pure arithmetic over a variable, its slot variables and a gradient; no
- * locking, no validation.  The callers (ps/service.c; worker/train/session.c for
- * variables a session holds) holds the write locks of the variable and its slots, has
+ * locking, no validation.  The callers (ps/service_update.c; worker/train/session_local.c
+ * for variables a session holds) holds the write locks of the variable and its slots, has
  * made their buffers private, and has checked dtypes, shapes, counts and index ranges.
  * Any thread may call. */
 #ifndef PS_KERNELS_H

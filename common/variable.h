@@ -1,6 +1,6 @@
 /* TensorFlow 1.x variable semantics both sides enforce with the same texts:
- * the ps for the variables it owns (ps/service.c), a session for the
- * variables it holds itself (worker/train/session.c).  Scatter and optimizer
+ * the ps for the variables it owns (ps/service*.c), a session for the
+ * variables it holds itself (worker/train/session_local.c).  Scatter and optimizer
  * specifics stay with their callers. */
 #ifndef PS_VARIABLE_H
 #define PS_VARIABLE_H

@@ -605,7 +605,7 @@ static int shutdown_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status
 
 /* ---- grpc.health.v1.Health ---- */
 
-/* Check: SERVING (once the ps is stopping, common/rpc.c refuses new calls
+/* Check: SERVING (once the ps is stopping, common/rpc_server.c refuses new calls
  * before they get here); NOT_FOUND for a service it does not have (the
  * protocol's rule).  Watch: the same status
  * as the first message of a stream that stays open (an unknown service is

@@ -1,4 +1,4 @@
-/* Fuzz target for the client's answer decoders (worker/client/client.c,
+/* Fuzz target for the client's answer decoders (worker/client/client_fuzz.c,
  * parse_*): a ps is input from outside, so every answer it sends is
  * decoded as the ps's requests are (fuzz_rpc.c).  One method per run,
  * named by PS_FUZZ_METHOD ("Read", "List", "IsInitialized", "Initialize",
@@ -27,7 +27,7 @@
 #include "common/status.h"
 #include "driver.h"
 
-/* worker/client/client.c (not public API) */
+/* worker/client/client_fuzz.c (not public API) */
 int fuzz_client_answer(const char *method, const uint8_t *p, size_t n,
                        const uint8_t *data, size_t ndata, ps_status *st);
 

@@ -1,5 +1,5 @@
 /* Fuzz target for the request decoders of the ps's RPC methods
- * (ps/service.c, ps/ckpt.c): one method per run, named by PS_FUZZ_METHOD
+ * (ps/service*.c, ps/ckpt*.c): one method per run, named by PS_FUZZ_METHOD
  * ("Update", "Restore", ...: the macro in a libFuzzer build, one binary per
  * method; the environment variable in the replay build).
  *

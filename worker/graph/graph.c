@@ -4,7 +4,7 @@
  * MetaGraph import read of a graph (node.h).  Name and variable scopes are
  * scopes.c, device scopes and replica_device_setter placement.c,
  * variables variables.c, partitioned variables partition.c; ops are in
- * worker/ops/, the executor in worker/train/session.c.
+ * worker/ops/, the executor in worker/train/session*.c.
  *
  * Names follow TensorFlow: a node's name is "<name scope>/<hint>", and a
  * name already taken gets "_1", "_2"... (Graph.unique_name). */

@@ -210,7 +210,7 @@ void ps_graph_scopes_restore_(ps_graph *g, ps_scope_mark m);
 ps_variable *ps_slot_create_(ps_variable *primary, const char *name, double value,
                              const ps_shape *shape, ps_status *st);
 
-/* ---- MetaGraph import (train/saver.c) builds a graph with these ---- */
+/* ---- MetaGraph import (train/metagraph_import.c) builds a graph with these ---- */
 /* Appends a zeroed node with op @def, named @name made unique; NULL (the
  * graph failed with "out of memory") when out of memory. */
 ps_node *ps_graph_import_node_(ps_graph *g, const ps_op_def *def, const char *name);

@@ -594,7 +594,7 @@ ps_node *ps_broadcast_to_(ps_node *x, ps_node *ref) {
   return ps_make_(g, &ps_op_broadcast_to_, "BroadcastTo", in, 2, x->dtype, &ref->shape);
 }
 
-/* Every op of this file, for MetaGraph import (train/saver.c). */
+/* Every op of this file, for MetaGraph import (train/metagraph_import.c). */
 const ps_op_def *const ps_opdefs_array_[] = {
     &ps_op_reshape_,     &ps_op_expand_dims_,  &ps_op_identity_,
     &ps_op_concat_,      &op_concat_slice,     &ps_op_gather_,

@@ -576,7 +576,7 @@ ps_node *ps_size_ratio_(ps_node *x, ps_node *y) {
   return ps_make_(g, &op_size_ratio, "SizeRatio", in, 2, x->dtype, &s0);
 }
 
-/* Every op of this file, for MetaGraph import (train/saver.c). */
+/* Every op of this file, for MetaGraph import (train/metagraph_import.c). */
 const ps_op_def *const ps_opdefs_math_[] = {
     &ps_op_add_,   &ps_op_sub_,      &ps_op_mul_,   &ps_op_div_,    &op_equal,
     &op_relu_grad, &op_sigmoid_grad, &op_tanh_grad, &ps_op_neg_,    &ps_op_square_,

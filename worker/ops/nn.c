@@ -377,7 +377,7 @@ ps_node *ps_mean_squared_error(ps_node *labels, ps_node *predictions) {
   return loss;
 }
 
-/* Every op of this file, for MetaGraph import (train/saver.c). */
+/* Every op of this file, for MetaGraph import (train/metagraph_import.c). */
 const ps_op_def *const ps_opdefs_nn_[] = {
     &ps_op_bias_add_,    &op_bias_add_grad, &ps_op_sum_to_shape_, &ps_op_softmax_,
     &ps_op_log_softmax_, &ps_op_xent_,      &op_xent_grad,        NULL};

@@ -206,6 +206,6 @@ ps_node *ps_argmax(ps_node *x, int axis) {
   return n;
 }
 
-/* Every op of this file, for MetaGraph import (train/saver.c). */
+/* Every op of this file, for MetaGraph import (train/metagraph_import.c). */
 const ps_op_def *const ps_opdefs_reduce_[] = {&ps_op_sum_, &ps_op_mean_, &op_argmax,
                                               NULL};

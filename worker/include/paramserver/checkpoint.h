@@ -211,7 +211,7 @@ PS_API int ps_ckpt_inspect(FILE *out, const char *prefix, bool all_values, ps_st
  * @root (to a directory or to a file) can lead out of it; a link that does
  * not resolve is refused too (creating the file would follow it).  This is
  * the one confinement rule: the ps runs every file it opens, creates or
- * deletes for a checkpoint through it (ps/ckpt.c), and retention deletes
+ * deletes for a checkpoint through it (ps/ckpt_*.c), and retention deletes
  * only what it accepts.  Writes the lexically normalized path (root-joined,
  * no "." or "..") to @resolved[0..n).  PERMISSION_DENIED naming both paths
  * if it escapes @root or through a dangling link; INVALID_ARGUMENT for an
