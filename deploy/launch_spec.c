@@ -33,7 +33,7 @@ static const char usage[] =
     "  --ps-arg ARG          one more argument for every ps-server (repeatable)\n"
     "  --restart             restart a ps task that fails\n"
     "  --restart-workers     restart a non-chief worker that fails\n"
-    "  --sync-workers        a failed worker stops every task (--sync jobs)\n"
+    "  --sync-workers        every step waits for every worker (a failure stops all)\n"
     "  --max-restarts K      restarts per task (default 3)\n"
     "  --grace-secs S        SIGKILL S seconds after SIGTERM (default 10)\n"
     "  --ready-timeout S     fail if a ps task is not ready in S s (default 60)\n"
