@@ -27,6 +27,9 @@ them zeros and initialized), except the one MODE lies about:
   read_empty_tail Read sends its header and data, then empty messages
                   until the client gives up
   restore_flood   Restore answers 16 million empty names (32 MB)
+  restore_list_flood Restore answers a checkpoint list (psctl restore's
+                  first call) of one scalar tensor with 15 million empty
+                  slices (30 MB)
 """
 import struct
 import sys
@@ -230,6 +233,9 @@ def answer(method, header):
         return [field(1, b"ps/0") + field(3, b"hostile") + vfield(4, len(VARS))]
     if method == "Restore" and MODE == "restore_flood":
         return [b"\x0a\x00" * 16000000]
+    if method == "Restore" and MODE == "restore_list_flood":
+        entry = field(1, b"a") + vfield(2, 1) + b"\x22\x00" * 15000000
+        return [field(2, b"x") + vfield(4, 1) + field(5, entry)]
     if method == "Initialize":
         return [b""]
     # Create, ReportUninitialized, Snapshot, Release, Delete, Shutdown...: empty

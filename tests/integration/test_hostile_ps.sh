@@ -130,6 +130,25 @@ if hostile restore_flood; then
   stop_hostile
 fi
 
+# ---- a checkpoint list (psctl restore's first call) of one tensor with
+# 15 million empty slices (30 MB): tensors and slices are counted on the
+# wire before protobuf-c unpacks them (the old client asked for 5 GB)
+if hostile restore_list_flood; then
+  expect_clean "psctl restore: a list of 15 million slices" 1 \
+    "ps/0 at $ADDR: Restore: the checkpoint's list has more than" \
+    /usr/bin/time -f "maxrss_kb=%M" -o "$dir/lflood.time" "$PSCTL" --cluster "$SPEC" restore
+  expect_clean "psctl restore: the list flood's error names the limit" 1 \
+    "tensors and slices, the most a client holds with a limit of 33554432 bytes (--max-message-bytes)" \
+    "$PSCTL" --cluster "$SPEC" restore
+  rss=$(sed -n 's/^maxrss_kb=//p' "$dir/lflood.time")
+  if [ -n "$rss" ] && [ "$rss" -lt 204800 ]; then
+    ok "psctl restore: list flood RSS ${rss} kB < 200 MiB"
+  else
+    bad "psctl restore: list flood RSS ${rss:-?} kB (want < 200 MiB)" "$(cat "$dir/lflood.time")"
+  fi
+  stop_hostile
+fi
+
 # ---- a List naming a variable twice
 if hostile list_dup; then
   expect_clean "psctl vars: a variable listed twice" 1 \

@@ -218,6 +218,11 @@ typedef struct ckpt_vars {
   size_t n;
   char *prefix; /* the checkpoint the ps resolved */
   bool listed;  /* the ps answered the list as one */
+  /* set by the caller, kept by the parser: the cap on the answer's
+   * tensors and slices, and the ps named in its errors */
+  int64_t max_message_bytes;
+  int task;
+  const char *addr;
 } ckpt_vars;
 
 void ps_cl_ckpt_vars_fini_(ckpt_vars *cv);

@@ -17,7 +17,39 @@
 /* The names shown of the variables that exist on no ps. */
 #define ABSENT_SHOWN 8
 
+/* The most tensors and slices a list answer may have: the ckpt_vars they
+ * become take at most PS_CLIENT_RESTORE_LIST_MEMORY_FACTOR times the
+ * receive limit (an empty slice, 2 bytes on the wire, becomes a ckpt_var
+ * of some 300 bytes, its names and protobuf-c's slice of some 60 more). */
+#define PS_CLIENT_RESTORE_LIST_MEMORY_FACTOR 2
+static size_t list_max_vars(int64_t max_message_bytes) {
+  if (max_message_bytes <= 0) max_message_bytes = PS_CLIENT_DEFAULT_MAX_MESSAGE_BYTES;
+  return (size_t)max_message_bytes * PS_CLIENT_RESTORE_LIST_MEMORY_FACTOR /
+         sizeof(ckpt_var);
+}
+
+/* The ckpt_vars an answer's entries make (each entry 1, or 1 per slice),
+ * counted on the wire before anything is unpacked, up to @most + 1. */
+static size_t list_count_vars(const uint8_t *p, size_t n, size_t most) {
+  const uint8_t *q = p, *end = p + n, *val, *eq, *eval;
+  uint64_t field, efield;
+  size_t len, elen, count = 0;
+  while (count <= most && ps_cl_wire_next_(&q, end, &field, &val, &len) > 0) {
+    if (field != 5 || val == NULL) continue;
+    size_t slices = 0;
+    eq = val;
+    while (count + slices <= most &&
+           ps_cl_wire_next_(&eq, val + len, &efield, &eval, &elen) > 0)
+      slices += efield == 4;
+    count += slices ? slices : 1;
+  }
+  return count;
+}
+
 void ps_cl_ckpt_vars_fini_(ckpt_vars *cv) {
+  int64_t max = cv->max_message_bytes;
+  int task = cv->task;
+  const char *addr = cv->addr;
   for (size_t i = 0; cv->v && i < cv->n; i++) {
     free(cv->v[i].name);
     free(cv->v[i].key);
@@ -25,6 +57,9 @@ void ps_cl_ckpt_vars_fini_(ckpt_vars *cv) {
   free(cv->v);
   free(cv->prefix);
   memset(cv, 0, sizeof *cv);
+  cv->max_message_bytes = max;
+  cv->task = task;
+  cv->addr = addr;
 }
 
 /* A shape of the answer: a dtype with a size, rank <= PS_MAX_RANK, dims
@@ -119,6 +154,14 @@ int ps_cl_parse_restore_list_(void *user, const uint8_t *p, size_t n, ps_rpc_seg
   ps_cl_ckpt_vars_fini_(o); /* a retried call parses again */
   if (ps_cl_wire_ok_(&paramserver__restore_response__descriptor, M_RESTORE, p, n, st))
     return st->code;
+  size_t most = list_max_vars(o->max_message_bytes), count = list_count_vars(p, n, most);
+  if (count > most)
+    return ps_status_set(st, PS_RESOURCE_EXHAUSTED,
+                         "ps/%d at %s: Restore: the checkpoint's list has more than %zu "
+                         "tensors and slices, the most a client holds with a limit of "
+                         "%lld bytes (--max-message-bytes)",
+                         o->task, o->addr ? o->addr : "?", most,
+                         (long long)o->max_message_bytes);
   Paramserver__RestoreResponse *r = paramserver__restore_response__unpack(NULL, n, p);
   if (r == NULL) return ps_cl_bad_answer_(st, M_RESTORE, "the answer does not parse");
   int rc = 0;
@@ -194,6 +237,9 @@ static int list_checkpoint(ps_client *c, const char *prefix, const ps_restore_op
   }
   for (size_t i = 0; i < n; i++) {
     tasks[i] = o->one_task ? o->task : (int)i;
+    cv[i] = (ckpt_vars){.max_message_bytes = c->opt.max_message_bytes,
+                        .task = tasks[i],
+                        .addr = c->addrs[tasks[i]]};
     ps_cl_req_init_(c, &reqs[i], tasks[i], M_RESTORE, &rq.base, true, false);
     ps_cl_answer_init_(c, tasks[i], &reqs[i], &as[i], ps_cl_parse_restore_list_, &cv[i],
                        NULL);
