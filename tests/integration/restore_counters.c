@@ -9,6 +9,11 @@
  *       adds X to the counters of ps/TASK (default 0)
  *   restore-counters SPEC wrong NAME TASK
  *       creates NAME on ps/TASK as a float [3] of ones (not a counter)
+ *   restore-counters SPEC part NAME FULL TASK
+ *       creates NAME on ps/TASK as rows 0..1 (zeros) of FULL, a float [4,2]
+ *       partitioned variable (its other rows on no ps)
+ *   restore-counters SPEC uninit NAME TASK
+ *       creates NAME on ps/TASK as a float scalar, not initialized
  *   restore-counters SPEC restore PREFIX
  *       ps_client_restore_opts without options, then ps_client_restore:
  *       prints what each reports (status, counts)
@@ -87,6 +92,27 @@ static int wrong(ps_client *c, const char *name, int task, ps_status *st) {
   return ps_client_initialize(c, task, &name, 1, false, NULL, st);
 }
 
+static int part(ps_client *c, const char *name, const char *full, int task,
+                ps_status *st) {
+  ps_init_spec zeros;
+  ps_init_spec_default(&zeros, PS_INIT_ZEROS);
+  ps_shape fs = {2, {4, 2}};
+  ps_var_spec s = {.name = name,
+                   .dtype = PS_DT_FLOAT,
+                   .shape = {2, {2, 2}},
+                   .init = &zeros,
+                   .full_name = full,
+                   .full_shape = &fs,
+                   .offset = 0};
+  if (ps_client_create_vars(c, task, &s, 1, st) != 0) return st->code;
+  return ps_client_initialize(c, task, &name, 1, false, NULL, st);
+}
+
+static int uninit(ps_client *c, const char *name, int task, ps_status *st) {
+  ps_var_spec s = {.name = name, .dtype = PS_DT_FLOAT, .shape = {0, {0}}};
+  return ps_client_create_vars(c, task, &s, 1, st);
+}
+
 static int restore(ps_client *c, const char *prefix, ps_status *st) {
   ps_restore_result r;
   int rc = ps_client_restore_opts(c, prefix, NULL, &r, st);
@@ -102,7 +128,8 @@ static int restore(ps_client *c, const char *prefix, ps_status *st) {
 int main(int argc, char **argv) {
   if (argc < 3 || (strcmp(argv[2], "create") && argc < 4)) {
     fprintf(stderr, "usage: restore-counters SPEC create [--parts] | add X [TASK] | "
-                    "wrong NAME TASK | restore P\n");
+                    "wrong NAME TASK | part NAME FULL TASK | uninit NAME TASK | "
+                    "restore P\n");
     return 2;
   }
   ps_status st;
@@ -116,6 +143,10 @@ int main(int argc, char **argv) {
     rc = create(c, parts, &st);
   else if (c && !strcmp(argv[2], "wrong") && argc > 4)
     rc = wrong(c, argv[3], atoi(argv[4]), &st);
+  else if (c && !strcmp(argv[2], "part") && argc > 5)
+    rc = part(c, argv[3], argv[4], atoi(argv[5]), &st);
+  else if (c && !strcmp(argv[2], "uninit") && argc > 4)
+    rc = uninit(c, argv[3], atoi(argv[4]), &st);
   else if (c && !strcmp(argv[2], "restore"))
     rc = restore(c, argv[3], &st);
   else if (c)

@@ -16,10 +16,14 @@
 #  f. errors: --task out of range, not a number, unknown options, the
 #     restore flags on another command, --only-missing without --create;
 #  g. a restore that fails after --create deletes what it created; one
-#     with a ps down creates nothing.
+#     with a ps down creates nothing;
+#  h. a checkpoint's tensors of dtypes no ps holds (DT_STRING) are not ps
+#     variables: skipped, said so, the rest restored.
+# Checkpoints no ps variable set saves are written by restore-ckpt.
 # Ports are chosen at run time; every process is stopped by pid.
 set -uo pipefail
 PS_SERVER=${PS_SERVER:?}; PSCTL=${PSCTL:?}; RESTORE_COUNTERS=${RESTORE_COUNTERS:?}
+RESTORE_CKPT=${RESTORE_CKPT:?}
 source "$(dirname "$0")/../support/lib.sh"
 test_init restore-recovery
 BAD_TAIL=30
@@ -154,4 +158,14 @@ values "101 103" ack/c0 ack/c2
 kill -KILL "$P1"; wait "$P1" 2> /dev/null
 expect "restore with ps/1 down" 1 "ps/1 at $A1" psctl restore ack --create --only-missing
 values "101 103" ack/c0 ack/c2
+
+# h. a DT_STRING tensor (a program's session state) is no ps variable
+up
+"$RESTORE_CKPT" "$dir/ckpt/withstr" strings || bad "checkpoint withstr written"
+expect "a DT_STRING tensor is skipped and said so" 0 \
+  "restored 8 of 8 variables from $dir/ckpt/withstr; skipped 1 tensors of dtypes no ps holds (not ps variables)" \
+  psctl restore withstr
+values "1 2 3 4 5 6 7 8" ack/c0 ack/c1 ack/c2 ack/c3 ack/c4 ack/c5 ack/c6 ack/c7
+expect "the C API restores it too" 0 "restore: OK restored=8" \
+  "$RESTORE_COUNTERS" "$spec" restore withstr
 finish

@@ -216,8 +216,9 @@ typedef struct ckpt_var {
 typedef struct ckpt_vars {
   ckpt_var *v;
   size_t n;
-  char *prefix; /* the checkpoint the ps resolved */
-  bool listed;  /* the ps answered the list as one */
+  char *prefix;   /* the checkpoint the ps resolved */
+  bool listed;    /* the ps answered the list as one */
+  size_t skipped; /* tensors of dtypes no ps holds: not ps variables */
   /* set by the caller, kept by the parser: the cap on the answer's
    * tensors and slices, and the ps named in its errors */
   int64_t max_message_bytes;

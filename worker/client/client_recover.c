@@ -62,14 +62,11 @@ void ps_cl_ckpt_vars_fini_(ckpt_vars *cv) {
   cv->addr = addr;
 }
 
-/* A shape of the answer: a dtype with a size, rank <= PS_MAX_RANK, dims
+/* A shape of the answer: rank <= PS_MAX_RANK, dims
  * >= 0 whose byte size fits. */
 static int list_shape(const char *key, int dtype, const int64_t *dims, size_t rank,
                       ps_shape *out, ps_status *st) {
   size_t bytes;
-  if (ps_dtype_size(dtype) == 0)
-    return ps_cl_bad_answer_(st, M_RESTORE, "tensor %s has dtype %d, not a dtype", key,
-                             dtype);
   if (rank > PS_MAX_RANK)
     return ps_cl_bad_answer_(st, M_RESTORE, "tensor %s has rank %zu, above %d", key, rank,
                              PS_MAX_RANK);
@@ -115,12 +112,18 @@ static int cmp_part_offset(const void *a, const void *b) {
 }
 
 /* The variables of entry @e appended to @o: the tensor, or its parts
- * (named "KEY/part_I" in row order). */
+ * (named "KEY/part_I" in row order); a tensor of a dtype no ps variable
+ * has (DT_STRING, DT_RESOURCE, DT_VARIANT...: what a program keeps in its
+ * session) is not a ps variable: counted in o->skipped, left out. */
 static int list_entry(ckpt_vars *o, const Paramserver__CheckpointEntry *e,
                       ps_status *st) {
   ps_shape full;
   if (e->key == NULL || e->key[0] == '\0')
     return ps_cl_bad_answer_(st, M_RESTORE, "a tensor of the checkpoint has no name");
+  if (ps_dtype_size(e->dtype) == 0) {
+    o->skipped++;
+    return 0;
+  }
   if (list_shape(e->key, e->dtype, e->shape, e->n_shape, &full, st) != 0) return st->code;
   size_t first = o->n, nparts = e->n_slices ? e->n_slices : 1, len = strlen(e->key) + 32;
   for (size_t i = 0; i < nparts; i++) {
@@ -526,6 +529,7 @@ int ps_client_restore_opts(ps_client *c, const char *prefix, const ps_restore_op
                                .total = cv.n,
                                .absent = absent,
                                .created = ncreated,
+                               .skipped = cv.skipped,
                                .prefix = cv.prefix};
     cv.prefix = NULL;
   }

@@ -423,6 +423,8 @@ static int cmd_restore(const psctl_args *a, ps_client *c, ps_status *st) {
   }
   printf("restored %zu of %zu variables from %s", r.restored, r.total, r.prefix);
   if (r.created) printf("; created %zu that existed on no ps task", r.created);
+  if (r.skipped)
+    printf("; skipped %zu tensors of dtypes no ps holds (not ps variables)", r.skipped);
   if (o.one_task) printf("; only %s/%d", a->job, o.task);
   if (o.only_missing) printf("; only the missing ones, the others left as they were");
   printf("\n");

@@ -451,6 +451,9 @@ typedef struct ps_restore_result {
   size_t total;    /* variables the checkpoint holds (each part one) */
   size_t absent;   /* of them, on no ps task before the restore */
   size_t created;  /* of them, created (create) */
+  size_t skipped;  /* tensors of dtypes no ps variable has (DT_STRING,
+                    * DT_RESOURCE...: kept in a program's session), not
+                    * ps variables: left out of total and absent */
   char *prefix;    /* the checkpoint's path on the ps (malloc'd) */
 } ps_restore_result;
 
