@@ -2,9 +2,9 @@
  * ps variable set saves (common/bundle.h's writer).
  *   restore-ckpt PREFIX strings   ack/c0..ack/c7 (float scalars, I + 1)
  *                                 and ack/vocab, a DT_STRING [2]
- *   restore-ckpt PREFIX slots     s/a, s/a/Momentum, s/b, s/b/Momentum,
- *                                 s/c (float [2]; a slot holds 10 + its
- *                                 primary's values)
+ *   restore-ckpt PREFIX slots     beta1_power, s/a, s/a/Momentum, s/b,
+ *                                 s/b/Adam, s/b/Momentum, s/c (float [2];
+ *                                 a slot holds 10, 11)
  *   restore-ckpt PREFIX grid      g, a float [2,2] saved in four 1x1
  *                                 slices (sliced across both dimensions)
  *   restore-ckpt PREFIX many      m/v0..m/v9 (float scalars)
@@ -36,8 +36,9 @@ static int write_mode(ps_bundle_writer *w, const char *mode, ps_status *st) {
     const char *words[2] = {"ack", "nak"};
     if (rc == 0) rc = ps_bundle_writer_add_strings(w, "ack/vocab", &two, words, NULL, st);
   } else if (!strcmp(mode, "slots")) {
-    const char *keys[] = {"s/a", "s/a/Momentum", "s/b", "s/b/Momentum", "s/c"};
-    for (int i = 0; i < 5 && rc == 0; i++)
+    const char *keys[] = {"beta1_power",  "s/a",          "s/b", "s/b/Adam",
+                          "s/a/Momentum", "s/b/Momentum", "s/c"};
+    for (int i = 0; i < 7 && rc == 0; i++)
       rc = add(w, keys[i], &two, strchr(keys[i] + 2, '/') ? 10.0f : 0.0f, st);
   } else if (!strcmp(mode, "grid")) {
     for (int i = 0; i < 4 && rc == 0; i++) {

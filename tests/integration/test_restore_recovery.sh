@@ -18,7 +18,9 @@
 #  g. a restore that fails after --create deletes what it created; one
 #     with a ps down creates nothing;
 #  h. a checkpoint's tensors of dtypes no ps holds (DT_STRING) are not ps
-#     variables: skipped, said so, the rest restored.
+#     variables: skipped, said so, the rest restored;
+#  i. --create puts a slot (P/Momentum, P/Adam) with its primary P, taking
+#     no turn, and Adam's beta1_power with the first P that has P/Adam.
 # Checkpoints no ps variable set saves are written by restore-ckpt.
 # Ports are chosen at run time; every process is stopped by pid.
 set -uo pipefail
@@ -168,4 +170,15 @@ expect "a DT_STRING tensor is skipped and said so" 0 \
 values "1 2 3 4 5 6 7 8" ack/c0 ack/c1 ack/c2 ack/c3 ack/c4 ack/c5 ack/c6 ack/c7
 expect "the C API restores it too" 0 "restore: OK restored=8" \
   "$RESTORE_COUNTERS" "$spec" restore withstr
+
+# i. slots go with their primary (TensorFlow's colocate_with): with 2 ps,
+# s/a s/b s/c take turns 0 1 0; beta1_power goes with s/b (the first that
+# has an Adam slot)
+"$RESTORE_CKPT" "$dir/ckpt/slots" slots || bad "checkpoint slots written"
+expect "restore --create --only-missing of a checkpoint with slots" 0 \
+  "restored 7 of 7 variables from $dir/ckpt/slots; created 7 that existed on no ps task" \
+  psctl restore slots --create --only-missing
+for v in s/a:0 s/a/Momentum:0 s/b:1 s/b/Adam:1 s/b/Momentum:1 s/c:0 beta1_power:1; do
+  expect "${v%:*} created on ps/${v#*:}" 0 "${v%:*} (DT_FLOAT) [2] on ps/${v#*:}" psctl read "${v%:*}"
+done
 finish

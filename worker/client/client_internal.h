@@ -211,6 +211,7 @@ typedef struct ckpt_var {
   bool part;
   bool rows;    /* a part along dimension 0 (else no ps variable can hold it) */
   bool present; /* a ps holds it */
+  int where;    /* the ps task it is created on (--create) */
 } ckpt_var;
 
 typedef struct ckpt_vars {

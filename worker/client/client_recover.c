@@ -353,10 +353,97 @@ static void absent_names(const ckpt_vars *cv, char *buf, size_t size) {
   }
 }
 
-/* The ps task each variable of @cv goes to when created: @o's task, else
- * round robin in the checkpoint's order. */
-static int place(const ps_client *c, const ps_restore_options *o, size_t i) {
-  return o->one_task ? o->task : (int)(i % (size_t)c->nps);
+/* Placement for --create, as replica_device_setter placed the variables
+ * (worker/graph/placement.c): round robin over the ps tasks, each variable
+ * and each part of a partitioned one a turn, in the checkpoint's order
+ * (it keeps no creation order: sorted by name); a slot takes no turn and
+ * goes with its primary, as TensorFlow's colocate_with (variables.c's
+ * ps_slot_create_): "P/SLOT" (w/Momentum, w/Adam_1, w/part_0/Momentum;
+ * part I of a partitioned slot with part I of P), and Adam's beta1_power
+ * and beta2_power with the first P by name that has a P/Adam. */
+static int cmp_var_name(const void *a, const void *b) {
+  return strcmp((*(const ckpt_var *const *)a)->name, (*(const ckpt_var *const *)b)->name);
+}
+
+/* The variable of @cv named @name (the first @len bytes of it, then
+ * @tail), or NULL; @by is @cv sorted by name. */
+static const ckpt_var *find_name(ckpt_var *const *by, size_t n, const char *name,
+                                 size_t len, const char *tail) {
+  size_t size = len + strlen(tail) + 1;
+  char *buf = malloc(size);
+  if (buf == NULL) return NULL; /* out of memory: placed as a primary */
+  memcpy(buf, name, len);
+  memcpy(buf + len, tail, size - len);
+  ckpt_var key = {.name = buf}, *kp = &key;
+  ckpt_var *const *f = bsearch(&kp, by, n, sizeof *by, cmp_var_name);
+  free(buf);
+  return f ? *f : NULL;
+}
+
+/* Whether @s is "part_I" (a part saved under its own name takes a turn). */
+static bool is_part_name(const char *s) {
+  if (strncmp(s, "part_", 5) != 0 || s[5] == '\0') return false;
+  for (s += 5; *s; s++)
+    if (*s < '0' || *s > '9') return false;
+  return true;
+}
+
+/* The primary @v is a slot of, or NULL. */
+static const ckpt_var *primary_of(ckpt_var *const *by, size_t n, const ckpt_var *v,
+                                  const char *adam) {
+  if (!strcmp(v->key, "beta1_power") || !strcmp(v->key, "beta2_power"))
+    return adam ? find_name(by, n, adam, strlen(adam) - strlen("/Adam"), "") : NULL;
+  const char *slash = strrchr(v->key, '/');
+  if (slash == NULL || is_part_name(slash + 1)) return NULL; /* "P/part_I" */
+  size_t len = (size_t)(slash - v->key);
+  const ckpt_var *p = find_name(by, n, v->key, len, "");
+  if (p == NULL && v->part) /* part I of a partitioned slot: part I of P */
+    p = find_name(by, n, v->key, len, v->name + strlen(v->key));
+  if (p == NULL) p = find_name(by, n, v->key, len, "/part_0");
+  return p;
+}
+
+/* Sets every variable's where: @o's task, else as above. */
+static int place_all(const ps_client *c, ckpt_vars *cv, const ps_restore_options *o,
+                     ps_status *st) {
+  ckpt_var **by = calloc(cv->n + 1, sizeof *by);
+  const ckpt_var **prim = calloc(cv->n + 1, sizeof *prim);
+  if (by == NULL || prim == NULL) {
+    free(by);
+    free(prim);
+    return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Restore: out of memory");
+  }
+  const char *adam = NULL; /* the first "P/Adam" by name */
+  for (size_t i = 0; i < cv->n; i++) {
+    by[i] = &cv->v[i];
+    size_t l = strlen(cv->v[i].name);
+    if (l > 5 && !strcmp(cv->v[i].name + l - 5, "/Adam") &&
+        (adam == NULL || strcmp(cv->v[i].name, adam) < 0))
+      adam = cv->v[i].name;
+  }
+  qsort(by, cv->n, sizeof *by, cmp_var_name);
+  size_t turn = 0;
+  for (size_t i = 0; i < cv->n; i++) {
+    prim[i] = o->one_task ? NULL : primary_of(by, cv->n, &cv->v[i], adam);
+    if (prim[i] == &cv->v[i]) prim[i] = NULL;
+    cv->v[i].where = -1;
+    if (o->one_task)
+      cv->v[i].where = o->task;
+    else if (prim[i] == NULL)
+      cv->v[i].where = (int)(turn++ % (size_t)c->nps);
+  }
+  /* slots after every primary has its task (beta1_power sorts first);
+   * a slot of a slot follows its primary, which sorts before it */
+  for (size_t i = 0; i < cv->n; i++)
+    if (prim[i]) cv->v[i].where = prim[i]->where >= 0 ? prim[i]->where : 0;
+  free(prim);
+  free(by);
+  return 0;
+}
+
+/* The ps task variable @i of @cv goes to when created. */
+static int place(const ckpt_vars *cv, size_t i) {
+  return cv->v[i].where;
 }
 
 /* Deletes again the variables marked in @created (after a failure). */
@@ -365,7 +452,7 @@ static void delete_created(ps_client *c, const ckpt_vars *cv, const ps_restore_o
   for (int t = 0; t < c->nps; t++) {
     size_t k = 0;
     for (size_t i = 0; i < cv->n; i++)
-      if (created[i] && place(c, o, i) == t) names[k++] = cv->v[i].name;
+      if (created[i] && place(cv, i) == t) names[k++] = cv->v[i].name;
     ps_status dst;
     if (k && ps_client_delete(c, t, names, k, 0, NULL, &dst) != 0)
       PS_WARN("restore: %zu variables created on ps/%d are left: %s", k, t, dst.msg);
@@ -390,7 +477,7 @@ static int create_absent(ps_client *c, const ckpt_vars *cv, const ps_restore_opt
     size_t k = 0;
     for (size_t i = 0; i < cv->n; i++) {
       const ckpt_var *v = &cv->v[i];
-      if (v->present || place(c, o, i) != t) continue;
+      if (v->present || place(cv, i) != t) continue;
       specs[k++] = (ps_var_spec){.name = v->name,
                                  .dtype = (ps_dtype)v->dtype,
                                  .shape = v->shape,
@@ -401,7 +488,7 @@ static int create_absent(ps_client *c, const ckpt_vars *cv, const ps_restore_opt
     if (k == 0) continue;
     rc = ps_client_create_vars(c, t, specs, k, st);
     for (size_t i = 0; i < cv->n && rc == 0; i++)
-      created[i] |= !cv->v[i].present && place(c, o, i) == t;
+      created[i] |= !cv->v[i].present && place(cv, i) == t;
     if (rc == 0) PS_INFO("restore: created %zu variables on ps/%d", k, t);
   }
   free(specs);
@@ -419,7 +506,7 @@ static size_t missing_on(ps_client *c, const ckpt_vars *cv, const live_vars *l,
                          const char **keys, int t, const char **names) {
   size_t k = 0;
   for (size_t i = 0; i < cv->n; i++)
-    if (created[i] && place(c, o, i) == t) names[k++] = cv->v[i].name;
+    if (created[i] && place(cv, i) == t) names[k++] = cv->v[i].name;
   for (size_t i = 0; i < l->nper[t]; i++) {
     const ps_var_info *w = &l->per[t][i];
     const char *key = live_key(w);
@@ -514,6 +601,7 @@ int ps_client_restore_opts(ps_client *c, const char *prefix, const ps_restore_op
   for (size_t i = 0; rc == 0 && i < cv.n; i++)
     absent += !(cv.v[i].present = live_holds(&l, &cv.v[i]));
   if (rc == 0 && absent > 0 && !o->create) rc = absent_error(&cv, absent, st);
+  if (rc == 0 && absent > 0) rc = place_all(c, &cv, o, st);
   if (rc == 0 && absent > 0) rc = create_absent(c, &cv, o, created, st);
   if (rc == 0) rc = restore_chosen(c, &cv, &l, o, created, &nrestored, st);
   for (size_t i = 0; created && i < cv.n; i++)

@@ -433,10 +433,14 @@ typedef struct ps_restore_options {
   /* Creates the checkpoint's variables that exist on no ps task from its
    * own names, dtypes, shapes and slices (a part of a partitioned variable
    * as "NAME/part_I"), then restores them too.  Each goes to ps task
-   * @task with @one_task, else to task I mod (the number of ps tasks),
-   * I its place in the checkpoint's order (its index: sorted by name, the
-   * parts of a partitioned variable in row order, each part one): where
-   * replica_device_setter puts variables created in that order. */
+   * @task with @one_task, else where replica_device_setter puts variables
+   * created in the checkpoint's order (sorted by name): round robin, each
+   * variable and each part of a partitioned one a turn; a slot "P/SLOT"
+   * of a checkpoint variable P takes no turn and goes with P, and
+   * beta1_power, beta2_power with the first P that has a "P/Adam".  The
+   * checkpoint keeps no creation order: a program that created its
+   * variables in another order finds them elsewhere (its chief recovers
+   * by its graph instead). */
   bool create;
   /* Restores only the variables created now and those that exist without
    * a value (uninitialized); every other variable keeps its value. */
