@@ -306,6 +306,9 @@ int ps_ckpt_restore_header_(ps_rpc_call *c, const uint8_t *p, size_t n, ps_statu
    * restores (tests of the client's guard against it) */
   const char *old = getenv("PS_TEST_IGNORE_CHECK_ONLY");
   if (old && old[0] == '1') j->rq->check_only = false;
+  /* and as one older still, which ignores list */
+  const char *nolist = getenv("PS_TEST_IGNORE_LIST");
+  if (nolist && nolist[0] == '1') j->rq->list = false;
   const char *root = ps_service_checkpoint_dir(j->svc);
   if (j->rq->prefix[0] == '\0') {
     char *latest = NULL;

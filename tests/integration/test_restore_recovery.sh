@@ -20,7 +20,10 @@
 #  h. a checkpoint's tensors of dtypes no ps holds (DT_STRING) are not ps
 #     variables: skipped, said so, the rest restored;
 #  i. --create puts a slot (P/Momentum, P/Adam) with its primary P, taking
-#     no turn, and Adam's beta1_power with the first P that has P/Adam.
+#     no turn, and Adam's beta1_power with the first P that has P/Adam;
+#  j. an older ps-server (PS_TEST_IGNORE_LIST: it ignores list; and
+#     PS_TEST_IGNORE_CHECK_ONLY: check_only too) fails the list's probe
+#     item at once: psctl says so and nothing was restored.
 # Checkpoints no ps variable set saves are written by restore-ckpt.
 # Ports are chosen at run time; every process is stopped by pid.
 set -uo pipefail
@@ -181,4 +184,19 @@ expect "restore --create --only-missing of a checkpoint with slots" 0 \
 for v in s/a:0 s/a/Momentum:0 s/b:1 s/b/Adam:1 s/b/Momentum:1 s/c:0 beta1_power:1; do
   expect "${v%:*} created on ps/${v#*:}" 0 "${v%:*} (DT_FLOAT) [2] on ps/${v#*:}" psctl read "${v%:*}"
 done
+
+# j. an older ps-server, which ignores list and check_only, would restore
+# everything if asked for every variable: the list names one item of no
+# variable, so it fails at once and changes nothing
+PS_PREFIX="env PS_TEST_IGNORE_LIST=1 PS_TEST_IGNORE_CHECK_ONLY=1" up
+: > "$dir/ps.log" # the ps append to it: from here on, this section's lines
+expect "restore from older ps-servers" 1 \
+  "FAILED_PRECONDITION: Restore: /job:ps/task:0 (${PS_ADDRS[0]}) did not list the checkpoint: an older ps-server; nothing changed" \
+  psctl restore ack
+values "101 2 103 4" ack/c0 ack/c1 ack/c2 ack/c3
+if grep -q "restored [0-9]* variables from" "$dir/ps.log"; then
+  bad "an older ps-server restored nothing" "$(grep "restored" "$dir/ps.log")"
+else
+  ok "an older ps-server restored nothing"
+fi
 finish

@@ -219,6 +219,7 @@ typedef struct ckpt_vars {
   size_t n;
   char *prefix;   /* the checkpoint the ps resolved */
   bool listed;    /* the ps answered the list as one */
+  bool checked;   /* an older ps-server that answered as a check */
   size_t skipped; /* tensors of dtypes no ps holds: not ps variables */
   /* set by the caller, kept by the parser: the cap on the answer's
    * tensors and slices, and the ps named in its errors */

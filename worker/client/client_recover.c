@@ -176,6 +176,7 @@ int ps_cl_parse_restore_list_(void *user, const uint8_t *p, size_t n, ps_rpc_seg
     total += k;
   }
   o->listed = r->listed;
+  o->checked = r->checked;
   if (rc == 0 && r->listed && r->prefix[0] == '\0')
     rc = ps_cl_bad_answer_(st, M_RESTORE, "the answer names no checkpoint");
   if (rc == 0 && r->listed) {
@@ -191,11 +192,25 @@ int ps_cl_parse_restore_list_(void *user, const uint8_t *p, size_t n, ps_rpc_seg
   return rc;
 }
 
+/* The one item a list request names: no variable has an empty name, so
+ * an older ps-server, which ignores list and looks the item up, fails at
+ * once with NOT_FOUND (reading nothing); a ps that lists ignores items. */
+#define LIST_PROBE_NAME ""
+
 /* Whether the answers of @tasks[0..@n) are lists of one checkpoint: every
- * call succeeded, every ps listed (an older ps-server only checks), and
- * all resolved the same path, as ps_client_check_restore_all says. */
+ * call succeeded, every ps listed (an older ps-server fails on the probe
+ * item, or checks, or restores), and all resolved the same path, as
+ * ps_client_check_restore_all says. */
 static int lists_agree(ps_client *c, const ps_rpc_req *reqs, const int *tasks, size_t n,
                        const ckpt_vars *cv, ps_status *st) {
+  for (size_t i = 0; i < n; i++)
+    if (reqs[i].st.code == PS_NOT_FOUND &&
+        strstr(reqs[i].st.msg, "variable " LIST_PROBE_NAME " does not exist"))
+      return ps_status_set(st, PS_FAILED_PRECONDITION,
+                           "Restore: /job:ps/task:%d (%s) did not list the checkpoint: "
+                           "an older ps-server; nothing changed. Upgrade every "
+                           "ps-server to restore with these checks",
+                           tasks[i], c->addrs[tasks[i]]);
   for (size_t i = 0; i < n; i++)
     if (reqs[i].st.code != PS_OK) {
       *st = reqs[i].st;
@@ -203,11 +218,14 @@ static int lists_agree(ps_client *c, const ps_rpc_req *reqs, const int *tasks, s
     }
   for (size_t i = 0; i < n; i++)
     if (!cv[i].listed)
-      return ps_status_set(st, PS_FAILED_PRECONDITION,
-                           "Restore: /job:ps/task:%d (%s) did not list the checkpoint: "
-                           "an older ps-server. Upgrade every ps-server to restore with "
-                           "these checks",
-                           tasks[i], c->addrs[tasks[i]]);
+      return ps_status_set(
+          st, PS_FAILED_PRECONDITION,
+          "Restore: /job:ps/task:%d (%s) did not list the checkpoint: an older "
+          "ps-server, which %s. Upgrade every ps-server to restore with these checks",
+          tasks[i], c->addrs[tasks[i]],
+          cv[i].checked ? "checked it instead; nothing changed"
+                        : "ignores check_only and restored at once; its variables may "
+                          "have changed");
   for (size_t i = 1; i < n; i++)
     if (strcmp(cv[i].prefix, cv[0].prefix) != 0)
       return ps_status_set(st, PS_FAILED_PRECONDITION,
@@ -227,8 +245,12 @@ static int list_checkpoint(ps_client *c, const char *prefix, const ps_restore_op
   size_t n = o->one_task ? 1 : (size_t)c->nps;
   Paramserver__RestoreRequest rq = PARAMSERVER__RESTORE_REQUEST__INIT;
   rq.prefix = (char *)(prefix ? prefix : "");
-  rq.check_only = true; /* an older ps-server, which ignores list, only checks */
+  rq.check_only = true; /* and one that also ignores items only checks */
   rq.list = true;
+  Paramserver__RestoreItem probe = PARAMSERVER__RESTORE_ITEM__INIT, *items[1] = {&probe};
+  probe.name = LIST_PROBE_NAME;
+  rq.items = items;
+  rq.n_items = 1;
   ps_rpc_req *reqs = calloc(n, sizeof *reqs);
   answer *as = calloc(n, sizeof *as);
   int *tasks = calloc(n, sizeof *tasks);
@@ -244,6 +266,7 @@ static int list_checkpoint(ps_client *c, const char *prefix, const ps_restore_op
                         .task = tasks[i],
                         .addr = c->addrs[tasks[i]]};
     ps_cl_req_init_(c, &reqs[i], tasks[i], M_RESTORE, &rq.base, true, false);
+    reqs[i].timeout_ms = c->opt.data_timeout_ms;
     ps_cl_answer_init_(c, tasks[i], &reqs[i], &as[i], ps_cl_parse_restore_list_, &cv[i],
                        NULL);
   }
