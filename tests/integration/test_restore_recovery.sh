@@ -23,7 +23,9 @@
 #     no turn, and Adam's beta1_power with the first P that has P/Adam;
 #  j. an older ps-server (PS_TEST_IGNORE_LIST: it ignores list; and
 #     PS_TEST_IGNORE_CHECK_ONLY: check_only too) fails the list's probe
-#     item at once: psctl says so and nothing was restored.
+#     item at once: psctl says so and nothing was restored;
+#  k. a restore that fails after --create and cannot delete what it
+#     created says what is left (ps/1 killed during its restore).
 # Checkpoints no ps variable set saves are written by restore-ckpt.
 # Ports are chosen at run time; every process is stopped by pid.
 set -uo pipefail
@@ -199,4 +201,22 @@ if grep -q "restored [0-9]* variables from" "$dir/ps.log"; then
 else
   ok "an older ps-server restored nothing"
 fi
+
+# k. ps/1, restarted, waits in its restore (PS_SLOW_AT) and is killed
+# there: the restore fails, and the 4 variables created on ps/1 cannot be
+# deleted again; the message names them
+up
+PS_PREFIX="env PS_SLOW_AT=restore_tensor:20000" restart1
+: > "$dir/ps.log"
+psctl --timeout-ms 3000 restore ack --create --only-missing > "$dir/k.out" 2>&1 &
+kpid=$!
+wait_for "$dir/ps.log" "ps/1: PS_SLOW_AT=restore_tensor" 30 || bad "ps/1 reached its restore" "$(cat "$dir/ps.log")"
+kill -KILL "$P1"; wait "$P1" 2> /dev/null
+wait "$kpid"; krc=$?
+if [ "$krc" = 1 ] && grep -qF "; 4 variables created on ps/1 are left: ack/c1, ack/c3, ack/c5, ack/c7 (" "$dir/k.out"; then
+  ok "a failed rollback names what is left"
+else
+  bad "a failed rollback names what is left (exit $krc)" "$(cat "$dir/k.out")"
+fi
+values "101 103" ack/c0 ack/c2
 finish

@@ -7,6 +7,7 @@
  * is restored (ps_client_restore_opts). */
 #include "client_internal.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -469,17 +470,46 @@ static int place(const ckpt_vars *cv, size_t i) {
   return cv->v[i].where;
 }
 
-/* Deletes again the variables marked in @created (after a failure). */
-static void delete_created(ps_client *c, const ckpt_vars *cv, const ps_restore_options *o,
-                           const bool *created, const char **names) {
+/* Appends to @st's message (a failure's), as room allows. */
+static void status_append(ps_status *st, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void status_append(ps_status *st, const char *fmt, ...) {
+  size_t used = strlen(st->msg);
+  if (used + 1 >= sizeof st->msg) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(st->msg + used, sizeof st->msg - used, fmt, ap);
+  va_end(ap);
+}
+
+/* Deletes again the variables marked in @created (after the failure in
+ * @st); returns how many are left, each task's named in @st's message. */
+static size_t delete_created(ps_client *c, const ckpt_vars *cv, const bool *created,
+                             ps_status *st) {
+  size_t left = 0;
+  const char **names = calloc(cv->n + 1, sizeof *names);
   for (int t = 0; t < c->nps; t++) {
     size_t k = 0;
     for (size_t i = 0; i < cv->n; i++)
-      if (created[i] && place(cv, i) == t) names[k++] = cv->v[i].name;
+      if (created[i] && place(cv, i) == t) {
+        if (names) names[k] = cv->v[i].name;
+        k++;
+      }
     ps_status dst;
-    if (k && ps_client_delete(c, t, names, k, 0, NULL, &dst) != 0)
-      PS_WARN("restore: %zu variables created on ps/%d are left: %s", k, t, dst.msg);
+    if (k == 0) continue;
+    if (names == NULL)
+      ps_status_set(&dst, PS_RESOURCE_EXHAUSTED, "out of memory");
+    else if (ps_client_delete(c, t, names, k, PS_DELETE_MISSING_OK, NULL, &dst) == 0)
+      continue;
+    left += k;
+    PS_WARN("restore: %zu variables created on ps/%d are left: %s", k, t, dst.msg);
+    status_append(st, "; %zu variables created on ps/%d are left:", k, t);
+    for (size_t i = 0; i < k && names; i++)
+      status_append(st, "%s %s", i ? "," : "", names[i]);
+    status_append(st, " (%s)", dst.msg);
   }
+  free(names);
+  return left;
 }
 
 /* Creates the variables of @cv that no ps holds on their tasks, marking
@@ -629,12 +659,8 @@ int ps_client_restore_opts(ps_client *c, const char *prefix, const ps_restore_op
   if (rc == 0) rc = restore_chosen(c, &cv, &l, o, created, &nrestored, st);
   for (size_t i = 0; created && i < cv.n; i++)
     ncreated += created[i];
-  if (rc != 0 && ncreated > 0) { /* nothing changed: they go again */
-    const char **names = calloc(cv.n + 1, sizeof *names);
-    if (names) delete_created(c, &cv, o, created, names);
-    free(names);
-    ncreated = 0;
-  }
+  if (rc != 0 && ncreated > 0) /* nothing changed: they go again */
+    ncreated = delete_created(c, &cv, created, st);
   if (res) {
     *res = (ps_restore_result){.restored = rc == 0 ? nrestored : 0,
                                .total = cv.n,

@@ -454,7 +454,8 @@ typedef struct ps_restore_result {
   size_t restored; /* variables restored */
   size_t total;    /* variables the checkpoint holds (each part one) */
   size_t absent;   /* of them, on no ps task before the restore */
-  size_t created;  /* of them, created (create) */
+  size_t created;  /* of them, created (create); after a failure, those
+                    * that could not be deleted again */
   size_t skipped;  /* tensors of dtypes no ps variable has (DT_STRING,
                     * DT_RESOURCE...: kept in a program's session), not
                     * ps variables: left out of total and absent */
@@ -465,7 +466,9 @@ typedef struct ps_restore_result {
  * NOT_FOUND when the checkpoint holds variables that exist on no ps task
  * and @o->create is not set; the message gives their number and names (at
  * most 8, then "..."), and res->absent the number.  After any failure
- * nothing has changed (variables it created are deleted again).
+ * nothing has changed: variables it created are deleted again; if that
+ * fails too, the message adds "N variables created on ps/T are left:
+ * NAMES (why)" and res->created counts them.
  * INVALID_ARGUMENT for a task that does not exist.  @res (may be NULL):
  * free with ps_restore_result_fini(). */
 PS_API int ps_client_restore_opts(ps_client *c, const char *prefix,
