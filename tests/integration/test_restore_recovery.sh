@@ -25,7 +25,9 @@
 #     PS_TEST_IGNORE_CHECK_ONLY: check_only too) fails the list's probe
 #     item at once: psctl says so and nothing was restored;
 #  k. a restore that fails after --create and cannot delete what it
-#     created says what is left (ps/1 killed during its restore).
+#     created says what is left (ps/1 killed during its restore);
+#  l. a checkpoint tensor of which the ps hold only some rows (a live part
+#     of it) exists on no ps task: named, nothing restored.
 # Checkpoints no ps variable set saves are written by restore-ckpt.
 # Ports are chosen at run time; every process is stopped by pid.
 set -uo pipefail
@@ -219,4 +221,13 @@ else
   bad "a failed rollback names what is left (exit $krc)" "$(cat "$dir/k.out")"
 fi
 values "101 103" ack/c0 ack/c2
+
+# l. p/w [4,2] saved whole; the ps hold only p/w/part_0, its rows 0..1
+up
+"$RESTORE_CKPT" "$dir/ckpt/whole" whole || bad "checkpoint whole written"
+"$RESTORE_COUNTERS" "$spec" part p/w/part_0 p/w 0 || bad "p/w/part_0 made"
+expect "a tensor the ps hold only in part is absent" 1 \
+  "restored 0 of 1 variables of $dir/ckpt/whole (nothing changed); 1 exist on no ps task: p/w (" \
+  psctl restore whole
+part_is p/w/part_0 "[[0, 0] [0, 0]]"
 finish

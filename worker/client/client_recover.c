@@ -345,19 +345,40 @@ static size_t live_find(const live_vars *l, const char *key) {
   return lo;
 }
 
-/* Whether a ps holds @v: a variable of its key, plain, or a part whose
- * elements overlap @v's (a partitioned variable restored into another
- * number of ps has other parts). */
+typedef struct span {
+  int64_t lo, hi;
+} span;
+
+static int cmp_span(const void *a, const void *b) {
+  const span *x = a, *y = b;
+  return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/* Whether a ps holds @v: a variable of its key, plain, or parts of it
+ * (a partitioned variable restored into another number of ps has other
+ * parts) that together cover every element of @v's.  Out of memory: as
+ * if not held (the restore then fails naming it, changing nothing). */
 static bool live_holds(const live_vars *l, const ckpt_var *v) {
-  int64_t n = ps_shape_num_elements(&v->shape);
-  for (size_t i = live_find(l, v->key); i < l->n && !strcmp(live_key(l->v[i]), v->key);
-       i++) {
-    const ps_var_info *w = l->v[i];
-    if (!v->part || w->full_name == NULL) return true;
-    int64_t wn = ps_shape_num_elements(&w->shape);
-    if (w->offset < v->offset + n && v->offset < w->offset + wn) return true;
+  int64_t lo = v->part ? v->offset : 0, hi = lo + ps_shape_num_elements(&v->shape);
+  size_t first = live_find(l, v->key), k = 0;
+  for (size_t i = first; i < l->n && !strcmp(live_key(l->v[i]), v->key); i++) {
+    if (l->v[i]->full_name == NULL) return true;
+    k++;
   }
-  return false;
+  if (k == 0) return false;
+  if (hi <= lo) return true; /* no element to cover */
+  span *sp = calloc(k, sizeof *sp);
+  if (sp == NULL) return false;
+  for (size_t i = 0; i < k; i++) {
+    const ps_var_info *w = l->v[first + i];
+    sp[i] = (span){w->offset, w->offset + ps_shape_num_elements(&w->shape)};
+  }
+  qsort(sp, k, sizeof *sp, cmp_span);
+  int64_t at = lo; /* covered up to here */
+  for (size_t i = 0; i < k && at < hi; i++)
+    if (sp[i].lo <= at && sp[i].hi > at) at = sp[i].hi;
+  free(sp);
+  return at >= hi;
 }
 
 /* "a, b, c, ..." of the variables of @cv that no ps holds, at most
