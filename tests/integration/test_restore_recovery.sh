@@ -27,7 +27,11 @@
 #  k. a restore that fails after --create and cannot delete what it
 #     created says what is left (ps/1 killed during its restore);
 #  l. a checkpoint tensor of which the ps hold only some rows (a live part
-#     of it) exists on no ps task: named, nothing restored.
+#     of it) exists on no ps task: named, nothing restored;
+#  m. more than 8 variables on no ps task (8 named, then "..."); a tensor
+#     saved in slices across two dimensions cannot be created; and
+#     --only-missing restores a live uninitialized variable, leaving the
+#     initialized ones alone.
 # Checkpoints no ps variable set saves are written by restore-ckpt.
 # Ports are chosen at run time; every process is stopped by pid.
 set -uo pipefail
@@ -230,4 +234,24 @@ expect "a tensor the ps hold only in part is absent" 1 \
   "restored 0 of 1 variables of $dir/ckpt/whole (nothing changed); 1 exist on no ps task: p/w (" \
   psctl restore whole
 part_is p/w/part_0 "[[0, 0] [0, 0]]"
+
+# m. 10 absent: the first 8 named, then "..."
+"$RESTORE_CKPT" "$dir/ckpt/many" many || bad "checkpoint many written"
+expect "10 variables on no ps task" 1 \
+  "restored 0 of 10 variables of $dir/ckpt/many (nothing changed); 10 exist on no ps task: m/v0, m/v1, m/v2, m/v3, m/v4, m/v5, m/v6, m/v7, ... (a restarted ps comes back empty" \
+  psctl restore many
+# g [2,2] saved in four 1x1 slices: no ps variable holds such a part
+"$RESTORE_CKPT" "$dir/ckpt/grid" grid || bad "checkpoint grid written"
+expect "a tensor sliced across two dimensions" 1 \
+  "INVALID_ARGUMENT: restore: g is saved in slices across more than its first dimension, which no ps variable holds: create it from its training program; nothing changed" \
+  psctl restore grid --create --only-missing
+expect "nothing of it created" 1 "variable g/part_0 not found on any ps task" psctl read g/part_0
+# ps/1 restarted, ack/c1 made again by a program but not yet initialized
+restart1
+"$RESTORE_COUNTERS" "$spec" uninit ack/c1 1 || bad "an uninitialized ack/c1 made"
+expect "--only-missing restores the uninitialized one too" 0 \
+  "restored 4 of 8 variables from $dir/ckpt/ack; created 3 that existed on no ps task; only the missing ones" \
+  psctl restore ack --create --only-missing
+values "2 4 6 8" ack/c1 ack/c3 ack/c5 ack/c7
+values "101 103 105 107" ack/c0 ack/c2 ack/c4 ack/c6
 finish
