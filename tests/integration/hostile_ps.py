@@ -30,6 +30,8 @@ them zeros and initialized), except the one MODE lies about:
   restore_list_flood Restore answers a checkpoint list (psctl restore's
                   first call) of one scalar tensor with 15 million empty
                   slices (30 MB)
+  restore_list_disorder Restore answers a checkpoint list naming tensor
+                  "b" before "a" (an index is sorted)
 """
 import struct
 import sys
@@ -236,6 +238,9 @@ def answer(method, header):
     if method == "Restore" and MODE == "restore_list_flood":
         entry = field(1, b"a") + vfield(2, 1) + b"\x22\x00" * 15000000
         return [field(2, b"x") + vfield(4, 1) + field(5, entry)]
+    if method == "Restore" and MODE == "restore_list_disorder":
+        return [field(2, b"x") + vfield(4, 1) + field(5, field(1, b"b") + vfield(2, 1)) +
+                field(5, field(1, b"a") + vfield(2, 1))]
     if method == "Initialize":
         return [b""]
     # Create, ReportUninitialized, Snapshot, Release, Delete, Shutdown...: empty

@@ -149,6 +149,14 @@ if hostile restore_list_flood; then
   stop_hostile
 fi
 
+# ---- a checkpoint list out of order (a bundle's index is sorted)
+if hostile restore_list_disorder; then
+  expect_clean "psctl restore: a checkpoint list out of order" 1 \
+    "ps/0 at $ADDR: Restore: tensor a after b: the checkpoint's tensors are not in order, or one is listed twice" \
+    "$PSCTL" --cluster "$SPEC" restore
+  stop_hostile
+fi
+
 # ---- a List naming a variable twice
 if hostile list_dup; then
   expect_clean "psctl vars: a variable listed twice" 1 \

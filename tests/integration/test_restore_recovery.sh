@@ -31,7 +31,9 @@
 #  m. more than 8 variables on no ps task (8 named, then "..."); a tensor
 #     saved in slices across two dimensions cannot be created; and
 #     --only-missing restores a live uninitialized variable, leaving the
-#     initialized ones alone.
+#     initialized ones alone;
+#  n. a prefix so long that not every name fits: names are not cut, the
+#     way out is kept; --task twice; a PREFIX after "--".
 # Checkpoints no ps variable set saves are written by restore-ckpt.
 # Ports are chosen at run time; every process is stopped by pid.
 set -uo pipefail
@@ -254,4 +256,24 @@ expect "--only-missing restores the uninitialized one too" 0 \
   psctl restore ack --create --only-missing
 values "2 4 6 8" ack/c1 ack/c3 ack/c5 ack/c7
 values "101 103 105 107" ack/c0 ack/c2 ack/c4 ack/c6
+
+# n. the message keeps its way out when the prefix leaves little room:
+# a checkpoint path of about 800 bytes, the names given what is left
+base="restored 0 of 10 variables of  (nothing changed); 10 exist on no ps task:  (a restarted ps comes back empty: recreate them with psctl restore --create, or restore from the chief)"
+need=$((1000 - ${#base} - ${#dir} - 6 - 4)) # "/ckpt/", "many"
+rel=""
+while [ "$need" -gt 1 ]; do
+  n=$((need > 200 ? 200 : need)); rel="$rel$(head -c $((n - 1)) /dev/zero | tr '\0' d)/"; need=$((need - n))
+done
+mkdir -p "$dir/ckpt/$rel"
+"$RESTORE_CKPT" "$dir/ckpt/${rel}many" many || bad "checkpoint ${rel}many written"
+out=$(psctl restore "${rel}many" 2>&1)
+if [[ "$out" == *"10 exist on no ps task: m/v0, "*", ... (a restarted ps comes back empty: recreate them with psctl restore --create, or restore from the chief)" ]]; then
+  ok "a long prefix: names shortened, the way out kept"
+else
+  bad "a long prefix: names shortened, the way out kept" "$out"
+fi
+expect "--task twice" 2 "psctl: --task given twice (0 and 1): one task only" \
+  psctl restore ack --task 0 --task 1
+expect "a PREFIX after --" 1 "$dir/ckpt/-x" psctl restore -- -x
 finish

@@ -74,7 +74,8 @@ static int list_shape(const char *key, int dtype, const int64_t *dims, size_t ra
   for (size_t d = 0; d < rank; d++)
     if (dims[d] < 0)
       return ps_cl_bad_answer_(st, M_RESTORE, "tensor %s has a negative dimension", key);
-  ps_shape_set(out, dims, rank, NULL);
+  if (ps_shape_set(out, dims, rank, NULL) != 0)
+    return ps_cl_bad_answer_(st, M_RESTORE, "tensor %s has a shape no ps holds", key);
   if (ps_size_bytes(dtype, out, &bytes) != 0)
     return ps_cl_bad_answer_(st, M_RESTORE, "tensor %s has too many bytes", key);
   return 0;
@@ -87,8 +88,9 @@ static int list_part(const Paramserver__CheckpointEntry *e, const ps_shape *full
                      const Paramserver__CheckpointSlice *s, ckpt_var *v, ps_status *st) {
   int rank = full->rank;
   if (s->n_start != (size_t)rank || s->n_length != (size_t)rank)
-    return ps_cl_bad_answer_(st, M_RESTORE, "tensor %s: a slice of rank %zu for rank %d",
-                             e->key, s->n_start, rank);
+    return ps_cl_bad_answer_(
+        st, M_RESTORE, "tensor %s: a slice of %zu starts and %zu lengths for rank %d",
+        e->key, s->n_start, s->n_length, rank);
   v->rows = rank > 0;
   v->shape = *full;
   for (int d = 0; d < rank; d++) {
@@ -144,6 +146,11 @@ static int list_entry(ckpt_vars *o, const Paramserver__CheckpointEntry *e,
       return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Restore: out of memory");
   }
   if (e->n_slices) qsort(&o->v[first], nparts, sizeof *o->v, cmp_part_offset);
+  for (size_t i = first + 1; e->n_slices && i < o->n; i++) {
+    const ckpt_var *a = &o->v[i - 1], *b = &o->v[i];
+    if (a->rows && b->rows && a->offset + ps_shape_num_elements(&a->shape) > b->offset)
+      return ps_cl_bad_answer_(st, M_RESTORE, "tensor %s: two slices overlap", e->key);
+  }
   for (size_t i = 0; i < nparts; i++)
     if (e->n_slices)
       snprintf(o->v[first + i].name, len, "%s/part_%zu", e->key, i);
@@ -186,8 +193,16 @@ int ps_cl_parse_restore_list_(void *user, const uint8_t *p, size_t n, ps_rpc_seg
     if (o->v == NULL || o->prefix == NULL)
       rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Restore: out of memory");
   }
-  for (size_t i = 0; rc == 0 && r->listed && i < r->n_entries; i++)
-    rc = list_entry(o, r->entries[i], st);
+  for (size_t i = 0; rc == 0 && r->listed && i < r->n_entries; i++) {
+    const char *prev = i ? r->entries[i - 1]->key : NULL, *key = r->entries[i]->key;
+    if (prev && key && strcmp(prev, key) >= 0)
+      rc = ps_cl_bad_answer_(st, M_RESTORE,
+                             "tensor %s after %s: the checkpoint's tensors are not in "
+                             "order, or one is listed twice",
+                             key, prev);
+    else
+      rc = list_entry(o, r->entries[i], st);
+  }
   paramserver__restore_response__free_unpacked(r, NULL);
   if (rc != 0) ps_cl_ckpt_vars_fini_(o);
   return rc;
@@ -386,14 +401,17 @@ static bool live_holds(const live_vars *l, const ckpt_var *v) {
 static void absent_names(const ckpt_vars *cv, char *buf, size_t size) {
   size_t used = 0, shown = 0;
   buf[0] = '\0';
-  for (size_t i = 0; i < cv->n && used < size; i++) {
+  for (size_t i = 0; i < cv->n; i++) {
     if (cv->v[i].present) continue;
-    if (shown == ABSENT_SHOWN) {
-      snprintf(buf + used, size - used, ", ...");
+    const char *sep = shown ? ", " : "";
+    size_t w = strlen(sep) + strlen(cv->v[i].name);
+    /* a name that does not fit (with room for ", ...") is not cut */
+    if (shown == ABSENT_SHOWN || used + w + 6 > size) {
+      if (used + 6 <= size) snprintf(buf + used, size - used, "%s...", sep);
       return;
     }
-    int w = snprintf(buf + used, size - used, "%s%s", shown ? ", " : "", cv->v[i].name);
-    used += w > 0 ? (size_t)w : 0;
+    snprintf(buf + used, size - used, "%s%s", sep, cv->v[i].name);
+    used += w;
     shown++;
   }
 }
@@ -643,15 +661,24 @@ out:
 }
 
 /* NOT_FOUND naming what exists on no ps task, with the way out. */
+#define ABSENT_FORMAT                                                                    \
+  "restored 0 of %zu variables of %s (nothing changed); %zu exist on no ps task: %s "    \
+  "(a restarted ps comes back empty: recreate them with psctl restore --create, or "     \
+  "restore from the chief)"
+
+/* NOT_FOUND naming what exists on no ps task, with the way out: the names
+ * get the room the rest of the message leaves (a long prefix cuts names,
+ * never the way out). */
 static int absent_error(const ckpt_vars *cv, size_t absent, ps_status *st) {
   char names[600];
-  absent_names(cv, names, sizeof names);
-  return ps_status_set(
-      st, PS_NOT_FOUND,
-      "restored 0 of %zu variables of %s (nothing changed); %zu exist on "
-      "no ps task: %s (a restarted ps comes back empty: recreate them "
-      "with psctl restore --create, or restore from the chief)",
-      cv->n, cv->prefix, absent, names);
+  int fixed = snprintf(NULL, 0, ABSENT_FORMAT, cv->n, cv->prefix, absent, "");
+  size_t room = sizeof st->msg, size = sizeof names;
+  if (fixed >= 0 && (size_t)fixed < room)
+    size = room - (size_t)fixed;
+  else
+    size = 1;
+  absent_names(cv, names, size < sizeof names ? size : sizeof names);
+  return ps_status_set(st, PS_NOT_FOUND, ABSENT_FORMAT, cv->n, cv->prefix, absent, names);
 }
 
 int ps_client_restore_opts(ps_client *c, const char *prefix, const ps_restore_options *o,

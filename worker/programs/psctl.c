@@ -128,6 +128,11 @@ static int restore_option(int o, const char *arg, ps_restore_options *r) {
               arg ? arg : "");
       return 2;
     }
+    if (r->one_task) {
+      fprintf(stderr, "psctl: --task given twice (%d and %s): one task only\n", r->task,
+              arg);
+      return 2;
+    }
     r->one_task = true;
     r->task = (int)v;
   }
@@ -393,10 +398,19 @@ static int cmd_rm(const psctl_args *a, ps_client *c, ps_status *st) {
 static int cmd_restore(const psctl_args *a, ps_client *c, ps_status *st) {
   ps_restore_options o = a->restore;
   const char *prefix = NULL;
+  bool options = true; /* until "--": a PREFIX may then start with '-' */
   for (int i = 0; i < a->nrest; i++) {
     const char *s = a->rest[i];
     int rc = 0;
-    if (!strcmp(s, "--create")) {
+    if (options && !strcmp(s, "--")) {
+      options = false;
+    } else if (!options) {
+      if (prefix != NULL) {
+        fprintf(stderr, "psctl: restore: one PREFIX only, got '%s' too\n", s);
+        rc = 2;
+      }
+      prefix = s;
+    } else if (!strcmp(s, "--create")) {
       rc = restore_option('C', NULL, &o);
     } else if (!strcmp(s, "--only-missing")) {
       rc = restore_option('O', NULL, &o);
