@@ -143,6 +143,18 @@ seeds = {
         "negative_dim": seed(ld(2, b"p") + vi(4, 1) +
                              ld(5, ld(1, b"w") + vi(2, 1) + packed(3, [-3]))),
         "no_name": seed(ld(2, b"p") + vi(4, 1) + ld(5, vi(2, 1))),
+        # a DT_STRING tensor: not a ps variable, skipped
+        "string_dtype": seed(ld(2, b"p") + vi(4, 1) + ld(5, ld(1, b"a") + vi(2, 7)) +
+                             ld(5, ld(1, b"b") + vi(2, 1))),
+        "disorder": seed(ld(2, b"p") + vi(4, 1) + ld(5, ld(1, b"b") + vi(2, 1)) +
+                         ld(5, ld(1, b"a") + vi(2, 1))),
+        "overlap": seed(ld(2, b"p") + vi(4, 1) +
+                        ld(5, ld(1, b"w") + vi(2, 1) + packed(3, [4]) +
+                           ld(4, packed(1, [0]) + packed(2, [3])) +
+                           ld(4, packed(1, [2]) + packed(2, [2])))),
+        # empty slices of a scalar, counted on the wire (the flood's shape)
+        "slices_flood": seed(ld(2, b"p") + vi(4, 1) +
+                             ld(5, ld(1, b"a") + vi(2, 1) + b"\x22\x00" * 4096)),
     },
     "Shutdown": {
         "ok": seed(ld(1, b"ps/0")),
