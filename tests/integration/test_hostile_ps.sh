@@ -50,6 +50,17 @@ expect_clean() {
   if [[ "$out" != *"$want"* ]]; then bad "$name (missing '$want')" "$out"; return; fi
   ok "$name"
 }
+# rss_below NAME TIMEFILE: the peak RSS /usr/bin/time wrote to TIMEFILE is
+# under 200 MiB (the bound of every flood check here)
+rss_below() {
+  local rss
+  rss=$(sed -n 's/^maxrss_kb=//p' "$2")
+  if [ -n "$rss" ] && [ "$rss" -lt 204800 ]; then
+    ok "$1 RSS ${rss} kB < 200 MiB"
+  else
+    bad "$1 RSS ${rss:-?} kB (want < 200 MiB)" "$(cat "$2")"
+  fi
+}
 worker() { timeout 120 "$PS_WORKER" --cluster "$WSPEC" --job worker --task 0 --steps 3 --no-restore "$@"; }
 
 # ---- flags
@@ -80,12 +91,7 @@ if hostile list_flood; then
   expect_clean "psctl vars: a List flood of empty entries" 1 \
     "ps/0 at $ADDR: List: 2500000 variables, more than the" \
     /usr/bin/time -f "maxrss_kb=%M" -o "$dir/flood.time" "$PSCTL" --cluster "$SPEC" vars
-  rss=$(sed -n 's/^maxrss_kb=//p' "$dir/flood.time")
-  if [ -n "$rss" ] && [ "$rss" -lt 204800 ]; then
-    ok "psctl vars: List flood RSS ${rss} kB < 200 MiB"
-  else
-    bad "psctl vars: List flood RSS ${rss:-?} kB (want < 200 MiB)" "$(cat "$dir/flood.time")"
-  fi
+  rss_below "psctl vars: List flood" "$dir/flood.time"
   # under a 1 GiB address-space limit (the old client segfaulted in an
   # unchecked calloc); not under ASan, whose shadow memory needs more
   if ! ldd "$PSCTL" 2> /dev/null | grep -q libasan; then
@@ -106,12 +112,7 @@ if hostile list_valid_flood; then
   expect_clean "psctl vars: the List flood's error names the limit" 1 \
     "a client holds with a limit of 33554432 bytes (--max-message-bytes)" \
     "$PSCTL" --cluster "$SPEC" vars
-  rss=$(sed -n 's/^maxrss_kb=//p' "$dir/vflood.time")
-  if [ -n "$rss" ] && [ "$rss" -lt 204800 ]; then
-    ok "psctl vars: valid List flood RSS ${rss} kB < 200 MiB"
-  else
-    bad "psctl vars: valid List flood RSS ${rss:-?} kB (want < 200 MiB)" "$(cat "$dir/vflood.time")"
-  fi
+  rss_below "psctl vars: valid List flood" "$dir/vflood.time"
   stop_hostile
 fi
 
@@ -121,12 +122,7 @@ if hostile restore_flood; then
   expect_clean "psctl restore: a flood of 16 million names" 1 \
     "ps/0 at $ADDR: Restore: 16000000 entries, more than the" \
     /usr/bin/time -f "maxrss_kb=%M" -o "$dir/rflood.time" "$PSCTL" --cluster "$SPEC" restore
-  rss=$(sed -n 's/^maxrss_kb=//p' "$dir/rflood.time")
-  if [ -n "$rss" ] && [ "$rss" -lt 204800 ]; then
-    ok "psctl restore: names flood RSS ${rss} kB < 200 MiB"
-  else
-    bad "psctl restore: names flood RSS ${rss:-?} kB (want < 200 MiB)" "$(cat "$dir/rflood.time")"
-  fi
+  rss_below "psctl restore: names flood" "$dir/rflood.time"
   stop_hostile
 fi
 
@@ -140,12 +136,7 @@ if hostile restore_list_flood; then
   expect_clean "psctl restore: the list flood's error names the limit" 1 \
     "tensors and slices, the most a client holds with a limit of 33554432 bytes (--max-message-bytes)" \
     "$PSCTL" --cluster "$SPEC" restore
-  rss=$(sed -n 's/^maxrss_kb=//p' "$dir/lflood.time")
-  if [ -n "$rss" ] && [ "$rss" -lt 204800 ]; then
-    ok "psctl restore: list flood RSS ${rss} kB < 200 MiB"
-  else
-    bad "psctl restore: list flood RSS ${rss:-?} kB (want < 200 MiB)" "$(cat "$dir/lflood.time")"
-  fi
+  rss_below "psctl restore: list flood" "$dir/lflood.time"
   stop_hostile
 fi
 
