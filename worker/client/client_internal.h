@@ -226,6 +226,7 @@ typedef struct ckpt_vars {
   int64_t max_message_bytes;
   int task;
   const char *addr;
+  bool prefix_only; /* keeps the answer's prefix alone, not its tensors */
 } ckpt_vars;
 
 void ps_cl_ckpt_vars_fini_(ckpt_vars *cv);

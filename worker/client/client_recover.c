@@ -51,6 +51,7 @@ void ps_cl_ckpt_vars_fini_(ckpt_vars *cv) {
   int64_t max = cv->max_message_bytes;
   int task = cv->task;
   const char *addr = cv->addr;
+  bool prefix_only = cv->prefix_only;
   for (size_t i = 0; cv->v && i < cv->n; i++) {
     free(cv->v[i].name);
     free(cv->v[i].key);
@@ -61,6 +62,7 @@ void ps_cl_ckpt_vars_fini_(ckpt_vars *cv) {
   cv->max_message_bytes = max;
   cv->task = task;
   cv->addr = addr;
+  cv->prefix_only = prefix_only;
 }
 
 /* A shape of the answer: rank <= PS_MAX_RANK, dims
@@ -188,12 +190,12 @@ int ps_cl_parse_restore_list_(void *user, const uint8_t *p, size_t n, ps_rpc_seg
   if (rc == 0 && r->listed && r->prefix[0] == '\0')
     rc = ps_cl_bad_answer_(st, M_RESTORE, "the answer names no checkpoint");
   if (rc == 0 && r->listed) {
-    o->v = calloc(total + 1, sizeof *o->v);
+    o->v = calloc(o->prefix_only ? 1 : total + 1, sizeof *o->v);
     o->prefix = strdup(r->prefix);
     if (o->v == NULL || o->prefix == NULL)
       rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Restore: out of memory");
   }
-  for (size_t i = 0; rc == 0 && r->listed && i < r->n_entries; i++) {
+  for (size_t i = 0; rc == 0 && r->listed && !o->prefix_only && i < r->n_entries; i++) {
     const char *prev = i ? r->entries[i - 1]->key : NULL, *key = r->entries[i]->key;
     if (prev && key && strcmp(prev, key) >= 0)
       rc = ps_cl_bad_answer_(st, M_RESTORE,
@@ -255,7 +257,9 @@ static int lists_agree(ps_client *c, const ps_rpc_req *reqs, const int *tasks, s
 
 /* The checkpoint's variables into *@out, as every ps task (or only
  * @o->task) lists them from its checkpoint directory, all at once; the
- * path they resolved (the latest for @prefix NULL or "") in out->prefix. */
+ * path they resolved (the latest for @prefix NULL or "") in out->prefix.
+ * Only the first task's tensors are kept: the others' answers are checked
+ * for the path alone, so a client holds one list whatever the ps count. */
 static int list_checkpoint(ps_client *c, const char *prefix, const ps_restore_options *o,
                            ckpt_vars *out, ps_status *st) {
   size_t n = o->one_task ? 1 : (size_t)c->nps;
@@ -280,7 +284,8 @@ static int list_checkpoint(ps_client *c, const char *prefix, const ps_restore_op
     tasks[i] = o->one_task ? o->task : (int)i;
     cv[i] = (ckpt_vars){.max_message_bytes = c->opt.max_message_bytes,
                         .task = tasks[i],
-                        .addr = c->addrs[tasks[i]]};
+                        .addr = c->addrs[tasks[i]],
+                        .prefix_only = i > 0}; /* one list in memory, not nps */
     ps_cl_req_init_(c, &reqs[i], tasks[i], M_RESTORE, &rq.base, true, false);
     reqs[i].timeout_ms = c->opt.data_timeout_ms;
     ps_cl_answer_init_(c, tasks[i], &reqs[i], &as[i], ps_cl_parse_restore_list_, &cv[i],
