@@ -47,7 +47,7 @@ test_cleanup_hook() {
   for e in /proc/[0-9]*/environ; do
     p=${e#/proc/}
     p=${p%/environ}
-    tr '\0' '\n' 2> /dev/null < "$e" | grep -qxF "PS_IMAGE_RUN=$dir" && kill -KILL "$p" 2> /dev/null
+    tr '\0' '\n' 2> /dev/null < "$e" | grep -xF "PS_IMAGE_RUN=$dir" > /dev/null && kill -KILL "$p" 2> /dev/null
   done
   [ -n "$ctr" ] && buildah rm "$ctr" > /dev/null 2>&1
   buildah rmi "$tag" > /dev/null 2>&1

@@ -117,7 +117,7 @@ expect "a $HUGE_MIB MiB header is refused" 0 "RESOURCE_EXHAUSTED" \
 # Under AddressSanitizer the shadow of the freed heap (an eighth of it)
 # stays resident: 80 %.
 pct=90
-ldd "$PS_SERVER" | grep -q libasan && pct=80
+ldd "$PS_SERVER" | grep libasan > /dev/null && pct=80
 peak=$(hwm "$MP") after=0
 for ((i = 0; i < 100; i++)); do # up to 10 s
   after=$(rss "$MP")

@@ -94,7 +94,7 @@ if hostile list_flood; then
   rss_below "psctl vars: List flood" "$dir/flood.time"
   # under a 1 GiB address-space limit (the old client segfaulted in an
   # unchecked calloc); not under ASan, whose shadow memory needs more
-  if ! ldd "$PSCTL" 2> /dev/null | grep -q libasan; then
+  if ! ldd "$PSCTL" 2> /dev/null | grep libasan > /dev/null; then
     expect_clean "psctl vars: a List flood under prlimit --as=1G" 1 \
       "ps/0 at $ADDR: List: 2500000 variables, more than the" \
       prlimit --as=$((1 << 30)) "$PSCTL" --cluster "$SPEC" vars

@@ -55,7 +55,7 @@ record() {
 # taken: a Slurm daemon of this attempt could not bind its port
 taken() { grep -qs "Address already in use" "$D"/slurmctld.log "$D"/slurmd-*.log; }
 # ours PID: a recorded pid whose command line still names this DIR's files
-ours() { tr '\0' ' ' 2> /dev/null < "/proc/$1/cmdline" | grep -qF -- "$D/"; }
+ours() { tr '\0' ' ' 2> /dev/null < "/proc/$1/cmdline" | grep -F -- "$D/" > /dev/null; }
 # stop_daemons [munged]: the Slurm daemons DIR/pids names (scontrol
 # shutdown), and munged; without "munged" (an attempt that failed, whose
 # slurmctld may not be on its port) SIGTERM to the Slurm daemons instead

@@ -197,8 +197,8 @@ kill_worker1() { # NAME CKPT: kills -9 the ps-worker of rank 3 once it trains
   local p killed=""
   wait_for "$dir/$1.out" "worker/1: .*step [0-9]+ loss" 120 || return 1
   for p in $(pgrep -x ps-worker); do
-    { tr '\0' '\n' < "/proc/$p/cmdline"; } 2> /dev/null | grep -qx "$2" || continue
-    { tr '\0' '\n' < "/proc/$p/environ"; } 2> /dev/null | grep -qx "SLURM_PROCID=3" || continue
+    { tr '\0' '\n' < "/proc/$p/cmdline"; } 2> /dev/null | grep -x "$2" > /dev/null || continue
+    { tr '\0' '\n' < "/proc/$p/environ"; } 2> /dev/null | grep -x "SLURM_PROCID=3" > /dev/null || continue
     kill -KILL "$p" && killed=$p
   done
   [ -n "$killed" ]

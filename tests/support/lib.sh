@@ -164,7 +164,7 @@ start_ps_on() {
   start_ps "$@"
   [ -n "$ADDR" ] && return 0
   kill -KILL "$PID" 2> /dev/null; wait "$PID" 2> /dev/null
-  tail -n +"$((before + 1))" "$3" | grep -q ": address in use" && return 2
+  tail -n +"$((before + 1))" "$3" | grep ": address in use" > /dev/null && return 2
   return 1
 }
 
