@@ -64,38 +64,29 @@ def vfield(num, v):  # varint
     return varint(num << 3) + varint(v & 0xFFFFFFFFFFFFFFFF)
 
 
+def read_varint(msg, i):
+    """The varint at msg[i]: (value, index after it)."""
+    v, shift = 0, 0
+    while True:
+        b = msg[i]
+        i += 1
+        v |= (b & 0x7F) << shift
+        shift += 7
+        if not b & 0x80:
+            return v, i
+
+
 def fields(msg):
     """Top-level fields of a message: [(number, value bytes or int)]."""
     out, i = [], 0
     while i < len(msg):
-        key, shift = 0, 0
-        while True:
-            b = msg[i]
-            i += 1
-            key |= (b & 0x7F) << shift
-            shift += 7
-            if not b & 0x80:
-                break
+        key, i = read_varint(msg, i)
         num, wt = key >> 3, key & 7
         if wt == 0:
-            v, shift = 0, 0
-            while True:
-                b = msg[i]
-                i += 1
-                v |= (b & 0x7F) << shift
-                shift += 7
-                if not b & 0x80:
-                    break
+            v, i = read_varint(msg, i)
             out.append((num, v))
         elif wt == 2:
-            n, shift = 0, 0
-            while True:
-                b = msg[i]
-                i += 1
-                n |= (b & 0x7F) << shift
-                shift += 7
-                if not b & 0x80:
-                    break
+            n, i = read_varint(msg, i)
             out.append((num, msg[i:i + n]))
             i += n
         elif wt == 1:
