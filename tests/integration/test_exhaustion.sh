@@ -216,23 +216,13 @@ done
 # after a Status call on the same channel is still open 12 s later, while
 # a silent socket opened beside it is closed (plaintext, no tokens).
 watch_py='
-import grpc, socket, sys, threading, time
+import grpc, socket, sys, time
 addr = sys.argv[1]
 ch = grpc.insecure_channel(addr)
 ch.unary_unary("/paramserver.Ps/Status", request_serializer=lambda b: b,
                response_deserializer=lambda b: b)(b"", timeout=10)
-watch = ch.unary_stream("/grpc.health.v1.Health/Watch", request_serializer=lambda b: b,
-                        response_deserializer=lambda b: b)(b"")
-next(watch)
-ended = []
-def follow():
-    try:
-        for _ in watch:
-            pass
-        ended.append("end")
-    except grpc.RpcError as e:
-        ended.append(e.code().name)
-threading.Thread(target=follow, daemon=True).start()
+from rawgrpc import watch_health
+ended = watch_health(ch)
 host, port = addr.rsplit(":", 1)
 raw = socket.create_connection((host, int(port)))
 raw.settimeout(15)

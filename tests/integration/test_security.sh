@@ -123,23 +123,7 @@ start_ps "$dir/one.json" 0 "$dir/conns.log" "${TLS[@]}" --max-connections 2
 CP=$PID
 # python: N raw TCP connections to HOST:PORT, and how many the ps closed
 raw_conns_py='
-import socket
-def open_raw(addr, n):
-    host, port = addr.rsplit(":", 1)
-    socks = [socket.create_connection((host, int(port))) for _ in range(n)]
-    for s in socks:
-        s.setblocking(False)
-    return socks
-def closed(socks):
-    n = 0
-    for s in socks:
-        try:
-            n += s.recv(1) == b""
-        except BlockingIOError:
-            pass
-        except OSError:
-            n += 1
-    return n
+from rawgrpc import open_raw, closed
 '
 conns_py=$raw_conns_py'
 import sys, time
@@ -166,19 +150,8 @@ status = ch.unary_unary("/paramserver.Ps/Status", request_serializer=lambda b: b
                         response_deserializer=lambda b: b)
 status(b"", metadata=[("authorization", "Bearer " + tok)], timeout=10)
 # a Watch on the same connection ends if the ps shuts it
-watch = ch.unary_stream("/grpc.health.v1.Health/Watch", request_serializer=lambda b: b,
-                        response_deserializer=lambda b: b)(b"")
-next(watch)
-ended = []
-import threading
-def follow():
-    try:
-        for _ in watch:
-            pass
-        ended.append("end")
-    except grpc.RpcError as e:
-        ended.append(e.code().name)
-threading.Thread(target=follow, daemon=True).start()
+from rawgrpc import watch_health
+ended = watch_health(ch)
 socks = open_raw(addr, 3)
 t0 = time.time()
 while closed(socks) < 3 and time.time() - t0 < 20:

@@ -8,6 +8,8 @@
 pass=0
 fail=0
 BAD_TAIL=${BAD_TAIL:-0} # bad(): show only the last N lines of the output (0: all)
+# the tests' Python snippets import their shared helpers (rawgrpc.py)
+export PYTHONPATH="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)${PYTHONPATH:+:$PYTHONPATH}"
 
 _test_cleanup() {
   # only children not reaped yet: a pid already waited for may belong to
