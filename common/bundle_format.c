@@ -310,7 +310,7 @@ static int next_field(const uint8_t **p, const uint8_t *end, pfield *f) {
 /* On error returns -1 with the fault in @why. */
 static int decode_version(const uint8_t *p, size_t n, char *why, size_t cap) {
   const uint8_t *end = p + n;
-  pfield f;
+  pfield f = {0};
   int r;
   int64_t producer = 0, min_consumer = 0;
   while ((r = next_field(&p, end, &f)) == 1) {
@@ -354,7 +354,7 @@ static int decode_version(const uint8_t *p, size_t n, char *why, size_t cap) {
 
 int ps_bdl_decode_header_(const uint8_t *p, size_t n, header *h, char *why, size_t cap) {
   const uint8_t *end = p + n;
-  pfield f;
+  pfield f = {0};
   int r;
   *h = (header){0, 0, NULL, 0};
   bool have_version = false;
@@ -399,7 +399,7 @@ int ps_bdl_decode_header_(const uint8_t *p, size_t n, header *h, char *why, size
 
 static int decode_shape(const uint8_t *p, size_t n, ps_shape *s, char *why, size_t cap) {
   const uint8_t *end = p + n;
-  pfield f, g;
+  pfield f = {0}, g = {0};
   int r;
   s->rank = 0;
   while ((r = next_field(&p, end, &f)) == 1) {
@@ -447,7 +447,7 @@ static int decode_shape(const uint8_t *p, size_t n, ps_shape *s, char *why, size
 static int decode_slice(const uint8_t *p, size_t n, ps_bundle_slice *sl, char *why,
                         size_t cap) {
   const uint8_t *end = p + n;
-  pfield f, g;
+  pfield f = {0}, g = {0};
   int r;
   memset(sl, 0, sizeof *sl);
   while ((r = next_field(&p, end, &f)) == 1) {
@@ -511,7 +511,7 @@ bool ps_bdl_slice_inside_(const ps_bundle_slice *sl, const ps_shape *full) {
 int ps_bdl_decode_entry_(const uint8_t *p, size_t n, ps_bundle_entry *e, char *why,
                          size_t cap) {
   const uint8_t *end = p + n;
-  pfield f;
+  pfield f = {0};
   int r;
   ps_bundle_slice *slices = NULL;
   size_t nslices = 0, slcap = 0;
