@@ -4,7 +4,8 @@
 #   bash deploy/setup.sh demo   install what is missing, build, run the main job
 #   bash deploy/setup.sh test   install what is missing, build, run every test
 #                               (plain build, then under ASan + UBSan, then
-#                               the concurrency tests under TSan)
+#                               the concurrency tests under TSan; last a
+#                               release build, -O3, as the image builds)
 #   bash deploy/setup.sh tsan   only the concurrency tests under ThreadSanitizer
 #   bash deploy/setup.sh fuzz [SECONDS]
 #                               libFuzzer build (clang) of tests/fuzz; runs each
@@ -106,6 +107,10 @@ case "$mode" in
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
       meson test -C build-asan --print-errorlogs --num-processes "$jobs"
     tsan
+    # gcc warns at -O3 where -O2 does not (-Werror): the image is a release
+    # build, so the tree must build as one
+    echo "== a release build (build-release/)"
+    build build-release --buildtype=release
     ;;
   tsan)
     tsan
