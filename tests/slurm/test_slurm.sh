@@ -168,7 +168,9 @@ nid=$(PATH="$dir/noslurm:$PATH" sbopt=--time=1 submit noslurm "$dir/ck7c" "${W[@
 # 9. (started now, checked later) a heterogeneous job: component 0 the 2 ps
 # on one node, component 1 the 2 workers on two, one step across both
 # (srun A : B); Slurm gives it SLURM_DISTRIBUTION=cyclic and tasks per
-# node 2,1(x2), which is not how it lays the ranks out
+# node 2,1(x2), which is not how it lays the ranks out. --sync, so every
+# global step waits for both workers: asynchronous, the chief can reach
+# step 300 before worker/1 has connected, and worker/1 trains nothing.
 cat > "$dir/het.sbatch" <<HET
 #!/bin/bash
 #SBATCH -N1 -n2 -o $dir/het.out
@@ -180,7 +182,7 @@ echo "het group 1: \$(scontrol show hostnames "\$SLURM_JOB_NODELIST_HET_GROUP_1"
 srun --kill-on-bad-exit=1 bash -c 'echo "rank \$SLURM_PROCID on \$SLURMD_NODENAME" >&2
     exec "\$PS_SERVER" --checkpoint-dir "$dir/ck9" --grace-secs 5' \\
   : bash -c 'echo "rank \$SLURM_PROCID on \$SLURMD_NODENAME" >&2
-    exec "\$PS_WORKER" ${W[*]} --steps 300 --checkpoint-dir "$dir/ck9"'
+    exec "\$PS_WORKER" ${W[*]} --sync --steps 300 --checkpoint-dir "$dir/ck9"'
 HET
 mkdir -p "$dir/ck9"
 hid=$(sbatch --parsable "$dir/het.sbatch")
