@@ -14,7 +14,7 @@ root=${1:-$(cd "$(dirname "$0")/.." && pwd)}
 cd "$root" || exit 2
 cf=""
 for c in clang-format-14 clang-format; do
-  if command -v "$c" >/dev/null && "$c" --version | grep -q 'version 14\.'; then cf=$c; break; fi
+  if command -v "$c" >/dev/null && "$c" --version | grep 'version 14\.' > /dev/null; then cf=$c; break; fi
 done
 if [ -z "$cf" ]; then
   echo "check_format: clang-format 14 not found (apt-get install clang-format on Debian 12); skipped"

@@ -287,7 +287,8 @@ def call():
     ch = channel()
     try:
         got = list(ch.stream_stream("/paramserver.Ps/Read", ident, ident)(later(), timeout=30))
-        result.append("OK, %d message(s) after %.0f s" % (len(got), time.time() - t0))
+        # whole seconds, rounded down: answered within 1 s of its message
+        result.append("OK, %d message(s) after %d s" % (len(got), int(time.time() - t0)))
     except grpc.RpcError as e:
         result.append("%s %s after %.1f s" % (e.code().name, e.details(), time.time() - t0))
 th = threading.Thread(target=call)

@@ -108,8 +108,8 @@ start_pair
 WP=$!
 if wait_for "$dir/b.err" 'step [0-9]+ loss' 120 && wait_for "$dir/b.err" 'metrics on port' 10; then
   MP=$(sed -n 's/.*metrics on port \([0-9]*\) .*/\1/p' "$dir/b.err" | head -1)
+  t0=$(date +%s.%N) # before the stop: stop() then waits until every thread is stopped
   stop "$P1"
-  t0=$(date +%s.%N)
   # while it lasts, the page shows how long ps/1 has not answered
   seen=""
   for ((i = 0; i < 200; i++)); do

@@ -59,7 +59,7 @@ pss() {
   local name=$1 f=$2 t=$3 msg=$4 out=$dir/pss-$((++pss_n)).yaml o rc; shift 4
   node "$npm_dir/mutate.mjs" "$f" "$out" "$t" "$@" || { bad "$name: mutate.mjs $*"; return; }
   o=$(v "$out" 2>&1); rc=$?
-  if [ "$rc" = 1 ] && [ "$(grep -c '^FAIL' <<< "$o")" = "${n:-1}" ] && grep -F -- "FAIL $out" <<< "$o" | grep -qF -- "$msg"; then
+  if [ "$rc" = 1 ] && [ "$(grep -c '^FAIL' <<< "$o")" = "${n:-1}" ] && grep -F -- "FAIL $out" <<< "$o" | grep -F -- "$msg" > /dev/null; then
     ok "$name is refused"
   else
     bad "$name is refused (exit $rc; want exit 1 and ${n:-1} error(s), one 'FAIL $out...$msg')" "$o"
@@ -274,7 +274,7 @@ run_secure() {
   crt=$(ls "$secrets_dir"/*/server.crt | head -1)
   hosts=""
   for h in $(cat "$w/pods/ps-hosts"); do
-    openssl x509 -in "$crt" -noout -checkhost "$h" | grep -q ' does match' && hosts+=" $h" || hosts+=" NOT:$h"
+    openssl x509 -in "$crt" -noout -checkhost "$h" | grep ' does match' > /dev/null && hosts+=" $h" || hosts+=" NOT:$h"
   done
   check "$name: server.crt names every ps as the workers dial it:$hosts" \
     test -n "$hosts" -a "${hosts/NOT:/}" = "$hosts"

@@ -166,11 +166,15 @@ worker rs 1 "$dir/rs.w1" --model linreg --steps 12000 --log-every 500
 W1=$WPID
 show="$dir/rs.w0a $dir/rs.w0b $dir/rs.w1"
 check "rs: worker/1 joined" wait_for "$dir/rs.w1" 'cluster ready \(joined\)'
+# worker/1 is stopped (SIGSTOP) before the chief dies, so it cannot reach
+# --steps alone and report done while the chief restarts; its heartbeat
+# stands still from then on, as a dead worker's does
+kill -STOP "$W1"
 kill -KILL "$C"; reap "$C"
 worker rs 0 "$dir/rs.w0b" --model linreg --steps 12000 --log-every 500
 C=$WPID
 check "rs: the restarted chief found the live cluster" wait_for "$dir/rs.w0b" 'cluster ready \(live\)'
-check "rs: worker/1 still trains" bash -c "kill -0 $W1 && ! grep -q 'local steps in' '$dir/rs.w1'"
+check "rs: worker/1 is alive and not done" bash -c "kill -0 $W1 && ! grep -q 'local steps in' '$dir/rs.w1'"
 kill -KILL "$W1"; reap "$W1"
 check "rs: the chief ends its training" wait_for "$dir/rs.w0b" 'INFO worker/0: trained [0-9]+ local steps' 120
 t=$SECONDS
@@ -194,6 +198,7 @@ worker nj 1 "$dir/nj.w1" --model linreg --steps 12000 --log-every 500
 W1=$WPID
 show="$dir/nj.w0a $dir/nj.w0b $dir/nj.w1 $dir/nj.w2"
 check "nj: worker/1 joined" wait_for "$dir/nj.w1" 'cluster ready \(joined\)'
+kill -STOP "$W1" # (as in rs)
 kill -KILL "$C"; reap "$C"
 worker nj 0 "$dir/nj.w0b" --model linreg --steps 12000 --log-every 500
 C=$WPID

@@ -62,6 +62,11 @@ w1=$!
 steps() { grep -c "step [0-9]* loss" "$1" 2>/dev/null; }
 if wait_for "$dir/w0.log" "saved checkpoint" 120; then
   ok "training across the hosts (a checkpoint saved)"
+  # worker/1 is stopped (SIGSTOP) from here, and the chief too while ps/0 is
+  # killed and restarted: both share --steps, and after the link is back,
+  # worker/1 alone could finish the job before the chief takes a step, or
+  # either before the chief has seen the restart
+  kill -STOP "$w1"
   # ps/1's link down for 10 s, then back
   ip -n "$ns-sw" link set p2 down
   sleep 10
@@ -72,13 +77,16 @@ if wait_for "$dir/w0.log" "saved checkpoint" 120; then
   for ((i = 0; i < 1200; i++)); do [ "$(steps "$dir/w0.log")" -gt "$n" ] && break; sleep 0.1; done
   check "training resumes once the link is back" test "$(steps "$dir/w0.log")" -gt "$n"
   # ps/0 killed with -9 and started again on its host
+  kill -STOP "$w0"
   kill -KILL "$ps0"; wait "$ps0" 2>/dev/null
   start_ps_in 1 0 && ps0=$PID || bad "ps/0 restarts" "$(tail -5 "$dir/ps0.log")"
+  kill -CONT "$w0" "$w1"
   wait_for "$dir/w0.log" "recovered \(restored\)" 120
   check "after ps/0 was killed, the chief restored it from the checkpoint" grep -q "recovered (restored)" "$dir/w0.log"
 else
   bad "training across the hosts" "$(tail -5 "$dir/w0.log")"
 fi
+kill -CONT "$w0" "$w1" 2> /dev/null
 wait "$w0"; r0=$?; wait "$w1"; r1=$?
 check "both workers finish (exit $r0 $r1)" test "$r0$r1" = 00
 wait "$ps0"; p0=$?; wait "$ps1"; p1=$?
