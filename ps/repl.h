@@ -1,0 +1,74 @@
+/* Replication of a ps's shards (ps-server --replicas R; DESIGN.md
+ * "Replication"): the data plane.  ps/member.c owns membership (etcd,
+ * the view, failure detection, promotion, fencing) and drives this
+ * module through the functions below; ps/service*.c calls the hooks in
+ * ps/repl_internal.h on every request.
+ *
+ * Without a ps_repl (R = 1) nothing here runs: the service's hooks are a
+ * NULL check. */
+#ifndef PS_REPL_H
+#define PS_REPL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/rpc.h"
+#include "common/status.h"
+#include "common/view.h"
+
+struct ps_service;
+typedef struct ps_repl ps_repl;
+
+/* What the data plane tells membership.  Each runs on a thread of the
+ * replication module and must not block for long (post work to
+ * membership's own thread). */
+typedef struct ps_repl_callbacks {
+  /* A backup @task failed to apply replication of shard @s (its Replicate
+   * call failed: @reason).  The updates waiting on it are held, neither
+   * acknowledged nor failed, until a view without @task in shard @s is set
+   * (ps_repl_set_view: then they are acknowledged) or ps_repl_fence. */
+  void (*backup_failed)(void *arg, int s, int task, const char *reason);
+  /* Syncing backup @task of shard @s holds the whole shard (the state copy
+   * and every update since were applied): membership marks it in sync. */
+  void (*synced)(void *arg, int s, int task);
+  void *arg;
+} ps_repl_callbacks;
+
+/* @self: this ps's task index; @addrs[i]: ps/i's address (copied);
+ * @sec: how to call the other ps tasks (their role's token; may be NULL). */
+ps_repl *ps_repl_create(struct ps_service *svc, int self, int ntasks,
+                        const char *const *addrs, const ps_rpc_channel_security *sec,
+                        const ps_repl_callbacks *cb, ps_status *st);
+/* Stops the senders (held updates fail UNAVAILABLE "ps/N is shutting
+ * down") and frees everything.  The service must no longer call hooks. */
+void ps_repl_destroy(ps_repl *r);
+
+/* A new view (copied).  The data plane then: serves as primary the shards
+ * @v names it primary of (others are refused FAILED_PRECONDITION naming
+ * the primary); forwards each shard's updates to its backups; starts the
+ * state copy to a backup that is new and SYNCING; acknowledges updates
+ * held for a backup the view no longer lists; on a shard where this ps
+ * is newly SYNCING, drops what it held of the shard before the copy
+ * arrives.  Views with an epoch not above the current one are ignored. */
+void ps_repl_set_view(ps_repl *r, const ps_view *v);
+int64_t ps_repl_epoch(const ps_repl *r);
+
+/* Cut off (its lease is gone, or a view names another primary of a shard
+ * it served): from now on it acknowledges nothing; held and new updates
+ * fail UNAVAILABLE "ps/N is fenced: REASON".  Health answers NOT_SERVING.
+ * Final: a fenced ps-server exits (or is restarted) and rejoins fresh. */
+void ps_repl_fence(ps_repl *r, const char *reason);
+bool ps_repl_fenced(const ps_repl *r, char *reason, size_t n);
+
+/* For metrics and Status: shards with fewer replicas than R, failovers
+ * seen, replication bytes and entries not yet acknowledged. */
+typedef struct ps_repl_stats {
+  int64_t epoch;
+  int replicas_missing; /* over the shards this ps is primary of */
+  long long failovers;  /* promotions of this ps */
+  long long lag_entries, lag_bytes;
+  long long sent_bytes, applied_bytes;
+} ps_repl_stats;
+void ps_repl_get_stats(ps_repl *r, ps_repl_stats *out);
+
+#endif
