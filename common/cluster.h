@@ -14,6 +14,28 @@
 /* Largest cluster spec text accepted (file or string). */
 #define PS_CLUSTER_MAX_BYTES (16u << 20)
 
+/* Replication settings (the spec's "replication" section and the
+ * ps-server flags alike; view.h's ps_repl_conf holds them). */
+#define PS_REPL_DEFAULT_JOB "default"
+#define PS_REPL_DEFAULT_LEASE_TTL_S 2
+#define PS_REPL_MAX_LEASE_TTL_S 3600
+#define PS_REPL_MAX_ENDPOINTS 16
+#define PS_REPL_MAX_ETCD_CHARS 1023
+#define PS_REPL_MAX_JOB_CHARS 100
+
+/* The checks of the etcd endpoint list ("HOST:PORT[,HOST:PORT...]", at
+ * most 16 endpoints and 1023 characters, port 1..65535) and of the job
+ * name ([A-Za-z0-9_.-], 1 to 100 characters).  INVALID_ARGUMENT "@name:
+ * ..." or "@name \"VALUE\" ..." (e.g. @name "--etcd"). */
+int ps_repl_check_etcd(const char *endpoints, const char *name, ps_status *st);
+int ps_repl_check_job(const char *job, const char *name, ps_status *st);
+
+/* The settings a job gets from its spec (@c may be NULL): replicas 1,
+ * no etcd, job "default", lease TTL 2 s, each replaced by what the
+ * "replication" section gives.  Flags then overwrite fields of @out. */
+struct ps_repl_conf;
+void ps_repl_conf_from_cluster(const ps_cluster *c, struct ps_repl_conf *out);
+
 /* Writes ps_cluster_to_json() (pretty-printed) to @path atomically: a
  * temporary file in the same directory, fsync, rename. */
 int ps_cluster_write_file(const ps_cluster *c, const char *path, ps_status *st);
