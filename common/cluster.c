@@ -433,6 +433,35 @@ void ps_repl_conf_from_cluster(const ps_cluster *c, ps_repl_conf *out) {
   if (r->lease_ttl_s) out->lease_ttl_s = r->lease_ttl_s;
 }
 
+void ps_repl_hosts_free(char **hosts, int n) {
+  for (int i = 0; hosts && i < n; i++)
+    free(hosts[i]);
+  free(hosts);
+}
+
+int ps_repl_hosts_from_cluster(const ps_cluster *c, char ***hosts, int *n,
+                               ps_status *st) {
+  const ps_cluster_job *j = ps_cluster_find_job(c, "ps");
+  *hosts = NULL;
+  *n = 0;
+  if (j == NULL) return 0;
+  char **h = calloc((size_t)j->ntasks, sizeof *h);
+  if (h == NULL) return ps_cl_oom_("cluster", st);
+  for (int i = 0; i < j->ntasks; i++) {
+    const char *a = j->addrs[i];
+    if (a == NULL) continue;
+    const char *colon = strrchr(a, ':'); /* checked host:port: there is one */
+    h[i] = ps_cl_dup_n_(a, colon ? (size_t)(colon - a) : strlen(a));
+    if (h[i] == NULL) {
+      ps_repl_hosts_free(h, j->ntasks);
+      return ps_cl_oom_("cluster", st);
+    }
+  }
+  *hosts = h;
+  *n = j->ntasks;
+  return 0;
+}
+
 void ps_cluster_destroy(ps_cluster *c) {
   if (c == NULL) return;
   security_free(c->security);

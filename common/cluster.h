@@ -36,6 +36,13 @@ int ps_repl_check_job(const char *job, const char *name, ps_status *st);
 struct ps_repl_conf;
 void ps_repl_conf_from_cluster(const ps_cluster *c, struct ps_repl_conf *out);
 
+/* The hosts the placement compares (view.h, ps_view_placement's @hosts):
+ * ps/i's address in @c without ":PORT" ("h1" of "h1:2222", "[::1]" of
+ * "[::1]:2222"), NULL for a hole.  *@n = ps_cluster_num_tasks(c, "ps")
+ * (0: no ps job, *@hosts NULL).  Free with ps_repl_hosts_free. */
+int ps_repl_hosts_from_cluster(const ps_cluster *c, char ***hosts, int *n, ps_status *st);
+void ps_repl_hosts_free(char **hosts, int n);
+
 /* Writes ps_cluster_to_json() (pretty-printed) to @path atomically: a
  * temporary file in the same directory, fsync, rename. */
 int ps_cluster_write_file(const ps_cluster *c, const char *path, ps_status *st);

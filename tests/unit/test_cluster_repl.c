@@ -259,7 +259,39 @@ START_TEST(test_repl_checks) {
 }
 END_TEST
 
+START_TEST(test_repl_hosts) {
+  ps_status st = {0};
+  ps_cluster *c =
+      parse_repl("{\"ps\": {\"0\": \"h1:2222\", \"1\": \"h1:2223\", \"3\": "
+                 "\"[::1]:2222\", \"4\": \"10.0.0.2:1\"}, \"worker\": [\"w:1\"]}",
+                 &st);
+  ck_assert_msg(c != NULL, "%s", st.msg);
+  char **hosts = NULL;
+  int n = -1;
+  PS_ASSERT_OK(ps_repl_hosts_from_cluster(c, &hosts, &n, &st), st);
+  ck_assert_int_eq(n, 5);
+  ck_assert_str_eq(hosts[0], "h1");
+  ck_assert_str_eq(hosts[1], "h1");
+  ck_assert_ptr_null(hosts[2]); /* a hole */
+  ck_assert_str_eq(hosts[3], "[::1]");
+  ck_assert_str_eq(hosts[4], "10.0.0.2");
+  /* what the placement makes of them: ps/0's backup is not on h1 */
+  int t[2];
+  ck_assert_int_eq(ps_view_placement(n, 2, (const char *const *)hosts, 0, t), 2);
+  ck_assert_int_eq(t[1], 2);
+  ps_repl_hosts_free(hosts, n);
+  ps_cluster_destroy(c);
+  c = parse_repl("{\"worker\": [\"w:1\"]}", &st);
+  PS_ASSERT_OK(ps_repl_hosts_from_cluster(c, &hosts, &n, &st), st);
+  ck_assert_int_eq(n, 0);
+  ck_assert_ptr_null(hosts);
+  ps_repl_hosts_free(hosts, n);
+  ps_cluster_destroy(c);
+}
+END_TEST
+
 void cluster_repl_tests(TCase *tc) {
+  tcase_add_test(tc, test_repl_hosts);
   tcase_add_test(tc, test_repl_section);
   tcase_add_test(tc, test_repl_defaults);
   tcase_add_test(tc, test_repl_errors);
