@@ -641,6 +641,56 @@ START_TEST(watch_through_member_restart) {
 }
 END_TEST
 
+/* A member that lost its quorum: the keeper's and the watch's streams
+ * (sent with "hasleader: true") fail at once with etcd's "no leader"
+ * instead of hanging; the keeper reports the lease lost within its TTL,
+ * naming it, and the watch says so in the log. */
+START_TEST(no_leader) {
+  static ps_harness_etcd c;
+  ck_assert_int_eq(ps_harness_etcd_start(&c, 3), 0);
+  ps_status st;
+  ps_etcd *all = client_of(c.endpoints);
+  int64_t id = 0, ttl = 0;
+  PS_ASSERT_OK(ps_etcd_lease_grant(all, 1, &id, &ttl, &st), st);
+  ps_etcd_close(all);
+  ps_harness_etcd_kill(&c, 1);
+  ps_harness_etcd_kill(&c, 2);
+  /* the log of this process, to see the watch's warning */
+  char log[300];
+  snprintf(log, sizeof log, "%s/test.log", c.h.dir);
+  FILE *f = freopen(log, "w", stderr);
+  ck_assert_ptr_nonnull(f);
+  setvbuf(stderr, NULL, _IONBF, 0);
+  ps_etcd *e = client_of(c.client[0]);
+  static lost l;
+  memset(&l, 0, sizeof l);
+  int64_t t0 = now_ms();
+  ps_etcd_keeper *k = ps_etcd_keeper_start(e, id, ttl, on_lost, &l, &st);
+  ck_assert_ptr_nonnull(k);
+  seen *s = seen_new();
+  ps_etcd_watch *w = ps_etcd_watch_start(e, "/n/", true, 1, seen_fn, s, &st);
+  ck_assert_msg(w != NULL, "%s", st.msg);
+  while (atomic_load(&l.calls) == 0 && now_ms() - t0 < 5000)
+    sleep_ms(10);
+  ck_assert_int_eq(atomic_load(&l.calls), 1);
+  ck_assert_msg(l.at_ms - t0 <= 1300, "on_lost after %lld ms", (long long)(l.at_ms - t0));
+  ck_assert_msg(strstr(l.why, "acknowledged for its TTL of 1000 ms") &&
+                    strstr(l.why, "etcdserver: no leader") && strstr(l.why, c.client[0]),
+                "reason: %s", l.why);
+  char *out = NULL, cmd[400], want[128];
+  snprintf(want, sizeof want, "etcd at %s: etcdserver: no leader", c.client[0]);
+  snprintf(cmd, sizeof cmd, "grep -c 'watch of \"/n/\": %s' '%s'", want, log);
+  ck_assert_msg(harness_run(cmd, &out) == 0, "no \"%s\" from the watch in the log", want);
+  free(out);
+  ps_etcd_watch_stop(w);
+  ps_etcd_keeper_stop(k);
+  ck_assert_int_eq(seen_count(s), 0);
+  free(s);
+  ps_etcd_close(e);
+  ck_assert_int_eq(ps_harness_etcd_stop(&c), 0);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("etcd");
   TCase *t = tcase_create("errors");
@@ -660,6 +710,7 @@ static Suite *suite(void) {
   suite_add_tcase(s, t);
   t = tcase_create("cluster");
   tcase_add_test(t, watch_through_member_restart);
+  tcase_add_test(t, no_leader);
   tcase_set_timeout(t, 180);
   suite_add_tcase(s, t);
   return s;
