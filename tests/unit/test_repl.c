@@ -433,7 +433,9 @@ START_TEST(a_failed_backup_holds_updates_until_the_view_drops_it) {
   ck_assert_msg(strstr(failed_reason, "Replicate") || failed_reason[0], "%s",
                 failed_reason);
   sleep_ms(300);
-  ck_assert_int_eq(atomic_load(&b.done), 0); /* held */
+  ck_assert_msg(atomic_load(&b.done) == 0,
+                "the update was answered (%s) while its backup had not applied it",
+                b.st.msg);
   int solo[MAXN][MAXN + 1] = {{0, -1}, {0, -1}};
   set_view_on(0, 2, 2, solo, NULL, 2);
   wait_for(&b.done, 1);
@@ -514,8 +516,10 @@ START_TEST(a_stale_replicate_is_refused) {
   wait_for(&nfailed, 1);
   ck_assert_msg(strstr(failed_reason, "stale epoch"), "%s", failed_reason);
   sleep_ms(200);
-  ck_assert_int_eq(atomic_load(&b.done), 0); /* held */
-  stop_node(0);                              /* shutting down fails it */
+  ck_assert_msg(atomic_load(&b.done) == 0,
+                "the update was answered (%s) while its backup had not applied it",
+                b.st.msg);
+  stop_node(0); /* shutting down fails it */
   pthread_join(th, NULL);
   stop_all();
   PS_ASSERT_STATUS(b.st.code, b.st, PS_UNAVAILABLE, "ps/0 is shutting down");
