@@ -41,9 +41,18 @@ static int check_entry(ps_service *s, const Paramserver__ReplicateEntry *e, size
   if (e->index_bytes < 0 || e->value_bytes < 0 || e->num_indices < 0)
     return ps_status_set(st, PS_INVALID_ARGUMENT, "Replicate: entry %zu: negative size",
                          i);
-  if (e->kind == PARAMSERVER__REPLICATE_ENTRY__KIND__CREATE && e->spec == NULL)
-    return ps_status_set(st, PS_INVALID_ARGUMENT,
-                         "Replicate: entry %zu: CREATE of %s without a spec", i, e->name);
+  if (e->kind == PARAMSERVER__REPLICATE_ENTRY__KIND__CREATE) {
+    if (e->spec == NULL || e->spec->name[0] == '\0')
+      return ps_status_set(st, PS_INVALID_ARGUMENT,
+                           "Replicate: entry %zu: CREATE of %s without a spec", i,
+                           e->name);
+    /* the variable it makes must fit the limits as a Create's would */
+    if (ps_svc_shape_from_(&sh, e->spec->shape, e->spec->n_shape, e->spec->name, st) !=
+            0 ||
+        ps_svc_tensor_bytes_(s, e->spec->dtype, &sh, "Replicate", e->spec->name, &vb,
+                             st) != 0)
+      return st->code;
+  }
   if (e->kind != PARAMSERVER__REPLICATE_ENTRY__KIND__VALUE &&
       e->kind != PARAMSERVER__REPLICATE_ENTRY__KIND__ROWS) {
     if (e->index_bytes || e->value_bytes)
