@@ -91,9 +91,6 @@ static int rep_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *st)
   int rc = ps_wire_check_strings(&paramserver__replicate_request__descriptor, p, n,
                                  "Replicate", st);
   if (rc != 0) return rc;
-  if (s->repl == NULL)
-    return ps_status_set(st, PS_FAILED_PRECONDITION,
-                         "Replicate: %s runs unreplicated (--replicas 1)", s->task);
   rep_ctx *x = calloc(1, sizeof *x);
   if (x == NULL) return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
   ps_rpc_call_set_ctx(c, x);
@@ -265,6 +262,9 @@ static int rep_data(ps_rpc_call *c, ps_status *st) {
   ps_service *s = ps_svc_of_(c);
   rep_ctx *x = ps_rpc_call_ctx(c);
   ps_repl *r = s->repl;
+  if (r == NULL) /* (the request was decoded and checked all the same) */
+    return ps_status_set(st, PS_FAILED_PRECONDITION,
+                         "Replicate: %s runs unreplicated (--replicas 1)", s->task);
   int rc = rep_check(r, x->req, st);
   if (rc != 0) return rc;
   /* test hook: a slow backup (tests/unit/test_repl.c: an update is answered
