@@ -202,6 +202,17 @@ void ps_repl_set_view(ps_repl *r, const ps_view *v) {
              v ? v->ntasks : -1, r->ntasks);
     return;
   }
+  for (int s = 0; v->shard && s < v->ntasks; s++) {
+    bool ok = v->shard[s].n >= 0 && v->shard[s].n <= PS_VIEW_MAX_REPLICAS;
+    for (int i = 0; ok && i < v->shard[s].n; i++)
+      ok = v->shard[s].task[i] >= 0 && v->shard[s].task[i] < r->ntasks;
+    if (!ok) {
+      PS_ERROR("replication: view epoch %lld ignored: shard %d lists a task outside "
+               "ps/0..ps/%d",
+               (long long)v->epoch, s, r->ntasks - 1);
+      return;
+    }
+  }
   if (v->shard == NULL || view_copy(v, &nv) != 0) {
     PS_ERROR("replication: out of memory taking view epoch %lld", (long long)v->epoch);
     return;
