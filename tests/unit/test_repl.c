@@ -413,14 +413,19 @@ typedef struct bg_update {
   atomic_int done;
 } bg_update;
 
-static void *bg_assign_add(void *arg) {
-  bg_update *b = arg;
+/* w += 1 (w: [4,3]) on node @i. */
+static ps_status add_ones(int i, Paramserver__Route *rt) {
   float one[12];
   for (int k = 0; k < 12; k++)
     one[k] = 1;
   Paramserver__Update u, *up = &u;
   upd_init(&u, "w", PARAMSERVER__UPDATE_OP__ASSIGN_ADD, 4, 3);
-  b->st = update(b->node, route(0, 1), 0, 0, &up, 1, one, sizeof one);
+  return update(i, rt, 0, 0, &up, 1, one, sizeof one);
+}
+
+static void *bg_assign_add(void *arg) {
+  bg_update *b = arg;
+  b->st = add_ones(b->node, route(0, 1));
   atomic_store(&b->done, 1);
   return NULL;
 }
@@ -578,13 +583,8 @@ typedef struct bg_loop {
 
 static void *bg_updates(void *arg) {
   bg_loop *b = arg;
-  float one[12];
-  for (int k = 0; k < 12; k++)
-    one[k] = 1;
-  Paramserver__Update u, *up = &u;
-  upd_init(&u, "w", PARAMSERVER__UPDATE_OP__ASSIGN_ADD, 4, 3);
   while (!atomic_load(&b->stop)) {
-    b->st = update(0, NULL, 0, 0, &up, 1, one, sizeof one);
+    b->st = add_ones(0, NULL);
     if (b->st.code != PS_OK) break;
     atomic_fetch_add(&b->count, 1);
   }
