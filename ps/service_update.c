@@ -14,6 +14,7 @@
 #include "common/variable.h"
 #include "common/wire.h"
 #include "ps.pb-c.h"
+#include "repl.h"
 #include "service_internal.h"
 #include "store.h"
 #include "sync.h"
@@ -753,6 +754,8 @@ static int update_reply(upd_ctx *x, ps_status *st) {
   }
   resp.versions = versions;
   resp.n_versions = x->n;
+  ps_service *s = ps_rpc_call_server_user(x->call);
+  if (s->repl) resp.epoch = ps_repl_epoch(s->repl);
   if (x->any_sync) {
     resp.stale = stale;
     resp.n_stale = x->n;

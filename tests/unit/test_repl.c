@@ -555,6 +555,21 @@ START_TEST(a_retried_update_applies_once) {
     ps_status st = update(0, route(0, 1), 0xabc, 7, &up, 1, one, sizeof one);
     PS_ASSERT_OK(st.code, st);
   }
+  Paramserver__UpdateRequest uq = PARAMSERVER__UPDATE_REQUEST__INIT;
+  uq.updates = &up;
+  uq.n_updates = 1;
+  uq.inline_data.data = (uint8_t *)one;
+  uq.inline_data.len = sizeof one;
+  uq.client_id = 0xabc;
+  uq.seq = 7;
+  resp r;
+  ps_status ust = call(0, "/paramserver.Ps/Update", &uq.base, &r);
+  PS_ASSERT_OK(ust.code, ust);
+  Paramserver__UpdateResponse *ur = paramserver__update_response__unpack(NULL, r.n, r.p);
+  ck_assert_int_eq(ur->epoch, 1);       /* stamped with the view's epoch */
+  ck_assert_int_eq(ur->versions[0], 2); /* a duplicate: the current version */
+  paramserver__update_response__free_unpacked(ur, NULL);
+  free(r.p);
   char *once = digest(0, 0);
   ck_assert_msg(strstr(once, "w:2:"), "%s", once); /* initialize + one add */
   assert_same(0, 1, 0);
