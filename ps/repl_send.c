@@ -200,12 +200,24 @@ static int send_batch(ps_repl_sender *snd, ps_repl_entry *batch, int64_t epoch,
     rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Replicate: cannot open a channel");
     goto out;
   }
+  /* small batches travel in the header: one message */
+  uint8_t *inl = NULL;
+  if (segs.total > 0 && segs.total <= PS_RPC_INLINE_MAX &&
+      (inl = malloc(segs.total)) != NULL) {
+    size_t off = 0;
+    for (size_t k = 0; k < segs.n; k++) {
+      memcpy(inl + off, segs.v[k].ptr, segs.v[k].len);
+      off += segs.v[k].len;
+    }
+    req.inline_data.data = inl;
+    req.inline_data.len = off;
+  }
   int64_t applied = 0;
   ps_rpc_req call = {
       .ch = snd->ch,
       .method = "/paramserver.Ps/Replicate",
       .request = &req.base,
-      .send = &segs,
+      .send = inl ? NULL : &segs,
       .unary_response = true,
       .timeout_ms = 120000,
       .stall_timeout_ms = 3000,
@@ -214,6 +226,7 @@ static int send_batch(ps_repl_sender *snd, ps_repl_entry *batch, int64_t epoch,
       .user = &applied,
   };
   ps_rpc_run(&call, 1);
+  free(inl);
   if (call.st.code != PS_OK) {
     *st = call.st;
     rc = st->code;
