@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/crc32c.h"
 #include "common/rpc.h"
 #include "common/security.h"
 #include "common/view.h"
@@ -844,6 +845,94 @@ START_TEST(replicate_needs_the_replica_role) {
 }
 END_TEST
 
+/* A backup applies ROWS only on the version they were taken after
+ * (base_version): before a variable's copy arrived, or on another
+ * version, they are ignored. */
+START_TEST(rows_apply_only_on_their_base_version) {
+  start(2);
+  set_view(1, 2, reps2, NULL, 1);
+  int64_t sh[2] = {2, 2};
+  float val[4] = {1, 2, 3, 4}, row[2] = {9, 9};
+  int32_t idx[1] = {1};
+  uint8_t bulk[sizeof idx + sizeof row];
+  memcpy(bulk, idx, sizeof idx);
+  memcpy(bulk + sizeof idx, row, sizeof row);
+  Paramserver__ReplicateEntry rows = PARAMSERVER__REPLICATE_ENTRY__INIT, *ep = &rows;
+  rows.kind = PARAMSERVER__REPLICATE_ENTRY__KIND__ROWS;
+  rows.name = "r";
+  rows.dtype = PS_DT_FLOAT;
+  rows.shape = sh;
+  rows.n_shape = 2;
+  rows.index_dtype = PS_DT_INT32;
+  rows.num_indices = 1;
+  rows.index_bytes = sizeof idx;
+  rows.value_bytes = sizeof row;
+  rows.base_version = 1;
+  rows.version = 2;
+  Paramserver__ReplicateRequest q = PARAMSERVER__REPLICATE_REQUEST__INIT;
+  q.epoch = 1;
+  q.entries = &ep;
+  q.n_entries = 1;
+  q.inline_data.data = bulk;
+  q.inline_data.len = sizeof bulk;
+  ps_status st = call(1, "/paramserver.Ps/Replicate", &q.base, NULL);
+  PS_ASSERT_OK(st.code, st); /* no such variable yet: ignored */
+  Paramserver__VariableSpec spec = PARAMSERVER__VARIABLE_SPEC__INIT;
+  spec.name = "r";
+  spec.dtype = PS_DT_FLOAT;
+  spec.shape = sh;
+  spec.n_shape = 2;
+  Paramserver__ReplicateEntry c = PARAMSERVER__REPLICATE_ENTRY__INIT;
+  c.kind = PARAMSERVER__REPLICATE_ENTRY__KIND__CREATE;
+  c.name = "r";
+  c.spec = &spec;
+  Paramserver__ReplicateEntry v = rows;
+  v.kind = PARAMSERVER__REPLICATE_ENTRY__KIND__VALUE;
+  v.index_dtype = 0;
+  v.num_indices = 0;
+  v.index_bytes = 0;
+  v.value_bytes = sizeof val;
+  v.initialized = 1;
+  v.version = 3;
+  Paramserver__ReplicateEntry *two[2] = {&c, &v};
+  q.entries = two;
+  q.n_entries = 2;
+  q.inline_data.data = (uint8_t *)val;
+  q.inline_data.len = sizeof val;
+  st = call(1, "/paramserver.Ps/Replicate", &q.base, NULL);
+  PS_ASSERT_OK(st.code, st);
+  char *d0 = digest(1, 0);
+  ck_assert_msg(strstr(d0, "r:3:"), "%s", d0);
+  q.entries = &ep;
+  q.n_entries = 1;
+  q.inline_data.data = bulk;
+  q.inline_data.len = sizeof bulk;
+  st = call(1, "/paramserver.Ps/Replicate", &q.base, NULL); /* base 1, it is at 3 */
+  PS_ASSERT_OK(st.code, st);
+  char *d1 = digest(1, 0);
+  ck_assert_str_eq(d1, d0);
+  rows.base_version = 3;
+  rows.version = 4;
+  st = call(1, "/paramserver.Ps/Replicate", &q.base, NULL);
+  PS_ASSERT_OK(st.code, st);
+  char *d2 = digest(1, 0);
+  float want[4] = {1, 2, 9, 9};
+  char crc[16];
+  snprintf(crc, sizeof crc, ":%08x:", ps_crc32c(want, sizeof want));
+  ck_assert_msg(strstr(d2, "r:4:") && strstr(d2, crc), "%s lacks %s", d2, crc);
+  /* bytes that do not match the rows: refused, nothing applied */
+  rows.value_bytes = 4;
+  q.inline_data.len = sizeof idx + 4;
+  st = call(1, "/paramserver.Ps/Replicate", &q.base, NULL);
+  PS_ASSERT_STATUS(st.code, st, PS_INVALID_ARGUMENT,
+                   "Replicate: ROWS of r: 4 index and 4 value bytes do not match 1 rows");
+  free(d0);
+  free(d1);
+  free(d2);
+  stop_all();
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("repl");
   TCase *t = tcase_create("data plane");
@@ -858,6 +947,7 @@ static Suite *suite(void) {
   tcase_add_test(t, restore_fills_every_replica);
   tcase_add_test(t, status_reports_replication);
   tcase_add_test(t, replicate_needs_the_replica_role);
+  tcase_add_test(t, rows_apply_only_on_their_base_version);
   suite_add_tcase(s, t);
   return s;
 }
