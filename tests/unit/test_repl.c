@@ -933,6 +933,54 @@ START_TEST(rows_apply_only_on_their_base_version) {
 }
 END_TEST
 
+/* With the views of common/view.c: the primary of shard 0 leaves
+ * (remove_task), its backup takes over; it comes back (join): SYNCING on
+ * its shards, its old copies dropped, the state copied from the new
+ * primaries while they take updates, then in sync, and bit-identical. */
+START_TEST(failover_and_rejoin_with_real_views) {
+  start(3);
+  ps_view v1, v2, v3, v4, v5;
+  ps_status st;
+  bool changed;
+  PS_ASSERT_OK(ps_view_initial(3, 2, NULL, &v1, &st), st);
+  for (int i = 0; i < 3; i++)
+    ps_repl_set_view(nodes[i].repl, &v1);
+  create(0, 0, "w", 4, 3);
+  create(2, 2, "x", 4, 3);
+  st = add_ones(0, route(0, 1));
+  PS_ASSERT_OK(st.code, st);
+  assert_same(0, 1, 0);
+  PS_ASSERT_OK(ps_view_remove_task(&v1, 0, &v2, &changed, NULL, &st), st);
+  for (int i = 1; i < 3; i++) /* ps/0 is cut off: it keeps epoch 1 */
+    ps_repl_set_view(nodes[i].repl, &v2);
+  st = add_ones(1, route(0, v2.epoch));
+  PS_ASSERT_OK(st.code, st);
+  PS_ASSERT_OK(ps_view_join(&v2, 0, NULL, &v3, &changed, &st), st);
+  ck_assert(changed);
+  for (int i = 0; i < 3; i++)
+    ps_repl_set_view(nodes[i].repl, &v3);
+  st = add_ones(0, route(0, v3.epoch));
+  PS_ASSERT_STATUS(st.code, st, PS_FAILED_PRECONDITION,
+                   "ps/0 is not the primary of shard 0 (view epoch 3; primary ps/1)");
+  wait_for(&nsynced, 2); /* shards 0 and 2 */
+  PS_ASSERT_OK(ps_view_in_sync(&v3, 0, 0, &v4, &changed, &st), st);
+  PS_ASSERT_OK(ps_view_in_sync(&v4, 2, 0, &v5, &changed, &st), st);
+  for (int i = 0; i < 3; i++)
+    ps_repl_set_view(nodes[i].repl, &v5);
+  st = add_ones(1, route(0, v5.epoch));
+  PS_ASSERT_OK(st.code, st);
+  assert_same(1, 0, 0);
+  assert_same(2, 0, 2);
+  char *d = digest(0, 0);
+  ck_assert_msg(strstr(d, "w:4:"), "%s", d); /* initialize + 3 adds */
+  free(d);
+  ps_view *all[] = {&v1, &v2, &v3, &v4, &v5};
+  for (int i = 0; i < 5; i++)
+    ps_view_free(all[i]);
+  stop_all();
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("repl");
   TCase *t = tcase_create("data plane");
@@ -948,6 +996,7 @@ static Suite *suite(void) {
   tcase_add_test(t, status_reports_replication);
   tcase_add_test(t, replicate_needs_the_replica_role);
   tcase_add_test(t, rows_apply_only_on_their_base_version);
+  tcase_add_test(t, failover_and_rejoin_with_real_views);
   suite_add_tcase(s, t);
   return s;
 }
