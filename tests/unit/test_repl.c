@@ -685,6 +685,28 @@ START_TEST(route_errors_name_shard_epoch_and_primary) {
   ck_assert_int_eq(l->epoch, 4);
   paramserver__list_response__free_unpacked(l, NULL);
   free(r.p);
+  /* Read and ReportUninitialized too see shard 1 only */
+  Paramserver__ReadItem ri = PARAMSERVER__READ_ITEM__INIT, *rip = &ri;
+  ri.name = "a";
+  Paramserver__ReadRequest rq = PARAMSERVER__READ_REQUEST__INIT;
+  rq.items = &rip;
+  rq.n_items = 1;
+  rq.route = route(1, 4);
+  st = call(1, "/paramserver.Ps/Read", &rq.base, NULL);
+  PS_ASSERT_STATUS(st.code, st, PS_NOT_FOUND,
+                   "variable a does not exist in shard 1 on ps/1");
+  Paramserver__NamesRequest nq = PARAMSERVER__NAMES_REQUEST__INIT;
+  char *an[1] = {"a"};
+  nq.names = an;
+  nq.n_names = 1;
+  nq.route = route(1, 4);
+  st = call(1, "/paramserver.Ps/ReportUninitialized", &nq.base, NULL);
+  PS_ASSERT_STATUS(st.code, st, PS_NOT_FOUND,
+                   "variable a does not exist in shard 1 on ps/1");
+  nq.route = route(0, 4);
+  st = call(1, "/paramserver.Ps/IsInitialized", &nq.base, NULL);
+  PS_ASSERT_STATUS(st.code, st, PS_FAILED_PRECONDITION,
+                   "ps/1 is not the primary of shard 0 (view epoch 4; primary ps/0)");
   lq.route = route(0, 4);
   st = call(1, "/paramserver.Ps/List", &lq.base, NULL);
   PS_ASSERT_STATUS(st.code, st, PS_FAILED_PRECONDITION,
