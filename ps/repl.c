@@ -289,6 +289,7 @@ void ps_repl_set_view(ps_repl *r, const ps_view *v) {
   pthread_mutex_unlock(&r->mu);
   view_free(&old);
   PS_INFO("replication view %s", desc);
+  ps_repl_senders_reap(r); /* those an earlier view retired */
   for (size_t i = 0; i < ndone; i++) {
     done[i]->fn(done[i]->arg, 0, NULL);
     free(done[i]);

@@ -94,6 +94,7 @@ typedef struct ps_repl_sender {
   int64_t lag_entries, lag_bytes;
   bool failed;      /* a Replicate failed: nothing more is sent */
   bool retired;     /* no longer a backup of any shard: the thread ends */
+  bool exited;      /* the thread ended (ps_repl_senders_reap joins it) */
   int *copy_shards; /* shards to copy (SYNCING), FIFO */
   size_t ncopy, capcopy;
   int64_t copied_bytes;
@@ -204,5 +205,7 @@ void ps_repl_sender_drop(ps_repl_sender *snd, bool (*keep)(ps_repl *, int, int),
 void ps_repl_sender_copy(ps_repl_sender *snd, int s);
 /* Joins every sender's thread and frees them (r->stopping set). */
 void ps_repl_senders_join(ps_repl *r);
+/* Joins and frees the retired senders whose thread ended (no lock held). */
+void ps_repl_senders_reap(ps_repl *r);
 
 #endif

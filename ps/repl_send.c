@@ -422,6 +422,7 @@ static void *sender_main(void *arg) {
   ps_repl_entry *lists[2] = {snd->inflight, snd->head};
   snd->inflight = snd->head = snd->tail = NULL;
   snd->lag_entries = snd->lag_bytes = 0;
+  snd->exited = true; /* ps_repl_senders_reap may join it now */
   pthread_mutex_unlock(&r->mu);
   for (int l = 0; l < 2; l++)
     while (lists[l]) {
@@ -430,6 +431,42 @@ static void *sender_main(void *arg) {
       lists[l] = n;
     }
   return NULL;
+}
+
+static void sender_free(ps_repl_sender *s) {
+  pthread_join(s->th, NULL);
+  ps_repl_entry *lists[2] = {s->inflight, s->head};
+  for (int l = 0; l < 2; l++)
+    while (lists[l]) {
+      ps_repl_entry *n = lists[l]->next;
+      ps_repl_entry_free(lists[l]);
+      lists[l] = n;
+    }
+  if (s->ch) ps_rpc_channel_destroy(s->ch);
+  pthread_cond_destroy(&s->cv);
+  free(s->copy_shards);
+  free(s);
+}
+
+void ps_repl_senders_reap(ps_repl *r) {
+  ps_repl_sender *gone = NULL;
+  pthread_mutex_lock(&r->mu);
+  for (ps_repl_sender **pp = &r->senders; *pp;) {
+    ps_repl_sender *s = *pp;
+    if (s->exited) {
+      *pp = s->next;
+      s->next = gone;
+      gone = s;
+    } else {
+      pp = &s->next;
+    }
+  }
+  pthread_mutex_unlock(&r->mu);
+  while (gone) {
+    ps_repl_sender *next = gone->next;
+    sender_free(gone);
+    gone = next;
+  }
 }
 
 void ps_repl_senders_join(ps_repl *r) {
@@ -441,18 +478,7 @@ void ps_repl_senders_join(ps_repl *r) {
   pthread_mutex_unlock(&r->mu);
   while (all) {
     ps_repl_sender *next = all->next;
-    pthread_join(all->th, NULL);
-    ps_repl_entry *lists[2] = {all->inflight, all->head};
-    for (int l = 0; l < 2; l++)
-      while (lists[l]) {
-        ps_repl_entry *n = lists[l]->next;
-        ps_repl_entry_free(lists[l]);
-        lists[l] = n;
-      }
-    if (all->ch) ps_rpc_channel_destroy(all->ch);
-    pthread_cond_destroy(&all->cv);
-    free(all->copy_shards);
-    free(all);
+    sender_free(all);
     all = next;
   }
 }
