@@ -452,17 +452,14 @@ int ps_repl_commit(ps_repl *r, ps_repl_group *g, ps_repl_done_fn fn, void *arg,
     goto out;
   }
   /* each backup task of any shard in the group, once */
-  int seen[PS_VIEW_MAX_REPLICAS * 8], nseen = 0;
+  uint64_t seen[PS_VIEW_MAX_TASKS / 64] = {0}; /* backup tasks served */
   for (size_t i = 0; i < g->n && rc == 0; i++) {
     int s = g->e[i].shard;
     if (role_in(&r->view, s, r->self) != 0) continue;
     for (int k = 1; k < r->view.shard[s].n; k++) {
       int t = r->view.shard[s].task[k];
-      bool dup = false;
-      for (int j = 0; j < nseen; j++)
-        dup |= seen[j] == t;
-      if (dup || nseen == (int)(sizeof seen / sizeof *seen)) continue;
-      seen[nseen++] = t;
+      if (seen[t / 64] >> (t % 64) & 1) continue;
+      seen[t / 64] |= (uint64_t)1 << (t % 64);
       ps_repl_sender *snd = ps_repl_sender_get(r, t);
       if (snd == NULL) {
         rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "replication: out of memory");
