@@ -163,6 +163,12 @@ static bool still_backup(ps_repl *r, int s, int task) {
   return role_in(&r->view, s, r->self) == 0 && role_in(&r->view, s, task) > 0;
 }
 
+/* Under r->mu: what becomes of an entry of shard @s queued for @task. */
+static int keep_entry(ps_repl *r, int s, int task) {
+  if (role_in(&r->view, s, r->self) != 0) return PS_REPL_DROP_LOST;
+  return role_in(&r->view, s, task) > 0 ? PS_REPL_KEEP : PS_REPL_DROP_ACK;
+}
+
 /* Drops every variable of shard @s (a copy this ps is about to receive
  * afresh). */
 static void drop_shard(ps_repl *r, int s) {
@@ -275,7 +281,7 @@ void ps_repl_set_view(ps_repl *r, const ps_view *v) {
   /* entries for a backup the view no longer lists: their waits are done */
   for (ps_repl_sender *snd = r->senders; snd; snd = snd->next) {
     if (snd->retired) continue;
-    ps_repl_sender_drop(snd, still_backup, &done, &ndone, &cap);
+    ps_repl_sender_drop(snd, keep_entry, &done, &ndone, &cap);
     bool any = false;
     for (int s = 0; s < r->ntasks && !any; s++)
       any = still_backup(r, s, snd->task);
@@ -290,8 +296,17 @@ void ps_repl_set_view(ps_repl *r, const ps_view *v) {
   view_free(&old);
   PS_INFO("replication view %s", desc);
   ps_repl_senders_reap(r); /* those an earlier view retired */
+  /* a backup left: acknowledged; this ps lost the shard: never (the new
+   * primary may not have the update) */
   for (size_t i = 0; i < ndone; i++) {
-    done[i]->fn(done[i]->arg, 0, NULL);
+    ps_status st;
+    int rc = 0;
+    if (done[i]->lost >= 0)
+      rc = ps_status_set(&st, PS_UNAVAILABLE,
+                         "ps/%d is no longer the primary of shard %d (view epoch %lld): "
+                         "the update may not be on the new primary",
+                         r->self, done[i]->lost, (long long)nv.epoch);
+    done[i]->fn(done[i]->arg, rc, rc ? &st : NULL);
     free(done[i]);
   }
   free(done);
@@ -444,6 +459,7 @@ int ps_repl_commit(ps_repl *r, ps_repl_group *g, ps_repl_done_fn fn, void *arg,
   }
   w->fn = fn;
   w->arg = arg;
+  w->lost = -1;
   pthread_mutex_lock(&r->mu);
   if (r->fenced || r->stopping) {
     rc = ps_status_set(st, PS_UNAVAILABLE, "ps/%d is %s%s%s", r->self,

@@ -50,6 +50,7 @@ typedef void (*ps_repl_done_fn)(void *arg, int rc, const ps_status *st);
 
 typedef struct ps_repl_wait {
   int pending; /* backups still to acknowledge (under ps_repl.mu) */
+  int lost;    /* >= 0: a view took shard `lost` from this primary first */
   ps_repl_done_fn fn;
   void *arg;
 } ps_repl_wait;
@@ -197,9 +198,13 @@ void ps_repl_status_free(struct Paramserver__StatusResponse *resp);
 ps_repl_sender *ps_repl_sender_get(ps_repl *r, int task);
 /* Appends @e to @snd's FIFO (under r->mu). */
 void ps_repl_sender_push(ps_repl_sender *snd, ps_repl_entry *e);
-/* Drops @snd's entries for which @keep says false, releasing their waits
- * into *@done (under r->mu). */
-void ps_repl_sender_drop(ps_repl_sender *snd, bool (*keep)(ps_repl *, int, int),
+/* Drops @snd's entries for which @keep (shard, backup task) says
+ * PS_REPL_DROP_*, releasing their waits into *@done (under r->mu); NULL:
+ * every wait is released (fence, shutdown). */
+#define PS_REPL_DROP_ACK 0  /* the backup left the shard: no longer waited for */
+#define PS_REPL_KEEP 1      /* still to be sent */
+#define PS_REPL_DROP_LOST 2 /* this ps is no longer the shard's primary */
+void ps_repl_sender_drop(ps_repl_sender *snd, int (*keep)(ps_repl *, int, int),
                          ps_repl_wait ***done, size_t *ndone, size_t *cap);
 /* Asks @snd to copy shard @s (under r->mu). */
 void ps_repl_sender_copy(ps_repl_sender *snd, int s);

@@ -74,16 +74,18 @@ static void add_done(ps_repl_wait *w, ps_repl_wait ***done, size_t *n, size_t *c
 
 /* @keep NULL: every wait is failed (each wait once: it is cut from every
  * entry that points at it, in every sender, by the caller's loop). */
-void ps_repl_sender_drop(ps_repl_sender *snd, bool (*keep)(ps_repl *, int, int),
+void ps_repl_sender_drop(ps_repl_sender *snd, int (*keep)(ps_repl *, int, int),
                          ps_repl_wait ***done, size_t *ndone, size_t *cap) {
   ps_repl *r = snd->r;
   ps_repl_entry *lists[2] = {snd->inflight, snd->head};
   for (int l = 0; l < 2; l++)
     for (ps_repl_entry *e = lists[l]; e; e = e->next) {
-      if (keep && keep(r, e->shard, snd->task)) continue;
+      int k = keep ? keep(r, e->shard, snd->task) : PS_REPL_DROP_ACK;
+      if (k == PS_REPL_KEEP) continue;
       ps_repl_wait *w = e->wait;
       e->wait = NULL;
       if (w == NULL) continue;
+      if (k == PS_REPL_DROP_LOST) w->lost = e->shard;
       if (keep == NULL) { /* failing all: each wait once */
         if (w->pending > 0) {
           w->pending = 0;
@@ -98,7 +100,7 @@ void ps_repl_sender_drop(ps_repl_sender *snd, bool (*keep)(ps_repl *, int, int),
   ps_repl_entry **pp = &snd->head, *prev = NULL;
   while (*pp) {
     ps_repl_entry *e = *pp;
-    if (!keep(r, e->shard, snd->task)) {
+    if (keep(r, e->shard, snd->task) != PS_REPL_KEEP) {
       *pp = e->next;
       snd->lag_entries--;
       snd->lag_bytes -= e->bytes;

@@ -1003,6 +1003,29 @@ START_TEST(failover_and_rejoin_with_real_views) {
 }
 END_TEST
 
+/* An update held for a failed backup is never acknowledged by a ps that
+ * a view then takes the shard from: the backup may be the new primary
+ * without it. */
+START_TEST(a_demoted_primary_fails_what_it_held) {
+  start(2);
+  set_view(1, 2, reps2, NULL, 1);
+  create(0, 0, "w", 4, 3);
+  stop_node(1);
+  bg_update b = {.node = 0};
+  pthread_t th;
+  pthread_create(&th, NULL, bg_assign_add, &b);
+  wait_for(&nfailed, 1);
+  int moved[MAXN][MAXN + 1] = {{1, -1}, {1, -1}};
+  set_view_on(0, 2, 2, moved, NULL, 2);
+  wait_for(&b.done, 1);
+  pthread_join(th, NULL);
+  PS_ASSERT_STATUS(b.st.code, b.st, PS_UNAVAILABLE,
+                   "ps/0 is no longer the primary of shard 0 (view epoch 2): the update "
+                   "may not be on the new primary");
+  stop_all();
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("repl");
   TCase *t = tcase_create("data plane");
@@ -1019,6 +1042,7 @@ static Suite *suite(void) {
   tcase_add_test(t, replicate_needs_the_replica_role);
   tcase_add_test(t, rows_apply_only_on_their_base_version);
   tcase_add_test(t, failover_and_rejoin_with_real_views);
+  tcase_add_test(t, a_demoted_primary_fails_what_it_held);
   suite_add_tcase(s, t);
   return s;
 }
