@@ -88,6 +88,8 @@ ps_repl *ps_repl_create(struct ps_service *svc, int self, int ntasks,
   if ((r->last_holders = calloc((size_t)ntasks * (size_t)lost_holders_max + 1,
                                 sizeof *r->last_holders)) == NULL)
     goto oom;
+  if ((r->shard_applied = calloc((size_t)ntasks + 1, sizeof *r->shard_applied)) == NULL)
+    goto oom;
   for (int i = 0; i < ntasks * lost_holders_max; i++)
     r->last_holders[i] = -1;
   pthread_mutex_init(&r->mu, NULL);
@@ -102,6 +104,7 @@ oom:
     free(r->addrs);
     for (int i = 0; i < 5; i++)
       free(r->sec_strs[i]);
+    free(r->last_holders);
     free(r);
   }
   return NULL;
@@ -141,6 +144,7 @@ void ps_repl_destroy(ps_repl *r) {
   for (int i = 0; i < 5; i++)
     free(r->sec_strs[i]);
   free(r->last_holders);
+  free(r->shard_applied);
   free(r->clients);
   pthread_mutex_destroy(&r->mu);
   pthread_mutex_destroy(&r->meta);
@@ -230,8 +234,10 @@ void ps_repl_set_view(ps_repl *r, const ps_view *v) {
   for (int s = 0; newer && drop && s < r->ntasks; s++) {
     int i = role_in(&nv, s, r->self), j = role_in(&r->view, s, r->self);
     if (i > 0 && nv.shard[s].state[i] == PS_REPLICA_SYNCING &&
-        (j < 0 || r->view.shard[s].state[j] != PS_REPLICA_SYNCING))
+        (j < 0 || r->view.shard[s].state[j] != PS_REPLICA_SYNCING)) {
       drop[s] = true;
+      r->shard_applied[s] = 0; /* a copy starts */
+    }
   }
   pthread_mutex_unlock(&r->mu);
   if (!newer) {
@@ -549,6 +555,8 @@ void ps_repl_status(ps_repl *r, Paramserver__StatusResponse *resp) {
                : r->view.shard[s].state[i] == PS_REPLICA_SYNCING ? "syncing"
                                                                  : "backup";
     int nb = i == 0 ? r->view.shard[s].n - 1 : 0;
+    if (i > 0 && r->view.shard[s].state[i] == PS_REPLICA_SYNCING)
+      ss->synced_bytes = r->shard_applied[s];
     ss->lag_entries = calloc((size_t)nb + 1, sizeof *ss->lag_entries);
     ss->lag_bytes = calloc((size_t)nb + 1, sizeof *ss->lag_bytes);
     if (ss->lag_entries && ss->lag_bytes) {

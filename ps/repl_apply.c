@@ -284,6 +284,10 @@ static int rep_data(ps_rpc_call *c, ps_status *st) {
   }
   pthread_mutex_lock(&r->mu);
   r->applied_bytes += bytes;
+  for (size_t i = 0; i < x->req->n_entries; i++) {
+    Paramserver__ReplicateEntry *e = x->req->entries[i];
+    r->shard_applied[e->shard] += e->value_bytes + e->index_bytes; /* checked */
+  }
   int64_t epoch = r->view.epoch;
   pthread_mutex_unlock(&r->mu);
   Paramserver__ReplicateResponse resp = PARAMSERVER__REPLICATE_RESPONSE__INIT;

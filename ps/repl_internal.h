@@ -123,6 +123,7 @@ struct ps_repl {
   char fence_reason[256];
   ps_repl_sender *senders; /* live and retiring */
   int *last_holders;       /* [ntasks * PS_VIEW_MAX_REPLICAS]: for lost shards */
+  int64_t *shard_applied;  /* [ntasks]: bytes applied per shard (a copy's progress) */
   long long failovers, sent_bytes, applied_bytes;
   pthread_mutex_t meta;
   /* dedup records */

@@ -345,6 +345,16 @@ START_TEST(a_syncing_backup_copies_the_shard_while_updates_go_on) {
   rpt_wait_for(&rpt_nsynced, 1);
   ck_assert_int_eq(atomic_load(&rpt_synced_task), 1);
   ck_assert_int_eq(atomic_load(&rpt_synced_shard), 0);
+  /* psctl status: the copy's progress on the syncing backup */
+  Paramserver__StatusRequest sq = PARAMSERVER__STATUS_REQUEST__INIT;
+  resp r;
+  ps_status sst = rpt_call(1, "/paramserver.Ps/Status", &sq.base, &r);
+  PS_ASSERT_OK(sst.code, sst);
+  Paramserver__StatusResponse *sr = paramserver__status_response__unpack(NULL, r.n, r.p);
+  ck_assert_str_eq(sr->shards[0]->role, "syncing");
+  ck_assert_int_ge(sr->shards[0]->synced_bytes, 20 * 64 * 16 * 4);
+  paramserver__status_response__free_unpacked(sr, NULL);
+  free(r.p);
   int at = atomic_load(&b.count);
   rpt_wait_for(&b.count, at + 20); /* and after the copy */
   atomic_store(&b.stop, 1);
