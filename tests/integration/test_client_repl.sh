@@ -174,4 +174,18 @@ put_view bad '{"epoch":"x"}'
 expect "a view that does not decode is named" 2 "replication view at /paramserver/bad/view in etcd: " \
   "$PSCTL" --cluster "$dir/fake.json" --etcd "$ETCD" --repl-job bad status
 
+# ---- unreplicated: verify has one replica per shard ------------------------
+start_ps_cluster 2 "$dir/ps1.log" || { bad "ps tasks started" "$(cat "$dir/ps1.log")"; finish; }
+echo "{\"ps\": [$PS_LIST], \"worker\": [\"127.0.0.1:1\"]}" > "$dir/r1.json"
+out=$(timeout 120 "$PS_WORKER" --cluster "$dir/r1.json" --job worker --task 0 --model linreg \
+  --steps 5 --keep-ps --no-final-save 2>&1) || bad "ps-worker trained unreplicated" "$out"
+out=$("$PSCTL" --cluster "$dir/r1.json" verify 2>&1); r=$?
+if [ "$r" = 0 ] && [[ "$out" =~ "shard 0: ps/0 identical (".*" variables)" ]] &&
+  [[ "$out" =~ "shard 1: ps/1 identical (" ]] && [[ "$out" != *"replication:"* ]]; then
+  ok "psctl verify without replication: each shard trivially identical"
+else
+  bad "psctl verify without replication: each shard trivially identical (exit $r)" "$out"
+fi
+for p in "${PS_PIDS[@]}"; do kill -TERM "$p" 2> /dev/null; wait "$p" 2> /dev/null; done
+
 finish
