@@ -147,6 +147,7 @@ fi
 ps_() { "$PSCTL" --cluster "$dir/fake.json" --etcd "$ETCD" --repl-job fk --timeout-ms 3000 "$@"; }
 out=$(ps_ status 2>&1)
 if [[ "$out" == *"replication: 2 replicas per shard, view epoch 4"* ]] &&
+  [[ "$out" == *"placement (R=2, ring order): 0=[0,1] 1=[1,2] 2=[2,3] 3=[3,0]"* ]] &&
   [[ "$out" == *"shard 0: ps/1 primary (since epoch 4)"* ]] &&
   [[ "$out" == *"shard 1: ps/1 primary (since epoch 1), ps/0 backup (lag unknown)"* ]] &&
   [[ "$out" == *"shard 3: ps/2 primary (since epoch 4), ps/3 backup"* ]]; then
@@ -166,6 +167,12 @@ else
 fi
 put_view fk "{\"epoch\":5,$J,\"shards\":[{\"replicas\":[1],\"syncing\":[],\"since\":4},{\"replicas\":[1,0],\"syncing\":[],\"since\":1},{\"replicas\":[3],\"syncing\":[],\"since\":4},{\"replicas\":[3],\"syncing\":[],\"since\":5}]}"
 expect "psctl verify: every shard identical, exit 0" 0 "shard 3: ps/3 identical (1 variables)" ps_ verify
+# the cluster spec's "replication" section stands for the flags
+echo "{\"ps\": [\"$A0\", \"$A1\", \"$A2\", \"$A3\"], \"replication\": {\"replicas\": 2, \"etcd\": \"$ETCD\", \"job\": \"fk\"}}" > "$dir/fake-spec.json"
+expect "the spec's replication section: etcd and job" 0 "replication: 2 replicas per shard, view epoch 5" \
+  env -u PS_ETCD "$PSCTL" --cluster "$dir/fake-spec.json" --timeout-ms 3000 status
+expect "PS_ETCD names the endpoints" 0 "shard 3: ps/3 primary (since epoch 5)" \
+  env PS_ETCD="$ETCD" "$PSCTL" --cluster "$dir/fake.json" --repl-job fk --timeout-ms 3000 status
 expect "psctl --replicas is checked" 2 "--replicas must be 1, 2 or 3, got '4'" \
   "$PSCTL" --cluster "$dir/fake.json" --replicas 4 status
 expect "--replicas 2 without etcd is refused" 2 "--replicas 2 needs the etcd endpoints" \

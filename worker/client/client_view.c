@@ -16,6 +16,7 @@
 #include <sys/random.h>
 #include <time.h>
 
+#include "common/cluster.h"
 #include "common/etcd.h"
 #include "common/log.h"
 #include "common/view.h"
@@ -89,15 +90,6 @@ static void on_watch(void *arg, const char *key, const char *val, size_t len,
     PS_WARN("%s: ignored, the client keeps its view", st.msg);
 }
 
-/* The host of "HOST:PORT" or "[V6]:PORT" into @buf. */
-static void host_of(const char *addr, char *buf, size_t n) {
-  const char *colon = strrchr(addr, ':');
-  size_t len = colon ? (size_t)(colon - addr) : strlen(addr);
-  if (len >= n) len = n - 1;
-  memcpy(buf, addr, len);
-  buf[len] = '\0';
-}
-
 /* ps_client_options' replication settings: the options, else the cluster
  * spec's "replication" section, else PS_ETCD. */
 static void repl_settings(ps_client *c, const ps_cluster *cluster, const char **etcd,
@@ -105,7 +97,12 @@ static void repl_settings(ps_client *c, const ps_cluster *cluster, const char **
   *etcd = c->opt.etcd && c->opt.etcd[0] ? c->opt.etcd : NULL;
   *job = c->opt.repl_job && c->opt.repl_job[0] ? c->opt.repl_job : NULL;
   *replicas = c->opt.replicas;
-  (void)cluster; /* TODO(view merge): the spec's "replication" section */
+  const ps_cluster_replication *r = ps_cluster_get_replication(cluster);
+  if (r) {
+    if (*etcd == NULL && r->etcd && r->etcd[0]) *etcd = r->etcd;
+    if (*job == NULL && r->job && r->job[0]) *job = r->job;
+    if (*replicas == 0) *replicas = r->replicas;
+  }
   if (*etcd == NULL) {
     const char *e = getenv("PS_ETCD");
     if (e && *e) *etcd = e;
@@ -174,21 +171,14 @@ int ps_cl_view_start_(ps_client *c, const ps_cluster *cluster, ps_status *st) {
                            w->key, etcd);
     /* no ps wrote one yet: the placement, epoch 0 (SPEC: the ps accepts
      * it only while its own view is the first) */
-    char **hosts = calloc((size_t)c->nps, sizeof *hosts);
-    char *hb = calloc((size_t)c->nps, 256);
-    if (hosts == NULL || hb == NULL) {
-      free(hosts);
-      free(hb);
-      return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
-    }
-    for (int i = 0; i < c->nps; i++) {
-      hosts[i] = hb + (size_t)i * 256;
-      host_of(c->addrs[i], hosts[i], 256);
-    }
+    char **hosts = NULL;
+    int nh = 0;
+    if (ps_repl_hosts_from_cluster(cluster, &hosts, &nh, st) != 0) return st->code;
     ps_view v0;
-    int rc = ps_view_initial(c->nps, replicas, (const char *const *)hosts, &v0, st);
-    free(hosts);
-    free(hb);
+    int rc = nh == c->nps
+                 ? ps_view_initial(c->nps, replicas, (const char *const *)hosts, &v0, st)
+                 : ps_view_initial(c->nps, replicas, NULL, &v0, st);
+    ps_repl_hosts_free(hosts, nh);
     if (rc != 0) return rc;
     v0.epoch = 0;
     for (int s = 0; s < v0.ntasks; s++)

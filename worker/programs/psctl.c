@@ -532,6 +532,7 @@ int main(int argc, char **argv) {
   ps_status_clear(&st);
   ps_cluster *cluster = load_cluster(&a, &st);
   if (cluster == NULL) return 2;
+  a.cluster = cluster;
   ps_library_init();
   ps_client_options opt = a.sec; /* the defaults and the security flags */
   ps_security_admin_token(&opt, cluster);

@@ -21,6 +21,7 @@ typedef struct psctl_args {
   const char *cmd;
   char **rest; /* the command's arguments */
   int nrest;
+  const ps_cluster *cluster; /* once loaded */
 } psctl_args;
 
 /* psctl.c */

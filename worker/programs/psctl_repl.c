@@ -7,6 +7,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/cluster.h"
+#include "common/view.h"
 #include "psctl_internal.h"
 
 static const char *role_name(int state) {
@@ -36,6 +38,17 @@ int psctl_status_shards(const psctl_args *a, ps_client *c, ps_status *st) {
   }
   printf("replication: %d replicas per shard, view epoch %lld\n", ps_client_replicas(c),
          (long long)ps_client_view_epoch(c));
+  /* the rule the view started from (DESIGN.md "Replication") */
+  char **hosts = NULL, line[1024];
+  int nh = 0;
+  ps_status hs;
+  if (a->cluster && ps_repl_hosts_from_cluster(a->cluster, &hosts, &nh, &hs) == 0) {
+    ps_view_describe_placement(nps, ps_client_replicas(c),
+                               nh == nps ? (const char *const *)hosts : NULL, line,
+                               sizeof line);
+    printf("%s\n", line);
+  }
+  ps_repl_hosts_free(hosts, nh);
   for (int t = 0; t < nps; t++) {
     if (ps_client_status_repl(c, t, &reps[t], st) != 0) continue; /* down: said above */
     up[t] = true;
