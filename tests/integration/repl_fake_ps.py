@@ -25,62 +25,12 @@ import time
 from concurrent import futures
 
 import grpc
+from pbwire import fields, ld as field, varint, vi as vfield
 
 NAME, PORTFILE, LOGFILE = sys.argv[1:4]
 MODES = dict((m.split("=", 1) + [""])[:2] for m in sys.argv[4:])
 LOCK = threading.Lock()
 DELAYED = []
-
-
-def varint(v):
-    v &= 0xFFFFFFFFFFFFFFFF
-    out = bytearray()
-    while True:
-        b = v & 0x7F
-        v >>= 7
-        if v:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-def field(num, payload):
-    return varint(num << 3 | 2) + varint(len(payload)) + payload
-
-
-def vfield(num, v):
-    return varint(num << 3) + varint(v)
-
-
-def read_varint(msg, i):
-    v, shift = 0, 0
-    while True:
-        b = msg[i]
-        i += 1
-        v |= (b & 0x7F) << shift
-        shift += 7
-        if not b & 0x80:
-            return v, i
-
-
-def fields(msg):
-    out, i = [], 0
-    while i < len(msg):
-        key, i = read_varint(msg, i)
-        num, wt = key >> 3, key & 7
-        if wt == 0:
-            v, i = read_varint(msg, i)
-            out.append((num, v))
-        elif wt == 2:
-            n, i = read_varint(msg, i)
-            out.append((num, msg[i:i + n]))
-            i += n
-        elif wt == 1:
-            i += 8
-        elif wt == 5:
-            i += 4
-    return out
 
 
 def signed(v):

@@ -212,8 +212,15 @@ start_repl() {
         --checkpoint-dir "$dir/ckpt" > "$dir/rps$t.out" 2>> "$dir/rps$t.log" &
       RP+=($!)
     done
-    local up=0
-    for t in 0 1 2; do wait_for "$dir/rps$t.out" "ready on" 60 && up=$((up + 1)); done
+    local up=0 i
+    for ((i = 0; i < 1200 && up < 3; i++)); do
+      up=0
+      for t in 0 1 2; do
+        grep -q "ready on" "$dir/rps$t.out" && up=$((up + 1)) && continue
+        kill -0 "${RP[$t]}" 2> /dev/null || break 2 # it exited
+      done
+      [ "$up" = 3 ] || sleep 0.05
+    done
     [ "$up" = 3 ] && return 0
     for t in 0 1 2; do kill -KILL "${RP[$t]}" 2> /dev/null; wait "${RP[$t]}" 2> /dev/null; done
     grep -q "address in use" "$dir"/rps*.log || break
