@@ -177,6 +177,9 @@ expect "psctl --replicas is checked" 2 "--replicas must be 1, 2 or 3, got '4'" \
   "$PSCTL" --cluster "$dir/fake.json" --replicas 4 status
 expect "--replicas 2 without etcd is refused" 2 "--replicas 2 needs the etcd endpoints" \
   env -u PS_ETCD "$PSCTL" --cluster "$dir/fake.json" --replicas 2 status
+hold_port
+expect "an etcd that does not answer is named" 2 "etcd at 127.0.0.1:$HELD_PORT: get \"/paramserver/default/view\"" \
+  "$PSCTL" --cluster "$dir/fake.json" --etcd "127.0.0.1:$HELD_PORT" --replicas 2 --timeout-ms 2000 status
 put_view bad '{"epoch":"x"}'
 expect "a view that does not decode is named" 2 "replication view at /paramserver/bad/view in etcd: " \
   "$PSCTL" --cluster "$dir/fake.json" --etcd "$ETCD" --repl-job bad status
