@@ -7,12 +7,14 @@ Usage: repl_fake_ps.py NAME PORTFILE LOGFILE [MODE...]
 
 Serves every /paramserver.Ps method on 127.0.0.1 (a port the kernel picks,
 written to PORTFILE once it listens).  Each request is logged to LOGFILE as
-a line "NAME METHOD shard=S epoch=E client_id=C seq=Q" (its Route, and an
-Update's dedup pair; -1 when absent).  Answers are what a real ps says of a
+a line "NAME METHOD shard=S epoch=E client_id=C seq=Q parts=P" (its Route,
+an Update's dedup pair, a Save's or Merge's num_shards; -1 when absent).  Answers are what a real ps says of a
 float32 scalar "w" (zeros, initialized), except as MODEs say:
 
   epoch=E        Update, Read and List answers carry view epoch E (field 100)
   unavailable    every Update and Read ends UNAVAILABLE ("fake: gone")
+  snap_stale=N   the first N Snapshots fail FAILED_PRECONDITION "ps/K: view
+                 epoch differs (stale)" (a save that met a failover)
   hold=FILE      the first Read waits until FILE exists before it answers
                  (a primary stopped a while: the view moves on meanwhile)
   digest=SPEC    Digest answers SPEC: "name:version:crc,..." (sorted by the
@@ -31,6 +33,7 @@ NAME, PORTFILE, LOGFILE = sys.argv[1:4]
 MODES = dict((m.split("=", 1) + [""])[:2] for m in sys.argv[4:])
 LOCK = threading.Lock()
 DELAYED = []
+STALE = [0]
 
 
 def signed(v):
@@ -38,7 +41,7 @@ def signed(v):
 
 
 def log(method, f):
-    shard = epoch = cid = seq = -1
+    shard = epoch = cid = seq = parts = -1
     for n, v in f:
         if n == 100 and isinstance(v, bytes):
             shard, epoch = 0, 0
@@ -51,9 +54,11 @@ def log(method, f):
             cid = v
         elif n == 102 and method == "Update":
             seq = v
+        elif (n, method) in ((4, "Save"), (2, "Merge")):
+            parts = v
     with LOCK, open(LOGFILE, "a") as fh:
-        fh.write("%s %s shard=%d epoch=%d client_id=%d seq=%d\n" %
-                 (NAME, method, shard, epoch, cid, seq))
+        fh.write("%s %s shard=%d epoch=%d client_id=%d seq=%d parts=%d\n" %
+                 (NAME, method, shard, epoch, cid, seq, parts))
 
 
 def with_epoch(msg):
@@ -86,6 +91,13 @@ def answer(method, header, context):
         return [field(1, b"\x01" * n)] if n else [b""]
     if method == "Status":
         return [field(1, NAME.encode()) + field(3, b"fake") + vfield(4, 1)]
+    if method == "Snapshot" and STALE[0] < int(MODES.get("snap_stale", "0")):
+        STALE[0] += 1
+        context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                      "%s: view epoch differs (stale)" % NAME)
+    if method == "Merge":
+        prefix = [v for n, v in f if n == 1]
+        return [field(1, prefix[0] if prefix else b"")]
     if method == "Digest":
         out = vfield(1, int(MODES.get("epoch", "0"))) + field(2, b"backup")
         for spec in filter(None, MODES.get("digest", "").split(",")):

@@ -71,6 +71,7 @@ fake() {
   local name=$1 port="$dir/${1//\//_}.port"; shift
   "$PY" "$FAKE_PS" "$name" "$port" "$dir/calls.log" "$@" 2>> "$dir/fake.log" &
   FPID=$!
+  echo "$FPID" > "$dir/${name//\//_}.pid"
   local i
   for ((i = 0; i < 400; i++)); do [ -s "$port" ] && break; sleep 0.05; done
   [ -s "$port" ] || { bad "fake $name started" "$(cat "$dir/fake.log")"; finish; }
@@ -177,6 +178,27 @@ expect "psctl --replicas is checked" 2 "--replicas must be 1, 2 or 3, got '4'" \
   "$PSCTL" --cluster "$dir/fake.json" --replicas 4 status
 expect "--replicas 2 without etcd is refused" 2 "--replicas 2 needs the etcd endpoints" \
   env -u PS_ETCD "$PSCTL" --cluster "$dir/fake.json" --replicas 2 status
+# a save: one part per distinct primary (ps/1 of shards 0 and 1, ps/3 of
+# 2 and 3), Snapshot and Save with Route{-1, 5}, the merge of 2 parts on
+# the last; ps/3's first Snapshot says its view differs: the whole save
+# is made again
+kill "$(cat "$dir/ps_3.pid")" 2> /dev/null; wait "$(cat "$dir/ps_3.pid")" 2> /dev/null
+rm -f "$dir/ps_3.port"
+fake ps/3 epoch=5 snap_stale=1 digest=w:5:111; A3=$FADDR
+echo "{\"ps\": [\"$A0\", \"$A1\", \"$A2\", \"$A3\"]}" > "$dir/fake.json"
+: > "$dir/calls.log"
+out=$(ps_ save fk 2>&1); r=$?
+snaps=$(grep -c " Snapshot shard=-1 epoch=5 " "$dir/calls.log")
+if [ "$r" = 0 ] && [[ "$out" == *"saved fk (0 bytes from 2 ps)"* ]] &&
+  [[ "$out" == *"save fk made again by a newer replication view"*"view epoch differs (stale)"* ]] &&
+  [ "$snaps" = 4 ] && ! grep -qE "^ps/[02] (Snapshot|Save)" "$dir/calls.log" &&
+  [ "$(grep -c "^ps/[13] Save shard=-1 epoch=5 .* parts=2$" "$dir/calls.log")" = 2 ] &&
+  grep -q "^ps/3 Merge .* parts=2$" "$dir/calls.log"; then
+  ok "a save writes one part per distinct primary, and is made again whole after a stale answer"
+else
+  bad "a save writes one part per distinct primary, and is made again whole after a stale answer (exit $r)" "$out
+$(cat "$dir/calls.log")"
+fi
 hold_port
 expect "an etcd that does not answer is named" 2 "etcd at 127.0.0.1:$HELD_PORT: get \"/paramserver/default/view\"" \
   "$PSCTL" --cluster "$dir/fake.json" --etcd "127.0.0.1:$HELD_PORT" --replicas 2 --timeout-ms 2000 status
