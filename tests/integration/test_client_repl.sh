@@ -199,6 +199,10 @@ else
   bad "a save writes one part per distinct primary, and is made again whole after a stale answer (exit $r)" "$out
 $(cat "$dir/calls.log")"
 fi
+# a probe of shard 0 asks its primary: ps/0 gone does not hold it
+kill "$(cat "$dir/ps_0.pid")" 2> /dev/null; wait "$(cat "$dir/ps_0.pid")" 2> /dev/null
+expect "a probe of a shard asks its primary, not the task that is gone" 0 "ok probe" \
+  env PS_RPC_TIMEOUT=3 "$REPL_CLIENT" "$dir/fake.json" "$ETCD" fk probe 0 -
 hold_port
 expect "an etcd that does not answer is named" 2 "etcd at 127.0.0.1:$HELD_PORT: get \"/paramserver/default/view\"" \
   "$PSCTL" --cluster "$dir/fake.json" --etcd "127.0.0.1:$HELD_PORT" --replicas 2 --timeout-ms 2000 status
