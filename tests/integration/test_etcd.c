@@ -674,7 +674,7 @@ START_TEST(no_leader) {
   while (atomic_load(&l.calls) == 0 && now_ms() - t0 < 5000)
     sleep_ms(10);
   ck_assert_int_eq(atomic_load(&l.calls), 1);
-  ck_assert_msg(l.at_ms - t0 <= 1300, "on_lost after %lld ms", (long long)(l.at_ms - t0));
+  ck_assert_msg(l.at_ms - t0 <= 1500, "on_lost after %lld ms", (long long)(l.at_ms - t0));
   ck_assert_msg(strstr(l.why, "acknowledged for its TTL of 1000 ms") &&
                     strstr(l.why, "etcdserver: no leader") && strstr(l.why, c.client[0]),
                 "reason: %s", l.why);
