@@ -24,6 +24,7 @@ typedef struct ps_etcd ps_etcd;
  * channels; does not wait for etcd to answer.  NULL with @st set
  * (INVALID_ARGUMENT naming the bad endpoint). */
 ps_etcd *ps_etcd_connect(const char *endpoints, int64_t timeout_ms, ps_status *st);
+/* Stop every keeper and watch of @e first. */
 void ps_etcd_close(ps_etcd *e);
 const char *ps_etcd_endpoints(const ps_etcd *e);
 

@@ -90,8 +90,9 @@ seeds = {
     "watch_bad_type": (9, header(80) + ld(11, vi(1, 7) + ld(2, kv(VIEW, b"", 80)))),
 }
 
-os.makedirs(OUT, exist_ok=True)
-for name, (sel, msg) in sorted(seeds.items()):
-    with open(os.path.join(OUT, name), "wb") as f:
-        f.write(bytes([sel]) + msg)
-print("wrote %d seeds to %s" % (len(seeds), OUT))
+if __name__ == "__main__":
+    os.makedirs(OUT, exist_ok=True)
+    for name, (sel, msg) in sorted(seeds.items()):
+        with open(os.path.join(OUT, name), "wb") as f:
+            f.write(bytes([sel]) + msg)
+    print("wrote %d seeds to %s" % (len(seeds), OUT))
