@@ -516,6 +516,28 @@ int ps_view_remove_task(const ps_view *v, int task, ps_view *out, bool *changed,
   return 0;
 }
 
+int ps_view_drop_backup(const ps_view *v, int s, int task, ps_view *out, bool *changed,
+                        ps_status *st) {
+  if (v != NULL && (s < 0 || s >= v->ntasks))
+    return ps_status_set(st, PS_INVALID_ARGUMENT, "view: no shard %d (the view has %d)",
+                         s, v->ntasks);
+  ps_view w;
+  int rc = begin(v, task, &w, st);
+  if (rc != 0) return rc;
+  ps_view_shard *sh = &w.shard[s];
+  int i = index_of(sh, task);
+  if (i > 0) { /* never the primary: that is remove_task's, on evidence of death */
+    for (int j = i; j + 1 < sh->n; j++) {
+      sh->task[j] = sh->task[j + 1];
+      sh->state[j] = sh->state[j + 1];
+    }
+    sh->n--;
+    sh->task[sh->n] = sh->state[sh->n] = 0;
+  }
+  finish(v, &w, out, changed);
+  return 0;
+}
+
 int ps_view_join(const ps_view *v, int task, const char *const *hosts, ps_view *out,
                  bool *changed, ps_status *st) {
   ps_view w;

@@ -114,6 +114,14 @@ bool ps_view_equal(const ps_view *a, const ps_view *b);
  * in_sync: @task finished copying shard @s: SYNCING -> IN_SYNC (no change
  * when it is not listed there any more).
  *
+ * drop_backup: the primary of shard @s could not replicate to its backup
+ * @task: @task leaves shard @s alone.  It stays wherever else it is, and
+ * stays the primary of its own shards: a link down between two ps is no
+ * proof that either is dead (removing the whole task, as remove_task
+ * does, could take a shard's last replica when two ps cut off from each
+ * other each drop the other).  A no-op when @task is @s's primary or not
+ * listed there.  The dropped task comes back with ps_view_rejoin.
+ *
  * Errors (INVALID_ARGUMENT, nothing written to @out): a task or shard
  * outside the view, a view at its last epoch.  @out must not be @v. */
 int ps_view_remove_task(const ps_view *v, int task, ps_view *out, bool *changed,
@@ -124,6 +132,8 @@ int ps_view_rejoin(const ps_view *v, int task, const char *const *hosts, ps_view
                    bool *changed, ps_status *st);
 int ps_view_in_sync(const ps_view *v, int s, int task, ps_view *out, bool *changed,
                     ps_status *st);
+int ps_view_drop_backup(const ps_view *v, int s, int task, ps_view *out, bool *changed,
+                        ps_status *st);
 
 /* A line for logs and psctl: "epoch 4: 0=[1*,2] 1=[2*] 2=[0*,1~]" (* the
  * primary, ~ syncing).  Writes at most @n bytes. */

@@ -583,6 +583,33 @@ START_TEST(test_rejoin_in_sync) {
 }
 END_TEST
 
+START_TEST(test_drop_backup) {
+  ps_view v;
+  /* ps/0 is primary of shard 0 (backup ps/1) and backup of shard 2 */
+  v = dec("{\"epoch\":4,\"replicas\":2,\"joined\":[true,true,true],\"shards\":["
+          "{\"replicas\":[0,1],\"syncing\":[],\"since\":1},"
+          "{\"replicas\":[1,2],\"syncing\":[],\"since\":1},"
+          "{\"replicas\":[2,0],\"syncing\":[],\"since\":1}]}");
+  /* ps/0 cut off from ps/1 and ps/2: each primary drops the other as a
+   * backup of its own shard only; no shard loses its last replica */
+  EXPECT(ps_view_drop_backup(&v, 0, 1, &out_, &ch_, &st_),
+         "epoch 5: 0=[0*] 1=[1*,2] 2=[2*,0]", true);
+  EXPECT(ps_view_drop_backup(&v, 2, 0, &out_, &ch_, &st_),
+         "epoch 5: 0=[0*,1] 1=[1*,2] 2=[2*]", true);
+  /* no-ops: the primary, a task not listed there */
+  EXPECT(ps_view_drop_backup(&v, 0, 0, &out_, &ch_, &st_),
+         "epoch 4: 0=[0*,1] 1=[1*,2] 2=[2*,0]", false);
+  EXPECT(ps_view_drop_backup(&v, 1, 0, &out_, &ch_, &st_),
+         "epoch 4: 0=[0*,1] 1=[1*,2] 2=[2*,0]", false);
+  ps_status st = {0};
+  ps_view w;
+  bool ch;
+  PS_ASSERT_STATUS(ps_view_drop_backup(&v, 3, 0, &w, &ch, &st), st, PS_INVALID_ARGUMENT,
+                   "view: no shard 3 (the view has 3)");
+  ps_view_free(&v);
+}
+END_TEST
+
 START_TEST(test_transition_errors) {
   ps_view v, w;
   ps_status st = {0};
@@ -658,6 +685,7 @@ static Suite *view_suite(void) {
   tcase_add_test(tc, test_remove_backup_and_lost);
   tcase_add_test(tc, test_join);
   tcase_add_test(tc, test_rejoin_in_sync);
+  tcase_add_test(tc, test_drop_backup);
   tcase_add_test(tc, test_transition_errors);
   tcase_add_test(tc, test_describe);
   suite_add_tcase(s, tc);
