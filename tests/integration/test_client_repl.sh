@@ -309,7 +309,8 @@ fi
 # a save after the failover: one part per distinct primary (ps/1 holds
 # shards 0 and 1, ps/2 shard 2: two parts), then a restore of it
 out=$(rp_ save after 2>&1); r=$?
-if [ "$r" = 0 ] && [[ "$out" == "saved after ("*" bytes from 2 ps)"* ]] &&
+if [ "$r" = 0 ] && [[ "$out" == *"saved $dir/ckpt/after ("*" bytes from 2 ps)"* ]] &&
+  [ -f "$dir/ckpt/after.data-00000-of-00002" ] && [ -f "$dir/ckpt/after.data-00001-of-00002" ] &&
   [ -f "$dir/ckpt/after.index" ]; then
   ok "a save after the failover writes one part per distinct primary (2)"
 else
