@@ -22,7 +22,9 @@
 #                  the workers up (network namespaces)
 #   etcd-member    one member of the 3-member etcd killed with -9, restarted
 # The partitions need network namespaces (root, iproute2): without them
-# they are skipped with a message, and everything runs on 127.0.0.1.
+# they are skipped with a message, and everything runs on 127.0.0.1
+# (CHAOS_NO_NETNS=1 asks for that too).  --replicas 1 (plain ps-server,
+# no etcd) takes only stop and the partitions: a kill loses the shard.
 # At the end: every variable and row read back (chaos_client read), and
 # tests/chaos/chaos_check.py: acknowledged <= final <= sent, each update
 # applied once or not at all; replicas bit-identical (psctl verify); no ps
@@ -62,7 +64,7 @@ fail_run() { echo "chaos: FAIL: $*"; failed=1; }
 
 # ---- hosts: network namespaces when usable, else everything on 127.0.0.1
 ns=""
-if [ "$replicas" -ge 2 ] && [ "$(id -u)" = 0 ] && command -v ip > /dev/null; then
+if [ "$(id -u)" = 0 ] && command -v ip > /dev/null && [ -z "${CHAOS_NO_NETNS:-}" ]; then
   ns=chs$$
   net=10.$((RANDOM % 100 + 120)).$((RANDOM % 200 + 20))
 fi
@@ -124,7 +126,7 @@ if [ -n "$ns" ]; then
     ns=""
   fi
 else
-  [ "$replicas" -ge 2 ] && echo "chaos: no network namespaces (needs root and iproute2): partitions skipped, all on 127.0.0.1"
+  echo "chaos: no network namespaces (needs root and iproute2): partitions skipped, all on 127.0.0.1"
 fi
 # on HOST CMD...: run CMD on HOST (e, w, p0..p2).  A process started in
 # the background is started as "${ON[@]}" CMD & after `at HOST` (no
@@ -143,7 +145,7 @@ for f in "${fault_list[@]}"; do
     cut-front | cut-back) [ -n "$ns" ] || { echo "chaos: $f skipped: no network namespaces"; fault_list=("${fault_list[@]/$f/}"); } ;;
     *) echo "chaos.sh: unknown fault $f" >&2; exit 2 ;;
   esac
-  [ "$replicas" = 1 ] && [[ $f == kill-* || $f == cut-* || $f == etcd-member ]] \
+  [ "$replicas" = 1 ] && [[ $f == kill-* || $f == etcd-member ]] \
     && { echo "chaos.sh: fault $f needs --replicas 2 or 3" >&2; exit 2; }
 done
 IFS=' ' read -r -a fault_list <<< "${fault_list[*]}"
