@@ -4,6 +4,7 @@
 #
 #   chaos.sh [--rounds N] [--replicas R] [--clients N] [--seed S]
 #            [--round-secs S] [--faults LIST] [--rate N] [--expect-lost]
+#            [--shard S] [--big-mib N] [--bench]
 #
 # Starts a real etcd (3 members when the fault list has etcd), 3 ps-server
 # --replicas R (the cluster spec's "replication" section), N chaos_client
@@ -32,6 +33,11 @@
 # sanitizer report).  --expect-lost turns the verdict round (the checker's
 # own test, against ps-server-ackearly): the run passes only if the checker
 # reports lost acknowledged updates.  Logs are kept (and named) on failure.
+# --shard S: every fault hits shard S (else a random one); --big-mib N: a
+# never-updated N MiB variable on shard 0 (the state a rejoin copies);
+# --bench: after a kill of a primary, a line "chaos: failover shard S: N ms"
+# from the kill -9 to the first acknowledgement of an update of that shard
+# (tests/bench/failover.sh).
 # Env: PS_SERVER, CHAOS_CLIENT, PSCTL (the programs); KEEP_DIR=1 keeps logs.
 set -uo pipefail
 PS_SERVER=${PS_SERVER:?}; CHAOS_CLIENT=${CHAOS_CLIENT:?}; PSCTL=${PSCTL:-}
@@ -39,7 +45,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 source "$here/../support/lib.sh"
 
 rounds=20 replicas=2 nclients=4 seed=$(((RANDOM << 15) | RANDOM)) round_secs=1.5
-faults="" expect_lost=0 rate=150
+faults="" expect_lost=0 rate=150 fix_shard="" big_mib=0 bench=0
 while [ $# -gt 0 ]; do
   case $1 in
     --rounds) rounds=$2; shift 2 ;;
@@ -50,6 +56,9 @@ while [ $# -gt 0 ]; do
     --faults) faults=$2; shift 2 ;;
     --expect-lost) expect_lost=1; shift ;;
     --rate) rate=$2; shift 2 ;;
+    --shard) fix_shard=$2; shift 2 ;;
+    --big-mib) big_mib=$2; shift 2 ;;
+    --bench) bench=1; shift ;;
     *) echo "chaos.sh: unknown option $1 (see the head of $0)" >&2; exit 2 ;;
   esac
 done
@@ -328,7 +337,7 @@ if [ $failed = 0 ]; then
   wait_synced 60 || fail_run "the first view never showed every shard in sync: $(view_json)"
 fi
 if [ $failed = 0 ]; then
-  out=$(on w "$CHAOS_CLIENT" --cluster "$spec" init 2>&1) || fail_run "init: $out"
+  out=$(on w "$CHAOS_CLIENT" --cluster "$spec" --big-mib "$big_mib" init 2>&1) || fail_run "init: $out"
 fi
 if [ $failed = 0 ]; then
   at w
@@ -349,6 +358,7 @@ for ((r = 1; r <= rounds && failed == 0; r++)); do
   sleep "$(secs "$pause")"
   f=${fault_list[$((RANDOM % ${#fault_list[@]}))]}
   s=$((RANDOM % nps))
+  [ -n "$fix_shard" ] && s=$fix_shard
   before=$(acks)
   t0=$(now_ms)
   what=""
@@ -395,6 +405,13 @@ for ((r = 1; r <= rounds && failed == 0; r++)); do
   # the load goes on: an acknowledgement after the recovery
   wait_acks $(($(acks) + 1)) 30
   after=$(acks)
+  if [ "$bench" = 1 ] && [ "$f" = kill-primary ]; then
+    # the first acknowledgement, after the kill, of an update of shard s
+    ms=$(awk -v t0="$t0" -v s="$s" '$2 == "send" && $4 == s { mine[$3] = 1 }
+      $2 == "ack" && $1 >= t0 && ($3 in mine) && (best == "" || $1 < best) { best = $1 }
+      END { if (best != "") print best - t0 }' "$dir"/client*.log)
+    echo "chaos: failover shard $s: ${ms:-none} ms from kill -9 to the first acknowledged update"
+  fi
   printf 'chaos: round %d/%d: %s; in sync after %s s; %d acknowledged (+%d)\n' "$r" "$rounds" \
     "$what" "$(secs $((t1 - t0)))" "$after" $((after - before))
   for ((k = 0; k < nclients; k++)); do

@@ -22,7 +22,9 @@
  * MS is the wall clock in milliseconds.  A failed call is logged and the
  * run goes on.  --rate N: at most N attempts a second (0: no limit).  read prints "var
  * NAME VALUE" and "row NAME R C0 C1" lines
- * (%.17g); tests/chaos/chaos_check.py compares them with the logs. */
+ * (%.17g); tests/chaos/chaos_check.py compares them with the logs.
+ * init --big-mib N also makes "chaos/big", N MiB of float32 zeros on
+ * shard 0 (never updated, never read: the bulk of a shard's state). */
 
 #include <errno.h>
 #include <inttypes.h>
@@ -44,7 +46,7 @@ static void on_term(int sig) {
 
 typedef struct opts {
   const char *cluster, *log, *cmd;
-  int id, clients, vars, rows, rate;
+  int id, clients, vars, rows, rate, big_mib;
   long long count;
   unsigned seed;
   int64_t rpc_timeout_ms;
@@ -58,7 +60,7 @@ static long long now_ms(void) {
 
 static int usage(void) {
   fputs("usage: chaos_client --cluster FILE [--vars V] [--rows R] [--rpc-timeout-ms MS]\n"
-        "                    init | read |\n"
+        "                    init [--big-mib N] | read |\n"
         "                    --id K --clients N --log FILE [--count C] [--seed S]\n"
         "                    [--rate PER_SEC] run\n",
         stderr);
@@ -118,6 +120,9 @@ static int parse_args(int argc, char **argv, opts *o) {
     } else if (!strcmp(a, "--count")) {
       if (parse_int(a, val, 0, 1LL << 30, &v)) return 2;
       o->count = v;
+    } else if (!strcmp(a, "--big-mib")) {
+      if (parse_int(a, val, 0, 1 << 16, &v)) return 2;
+      o->big_mib = (int)v;
     } else if (!strcmp(a, "--rate")) {
       if (parse_int(a, val, 0, 1000000, &v)) return 2;
       o->rate = (int)v;
@@ -147,6 +152,26 @@ static void var_name(char *buf, size_t n, int shard, int v) {
     snprintf(buf, n, "chaos/s%d/table", shard);
   else
     snprintf(buf, n, "chaos/s%d/v%d", shard, v);
+}
+
+/* chaos/big: a float32 vector of @mib MiB on shard 0, zeros (the state a
+ * rejoining replica copies: tests/bench/failover.sh). */
+static int init_big(ps_client *c, int mib, ps_status *st) {
+  int64_t n = (int64_t)mib << 18;
+  ps_var_spec spec = {.name = "chaos/big", .dtype = PS_DT_FLOAT};
+  spec.shape.rank = 1;
+  spec.shape.dim[0] = n;
+  ps_tensor *t = ps_tensor_new(PS_DT_FLOAT, 1, &n);
+  if (!t) {
+    snprintf(st->msg, sizeof st->msg, "out of memory");
+    st->code = PS_RESOURCE_EXHAUSTED;
+    return st->code;
+  }
+  ps_update u = {.name = "chaos/big", .op = PS_ASSIGN, .value = t};
+  int rc = ps_client_create_vars(c, 0, &spec, 1, st);
+  if (!rc) rc = ps_client_update(c, 0, &u, 1, st);
+  ps_tensor_destroy(t);
+  return rc;
 }
 
 /* init: every variable of every shard, created and set to zeros. */
@@ -199,6 +224,11 @@ static int cmd_init(ps_client *c, const opts *o) {
     free(names);
     free(specs);
     if (rc) return 1;
+  }
+  if (o->big_mib > 0 && init_big(c, o->big_mib, &st)) {
+    fprintf(stderr, "chaos_client: init of chaos/big (%d MiB): %s: %s\n", o->big_mib,
+            ps_status_code_name(st.code), st.msg);
+    return 1;
   }
   printf("initialized %d shards: %d variables and a %d x 2 table each\n", nps, o->vars,
          o->rows);
