@@ -148,3 +148,46 @@ int ps_svc_check_indices_(const void *idx, size_t isize, int64_t n, int64_t boun
   }
   return 0;
 }
+
+/* An assign of a graph's initializer filled here (Update.fill): an
+ * asynchronous ASSIGN without indices, its initializer valid for the
+ * value's dtype and shape (or for the part's place in its full shape). */
+int ps_svc_check_fill_(const Paramserver__Update *u, const ps_shape *shape, bool sync,
+                       const char *op, ps_status *st) {
+  if (u->op != PARAMSERVER__UPDATE_OP__ASSIGN || sync || u->index_dtype || u->num_indices)
+    return ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "%s %s: only an asynchronous Assign can take an initializer "
+                         "(fill)",
+                         op, u->name);
+  ps_init_spec init;
+  ps_shape full = *shape;
+  const char *nm = u->fill->full_name[0] ? u->fill->full_name : u->name;
+  int rc = ps_svc_init_from_proto_(u->fill, u->name, u->dtype, &init, st);
+  if (rc == 0 && u->fill->n_full_shape)
+    rc = ps_svc_shape_from_(&full, u->fill->full_shape, u->fill->n_full_shape, u->name,
+                            st);
+  if (rc == 0)
+    rc = ps_init_check(&init, nm, u->dtype, &full, u->fill->offset,
+                       ps_shape_num_elements(shape), st);
+  if (rc != 0) ps_status_prefix(st, "Assign %s", u->name);
+  return rc;
+}
+
+/* Fills it->val with the initializer check_fill() accepted: the values
+ * the client's ps_init_fill_draw() would compute for the same run. */
+int ps_svc_run_fill_(const Paramserver__Update *u, const ps_shape *shape, void *out,
+                     ps_status *st) {
+  ps_init_spec init;
+  ps_shape full = *shape;
+  const char *nm = u->fill->full_name[0] ? u->fill->full_name : u->name;
+  uint64_t seed = u->fill_seed;
+  int rc = ps_svc_init_from_proto_(u->fill, u->name, u->dtype, &init, st);
+  if (rc == 0 && u->fill->n_full_shape)
+    rc = ps_svc_shape_from_(&full, u->fill->full_shape, u->fill->n_full_shape, u->name,
+                            st);
+  if (rc == 0)
+    rc = ps_init_fill_draw(&init, nm, u->dtype, &full, u->fill->offset,
+                           ps_shape_num_elements(shape), &seed, u->fill_draw, out, st);
+  if (rc != 0) ps_status_prefix(st, "Assign %s", u->name);
+  return rc;
+}
