@@ -15,6 +15,10 @@
 # faults (--faults, comma-separated; default all that can run here):
 #   kill-primary   kill -9 of a shard's primary, then started again (rejoins)
 #   kill-backup    kill -9 of a shard's backup, then started again
+#   freeze-kill    a shard's backup stopped (SIGSTOP), its primary killed
+#                  with -9 0.3 s later, the backup continued: updates the
+#                  primary acknowledged without the backup are lost, so a
+#                  correct primary acknowledges none in that time
 #   stop           SIGSTOP of a ps for 5 s, then SIGCONT (exit 75 if fenced:
 #                  started again)
 #   cut-front      a primary's link to etcd and the workers down for 3 s, its
@@ -143,18 +147,18 @@ fi
 # execs it)
 at() { ON=(); [ -z "$ns" ] || ON=(ip netns exec "$ns-$1"); }
 on() { local h=$1; shift; at "$h"; "${ON[@]}" "$@"; }
-all_faults="kill-primary,kill-backup,stop,etcd-member"
+all_faults="kill-primary,kill-backup,freeze-kill,stop,etcd-member"
 [ -n "$ns" ] && all_faults="$all_faults,cut-front,cut-back"
 [ "$replicas" = 1 ] && all_faults="stop"
 [ -n "$faults" ] || faults=$all_faults
 IFS=, read -r -a fault_list <<< "$faults"
 for f in "${fault_list[@]}"; do
   case $f in
-    none | stop | kill-primary | kill-backup | etcd-member) ;;
+    none | stop | kill-primary | kill-backup | freeze-kill | etcd-member) ;;
     cut-front | cut-back) [ -n "$ns" ] || { echo "chaos: $f skipped: no network namespaces"; fault_list=("${fault_list[@]/$f/}"); } ;;
     *) echo "chaos.sh: unknown fault $f" >&2; exit 2 ;;
   esac
-  [ "$replicas" = 1 ] && [[ $f == kill-* || $f == etcd-member ]] \
+  [ "$replicas" = 1 ] && [[ $f == kill-* || $f == freeze-kill || $f == etcd-member ]] \
     && { echo "chaos.sh: fault $f needs --replicas 2 or 3" >&2; exit 2; }
 done
 IFS=' ' read -r -a fault_list <<< "${fault_list[*]}"
@@ -364,10 +368,14 @@ for ((r = 1; r <= rounds && failed == 0; r++)); do
   what=""
   case $f in
     none) what="no fault" ;;
-    kill-primary | kill-backup | stop | cut-front | cut-back)
+    kill-primary | kill-backup | freeze-kill | stop | cut-front | cut-back)
       if [ "$replicas" = 1 ]; then victim=$s; else
         q=primary; [ "$f" = kill-backup ] && q=backup
         victim=$(view_query $q "$s") || victim=""
+        if [ "$f" = freeze-kill ] && [ -n "$victim" ]; then
+          q=backup; frozen=$(view_query backup "$s") || frozen=""
+          [ -n "$frozen" ] || victim=""
+        fi
       fi
       if [ -z "$victim" ]; then what="$f skipped: shard $s has no $q in the view"; f=none; fi
       ;;
@@ -380,6 +388,15 @@ for ((r = 1; r <= rounds && failed == 0; r++)); do
       what="kill -9 of ps/$victim (${f#kill-} of shard $s)"
       KILLED[$victim]=1
       kill -KILL "${PSPID[$victim]}"
+      ;;
+    freeze-kill)
+      what="ps/$frozen (backup of shard $s) stopped, kill -9 of ps/$victim (its primary) 0.3 s later"
+      kill -STOP "${PSPID[$frozen]}"
+      sleep 0.3
+      KILLED[$victim]=1
+      kill -KILL "${PSPID[$victim]}"
+      sleep 0.05
+      kill -CONT "${PSPID[$frozen]}"
       ;;
     stop)
       what="SIGSTOP of ps/$victim for 5 s (shard $s)"
