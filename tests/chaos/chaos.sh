@@ -357,6 +357,7 @@ fi
 rand_ms() { echo $((RANDOM % $1)); } # 0 <= n < $1
 secs() { awk -v m="$1" 'BEGIN { printf "%.3f", m / 1000 }'; }
 now_ms() { date +%s%3N; }
+done_faults=""
 for ((r = 1; r <= rounds && failed == 0; r++)); do
   pause=$(rand_ms "$(awk -v s="$round_secs" 'BEGIN { print int(s * 1000) + 1 }')")
   sleep "$(secs "$pause")"
@@ -429,14 +430,18 @@ for ((r = 1; r <= rounds && failed == 0; r++)); do
       END { if (best != "") print best - t0 }' "$dir"/client*.log)
     echo "chaos: failover shard $s: ${ms:-none} ms from kill -9 to the first acknowledged update"
   fi
-  printf 'chaos: round %d/%d: %s; in sync after %s s; %d acknowledged (+%d)\n' "$r" "$rounds" \
-    "$what" "$(secs $((t1 - t0)))" "$after" $((after - before))
+  ep=""
+  [ "$replicas" -ge 2 ] && ep="; view epoch $(view_query epoch)"
+  printf 'chaos: round %d/%d: %s; in sync after %s s%s; %d acknowledged (+%d)\n' "$r" "$rounds" \
+    "$what" "$(secs $((t1 - t0)))" "$ep" "$after" $((after - before))
+  done_faults="$done_faults $f"
   for ((k = 0; k < nclients; k++)); do
     kill -0 "${CLPID[$k]}" 2> /dev/null || { fail_run "client $k ended early: $(tail -3 "$dir/client$k.err")"; break; }
   done
 done
 
 # ---- the end: stop the load, read everything back, check
+[ -n "$done_faults" ] && echo "chaos: $((r - 1)) rounds:$(echo "$done_faults" | tr ' ' '\n' | sed '/^$/d' | sort | uniq -c | awk '{ printf " %s %d,", $2, $1 }' | sed 's/,$//')"
 for p in "${CLPID[@]}"; do kill -TERM "$p" 2> /dev/null; done
 for k in "${!CLPID[@]}"; do
   wait "${CLPID[$k]}"; c=$?
