@@ -578,3 +578,24 @@ void ps_view_describe(const ps_view *v, char *buf, size_t n) {
   }
   if (rc != 0 && n >= 4) memcpy(buf + n - 4, "...", 4); /* cut: say so */
 }
+
+void ps_view_describe_placement(int ntasks, int replicas, const char *const *hosts,
+                                char *buf, size_t n) {
+  if (n == 0) return;
+  size_t off = 0;
+  buf[0] = '\0';
+  bool many = false;
+  for (int t = 1; hosts && t < ntasks && !many; t++)
+    many = !same_host(hosts, 0, t);
+  int rc = ps_appendf(buf, n, &off, "placement (R=%d, ring order%s):", replicas,
+                      many ? ", a new host first" : "");
+  for (int s = 0; s < ntasks && rc == 0; s++) {
+    int t[PS_VIEW_MAX_REPLICAS];
+    int k = ps_view_placement(ntasks, replicas, hosts, s, t);
+    rc |= ps_appendf(buf, n, &off, " %d=[", s);
+    for (int i = 0; i < k; i++)
+      rc |= ps_appendf(buf, n, &off, "%s%d", i ? "," : "", t[i]);
+    rc |= ps_appendf(buf, n, &off, "]");
+  }
+  if (rc != 0 && n >= 4) memcpy(buf + n - 4, "...", 4);
+}

@@ -128,5 +128,10 @@ int ps_view_in_sync(const ps_view *v, int s, int task, ps_view *out, bool *chang
 /* A line for logs and psctl: "epoch 4: 0=[1*,2] 1=[2*] 2=[0*,1~]" (* the
  * primary, ~ syncing).  Writes at most @n bytes. */
 void ps_view_describe(const ps_view *v, char *buf, size_t n);
+/* The placement as a line, for psctl status: "placement (R=2, ring order,
+ * a new host first): 0=[0,2] 1=[1,2] 2=[2,0] 3=[3,0]" ("ring order" alone
+ * when @hosts is NULL or all equal). */
+void ps_view_describe_placement(int ntasks, int replicas, const char *const *hosts,
+                                char *buf, size_t n);
 
 #endif

@@ -462,7 +462,12 @@ int ps_repl_commit(ps_repl *r, ps_repl_group *g, ps_repl_done_fn fn, void *arg,
         int s2 = g->e[j].shard, ti = role_in(&r->view, s2, t);
         if (ti <= 0 || role_in(&r->view, s2, r->self) != 0) continue;
         waited |= r->view.shard[s2].state[ti] == PS_REPLICA_IN_SYNC;
-        ps_repl_entry *c = ps_repl_entry_clone(&g->e[j]);
+        /* a failed sender sends nothing more: a stub (no value, no
+         * reference to a buffer) holds the group's wait until the view
+         * drops the backup */
+        if (snd->failed && last) continue;
+        ps_repl_entry stub = {.kind = PS_REPL_DEDUP, .shard = s2};
+        ps_repl_entry *c = ps_repl_entry_clone(snd->failed ? &stub : &g->e[j]);
         if (c == NULL) {
           rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "replication: out of memory");
           break;

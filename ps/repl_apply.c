@@ -41,9 +41,18 @@ static int check_entry(ps_service *s, const Paramserver__ReplicateEntry *e, size
   if (e->index_bytes < 0 || e->value_bytes < 0 || e->num_indices < 0)
     return ps_status_set(st, PS_INVALID_ARGUMENT, "Replicate: entry %zu: negative size",
                          i);
-  if (e->kind == PARAMSERVER__REPLICATE_ENTRY__KIND__CREATE && e->spec == NULL)
-    return ps_status_set(st, PS_INVALID_ARGUMENT,
-                         "Replicate: entry %zu: CREATE of %s without a spec", i, e->name);
+  if (e->kind == PARAMSERVER__REPLICATE_ENTRY__KIND__CREATE) {
+    if (e->spec == NULL || e->spec->name[0] == '\0')
+      return ps_status_set(st, PS_INVALID_ARGUMENT,
+                           "Replicate: entry %zu: CREATE of %s without a spec", i,
+                           e->name);
+    /* the variable it makes must fit the limits as a Create's would */
+    if (ps_svc_shape_from_(&sh, e->spec->shape, e->spec->n_shape, e->spec->name, st) !=
+            0 ||
+        ps_svc_tensor_bytes_(s, e->spec->dtype, &sh, "Replicate", e->spec->name, &vb,
+                             st) != 0)
+      return st->code;
+  }
   if (e->kind != PARAMSERVER__REPLICATE_ENTRY__KIND__VALUE &&
       e->kind != PARAMSERVER__REPLICATE_ENTRY__KIND__ROWS) {
     if (e->index_bytes || e->value_bytes)
@@ -82,9 +91,6 @@ static int rep_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *st)
   int rc = ps_wire_check_strings(&paramserver__replicate_request__descriptor, p, n,
                                  "Replicate", st);
   if (rc != 0) return rc;
-  if (s->repl == NULL)
-    return ps_status_set(st, PS_FAILED_PRECONDITION,
-                         "Replicate: %s runs unreplicated (--replicas 1)", s->task);
   rep_ctx *x = calloc(1, sizeof *x);
   if (x == NULL) return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
   ps_rpc_call_set_ctx(c, x);
@@ -256,6 +262,9 @@ static int rep_data(ps_rpc_call *c, ps_status *st) {
   ps_service *s = ps_svc_of_(c);
   rep_ctx *x = ps_rpc_call_ctx(c);
   ps_repl *r = s->repl;
+  if (r == NULL) /* (the request was decoded and checked all the same) */
+    return ps_status_set(st, PS_FAILED_PRECONDITION,
+                         "Replicate: %s runs unreplicated (--replicas 1)", s->task);
   int rc = rep_check(r, x->req, st);
   if (rc != 0) return rc;
   /* test hook: a slow backup (tests/unit/test_repl.c: an update is answered

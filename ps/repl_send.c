@@ -404,7 +404,18 @@ static void *sender_main(void *arg) {
     }
     pthread_mutex_lock(&r->mu);
   }
+  /* retired or stopping: what it still holds is never sent (its waits
+   * were released by set_view, or failed by fence or destroy) */
+  ps_repl_entry *lists[2] = {snd->inflight, snd->head};
+  snd->inflight = snd->head = snd->tail = NULL;
+  snd->lag_entries = snd->lag_bytes = 0;
   pthread_mutex_unlock(&r->mu);
+  for (int l = 0; l < 2; l++)
+    while (lists[l]) {
+      ps_repl_entry *n = lists[l]->next;
+      ps_repl_entry_free(lists[l]);
+      lists[l] = n;
+    }
   return NULL;
 }
 

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "common/rpc.h"
+#include "common/security.h"
 #include "common/view.h"
 #include "health.pb-c.h"
 #include "ps.pb-c.h"
@@ -66,6 +67,9 @@ static void wait_for(atomic_int *a, int want) {
   ck_assert_int_ge(atomic_load(a), want);
 }
 
+static ps_auth *auth; /* tokens the servers check (NULL: none) */
+static const char *peer_token;
+
 static void start(int n) {
   ps_rpc_global_init();
   nnodes = n;
@@ -79,17 +83,22 @@ static void start(int n) {
     size_t nh;
     const ps_rpc_handler *h = ps_service_handlers(&nh);
     ps_status st;
-    d->srv = ps_rpc_server_create("127.0.0.1:0", h, nh, NULL, d->svc, &st);
+    ps_rpc_server_options o;
+    ps_rpc_server_options_default(&o);
+    o.auth = auth;
+    d->srv = ps_rpc_server_create("127.0.0.1:0", h, nh, &o, d->svc, &st);
     ck_assert_msg(d->srv != NULL, "%s", st.msg);
     ps_rpc_server_start(d->srv);
     snprintf(d->addr, sizeof d->addr, "127.0.0.1:%d", ps_rpc_server_port(d->srv));
-    d->ch = ps_rpc_channel_create(d->addr);
+    ps_rpc_channel_security cs = {.token = peer_token};
+    d->ch = ps_rpc_channel_create_secure(d->addr, &cs);
     addrs[i] = d->addr;
   }
   ps_repl_callbacks cb = {on_failed, on_synced, NULL};
+  ps_rpc_channel_security sec = {.token = peer_token};
   for (int i = 0; i < n; i++) {
     ps_status st;
-    nodes[i].repl = ps_repl_create(nodes[i].svc, i, n, addrs, NULL, &cb, &st);
+    nodes[i].repl = ps_repl_create(nodes[i].svc, i, n, addrs, &sec, &cb, &st);
     ck_assert_msg(nodes[i].repl != NULL, "%s", st.msg);
     ps_service_set_repl(nodes[i].svc, nodes[i].repl);
   }
@@ -691,6 +700,135 @@ START_TEST(route_errors_name_shard_epoch_and_primary) {
 }
 END_TEST
 
+/* Restore on a primary fills every replica: the restored values are on
+ * the backup when Restore answers.  Save writes only the shards this ps
+ * is the primary of. */
+START_TEST(restore_fills_every_replica) {
+  char dir[] = "/tmp/test_repl_XXXXXX";
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  start(2);
+  for (int i = 0; i < 2; i++)
+    ps_service_set_checkpoint_dir(nodes[i].svc, dir);
+  set_view(2, 2, reps2, NULL, 1);
+  create(0, 0, "w", 4, 3);
+  create(1, 1, "b", 2, 0);
+  Paramserver__SaveRequest sq = PARAMSERVER__SAVE_REQUEST__INIT;
+  sq.prefix = "m/ckpt-1";
+  sq.num_shards = 1;
+  sq.route = route(-1, 2);
+  ps_status st = call(0, "/paramserver.Ps/Save", &sq.base, NULL);
+  PS_ASSERT_OK(st.code, st);
+  Paramserver__MergeRequest mq = PARAMSERVER__MERGE_REQUEST__INIT;
+  mq.prefix = "m/ckpt-1";
+  mq.num_shards = 1;
+  st = call(0, "/paramserver.Ps/Merge", &mq.base, NULL);
+  PS_ASSERT_OK(st.code, st);
+  char *saved = digest(0, 0);
+  bg_update b = {.node = 0};
+  bg_assign_add(&b);
+  PS_ASSERT_OK(b.st.code, b.st);
+  Paramserver__RestoreRequest rq = PARAMSERVER__RESTORE_REQUEST__INIT;
+  rq.prefix = "m/ckpt-1";
+  rq.route = route(-1, 2);
+  resp r;
+  st = call(0, "/paramserver.Ps/Restore", &rq.base, &r);
+  PS_ASSERT_OK(st.code, st);
+  Paramserver__RestoreResponse *res =
+      paramserver__restore_response__unpack(NULL, r.n, r.p);
+  ck_assert_uint_eq(res->n_restored, 1); /* w only: b is ps/1's */
+  ck_assert_str_eq(res->restored[0], "w");
+  paramserver__restore_response__free_unpacked(res, NULL);
+  free(r.p);
+  assert_same(0, 1, 0);
+  char *now = digest(1, 0), *crc_saved = strchr(strchr(saved, ':') + 1, ':');
+  ck_assert_msg(strstr(now, crc_saved), "restored %s, saved %s", now, saved);
+  free(saved);
+  free(now);
+  stop_all();
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+/* Status reports the shards, roles and lag. */
+START_TEST(status_reports_replication) {
+  start(2);
+  set_view(3, 2, reps2, NULL, 1);
+  create(0, 0, "w", 4, 3);
+  Paramserver__StatusRequest q = PARAMSERVER__STATUS_REQUEST__INIT;
+  resp r;
+  ps_status st = call(1, "/paramserver.Ps/Status", &q.base, &r);
+  PS_ASSERT_OK(st.code, st);
+  Paramserver__StatusResponse *s = paramserver__status_response__unpack(NULL, r.n, r.p);
+  ck_assert_int_eq(s->view_epoch, 3);
+  ck_assert_int_eq(s->replicas, 2);
+  ck_assert_uint_eq(s->n_shards, 2);
+  ck_assert_str_eq(s->shards[0]->role, "backup");
+  ck_assert_int_eq(s->shards[0]->num_vars, 1);
+  ck_assert_int_eq(s->shards[0]->bytes, 48);
+  ck_assert_str_eq(s->shards[1]->role, "primary");
+  ck_assert_uint_eq(s->shards[1]->n_lag_entries, 1);
+  ck_assert_int_eq(s->shards[1]->lag_entries[0], 0);
+  ck_assert(!s->fenced);
+  paramserver__status_response__free_unpacked(s, NULL);
+  free(r.p);
+  stop_all();
+}
+END_TEST
+
+#define WORKER_TOKEN "worker-token-0123456789abcdef"
+#define ADMIN_TOKEN "admin-token-0123456789abcdef"
+#define REPLICA_TOKEN "replica-token-0123456789abcdef"
+
+/* With tokens, the ps tasks replicate with their `replica` token; a
+ * worker token cannot call Replicate, a replica token nothing else. */
+START_TEST(replicate_needs_the_replica_role) {
+  char path[] = "/tmp/test_repl_tokens_XXXXXX";
+  int fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  const char text[] =
+      "worker " WORKER_TOKEN "\nadmin " ADMIN_TOKEN "\nreplica " REPLICA_TOKEN "\n";
+  ck_assert_int_eq(write(fd, text, sizeof text - 1), (ssize_t)(sizeof text - 1));
+  close(fd);
+  ps_status st;
+  auth = ps_auth_load(path, &st);
+  ck_assert_msg(auth != NULL, "%s", st.msg);
+  unlink(path);
+  peer_token = REPLICA_TOKEN;
+  start(2);
+  set_view(1, 2, reps2, NULL, 1);
+  Paramserver__ListRequest lq = PARAMSERVER__LIST_REQUEST__INIT;
+  st = call(0, "/paramserver.Ps/List", &lq.base, NULL);
+  PS_ASSERT_STATUS(
+      st.code, st, PS_PERMISSION_DENIED,
+      "List needs a worker or admin token; this call's token has the replica "
+      "role");
+  for (int i = 0; i < 2; i++) { /* the test's own calls: admin */
+    ps_rpc_channel_destroy(nodes[i].ch);
+    ps_rpc_channel_security cs = {.token = ADMIN_TOKEN};
+    nodes[i].ch = ps_rpc_channel_create_secure(nodes[i].addr, &cs);
+  }
+  create(0, 0, "w", 4, 3); /* replicated with the replica token */
+  bg_update b = {.node = 0};
+  bg_assign_add(&b);
+  PS_ASSERT_OK(b.st.code, b.st);
+  assert_same(0, 1, 0);
+  ps_rpc_channel_destroy(nodes[1].ch);
+  ps_rpc_channel_security ws = {.token = WORKER_TOKEN};
+  nodes[1].ch = ps_rpc_channel_create_secure(nodes[1].addr, &ws);
+  Paramserver__ReplicateRequest q = PARAMSERVER__REPLICATE_REQUEST__INIT;
+  q.epoch = 1;
+  st = call(1, "/paramserver.Ps/Replicate", &q.base, NULL);
+  PS_ASSERT_STATUS(st.code, st, PS_PERMISSION_DENIED,
+                   "Replicate needs a replica or admin token; this call's token has the "
+                   "worker role");
+  stop_all();
+  ps_auth_destroy(auth);
+  auth = NULL;
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("repl");
   TCase *t = tcase_create("data plane");
@@ -702,6 +840,9 @@ static Suite *suite(void) {
   tcase_add_test(t, a_retried_update_applies_once);
   tcase_add_test(t, a_syncing_backup_copies_the_shard_while_updates_go_on);
   tcase_add_test(t, route_errors_name_shard_epoch_and_primary);
+  tcase_add_test(t, restore_fills_every_replica);
+  tcase_add_test(t, status_reports_replication);
+  tcase_add_test(t, replicate_needs_the_replica_role);
   suite_add_tcase(s, t);
   return s;
 }

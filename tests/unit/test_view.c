@@ -629,6 +629,19 @@ START_TEST(test_describe) {
   ck_assert_int_eq(one[0], '\0');
   ps_view_describe(&v, one, 0); /* writes nothing */
   ck_assert_str_eq(desc(NULL), "no view");
+
+  char line[256];
+  const char *h4[] = {"a", "a", "b", "b"}, *same[] = {"a", "a", "a"};
+  ps_view_describe_placement(4, 2, h4, line, sizeof line);
+  ck_assert_str_eq(
+      line, "placement (R=2, ring order, a new host first): 0=[0,2] 1=[1,2] 2=[2,0] "
+            "3=[3,0]");
+  ps_view_describe_placement(3, 2, NULL, line, sizeof line);
+  ck_assert_str_eq(line, "placement (R=2, ring order): 0=[0,1] 1=[1,2] 2=[2,0]");
+  ps_view_describe_placement(3, 3, same, line, sizeof line);
+  ck_assert_str_eq(line, "placement (R=3, ring order): 0=[0,1,2] 1=[1,2,0] 2=[2,0,1]");
+  ps_view_describe_placement(3, 3, same, line, 20);
+  ck_assert_str_eq(line, "placement (R=3, ...");
   ps_view_free(&v);
 }
 END_TEST
