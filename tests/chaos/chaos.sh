@@ -265,6 +265,33 @@ check_exit() {
   tail -20 "$dir/ps$i.log"
   return 1
 }
+# kill_ps I: kill -9 of ps/I, reaped at once (its 137 is ours)
+kill_ps() {
+  KILLED[$1]=1
+  kill -KILL "${PSPID[$1]}"
+  wait "${PSPID[$1]}" 2> /dev/null
+  PSPID[$1]=""
+}
+# wait_gone I EPOCH: until a view after EPOCH lists ps/I in no shard (the
+# others saw it go and failed over), 15 s at most; then it is started
+# again (it rejoins)
+wait_gone() {
+  local t
+  for ((t = 0; t < 150; t++)); do
+    if view_json | python3 -c '
+import json, sys
+v = json.loads(sys.stdin.read())
+sys.exit(0 if v["epoch"] > int(sys.argv[2]) and
+         all(int(sys.argv[1]) not in s["replicas"] for s in v["shards"]) else 1)' "$1" "$2" 2> /dev/null; then
+      start_ps_task "$1" || fail_run "ps/$1 could not start again"
+      return 0
+    fi
+    sleep 0.1
+  done
+  fail_run "ps/$1 was killed, but 15 s later the view still lists it: $(view_json)"
+  start_ps_task "$1"
+  return 1
+}
 # restart_dead: every ps that has ended is checked and started again
 restart_dead() {
   local i
@@ -387,17 +414,19 @@ for ((r = 1; r <= rounds && failed == 0; r++)); do
         wait_acks $(($(acks) + 1)) 5
       fi
       what="kill -9 of ps/$victim (${f#kill-} of shard $s)"
-      KILLED[$victim]=1
-      kill -KILL "${PSPID[$victim]}"
+      e0=$(view_query epoch)
+      kill_ps "$victim"
+      wait_gone "$victim" "$e0"
       ;;
     freeze-kill)
       what="ps/$frozen (backup of shard $s) stopped, kill -9 of ps/$victim (its primary) 0.3 s later"
+      e0=$(view_query epoch)
       kill -STOP "${PSPID[$frozen]}"
       sleep 0.3
-      KILLED[$victim]=1
-      kill -KILL "${PSPID[$victim]}"
+      kill_ps "$victim"
       sleep 0.05
       kill -CONT "${PSPID[$frozen]}"
+      wait_gone "$victim" "$e0"
       ;;
     stop)
       what="SIGSTOP of ps/$victim for 5 s (shard $s)"
