@@ -158,7 +158,7 @@ for f in "${fault_list[@]}"; do
     cut-front | cut-back) [ -n "$ns" ] || { echo "chaos: $f skipped: no network namespaces"; fault_list=("${fault_list[@]/$f/}"); } ;;
     *) echo "chaos.sh: unknown fault $f" >&2; exit 2 ;;
   esac
-  [ "$replicas" = 1 ] && [[ $f == kill-* || $f == freeze-kill || $f == etcd-member ]] \
+  [ "$replicas" = 1 ] && [[ $f == kill-backup || $f == freeze-kill || $f == etcd-member ]] \
     && { echo "chaos.sh: fault $f needs --replicas 2 or 3" >&2; exit 2; }
 done
 IFS=' ' read -r -a fault_list <<< "${fault_list[*]}"
@@ -414,11 +414,18 @@ for ((r = 1; r <= rounds && failed == 0; r++)); do
         wait_acks $(($(acks) + 1)) 5
       fi
       what="kill -9 of ps/$victim (${f#kill-} of shard $s)"
-      e0=$(view_query epoch)
-      t_kill=$(now_ms)
-      kill_ps "$victim"
-      t_dead=$(now_ms)
-      wait_gone "$victim" "$e0"
+      if [ "$replicas" = 1 ]; then # it comes back empty: made again, at zero
+        kill_ps "$victim"
+        start_ps_task "$victim" || fail_run "ps/$victim could not start again"
+        out=$(on w "$CHAOS_CLIENT" --cluster "$spec" --shard "$victim" init 2>&1) || fail_run "init: $out"
+        what="$what, started again empty"
+      else
+        e0=$(view_query epoch)
+        t_kill=$(now_ms)
+        kill_ps "$victim"
+        t_dead=$(now_ms)
+        wait_gone "$victim" "$e0"
+      fi
       ;;
     freeze-kill)
       what="ps/$frozen (backup of shard $s) stopped, kill -9 of ps/$victim (its primary) 0.3 s later"

@@ -23,8 +23,10 @@
  * run goes on.  --rate N: at most N attempts a second (0: no limit).  read prints "var
  * NAME VALUE" and "row NAME R C0 C1" lines
  * (%.17g); tests/chaos/chaos_check.py compares them with the logs.
- * init --big-mib N also makes "chaos/big", N MiB of float32 zeros on
- * shard 0 (never updated, never read: the bulk of a shard's state). */
+ * init --shard S: only shard S's variables (made again after a ps lost
+ * them: the driver's --replicas 1 kill).  init --big-mib N also makes "chaos/big", N MiB
+ * of float32 zeros on shard 0 (never updated, never read: the bulk of a shard's state).
+ */
 
 #include <errno.h>
 #include <inttypes.h>
@@ -46,7 +48,7 @@ static void on_term(int sig) {
 
 typedef struct opts {
   const char *cluster, *log, *cmd;
-  int id, clients, vars, rows, rate, big_mib;
+  int id, clients, vars, rows, rate, big_mib, shard;
   long long count;
   unsigned seed;
   int64_t rpc_timeout_ms;
@@ -60,7 +62,7 @@ static long long now_ms(void) {
 
 static int usage(void) {
   fputs("usage: chaos_client --cluster FILE [--vars V] [--rows R] [--rpc-timeout-ms MS]\n"
-        "                    init [--big-mib N] | read |\n"
+        "                    init [--big-mib N] [--shard S] | read |\n"
         "                    --id K --clients N --log FILE [--count C] [--seed S]\n"
         "                    [--rate PER_SEC] run\n",
         stderr);
@@ -91,6 +93,7 @@ static int parse_args(int argc, char **argv, opts *o) {
   o->seed = 1;
   o->rpc_timeout_ms = 10000;
   o->rate = 0;
+  o->shard = -1;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     long long v;
@@ -120,6 +123,9 @@ static int parse_args(int argc, char **argv, opts *o) {
     } else if (!strcmp(a, "--count")) {
       if (parse_int(a, val, 0, 1LL << 30, &v)) return 2;
       o->count = v;
+    } else if (!strcmp(a, "--shard")) {
+      if (parse_int(a, val, 0, 4095, &v)) return 2;
+      o->shard = (int)v;
     } else if (!strcmp(a, "--big-mib")) {
       if (parse_int(a, val, 0, 1 << 16, &v)) return 2;
       o->big_mib = (int)v;
@@ -179,6 +185,7 @@ static int cmd_init(ps_client *c, const opts *o) {
   int nps = ps_client_num_ps(c);
   ps_status st;
   for (int s = 0; s < nps; s++) {
+    if (o->shard >= 0 && s != o->shard) continue;
     int nv = o->vars + 1;
     ps_var_spec *specs = calloc((size_t)nv, sizeof *specs);
     char(*names)[64] = calloc((size_t)nv, sizeof *names);
