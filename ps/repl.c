@@ -88,6 +88,8 @@ ps_repl *ps_repl_create(struct ps_service *svc, int self, int ntasks,
   if ((r->last_holders = calloc((size_t)ntasks * (size_t)lost_holders_max + 1,
                                 sizeof *r->last_holders)) == NULL)
     goto oom;
+  if ((r->shard_applied = calloc((size_t)ntasks + 1, sizeof *r->shard_applied)) == NULL)
+    goto oom;
   for (int i = 0; i < ntasks * lost_holders_max; i++)
     r->last_holders[i] = -1;
   pthread_mutex_init(&r->mu, NULL);
@@ -102,6 +104,7 @@ oom:
     free(r->addrs);
     for (int i = 0; i < 5; i++)
       free(r->sec_strs[i]);
+    free(r->last_holders);
     free(r);
   }
   return NULL;
@@ -141,6 +144,7 @@ void ps_repl_destroy(ps_repl *r) {
   for (int i = 0; i < 5; i++)
     free(r->sec_strs[i]);
   free(r->last_holders);
+  free(r->shard_applied);
   free(r->clients);
   pthread_mutex_destroy(&r->mu);
   pthread_mutex_destroy(&r->meta);
@@ -161,6 +165,12 @@ int64_t ps_repl_epoch(const ps_repl *r) {
 /* Under r->mu: does backup @task still get shard @s's entries from here? */
 static bool still_backup(ps_repl *r, int s, int task) {
   return role_in(&r->view, s, r->self) == 0 && role_in(&r->view, s, task) > 0;
+}
+
+/* Under r->mu: what becomes of an entry of shard @s queued for @task. */
+static int keep_entry(ps_repl *r, int s, int task) {
+  if (role_in(&r->view, s, r->self) != 0) return PS_REPL_DROP_LOST;
+  return role_in(&r->view, s, task) > 0 ? PS_REPL_KEEP : PS_REPL_DROP_ACK;
 }
 
 /* Drops every variable of shard @s (a copy this ps is about to receive
@@ -202,6 +212,17 @@ void ps_repl_set_view(ps_repl *r, const ps_view *v) {
              v ? v->ntasks : -1, r->ntasks);
     return;
   }
+  for (int s = 0; v->shard && s < v->ntasks; s++) {
+    bool ok = v->shard[s].n >= 0 && v->shard[s].n <= PS_VIEW_MAX_REPLICAS;
+    for (int i = 0; ok && i < v->shard[s].n; i++)
+      ok = v->shard[s].task[i] >= 0 && v->shard[s].task[i] < r->ntasks;
+    if (!ok) {
+      PS_ERROR("replication: view epoch %lld ignored: shard %d lists a task outside "
+               "ps/0..ps/%d",
+               (long long)v->epoch, s, r->ntasks - 1);
+      return;
+    }
+  }
   if (v->shard == NULL || view_copy(v, &nv) != 0) {
     PS_ERROR("replication: out of memory taking view epoch %lld", (long long)v->epoch);
     return;
@@ -213,8 +234,10 @@ void ps_repl_set_view(ps_repl *r, const ps_view *v) {
   for (int s = 0; newer && drop && s < r->ntasks; s++) {
     int i = role_in(&nv, s, r->self), j = role_in(&r->view, s, r->self);
     if (i > 0 && nv.shard[s].state[i] == PS_REPLICA_SYNCING &&
-        (j < 0 || r->view.shard[s].state[j] != PS_REPLICA_SYNCING))
+        (j < 0 || r->view.shard[s].state[j] != PS_REPLICA_SYNCING)) {
       drop[s] = true;
+      r->shard_applied[s] = 0; /* a copy starts */
+    }
   }
   pthread_mutex_unlock(&r->mu);
   if (!newer) {
@@ -264,7 +287,7 @@ void ps_repl_set_view(ps_repl *r, const ps_view *v) {
   /* entries for a backup the view no longer lists: their waits are done */
   for (ps_repl_sender *snd = r->senders; snd; snd = snd->next) {
     if (snd->retired) continue;
-    ps_repl_sender_drop(snd, still_backup, &done, &ndone, &cap);
+    ps_repl_sender_drop(snd, keep_entry, &done, &ndone, &cap);
     bool any = false;
     for (int s = 0; s < r->ntasks && !any; s++)
       any = still_backup(r, s, snd->task);
@@ -278,8 +301,18 @@ void ps_repl_set_view(ps_repl *r, const ps_view *v) {
   pthread_mutex_unlock(&r->mu);
   view_free(&old);
   PS_INFO("replication view %s", desc);
+  ps_repl_senders_reap(r); /* those an earlier view retired */
+  /* a backup left: acknowledged; this ps lost the shard: never (the new
+   * primary may not have the update) */
   for (size_t i = 0; i < ndone; i++) {
-    done[i]->fn(done[i]->arg, 0, NULL);
+    ps_status st;
+    int rc = 0;
+    if (done[i]->lost >= 0)
+      rc = ps_status_set(&st, PS_UNAVAILABLE,
+                         "ps/%d is no longer the primary of shard %d (view epoch %lld): "
+                         "the update may not be on the new primary",
+                         r->self, done[i]->lost, (long long)nv.epoch);
+    done[i]->fn(done[i]->arg, rc, rc ? &st : NULL);
     free(done[i]);
   }
   free(done);
@@ -432,6 +465,7 @@ int ps_repl_commit(ps_repl *r, ps_repl_group *g, ps_repl_done_fn fn, void *arg,
   }
   w->fn = fn;
   w->arg = arg;
+  w->lost = -1;
   pthread_mutex_lock(&r->mu);
   if (r->fenced || r->stopping) {
     rc = ps_status_set(st, PS_UNAVAILABLE, "ps/%d is %s%s%s", r->self,
@@ -440,17 +474,14 @@ int ps_repl_commit(ps_repl *r, ps_repl_group *g, ps_repl_done_fn fn, void *arg,
     goto out;
   }
   /* each backup task of any shard in the group, once */
-  int seen[PS_VIEW_MAX_REPLICAS * 8], nseen = 0;
+  uint64_t seen[PS_VIEW_MAX_TASKS / 64] = {0}; /* backup tasks served */
   for (size_t i = 0; i < g->n && rc == 0; i++) {
     int s = g->e[i].shard;
     if (role_in(&r->view, s, r->self) != 0) continue;
     for (int k = 1; k < r->view.shard[s].n; k++) {
       int t = r->view.shard[s].task[k];
-      bool dup = false;
-      for (int j = 0; j < nseen; j++)
-        dup |= seen[j] == t;
-      if (dup || nseen == (int)(sizeof seen / sizeof *seen)) continue;
-      seen[nseen++] = t;
+      if (seen[t / 64] >> (t % 64) & 1) continue;
+      seen[t / 64] |= (uint64_t)1 << (t % 64);
       ps_repl_sender *snd = ps_repl_sender_get(r, t);
       if (snd == NULL) {
         rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "replication: out of memory");
@@ -524,6 +555,8 @@ void ps_repl_status(ps_repl *r, Paramserver__StatusResponse *resp) {
                : r->view.shard[s].state[i] == PS_REPLICA_SYNCING ? "syncing"
                                                                  : "backup";
     int nb = i == 0 ? r->view.shard[s].n - 1 : 0;
+    if (i > 0 && r->view.shard[s].state[i] == PS_REPLICA_SYNCING)
+      ss->synced_bytes = r->shard_applied[s];
     ss->lag_entries = calloc((size_t)nb + 1, sizeof *ss->lag_entries);
     ss->lag_bytes = calloc((size_t)nb + 1, sizeof *ss->lag_bytes);
     if (ss->lag_entries && ss->lag_bytes) {

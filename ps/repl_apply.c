@@ -119,18 +119,7 @@ static int rep_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *st)
          ps_rpc_segs_add(&sink, x->val[i]->data, x->val[i]->size, NULL) != 0))
       rc = rc ? rc : ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Replicate: out of memory");
   }
-  if (rc == 0 && x->req->inline_data.len > 0) {
-    if (x->req->inline_data.len != sink.total)
-      rc = ps_status_set(st, PS_INVALID_ARGUMENT,
-                         "Replicate: inline data has %zu bytes, the entries need %zu",
-                         x->req->inline_data.len, sink.total);
-    else
-      ps_rpc_segs_fill(&sink, 0, x->req->inline_data.data, sink.total);
-    ps_rpc_segs_fini(&sink);
-  }
-  if (rc == 0) ps_rpc_call_expect(c, &sink);
-  ps_rpc_segs_fini(&sink);
-  return rc;
+  return ps_svc_expect_(c, rc, &x->req->inline_data, &sink, "Replicate", "entries", st);
 }
 
 /* Fencing: every entry's shard has the sender as its primary in this ps's
@@ -295,6 +284,10 @@ static int rep_data(ps_rpc_call *c, ps_status *st) {
   }
   pthread_mutex_lock(&r->mu);
   r->applied_bytes += bytes;
+  for (size_t i = 0; i < x->req->n_entries; i++) {
+    Paramserver__ReplicateEntry *e = x->req->entries[i];
+    r->shard_applied[e->shard] += e->value_bytes + e->index_bytes; /* checked */
+  }
   int64_t epoch = r->view.epoch;
   pthread_mutex_unlock(&r->mu);
   Paramserver__ReplicateResponse resp = PARAMSERVER__REPLICATE_RESPONSE__INIT;

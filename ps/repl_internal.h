@@ -50,6 +50,7 @@ typedef void (*ps_repl_done_fn)(void *arg, int rc, const ps_status *st);
 
 typedef struct ps_repl_wait {
   int pending; /* backups still to acknowledge (under ps_repl.mu) */
+  int lost;    /* >= 0: a view took shard `lost` from this primary first */
   ps_repl_done_fn fn;
   void *arg;
 } ps_repl_wait;
@@ -94,6 +95,7 @@ typedef struct ps_repl_sender {
   int64_t lag_entries, lag_bytes;
   bool failed;      /* a Replicate failed: nothing more is sent */
   bool retired;     /* no longer a backup of any shard: the thread ends */
+  bool exited;      /* the thread ended (ps_repl_senders_reap joins it) */
   int *copy_shards; /* shards to copy (SYNCING), FIFO */
   size_t ncopy, capcopy;
   int64_t copied_bytes;
@@ -121,6 +123,7 @@ struct ps_repl {
   char fence_reason[256];
   ps_repl_sender *senders; /* live and retiring */
   int *last_holders;       /* [ntasks * PS_VIEW_MAX_REPLICAS]: for lost shards */
+  int64_t *shard_applied;  /* [ntasks]: bytes applied per shard (a copy's progress) */
   long long failovers, sent_bytes, applied_bytes;
   pthread_mutex_t meta;
   /* dedup records */
@@ -196,13 +199,19 @@ void ps_repl_status_free(struct Paramserver__StatusResponse *resp);
 ps_repl_sender *ps_repl_sender_get(ps_repl *r, int task);
 /* Appends @e to @snd's FIFO (under r->mu). */
 void ps_repl_sender_push(ps_repl_sender *snd, ps_repl_entry *e);
-/* Drops @snd's entries for which @keep says false, releasing their waits
- * into *@done (under r->mu). */
-void ps_repl_sender_drop(ps_repl_sender *snd, bool (*keep)(ps_repl *, int, int),
+/* Drops @snd's entries for which @keep (shard, backup task) says
+ * PS_REPL_DROP_*, releasing their waits into *@done (under r->mu); NULL:
+ * every wait is released (fence, shutdown). */
+#define PS_REPL_DROP_ACK 0  /* the backup left the shard: no longer waited for */
+#define PS_REPL_KEEP 1      /* still to be sent */
+#define PS_REPL_DROP_LOST 2 /* this ps is no longer the shard's primary */
+void ps_repl_sender_drop(ps_repl_sender *snd, int (*keep)(ps_repl *, int, int),
                          ps_repl_wait ***done, size_t *ndone, size_t *cap);
 /* Asks @snd to copy shard @s (under r->mu). */
 void ps_repl_sender_copy(ps_repl_sender *snd, int s);
 /* Joins every sender's thread and frees them (r->stopping set). */
 void ps_repl_senders_join(ps_repl *r);
+/* Joins and frees the retired senders whose thread ended (no lock held). */
+void ps_repl_senders_reap(ps_repl *r);
 
 #endif

@@ -74,16 +74,18 @@ static void add_done(ps_repl_wait *w, ps_repl_wait ***done, size_t *n, size_t *c
 
 /* @keep NULL: every wait is failed (each wait once: it is cut from every
  * entry that points at it, in every sender, by the caller's loop). */
-void ps_repl_sender_drop(ps_repl_sender *snd, bool (*keep)(ps_repl *, int, int),
+void ps_repl_sender_drop(ps_repl_sender *snd, int (*keep)(ps_repl *, int, int),
                          ps_repl_wait ***done, size_t *ndone, size_t *cap) {
   ps_repl *r = snd->r;
   ps_repl_entry *lists[2] = {snd->inflight, snd->head};
   for (int l = 0; l < 2; l++)
     for (ps_repl_entry *e = lists[l]; e; e = e->next) {
-      if (keep && keep(r, e->shard, snd->task)) continue;
+      int k = keep ? keep(r, e->shard, snd->task) : PS_REPL_DROP_ACK;
+      if (k == PS_REPL_KEEP) continue;
       ps_repl_wait *w = e->wait;
       e->wait = NULL;
       if (w == NULL) continue;
+      if (k == PS_REPL_DROP_LOST) w->lost = e->shard;
       if (keep == NULL) { /* failing all: each wait once */
         if (w->pending > 0) {
           w->pending = 0;
@@ -98,7 +100,7 @@ void ps_repl_sender_drop(ps_repl_sender *snd, bool (*keep)(ps_repl *, int, int),
   ps_repl_entry **pp = &snd->head, *prev = NULL;
   while (*pp) {
     ps_repl_entry *e = *pp;
-    if (!keep(r, e->shard, snd->task)) {
+    if (keep(r, e->shard, snd->task) != PS_REPL_KEEP) {
       *pp = e->next;
       snd->lag_entries--;
       snd->lag_bytes -= e->bytes;
@@ -200,12 +202,24 @@ static int send_batch(ps_repl_sender *snd, ps_repl_entry *batch, int64_t epoch,
     rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Replicate: cannot open a channel");
     goto out;
   }
+  /* small batches travel in the header: one message */
+  uint8_t *inl = NULL;
+  if (segs.total > 0 && segs.total <= PS_RPC_INLINE_MAX &&
+      (inl = malloc(segs.total)) != NULL) {
+    size_t off = 0;
+    for (size_t k = 0; k < segs.n; k++) {
+      memcpy(inl + off, segs.v[k].ptr, segs.v[k].len);
+      off += segs.v[k].len;
+    }
+    req.inline_data.data = inl;
+    req.inline_data.len = off;
+  }
   int64_t applied = 0;
   ps_rpc_req call = {
       .ch = snd->ch,
       .method = "/paramserver.Ps/Replicate",
       .request = &req.base,
-      .send = &segs,
+      .send = inl ? NULL : &segs,
       .unary_response = true,
       .timeout_ms = 120000,
       .stall_timeout_ms = 3000,
@@ -214,6 +228,7 @@ static int send_batch(ps_repl_sender *snd, ps_repl_entry *batch, int64_t epoch,
       .user = &applied,
   };
   ps_rpc_run(&call, 1);
+  free(inl);
   if (call.st.code != PS_OK) {
     *st = call.st;
     rc = st->code;
@@ -409,6 +424,7 @@ static void *sender_main(void *arg) {
   ps_repl_entry *lists[2] = {snd->inflight, snd->head};
   snd->inflight = snd->head = snd->tail = NULL;
   snd->lag_entries = snd->lag_bytes = 0;
+  snd->exited = true; /* ps_repl_senders_reap may join it now */
   pthread_mutex_unlock(&r->mu);
   for (int l = 0; l < 2; l++)
     while (lists[l]) {
@@ -417,6 +433,42 @@ static void *sender_main(void *arg) {
       lists[l] = n;
     }
   return NULL;
+}
+
+static void sender_free(ps_repl_sender *s) {
+  pthread_join(s->th, NULL);
+  ps_repl_entry *lists[2] = {s->inflight, s->head};
+  for (int l = 0; l < 2; l++)
+    while (lists[l]) {
+      ps_repl_entry *n = lists[l]->next;
+      ps_repl_entry_free(lists[l]);
+      lists[l] = n;
+    }
+  if (s->ch) ps_rpc_channel_destroy(s->ch);
+  pthread_cond_destroy(&s->cv);
+  free(s->copy_shards);
+  free(s);
+}
+
+void ps_repl_senders_reap(ps_repl *r) {
+  ps_repl_sender *gone = NULL;
+  pthread_mutex_lock(&r->mu);
+  for (ps_repl_sender **pp = &r->senders; *pp;) {
+    ps_repl_sender *s = *pp;
+    if (s->exited) {
+      *pp = s->next;
+      s->next = gone;
+      gone = s;
+    } else {
+      pp = &s->next;
+    }
+  }
+  pthread_mutex_unlock(&r->mu);
+  while (gone) {
+    ps_repl_sender *next = gone->next;
+    sender_free(gone);
+    gone = next;
+  }
 }
 
 void ps_repl_senders_join(ps_repl *r) {
@@ -428,18 +480,7 @@ void ps_repl_senders_join(ps_repl *r) {
   pthread_mutex_unlock(&r->mu);
   while (all) {
     ps_repl_sender *next = all->next;
-    pthread_join(all->th, NULL);
-    ps_repl_entry *lists[2] = {all->inflight, all->head};
-    for (int l = 0; l < 2; l++)
-      while (lists[l]) {
-        ps_repl_entry *n = lists[l]->next;
-        ps_repl_entry_free(lists[l]);
-        lists[l] = n;
-      }
-    if (all->ch) ps_rpc_channel_destroy(all->ch);
-    pthread_cond_destroy(&all->cv);
-    free(all->copy_shards);
-    free(all);
+    sender_free(all);
     all = next;
   }
 }

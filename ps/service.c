@@ -361,10 +361,11 @@ static int initialize_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_stat
  * looked at under its lock.  A variable deleted meanwhile is NOT_FOUND if
  * named, else left out.  *@names and *@init (malloc'd, *@n entries): the
  * name of each variable left and whether it holds a value. */
-static int init_state(ps_service *s, const Paramserver__NamesRequest *req, char ***names,
-                      protobuf_c_boolean **init, size_t *n, ps_status *st) {
+static int init_state(ps_service *s, const Paramserver__NamesRequest *req,
+                      const char *method, char ***names, protobuf_c_boolean **init,
+                      size_t *n, ps_status *st) {
   size_t nv = 0, k = 0;
-  if (ps_svc_route_(s, req->route, "IsInitialized", st) != 0) return st->code;
+  if (ps_svc_route_(s, req->route, method, st) != 0) return st->code;
   ps_var **vars =
       resolve(s, ps_svc_route_shard_(s, req->route), req->names, req->n_names, &nv, st);
   if (vars == NULL) return st->code;
@@ -402,7 +403,7 @@ static int is_init_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status 
   char **names;
   protobuf_c_boolean *init;
   size_t nv;
-  int rc = init_state(s, req, &names, &init, &nv, st);
+  int rc = init_state(s, req, "IsInitialized", &names, &init, &nv, st);
   if (rc == 0) {
     Paramserver__IsInitializedResponse resp = PARAMSERVER__IS_INITIALIZED_RESPONSE__INIT;
     resp.initialized = init;
@@ -423,7 +424,7 @@ static int report_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *
   char **names;
   protobuf_c_boolean *init;
   size_t nv;
-  int rc = init_state(s, req, &names, &init, &nv, st);
+  int rc = init_state(s, req, "ReportUninitialized", &names, &init, &nv, st);
   if (rc == 0) {
     size_t k = 0;
     for (size_t i = 0; i < nv; i++)

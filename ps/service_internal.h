@@ -68,6 +68,14 @@ struct Paramserver__Initializer;
  * (INVALID_ARGUMENT naming @var); @out borrows @p's values. */
 int ps_svc_init_from_proto_(const struct Paramserver__Initializer *p, const char *var,
                             int dtype, ps_init_spec *out, ps_status *st);
+/* A request's bulk bytes (unless @rc already failed it): from its
+ * @inl inline data when there is any (exactly @sink's total, else
+ * INVALID_ARGUMENT "METHOD: inline data has N bytes, the ITEMS need M"),
+ * else as Chunks into @sink (ps_rpc_call_expect).  Frees @sink.  Returns
+ * the outcome. */
+int ps_svc_expect_(ps_rpc_call *c, int rc, const ProtobufCBinaryData *inl,
+                   ps_rpc_segs *sink, const char *method, const char *items,
+                   ps_status *st);
 /* Update.fill: an asynchronous Assign's initializer checked against the
  * value's @shape (or the part's place in its full shape), and run into
  * @out (the values the client's ps_init_fill_draw() would compute). */

@@ -14,6 +14,7 @@
 #include "common/variable.h"
 #include "common/wire.h"
 #include "ps.pb-c.h"
+#include "repl.h"
 #include "service_internal.h"
 #include "store.h"
 #include "sync.h"
@@ -342,18 +343,7 @@ static int update_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *
   }
   if (rc == 0 && x->any_sync) rc = check_sync_unique(x, st);
   x->bytes = (int64_t)sink.total;
-  if (rc == 0 && x->req->inline_data.len > 0) {
-    if (x->req->inline_data.len != sink.total)
-      rc = ps_status_set(st, PS_INVALID_ARGUMENT,
-                         "Update: inline data has %zu bytes, the updates need %zu",
-                         x->req->inline_data.len, sink.total);
-    else
-      ps_rpc_segs_fill(&sink, 0, x->req->inline_data.data, sink.total);
-    ps_rpc_segs_fini(&sink);
-  }
-  if (rc == 0) ps_rpc_call_expect(c, &sink);
-  ps_rpc_segs_fini(&sink);
-  return rc;
+  return ps_svc_expect_(c, rc, &x->req->inline_data, &sink, "Update", "updates", st);
 }
 
 static int64_t index_at(const upd_item *it, int64_t k) {
@@ -764,6 +754,8 @@ static int update_reply(upd_ctx *x, ps_status *st) {
   }
   resp.versions = versions;
   resp.n_versions = x->n;
+  ps_service *s = ps_rpc_call_server_user(x->call);
+  if (s->repl) resp.epoch = ps_repl_epoch(s->repl);
   if (x->any_sync) {
     resp.stale = stale;
     resp.n_stale = x->n;

@@ -7,26 +7,8 @@ import os
 import struct
 import sys
 
-
-def varint(v):
-    v &= 0xFFFFFFFFFFFFFFFF
-    out = bytearray()
-    while True:
-        b = v & 0x7F
-        v >>= 7
-        if v:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-def ld(num, payload):
-    return varint(num << 3 | 2) + varint(len(payload)) + payload
-
-
-def vi(num, v):
-    return varint(num << 3) + varint(v)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from pbwire import ld, varint, vi  # noqa: E402
 
 
 def packed(num, vals):

@@ -1,7 +1,8 @@
 /* A replicated client's one call, for test_client_repl.sh:
- *   repl_client SPEC ETCD REPL_JOB update|read SHARD NAME
+ *   repl_client SPEC ETCD REPL_JOB update|read|probe SHARD NAME
  * update: assign_add 1.0 to float scalar NAME of shard SHARD; read: its
- * value.  Prints "ok ..." and exits 0, or "error CODE: MESSAGE" and exits
+ * value; probe: ps_client_probe of the shard (NAME unused).  Prints "ok ..." and exits 0,
+ * or "error CODE: MESSAGE" and exits
  * 1.  The rpc timeout is PS_RPC_TIMEOUT's (the client reads it). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,7 +13,8 @@
 
 int main(int argc, char **argv) {
   if (argc != 7) {
-    fprintf(stderr, "usage: repl_client SPEC ETCD REPL_JOB update|read SHARD NAME\n");
+    fprintf(stderr,
+            "usage: repl_client SPEC ETCD REPL_JOB update|read|probe SHARD NAME\n");
     return 2;
   }
   ps_library_init();
@@ -44,6 +46,11 @@ int main(int argc, char **argv) {
         }
       }
       ps_tensor_destroy(one);
+    } else if (!strcmp(argv[4], "probe")) {
+      if (ps_client_probe(c, shard, &st) == 0) {
+        printf("ok probe\n");
+        rc = 0;
+      }
     } else {
       ps_read r = {.name = argv[6]};
       if (ps_client_read(c, shard, &r, 1, &st) == 0) {

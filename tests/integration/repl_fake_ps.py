@@ -7,12 +7,14 @@ Usage: repl_fake_ps.py NAME PORTFILE LOGFILE [MODE...]
 
 Serves every /paramserver.Ps method on 127.0.0.1 (a port the kernel picks,
 written to PORTFILE once it listens).  Each request is logged to LOGFILE as
-a line "NAME METHOD shard=S epoch=E client_id=C seq=Q" (its Route, and an
-Update's dedup pair; -1 when absent).  Answers are what a real ps says of a
+a line "NAME METHOD shard=S epoch=E client_id=C seq=Q parts=P" (its Route,
+an Update's dedup pair, a Save's or Merge's num_shards; -1 when absent).  Answers are what a real ps says of a
 float32 scalar "w" (zeros, initialized), except as MODEs say:
 
   epoch=E        Update, Read and List answers carry view epoch E (field 100)
   unavailable    every Update and Read ends UNAVAILABLE ("fake: gone")
+  snap_stale=N   the first N Snapshots fail FAILED_PRECONDITION "ps/K: view
+                 epoch differs (stale)" (a save that met a failover)
   hold=FILE      the first Read waits until FILE exists before it answers
                  (a primary stopped a while: the view moves on meanwhile)
   digest=SPEC    Digest answers SPEC: "name:version:crc,..." (sorted by the
@@ -25,62 +27,13 @@ import time
 from concurrent import futures
 
 import grpc
+from pbwire import fields, ld as field, varint, vi as vfield
 
 NAME, PORTFILE, LOGFILE = sys.argv[1:4]
 MODES = dict((m.split("=", 1) + [""])[:2] for m in sys.argv[4:])
 LOCK = threading.Lock()
 DELAYED = []
-
-
-def varint(v):
-    v &= 0xFFFFFFFFFFFFFFFF
-    out = bytearray()
-    while True:
-        b = v & 0x7F
-        v >>= 7
-        if v:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-def field(num, payload):
-    return varint(num << 3 | 2) + varint(len(payload)) + payload
-
-
-def vfield(num, v):
-    return varint(num << 3) + varint(v)
-
-
-def read_varint(msg, i):
-    v, shift = 0, 0
-    while True:
-        b = msg[i]
-        i += 1
-        v |= (b & 0x7F) << shift
-        shift += 7
-        if not b & 0x80:
-            return v, i
-
-
-def fields(msg):
-    out, i = [], 0
-    while i < len(msg):
-        key, i = read_varint(msg, i)
-        num, wt = key >> 3, key & 7
-        if wt == 0:
-            v, i = read_varint(msg, i)
-            out.append((num, v))
-        elif wt == 2:
-            n, i = read_varint(msg, i)
-            out.append((num, msg[i:i + n]))
-            i += n
-        elif wt == 1:
-            i += 8
-        elif wt == 5:
-            i += 4
-    return out
+STALE = [0]
 
 
 def signed(v):
@@ -88,7 +41,7 @@ def signed(v):
 
 
 def log(method, f):
-    shard = epoch = cid = seq = -1
+    shard = epoch = cid = seq = parts = -1
     for n, v in f:
         if n == 100 and isinstance(v, bytes):
             shard, epoch = 0, 0
@@ -101,9 +54,11 @@ def log(method, f):
             cid = v
         elif n == 102 and method == "Update":
             seq = v
+        elif (n, method) in ((4, "Save"), (2, "Merge")):
+            parts = v
     with LOCK, open(LOGFILE, "a") as fh:
-        fh.write("%s %s shard=%d epoch=%d client_id=%d seq=%d\n" %
-                 (NAME, method, shard, epoch, cid, seq))
+        fh.write("%s %s shard=%d epoch=%d client_id=%d seq=%d parts=%d\n" %
+                 (NAME, method, shard, epoch, cid, seq, parts))
 
 
 def with_epoch(msg):
@@ -136,6 +91,13 @@ def answer(method, header, context):
         return [field(1, b"\x01" * n)] if n else [b""]
     if method == "Status":
         return [field(1, NAME.encode()) + field(3, b"fake") + vfield(4, 1)]
+    if method == "Snapshot" and STALE[0] < int(MODES.get("snap_stale", "0")):
+        STALE[0] += 1
+        context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                      "%s: view epoch differs (stale)" % NAME)
+    if method == "Merge":
+        prefix = [v for n, v in f if n == 1]
+        return [field(1, prefix[0] if prefix else b"")]
     if method == "Digest":
         out = vfield(1, int(MODES.get("epoch", "0"))) + field(2, b"backup")
         for spec in filter(None, MODES.get("digest", "").split(",")):

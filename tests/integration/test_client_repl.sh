@@ -71,6 +71,7 @@ fake() {
   local name=$1 port="$dir/${1//\//_}.port"; shift
   "$PY" "$FAKE_PS" "$name" "$port" "$dir/calls.log" "$@" 2>> "$dir/fake.log" &
   FPID=$!
+  echo "$FPID" > "$dir/${name//\//_}.pid"
   local i
   for ((i = 0; i < 400; i++)); do [ -s "$port" ] && break; sleep 0.05; done
   [ -s "$port" ] || { bad "fake $name started" "$(cat "$dir/fake.log")"; finish; }
@@ -177,6 +178,34 @@ expect "psctl --replicas is checked" 2 "--replicas must be 1, 2 or 3, got '4'" \
   "$PSCTL" --cluster "$dir/fake.json" --replicas 4 status
 expect "--replicas 2 without etcd is refused" 2 "--replicas 2 needs the etcd endpoints" \
   env -u PS_ETCD "$PSCTL" --cluster "$dir/fake.json" --replicas 2 status
+# a save: one part per distinct primary (ps/1 of shards 0 and 1, ps/3 of
+# 2 and 3), Snapshot and Save with Route{-1, 5}, the merge of 2 parts on
+# the last; ps/3's first Snapshot says its view differs: the whole save
+# is made again
+kill "$(cat "$dir/ps_3.pid")" 2> /dev/null; wait "$(cat "$dir/ps_3.pid")" 2> /dev/null
+rm -f "$dir/ps_3.port"
+fake ps/3 epoch=5 snap_stale=1 digest=w:5:111; A3=$FADDR
+echo "{\"ps\": [\"$A0\", \"$A1\", \"$A2\", \"$A3\"]}" > "$dir/fake.json"
+: > "$dir/calls.log"
+out=$(ps_ save fk 2>&1); r=$?
+snaps=$(grep -c " Snapshot shard=-1 epoch=5 " "$dir/calls.log")
+if [ "$r" = 0 ] && [[ "$out" == *"saved fk (0 bytes from 2 ps)"* ]] &&
+  [[ "$out" == *"save fk made again by a newer replication view"*"view epoch differs (stale)"* ]] &&
+  [ "$snaps" = 4 ] && ! grep -qE "^ps/[02] (Snapshot|Save)" "$dir/calls.log" &&
+  [ "$(grep -c "^ps/[13] Save shard=-1 epoch=5 .* parts=2$" "$dir/calls.log")" = 2 ] &&
+  grep -q "^ps/3 Merge .* parts=2$" "$dir/calls.log"; then
+  ok "a save writes one part per distinct primary, and is made again whole after a stale answer"
+else
+  bad "a save writes one part per distinct primary, and is made again whole after a stale answer (exit $r)" "$out
+$(cat "$dir/calls.log")"
+fi
+# a probe of shard 0 asks its primary: ps/0 gone does not hold it
+kill "$(cat "$dir/ps_0.pid")" 2> /dev/null; wait "$(cat "$dir/ps_0.pid")" 2> /dev/null
+expect "a probe of a shard asks its primary, not the task that is gone" 0 "ok probe" \
+  env PS_RPC_TIMEOUT=3 "$REPL_CLIENT" "$dir/fake.json" "$ETCD" fk probe 0 -
+hold_port
+expect "an etcd that does not answer is named" 2 "etcd at 127.0.0.1:$HELD_PORT: get \"/paramserver/default/view\"" \
+  "$PSCTL" --cluster "$dir/fake.json" --etcd "127.0.0.1:$HELD_PORT" --replicas 2 --timeout-ms 2000 status
 put_view bad '{"epoch":"x"}'
 expect "a view that does not decode is named" 2 "replication view at /paramserver/bad/view in etcd: " \
   "$PSCTL" --cluster "$dir/fake.json" --etcd "$ETCD" --repl-job bad status
@@ -194,5 +223,100 @@ else
   bad "psctl verify without replication: each shard trivially identical (exit $r)" "$out"
 fi
 for p in "${PS_PIDS[@]}"; do kill -TERM "$p" 2> /dev/null; wait "$p" 2> /dev/null; done
+
+# ---- B. real ps-server --replicas 2: a primary killed -9 while training ----
+mkdir -p "$dir/ckpt"
+# start_repl: ps/0..2 with --replicas 2 on ports picked now, started
+# together (each joins the view in etcd); again on fresh ports when one
+# was taken first.  RP (pids), $dir/repl.json (with one worker)
+start_repl() {
+  local try t ports
+  for ((try = 0; try < 5; try++)); do
+    read -r -a ports < <(pick_ports 3)
+    echo "{\"ps\": [\"127.0.0.1:${ports[0]}\", \"127.0.0.1:${ports[1]}\", \"127.0.0.1:${ports[2]}\"], \"worker\": [\"127.0.0.1:1\"]}" > "$dir/repl.json"
+    RP=()
+    for t in 0 1 2; do
+      : > "$dir/rps$t.out"
+      "$PS_SERVER" --cluster "$dir/repl.json" --job ps --task "$t" --replicas 2 --etcd "$ETCD" \
+        --checkpoint-dir "$dir/ckpt" > "$dir/rps$t.out" 2>> "$dir/rps$t.log" &
+      RP+=($!)
+    done
+    local up=0 i
+    for ((i = 0; i < 1200 && up < 3; i++)); do
+      up=0
+      for t in 0 1 2; do
+        grep -q "ready on" "$dir/rps$t.out" && up=$((up + 1)) && continue
+        kill -0 "${RP[$t]}" 2> /dev/null || break 2 # it exited
+      done
+      [ "$up" = 3 ] || sleep 0.05
+    done
+    [ "$up" = 3 ] && return 0
+    for t in 0 1 2; do kill -KILL "${RP[$t]}" 2> /dev/null; wait "${RP[$t]}" 2> /dev/null; done
+    grep -q "address in use" "$dir"/rps*.log || break
+    echo "a ps port was taken: again on fresh ones"
+  done
+  bad "3 ps-server --replicas 2 started" "$(tail -n 20 "$dir"/rps*.log)"
+  finish
+}
+start_repl
+rp_() { "$PSCTL" --cluster "$dir/repl.json" --etcd "$ETCD" --timeout-ms 5000 "$@"; }
+# every shard with both replicas in sync
+for ((i = 0; i < 200; i++)); do
+  out=$(rp_ status 2>&1)
+  [ "$(grep -cE '^shard [0-2]: ps/[0-2] primary .*, ps/[0-2] backup' <<< "$out")" = 3 ] && break
+  sleep 0.1
+done
+if [[ "$out" == *"shard 0: ps/0 primary"*", ps/1 backup"* ]] &&
+  [[ "$out" == *"shard 2: ps/2 primary"*", ps/0 backup"* ]]; then
+  ok "psctl status shows the roles of the real ps: primary and backup"
+else
+  bad "psctl status shows the roles of the real ps: primary and backup" "$out"
+fi
+STEPS=300
+timeout 300 "$PS_WORKER" --cluster "$dir/repl.json" --job worker --task 0 --model linreg \
+  --steps "$STEPS" --log-every 5 --replicas 2 --etcd "$ETCD" --checkpoint-dir "$dir/ckpt" \
+  --keep-ps --rpc-timeout 20 > "$dir/worker.out" 2> "$dir/worker.log" &
+WPID=$!
+wait_for "$dir/worker.log" "step [0-9]*[05]0 loss" 120 || bad "ps-worker trains" "$(tail -20 "$dir/worker.log")"
+# the primary of shard 0 (global_step's: ps/0) dies
+kill -KILL "${RP[0]}"; wait "${RP[0]}" 2> /dev/null
+killed_at=$(grep -oE "step [0-9]+ loss" "$dir/worker.log" | tail -1 | grep -oE "[0-9]+")
+wait "$WPID"; wrc=$?
+steps=$(grep -oE "\bstep [0-9]+ loss" "$dir/worker.log" | grep -oE "[0-9]+")
+back=$(awk 'NR > 1 && $1 < prev { print prev " -> " $1 } { prev = $1 }' <<< "$steps")
+last=$(tail -1 <<< "$steps")
+if [ "$wrc" = 0 ] && [ -z "$back" ] && [ -n "$killed_at" ] && [ "$last" -gt "$killed_at" ] &&
+  ! grep -q "waiting for the cluster to recover" "$dir/worker.log"; then
+  ok "ps-worker trains on across the kill -9 of a primary (killed at step $killed_at, last $last), the step never back"
+else
+  bad "ps-worker trains on across the kill -9 of a primary (exit $wrc; back: $back)" \
+    "$(tail -30 "$dir/worker.log")"
+fi
+out=$(rp_ read global_step 2>&1)
+if [[ "$out" == *$'\n'"$STEPS"* ]]; then ok "global_step is $STEPS after the failover"; else bad "global_step is $STEPS after the failover" "$out"; fi
+out=$(rp_ status 2>&1)
+if [[ "$out" == *"shard 0: ps/1 primary (since epoch"* ]] && [[ "$out" == *"ps/0 down"* || "$out" != *"shard 0: ps/1 primary"*", ps/0"* ]]; then
+  ok "psctl status: ps/1 is shard 0's primary after the failover"
+else
+  bad "psctl status: ps/1 is shard 0's primary after the failover" "$out"
+fi
+out=$(rp_ verify 2>&1); r=$?
+if [ "$r" = 0 ] && [[ "$out" == *"shard 1: ps/1 ps/2 identical ("* ]]; then
+  ok "psctl verify after the failover: identical"
+else
+  bad "psctl verify after the failover: identical (exit $r)" "$out"
+fi
+# a save after the failover: one part per distinct primary (ps/1 holds
+# shards 0 and 1, ps/2 shard 2: two parts), then a restore of it
+out=$(rp_ save after 2>&1); r=$?
+if [ "$r" = 0 ] && [[ "$out" == "saved after ("*" bytes from 2 ps)"* ]] &&
+  [ -f "$dir/ckpt/after.index" ]; then
+  ok "a save after the failover writes one part per distinct primary (2)"
+else
+  bad "a save after the failover writes one part per distinct primary (exit $r)" "$out
+$(ls "$dir/ckpt")"
+fi
+expect "a restore after the failover" 0 "restored" rp_ restore after
+for t in 1 2; do kill -TERM "${RP[$t]}" 2> /dev/null; wait "${RP[$t]}" 2> /dev/null; done
 
 finish

@@ -70,17 +70,22 @@ static int view_read(ps_cl_view *w, int ntasks, int64_t *rev, bool *found,
   return rc;
 }
 
+/* Reads the key again outside the watch; a failure is logged only. */
+static void view_reread(ps_cl_view *w, const char *why) {
+  ps_status st;
+  int64_t rev;
+  bool found;
+  ps_status_clear(&st);
+  if (view_read(w, w->ntasks, &rev, &found, &st) != 0)
+    PS_WARN("replication view: reading %s (%s): %s", w->key, why, st.msg);
+}
+
 static void on_watch(void *arg, const char *key, const char *val, size_t len,
                      int64_t mod_rev, bool deleted) {
   (void)mod_rev;
   ps_cl_view *w = arg;
   if (key == NULL) { /* compacted past: read it again */
-    ps_status st;
-    int64_t rev;
-    bool found;
-    ps_status_clear(&st);
-    if (view_read(w, w->ntasks, &rev, &found, &st) != 0)
-      PS_WARN("replication view: re-reading %s: %s", w->key, st.msg);
+    view_reread(w, "the watch lost its place");
     return;
   }
   if (deleted || val == NULL) return;
@@ -269,12 +274,7 @@ void ps_cl_view_wait_(ps_client *c, int64_t epoch, int64_t ms) {
   if (moved) return;
   /* nothing came through the watch: read the key (the watch may be
    * reconnecting) */
-  ps_status st;
-  int64_t rev;
-  bool found;
-  ps_status_clear(&st);
-  if (view_read(w, c->nps, &rev, &found, &st) != 0)
-    PS_DEBUG("replication view: reading %s: %s", w->key, st.msg);
+  view_reread(w, "a call waits for a newer view");
 }
 
 void ps_cl_view_describe_(ps_client *c, char *buf, size_t n) {

@@ -345,7 +345,21 @@ static int cmd_save(const psctl_args *a, ps_client *c, ps_status *st) {
     fprintf(stderr, "psctl: save: %s: %s\n", ps_status_code_name(st->code), st->msg);
     rc = 1;
   } else {
-    printf("saved %s (%lld bytes from %d ps)\n", written, (long long)bytes, nps);
+    /* replicated: one part per distinct primary */
+    int parts = nps;
+    if (ps_client_replicas(c) >= 2) {
+      bool *seen = calloc((size_t)nps, sizeof *seen);
+      parts = 0;
+      for (int s = 0; seen && s < nps; s++) {
+        ps_shard_replicas r;
+        if (ps_client_shard_replicas(c, s, &r, st) == 0 && r.n > 0 && !seen[r.task[0]]) {
+          seen[r.task[0]] = true;
+          parts++;
+        }
+      }
+      free(seen);
+    }
+    printf("saved %s (%lld bytes from %d ps)\n", written, (long long)bytes, parts);
   }
   free(written);
   return rc;

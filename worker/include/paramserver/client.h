@@ -428,7 +428,9 @@ PS_API void ps_digest_fini(ps_digest *d); /* NULL is a no-op */
  * goes to its log.  Not retried. */
 PS_API int ps_client_shutdown(ps_client *c, int task, const char *reason, ps_status *st);
 /* One Status call, not retried: 0 when ps @task answers now (for callers
- * that poll and must stay responsive, e.g. to a signal). */
+ * that poll and must stay responsive, e.g. to a signal).  Replicated
+ * (ps_client_options.replicas >= 2): the primary of shard @task in the
+ * view, so a task that failed over does not hold the caller. */
 PS_API int ps_client_probe(ps_client *c, int task, ps_status *st);
 /* ps_client_probe, but a ps that accepts and does not answer fails it
  * after @within_ms (when shorter than the stall timeout, rpc_timeout_ms)
