@@ -139,7 +139,7 @@ if [ -n "$ns" ]; then
     ns=""
   fi
 else
-  echo "chaos: no network namespaces (needs root and iproute2): partitions skipped, all on 127.0.0.1"
+  echo "chaos: no network namespaces (needs root and iproute2; or CHAOS_NO_NETNS is set): partitions skipped, all on 127.0.0.1"
 fi
 # on HOST CMD...: run CMD on HOST (e, w, p0..p2).  A process started in
 # the background is started as "${ON[@]}" CMD & after `at HOST` (no
@@ -258,7 +258,7 @@ check_exit() {
   local i=$1 c=$2
   if [ "$c" = 137 ] && [ "${KILLED[$i]}" = 1 ]; then return 0; fi
   if [ "$c" = 75 ] && [ "$replicas" -ge 2 ]; then
-    echo "chaos:   ps/$i exited 75 (fenced: $(grep -o 'fenced: .*' "$dir/ps$i.log" | tail -1)); started again"
+    echo "chaos:   ps/$i exited 75 ($(grep -o 'fenced: .*' "$dir/ps$i.log" | tail -1)); started again"
     return 0
   fi
   fail_run "ps/$i exited with status $c (not our kill, not fenced): a crash; log $dir/ps$i.log"
@@ -330,8 +330,8 @@ print(s[0] if what == "primary" else s[-1] if len(s) > 1 else "")' "$replicas" "
 # wait_synced SECONDS: every ps up (restarting a fenced one) and every shard
 # back in sync
 wait_synced() {
-  local t
-  for ((t = 0; t < $1 * 10; t++)); do
+  local end=$((SECONDS + $1))
+  while ((SECONDS <= end)); do
     restart_dead
     if [ "$replicas" = 1 ] || view_query synced; then return 0; fi
     sleep 0.1
