@@ -10,6 +10,10 @@
 #   bash deploy/setup.sh fuzz [SECONDS]
 #                               libFuzzer build (clang) of tests/fuzz; runs each
 #                               RPC target for SECONDS (default 600)
+#   bash deploy/setup.sh chaos [ROUNDS]
+#                               build, then the correctness checker
+#                               (tests/chaos/chaos.sh) for ROUNDS fault
+#                               rounds (default 20) on 3 ps --replicas 2
 #   bash deploy/setup.sh build  install and build only
 #   bash deploy/setup.sh image  the container image (deploy/k8s/Dockerfile)
 #                               built from the tree with buildah, no registry
@@ -116,6 +120,13 @@ case "$mode" in
   tsan)
     tsan
     ;;
+  chaos)
+    rounds=${2:-20}
+    [[ "$rounds" =~ ^[0-9]+$ ]] || { echo "usage: bash deploy/setup.sh chaos [ROUNDS]" >&2; exit 2; }
+    build build
+    PS_SERVER=build/ps/ps-server PSCTL=build/worker/psctl \
+      CHAOS_CLIENT=build/tests/chaos/chaos_client bash tests/chaos/chaos.sh --rounds "$rounds"
+    ;;
   fuzz)
     secs=${2:-600}
     fz_missing=()
@@ -155,7 +166,7 @@ case "$mode" in
     fi
     ;;
   *)
-    echo "usage: bash deploy/setup.sh [demo|test|tsan|fuzz [SECONDS]|build|image]" >&2
+    echo "usage: bash deploy/setup.sh [demo|test|tsan|fuzz [SECONDS]|chaos [ROUNDS]|build|image]" >&2
     exit 2
     ;;
 esac

@@ -4,14 +4,16 @@
 #   tests/bench/run.sh ckpt [bench_ckpt options]   (only the checkpoint bench)
 #   tests/bench/run.sh agg [bench_agg options]     (only 2 ps + 2 workers)
 #   tests/bench/run.sh jobs [STEPS] [REPS]         (only the training-job bench)
+#   tests/bench/run.sh failover [KILLS]  (only failover and rejoin, R=2 on etcd)
 #   PSLITE_DIR=DIR tests/bench/run.sh pslite [ROUNDS] [options]
 #                                (against dmlc/ps-lite: the sparse workload;
 #                                 --bulk-mib N dense; --agg 2 ps + 2 workers)
 # Configures build-release (meson setup build-release -Dbuildtype=release)
 # if it is missing, builds only what the benches need, and runs bench_ps,
 # bench_agg, bench_train, bench_ckpt (about 1 GiB written and read 4 times per
-# repetition, in $TMPDIR or /tmp) and bench_jobs.sh (ps-worker on 2 ps +
-# 2 workers against one process).  BENCH_BUILD=DIR uses another build
+# repetition, in $TMPDIR or /tmp), bench_jobs.sh (ps-worker on 2 ps +
+# 2 workers against one process) and failover.sh (kill -9 of a primary
+# and rejoin of a 256 MiB shard, R=2 on a local etcd).  BENCH_BUILD=DIR uses another build
 # directory (configured the same way if missing).
 # Results: `bench:' lines on stdout; detail on stderr.
 set -eu
@@ -22,12 +24,16 @@ if [ ! -f "$build/build.ninja" ]; then
   meson setup "$build" -Dbuildtype=release >&2
 fi
 ninja -C "$build" tests/bench/bench_ps tests/bench/bench_agg tests/bench/bench_train tests/bench/bench_ckpt \
-  ps/ps-server worker/ps-worker deploy/ps-launch >&2
+  ps/ps-server worker/ps-worker deploy/ps-launch tests/chaos/chaos_client worker/psctl >&2
 PS_SERVER="$root/$build/ps/ps-server"
 export PS_SERVER
 if [ "${1:-}" = jobs ]; then
   shift
   exec bash "$root/tests/bench/bench_jobs.sh" "$root/$build" "$@"
+fi
+if [ "${1:-}" = failover ]; then
+  shift
+  exec bash "$root/tests/bench/failover.sh" "$root/$build" "$@"
 fi
 if [ "${1:-}" = pslite ]; then
   shift
@@ -45,4 +51,5 @@ fi
 "$root/$build/tests/bench/bench_agg"
 "$root/$build/tests/bench/bench_train"
 "$root/$build/tests/bench/bench_ckpt"
-exec bash "$root/tests/bench/bench_jobs.sh" "$root/$build"
+bash "$root/tests/bench/bench_jobs.sh" "$root/$build"
+exec bash "$root/tests/bench/failover.sh" "$root/$build"
