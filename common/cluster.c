@@ -23,6 +23,7 @@
 #include "cluster_internal.h"
 #include "common/appendf.h"
 #include "fileio.h"
+#include "view.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -263,9 +264,208 @@ fail:
   return NULL;
 }
 
+/* ---- the replication section ----------------------------------------- */
+
+_Static_assert(sizeof((ps_repl_conf *)0)->etcd > PS_REPL_MAX_ETCD_CHARS, "etcd fits");
+_Static_assert(sizeof((ps_repl_conf *)0)->job > PS_REPL_MAX_JOB_CHARS, "job fits");
+
+static void replication_free(ps_cluster_replication *r) {
+  if (r == NULL) return;
+  free(r->etcd);
+  free(r->job);
+  free(r);
+}
+
+int ps_repl_check_etcd(const char *e, const char *name, ps_status *st) {
+  char b[SHOW_MAX];
+  size_t n = strlen(e);
+  if (n == 0)
+    return ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "%s: no etcd endpoint given (HOST:PORT[,HOST:PORT...])", name);
+  if (n > PS_REPL_MAX_ETCD_CHARS)
+    return ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "%s is too long (%zu characters, max %d)", name, n,
+                         PS_REPL_MAX_ETCD_CHARS);
+  int count = 0;
+  for (const char *p = e;;) {
+    const char *comma = strchr(p, ',');
+    size_t len = comma ? (size_t)(comma - p) : strlen(p);
+    int port = -1;
+    if (++count > PS_REPL_MAX_ENDPOINTS)
+      return ps_status_set(st, PS_INVALID_ARGUMENT,
+                           "%s lists more than %d etcd endpoints", name,
+                           PS_REPL_MAX_ENDPOINTS);
+    if (len == 0)
+      return ps_status_set(st, PS_INVALID_ARGUMENT,
+                           "%s \"%s\" has an empty endpoint (HOST:PORT[,HOST:PORT...])",
+                           name, ps_cl_show_(e, n, b, sizeof b));
+    int why = ps_cl_addr_check_(p, len, &port);
+    if (why == ADDR_NOT_HOSTPORT)
+      return ps_status_set(st, PS_INVALID_ARGUMENT,
+                           "%s: endpoint \"%s\" is not HOST:PORT", name,
+                           ps_cl_show_(p, len, b, sizeof b));
+    if (why != ADDR_OK || port == 0)
+      return ps_status_set(st, PS_INVALID_ARGUMENT,
+                           "%s: endpoint \"%s\" has a bad port (must be a number from 1 "
+                           "to 65535)",
+                           name, ps_cl_show_(p, len, b, sizeof b));
+    if (comma == NULL) return 0;
+    p = comma + 1;
+  }
+}
+
+int ps_repl_check_job(const char *job, const char *name, ps_status *st) {
+  char b[SHOW_MAX];
+  size_t n = strlen(job);
+  bool ok = n >= 1 && n <= PS_REPL_MAX_JOB_CHARS;
+  for (size_t i = 0; ok && i < n; i++)
+    ok =
+        isalnum((unsigned char)job[i]) || job[i] == '_' || job[i] == '.' || job[i] == '-';
+  if (!ok)
+    return ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "%s \"%s\" must be 1 to %d characters of A-Z a-z 0-9 _ . -",
+                         name, ps_cl_show_(job, n, b, sizeof b), PS_REPL_MAX_JOB_CHARS);
+  return 0;
+}
+
+/* An integer in [lo, hi] (json-c saturates what does not fit). */
+static bool json_int_in(json_object *v, int64_t lo, int64_t hi, int64_t *out) {
+  if (!json_object_is_type(v, json_type_int)) return false;
+  *out = json_object_get_int64(v);
+  return *out >= lo && *out <= hi;
+}
+
+/* The "replication" object: every key known and checked. */
+static ps_cluster_replication *replication_from_json(json_object *o, const char *pre,
+                                                     ps_status *st) {
+  if (!json_object_is_type(o, json_type_object))
+    return ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "%s: \"replication\" must be an object like {\"replicas\": 2, "
+                         "\"etcd\": \"host:2379,...\", \"job\": \"name\", "
+                         "\"lease_ttl\": 2}",
+                         pre),
+           NULL;
+  ps_cluster_replication *r = calloc(1, sizeof *r);
+  if (r == NULL) return ps_cl_oom_(pre, st), NULL;
+  json_object_object_foreach(o, key, val) {
+    int64_t v;
+    char name[PRE_MAX + 32];
+    snprintf(name, sizeof name, "%s: replication.%.16s", pre, key);
+    if (!strcmp(key, "replicas")) {
+      if (!json_int_in(val, 1, PS_VIEW_MAX_REPLICAS, &v)) {
+        ps_status_set(st, PS_INVALID_ARGUMENT, "%s must be 1, 2 or 3", name);
+        goto fail;
+      }
+      r->replicas = (int)v;
+    } else if (!strcmp(key, "lease_ttl")) {
+      if (!json_int_in(val, 1, PS_REPL_MAX_LEASE_TTL_S, &v)) {
+        ps_status_set(st, PS_INVALID_ARGUMENT,
+                      "%s must be a whole number of seconds from 1 to %d", name,
+                      PS_REPL_MAX_LEASE_TTL_S);
+        goto fail;
+      }
+      r->lease_ttl_s = v;
+    } else if (!strcmp(key, "etcd") || !strcmp(key, "job")) {
+      bool etcd = key[0] == 'e';
+      const char *s =
+          json_object_is_type(val, json_type_string) ? json_object_get_string(val) : NULL;
+      if (s == NULL || strlen(s) != (size_t)json_object_get_string_len(val)) {
+        ps_status_set(st, PS_INVALID_ARGUMENT, "%s must be a string%s", name,
+                      etcd ? " \"HOST:PORT[,HOST:PORT...]\"" : "");
+        goto fail;
+      }
+      if ((etcd ? ps_repl_check_etcd(s, name, st) : ps_repl_check_job(s, name, st)) != 0)
+        goto fail;
+      char **field = etcd ? &r->etcd : &r->job;
+      free(*field); /* (a key given twice: json-c keeps the last) */
+      if ((*field = strdup(s)) == NULL) {
+        ps_cl_oom_(pre, st);
+        goto fail;
+      }
+    } else {
+      char b[SHOW_MAX];
+      ps_status_set(st, PS_INVALID_ARGUMENT,
+                    "%s: replication: unknown key \"%s\" (known: replicas, etcd, job, "
+                    "lease_ttl)",
+                    pre, ps_cl_show_(key, strlen(key), b, sizeof b));
+      goto fail;
+    }
+  }
+  return r;
+fail:
+  replication_free(r);
+  return NULL;
+}
+
+static json_object *replication_to_json(const ps_cluster_replication *r) {
+  json_object *o = json_object_new_object();
+  if (o == NULL) return NULL;
+  if (r->replicas &&
+      json_object_object_add(o, "replicas", json_object_new_int(r->replicas)) != 0)
+    goto fail;
+  if (r->etcd && json_object_object_add(o, "etcd", json_object_new_string(r->etcd)) != 0)
+    goto fail;
+  if (r->job && json_object_object_add(o, "job", json_object_new_string(r->job)) != 0)
+    goto fail;
+  if (r->lease_ttl_s &&
+      json_object_object_add(o, "lease_ttl", json_object_new_int64(r->lease_ttl_s)) != 0)
+    goto fail;
+  return o;
+fail:
+  json_object_put(o);
+  return NULL;
+}
+
+const ps_cluster_replication *ps_cluster_get_replication(const ps_cluster *c) {
+  return c ? c->replication : NULL;
+}
+
+void ps_repl_conf_from_cluster(const ps_cluster *c, ps_repl_conf *out) {
+  memset(out, 0, sizeof *out);
+  out->replicas = 1;
+  snprintf(out->job, sizeof out->job, "%s", PS_REPL_DEFAULT_JOB);
+  out->lease_ttl_s = PS_REPL_DEFAULT_LEASE_TTL_S;
+  const ps_cluster_replication *r = ps_cluster_get_replication(c);
+  if (r == NULL) return;
+  if (r->replicas) out->replicas = r->replicas;
+  if (r->etcd) snprintf(out->etcd, sizeof out->etcd, "%s", r->etcd);
+  if (r->job) snprintf(out->job, sizeof out->job, "%s", r->job);
+  if (r->lease_ttl_s) out->lease_ttl_s = r->lease_ttl_s;
+}
+
+void ps_repl_hosts_free(char **hosts, int n) {
+  for (int i = 0; hosts && i < n; i++)
+    free(hosts[i]);
+  free(hosts);
+}
+
+int ps_repl_hosts_from_cluster(const ps_cluster *c, char ***hosts, int *n,
+                               ps_status *st) {
+  const ps_cluster_job *j = ps_cluster_find_job(c, "ps");
+  *hosts = NULL;
+  *n = 0;
+  if (j == NULL) return 0;
+  char **h = calloc((size_t)j->ntasks, sizeof *h);
+  if (h == NULL) return ps_cl_oom_("cluster", st);
+  for (int i = 0; i < j->ntasks; i++) {
+    const char *a = j->addrs[i];
+    if (a == NULL) continue;
+    const char *colon = strrchr(a, ':'); /* checked host:port: there is one */
+    h[i] = ps_cl_dup_n_(a, colon ? (size_t)(colon - a) : strlen(a));
+    if (h[i] == NULL) {
+      ps_repl_hosts_free(h, j->ntasks);
+      return ps_cl_oom_("cluster", st);
+    }
+  }
+  *hosts = h;
+  *n = j->ntasks;
+  return 0;
+}
+
 void ps_cluster_destroy(ps_cluster *c) {
   if (c == NULL) return;
   security_free(c->security);
+  replication_free(c->replication);
   for (int i = 0; i < c->njobs; i++) {
     ps_cluster_job *j = &c->jobs[i];
     if (j->addrs != NULL)
@@ -466,9 +666,10 @@ ps_cluster *ps_cl_cluster_from_json_(json_object *top, const char *what, const c
                          "{\"ps\": [\"host:port\", ...], \"worker\": [...]}",
                          pre, what),
            NULL;
-  json_object *sec = NULL;
+  json_object *sec = NULL, *repl = NULL;
   int njobs = json_object_object_length(top);
   if (json_object_object_get_ex(top, "security", &sec)) njobs--;
+  if (json_object_object_get_ex(top, "replication", &repl)) njobs--;
   if (njobs <= 0)
     return ps_status_set(st, PS_INVALID_ARGUMENT,
                          "%s: %s has no jobs, expected something like "
@@ -481,14 +682,17 @@ ps_cluster *ps_cl_cluster_from_json_(json_object *top, const char *what, const c
   struct json_object_iterator it = json_object_iter_begin(top);
   struct json_object_iterator end = json_object_iter_end(top);
   for (; !json_object_iter_equal(&it, &end) && i < njobs; json_object_iter_next(&it)) {
-    if (!strcmp(json_object_iter_peek_name(&it), "security")) continue;
-    if (job_from_json(&c->jobs[i], json_object_iter_peek_name(&it),
-                      json_object_iter_peek_value(&it), pre, st) != 0)
+    const char *name = json_object_iter_peek_name(&it);
+    if (!strcmp(name, "security") || !strcmp(name, "replication")) continue;
+    if (job_from_json(&c->jobs[i], name, json_object_iter_peek_value(&it), pre, st) != 0)
       goto fail;
     i++;
   }
   c->njobs = i;
   if (sec && (c->security = security_from_json(sec, pre, st)) == NULL) goto fail;
+  if (json_object_object_get_ex(top, "replication", NULL) &&
+      (c->replication = replication_from_json(repl, pre, st)) == NULL)
+    goto fail;
   if (ps_cl_cluster_finish_(c, pre, st) != 0) goto fail;
   return c;
 fail:
@@ -699,6 +903,14 @@ static char *to_json_flags(const ps_cluster *c, int flags) {
     json_object *v = security_to_json(c->security);
     if (v == NULL) goto done;
     if (json_object_object_add(top, "security", v) != 0) {
+      json_object_put(v);
+      goto done;
+    }
+  }
+  if (c->replication) {
+    json_object *v = replication_to_json(c->replication);
+    if (v == NULL) goto done;
+    if (json_object_object_add(top, "replication", v) != 0) {
       json_object_put(v);
       goto done;
     }

@@ -14,6 +14,35 @@
 /* Largest cluster spec text accepted (file or string). */
 #define PS_CLUSTER_MAX_BYTES (16u << 20)
 
+/* Replication settings (the spec's "replication" section and the
+ * ps-server flags alike; view.h's ps_repl_conf holds them). */
+#define PS_REPL_DEFAULT_JOB "default"
+#define PS_REPL_DEFAULT_LEASE_TTL_S 2
+#define PS_REPL_MAX_LEASE_TTL_S 3600
+#define PS_REPL_MAX_ENDPOINTS 16
+#define PS_REPL_MAX_ETCD_CHARS 1023
+#define PS_REPL_MAX_JOB_CHARS 100
+
+/* The checks of the etcd endpoint list ("HOST:PORT[,HOST:PORT...]", at
+ * most 16 endpoints and 1023 characters, port 1..65535) and of the job
+ * name ([A-Za-z0-9_.-], 1 to 100 characters).  INVALID_ARGUMENT "@name:
+ * ..." or "@name \"VALUE\" ..." (e.g. @name "--etcd"). */
+int ps_repl_check_etcd(const char *endpoints, const char *name, ps_status *st);
+int ps_repl_check_job(const char *job, const char *name, ps_status *st);
+
+/* The settings a job gets from its spec (@c may be NULL): replicas 1,
+ * no etcd, job "default", lease TTL 2 s, each replaced by what the
+ * "replication" section gives.  Flags then overwrite fields of @out. */
+struct ps_repl_conf;
+void ps_repl_conf_from_cluster(const ps_cluster *c, struct ps_repl_conf *out);
+
+/* The hosts the placement compares (view.h, ps_view_placement's @hosts):
+ * ps/i's address in @c without ":PORT" ("h1" of "h1:2222", "[::1]" of
+ * "[::1]:2222"), NULL for a hole.  *@n = ps_cluster_num_tasks(c, "ps")
+ * (0: no ps job, *@hosts NULL).  Free with ps_repl_hosts_free. */
+int ps_repl_hosts_from_cluster(const ps_cluster *c, char ***hosts, int *n, ps_status *st);
+void ps_repl_hosts_free(char **hosts, int n);
+
 /* Writes ps_cluster_to_json() (pretty-printed) to @path atomically: a
  * temporary file in the same directory, fsync, rename. */
 int ps_cluster_write_file(const ps_cluster *c, const char *path, ps_status *st);

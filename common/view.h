@@ -58,6 +58,7 @@ typedef struct ps_repl_conf {
   char job[128];       /* etcd key prefix /paramserver/JOB/ ([A-Za-z0-9_.-]) */
   int64_t lease_ttl_s; /* default 2 */
 } ps_repl_conf;
+/* (ps_repl_conf_from_cluster in cluster.h fills one from a cluster spec.) */
 
 /* The first view (epoch 1): every shard at its placement, every replica
  * in sync, no task joined.  @hosts[i] is ps/i's host (NULL: all on one
@@ -77,9 +78,9 @@ int ps_view_copy(const ps_view *v, ps_view *out, ps_status *st);
  * {"epoch":E,"replicas":R,"joined":[true,...],
  *  "shards":[{"replicas":[1,2],"syncing":[2],"since":E},...]}
  * ps_view_decode checks everything (sizes, ranges, a task at most once per
- * shard, the primary in sync, ntasks matching @ntasks) and refuses with
- * INVALID_ARGUMENT "view: ..." naming what is wrong; it never trusts the
- * text (etcd is outside input). */
+ * shard, the primary in sync, ntasks matching @ntasks; @ntasks 0 takes
+ * any count) and refuses with INVALID_ARGUMENT "view: ..." naming what is
+ * wrong; it never trusts the text (etcd is outside input). */
 char *ps_view_encode(const ps_view *v);
 int ps_view_decode(const char *text, size_t len, int ntasks, ps_view *out, ps_status *st);
 
@@ -96,19 +97,25 @@ bool ps_view_equal(const ps_view *a, const ps_view *b);
  * every shard; where it was the primary, the first IN_SYNC backup becomes
  * primary (since = new epoch) and, R = 3, the other backups become
  * SYNCING (they may hold an update the new primary lacks).  A shard left
- * with no replica is lost (n = 0): *@lost (may be NULL) gets how many.
+ * with no replica, or whose primary had no IN_SYNC backup, is lost
+ * (n = 0): *@lost (may be NULL) gets how many this removal lost.
  *
  * join: @task (re)starts.  First start (joined false): marked joined, its
  * places kept as they are (nothing was acknowledged without it, or it
- * would have been removed).  A restart (joined true): it leaves every
- * shard as remove_task does, then, as a fresh first start would not,
- * comes back as SYNCING to every shard whose placement names it and that
- * has fewer than R replicas and is not lost.
+ * would have been removed; where a removal took it out before it started,
+ * it comes back SYNCING as in rejoin).  A restart (joined true): it leaves
+ * every shard as remove_task does (its copies are gone), then comes back
+ * as SYNCING to every shard whose placement names it and that has fewer
+ * than R replicas and is not lost.
  *
  * rejoin: as join's second half: @task is added as SYNCING to every
  * shard of its placement that is not lost, lacks it and has < R replicas.
  *
- * in_sync: @task finished copying shard @s: SYNCING -> IN_SYNC. */
+ * in_sync: @task finished copying shard @s: SYNCING -> IN_SYNC (no change
+ * when it is not listed there any more).
+ *
+ * Errors (INVALID_ARGUMENT, nothing written to @out): a task or shard
+ * outside the view, a view at its last epoch.  @out must not be @v. */
 int ps_view_remove_task(const ps_view *v, int task, ps_view *out, bool *changed,
                         int *lost, ps_status *st);
 int ps_view_join(const ps_view *v, int task, const char *const *hosts, ps_view *out,
@@ -121,5 +128,10 @@ int ps_view_in_sync(const ps_view *v, int s, int task, ps_view *out, bool *chang
 /* A line for logs and psctl: "epoch 4: 0=[1*,2] 1=[2*] 2=[0*,1~]" (* the
  * primary, ~ syncing).  Writes at most @n bytes. */
 void ps_view_describe(const ps_view *v, char *buf, size_t n);
+/* The placement as a line, for psctl status: "placement (R=2, ring order,
+ * a new host first): 0=[0,2] 1=[1,2] 2=[2,0] 3=[3,0]" ("ring order" alone
+ * when @hosts is NULL or all equal). */
+void ps_view_describe_placement(int ntasks, int replicas, const char *const *hosts,
+                                char *buf, size_t n);
 
 #endif

@@ -687,6 +687,7 @@ static Suite *cluster_suite(void) {
   tcase_add_test(tc, test_destroy_null_and_lookups_on_null);
   tcase_add_test(tc, test_set_address);
   tcase_add_test(tc, test_chief);
+  cluster_repl_tests(tc);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("files");

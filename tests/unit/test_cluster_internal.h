@@ -23,5 +23,6 @@ void slurm_env(const char *procid, const char *ntasks, const char *nodelist,
                const char *tpn);
 const char *job_addrs(const ps_cluster *c, const char *job);
 void cluster_env_tests(TCase *tc);
+void cluster_repl_tests(TCase *tc); /* test_cluster_repl.c */
 
 #endif

@@ -18,6 +18,7 @@
 #define PARAMSERVER_CLUSTER_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "paramserver/api.h"
 #include "paramserver/status.h"
@@ -47,10 +48,23 @@ typedef struct ps_cluster_security {
   int require_auth; /* 1: "require_auth": true */
 } ps_cluster_security;
 
+/* A spec's optional "replication" section (replicated ps shards, DESIGN.md
+ * "Replication"): {"replicas": 2, "etcd": "h1:2379,h2:2379", "job": "mnist",
+ * "lease_ttl": 2}.  Every key is optional: one the spec leaves out is 0
+ * (NULL for a string).  The ps-server flags --replicas, --etcd, --job and
+ * --lease-ttl win over it. */
+typedef struct ps_cluster_replication {
+  int replicas;        /* 1..3: copies of each shard (1: unreplicated) */
+  char *etcd;          /* etcd endpoints "HOST:PORT[,HOST:PORT...]", at most 16 */
+  char *job;           /* etcd keys under /paramserver/JOB/: [A-Za-z0-9_.-]{1,100} */
+  int64_t lease_ttl_s; /* 1..3600: a ps is declared gone this long after it stops */
+} ps_cluster_replication;
+
 typedef struct ps_cluster {
-  int njobs;                     /* >= 1 */
-  ps_cluster_job *jobs;          /* sorted by name, as TF's ClusterDef */
-  ps_cluster_security *security; /* NULL: the spec has no "security" */
+  int njobs;                           /* >= 1 */
+  ps_cluster_job *jobs;                /* sorted by name, as TF's ClusterDef */
+  ps_cluster_security *security;       /* NULL: the spec has no "security" */
+  ps_cluster_replication *replication; /* NULL: the spec has no "replication" */
 } ps_cluster;
 
 typedef struct ps_task_id {
@@ -58,7 +72,8 @@ typedef struct ps_task_id {
   int task;
 } ps_task_id;
 
-/* Parses a cluster spec in ClusterSpec's JSON shape.  @json need not be
+/* Parses a cluster spec in ClusterSpec's JSON shape (plus the optional
+ * "security" and "replication" sections, which are not jobs).  @json need not be
  * NUL-terminated.  @origin names the source in messages, which read
  * "cluster spec <origin>: ..." (a file path; NULL reads "(string)").
  * Checks: valid JSON; an object of job names ([A-Za-z0-9_]+); each job a
@@ -112,6 +127,9 @@ PS_API char *ps_cluster_to_json(const ps_cluster *c);
  * (as TF's resolvers allow), and must name a task of the cluster. */
 PS_API ps_cluster *ps_cluster_resolve(const char *cluster_file, const char *job, int task,
                                       ps_task_id *self, ps_status *st);
+
+/* The spec's "replication" section; NULL if it has none (or @c is NULL). */
+PS_API const ps_cluster_replication *ps_cluster_get_replication(const ps_cluster *c);
 
 /* The chief: "chief"/0 if that job exists, else "worker"/0.  Returns 0, or
  * PS_NOT_FOUND if neither exists. */
