@@ -72,12 +72,15 @@ typedef struct ps_rpc_handler {
   void (*on_stream_end)(ps_rpc_call *call);
   /* Who may call it when the server checks tokens (options.auth):
    * PS_RPC_ACCESS_WORKER (the default: any valid token), _ADMIN (an admin
-   * token, else PERMISSION_DENIED) or _OPEN (no token needed: health). */
+   * token, else PERMISSION_DENIED), _REPLICA (a replica or admin token:
+   * Replicate, ps to ps) or _OPEN (no token needed: health).  A replica
+   * token may call _REPLICA methods only. */
   int access;
 } ps_rpc_handler;
 #define PS_RPC_ACCESS_WORKER 0
 #define PS_RPC_ACCESS_ADMIN 1
 #define PS_RPC_ACCESS_OPEN 2
+#define PS_RPC_ACCESS_REPLICA 3
 
 /* Bytes of bulk data in one Chunk message sent by this module.  gRPC hands
  * a message over only once all of it arrived: 1 MiB chunks let the

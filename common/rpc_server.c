@@ -161,6 +161,17 @@ static int call_authorize(ps_rpc_call *c, const ps_rpc_handler *h) {
     return ps_status_set(&c->st, PS_PERMISSION_DENIED,
                          "%s needs an admin token; this call's token has the %s role", m,
                          ps_role_name(r));
+  if (h->access == PS_RPC_ACCESS_REPLICA && r != PS_ROLE_REPLICA && r != PS_ROLE_ADMIN)
+    return ps_status_set(
+        &c->st, PS_PERMISSION_DENIED,
+        "%s needs a replica or admin token; this call's token has the %s "
+        "role",
+        m, ps_role_name(r));
+  if (h->access == PS_RPC_ACCESS_WORKER && r == PS_ROLE_REPLICA)
+    return ps_status_set(&c->st, PS_PERMISSION_DENIED,
+                         "%s needs a worker or admin token; this call's token has the "
+                         "replica role (ps to ps replication only)",
+                         m);
   c->role = r;
   return 0;
 }

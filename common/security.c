@@ -49,7 +49,10 @@ void ps_secure_zero(void *p, size_t n) {
 }
 
 const char *ps_role_name(ps_role r) {
-  return r == PS_ROLE_ADMIN ? "admin" : r == PS_ROLE_WORKER ? "worker" : "none";
+  return r == PS_ROLE_ADMIN     ? "admin"
+         : r == PS_ROLE_WORKER  ? "worker"
+         : r == PS_ROLE_REPLICA ? "replica"
+                                : "none";
 }
 
 /* The whole of a small regular file, NUL-terminated (malloc'd). */
@@ -144,22 +147,23 @@ static int parse_tokens(const char *path, token_entry **out, size_t *nout,
     char *sp = l + strcspn(l, " \t");
     if (*sp == '\0') {
       rc = ps_status_set(st, PS_INVALID_ARGUMENT,
-                         "--auth-token-file %s, line %d: want ROLE TOKEN (ROLE worker or "
-                         "admin)",
+                         "--auth-token-file %s, line %d: want ROLE TOKEN (ROLE worker, "
+                         "admin or replica)",
                          path, line);
       break;
     }
     *sp++ = '\0';
     while (*sp == ' ' || *sp == '\t')
       sp++;
-    ps_role role = !strcmp(l, "admin")    ? PS_ROLE_ADMIN
-                   : !strcmp(l, "worker") ? PS_ROLE_WORKER
-                                          : PS_ROLE_NONE;
+    ps_role role = !strcmp(l, "admin")     ? PS_ROLE_ADMIN
+                   : !strcmp(l, "worker")  ? PS_ROLE_WORKER
+                   : !strcmp(l, "replica") ? PS_ROLE_REPLICA
+                                           : PS_ROLE_NONE;
     char what[4200];
     snprintf(what, sizeof what, "--auth-token-file %s, line %d", path, line);
     if (role == PS_ROLE_NONE) {
       rc = ps_status_set(st, PS_INVALID_ARGUMENT,
-                         "%s: role '%.32s' is not worker or admin", what, l);
+                         "%s: role '%.32s' is not worker, admin or replica", what, l);
       break;
     }
     if ((rc = ps_token_check(sp, what, st)) != 0) break;

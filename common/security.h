@@ -11,9 +11,16 @@
 
 /* A caller's role.  A worker token creates, initializes, reads and updates
  * variables; an admin token may also restore, snapshot, save, merge,
- * delete, shut down and re-initialize initialized variables. */
-typedef enum ps_role { PS_ROLE_NONE = 0, PS_ROLE_WORKER = 1, PS_ROLE_ADMIN = 2 } ps_role;
-const char *ps_role_name(ps_role r); /* "worker", "admin", "none" */
+ * delete, shut down and re-initialize initialized variables.  A replica
+ * token (the ps tasks' own, --replicas R) may call Replicate only; an
+ * admin token may too.  (Distinct bits: ps_auth_check ORs them.) */
+typedef enum ps_role {
+  PS_ROLE_NONE = 0,
+  PS_ROLE_WORKER = 1,
+  PS_ROLE_ADMIN = 2,
+  PS_ROLE_REPLICA = 4
+} ps_role;
+const char *ps_role_name(ps_role r); /* "worker", "admin", "replica", "none" */
 
 /* Bytes of a token (printable ASCII, no spaces). */
 #define PS_TOKEN_MIN_BYTES 16
@@ -21,8 +28,8 @@ const char *ps_role_name(ps_role r); /* "worker", "admin", "none" */
 /* Largest token or PEM file read. */
 #define PS_SECURITY_FILE_MAX ((size_t)1 << 20)
 
-/* A ps's tokens (--auth-token-file): one "ROLE TOKEN" a line, ROLE worker
- * or admin; blank lines and lines starting with # are skipped.  Only the
+/* A ps's tokens (--auth-token-file): one "ROLE TOKEN" a line, ROLE worker,
+ * admin or replica; blank lines and lines starting with # are skipped.  Only the
  * tokens' SHA-256 digests are kept.  NULL with @st naming the file and
  * line on any error (a bad role, a short token, a token listed twice, no
  * token at all). */

@@ -54,6 +54,7 @@
 #include "common/wire.h"
 #include "ps.pb-c.h"
 #include "service.h"
+#include "service_internal.h"
 #include "store.h"
 
 /* ---- Snapshot / Release ---- */
@@ -80,10 +81,17 @@ static int snapshot_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status
     }
     sel = (ps_snapshot_select){names, keys, rq->n_items};
   }
+  /* replicated: the shards this ps is primary of, by the client's view */
+  size_t nsh = 0;
+  bool *sh = NULL;
+  if (rc == 0) rc = ps_svc_route_(svc, rq->route, "Snapshot", st);
+  if (rc == 0 && ps_service_repl(svc) && (sh = ps_svc_primary_shards_(svc, &nsh)) == NULL)
+    rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
   if (rc == 0)
-    rc =
-        ps_store_snapshot_begin_sel(ps_service_store(svc), rq->id, hold,
-                                    rq->skip_uninitialized, rq->select ? &sel : NULL, st);
+    rc = ps_store_snapshot_begin_in(ps_service_store(svc), rq->id, hold,
+                                    rq->skip_uninitialized, rq->select ? &sel : NULL, sh,
+                                    nsh, st);
+  free(sh);
   free(names);
   free(keys);
   if (rc == 0) {

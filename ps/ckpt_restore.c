@@ -15,7 +15,9 @@
 #include "common/wire.h"
 #include "paramserver/checkpoint.h"
 #include "ps.pb-c.h"
+#include "repl_internal.h"
 #include "service.h"
+#include "service_internal.h"
 #include "store.h"
 
 typedef struct staged {
@@ -120,6 +122,14 @@ static int restore_open(job *j, held_dir *pd, ps_bundle_reader **r, ps_var ***va
   if (j->rq->list) return 0; /* no variable is looked at (restore_list) */
   if (j->rq->n_items == 0) {
     *vars = ps_store_list(store, nv);
+    size_t nsh = 0, k = 0; /* replicated: the shards it is primary of */
+    bool *sh = ps_svc_primary_shards_(j->svc, &nsh);
+    for (size_t i = 0; sh && *vars && i < *nv; i++)
+      if ((*vars)[i]->shard >= 0 && (size_t)(*vars)[i]->shard < nsh &&
+          sh[(*vars)[i]->shard])
+        (*vars)[k++] = (*vars)[i];
+    if (sh) *nv = k;
+    free(sh);
     return 0;
   }
   *nv = j->rq->n_items;
@@ -169,12 +179,20 @@ static int restore_apply(job *j, ps_var **vars, staged *sv, size_t nv, ps_status
                          "restoring %s: the variable changed shape during the restore",
                          v->name);
   }
+  ps_repl *repl = ps_service_repl(j->svc);
+  if (rc == 0 && repl) rc = ps_repl_check_vars(repl, vars, nv, "Restore", st);
+  ps_repl_group g = {0};
   for (size_t i = 0; i < nv && rc == 0; i++) {
     ps_var *v = sv[i].v;
     sv[i].old = v->buf ? ps_buf_ref(v->buf) : NULL;
     ps_var_set_buf(store, v, sv[i].buf, NULL);
+    if (repl) ps_repl_add_value(&g, v);
   }
+  /* replicated: the restored values fill every replica before the answer */
+  ps_svc_blocking b;
+  int rr = rc == 0 && repl ? ps_svc_blocking_commit_(j->svc, &g, &b, st) : 0;
   ps_store_unlock_set(vars, nv);
+  if (rc == 0 && repl) rc = ps_svc_blocking_wait_(&b, rr, st);
   /* the replaced buffers are unmapped outside the locks */
   for (size_t i = 0; i < nv; i++)
     ps_buf_unref(sv[i].old);
@@ -301,6 +319,7 @@ int ps_ckpt_restore_header_(ps_rpc_call *c, const uint8_t *p, size_t n, ps_statu
   if (rc == 0)
     rc = ps_wire_check_strings(&paramserver__restore_request__descriptor, p, n, "Restore",
                                st);
+  if (rc == 0) rc = ps_svc_route_(j->svc, j->rq->route, "Restore", st);
   if (rc) return rc;
   /* test hook: answer as an older ps-server, which ignores check_only and
    * restores (tests of the client's guard against it) */

@@ -18,6 +18,7 @@
 #include "paramserver/checkpoint.h"
 #include "ps.pb-c.h"
 #include "service.h"
+#include "service_internal.h"
 #include "store.h"
 
 /* Removes P.index and P.data-?????-of-NNNNN (@nshards) of a bundle this
@@ -183,13 +184,20 @@ int ps_ckpt_save_header_(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *
     rc = ps_status_set(st, PS_INVALID_ARGUMENT, "Save: shard %d of %d is not valid",
                        rq->shard, rq->num_shards);
   int64_t sid = rq->snapshot_id;
+  if (rc == 0) rc = ps_svc_route_(j->svc, rq->route, "Save", st);
   paramserver__save_request__free_unpacked(rq, NULL);
   if (rc) return rc;
   snprintf(j->part, sizeof j->part, "%s_temp/part-%05d-of-%05d", j->prefix, j->shard,
            j->nshards);
   ps_store *store = ps_service_store(j->svc);
-  if (sid == 0) { /* this ps alone, now */
-    if ((rc = ps_store_snapshot_begin(store, -1, 10000, false, st)) != 0) return rc;
+  if (sid == 0) { /* this ps alone, now (replicated: the shards it is primary of) */
+    size_t nsh = 0;
+    bool *sh = ps_svc_primary_shards_(j->svc, &nsh);
+    if (ps_service_repl(j->svc) && sh == NULL)
+      return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+    rc = ps_store_snapshot_begin_in(store, -1, 10000, false, NULL, sh, nsh, st);
+    free(sh);
+    if (rc != 0) return rc;
     ps_store_snapshot_release(store, -1);
     j->snap = ps_store_snapshot_take(store, -1);
   } else {

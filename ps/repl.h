@@ -40,7 +40,9 @@ ps_repl *ps_repl_create(struct ps_service *svc, int self, int ntasks,
                         const char *const *addrs, const ps_rpc_channel_security *sec,
                         const ps_repl_callbacks *cb, ps_status *st);
 /* Stops the senders (held updates fail UNAVAILABLE "ps/N is shutting
- * down") and frees everything.  The service must no longer call hooks. */
+ * down") and frees everything.  The service must no longer call hooks:
+ * call it after ps_rpc_server_shutdown() (no new call) and before
+ * waiting for its done callback (held calls end only here). */
 void ps_repl_destroy(ps_repl *r);
 
 /* A new view (copied).  The data plane then: serves as primary the shards

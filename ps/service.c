@@ -56,6 +56,7 @@
 #include "health.pb-c.h"
 #include "paramserver/checkpoint.h"
 #include "ps.pb-c.h"
+#include "repl_internal.h"
 #include "sync.h"
 
 void ps_service_limits_default(ps_service_limits *l) {
@@ -153,7 +154,9 @@ static int create_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *
   Paramserver__CreateRequest *req = paramserver__create_request__unpack(NULL, n, p);
   if (req == NULL) return ps_svc_bad_request_(st, "Create");
   Paramserver__CreateResponse resp = PARAMSERVER__CREATE_RESPONSE__INIT;
-  int rc = 0;
+  int rc = ps_svc_route_(s, req->route, "Create", st);
+  int shard = ps_svc_route_shard_(s, req->route);
+  if (shard < 0) shard = ps_store_own_shard(s->store);
   /* Validate every spec first so a bad one creates nothing. */
   for (size_t i = 0; i < req->n_vars && rc == 0; i++) {
     Paramserver__VariableSpec *v = req->vars[i];
@@ -178,6 +181,12 @@ static int create_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *
    * created, so the batch still creates all or nothing. */
   char **made = calloc(req->n_vars + 1, sizeof *made);
   size_t nmade = 0;
+  ps_repl_group g = {0};
+  bool meta = s->repl && rc == 0;
+  if (meta) { /* this shard's primary, not fenced; Creates and Deletes in order */
+    rc = ps_repl_check_route(s->repl, shard, -1, "Create", st);
+    ps_repl_meta_lock(s->repl);
+  }
   if (made == NULL && rc == 0)
     rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
   for (size_t i = 0; i < req->n_vars && rc == 0; i++) {
@@ -202,8 +211,8 @@ static int create_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *
       off = v->initializer->offset;
     }
     bool created;
-    rc = ps_store_create_var(s->store, v->name, (ps_dtype)v->dtype, &shape, ip, full_name,
-                             fs, off, &created, st);
+    rc = ps_store_create_var_in(s->store, shard, v->name, (ps_dtype)v->dtype, &shape, ip,
+                                full_name, fs, off, &created, st);
     if (rc == 0) {
       if (created) {
         resp.created++;
@@ -228,6 +237,17 @@ static int create_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *
       free(gone);
     }
   }
+  if (s->repl && rc == 0) { /* the new variables reach the backups */
+    for (size_t i = 0; i < nmade; i++) {
+      ps_var *v = ps_store_lookup(s->store, made[i]);
+      if (v == NULL) continue;
+      pthread_rwlock_rdlock(&v->lock);
+      if (!v->deleted) ps_repl_add_create(&g, v);
+      pthread_rwlock_unlock(&v->lock);
+    }
+    rc = ps_svc_commit_(c, &g, st);
+  }
+  if (meta) ps_repl_meta_unlock(s->repl);
   free(made);
   if (rc == 0) ps_rpc_call_reply(c, &resp.base);
   paramserver__create_request__free_unpacked(req, NULL);
@@ -237,16 +257,16 @@ static int create_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *
 /* ---- Initialize ---- */
 
 /* Variables named in @names (all when empty), or NOT_FOUND. */
-static ps_var **resolve(ps_service *s, char **names, size_t n, size_t *out_n,
+static ps_var **resolve(ps_service *s, int shard, char **names, size_t n, size_t *out_n,
                         ps_status *st) {
-  ps_var **vars = n == 0 ? ps_store_list(s->store, out_n) : malloc(n * sizeof *vars);
+  ps_var **vars = n == 0 ? ps_svc_list_(s, shard, out_n) : malloc(n * sizeof *vars);
   if (vars == NULL) {
     ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
     return NULL;
   }
   if (n == 0) return vars;
   for (size_t i = 0; i < n; i++) {
-    vars[i] = ps_store_find(s->store, names[i], st);
+    vars[i] = ps_svc_find_(s, shard, names[i], st);
     if (vars[i] == NULL) {
       free(vars);
       return NULL;
@@ -268,7 +288,10 @@ static int initialize_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_stat
   if (req == NULL) return ps_svc_bad_request_(st, "Initialize");
   size_t nv = 0;
   int rc = 0;
-  ps_var **vars = resolve(s, req->names, req->n_names, &nv, st);
+  ps_var **vars = NULL;
+  if (ps_svc_route_(s, req->route, "Initialize", st) == 0)
+    vars =
+        resolve(s, ps_svc_route_shard_(s, req->route), req->names, req->n_names, &nv, st);
   if (vars == NULL) {
     paramserver__initialize_request__free_unpacked(req, NULL);
     return st->code;
@@ -287,6 +310,7 @@ static int initialize_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_stat
     rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
   if (rc == 0 && nv > 0) {
     ps_store_lock_set(vars, nv, true);
+    if (s->repl) rc = ps_repl_check_vars(s->repl, vars, nv, "Initialize", st);
     for (size_t i = 0; i < nv && rc == 0; i++) {
       ps_var *v = vars[i];
       if ((rc = ps_var_gone(s->store, v, st)) != 0) break;
@@ -305,12 +329,15 @@ static int initialize_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_stat
       if (dup) continue;
       if ((bufs[i] = ps_var_init_buf(s->store, v, st)) == NULL) rc = st->code;
     }
+    ps_repl_group g = {0};
     if (rc == 0)
       for (size_t i = 0; i < nv; i++)
         if (bufs[i]) {
           ps_var_set_buf(s->store, vars[i], bufs[i], NULL);
           done[nd++] = vars[i]->name;
+          if (s->repl) ps_repl_add_value(&g, vars[i]);
         }
+    if (rc == 0 && s->repl) rc = ps_svc_commit_(c, &g, st);
     ps_store_unlock_set(vars, nv);
   }
   if (rc == 0) {
@@ -334,10 +361,13 @@ static int initialize_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_stat
  * looked at under its lock.  A variable deleted meanwhile is NOT_FOUND if
  * named, else left out.  *@names and *@init (malloc'd, *@n entries): the
  * name of each variable left and whether it holds a value. */
-static int init_state(ps_service *s, const Paramserver__NamesRequest *req, char ***names,
-                      protobuf_c_boolean **init, size_t *n, ps_status *st) {
+static int init_state(ps_service *s, const Paramserver__NamesRequest *req,
+                      const char *method, char ***names, protobuf_c_boolean **init,
+                      size_t *n, ps_status *st) {
   size_t nv = 0, k = 0;
-  ps_var **vars = resolve(s, req->names, req->n_names, &nv, st);
+  if (ps_svc_route_(s, req->route, method, st) != 0) return st->code;
+  ps_var **vars =
+      resolve(s, ps_svc_route_shard_(s, req->route), req->names, req->n_names, &nv, st);
   if (vars == NULL) return st->code;
   *names = calloc(nv + 1, sizeof **names);
   *init = calloc(nv + 1, sizeof **init);
@@ -373,7 +403,7 @@ static int is_init_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status 
   char **names;
   protobuf_c_boolean *init;
   size_t nv;
-  int rc = init_state(s, req, &names, &init, &nv, st);
+  int rc = init_state(s, req, "IsInitialized", &names, &init, &nv, st);
   if (rc == 0) {
     Paramserver__IsInitializedResponse resp = PARAMSERVER__IS_INITIALIZED_RESPONSE__INIT;
     resp.initialized = init;
@@ -394,7 +424,7 @@ static int report_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *
   char **names;
   protobuf_c_boolean *init;
   size_t nv;
-  int rc = init_state(s, req, &names, &init, &nv, st);
+  int rc = init_state(s, req, "ReportUninitialized", &names, &init, &nv, st);
   if (rc == 0) {
     size_t k = 0;
     for (size_t i = 0; i < nv; i++)
@@ -418,9 +448,12 @@ static int list_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *st
   CHECK_WIRE(paramserver__list_request__descriptor, "List");
   Paramserver__ListRequest *req = paramserver__list_request__unpack(NULL, n, p);
   if (req == NULL) return ps_svc_bad_request_(st, "List");
+  int shard = ps_svc_route_shard_(s, req->route);
+  int rc0 = ps_svc_route_(s, req->route, "List", st);
   paramserver__list_request__free_unpacked(req, NULL);
+  if (rc0 != 0) return rc0;
   size_t nv = 0;
-  ps_var **vars = ps_store_list(s->store, &nv);
+  ps_var **vars = ps_svc_list_(s, shard, &nv);
   Paramserver__VarInfo *infos = calloc(nv + 1, sizeof *infos);
   Paramserver__VarInfo **ptrs = calloc(nv + 1, sizeof *ptrs);
   int64_t *dims = calloc(nv * PS_MAX_RANK + 1, sizeof *dims);
@@ -466,6 +499,7 @@ static int list_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *st
     ptrs[i] = &infos[i];
   }
   Paramserver__ListResponse resp = PARAMSERVER__LIST_RESPONSE__INIT;
+  if (s->repl) resp.epoch = ps_repl_epoch(s->repl);
   resp.vars = ptrs;
   resp.n_vars = k;
   ps_rpc_call_reply(c, &resp.base);
@@ -494,7 +528,9 @@ static int status_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *
                      (double)(now.tv_nsec - s->start.tv_nsec) / 1e9;
   resp.pid = getpid();
   resp.rpcs = atomic_load(&s->rpcs);
+  if (s->repl) ps_repl_status(s->repl, &resp);
   ps_rpc_call_reply(c, &resp.base);
+  if (s->repl) ps_repl_status_free(&resp);
   return 0;
 }
 
@@ -526,11 +562,28 @@ static int delete_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *
     rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
     goto out;
   }
-  if ((rc = ps_store_remove(s->store, req->names, req->n_names, flags, &vars, &nv,
-                            missing, st)) != 0)
-    goto out;
+  if ((rc = ps_svc_route_(s, req->route, "Delete", st)) != 0) goto out;
+  if (s->repl) { /* only variables of shards it is primary of (the route's) */
+    int shard = ps_svc_route_shard_(s, req->route);
+    for (size_t i = 0; i < req->n_names && rc == 0; i++) {
+      ps_var *v = ps_store_lookup(s->store, req->names[i]);
+      if (v && shard >= 0 && v->shard != shard)
+        rc = ps_status_set(st, PS_NOT_FOUND,
+                           "variable %s does not exist in shard %d on %s", v->name, shard,
+                           s->task);
+      else if (v)
+        rc = ps_repl_check_vars(s->repl, &v, 1, "Delete", st);
+    }
+    if (rc != 0) goto out;
+    ps_repl_meta_lock(s->repl);
+  }
+  rc =
+      ps_store_remove(s->store, req->names, req->n_names, flags, &vars, &nv, missing, st);
+  if (rc != 0 && s->repl) ps_repl_meta_unlock(s->repl);
+  if (rc != 0) goto out;
   for (size_t i = 0; i < req->n_names; i++)
     if (missing[i]) miss[nmiss++] = req->names[i];
+  ps_repl_group g = {0};
   /* Out of the table now; mark each deleted under its lock, so calls that
    * still hold it answer NOT_FOUND, and fail what waits for its step. */
   for (size_t i = 0; i < nv; i++) {
@@ -546,9 +599,15 @@ static int delete_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *
       w = ps_accum_fail(v->accum, PS_NOT_FOUND, msg);
     }
     ps_var_mark_deleted(s->store, v);
+    if (s->repl) ps_repl_add_delete(&g, v->shard, v->name);
     pthread_rwlock_unlock(&v->lock);
     ps_svc_sync_release_all_(w);
     PS_INFO("deleted variable %s", v->name);
+  }
+  if (s->repl) {
+    rc = ps_svc_commit_(c, &g, st);
+    ps_repl_meta_unlock(s->repl);
+    if (rc != 0) goto out;
   }
   names = calloc(nv + 1, sizeof *names);
   if (names == NULL) {
@@ -631,7 +690,7 @@ static int health_call(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *st
   } else {
     resp.status =
         !known ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVICE_UNKNOWN
-        : atomic_load(&s->sync_closed)
+        : atomic_load(&s->sync_closed) || (s->repl && ps_repl_fenced(s->repl, NULL, 0))
             ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING
             : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING;
     ps_rpc_call_reply(c, &resp.base);
@@ -665,16 +724,18 @@ static void health_watch_end(ps_rpc_call *c) {
 }
 
 const ps_rpc_handler ps_svc_handlers[10] = {
-    {"/paramserver.Ps/Create", create_header, no_data, NULL, NULL, PS_RPC_ACCESS_WORKER},
-    {"/paramserver.Ps/Initialize", initialize_header, no_data, NULL, NULL,
+    {"/paramserver.Ps/Create", create_header, ps_svc_held_data_, ps_svc_held_free_, NULL,
      PS_RPC_ACCESS_WORKER},
+    {"/paramserver.Ps/Initialize", initialize_header, ps_svc_held_data_,
+     ps_svc_held_free_, NULL, PS_RPC_ACCESS_WORKER},
     {"/paramserver.Ps/IsInitialized", is_init_header, no_data, NULL, NULL,
      PS_RPC_ACCESS_WORKER},
     {"/paramserver.Ps/ReportUninitialized", report_header, no_data, NULL, NULL,
      PS_RPC_ACCESS_WORKER},
     {"/paramserver.Ps/List", list_header, no_data, NULL, NULL, PS_RPC_ACCESS_WORKER},
     {"/paramserver.Ps/Status", status_header, no_data, NULL, NULL, PS_RPC_ACCESS_WORKER},
-    {"/paramserver.Ps/Delete", delete_header, no_data, NULL, NULL, PS_RPC_ACCESS_ADMIN},
+    {"/paramserver.Ps/Delete", delete_header, ps_svc_held_data_, ps_svc_held_free_, NULL,
+     PS_RPC_ACCESS_ADMIN},
     {"/paramserver.Ps/Shutdown", shutdown_header, no_data, NULL, NULL,
      PS_RPC_ACCESS_ADMIN},
     {"/grpc.health.v1.Health/Check", health_check, no_data, NULL, NULL,

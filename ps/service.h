@@ -82,6 +82,14 @@ void ps_service_saved(ps_service *svc, double end, double secs, long long bytes)
 void ps_service_last_save(ps_service *svc, double *end, double *secs, long long *bytes,
                           long long *count);
 
+/* Replication (ps/repl.h): @r serves this service's shards replicated
+ * (NULL: unreplicated, R = 1).  Set before the server starts; the service
+ * does not own @r (destroy it after the server stopped, before the
+ * service). */
+struct ps_repl;
+void ps_service_set_repl(ps_service *svc, struct ps_repl *r);
+struct ps_repl *ps_service_repl(ps_service *svc);
+
 /* The handler table for ps_rpc_server_create(); user pointer = the service. */
 const ps_rpc_handler *ps_service_handlers(size_t *n);
 

@@ -148,3 +148,70 @@ int ps_svc_check_indices_(const void *idx, size_t isize, int64_t n, int64_t boun
   }
   return 0;
 }
+
+/* Update.fill's spec, the full shape it fills a part of (@shape for a
+ * whole variable) and the name that picks its random stream. */
+static int fill_spec(const Paramserver__Update *u, const ps_shape *shape,
+                     ps_init_spec *init, ps_shape *full, const char **nm, ps_status *st) {
+  *full = *shape;
+  *nm = u->fill->full_name[0] ? u->fill->full_name : u->name;
+  int rc = ps_svc_init_from_proto_(u->fill, u->name, u->dtype, init, st);
+  if (rc == 0 && u->fill->n_full_shape)
+    rc =
+        ps_svc_shape_from_(full, u->fill->full_shape, u->fill->n_full_shape, u->name, st);
+  return rc;
+}
+
+/* An assign of a graph's initializer filled here (Update.fill): an
+ * asynchronous ASSIGN without indices, its initializer valid for the
+ * value's dtype and shape (or for the part's place in its full shape). */
+int ps_svc_check_fill_(const Paramserver__Update *u, const ps_shape *shape, bool sync,
+                       const char *op, ps_status *st) {
+  if (u->op != PARAMSERVER__UPDATE_OP__ASSIGN || sync || u->index_dtype || u->num_indices)
+    return ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "%s %s: only an asynchronous Assign can take an initializer "
+                         "(fill)",
+                         op, u->name);
+  ps_init_spec init;
+  ps_shape full;
+  const char *nm;
+  int rc = fill_spec(u, shape, &init, &full, &nm, st);
+  if (rc == 0)
+    rc = ps_init_check(&init, nm, u->dtype, &full, u->fill->offset,
+                       ps_shape_num_elements(shape), st);
+  if (rc != 0) ps_status_prefix(st, "Assign %s", u->name);
+  return rc;
+}
+
+/* Fills it->val with the initializer check_fill() accepted: the values
+ * the client's ps_init_fill_draw() would compute for the same run. */
+int ps_svc_run_fill_(const Paramserver__Update *u, const ps_shape *shape, void *out,
+                     ps_status *st) {
+  ps_init_spec init;
+  ps_shape full;
+  const char *nm;
+  uint64_t seed = u->fill_seed;
+  int rc = fill_spec(u, shape, &init, &full, &nm, st);
+  if (rc == 0)
+    rc = ps_init_fill_draw(&init, nm, u->dtype, &full, u->fill->offset,
+                           ps_shape_num_elements(shape), &seed, u->fill_draw, out, st);
+  if (rc != 0) ps_status_prefix(st, "Assign %s", u->name);
+  return rc;
+}
+
+int ps_svc_expect_(ps_rpc_call *c, int rc, const ProtobufCBinaryData *inl,
+                   ps_rpc_segs *sink, const char *method, const char *items,
+                   ps_status *st) {
+  if (rc == 0 && inl->len > 0) {
+    if (inl->len != sink->total)
+      rc = ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "%s: inline data has %zu bytes, the %s need %zu", method,
+                         inl->len, items, sink->total);
+    else
+      ps_rpc_segs_fill(sink, 0, inl->data, sink->total);
+    ps_rpc_segs_fini(sink);
+  }
+  if (rc == 0) ps_rpc_call_expect(c, sink);
+  ps_rpc_segs_fini(sink);
+  return rc;
+}

@@ -12,7 +12,8 @@
 #define COUNT(t) (sizeof(t) / sizeof((t)[0]))
 
 static ps_rpc_handler handlers[COUNT(ps_svc_handlers) + COUNT(ps_svc_update_handlers) +
-                               COUNT(ps_svc_read_handlers) + COUNT(ps_ckpt_handlers)];
+                               COUNT(ps_svc_read_handlers) + COUNT(ps_ckpt_handlers) +
+                               COUNT(ps_repl_handlers)];
 static size_t nhandlers;
 
 static void add(const ps_rpc_handler *t, size_t n) {
@@ -26,6 +27,7 @@ const ps_rpc_handler *ps_service_handlers(size_t *n) {
     add(ps_svc_update_handlers, COUNT(ps_svc_update_handlers));
     add(ps_svc_read_handlers, COUNT(ps_svc_read_handlers));
     add(ps_ckpt_handlers, COUNT(ps_ckpt_handlers));
+    add(ps_repl_handlers, COUNT(ps_repl_handlers));
   }
   *n = nhandlers;
   return handlers;

@@ -7,6 +7,7 @@
 #ifndef PS_SERVICE_INTERNAL_H
 #define PS_SERVICE_INTERNAL_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -34,6 +35,7 @@ struct ps_service {
   long long ckpt_bytes, ckpt_count;
   void (*on_shutdown)(void *); /* the daemon's stop, for Shutdown calls */
   void *shutdown_arg;
+  struct ps_repl *repl; /* replication (NULL: R = 1, no hook runs) */
 };
 
 /* The request's list (field 1) and strings are checked on the wire before
@@ -66,6 +68,22 @@ struct Paramserver__Initializer;
  * (INVALID_ARGUMENT naming @var); @out borrows @p's values. */
 int ps_svc_init_from_proto_(const struct Paramserver__Initializer *p, const char *var,
                             int dtype, ps_init_spec *out, ps_status *st);
+/* A request's bulk bytes (unless @rc already failed it): from its
+ * @inl inline data when there is any (exactly @sink's total, else
+ * INVALID_ARGUMENT "METHOD: inline data has N bytes, the ITEMS need M"),
+ * else as Chunks into @sink (ps_rpc_call_expect).  Frees @sink.  Returns
+ * the outcome. */
+int ps_svc_expect_(ps_rpc_call *c, int rc, const ProtobufCBinaryData *inl,
+                   ps_rpc_segs *sink, const char *method, const char *items,
+                   ps_status *st);
+/* Update.fill: an asynchronous Assign's initializer checked against the
+ * value's @shape (or the part's place in its full shape), and run into
+ * @out (the values the client's ps_init_fill_draw() would compute). */
+struct Paramserver__Update;
+int ps_svc_check_fill_(const struct Paramserver__Update *u, const ps_shape *shape,
+                       bool sync, const char *op, ps_status *st);
+int ps_svc_run_fill_(const struct Paramserver__Update *u, const ps_shape *shape,
+                     void *out, ps_status *st);
 /* Update's and Read's indices: each in [0, @bound). */
 int ps_svc_check_indices_(const void *idx, size_t isize, int64_t n, int64_t bound,
                           const char *var, const char *op, ps_status *st);
@@ -74,6 +92,63 @@ int ps_svc_check_indices_(const void *idx, size_t isize, int64_t n, int64_t boun
 extern const ps_rpc_handler ps_svc_handlers[10];       /* service.c */
 extern const ps_rpc_handler ps_svc_update_handlers[1]; /* service_update.c */
 extern const ps_rpc_handler ps_svc_read_handlers[1];   /* service_read.c */
+extern const ps_rpc_handler ps_repl_handlers[2];       /* repl_apply.c */
+/* service_repl.c: a request's Route (NULL: none) checked: 0, or
+ * FAILED_PRECONDITION / UNAVAILABLE as ps_repl_check_route says. */
+struct Paramserver__Route;
+int ps_svc_route_(ps_service *s, const struct Paramserver__Route *route,
+                  const char *method, ps_status *st);
+/* The shard a Route limits a request to (-1: every variable). */
+int ps_svc_route_shard_(ps_service *s, const struct Paramserver__Route *route);
+/* ps_store_find, and NOT_FOUND for a variable of another shard (@shard >= 0). */
+ps_var *ps_svc_find_(ps_service *s, int shard, const char *name, ps_status *st);
+/* ps_store_list of @shard's variables (@shard -1: all). */
+ps_var **ps_svc_list_(ps_service *s, int shard, size_t *n);
+/* Enqueues @g for the backups and holds the call's answer until they
+ * acknowledged: the handler sets its reply, then returns this; its
+ * on_data is ps_svc_held_data_ and its on_free ps_svc_held_free_ (the
+ * call's ctx is the hold). */
+struct ps_repl_group;
+int ps_svc_commit_(ps_rpc_call *c, struct ps_repl_group *g, ps_status *st);
+int ps_svc_held_data_(ps_rpc_call *c, ps_status *st);
+void ps_svc_held_free_(ps_rpc_call *c);
+/* Update: every variable of @vars (locked) is of a shard this ps is
+ * primary of, and (@cid != 0) whether (@cid, @seq) was applied already
+ * (*@dup); @before[i] gets vars[i]'s version. */
+int ps_svc_update_check_(ps_service *s, ps_var *const *vars, size_t n, uint64_t cid,
+                         uint64_t seq, bool *dup, int64_t *before, ps_status *st);
+/* A scatter or sparse optimizer update of @v's rows @idx (ROWS entries). */
+typedef struct ps_svc_rows {
+  ps_var *v;
+  ps_buf *idx;
+  int index_dtype;
+  int64_t n;
+} ps_svc_rows;
+/* The effects of an applied Update (still locked): the variables whose
+ * version moved, as ROWS or VALUE entries, and its dedup record; then
+ * ps_repl_commit (its return: 0, PS_RPC_PENDING (@fn called later) or an
+ * error). */
+typedef void (*ps_svc_done_fn)(void *arg, int rc, const ps_status *st);
+int ps_svc_update_effects_(ps_service *s, ps_var *const *vars, size_t n,
+                           const int64_t *before, const ps_svc_rows *rows, size_t nrows,
+                           uint64_t cid, uint64_t seq, ps_svc_done_fn fn, void *arg,
+                           ps_status *st);
+/* The shards this ps is primary of (malloc'd, *@n of them); NULL when
+ * unreplicated (or out of memory: *@n is 0 then too). */
+bool *ps_svc_primary_shards_(ps_service *s, size_t *n);
+/* Restore: its effects enqueued under its locks (ps_svc_blocking_commit_),
+ * then, the locks dropped, waited for (ps_svc_blocking_wait_ with the
+ * commit's return; returns the outcome). */
+typedef struct ps_svc_blocking {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  bool done;
+  int rc;
+  ps_status st;
+} ps_svc_blocking;
+int ps_svc_blocking_commit_(ps_service *s, struct ps_repl_group *g, ps_svc_blocking *b,
+                            ps_status *st);
+int ps_svc_blocking_wait_(ps_svc_blocking *b, int rc, ps_status *st);
 /* service_update.c: answers the calls whose synchronous updates @w were
  * waiting on (Delete fails them). */
 struct ps_sync_waiter;

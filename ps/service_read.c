@@ -13,6 +13,7 @@
 #include "common/variable.h"
 #include "common/wire.h"
 #include "ps.pb-c.h"
+#include "repl.h"
 #include "service_internal.h"
 #include "store.h"
 #include "sync.h"
@@ -60,8 +61,13 @@ static int read_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *st
                          "(--max-read-names)",
                          ni, (long long)s->limits.max_read_names);
   }
+  int rc = ps_svc_route_(s, req->route, "Read", st);
+  int shard = ps_svc_route_shard_(s, req->route);
+  if (rc != 0) {
+    paramserver__read_request__free_unpacked(req, NULL);
+    return rc;
+  }
   read_ctx *x = calloc(1, sizeof *x);
-  int rc = 0;
   if (x == NULL || (x->items = calloc(req->n_items + 1, sizeof *x->items)) == NULL) {
     free(x);
     paramserver__read_request__free_unpacked(req, NULL);
@@ -74,7 +80,7 @@ static int read_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *st
   for (size_t i = 0; i < x->n && rc == 0; i++) {
     Paramserver__ReadItem *ri = req->items[i];
     read_item *it = &x->items[i];
-    if ((it->v = ps_store_find(s->store, ri->name, st)) == NULL) {
+    if ((it->v = ps_svc_find_(s, shard, ri->name, st)) == NULL) {
       rc = st->code;
       break;
     }
@@ -197,6 +203,7 @@ static int read_data(ps_rpc_call *c, ps_status *st) {
     Paramserver__ReadResponse resp = PARAMSERVER__READ_RESPONSE__INIT;
     resp.tensors = mp;
     resp.n_tensors = x->n;
+    if (s->repl) resp.epoch = ps_repl_epoch(s->repl);
     ps_rpc_call_reply(c, &resp.base);
     for (size_t i = 0; i < x->n; i++)
       ps_rpc_call_reply_data(c, bufs[i]->data, bufs[i]->size, bufs[i]);

@@ -14,6 +14,7 @@
 #include "common/variable.h"
 #include "common/wire.h"
 #include "ps.pb-c.h"
+#include "repl.h"
 #include "service_internal.h"
 #include "store.h"
 #include "sync.h"
@@ -49,9 +50,10 @@ typedef struct upd_ctx {
   size_t n;
   ps_rpc_call *call;
   bool any_sync;
-  int64_t bytes;      /* staged bytes (values and indices) */
-  atomic_int pending; /* waiting updates + 1 while the handler runs */
-  ps_status err;      /* a failure after validation (out of memory) */
+  int64_t bytes;        /* staged bytes (values and indices) */
+  ps_sync_waiter *held; /* calls whose step this one applied: answered with it */
+  atomic_int pending;   /* waiting updates + 1 while the handler runs */
+  ps_status err;        /* a failure after validation (out of memory) */
 } upd_ctx;
 
 /* An APPLY_* op minus APPLY_GRADIENT_DESCENT is its ps_opt_kind. */
@@ -239,51 +241,6 @@ static int check_sync_unique(upd_ctx *x, ps_status *st) {
   return rc;
 }
 
-/* An assign of a graph's initializer filled here (Update.fill): an
- * asynchronous ASSIGN without indices, its initializer valid for the
- * value's dtype and shape (or for the part's place in its full shape). */
-static int check_fill(upd_item *it, ps_status *st) {
-  Paramserver__Update *u = it->u;
-  if (u->op != PARAMSERVER__UPDATE_OP__ASSIGN || it->sync || u->index_dtype ||
-      u->num_indices)
-    return ps_status_set(st, PS_INVALID_ARGUMENT,
-                         "%s %s: only an asynchronous Assign can take an initializer "
-                         "(fill)",
-                         op_name(u->op), u->name);
-  ps_init_spec init;
-  ps_shape full = it->shape;
-  const char *nm = u->fill->full_name[0] ? u->fill->full_name : u->name;
-  int rc = ps_svc_init_from_proto_(u->fill, u->name, u->dtype, &init, st);
-  if (rc == 0 && u->fill->n_full_shape)
-    rc = ps_svc_shape_from_(&full, u->fill->full_shape, u->fill->n_full_shape, u->name,
-                            st);
-  if (rc == 0)
-    rc = ps_init_check(&init, nm, u->dtype, &full, u->fill->offset,
-                       ps_shape_num_elements(&it->shape), st);
-  if (rc != 0) ps_status_prefix(st, "Assign %s", u->name);
-  return rc;
-}
-
-/* Fills it->val with the initializer check_fill() accepted: the values
- * the client's ps_init_fill_draw() would compute for the same run. */
-static int run_fill(upd_item *it, ps_status *st) {
-  Paramserver__Update *u = it->u;
-  ps_init_spec init;
-  ps_shape full = it->shape;
-  const char *nm = u->fill->full_name[0] ? u->fill->full_name : u->name;
-  uint64_t seed = u->fill_seed;
-  int rc = ps_svc_init_from_proto_(u->fill, u->name, u->dtype, &init, st);
-  if (rc == 0 && u->fill->n_full_shape)
-    rc = ps_svc_shape_from_(&full, u->fill->full_shape, u->fill->n_full_shape, u->name,
-                            st);
-  if (rc == 0)
-    rc = ps_init_fill_draw(&init, nm, u->dtype, &full, u->fill->offset,
-                           ps_shape_num_elements(&it->shape), &seed, u->fill_draw,
-                           it->val->data, st);
-  if (rc != 0) ps_status_prefix(st, "Assign %s", u->name);
-  return rc;
-}
-
 static void update_free(ps_rpc_call *c) {
   upd_ctx *x = ps_rpc_call_ctx(c);
   if (x == NULL) return;
@@ -306,6 +263,8 @@ static int update_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *
   atomic_init(&x->pending, 1);
   x->req = paramserver__update_request__unpack(NULL, n, p);
   if (x->req == NULL) return ps_svc_bad_request_(st, "Update");
+  if (ps_svc_route_(s, x->req->route, "Update", st) != 0) return st->code;
+  int shard = ps_svc_route_shard_(s, x->req->route);
   x->n = x->req->n_updates;
   x->items = calloc(x->n + 1, sizeof *x->items);
   if (x->items == NULL) return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
@@ -322,7 +281,7 @@ static int update_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *
                          (int)u->op);
       break;
     }
-    if ((it->v = ps_store_find(s->store, u->name, st)) == NULL) {
+    if ((it->v = ps_svc_find_(s, shard, u->name, st)) == NULL) {
       rc = st->code;
       break;
     }
@@ -363,7 +322,9 @@ static int update_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *
       }
       ps_rpc_segs_add(&sink, it->idx->data, it->idx->size, NULL);
     }
-    if (u->fill && (rc = check_fill(it, st)) != 0) break;
+    if (u->fill &&
+        (rc = ps_svc_check_fill_(u, &it->shape, it->sync, op_name(u->op), st)) != 0)
+      break;
     size_t vb;
     if ((rc = ps_svc_tensor_bytes_(s, u->dtype, &it->shape, op, u->name, &vb, st)) != 0 ||
         (rc = ps_svc_add_staged_(s, &staged, vb, "Update", st)) != 0)
@@ -375,25 +336,14 @@ static int update_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *
       break;
     }
     if (u->fill) {
-      if (!zero && (rc = run_fill(it, st)) != 0) break;
+      if (!zero && (rc = ps_svc_run_fill_(u, &it->shape, it->val->data, st)) != 0) break;
     } else {
       ps_rpc_segs_add(&sink, it->val->data, it->val->size, NULL);
     }
   }
   if (rc == 0 && x->any_sync) rc = check_sync_unique(x, st);
   x->bytes = (int64_t)sink.total;
-  if (rc == 0 && x->req->inline_data.len > 0) {
-    if (x->req->inline_data.len != sink.total)
-      rc = ps_status_set(st, PS_INVALID_ARGUMENT,
-                         "Update: inline data has %zu bytes, the updates need %zu",
-                         x->req->inline_data.len, sink.total);
-    else
-      ps_rpc_segs_fill(&sink, 0, x->req->inline_data.data, sink.total);
-    ps_rpc_segs_fini(&sink);
-  }
-  if (rc == 0) ps_rpc_call_expect(c, &sink);
-  ps_rpc_segs_fini(&sink);
-  return rc;
+  return ps_svc_expect_(c, rc, &x->req->inline_data, &sink, "Update", "updates", st);
 }
 
 static int64_t index_at(const upd_item *it, int64_t k) {
@@ -804,6 +754,8 @@ static int update_reply(upd_ctx *x, ps_status *st) {
   }
   resp.versions = versions;
   resp.n_versions = x->n;
+  ps_service *s = ps_rpc_call_server_user(x->call);
+  if (s->repl) resp.epoch = ps_repl_epoch(s->repl);
   if (x->any_sync) {
     resp.stale = stale;
     resp.n_stale = x->n;
@@ -866,6 +818,17 @@ void ps_service_shutdown(ps_service *s) {
 
 /* ---- the Update handler ---- */
 
+/* The backups acknowledged the effects of call @x (@rc 0), or never will
+ * (@rc UNAVAILABLE: fenced): the calls whose step it applied, then @x. */
+static void update_replicated(void *arg, int rc, const ps_status *st) {
+  upd_ctx *x = arg;
+  if (rc != 0 && x->err.code == PS_OK) x->err = *st;
+  ps_sync_waiter *w = x->held;
+  x->held = NULL;
+  ps_svc_sync_release_all_(w);
+  sync_release(x);
+}
+
 /* Locks every variable of the request, slots included (one write-lock set,
  * taken in name order), validates the whole batch in order against a
  * simulated state, and applies it only if all of it is valid.  Returns 0
@@ -916,9 +879,13 @@ static int update_apply(ps_rpc_call *c, ps_status *st) {
     nlock += 1 + (x->items[i].opt ? x->items[i].opt->nslots : 0);
   ps_var **vars = malloc((nlock + 1) * sizeof *vars);
   sim *sims = calloc(nlock + 1, sizeof *sims);
-  if (vars == NULL || sims == NULL) {
+  int64_t *before = s->repl ? calloc(nlock + 1, sizeof *before) : NULL;
+  ps_svc_rows *rows = s->repl ? calloc(nlock + 1, sizeof *rows) : NULL;
+  if (vars == NULL || sims == NULL || (s->repl && (before == NULL || rows == NULL))) {
     free(vars);
     free(sims);
+    free(before);
+    free(rows);
     return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
   }
   nlock = 0;
@@ -933,7 +900,13 @@ static int update_apply(ps_rpc_call *c, ps_status *st) {
   size_t nsim = 0;
   for (size_t i = 0; i < nlock && rc == 0; i++)
     rc = ps_var_gone(s->store, vars[i], st);
-  for (size_t i = 0; i < x->n && rc == 0; i++) {
+  bool dup = false; /* replication: this (client_id, seq) was applied already */
+  uint64_t cid = x->req->client_id, seq = x->req->seq;
+  if (rc == 0 && s->repl)
+    rc = ps_svc_update_check_(s, vars, nlock, cid, seq, &dup, before, st);
+  for (size_t i = 0; i < x->n && rc == 0 && dup; i++)
+    x->items[i].version = x->items[i].v->version; /* answered, not applied */
+  for (size_t i = 0; i < x->n && rc == 0 && !dup; i++) {
     upd_item *it = &x->items[i];
     sim *sm = sim_of(sims, &nsim, it->v);
     if (it->sync && !sm->init) {
@@ -951,19 +924,42 @@ static int update_apply(ps_rpc_call *c, ps_status *st) {
     if (rc == 0 && it->sync) rc = validate_sync(s, it, sm, st);
   }
   ps_sync_waiter *done = NULL;
-  if (rc == 0)
-    for (size_t i = 0; i < x->n; i++) {
-      upd_item *it = &x->items[i];
-      if (it->sync) {
-        sync_update(s, it, &done);
-      } else {
-        apply_update(s->store, it);
-        it->version = it->v->version;
-      }
+  size_t nrows = 0;
+  for (size_t i = 0; i < x->n && rc == 0 && !dup; i++) {
+    upd_item *it = &x->items[i];
+    if (it->sync) {
+      sync_update(s, it, &done);
+    } else {
+      apply_update(s->store, it);
+      it->version = it->v->version;
+      /* rows for scatters and the row-local sparse kernels (Adam's sparse
+       * update decays every row of its slots: whole values) */
+      bool local =
+          it->idx && (!it->opt || it->u->op != PARAMSERVER__UPDATE_OP__APPLY_ADAM);
+      for (size_t k = 0; rows && local && k <= (it->opt ? it->opt->nslots : 0); k++)
+        rows[nrows++] = (ps_svc_rows){k ? it->slots[k - 1] : it->v, it->idx,
+                                      it->u->index_dtype, it->u->num_indices};
     }
+  }
+  if (rc == 0 && s->repl) { /* to the backups; answered once they have it */
+    x->held = done;
+    done = NULL;
+    atomic_fetch_add(&x->pending, 1);
+    ps_status rst;
+    int rr = ps_svc_update_effects_(s, vars, nlock, before, rows, nrows, cid, seq,
+                                    update_replicated, x, &rst);
+    if (rr != PS_RPC_PENDING) { /* nothing to wait for (or fenced) */
+      if (rr != 0) x->err = rst;
+      done = x->held;
+      x->held = NULL;
+      atomic_fetch_sub(&x->pending, 1);
+    }
+  }
   ps_store_unlock_set(vars, nlock);
   free(vars);
   free(sims);
+  free(before);
+  free(rows);
   if (rc != 0) return rc;
   /* answer the calls whose last waiting update this one completed (this
    * call still holds its own count, so it is not among them) */

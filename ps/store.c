@@ -52,6 +52,7 @@ struct ps_store {
   ps_var *graveyard;          /* deleted variables, freed by destroy */
   atomic_llong bytes;
   char task[64];
+  int own_shard; /* N of "ps/N" */
 };
 
 #define GROUP_BUCKETS 256
@@ -94,6 +95,9 @@ ps_store *ps_store_create(const char *task) {
     return NULL;
   }
   snprintf(s->task, sizeof s->task, "%s", task ? task : "ps");
+  const char *sl = strrchr(s->task, '/');
+  long own = sl ? strtol(sl + 1, NULL, 10) : 0;
+  s->own_shard = own > 0 && own < INT32_MAX ? (int)own : 0;
   return s;
 }
 
@@ -302,10 +306,22 @@ static bool part_equal(const ps_var *v, const char *full_name, const ps_shape *f
   return v->init_offset == offset;
 }
 
+int ps_store_own_shard(const ps_store *s) {
+  return s->own_shard;
+}
+
 int ps_store_create_var(ps_store *s, const char *name, ps_dtype dtype,
                         const ps_shape *shape, const ps_init_spec *init,
                         const char *full_name, const ps_shape *full_shape, int64_t offset,
                         bool *created, ps_status *st) {
+  return ps_store_create_var_in(s, s->own_shard, name, dtype, shape, init, full_name,
+                                full_shape, offset, created, st);
+}
+
+int ps_store_create_var_in(ps_store *s, int shard, const char *name, ps_dtype dtype,
+                           const ps_shape *shape, const ps_init_spec *init,
+                           const char *full_name, const ps_shape *full_shape,
+                           int64_t offset, bool *created, ps_status *st) {
   *created = false;
   if (name == NULL || name[0] == '\0')
     return ps_status_set(st, PS_INVALID_ARGUMENT, "variable name is empty");
@@ -364,6 +380,7 @@ int ps_store_create_var(ps_store *s, const char *name, ps_dtype dtype,
   if (v->name == NULL) goto oom;
   v->dtype = dtype;
   v->shape = *shape;
+  v->shard = shard;
   if (init) {
     v->has_init = true;
     v->init = *init;
@@ -793,6 +810,12 @@ static int cmp_sel(const void *a, const void *b, void *ctx) {
 int ps_store_snapshot_begin_sel(ps_store *s, int64_t id, int64_t hold_ms,
                                 bool skip_uninitialized, const ps_snapshot_select *sel,
                                 ps_status *st) {
+  return ps_store_snapshot_begin_in(s, id, hold_ms, skip_uninitialized, sel, NULL, 0, st);
+}
+
+int ps_store_snapshot_begin_in(ps_store *s, int64_t id, int64_t hold_ms,
+                               bool skip_uninitialized, const ps_snapshot_select *sel,
+                               const bool *shards, size_t nshards, ps_status *st) {
   size_t *sorted = NULL;
   bool *seen = NULL;
   if (sel) {
@@ -847,6 +870,8 @@ int ps_store_snapshot_begin_sel(ps_store *s, int64_t id, int64_t hold_ms,
   }
   for (size_t i = 0; i < n && rc == 0; i++) {
     ps_var *v = vars[i];
+    if (shards && (v->shard < 0 || (size_t)v->shard >= nshards || !shards[v->shard]))
+      continue; /* a shard held as a backup */
     long k = sel ? sel_find(sel, sorted, v->name) : -1;
     if (sel && k < 0) continue;
     if (sel) seen[k] = true;

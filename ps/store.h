@@ -39,6 +39,10 @@ typedef struct ps_var {
   pthread_rwlock_t lock;
   struct ps_var *next; /* hash chain; then the list of deleted variables */
   bool deleted;        /* removed from the table (under @lock) */
+  /* Replication: the shard the variable belongs to (the task whose
+   * placement it has; set at Create from its Route, else this ps's own
+   * index), fixed for the variable's life. */
+  int shard;
 } ps_var;
 
 typedef struct ps_store ps_store;
@@ -60,6 +64,15 @@ int ps_store_create_var(ps_store *s, const char *name, ps_dtype dtype,
                         const ps_shape *shape, const ps_init_spec *init,
                         const char *full_name, const ps_shape *full_shape, int64_t offset,
                         bool *created, ps_status *st);
+/* ps_store_create_var for shard @shard (a new variable gets it; an
+ * existing one keeps its own). */
+int ps_store_create_var_in(ps_store *s, int shard, const char *name, ps_dtype dtype,
+                           const ps_shape *shape, const ps_init_spec *init,
+                           const char *full_name, const ps_shape *full_shape,
+                           int64_t offset, bool *created, ps_status *st);
+/* The shard of variables created without one: N of a task named "ps/N",
+ * else 0. */
+int ps_store_own_shard(const ps_store *s);
 ps_var *ps_store_lookup(ps_store *s, const char *name);
 /* NOT_FOUND "variable NAME does not exist on ps/0". */
 ps_var *ps_store_find(ps_store *s, const char *name, ps_status *st);
@@ -194,6 +207,12 @@ typedef struct ps_snapshot_select {
 int ps_store_snapshot_begin_sel(ps_store *s, int64_t id, int64_t hold_ms,
                                 bool skip_uninitialized, const ps_snapshot_select *sel,
                                 ps_status *st);
+/* ps_store_snapshot_begin_sel of the variables of the shards @shards[i]
+ * says (@nshards of them; NULL: all): replication's "every shard this ps
+ * is the primary of". */
+int ps_store_snapshot_begin_in(ps_store *s, int64_t id, int64_t hold_ms,
+                               bool skip_uninitialized, const ps_snapshot_select *sel,
+                               const bool *shards, size_t nshards, ps_status *st);
 void ps_store_snapshot_release(ps_store *s, int64_t id);
 /* Size of the held snapshot @id (0, 0 if none). */
 void ps_store_snapshot_stats(ps_store *s, int64_t id, int64_t *nvars, int64_t *bytes);

@@ -73,7 +73,9 @@ static void check_loaded(ps_auth *a, char *text) {
     char *tok = l + strcspn(l, " \t");
     *tok++ = '\0';
     tok += strspn(tok, " \t");
-    ps_role want = !strcmp(l, "admin") ? PS_ROLE_ADMIN : PS_ROLE_WORKER;
+    ps_role want = !strcmp(l, "admin")     ? PS_ROLE_ADMIN
+                   : !strcmp(l, "replica") ? PS_ROLE_REPLICA
+                                           : PS_ROLE_WORKER;
     char hdr[PS_TOKEN_MAX_BYTES + 16];
     snprintf(hdr, sizeof hdr, "Bearer %s", tok);
     if (check(a, hdr) != want) FAIL("token of role %s does not authenticate", l);

@@ -536,6 +536,8 @@ static const struct {
     {"Merge", &paramserver__merge_request__descriptor},
     {"Restore", &paramserver__restore_request__descriptor},
     {"Delete", &paramserver__delete_request__descriptor},
+    {"Replicate", &paramserver__replicate_request__descriptor},
+    {"Digest", &paramserver__digest_request__descriptor},
 };
 
 static const ProtobufCMessageDescriptor *request_descriptor(void) {

@@ -399,6 +399,52 @@ static void others(void) {
   put("Restore", "list", &rs.base, NULL, 0);
 }
 
+/* Replicate (a ps without replication decodes and checks it, then
+ * refuses it) and Digest. */
+static void replication(void) {
+  int64_t sh[2] = {2, 2};
+  float val[4] = {1, 2, 3, 4};
+  Paramserver__ReplicateEntry v = PARAMSERVER__REPLICATE_ENTRY__INIT;
+  v.kind = PARAMSERVER__REPLICATE_ENTRY__KIND__VALUE;
+  v.name = "w";
+  v.dtype = 1;
+  v.shape = sh;
+  v.n_shape = 2;
+  v.version = 3;
+  v.initialized = 1;
+  v.value_bytes = sizeof val;
+  Paramserver__ReplicateEntry *ep = &v;
+  Paramserver__ReplicateRequest r = PARAMSERVER__REPLICATE_REQUEST__INIT;
+  r.epoch = 1;
+  r.entries = &ep;
+  r.n_entries = 1;
+  put("Replicate", "value", &r.base, val, sizeof val);
+  int32_t rows[1] = {1};
+  uint8_t bulk[sizeof rows + 8];
+  memcpy(bulk, rows, sizeof rows);
+  memcpy(bulk + sizeof rows, val, 8);
+  v.kind = PARAMSERVER__REPLICATE_ENTRY__KIND__ROWS;
+  v.index_dtype = 3;
+  v.num_indices = 1;
+  v.index_bytes = sizeof rows;
+  v.value_bytes = 8;
+  v.base_version = 2;
+  put("Replicate", "rows", &r.base, bulk, sizeof bulk);
+  Paramserver__ReplicateEntry c = PARAMSERVER__REPLICATE_ENTRY__INIT;
+  Paramserver__VariableSpec spec = PARAMSERVER__VARIABLE_SPEC__INIT;
+  spec.name = "w";
+  spec.dtype = 1;
+  spec.shape = sh;
+  spec.n_shape = 2;
+  c.kind = PARAMSERVER__REPLICATE_ENTRY__KIND__CREATE;
+  c.name = "w";
+  c.spec = &spec;
+  ep = &c;
+  put("Replicate", "create", &r.base, NULL, 0);
+  Paramserver__DigestRequest d = PARAMSERVER__DIGEST_REQUEST__INIT;
+  put("Digest", "shard0", &d.base, NULL, 0);
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: %s DIR\n", argv[0]);
@@ -410,6 +456,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   creates();
+  replication();
   names();
   updates();
   reads();

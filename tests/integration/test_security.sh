@@ -50,7 +50,7 @@ printf 'worker shorttoken\n' > "$dir/short"
 expect "a short token" 2 "--auth-token-file $dir/short, line 1: a token must have 16 to 4096 characters" \
   "$PS_SERVER" --cluster "$dir/one.json" --auth-token-file "$dir/short"
 printf '# tokens\n\nroot 0123456789abcdef0123\n' > "$dir/badrole"
-expect "a bad role, by line" 2 "--auth-token-file $dir/badrole, line 3: role 'root' is not worker or admin" \
+expect "a bad role, by line" 2 "--auth-token-file $dir/badrole, line 3: role 'root' is not worker, admin or replica" \
   "$PS_SERVER" --cluster "$dir/one.json" --auth-token-file "$dir/badrole"
 printf 'admin 0123456789abcdef0123\nworker 0123456789abcdef0123\n' > "$dir/twice"
 expect "a token listed twice" 2 "line 2: the same token is listed twice" \

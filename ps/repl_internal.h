@@ -1,0 +1,217 @@
+/* The replication data plane's insides (ps/repl.h), shared by repl.c (the
+ * view, routing checks, dedup records, the hooks the service calls),
+ * repl_send.c (one sender per backup task: its FIFO, batching, Replicate
+ * calls, the state copy) and repl_apply.c (the backup's Replicate handler,
+ * Digest).  Private to ps/.
+ *
+ * Locks: ps_repl.mu guards the view, the senders, their FIFOs and the
+ * waits.  It is taken after variable locks (the hooks run while a request
+ * holds its variables' write locks), never before them.  ps_repl.meta
+ * serializes Create and Delete with the entries they enqueue, so a name
+ * deleted and created again reaches every backup in that order. */
+#ifndef PS_REPL_INTERNAL_H
+#define PS_REPL_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/rpc.h"
+#include "common/status.h"
+#include "common/tensor.h"
+#include "common/view.h"
+#include "repl.h"
+#include "store.h"
+
+/* Entry kinds (ReplicateEntry.Kind of proto/ps.proto). */
+#define PS_REPL_VALUE 0
+#define PS_REPL_ROWS 1
+#define PS_REPL_CREATE 2
+#define PS_REPL_DELETE 3
+#define PS_REPL_DEDUP 4
+#define PS_REPL_DONE 5
+
+/* Entries and bytes of one Replicate call at most. */
+#define PS_REPL_BATCH_ENTRIES 4096
+#define PS_REPL_BATCH_BYTES ((int64_t)64 << 20)
+
+/* Dedup records: per client the last PS_REPL_DEDUP_SEQS seqs applied, for
+ * at most PS_REPL_DEDUP_CLIENTS clients (the least recently seen client's
+ * record is evicted first). */
+#define PS_REPL_DEDUP_SEQS 256
+#define PS_REPL_DEDUP_CLIENTS 1024
+
+/* Called once the entries of a request were acknowledged by every in-sync
+ * backup (@rc 0), or can never be (@rc UNAVAILABLE: fenced, shutting
+ * down).  Runs on a sender's thread or the membership thread, with no
+ * lock of the data plane held. */
+typedef void (*ps_repl_done_fn)(void *arg, int rc, const ps_status *st);
+
+typedef struct ps_repl_wait {
+  int pending; /* backups still to acknowledge (under ps_repl.mu) */
+  int lost;    /* >= 0: a view took shard `lost` from this primary first */
+  ps_repl_done_fn fn;
+  void *arg;
+} ps_repl_wait;
+
+typedef struct ps_repl_entry {
+  struct ps_repl_entry *next;
+  int kind, shard;
+  char *name;
+  int dtype;
+  ps_shape shape;
+  int64_t version, base_version, var_epoch;
+  bool initialized;
+  ps_buf *val; /* VALUE: the variable's buffer (a reference); ROWS: the rows */
+  ps_buf *idx; /* ROWS: the indices */
+  int index_dtype;
+  int64_t num_indices;
+  uint8_t *spec; /* CREATE: a packed VariableSpec */
+  size_t spec_len;
+  uint64_t client_id, seq;
+  ps_repl_wait *wait; /* the last entry of a waited group for this backup */
+  int64_t bytes;      /* bulk bytes */
+} ps_repl_entry;
+
+/* The effects of one request, gathered while it holds its locks and
+ * enqueued at once by ps_repl_commit. */
+typedef struct ps_repl_group {
+  ps_repl_entry *e;
+  size_t n, cap;
+  bool oom;
+} ps_repl_group;
+
+typedef struct ps_repl_sender {
+  struct ps_repl_sender *next;
+  struct ps_repl *r;
+  int task;
+  ps_rpc_channel *ch;
+  pthread_t th;
+  pthread_cond_t cv;
+  /* under r->mu */
+  ps_repl_entry *head, *tail; /* queued, not yet in a call */
+  ps_repl_entry *inflight;    /* the batch of the call running */
+  int64_t lag_entries, lag_bytes;
+  bool failed;      /* a Replicate failed: nothing more is sent */
+  bool retired;     /* no longer a backup of any shard: the thread ends */
+  bool exited;      /* the thread ended (ps_repl_senders_reap joins it) */
+  int *copy_shards; /* shards to copy (SYNCING), FIFO */
+  size_t ncopy, capcopy;
+  int64_t copied_bytes;
+} ps_repl_sender;
+
+typedef struct ps_dedup_client {
+  uint64_t id;
+  uint64_t last_use;
+  int n, next;
+  uint64_t seqs[PS_REPL_DEDUP_SEQS];
+} ps_dedup_client;
+
+struct ps_repl {
+  struct ps_service *svc;
+  ps_store *store;
+  int self, ntasks;
+  char **addrs;
+  ps_rpc_channel_security sec;
+  char *sec_strs[5];
+  ps_repl_callbacks cb;
+  pthread_mutex_t mu;
+  pthread_cond_t view_cv;
+  ps_view view; /* epoch 0: none yet */
+  bool fenced, stopping;
+  char fence_reason[256];
+  ps_repl_sender *senders; /* live and retiring */
+  int *last_holders;       /* [ntasks * PS_VIEW_MAX_REPLICAS]: for lost shards */
+  int64_t *shard_applied;  /* [ntasks]: bytes applied per shard (a copy's progress) */
+  long long failovers, sent_bytes, applied_bytes;
+  pthread_mutex_t meta;
+  /* dedup records */
+  pthread_mutex_t dmu;
+  ps_dedup_client *clients;
+  size_t nclients;
+  uint64_t dclock;
+};
+
+/* ---- repl.c: the hooks of the service ---- */
+
+/* A request's Route: 0 when this ps serves shard @shard as its primary
+ * (@shard -1: any; then only fencing and the epoch are checked);
+ * FAILED_PRECONDITION "ps/1 is not the primary of shard 0 (view epoch 5;
+ * primary ps/2)"; UNAVAILABLE when fenced or the shard is lost.  @epoch
+ * is the client's (0: routed by the placement before any view). */
+int ps_repl_check_route(ps_repl *r, int shard, int64_t epoch, const char *method,
+                        ps_status *st);
+/* Every variable of @vars (locked) is of a shard this ps is primary of,
+ * and it is not fenced. */
+int ps_repl_check_vars(ps_repl *r, ps_var *const *vars, size_t n, const char *method,
+                       ps_status *st);
+/* Shards this ps is primary of (bitmap of @n bytes; false beyond). */
+int64_t ps_repl_primary_set(ps_repl *r, bool *is_primary, size_t n);
+
+/* ---- repl_dedup.c ---- */
+
+/* Dedup: *@dup true when (@cid, @seq) was applied already;
+ * FAILED_PRECONDITION when @seq is older than every seq remembered for
+ * @cid with its record full (it cannot tell). */
+int ps_repl_dedup_check(ps_repl *r, uint64_t cid, uint64_t seq, bool *dup, ps_status *st);
+void ps_repl_dedup_record(ps_repl *r, uint64_t cid, uint64_t seq);
+/* Every record (for a state copy): *@cids, *@seqs malloc'd, returns how
+ * many. */
+size_t ps_repl_dedup_dump(ps_repl *r, uint64_t **cids, uint64_t **seqs);
+
+/* ---- repl_entry.c ---- */
+
+/* Group building (caller holds the variables' locks). */
+void ps_repl_add_value(ps_repl_group *g, const ps_var *v);
+void ps_repl_add_rows(ps_repl_group *g, const ps_var *v, int64_t base_version,
+                      ps_buf *idx, int index_dtype, int64_t nidx);
+void ps_repl_add_create(ps_repl_group *g, const ps_var *v);
+void ps_repl_add_delete(ps_repl_group *g, int shard, const char *name);
+void ps_repl_add_dedup(ps_repl_group *g, int shard, uint64_t cid, uint64_t seq);
+void ps_repl_group_fini(ps_repl_group *g);
+void ps_repl_entry_fini(ps_repl_entry *e);
+ps_repl_entry *ps_repl_entry_clone(const ps_repl_entry *e);
+void ps_repl_entry_free(ps_repl_entry *e);
+
+/* ---- repl.c ---- */
+/* Enqueues @g's entries into the FIFO of every backup of their shards,
+ * atomically.  0: nothing to wait for (@fn is not called);
+ * PS_RPC_PENDING: @fn(@arg) will be called once; else an error (fenced,
+ * out of memory) with @st.  Frees @g's entries in every case. */
+int ps_repl_commit(ps_repl *r, ps_repl_group *g, ps_repl_done_fn fn, void *arg,
+                   ps_status *st);
+
+/* For Create and Delete. */
+void ps_repl_meta_lock(ps_repl *r);
+void ps_repl_meta_unlock(ps_repl *r);
+
+/* Status's replication fields (the strings point into static tables). */
+struct Paramserver__StatusResponse;
+struct Paramserver__ShardStatus;
+/* Fills @resp (shards malloc'd: free with ps_repl_status_free). */
+void ps_repl_status(ps_repl *r, struct Paramserver__StatusResponse *resp);
+void ps_repl_status_free(struct Paramserver__StatusResponse *resp);
+
+/* ---- repl_send.c ---- */
+
+/* The sender of backup @task (under r->mu), created and started if new. */
+ps_repl_sender *ps_repl_sender_get(ps_repl *r, int task);
+/* Appends @e to @snd's FIFO (under r->mu). */
+void ps_repl_sender_push(ps_repl_sender *snd, ps_repl_entry *e);
+/* Drops @snd's entries for which @keep (shard, backup task) says
+ * PS_REPL_DROP_*, releasing their waits into *@done (under r->mu); NULL:
+ * every wait is released (fence, shutdown). */
+#define PS_REPL_DROP_ACK 0  /* the backup left the shard: no longer waited for */
+#define PS_REPL_KEEP 1      /* still to be sent */
+#define PS_REPL_DROP_LOST 2 /* this ps is no longer the shard's primary */
+void ps_repl_sender_drop(ps_repl_sender *snd, int (*keep)(ps_repl *, int, int),
+                         ps_repl_wait ***done, size_t *ndone, size_t *cap);
+/* Asks @snd to copy shard @s (under r->mu). */
+void ps_repl_sender_copy(ps_repl_sender *snd, int s);
+/* Joins every sender's thread and frees them (r->stopping set). */
+void ps_repl_senders_join(ps_repl *r);
+/* Joins and frees the retired senders whose thread ended (no lock held). */
+void ps_repl_senders_reap(ps_repl *r);
+
+#endif

@@ -1,0 +1,486 @@
+/* The senders of replication (ps/repl_internal.h): one thread per backup
+ * task, draining its FIFO in order, in batches of at most
+ * PS_REPL_BATCH_ENTRIES entries or PS_REPL_BATCH_BYTES bytes, one
+ * /paramserver.Ps/Replicate call per batch (bulk bytes as Chunks,
+ * referencing the variables' buffers: zero copy).  When the backup
+ * answered, the waits of the batch's groups count down; the last answer a
+ * group needed calls its function (the request is answered).  A failed
+ * call stops the sender (nothing more is sent; the waits are held) and
+ * tells membership (callbacks.backup_failed), which removes the backup
+ * from the view; ps_repl_set_view then releases the waits.
+ *
+ * State copy to a SYNCING backup: new entries of the shard already go to
+ * its FIFO (set_view registered it); the sender walks the shard's
+ * variables, for each under its read lock a CREATE and a VALUE entry, then
+ * the dedup records, then DONE; when the backup acknowledged DONE,
+ * callbacks.synced. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/log.h"
+#include "ps.pb-c.h"
+#include "repl_internal.h"
+
+#define RETRY_BEHIND_MS 20
+#define RETRY_BEHIND_MAX 250 /* 5 s for the backup's view to catch up */
+
+static void *sender_main(void *arg);
+
+ps_repl_sender *ps_repl_sender_get(ps_repl *r, int task) {
+  for (ps_repl_sender *s = r->senders; s; s = s->next)
+    if (s->task == task && !s->retired) return s;
+  if (r->stopping) return NULL;
+  ps_repl_sender *s = calloc(1, sizeof *s);
+  if (s == NULL) return NULL;
+  s->r = r;
+  s->task = task;
+  pthread_cond_init(&s->cv, NULL);
+  if (pthread_create(&s->th, NULL, sender_main, s) != 0) {
+    pthread_cond_destroy(&s->cv);
+    free(s);
+    return NULL;
+  }
+  s->next = r->senders;
+  r->senders = s;
+  return s;
+}
+
+void ps_repl_sender_push(ps_repl_sender *snd, ps_repl_entry *e) {
+  e->next = NULL;
+  if (snd->tail)
+    snd->tail->next = e;
+  else
+    snd->head = e;
+  snd->tail = e;
+  snd->lag_entries++;
+  snd->lag_bytes += e->bytes;
+  pthread_cond_signal(&snd->cv);
+}
+
+static void add_done(ps_repl_wait *w, ps_repl_wait ***done, size_t *n, size_t *cap) {
+  if (*n == *cap) {
+    size_t nc = *cap ? *cap * 2 : 16;
+    ps_repl_wait **d = realloc(*done, nc * sizeof *d);
+    if (d == NULL) {
+      PS_ERROR("replication: out of memory releasing an update");
+      return;
+    }
+    *done = d;
+    *cap = nc;
+  }
+  (*done)[(*n)++] = w;
+}
+
+/* @keep NULL: every wait is failed (each wait once: it is cut from every
+ * entry that points at it, in every sender, by the caller's loop). */
+void ps_repl_sender_drop(ps_repl_sender *snd, int (*keep)(ps_repl *, int, int),
+                         ps_repl_wait ***done, size_t *ndone, size_t *cap) {
+  ps_repl *r = snd->r;
+  ps_repl_entry *lists[2] = {snd->inflight, snd->head};
+  for (int l = 0; l < 2; l++)
+    for (ps_repl_entry *e = lists[l]; e; e = e->next) {
+      int k = keep ? keep(r, e->shard, snd->task) : PS_REPL_DROP_ACK;
+      if (k == PS_REPL_KEEP) continue;
+      ps_repl_wait *w = e->wait;
+      e->wait = NULL;
+      if (w == NULL) continue;
+      if (k == PS_REPL_DROP_LOST) w->lost = e->shard;
+      if (keep == NULL) { /* failing all: each wait once */
+        if (w->pending > 0) {
+          w->pending = 0;
+          add_done(w, done, ndone, cap);
+        }
+      } else if (--w->pending == 0) {
+        add_done(w, done, ndone, cap);
+      }
+    }
+  if (keep == NULL) return;
+  /* queued entries of a shard it no longer backs are not sent */
+  ps_repl_entry **pp = &snd->head, *prev = NULL;
+  while (*pp) {
+    ps_repl_entry *e = *pp;
+    if (keep(r, e->shard, snd->task) != PS_REPL_KEEP) {
+      *pp = e->next;
+      snd->lag_entries--;
+      snd->lag_bytes -= e->bytes;
+      ps_repl_entry_free(e);
+    } else {
+      prev = e;
+      pp = &e->next;
+    }
+  }
+  snd->tail = prev;
+}
+
+void ps_repl_sender_copy(ps_repl_sender *snd, int s) {
+  if (snd->ncopy == snd->capcopy) {
+    size_t nc = snd->capcopy ? snd->capcopy * 2 : 4;
+    int *c = realloc(snd->copy_shards, nc * sizeof *c);
+    if (c == NULL) {
+      PS_ERROR("replication: out of memory starting the copy of shard %d", s);
+      return;
+    }
+    snd->copy_shards = c;
+    snd->capcopy = nc;
+  }
+  snd->copy_shards[snd->ncopy++] = s;
+  pthread_cond_signal(&snd->cv);
+}
+
+/* ---- one Replicate call ---- */
+
+static int on_response(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
+                       ps_status *st) {
+  (void)sink;
+  Paramserver__ReplicateResponse *resp =
+      paramserver__replicate_response__unpack(NULL, n, p);
+  if (resp == NULL)
+    return ps_status_set(st, PS_INTERNAL,
+                         "Replicate: the backup's answer does not parse");
+  *(int64_t *)user = resp->applied;
+  paramserver__replicate_response__free_unpacked(resp, NULL);
+  return 0;
+}
+
+static int send_batch(ps_repl_sender *snd, ps_repl_entry *batch, int64_t epoch,
+                      ps_status *st) {
+  ps_repl *r = snd->r;
+  size_t n = 0;
+  for (ps_repl_entry *e = batch; e; e = e->next)
+    n++;
+  Paramserver__ReplicateEntry *ents = calloc(n + 1, sizeof *ents);
+  Paramserver__ReplicateEntry **ptrs = calloc(n + 1, sizeof *ptrs);
+  Paramserver__VariableSpec **specs = calloc(n + 1, sizeof *specs);
+  ps_rpc_segs segs = {0};
+  int rc = 0;
+  if (ents == NULL || ptrs == NULL || specs == NULL) {
+    rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Replicate: out of memory");
+    goto out;
+  }
+  size_t i = 0;
+  for (ps_repl_entry *e = batch; e; e = e->next, i++) {
+    Paramserver__ReplicateEntry *m = &ents[i];
+    paramserver__replicate_entry__init(m);
+    m->kind = (Paramserver__ReplicateEntry__Kind)e->kind;
+    m->shard = e->shard;
+    m->name = e->name ? e->name : "";
+    m->dtype = e->dtype;
+    m->shape = e->shape.dim;
+    m->n_shape = (size_t)e->shape.rank;
+    m->version = e->version;
+    m->base_version = e->base_version;
+    m->var_epoch = e->var_epoch;
+    m->initialized = e->initialized;
+    m->index_dtype = e->index_dtype;
+    m->num_indices = e->num_indices;
+    m->client_id = e->client_id;
+    m->seq = e->seq;
+    if (e->spec && (specs[i] = paramserver__variable_spec__unpack(NULL, e->spec_len,
+                                                                  e->spec)) == NULL) {
+      rc = ps_status_set(st, PS_INTERNAL, "Replicate: a CREATE entry does not parse");
+      goto out;
+    }
+    m->spec = specs[i];
+    if (e->idx) {
+      m->index_bytes = (int64_t)e->idx->size;
+      if (ps_rpc_segs_add(&segs, e->idx->data, e->idx->size, e->idx) != 0) goto oom;
+    }
+    if (e->val) {
+      m->value_bytes = (int64_t)e->val->size;
+      if (ps_rpc_segs_add(&segs, e->val->data, e->val->size, e->val) != 0) goto oom;
+    }
+    ptrs[i] = m;
+  }
+  Paramserver__ReplicateRequest req = PARAMSERVER__REPLICATE_REQUEST__INIT;
+  req.epoch = epoch;
+  req.from_task = r->self;
+  req.entries = ptrs;
+  req.n_entries = n;
+  if (snd->ch == NULL &&
+      (snd->ch = ps_rpc_channel_create_secure(r->addrs[snd->task], &r->sec)) == NULL) {
+    rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Replicate: cannot open a channel");
+    goto out;
+  }
+  /* small batches travel in the header: one message */
+  uint8_t *inl = NULL;
+  if (segs.total > 0 && segs.total <= PS_RPC_INLINE_MAX &&
+      (inl = malloc(segs.total)) != NULL) {
+    size_t off = 0;
+    for (size_t k = 0; k < segs.n; k++) {
+      memcpy(inl + off, segs.v[k].ptr, segs.v[k].len);
+      off += segs.v[k].len;
+    }
+    req.inline_data.data = inl;
+    req.inline_data.len = off;
+  }
+  int64_t applied = 0;
+  ps_rpc_req call = {
+      .ch = snd->ch,
+      .method = "/paramserver.Ps/Replicate",
+      .request = &req.base,
+      .send = inl ? NULL : &segs,
+      .unary_response = true,
+      .timeout_ms = 120000,
+      .stall_timeout_ms = 3000,
+      .probe_method = "/grpc.health.v1.Health/Check",
+      .on_header = on_response,
+      .user = &applied,
+  };
+  ps_rpc_run(&call, 1);
+  free(inl);
+  if (call.st.code != PS_OK) {
+    *st = call.st;
+    rc = st->code;
+  }
+  goto out;
+oom:
+  rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Replicate: out of memory");
+out:
+  ps_rpc_segs_fini(&segs);
+  for (size_t k = 0; specs && k < n; k++)
+    if (specs[k]) paramserver__variable_spec__free_unpacked(specs[k], NULL);
+  free(specs);
+  free(ptrs);
+  free(ents);
+  return rc;
+}
+
+/* ---- the state copy ---- */
+
+/* Under nothing; takes var locks, then r->mu. */
+static void copy_shard(ps_repl_sender *snd, int s) {
+  ps_repl *r = snd->r;
+  size_t n = 0;
+  ps_var **vars = ps_store_list(r->store, &n);
+  int64_t bytes = 0;
+  size_t nv = 0;
+  bool ok = vars != NULL;
+  for (size_t i = 0; ok && i < n; i++) {
+    ps_var *v = vars[i];
+    if (v->shard != s) continue;
+    ps_repl_group g = {0};
+    pthread_rwlock_rdlock(&v->lock);
+    if (!v->deleted) {
+      ps_repl_add_create(&g, v);
+      ps_repl_add_value(&g, v);
+    }
+    pthread_rwlock_unlock(&v->lock);
+    pthread_mutex_lock(&r->mu);
+    ok = !g.oom && !snd->retired && !r->stopping;
+    for (size_t k = 0; ok && k < g.n; k++) {
+      ps_repl_entry *c = ps_repl_entry_clone(&g.e[k]);
+      if (c == NULL) {
+        ok = false;
+        break;
+      }
+      bytes += c->bytes;
+      ps_repl_sender_push(snd, c);
+    }
+    pthread_mutex_unlock(&r->mu);
+    nv++;
+    ps_repl_group_fini(&g);
+  }
+  free(vars);
+  uint64_t *cids = NULL, *seqs = NULL;
+  size_t nd = ok ? ps_repl_dedup_dump(r, &cids, &seqs) : 0;
+  ps_repl_group g = {0};
+  for (size_t k = 0; k < nd; k++)
+    ps_repl_add_dedup(&g, s, cids[k], seqs[k]);
+  free(cids);
+  free(seqs);
+  ps_repl_entry done = {.kind = PS_REPL_DONE, .shard = s};
+  pthread_mutex_lock(&r->mu);
+  ok = ok && !g.oom;
+  for (size_t k = 0; ok && k <= g.n; k++) {
+    ps_repl_entry *c = ps_repl_entry_clone(k < g.n ? &g.e[k] : &done);
+    if (c == NULL) {
+      ok = false;
+      break;
+    }
+    ps_repl_sender_push(snd, c);
+  }
+  if (!ok && !snd->retired && !r->stopping) snd->failed = true;
+  pthread_mutex_unlock(&r->mu);
+  ps_repl_group_fini(&g);
+  if (ok)
+    PS_INFO("replication: copying shard %d to ps/%d: %zu variable(s), %lld bytes queued",
+            s, snd->task, nv, (long long)bytes);
+  else
+    PS_ERROR("replication: the copy of shard %d to ps/%d failed (out of memory)", s,
+             snd->task);
+}
+
+/* ---- the thread ---- */
+
+static void sleep_ms(long ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+static void *sender_main(void *arg) {
+  ps_repl_sender *snd = arg;
+  ps_repl *r = snd->r;
+  int behind = 0;
+  pthread_mutex_lock(&r->mu);
+  for (;;) {
+    if (r->stopping || snd->retired) break;
+    if (snd->ncopy > 0 && !snd->failed) {
+      int s = snd->copy_shards[0];
+      memmove(snd->copy_shards, snd->copy_shards + 1, --snd->ncopy * sizeof(int));
+      pthread_mutex_unlock(&r->mu);
+      copy_shard(snd, s);
+      pthread_mutex_lock(&r->mu);
+      continue;
+    }
+    if (snd->failed || (snd->head == NULL && snd->inflight == NULL)) {
+      pthread_cond_wait(&snd->cv, &r->mu);
+      continue;
+    }
+    if (snd->inflight == NULL) { /* take the next batch */
+      ps_repl_entry *last = NULL;
+      size_t n = 0;
+      int64_t bytes = 0;
+      for (ps_repl_entry *e = snd->head; e; e = e->next) {
+        if (n > 0 &&
+            (n >= PS_REPL_BATCH_ENTRIES || bytes + e->bytes > PS_REPL_BATCH_BYTES))
+          break;
+        n++;
+        bytes += e->bytes;
+        last = e;
+      }
+      snd->inflight = snd->head;
+      snd->head = last->next;
+      last->next = NULL;
+      if (snd->head == NULL) snd->tail = NULL;
+    }
+    int64_t epoch = r->view.epoch;
+    pthread_mutex_unlock(&r->mu);
+    ps_status st;
+    ps_status_clear(&st);
+    int rc = send_batch(snd, snd->inflight, epoch, &st);
+    pthread_mutex_lock(&r->mu);
+    if (rc == PS_ABORTED && behind++ < RETRY_BEHIND_MAX) { /* its view is behind */
+      pthread_mutex_unlock(&r->mu);
+      sleep_ms(RETRY_BEHIND_MS);
+      pthread_mutex_lock(&r->mu);
+      continue;
+    }
+    behind = 0;
+    if (rc != 0) {
+      int shard = snd->inflight->shard;
+      bool tell = !snd->retired && !r->stopping;
+      snd->failed = true;
+      pthread_mutex_unlock(&r->mu);
+      if (tell) {
+        PS_WARN("replication to ps/%d failed: %s", snd->task, st.msg);
+        if (r->cb.backup_failed) r->cb.backup_failed(r->cb.arg, shard, snd->task, st.msg);
+      }
+      pthread_mutex_lock(&r->mu);
+      continue;
+    }
+    /* acknowledged: count down the waits, note finished copies */
+    ps_repl_wait **done = NULL;
+    size_t ndone = 0, cap = 0;
+    int synced[64], nsynced = 0;
+    ps_repl_entry *b = snd->inflight;
+    snd->inflight = NULL;
+    for (ps_repl_entry *e = b; e; e = e->next) {
+      snd->lag_entries--;
+      snd->lag_bytes -= e->bytes;
+      r->sent_bytes += e->bytes;
+      if (e->wait && --e->wait->pending == 0) {
+        if (ndone == cap) {
+          size_t nc = cap ? cap * 2 : 16;
+          ps_repl_wait **d = realloc(done, nc * sizeof *d);
+          if (d == NULL) continue; /* cannot happen often; the wait stays */
+          done = d;
+          cap = nc;
+        }
+        done[ndone++] = e->wait;
+      }
+      if (e->kind == PS_REPL_DONE && nsynced < 64 && !snd->retired)
+        synced[nsynced++] = e->shard;
+    }
+    pthread_mutex_unlock(&r->mu);
+    while (b) {
+      ps_repl_entry *next = b->next;
+      ps_repl_entry_free(b);
+      b = next;
+    }
+    for (size_t i = 0; i < ndone; i++) {
+      done[i]->fn(done[i]->arg, 0, NULL);
+      free(done[i]);
+    }
+    free(done);
+    for (int i = 0; i < nsynced; i++) {
+      PS_INFO("replication: ps/%d holds shard %d (copy done)", snd->task, synced[i]);
+      if (r->cb.synced) r->cb.synced(r->cb.arg, synced[i], snd->task);
+    }
+    pthread_mutex_lock(&r->mu);
+  }
+  /* retired or stopping: what it still holds is never sent (its waits
+   * were released by set_view, or failed by fence or destroy) */
+  ps_repl_entry *lists[2] = {snd->inflight, snd->head};
+  snd->inflight = snd->head = snd->tail = NULL;
+  snd->lag_entries = snd->lag_bytes = 0;
+  snd->exited = true; /* ps_repl_senders_reap may join it now */
+  pthread_mutex_unlock(&r->mu);
+  for (int l = 0; l < 2; l++)
+    while (lists[l]) {
+      ps_repl_entry *n = lists[l]->next;
+      ps_repl_entry_free(lists[l]);
+      lists[l] = n;
+    }
+  return NULL;
+}
+
+static void sender_free(ps_repl_sender *s) {
+  pthread_join(s->th, NULL);
+  ps_repl_entry *lists[2] = {s->inflight, s->head};
+  for (int l = 0; l < 2; l++)
+    while (lists[l]) {
+      ps_repl_entry *n = lists[l]->next;
+      ps_repl_entry_free(lists[l]);
+      lists[l] = n;
+    }
+  if (s->ch) ps_rpc_channel_destroy(s->ch);
+  pthread_cond_destroy(&s->cv);
+  free(s->copy_shards);
+  free(s);
+}
+
+void ps_repl_senders_reap(ps_repl *r) {
+  ps_repl_sender *gone = NULL;
+  pthread_mutex_lock(&r->mu);
+  for (ps_repl_sender **pp = &r->senders; *pp;) {
+    ps_repl_sender *s = *pp;
+    if (s->exited) {
+      *pp = s->next;
+      s->next = gone;
+      gone = s;
+    } else {
+      pp = &s->next;
+    }
+  }
+  pthread_mutex_unlock(&r->mu);
+  while (gone) {
+    ps_repl_sender *next = gone->next;
+    sender_free(gone);
+    gone = next;
+  }
+}
+
+void ps_repl_senders_join(ps_repl *r) {
+  pthread_mutex_lock(&r->mu);
+  for (ps_repl_sender *s = r->senders; s; s = s->next)
+    pthread_cond_signal(&s->cv);
+  ps_repl_sender *all = r->senders;
+  r->senders = NULL;
+  pthread_mutex_unlock(&r->mu);
+  while (all) {
+    ps_repl_sender *next = all->next;
+    sender_free(all);
+    all = next;
+  }
+}
