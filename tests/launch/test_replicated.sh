@@ -37,9 +37,11 @@ hasE() { grep -qE -- "$2" "$1"; }
 # ---- the flags' errors: nothing starts -----------------------------------
 expect "--replicas 4 is refused" 2 "ps-launch: --replicas must be an integer in 1..3, got '4'" \
   "$PS_LAUNCH" --ps 2 --replicas 4
-expect "--etcd with a bad endpoint is refused, naming the flag" 2 "--etcd" \
+expect "--etcd with a bad endpoint is refused, naming the flag" 2 \
+  'ps-launch: --etcd: endpoint "nohost" is not HOST:PORT' \
   "$PS_LAUNCH" --ps 2 --replicas 2 --etcd "nohost"
-expect "--job with a bad name is refused" 2 "--job" \
+expect "--job with a bad name is refused" 2 \
+  'ps-launch: --job "a/b" must be 1 to 100 characters of A-Z a-z 0-9 _ . -' \
   "$PS_LAUNCH" --ps 2 --replicas 2 --etcd 127.0.0.1:1 --job "a/b"
 expect "--etcd-election-ms under 5 x heartbeat is refused" 2 \
   "ps-launch: --etcd-election-ms (40) must be at least 5 times --etcd-heartbeat-ms (10)" \
@@ -150,13 +152,14 @@ epid=$(etcd_pid_of "$dir/j.err")
 check "job: the chief trains" wait_for "$dir/j.err" '^worker/0: .*step [0-9]*[1-9]0 loss' 120
 cp=$(launched_pid "$dir/j.err" worker/0)
 kill -STOP "$cp"
-# view_epoch: the epoch of the view in etcd, as psctl status shows it
-# (0: none there yet, the initial placement); ST its output
+# view_epoch: EPOCH, the epoch of the view in etcd as psctl status shows
+# it (0: none there yet, the initial placement), and ST its output
 view_epoch() {
   ST=$("$PSCTL" --cluster "$dir/j.json" --timeout-ms 3000 status 2>&1)
-  sed -n 's/^replication: 2 replicas per shard, view epoch \([0-9]*\).*/\1/p' <<< "$ST"
+  EPOCH=$(sed -n 's/^replication: 2 replicas per shard, view epoch \([0-9]*\).*/\1/p' <<< "$ST")
 }
-e0=$(view_epoch)
+view_epoch
+e0=$EPOCH
 if [ "${e0:-0}" -ge 1 ]; then ok "job: the ps tasks keep their view in ps-launch's etcd (epoch $e0)"; else bad "job: the ps tasks keep their view in ps-launch's etcd" "$ST"; fi
 ps1=$(launched_pid "$dir/j.err" ps/1)
 addr1=$(sed -n 's/^ps\/1: ps\/1 ready on //p' "$dir/j.out" | head -1)
@@ -166,9 +169,8 @@ check "job: the killed ps is restarted on its address" \
 check "job: it is back" wait_for "$dir/j.err" "INFO launch: ps/1 restarted \(restart 1\): ready again on $addr1\$" 30
 # it rejoins: a newer view has it again, in sync, for both shards
 rejoined() {
-  local e
-  e=$(view_epoch)
-  [ "${e:-0}" -gt "${e0:-0}" ] && [ "$(grep -cE '^shard [01]: .*ps/1 (primary|backup) \(' <<< "$ST")" = 2 ] &&
+  view_epoch
+  [ "${EPOCH:-0}" -gt "${e0:-0}" ] && [ "$(grep -cE '^shard [01]: .*ps/1 (primary|backup) \(' <<< "$ST")" = 2 ] &&
     ! grep -qE 'syncing|down' <<< "$ST"
 }
 for ((i = 0; i < 300; i++)); do rejoined && break; sleep 0.05; done
