@@ -22,7 +22,9 @@
 #include "common/log.h"
 #include "common/rpc.h"
 #include "common/units.h"
+#include "member.h"
 #include "metrics.h"
+#include "repl.h"
 #include "service.h"
 #include "store.h"
 
@@ -62,6 +64,13 @@ static const char usage[] =
     "  --tls-client-ca FILE     mutual TLS: the CA of the clients' certificates\n"
     "  --auth-token-file FILE   tokens, lines 'ROLE TOKEN' (worker or admin)\n"
     "  --require-auth           refuse to start without TLS and tokens\n"
+    "replication (each also from the spec's \"replication\" section; flags win):\n"
+    "  --replicas R             copies of each shard, 1..3 (default 1: unreplicated,\n"
+    "                           no etcd); 2 or 3 need --etcd\n"
+    "  --etcd ENDPOINTS         etcd HOST:PORT[,HOST:PORT...] holding the view\n"
+    "  --repl-job NAME          etcd key prefix /paramserver/NAME/ (default default)\n"
+    "  --lease-ttl SECS         etcd lease TTL: a ps stopped or cut off this long\n"
+    "                           loses its shards to its backups (default 2)\n"
     "  --help                   this text\n"
     "  --version                print the version\n"
     "\n"
@@ -85,6 +94,10 @@ typedef struct daemon_state {
   int drain_ms, draining;
   uint64_t drain_start_ms, idle_since_ms;
   unsigned long long last_started;
+  /* --replicas >= 2 */
+  ps_member *member;
+  ps_repl *repl;
+  atomic_int exit_code; /* 75 once fenced */
 } daemon_state;
 
 static void on_server_done(void *arg) {
@@ -148,6 +161,13 @@ static void begin_shutdown(daemon_state *d) {
   ps_rpc_server_shutdown(d->srv, on_server_done, d);
   /* calls parked for a synchronous step would never finish by themselves */
   ps_service_shutdown(d->svc);
+  /* replicated: the lease goes first, so the backups take over now; then
+   * membership stops and the data plane ends the calls it held */
+  ps_member_leave(d->member);
+  ps_member_destroy(d->member);
+  d->member = NULL;
+  ps_repl_destroy(d->repl);
+  d->repl = NULL;
   uv_timer_start(&d->grace, on_grace, (uint64_t)d->grace_ms, 0);
 }
 
@@ -235,8 +255,19 @@ static void on_sighup(uv_signal_t *h, int signum) {
 static void on_shutdown_call(uv_async_t *h) {
   daemon_state *d = h->data;
   if (d->stopping) return;
-  PS_INFO("shutting down (a Shutdown call)");
+  if (atomic_load(&d->exit_code) == 75)
+    PS_INFO("shutting down: fenced (exit 75 once calls ended)");
+  else
+    PS_INFO("shutting down (a Shutdown call)");
   begin_shutdown(d);
+}
+
+/* Membership fenced this ps (membership's thread): stop, exit 75. */
+static void on_fenced(void *arg, const char *reason) {
+  daemon_state *d = arg;
+  (void)reason;
+  atomic_store(&d->exit_code, 75);
+  uv_async_send(&d->shutdown);
 }
 
 static void request_shutdown(void *arg) {
@@ -266,6 +297,10 @@ typedef struct server_args {
   const char *cluster_file, *job, *ckpt_dir, *bind, *metrics_bind;
   const char *token_file;
   bool require_auth;
+  /* replication flags (0 / NULL / -1: not given) */
+  int replicas;
+  const char *etcd, *repl_job;
+  int64_t lease_ttl;
   int task, grace_secs, threads, metrics_port, drain_secs;
   ps_service_limits limits;
   ps_rpc_server_options ropt;
@@ -298,6 +333,10 @@ static const struct option opts[] = {
     {"tls-client-ca", required_argument, NULL, 2002},
     {"auth-token-file", required_argument, NULL, 2003},
     {"require-auth", no_argument, NULL, 2004},
+    {"replicas", required_argument, NULL, 3000},
+    {"etcd", required_argument, NULL, 3001},
+    {"repl-job", required_argument, NULL, 3002},
+    {"lease-ttl", required_argument, NULL, 3003},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, 'V'},
     {NULL, 0, NULL, 0}};
@@ -426,6 +465,28 @@ static int other_option(server_args *a, int o, bool *exit_now) {
   case 2004:
     a->require_auth = true;
     break;
+  case 3000:
+    a->replicas = (int)strtol(optarg, &end, 10);
+    if (*end || optarg[0] == '\0' || a->replicas < 1 || a->replicas > 3) {
+      fprintf(stderr, "ps-server: --replicas must be 1, 2 or 3, got '%s'\n", optarg);
+      return 2;
+    }
+    break;
+  case 3001:
+    a->etcd = optarg;
+    break;
+  case 3002:
+    a->repl_job = optarg;
+    break;
+  case 3003:
+    a->lease_ttl = strtoll(optarg, &end, 10);
+    if (*end || optarg[0] == '\0' || a->lease_ttl < 1 ||
+        a->lease_ttl > PS_REPL_MAX_LEASE_TTL_S) {
+      fprintf(stderr, "ps-server: --lease-ttl must be 1..%d seconds, got '%s'\n",
+              PS_REPL_MAX_LEASE_TTL_S, optarg);
+      return 2;
+    }
+    break;
   case 'l':
     if (ps_log_level_option("ps-server", optarg) != 0) return 2;
     break;
@@ -457,6 +518,7 @@ static int parse_args(int argc, char **argv, server_args *a) {
   a->metrics_port = -1;
   a->grace_secs = 10;
   a->max_conns = -1;
+  a->lease_ttl = -1;
   ps_service_limits_default(&a->limits);
   ps_rpc_server_options_default(&a->ropt);
   int o, li = 0, rc;
@@ -526,6 +588,81 @@ static int security_settings(server_args *a, const ps_cluster *cluster) {
     return 2;
   }
   return 0;
+}
+
+/* The replication settings: the spec's "replication" section, then the
+ * flags.  0, or 2 after saying what is wrong. */
+static int repl_settings(const server_args *a, const ps_cluster *c, ps_repl_conf *conf) {
+  ps_status st;
+  ps_status_clear(&st);
+  ps_repl_conf_from_cluster(c, conf);
+  if (a->replicas) conf->replicas = a->replicas;
+  if (a->lease_ttl > 0) conf->lease_ttl_s = a->lease_ttl;
+  if (a->etcd) {
+    if (ps_repl_check_etcd(a->etcd, "--etcd", &st) != 0) goto bad;
+    snprintf(conf->etcd, sizeof conf->etcd, "%s", a->etcd);
+  }
+  if (a->repl_job) {
+    if (ps_repl_check_job(a->repl_job, "--repl-job", &st) != 0) goto bad;
+    snprintf(conf->job, sizeof conf->job, "%s", a->repl_job);
+  }
+  if (conf->replicas < 2) return 0;
+  if (conf->etcd[0] == '\0') {
+    fprintf(stderr,
+            "ps-server: --replicas %d needs etcd to hold the replication view: give "
+            "--etcd HOST:PORT[,HOST:PORT...] or the cluster spec's \"replication\": "
+            "{\"etcd\": ...} (without replication, --replicas 1 needs none)\n",
+            conf->replicas);
+    return 2;
+  }
+  int n = ps_cluster_num_tasks(c, "ps");
+  if (n < conf->replicas) {
+    fprintf(stderr,
+            "ps-server: --replicas %d needs at least %d ps tasks, the cluster has %d\n",
+            conf->replicas, conf->replicas, n);
+    return 2;
+  }
+  return 0;
+bad:
+  fprintf(stderr, "ps-server: %s\n", st.msg);
+  return 2;
+}
+
+/* --replicas >= 2: membership and the data plane, before the server
+ * starts.  0, or -1 after logging why. */
+static int repl_create(daemon_state *d, const ps_repl_conf *conf, const ps_cluster *c,
+                       int self, ps_service *svc) {
+  ps_status st;
+  ps_status_clear(&st);
+  int n = ps_cluster_num_tasks(c, "ps"), nh = 0, rc = -1;
+  char **hosts = NULL;
+  const char **addrs = calloc((size_t)n, sizeof *addrs);
+  if (addrs == NULL) {
+    PS_ERROR("replication: out of memory");
+    return -1;
+  }
+  for (int i = 0; i < n; i++) {
+    addrs[i] = ps_cluster_address(c, "ps", i);
+    if (addrs[i] == NULL) addrs[i] = "";
+  }
+  if (ps_repl_hosts_from_cluster(c, &hosts, &nh, &st) != 0) goto out;
+  ps_member_options mo = {.self = self,
+                          .ntasks = n,
+                          .addrs = addrs,
+                          .hosts = (const char *const *)hosts,
+                          .conf = conf,
+                          .on_fenced = on_fenced,
+                          .arg = d};
+  if ((d->member = ps_member_create(&mo, &st)) == NULL) goto out;
+  ps_repl_callbacks cb = ps_member_repl_callbacks(d->member);
+  if ((d->repl = ps_repl_create(svc, self, n, addrs, NULL, &cb, &st)) == NULL) goto out;
+  ps_service_set_repl(svc, d->repl);
+  rc = 0;
+out:
+  if (rc != 0) PS_ERROR("replication: %s", st.msg);
+  ps_repl_hosts_free(hosts, nh);
+  free(addrs);
+  return rc;
 }
 
 /* Each connection costs a descriptor: take all the system allows, and
@@ -600,6 +737,8 @@ static int set_checkpoint_dir(ps_service *svc, const char *ckpt_dir) {
 
 int main(int argc, char **argv) {
   server_args a = {0};
+  daemon_state d = {0};
+  ps_repl_conf conf;
   int rc = parse_args(argc, argv, &a);
   if (rc >= 0) return rc;
   ps_status st;
@@ -615,7 +754,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "ps-server: %s\n", st.msg);
     return 2;
   }
-  if (security_settings(&a, cluster) != 0) {
+  if (security_settings(&a, cluster) != 0 || repl_settings(&a, cluster, &conf) != 0) {
     ps_cluster_destroy(cluster);
     return 2;
   }
@@ -702,9 +841,16 @@ int main(int argc, char **argv) {
   snprintf(real_addr, sizeof real_addr, "%s:%d", host, ps_rpc_server_port(srv));
   ps_service_set_address(svc, real_addr);
   atomic_store(&metrics.srv, srv);
+  if (conf.replicas >= 2 && repl_create(&d, &conf, cluster, self.task, svc) != 0)
+    goto out;
   ps_rpc_server_start(srv);
-  daemon_state d = {.auth = auth};
+  d.auth = auth;
   loop_init(&d, srv, store, svc, a.grace_secs, a.drain_secs);
+  if (d.member && ps_member_start(d.member, d.repl, &st) != 0) {
+    PS_ERROR("replication: %s", st.msg);
+    atomic_store(&d.exit_code, 1);
+    begin_shutdown(&d);
+  }
   size_t nadmin = 0, ntok = auth ? ps_auth_count(auth, &nadmin) : 0;
   char sec[160];
   snprintf(sec, sizeof sec, "%s%s, %s", a.ropt.tls_cert_file ? "TLS" : "plaintext",
@@ -715,8 +861,10 @@ int main(int argc, char **argv) {
              nadmin);
   PS_INFO("serving on %s with %d threads (pid %d, at most %d connections; %s)", real_addr,
           a.threads, (int)getpid(), a.ropt.max_connections, sec);
-  printf("%s ready on %s\n", taskname, real_addr);
-  fflush(stdout);
+  if (atomic_load(&d.exit_code) == 0) {
+    printf("%s ready on %s\n", taskname, real_addr);
+    fflush(stdout);
+  }
   uv_run(d.loop, UV_RUN_DEFAULT);
   uv_loop_close(d.loop);
   /* Every call is gone, but a checkpoint job may still be unwinding after
@@ -728,8 +876,11 @@ int main(int argc, char **argv) {
   ps_store_totals(store, &nvars, &bytes);
   PS_INFO("stopped (%lld variables, %lld bytes released)", (long long)nvars,
           (long long)bytes);
-  rc = 0;
+  rc = atomic_load(&d.exit_code);
+  if (rc == 75) PS_WARN("exiting 75 (fenced): a supervisor restarts it and it rejoins");
 out:
+  ps_member_destroy(d.member);
+  ps_repl_destroy(d.repl);
   ps_server_metrics_stop(&metrics);
   ps_auth_destroy(auth);
   ps_service_destroy(svc);

@@ -692,6 +692,38 @@ START_TEST(no_leader) {
 }
 END_TEST
 
+/* A member that hangs (SIGSTOP: its port still accepts, nothing answers):
+ * each attempt gets its share of the timeout, so a call still succeeds on
+ * the next member within the timeout. */
+START_TEST(hung_member) {
+  static ps_harness_etcd c;
+  ck_assert_int_eq(ps_harness_etcd_start(&c, 3), 0);
+  ps_status st;
+  ps_etcd *e = NULL;
+  ck_assert_ptr_nonnull(e = ps_etcd_connect(c.endpoints, 3000, &st));
+  PS_ASSERT_OK(ps_etcd_put(e, "/h/a", "1", 1, 0, &st), st); /* it answered: member 0 */
+  ck_assert_int_eq(kill(c.pids[0], SIGSTOP), 0);
+  int64_t t0 = now_ms();
+  char *val = NULL;
+  size_t len = 0;
+  int64_t mod = 0;
+  int rc = ps_etcd_get(e, "/h/a", &val, &len, &mod, NULL, &st);
+  int64_t took = now_ms() - t0;
+  kill(c.pids[0], SIGCONT);
+  ck_assert_msg(rc == 0, "%s", st.msg);
+  ck_assert_str_eq(val, "1");
+  free(val);
+  ck_assert_msg(took >= 900 && took < 3000, "answered after %lld ms", (long long)took);
+  /* and the next call starts on the member that answered */
+  t0 = now_ms();
+  PS_ASSERT_OK(ps_etcd_put(e, "/h/b", "2", 1, 0, &st), st);
+  ck_assert_msg(now_ms() - t0 < 900, "second call took %lld ms",
+                (long long)(now_ms() - t0));
+  ps_etcd_close(e);
+  ck_assert_int_eq(ps_harness_etcd_stop(&c), 0);
+}
+END_TEST
+
 /* ---- an etcd that lies (hostile_etcd.py) ---- */
 
 typedef struct hostile {
@@ -829,6 +861,7 @@ static Suite *suite(void) {
   t = tcase_create("cluster");
   tcase_add_test(t, watch_through_member_restart);
   tcase_add_test(t, no_leader);
+  tcase_add_test(t, hung_member);
   tcase_set_timeout(t, 180);
   suite_add_tcase(s, t);
   return s;
