@@ -302,6 +302,51 @@ oom:
   return 1;
 }
 
+/* Replicated, every ps must know every other's address from the spec it
+ * starts with (a primary dials its backups by it), so a ps on
+ * 127.0.0.1:0 gets a port picked here, all picked at once (each socket
+ * held until the last is bound, so they differ).  A port taken before
+ * its ps binds it makes that ps fail at start: it is restarted as any
+ * other. */
+static int fix_ps_ports(launcher *L) {
+  const ps_cluster_job *job = ps_cluster_find_job(L->spec, "ps");
+  if (job == NULL) return 0;
+  int n = job->ntasks, rc = 0;
+  int *fds = calloc((size_t)n, sizeof *fds);
+  if (fds == NULL) {
+    PS_ERROR("out of memory");
+    return 1;
+  }
+  for (int i = 0; i < n; i++)
+    fds[i] = -1;
+  for (int i = 0; i < n && rc == 0; i++) {
+    const char *a = job->addrs[i];
+    if (a == NULL || strcmp(a, "127.0.0.1:0") != 0) continue;
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof sa;
+    fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fds[i] < 0 || bind(fds[i], (struct sockaddr *)&sa, sizeof sa) != 0 ||
+        getsockname(fds[i], (struct sockaddr *)&sa, &len) != 0) {
+      PS_ERROR("cannot pick a port for ps/%d: %s", i, strerror(errno));
+      rc = 1;
+      break;
+    }
+    char addr[32];
+    ps_status st;
+    ps_status_clear(&st);
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", ntohs(sa.sin_port));
+    if (ps_cluster_set_address(L->spec, "ps", i, addr, &st) != 0) {
+      PS_ERROR("%s", st.msg);
+      rc = 1;
+    }
+  }
+  for (int i = 0; i < n; i++)
+    if (fds[i] >= 0) close(fds[i]);
+  free(fds);
+  return rc;
+}
+
 int ps_launch_replication_setup_(launcher *L) {
   if (L->replicas == 0 && L->etcd_opt == NULL && L->repl_job == NULL && L->lease_ttl == 0)
     return 0;
@@ -329,6 +374,7 @@ int ps_launch_replication_setup_(launcher *L) {
     L->restart = 1;
     L->replicated = 1;
   }
+  if (replicas >= 2 && fix_ps_ports(L) != 0) return 1;
   if (replicas >= 2 && L->etcd_opt == NULL && !(have && have->etcd)) {
     if (etcd_start(L) != 0) return 1;
   } else if (replicas >= 2) {
