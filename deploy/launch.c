@@ -82,11 +82,13 @@ static int run_tasks(launcher *L) {
   ps_launch_maybe_finish_(L);
   uv_run(&L->loop, UV_RUN_DEFAULT);
   if (uv_loop_close(&L->loop) != 0) PS_WARN("event loop still busy at exit");
+  ps_launch_etcd_stop_(L); /* last: every task has ended */
   if (L->exit_code != 0) PS_INFO("exit status %d", L->exit_code);
   return L->exit_code;
 }
 
 static void launcher_free(launcher *L) {
+  ps_launch_etcd_stop_(L);
   ps_launch_cleanup_files_(L);
   for (int i = 0; i < L->ntasks; i++)
     free(L->tasks[i].addr);
@@ -108,6 +110,9 @@ int main(int argc, char **argv) {
   L->max_restarts = 3;
   L->grace_secs = 10;
   L->ready_secs = 60;
+  L->etcd_bin = "etcd";
+  L->etcd_heartbeat_ms = 10;
+  L->etcd_election_ms = 100;
   ps_log_set_task("launch");
   L->ps_args = calloc((size_t)argc + 8, sizeof *L->ps_args); /* + secure_setup's */
   if (L->ps_args == NULL) return 1;
@@ -126,6 +131,7 @@ int main(int argc, char **argv) {
                       "pass --ps-server PATH\n");
     goto out;
   }
+  if ((rc = ps_launch_replication_setup_(L)) != 0) goto out;
   if (L->spec_path == NULL) {
     ps_status st;
     ps_status_clear(&st);

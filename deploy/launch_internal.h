@@ -2,6 +2,8 @@
  * the ones before it, none calling back:
  *   launch_util.c   small helpers
  *   launch_spec.c   --help, the options, the cluster spec and its tasks
+ *   launch_etcd.c   --replicas: the spec's replication section, the local
+ *                   etcd
  *   launch_stop.c   stopping the tasks, the end of the loop
  *   launch_tasks.c  the tasks' processes, output, exits, restarts and the
  *                   ps bring-up
@@ -87,6 +89,13 @@ struct launcher {
   int ncmd;
   int restart, restart_workers, max_restarts, grace_secs, ready_secs;
   int sync; /* --sync-workers: a missing worker stalls the job */
+  /* --replicas and the local etcd (launch_etcd.c) */
+  int replicas, lease_ttl, replicated;
+  const char *etcd_opt, *repl_job, *etcd_bin;
+  int etcd_heartbeat_ms, etcd_election_ms;
+  int etcd_pid; /* the local etcd, 0 if none */
+  char etcd_endpoint[32];
+  char *etcd_data, *etcd_log;
   /* cluster */
   ps_cluster *spec;
   char *spec_path; /* what the ps tasks start with */
@@ -117,6 +126,10 @@ int ps_launch_make_tasks_(launcher *L);
 void ps_launch_cleanup_files_(launcher *L);
 int ps_launch_parse_options_(launcher *L, int argc, char **argv, int *nps, int *nworkers);
 int ps_launch_load_spec_(launcher *L, int nps, int nworkers);
+
+/* launch_etcd.c */
+int ps_launch_replication_setup_(launcher *L);
+void ps_launch_etcd_stop_(launcher *L);
 
 /* launch_stop.c */
 void ps_launch_begin_stop_(launcher *L);

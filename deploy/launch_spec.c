@@ -38,6 +38,16 @@ static const char usage[] =
     "  --grace-secs S        SIGKILL S seconds after SIGTERM (default 10)\n"
     "  --ready-timeout S     fail if a ps task is not ready in S s (default 60)\n"
     "  --secure DIR          TLS and tokens from DIR (deploy/gen-certs.sh --tokens)\n"
+    "replication (the spec's \"replication\" section every task gets):\n"
+    "  --replicas R          copies of each ps shard, 1..3 (2 or 3: --restart is on)\n"
+    "  --etcd ENDPOINTS      etcd HOST:PORT[,...] (default: start a local etcd)\n"
+    "  --job NAME            the job's etcd keys /paramserver/NAME/ (default "
+    "\"default\")\n"
+    "  --lease-ttl S         a ps is declared gone S s after it stops (default 2)\n"
+    "  --etcd-bin PATH       the local etcd's binary (default: etcd on PATH)\n"
+    "  --etcd-heartbeat-ms N local etcd's raft heartbeat (default 10)\n"
+    "  --etcd-election-ms N  local etcd's election timeout, >= 5 x heartbeat (default "
+    "100)\n"
     "  --log-level L         debug, info, warn, error (default info)\n"
     "  --help                this text\n"
     "  --version             print the version\n"
@@ -192,23 +202,32 @@ void ps_launch_cleanup_files_(launcher *L) {
  * else the exit status (0 for --help and --version, 2 for a usage error). */
 int ps_launch_parse_options_(launcher *L, int argc, char **argv, int *nps,
                              int *nworkers) {
-  static const struct option opts[] = {{"cluster", required_argument, NULL, 'c'},
-                                       {"ps", required_argument, NULL, 'p'},
-                                       {"workers", required_argument, NULL, 'w'},
-                                       {"write-cluster", required_argument, NULL, 'W'},
-                                       {"ps-server", required_argument, NULL, 'S'},
-                                       {"ps-arg", required_argument, NULL, 'a'},
-                                       {"restart", no_argument, NULL, 'r'},
-                                       {"restart-workers", no_argument, NULL, 'T'},
-                                       {"sync-workers", no_argument, NULL, 'Y'},
-                                       {"max-restarts", required_argument, NULL, 'm'},
-                                       {"grace-secs", required_argument, NULL, 'g'},
-                                       {"ready-timeout", required_argument, NULL, 'R'},
-                                       {"log-level", required_argument, NULL, 'l'},
-                                       {"secure", required_argument, NULL, 's'},
-                                       {"help", no_argument, NULL, 'h'},
-                                       {"version", no_argument, NULL, 'V'},
-                                       {NULL, 0, NULL, 0}};
+  static const struct option opts[] = {
+      {"cluster", required_argument, NULL, 'c'},
+      {"ps", required_argument, NULL, 'p'},
+      {"workers", required_argument, NULL, 'w'},
+      {"write-cluster", required_argument, NULL, 'W'},
+      {"ps-server", required_argument, NULL, 'S'},
+      {"ps-arg", required_argument, NULL, 'a'},
+      {"restart", no_argument, NULL, 'r'},
+      {"restart-workers", no_argument, NULL, 'T'},
+      {"sync-workers", no_argument, NULL, 'Y'},
+      {"max-restarts", required_argument, NULL, 'm'},
+      {"grace-secs", required_argument, NULL, 'g'},
+      {"ready-timeout", required_argument, NULL, 'R'},
+      {"log-level", required_argument, NULL, 'l'},
+      {"secure", required_argument, NULL, 's'},
+      {"replicas", required_argument, NULL, 1000},
+      {"etcd", required_argument, NULL, 1001},
+      {"job", required_argument, NULL, 1002},
+      {"repl-job", required_argument, NULL, 1002},
+      {"lease-ttl", required_argument, NULL, 1003},
+      {"etcd-bin", required_argument, NULL, 1004},
+      {"etcd-heartbeat-ms", required_argument, NULL, 1005},
+      {"etcd-election-ms", required_argument, NULL, 1006},
+      {"help", no_argument, NULL, 'h'},
+      {"version", no_argument, NULL, 'V'},
+      {NULL, 0, NULL, 0}};
   int o;
   /* "+": options end at the first non-option, which starts the command. */
   while ((o = getopt_long(argc, argv, "+", opts, NULL)) != -1) {
@@ -258,6 +277,32 @@ int ps_launch_parse_options_(launcher *L, int argc, char **argv, int *nps,
       break;
     case 's':
       L->secure_dir = optarg;
+      break;
+    case 1000:
+      if (ps_launch_parse_int_("--replicas", optarg, 1, 3, &L->replicas) != 0) return 2;
+      break;
+    case 1001:
+      L->etcd_opt = optarg;
+      break;
+    case 1002:
+      L->repl_job = optarg;
+      break;
+    case 1003:
+      if (ps_launch_parse_int_("--lease-ttl", optarg, 1, 3600, &L->lease_ttl) != 0)
+        return 2;
+      break;
+    case 1004:
+      L->etcd_bin = optarg;
+      break;
+    case 1005:
+      if (ps_launch_parse_int_("--etcd-heartbeat-ms", optarg, 1, 10000,
+                               &L->etcd_heartbeat_ms) != 0)
+        return 2;
+      break;
+    case 1006:
+      if (ps_launch_parse_int_("--etcd-election-ms", optarg, 5, 50000,
+                               &L->etcd_election_ms) != 0)
+        return 2;
       break;
     case 'h':
       fputs(usage, stdout);

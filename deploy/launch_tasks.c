@@ -322,6 +322,8 @@ static void task_ended(task *t, run *r) {
   launcher *L = t->L;
   char how[128];
   ps_launch_describe_(how, sizeof how, r->status, r->signum);
+  if (t->is_ps && r->signum == 0 && r->status == 75)
+    snprintf(how, sizeof how, "was fenced (exit 75)"); /* replicated: see below */
   int failed = r->signum != 0 || r->status != 0;
   if (t->is_ps && t->addr && L->eff_path == NULL) {
     /* Not all ps were ready yet, so no one has its address: a restart may
@@ -364,7 +366,11 @@ static void task_ended(task *t, run *r) {
     int shift = t->restarts - 1 < 5 ? t->restarts - 1 : 5;
     uint64_t ms = (uint64_t)RESTART_BASE_MS << shift;
     if (ms > RESTART_MAX_MS) ms = RESTART_MAX_MS;
-    if (t->addr && L->eff_path)
+    if (t->is_ps && L->replicated && t->addr && L->eff_path)
+      PS_WARN("%s %s: restarting it on %s in %.1f s to rejoin as a backup (restart %d "
+              "of %d)",
+              t->name, how, t->addr, (double)ms / 1000.0, t->restarts, L->max_restarts);
+    else if (t->addr && L->eff_path)
       PS_WARN("%s %s: restarting it on %s in %.1f s (restart %d of %d)", t->name, how,
               t->addr, (double)ms / 1000.0, t->restarts, L->max_restarts);
     else

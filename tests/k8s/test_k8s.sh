@@ -31,8 +31,8 @@ cp "$here/validate.mjs" "$here/localpods.mjs" "$here/mutate.mjs" "$npm_dir/"
 root=$(cd "$here/../.." && pwd)
 v() { node "$npm_dir/validate.mjs" "$@"; }
 
-expect "paramserver.yaml is valid, its 2 pod templates restricted" 0 \
-  "ok $k8s/paramserver.yaml: 7 documents, 2 pod templates restricted" v "$k8s/paramserver.yaml"
+expect "paramserver.yaml is valid, its 3 pod templates restricted" 0 \
+  "ok $k8s/paramserver.yaml: 10 documents, 3 pod templates restricted" v "$k8s/paramserver.yaml"
 expect "tfjob.yaml is valid, its 2 pod templates restricted" 0 \
   "ok $k8s/tfjob.yaml: 3 documents, 2 pod templates restricted" v "$k8s/tfjob.yaml"
 # the check can fail: a replica count that is not a number, a misspelled
@@ -155,7 +155,7 @@ pss "an init container without the restricted context" "$ps" StatefulSet/ps \
 node "$npm_dir/mutate.mjs" "$ps" "$dir/pss-ok.yaml" StatefulSet/ps "$C.securityContext.capabilities.add=[\"NET_BIND_SERVICE\"]" \
   "$P.securityContext.seccompProfile={\"type\":\"Localhost\",\"localhostProfile\":\"ps.json\"}" \
   "$P.securityContext.seLinuxOptions={\"type\":\"container_t\",\"level\":\"s0:c1,c2\"}" "$A=\"runtime/default\""
-expect "restricted: what the standard allows passes" 0 "ok $dir/pss-ok.yaml: 7 documents, 2 pod templates restricted" \
+expect "restricted: what the standard allows passes" 0 "ok $dir/pss-ok.yaml: 10 documents, 3 pod templates restricted" \
   v "$dir/pss-ok.yaml"
 
 # what the manifests promise besides the standard
@@ -179,7 +179,7 @@ pss "a worker Job under restartPolicy Always" "$ps" Job/worker \
   'Job worker container worker: runs ps-worker, which finishes, in a Job (restartPolicy Always): it would run again once done' \
   "$P.restartPolicy=\"Always\""
 pss "a Job that is not Indexed" "$ps" Job/worker \
-  'document 7 (Job worker): Job worker: completionMode must be Indexed' "spec.completionMode=\"NonIndexed\""
+  'document 10 (Job worker): Job worker: completionMode must be Indexed' "spec.completionMode=\"NonIndexed\""
 # the workers as a StatefulSet (the old paramserver.yaml): the chief, done
 # (--keep-ps), would be run again for ever
 pss "workers in a StatefulSet" "$ps" Job/worker \
@@ -187,6 +187,41 @@ pss "workers in a StatefulSet" "$ps" Job/worker \
   'apiVersion="apps/v1"' 'kind="StatefulSet"' spec.completionMode= spec.completions= spec.parallelism= \
   spec.backoffLimit= "$P.subdomain=" "$P.restartPolicy=" 'spec.serviceName="worker"' spec.replicas=2 \
   'spec.selector={"matchLabels":{"app":"paramserver","role":"worker"}}'
+
+# replicated shards (issue 23): the etcd StatefulSet and the ps settings
+# the spec's replication section needs; each change is refused, naming it
+E=StatefulSet/ps-etcd
+n=3 pss "an etcd of 4 members" "$ps" $E \
+  'etcd StatefulSet ps-etcd runs 4 members: use an odd number, at least 3 (a majority survives the loss of one)' \
+  spec.replicas=4
+n=3 pss "an etcd of 1 member" "$ps" $E \
+  'replication.etcd: ps-etcd-1.ps-etcd:2379: StatefulSet ps-etcd runs 1 members, 0 to 0' spec.replicas=1
+pss "etcd members started in order" "$ps" $E \
+  'etcd StatefulSet ps-etcd: podManagementPolicy must be Parallel' 'spec.podManagementPolicy="OrderedReady"'
+pss "an etcd Service that is not headless" "$ps" Service/ps-etcd \
+  'Service ps-etcd: etcd'"'"'s members find each other by pod DNS name: it must be headless (clusterIP: None)' \
+  'spec.clusterIP="10.0.0.10"'
+pss "an etcd Service that hides members not ready" "$ps" Service/ps-etcd \
+  'Service ps-etcd: publishNotReadyAddresses must be true' 'spec.publishNotReadyAddresses=false'
+pss "an --initial-cluster without every member" "$ps" $E \
+  'etcd StatefulSet ps-etcd: --initial-cluster does not name member ps-etcd-2 by its pod DNS name (ps-etcd-2=http://ps-etcd-2.ps-etcd:PEER)' \
+  'spec.template.spec.containers.0.args.6="--initial-cluster=ps-etcd-0=http://ps-etcd-0.ps-etcd:2380,ps-etcd-1=http://ps-etcd-1.ps-etcd:2380"'
+pss "an etcd StatefulSet no PodDisruptionBudget selects" "$ps" $E \
+  'etcd StatefulSet ps-etcd: no PodDisruptionBudget keeps its quorum in a drain' \
+  'spec.template.metadata.labels.role="etcd2"' 'spec.selector.matchLabels.role="etcd2"'
+sed 's/ps-etcd-2\.ps-etcd:2379"/etcd-2.ps-etcd:2379"/' "$ps" > "$dir/r1.yaml"
+sed -i 's/^\(              --etcd \).*/\1ps-etcd-0.ps-etcd:2379,ps-etcd-1.ps-etcd:2379,etcd-2.ps-etcd:2379/' "$dir/r1.yaml"
+expect "an etcd endpoint that is no pod of the StatefulSet" 1 \
+  "replication.etcd: etcd-2.ps-etcd:2379 is not a pod NAME-K.SVC:PORT of a StatefulSet NAME (serviceName SVC) in this file" \
+  v "$dir/r1.yaml"
+sed 's/,ps-etcd-2\.ps-etcd:2379"/"/; s/^\(              --etcd ps-etcd-0.ps-etcd:2379,ps-etcd-1.ps-etcd:2379\).*/\1/' "$ps" > "$dir/r2.yaml"
+expect "etcd endpoints that leave a member out" 1 \
+  "replication.etcd names 2 of the 3 members of StatefulSet ps-etcd: name them all" v "$dir/r2.yaml"
+sed 's/--log-format json --replicas 2$/--log-format json --replicas 3/' "$ps" > "$dir/r3.yaml"
+expect "a ps whose --replicas is not the spec's" 1 \
+  "StatefulSet ps container ps: --replicas 3 is not the spec's replication.replicas 2" v "$dir/r3.yaml"
+sed 's/"replicas": 2, "job"/"replicas": 3, "job"/; s/--log-format json --replicas 2$/--log-format json --replicas 3/' "$ps" > "$dir/r4.yaml"
+expect "more replicas than ps tasks" 1 "replication.replicas 3 is more than the 2 ps tasks" v "$dir/r4.yaml"
 
 # the secure variants, offline
 expect "paramserver-secure.yaml is valid, and secure" 0 \

@@ -8,6 +8,8 @@
 // Pod Security Standard (podSecurity below) and what the manifests promise
 // besides (deployChecks below: requests and limits, probes, claims,
 // a PodDisruptionBudget for the ps, no finished task run again).
+// A spec with a "replication" section of 2 or 3 replicas must have its
+// etcd in the file (replicationChecks below).
 // Prints "ok FILE: N documents, P pod templates restricted" or the
 // errors, and exits 1 on any.
 //   node validate.mjs --secure FILE...
@@ -321,6 +323,97 @@ function deployChecks(docs, pods) {
   return err;
 }
 
+// ---- replicated shards (the spec's "replication" section, replicas >= 2):
+//  - the section's etcd endpoints are the pods NAME-K.SVC:PORT of one
+//    StatefulSet NAME in the file, every one of its members, SVC its
+//    serviceName: a headless Service (clusterIP None) that publishes
+//    addresses before the pods are ready (bootstrap needs the names) and
+//    has the client port PORT;
+//  - that StatefulSet runs an odd number of members, at least 3 (a
+//    majority survives one loss), started together (podManagementPolicy
+//    Parallel: each member waits for the others), and each member's
+//    --initial-cluster names every member NAME-K=http://NAME-K.SVC:PEER by
+//    its pod DNS name; a PodDisruptionBudget selects its pods;
+//  - no more replicas than ps tasks;
+//  - the ps run in a StatefulSet (a ps that exits, fenced, comes back
+//    with its identity and rejoins), and a ps-server's own --replicas and
+//    --etcd, if given, are the section's.
+function replicationChecks(docs, spec, pods) {
+  const err = [];
+  const r = spec.replication;
+  if (!r || !(r.replicas >= 2)) return err;
+  const nps = Array.isArray(spec.ps) ? spec.ps.length : 0;
+  if (r.replicas > nps) err.push(`replication.replicas ${r.replicas} is more than the ${nps} ps tasks`);
+  if (typeof r.etcd !== 'string' || r.etcd === '') {
+    err.push('replication: no "etcd" endpoints (the etcd StatefulSet\'s pods, NAME-K.SVC:2379)');
+    return err;
+  }
+  const sets = docs.filter((d) => d.kind === 'StatefulSet');
+  const services = docs.filter((d) => d.kind === 'Service');
+  const seen = new Map(); // etcd StatefulSet name -> Set of members named
+  let bad = false;
+  for (const ep of r.etcd.split(',')) {
+    const m = /^([a-z0-9-]+)-([0-9]+)\.([a-z0-9-]+):([0-9]+)$/.exec(ep);
+    const sts = m && sets.find((d) => d.metadata?.name === m[1] && d.spec?.serviceName === m[3]);
+    if (!sts) {
+      err.push(`replication.etcd: ${ep} is not a pod NAME-K.SVC:PORT of a StatefulSet NAME (serviceName SVC) in this file`);
+      bad = true;
+      continue;
+    }
+    const k = Number(m[2]);
+    if (k >= sts.spec.replicas) {
+      err.push(`replication.etcd: ${ep}: StatefulSet ${m[1]} runs ${sts.spec.replicas} members, 0 to ${sts.spec.replicas - 1}`);
+      bad = true;
+    }
+    const svc = services.find((d) => d.metadata?.name === m[3]);
+    if (!svc) err.push(`replication.etcd: ${ep}: no Service ${m[3]} in this file`);
+    else if (!(svc.spec?.ports ?? []).some((p) => String(p.port) === m[4]))
+      err.push(`replication.etcd: ${ep}: Service ${m[3]} has no port ${m[4]}`);
+    if (!seen.has(sts)) seen.set(sts, new Set());
+    seen.get(sts).add(k);
+  }
+  if (seen.size > 1) err.push(`replication.etcd names pods of ${seen.size} StatefulSets: one etcd cluster only`);
+  for (const [sts, ks] of seen) {
+    const name = sts.metadata.name;
+    const n = sts.spec.replicas;
+    const svcName = sts.spec.serviceName;
+    if (!bad && ks.size !== n)
+      err.push(`replication.etcd names ${ks.size} of the ${n} members of StatefulSet ${name}: name them all (a client moves to another on a loss)`);
+    if (!(n >= 3 && n % 2 === 1))
+      err.push(`etcd StatefulSet ${name} runs ${n} members: use an odd number, at least 3 (a majority survives the loss of one)`);
+    if (sts.spec.podManagementPolicy !== 'Parallel')
+      err.push(`etcd StatefulSet ${name}: podManagementPolicy must be Parallel (each member waits for the others to bootstrap; is ${show(sts.spec.podManagementPolicy)})`);
+    const svc = services.find((d) => d.metadata?.name === svcName);
+    if (svc && svc.spec?.clusterIP !== 'None')
+      err.push(`Service ${svcName}: etcd's members find each other by pod DNS name: it must be headless (clusterIP: None)`);
+    if (svc && svc.spec?.publishNotReadyAddresses !== true)
+      err.push(`Service ${svcName}: publishNotReadyAddresses must be true (members resolve each other before they are ready)`);
+    const c = (sts.spec.template?.spec?.containers ?? [])[0] ?? {};
+    const ic = (setting(c, '--initial-cluster', 'ETCD_INITIAL_CLUSTER') ?? '').split(',');
+    for (let k = 0; k < n; k++) {
+      const re = new RegExp(`^${name}-${k}=http://${name}-${k}\\.${svcName}:[0-9]+$`);
+      if (!ic.some((x) => re.test(x)))
+        err.push(`etcd StatefulSet ${name}: --initial-cluster does not name member ${name}-${k} by its pod DNS name (${name}-${k}=http://${name}-${k}.${svcName}:PEER)`);
+    }
+    const labels = sts.spec.template?.metadata?.labels;
+    if (!docs.some((d) => d.kind === 'PodDisruptionBudget' && selects(d.spec?.selector, labels)))
+      err.push(`etcd StatefulSet ${name}: no PodDisruptionBudget keeps its quorum in a drain`);
+  }
+  for (const { what, spec: ps, kind } of pods)
+    for (const c of ps.containers ?? []) {
+      if (!runsServer(c)) continue;
+      if (kind !== 'StatefulSet' && kind !== 'TFJob')
+        err.push(`${what}: a replicated ps runs in a StatefulSet, so that a ps that exits (75: fenced) comes back with its task identity and rejoins`);
+      const rep = setting(c, '--replicas', 'PS_REPLICAS');
+      if (rep !== undefined && rep !== String(r.replicas))
+        err.push(`${what} container ${c.name}: --replicas ${rep} is not the spec's replication.replicas ${r.replicas}`);
+      const e = setting(c, '--etcd', 'PS_ETCD');
+      if (e !== undefined && e !== r.etcd)
+        err.push(`${what} container ${c.name}: --etcd ${e} is not the spec's replication.etcd ${r.etcd}`);
+    }
+  return err;
+}
+
 // the job a StatefulSet's worker runs as (--job NAME)
 function jobOfArgs(ps) {
   for (const c of ps.containers ?? []) if (runsWorker(c)) return setting(c, '--job', 'PS_JOB');
@@ -381,6 +474,7 @@ for (const file of process.argv.slice(2).filter((a) => a !== '--secure')) {
   if (spec)
     check(`${file} cluster spec`, () => {
       for (const [job, tasks] of Object.entries(spec)) {
+        if (job === 'replication' || job === 'security') continue; // not jobs
         if (replicas[job] !== undefined && replicas[job] !== tasks.length)
           throw new Error(`job ${job} has ${tasks.length} tasks but its StatefulSet or Job runs ${replicas[job]}`);
         tasks.forEach((a, k) => {
@@ -401,6 +495,10 @@ for (const file of process.argv.slice(2).filter((a) => a !== '--secure')) {
         throw new Error(e);
       });
   for (const e of deployChecks(docs, pods))
+    check(file, () => {
+      throw new Error(e);
+    });
+  for (const e of spec ? replicationChecks(docs, spec, pods) : [])
     check(file, () => {
       throw new Error(e);
     });
