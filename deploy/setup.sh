@@ -48,7 +48,8 @@ packages=(build-essential meson ninja-build pkg-config
   libgrpc-dev libprotobuf-c-dev protobuf-c-compiler libuv1-dev check
   libjson-c-dev libsnappy-dev zlib1g-dev libopenblas-dev iperf3 clang-format
   dataset-fashion-mnist python3-grpcio libmicrohttpd-dev
-  prometheus curl slurm-wlm munge)
+  prometheus curl slurm-wlm munge
+  etcd-server etcd-client)
 
 missing=()
 for p in "${packages[@]}"; do

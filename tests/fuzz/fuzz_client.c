@@ -3,8 +3,8 @@
  * decoded as the ps's requests are (fuzz_rpc.c).  One method per run,
  * named by PS_FUZZ_METHOD ("Read", "List", "IsInitialized", "Initialize",
  * "ReportUninitialized", "Delete", "Update", "Status", "Save", "Merge",
- * "Restore", "Shutdown"; the macro in a libFuzzer build, one binary per
- * method; the environment variable in the replay build).
+ * "Restore", "Shutdown", "StatusRepl", "Digest", "Epoch"; the macro in a libFuzzer build,
+ * one binary per method; the environment variable in the replay build).
  *
  * An input is a little-endian uint32 L, then L bytes of answer header (the
  * method's response message, raw), then the rest as the answer's bulk
@@ -108,6 +108,14 @@ static const uint8_t tokens[][11] = {
     {3, 0x0a, 0x01, 0x00},
     {3, 0x0a, 0x01, 0x1b},
     {4, 0x0a, 0x02, 0x0a, 0x00},
+    /* replication: field 100 (an answer's epoch, Status's replicas) as a
+     * varint and length-delimited, 101-104 (Status's view fields) */
+    {2, 0xa0, 0x06},
+    {2, 0xa2, 0x06},
+    {2, 0xa8, 0x06},
+    {2, 0xb2, 0x06},
+    {2, 0xb8, 0x06},
+    {2, 0xc2, 0x06},
 };
 #define NTOKENS (sizeof tokens / sizeof tokens[0])
 

@@ -7,26 +7,8 @@ import os
 import struct
 import sys
 
-
-def varint(v):
-    v &= 0xFFFFFFFFFFFFFFFF
-    out = bytearray()
-    while True:
-        b = v & 0x7F
-        v >>= 7
-        if v:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-def ld(num, payload):
-    return varint(num << 3 | 2) + varint(len(payload)) + payload
-
-
-def vi(num, v):
-    return varint(num << 3) + varint(v)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from pbwire import ld, varint, vi  # noqa: E402
 
 
 def packed(num, vals):
@@ -65,6 +47,9 @@ seeds = {
                            ld(1, meta(b"emb", 1, [20, 4])) + ld(1, meta(b"tab", 1, [2])),
                            F4 * 85),
         "empty_flood": seed(b"\x0a\x00" * 1000),
+        "epoch": seed(ld(1, meta(b"w", 1, [2, 3])) + ld(1, meta(b"b", 1, [2])) +
+                      ld(1, meta(b"emb", 1, [20, 4])) + ld(1, meta(b"tab", 1, [2, 3])) +
+                      vi(100, 5), F4 * (6 + 2 + 80 + 6)),
     },
     "List": {
         "ok": seed(ld(1, ld(1, b"w") + vi(2, 1) + packed(3, [2, 3]) + vi(4, 24) + vi(5, 1) +
@@ -75,6 +60,8 @@ seeds = {
         "empty_entries": seed(b"\x0a\x00" * 1000),
         "bad_bytes": seed(ld(1, ld(1, b"w") + vi(2, 1) + packed(3, [2]) + vi(4, 9))),
         "neg_dim": seed(ld(1, ld(1, b"w") + vi(2, 1) + packed(3, [-2]) + vi(4, 8))),
+        "epoch": seed(ld(1, ld(1, b"w") + vi(2, 1) + packed(3, [2, 3]) + vi(4, 24)) +
+                      vi(100, 3)),
     },
     "IsInitialized": {
         "ok": seed(ld(1, b"\x01\x00")),
@@ -104,6 +91,49 @@ seeds = {
         "sync": seed(packed(1, [3, 4]) + packed(2, [0, 1]) + packed(3, [5, 5])),
         "none": seed(b""),
         "short_stale": seed(packed(1, [3, 4]) + packed(2, [1])),
+        # replication: the answering ps's view epoch (field 100)
+        "epoch": seed(packed(1, [3, 4]) + vi(100, 7)),
+    },
+    # Update answers as a replicated client scans them for their epoch
+    "Epoch": {
+        "ok": seed(packed(1, [3, 4]) + vi(100, 7)),
+        "zero": seed(packed(1, [3, 4]) + vi(100, 0)),
+        "negative": seed(packed(1, [3, 4]) + vi(100, -1)),
+        "huge": seed(packed(1, [3, 4]) + vi(100, 1 << 62)),
+        "twice": seed(vi(100, 3) + packed(1, [3, 4]) + vi(100, 9)),
+        "fixed64": seed(packed(1, [3, 4]) + varint(100 << 3 | 1) + b"\1" * 8),
+        "ld": seed(packed(1, [3, 4]) + ld(100, b"\7")),
+        "truncated": seed(packed(1, [3, 4]) + varint(100 << 3) + b"\xff"),
+    },
+    # StatusResponse's replication fields (a cluster of 3 ps)
+    "StatusRepl": {
+        "ok": seed(ld(1, b"ps/0") + vi(100, 2) + vi(101, 4) +
+                   ld(102, vi(1, 0) + ld(2, b"primary") + vi(3, 2) + vi(4, 96) +
+                      packed(5, [3]) + packed(6, [300])) +
+                   ld(102, vi(1, 2) + ld(2, b"syncing") + vi(7, 4096))),
+        "unreplicated": seed(ld(1, b"ps/0")),
+        "fenced": seed(vi(100, 2) + vi(101, 9) + vi(103, 1) + ld(104, b"lease lost")),
+        "bad_role": seed(vi(100, 2) + ld(102, vi(1, 0) + ld(2, b"king"))),
+        "bad_shard": seed(vi(100, 2) + ld(102, vi(1, 7) + ld(2, b"backup"))),
+        "neg_lag": seed(vi(100, 2) + ld(102, vi(1, 0) + ld(2, b"primary") +
+                                         packed(5, [-1]) + packed(6, [1]))),
+        "lag_mismatch": seed(vi(100, 2) + ld(102, vi(1, 0) + ld(2, b"primary") +
+                                              packed(5, [1, 2]) + packed(6, [1]))),
+        "too_many": seed(vi(100, 2) + ld(102, vi(1, 0) + ld(2, b"backup")) * 5),
+        "replicas_9": seed(vi(100, 9)),
+    },
+    "Digest": {
+        "ok": seed(vi(1, 4) + ld(2, b"backup") +
+                   ld(3, ld(1, b"b") + vi(2, 3) + vi(3, 0xdeadbeef) +
+                      vi(4, 1) + vi(5, 8)) +
+                   ld(3, ld(1, b"w") + vi(2, 5) + vi(4, 1) + vi(5, 24))),
+        "empty": seed(b""),
+        "unsorted": seed(ld(3, ld(1, b"w")) + ld(3, ld(1, b"b"))),
+        "duplicate": seed(ld(3, ld(1, b"w")) + ld(3, ld(1, b"w"))),
+        "no_name": seed(ld(3, vi(2, 1))),
+        "negative": seed(vi(1, -3) + ld(3, ld(1, b"w") + vi(2, -1))),
+        "bad_role": seed(ld(2, b"leader")),
+        "flood": seed(ld(3, b"") * 2000),
     },
     "Status": {
         "ok": seed(ld(1, b"ps/0") + ld(2, b"127.0.0.1:2222") + ld(3, b"1.0") + vi(4, 3) +

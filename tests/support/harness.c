@@ -4,8 +4,10 @@
 #include "common/rpc.h"
 #include "paramserver/client.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -13,6 +15,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -437,4 +440,219 @@ int harness_scratch_remove(const char *path) {
   int rc = system(cmd);
   if (rc != 0) fprintf(stderr, "cannot remove %s\n", path);
   return rc == 0 ? 0 : -1;
+}
+
+/* ---- etcd (harness.h) ---- */
+
+/* A port of 127.0.0.1 free at this moment (0 on error). */
+static int free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t n = sizeof a;
+  int port = 0;
+  if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+      getsockname(fd, (struct sockaddr *)&a, &n) == 0)
+    port = ntohs(a.sin_port);
+  close(fd);
+  return port;
+}
+
+/* GET /health of member @m: 1 if it says {"health":"true"}, else 0. */
+static int etcd_healthy(ps_harness_etcd *e, int m) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_port = htons((uint16_t)e->client_port[m]),
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  struct timeval tv = {1, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  char buf[2048];
+  size_t k = 0;
+  int ok = 0;
+  if (connect(fd, (struct sockaddr *)&a, sizeof a) == 0) {
+    static const char req[] = "GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+    if (write(fd, req, sizeof req - 1) == (ssize_t)(sizeof req - 1)) {
+      ssize_t r;
+      while (k + 1 < sizeof buf && (r = read(fd, buf + k, sizeof buf - 1 - k)) > 0)
+        k += (size_t)r;
+      buf[k] = '\0';
+      ok = strstr(buf, "\"health\":\"true\"") != NULL;
+    }
+  }
+  close(fd);
+  return ok;
+}
+
+static void etcd_log_path(ps_harness_etcd *e, int m, char *p, size_t n) {
+  snprintf(p, n, "%s/m%d.log", e->h.dir, m);
+}
+
+/* Forks member @m (not waiting for it). */
+static int etcd_spawn(ps_harness_etcd *e, int m) {
+  char name[16], data[300], curl[64], purl[64], log[300];
+  snprintf(name, sizeof name, "m%d", m);
+  snprintf(data, sizeof data, "%s/m%d.etcd", e->h.dir, m);
+  snprintf(curl, sizeof curl, "http://127.0.0.1:%d", e->client_port[m]);
+  snprintf(purl, sizeof purl, "http://127.0.0.1:%d", e->peer_port[m]);
+  etcd_log_path(e, m, log, sizeof log);
+  const char *prog = harness_prog("ETCD", "/usr/bin/etcd");
+  const char *argv[] = {prog,       "--name",
+                        name,       "--data-dir",
+                        data,       "--listen-client-urls",
+                        curl,       "--advertise-client-urls",
+                        curl,       "--listen-peer-urls",
+                        purl,       "--initial-advertise-peer-urls",
+                        purl,       "--initial-cluster",
+                        e->cluster, "--initial-cluster-state",
+                        "new",      "--initial-cluster-token",
+                        e->h.dir,   "--heartbeat-interval",
+                        "10",       "--election-timeout",
+                        "100",      "--logger",
+                        "zap",      "--log-outputs",
+                        "stderr",   "--log-level",
+                        "warn",     NULL};
+  harness_opts o = {.stderr_path = log};
+  pid_t pid = spawn(&e->h, argv, NULL, &o);
+  if (pid < 0) return -1;
+  e->pids[m] = pid;
+  return 0;
+}
+
+int ps_harness_etcd_wait_healthy(ps_harness_etcd *e, int m, int timeout_ms) {
+  for (int waited = 0; waited < timeout_ms; waited += 10) {
+    if (e->pids[m] <= 0 || waitpid(e->pids[m], NULL, WNOHANG) == e->pids[m]) {
+      e->pids[m] = 0;
+      return -1; /* it exited */
+    }
+    if (etcd_healthy(e, m)) return 0;
+    struct timespec ts = {0, 10000000};
+    nanosleep(&ts, NULL);
+  }
+  return -1;
+}
+
+static void etcd_kill_all(ps_harness_etcd *e) {
+  for (int m = 0; m < e->n; m++)
+    ps_harness_etcd_kill(e, m);
+}
+
+/* 1 if member @m's log says a port was taken. */
+static int etcd_port_taken(ps_harness_etcd *e, int m) {
+  char log[300], cmd[400];
+  etcd_log_path(e, m, log, sizeof log);
+  snprintf(cmd, sizeof cmd, "grep -q 'address already in use' '%s'", log);
+  return system(cmd) == 0;
+}
+
+int ps_harness_etcd_start(ps_harness_etcd *e, int members) {
+  memset(e, 0, sizeof *e);
+  e->h.guard_fd = -1;
+  if (members != 1 && members != HARNESS_ETCD_MAX) {
+    fprintf(stderr, "harness: etcd with %d members (1 or 3)\n", members);
+    return -1;
+  }
+  snprintf(e->h.dir, sizeof e->h.dir, "/tmp/ps-etcd-XXXXXX");
+  if (mkdtemp(e->h.dir) == NULL) {
+    perror("harness: mkdtemp");
+    e->h.dir[0] = '\0';
+    return -1;
+  }
+  if (start_guardian(&e->h) != 0) {
+    ps_harness_etcd_stop(e);
+    return -1;
+  }
+  e->n = members;
+  for (int attempt = 0; attempt < 5; attempt++) {
+    size_t off = 0, eoff = 0;
+    for (int m = 0; m < members; m++) {
+      e->client_port[m] = free_port();
+      e->peer_port[m] = free_port();
+      snprintf(e->client[m], sizeof e->client[m], "127.0.0.1:%d", e->client_port[m]);
+      off +=
+          (size_t)snprintf(e->cluster + off, sizeof e->cluster - off,
+                           "%sm%d=http://127.0.0.1:%d", m ? "," : "", m, e->peer_port[m]);
+      eoff += (size_t)snprintf(e->endpoints + eoff, sizeof e->endpoints - eoff, "%s%s",
+                               m ? "," : "", e->client[m]);
+    }
+    int bad = 0, taken = 0;
+    for (int m = 0; m < members && !bad; m++) {
+      char data[300];
+      snprintf(data, sizeof data, "rm -rf '%s/m%d.etcd' '%s/m%d.log'", e->h.dir, m,
+               e->h.dir, m);
+      if (system(data) != 0 || etcd_spawn(e, m) != 0) bad = 1;
+    }
+    for (int m = 0; m < members && !bad; m++)
+      if (ps_harness_etcd_wait_healthy(e, m, 15000) != 0) {
+        bad = 1;
+        for (int k = 0; k < members; k++)
+          taken |= etcd_port_taken(e, k);
+        if (!taken) {
+          char log[300];
+          etcd_log_path(e, m, log, sizeof log);
+          fprintf(stderr, "harness: etcd member m%d never became healthy (log: %s)\n", m,
+                  log);
+        }
+      }
+    if (!bad) return 0;
+    etcd_kill_all(e);
+    if (!taken) break;
+    fprintf(stderr, "harness: an etcd port was taken before etcd bound it; new ports\n");
+  }
+  if (getenv("KEEP_DIR") == NULL) ps_harness_etcd_stop(e);
+  return -1;
+}
+
+void ps_harness_etcd_kill(ps_harness_etcd *e, int m) {
+  if (m < 0 || m >= e->n || e->pids[m] <= 0) return;
+  kill(e->pids[m], SIGKILL);
+  waitpid(e->pids[m], NULL, 0);
+  e->pids[m] = 0;
+}
+
+int ps_harness_etcd_restart(ps_harness_etcd *e, int m) {
+  if (m < 0 || m >= e->n || e->pids[m] > 0) {
+    fprintf(stderr, "harness: etcd member %d is not a stopped member\n", m);
+    return -1;
+  }
+  if (etcd_spawn(e, m) != 0) return -1;
+  if (ps_harness_etcd_wait_healthy(e, m, 15000) != 0) {
+    fprintf(stderr, "harness: etcd member m%d did not come back healthy\n", m);
+    return -1;
+  }
+  return 0;
+}
+
+int ps_harness_etcd_stop(ps_harness_etcd *e) {
+  int bad = 0;
+  for (int m = 0; m < e->n; m++)
+    if (e->pids[m] > 0) kill(e->pids[m], SIGTERM);
+  for (int m = 0; m < e->n; m++) {
+    if (e->pids[m] <= 0) continue;
+    int status = 0;
+    for (int k = 0;; k++) {
+      if (waitpid(e->pids[m], &status, WNOHANG) == e->pids[m]) break;
+      if (k == 1000) { /* 10 s */
+        kill(e->pids[m], SIGKILL);
+        waitpid(e->pids[m], &status, 0);
+        fprintf(stderr, "harness: etcd member m%d did not stop on SIGTERM\n", m);
+        bad = 1;
+        break;
+      }
+      struct timespec ts = {0, 10000000};
+      nanosleep(&ts, NULL);
+    }
+    e->pids[m] = 0;
+  }
+  if (e->h.dir[0]) {
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", e->h.dir);
+    if (system(cmd) != 0) bad = 1;
+    e->h.dir[0] = '\0';
+  }
+  stop_guardian(&e->h);
+  e->n = 0;
+  return bad ? -1 : 0;
 }

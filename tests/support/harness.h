@@ -85,4 +85,39 @@ int harness_scratch_remove(const char *path);
 /* Resident set and its peak of a process, in bytes (from /proc). */
 long long harness_rss(pid_t pid, long long *peak);
 
+/* etcd for the tests (Debian's etcd-server: the program `etcd`, or $ETCD).
+ * ps_harness_etcd_start starts @members (1 or 3) members of a new cluster
+ * on 127.0.0.1 with fast raft timings (heartbeat 10 ms, election 100 ms:
+ * the shortest lease TTL is then 1 s), each with its own data directory in
+ * a fresh scratch directory and its log in DIR/mN.log.  Ports are picked
+ * free (bind to 0, read, close) and passed to etcd; if one was taken in
+ * between, etcd says "address already in use" and the cluster is started
+ * again on new ports (5 tries).  Ready when every member's /health says
+ * {"health":"true"} (15 s at most).  Members are forked as harness_spawn
+ * does (PR_SET_PDEATHSIG, a guardian): nothing outlives the test.
+ * Returns 0, or -1 after printing why (then nothing is left running).
+ * Call from the test's own thread. */
+#define HARNESS_ETCD_MAX 3
+typedef struct ps_harness_etcd {
+  int n;
+  pid_t pids[HARNESS_ETCD_MAX]; /* 0: not running */
+  int client_port[HARNESS_ETCD_MAX], peer_port[HARNESS_ETCD_MAX];
+  char client[HARNESS_ETCD_MAX][32];     /* "127.0.0.1:PORT" */
+  char endpoints[HARNESS_ETCD_MAX * 32]; /* the clients, comma-separated */
+  ps_harness h;                          /* scratch dir, guardian */
+  char cluster[HARNESS_ETCD_MAX * 64];   /* --initial-cluster */
+} ps_harness_etcd;
+int ps_harness_etcd_start(ps_harness_etcd *e, int members);
+/* SIGKILL member @m and wait for it (its data stays). */
+void ps_harness_etcd_kill(ps_harness_etcd *e, int m);
+/* Starts member @m again, same ports and data; waits until it is healthy.
+ * 0, or -1 after printing why. */
+int ps_harness_etcd_restart(ps_harness_etcd *e, int m);
+/* Waits until member @m's /health says true (@timeout_ms at most): 0 or -1. */
+int ps_harness_etcd_wait_healthy(ps_harness_etcd *e, int m, int timeout_ms);
+/* SIGTERM every member, waits (SIGKILL after 10 s), removes the scratch
+ * directory.  Returns 0 if every member stopped on SIGTERM.  A zeroed or
+ * already stopped struct is a no-op. */
+int ps_harness_etcd_stop(ps_harness_etcd *e);
+
 #endif

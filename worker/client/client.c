@@ -249,6 +249,14 @@ ps_client *ps_client_create(const ps_cluster *cluster, const char *ps_job,
   c->tls = sec.ch.ca_pem != NULL;
   c->client_cert = sec.ch.cert_pem != NULL;
   security_free(&sec);
+  /* replicated shards: the view from etcd (the option strings are the
+   * caller's: not kept) */
+  int vrc = ps_cl_view_start_(c, cluster, st);
+  c->opt.etcd = c->opt.repl_job = NULL;
+  if (vrc != 0) {
+    ps_client_destroy(c);
+    return NULL;
+  }
   return c;
 oom:
   ps_client_destroy(c);
@@ -258,6 +266,7 @@ oom:
 
 void ps_client_destroy(ps_client *c) {
   if (c == NULL) return;
+  ps_cl_view_stop_(c);
   for (int i = 0; i < c->nps; i++) {
     if (c->ch) ps_rpc_channel_destroy(c->ch[i]);
     if (c->addrs) free(c->addrs[i]);

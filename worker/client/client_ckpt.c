@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/log.h"
 #include "common/tensor.h"
 
 #define M_SNAPSHOT "/paramserver.Ps/Snapshot"
@@ -89,33 +90,87 @@ int ps_cl_parse_restore_(void *user, const uint8_t *p, size_t n, ps_rpc_segs *si
   return rc;
 }
 
-/* The same unary call to every ps at once; the first failure wins. */
-static int all_ps(ps_client *c, const char *method, const ProtobufCMessage *const *msgs,
-                  parse_fn parse, save_out *outs, int64_t timeout_ms, ps_status *st) {
-  ps_rpc_req *reqs = calloc((size_t)c->nps, sizeof *reqs);
-  int *tasks = calloc((size_t)c->nps, sizeof *tasks);
-  answer *as = calloc((size_t)c->nps, sizeof *as);
-  if (reqs == NULL || tasks == NULL || as == NULL) {
+/* The ps a cluster-wide checkpoint call goes to: every task, or under
+ * replication each distinct primary once (k of them), each call for
+ * every shard it is the primary of (Route{-1, epoch}). */
+typedef struct ckpt_plan {
+  int k;
+  int *dst;      /* [k] the tasks */
+  int *slot;     /* [nps] shard -> its index in dst */
+  int64_t epoch; /* the view's */
+  Paramserver__Route route;
+} ckpt_plan;
+
+static void plan_fini(ckpt_plan *p) {
+  free(p->dst);
+  free(p->slot);
+  memset(p, 0, sizeof *p);
+}
+
+static int plan_make(ps_client *c, ckpt_plan *p, ps_status *st) {
+  memset(p, 0, sizeof *p);
+  p->dst = calloc((size_t)c->nps, sizeof *p->dst);
+  p->slot = calloc((size_t)c->nps, sizeof *p->slot);
+  if (p->dst == NULL || p->slot == NULL) {
+    plan_fini(p);
+    return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  for (int s = 0; s < c->nps; s++) {
+    int to = s;
+    if (c->view) {
+      ps_shard_replicas r;
+      if (ps_client_shard_replicas(c, s, &r, st) != 0) {
+        plan_fini(p);
+        return st->code;
+      }
+      p->epoch = r.epoch;
+      if (r.n == 0) {
+        plan_fini(p);
+        return ps_status_set(st, PS_UNAVAILABLE,
+                             "shard %d is lost (no replica left in view epoch %lld): "
+                             "restore from the latest checkpoint",
+                             s, (long long)r.epoch);
+      }
+      to = r.task[0];
+    }
+    int j = 0;
+    while (j < p->k && p->dst[j] != to)
+      j++;
+    if (j == p->k) p->dst[p->k++] = to;
+    p->slot[s] = j;
+  }
+  paramserver__route__init(&p->route);
+  p->route.shard = -1;
+  p->route.epoch = p->epoch;
+  return 0;
+}
+
+/* The same unary call to each planned ps at once; the first failure wins. */
+static int all_ps(ps_client *c, const ckpt_plan *p, const char *method,
+                  const ProtobufCMessage *const *msgs, parse_fn parse, save_out *outs,
+                  int64_t timeout_ms, ps_status *st) {
+  size_t n = (size_t)p->k;
+  ps_rpc_req *reqs = calloc(n + 1, sizeof *reqs);
+  answer *as = calloc(n + 1, sizeof *as);
+  if (reqs == NULL || as == NULL) {
     free(reqs);
-    free(tasks);
     free(as);
     return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
   }
-  for (int t = 0; t < c->nps; t++) {
-    ps_cl_req_init_(c, &reqs[t], t, method, msgs[t], true, false);
-    reqs[t].timeout_ms = timeout_ms;
-    ps_cl_answer_init_(c, t, &reqs[t], &as[t], parse, outs ? &outs[t] : NULL, NULL);
-    tasks[t] = t;
+  for (size_t j = 0; j < n; j++) {
+    int t = p->dst[j];
+    ps_cl_req_init_(c, &reqs[j], t, method, msgs[j], true, false);
+    reqs[j].timeout_ms = timeout_ms;
+    ps_cl_answer_init_(c, t, &reqs[j], &as[j], parse, outs ? &outs[j] : NULL, NULL);
   }
-  ps_cl_run_reqs_(c, reqs, tasks, (size_t)c->nps, false);
+  ps_cl_run_reqs_(c, reqs, p->dst, n, false);
   int rc = 0;
-  for (int t = 0; t < c->nps && rc == 0; t++)
-    if (reqs[t].st.code != PS_OK) {
-      rc = reqs[t].st.code;
-      if (st) *st = reqs[t].st;
+  for (size_t j = 0; j < n && rc == 0; j++)
+    if (reqs[j].st.code != PS_OK) {
+      rc = reqs[j].st.code;
+      if (st) *st = reqs[j].st;
     }
   free(reqs);
-  free(tasks);
   free(as);
   return rc;
 }
@@ -148,15 +203,24 @@ static int snapshot_step(ps_client *c, const ps_save_options *o, int64_t *step,
   return 0;
 }
 
-int ps_client_save(ps_client *c, const char *prefix, const ps_save_options *o,
-                   char **written, int64_t *bytes, ps_status *st) {
-  ps_save_options def = {0};
-  if (o == NULL) o = &def;
+static int save_once(ps_client *c, const char *prefix, const ps_save_options *o,
+                     char **written, int64_t *bytes, ps_status *st) {
   struct timespec now;
   clock_gettime(CLOCK_REALTIME, &now);
   int64_t id = ((int64_t)now.tv_sec << 20) ^ (now.tv_nsec & 0xfffff) ^ (int64_t)getpid();
   if (id == 0 || id == -1) id = 7;
-  int n = c->nps, rc;
+  for (size_t i = 0; o->select && i < o->nitems; i++)
+    if (o->items[i].task < 0 || o->items[i].task >= c->nps)
+      return ps_status_set(st, PS_INVALID_ARGUMENT,
+                           "save: %s is on ps task %d, which does not exist (the cluster "
+                           "has %d)",
+                           o->items[i].name ? o->items[i].name : "(null)",
+                           o->items[i].task, c->nps);
+  /* one part per ps, or under replication per distinct primary */
+  ckpt_plan plan;
+  int rc = plan_make(c, &plan, st);
+  if (rc != 0) return rc;
+  int n = plan.k;
   Paramserver__SnapshotRequest *snaps = calloc((size_t)n + 1, sizeof *snaps);
   Paramserver__SnapshotItem *sitems = calloc(o->nitems + 1, sizeof *sitems);
   Paramserver__SnapshotItem **sptr = calloc(o->nitems + 1, sizeof *sptr);
@@ -164,9 +228,10 @@ int ps_client_save(ps_client *c, const char *prefix, const ps_save_options *o,
     free(snaps);
     free(sitems);
     free(sptr);
+    plan_fini(&plan);
     return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
   }
-  /* each ps gets its own items, grouped by task */
+  /* each ps gets its own items, grouped by task (its shards') */
   size_t k = 0;
   for (int t = 0; t < n; t++) {
     paramserver__snapshot_request__init(&snaps[t]);
@@ -175,8 +240,9 @@ int ps_client_save(ps_client *c, const char *prefix, const ps_save_options *o,
     snaps[t].skip_uninitialized = o->skip_uninitialized;
     snaps[t].select = o->select;
     snaps[t].items = &sptr[k];
+    if (c->view) snaps[t].route = &plan.route;
     for (size_t i = 0; o->select && i < o->nitems; i++) {
-      if (o->items[i].task != t) continue;
+      if (plan.slot[o->items[i].task] != t) continue;
       paramserver__snapshot_item__init(&sitems[k]);
       sitems[k].name = (char *)o->items[i].name;
       sitems[k].key = (char *)(o->items[i].key ? o->items[i].key : "");
@@ -185,17 +251,6 @@ int ps_client_save(ps_client *c, const char *prefix, const ps_save_options *o,
       snaps[t].n_items++;
     }
   }
-  for (size_t i = 0; o->select && i < o->nitems; i++)
-    if (o->items[i].task < 0 || o->items[i].task >= n) {
-      free(snaps);
-      free(sitems);
-      free(sptr);
-      return ps_status_set(st, PS_INVALID_ARGUMENT,
-                           "save: %s is on ps task %d, which does not exist (the cluster "
-                           "has %d)",
-                           o->items[i].name ? o->items[i].name : "(null)",
-                           o->items[i].task, n);
-    }
   Paramserver__ReleaseRequest rel = PARAMSERVER__RELEASE_REQUEST__INIT;
   rel.id = id;
   const ProtobufCMessage **msgs = calloc((size_t)n, sizeof *msgs);
@@ -208,12 +263,13 @@ int ps_client_save(ps_client *c, const char *prefix, const ps_save_options *o,
     free(snaps);
     free(sitems);
     free(sptr);
+    plan_fini(&plan);
     return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
   }
   /* 1. every ps closes its gate and captures its variables */
   for (int t = 0; t < n; t++)
     msgs[t] = &snaps[t].base;
-  rc = all_ps(c, M_SNAPSHOT, msgs, NULL, NULL, c->opt.control_timeout_ms, st);
+  rc = all_ps(c, &plan, M_SNAPSHOT, msgs, NULL, NULL, c->opt.control_timeout_ms, st);
   /* the step as the snapshot has it: no update passes a closed gate */
   char named[1100];
   int64_t step = -1;
@@ -222,7 +278,7 @@ int ps_client_save(ps_client *c, const char *prefix, const ps_save_options *o,
   ps_status rst;
   for (int t = 0; t < n; t++)
     msgs[t] = &rel.base;
-  all_ps(c, M_RELEASE, msgs, NULL, NULL, c->opt.control_timeout_ms, &rst);
+  all_ps(c, &plan, M_RELEASE, msgs, NULL, NULL, c->opt.control_timeout_ms, &rst);
   if (rc) goto out;
   if (o->step_name) {
     if (snprintf(named, sizeof named, "%s-%lld", prefix, (long long)step) >=
@@ -241,9 +297,11 @@ int ps_client_save(ps_client *c, const char *prefix, const ps_save_options *o,
     saves[t].prefix = (char *)prefix;
     saves[t].shard = t;
     saves[t].num_shards = n;
+    if (c->view) saves[t].route = &plan.route;
     msgs[t] = &saves[t].base;
   }
-  rc = all_ps(c, M_SAVE, msgs, ps_cl_parse_save_, outs, c->opt.data_timeout_ms, st);
+  rc =
+      all_ps(c, &plan, M_SAVE, msgs, ps_cl_parse_save_, outs, c->opt.data_timeout_ms, st);
   if (rc) goto out;
   int64_t total = 0;
   for (int t = 0; t < n; t++)
@@ -264,8 +322,8 @@ int ps_client_save(ps_client *c, const char *prefix, const ps_save_options *o,
     mr.meta_graph.data = (uint8_t *)o->meta_graph;
     mr.meta_graph.len = o->meta_graph_len;
   }
-  rc = ps_cl_control_call_(c, n - 1, M_MERGE, &mr.base, false, ps_cl_parse_merge_,
-                           &outs[0], st);
+  rc = ps_cl_control_call_(c, plan.dst[n - 1], M_MERGE, &mr.base, false,
+                           ps_cl_parse_merge_, &outs[0], st);
   if (rc == 0 && written) {
     *written = outs[0].prefix;
     outs[0].prefix = NULL;
@@ -284,7 +342,43 @@ out:
   free(outs);
   free(saves);
   free(msgs);
+  plan_fini(&plan);
   return rc;
+}
+
+/* Under replication a save that met a failover (a ps gone, or one whose
+ * view differs from the client's: FAILED_PRECONDITION) is made again,
+ * whole, by the newer view, until the rpc timeout. */
+static bool save_again(const ps_status *st) {
+  return st->code == PS_UNAVAILABLE
+             ? strstr(st->msg, " is lost") == NULL
+             : st->code == PS_FAILED_PRECONDITION &&
+                   (strstr(st->msg, "stale") || strstr(st->msg, "is not the primary") ||
+                    strstr(st->msg, "epoch"));
+}
+
+int ps_client_save(ps_client *c, const char *prefix, const ps_save_options *o,
+                   char **written, int64_t *bytes, ps_status *st) {
+  ps_save_options def = {0};
+  if (o == NULL) o = &def;
+  ps_status mine;
+  if (st == NULL) st = &mine;
+  struct timespec t0, now;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  int64_t backoff = c->opt.retry_initial_ms;
+  for (;;) {
+    int64_t epoch = ps_client_view_epoch(c);
+    int rc = save_once(c, prefix, o, written, bytes, st);
+    if (rc == 0 || c->view == NULL || !save_again(st)) return rc;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    int64_t spent = (int64_t)(now.tv_sec - t0.tv_sec) * 1000 +
+                    (now.tv_nsec - t0.tv_nsec) / 1000000,
+            left = c->opt.rpc_timeout_ms - spent;
+    if (left <= 0) return rc;
+    PS_WARN("save %s made again by a newer replication view: %s", prefix, st->msg);
+    ps_cl_view_wait_(c, epoch, backoff < left ? backoff : left);
+    backoff = backoff * 2 > c->opt.retry_max_ms ? c->opt.retry_max_ms : backoff * 2;
+  }
 }
 
 /* Checks the answers of a check_only Restore sent to @tasks[0..@n): each
@@ -337,14 +431,21 @@ int ps_client_check_restore_all(ps_client *c, const char *prefix,
   int *tasks = calloc((size_t)nps, sizeof *tasks);
   save_out *outs = calloc((size_t)nps, sizeof *outs);
   int rc = 0;
+  ckpt_plan plan = {0};
   if (rq == NULL || items == NULL || ip == NULL || reqs == NULL || tasks == NULL ||
       outs == NULL) {
     rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Restore: out of memory");
     goto out;
   }
   size_t k = 0, nr = 0;
+  if (c->view && names == NULL && (rc = plan_make(c, &plan, st)) != 0) goto out;
+  int emitted = 0;
   for (int t = 0; t < nps; t++) {
     if (names && n[t] == 0) continue;
+    /* replicated, the whole checkpoint: each primary once (it checks
+     * every shard it holds) */
+    if (plan.slot && plan.slot[t] != emitted) continue;
+    if (plan.slot) emitted++;
     paramserver__restore_request__init(&rq[t]);
     rq[t].prefix = (char *)(prefix ? prefix : "");
     rq[t].check_only = true;
@@ -367,6 +468,7 @@ int ps_client_check_restore_all(ps_client *c, const char *prefix,
   ps_cl_run_reqs_(c, reqs, tasks, nr, false);
   rc = checked_answers(c, reqs, tasks, nr, outs, resolved, st);
 out:
+  plan_fini(&plan);
   for (int t = 0; outs && t < nps; t++)
     free(outs[t].prefix);
   free(outs);
@@ -382,38 +484,45 @@ int ps_cl_restore_all_(ps_client *c, const char *prefix, size_t *nrestored,
                        ps_status *st) {
   Paramserver__RestoreRequest rq = PARAMSERVER__RESTORE_REQUEST__INIT;
   rq.prefix = (char *)(prefix ? prefix : "");
+  ckpt_plan plan;
+  int rc = plan_make(c, &plan, st);
+  if (rc != 0) return rc;
+  /* under replication each primary restores every shard it holds and
+   * fills their backups */
+  if (c->view) rq.route = &plan.route;
   const ProtobufCMessage **msgs = calloc((size_t)c->nps, sizeof *msgs);
   save_out *outs = calloc((size_t)c->nps, sizeof *outs);
   if (msgs == NULL || outs == NULL) {
     free(msgs);
     free(outs);
+    plan_fini(&plan);
     return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Restore: out of memory");
   }
-  for (int t = 0; t < c->nps; t++)
+  for (int t = 0; t < plan.k; t++)
     msgs[t] = &rq.base;
-  int rc = 0;
   /* all or nothing across the ps: every ps checks first (all at once),
    * none changes anything unless every one would succeed; then every ps
    * restores the checkpoint they checked, by its path ("the latest" is
    * resolved once: not one a save made since) */
   char *checked = NULL;
-  if (c->nps > 1) {
+  if (plan.k > 1) {
     rc = ps_client_check_restore_all(c, prefix, NULL, NULL, NULL, &checked, st);
     if (rc == 0) rq.prefix = checked;
   }
   if (rc == 0)
-    rc = all_ps(c, M_RESTORE, msgs, ps_cl_parse_restore_, outs, c->opt.data_timeout_ms,
-                st);
+    rc = all_ps(c, &plan, M_RESTORE, msgs, ps_cl_parse_restore_, outs,
+                c->opt.data_timeout_ms, st);
   if (nrestored) {
     *nrestored = 0;
-    for (int t = 0; t < c->nps; t++)
+    for (int t = 0; t < plan.k; t++)
       *nrestored += outs[t].n;
   }
-  for (int t = 0; t < c->nps; t++)
+  for (int t = 0; t < plan.k; t++)
     free(outs[t].prefix);
   free(checked);
   free(msgs);
   free(outs);
+  plan_fini(&plan);
   return rc;
 }
 

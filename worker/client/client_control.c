@@ -419,6 +419,10 @@ int ps_client_probe(ps_client *c, int task, ps_status *st) {
 
 int ps_client_probe_within(ps_client *c, int task, int64_t within_ms, ps_status *st) {
   if (ps_cl_check_task_(c, task, st)) return st->code;
+  /* replicated: @task names a shard, which its primary serves */
+  int64_t epoch;
+  int primary = c->view ? ps_cl_view_route_(c, task, &epoch) : -1;
+  if (primary >= 0) task = primary;
   Paramserver__StatusRequest req = PARAMSERVER__STATUS_REQUEST__INIT;
   ps_task_status out;
   memset(&out, 0, sizeof out);

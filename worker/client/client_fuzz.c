@@ -11,7 +11,9 @@
  * @method ("Read", "List", "IsInitialized", "Initialize",
  * "ReportUninitialized", "Delete", "Update", "Status", "Save", "Merge",
  * "Restore", "RestoreList" (the answer to RestoreRequest.list),
- * "Shutdown") to a typical request of this client, fills the
+ * "Shutdown", "StatusRepl" (Status's replication fields), "Digest",
+ * "Epoch" (an Update answer's view epoch, as a replicated client scans
+ * it, then the answer)) to a typical request of this client, fills the
  * bulk ranges it names from @data as the transport would (more or fewer
  * bytes fail as there), and frees everything.  0, or a code with @st set;
  * INVALID_ARGUMENT for an unknown @method.  Not public API: without the
@@ -133,6 +135,26 @@ int fuzz_client_answer(const char *method, const uint8_t *p, size_t n,
     ckpt_vars o = {0};
     TWICE(ps_cl_parse_restore_list_(&o, p, n, &sink, st));
     ps_cl_ckpt_vars_fini_(&o);
+  } else if (!strcmp(method, "StatusRepl")) {
+    ps_task_repl r = {0};
+    repl_out o = {&r, 3};
+    TWICE(ps_cl_parse_status_repl_(&o, p, n, &sink, st));
+    ps_task_repl_fini(&r);
+  } else if (!strcmp(method, "Digest")) {
+    ps_digest d = {0};
+    digest_out o = {&d, 1};
+    TWICE(ps_cl_parse_digest_(&o, p, n, &sink, st));
+    ps_digest_fini(&d);
+  } else if (!strcmp(method, "Epoch")) {
+    bool has;
+    uint64_t epoch;
+    ps_cl_answer_scan_(p, n, &has, &epoch);
+    if (has && (int64_t)epoch < 0)
+      return ps_status_set(st, PS_INTERNAL, "negative epoch");
+    ps_update_result res[2];
+    ps_update u[2] = {{.name = "w", .result = &res[0]}, {.name = "b", .result = &res[1]}};
+    ps_task_updates t = {.task = 0, .updates = u, .n = 2};
+    TWICE(ps_cl_parse_update_(&t, p, n, &sink, st));
   } else if (!strcmp(method, "Shutdown")) {
     TWICE(ps_cl_parse_shutdown_(NULL, p, n, &sink, st));
   } else {

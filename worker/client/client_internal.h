@@ -1,6 +1,8 @@
 /* Shared by the files of the client (worker/client/), each of one job:
  *   client.c         the library's start and stop, the client object, its
  *                    channels and the notes added to a failed call's status;
+ *   client_view.c    the replication view: read from etcd, watched, routes
+ *                    (calls nothing of the files here);
  *   client_wire.c    checks of a ps's answers (strings, shapes, names);
  *   client_list.c    the List answer's decoder;
  *   client_call.c    running calls: answers, retries, control calls;
@@ -10,6 +12,7 @@
  *   client_ckpt.c    cluster save and restore;
  *   client_recover.c psctl restore's checks: what the checkpoint holds
  *                    that no ps has, created on request;
+ *   client_digest.c  replication's queries: a ps's shards, Digest;
  *   client_fuzz.c    the answer decoders for the fuzz target.
  * Each file calls only files listed above it (no circles).  Private to
  * worker/client/. */
@@ -50,7 +53,28 @@ struct ps_client {
   atomic_llong *silent_since;
   ps_dedup_memo memo;    /* a gather's ids deduplicated, for the scatter after it */
   bool tls, client_cert; /* the channels' security, for hints in errors */
+  /* replication (client_view.c): NULL when unreplicated */
+  struct ps_cl_view *view;
+  uint64_t client_id; /* Update's dedup id (random, never 0) */
+  atomic_ullong seq;  /* the last Update seq sent */
 };
+
+/* client_view.c */
+typedef struct ps_cl_view ps_cl_view;
+/* Starts following the view when the options ask for replication (else 0
+ * and c->view stays NULL). */
+int ps_cl_view_start_(ps_client *c, const ps_cluster *cluster, ps_status *st);
+void ps_cl_view_stop_(ps_client *c);
+/* Shard @shard's primary (-1: lost) and the view's epoch. */
+int ps_cl_view_route_(ps_client *c, int shard, int64_t *epoch);
+int64_t ps_cl_view_epoch_(ps_client *c);
+/* Whether an answer for @shard stamped @answer_epoch comes from a stale
+ * primary: older than the since of the shard's primary in the view. */
+bool ps_cl_view_stale_(ps_client *c, int shard, int64_t answer_epoch, int64_t *since,
+                       int *primary);
+/* Waits up to @ms for a view newer than @epoch (then reads etcd once). */
+void ps_cl_view_wait_(ps_client *c, int64_t epoch, int64_t ms);
+void ps_cl_view_describe_(ps_client *c, char *buf, size_t n);
 
 /* client.c */
 int ps_cl_check_task_(ps_client *c, int task, ps_status *st);
@@ -98,8 +122,15 @@ typedef struct answer {
   int64_t max_message_bytes; /* the client's receive limit */
   int task;
   const char *addr;
+  /* replication: the client and the shard the call is for (-1: none),
+   * whose answers' epochs are checked against the view */
+  ps_client *cl;
+  int shard;
 } answer;
 
+/* An answer header's top-level fields: how many, and its field 100 (the
+ * view epoch of Update/Read/List answers) when that is a varint. */
+size_t ps_cl_answer_scan_(const uint8_t *p, size_t n, bool *has_epoch, uint64_t *epoch);
 void ps_cl_answer_init_(const ps_client *c, int task, ps_rpc_req *r, answer *a,
                         parse_fn parse, void *user, const char *about);
 /* Runs @reqs (one per task in @tasks); retries UNAVAILABLE ones if @safe. */
@@ -173,6 +204,20 @@ int ps_cl_parse_read_(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
 int ps_cl_read_build_init_(read_build *b, ps_task_reads *t, ps_dedup_memo *dedup,
                            ps_status *st);
 void ps_cl_read_build_fini_(read_build *b);
+
+/* client_digest.c */
+typedef struct repl_out {
+  ps_task_repl *o;
+  int nps;
+} repl_out;
+typedef struct digest_out {
+  ps_digest *d;
+  int shard;
+} digest_out;
+int ps_cl_parse_status_repl_(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
+                             ps_status *st);
+int ps_cl_parse_digest_(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
+                        ps_status *st);
 
 /* client_ckpt.c */
 typedef struct save_out {

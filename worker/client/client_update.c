@@ -183,6 +183,10 @@ static int upd_request(ps_client *c, ps_task_updates *t, upd_build *b, ps_rpc_re
   if (rc != 0) return rc;
   ps_cl_req_init_(c, r, t->task, M_UPDATE, &b->req.base, true, true);
   r->send = &b->segs;
+  if (c->view) { /* replicated: a retry after a failover re-sends this pair */
+    b->req.client_id = c->client_id;
+    b->req.seq = atomic_fetch_add_explicit(&c->seq, 1, memory_order_relaxed) + 1;
+  }
   ps_cl_answer_init_(c, t->task, r, &b->ans, ps_cl_parse_update_, t,
                      t->n ? t->updates[0].name : NULL);
   return 0;

@@ -55,6 +55,7 @@ static const char usage[] =
     "  --metrics-bind HOST   serve them on HOST (default: every interface)\n"
     "  --keep-ps             leave the ps running when the job is "
     "done\n" PS_MAX_MESSAGE_HELP
+    "replicated ps shards (training goes on across a failover):\n" PS_REPL_HELP
     "  --log-level LEVEL     debug, info, warn, error (default info)\n"
     "  --log-format F        text or json (default text)\n"
     "  --help, --version\n" PS_SECURITY_HELP "\n"
@@ -343,6 +344,7 @@ int ps_worker_parse_args_(int argc, char **argv, options *o) {
       {"help", no_argument, NULL, O_HELP},
       {"version", no_argument, NULL, O_VERSION},
       {"max-message-bytes", required_argument, NULL, O_MAX_MESSAGE},
+      PS_REPL_OPTIONS,
       PS_SECURITY_OPTIONS,
       {NULL, 0, NULL, 0}};
   ps_client_options_default(&o->sec);
@@ -360,7 +362,9 @@ int ps_worker_parse_args_(int argc, char **argv, options *o) {
   o->metrics_port = -1;
   int c, rc;
   while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1)
-    if (c == O_MAX_MESSAGE) {
+    if ((rc = ps_repl_option("ps-worker", c, optarg, &o->sec)) != 0) {
+      if (rc == 2) return 2;
+    } else if (c == O_MAX_MESSAGE) {
       if ((rc = ps_max_message_bytes_option("ps-worker", optarg,
                                             &o->sec.max_message_bytes)) != 0)
         return rc;

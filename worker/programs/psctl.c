@@ -10,13 +10,16 @@
 #include "common/log.h"
 #include "paramserver/checkpoint.h"
 #include "paramserver/client.h"
+#include "psctl_internal.h"
 #include "security_flags.h"
 
 static const char usage[] =
     "usage: psctl --cluster FILE [options] COMMAND [ARGS]\n"
     "\n"
     "commands:\n"
-    "  status            one line per ps task: address, up/down, variables, bytes\n"
+    "  status            one line per ps task: address, up/down, variables, bytes;\n"
+    "                    replicated: each shard's replicas, roles, lag, view epoch\n"
+    "  verify            compare every shard's replicas (Digest): identical or not\n"
     "  vars              every variable: name, dtype, shape, task, initialized\n"
     "  read NAME         print the value of variable NAME\n"
     "  rm NAME...        delete variables, their parts and slots, on every ps\n"
@@ -39,8 +42,9 @@ static const char usage[] =
     "  --create          restore: create the variables that exist on no ps task\n"
     "  --only-missing    restore: only the created and uninitialized variables\n"
     "  --task N          restore: only ps task N's variables\n" PS_MAX_MESSAGE_HELP
-    "  --help, --version\n" PS_SECURITY_HELP "\n"
-    "exit status: 0 ok; 1 an RPC failed or a task is down; 2 usage error\n"
+        PS_REPL_HELP "  --help, --version\n" PS_SECURITY_HELP "\n"
+    "exit status: 0 ok; 1 an RPC failed, a task is down, or (verify) replicas\n"
+    "differ; 2 usage error\n"
     "See psctl(1) for every command, flag and default.\n";
 
 static void print_value(const ps_tensor *t, int64_t limit) {
@@ -100,20 +104,6 @@ static void print_value(const ps_tensor *t, int64_t limit) {
   putchar('\n');
 }
 
-/* The command line, once parsed. */
-typedef struct psctl_args {
-  const char *cluster_file, *job;
-  int64_t timeout_ms, limit;
-  int64_t rpc_timeout_ms; /* --rpc-timeout (0: not given) */
-  int max_to_keep;
-  bool all_values;
-  ps_restore_options restore; /* restore --create, --only-missing, --task N */
-  ps_client_options sec;      /* the security flags' part */
-  const char *cmd;
-  char **rest; /* the command's arguments */
-  int nrest;
-} psctl_args;
-
 /* restore's --create ('C'), --only-missing ('O') and --task N ('T'). */
 static int restore_option(int o, const char *arg, ps_restore_options *r) {
   if (o == 'C') {
@@ -155,11 +145,15 @@ static int parse_options(int argc, char **argv, psctl_args *a) {
       {"max-message-bytes", required_argument, NULL, 'M'},
       {"help", no_argument, NULL, 'h'},
       {"version", no_argument, NULL, 'V'},
+      PS_REPL_OPTIONS,
       PS_SECURITY_OPTIONS,
       {NULL, 0, NULL, 0}};
   int o;
   while ((o = getopt_long(argc, argv, "+", opts, NULL)) != -1) {
     if (ps_security_option(o, optarg, &a->sec)) continue;
+    int rr = ps_repl_option("psctl", o, optarg, &a->sec);
+    if (rr == 2) return 2;
+    if (rr == 1) continue;
     switch (o) {
     case 'c':
       a->cluster_file = optarg;
@@ -256,7 +250,7 @@ static int run_offline(psctl_args *a) {
 }
 
 /* "psctl: ps/1: MSG", unless MSG names the task already. */
-static void task_error(const psctl_args *a, int task, const ps_status *st) {
+void psctl_task_error(const psctl_args *a, int task, const ps_status *st) {
   char t[128];
   snprintf(t, sizeof t, "%s/%d ", a->job, task);
   if (strncmp(st->msg, t, strlen(t)) == 0)
@@ -280,6 +274,7 @@ static int cmd_status(const psctl_args *a, ps_client *c, ps_status *st) {
       rc = 1;
     }
   }
+  if (ps_client_replicas(c) >= 2 && psctl_status_shards(a, c, st) != 0) rc = 1;
   return rc;
 }
 
@@ -306,7 +301,7 @@ static int cmd_vars(const psctl_args *a, ps_client *c, ps_status *st) {
     ps_var_info *v;
     size_t n;
     if (ps_client_list(c, i, &v, &n, st) != 0) {
-      task_error(a, i, st);
+      psctl_task_error(a, i, st);
       rc = 1;
       continue;
     }
@@ -350,7 +345,21 @@ static int cmd_save(const psctl_args *a, ps_client *c, ps_status *st) {
     fprintf(stderr, "psctl: save: %s: %s\n", ps_status_code_name(st->code), st->msg);
     rc = 1;
   } else {
-    printf("saved %s (%lld bytes from %d ps)\n", written, (long long)bytes, nps);
+    /* replicated: one part per distinct primary */
+    int parts = nps;
+    if (ps_client_replicas(c) >= 2) {
+      bool *seen = calloc((size_t)nps, sizeof *seen);
+      parts = 0;
+      for (int s = 0; seen && s < nps; s++) {
+        ps_shard_replicas r;
+        if (ps_client_shard_replicas(c, s, &r, st) == 0 && r.n > 0 && !seen[r.task[0]]) {
+          seen[r.task[0]] = true;
+          parts++;
+        }
+      }
+      free(seen);
+    }
+    printf("saved %s (%lld bytes from %d ps)\n", written, (long long)bytes, parts);
   }
   free(written);
   return rc;
@@ -456,7 +465,7 @@ static int cmd_read(const psctl_args *a, ps_client *c, ps_status *st) {
     if (r == 0) {
       found = i;
     } else if (r != PS_NOT_FOUND) {
-      task_error(a, i, st);
+      psctl_task_error(a, i, st);
       down++;
     }
   }
@@ -493,6 +502,7 @@ static const struct {
     {"restore", cmd_restore, NULL},
     {"rm", cmd_rm, "psctl: rm needs at least one variable name\n"},
     {"shutdown", cmd_shutdown, NULL},
+    {"verify", psctl_verify, NULL},
 };
 
 /* The cluster from --cluster or TF_CONFIG; NULL after saying why. */
@@ -536,6 +546,7 @@ int main(int argc, char **argv) {
   ps_status_clear(&st);
   ps_cluster *cluster = load_cluster(&a, &st);
   if (cluster == NULL) return 2;
+  a.cluster = cluster;
   ps_library_init();
   ps_client_options opt = a.sec; /* the defaults and the security flags */
   ps_security_admin_token(&opt, cluster);

@@ -74,6 +74,19 @@ typedef struct ps_client_options {
    * (synchronous updates) still answers.  Shorter stops only delay the
    * call.  0: the environment variable PS_RPC_TIMEOUT (seconds), else 60 s. */
   int64_t rpc_timeout_ms;
+  /* Replicated ps shards (ps-server --replicas; worker/LIBRARY.md
+   * "Replication").  @replicas: the job's replication factor R (1 to 3);
+   * 0 (the default): the cluster spec's "replication" section, else 1, or
+   * with etcd endpoints known, the R of the view in etcd.  @etcd: the
+   * etcd endpoints "HOST:PORT[,HOST:PORT...]" (NULL: the spec's section,
+   * else the environment variable PS_ETCD); @repl_job: the job's name in
+   * etcd (NULL: the spec's section, else "default").  With R >= 2 the
+   * client reads the view (which task is each shard's primary) from etcd
+   * and watches it; "task" in the calls below then names a shard (the
+   * variables placed on ps/task), sent to its primary wherever it is. */
+  int replicas;
+  const char *etcd;
+  const char *repl_job;
 } ps_client_options;
 
 #define PS_CLIENT_DEFAULT_MAX_MESSAGE_BYTES ((int64_t)32 << 20)
@@ -104,6 +117,27 @@ PS_API bool ps_client_stalled(const ps_status *st);
 /* The rpc_timeout_ms the client runs with (its option, PS_RPC_TIMEOUT or
  * the default). */
 PS_API int64_t ps_client_rpc_timeout_ms(const ps_client *c);
+
+/* Replication.  The replication factor the client runs with (1:
+ * unreplicated), and the epoch of the view it routes by (0: unreplicated,
+ * or no ps wrote a view yet). */
+PS_API int ps_client_replicas(const ps_client *c);
+PS_API int64_t ps_client_view_epoch(ps_client *c);
+
+#define PS_SHARD_PRIMARY 0
+#define PS_SHARD_BACKUP 1  /* in sync: holds every acknowledged update */
+#define PS_SHARD_SYNCING 2 /* copying the shard from its primary */
+/* Shard @shard's replicas as the client's view has them: task[0] the
+ * primary.  Unreplicated: the shard's own task alone.  n == 0: the shard
+ * is lost (every replica gone). */
+typedef struct ps_shard_replicas {
+  int n;
+  int task[3];
+  int state[3];         /* PS_SHARD_* */
+  int64_t epoch, since; /* the view's epoch; since when task[0] is primary */
+} ps_shard_replicas;
+PS_API int ps_client_shard_replicas(ps_client *c, int shard, ps_shard_replicas *out,
+                                    ps_status *st);
 
 typedef struct ps_var_spec {
   const char *name;
@@ -343,12 +377,60 @@ typedef struct ps_task_status {
 } ps_task_status;
 
 PS_API int ps_client_status(ps_client *c, int task, ps_task_status *out, ps_status *st);
+
+/* Replication: the shards ps @task holds a replica of, as it reports them
+ * (its Status).  role: "primary", "backup" (in sync) or "syncing"; on a
+ * primary, per backup in the view's order, the replication entries and
+ * bytes sent and not yet acknowledged (its lag); on a syncing backup, the
+ * bytes of the state copy received so far. */
+typedef struct ps_shard_status {
+  int shard;
+  char role[16];
+  int64_t num_vars, bytes;
+  int nlag;
+  int64_t lag_entries[3], lag_bytes[3];
+  int64_t synced_bytes;
+} ps_shard_status;
+typedef struct ps_task_repl {
+  int replicas;       /* 0: the ps runs unreplicated */
+  int64_t view_epoch; /* the ps's view */
+  bool fenced;        /* cut off: it acknowledges nothing */
+  char fenced_reason[256];
+  ps_shard_status *shards; /* malloc'd: free with ps_task_repl_fini */
+  size_t nshards;
+} ps_task_repl;
+PS_API int ps_client_status_repl(ps_client *c, int task, ps_task_repl *out,
+                                 ps_status *st);
+PS_API void ps_task_repl_fini(ps_task_repl *r); /* NULL is a no-op */
+
+/* Digest (psctl verify): per variable of shard @shard held by ps @task (a
+ * replica of it, primary or backup), its version and a CRC32C of its
+ * value, as of one moment.  Unreplicated: @shard is @task's own.  Sorted
+ * by name; free with ps_digest_fini. */
+typedef struct ps_var_digest {
+  char *name;
+  int64_t version;
+  uint32_t crc32c;
+  bool initialized;
+  int64_t bytes;
+} ps_var_digest;
+typedef struct ps_digest {
+  int64_t epoch;
+  char role[16];
+  ps_var_digest *vars;
+  size_t n;
+} ps_digest;
+PS_API int ps_client_digest(ps_client *c, int task, int shard, ps_digest *out,
+                            ps_status *st);
+PS_API void ps_digest_fini(ps_digest *d); /* NULL is a no-op */
 /* Asks ps @task to stop as on SIGTERM (calls in flight finish within its
  * --grace-secs, then it exits 0); @reason (may be NULL, at most 256 bytes)
  * goes to its log.  Not retried. */
 PS_API int ps_client_shutdown(ps_client *c, int task, const char *reason, ps_status *st);
 /* One Status call, not retried: 0 when ps @task answers now (for callers
- * that poll and must stay responsive, e.g. to a signal). */
+ * that poll and must stay responsive, e.g. to a signal).  Replicated
+ * (ps_client_options.replicas >= 2): the primary of shard @task in the
+ * view, so a task that failed over does not hold the caller. */
 PS_API int ps_client_probe(ps_client *c, int task, ps_status *st);
 /* ps_client_probe, but a ps that accepts and does not answer fails it
  * after @within_ms (when shorter than the stall timeout, rpc_timeout_ms)
