@@ -24,6 +24,7 @@ typedef struct ps_etcd ps_etcd;
  * channels; does not wait for etcd to answer.  NULL with @st set
  * (INVALID_ARGUMENT naming the bad endpoint). */
 ps_etcd *ps_etcd_connect(const char *endpoints, int64_t timeout_ms, ps_status *st);
+/* Stop every keeper and watch of @e first. */
 void ps_etcd_close(ps_etcd *e);
 const char *ps_etcd_endpoints(const ps_etcd *e);
 
@@ -69,7 +70,8 @@ int ps_etcd_lease_revoke(ps_etcd *e, int64_t id, ps_status *st);
  * lease's TTL, @on_lost(@arg, reason) runs once on that thread and the
  * keeper stops: the holder must then act as if its keys were deleted.
  * ps_etcd_keeper_stop joins the thread (on_lost does not run then) and
- * does not revoke the lease. */
+ * does not revoke the lease; on_lost must not call it (it would join its
+ * own thread). */
 typedef struct ps_etcd_keeper ps_etcd_keeper;
 ps_etcd_keeper *ps_etcd_keeper_start(ps_etcd *e, int64_t id, int64_t ttl_s,
                                      void (*on_lost)(void *arg, const char *reason),
@@ -86,7 +88,8 @@ int64_t ps_etcd_keeper_last_ok_ns(const ps_etcd_keeper *k);
  * from the revision after the last event it delivered, so no event is
  * lost or repeated.  If that revision was compacted, @fn gets
  * @key = NULL once (the caller must re-read) and the watch goes on from
- * the current revision. */
+ * the compaction revision (the oldest etcd still has), so nothing after
+ * the caller's re-read is missed. */
 typedef void (*ps_etcd_watch_fn)(void *arg, const char *key, const char *val, size_t len,
                                  int64_t mod_rev, bool deleted);
 typedef struct ps_etcd_watch ps_etcd_watch;

@@ -2,8 +2,9 @@
  * common/rpc_etcd*.c alone).  Layers, each calling only the files below:
  *   rpc_etcd_watch.c   watches (ps_etcd_watch_*), on a thread each
  *   rpc_etcd_lease.c   the lease keeper (ps_etcd_keeper_*), on a thread
+ *   rpc_etcd_stream.c  bidi streams (Watch, LeaseKeepAlive)
  *   rpc_etcd.c         endpoints and channels, unary calls with failover,
- *                      the KV and lease calls, bidi streams
+ *                      the KV and lease calls
  *   rpc_etcd_decode.c  the decoders of etcd's answers (etcd_decode.h)
  * gRPC types appear here by their struct names only: the gRPC headers
  * themselves are included by the .c files (tests/check_layers.sh).

@@ -6,14 +6,12 @@
  * next one goes to the next endpoint, 100 ms later.
  *
  * What it guarantees: on_lost runs (once, on the keeper's thread) as soon
- * as etcd answers TTL <= 0 (the lease expired or was revoked), or when no
- * keepalive was acknowledged for the lease's TTL since the last one that
- * was: by then etcd may have expired the lease and deleted its keys (it
- * deletes them TTL + up to 0.5 s after the last keepalive it saw, or later
- * after a leader change: ETCD_NOTES.md §7), so the holder must act as if
- * they were gone.  It cannot guarantee the converse: a lease can expire
- * while the keeper still believes it alive only if keepalives are
- * acknowledged and then lost by etcd, which etcd does not do. */
+ * as etcd answers TTL <= 0 (the lease expired or was revoked), or when the
+ * lease's TTL has passed since the last acknowledged keepalive was sent:
+ * the earliest moment etcd could expire the lease (it counts from when it
+ * got the keepalive, and deletes the keys TTL + up to 0.5 s after it, or
+ * later after a leader change: ETCD_NOTES.md §7).  So, thread scheduling
+ * aside, the holder hears of the loss no later than its keys can go. */
 #include "rpc_etcd_internal.h"
 
 #include <pthread.h>
@@ -32,6 +30,7 @@ struct ps_etcd_keeper {
   void *arg;
   atomic_llong last_ok_ns;
   atomic_int stop;
+  pthread_mutex_t mu; /* stop is set, and on_lost runs, under it */
   pthread_t th;
 };
 
@@ -109,6 +108,10 @@ static void *keeper_main(void *arg) {
       continue;
     }
     int64_t dl = now + e->timeout_ms < lost_at ? now + e->timeout_ms : lost_at;
+    /* an acknowledged keepalive counts from when it was sent: etcd counts
+     * from when it got it, later, so the loss is never seen after etcd
+     * could have expired the lease */
+    int64_t sent = now_ns();
     int r = keepalive(k, s, dl, why, sizeof why, &st);
     if (r == 0) break;
     if (r < 0) {
@@ -127,15 +130,17 @@ static void *keeper_main(void *arg) {
       PS_INFO("etcd lease %lld: keepalive acknowledged by %s again", (long long)k->id,
               ps_etcd_stream_endpoint_(s));
     last.msg[0] = '\0';
-    atomic_store(&k->last_ok_ns, now_ns());
+    atomic_store(&k->last_ok_ns, sent);
     atomic_store(&e->cur, ep);
     ps_etcd_sleep_ms_(period, &k->stop);
   }
   ps_etcd_stream_close_(s);
+  pthread_mutex_lock(&k->mu);
   if (!atomic_load(&k->stop) && why[0]) {
     PS_WARN("etcd lease %lld lost: %s", (long long)k->id, why);
     k->on_lost(k->arg, why);
   }
+  pthread_mutex_unlock(&k->mu);
   return NULL;
 }
 
@@ -160,8 +165,10 @@ ps_etcd_keeper *ps_etcd_keeper_start(ps_etcd *e, int64_t id, int64_t ttl_s,
   k->arg = arg;
   atomic_init(&k->last_ok_ns, now_ns());
   atomic_init(&k->stop, 0);
+  pthread_mutex_init(&k->mu, NULL);
   int rc = pthread_create(&k->th, NULL, keeper_main, k);
   if (rc != 0) {
+    pthread_mutex_destroy(&k->mu);
     ps_status_set(st, PS_RESOURCE_EXHAUSTED, "keeper of lease %lld: no thread: %s",
                   (long long)id, strerror(rc));
     free(k);
@@ -172,8 +179,11 @@ ps_etcd_keeper *ps_etcd_keeper_start(ps_etcd *e, int64_t id, int64_t ttl_s,
 
 void ps_etcd_keeper_stop(ps_etcd_keeper *k) {
   if (k == NULL) return;
+  pthread_mutex_lock(&k->mu); /* on_lost has run or never will */
   atomic_store(&k->stop, 1);
+  pthread_mutex_unlock(&k->mu);
   pthread_join(k->th, NULL);
+  pthread_mutex_destroy(&k->mu);
   free(k);
 }
 

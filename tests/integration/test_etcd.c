@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -641,12 +642,211 @@ START_TEST(watch_through_member_restart) {
 }
 END_TEST
 
+/* A member that lost its quorum: the keeper's and the watch's streams
+ * (sent with "hasleader: true") fail at once with etcd's "no leader"
+ * instead of hanging; the keeper reports the lease lost within its TTL,
+ * naming it, and the watch says so in the log. */
+START_TEST(no_leader) {
+  static ps_harness_etcd c;
+  ck_assert_int_eq(ps_harness_etcd_start(&c, 3), 0);
+  ps_status st;
+  ps_etcd *all = client_of(c.endpoints);
+  int64_t id = 0, ttl = 0;
+  PS_ASSERT_OK(ps_etcd_lease_grant(all, 1, &id, &ttl, &st), st);
+  ps_etcd_close(all);
+  ps_harness_etcd_kill(&c, 1);
+  ps_harness_etcd_kill(&c, 2);
+  /* the log of this process, to see the watch's warning */
+  char log[300];
+  snprintf(log, sizeof log, "%s/test.log", c.h.dir);
+  FILE *f = freopen(log, "w", stderr);
+  ck_assert_ptr_nonnull(f);
+  setvbuf(stderr, NULL, _IONBF, 0);
+  ps_etcd *e = client_of(c.client[0]);
+  static lost l;
+  memset(&l, 0, sizeof l);
+  int64_t t0 = now_ms();
+  ps_etcd_keeper *k = ps_etcd_keeper_start(e, id, ttl, on_lost, &l, &st);
+  ck_assert_ptr_nonnull(k);
+  seen *s = seen_new();
+  ps_etcd_watch *w = ps_etcd_watch_start(e, "/n/", true, 1, seen_fn, s, &st);
+  ck_assert_msg(w != NULL, "%s", st.msg);
+  while (atomic_load(&l.calls) == 0 && now_ms() - t0 < 5000)
+    sleep_ms(10);
+  ck_assert_int_eq(atomic_load(&l.calls), 1);
+  ck_assert_msg(l.at_ms - t0 <= 1500, "on_lost after %lld ms", (long long)(l.at_ms - t0));
+  ck_assert_msg(strstr(l.why, "acknowledged for its TTL of 1000 ms") &&
+                    strstr(l.why, "etcdserver: no leader") && strstr(l.why, c.client[0]),
+                "reason: %s", l.why);
+  char *out = NULL, cmd[400], want[128];
+  snprintf(want, sizeof want, "etcd at %s: etcdserver: no leader", c.client[0]);
+  snprintf(cmd, sizeof cmd, "grep -c 'watch of \"/n/\": %s' '%s'", want, log);
+  ck_assert_msg(harness_run(cmd, &out) == 0, "no \"%s\" from the watch in the log", want);
+  free(out);
+  ps_etcd_watch_stop(w);
+  ps_etcd_keeper_stop(k);
+  ck_assert_int_eq(seen_count(s), 0);
+  free(s);
+  ps_etcd_close(e);
+  ck_assert_int_eq(ps_harness_etcd_stop(&c), 0);
+}
+END_TEST
+
+/* A member that hangs (SIGSTOP: its port still accepts, nothing answers):
+ * each attempt gets its share of the timeout, so a call still succeeds on
+ * the next member within the timeout. */
+START_TEST(hung_member) {
+  static ps_harness_etcd c;
+  ck_assert_int_eq(ps_harness_etcd_start(&c, 3), 0);
+  ps_status st;
+  ps_etcd *e = NULL;
+  ck_assert_ptr_nonnull(e = ps_etcd_connect(c.endpoints, 3000, &st));
+  PS_ASSERT_OK(ps_etcd_put(e, "/h/a", "1", 1, 0, &st), st); /* it answered: member 0 */
+  ck_assert_int_eq(kill(c.pids[0], SIGSTOP), 0);
+  int64_t t0 = now_ms();
+  char *val = NULL;
+  size_t len = 0;
+  int64_t mod = 0;
+  int rc = ps_etcd_get(e, "/h/a", &val, &len, &mod, NULL, &st);
+  int64_t took = now_ms() - t0;
+  kill(c.pids[0], SIGCONT);
+  ck_assert_msg(rc == 0, "%s", st.msg);
+  ck_assert_str_eq(val, "1");
+  free(val);
+  ck_assert_msg(took >= 900 && took < 3000, "answered after %lld ms", (long long)took);
+  /* and the next call starts on the member that answered */
+  t0 = now_ms();
+  PS_ASSERT_OK(ps_etcd_put(e, "/h/b", "2", 1, 0, &st), st);
+  ck_assert_msg(now_ms() - t0 < 900, "second call took %lld ms",
+                (long long)(now_ms() - t0));
+  ps_etcd_close(e);
+  ck_assert_int_eq(ps_harness_etcd_stop(&c), 0);
+}
+END_TEST
+
+/* ---- an etcd that lies (hostile_etcd.py) ---- */
+
+typedef struct hostile {
+  ps_harness h; /* for harness_spawn alone */
+  pid_t pid;
+  char ep[32];
+} hostile;
+
+static void hostile_start(hostile *x, const char *mode) {
+  memset(x, 0, sizeof *x);
+  x->h.guard_fd = -1;
+  const char *argv[] = {"/usr/bin/python3",
+                        harness_prog("HOSTILE_ETCD", "hostile_etcd.py"), mode, NULL};
+  int fd = -1;
+  x->pid = harness_spawn(&x->h, argv, &fd);
+  ck_assert_int_gt(x->pid, 0);
+  char line[32] = "";
+  FILE *f = fdopen(fd, "r");
+  ck_assert_ptr_nonnull(f);
+  ck_assert_msg(fgets(line, sizeof line, f) != NULL, "hostile_etcd.py %s never listened",
+                mode);
+  fclose(f);
+  snprintf(x->ep, sizeof x->ep, "127.0.0.1:%d", atoi(line));
+}
+
+static void hostile_stop(hostile *x) {
+  kill(x->pid, SIGKILL);
+  waitpid(x->pid, NULL, 0);
+}
+
+/* Every lie is refused with an error naming the endpoint and what was
+ * wrong; nothing crashes, nothing leaks (ASan). */
+START_TEST(lying_etcd) {
+  static const struct {
+    const char *mode, *call;
+    int code;
+    const char *want;
+  } cases[] = {
+      {"get_other_key", "get", PS_INTERNAL,
+       "malformed get answer for \"/k\": another key"},
+      {"get_two", "get", PS_INTERNAL, "malformed get answer for \"/k\": 2 keys for one"},
+      {"get_garbage", "get", PS_INTERNAL,
+       "not a etcdserverpb.RangeResponse message (4 bytes)"},
+      {"get_no_header", "get", PS_INTERNAL, "malformed get answer for \"/k\": no header"},
+      {"prefix_unsorted", "prefix", PS_INTERNAL, "keys out of order at 1"},
+      {"txn_no_put", "cas", PS_INTERNAL, "0 answers, not one put"},
+      {"grant_zero", "grant", PS_INTERNAL, "lease grant answer: lease 0 with TTL 2"},
+      {"grant_error", "grant", PS_FAILED_PRECONDITION,
+       "lease grant refused: etcdserver: too many leases"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    hostile x;
+    hostile_start(&x, cases[i].mode);
+    ps_etcd *e = client_of(x.ep);
+    ps_status st;
+    int rc;
+    char *val = NULL;
+    size_t len = 0;
+    int64_t mod = 0, id = 0;
+    bool ok = false;
+    ps_etcd_kv *kvs = NULL;
+    size_t n = 0;
+    if (!strcmp(cases[i].call, "get"))
+      rc = ps_etcd_get(e, "/k", &val, &len, &mod, NULL, &st);
+    else if (!strcmp(cases[i].call, "prefix"))
+      rc = ps_etcd_get_prefix(e, "/paramserver/j/", &kvs, &n, NULL, &st);
+    else if (!strcmp(cases[i].call, "cas"))
+      rc = ps_etcd_cas(e, "/k", "v", 1, 0, 0, &ok, NULL, &st);
+    else
+      rc = ps_etcd_lease_grant(e, 2, &id, NULL, &st);
+    ck_assert_msg(rc == cases[i].code, "%s: %s (%s)", cases[i].mode,
+                  ps_status_code_name(rc), st.msg);
+    PS_ASSERT_MSG_HAS(st, cases[i].want);
+    char at[48];
+    snprintf(at, sizeof at, "etcd at %s: ", x.ep);
+    PS_ASSERT_MSG_HAS(st, at);
+    ck_assert(val == NULL && kvs == NULL && n == 0 && !ok);
+    ps_etcd_close(e);
+    hostile_stop(&x);
+  }
+  /* a keepalive answered for another lease: never taken as acknowledged */
+  hostile x;
+  hostile_start(&x, "keepalive_other");
+  ps_etcd *e = client_of(x.ep);
+  static lost l;
+  memset(&l, 0, sizeof l);
+  ps_status st;
+  ps_etcd_keeper *k = ps_etcd_keeper_start(e, 7, 1, on_lost, &l, &st);
+  ck_assert_ptr_nonnull(k);
+  int64_t t0 = now_ms();
+  while (atomic_load(&l.calls) == 0 && now_ms() - t0 < 5000)
+    sleep_ms(10);
+  ck_assert_int_eq(atomic_load(&l.calls), 1);
+  ck_assert_msg(strstr(l.why, "malformed keepalive answer for lease 7: about lease 8"),
+                "reason: %s", l.why);
+  ps_etcd_keeper_stop(k);
+  /* a watch event about another key: never delivered */
+  ps_etcd_close(e);
+  hostile_stop(&x);
+  hostile_start(&x, "watch_other");
+  e = client_of(x.ep);
+  seen *s = seen_new();
+  ps_etcd_watch *w = ps_etcd_watch_start(e, "/paramserver/j/", true, 1, seen_fn, s, &st);
+  ck_assert_msg(w != NULL, "%s", st.msg);
+  sleep_ms(1000);
+  ps_etcd_watch_stop(w);
+  ck_assert_int_eq(seen_count(s), 0);
+  free(s);
+  ps_etcd_close(e);
+  hostile_stop(&x);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("etcd");
   TCase *t = tcase_create("errors");
   tcase_add_test(t, bad_endpoints);
   tcase_add_test(t, nobody_answers);
   tcase_set_timeout(t, 60);
+  suite_add_tcase(s, t);
+  t = tcase_create("hostile");
+  tcase_add_test(t, lying_etcd);
+  tcase_set_timeout(t, 120);
   suite_add_tcase(s, t);
   t = tcase_create("single");
   tcase_add_checked_fixture(t, single_up, single_down);
@@ -660,6 +860,8 @@ static Suite *suite(void) {
   suite_add_tcase(s, t);
   t = tcase_create("cluster");
   tcase_add_test(t, watch_through_member_restart);
+  tcase_add_test(t, no_leader);
+  tcase_add_test(t, hung_member);
   tcase_set_timeout(t, 180);
   suite_add_tcase(s, t);
   return s;
