@@ -117,6 +117,13 @@ if wait_status '^shard 0: ps/1 primary \(since epoch'; then
 else
   bad "ps/1 is shard 0's primary in a new epoch" "$out"
 fi
+# found by the fast path (refused Health/Checks), not by the lease's expiry
+if grep -q "ps/0 looks dead (its Health/Check is refused)" "$dir/ps1.log" "$dir/ps2.log"; then
+  ok "the kill -9 is found by the refused Health/Checks, not the lease"
+else
+  bad "the kill -9 is found by the refused Health/Checks, not the lease" \
+    "$(grep -h "looks dead" "$dir/ps1.log" "$dir/ps2.log")"
+fi
 # the ps that won the view's CAS detected the failure: its log has the time
 if grep -qE "view epoch [0-9]+: .*\(failover [0-9]+ ms after the failure was detected\)" \
   "$dir/ps1.log" "$dir/ps2.log"; then
