@@ -90,10 +90,10 @@ static void apply_view(ps_member *m, const ps_view *v) {
 
   ps_view_describe(v, desc, sizeof desc);
   if (old.epoch && detect && primary_moved)
-    PS_INFO("view epoch %lld: %s (failover %.0f ms after the failure was detected)",
-            (long long)v->epoch, desc, (double)(ps_member_now_ns() - detect) / 1e6);
+    PS_INFO("view %s (failover %.0f ms after the failure was detected)", desc,
+            (double)(ps_member_now_ns() - detect) / 1e6);
   else
-    PS_INFO("view epoch %lld: %s", (long long)v->epoch, desc);
+    PS_INFO("view %s", desc);
   if (why[0]) {
     ps_member_fence(m, why);
   } else {
