@@ -22,6 +22,7 @@
 #include "common/log.h"
 #include "common/rpc.h"
 #include "common/units.h"
+#include "common/view.h"
 #include "member.h"
 #include "metrics.h"
 #include "repl.h"
@@ -64,13 +65,11 @@ static const char usage[] =
     "  --tls-client-ca FILE     mutual TLS: the CA of the clients' certificates\n"
     "  --auth-token-file FILE   tokens, lines 'ROLE TOKEN' (worker or admin)\n"
     "  --require-auth           refuse to start without TLS and tokens\n"
-    "replication (each also from the spec's \"replication\" section; flags win):\n"
-    "  --replicas R             copies of each shard, 1..3 (default 1: unreplicated,\n"
-    "                           no etcd); 2 or 3 need --etcd\n"
+    "replication (else the spec's \"replication\" section; DESIGN.md \"Replication\"):\n"
+    "  --replicas R             copies of each shard, 1..3 (default 1: no etcd)\n"
     "  --etcd ENDPOINTS         etcd HOST:PORT[,HOST:PORT...] holding the view\n"
     "  --repl-job NAME          etcd key prefix /paramserver/NAME/ (default default)\n"
-    "  --lease-ttl SECS         etcd lease TTL: a ps stopped or cut off this long\n"
-    "                           loses its shards to its backups (default 2)\n"
+    "  --lease-ttl SECS         a dead ps is noticed within SECS (default 2)\n"
     "  --help                   this text\n"
     "  --version                print the version\n"
     "\n"
@@ -94,10 +93,12 @@ typedef struct daemon_state {
   int drain_ms, draining;
   uint64_t drain_start_ms, idle_since_ms;
   unsigned long long last_started;
-  /* --replicas >= 2 */
+  /* replication: fenced -> exit 75 (EX_TEMPFAIL) after the grace */
+  uv_async_t fence;
   ps_member *member;
   ps_repl *repl;
-  atomic_int exit_code; /* 75 once fenced */
+  struct ps_server_metrics *metrics;
+  int exit_code;
 } daemon_state;
 
 static void on_server_done(void *arg) {
@@ -133,6 +134,7 @@ static void on_done(uv_async_t *h) {
   uv_close((uv_handle_t *)&d->shutdown, NULL);
   uv_close((uv_handle_t *)&d->tick, NULL);
   uv_close((uv_handle_t *)&d->drain, NULL);
+  uv_close((uv_handle_t *)&d->fence, NULL);
 }
 
 /* Cancels running calls and asks checkpoint jobs to stop at a safe
@@ -158,16 +160,18 @@ static void on_tick(uv_timer_t *t) {
 static void begin_shutdown(daemon_state *d) {
   d->stopping = 1;
   uv_timer_stop(&d->drain);
+  /* replicated: hand the shards over first (the backups become primaries
+   * now, not after the lease TTL), then stop */
+  ps_member_leave(d->member);
   ps_rpc_server_shutdown(d->srv, on_server_done, d);
   /* calls parked for a synchronous step would never finish by themselves */
   ps_service_shutdown(d->svc);
-  /* replicated: the lease goes first, so the backups take over now; then
-   * membership stops and the data plane ends the calls it held */
-  ps_member_leave(d->member);
-  ps_member_destroy(d->member);
-  d->member = NULL;
-  ps_repl_destroy(d->repl);
-  d->repl = NULL;
+  if (d->repl) { /* held updates fail UNAVAILABLE: their clients retry */
+    ps_server_metrics_set_repl(d->metrics, NULL);
+    ps_repl_destroy(d->repl);
+    ps_service_set_repl(d->svc, NULL);
+    d->repl = NULL;
+  }
   uv_timer_start(&d->grace, on_grace, (uint64_t)d->grace_ms, 0);
 }
 
@@ -251,23 +255,26 @@ static void on_sighup(uv_signal_t *h, int signum) {
   }
 }
 
+/* Fenced (ps/member.h): stop as SIGTERM does, and exit 75 so a
+ * supervisor restarts this ps and it rejoins fresh. */
+static void on_fence(uv_async_t *h) {
+  daemon_state *d = h->data;
+  d->exit_code = 75;
+  if (d->stopping) return;
+  begin_shutdown(d);
+}
+
+static void fenced_hook(void *arg) {
+  daemon_state *d = arg;
+  uv_async_send(&d->fence);
+}
+
 /* A Shutdown call (from a gRPC thread, through uv_async_send). */
 static void on_shutdown_call(uv_async_t *h) {
   daemon_state *d = h->data;
   if (d->stopping) return;
-  if (atomic_load(&d->exit_code) == 75)
-    PS_INFO("shutting down: fenced (exit 75 once calls ended)");
-  else
-    PS_INFO("shutting down (a Shutdown call)");
+  PS_INFO("shutting down (a Shutdown call)");
   begin_shutdown(d);
-}
-
-/* Membership fenced this ps (membership's thread): stop, exit 75. */
-static void on_fenced(void *arg, const char *reason) {
-  daemon_state *d = arg;
-  (void)reason;
-  atomic_store(&d->exit_code, 75);
-  uv_async_send(&d->shutdown);
 }
 
 static void request_shutdown(void *arg) {
@@ -297,14 +304,13 @@ typedef struct server_args {
   const char *cluster_file, *job, *ckpt_dir, *bind, *metrics_bind;
   const char *token_file;
   bool require_auth;
-  /* replication flags (0 / NULL / -1: not given) */
-  int replicas;
-  const char *etcd, *repl_job;
-  int64_t lease_ttl;
   int task, grace_secs, threads, metrics_port, drain_secs;
   ps_service_limits limits;
   ps_rpc_server_options ropt;
   int64_t max_conns; /* -1: as many as descriptors allow */
+  int replicas;      /* -1: not given */
+  const char *etcd, *repl_job;
+  int64_t lease_ttl; /* -1: not given */
 } server_args;
 
 static const struct option opts[] = {
@@ -518,6 +524,7 @@ static int parse_args(int argc, char **argv, server_args *a) {
   a->metrics_port = -1;
   a->grace_secs = 10;
   a->max_conns = -1;
+  a->replicas = -1;
   a->lease_ttl = -1;
   ps_service_limits_default(&a->limits);
   ps_rpc_server_options_default(&a->ropt);
@@ -592,12 +599,12 @@ static int security_settings(server_args *a, const ps_cluster *cluster) {
 
 /* The replication settings: the spec's "replication" section, then the
  * flags.  0, or 2 after saying what is wrong. */
-static int repl_settings(const server_args *a, const ps_cluster *c, ps_repl_conf *conf) {
+static int replication_settings(const server_args *a, const ps_cluster *cluster,
+                                ps_repl_conf *conf) {
   ps_status st;
   ps_status_clear(&st);
-  ps_repl_conf_from_cluster(c, conf);
-  if (a->replicas) conf->replicas = a->replicas;
-  if (a->lease_ttl > 0) conf->lease_ttl_s = a->lease_ttl;
+  ps_repl_conf_from_cluster(cluster, conf);
+  if (a->replicas > 0) conf->replicas = a->replicas;
   if (a->etcd) {
     if (ps_repl_check_etcd(a->etcd, "--etcd", &st) != 0) goto bad;
     snprintf(conf->etcd, sizeof conf->etcd, "%s", a->etcd);
@@ -606,20 +613,19 @@ static int repl_settings(const server_args *a, const ps_cluster *c, ps_repl_conf
     if (ps_repl_check_job(a->repl_job, "--repl-job", &st) != 0) goto bad;
     snprintf(conf->job, sizeof conf->job, "%s", a->repl_job);
   }
-  if (conf->replicas < 2) return 0;
-  if (conf->etcd[0] == '\0') {
+  if (a->lease_ttl > 0) conf->lease_ttl_s = a->lease_ttl;
+  if (conf->replicas >= 2 && conf->etcd[0] == '\0') {
     fprintf(stderr,
-            "ps-server: --replicas %d needs etcd to hold the replication view: give "
-            "--etcd HOST:PORT[,HOST:PORT...] or the cluster spec's \"replication\": "
-            "{\"etcd\": ...} (without replication, --replicas 1 needs none)\n",
+            "ps-server: --replicas %d needs the etcd endpoints that hold the view "
+            "(--etcd HOST:PORT[,HOST:PORT...], or \"etcd\" in the cluster spec's "
+            "\"replication\" section)\n",
             conf->replicas);
     return 2;
   }
-  int n = ps_cluster_num_tasks(c, "ps");
-  if (n < conf->replicas) {
+  if (conf->replicas >= 2 && ps_cluster_num_tasks(cluster, "ps") < conf->replicas) {
     fprintf(stderr,
-            "ps-server: --replicas %d needs at least %d ps tasks, the cluster has %d\n",
-            conf->replicas, conf->replicas, n);
+            "ps-server: --replicas %d needs at least %d ps tasks, the spec has %d\n",
+            conf->replicas, conf->replicas, ps_cluster_num_tasks(cluster, "ps"));
     return 2;
   }
   return 0;
@@ -628,40 +634,43 @@ bad:
   return 2;
 }
 
-/* --replicas >= 2: membership and the data plane, before the server
- * starts.  0, or -1 after logging why. */
-static int repl_create(daemon_state *d, const ps_repl_conf *conf, const ps_cluster *c,
-                       int self, ps_service *svc) {
+/* Replicated (R >= 2): the member and the data plane, wired to the
+ * service before the server starts.  0, or -1 after logging why. */
+static int replication_create(daemon_state *d, const ps_repl_conf *conf,
+                              const ps_cluster *cluster, int self, const char *addr) {
   ps_status st;
   ps_status_clear(&st);
-  int n = ps_cluster_num_tasks(c, "ps"), nh = 0, rc = -1;
   char **hosts = NULL;
-  const char **addrs = calloc((size_t)n, sizeof *addrs);
-  if (addrs == NULL) {
-    PS_ERROR("replication: out of memory");
+  int n = 0, rc = -1;
+  if (ps_repl_hosts_from_cluster(cluster, &hosts, &n, &st) != 0) {
+    PS_ERROR("%s", st.msg);
     return -1;
   }
-  for (int i = 0; i < n; i++) {
-    addrs[i] = ps_cluster_address(c, "ps", i);
-    if (addrs[i] == NULL) addrs[i] = "";
+  const char **addrs = calloc((size_t)n, sizeof *addrs);
+  if (addrs == NULL) {
+    PS_ERROR("out of memory");
+    goto out;
   }
-  if (ps_repl_hosts_from_cluster(c, &hosts, &nh, &st) != 0) goto out;
-  ps_member_options mo = {.self = self,
-                          .ntasks = n,
-                          .addrs = addrs,
-                          .hosts = (const char *const *)hosts,
-                          .conf = conf,
-                          .on_fenced = on_fenced,
-                          .arg = d};
-  if ((d->member = ps_member_create(&mo, &st)) == NULL) goto out;
-  ps_repl_callbacks cb = ps_member_repl_callbacks(d->member);
-  if ((d->repl = ps_repl_create(svc, self, n, addrs, NULL, &cb, &st)) == NULL) goto out;
-  ps_service_set_repl(svc, d->repl);
+  for (int i = 0; i < n; i++)
+    addrs[i] = ps_cluster_address(cluster, "ps", i);
+  d->member = ps_member_create(conf, self, n, (const char *const *)hosts, addr,
+                               fenced_hook, d, &st);
+  if (d->member == NULL) {
+    PS_ERROR("%s", st.msg);
+    goto out;
+  }
+  ps_repl_callbacks cb;
+  ps_member_callbacks(d->member, &cb);
+  d->repl = ps_repl_create(d->svc, self, n, addrs, NULL, &cb, &st);
+  if (d->repl == NULL) {
+    PS_ERROR("%s", st.msg);
+    goto out;
+  }
+  ps_service_set_repl(d->svc, d->repl);
   rc = 0;
 out:
-  if (rc != 0) PS_ERROR("replication: %s", st.msg);
-  ps_repl_hosts_free(hosts, nh);
   free(addrs);
+  ps_repl_hosts_free(hosts, n);
   return rc;
 }
 
@@ -704,6 +713,8 @@ static void loop_init(daemon_state *d, ps_rpc_server *srv, ps_store *store,
   uv_timer_init(d->loop, &d->grace);
   uv_async_init(d->loop, &d->done, on_done);
   uv_async_init(d->loop, &d->shutdown, on_shutdown_call);
+  uv_async_init(d->loop, &d->fence, on_fence);
+  d->fence.data = d;
   d->store = store;
   d->svc = svc;
   uv_timer_init(d->loop, &d->tick);
@@ -737,8 +748,6 @@ static int set_checkpoint_dir(ps_service *svc, const char *ckpt_dir) {
 
 int main(int argc, char **argv) {
   server_args a = {0};
-  daemon_state d = {0};
-  ps_repl_conf conf;
   int rc = parse_args(argc, argv, &a);
   if (rc >= 0) return rc;
   ps_status st;
@@ -754,7 +763,9 @@ int main(int argc, char **argv) {
     fprintf(stderr, "ps-server: %s\n", st.msg);
     return 2;
   }
-  if (security_settings(&a, cluster) != 0 || repl_settings(&a, cluster, &conf) != 0) {
+  ps_repl_conf rconf;
+  if (security_settings(&a, cluster) != 0 ||
+      replication_settings(&a, cluster, &rconf) != 0) {
     ps_cluster_destroy(cluster);
     return 2;
   }
@@ -790,9 +801,11 @@ int main(int argc, char **argv) {
   ps_rpc_global_init();
   ps_store *store = ps_store_create(taskname);
   ps_service *svc = ps_service_create(store, taskname);
-  ps_server_metrics metrics = {.store = store, .svc = svc};
+  ps_server_metrics metrics = {
+      .store = store, .svc = svc, .repl_mu = PTHREAD_MUTEX_INITIALIZER};
   ps_rpc_server *srv = NULL;
   ps_auth *auth = NULL;
+  daemon_state d = {.svc = svc};
   ps_service_set_limits(svc, &a.limits);
   rc = 2;
   if (a.ckpt_dir && set_checkpoint_dir(svc, a.ckpt_dir) != 0) goto out;
@@ -841,15 +854,28 @@ int main(int argc, char **argv) {
   snprintf(real_addr, sizeof real_addr, "%s:%d", host, ps_rpc_server_port(srv));
   ps_service_set_address(svc, real_addr);
   atomic_store(&metrics.srv, srv);
-  if (conf.replicas >= 2 && repl_create(&d, &conf, cluster, self.task, svc) != 0)
+  if (rconf.replicas >= 2 &&
+      replication_create(&d, &rconf, cluster, self.task, addr) != 0)
     goto out;
+  ps_server_metrics_set_repl(&metrics, d.repl);
+  d.metrics = &metrics;
   ps_rpc_server_start(srv);
   d.auth = auth;
   loop_init(&d, srv, store, svc, a.grace_secs, a.drain_secs);
-  if (d.member && ps_member_start(d.member, d.repl, &st) != 0) {
-    PS_ERROR("replication: %s", st.msg);
-    atomic_store(&d.exit_code, 1);
-    begin_shutdown(&d);
+  if (d.member) {
+    int n = ps_cluster_num_tasks(cluster, "ps");
+    const char *av[PS_VIEW_MAX_TASKS];
+    for (int i = 0; i < n && i < PS_VIEW_MAX_TASKS; i++)
+      av[i] = ps_cluster_address(cluster, "ps", i);
+    PS_INFO("replication: %d replicas per shard, view in etcd at %s (job %s, lease TTL "
+            "%lld s)",
+            rconf.replicas, rconf.etcd, rconf.job, (long long)rconf.lease_ttl_s);
+    if (ps_member_start(d.member, d.repl, av, NULL, &st) != 0) {
+      PS_ERROR("replication: %s", st.msg);
+      d.exit_code = 1;
+      begin_shutdown(&d);
+      goto run;
+    }
   }
   size_t nadmin = 0, ntok = auth ? ps_auth_count(auth, &nadmin) : 0;
   char sec[160];
@@ -861,27 +887,35 @@ int main(int argc, char **argv) {
              nadmin);
   PS_INFO("serving on %s with %d threads (pid %d, at most %d connections; %s)", real_addr,
           a.threads, (int)getpid(), a.ropt.max_connections, sec);
-  if (atomic_load(&d.exit_code) == 0) {
-    printf("%s ready on %s\n", taskname, real_addr);
-    fflush(stdout);
-  }
+  printf("%s ready on %s\n", taskname, real_addr);
+  fflush(stdout);
+run:
   uv_run(d.loop, UV_RUN_DEFAULT);
   uv_loop_close(d.loop);
   /* Every call is gone, but a checkpoint job may still be unwinding after
    * answering its call: it must be done before anything is freed. */
   ps_ckpt_wait_all();
   ps_server_metrics_stop(&metrics);
+  ps_member_destroy(d.member);
+  d.member = NULL;
+  ps_server_metrics_set_repl(&metrics, NULL);
+  if (d.repl) ps_repl_destroy(d.repl);
+  d.repl = NULL;
   ps_rpc_server_destroy(srv);
   int64_t nvars, bytes;
   ps_store_totals(store, &nvars, &bytes);
   PS_INFO("stopped (%lld variables, %lld bytes released)", (long long)nvars,
           (long long)bytes);
-  rc = atomic_load(&d.exit_code);
+  rc = d.exit_code;
   if (rc == 75) PS_WARN("exiting 75 (fenced): a supervisor restarts it and it rejoins");
 out:
-  ps_member_destroy(d.member);
-  ps_repl_destroy(d.repl);
   ps_server_metrics_stop(&metrics);
+  ps_member_destroy(d.member);
+  if (d.repl) {
+    ps_server_metrics_set_repl(&metrics, NULL);
+    ps_service_set_repl(svc, NULL);
+    ps_repl_destroy(d.repl);
+  }
   ps_auth_destroy(auth);
   ps_service_destroy(svc);
   ps_store_destroy(store);

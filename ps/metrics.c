@@ -2,6 +2,7 @@
  * their latency, bytes in and out, the variables held, updates that waited
  * at a snapshot gate, and the last checkpoint shard this ps saved. */
 #include "metrics.h"
+#include "repl.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -90,6 +91,27 @@ static void render(ps_mbuf *b, void *arg) {
   ps_mbuf_family(b, "ps_checkpoint_last_save_bytes", "gauge",
                  "Bytes of the last shard this ps wrote.");
   ps_mbuf_printf(b, "ps_checkpoint_last_save_bytes %lld\n", sbytes);
+  pthread_mutex_lock(&m->repl_mu);
+  if (m->repl) {
+    ps_repl_stats rs;
+    ps_repl_get_stats(m->repl, &rs);
+    ps_mbuf_family(b, "ps_view_epoch", "gauge",
+                   "Epoch of the replication view this ps serves.");
+    ps_mbuf_printf(b, "ps_view_epoch %lld\n", (long long)rs.epoch);
+    ps_mbuf_family(b, "ps_replicas_missing", "gauge",
+                   "Replicas missing from the shards this ps is primary of.");
+    ps_mbuf_printf(b, "ps_replicas_missing %d\n", rs.replicas_missing);
+    ps_mbuf_family(b, "ps_failovers_total", "counter",
+                   "Times this ps became the primary of a shard after a failure.");
+    ps_mbuf_printf(b, "ps_failovers_total %lld\n", rs.failovers);
+    ps_mbuf_family(b, "ps_replication_lag_entries", "gauge",
+                   "Replication entries sent to backups and not yet acknowledged.");
+    ps_mbuf_printf(b, "ps_replication_lag_entries %lld\n", rs.lag_entries);
+    ps_mbuf_family(b, "ps_replication_lag_bytes", "gauge",
+                   "Replication bytes sent to backups and not yet acknowledged.");
+    ps_mbuf_printf(b, "ps_replication_lag_bytes %lld\n", rs.lag_bytes);
+  }
+  pthread_mutex_unlock(&m->repl_mu);
   struct timespec now;
   clock_gettime(CLOCK_MONOTONIC, &now);
   ps_mbuf_family(b, "ps_uptime_seconds", "gauge", "Seconds since this ps started.");
@@ -111,4 +133,10 @@ int ps_server_metrics_start(ps_server_metrics *m, const char *host, int port,
 void ps_server_metrics_stop(ps_server_metrics *m) {
   ps_metrics_stop(m->http);
   m->http = NULL;
+}
+
+void ps_server_metrics_set_repl(ps_server_metrics *m, struct ps_repl *r) {
+  pthread_mutex_lock(&m->repl_mu);
+  m->repl = r;
+  pthread_mutex_unlock(&m->repl_mu);
 }
