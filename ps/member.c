@@ -23,6 +23,7 @@
 #define ETCD_TIMEOUT_MS 2000
 #define PROBE_MS 200
 #define CHECK_DEADLINE_MS 300
+#define REJOIN_MS 2000
 
 static void sleep_ms(int ms) {
   struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
@@ -81,8 +82,22 @@ void ps_member_mark_dead(ps_member *m, int task, const char *why) {
 
 static void on_backup_failed(void *arg, int s, int task, const char *reason) {
   ps_member *m = arg;
-  PS_WARN("backup ps/%d of shard %d failed: %s", task, s, reason ? reason : "");
-  ps_member_mark_dead(m, task, "its Replicate failed");
+  PS_WARN("backup ps/%d of shard %d failed: %s: dropping it from shard %d", task, s,
+          reason ? reason : "", s);
+  /* Drop it from this shard only: a failed Replicate is no proof that the
+   * backup is dead (a link between two ps may be down while both serve);
+   * the prober and the lease decide that. */
+  pthread_mutex_lock(&m->mu);
+  bool have = false;
+  for (int k = 0; k < m->ndrp && !have; k++)
+    have = m->drp_s[k] == s && m->drp_t[k] == task;
+  if (!have && m->ndrp < m->capsyn) {
+    m->drp_s[m->ndrp] = s;
+    m->drp_t[m->ndrp] = task;
+    m->ndrp++;
+  }
+  wake(m);
+  pthread_mutex_unlock(&m->mu);
 }
 
 static void on_synced(void *arg, int s, int task) {
@@ -173,9 +188,11 @@ ps_member *ps_member_create(const ps_repl_conf *conf, int self, int ntasks,
   m->lone = calloc((size_t)ntasks, sizeof *m->lone);
   m->syn_s = calloc((size_t)m->capsyn, sizeof *m->syn_s);
   m->syn_t = calloc((size_t)m->capsyn, sizeof *m->syn_t);
+  m->drp_s = calloc((size_t)m->capsyn, sizeof *m->drp_s);
+  m->drp_t = calloc((size_t)m->capsyn, sizeof *m->drp_t);
   m->addr = strdup(addr);
   if (!m->dead || !m->hosts || !m->addrs || !m->fails || !m->lone || !m->syn_s ||
-      !m->syn_t || !m->addr)
+      !m->syn_t || !m->drp_s || !m->drp_t || !m->addr)
     goto oom;
   for (int i = 0; i < ntasks; i++)
     if (hosts && hosts[i] && (m->hosts[i] = strdup(hosts[i])) == NULL) goto oom;
@@ -293,6 +310,8 @@ void ps_member_destroy(ps_member *m) {
   free(m->fails);
   free(m->lone);
   free(m->syn_s);
+  free(m->drp_s);
+  free(m->drp_t);
   free(m->syn_t);
   free(m->addr);
   ps_view_free(&m->cur);
@@ -357,18 +376,22 @@ void *ps_member_worker(void *arg) {
   ps_member *m = arg;
   bool *dead = calloc((size_t)m->ntasks, sizeof *dead);
   int *ss = calloc((size_t)m->capsyn, sizeof *ss),
-      *tt = calloc((size_t)m->capsyn, sizeof *tt);
-  if (!dead || !ss || !tt) {
+      *tt = calloc((size_t)m->capsyn, sizeof *tt),
+      *ds = calloc((size_t)m->capsyn, sizeof *ds),
+      *dt = calloc((size_t)m->capsyn, sizeof *dt);
+  if (!dead || !ss || !tt || !ds || !dt) {
     PS_ERROR("membership: out of memory: fencing");
     ps_member_fence(m, "membership ran out of memory");
     free(dead);
     free(ss);
     free(tt);
+    free(ds);
+    free(dt);
     return NULL;
   }
   pthread_mutex_lock(&m->mu);
   while (!m->stop) {
-    bool any = m->view_dirty || m->nsyn > 0;
+    bool any = m->view_dirty || m->nsyn > 0 || m->ndrp > 0;
     for (int t = 0; t < m->ntasks && !any; t++)
       any = m->dead[t];
     if (!any) {
@@ -376,7 +399,11 @@ void *ps_member_worker(void *arg) {
       clock_gettime(CLOCK_REALTIME, &ts);
       ts.tv_sec += 1;
       pthread_cond_timedwait(&m->cv, &m->mu, &ts);
-      continue;
+      if (m->stop || m->fenced) continue;
+      pthread_mutex_unlock(&m->mu);
+      bool rejoin = ps_member_wants_rejoin(m);
+      pthread_mutex_lock(&m->mu);
+      if (!rejoin) continue;
     }
     bool dirty = m->view_dirty;
     m->view_dirty = false;
@@ -386,6 +413,10 @@ void *ps_member_worker(void *arg) {
     memcpy(ss, m->syn_s, (size_t)nsyn * sizeof *ss);
     memcpy(tt, m->syn_t, (size_t)nsyn * sizeof *tt);
     m->nsyn = 0;
+    int ndrp = m->ndrp;
+    memcpy(ds, m->drp_s, (size_t)ndrp * sizeof *ds);
+    memcpy(dt, m->drp_t, (size_t)ndrp * sizeof *dt);
+    m->ndrp = 0;
     bool fenced = m->fenced;
     pthread_mutex_unlock(&m->mu);
     if (dirty) ps_member_refresh(m);
@@ -403,6 +434,19 @@ void *ps_member_worker(void *arg) {
         sleep_ms(100);
       }
     }
+    for (int k = 0; k < ndrp && !fenced; k++)
+      if (ps_member_transition(m, PS_MEMBER_DROP, dt[k], ds[k]) != 0) {
+        on_backup_failed(m, ds[k], dt[k], "again");
+        sleep_ms(100);
+      }
+    /* dropped from a shard of its placement while alive: back as a
+     * syncing backup, at most every REJOIN_MS (a link still down fails
+     * the copy, which drops it again) */
+    if (!fenced && ps_member_wants_rejoin(m) &&
+        ps_member_now_ns() - m->rejoin_ns > (int64_t)REJOIN_MS * 1000000) {
+      m->rejoin_ns = ps_member_now_ns();
+      (void)ps_member_transition(m, PS_MEMBER_REJOIN, m->self, -1);
+    }
     for (int k = 0; k < nsyn && !fenced; k++)
       if (ps_member_transition(m, PS_MEMBER_IN_SYNC, tt[k], ss[k]) != 0) {
         on_synced(m, ss[k], tt[k]);
@@ -414,5 +458,7 @@ void *ps_member_worker(void *arg) {
   free(dead);
   free(ss);
   free(tt);
+  free(ds);
+  free(dt);
   return NULL;
 }

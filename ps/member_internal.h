@@ -31,14 +31,17 @@ struct ps_member {
   int64_t detect_ns;  /* when the first pending failure was seen (0: none) */
   int *syn_s, *syn_t; /* (shard, task) pairs to mark in sync */
   int nsyn, capsyn;
-  ps_view cur; /* the newest view applied (epoch 0: none) */
-  bool *lone;  /* [ntasks]: shard down to one replica, warned */
-  int *fails;  /* [ntasks]: the prober's refusals in a row */
+  int *drp_s, *drp_t; /* (shard, backup) pairs to drop, capsyn of them */
+  int ndrp;
+  int64_t rejoin_ns; /* when the last rejoin was tried (CLOCK_MONOTONIC) */
+  ps_view cur;       /* the newest view applied (epoch 0: none) */
+  bool *lone;        /* [ntasks]: shard down to one replica, warned */
+  int *fails;        /* [ntasks]: the prober's refusals in a row */
   pthread_t worker, prober;
   bool worker_on, prober_on;
 };
 
-enum { PS_MEMBER_REMOVE, PS_MEMBER_IN_SYNC };
+enum { PS_MEMBER_REMOVE, PS_MEMBER_IN_SYNC, PS_MEMBER_DROP, PS_MEMBER_REJOIN };
 
 int64_t ps_member_now_ns(void);
 int ps_member_check(const char *addr, const ps_rpc_channel_security *sec,
@@ -53,6 +56,9 @@ void *ps_member_prober(void *arg);
  * again and recomputes) and applies the result.  0 or -1 (logged). */
 int ps_member_join(ps_member *m, int64_t *rev, ps_status *st);
 int ps_member_transition(ps_member *m, int kind, int task, int shard);
+/* True when the newest view lacks this ps in a shard of its placement
+ * that it could rejoin (not lost, fewer than R replicas). */
+bool ps_member_wants_rejoin(ps_member *m);
 void ps_member_refresh(ps_member *m);
 
 #endif

@@ -81,8 +81,13 @@ static void apply_view(ps_member *m, const ps_view *v) {
   for (int s = 0; old.shard && s < m->ntasks; s++) {
     const ps_view_shard *o = &old.shard[s], *n = &v->shard[s];
     if (o->n > 0 && n->n > 0 && o->task[0] != n->task[0]) primary_moved = true;
-    if (why[0] == '\0' && listed(o, m->self) && !listed(n, m->self) && !m->leaving)
-      snprintf(why, sizeof why, "view epoch %lld removed it from shard %d",
+    /* fenced when it lost a shard it was the primary of; a backup
+     * dropped from a shard (its primary could not reach it) serves on and
+     * rejoins that shard (ps_member_wants_rejoin) */
+    bool was_primary = o->n > 0 && o->task[0] == m->self;
+    bool is_primary = n->n > 0 && n->task[0] == m->self;
+    if (why[0] == '\0' && was_primary && !is_primary && !m->leaving)
+      snprintf(why, sizeof why, "view epoch %lld took shard %d from it",
                (long long)v->epoch, s);
   }
   if (primary_moved || (detect && old.epoch)) m->detect_ns = 0;
@@ -143,7 +148,10 @@ void ps_member_refresh(ps_member *m) {
 }
 
 int ps_member_transition(ps_member *m, int kind, int task, int shard) {
-  const char *what = kind == PS_MEMBER_REMOVE ? "remove" : "in_sync";
+  const char *what = kind == PS_MEMBER_REMOVE   ? "remove"
+                     : kind == PS_MEMBER_DROP   ? "drop"
+                     : kind == PS_MEMBER_REJOIN ? "rejoin"
+                                                : "in_sync";
   for (int i = 0; i < CAS_TRIES; i++) {
     ps_view v = {0}, out = {0};
     bool have, changed = false, ok = false;
@@ -156,9 +164,19 @@ int ps_member_transition(ps_member *m, int kind, int task, int shard) {
       if (have) ps_view_free(&v);
       return -1;
     }
-    int rc = kind == PS_MEMBER_REMOVE
-                 ? ps_view_remove_task(&v, task, &out, &changed, &lost, &st)
-                 : ps_view_in_sync(&v, shard, task, &out, &changed, &st);
+    int rc;
+    const char *const *hosts = (const char *const *)m->hosts;
+    if (kind == PS_MEMBER_REMOVE)
+      rc = ps_view_remove_task(&v, task, &out, &changed, &lost, &st);
+    else if (kind == PS_MEMBER_DROP)
+      rc = ps_view_drop_backup(&v, shard, task, &out, &changed, &st);
+    else if (kind == PS_MEMBER_REJOIN)
+      rc = ps_view_rejoin(&v, task, hosts, &out, &changed, &st);
+    else if (shard >= 0 && shard < v.ntasks && v.shard[shard].n > 0 &&
+             v.shard[shard].task[0] == m->self)
+      rc = ps_view_in_sync(&v, shard, task, &out, &changed, &st);
+    else /* the copy was made by a primary this ps no longer is: stale */
+      rc = ps_view_copy(&v, &out, &st);
     if (rc != 0) {
       PS_ERROR("view %s of ps/%d: %s", what, task, st.msg);
       ps_view_free(&v);
@@ -253,4 +271,23 @@ int ps_member_join(ps_member *m, int64_t *rev, ps_status *st) {
   }
   return ps_status_set(st, PS_UNAVAILABLE, "joining the view %s: lost %d races in a row",
                        m->key_view, CAS_TRIES);
+}
+
+bool ps_member_wants_rejoin(ps_member *m) {
+  pthread_mutex_lock(&m->mu);
+  bool want = false;
+  if (!m->fenced && !m->leaving && m->cur.epoch > 0 && m->cur.shard) {
+    for (int s = 0; s < m->ntasks && !want; s++) {
+      int pl[PS_VIEW_MAX_REPLICAS];
+      int k = ps_view_placement(m->ntasks, m->conf.replicas,
+                                (const char *const *)m->hosts, s, pl);
+      bool mine = false;
+      for (int i = 0; i < k; i++)
+        mine |= pl[i] == m->self;
+      const ps_view_shard *sh = &m->cur.shard[s];
+      want = mine && sh->n > 0 && sh->n < m->conf.replicas && !listed(sh, m->self);
+    }
+  }
+  pthread_mutex_unlock(&m->mu);
+  return want;
 }
