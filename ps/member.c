@@ -345,7 +345,11 @@ void *ps_member_prober(void *arg) {
       for (int k = 0; k < sh->n; k++)
         mine |= sh->task[k] == m->self;
       for (int k = 0; mine && k < sh->n; k++)
-        if (sh->task[k] != m->self && !m->dead[sh->task[k]]) peer[sh->task[k]] = true;
+        /* a task that has not joined yet is starting, not dead: a
+         * refused Check then proves nothing */
+        if (sh->task[k] != m->self && !m->dead[sh->task[k]] && m->cur.joined &&
+            m->cur.joined[sh->task[k]])
+          peer[sh->task[k]] = true;
     }
     pthread_mutex_unlock(&m->mu);
     for (int t = 0; t < m->ntasks; t++) {
