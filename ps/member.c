@@ -249,7 +249,10 @@ int ps_member_start(ps_member *m, ps_repl *repl, const char *const *addrs,
   for (int s = 0; s < m->ntasks; s++)
     for (int k = 0; k < m->cur.shard[s].n; k++) {
       int t = m->cur.shard[s].task[k];
-      if (!live[t] && t != m->self) m->dead[t] = true;
+      /* only a task that joined once and has no key died; one that
+       * never joined is still starting */
+      if (!live[t] && t != m->self && m->cur.joined && m->cur.joined[t])
+        m->dead[t] = true;
     }
   pthread_mutex_unlock(&m->mu);
   free(live);

@@ -327,13 +327,22 @@ s = sh[int(sys.argv[3])]["replicas"]
 if not s: sys.exit(1)
 print(s[0] if what == "primary" else s[-1] if len(s) > 1 else "")' "$replicas" "$@"
 }
-# wait_synced SECONDS: every ps up (restarting a fenced one) and every shard
-# back in sync
+# all_keys: every ps holds its task key (a lease that expired in the fault
+# shows here before the view changes: the view alone may still be the one
+# from before the fault)
+all_keys() {
+  local n
+  n=$(on w etcdctl --endpoints "$ETCDEP" --command-timeout=1s get --prefix --keys-only \
+    "/paramserver/chaos$$/tasks/ps/" 2> /dev/null | grep -c . || true)
+  [ "$n" = "$nps" ]
+}
+# wait_synced SECONDS: every ps up (restarting a fenced one), holding its
+# task key, and every shard back in sync
 wait_synced() {
   local end=$((SECONDS + $1))
   while ((SECONDS <= end)); do
     restart_dead
-    if [ "$replicas" = 1 ] || view_query synced; then return 0; fi
+    if [ "$replicas" = 1 ] || { view_query synced && all_keys; }; then return 0; fi
     sleep 0.1
   done
   return 1
