@@ -634,10 +634,91 @@ bad:
   return 2;
 }
 
+/* How a replicated ps calls the others: with TLS, the CA of their
+ * certificates (PS_TLS_CA, else the spec's "ca") and, under mutual TLS,
+ * its own certificate; with tokens, the "replica" token of its own token
+ * file (else an "admin" one).  The strings are malloc'd into @sec.  0, or
+ * 2 after saying what is missing. */
+typedef struct repl_sec {
+  ps_rpc_channel_security sec;
+  char *ca, *cert, *key, *token;
+} repl_sec;
+
+static void repl_sec_free(repl_sec *r) {
+  free(r->ca);
+  free(r->cert);
+  if (r->key) ps_secure_zero(r->key, strlen(r->key));
+  free(r->key);
+  if (r->token) ps_secure_zero(r->token, strlen(r->token));
+  free(r->token);
+}
+
+/* The token of the first line "ROLE TOKEN" of @path with @role. */
+static char *token_of_role(const char *path, const char *role) {
+  FILE *f = fopen(path, "r");
+  if (f == NULL) return NULL;
+  char line[4096], *tok = NULL;
+  size_t rl = strlen(role);
+  while (tok == NULL && fgets(line, sizeof line, f)) {
+    if (strncmp(line, role, rl) != 0 || (line[rl] != ' ' && line[rl] != '\t')) continue;
+    char *p = line + rl;
+    while (*p == ' ' || *p == '\t')
+      p++;
+    size_t n = strcspn(p, " \t\r\n");
+    if (n > 0) tok = strndup(p, n);
+  }
+  ps_secure_zero(line, sizeof line);
+  fclose(f);
+  return tok;
+}
+
+static int repl_security(const server_args *a, const ps_cluster *c, repl_sec *r) {
+  ps_status st;
+  ps_status_clear(&st);
+  memset(r, 0, sizeof *r);
+  if (a->token_file) {
+    if ((r->token = token_of_role(a->token_file, "replica")) == NULL &&
+        (r->token = token_of_role(a->token_file, "admin")) == NULL) {
+      fprintf(stderr,
+              "ps-server: --replicas with --auth-token-file %s: the file has no "
+              "'replica TOKEN' line (nor an admin one): the ps tasks call each other "
+              "with it\n",
+              a->token_file);
+      return 2;
+    }
+    r->sec.token = r->token;
+  }
+  if (a->ropt.tls_cert_file) {
+    const char *ca = ps_security_env("PS_TLS_CA");
+    if (ca == NULL && c->security) ca = c->security->ca;
+    if (ca == NULL) {
+      fprintf(stderr, "ps-server: --replicas with TLS needs the CA of the ps "
+                      "certificates to call the other ps: PS_TLS_CA or the spec's "
+                      "security \"ca\"\n");
+      return 2;
+    }
+    if ((r->ca = ps_pem_read(ca, "PS_TLS_CA", false, &st)) == NULL) goto bad;
+    r->sec.ca_pem = r->ca;
+    if (a->ropt.tls_client_ca_file) { /* mutual TLS: its own certificate */
+      if ((r->cert = ps_pem_read(a->ropt.tls_cert_file, "--tls-cert", false, &st)) ==
+              NULL ||
+          (r->key = ps_pem_read(a->ropt.tls_key_file, "--tls-key", true, &st)) == NULL)
+        goto bad;
+      r->sec.cert_pem = r->cert;
+      r->sec.key_pem = r->key;
+    }
+  }
+  return 0;
+bad:
+  fprintf(stderr, "ps-server: %s\n", st.msg);
+  return 2;
+}
+
 /* Replicated (R >= 2): the member and the data plane, wired to the
  * service before the server starts.  0, or -1 after logging why. */
 static int replication_create(daemon_state *d, const ps_repl_conf *conf,
-                              const ps_cluster *cluster, int self, const char *addr) {
+                              const ps_cluster *cluster, int self, const char *addr,
+                              const ps_rpc_channel_security *sec) {
   ps_status st;
   ps_status_clear(&st);
   char **hosts = NULL;
@@ -661,7 +742,7 @@ static int replication_create(daemon_state *d, const ps_repl_conf *conf,
   }
   ps_repl_callbacks cb;
   ps_member_callbacks(d->member, &cb);
-  d->repl = ps_repl_create(d->svc, self, n, addrs, NULL, &cb, &st);
+  d->repl = ps_repl_create(d->svc, self, n, addrs, sec, &cb, &st);
   if (d->repl == NULL) {
     PS_ERROR("%s", st.msg);
     goto out;
@@ -764,8 +845,11 @@ int main(int argc, char **argv) {
     return 2;
   }
   ps_repl_conf rconf;
+  repl_sec rsec = {0};
   if (security_settings(&a, cluster) != 0 ||
-      replication_settings(&a, cluster, &rconf) != 0) {
+      replication_settings(&a, cluster, &rconf) != 0 ||
+      (rconf.replicas >= 2 && repl_security(&a, cluster, &rsec) != 0)) {
+    repl_sec_free(&rsec);
     ps_cluster_destroy(cluster);
     return 2;
   }
@@ -855,7 +939,7 @@ int main(int argc, char **argv) {
   ps_service_set_address(svc, real_addr);
   atomic_store(&metrics.srv, srv);
   if (rconf.replicas >= 2 &&
-      replication_create(&d, &rconf, cluster, self.task, addr) != 0)
+      replication_create(&d, &rconf, cluster, self.task, addr, &rsec.sec) != 0)
     goto out;
   ps_server_metrics_set_repl(&metrics, d.repl);
   d.metrics = &metrics;
@@ -870,7 +954,7 @@ int main(int argc, char **argv) {
     PS_INFO("replication: %d replicas per shard, view in etcd at %s (job %s, lease TTL "
             "%lld s)",
             rconf.replicas, rconf.etcd, rconf.job, (long long)rconf.lease_ttl_s);
-    if (ps_member_start(d.member, d.repl, av, NULL, &st) != 0) {
+    if (ps_member_start(d.member, d.repl, av, &rsec.sec, &st) != 0) {
       PS_ERROR("replication: %s", st.msg);
       d.exit_code = 1;
       begin_shutdown(&d);
@@ -896,11 +980,14 @@ run:
    * answering its call: it must be done before anything is freed. */
   ps_ckpt_wait_all();
   ps_server_metrics_stop(&metrics);
-  ps_member_destroy(d.member);
-  d.member = NULL;
+  /* the data plane's threads may call the member's callbacks until it is
+   * destroyed: stop the member, destroy the data plane, free the member */
+  ps_member_stop(d.member);
   ps_server_metrics_set_repl(&metrics, NULL);
   if (d.repl) ps_repl_destroy(d.repl);
   d.repl = NULL;
+  ps_member_destroy(d.member);
+  d.member = NULL;
   ps_rpc_server_destroy(srv);
   int64_t nvars, bytes;
   ps_store_totals(store, &nvars, &bytes);
@@ -910,12 +997,14 @@ run:
   if (rc == 75) PS_WARN("exiting 75 (fenced): a supervisor restarts it and it rejoins");
 out:
   ps_server_metrics_stop(&metrics);
-  ps_member_destroy(d.member);
+  ps_member_stop(d.member);
   if (d.repl) {
     ps_server_metrics_set_repl(&metrics, NULL);
     ps_service_set_repl(svc, NULL);
     ps_repl_destroy(d.repl);
   }
+  ps_member_destroy(d.member);
+  repl_sec_free(&rsec);
   ps_auth_destroy(auth);
   ps_service_destroy(svc);
   ps_store_destroy(store);

@@ -299,6 +299,10 @@ void ps_member_leave(ps_member *m) {
   m->lease = 0;
 }
 
+void ps_member_stop(ps_member *m) {
+  if (m != NULL) stop_threads(m);
+}
+
 void ps_member_destroy(ps_member *m) {
   if (m == NULL) return;
   stop_threads(m);

@@ -7,7 +7,7 @@
  * ps_repl_create), ps_repl_create, the server started, ps_member_start
  * (joins: peers may replicate to it from then on), serve;
  * ps_member_leave at SIGTERM (hands its shards over at once), then
- * ps_member_destroy after the server stopped and before ps_repl_destroy. */
+ * ps_member_stop, ps_repl_destroy, then ps_member_destroy. */
 #ifndef PS_MEMBER_H
 #define PS_MEMBER_H
 
@@ -36,6 +36,11 @@ int ps_member_start(ps_member *m, ps_repl *repl, const char *const *addrs,
 /* A clean stop: removes this ps from the view (its backups take over
  * now, not after the lease TTL) and revokes its lease. */
 void ps_member_leave(ps_member *m);
+/* Stops its threads and watches (no more ps_repl calls from it); its
+ * callbacks stay valid until ps_member_destroy.  ps-server: stop, then
+ * ps_repl_destroy (whose threads may still call the callbacks), then
+ * destroy. */
+void ps_member_stop(ps_member *m);
 void ps_member_destroy(ps_member *m);
 
 #endif
