@@ -506,6 +506,7 @@ int ps_repl_commit(ps_repl *r, ps_repl_group *g, ps_repl_done_fn fn, void *arg,
         ps_repl_sender_push(snd, c);
         last = c;
       }
+      if (last) last->group_end = true;
 #ifdef PS_REPL_TEST_ACK_EARLY
       /* test only: acknowledged before the backups applied it */
       (void)last;

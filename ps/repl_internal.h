@@ -32,7 +32,9 @@
 #define PS_REPL_DEDUP 4
 #define PS_REPL_DONE 5
 
-/* Entries and bytes of one Replicate call at most. */
+/* Entries and bytes of one Replicate call at most, unless one group (one
+ * request's effects, one variable of a state copy) is larger: a batch ends
+ * only at a group's end, so a backup never applies part of a request. */
 #define PS_REPL_BATCH_ENTRIES 4096
 #define PS_REPL_BATCH_BYTES ((int64_t)64 << 20)
 
@@ -72,6 +74,8 @@ typedef struct ps_repl_entry {
   uint64_t client_id, seq;
   ps_repl_wait *wait; /* the last entry of a waited group for this backup */
   int64_t bytes;      /* bulk bytes */
+  bool group_end;     /* the last entry of its group for this backup: a batch
+                         is cut only after such an entry */
 } ps_repl_entry;
 
 /* The effects of one request, gathered while it holds its locks and

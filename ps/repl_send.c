@@ -274,6 +274,7 @@ static void copy_shard(ps_repl_sender *snd, int s) {
         ok = false;
         break;
       }
+      c->group_end = k + 1 == g.n; /* one variable: one group */
       bytes += c->bytes;
       ps_repl_sender_push(snd, c);
     }
@@ -298,6 +299,7 @@ static void copy_shard(ps_repl_sender *snd, int s) {
       ok = false;
       break;
     }
+    c->group_end = true;
     ps_repl_sender_push(snd, c);
   }
   if (!ok && !snd->retired && !r->stopping) snd->failed = true;
@@ -322,6 +324,11 @@ static void *sender_main(void *arg) {
   ps_repl_sender *snd = arg;
   ps_repl *r = snd->r;
   int behind = 0;
+  /* test hook: tiny batches (tests/unit/test_repl.c: a group is never
+   * split however small the limit) */
+  size_t batch_entries = PS_REPL_BATCH_ENTRIES;
+  const char *tb = getenv("PS_TEST_REPL_BATCH_ENTRIES");
+  if (tb && atoi(tb) > 0) batch_entries = (size_t)atoi(tb);
   pthread_mutex_lock(&r->mu);
   for (;;) {
     if (r->stopping || snd->retired) break;
@@ -342,8 +349,9 @@ static void *sender_main(void *arg) {
       size_t n = 0;
       int64_t bytes = 0;
       for (ps_repl_entry *e = snd->head; e; e = e->next) {
-        if (n > 0 &&
-            (n >= PS_REPL_BATCH_ENTRIES || bytes + e->bytes > PS_REPL_BATCH_BYTES))
+        /* cut only at a group's end: a backup never holds half a request */
+        if (n > 0 && last->group_end &&
+            (n >= batch_entries || bytes + e->bytes > PS_REPL_BATCH_BYTES))
           break;
         n++;
         bytes += e->bytes;

@@ -746,6 +746,77 @@ START_TEST(a_demoted_primary_fails_what_it_held) {
 }
 END_TEST
 
+/* How many of @names (NULL-ended) show version @ver in @digest. */
+static int at_version(const char *digest, const char *const *names, int ver) {
+  int k = 0;
+  char want[128];
+  for (; *names; names++) {
+    snprintf(want, sizeof want, "%s:%d:", *names, ver);
+    const char *p = digest;
+    while ((p = strstr(p, want)) && p != digest && p[-1] != ';')
+      p++;
+    k += p != NULL;
+  }
+  return k;
+}
+
+typedef struct bg_adam {
+  ps_status st;
+  atomic_int done;
+} bg_adam;
+
+static void *bg_dense_adam(void *arg) {
+  bg_adam *b = arg;
+  float g[12];
+  for (int k = 0; k < 12; k++)
+    g[k] = 0.5f;
+  char *slots[2] = {"w/m", "w/v"};
+  double hp[6] = {0.9, 0.99, 0.1, 0.9, 0.999, 1e-7};
+  Paramserver__Update u, *up = &u;
+  rpt_upd_init(&u, "w", PARAMSERVER__UPDATE_OP__APPLY_ADAM, 4, 3);
+  u.slots = slots;
+  u.n_slots = 2;
+  u.hparams = hp;
+  u.n_hparams = 6;
+  b->st = rpt_update(0, rpt_route(0, 1), 0x77, 1, &up, 1, g, sizeof g);
+  atomic_store(&b->done, 1);
+  return NULL;
+}
+
+/* Review r23 #1: a request's group is never split across Replicate
+ * batches, however small the batch limit: with one entry per batch and a
+ * backup that takes 250 ms per batch, the backup never shows Adam applied
+ * to the variable but not to its slots. */
+START_TEST(a_request_is_never_split_across_batches) {
+  setenv("PS_TEST_REPL_BATCH_ENTRIES", "1", 1);
+  rpt_start(2);
+  rpt_set_view(1, 2, rpt_reps2, NULL, 1);
+  rpt_create(0, 0, "w", 4, 3);
+  rpt_create(0, 0, "w/m", 4, 3);
+  rpt_create(0, 0, "w/v", 4, 3);
+  rpt_assert_same(0, 1, 0);
+  setenv("PS_TEST_REPLICATE_DELAY_MS", "250", 1);
+  bg_adam b = {0};
+  pthread_t th;
+  pthread_create(&th, NULL, bg_dense_adam, &b);
+  const char *names[] = {"w", "w/m", "w/v", NULL};
+  int polls = 0;
+  while (!atomic_load(&b.done)) {
+    char *d = rpt_digest(1, 0);
+    int k = at_version(d, names, 2);
+    ck_assert_msg(k == 0 || k == 3, "the backup holds half of an update: %s", d);
+    free(d);
+    polls++;
+    rpt_sleep_ms(10);
+  }
+  pthread_join(th, NULL);
+  PS_ASSERT_OK(b.st.code, b.st);
+  ck_assert_int_ge(polls, 2);
+  rpt_assert_same(0, 1, 0);
+  rpt_stop_all();
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("repl");
   TCase *t = tcase_create("data plane");
@@ -763,6 +834,7 @@ static Suite *suite(void) {
   tcase_add_test(t, rows_apply_only_on_their_base_version);
   tcase_add_test(t, failover_and_rejoin_with_real_views);
   tcase_add_test(t, a_demoted_primary_fails_what_it_held);
+  tcase_add_test(t, a_request_is_never_split_across_batches);
   suite_add_tcase(s, t);
   return s;
 }
