@@ -95,6 +95,7 @@ ps_repl *ps_repl_create(struct ps_service *svc, int self, int ntasks,
   pthread_mutex_init(&r->mu, NULL);
   pthread_mutex_init(&r->meta, NULL);
   pthread_mutex_init(&r->dmu, NULL);
+  pthread_rwlock_init(&r->apply_rw, NULL);
   return r;
 oom:
   ps_status_set(st, PS_RESOURCE_EXHAUSTED, "replication: out of memory");
@@ -149,6 +150,7 @@ void ps_repl_destroy(ps_repl *r) {
   pthread_mutex_destroy(&r->mu);
   pthread_mutex_destroy(&r->meta);
   pthread_mutex_destroy(&r->dmu);
+  pthread_rwlock_destroy(&r->apply_rw);
   free(r);
 }
 
@@ -227,6 +229,8 @@ void ps_repl_set_view(ps_repl *r, const ps_view *v) {
     PS_ERROR("replication: out of memory taking view epoch %lld", (long long)v->epoch);
     return;
   }
+  /* no Replicate batch checked under the old view applies under this one */
+  pthread_rwlock_wrlock(&r->apply_rw);
   pthread_mutex_lock(&r->mu);
   bool newer = nv.epoch > r->view.epoch;
   /* shards where this ps is newly SYNCING: its old copy goes first */
@@ -241,6 +245,7 @@ void ps_repl_set_view(ps_repl *r, const ps_view *v) {
   }
   pthread_mutex_unlock(&r->mu);
   if (!newer) {
+    pthread_rwlock_unlock(&r->apply_rw);
     view_free(&nv);
     free(drop);
     return;
@@ -253,6 +258,7 @@ void ps_repl_set_view(ps_repl *r, const ps_view *v) {
   pthread_mutex_lock(&r->mu);
   if (nv.epoch <= r->view.epoch) { /* a newer one came meanwhile */
     pthread_mutex_unlock(&r->mu);
+    pthread_rwlock_unlock(&r->apply_rw);
     view_free(&nv);
     return;
   }
@@ -299,6 +305,7 @@ void ps_repl_set_view(ps_repl *r, const ps_view *v) {
   char desc[512];
   view_line(&nv, desc, sizeof desc);
   pthread_mutex_unlock(&r->mu);
+  pthread_rwlock_unlock(&r->apply_rw);
   view_free(&old);
   PS_INFO("replication view %s", desc);
   ps_repl_senders_reap(r); /* those an earlier view retired */

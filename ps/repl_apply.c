@@ -254,8 +254,13 @@ static int rep_data(ps_rpc_call *c, ps_status *st) {
   if (r == NULL) /* (the request was decoded and checked all the same) */
     return ps_status_set(st, PS_FAILED_PRECONDITION,
                          "Replicate: %s runs unreplicated (--replicas 1)", s->task);
+  /* the view checked is the view the entries apply under (review r23 #4) */
+  pthread_rwlock_rdlock(&r->apply_rw);
   int rc = rep_check(r, x->req, st);
-  if (rc != 0) return rc;
+  if (rc != 0) {
+    pthread_rwlock_unlock(&r->apply_rw);
+    return rc;
+  }
   /* test hook: a slow backup (tests/unit/test_repl.c: an update is answered
    * only after its backup applied it) */
   const char *slow = getenv("PS_TEST_REPLICATE_DELAY_MS");
@@ -282,6 +287,7 @@ static int rep_data(ps_rpc_call *c, ps_status *st) {
       break;
     }
   }
+  pthread_rwlock_unlock(&r->apply_rw);
   pthread_mutex_lock(&r->mu);
   r->applied_bytes += bytes;
   for (size_t i = 0; i < x->req->n_entries; i++) {

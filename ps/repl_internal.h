@@ -130,6 +130,12 @@ struct ps_repl {
   int64_t *shard_applied;  /* [ntasks]: bytes applied per shard (a copy's progress) */
   long long failovers, sent_bytes, applied_bytes;
   pthread_mutex_t meta;
+  /* Replicate holds it (read) from its fencing check through the last
+   * entry applied; ps_repl_set_view holds it (write) while it installs a
+   * view, so no batch checked under an old view applies under a new one
+   * (a stale primary's VALUE never lands on top of the new primary's
+   * updates).  Taken before variable locks and r->mu. */
+  pthread_rwlock_t apply_rw;
   /* dedup records */
   pthread_mutex_t dmu;
   ps_dedup_client *clients;

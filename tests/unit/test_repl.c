@@ -817,6 +817,35 @@ START_TEST(a_request_is_never_split_across_batches) {
 }
 END_TEST
 
+/* Review r23 #4: a batch that passed the backup's fencing check under
+ * one view does not apply under the next.  ps/1 is applying ps/0's
+ * batch (w += 1; it takes 400 ms) when a view makes ps/1 the primary and
+ * ps/1 acknowledges its own w += 1: the batch lands first, never on top
+ * (w is 3 at version 3 on ps/1, not 2). */
+START_TEST(a_batch_checked_under_an_old_view_never_overwrites_the_new) {
+  setenv("PS_TEST_RPC_THREADS", "4", 1);
+  rpt_start(2);
+  rpt_set_view(1, 2, rpt_reps2, NULL, 1);
+  rpt_create(0, 0, "w", 4, 3);
+  setenv("PS_TEST_REPLICATE_DELAY_MS", "400", 1);
+  bg_update b = {.node = 0};
+  pthread_t th;
+  pthread_create(&th, NULL, bg_assign_add, &b);
+  rpt_sleep_ms(150); /* ps/1 checked the batch and is applying it */
+  int moved[MAXN][MAXN + 1] = {{1, -1}, {1, -1}};
+  rpt_set_view_on(1, 2, 2, moved, NULL, 2);
+  ps_status st = add_ones(1, rpt_route(0, 2));
+  PS_ASSERT_OK(st.code, st);
+  rpt_wait_for(&b.done, 1);
+  pthread_join(th, NULL);
+  PS_ASSERT_OK(b.st.code, b.st);
+  char *d = rpt_digest(1, 0);
+  ck_assert_msg(strstr(d, "w:3:"), "ps/1's own update was overwritten: %s", d);
+  free(d);
+  rpt_stop_all();
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("repl");
   TCase *t = tcase_create("data plane");
@@ -835,6 +864,7 @@ static Suite *suite(void) {
   tcase_add_test(t, failover_and_rejoin_with_real_views);
   tcase_add_test(t, a_demoted_primary_fails_what_it_held);
   tcase_add_test(t, a_request_is_never_split_across_batches);
+  tcase_add_test(t, a_batch_checked_under_an_old_view_never_overwrites_the_new);
   suite_add_tcase(s, t);
   return s;
 }

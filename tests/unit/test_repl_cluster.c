@@ -74,6 +74,8 @@ void rpt_start(int n) {
     ps_rpc_server_options o;
     ps_rpc_server_options_default(&o);
     o.auth = rpt_auth;
+    const char *nt = getenv("PS_TEST_RPC_THREADS"); /* as ps-server --threads */
+    if (nt && atoi(nt) > 0) o.nthreads = atoi(nt);
     d->srv = ps_rpc_server_create("127.0.0.1:0", h, nh, &o, d->svc, &st);
     ck_assert_msg(d->srv != NULL, "%s", st.msg);
     ps_rpc_server_start(d->srv);
