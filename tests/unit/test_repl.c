@@ -846,6 +846,65 @@ START_TEST(a_batch_checked_under_an_old_view_never_overwrites_the_new) {
 }
 END_TEST
 
+typedef struct bg_sync {
+  int node;
+  int64_t epoch;
+  uint64_t cid;
+  ps_status st;
+  atomic_int done;
+} bg_sync;
+
+/* One synchronous (2 replicas to aggregate) w += 1 of local step 0. */
+static void *bg_sync_add(void *arg) {
+  bg_sync *b = arg;
+  float one[12];
+  for (int k = 0; k < 12; k++)
+    one[k] = 1;
+  Paramserver__Update u, *up = &u;
+  rpt_upd_init(&u, "w", PARAMSERVER__UPDATE_OP__ASSIGN_ADD, 4, 3);
+  u.replicas_to_aggregate = 2;
+  u.sync_local_step = 0;
+  b->st = rpt_update(b->node, rpt_route(0, b->epoch), b->cid, 1, &up, 1, one, sizeof one);
+  atomic_store(&b->done, 1);
+  return NULL;
+}
+
+/* Review r23 #2: a synchronous contribution keeps no dedup record, so its
+ * retry on the new primary after a failover accumulates again (it is not
+ * answered "OK, already applied" while the step never fills). */
+START_TEST(a_retried_sync_contribution_accumulates_on_the_new_primary) {
+  setenv("PS_TEST_RPC_THREADS", "4", 1);
+  rpt_start(2);
+  rpt_set_view(1, 2, rpt_reps2, NULL, 1);
+  rpt_create(0, 0, "w", 4, 3);
+  bg_sync a = {.node = 0, .epoch = 1, .cid = 0xa};
+  pthread_t ta, tr, tb;
+  pthread_create(&ta, NULL, bg_sync_add, &a);
+  rpt_sleep_ms(300); /* parked in ps/0's accumulator (what it replicated is on ps/1) */
+  ck_assert_int_eq(atomic_load(&a.done), 0);
+  int moved[MAXN][MAXN + 1] = {{1, -1}, {1, -1}};
+  rpt_set_view_on(1, 2, 2, moved, NULL, 2);
+  bg_sync retry = {.node = 1, .epoch = 2, .cid = 0xa};
+  pthread_create(&tr, NULL, bg_sync_add, &retry);
+  rpt_sleep_ms(300);
+  ck_assert_msg(atomic_load(&retry.done) == 0,
+                "the retry was answered (%s) before its step was applied", retry.st.msg);
+  bg_sync b = {.node = 1, .epoch = 2, .cid = 0xb};
+  pthread_create(&tb, NULL, bg_sync_add, &b);
+  rpt_wait_for(&b.done, 1);
+  rpt_wait_for(&retry.done, 1);
+  pthread_join(tb, NULL);
+  pthread_join(tr, NULL);
+  PS_ASSERT_OK(b.st.code, b.st);
+  PS_ASSERT_OK(retry.st.code, retry.st);
+  char *d = rpt_digest(1, 0);
+  ck_assert_msg(strstr(d, "w:2:"), "the step was not applied on ps/1: %s", d);
+  free(d);
+  rpt_stop_all();
+  pthread_join(ta, NULL);
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("repl");
   TCase *t = tcase_create("data plane");
@@ -865,6 +924,7 @@ static Suite *suite(void) {
   tcase_add_test(t, a_demoted_primary_fails_what_it_held);
   tcase_add_test(t, a_request_is_never_split_across_batches);
   tcase_add_test(t, a_batch_checked_under_an_old_view_never_overwrites_the_new);
+  tcase_add_test(t, a_retried_sync_contribution_accumulates_on_the_new_primary);
   suite_add_tcase(s, t);
   return s;
 }
