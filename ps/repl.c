@@ -251,7 +251,10 @@ void ps_repl_set_view(ps_repl *r, const ps_view *v) {
     return;
   }
   for (int s = 0; drop && s < r->ntasks; s++)
-    if (drop[s]) drop_shard(r, s);
+    if (drop[s]) {
+      drop_shard(r, s);
+      ps_repl_dedup_forget(r, s); /* the copy brings the primary's */
+    }
   free(drop);
   ps_repl_wait **done = NULL;
   size_t ndone = 0, cap = 0;

@@ -281,7 +281,7 @@ static int rep_data(ps_rpc_call *c, ps_status *st) {
       apply_value(s, e, x->val[i], x->idx[i]);
       break;
     case PARAMSERVER__REPLICATE_ENTRY__KIND__DEDUP:
-      ps_repl_dedup_record(r, e->client_id, e->seq);
+      ps_repl_dedup_record(r, e->shard, e->client_id, e->seq);
       break;
     default:
       break;

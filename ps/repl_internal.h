@@ -38,10 +38,11 @@
 #define PS_REPL_BATCH_ENTRIES 4096
 #define PS_REPL_BATCH_BYTES ((int64_t)64 << 20)
 
-/* Dedup records: per client the last PS_REPL_DEDUP_SEQS seqs applied, for
- * at most PS_REPL_DEDUP_CLIENTS clients (the least recently seen client's
- * record is evicted first). */
-#define PS_REPL_DEDUP_SEQS 256
+/* Dedup records, per (shard, client): the highest seq applied and which of
+ * the PS_REPL_DEDUP_WINDOW seqs up to it were; at most
+ * PS_REPL_DEDUP_CLIENTS clients per shard (the one recorded least recently
+ * is evicted first). */
+#define PS_REPL_DEDUP_WINDOW 4096
 #define PS_REPL_DEDUP_CLIENTS 1024
 
 /* Called once the entries of a request were acknowledged by every in-sync
@@ -107,9 +108,11 @@ typedef struct ps_repl_sender {
 
 typedef struct ps_dedup_client {
   uint64_t id;
+  int shard;
+  bool any; /* a seq was recorded: max is valid */
   uint64_t last_use;
-  int n, next;
-  uint64_t seqs[PS_REPL_DEDUP_SEQS];
+  uint64_t max;                                /* the highest seq recorded */
+  uint64_t bits[PS_REPL_DEDUP_WINDOW / 64]; /* bit seq % WINDOW: seq applied */
 } ps_dedup_client;
 
 struct ps_repl {
@@ -139,7 +142,7 @@ struct ps_repl {
   /* dedup records */
   pthread_mutex_t dmu;
   ps_dedup_client *clients;
-  size_t nclients;
+  size_t nclients, capclients;
   uint64_t dclock;
 };
 
@@ -161,14 +164,18 @@ int64_t ps_repl_primary_set(ps_repl *r, bool *is_primary, size_t n);
 
 /* ---- repl_dedup.c ---- */
 
-/* Dedup: *@dup true when (@cid, @seq) was applied already;
- * FAILED_PRECONDITION when @seq is older than every seq remembered for
- * @cid with its record full (it cannot tell). */
-int ps_repl_dedup_check(ps_repl *r, uint64_t cid, uint64_t seq, bool *dup, ps_status *st);
-void ps_repl_dedup_record(ps_repl *r, uint64_t cid, uint64_t seq);
-/* Every record (for a state copy): *@cids, *@seqs malloc'd, returns how
- * many. */
-size_t ps_repl_dedup_dump(ps_repl *r, uint64_t **cids, uint64_t **seqs);
+/* Dedup of shard @shard: *@dup true when (@cid, @seq) was applied
+ * already; FAILED_PRECONDITION when @seq is below the window remembered
+ * for @cid (it cannot tell). */
+int ps_repl_dedup_check(ps_repl *r, int shard, uint64_t cid, uint64_t seq, bool *dup,
+                        ps_status *st);
+void ps_repl_dedup_record(ps_repl *r, int shard, uint64_t cid, uint64_t seq);
+/* Forgets shard @shard's records (its copy is dropped). */
+void ps_repl_dedup_forget(ps_repl *r, int shard);
+/* Shard @shard's records for a state copy, in the order that rebuilds
+ * them (clients least recently recorded first, seqs ascending): *@cids,
+ * *@seqs malloc'd, returns how many. */
+size_t ps_repl_dedup_dump(ps_repl *r, int shard, uint64_t **cids, uint64_t **seqs);
 
 /* ---- repl_entry.c ---- */
 

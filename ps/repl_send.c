@@ -284,7 +284,7 @@ static void copy_shard(ps_repl_sender *snd, int s) {
   }
   free(vars);
   uint64_t *cids = NULL, *seqs = NULL;
-  size_t nd = ok ? ps_repl_dedup_dump(r, &cids, &seqs) : 0;
+  size_t nd = ok ? ps_repl_dedup_dump(r, s, &cids, &seqs) : 0;
   ps_repl_group g = {0};
   for (size_t k = 0; k < nd; k++)
     ps_repl_add_dedup(&g, s, cids[k], seqs[k]);
