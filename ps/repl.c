@@ -298,8 +298,11 @@ void ps_repl_set_view(ps_repl *r, const ps_view *v) {
     if (snd->retired) continue;
     ps_repl_sender_drop(snd, keep_entry, &done, &ndone, &cap);
     bool any = false;
-    for (int s = 0; s < r->ntasks && !any; s++)
-      any = still_backup(r, s, snd->task);
+    for (int s = 0; s < r->ntasks; s++)
+      if (still_backup(r, s, snd->task))
+        any = true;
+      else
+        snd->caught_up[s] = false; /* it left the shard: a new copy first */
     if (!any) {
       snd->retired = true;
       pthread_cond_signal(&snd->cv);
@@ -502,7 +505,7 @@ int ps_repl_commit(ps_repl *r, ps_repl_group *g, ps_repl_done_fn fn, void *arg,
       for (size_t j = 0; j < g->n; j++) {
         int s2 = g->e[j].shard, ti = role_in(&r->view, s2, t);
         if (ti <= 0 || role_in(&r->view, s2, r->self) != 0) continue;
-        waited |= r->view.shard[s2].state[ti] == PS_REPLICA_IN_SYNC;
+        waited |= r->view.shard[s2].state[ti] == PS_REPLICA_IN_SYNC || snd->caught_up[s2];
         /* a failed sender sends nothing more: a stub (no value, no
          * reference to a buffer) holds the group's wait until the view
          * drops the backup */

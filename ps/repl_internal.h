@@ -101,6 +101,8 @@ typedef struct ps_repl_sender {
   bool failed;      /* a Replicate failed: nothing more is sent */
   bool retired;     /* no longer a backup of any shard: the thread ends */
   bool exited;      /* the thread ended (ps_repl_senders_reap joins it) */
+  bool *caught_up;  /* [ntasks]: it acknowledged the DONE of that shard's
+                       copy: waited for from then on, SYNCING or not */
   int *copy_shards; /* shards to copy (SYNCING), FIFO */
   size_t ncopy, capcopy;
   int64_t copied_bytes;

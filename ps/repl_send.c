@@ -35,9 +35,14 @@ ps_repl_sender *ps_repl_sender_get(ps_repl *r, int task) {
   if (s == NULL) return NULL;
   s->r = r;
   s->task = task;
+  if ((s->caught_up = calloc((size_t)r->ntasks + 1, sizeof *s->caught_up)) == NULL) {
+    free(s);
+    return NULL;
+  }
   pthread_cond_init(&s->cv, NULL);
   if (pthread_create(&s->th, NULL, sender_main, s) != 0) {
     pthread_cond_destroy(&s->cv);
+    free(s->caught_up);
     free(s);
     return NULL;
   }
@@ -125,6 +130,7 @@ void ps_repl_sender_copy(ps_repl_sender *snd, int s) {
     snd->capcopy = nc;
   }
   snd->copy_shards[snd->ncopy++] = s;
+  snd->caught_up[s] = false; /* a copy (again): waited for after its DONE */
   pthread_cond_signal(&snd->cv);
 }
 
@@ -407,8 +413,13 @@ static void *sender_main(void *arg) {
         }
         done[ndone++] = e->wait;
       }
-      if (e->kind == PS_REPL_DONE && nsynced < 64 && !snd->retired)
-        synced[nsynced++] = e->shard;
+      if (e->kind == PS_REPL_DONE && !snd->retired) {
+        /* from now on its acknowledgements are waited for, before
+         * membership marks it IN_SYNC: nothing acknowledged after its
+         * copy can be missing on it once it is promotable */
+        snd->caught_up[e->shard] = true;
+        if (nsynced < 64) synced[nsynced++] = e->shard;
+      }
     }
     pthread_mutex_unlock(&r->mu);
     while (b) {
@@ -455,6 +466,7 @@ static void sender_free(ps_repl_sender *s) {
   if (s->ch) ps_rpc_channel_destroy(s->ch);
   pthread_cond_destroy(&s->cv);
   free(s->copy_shards);
+  free(s->caught_up);
   free(s);
 }
 

@@ -274,6 +274,31 @@ START_TEST(dedup_remembers_seqs_by_value_and_copies_them) {
 }
 END_TEST
 
+/* Review r23 #3: once a SYNCING backup acknowledged the end of its copy,
+ * its acknowledgements are waited for, before a view says it is IN_SYNC
+ * (the copy's DONE; membership has not marked it in sync here): an update
+ * is answered only when it is on that backup. */
+START_TEST(a_caught_up_syncing_backup_is_waited_for) {
+  setenv("PS_TEST_RPC_THREADS", "4", 1); /* a Digest is not queued behind a batch */
+  rpt_start(2);
+  int solo[MAXN][MAXN + 1] = {{0, -1}, {1, -1}};
+  rpt_set_view(1, 2, solo, NULL, 1);
+  rpt_create(0, 0, "w", 4, 3);
+  int two[MAXN][MAXN + 1] = {{0, 1, -1}, {1, -1}};
+  int syncing[MAXN] = {1, -1};
+  rpt_set_view_on(1, 2, 2, two, syncing, 1);
+  rpt_set_view_on(0, 2, 2, two, syncing, 1);
+  rpt_wait_for(&rpt_nsynced, 1);
+  setenv("PS_TEST_REPLICATE_DELAY_MS", "300", 1);
+  for (int k = 0; k < 2; k++) {
+    ps_status st = add_ones(0, rpt_route(0, 2));
+    PS_ASSERT_OK(st.code, st);
+    rpt_assert_same(0, 1, 0);
+  }
+  rpt_stop_all();
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("repl_r23");
   TCase *t = tcase_create("review r23");
@@ -282,6 +307,7 @@ static Suite *suite(void) {
   tcase_add_test(t, a_batch_checked_under_an_old_view_never_overwrites_the_new);
   tcase_add_test(t, a_retried_sync_contribution_accumulates_on_the_new_primary);
   tcase_add_test(t, dedup_remembers_seqs_by_value_and_copies_them);
+  tcase_add_test(t, a_caught_up_syncing_backup_is_waited_for);
   suite_add_tcase(s, t);
   return s;
 }
