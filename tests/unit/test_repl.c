@@ -592,7 +592,8 @@ END_TEST
  * version, they are ignored. */
 START_TEST(rows_apply_only_on_their_base_version) {
   rpt_start(2);
-  rpt_set_view(1, 2, rpt_reps2, NULL, 1);
+  int syncing[MAXN] = {1, -1}; /* a copy: what it cannot apply yet is ignored */
+  rpt_set_view(1, 2, rpt_reps2, syncing, 1);
   int64_t sh[2] = {2, 2};
   float val[4] = {1, 2, 3, 4}, row[2] = {9, 9};
   int32_t idx[1] = {1};
@@ -668,6 +669,19 @@ START_TEST(rows_apply_only_on_their_base_version) {
   st = rpt_call(1, "/paramserver.Ps/Replicate", &q.base, NULL);
   PS_ASSERT_STATUS(st.code, st, PS_INVALID_ARGUMENT,
                    "Replicate: ROWS of r: 4 index and 4 value bytes do not match 1 rows");
+  /* in sync, rows on another version: the replica diverged (review r23
+   * #8): refused DATA_LOSS, not acknowledged */
+  rpt_set_view(2, 2, rpt_reps2, NULL, 1);
+  rows.value_bytes = sizeof row;
+  q.inline_data.len = sizeof bulk;
+  rows.base_version = 3;
+  rows.version = 5;
+  q.epoch = 2;
+  st = rpt_call(1, "/paramserver.Ps/Replicate", &q.base, NULL);
+  PS_ASSERT_STATUS(st.code, st, PS_DATA_LOSS,
+                   "Replicate: ps/1 cannot apply the ROWS entry of r for shard 0, which "
+                   "it holds in sync: variable r is at version 4, the rows apply on "
+                   "version 3: the replica has diverged");
   free(d0);
   free(d1);
   free(d2);
