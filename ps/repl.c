@@ -534,6 +534,17 @@ int ps_repl_commit(ps_repl *r, ps_repl_group *g, ps_repl_done_fn fn, void *arg,
   }
 out:
   if (rc == 0 && w->pending > 0) rc = PS_RPC_PENDING;
+  if (rc != 0 && rc != PS_RPC_PENDING && w->pending > 0) {
+    /* failed after some backups' entries got the wait: cut it from them
+     * before it is freed (review r23 #9) */
+    for (ps_repl_sender *snd = r->senders; snd; snd = snd->next) {
+      ps_repl_entry *lists[2] = {snd->inflight, snd->head};
+      for (int l = 0; l < 2; l++)
+        for (ps_repl_entry *e = lists[l]; e; e = e->next)
+          if (e->wait == w) e->wait = NULL;
+    }
+    w->pending = 0;
+  }
   pthread_mutex_unlock(&r->mu);
   if (rc != PS_RPC_PENDING) free(w);
   ps_repl_group_fini(g);
