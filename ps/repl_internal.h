@@ -77,6 +77,8 @@ typedef struct ps_repl_entry {
   int64_t bytes;      /* bulk bytes */
   bool group_end;     /* the last entry of its group for this backup: a batch
                          is cut only after such an entry */
+  bool dropped;       /* inflight, of a shard this ps no longer sends to that
+                         backup: left out of the batch when it is re-sent */
 } ps_repl_entry;
 
 /* The effects of one request, gathered while it holds its locks and
@@ -99,6 +101,8 @@ typedef struct ps_repl_sender {
   ps_repl_entry *inflight;    /* the batch of the call running */
   int64_t lag_entries, lag_bytes;
   bool failed;      /* a Replicate failed: nothing more is sent */
+  bool stale;       /* the backup refused a batch as stale: nothing is sent
+                       until the next view */
   bool retired;     /* no longer a backup of any shard: the thread ends */
   bool exited;      /* the thread ended (ps_repl_senders_reap joins it) */
   bool *caught_up;  /* [ntasks]: it acknowledged the DONE of that shard's

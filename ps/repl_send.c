@@ -87,6 +87,7 @@ void ps_repl_sender_drop(ps_repl_sender *snd, int (*keep)(ps_repl *, int, int),
     for (ps_repl_entry *e = lists[l]; e; e = e->next) {
       int k = keep ? keep(r, e->shard, snd->task) : PS_REPL_DROP_ACK;
       if (k == PS_REPL_KEEP) continue;
+      if (l == 0 && keep) e->dropped = true; /* (send_batch never reads it) */
       ps_repl_wait *w = e->wait;
       e->wait = NULL;
       if (w == NULL) continue;
@@ -346,7 +347,7 @@ static void *sender_main(void *arg) {
       pthread_mutex_lock(&r->mu);
       continue;
     }
-    if (snd->failed || (snd->head == NULL && snd->inflight == NULL)) {
+    if (snd->failed || snd->stale || (snd->head == NULL && snd->inflight == NULL)) {
       pthread_cond_wait(&snd->cv, &r->mu);
       continue;
     }
@@ -368,6 +369,21 @@ static void *sender_main(void *arg) {
       last->next = NULL;
       if (snd->head == NULL) snd->tail = NULL;
     }
+    /* a batch re-sent after a view took some of its shards from this ps
+     * (or the backup from them) leaves their entries out: sent under the
+     * new epoch they would be refused and the backup reported failed */
+    for (ps_repl_entry **pp = &snd->inflight; *pp;) {
+      ps_repl_entry *e = *pp;
+      if (!e->dropped) {
+        pp = &e->next;
+        continue;
+      }
+      *pp = e->next;
+      snd->lag_entries--;
+      snd->lag_bytes -= e->bytes;
+      ps_repl_entry_free(e);
+    }
+    if (snd->inflight == NULL) continue;
     int64_t epoch = r->view.epoch;
     pthread_mutex_unlock(&r->mu);
     ps_status st;
@@ -382,14 +398,39 @@ static void *sender_main(void *arg) {
     }
     behind = 0;
     if (rc != 0) {
-      int shard = snd->inflight->shard;
       bool tell = !snd->retired && !r->stopping;
-      snd->failed = true;
-      pthread_mutex_unlock(&r->mu);
-      if (tell) {
-        PS_WARN("replication to ps/%d failed: %s", snd->task, st.msg);
-        if (r->cb.backup_failed) r->cb.backup_failed(r->cb.arg, shard, snd->task, st.msg);
+      /* refused as stale (not the primary in the backup's newer view):
+       * this ps is the one behind, not the backup; nothing is reported
+       * and the sender waits for the next view (ps_repl_set_view clears
+       * `stale`), which fails or releases what it holds */
+      bool stale = rc == PS_FAILED_PRECONDITION && strstr(st.msg, "stale epoch");
+      if (stale)
+        snd->stale = true;
+      else
+        snd->failed = true;
+      /* every shard it backs from here: a failed sender sends nothing
+       * more, so each of them must drop it (not only the batch's first) */
+      int *shards = calloc((size_t)r->ntasks + 1, sizeof *shards), ns = 0;
+      for (int s = 0; shards && s < r->ntasks && r->view.shard; s++) {
+        const ps_view_shard *vs = &r->view.shard[s];
+        bool mine = vs->n > 0 && vs->task[0] == r->self, theirs = false;
+        for (int k = 1; k < vs->n; k++)
+          theirs |= vs->task[k] == snd->task;
+        if (mine && theirs) shards[ns++] = s;
       }
+      pthread_mutex_unlock(&r->mu);
+      if (tell && stale) {
+        PS_WARN("replication to ps/%d paused: it refused a batch as stale (%s): this "
+                "ps's view is behind; waiting for the next view",
+                snd->task, st.msg);
+      } else if (tell) {
+        PS_WARN("replication to ps/%d failed: %s", snd->task, st.msg);
+        for (int i = 0; i < ns && r->cb.backup_failed; i++)
+          r->cb.backup_failed(r->cb.arg, shards[i], snd->task, st.msg);
+        if (shards == NULL && r->cb.backup_failed) /* out of memory: the first */
+          r->cb.backup_failed(r->cb.arg, snd->inflight->shard, snd->task, st.msg);
+      }
+      free(shards);
       pthread_mutex_lock(&r->mu);
       continue;
     }

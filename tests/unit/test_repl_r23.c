@@ -299,6 +299,36 @@ START_TEST(a_caught_up_syncing_backup_is_waited_for) {
 }
 END_TEST
 
+/* Review r23 #10: a batch being retried (its backup's view is behind)
+ * when a view takes its shard from this ps is not re-sent under the new
+ * epoch: the healthy backup is not reported failed, and the sender goes
+ * on with the shards it still sends to that backup. */
+START_TEST(a_lost_shards_inflight_batch_does_not_fail_the_backup) {
+  rpt_start(2);
+  rpt_set_view(1, 2, rpt_reps2, NULL, 1);
+  rpt_create(0, 0, "w", 4, 3);
+  rpt_set_view_on(0, 2, 2, rpt_reps2, NULL, 1); /* ps/1 stays at epoch 1 */
+  bg_update b = {.node = 0};
+  pthread_t th;
+  pthread_create(&th, NULL, bg_assign_add, &b);
+  rpt_sleep_ms(100); /* its batch is retried: ps/1 answers ABORTED */
+  ck_assert_int_eq(atomic_load(&b.done), 0);
+  int swapped[MAXN][MAXN + 1] = {{1, 0, -1}, {0, 1, -1}};
+  rpt_set_view_on(0, 3, 2, swapped, NULL, 3);
+  rpt_wait_for(&b.done, 1);
+  pthread_join(th, NULL);
+  PS_ASSERT_STATUS(b.st.code, b.st, PS_UNAVAILABLE,
+                   "ps/0 is no longer the primary of shard 0 (view epoch 3)");
+  rpt_set_view_on(1, 3, 2, swapped, NULL, 3);
+  rpt_sleep_ms(300); /* the retries (every 20 ms) reach ps/1 at epoch 3 */
+  ck_assert_msg(atomic_load(&rpt_nfailed) == 0, "ps/%d reported failed: %s",
+                atomic_load(&rpt_failed_task), rpt_failed_reason);
+  rpt_create(0, 1, "x", 4, 3); /* shard 1 still reaches ps/1 */
+  rpt_assert_same(0, 1, 1);
+  rpt_stop_all();
+}
+END_TEST
+
 static Suite *suite(void) {
   Suite *s = suite_create("repl_r23");
   TCase *t = tcase_create("review r23");
@@ -308,6 +338,7 @@ static Suite *suite(void) {
   tcase_add_test(t, a_retried_sync_contribution_accumulates_on_the_new_primary);
   tcase_add_test(t, dedup_remembers_seqs_by_value_and_copies_them);
   tcase_add_test(t, a_caught_up_syncing_backup_is_waited_for);
+  tcase_add_test(t, a_lost_shards_inflight_batch_does_not_fail_the_backup);
   suite_add_tcase(s, t);
   return s;
 }
