@@ -437,7 +437,7 @@ static void *sender_main(void *arg) {
     /* acknowledged: count down the waits, note finished copies */
     ps_repl_wait **done = NULL;
     size_t ndone = 0, cap = 0;
-    int synced[64], nsynced = 0;
+    int *synced = NULL, nsynced = 0, capsynced = 0;
     ps_repl_entry *b = snd->inflight;
     snd->inflight = NULL;
     for (ps_repl_entry *e = b; e; e = e->next) {
@@ -459,7 +459,18 @@ static void *sender_main(void *arg) {
          * membership marks it IN_SYNC: nothing acknowledged after its
          * copy can be missing on it once it is promotable */
         snd->caught_up[e->shard] = true;
-        if (nsynced < 64) synced[nsynced++] = e->shard;
+        if (nsynced == capsynced) {
+          int nc = capsynced ? capsynced * 2 : 4;
+          int *p = realloc(synced, (size_t)nc * sizeof *p);
+          if (p == NULL) {
+            PS_ERROR("replication: out of memory noting the copy of shard %d done",
+                     e->shard);
+            continue;
+          }
+          synced = p;
+          capsynced = nc;
+        }
+        synced[nsynced++] = e->shard;
       }
     }
     pthread_mutex_unlock(&r->mu);
@@ -477,6 +488,7 @@ static void *sender_main(void *arg) {
       PS_INFO("replication: ps/%d holds shard %d (copy done)", snd->task, synced[i]);
       if (r->cb.synced) r->cb.synced(r->cb.arg, synced[i], snd->task);
     }
+    free(synced);
     pthread_mutex_lock(&r->mu);
   }
   /* retired or stopping: what it still holds is never sent (its waits
