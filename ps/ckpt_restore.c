@@ -22,8 +22,8 @@
 
 typedef struct staged {
   ps_var *v;
-  ps_buf *buf; /* the tensor read and checked, swapped in by restore_apply */
-  ps_buf *old; /* the buffer replaced, released after the locks */
+  ps_buf *buf;            /* the tensor read and checked, swapped in by restore_apply */
+  ps_buf *old;            /* the buffer replaced, released after the locks */
   int64_t version, epoch; /* the variable's before the swap */
 } staged;
 
@@ -168,8 +168,8 @@ static int restore_stage(job *j, ps_bundle_reader *r, ps_var **vars, staged *sv,
 static void restore_undo(ps_store *store, staged *x) {
   ps_var *v = x->v;
   if (v->deleted) return;
-  int64_t delta = (x->old ? (int64_t)x->old->size : 0) -
-                  (v->buf ? (int64_t)v->buf->size : 0);
+  int64_t delta =
+      (x->old ? (int64_t)x->old->size : 0) - (v->buf ? (int64_t)v->buf->size : 0);
   ps_buf_unref(v->buf);
   v->buf = x->old ? ps_buf_ref(x->old) : NULL;
   v->version = x->version;

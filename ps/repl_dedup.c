@@ -132,8 +132,8 @@ size_t ps_repl_dedup_dump(ps_repl *r, int shard, uint64_t **cids, uint64_t **seq
     qsort(order, nc, sizeof *order, by_last_use); /* oldest first */
     for (size_t i = 0; i < nc; i++) {
       const ps_dedup_client *c = order[i];
-      uint64_t lo = c->max >= PS_REPL_DEDUP_WINDOW - 1 ? c->max - (PS_REPL_DEDUP_WINDOW - 1)
-                                                       : 0;
+      uint64_t lo =
+          c->max >= PS_REPL_DEDUP_WINDOW - 1 ? c->max - (PS_REPL_DEDUP_WINDOW - 1) : 0;
       for (uint64_t s = lo;; s++) { /* ascending: the window replays the same */
         if (has_seq(c, s) && k < n) {
           (*cids)[k] = c->id;

@@ -117,7 +117,7 @@ typedef struct ps_dedup_client {
   int shard;
   bool any; /* a seq was recorded: max is valid */
   uint64_t last_use;
-  uint64_t max;                                /* the highest seq recorded */
+  uint64_t max;                             /* the highest seq recorded */
   uint64_t bits[PS_REPL_DEDUP_WINDOW / 64]; /* bit seq % WINDOW: seq applied */
 } ps_dedup_client;
 
