@@ -17,29 +17,6 @@
 
 /* ---- tests ---- */
 
-typedef struct bg_update {
-  int node;
-  ps_status st;
-  atomic_int done;
-} bg_update;
-
-/* w += 1 (w: [4,3]) on node @i. */
-static ps_status add_ones(int i, Paramserver__Route *rt) {
-  float one[12];
-  for (int k = 0; k < 12; k++)
-    one[k] = 1;
-  Paramserver__Update u, *up = &u;
-  rpt_upd_init(&u, "w", PARAMSERVER__UPDATE_OP__ASSIGN_ADD, 4, 3);
-  return rpt_update(i, rt, 0, 0, &up, 1, one, sizeof one);
-}
-
-static void *bg_assign_add(void *arg) {
-  bg_update *b = arg;
-  b->st = add_ones(b->node, rpt_route(0, 1));
-  atomic_store(&b->done, 1);
-  return NULL;
-}
-
 /* How many of @names (NULL-ended) show version @ver in @digest. */
 static int at_version(const char *digest, const char *const *names, int ver) {
   int k = 0;
@@ -122,13 +99,13 @@ START_TEST(a_batch_checked_under_an_old_view_never_overwrites_the_new) {
   rpt_set_view(1, 2, rpt_reps2, NULL, 1);
   rpt_create(0, 0, "w", 4, 3);
   setenv("PS_TEST_REPLICATE_DELAY_MS", "400", 1);
-  bg_update b = {.node = 0};
+  rpt_bg_update b = {.node = 0};
   pthread_t th;
-  pthread_create(&th, NULL, bg_assign_add, &b);
+  pthread_create(&th, NULL, rpt_bg_assign_add, &b);
   rpt_sleep_ms(150); /* ps/1 checked the batch and is applying it */
   int moved[MAXN][MAXN + 1] = {{1, -1}, {1, -1}};
   rpt_set_view_on(1, 2, 2, moved, NULL, 2);
-  ps_status st = add_ones(1, rpt_route(0, 2));
+  ps_status st = rpt_add_ones(1, rpt_route(0, 2), 0, 0, 0);
   PS_ASSERT_OK(st.code, st);
   rpt_wait_for(&b.done, 1);
   pthread_join(th, NULL);
@@ -151,14 +128,7 @@ typedef struct bg_sync {
 /* One synchronous (2 replicas to aggregate) w += 1 of local step 0. */
 static void *bg_sync_add(void *arg) {
   bg_sync *b = arg;
-  float one[12];
-  for (int k = 0; k < 12; k++)
-    one[k] = 1;
-  Paramserver__Update u, *up = &u;
-  rpt_upd_init(&u, "w", PARAMSERVER__UPDATE_OP__ASSIGN_ADD, 4, 3);
-  u.replicas_to_aggregate = 2;
-  u.sync_local_step = 0;
-  b->st = rpt_update(b->node, rpt_route(0, b->epoch), b->cid, 1, &up, 1, one, sizeof one);
+  b->st = rpt_add_ones(b->node, rpt_route(0, b->epoch), b->cid, 1, 2);
   atomic_store(&b->done, 1);
   return NULL;
 }
@@ -199,14 +169,9 @@ START_TEST(a_retried_sync_contribution_accumulates_on_the_new_primary) {
 }
 END_TEST
 
-/* w += 1 on node @i as (0xd, @seq); ps_status. */
+/* w += 1 on node @i as (0xd, @seq). */
 static ps_status add_seq(int i, int64_t epoch, uint64_t seq) {
-  float one[12];
-  for (int k = 0; k < 12; k++)
-    one[k] = 1;
-  Paramserver__Update u, *up = &u;
-  rpt_upd_init(&u, "w", PARAMSERVER__UPDATE_OP__ASSIGN_ADD, 4, 3);
-  return rpt_update(i, rpt_route(0, epoch), 0xd, seq, &up, 1, one, sizeof one);
+  return rpt_add_ones(i, rpt_route(0, epoch), 0xd, seq, 0);
 }
 
 /* Review r23 #5 and #6: seqs are remembered by value, whatever order they
@@ -291,7 +256,7 @@ START_TEST(a_caught_up_syncing_backup_is_waited_for) {
   rpt_wait_for(&rpt_nsynced, 1);
   setenv("PS_TEST_REPLICATE_DELAY_MS", "300", 1);
   for (int k = 0; k < 2; k++) {
-    ps_status st = add_ones(0, rpt_route(0, 2));
+    ps_status st = rpt_add_ones(0, rpt_route(0, 2), 0, 0, 0);
     PS_ASSERT_OK(st.code, st);
     rpt_assert_same(0, 1, 0);
   }
@@ -308,9 +273,9 @@ START_TEST(a_lost_shards_inflight_batch_does_not_fail_the_backup) {
   rpt_set_view(1, 2, rpt_reps2, NULL, 1);
   rpt_create(0, 0, "w", 4, 3);
   rpt_set_view_on(0, 2, 2, rpt_reps2, NULL, 1); /* ps/1 stays at epoch 1 */
-  bg_update b = {.node = 0};
+  rpt_bg_update b = {.node = 0};
   pthread_t th;
-  pthread_create(&th, NULL, bg_assign_add, &b);
+  pthread_create(&th, NULL, rpt_bg_assign_add, &b);
   rpt_sleep_ms(100); /* its batch is retried: ps/1 answers ABORTED */
   ck_assert_int_eq(atomic_load(&b.done), 0);
   int swapped[MAXN][MAXN + 1] = {{1, 0, -1}, {0, 1, -1}};
