@@ -95,7 +95,12 @@ ps_repl *ps_repl_create(struct ps_service *svc, int self, int ntasks,
   pthread_mutex_init(&r->mu, NULL);
   pthread_mutex_init(&r->meta, NULL);
   pthread_mutex_init(&r->dmu, NULL);
-  pthread_rwlock_init(&r->apply_rw, NULL);
+  /* a view waits for the batch being applied, not for every later one */
+  pthread_rwlockattr_t ra;
+  pthread_rwlockattr_init(&ra);
+  pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+  pthread_rwlock_init(&r->apply_rw, &ra);
+  pthread_rwlockattr_destroy(&ra);
   return r;
 oom:
   ps_status_set(st, PS_RESOURCE_EXHAUSTED, "replication: out of memory");
