@@ -22,8 +22,9 @@
 
 typedef struct staged {
   ps_var *v;
-  ps_buf *buf; /* the tensor read and checked, swapped in by restore_apply */
-  ps_buf *old; /* the buffer replaced, released after the locks */
+  ps_buf *buf;            /* the tensor read and checked, swapped in by restore_apply */
+  ps_buf *old;            /* the buffer replaced, released after the locks */
+  int64_t version, epoch; /* the variable's before the swap */
 } staged;
 
 /* Reads and checks @v's tensor into a new buffer *@out; @out NULL: checks
@@ -161,6 +162,21 @@ static int restore_stage(job *j, ps_bundle_reader *r, ps_var **vars, staged *sv,
   return rc;
 }
 
+/* Puts back what restore_apply swapped out of @x->v (locked): its old
+ * buffer (a reference, released after the locks as before), version and
+ * epoch. */
+static void restore_undo(ps_store *store, staged *x) {
+  ps_var *v = x->v;
+  if (v->deleted) return;
+  int64_t delta =
+      (x->old ? (int64_t)x->old->size : 0) - (v->buf ? (int64_t)v->buf->size : 0);
+  ps_buf_unref(v->buf);
+  v->buf = x->old ? ps_buf_ref(x->old) : NULL;
+  v->version = x->version;
+  v->epoch = x->epoch;
+  ps_store_account(store, delta);
+}
+
 /* Phase 2: all or nothing, and as one update: the checked buffers are
  * swapped in under every variable's lock; no byte is read here. */
 static int restore_apply(job *j, ps_var **vars, staged *sv, size_t nv, ps_status *st) {
@@ -185,12 +201,20 @@ static int restore_apply(job *j, ps_var **vars, staged *sv, size_t nv, ps_status
   for (size_t i = 0; i < nv && rc == 0; i++) {
     ps_var *v = sv[i].v;
     sv[i].old = v->buf ? ps_buf_ref(v->buf) : NULL;
+    sv[i].version = v->version;
+    sv[i].epoch = v->epoch;
     ps_var_set_buf(store, v, sv[i].buf, NULL);
     if (repl) ps_repl_add_value(&g, v);
   }
   /* replicated: the restored values fill every replica before the answer */
   ps_svc_blocking b;
   int rr = rc == 0 && repl ? ps_svc_blocking_commit_(j->svc, &g, &b, st) : 0;
+  if (rc == 0 && repl && rr != 0 && rr != PS_RPC_PENDING) {
+    /* nothing reached the backups (fenced, out of memory): the old values
+     * go back, so the primary does not differ from them (review r23 #11) */
+    for (size_t i = 0; i < nv; i++)
+      restore_undo(store, &sv[i]);
+  }
   ps_store_unlock_set(vars, nv);
   if (rc == 0 && repl) rc = ps_svc_blocking_wait_(&b, rr, st);
   /* the replaced buffers are unmapped outside the locks */

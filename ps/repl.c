@@ -95,6 +95,12 @@ ps_repl *ps_repl_create(struct ps_service *svc, int self, int ntasks,
   pthread_mutex_init(&r->mu, NULL);
   pthread_mutex_init(&r->meta, NULL);
   pthread_mutex_init(&r->dmu, NULL);
+  /* a view waits for the batch being applied, not for every later one */
+  pthread_rwlockattr_t ra;
+  pthread_rwlockattr_init(&ra);
+  pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+  pthread_rwlock_init(&r->apply_rw, &ra);
+  pthread_rwlockattr_destroy(&ra);
   return r;
 oom:
   ps_status_set(st, PS_RESOURCE_EXHAUSTED, "replication: out of memory");
@@ -149,6 +155,7 @@ void ps_repl_destroy(ps_repl *r) {
   pthread_mutex_destroy(&r->mu);
   pthread_mutex_destroy(&r->meta);
   pthread_mutex_destroy(&r->dmu);
+  pthread_rwlock_destroy(&r->apply_rw);
   free(r);
 }
 
@@ -227,6 +234,8 @@ void ps_repl_set_view(ps_repl *r, const ps_view *v) {
     PS_ERROR("replication: out of memory taking view epoch %lld", (long long)v->epoch);
     return;
   }
+  /* no Replicate batch checked under the old view applies under this one */
+  pthread_rwlock_wrlock(&r->apply_rw);
   pthread_mutex_lock(&r->mu);
   bool newer = nv.epoch > r->view.epoch;
   /* shards where this ps is newly SYNCING: its old copy goes first */
@@ -241,18 +250,23 @@ void ps_repl_set_view(ps_repl *r, const ps_view *v) {
   }
   pthread_mutex_unlock(&r->mu);
   if (!newer) {
+    pthread_rwlock_unlock(&r->apply_rw);
     view_free(&nv);
     free(drop);
     return;
   }
   for (int s = 0; drop && s < r->ntasks; s++)
-    if (drop[s]) drop_shard(r, s);
+    if (drop[s]) {
+      drop_shard(r, s);
+      ps_repl_dedup_forget(r, s); /* the copy brings the primary's */
+    }
   free(drop);
   ps_repl_wait **done = NULL;
   size_t ndone = 0, cap = 0;
   pthread_mutex_lock(&r->mu);
   if (nv.epoch <= r->view.epoch) { /* a newer one came meanwhile */
     pthread_mutex_unlock(&r->mu);
+    pthread_rwlock_unlock(&r->apply_rw);
     view_free(&nv);
     return;
   }
@@ -288,9 +302,16 @@ void ps_repl_set_view(ps_repl *r, const ps_view *v) {
   for (ps_repl_sender *snd = r->senders; snd; snd = snd->next) {
     if (snd->retired) continue;
     ps_repl_sender_drop(snd, keep_entry, &done, &ndone, &cap);
+    if (snd->stale) { /* it paused for a newer view: this one */
+      snd->stale = false;
+      pthread_cond_signal(&snd->cv);
+    }
     bool any = false;
-    for (int s = 0; s < r->ntasks && !any; s++)
-      any = still_backup(r, s, snd->task);
+    for (int s = 0; s < r->ntasks; s++)
+      if (still_backup(r, s, snd->task))
+        any = true;
+      else
+        snd->caught_up[s] = false; /* it left the shard: a new copy first */
     if (!any) {
       snd->retired = true;
       pthread_cond_signal(&snd->cv);
@@ -299,6 +320,7 @@ void ps_repl_set_view(ps_repl *r, const ps_view *v) {
   char desc[512];
   view_line(&nv, desc, sizeof desc);
   pthread_mutex_unlock(&r->mu);
+  pthread_rwlock_unlock(&r->apply_rw);
   view_free(&old);
   PS_INFO("replication view %s", desc);
   ps_repl_senders_reap(r); /* those an earlier view retired */
@@ -492,7 +514,7 @@ int ps_repl_commit(ps_repl *r, ps_repl_group *g, ps_repl_done_fn fn, void *arg,
       for (size_t j = 0; j < g->n; j++) {
         int s2 = g->e[j].shard, ti = role_in(&r->view, s2, t);
         if (ti <= 0 || role_in(&r->view, s2, r->self) != 0) continue;
-        waited |= r->view.shard[s2].state[ti] == PS_REPLICA_IN_SYNC;
+        waited |= r->view.shard[s2].state[ti] == PS_REPLICA_IN_SYNC || snd->caught_up[s2];
         /* a failed sender sends nothing more: a stub (no value, no
          * reference to a buffer) holds the group's wait until the view
          * drops the backup */
@@ -506,6 +528,7 @@ int ps_repl_commit(ps_repl *r, ps_repl_group *g, ps_repl_done_fn fn, void *arg,
         ps_repl_sender_push(snd, c);
         last = c;
       }
+      if (last) last->group_end = true;
 #ifdef PS_REPL_TEST_ACK_EARLY
       /* test only: acknowledged before the backups applied it */
       (void)last;
@@ -520,6 +543,17 @@ int ps_repl_commit(ps_repl *r, ps_repl_group *g, ps_repl_done_fn fn, void *arg,
   }
 out:
   if (rc == 0 && w->pending > 0) rc = PS_RPC_PENDING;
+  if (rc != 0 && rc != PS_RPC_PENDING && w->pending > 0) {
+    /* failed after some backups' entries got the wait: cut it from them
+     * before it is freed (review r23 #9) */
+    for (ps_repl_sender *snd = r->senders; snd; snd = snd->next) {
+      ps_repl_entry *lists[2] = {snd->inflight, snd->head};
+      for (int l = 0; l < 2; l++)
+        for (ps_repl_entry *e = lists[l]; e; e = e->next)
+          if (e->wait == w) e->wait = NULL;
+    }
+    w->pending = 0;
+  }
   pthread_mutex_unlock(&r->mu);
   if (rc != PS_RPC_PENDING) free(w);
   ps_repl_group_fini(g);

@@ -163,7 +163,10 @@ static int rep_check(ps_repl *r, const Paramserver__ReplicateRequest *q, ps_stat
   return rc;
 }
 
-static void apply_create(ps_service *s, const Paramserver__ReplicateEntry *e) {
+/* The apply_* functions: 0, or an error in @st when the entry cannot be
+ * applied (ignored on a SYNCING copy, a divergence on an in-sync one). */
+static int apply_create(ps_service *s, const Paramserver__ReplicateEntry *e,
+                        ps_status *stp) {
   Paramserver__VariableSpec *v = e->spec;
   ps_status st;
   ps_shape shape, full;
@@ -189,9 +192,10 @@ static void apply_create(ps_service *s, const Paramserver__ReplicateEntry *e) {
   bool created;
   if (ps_store_create_var_in(s->store, e->shard, v->name, (ps_dtype)v->dtype, &shape, ip,
                              fn, fs, off, &created, &st) == 0)
-    return;
+    return 0;
 bad:
-  PS_ERROR("Replicate: CREATE of %s: %s", v->name, st.msg);
+  *stp = st;
+  return st.code ? st.code : PS_INTERNAL;
 }
 
 static void apply_delete(ps_service *s, const char *name) {
@@ -212,26 +216,36 @@ static void apply_delete(ps_service *s, const char *name) {
   free(gone);
 }
 
-static void apply_value(ps_service *s, const Paramserver__ReplicateEntry *e, ps_buf *val,
-                        ps_buf *idx) {
+static int apply_value(ps_service *s, const Paramserver__ReplicateEntry *e, ps_buf *val,
+                       ps_buf *idx, ps_status *st) {
   ps_var *v = ps_store_lookup(s->store, e->name);
-  if (v == NULL) return; /* its CREATE comes with the state copy */
+  if (v == NULL) /* on a copy: its CREATE comes with the state copy */
+    return ps_status_set(st, PS_NOT_FOUND, "variable %s does not exist", e->name);
   ps_shape sh;
-  ps_status st;
-  ps_svc_shape_from_(&sh, e->shape, e->n_shape, e->name, &st); /* checked */
+  int rc = 0;
+  ps_svc_shape_from_(&sh, e->shape, e->n_shape, e->name, st); /* checked */
   pthread_rwlock_wrlock(&v->lock);
-  if (v->deleted || (int)v->dtype != e->dtype) goto out;
+  if (v->deleted) {
+    rc = ps_status_set(st, PS_NOT_FOUND, "variable %s was deleted", e->name);
+    goto out;
+  }
+  if ((int)v->dtype != e->dtype) {
+    rc = ps_status_set(st, PS_INVALID_ARGUMENT, "variable %s has dtype %d, the entry %d",
+                       e->name, (int)v->dtype, e->dtype);
+    goto out;
+  }
   if (e->kind == PARAMSERVER__REPLICATE_ENTRY__KIND__VALUE) {
     if (e->initialized) ps_var_set_buf(s->store, v, val, &sh);
   } else {
     /* rows apply on the version they were taken after, only */
     if (v->buf == NULL || v->version != e->base_version ||
-        !ps_shape_equal(&v->shape, &sh))
-      goto out;
-    if (ps_var_make_private(v, &st) != 0) {
-      PS_ERROR("Replicate: ROWS of %s: %s", e->name, st.msg);
+        !ps_shape_equal(&v->shape, &sh)) {
+      rc = ps_status_set(st, PS_FAILED_PRECONDITION,
+                         "variable %s is at version %lld, the rows apply on version %lld",
+                         e->name, (long long)v->version, (long long)e->base_version);
       goto out;
     }
+    if ((rc = ps_var_make_private(v, st)) != 0) goto out;
     size_t rb = e->num_indices ? (size_t)e->value_bytes / (size_t)e->num_indices : 0;
     for (int64_t k = 0; k < e->num_indices; k++) {
       int64_t i = e->index_dtype == PS_DT_INT32 ? ((const int32_t *)idx->data)[k]
@@ -245,6 +259,18 @@ static void apply_value(ps_service *s, const Paramserver__ReplicateEntry *e, ps_
   v->epoch = e->var_epoch;
 out:
   pthread_rwlock_unlock(&v->lock);
+  return rc;
+}
+
+/* Under apply_rw: is this ps IN_SYNC for shard @sh in its view? */
+static bool in_sync_for(ps_repl *r, int sh) {
+  pthread_mutex_lock(&r->mu);
+  bool in = false;
+  const ps_view_shard *vs = &r->view.shard[sh];
+  for (int k = 1; k < vs->n; k++)
+    if (vs->task[k] == r->self) in = vs->state[k] == PS_REPLICA_IN_SYNC;
+  pthread_mutex_unlock(&r->mu);
+  return in;
 }
 
 static int rep_data(ps_rpc_call *c, ps_status *st) {
@@ -254,8 +280,13 @@ static int rep_data(ps_rpc_call *c, ps_status *st) {
   if (r == NULL) /* (the request was decoded and checked all the same) */
     return ps_status_set(st, PS_FAILED_PRECONDITION,
                          "Replicate: %s runs unreplicated (--replicas 1)", s->task);
+  /* the view checked is the view the entries apply under (review r23 #4) */
+  pthread_rwlock_rdlock(&r->apply_rw);
   int rc = rep_check(r, x->req, st);
-  if (rc != 0) return rc;
+  if (rc != 0) {
+    pthread_rwlock_unlock(&r->apply_rw);
+    return rc;
+  }
   /* test hook: a slow backup (tests/unit/test_repl.c: an update is answered
    * only after its backup applied it) */
   const char *slow = getenv("PS_TEST_REPLICATE_DELAY_MS");
@@ -264,24 +295,46 @@ static int rep_data(ps_rpc_call *c, ps_status *st) {
   for (size_t i = 0; i < x->req->n_entries; i++) {
     Paramserver__ReplicateEntry *e = x->req->entries[i];
     bytes += e->value_bytes + e->index_bytes;
+    int arc = 0;
+    ps_status est;
+    ps_status_clear(&est);
     switch (e->kind) {
     case PARAMSERVER__REPLICATE_ENTRY__KIND__CREATE:
-      apply_create(s, e);
+      arc = apply_create(s, e, &est);
       break;
     case PARAMSERVER__REPLICATE_ENTRY__KIND__DELETE:
       apply_delete(s, e->name);
       break;
     case PARAMSERVER__REPLICATE_ENTRY__KIND__VALUE:
     case PARAMSERVER__REPLICATE_ENTRY__KIND__ROWS:
-      apply_value(s, e, x->val[i], x->idx[i]);
+      arc = apply_value(s, e, x->val[i], x->idx[i], &est);
       break;
     case PARAMSERVER__REPLICATE_ENTRY__KIND__DEDUP:
-      ps_repl_dedup_record(r, e->client_id, e->seq);
+      ps_repl_dedup_record(r, e->shard, e->client_id, e->seq);
       break;
     default:
       break;
     }
+    /* a SYNCING copy ignores what it cannot apply yet (the copy brings
+     * it); an in-sync replica that cannot has diverged: the primary
+     * reports it failed and membership copies it afresh (review r23 #8) */
+    const char *what = e->kind == PARAMSERVER__REPLICATE_ENTRY__KIND__CREATE && e->spec
+                           ? e->spec->name
+                           : e->name;
+    if (arc != 0 && in_sync_for(r, e->shard)) {
+      pthread_rwlock_unlock(&r->apply_rw);
+      static const char *kinds[] = {"VALUE", "ROWS", "CREATE"};
+      PS_ERROR("Replicate: %s of %s for shard %d: %s", kinds[e->kind], what, e->shard,
+               est.msg);
+      return ps_status_set(st, PS_DATA_LOSS,
+                           "Replicate: ps/%d cannot apply the %s entry of %s for shard "
+                           "%d, which it holds in sync: %s: the replica has diverged",
+                           r->self, kinds[e->kind], what, e->shard, est.msg);
+    }
+    if (arc != 0 && e->kind == PARAMSERVER__REPLICATE_ENTRY__KIND__CREATE)
+      PS_ERROR("Replicate: CREATE of %s: %s", what, est.msg);
   }
+  pthread_rwlock_unlock(&r->apply_rw);
   pthread_mutex_lock(&r->mu);
   r->applied_bytes += bytes;
   for (size_t i = 0; i < x->req->n_entries; i++) {

@@ -32,14 +32,17 @@
 #define PS_REPL_DEDUP 4
 #define PS_REPL_DONE 5
 
-/* Entries and bytes of one Replicate call at most. */
+/* Entries and bytes of one Replicate call at most, unless one group (one
+ * request's effects, one variable of a state copy) is larger: a batch ends
+ * only at a group's end, so a backup never applies part of a request. */
 #define PS_REPL_BATCH_ENTRIES 4096
 #define PS_REPL_BATCH_BYTES ((int64_t)64 << 20)
 
-/* Dedup records: per client the last PS_REPL_DEDUP_SEQS seqs applied, for
- * at most PS_REPL_DEDUP_CLIENTS clients (the least recently seen client's
- * record is evicted first). */
-#define PS_REPL_DEDUP_SEQS 256
+/* Dedup records, per (shard, client): the highest seq applied and which of
+ * the PS_REPL_DEDUP_WINDOW seqs up to it were; at most
+ * PS_REPL_DEDUP_CLIENTS clients per shard (the one recorded least recently
+ * is evicted first). */
+#define PS_REPL_DEDUP_WINDOW 4096
 #define PS_REPL_DEDUP_CLIENTS 1024
 
 /* Called once the entries of a request were acknowledged by every in-sync
@@ -72,6 +75,10 @@ typedef struct ps_repl_entry {
   uint64_t client_id, seq;
   ps_repl_wait *wait; /* the last entry of a waited group for this backup */
   int64_t bytes;      /* bulk bytes */
+  bool group_end;     /* the last entry of its group for this backup: a batch
+                         is cut only after such an entry */
+  bool dropped;       /* inflight, of a shard this ps no longer sends to that
+                         backup: left out of the batch when it is re-sent */
 } ps_repl_entry;
 
 /* The effects of one request, gathered while it holds its locks and
@@ -94,8 +101,12 @@ typedef struct ps_repl_sender {
   ps_repl_entry *inflight;    /* the batch of the call running */
   int64_t lag_entries, lag_bytes;
   bool failed;      /* a Replicate failed: nothing more is sent */
+  bool stale;       /* the backup refused a batch as stale: nothing is sent
+                       until the next view */
   bool retired;     /* no longer a backup of any shard: the thread ends */
   bool exited;      /* the thread ended (ps_repl_senders_reap joins it) */
+  bool *caught_up;  /* [ntasks]: it acknowledged the DONE of that shard's
+                       copy: waited for from then on, SYNCING or not */
   int *copy_shards; /* shards to copy (SYNCING), FIFO */
   size_t ncopy, capcopy;
   int64_t copied_bytes;
@@ -103,9 +114,11 @@ typedef struct ps_repl_sender {
 
 typedef struct ps_dedup_client {
   uint64_t id;
+  int shard;
+  bool any; /* a seq was recorded: max is valid */
   uint64_t last_use;
-  int n, next;
-  uint64_t seqs[PS_REPL_DEDUP_SEQS];
+  uint64_t max;                             /* the highest seq recorded */
+  uint64_t bits[PS_REPL_DEDUP_WINDOW / 64]; /* bit seq % WINDOW: seq applied */
 } ps_dedup_client;
 
 struct ps_repl {
@@ -126,10 +139,16 @@ struct ps_repl {
   int64_t *shard_applied;  /* [ntasks]: bytes applied per shard (a copy's progress) */
   long long failovers, sent_bytes, applied_bytes;
   pthread_mutex_t meta;
+  /* Replicate holds it (read) from its fencing check through the last
+   * entry applied; ps_repl_set_view holds it (write) while it installs a
+   * view, so no batch checked under an old view applies under a new one
+   * (a stale primary's VALUE never lands on top of the new primary's
+   * updates).  Taken before variable locks and r->mu. */
+  pthread_rwlock_t apply_rw;
   /* dedup records */
   pthread_mutex_t dmu;
   ps_dedup_client *clients;
-  size_t nclients;
+  size_t nclients, capclients;
   uint64_t dclock;
 };
 
@@ -151,14 +170,18 @@ int64_t ps_repl_primary_set(ps_repl *r, bool *is_primary, size_t n);
 
 /* ---- repl_dedup.c ---- */
 
-/* Dedup: *@dup true when (@cid, @seq) was applied already;
- * FAILED_PRECONDITION when @seq is older than every seq remembered for
- * @cid with its record full (it cannot tell). */
-int ps_repl_dedup_check(ps_repl *r, uint64_t cid, uint64_t seq, bool *dup, ps_status *st);
-void ps_repl_dedup_record(ps_repl *r, uint64_t cid, uint64_t seq);
-/* Every record (for a state copy): *@cids, *@seqs malloc'd, returns how
- * many. */
-size_t ps_repl_dedup_dump(ps_repl *r, uint64_t **cids, uint64_t **seqs);
+/* Dedup of shard @shard: *@dup true when (@cid, @seq) was applied
+ * already; FAILED_PRECONDITION when @seq is below the window remembered
+ * for @cid (it cannot tell). */
+int ps_repl_dedup_check(ps_repl *r, int shard, uint64_t cid, uint64_t seq, bool *dup,
+                        ps_status *st);
+void ps_repl_dedup_record(ps_repl *r, int shard, uint64_t cid, uint64_t seq);
+/* Forgets shard @shard's records (its copy is dropped). */
+void ps_repl_dedup_forget(ps_repl *r, int shard);
+/* Shard @shard's records for a state copy, in the order that rebuilds
+ * them (clients least recently recorded first, seqs ascending): *@cids,
+ * *@seqs malloc'd, returns how many. */
+size_t ps_repl_dedup_dump(ps_repl *r, int shard, uint64_t **cids, uint64_t **seqs);
 
 /* ---- repl_entry.c ---- */
 

@@ -35,9 +35,14 @@ ps_repl_sender *ps_repl_sender_get(ps_repl *r, int task) {
   if (s == NULL) return NULL;
   s->r = r;
   s->task = task;
+  if ((s->caught_up = calloc((size_t)r->ntasks + 1, sizeof *s->caught_up)) == NULL) {
+    free(s);
+    return NULL;
+  }
   pthread_cond_init(&s->cv, NULL);
   if (pthread_create(&s->th, NULL, sender_main, s) != 0) {
     pthread_cond_destroy(&s->cv);
+    free(s->caught_up);
     free(s);
     return NULL;
   }
@@ -82,6 +87,7 @@ void ps_repl_sender_drop(ps_repl_sender *snd, int (*keep)(ps_repl *, int, int),
     for (ps_repl_entry *e = lists[l]; e; e = e->next) {
       int k = keep ? keep(r, e->shard, snd->task) : PS_REPL_DROP_ACK;
       if (k == PS_REPL_KEEP) continue;
+      if (l == 0 && keep) e->dropped = true; /* (send_batch never reads it) */
       ps_repl_wait *w = e->wait;
       e->wait = NULL;
       if (w == NULL) continue;
@@ -125,6 +131,7 @@ void ps_repl_sender_copy(ps_repl_sender *snd, int s) {
     snd->capcopy = nc;
   }
   snd->copy_shards[snd->ncopy++] = s;
+  snd->caught_up[s] = false; /* a copy (again): waited for after its DONE */
   pthread_cond_signal(&snd->cv);
 }
 
@@ -274,6 +281,7 @@ static void copy_shard(ps_repl_sender *snd, int s) {
         ok = false;
         break;
       }
+      c->group_end = k + 1 == g.n; /* one variable: one group */
       bytes += c->bytes;
       ps_repl_sender_push(snd, c);
     }
@@ -283,7 +291,7 @@ static void copy_shard(ps_repl_sender *snd, int s) {
   }
   free(vars);
   uint64_t *cids = NULL, *seqs = NULL;
-  size_t nd = ok ? ps_repl_dedup_dump(r, &cids, &seqs) : 0;
+  size_t nd = ok ? ps_repl_dedup_dump(r, s, &cids, &seqs) : 0;
   ps_repl_group g = {0};
   for (size_t k = 0; k < nd; k++)
     ps_repl_add_dedup(&g, s, cids[k], seqs[k]);
@@ -298,6 +306,7 @@ static void copy_shard(ps_repl_sender *snd, int s) {
       ok = false;
       break;
     }
+    c->group_end = true;
     ps_repl_sender_push(snd, c);
   }
   if (!ok && !snd->retired && !r->stopping) snd->failed = true;
@@ -322,6 +331,11 @@ static void *sender_main(void *arg) {
   ps_repl_sender *snd = arg;
   ps_repl *r = snd->r;
   int behind = 0;
+  /* test hook: tiny batches (tests/unit/test_repl.c: a group is never
+   * split however small the limit) */
+  size_t batch_entries = PS_REPL_BATCH_ENTRIES;
+  const char *tb = getenv("PS_TEST_REPL_BATCH_ENTRIES");
+  if (tb && atoi(tb) > 0) batch_entries = (size_t)atoi(tb);
   pthread_mutex_lock(&r->mu);
   for (;;) {
     if (r->stopping || snd->retired) break;
@@ -333,7 +347,7 @@ static void *sender_main(void *arg) {
       pthread_mutex_lock(&r->mu);
       continue;
     }
-    if (snd->failed || (snd->head == NULL && snd->inflight == NULL)) {
+    if (snd->failed || snd->stale || (snd->head == NULL && snd->inflight == NULL)) {
       pthread_cond_wait(&snd->cv, &r->mu);
       continue;
     }
@@ -342,8 +356,9 @@ static void *sender_main(void *arg) {
       size_t n = 0;
       int64_t bytes = 0;
       for (ps_repl_entry *e = snd->head; e; e = e->next) {
-        if (n > 0 &&
-            (n >= PS_REPL_BATCH_ENTRIES || bytes + e->bytes > PS_REPL_BATCH_BYTES))
+        /* cut only at a group's end: a backup never holds half a request */
+        if (n > 0 && last->group_end &&
+            (n >= batch_entries || bytes + e->bytes > PS_REPL_BATCH_BYTES))
           break;
         n++;
         bytes += e->bytes;
@@ -354,6 +369,21 @@ static void *sender_main(void *arg) {
       last->next = NULL;
       if (snd->head == NULL) snd->tail = NULL;
     }
+    /* a batch re-sent after a view took some of its shards from this ps
+     * (or the backup from them) leaves their entries out: sent under the
+     * new epoch they would be refused and the backup reported failed */
+    for (ps_repl_entry **pp = &snd->inflight; *pp;) {
+      ps_repl_entry *e = *pp;
+      if (!e->dropped) {
+        pp = &e->next;
+        continue;
+      }
+      *pp = e->next;
+      snd->lag_entries--;
+      snd->lag_bytes -= e->bytes;
+      ps_repl_entry_free(e);
+    }
+    if (snd->inflight == NULL) continue;
     int64_t epoch = r->view.epoch;
     pthread_mutex_unlock(&r->mu);
     ps_status st;
@@ -368,21 +398,46 @@ static void *sender_main(void *arg) {
     }
     behind = 0;
     if (rc != 0) {
-      int shard = snd->inflight->shard;
       bool tell = !snd->retired && !r->stopping;
-      snd->failed = true;
-      pthread_mutex_unlock(&r->mu);
-      if (tell) {
-        PS_WARN("replication to ps/%d failed: %s", snd->task, st.msg);
-        if (r->cb.backup_failed) r->cb.backup_failed(r->cb.arg, shard, snd->task, st.msg);
+      /* refused as stale (not the primary in the backup's newer view):
+       * this ps is the one behind, not the backup; nothing is reported
+       * and the sender waits for the next view (ps_repl_set_view clears
+       * `stale`), which fails or releases what it holds */
+      bool stale = rc == PS_FAILED_PRECONDITION && strstr(st.msg, "stale epoch");
+      if (stale)
+        snd->stale = true;
+      else
+        snd->failed = true;
+      /* every shard it backs from here: a failed sender sends nothing
+       * more, so each of them must drop it (not only the batch's first) */
+      int *shards = calloc((size_t)r->ntasks + 1, sizeof *shards), ns = 0;
+      for (int s = 0; shards && s < r->ntasks && r->view.shard; s++) {
+        const ps_view_shard *vs = &r->view.shard[s];
+        bool mine = vs->n > 0 && vs->task[0] == r->self, theirs = false;
+        for (int k = 1; k < vs->n; k++)
+          theirs |= vs->task[k] == snd->task;
+        if (mine && theirs) shards[ns++] = s;
       }
+      pthread_mutex_unlock(&r->mu);
+      if (tell && stale) {
+        PS_WARN("replication to ps/%d paused: it refused a batch as stale (%s): this "
+                "ps's view is behind; waiting for the next view",
+                snd->task, st.msg);
+      } else if (tell) {
+        PS_WARN("replication to ps/%d failed: %s", snd->task, st.msg);
+        for (int i = 0; i < ns && r->cb.backup_failed; i++)
+          r->cb.backup_failed(r->cb.arg, shards[i], snd->task, st.msg);
+        if (shards == NULL && r->cb.backup_failed) /* out of memory: the first */
+          r->cb.backup_failed(r->cb.arg, snd->inflight->shard, snd->task, st.msg);
+      }
+      free(shards);
       pthread_mutex_lock(&r->mu);
       continue;
     }
     /* acknowledged: count down the waits, note finished copies */
     ps_repl_wait **done = NULL;
     size_t ndone = 0, cap = 0;
-    int synced[64], nsynced = 0;
+    int *synced = NULL, nsynced = 0, capsynced = 0;
     ps_repl_entry *b = snd->inflight;
     snd->inflight = NULL;
     for (ps_repl_entry *e = b; e; e = e->next) {
@@ -399,8 +454,24 @@ static void *sender_main(void *arg) {
         }
         done[ndone++] = e->wait;
       }
-      if (e->kind == PS_REPL_DONE && nsynced < 64 && !snd->retired)
+      if (e->kind == PS_REPL_DONE && !snd->retired) {
+        /* from now on its acknowledgements are waited for, before
+         * membership marks it IN_SYNC: nothing acknowledged after its
+         * copy can be missing on it once it is promotable */
+        snd->caught_up[e->shard] = true;
+        if (nsynced == capsynced) {
+          int nc = capsynced ? capsynced * 2 : 4;
+          int *p = realloc(synced, (size_t)nc * sizeof *p);
+          if (p == NULL) {
+            PS_ERROR("replication: out of memory noting the copy of shard %d done",
+                     e->shard);
+            continue;
+          }
+          synced = p;
+          capsynced = nc;
+        }
         synced[nsynced++] = e->shard;
+      }
     }
     pthread_mutex_unlock(&r->mu);
     while (b) {
@@ -417,6 +488,7 @@ static void *sender_main(void *arg) {
       PS_INFO("replication: ps/%d holds shard %d (copy done)", snd->task, synced[i]);
       if (r->cb.synced) r->cb.synced(r->cb.arg, synced[i], snd->task);
     }
+    free(synced);
     pthread_mutex_lock(&r->mu);
   }
   /* retired or stopping: what it still holds is never sent (its waits
@@ -447,6 +519,7 @@ static void sender_free(ps_repl_sender *s) {
   if (s->ch) ps_rpc_channel_destroy(s->ch);
   pthread_cond_destroy(&s->cv);
   free(s->copy_shards);
+  free(s->caught_up);
   free(s);
 }
 

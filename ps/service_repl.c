@@ -118,7 +118,9 @@ int ps_svc_update_check_(ps_service *s, ps_var *const *vars, size_t n, uint64_t 
                          uint64_t seq, bool *dup, int64_t *before, ps_status *st) {
   *dup = false;
   int rc = ps_repl_check_vars(s->repl, vars, n, "Update", st);
-  if (rc == 0 && cid != 0) rc = ps_repl_dedup_check(s->repl, cid, seq, dup, st);
+  if (rc == 0 && cid != 0)
+    rc = ps_repl_dedup_check(s->repl, n ? vars[0]->shard : ps_store_own_shard(s->store),
+                             cid, seq, dup, st);
   for (size_t i = 0; i < n; i++)
     before[i] = vars[i]->version;
   return rc;
@@ -160,8 +162,9 @@ int ps_svc_update_effects_(ps_service *s, ps_var *const *vars, size_t n,
   }
   free(vb);
   if (cid != 0) {
-    ps_repl_dedup_record(s->repl, cid, seq);
-    ps_repl_add_dedup(&g, n ? vars[0]->shard : ps_store_own_shard(s->store), cid, seq);
+    int shard = n ? vars[0]->shard : ps_store_own_shard(s->store);
+    ps_repl_dedup_record(s->repl, shard, cid, seq);
+    ps_repl_add_dedup(&g, shard, cid, seq);
   }
   return ps_repl_commit(s->repl, &g, fn, arg, st);
 }

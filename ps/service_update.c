@@ -902,6 +902,12 @@ static int update_apply(ps_rpc_call *c, ps_status *st) {
     rc = ps_var_gone(s->store, vars[i], st);
   bool dup = false; /* replication: this (client_id, seq) was applied already */
   uint64_t cid = x->req->client_id, seq = x->req->seq;
+  /* a synchronous contribution keeps no dedup record: it only joins the
+   * accumulator, which is not replicated, so its retry after a failover
+   * must accumulate again; the accumulator's stale-step rule drops a
+   * retry of a step already applied (DESIGN.md "Replication") */
+  for (size_t i = 0; i < x->n && cid != 0; i++)
+    if (x->items[i].sync) cid = 0;
   if (rc == 0 && s->repl)
     rc = ps_svc_update_check_(s, vars, nlock, cid, seq, &dup, before, st);
   for (size_t i = 0; i < x->n && rc == 0 && dup; i++)

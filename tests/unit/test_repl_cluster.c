@@ -74,6 +74,8 @@ void rpt_start(int n) {
     ps_rpc_server_options o;
     ps_rpc_server_options_default(&o);
     o.auth = rpt_auth;
+    const char *nt = getenv("PS_TEST_RPC_THREADS"); /* as ps-server --threads */
+    if (nt && atoi(nt) > 0) o.nthreads = atoi(nt);
     d->srv = ps_rpc_server_create("127.0.0.1:0", h, nh, &o, d->svc, &st);
     ck_assert_msg(d->srv != NULL, "%s", st.msg);
     ps_rpc_server_start(d->srv);
@@ -288,3 +290,22 @@ int rpt_health(int i) {
 }
 
 int rpt_reps2[MAXN][MAXN + 1] = {{0, 1, -1}, {1, 0, -1}};
+
+ps_status rpt_add_ones(int i, Paramserver__Route *rt, uint64_t cid, uint64_t seq,
+                       int r2a) {
+  float one[12];
+  for (int k = 0; k < 12; k++)
+    one[k] = 1;
+  Paramserver__Update u, *up = &u;
+  rpt_upd_init(&u, "w", PARAMSERVER__UPDATE_OP__ASSIGN_ADD, 4, 3);
+  u.replicas_to_aggregate = r2a;
+  u.sync_local_step = 0;
+  return rpt_update(i, rt, cid, seq, &up, 1, one, sizeof one);
+}
+
+void *rpt_bg_assign_add(void *arg) {
+  rpt_bg_update *b = arg;
+  b->st = rpt_add_ones(b->node, rpt_route(0, 1), 0, 0, 0);
+  atomic_store(&b->done, 1);
+  return NULL;
+}

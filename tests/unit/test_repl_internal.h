@@ -78,4 +78,16 @@ void rpt_assert_same(int a, int b, int s);
 /* Health.Check's status on node @i. */
 int rpt_health(int i);
 
+/* w += 1 (w: [4,3], shard 0) on node @i, as (@cid, @seq), synchronous
+ * with @r2a replicas to aggregate (local step 0) when @r2a > 0. */
+ps_status rpt_add_ones(int i, Paramserver__Route *rt, uint64_t cid, uint64_t seq,
+                       int r2a);
+typedef struct rpt_bg_update {
+  int node;
+  ps_status st;
+  atomic_int done;
+} rpt_bg_update;
+/* A thread: w += 1 on node @arg->node with a Route (0, 1). */
+void *rpt_bg_assign_add(void *arg);
+
 #endif
