@@ -160,8 +160,10 @@ int ps_etcd_stream_send_(ps_etcd_stream *s, const ProtobufCMessage *m, int64_t t
 int ps_etcd_stream_recv_(ps_etcd_stream *s, int64_t timeout_ms, uint8_t **buf,
                          size_t *len, ps_status *st) {
   int64_t dl = ps_etcd_now_ms_() + timeout_ms;
-  /* a receive that completed while another operation pumped the queue
-   * (done, not yet taken) holds its message: take it, never start over */
+  /* a receive that completed while something else was waited for (a send's
+   * or the status's pump) holds its message in recv_bb: take that one
+   * first, never start a new receive over it (its buffer would leak and
+   * its message be lost) */
   if (!s->pending[T_RECV] && !s->done[T_RECV]) {
     grpc_op op;
     memset(&op, 0, sizeof op);
