@@ -213,6 +213,25 @@ int ps_member_transition(ps_member *m, int kind, int task, int shard) {
 }
 
 int ps_member_join(ps_member *m, int64_t *rev, ps_status *st) {
+  /* A restart of a task that is still listed: leave first, in a CAS of its
+   * own, so that every primary sees a view without it before it comes back
+   * SYNCING (a syncing backup that restarted would otherwise stay at the
+   * same place, and its primary could finish a copy it missed the start of) */
+  {
+    ps_view v = {0};
+    bool have = false, mine = false;
+    int64_t mr, r;
+    if (read_view(m, &v, &have, &mr, &r, st) != 0) return -1;
+    for (int s = 0; have && s < v.ntasks; s++)
+      mine |= listed(&v.shard[s], m->self);
+    bool restart = have && v.joined[m->self] && mine;
+    if (have) ps_view_free(&v);
+    if (restart && ps_member_transition(m, PS_MEMBER_REMOVE, m->self, -1) != 0)
+      return ps_status_set(
+          st, PS_UNAVAILABLE,
+          "ps/%d could not leave the view before rejoining it (etcd at %s)", m->self,
+          m->conf.etcd);
+  }
   for (int i = 0; i < CAS_TRIES; i++) {
     ps_view v = {0}, out = {0};
     bool have, changed = false, ok = false;

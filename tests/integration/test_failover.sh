@@ -12,6 +12,8 @@
 #  4. SIGSTOP of a primary past its lease TTL: failover; after SIGCONT it
 #     is fenced (log line) and exits 75.
 #  5. the last replica of a shard killed: the ERROR naming the lost shard.
+#  6. tokens: a token file without a replica token is refused; with one,
+#     the ps replicate to each other under it.
 set -u
 source "$(dirname "$0")/../support/lib.sh"
 source "$(dirname "$0")/../support/etcd.sh"
@@ -190,5 +192,43 @@ grep -q "ERROR.*shard 2 is lost" "$dir/ps1.log" && ok "logged at ERROR" || bad "
 # a clean SIGTERM of the last ps: exit 0, its lease revoked
 kill -TERM "${P[1]}"; wait "${P[1]}"; r=$?
 [ "$r" = 0 ] && ok "SIGTERM: exit 0" || bad "SIGTERM: exit 0 (exit $r)" "$(tail "$dir/ps1.log")"
+
+# ---- 6. tokens: the ps call each other with the "replica" token ----
+printf 'worker wtok-1234567890abcdef\nadmin atok-1234567890abcdef\nreplica rtok-1234567890abcdef\n' > "$dir/tokens"
+grep -v -e replica -e admin "$dir/tokens" > "$dir/tokens-noreplica"
+chmod 600 "$dir/tokens" "$dir/tokens-noreplica"
+expect "--replicas with a token file without a replica token: exit 2" 2 \
+  "has no 'replica TOKEN' line" \
+  "$PS_SERVER" --cluster "$dir/two.json" --task 0 --replicas 2 --etcd "$ETCD_ENDPOINTS" \
+  --auth-token-file "$dir/tokens-noreplica"
+read -r -a ports < <(pick_ports 2)
+echo "{\"ps\": [\"127.0.0.1:${ports[0]}\", \"127.0.0.1:${ports[1]}\"]}" > "$dir/tok.json"
+for t in 0 1; do
+  : > "$dir/tok$t.out"
+  "$PS_SERVER" --cluster "$dir/tok.json" --job ps --task "$t" --replicas 2 \
+    --etcd "$ETCD_ENDPOINTS" --repl-job fot --lease-ttl "$TTL" --grace-secs 2 \
+    --auth-token-file "$dir/tokens" > "$dir/tok$t.out" 2>> "$dir/tok$t.log" &
+  P[$t]=$!
+done
+wait_for "$dir/tok0.out" "ready on" 30 && wait_for "$dir/tok1.out" "ready on" 30 ||
+  bad "2 ps-server --replicas 2 with tokens start" "$(tail -n 5 "$dir"/tok*.log)"
+: > "$dir/stop3"; rm -f "$dir/stop3"
+PS_AUTH_TOKEN=wtok-1234567890abcdef "$FAILOVER_CLIENT" "$dir/tok.json" "$ETCD_ENDPOINTS" \
+  fot 0 counter "$dir/stop3" > "$dir/c3.out" 2> "$dir/c3.log" &
+C3=$!
+# a Replicate refused for its token would drop ps/1 from shard 0 (and the
+# primary would then acknowledge alone): the replicas must stay together
+wait_for "$dir/c3.out" "^ack 100 " 60
+tst=$(PS_AUTH_TOKEN=atok-1234567890abcdef "$PSCTL" --cluster "$dir/tok.json" \
+  --etcd "$ETCD_ENDPOINTS" --repl-job fot --replicas 2 status 2>&1)
+if grep -q "^ack 100 " "$dir/c3.out" && ! grep -q "dropping it from shard" "$dir/tok0.log" &&
+  grep -qE "^shard 0: ps/0 primary.*ps/1 backup" <<< "$tst"; then
+  ok "with tokens, updates are replicated under the replica token and acknowledged"
+else
+  bad "with tokens, updates are replicated under the replica token" \
+    "$tst $(tail -n 5 "$dir/c3.out" "$dir/c3.log" "$dir/tok0.log")"
+fi
+touch "$dir/stop3"; wait "$C3" 2> /dev/null
+for t in 0 1; do kill -TERM "${P[$t]}"; wait "${P[$t]}" 2> /dev/null; done
 etcd_stop
 finish
