@@ -78,12 +78,13 @@ demo_replicated_train() {
   failover_s=$(demo_since "$t_kill")
   echo "== failover: ps/0 is shard 1's primary in the view $failover_s s after the kill" \
     "(measured by polling psctl status)"
-  # the membership's own figure: "ps/1 removed (WHY): view epoch E
-  # committed X ms after detection" in ps/0's log
+  # the membership's own figure: "view epoch E: ... (failover X ms after
+  # the failure was detected)" in the log of the ps that committed it
   local line
-  line=$(grep -oE '^ps/0: .* ps/1 removed \(.*\): view epoch [0-9]+ committed [0-9.]+ ms after detection' \
-    "$dir/train.err" | tail -1 | grep -oE 'view epoch [0-9]+ committed [0-9.]+ ms after detection') || true
-  [ -n "$line" ] && echo "== failover in ps/0's log: $line"
+  line=$(grep -oE 'view epoch [0-9]+: .*\(failover [0-9]+ ms after the failure was detected\)' \
+    "$dir/train.err" | tail -1 | grep -oE 'view epoch [0-9]+|failover [0-9]+ ms after the failure was detected' |
+    paste -sd' ') || true
+  [ -n "$line" ] && echo "== failover in the ps log: $line"
   vals=$(demo_psctl read global_step 2>&1) || demo_fail "psctl read global_step: $vals"
   local back
   back=$(tail -1 <<< "$vals" | grep -oE '[0-9]+' | head -1)
