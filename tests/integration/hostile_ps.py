@@ -33,6 +33,7 @@ them zeros and initialized), except the one MODE lies about:
   restore_list_disorder Restore answers a checkpoint list naming tensor
                   "b" before "a" (an index is sorted)
 """
+import os
 import struct
 import sys
 import threading
@@ -41,59 +42,10 @@ from concurrent import futures
 
 import grpc
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from pbwire import fields, ld as field, read_varint, varint, vi as vfield  # noqa: E402
+
 MODE, PORTFILE = sys.argv[1], sys.argv[2]
-
-
-def varint(v):
-    out = bytearray()
-    while True:
-        b = v & 0x7F
-        v >>= 7
-        if v:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-def field(num, payload):  # length-delimited
-    return varint(num << 3 | 2) + varint(len(payload)) + payload
-
-
-def vfield(num, v):  # varint
-    return varint(num << 3) + varint(v & 0xFFFFFFFFFFFFFFFF)
-
-
-def read_varint(msg, i):
-    """The varint at msg[i]: (value, index after it)."""
-    v, shift = 0, 0
-    while True:
-        b = msg[i]
-        i += 1
-        v |= (b & 0x7F) << shift
-        shift += 7
-        if not b & 0x80:
-            return v, i
-
-
-def fields(msg):
-    """Top-level fields of a message: [(number, value bytes or int)]."""
-    out, i = [], 0
-    while i < len(msg):
-        key, i = read_varint(msg, i)
-        num, wt = key >> 3, key & 7
-        if wt == 0:
-            v, i = read_varint(msg, i)
-            out.append((num, v))
-        elif wt == 2:
-            n, i = read_varint(msg, i)
-            out.append((num, msg[i:i + n]))
-            i += n
-        elif wt == 1:
-            i += 8
-        elif wt == 5:
-            i += 4
-    return out
 
 
 VARS = {b"w": (1, [], 4), b"global_step": (9, [], 8)}  # dtype, shape, bytes
