@@ -585,21 +585,28 @@ int ps_harness_etcd_start(ps_harness_etcd *e, int members) {
       if (system(data) != 0 || etcd_spawn(e, m) != 0) bad = 1;
     }
     for (int m = 0; m < members && !bad; m++)
-      if (ps_harness_etcd_wait_healthy(e, m, 15000) != 0) {
+      if (ps_harness_etcd_wait_healthy(e, m, 30000) != 0) {
         bad = 1;
         for (int k = 0; k < members; k++)
           taken |= etcd_port_taken(e, k);
         if (!taken) {
-          char log[300];
+          char log[300], cmd[400];
           etcd_log_path(e, m, log, sizeof log);
-          fprintf(stderr, "harness: etcd member m%d never became healthy (log: %s)\n", m,
+          fprintf(stderr, "harness: etcd member m%d never became healthy (log: %s):\n", m,
                   log);
+          snprintf(cmd, sizeof cmd, "tail -n 20 '%s' >&2", log);
+          if (system(cmd) != 0) fprintf(stderr, "harness: no log\n");
         }
       }
     if (!bad) return 0;
     etcd_kill_all(e);
-    if (!taken) break;
-    fprintf(stderr, "harness: an etcd port was taken before etcd bound it; new ports\n");
+    /* a port taken by another process between our probe and etcd's bind:
+     * new ports; an unhealthy cluster (its log is above): one more try on
+     * new ports, not more */
+    if (!taken && attempt >= 1) break;
+    fprintf(stderr, "harness: %s; new ports\n",
+            taken ? "an etcd port was taken before etcd bound it"
+                  : "etcd did not become healthy");
   }
   if (getenv("KEEP_DIR") == NULL) ps_harness_etcd_stop(e);
   return -1;
