@@ -118,18 +118,25 @@ START_TEST(every_update_kind_is_on_the_backup_when_answered) {
 }
 END_TEST
 
-/* A backup that goes away mid-stream: membership is told, the update is
- * held (neither answered nor failed) until a view without the backup is
- * set, then answered OK. */
-START_TEST(a_failed_backup_holds_updates_until_the_view_drops_it) {
+/* Two ps, ps/1 stopped, an assign_add to ps/0 in @b's thread @th that
+ * ps/0 holds once it has reported ps/1 failed. */
+static void held_update(rpt_bg_update *b, pthread_t *th) {
   rpt_start(2);
   rpt_set_view(1, 2, rpt_reps2, NULL, 1);
   rpt_create(0, 0, "w", 4, 3);
   rpt_stop_node(1);
+  b->node = 0;
+  pthread_create(th, NULL, rpt_bg_assign_add, b);
+  rpt_wait_for(&rpt_nfailed, 1);
+}
+
+/* A backup that goes away mid-stream: membership is told, the update is
+ * held (neither answered nor failed) until a view without the backup is
+ * set, then answered OK. */
+START_TEST(a_failed_backup_holds_updates_until_the_view_drops_it) {
   rpt_bg_update b = {.node = 0};
   pthread_t th;
-  pthread_create(&th, NULL, rpt_bg_assign_add, &b);
-  rpt_wait_for(&rpt_nfailed, 1);
+  held_update(&b, &th);
   ck_assert_int_eq(atomic_load(&rpt_failed_task), 1);
   ck_assert_int_eq(atomic_load(&rpt_failed_shard), 0);
   ck_assert_msg(strstr(rpt_failed_reason, "Replicate") || rpt_failed_reason[0], "%s",
@@ -719,14 +726,9 @@ END_TEST
  * a view then takes the shard from: the backup may be the new primary
  * without it. */
 START_TEST(a_demoted_primary_fails_what_it_held) {
-  rpt_start(2);
-  rpt_set_view(1, 2, rpt_reps2, NULL, 1);
-  rpt_create(0, 0, "w", 4, 3);
-  rpt_stop_node(1);
   rpt_bg_update b = {.node = 0};
   pthread_t th;
-  pthread_create(&th, NULL, rpt_bg_assign_add, &b);
-  rpt_wait_for(&rpt_nfailed, 1);
+  held_update(&b, &th);
   int moved[MAXN][MAXN + 1] = {{1, -1}, {1, -1}};
   rpt_set_view_on(0, 2, 2, moved, NULL, 2);
   rpt_wait_for(&b.done, 1);
