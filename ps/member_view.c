@@ -77,10 +77,12 @@ static void apply_view(ps_member *m, const ps_view *v) {
   }
   m->cur = copy;
   int64_t detect = m->detect_ns;
-  bool primary_moved = false;
+  bool primary_moved = false, removed = false;
   for (int s = 0; old.shard && s < m->ntasks; s++) {
     const ps_view_shard *o = &old.shard[s], *n = &v->shard[s];
     if (o->n > 0 && n->n > 0 && o->task[0] != n->task[0]) primary_moved = true;
+    for (int k = 0; k < o->n; k++)
+      removed |= !listed(n, o->task[k]);
     /* fenced when it lost a shard it was the primary of; a backup
      * dropped from a shard (its primary could not reach it) serves on and
      * rejoins that shard (ps_member_wants_rejoin) */
@@ -90,7 +92,9 @@ static void apply_view(ps_member *m, const ps_view *v) {
       snprintf(why, sizeof why, "view epoch %lld took shard %d from it",
                (long long)v->epoch, s);
   }
-  if (primary_moved || (detect && old.epoch)) m->detect_ns = 0;
+  /* the measurement ends with the view that takes a replica out; a view
+   * that only adds one (a join delivered late) leaves it running */
+  if (primary_moved || removed) m->detect_ns = 0;
   pthread_mutex_unlock(&m->mu);
 
   ps_view_describe(v, desc, sizeof desc);
