@@ -516,6 +516,18 @@ int ps_view_remove_task(const ps_view *v, int task, ps_view *out, bool *changed,
   return 0;
 }
 
+int ps_view_leave(const ps_view *v, int task, ps_view *out, bool *changed, int *lost,
+                  ps_status *st) {
+  ps_view w;
+  int rc = begin(v, task, &w, st);
+  if (rc != 0) return rc;
+  int n = remove_in(&w, task, v->epoch + 1);
+  w.joined[task] = false;
+  if (lost) *lost = n;
+  finish(v, &w, out, changed);
+  return 0;
+}
+
 int ps_view_drop_backup(const ps_view *v, int s, int task, ps_view *out, bool *changed,
                         ps_status *st) {
   if (v != NULL && (s < 0 || s >= v->ntasks))

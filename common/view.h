@@ -100,6 +100,10 @@ bool ps_view_equal(const ps_view *a, const ps_view *b);
  * with no replica, or whose primary had no IN_SYNC backup, is lost
  * (n = 0): *@lost (may be NULL) gets how many this removal lost.
  *
+ * leave: @task stops cleanly (SIGTERM): remove_task, and joined becomes
+ * false, so that a shard it leaves with no replica reads as stopped, not
+ * failed, and its next start is a first start.
+ *
  * join: @task (re)starts.  First start (joined false): marked joined, its
  * places kept as they are (nothing was acknowledged without it, or it
  * would have been removed; where a removal took it out before it started,
@@ -126,6 +130,8 @@ bool ps_view_equal(const ps_view *a, const ps_view *b);
  * outside the view, a view at its last epoch.  @out must not be @v. */
 int ps_view_remove_task(const ps_view *v, int task, ps_view *out, bool *changed,
                         int *lost, ps_status *st);
+int ps_view_leave(const ps_view *v, int task, ps_view *out, bool *changed, int *lost,
+                  ps_status *st);
 int ps_view_join(const ps_view *v, int task, const char *const *hosts, ps_view *out,
                  bool *changed, ps_status *st);
 int ps_view_rejoin(const ps_view *v, int task, const char *const *hosts, ps_view *out,

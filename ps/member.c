@@ -291,7 +291,7 @@ void ps_member_leave(ps_member *m) {
   ps_status st;
   ps_status_clear(&st);
   /* hand over: the backups become primaries in one new view now */
-  if (!fenced && ps_member_transition(m, PS_MEMBER_REMOVE, m->self, -1) == 0)
+  if (!fenced && ps_member_transition(m, PS_MEMBER_LEAVE, m->self, -1) == 0)
     PS_INFO("left the view: its shards are handed over");
   if (m->lease && ps_etcd_lease_revoke(m->etcd, m->lease, &st) != 0)
     PS_WARN("could not revoke its etcd lease (peers see it gone after the TTL): %s",

@@ -41,7 +41,13 @@ struct ps_member {
   bool worker_on, prober_on;
 };
 
-enum { PS_MEMBER_REMOVE, PS_MEMBER_IN_SYNC, PS_MEMBER_DROP, PS_MEMBER_REJOIN };
+enum {
+  PS_MEMBER_REMOVE,
+  PS_MEMBER_IN_SYNC,
+  PS_MEMBER_DROP,
+  PS_MEMBER_REJOIN,
+  PS_MEMBER_LEAVE
+};
 
 int64_t ps_member_now_ns(void);
 int ps_member_check(const char *addr, const ps_rpc_channel_security *sec,

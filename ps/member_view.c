@@ -116,9 +116,19 @@ static void apply_view(ps_member *m, const ps_view *v) {
       for (int k = 0; old.shard && k < old.shard[s].n && off < sizeof who; k++)
         off += (size_t)snprintf(who + off, sizeof who - off, "%sps/%d", k ? ", " : "",
                                 old.shard[s].task[k]);
-      PS_ERROR("shard %d is lost (its replicas %s are gone): restore from the latest "
-               "checkpoint",
-               s, who[0] ? who : "?");
+      /* every replica it had stopped cleanly (ps_view_leave): a job
+       * shutting down, not a failure */
+      bool stopped = old.shard != NULL && old.shard[s].n > 0;
+      for (int k = 0; stopped && k < old.shard[s].n; k++)
+        stopped = !v->joined[old.shard[s].task[k]];
+      if (stopped)
+        PS_INFO("shard %d ends: its last replica (%s) stopped cleanly; a job that goes "
+                "on restores it from the latest checkpoint",
+                s, who);
+      else
+        PS_ERROR("shard %d is lost (its replicas %s are gone): restore from the latest "
+                 "checkpoint",
+                 s, who[0] ? who : "?");
     }
     bool one = m->conf.replicas >= 2 && n->n == 1;
     if (one && !m->lone[s] && n->task[0] == m->self)
@@ -153,6 +163,7 @@ void ps_member_refresh(ps_member *m) {
 
 int ps_member_transition(ps_member *m, int kind, int task, int shard) {
   const char *what = kind == PS_MEMBER_REMOVE   ? "remove"
+                     : kind == PS_MEMBER_LEAVE  ? "leave"
                      : kind == PS_MEMBER_DROP   ? "drop"
                      : kind == PS_MEMBER_REJOIN ? "rejoin"
                                                 : "in_sync";
@@ -172,6 +183,8 @@ int ps_member_transition(ps_member *m, int kind, int task, int shard) {
     const char *const *hosts = (const char *const *)m->hosts;
     if (kind == PS_MEMBER_REMOVE)
       rc = ps_view_remove_task(&v, task, &out, &changed, &lost, &st);
+    else if (kind == PS_MEMBER_LEAVE)
+      rc = ps_view_leave(&v, task, &out, &changed, &lost, &st);
     else if (kind == PS_MEMBER_DROP)
       rc = ps_view_drop_backup(&v, shard, task, &out, &changed, &st);
     else if (kind == PS_MEMBER_REJOIN)

@@ -57,8 +57,8 @@ static char *round_trip(const ps_view *v, const char *what) {
   return text;
 }
 
-enum { T_REMOVE, T_JOIN, T_REJOIN, T_IN_SYNC, T_COUNT };
-static const char *const tname[] = {"remove_task", "join", "rejoin", "in_sync"};
+enum { T_REMOVE, T_JOIN, T_REJOIN, T_IN_SYNC, T_LEAVE, T_COUNT };
+static const char *const tname[] = {"remove_task", "join", "rejoin", "in_sync", "leave"};
 
 static int apply(int kind, const ps_view *v, int task, int s, const char *const *hosts,
                  ps_view *out, bool *changed, int *lost, ps_status *st) {
@@ -69,6 +69,8 @@ static int apply(int kind, const ps_view *v, int task, int s, const char *const 
     return ps_view_join(v, task, hosts, out, changed, st);
   case T_REJOIN:
     return ps_view_rejoin(v, task, hosts, out, changed, st);
+  case T_LEAVE:
+    return ps_view_leave(v, task, out, changed, lost, st);
   default:
     return ps_view_in_sync(v, s, task, out, changed, st);
   }
@@ -101,7 +103,7 @@ static void transition(int kind, const ps_view *v, int task, int s,
   for (int i = 0; i < out.ntasks; i++) {
     bool p;
     int role = ps_view_role(&out, i, task, &p);
-    if (kind == T_REMOVE && role != -1)
+    if ((kind == T_REMOVE || kind == T_LEAVE) && role != -1)
       FAIL("%s: the task is still in shard %d", what, i);
     if (kind == T_IN_SYNC && i == s && role == PS_REPLICA_SYNCING)
       FAIL("%s: the task is still syncing", what);
@@ -111,7 +113,9 @@ static void transition(int kind, const ps_view *v, int task, int s,
     if (out.shard[i].since != v->shard[i].since && out.shard[i].since != out.epoch)
       FAIL("%s: shard %d's since went to %lld", what, i, (long long)out.shard[i].since);
   }
-  if (kind == T_REMOVE && (lost < 0 || lost > v->ntasks)) FAIL("%s: lost %d", what, lost);
+  if ((kind == T_REMOVE || kind == T_LEAVE) && (lost < 0 || lost > v->ntasks))
+    FAIL("%s: lost %d", what, lost);
+  if (kind == T_LEAVE && out.joined[task]) FAIL("%s: still joined", what);
   if (kind == T_JOIN && !out.joined[task]) FAIL("%s: not joined", what);
   /* a pure function: the same call gives the same bytes */
   rc = apply(kind, v, task, s, hosts, &out2, &changed2, NULL, &st);

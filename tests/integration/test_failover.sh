@@ -229,6 +229,15 @@ else
     "$tst $(tail -n 5 "$dir/c3.out" "$dir/c3.log" "$dir/tok0.log")"
 fi
 touch "$dir/stop3"; wait "$C3" 2> /dev/null
+# the whole job stops (SIGTERM, one ps after the other): the last replica
+# of each shard leaves cleanly, which is no failure to log at ERROR
 for t in 0 1; do kill -TERM "${P[$t]}"; wait "${P[$t]}" 2> /dev/null; done
+if ! grep -q "ERROR" "$dir/tok0.log" "$dir/tok1.log" &&
+  grep -q "INFO ps/1: shard 0 ends: its last replica (ps/1) stopped cleanly" "$dir/tok1.log"; then
+  ok "a job that stops: its last replicas leave at INFO, no ERROR"
+else
+  bad "a job that stops: its last replicas leave at INFO, no ERROR" \
+    "$(grep -h -e ERROR -e ends "$dir/tok0.log" "$dir/tok1.log")"
+fi
 etcd_stop
 finish

@@ -393,6 +393,40 @@ END_TEST
     ps_view_free(&out_);                                                                 \
   } while (0)
 
+START_TEST(test_leave) {
+  ps_view v, w, x;
+  ps_status st = {0};
+  bool ch;
+  int lost = -1;
+  /* R = 2, all joined: ps/1 stops cleanly: removed as by remove_task, and
+   * no longer joined (its next start is a first start) */
+  PS_ASSERT_OK(ps_view_initial(3, 2, NULL, &v, &st), st);
+  for (int t = 0; t < 3; t++)
+    v.joined[t] = true;
+  EXPECT(ps_view_leave(&v, 1, &out_, &ch_, &lost, &st_),
+         "epoch 2: 0=[0*] 1=[2*] 2=[2*,0]", true);
+  ck_assert_int_eq(lost, 0);
+  PS_ASSERT_OK(ps_view_leave(&v, 1, &w, &ch, NULL, &st), st);
+  ck_assert(w.joined[0] && !w.joined[1] && w.joined[2]);
+  /* the last replica of shard 1 and 2 leaves: they end, counted as lost */
+  PS_ASSERT_OK(ps_view_leave(&w, 2, &x, &ch, &lost, &st), st);
+  ck_assert(ch);
+  ck_assert_int_eq(lost, 1);
+  ck_assert_int_eq(x.shard[1].n, 0);
+  ck_assert(!x.joined[2]);
+  ps_view_free(&x);
+  /* a task that is listed nowhere and not joined: nothing changes */
+  PS_ASSERT_OK(ps_view_leave(&w, 1, &x, &ch, &lost, &st), st);
+  ck_assert(!ch);
+  ck_assert_int_eq(x.epoch, w.epoch);
+  ps_view_free(&x);
+  PS_ASSERT_STATUS(ps_view_leave(&w, 7, &x, &ch, NULL, &st), st, PS_INVALID_ARGUMENT,
+                   "view: no task ps/7 (the view has 3)");
+  ps_view_free(&w);
+  ps_view_free(&v);
+}
+END_TEST
+
 START_TEST(test_remove_primary) {
   ps_view v;
   ps_status st = {0};
@@ -681,6 +715,7 @@ static Suite *view_suite(void) {
   tcase_add_test(tc, test_initial);
   tcase_add_test(tc, test_encode_decode);
   tcase_add_test(tc, test_decode_refusals);
+  tcase_add_test(tc, test_leave);
   tcase_add_test(tc, test_remove_primary);
   tcase_add_test(tc, test_remove_backup_and_lost);
   tcase_add_test(tc, test_join);
