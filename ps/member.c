@@ -64,8 +64,11 @@ int ps_member_check(const char *addr, const ps_rpc_channel_security *sec,
 
 /* ---- the queue ---- */
 
+/* Both the worker and the prober wait on m->cv: a signal could wake the
+ * prober alone and leave the worker asleep until its 1 s timeout (a view
+ * change, a copy done or a dead peer handled a second late) */
 static void wake(ps_member *m) {
-  pthread_cond_signal(&m->cv);
+  pthread_cond_broadcast(&m->cv);
 }
 
 void ps_member_mark_dead(ps_member *m, int task, const char *why) {

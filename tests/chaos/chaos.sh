@@ -26,6 +26,9 @@
 #   cut-back       the reverse: its link to the other ps down, to etcd and
 #                  the workers up (network namespaces)
 #   etcd-member    one member of the 3-member etcd killed with -9, restarted
+#   save           a cluster-wide save (psctl save) under the load; the
+#                  checkpoint is rN under $dir/ckpt, each ps's --checkpoint-dir
+#                  (needs PSCTL); not among the default faults
 # The partitions need network namespaces (root, iproute2): without them
 # they are skipped with a message, and everything runs on 127.0.0.1
 # (CHAOS_NO_NETNS=1 asks for that too).  --replicas 1 (plain ps-server,
@@ -40,8 +43,12 @@
 # --shard S: every fault hits shard S (else a random one); --big-mib N: a
 # never-updated N MiB variable on shard 0 (the state a rejoin copies);
 # --bench: after a kill of a primary, a line "chaos: failover shard S: N ms"
-# from the kill -9 to the first acknowledgement of an update of that shard
-# (tests/bench/failover.sh).
+# from the kill -9 to the first acknowledgement of an update of that shard;
+# after a kill of a backup, "chaos: pause shard S rejoin: N ms", the
+# longest acknowledgement (send to ack) of an update of shard S sent from
+# the restart of the killed ps until it is in sync again (its copy); after
+# a save, "chaos: pause shard S save: N ms", the same while the save ran
+# (tests/bench/failover.sh compares the two).
 # Env: PS_SERVER, CHAOS_CLIENT, PSCTL (the programs); KEEP_DIR=1 keeps logs.
 set -uo pipefail
 PS_SERVER=${PS_SERVER:?}; CHAOS_CLIENT=${CHAOS_CLIENT:?}; PSCTL=${PSCTL:-}
@@ -71,6 +78,7 @@ done
 RANDOM=$seed
 echo "chaos: seed $seed (replay: --seed $seed), $rounds rounds, R=$replicas, $nclients clients"
 test_init chaos
+mkdir -p "$dir/ckpt"
 nps=3
 failed=0
 fail_run() { echo "chaos: FAIL: $*"; failed=1; }
@@ -155,6 +163,7 @@ IFS=, read -r -a fault_list <<< "$faults"
 for f in "${fault_list[@]}"; do
   case $f in
     none | stop | kill-primary | kill-backup | freeze-kill | etcd-member) ;;
+    save) [ -n "$PSCTL" ] || { echo "chaos.sh: fault save needs PSCTL" >&2; exit 2; } ;;
     cut-front | cut-back) [ -n "$ns" ] || { echo "chaos: $f skipped: no network namespaces"; fault_list=("${fault_list[@]/$f/}"); } ;;
     *) echo "chaos.sh: unknown fault $f" >&2; exit 2 ;;
   esac
@@ -232,7 +241,8 @@ start_ps_task() { # I: 0 ready, 1 not
   local i=$1 fifo="$dir/ready$1.$RANDOM" line=""
   mkfifo "$fifo"
   at "p$i"
-  "${ON[@]}" "$PS_SERVER" --cluster "$spec" --job ps --task "$i" > "$fifo" 2>> "$dir/ps$i.log" &
+  "${ON[@]}" "$PS_SERVER" --cluster "$spec" --job ps --task "$i" --checkpoint-dir "$dir/ckpt" \
+    > "$fifo" 2>> "$dir/ps$i.log" &
   PSPID[$i]=$!
   KILLED[$i]=0
   read -r -t 60 line < "$fifo"
@@ -283,6 +293,7 @@ import json, sys
 v = json.loads(sys.stdin.read())
 sys.exit(0 if v["epoch"] > int(sys.argv[2]) and
          all(int(sys.argv[1]) not in s["replicas"] for s in v["shards"]) else 1)' "$1" "$2" 2> /dev/null; then
+      T_RESTART=$(now_ms)
       start_ps_task "$1" || fail_run "ps/$1 could not start again"
       return 0
     fi
@@ -404,6 +415,13 @@ if [ $failed = 0 ]; then
 fi
 
 # ---- the rounds
+# pause_ms S FROM TO: the longest time from send to acknowledgement of an
+# update of shard S sent between FROM and TO (ms; "none" without one)
+pause_ms() {
+  awk -v s="$1" -v a="$2" -v b="$3" '$2 == "send" && $4 == s && $1 >= a && $1 <= b { t[$3] = $1 }
+    $2 == "ack" && ($3 in t) { d = $1 - t[$3]; if (d > m) m = d; n++ }
+    END { print n ? m : "none" }' "$dir"/client*.log
+}
 rand_ms() { echo $((RANDOM % $1)); } # 0 <= n < $1
 secs() { awk -v m="$1" 'BEGIN { printf "%.3f", m / 1000 }'; }
 done_faults=""
@@ -468,6 +486,14 @@ for ((r = 1; r <= rounds && failed == 0; r++)); do
       what="ps/$victim (shard $s's primary) cut from $([ $side = f ] && echo "etcd and the workers" || echo "the other ps") for 3 s"
       ip -n "$ns-sw" link set "${side}p$victim" down; sleep 3; ip -n "$ns-sw" link set "${side}p$victim" up
       ;;
+    save)
+      what="a save of every shard (psctl save)"
+      t_save=$(now_ms)
+      out=$(on w "$PSCTL" --cluster "$spec" --timeout-ms 60000 save "r$r" 2>> "$dir/save.err") ||
+        fail_run "round $r: psctl save failed: $(tail -3 "$dir/save.err")"
+      t_saved=$(now_ms)
+      what="$what: $(secs $((t_saved - t_save))) s, ${out#saved }"
+      ;;
     etcd-member)
       m=$((RANDOM % metcd))
       what="kill -9 of etcd member m$m, started again"
@@ -490,6 +516,12 @@ for ((r = 1; r <= rounds && failed == 0; r++)); do
       $2 == "ack" && $1 > td && ($3 in mine) && (best == "" || $1 < best) { best = $1 }
       END { if (best != "") print best - t0 }' "$dir"/client*.log)
     echo "chaos: failover shard $s: ${ms:-none} ms from kill -9 to the first acknowledged update"
+  fi
+  if [ "$bench" = 1 ] && [ "$f" = kill-backup ] && [ "$replicas" -ge 2 ]; then
+    echo "chaos: pause shard $s rejoin: $(pause_ms "$s" "$T_RESTART" "$t1") ms (the longest acknowledgement while the killed backup copied the shard)"
+  fi
+  if [ "$bench" = 1 ] && [ "$f" = save ]; then
+    echo "chaos: pause shard $s save: $(pause_ms "$s" "$t_save" "$t_saved") ms (the longest acknowledgement while the save ran)"
   fi
   ep=""
   [ "$replicas" -ge 2 ] && ep="; view epoch $(view_query epoch)"
@@ -533,7 +565,7 @@ if [ $failed = 0 ]; then
 fi
 # every ps stopped by pid; a crash or a sanitizer report fails the run
 for ((i = 0; i < nps; i++)); do
-  p=${PSPID[$i]}
+  p=${PSPID[$i]:-}
   [ -n "$p" ] || continue
   if ps_exited "$i"; then check_exit "$i" "$EXITED"; continue; fi
   kill -CONT "$p" 2> /dev/null; kill -TERM "$p"
