@@ -28,7 +28,7 @@
 #   etcd-member    one member of the 3-member etcd killed with -9, restarted
 #   save           a cluster-wide save (psctl save) under the load; the
 #                  checkpoint is rN under $dir/ckpt, each ps's --checkpoint-dir
-#                  (needs PSCTL); not among the default faults
+#                  (needs PSCTL; a default fault when PSCTL is set)
 # The partitions need network namespaces (root, iproute2): without them
 # they are skipped with a message, and everything runs on 127.0.0.1
 # (CHAOS_NO_NETNS=1 asks for that too).  --replicas 1 (plain ps-server,
@@ -157,6 +157,7 @@ at() { ON=(); [ -z "$ns" ] || ON=(ip netns exec "$ns-$1"); }
 on() { local h=$1; shift; at "$h"; "${ON[@]}" "$@"; }
 all_faults="kill-primary,kill-backup,freeze-kill,stop,etcd-member"
 [ -n "$ns" ] && all_faults="$all_faults,cut-front,cut-back"
+[ -n "$PSCTL" ] && all_faults="$all_faults,save"
 [ "$replicas" = 1 ] && all_faults="stop"
 [ -n "$faults" ] || faults=$all_faults
 IFS=, read -r -a fault_list <<< "$faults"
