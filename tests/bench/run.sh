@@ -5,6 +5,7 @@
 #   tests/bench/run.sh agg [bench_agg options]     (only 2 ps + 2 workers)
 #   tests/bench/run.sh jobs [STEPS] [REPS]         (only the training-job bench)
 #   tests/bench/run.sh failover [KILLS]  (only failover and rejoin, R=2 on etcd)
+#   tests/bench/run.sh repl [bench_repl options]  (only R=2 against R=1)
 #   PSLITE_DIR=DIR tests/bench/run.sh pslite [ROUNDS] [options]
 #                                (against dmlc/ps-lite: the sparse workload;
 #                                 --bulk-mib N dense; --agg 2 ps + 2 workers)
@@ -23,7 +24,7 @@ build=${BENCH_BUILD:-build-release}
 if [ ! -f "$build/build.ninja" ]; then
   meson setup "$build" -Dbuildtype=release >&2
 fi
-ninja -C "$build" tests/bench/bench_ps tests/bench/bench_agg tests/bench/bench_train tests/bench/bench_ckpt \
+ninja -C "$build" tests/bench/bench_ps tests/bench/bench_agg tests/bench/bench_train tests/bench/bench_ckpt tests/bench/bench_repl \
   ps/ps-server worker/ps-worker deploy/ps-launch tests/chaos/chaos_client worker/psctl >&2
 PS_SERVER="$root/$build/ps/ps-server"
 export PS_SERVER
@@ -39,6 +40,10 @@ if [ "${1:-}" = pslite ]; then
   shift
   exec bash "$root/tests/bench/pslite.sh" "$root/$build" "$@"
 fi
+if [ "${1:-}" = repl ]; then
+  shift
+  exec "$root/$build/tests/bench/bench_repl" "$@"
+fi
 if [ "${1:-}" = ckpt ]; then
   shift
   exec "$root/$build/tests/bench/bench_ckpt" "$@"
@@ -50,6 +55,7 @@ fi
 "$root/$build/tests/bench/bench_ps" "$@"
 "$root/$build/tests/bench/bench_agg"
 "$root/$build/tests/bench/bench_train"
+"$root/$build/tests/bench/bench_repl"
 "$root/$build/tests/bench/bench_ckpt"
 bash "$root/tests/bench/bench_jobs.sh" "$root/$build"
 exec bash "$root/tests/bench/failover.sh" "$root/$build"
