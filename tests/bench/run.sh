@@ -11,7 +11,8 @@
 #                                 --bulk-mib N dense; --agg 2 ps + 2 workers)
 # Configures build-release (meson setup build-release -Dbuildtype=release)
 # if it is missing, builds only what the benches need, and runs bench_ps,
-# bench_agg, bench_train, bench_ckpt (about 1 GiB written and read 4 times per
+# bench_agg, bench_train, bench_repl (R=2 against R=1 on a local etcd),
+# bench_ckpt (about 1 GiB written and read 4 times per
 # repetition, in $TMPDIR or /tmp), bench_jobs.sh (ps-worker on 2 ps +
 # 2 workers against one process) and failover.sh (kill -9 of a primary
 # and rejoin of a 256 MiB shard, R=2 on a local etcd).  BENCH_BUILD=DIR uses another build
