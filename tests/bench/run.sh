@@ -5,12 +5,14 @@
 #   tests/bench/run.sh agg [bench_agg options]     (only 2 ps + 2 workers)
 #   tests/bench/run.sh jobs [STEPS] [REPS]         (only the training-job bench)
 #   tests/bench/run.sh failover [KILLS]  (only failover and rejoin, R=2 on etcd)
+#   tests/bench/run.sh repl [bench_repl options]  (only R=2 against R=1)
 #   PSLITE_DIR=DIR tests/bench/run.sh pslite [ROUNDS] [options]
 #                                (against dmlc/ps-lite: the sparse workload;
 #                                 --bulk-mib N dense; --agg 2 ps + 2 workers)
 # Configures build-release (meson setup build-release -Dbuildtype=release)
 # if it is missing, builds only what the benches need, and runs bench_ps,
-# bench_agg, bench_train, bench_ckpt (about 1 GiB written and read 4 times per
+# bench_agg, bench_train, bench_repl (R=2 against R=1 on a local etcd),
+# bench_ckpt (about 1 GiB written and read 4 times per
 # repetition, in $TMPDIR or /tmp), bench_jobs.sh (ps-worker on 2 ps +
 # 2 workers against one process) and failover.sh (kill -9 of a primary
 # and rejoin of a 256 MiB shard, R=2 on a local etcd).  BENCH_BUILD=DIR uses another build
@@ -23,7 +25,7 @@ build=${BENCH_BUILD:-build-release}
 if [ ! -f "$build/build.ninja" ]; then
   meson setup "$build" -Dbuildtype=release >&2
 fi
-ninja -C "$build" tests/bench/bench_ps tests/bench/bench_agg tests/bench/bench_train tests/bench/bench_ckpt \
+ninja -C "$build" tests/bench/bench_ps tests/bench/bench_agg tests/bench/bench_train tests/bench/bench_ckpt tests/bench/bench_repl \
   ps/ps-server worker/ps-worker deploy/ps-launch tests/chaos/chaos_client worker/psctl >&2
 PS_SERVER="$root/$build/ps/ps-server"
 export PS_SERVER
@@ -39,6 +41,10 @@ if [ "${1:-}" = pslite ]; then
   shift
   exec bash "$root/tests/bench/pslite.sh" "$root/$build" "$@"
 fi
+if [ "${1:-}" = repl ]; then
+  shift
+  exec "$root/$build/tests/bench/bench_repl" "$@"
+fi
 if [ "${1:-}" = ckpt ]; then
   shift
   exec "$root/$build/tests/bench/bench_ckpt" "$@"
@@ -50,6 +56,7 @@ fi
 "$root/$build/tests/bench/bench_ps" "$@"
 "$root/$build/tests/bench/bench_agg"
 "$root/$build/tests/bench/bench_train"
+"$root/$build/tests/bench/bench_repl"
 "$root/$build/tests/bench/bench_ckpt"
 bash "$root/tests/bench/bench_jobs.sh" "$root/$build"
 exec bash "$root/tests/bench/failover.sh" "$root/$build"

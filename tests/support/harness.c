@@ -243,6 +243,8 @@ int harness_start(ps_harness *h, int nps, const char *const *extra) {
   return harness_start_opts(h, nps, extra, NULL);
 }
 
+static int free_port(void);
+
 int harness_start_opts(ps_harness *h, int nps, const char *const *extra,
                        const harness_opts *o) {
   memset(h, 0, sizeof *h);
@@ -264,7 +266,9 @@ int harness_start_opts(ps_harness *h, int nps, const char *const *extra,
   }
   char boot[300];
   snprintf(boot, sizeof boot, "%s/boot.json", h->dir);
-  if (write_spec(boot, nps, NULL) != 0) {
+  for (int i = 0; o && o->fixed_ports && i < nps; i++)
+    snprintf(h->addrs[i], sizeof h->addrs[i], "127.0.0.1:%d", free_port());
+  if (write_spec(boot, nps, o && o->fixed_ports ? h->addrs : NULL) != 0) {
     harness_stop(h);
     return -1;
   }

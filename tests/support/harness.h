@@ -44,6 +44,10 @@ typedef struct harness_opts {
   /* RLIMIT_NOFILE of the tasks: > 0 sets the soft and hard limit to it,
    * < 0 only the soft limit, to -nofile; 0 leaves it as the test's. */
   long nofile;
+  /* The tasks' spec names ports picked free (bind to 0, read, close)
+   * instead of port 0: replicated tasks (--replicas) reach each other at
+   * the spec's addresses. */
+  int fixed_ports;
 } harness_opts;
 
 /* Starts @nps ps tasks (plus one worker address in the spec).  Extra
