@@ -628,6 +628,20 @@ static int replication_settings(const server_args *a, const ps_cluster *cluster,
             conf->replicas, conf->replicas, ps_cluster_num_tasks(cluster, "ps"));
     return 2;
   }
+  /* the tasks reach each other at the spec's addresses: port 0 ("any
+   * free port") is no address a peer can call */
+  for (int t = 0; conf->replicas >= 2 && t < ps_cluster_num_tasks(cluster, "ps"); t++) {
+    const char *addr = ps_cluster_address(cluster, "ps", t);
+    size_t n = addr ? strlen(addr) : 0;
+    if (n >= 2 && strcmp(addr + n - 2, ":0") == 0) {
+      fprintf(stderr,
+              "ps-server: --replicas %d: the cluster spec gives ps/%d the address %s; "
+              "replicated ps tasks call each other at the spec's addresses, so each "
+              "needs a real port\n",
+              conf->replicas, t, addr);
+      return 2;
+    }
+  }
   return 0;
 bad:
   fprintf(stderr, "ps-server: %s\n", st.msg);

@@ -27,6 +27,10 @@ expect "--replicas 2 without --etcd: exit 2" 2 "--replicas 2 needs the etcd endp
   "$PS_SERVER" --cluster "$dir/two.json" --task 0 --replicas 2
 expect "--replicas 4 refused" 2 "--replicas must be 1, 2 or 3, got '4'" \
   "$PS_SERVER" --cluster "$dir/two.json" --task 0 --replicas 4
+echo '{"ps": ["127.0.0.1:0", "127.0.0.1:0"]}' > "$dir/port0.json"
+expect "--replicas with a port-0 address in the spec refused" 2 \
+  "the cluster spec gives ps/0 the address 127.0.0.1:0; replicated ps tasks call each other" \
+  "$PS_SERVER" --cluster "$dir/port0.json" --task 1 --replicas 2 --etcd 127.0.0.1:1
 expect "--lease-ttl 0 refused" 2 "--lease-ttl must be 1..3600 seconds, got '0'" \
   "$PS_SERVER" --cluster "$dir/two.json" --task 0 --replicas 2 --etcd 127.0.0.1:1 \
   --lease-ttl 0
@@ -197,12 +201,12 @@ kill -TERM "${P[1]}"; wait "${P[1]}"; r=$?
 printf 'worker wtok-1234567890abcdef\nadmin atok-1234567890abcdef\nreplica rtok-1234567890abcdef\n' > "$dir/tokens"
 grep -v -e replica -e admin "$dir/tokens" > "$dir/tokens-noreplica"
 chmod 600 "$dir/tokens" "$dir/tokens-noreplica"
-expect "--replicas with a token file without a replica token: exit 2" 2 \
-  "has no 'replica TOKEN' line" \
-  "$PS_SERVER" --cluster "$dir/two.json" --task 0 --replicas 2 --etcd "$ETCD_ENDPOINTS" \
-  --auth-token-file "$dir/tokens-noreplica"
 read -r -a ports < <(pick_ports 2)
 echo "{\"ps\": [\"127.0.0.1:${ports[0]}\", \"127.0.0.1:${ports[1]}\"]}" > "$dir/tok.json"
+expect "--replicas with a token file without a replica token: exit 2" 2 \
+  "has no 'replica TOKEN' line" \
+  "$PS_SERVER" --cluster "$dir/tok.json" --task 0 --replicas 2 --etcd "$ETCD_ENDPOINTS" \
+  --auth-token-file "$dir/tokens-noreplica"
 for t in 0 1; do
   : > "$dir/tok$t.out"
   "$PS_SERVER" --cluster "$dir/tok.json" --job ps --task "$t" --replicas 2 \
