@@ -23,6 +23,7 @@
 #define ETCD_TIMEOUT_MS 2000
 #define PROBE_MS 200
 #define CHECK_DEADLINE_MS 300
+#define WARN_EVERY_S 10 /* a peer it cannot check: one WARN so often */
 #define REJOIN_MS 2000
 
 static void sleep_ms(int ms) {
@@ -32,7 +33,10 @@ static void sleep_ms(int ms) {
 
 /* One Health/Check of @addr on a fresh channel (a restarted peer must not
  * meet the old channel's reconnect backoff): 1 SERVING, 0 answered but
- * not serving, -1 refused (UNAVAILABLE), -2 no answer in time. */
+ * not serving, -1 refused (the connection itself: nothing listens there),
+ * -2 no answer in time, -3 any other failure (a TLS handshake or a token
+ * refused: a misconfiguration on one side, no proof that the peer is
+ * gone; @why, if not NULL, gets the error). */
 static int health_answer(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
                          ps_status *st) {
   (void)sink;
@@ -43,8 +47,8 @@ static int health_answer(void *user, const uint8_t *p, size_t n, ps_rpc_segs *si
   return 0;
 }
 
-int ps_member_check(const char *addr, const ps_rpc_channel_security *sec,
-                    int deadline_ms) {
+int ps_member_check(const char *addr, const ps_rpc_channel_security *sec, int deadline_ms,
+                    char *why, size_t why_n) {
   ps_rpc_channel *ch =
       sec ? ps_rpc_channel_create_secure(addr, sec) : ps_rpc_channel_create(addr);
   if (ch == NULL) return -1;
@@ -59,7 +63,12 @@ int ps_member_check(const char *addr, const ps_rpc_channel_security *sec,
   ps_rpc_run(&call, 1);
   ps_rpc_channel_destroy(ch);
   if (call.st.code == PS_OK) return status == 1 ? 1 : 0;
-  return call.st.code == PS_DEADLINE_EXCEEDED ? -2 : -1;
+  if (call.st.code == PS_DEADLINE_EXCEEDED) return -2;
+  if (call.st.code == PS_UNAVAILABLE && strstr(call.st.msg, "Connection refused"))
+    return -1;
+  if (why && why_n)
+    snprintf(why, why_n, "%s: %s", ps_status_code_name(call.st.code), call.st.msg);
+  return -3;
 }
 
 /* ---- the queue ---- */
@@ -188,14 +197,15 @@ ps_member *ps_member_create(const ps_repl_conf *conf, int self, int ntasks,
   m->hosts = calloc((size_t)ntasks, sizeof *m->hosts);
   m->addrs = calloc((size_t)ntasks, sizeof *m->addrs);
   m->fails = calloc((size_t)ntasks, sizeof *m->fails);
+  m->warned_ns = calloc((size_t)ntasks, sizeof *m->warned_ns);
   m->lone = calloc((size_t)ntasks, sizeof *m->lone);
   m->syn_s = calloc((size_t)m->capsyn, sizeof *m->syn_s);
   m->syn_t = calloc((size_t)m->capsyn, sizeof *m->syn_t);
   m->drp_s = calloc((size_t)m->capsyn, sizeof *m->drp_s);
   m->drp_t = calloc((size_t)m->capsyn, sizeof *m->drp_t);
   m->addr = strdup(addr);
-  if (!m->dead || !m->hosts || !m->addrs || !m->fails || !m->lone || !m->syn_s ||
-      !m->syn_t || !m->drp_s || !m->drp_t || !m->addr)
+  if (!m->dead || !m->hosts || !m->addrs || !m->fails || !m->warned_ns || !m->lone ||
+      !m->syn_s || !m->syn_t || !m->drp_s || !m->drp_t || !m->addr)
     goto oom;
   for (int i = 0; i < ntasks; i++)
     if (hosts && hosts[i] && (m->hosts[i] = strdup(hosts[i])) == NULL) goto oom;
@@ -318,6 +328,7 @@ void ps_member_destroy(ps_member *m) {
   free(m->addrs);
   free(m->dead);
   free(m->fails);
+  free(m->warned_ns);
   free(m->lone);
   free(m->syn_s);
   free(m->drp_s);
@@ -367,10 +378,18 @@ void *ps_member_prober(void *arg) {
         m->fails[t] = 0;
         continue;
       }
-      int r = ps_member_check(m->addrs[t], m->sec, CHECK_DEADLINE_MS);
+      char why[512] = "";
+      int r = ps_member_check(m->addrs[t], m->sec, CHECK_DEADLINE_MS, why, sizeof why);
       /* refused twice in a row: the process is gone (kill -9, crash).  A
        * peer that does not answer in time (stopped, overloaded) is left
        * to its lease (the slow path): no false removal under load. */
+      if (r == -3 &&
+          ps_member_now_ns() - m->warned_ns[t] > (int64_t)WARN_EVERY_S * 1000000000) {
+        m->warned_ns[t] = ps_member_now_ns();
+        PS_WARN("cannot check ps/%d at %s: %s (TLS or token settings differ between the "
+                "two? it is not taken for dead)",
+                t, m->addrs[t], why);
+      }
       m->fails[t] = r == -1 ? m->fails[t] + 1 : 0;
       if (m->fails[t] >= 2) {
         m->fails[t] = 0;
@@ -437,7 +456,8 @@ void *ps_member_worker(void *arg) {
     for (int t = 0; t < m->ntasks && !fenced; t++) {
       if (!dead[t]) continue;
       /* confirmed by a Check of its own (a restarted task answers) */
-      if (m->addrs[t] && ps_member_check(m->addrs[t], m->sec, CHECK_DEADLINE_MS) == 1) {
+      if (m->addrs[t] &&
+          ps_member_check(m->addrs[t], m->sec, CHECK_DEADLINE_MS, NULL, 0) == 1) {
         PS_INFO("ps/%d answers its Health/Check: not removed", t);
         continue;
       }

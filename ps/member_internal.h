@@ -33,10 +33,11 @@ struct ps_member {
   int nsyn, capsyn;
   int *drp_s, *drp_t; /* (shard, backup) pairs to drop, capsyn of them */
   int ndrp;
-  int64_t rejoin_ns; /* when the last rejoin was tried (CLOCK_MONOTONIC) */
-  ps_view cur;       /* the newest view applied (epoch 0: none) */
-  bool *lone;        /* [ntasks]: shard down to one replica, warned */
-  int *fails;        /* [ntasks]: the prober's refusals in a row */
+  int64_t rejoin_ns;  /* when the last rejoin was tried (CLOCK_MONOTONIC) */
+  ps_view cur;        /* the newest view applied (epoch 0: none) */
+  bool *lone;         /* [ntasks]: shard down to one replica, warned */
+  int *fails;         /* [ntasks]: the prober's refusals in a row */
+  int64_t *warned_ns; /* [ntasks]: when a Check it could not make was last logged */
   pthread_t worker, prober;
   bool worker_on, prober_on;
 };
@@ -50,8 +51,8 @@ enum {
 };
 
 int64_t ps_member_now_ns(void);
-int ps_member_check(const char *addr, const ps_rpc_channel_security *sec,
-                    int deadline_ms);
+int ps_member_check(const char *addr, const ps_rpc_channel_security *sec, int deadline_ms,
+                    char *why, size_t why_n);
 void ps_member_mark_dead(ps_member *m, int task, const char *why);
 void ps_member_fence(ps_member *m, const char *reason);
 void *ps_member_worker(void *arg);

@@ -12,6 +12,11 @@
 #   killed with -9 and started again, twice; the time from the kill until
 #   the view shows it in sync again (the restart, the state copy and the
 #   catch-up).  Line: bench: rejoin_256MiB_s median=S max=S rejoins=2
+# - the pause: the longest acknowledgement of an update of shard 0 while
+#   its killed backup copies the 256 MiB back, against the same while a
+#   cluster-wide save of that state runs (the snapshot gate: the pause a
+#   save costs today).  Line: bench: rejoin_pause_ms VALUE ms
+#   baseline=SAVE ratio=R target=<= 1 (each the largest of 2 rounds)
 #
 # Each run also checks what chaos.sh checks (nothing acknowledged lost).
 #   tests/bench/failover.sh BUILD_DIR [KILLS]
@@ -32,9 +37,17 @@ grep '^chaos: round' "$out" >&2 || true
 n=$(grep -c '^chaos: failover shard 0: [0-9]* ms' "$out" || true)
 echo "bench: failover_ms $(sed -n 's/^chaos: failover shard 0: \([0-9]*\) ms.*/\1/p' "$out" | med_max) kills=$n target=median<1000,max<2000"
 bash "$here/../chaos/chaos.sh" --rounds 2 --round-secs 1 --faults kill-backup --shard 0 \
-  --big-mib 256 --clients 2 --rate 200 > "$out" 2>&1 || status=1
+  --big-mib 256 --clients 2 --rate 200 --bench > "$out" 2>&1 || status=1
 [ $status = 0 ] || { echo "failover.sh: the rejoin run failed:" >&2; tail -20 "$out" >&2; }
 grep '^chaos: round' "$out" >&2 || true
 n=$(grep -c '^chaos: round .*kill -9.*in sync after' "$out" || true)
 echo "bench: rejoin_256MiB_s $(sed -n 's/^chaos: round .*kill -9.*; in sync after \([0-9.]*\) s.*/\1/p' "$out" | med_max) rejoins=$n"
+pmax() { sed -n "s/^chaos: pause shard 0 $1: \\([0-9]*\\) ms.*/\\1/p" "$out" | sort -n | tail -1; }
+rejoin_pause=$(pmax rejoin)
+bash "$here/../chaos/chaos.sh" --rounds 2 --round-secs 1 --faults save --shard 0 \
+  --big-mib 256 --clients 2 --rate 200 --bench > "$out" 2>&1 || status=1
+[ $status = 0 ] || { echo "failover.sh: the save run failed:" >&2; tail -20 "$out" >&2; }
+grep '^chaos: round' "$out" >&2 || true
+save_pause=$(pmax save)
+echo "bench: rejoin_pause_ms ${rejoin_pause:-none} ms baseline=${save_pause:-none} ratio=$(awk -v a="$rejoin_pause" -v b="$save_pause" 'BEGIN { if (a == "" || b == "" || b == 0) print "none"; else printf "%.2f", a / b }') target=<= 1"
 exit $status
