@@ -214,12 +214,15 @@ else
 fi
 wait_for "$dir/c3.out" "^ack 20 " 30 || bad "the primary acknowledges without the untrusted backup" "$(tail -n 3 "$dir/c3.out" "$dir/c3.log")"
 touch "$dir/stop3"; wait "$CPID" 2> /dev/null
-out=$(env PS_TLS_CA="$C/ca.crt" PS_TOKEN_FILE="$C/admin.token" "$PSCTL" --cluster "$S" status 2>&1)
-if grep -qE "ps/1 .*up vars=0" <<< "$out"; then
-  ok "the untrusted backup holds nothing"
+# ps/1 may be gone already: ps/0's refused Health/Checks (the handshake
+# fails) take it for dead and the view change fences it (exit 75; a bug
+# of ps/member.c, see the report of session s30).  Either way its stop
+# line says what it held.
+for t in 0 1; do kill -TERM "${P[$t]}" 2> /dev/null; wait "${P[$t]}" 2> /dev/null; done
+if grep -q "stopped (0 variables, 0 bytes released)" "$dir/ca1.log"; then
+  ok "the untrusted backup held nothing"
 else
-  bad "the untrusted backup holds nothing" "$out"
+  bad "the untrusted backup held nothing" "$(tail -n 5 "$dir/ca1.log")"
 fi
-for t in 0 1; do kill -TERM "${P[$t]}"; wait "${P[$t]}" 2> /dev/null; done
 etcd_stop
 finish
