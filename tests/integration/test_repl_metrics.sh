@@ -13,6 +13,7 @@
 set -u
 source "$(dirname "$0")/../support/lib.sh"
 source "$(dirname "$0")/../support/etcd.sh"
+source "$(dirname "$0")/../support/repl.sh"
 test_init repl_metrics
 TTL=2
 export PS_RPC_TIMEOUT=20
@@ -27,24 +28,8 @@ start_one() {
     --metrics-port 0 > "$dir/ps$1.out" 2>> "$dir/ps$1.log" &
   P[$1]=$!
 }
-started=0
-for ((try = 0; try < 5 && !started; try++)); do
-  read -r -a ports < <(pick_ports 3)
-  echo "{\"ps\": [\"127.0.0.1:${ports[0]}\", \"127.0.0.1:${ports[1]}\", \"127.0.0.1:${ports[2]}\"]}" > "$dir/c.json"
-  for t in 0 1 2; do start_one "$t"; done
-  up=0
-  for ((i = 0; i < 1200 && up < 3; i++)); do
-    up=0
-    for t in 0 1 2; do
-      grep -q "ready on" "$dir/ps$t.out" && up=$((up + 1)) && continue
-      kill -0 "${P[$t]}" 2> /dev/null || break 2
-    done
-    [ "$up" = 3 ] || sleep 0.05
-  done
-  if [ "$up" = 3 ]; then started=1; break; fi
-  for t in 0 1 2; do kill -KILL "${P[$t]}" 2> /dev/null; wait "${P[$t]}" 2> /dev/null; done
-  grep -q "address in use" "$dir"/ps*.log || break
-done
+repl_start_one() { start_one "$1"; }
+repl_start 3 "$dir/c.json" ps && started=1 || started=0
 [ "$started" = 1 ] || { bad "3 ps-server --replicas 2 --metrics-port 0 start" "$(tail -n 5 "$dir"/ps*.log)"; finish; exit 1; }
 ok "3 ps-server --replicas 2 --metrics-port 0 start"
 metrics_port() { MP[$1]=$(sed -n 's/.*metrics on port \([0-9]*\) .*/\1/p' "$dir/ps$1.log" | tail -n 1); }
@@ -64,17 +49,7 @@ wait_m() {
 }
 st_() { "$PSCTL" --cluster "$dir/c.json" --etcd "$ETCD_ENDPOINTS" --repl-job rm \
   --replicas 2 --timeout-ms 5000 "$@"; }
-wait_status() {
-  local i r ok_
-  for ((i = 0; i < 200; i++)); do
-    out=$(st_ status 2>&1)
-    ok_=1
-    for r in "$@"; do grep -qE -- "$r" <<< "$out" || ok_=0; done
-    [ "$ok_" = 1 ] && return 0
-    sleep 0.1
-  done
-  return 1
-}
+wait_status() { repl_wait_status "$@"; }
 IN_SYNC=('^shard 0: ps/[0-9] primary.*ps/[0-9] backup' \
   '^shard 1: ps/[0-9] primary.*ps/[0-9] backup' \
   '^shard 2: ps/[0-9] primary.*ps/[0-9] backup')

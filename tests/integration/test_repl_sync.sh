@@ -11,6 +11,7 @@
 set -u
 source "$(dirname "$0")/../support/lib.sh"
 source "$(dirname "$0")/../support/etcd.sh"
+source "$(dirname "$0")/../support/repl.sh"
 test_init repl_sync
 TTL=2
 STEPS=200
@@ -26,25 +27,9 @@ start_one() {
   P[$2]=$!
 }
 start_ps() {
-  local try t i up
-  for ((try = 0; try < 5; try++)); do
-    read -r -a ports < <(pick_ports 3)
-    echo "{\"ps\": [\"127.0.0.1:${ports[0]}\", \"127.0.0.1:${ports[1]}\", \"127.0.0.1:${ports[2]}\"], \"worker\": [\"127.0.0.1:0\", \"127.0.0.1:0\"]}" > "$dir/$1.json"
-    for t in 0 1 2; do start_one "$1" "$t"; done
-    up=0
-    for ((i = 0; i < 1200 && up < 3; i++)); do
-      up=0
-      for t in 0 1 2; do
-        grep -q "ready on" "$dir/$1$t.out" && up=$((up + 1)) && continue
-        kill -0 "${P[$t]}" 2> /dev/null || break 2
-      done
-      [ "$up" = 3 ] || sleep 0.05
-    done
-    [ "$up" = 3 ] && return 0
-    for t in 0 1 2; do kill -KILL "${P[$t]}" 2> /dev/null; wait "${P[$t]}" 2> /dev/null; done
-    grep -q "address in use" "$dir/$1"*.log || return 1
-  done
-  return 1
+  repl_start_one() { start_one "$job" "$1"; }
+  local job=$1
+  repl_start 3 "$dir/$1.json" "$1" ', "worker": ["127.0.0.1:0", "127.0.0.1:0"]'
 }
 declare -a W
 workers() {

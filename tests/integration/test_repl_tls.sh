@@ -16,6 +16,7 @@
 set -u
 source "$(dirname "$0")/../support/lib.sh"
 source "$(dirname "$0")/../support/etcd.sh"
+source "$(dirname "$0")/../support/repl.sh"
 test_init repl_tls
 GEN_CERTS=${GEN_CERTS:-$(dirname "$0")/../../deploy/gen-certs.sh}
 TTL=2
@@ -45,49 +46,27 @@ start_one() {
     "${TLS[@]}" --auth-token-file "$4" > "$dir/$2$3.out" 2>> "$dir/$2$3.log" &
   P[$3]=$!
 }
-# start_all SPEC JOB N TOKENS... CA...: N ps, retried on a port taken meanwhile
+# start_all SPEC JOB N TOKENS... CA...: N ps of JOB, ps/T with the Tth
+# token file and CA
 start_all() {
-  local spec=$1 job=$2 n=$3 try t up i
+  local spec=$1 job=$2 n=$3
   shift 3
   local -a tok=("${@:1:n}") ca=("${@:n+1:n}")
-  for ((try = 0; try < 5; try++)); do
-    read -r -a ports < <(pick_ports "$n")
-    local list=""
-    for ((t = 0; t < n; t++)); do list+="${list:+, }\"127.0.0.1:${ports[$t]}\""; done
-    echo "{\"ps\": [$list]}" > "$spec"
-    for ((t = 0; t < n; t++)); do start_one "$spec" "$job" "$t" "${tok[$t]}" "${ca[$t]}"; done
-    up=0
-    for ((i = 0; i < 1200 && up < n; i++)); do
-      up=0
-      for ((t = 0; t < n; t++)); do
-        grep -q "ready on" "$dir/$job$t.out" && up=$((up + 1)) && continue
-        kill -0 "${P[$t]}" 2> /dev/null || break 2
-      done
-      [ "$up" = "$n" ] || sleep 0.05
-    done
-    [ "$up" = "$n" ] && return 0
-    for ((t = 0; t < n; t++)); do kill -KILL "${P[$t]}" 2> /dev/null; wait "${P[$t]}" 2> /dev/null; done
-    grep -q "address in use" "$dir/$job"*.log || return 1
-  done
-  return 1
+  repl_start_one() { start_one "$spec" "$job" "$1" "${tok[$1]}" "${ca[$1]}"; }
+  repl_start "$n" "$spec" "$job"
 }
-# st_ SPEC JOB CMD: psctl over TLS with the admin token
-st_() {
+# pst_ SPEC JOB CMD: psctl over TLS with the admin token
+pst_() {
   "$PSCTL" --cluster "$1" --etcd "$ETCD_ENDPOINTS" --repl-job "$2" --replicas 2 \
     --timeout-ms 5000 --tls-ca "$C/ca.crt" --token-file "$C/admin.token" "${@:3}"
 }
 # wait_status SPEC JOB REGEX...: until psctl status matches every REGEX (20 s)
 wait_status() {
-  local i r ok_ spec=$1 job=$2
+  local spec=$1 job=$2
   shift 2
-  for ((i = 0; i < 200; i++)); do
-    out=$(st_ "$spec" "$job" status 2>&1)
-    ok_=1
-    for r in "$@"; do grep -qE -- "$r" <<< "$out" || ok_=0; done
-    [ "$ok_" = 1 ] && return 0
-    sleep 0.1
-  done
-  return 1
+  st_() { "$PSCTL" --cluster "$spec" --etcd "$ETCD_ENDPOINTS" --repl-job "$job" --replicas 2 \
+    --timeout-ms 5000 --tls-ca "$C/ca.crt" --token-file "$C/admin.token" "$@"; }
+  repl_wait_status "$@"
 }
 # client SPEC JOB STOPFILE OUT: failover_client on shard 0 over TLS
 client() {
@@ -163,7 +142,7 @@ if wait_status "$S" tls '^shard 0: ps/1 primary.*ps/0 backup' '^shard 2: ps/2 pr
 else
   bad "the restarted ps/0 copies its shards over TLS and is in sync" "$out"
 fi
-out=$(st_ "$S" tls verify 2>&1); r=$?
+out=$(pst_ "$S" tls verify 2>&1); r=$?
 if [ "$r" = 0 ] && [[ "$out" == *"shard 0: ps/1 ps/0 identical"* ]]; then
   ok "psctl verify over TLS: shard 0's replicas are identical"
 else
