@@ -36,9 +36,19 @@ test_init slurm-repl
 here=$(cd "$(dirname "$0")" && pwd)
 sbatch_file="$here/../../deploy/slurm/paramserver.sbatch"
 test_cleanup_hook() {
-  # the jobs first (their ps need no etcd to die), then the daemons
-  [ -n "${SLURM_CONF:-}" ] && for j in ${jobs_started:-}; do scancel "$j" 2> /dev/null; done
+  local j p
+  # the jobs first (their ps and the template's etcd: its data under
+  # $dir/tmp-NAME), then the daemons by the pids slurm_local.sh recorded
+  if [ -n "${SLURM_CONF:-}" ] && [ -n "${jobs_started:-}" ]; then
+    for j in $jobs_started; do scancel "$j" 2> /dev/null; done
+    for ((i = 0; i < 100; i++)); do
+      [ -z "$(pgrep -f -- "$dir/(ck|tmp)-")" ] && break
+      sleep 0.1
+    done
+  fi
   bash "$here/slurm_local.sh" stop "$dir/slurm" > /dev/null 2>&1
+  # (whatever of the jobs Slurm left, by pid: only ours name $dir)
+  for p in $(pgrep -f -- "$dir/(ck|tmp)-"); do kill -KILL "$p" 2> /dev/null; done
 }
 jobs_started=""
 chmod 0711 "$dir" # munged: every directory above its socket searchable
@@ -106,9 +116,11 @@ else
   bad "kill: ps/1's ps-server found and killed -9 while the chief trains" "$(tail -20 "$dir/kill.out")"
 fi
 
-for ((i = 0; i < 1800; i++)); do
+# (150 s at most from here: they take 15-60 s on 2 busy cores)
+end=$((SECONDS + 150))
+while [ "$SECONDS" -lt "$end" ]; do
   ended "$rid" && ended "$kid" && ended "$xid" && ended "$fid" && break
-  sleep 0.1
+  sleep 0.2
 done
 # first_node JOBID: the job's first node, where its batch script and its
 # ps (ranks 0-2) ran (Slurm's BatchHost)
@@ -182,7 +194,7 @@ show=""
 
 left() {
   local p out=""
-  for p in $(pgrep -f -- "$dir/ck-"); do out+=" $p"; done
+  for p in $(pgrep -f -- "$dir/(ck|tmp)-"); do out+=" $p"; done
   [ -z "$out" ] || { echo "left:$out"; return 1; }
 }
 check "no ps or worker of the jobs left" left
