@@ -192,6 +192,16 @@ check "fail: the template's etcd (pid $epid) stopped all the same, its data remo
   test -n "$epid" -a ! -d "/proc/${epid:-x}" -a -z "$(ls -A "$dir/tmp-fail")"
 show=""
 
+# every ps but the killed one ended 0, and no sanitizer report (build-asan)
+clean() {
+  local f=$dir/$1.out
+  [ "$(grep -c "^paramserver.sbatch: rank [0-9]* (" "$f")" = "$2" ] \
+    && ! grep -qE "ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:" "$f"
+}
+check "repl: no rank ended otherwise than with 0; no sanitizer report" clean repl 0
+check "ext: no rank ended otherwise than with 0; no sanitizer report" clean ext 0
+check "kill: only ps/1's rank ended otherwise; no sanitizer report" clean kill 1
+
 left() {
   local p out=""
   for p in $(pgrep -f -- "$dir/(ck|tmp)-"); do out+=" $p"; done
