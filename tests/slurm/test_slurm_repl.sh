@@ -193,10 +193,12 @@ check "fail: the template's etcd (pid $epid) stopped all the same, its data remo
 show=""
 
 # every ps but the killed one ended 0, and no sanitizer report (build-asan)
-clean() {
+clean() { # NAME N: N ranks ended otherwise (their lines shown if not)
   local f=$dir/$1.out
   [ "$(grep -c "^paramserver.sbatch: rank [0-9]* (" "$f")" = "$2" ] \
-    && ! grep -qE "ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:" "$f"
+    && ! grep -qE "ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:" "$f" && return 0
+  grep -E "^paramserver.sbatch: rank [0-9]* \(|ERROR: (Address|Leak)Sanitizer|runtime error:" "$f" | sed 's/^/    /'
+  return 1
 }
 check "repl: no rank ended otherwise than with 0; no sanitizer report" clean repl 0
 check "ext: no rank ended otherwise than with 0; no sanitizer report" clean ext 0
