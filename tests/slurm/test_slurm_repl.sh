@@ -97,18 +97,9 @@ jobs_started="$rid $kid $xid $fid"
 # 2. ps/1 of "kill" (rank 1: its ps-server, found by the job's checkpoint
 # directory on its command line and its rank in its environment) killed -9
 # once the chief trains
-rank_pid() { # CKPT PROCID: the pid of the job's ps-server of that rank
-  local p
-  for p in $(pgrep -x ps-server); do
-    { tr '\0' '\n' < "/proc/$p/cmdline"; } 2> /dev/null | grep -x "$1" > /dev/null || continue
-    { tr '\0' '\n' < "/proc/$p/environ"; } 2> /dev/null | grep -x "SLURM_PROCID=$2" > /dev/null || continue
-    echo "$p"
-    return 0
-  done
-  return 1
-}
+source "$here/slurm_jobs.sh" # rank_pid
 killed=""
-if wait_for "$dir/kill.out" "worker/0: .*step [0-9]+ loss" 120 && killed=$(rank_pid "$dir/ck-kill" 1); then
+if wait_for "$dir/kill.out" "worker/0: .*step [0-9]+ loss" 120 && killed=$(rank_pid ps-server "$dir/ck-kill" 1); then
   kill -KILL "$killed"
   kill_step=$(sed -n 's/.*worker\/0: .*step \([0-9]*\) loss.*/\1/p' "$dir/kill.out" | tail -1)
   ok "kill: ps/1's ps-server (pid $killed) killed -9 while the chief trains (at step $kill_step)"
