@@ -2,7 +2,7 @@
 # deploy/slurm/paramserver.sbatch with REPLICAS=2 on a real local Slurm
 # (slurm_local.sh: munged, slurmctld, slurmd for n9, n10, n11): 3 ps and
 # 2 workers per job.  Root only, as deploy_slurm; without root, the Slurm
-# and munge packages or etcd it skips (exit 77).  Three jobs at once:
+# and munge packages or etcd it skips (exit 77).  Four jobs at once:
 #  1. "repl": the template starts etcd on the batch host; the job trains
 #     to --steps and ends COMPLETED 0 with its checkpoint, every ps ran
 #     with --replicas 2 (each logs the view), and after the job the etcd
