@@ -195,16 +195,7 @@ bid=$(secure=$dir/bad submit badcert "$dir/ck5b" "${W[@]}" --steps 300)
 # --sync one
 kid=$(submit killw "$dir/ck10" "${W[@]}" --steps 10000 --save-every-secs 1000)
 yid=$(submit killsync "$dir/ck10s" "${W[@]}" --sync --steps 100000000 --save-every-secs 1000)
-rank_pid() { # CKPT PROCID: the pid of the job's ps-worker of that rank
-  local p
-  for p in $(pgrep -x ps-worker); do
-    { tr '\0' '\n' < "/proc/$p/cmdline"; } 2> /dev/null | grep -x "$1" > /dev/null || continue
-    { tr '\0' '\n' < "/proc/$p/environ"; } 2> /dev/null | grep -x "SLURM_PROCID=$2" > /dev/null || continue
-    echo "$p"
-    return 0
-  done
-  return 1
-}
+source "$here/slurm_jobs.sh" # rank_pid
 # kill_worker1 NAME CKPT [hold]: kills -9 the ps-worker of rank 3 once it
 # trains. With "hold", the chief (rank 2) is stopped from its "cluster
 # ready" until then: asynchronous, it could otherwise reach --steps before
@@ -213,10 +204,10 @@ kill_worker1() {
   local c="" w rc=1
   if [ "${3:-}" = hold ]; then
     wait_for "$dir/$1.out" "worker/0: .*cluster ready" 120 || return 1
-    c=$(rank_pid "$2" 2) || return 1
+    c=$(rank_pid ps-worker "$2" 2) || return 1
     kill -STOP "$c"
   fi
-  wait_for "$dir/$1.out" "worker/1: .*step [0-9]+ loss" 120 && w=$(rank_pid "$2" 3) \
+  wait_for "$dir/$1.out" "worker/1: .*step [0-9]+ loss" 120 && w=$(rank_pid ps-worker "$2" 3) \
     && kill -KILL "$w" && rc=0
   [ -z "$c" ] || kill -CONT "$c"
   return $rc
