@@ -459,6 +459,7 @@ void *ps_member_worker(void *arg) {
       if (m->addrs[t] &&
           ps_member_check(m->addrs[t], m->sec, CHECK_DEADLINE_MS, NULL, 0) == 1) {
         PS_INFO("ps/%d answers its Health/Check: not removed", t);
+        ps_member_end_detection(m);
         continue;
       }
       if (ps_member_transition(m, PS_MEMBER_REMOVE, t, -1) != 0) {

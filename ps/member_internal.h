@@ -54,6 +54,9 @@ int64_t ps_member_now_ns(void);
 int ps_member_check(const char *addr, const ps_rpc_channel_security *sec, int deadline_ms,
                     char *why, size_t why_n);
 void ps_member_mark_dead(ps_member *m, int task, const char *why);
+/* The failure detected last led to no view change of this ps: the next
+ * failover is timed from its own detection. */
+void ps_member_end_detection(ps_member *m);
 void ps_member_fence(ps_member *m, const char *reason);
 void *ps_member_worker(void *arg);
 void *ps_member_prober(void *arg);

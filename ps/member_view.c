@@ -139,6 +139,12 @@ static void apply_view(ps_member *m, const ps_view *v) {
   ps_view_free(&old);
 }
 
+void ps_member_end_detection(ps_member *m) {
+  pthread_mutex_lock(&m->mu);
+  m->detect_ns = 0;
+  pthread_mutex_unlock(&m->mu);
+}
+
 void ps_member_refresh(ps_member *m) {
   ps_view v = {0};
   bool have;
@@ -200,6 +206,8 @@ int ps_member_transition(ps_member *m, int kind, int task, int shard) {
       return -1;
     }
     if (!changed) { /* already in (another ps won) */
+      /* a removal another ps made (or a leave): the detection is over */
+      if (kind == PS_MEMBER_REMOVE) ps_member_end_detection(m);
       apply_view(m, &v);
       ps_view_free(&v);
       ps_view_free(&out);

@@ -243,5 +243,20 @@ else
   bad "a job that stops: its last replicas leave at INFO, no ERROR" \
     "$(grep -h -e ERROR -e ends "$dir/tok0.log" "$dir/tok1.log")"
 fi
+# a client with a short deadline (psctl --timeout-ms 1000, as the chief's
+# 2 s heartbeat client) still reads the view when etcd answers late: the
+# view's etcd calls get at least 10 s (etcd stopped for 2.5 s; the ps are
+# gone, so status then fails on them, not on etcd)
+kill -STOP "$ETCD_PID"
+(sleep 2.5; kill -CONT "$ETCD_PID") &
+cont=$!
+slow=$(PS_AUTH_TOKEN=atok-1234567890abcdef "$PSCTL" --cluster "$dir/tok.json" --timeout-ms 1000 \
+  --etcd "$ETCD_ENDPOINTS" --repl-job fot --replicas 2 status 2>&1)
+wait "$cont"; kill -CONT "$ETCD_PID" 2> /dev/null
+if grep -q "view epoch" <<< "$slow" && ! grep -qi "etcd.*deadline" <<< "$slow"; then
+  ok "a short client deadline: the view is read from an etcd that answers after 2.5 s"
+else
+  bad "a short client deadline: the view is read from an etcd that answers after 2.5 s" "$slow"
+fi
 etcd_stop
 finish

@@ -21,6 +21,8 @@
 #include "common/log.h"
 #include "common/view.h"
 
+#define VIEW_ETCD_MIN_MS 10000
+
 struct ps_cl_view {
   pthread_mutex_t mu;
   pthread_cond_t moved; /* the view's epoch went up */
@@ -162,7 +164,12 @@ int ps_cl_view_start_(ps_client *c, const ps_cluster *cluster, ps_status *st) {
   snprintf(w->key, sizeof w->key, "/paramserver/%s/view", job);
   w->ntasks = c->nps;
   c->view = w;
+  /* the view's etcd calls: the control deadline, but never below
+   * VIEW_ETCD_MIN_MS (a client made with a short deadline, as the chief's
+   * heartbeat client of 2 s, failed a whole job on one slow etcd answer
+   * under load), and never past the stall bound */
   int64_t tmo = c->opt.control_timeout_ms > 0 ? c->opt.control_timeout_ms : 30000;
+  if (tmo < VIEW_ETCD_MIN_MS) tmo = VIEW_ETCD_MIN_MS;
   if (c->opt.rpc_timeout_ms > 0 && c->opt.rpc_timeout_ms < tmo)
     tmo = c->opt.rpc_timeout_ms;
   if ((w->etcd = ps_etcd_connect(etcd, tmo, st)) == NULL) return st->code;
