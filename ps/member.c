@@ -34,9 +34,10 @@ static void sleep_ms(int ms) {
 /* One Health/Check of @addr on a fresh channel (a restarted peer must not
  * meet the old channel's reconnect backoff): 1 SERVING, 0 answered but
  * not serving, -1 refused (the connection itself: nothing listens there),
- * -2 no answer in time, -3 any other failure (a TLS handshake or a token
- * refused: a misconfiguration on one side, no proof that the peer is
- * gone; @why, if not NULL, gets the error). */
+ * -2 no answer in time or another failure that proves nothing (a peer
+ * shutting down, a reset), -3 a TLS handshake or a token refused (a
+ * misconfiguration on one side, no proof that the peer is gone; @why, if
+ * not NULL, gets the error). */
 static int health_answer(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
                          ps_status *st) {
   (void)sink;
@@ -66,6 +67,11 @@ int ps_member_check(const char *addr, const ps_rpc_channel_security *sec, int de
   if (call.st.code == PS_DEADLINE_EXCEEDED) return -2;
   if (call.st.code == PS_UNAVAILABLE && strstr(call.st.msg, "Connection refused"))
     return -1;
+  bool misconf = call.st.code == PS_UNAUTHENTICATED ||
+                 call.st.code == PS_PERMISSION_DENIED ||
+                 strstr(call.st.msg, "andshake") || strstr(call.st.msg, "certificate") ||
+                 strstr(call.st.msg, "SSL") || strstr(call.st.msg, "ssl");
+  if (!misconf) return -2; /* shutting down, a reset...: no proof either way */
   if (why && why_n)
     snprintf(why, why_n, "%s: %s", ps_status_code_name(call.st.code), call.st.msg);
   return -3;
