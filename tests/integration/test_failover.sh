@@ -17,6 +17,7 @@
 set -u
 source "$(dirname "$0")/../support/lib.sh"
 source "$(dirname "$0")/../support/etcd.sh"
+source "$(dirname "$0")/../support/repl.sh"
 test_init failover
 
 TTL=2
@@ -78,19 +79,7 @@ ok "3 ps-server --replicas 2 start and join the view"
 
 st_() { "$PSCTL" --cluster "$dir/repl.json" --etcd "$ETCD_ENDPOINTS" --repl-job fo \
   --replicas 2 --timeout-ms 5000 "$@"; }
-# wait_status REGEX...: until psctl status matches every REGEX (20 s)
-wait_status() {
-  local i r ok_
-  for ((i = 0; i < 200; i++)); do
-    out=$(st_ status 2>&1)
-    ok_=1
-    for r in "$@"; do grep -qE -- "$r" <<< "$out" || ok_=0; done
-    [ "$ok_" = 1 ] && return 0
-    sleep 0.1
-  done
-  return 1
-}
-if wait_status '^shard 0: ps/0 primary.*ps/1 backup' '^shard 1: ps/1 primary.*ps/2 backup' \
+if repl_wait_status '^shard 0: ps/0 primary.*ps/1 backup' '^shard 1: ps/1 primary.*ps/2 backup' \
   '^shard 2: ps/2 primary.*ps/0 backup'; then
   ok "every shard on its placement, primary and backup"
 else
@@ -118,7 +107,7 @@ if [ -n "$first" ]; then
 else
   bad "kill -9 of the primary: updates go on" "$(tail "$dir/client.out" "$dir/client.log" "$dir"/ps1.log)"
 fi
-if wait_status '^shard 0: ps/1 primary \(since epoch'; then
+if repl_wait_status '^shard 0: ps/1 primary \(since epoch'; then
   ok "ps/1 is shard 0's primary in a new epoch"
 else
   bad "ps/1 is shard 0's primary in a new epoch" "$out"
@@ -141,7 +130,7 @@ fi
 # ---- 3. the killed ps rejoins ----
 start_one 0
 wait_for "$dir/ps0.out" "ready on" 30 || bad "ps/0 restarts" "$(tail "$dir/ps0.log")"
-if wait_status '^shard 0: ps/1 primary.*ps/0 backup' '^shard 2: ps/2 primary.*ps/0 backup'; then
+if repl_wait_status '^shard 0: ps/1 primary.*ps/0 backup' '^shard 2: ps/2 primary.*ps/0 backup'; then
   ok "the restarted ps/0 rejoins and is in sync"
 else
   bad "the restarted ps/0 rejoins and is in sync" "$out"
@@ -168,7 +157,7 @@ fi
 
 # ---- 4. SIGSTOP of a primary past its lease: fenced, exit 75 ----
 kill -STOP "${P[2]}"
-if wait_status '^shard 2: ps/0 primary'; then
+if repl_wait_status '^shard 2: ps/0 primary'; then
   ok "SIGSTOP of ps/2: ps/0 becomes shard 2's primary after the lease TTL"
 else
   bad "SIGSTOP of ps/2: ps/0 becomes shard 2's primary" "$out"
@@ -184,7 +173,7 @@ fi
 
 # ---- 5. a lost shard ----
 # shard 2 now lives on ps/0 alone (ps/2 is gone): kill it too
-wait_status '^shard 2: ps/0 primary' > /dev/null
+repl_wait_status '^shard 2: ps/0 primary' > /dev/null
 kill -KILL "${P[0]}"; wait "${P[0]}" 2> /dev/null
 if wait_for "$dir/ps1.log" "shard 2 is lost \(its replicas ps/0 are gone\): restore from the latest checkpoint" 20; then
   ok "a lost shard: ERROR naming it and its replicas"
