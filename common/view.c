@@ -505,27 +505,28 @@ static void add_in(ps_view *w, int task, const char *const *hosts) {
   }
 }
 
-int ps_view_remove_task(const ps_view *v, int task, ps_view *out, bool *changed,
-                        int *lost, ps_status *st) {
+/* remove_task and leave: @task out of every shard; a leave also clears
+ * its joined flag. */
+static int remove_or_leave(const ps_view *v, int task, bool leave, ps_view *out,
+                           bool *changed, int *lost, ps_status *st) {
   ps_view w;
   int rc = begin(v, task, &w, st);
   if (rc != 0) return rc;
   int n = remove_in(&w, task, v->epoch + 1);
+  if (leave) w.joined[task] = false;
   if (lost) *lost = n;
   finish(v, &w, out, changed);
   return 0;
 }
 
+int ps_view_remove_task(const ps_view *v, int task, ps_view *out, bool *changed,
+                        int *lost, ps_status *st) {
+  return remove_or_leave(v, task, false, out, changed, lost, st);
+}
+
 int ps_view_leave(const ps_view *v, int task, ps_view *out, bool *changed, int *lost,
                   ps_status *st) {
-  ps_view w;
-  int rc = begin(v, task, &w, st);
-  if (rc != 0) return rc;
-  int n = remove_in(&w, task, v->epoch + 1);
-  w.joined[task] = false;
-  if (lost) *lost = n;
-  finish(v, &w, out, changed);
-  return 0;
+  return remove_or_leave(v, task, true, out, changed, lost, st);
 }
 
 int ps_view_drop_backup(const ps_view *v, int s, int task, ps_view *out, bool *changed,
