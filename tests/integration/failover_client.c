@@ -13,6 +13,7 @@
 
 #include "paramserver/client.h"
 #include "paramserver/tensor.h"
+#include "repl_client_argv.h"
 
 static long long now_ms(void) {
   struct timespec ts;
@@ -47,16 +48,8 @@ int main(int argc, char **argv) {
   ps_status_clear(&st);
   int rc = 1, shard = atoi(argv[4]);
   const char *name = argv[5];
-  ps_cluster *cl = ps_cluster_load_file(argv[1], &st);
-  ps_client *c = NULL;
-  if (cl) {
-    ps_client_options o;
-    ps_client_options_default(&o);
-    o.etcd = argv[2];
-    o.repl_job = argv[3];
-    o.replicas = 2;
-    c = ps_client_create(cl, "ps", &o, &st);
-  }
+  ps_cluster *cl;
+  ps_client *c = repl_client_from_argv(argv, &cl, &st);
   ps_var_spec spec = {.name = name, .dtype = PS_DT_FLOAT};
   if (c && ps_client_create_vars(c, shard, &spec, 1, &st) == 0 &&
       update(c, shard, name, PS_ASSIGN, 0.0f, &st) == 0) {

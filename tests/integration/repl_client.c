@@ -10,6 +10,7 @@
 
 #include "paramserver/client.h"
 #include "paramserver/tensor.h"
+#include "repl_client_argv.h"
 
 int main(int argc, char **argv) {
   if (argc != 7) {
@@ -21,16 +22,8 @@ int main(int argc, char **argv) {
   ps_status st;
   ps_status_clear(&st);
   int rc = 1;
-  ps_cluster *cl = ps_cluster_load_file(argv[1], &st);
-  ps_client *c = NULL;
-  if (cl) {
-    ps_client_options o;
-    ps_client_options_default(&o);
-    o.etcd = argv[2];
-    o.repl_job = argv[3];
-    o.replicas = 2;
-    c = ps_client_create(cl, "ps", &o, &st);
-  }
+  ps_cluster *cl;
+  ps_client *c = repl_client_from_argv(argv, &cl, &st);
   if (c) {
     int shard = atoi(argv[5]);
     if (!strcmp(argv[4], "update")) {
