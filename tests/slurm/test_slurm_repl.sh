@@ -189,6 +189,12 @@ clean() { # NAME N: N ranks ended otherwise (their lines shown if not)
   [ "$(grep -c "^paramserver.sbatch: rank [0-9]* (" "$f")" = "$2" ] \
     && ! grep -qE "ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:" "$f" && return 0
   grep -E "^paramserver.sbatch: rank [0-9]* \(|ERROR: (Address|Leak)Sanitizer|runtime error:" "$f" | sed 's/^/    /'
+  # and what each such task said last (its warnings and errors)
+  local t
+  for t in $(sed -n 's/^paramserver.sbatch: rank [0-9]* (\([a-z]*\/[0-9]*\)).*/\1/p' "$f" | sort -u); do
+    echo "    $t, its last warnings and errors:"
+    grep -E "(WARN|ERROR) $t: |^ps-(worker|server): " "$f" | tail -15 | sed 's/^/      /'
+  done
   return 1
 }
 check "repl: no rank ended otherwise than with 0; no sanitizer report" clean repl 0
