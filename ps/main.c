@@ -70,6 +70,9 @@ static const char usage[] =
     "  --etcd ENDPOINTS         etcd HOST:PORT[,HOST:PORT...] holding the view\n"
     "  --repl-job NAME          etcd key prefix /paramserver/NAME/ (default default)\n"
     "  --lease-ttl SECS         a dead ps is noticed within SECS (default 2)\n"
+    "  --no-repl-link           send the replicas' updates as Replicate calls, not\n"
+    "                           over a TCP link of their own (on a port the kernel\n"
+    "                           picks, on --bind's host; never with TLS)\n"
     "  --help                   this text\n"
     "  --version                print the version\n"
     "\n"
@@ -311,6 +314,7 @@ typedef struct server_args {
   int replicas;      /* -1: not given */
   const char *etcd, *repl_job;
   int64_t lease_ttl; /* -1: not given */
+  bool no_repl_link;
 } server_args;
 
 static const struct option opts[] = {
@@ -343,6 +347,7 @@ static const struct option opts[] = {
     {"etcd", required_argument, NULL, 3001},
     {"repl-job", required_argument, NULL, 3002},
     {"lease-ttl", required_argument, NULL, 3003},
+    {"no-repl-link", no_argument, NULL, 3004},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, 'V'},
     {NULL, 0, NULL, 0}};
@@ -492,6 +497,9 @@ static int other_option(server_args *a, int o, bool *exit_now) {
               PS_REPL_MAX_LEASE_TTL_S, optarg);
       return 2;
     }
+    break;
+  case 3004:
+    a->no_repl_link = true;
     break;
   case 'l':
     if (ps_log_level_option("ps-server", optarg) != 0) return 2;
@@ -732,7 +740,8 @@ bad:
  * service before the server starts.  0, or -1 after logging why. */
 static int replication_create(daemon_state *d, const ps_repl_conf *conf,
                               const ps_cluster *cluster, int self, const char *addr,
-                              const ps_rpc_channel_security *sec) {
+                              const ps_rpc_channel_security *sec, const char *bind,
+                              bool link) {
   ps_status st;
   ps_status_clear(&st);
   char **hosts = NULL;
@@ -759,6 +768,10 @@ static int replication_create(daemon_state *d, const ps_repl_conf *conf,
   d->repl = ps_repl_create(d->svc, self, n, addrs, sec, &cb, &st);
   if (d->repl == NULL) {
     PS_ERROR("%s", st.msg);
+    goto out;
+  }
+  if (link && ps_repl_link_start(d->repl, bind, &st) != 0) {
+    PS_ERROR("%s (--no-repl-link goes without)", st.msg);
     goto out;
   }
   ps_service_set_repl(d->svc, d->repl);
@@ -952,8 +965,8 @@ int main(int argc, char **argv) {
   snprintf(real_addr, sizeof real_addr, "%s:%d", host, ps_rpc_server_port(srv));
   ps_service_set_address(svc, real_addr);
   atomic_store(&metrics.srv, srv);
-  if (rconf.replicas >= 2 &&
-      replication_create(&d, &rconf, cluster, self.task, addr, &rsec.sec) != 0)
+  if (rconf.replicas >= 2 && replication_create(&d, &rconf, cluster, self.task, addr,
+                                                &rsec.sec, a.bind, !a.no_repl_link) != 0)
     goto out;
   ps_server_metrics_set_repl(&metrics, d.repl);
   d.metrics = &metrics;

@@ -71,6 +71,7 @@ ps_repl *ps_repl_create(struct ps_service *svc, int self, int ntasks,
   r->store = svc->store;
   r->self = self;
   r->ntasks = ntasks;
+  r->link_fd = -1;
   if (cb) r->cb = *cb;
   if ((r->addrs = calloc((size_t)ntasks, sizeof *r->addrs)) == NULL) goto oom;
   for (int i = 0; i < ntasks; i++)
@@ -142,6 +143,7 @@ void ps_repl_destroy(ps_repl *r) {
   r->stopping = true;
   pthread_mutex_unlock(&r->mu);
   fail_all_waits(r, PS_UNAVAILABLE, msg);
+  ps_repl_link_stop(r);
   ps_repl_senders_join(r);
   view_free(&r->view);
   for (int i = 0; i < r->ntasks; i++)
@@ -497,6 +499,9 @@ int ps_repl_commit(ps_repl *r, ps_repl_group *g, ps_repl_done_fn fn, void *arg,
   }
   /* each backup task of any shard in the group, once */
   uint64_t seen[PS_VIEW_MAX_TASKS / 64] = {0}; /* backup tasks served */
+  ps_repl_sender *quick[4]; /* idle senders with a link: sent on this thread */
+  size_t nquick = 0;
+  bool slow = false;
   for (size_t i = 0; i < g->n && rc == 0; i++) {
     int s = g->e[i].shard;
     if (role_in(&r->view, s, r->self) != 0) continue;
@@ -509,6 +514,7 @@ int ps_repl_commit(ps_repl *r, ps_repl_group *g, ps_repl_done_fn fn, void *arg,
         rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "replication: out of memory");
         break;
       }
+      bool idle = snd->head == NULL && snd->inflight == NULL;
       ps_repl_entry *last = NULL;
       bool waited = false;
       for (size_t j = 0; j < g->n; j++) {
@@ -539,7 +545,22 @@ int ps_repl_commit(ps_repl *r, ps_repl_group *g, ps_repl_done_fn fn, void *arg,
         w->pending++;
       }
 #endif
+      if (last && idle && waited && nquick < 4 && ps_repl_sender_inline_ok(snd))
+        quick[nquick++] = snd;
+      else if (last)
+        slow = true;
     }
+  }
+  /* every backup idle and linked: one round trip on this thread, without
+   * the hand-over to the sender threads and back (DESIGN.md "The
+   * replication link") */
+  if (rc == 0 && !slow && nquick > 0 && w->pending > 0 &&
+      ps_repl_send_inline(r, quick, nquick, w)) {
+    w->pending = 0;
+    pthread_mutex_unlock(&r->mu);
+    free(w);
+    ps_repl_group_fini(g);
+    return 0;
   }
 out:
   if (rc == 0 && w->pending > 0) rc = PS_RPC_PENDING;

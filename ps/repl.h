@@ -53,6 +53,15 @@ void ps_repl_destroy(ps_repl *r);
  * is newly SYNCING, drops what it held of the shard before the copy
  * arrives.  Views with an epoch not above the current one are ignored. */
 void ps_repl_set_view(ps_repl *r, const ps_view *v);
+
+/* The replication link (DESIGN.md "The replication link"): batches to and
+ * from the other replicas over a plain TCP connection of their own, not
+ * as Replicate calls.  Listens on @bind_host (NULL: every interface), on
+ * a port the kernel picks, which a primary learns from a Replicate call
+ * (the replica role's token, when tokens are required), with a key it
+ * presents on connecting.  Not with TLS (the link is not encrypted): then
+ * and without this call, batches go as Replicate calls. */
+int ps_repl_link_start(ps_repl *r, const char *bind_host, ps_status *st);
 int64_t ps_repl_epoch(const ps_repl *r);
 
 /* Cut off (its lease is gone, or a view names another primary of a shard

@@ -15,13 +15,12 @@
 #include "repl_internal.h"
 #include "service_internal.h"
 
-typedef struct rep_ctx {
+struct ps_repl_batch {
   Paramserver__ReplicateRequest *req;
   ps_buf **val, **idx; /* per entry */
-} rep_ctx;
+};
 
-static void rep_free(ps_rpc_call *c) {
-  rep_ctx *x = ps_rpc_call_ctx(c);
+void ps_repl_batch_free(ps_repl_batch *x) {
   if (x == NULL) return;
   for (size_t i = 0; x->req && i < x->req->n_entries; i++) {
     if (x->val) ps_buf_unref(x->val[i]);
@@ -31,6 +30,14 @@ static void rep_free(ps_rpc_call *c) {
   free(x->idx);
   if (x->req) paramserver__replicate_request__free_unpacked(x->req, NULL);
   free(x);
+}
+
+static void rep_free(ps_rpc_call *c) {
+  ps_repl_batch_free(ps_rpc_call_ctx(c));
+}
+
+const ProtobufCBinaryData *ps_repl_batch_inline(const ps_repl_batch *x) {
+  return &x->req->inline_data;
 }
 
 /* Entry @e's bulk sizes against its kind, dtype and shape. */
@@ -86,14 +93,15 @@ static int check_entry(ps_service *s, const Paramserver__ReplicateEntry *e, size
   return 0;
 }
 
-static int rep_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *st) {
-  ps_service *s = ps_svc_of_(c);
+int ps_repl_batch_decode(ps_service *s, const uint8_t *p, size_t n, ps_repl_batch **out,
+                         ps_rpc_segs *sink, ps_status *st) {
+  *out = NULL;
   int rc = ps_wire_check_strings(&paramserver__replicate_request__descriptor, p, n,
                                  "Replicate", st);
   if (rc != 0) return rc;
-  rep_ctx *x = calloc(1, sizeof *x);
+  ps_repl_batch *x = calloc(1, sizeof *x);
   if (x == NULL) return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
-  ps_rpc_call_set_ctx(c, x);
+  *out = x;
   if ((x->req = paramserver__replicate_request__unpack(NULL, n, p)) == NULL)
     return ps_svc_bad_request_(st, "Replicate");
   size_t ne = x->req->n_entries;
@@ -101,7 +109,6 @@ static int rep_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *st)
   x->idx = calloc(ne + 1, sizeof *x->idx);
   if (x->val == NULL || x->idx == NULL)
     return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
-  ps_rpc_segs sink = {0};
   size_t staged = 0;
   for (size_t i = 0; i < ne && rc == 0; i++) {
     Paramserver__ReplicateEntry *e = x->req->entries[i];
@@ -110,14 +117,26 @@ static int rep_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *st)
         ((rc = ps_svc_add_staged_(s, &staged, (size_t)e->index_bytes, "Replicate", st)) !=
              0 ||
          (x->idx[i] = ps_buf_create((size_t)e->index_bytes, false)) == NULL ||
-         ps_rpc_segs_add(&sink, x->idx[i]->data, x->idx[i]->size, NULL) != 0))
+         ps_rpc_segs_add(sink, x->idx[i]->data, x->idx[i]->size, NULL) != 0))
       rc = rc ? rc : ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Replicate: out of memory");
     if (rc == 0 && e->value_bytes &&
         ((rc = ps_svc_add_staged_(s, &staged, (size_t)e->value_bytes, "Replicate", st)) !=
              0 ||
          (x->val[i] = ps_buf_create((size_t)e->value_bytes, false)) == NULL ||
-         ps_rpc_segs_add(&sink, x->val[i]->data, x->val[i]->size, NULL) != 0))
+         ps_rpc_segs_add(sink, x->val[i]->data, x->val[i]->size, NULL) != 0))
       rc = rc ? rc : ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Replicate: out of memory");
+  }
+  return rc;
+}
+
+static int rep_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *st) {
+  ps_repl_batch *x = NULL;
+  ps_rpc_segs sink = {0};
+  int rc = ps_repl_batch_decode(ps_svc_of_(c), p, n, &x, &sink, st);
+  ps_rpc_call_set_ctx(c, x);
+  if (x == NULL || x->req == NULL) {
+    ps_rpc_segs_fini(&sink);
+    return rc;
   }
   return ps_svc_expect_(c, rc, &x->req->inline_data, &sink, "Replicate", "entries", st);
 }
@@ -273,9 +292,8 @@ static bool in_sync_for(ps_repl *r, int sh) {
   return in;
 }
 
-static int rep_data(ps_rpc_call *c, ps_status *st) {
-  ps_service *s = ps_svc_of_(c);
-  rep_ctx *x = ps_rpc_call_ctx(c);
+int ps_repl_batch_apply(ps_service *s, ps_repl_batch *x, int64_t *applied,
+                        int64_t *epochp, ps_status *st) {
   ps_repl *r = s->repl;
   if (r == NULL) /* (the request was decoded and checked all the same) */
     return ps_status_set(st, PS_FAILED_PRECONDITION,
@@ -341,11 +359,18 @@ static int rep_data(ps_rpc_call *c, ps_status *st) {
     Paramserver__ReplicateEntry *e = x->req->entries[i];
     r->shard_applied[e->shard] += e->value_bytes + e->index_bytes; /* checked */
   }
-  int64_t epoch = r->view.epoch;
+  *epochp = r->view.epoch;
   pthread_mutex_unlock(&r->mu);
+  *applied = (int64_t)x->req->n_entries;
+  return 0;
+}
+
+static int rep_data(ps_rpc_call *c, ps_status *st) {
+  ps_service *s = ps_svc_of_(c);
   Paramserver__ReplicateResponse resp = PARAMSERVER__REPLICATE_RESPONSE__INIT;
-  resp.epoch = epoch;
-  resp.applied = (int64_t)x->req->n_entries;
+  int rc = ps_repl_batch_apply(s, ps_rpc_call_ctx(c), &resp.applied, &resp.epoch, st);
+  if (rc != 0) return rc;
+  ps_repl_link_offer(s->repl, ((ps_repl_batch *)ps_rpc_call_ctx(c))->req, &resp);
   ps_rpc_call_reply(c, &resp.base);
   return 0;
 }

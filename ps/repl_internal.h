@@ -110,7 +110,15 @@ typedef struct ps_repl_sender {
   int *copy_shards; /* shards to copy (SYNCING), FIFO */
   size_t ncopy, capcopy;
   int64_t copied_bytes;
+  /* the sender thread's own: the link to the backup (repl_link.c) */
+  int link_fd;           /* -1: none (batches go as Replicate calls) */
+  int64_t link_retry_ns; /* when to ask for a link again (monotonic) */
+  /* a request's thread sends its batch over the link itself (under
+   * r->mu): the sender thread waits, and does not end, meanwhile */
+  bool inline_busy;
 } ps_repl_sender;
+
+typedef struct ps_link_conn ps_link_conn;
 
 typedef struct ps_dedup_client {
   uint64_t id;
@@ -145,6 +153,14 @@ struct ps_repl {
    * (a stale primary's VALUE never lands on top of the new primary's
    * updates).  Taken before variable locks and r->mu. */
   pthread_rwlock_t apply_rw;
+  /* the replication link's listener (repl_link.c; -1: none) and its
+   * connections (under mu) */
+  int link_fd, link_port;
+  uint8_t link_key[32];
+  pthread_t link_th;
+  ps_link_conn *link_conns;
+  int nlink_conns;
+  bool link_asked; /* primaries may ask for the link (ps_repl_link_start) */
   /* dedup records */
   pthread_mutex_t dmu;
   ps_dedup_client *clients;
@@ -216,6 +232,67 @@ struct Paramserver__ShardStatus;
 void ps_repl_status(ps_repl *r, struct Paramserver__StatusResponse *resp);
 void ps_repl_status_free(struct Paramserver__StatusResponse *resp);
 
+/* ---- repl_apply.c: one batch on the backup, from a Replicate call or
+ * the link ---- */
+typedef struct ps_repl_batch ps_repl_batch;
+struct Paramserver__ReplicateRequest;
+struct Paramserver__ReplicateResponse;
+/* Decodes a packed ReplicateRequest and checks its entries against the
+ * limits: *@out (freed by ps_repl_batch_free, also on error) gets the
+ * batch, @sink the buffers its bulk bytes go into, in order. */
+int ps_repl_batch_decode(struct ps_service *s, const uint8_t *p, size_t n,
+                         ps_repl_batch **out, ps_rpc_segs *sink, ps_status *st);
+/* Fencing, then the entries applied in order: *@applied, *@epoch (the
+ * view's). */
+int ps_repl_batch_apply(struct ps_service *s, ps_repl_batch *b, int64_t *applied,
+                        int64_t *epoch, ps_status *st);
+void ps_repl_batch_free(ps_repl_batch *b);
+/* The batch's inline_data (bulk bytes inside the message). */
+const ProtobufCBinaryData *ps_repl_batch_inline(const ps_repl_batch *b);
+
+/* ---- repl_link.c: batches over a plain TCP connection ---- */
+
+/* Frames: a 24-byte header (magic "PSRL", kind, meta bytes, data bytes,
+ * little-endian), then meta, then data.  HELLO (primary): meta = its task
+ * (u32) and the backup's link key; BATCH: meta = a packed ReplicateRequest,
+ * data = its entries' bulk bytes; ACK (backup, to each): meta = code (u32),
+ * entries applied (i64), view epoch (i64), message. */
+#define PS_LINK_HDR 24
+#define PS_LINK_HELLO 1u
+#define PS_LINK_BATCH 2u
+#define PS_LINK_ACK 3u
+#define PS_LINK_ACK_MAX (20 + 255)
+typedef struct ps_link_hdr {
+  uint32_t kind;
+  uint64_t meta, data;
+} ps_link_hdr;
+void ps_link_put_hdr(uint8_t *b, uint32_t kind, uint64_t meta, uint64_t data);
+/* A header of kind @kind with meta <= @max_meta and data <= @max_data. */
+int ps_link_get_hdr(const uint8_t *b, uint32_t kind, uint64_t max_meta, uint64_t max_data,
+                    ps_link_hdr *h, ps_status *st);
+/* ACK meta into @b (PS_LINK_ACK_MAX bytes); returns its length. */
+size_t ps_link_put_ack(uint8_t *b, int code, int64_t applied, int64_t epoch,
+                       const char *msg);
+/* Decodes ACK meta: 0 and *@res (the backup's code and text), or an error. */
+int ps_link_get_ack(const uint8_t *p, size_t n, int64_t *applied, ps_status *res,
+                    ps_status *st);
+
+/* Backup: fills the link's port and key into @resp when @req asks for it. */
+void ps_repl_link_offer(ps_repl *r, const struct Paramserver__ReplicateRequest *req,
+                        struct Paramserver__ReplicateResponse *resp);
+/* Backup: stops the listener and every connection (in ps_repl_destroy). */
+void ps_repl_link_stop(ps_repl *r);
+/* Primary, on sender @snd's thread: asks backup @snd->task for its link
+ * and connects; 0, or an error (batches then go as Replicate calls). */
+int ps_repl_link_open(ps_repl_sender *snd, int64_t epoch, ps_status *st);
+/* Primary: one batch over the link (@req packed, @segs its bulk bytes);
+ * 0 and *@applied, the backup's error, or UNAVAILABLE when the link broke
+ * (it is closed). */
+int ps_repl_link_send(ps_repl_sender *snd,
+                      const struct Paramserver__ReplicateRequest *req,
+                      const ps_rpc_segs *segs, int64_t *applied, ps_status *st);
+void ps_repl_link_close(ps_repl_sender *snd);
+
 /* ---- repl_send.c ---- */
 
 /* The sender of backup @task (under r->mu), created and started if new. */
@@ -232,6 +309,16 @@ void ps_repl_sender_drop(ps_repl_sender *snd, int (*keep)(ps_repl *, int, int),
                          ps_repl_wait ***done, size_t *ndone, size_t *cap);
 /* Asks @snd to copy shard @s (under r->mu). */
 void ps_repl_sender_copy(ps_repl_sender *snd, int s);
+/* Whether the group just pushed to @snd (its whole FIFO, none in flight)
+ * may go over the link on the request's own thread (under r->mu). */
+bool ps_repl_sender_inline_ok(const ps_repl_sender *snd);
+/* Sends the FIFOs of @snds (each ps_repl_sender_inline_ok) over their
+ * links on this thread: under r->mu, which it releases meanwhile.  True
+ * when it brought @w's count to 0 (the update is acknowledged: @w is not
+ * called, the caller frees it); false when @w is still to be called
+ * (what failed is left in flight for the sender threads). */
+bool ps_repl_send_inline(ps_repl *r, ps_repl_sender *const *snds, size_t n,
+                         const ps_repl_wait *w);
 /* Joins every sender's thread and frees them (r->stopping set). */
 void ps_repl_senders_join(ps_repl *r);
 /* Joins and frees the retired senders whose thread ended (no lock held). */

@@ -23,6 +23,12 @@
 #include "repl_internal.h"
 
 #define RETRY_BEHIND_MS 20
+
+static int64_t mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
 #define RETRY_BEHIND_MAX 250 /* 5 s for the backup's view to catch up */
 
 static void *sender_main(void *arg);
@@ -35,6 +41,7 @@ ps_repl_sender *ps_repl_sender_get(ps_repl *r, int task) {
   if (s == NULL) return NULL;
   s->r = r;
   s->task = task;
+  s->link_fd = -1;
   if ((s->caught_up = calloc((size_t)r->ntasks + 1, sizeof *s->caught_up)) == NULL) {
     free(s);
     return NULL;
@@ -209,6 +216,22 @@ static int send_batch(ps_repl_sender *snd, ps_repl_entry *batch, int64_t epoch,
     rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Replicate: cannot open a channel");
     goto out;
   }
+  /* the replication link when there is one (repl_link.c) */
+  if (snd->link_fd < 0 && r->link_asked && mono_ns() >= snd->link_retry_ns) {
+    ps_status ls;
+    int lrc = ps_repl_link_open(snd, epoch, &ls);
+    if (lrc != 0) {
+      /* a backup without a link (--no-repl-link) is asked again only now and then */
+      snd->link_retry_ns =
+          mono_ns() + (lrc == PS_UNIMPLEMENTED ? 30000 : 1000) * 1000000LL;
+      PS_DEBUG("replication to ps/%d without a link for now: %s", snd->task, ls.msg);
+    }
+  }
+  if (snd->link_fd >= 0) {
+    int64_t applied = 0;
+    rc = ps_repl_link_send(snd, &req, &segs, &applied, st);
+    goto out;
+  }
   /* small batches travel in the header: one message */
   uint8_t *inl = NULL;
   if (segs.total > 0 && segs.total <= PS_RPC_INLINE_MAX &&
@@ -320,6 +343,78 @@ static void copy_shard(ps_repl_sender *snd, int s) {
              snd->task);
 }
 
+/* ---- a request's batch sent on its own thread ---- */
+
+/* Groups up to this many bulk bytes go inline: a larger one would hold
+ * the request thread (and the other requests behind it) for long. */
+#define INLINE_MAX_BYTES ((int64_t)256 << 10)
+
+bool ps_repl_sender_inline_ok(const ps_repl_sender *snd) {
+
+  if (snd->link_fd < 0 || snd->inflight || snd->head == NULL || snd->failed ||
+      snd->stale || snd->retired || snd->inline_busy || snd->ncopy > 0)
+    return false;
+  int64_t bytes = 0;
+  for (const ps_repl_entry *e = snd->head; e; e = e->next)
+    bytes += e->bytes;
+  return bytes <= INLINE_MAX_BYTES;
+}
+
+bool ps_repl_send_inline(ps_repl *r, ps_repl_sender *const *snds, size_t n,
+                         const ps_repl_wait *w) {
+  int64_t epoch = r->view.epoch;
+  for (size_t i = 0; i < n; i++) {
+    ps_repl_sender *snd = snds[i];
+    snd->inflight = snd->head;
+    snd->head = snd->tail = NULL;
+    snd->inline_busy = true;
+  }
+  pthread_mutex_unlock(&r->mu);
+  int rc[4];
+  for (size_t i = 0; i < n; i++) {
+    ps_status st;
+    ps_status_clear(&st);
+    rc[i] = send_batch(snds[i], snds[i]->inflight, epoch, &st);
+  }
+  pthread_mutex_lock(&r->mu);
+  bool done = false;
+  ps_repl_entry *freed = NULL;
+  for (size_t i = 0; i < n; i++) {
+    ps_repl_sender *snd = snds[i];
+    snd->inline_busy = false;
+    if (rc[i] == 0) {
+      /* acknowledged (as sender_main does, but for @w: no call) */
+      ps_repl_entry *b = snd->inflight;
+      snd->inflight = NULL;
+      for (ps_repl_entry *e = b; e; e = e->next) {
+        snd->lag_entries--;
+        snd->lag_bytes -= e->bytes;
+        r->sent_bytes += e->bytes;
+        /* the only wait of a batch of one group; a view may have released
+         * it meanwhile (e->wait NULL: it was called, or will be) */
+        if (e->wait == w && --e->wait->pending == 0) done = true;
+      }
+      ps_repl_entry *last = b;
+      while (last && last->next)
+        last = last->next;
+      if (last) {
+        last->next = freed;
+        freed = b;
+      }
+    }
+    /* else the batch stays in flight: the sender thread sends it again
+     * (or fails the backup) as it would its own */
+    pthread_cond_signal(&snd->cv);
+  }
+  /* (still under r->mu: the caller unlocks) */
+  while (freed) {
+    ps_repl_entry *next = freed->next;
+    ps_repl_entry_free(freed);
+    freed = next;
+  }
+  return done;
+}
+
 /* ---- the thread ---- */
 
 static void sleep_ms(long ms) {
@@ -338,6 +433,10 @@ static void *sender_main(void *arg) {
   if (tb && atoi(tb) > 0) batch_entries = (size_t)atoi(tb);
   pthread_mutex_lock(&r->mu);
   for (;;) {
+    if (snd->inline_busy) { /* a request's thread has the link: wait for it */
+      pthread_cond_wait(&snd->cv, &r->mu);
+      continue;
+    }
     if (r->stopping || snd->retired) break;
     if (snd->ncopy > 0 && !snd->failed) {
       int s = snd->copy_shards[0];
@@ -516,6 +615,7 @@ static void sender_free(ps_repl_sender *s) {
       ps_repl_entry_free(lists[l]);
       lists[l] = n;
     }
+  ps_repl_link_close(s);
   if (s->ch) ps_rpc_channel_destroy(s->ch);
   pthread_cond_destroy(&s->cv);
   free(s->copy_shards);
