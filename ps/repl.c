@@ -554,13 +554,9 @@ int ps_repl_commit(ps_repl *r, ps_repl_group *g, ps_repl_done_fn fn, void *arg,
   /* every backup idle and linked: one round trip on this thread, without
    * the hand-over to the sender threads and back (DESIGN.md "The
    * replication link") */
-  if (rc == 0 && !slow && nquick > 0 && w->pending > 0 &&
-      ps_repl_send_inline(r, quick, nquick, w)) {
-    w->pending = 0;
-    pthread_mutex_unlock(&r->mu);
-    free(w);
-    ps_repl_group_fini(g);
-    return 0;
+  if (rc == 0 && !slow && nquick > 0 && w->pending > 0) {
+    rc = ps_repl_send_inline(r, quick, nquick, w, st);
+    if (rc == PS_RPC_PENDING) rc = 0; /* (set again below) */
   }
 out:
   if (rc == 0 && w->pending > 0) rc = PS_RPC_PENDING;

@@ -54,6 +54,10 @@ typedef void (*ps_repl_done_fn)(void *arg, int rc, const ps_status *st);
 typedef struct ps_repl_wait {
   int pending; /* backups still to acknowledge (under ps_repl.mu) */
   int lost;    /* >= 0: a view took shard `lost` from this primary first */
+  /* its request's thread is sending it (ps_repl_send_inline) and holds one
+   * count of `pending`: nobody else calls or frees it meanwhile; `failed`:
+   * a fence or the shutdown released it then (that thread answers) */
+  bool held, failed;
   ps_repl_done_fn fn;
   void *arg;
 } ps_repl_wait;
@@ -313,12 +317,13 @@ void ps_repl_sender_copy(ps_repl_sender *snd, int s);
  * may go over the link on the request's own thread (under r->mu). */
 bool ps_repl_sender_inline_ok(const ps_repl_sender *snd);
 /* Sends the FIFOs of @snds (each ps_repl_sender_inline_ok) over their
- * links on this thread: under r->mu, which it releases meanwhile.  True
- * when it brought @w's count to 0 (the update is acknowledged: @w is not
- * called, the caller frees it); false when @w is still to be called
- * (what failed is left in flight for the sender threads). */
-bool ps_repl_send_inline(ps_repl *r, ps_repl_sender *const *snds, size_t n,
-                         const ps_repl_wait *w);
+ * links on this thread: under r->mu, which it releases meanwhile (@w held
+ * meanwhile).  0: every backup acknowledged (@w is not called; the caller
+ * frees it); PS_RPC_PENDING: @w waits on (what failed is left in flight
+ * for the sender threads, which call it); else the update fails with @st
+ * (fenced, shutting down, or the shard taken from this ps meanwhile). */
+int ps_repl_send_inline(ps_repl *r, ps_repl_sender *const *snds, size_t n,
+                        ps_repl_wait *w, ps_status *st);
 /* Joins every sender's thread and frees them (r->stopping set). */
 void ps_repl_senders_join(ps_repl *r);
 /* Joins and frees the retired senders whose thread ended (no lock held). */

@@ -611,17 +611,23 @@ int ps_repl_link_open(ps_repl_sender *snd, int64_t epoch, ps_status *st) {
     struct pollfd p = {.fd = fd, .events = POLLOUT};
     int err = 0;
     socklen_t el = sizeof err;
-    if (poll(&p, 1, 3000) != 1 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) != 0 ||
+    if (poll(&p, 1, 1000) != 1 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) != 0 ||
         err != 0) {
       close(fd);
       fd = -1;
     }
   }
   freeaddrinfo(ai);
-  if (fd < 0)
-    return ps_status_set(st, PS_UNAVAILABLE,
-                         "replication link: cannot connect to ps/%d at %s:%d", snd->task,
-                         host, o.port);
+  if (fd < 0) {
+    /* offered but out of reach (a firewall?): asked again only now and then */
+    ps_status_set(st, PS_UNIMPLEMENTED,
+                  "replication link: cannot connect to ps/%d at %s:%d", snd->task, host,
+                  o.port);
+    PS_WARN("%s: its batches go as Replicate calls (the port may be blocked between the "
+            "ps hosts; --no-repl-link on every ps turns the link off)",
+            st->msg);
+    return st->code;
+  }
   nodelay(fd);
   snd->link_fd = fd;
   uint8_t hello[PS_LINK_HDR + 4 + LINK_KEY];
@@ -638,7 +644,9 @@ int ps_repl_link_open(ps_repl_sender *snd, int64_t epoch, ps_status *st) {
   }
   if (res.code != PS_OK) {
     ps_repl_link_close(snd);
-    *st = res;
+    ps_status_set(st, PS_UNIMPLEMENTED, "replication link to ps/%d refused: %s",
+                  snd->task, res.msg);
+    PS_WARN("%s: its batches go as Replicate calls", st->msg);
     return st->code;
   }
   PS_INFO("replication to ps/%d over its replication link (%s:%d)", snd->task, host,

@@ -100,6 +100,10 @@ void ps_repl_sender_drop(ps_repl_sender *snd, int (*keep)(ps_repl *, int, int),
       if (w == NULL) continue;
       if (k == PS_REPL_DROP_LOST) w->lost = e->shard;
       if (keep == NULL) { /* failing all: each wait once */
+        if (w->held) {    /* its request's thread answers it */
+          w->failed = true;
+          continue;
+        }
         if (w->pending > 0) {
           w->pending = 0;
           add_done(w, done, ndone, cap);
@@ -221,7 +225,8 @@ static int send_batch(ps_repl_sender *snd, ps_repl_entry *batch, int64_t epoch,
     ps_status ls;
     int lrc = ps_repl_link_open(snd, epoch, &ls);
     if (lrc != 0) {
-      /* a backup without a link (--no-repl-link) is asked again only now and then */
+      /* a backup without a link (--no-repl-link), or one out of reach, is asked
+       * again only now and then; one that did not answer, in a second */
       snd->link_retry_ns =
           mono_ns() + (lrc == PS_UNIMPLEMENTED ? 30000 : 1000) * 1000000LL;
       PS_DEBUG("replication to ps/%d without a link for now: %s", snd->task, ls.msg);
@@ -360,8 +365,8 @@ bool ps_repl_sender_inline_ok(const ps_repl_sender *snd) {
   return bytes <= INLINE_MAX_BYTES;
 }
 
-bool ps_repl_send_inline(ps_repl *r, ps_repl_sender *const *snds, size_t n,
-                         const ps_repl_wait *w) {
+int ps_repl_send_inline(ps_repl *r, ps_repl_sender *const *snds, size_t n,
+                        ps_repl_wait *w, ps_status *st) {
   int64_t epoch = r->view.epoch;
   for (size_t i = 0; i < n; i++) {
     ps_repl_sender *snd = snds[i];
@@ -369,50 +374,63 @@ bool ps_repl_send_inline(ps_repl *r, ps_repl_sender *const *snds, size_t n,
     snd->head = snd->tail = NULL;
     snd->inline_busy = true;
   }
+  w->held = true;
+  w->pending++; /* this thread's: a view meanwhile cannot bring it to 0 */
   pthread_mutex_unlock(&r->mu);
   int rc[4];
   for (size_t i = 0; i < n; i++) {
-    ps_status st;
-    ps_status_clear(&st);
-    rc[i] = send_batch(snds[i], snds[i]->inflight, epoch, &st);
+    ps_status bst;
+    ps_status_clear(&bst);
+    rc[i] = send_batch(snds[i], snds[i]->inflight, epoch, &bst);
   }
   pthread_mutex_lock(&r->mu);
-  bool done = false;
   ps_repl_entry *freed = NULL;
   for (size_t i = 0; i < n; i++) {
     ps_repl_sender *snd = snds[i];
     snd->inline_busy = false;
     if (rc[i] == 0) {
-      /* acknowledged (as sender_main does, but for @w: no call) */
-      ps_repl_entry *b = snd->inflight;
+      /* acknowledged: as sender_main does, but the wait is counted here */
+      ps_repl_entry *b = snd->inflight, *last = NULL;
       snd->inflight = NULL;
       for (ps_repl_entry *e = b; e; e = e->next) {
         snd->lag_entries--;
         snd->lag_bytes -= e->bytes;
         r->sent_bytes += e->bytes;
-        /* the only wait of a batch of one group; a view may have released
-         * it meanwhile (e->wait NULL: it was called, or will be) */
-        if (e->wait == w && --e->wait->pending == 0) done = true;
+        /* (a view may have cut it meanwhile: e->wait NULL) */
+        if (e->wait == w) w->pending--;
+        last = e;
       }
-      ps_repl_entry *last = b;
-      while (last && last->next)
-        last = last->next;
       if (last) {
         last->next = freed;
         freed = b;
       }
     }
     /* else the batch stays in flight: the sender thread sends it again
-     * (or fails the backup) as it would its own */
+     * (or reports the backup failed) as it would its own */
     pthread_cond_signal(&snd->cv);
   }
-  /* (still under r->mu: the caller unlocks) */
+  w->held = false;
+  w->pending--;
+  int out = PS_RPC_PENDING;
+  if (w->failed || r->fenced || r->stopping)
+    out = ps_status_set(st, PS_UNAVAILABLE, "ps/%d is %s%s%s", r->self,
+                        r->fenced ? "fenced" : "shutting down", r->fenced ? ": " : "",
+                        r->fenced ? r->fence_reason : "");
+  else if (w->lost >= 0 && w->pending == 0)
+    out = ps_status_set(st, PS_UNAVAILABLE,
+                        "ps/%d is no longer the primary of shard %d (view epoch %lld): "
+                        "the update may not be on the new primary",
+                        r->self, w->lost, (long long)r->view.epoch);
+  else if (w->pending == 0)
+    out = 0;
+  /* (still under r->mu: the caller unlocks; on an error it cuts @w from
+   * the entries still in flight) */
   while (freed) {
     ps_repl_entry *next = freed->next;
     ps_repl_entry_free(freed);
     freed = next;
   }
-  return done;
+  return out;
 }
 
 /* ---- the thread ---- */
