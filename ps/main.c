@@ -70,9 +70,10 @@ static const char usage[] =
     "  --etcd ENDPOINTS         etcd HOST:PORT[,HOST:PORT...] holding the view\n"
     "  --repl-job NAME          etcd key prefix /paramserver/NAME/ (default default)\n"
     "  --lease-ttl SECS         a dead ps is noticed within SECS (default 2)\n"
-    "  --no-repl-link           send the replicas' updates as Replicate calls, not\n"
-    "                           over a TCP link of their own (on a port the kernel\n"
-    "                           picks, on --bind's host; never with TLS)\n"
+    "  --repl-link-port PORT    the replicas' updates come over a TCP link of\n"
+    "                           their own, on PORT of --bind's host (default 0:\n"
+    "                           one the kernel picks; never with TLS)\n"
+    "  --no-repl-link           no link: they come as Replicate calls\n"
     "  --help                   this text\n"
     "  --version                print the version\n"
     "\n"
@@ -315,6 +316,7 @@ typedef struct server_args {
   const char *etcd, *repl_job;
   int64_t lease_ttl; /* -1: not given */
   bool no_repl_link;
+  int repl_link_port;
 } server_args;
 
 static const struct option opts[] = {
@@ -348,6 +350,7 @@ static const struct option opts[] = {
     {"repl-job", required_argument, NULL, 3002},
     {"lease-ttl", required_argument, NULL, 3003},
     {"no-repl-link", no_argument, NULL, 3004},
+    {"repl-link-port", required_argument, NULL, 3005},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, 'V'},
     {NULL, 0, NULL, 0}};
@@ -500,6 +503,13 @@ static int other_option(server_args *a, int o, bool *exit_now) {
     break;
   case 3004:
     a->no_repl_link = true;
+    break;
+  case 3005:
+    a->repl_link_port = (int)strtol(optarg, &end, 10);
+    if (*end || optarg[0] == '\0' || a->repl_link_port < 0 || a->repl_link_port > 65535) {
+      fprintf(stderr, "ps-server: --repl-link-port must be 0..65535, got '%s'\n", optarg);
+      return 2;
+    }
     break;
   case 'l':
     if (ps_log_level_option("ps-server", optarg) != 0) return 2;
@@ -741,7 +751,7 @@ bad:
 static int replication_create(daemon_state *d, const ps_repl_conf *conf,
                               const ps_cluster *cluster, int self, const char *addr,
                               const ps_rpc_channel_security *sec, const char *bind,
-                              bool link) {
+                              bool link, int link_port) {
   ps_status st;
   ps_status_clear(&st);
   char **hosts = NULL;
@@ -770,8 +780,8 @@ static int replication_create(daemon_state *d, const ps_repl_conf *conf,
     PS_ERROR("%s", st.msg);
     goto out;
   }
-  if (link && ps_repl_link_start(d->repl, bind, &st) != 0) {
-    PS_ERROR("%s (--no-repl-link goes without)", st.msg);
+  if (link && ps_repl_link_start(d->repl, bind, link_port, &st) != 0) {
+    PS_ERROR("%s (--repl-link-port picks another, --no-repl-link goes without)", st.msg);
     goto out;
   }
   ps_service_set_repl(d->svc, d->repl);
@@ -965,8 +975,9 @@ int main(int argc, char **argv) {
   snprintf(real_addr, sizeof real_addr, "%s:%d", host, ps_rpc_server_port(srv));
   ps_service_set_address(svc, real_addr);
   atomic_store(&metrics.srv, srv);
-  if (rconf.replicas >= 2 && replication_create(&d, &rconf, cluster, self.task, addr,
-                                                &rsec.sec, a.bind, !a.no_repl_link) != 0)
+  if (rconf.replicas >= 2 &&
+      replication_create(&d, &rconf, cluster, self.task, addr, &rsec.sec, a.bind,
+                         !a.no_repl_link, a.repl_link_port) != 0)
     goto out;
   ps_server_metrics_set_repl(&metrics, d.repl);
   d.metrics = &metrics;

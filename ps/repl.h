@@ -57,11 +57,11 @@ void ps_repl_set_view(ps_repl *r, const ps_view *v);
 /* The replication link (DESIGN.md "The replication link"): batches to and
  * from the other replicas over a plain TCP connection of their own, not
  * as Replicate calls.  Listens on @bind_host (NULL: every interface), on
- * a port the kernel picks, which a primary learns from a Replicate call
+ * @port (0: one the kernel picks), which a primary learns from a Replicate call
  * (the replica role's token, when tokens are required), with a key it
  * presents on connecting.  Not with TLS (the link is not encrypted): then
  * and without this call, batches go as Replicate calls. */
-int ps_repl_link_start(ps_repl *r, const char *bind_host, ps_status *st);
+int ps_repl_link_start(ps_repl *r, const char *bind_host, int port, ps_status *st);
 int64_t ps_repl_epoch(const ps_repl *r);
 
 /* Cut off (its lease is gone, or a view names another primary of a shard

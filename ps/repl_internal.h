@@ -115,8 +115,9 @@ typedef struct ps_repl_sender {
   size_t ncopy, capcopy;
   int64_t copied_bytes;
   /* the sender thread's own: the link to the backup (repl_link.c) */
-  int link_fd;           /* -1: none (batches go as Replicate calls) */
-  int64_t link_retry_ns; /* when to ask for a link again (monotonic) */
+  int link_fd;             /* -1: none (batches go as Replicate calls) */
+  int64_t link_retry_ns;   /* when to ask for a link again (monotonic) */
+  int64_t link_backoff_ms; /* after one offered but out of reach: doubles */
   /* a request's thread sends its batch over the link itself (under
    * r->mu): the sender thread waits, and does not end, meanwhile */
   bool inline_busy;

@@ -355,7 +355,7 @@ static void *accept_main(void *arg) {
   return NULL;
 }
 
-int ps_repl_link_start(ps_repl *r, const char *bind_host, ps_status *st) {
+int ps_repl_link_start(ps_repl *r, const char *bind_host, int port, ps_status *st) {
   if (r->sec.ca_pem) /* TLS: the link would carry the data in the clear */
     return 0;
   r->link_asked = true;
@@ -366,7 +366,9 @@ int ps_repl_link_start(ps_repl *r, const char *bind_host, ps_status *st) {
                            .ai_socktype = SOCK_STREAM,
                            .ai_flags = AI_PASSIVE},
                   *ai = NULL;
-  int e = getaddrinfo(bind_host, "0", &hints, &ai);
+  char ps[16];
+  snprintf(ps, sizeof ps, "%d", port);
+  int e = getaddrinfo(bind_host, ps, &hints, &ai);
   if (e != 0)
     return ps_status_set(st, PS_INVALID_ARGUMENT,
                          "replication link: cannot resolve %s: %s", bind_host,
@@ -386,7 +388,8 @@ int ps_repl_link_start(ps_repl *r, const char *bind_host, ps_status *st) {
   if (fd < 0 || getsockname(fd, (struct sockaddr *)&sa, &sl) != 0) {
     int err = errno;
     if (fd >= 0) close(fd);
-    return ps_status_set(st, PS_UNAVAILABLE, "replication link: cannot listen on %s: %s",
+    return ps_status_set(st, PS_UNAVAILABLE,
+                         "replication link: cannot listen on port %d of %s: %s", port,
                          bind_host ? bind_host : "every interface", strerror(err));
   }
   r->link_port = ntohs(sa.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&sa)->sin6_port

@@ -224,13 +224,19 @@ static int send_batch(ps_repl_sender *snd, ps_repl_entry *batch, int64_t epoch,
   if (snd->link_fd < 0 && r->link_asked && mono_ns() >= snd->link_retry_ns) {
     ps_status ls;
     int lrc = ps_repl_link_open(snd, epoch, &ls);
-    if (lrc != 0) {
-      /* a backup without a link (--no-repl-link), or one out of reach, is asked
-       * again only now and then; one that did not answer, in a second */
-      snd->link_retry_ns =
-          mono_ns() + (lrc == PS_UNIMPLEMENTED ? 30000 : 1000) * 1000000LL;
-      PS_DEBUG("replication to ps/%d without a link for now: %s", snd->task, ls.msg);
+    if (lrc == PS_UNIMPLEMENTED) {
+      /* a backup without a link (--no-repl-link), or one out of reach (a
+       * firewall): asked again after 30 s, then less and less often */
+      int64_t b = snd->link_backoff_ms ? snd->link_backoff_ms * 2 : 30000;
+      snd->link_backoff_ms = b > 600000 ? 600000 : b;
+      snd->link_retry_ns = mono_ns() + snd->link_backoff_ms * 1000000LL;
+    } else if (lrc != 0) { /* it did not answer: in a second */
+      snd->link_retry_ns = mono_ns() + 1000 * 1000000LL;
+    } else {
+      snd->link_backoff_ms = 0;
     }
+    if (lrc != 0)
+      PS_DEBUG("replication to ps/%d without a link for now: %s", snd->task, ls.msg);
   }
   if (snd->link_fd >= 0) {
     int64_t applied = 0;
