@@ -219,6 +219,17 @@ wait "$evps"
 expect "evaluator: needs --checkpoint-dir" 2 "an evaluator needs --checkpoint-dir" \
   "$PS_WORKER" --cluster "$dir/eval.json" --job evaluator --task 0 --model linreg
 
+# ---- 5d'. a worker that starts after the job ended (its ps shut down,
+# the checkpoint at --steps) stops waiting for them and ends 0 within a
+# round of 10 s, saying why, instead of waiting for ever
+echo "{\"ps\": [$PS_LIST], \"worker\": [\"127.0.0.1:0\", \"127.0.0.1:0\"]}" > "$dir/late.json"
+t0=$SECONDS
+timeout 60 "$PS_WORKER" --cluster "$dir/late.json" --job worker --task 1 --model linreg --steps 600 \
+  --checkpoint-dir "$ck" > "$dir/late.out" 2> "$dir/late.err"
+rc=$?
+check "late worker: ends 0 after the job ended (exit $rc, $((SECONDS - t0)) s)" test "$rc" = 0 -a $((SECONDS - t0)) -lt 40
+check "late worker: says the job is done" has "$dir/late.err" "holds global step 600 of --steps 600: the job is done"
+
 # ---- 5e. a straggler: worker/1 starts after the chief has finished its
 # steps; the chief waits for it to join before shutting the ps down, so it
 # does not wait for ever for ps that are gone, and the job ends

@@ -306,6 +306,30 @@ int ps_worker_finish_(job *j, ps_status *st) {
   return rc;
 }
 
+/* The global step of the latest checkpoint of --checkpoint-dir (-1: none
+ * or unreadable); *@latest its prefix (malloc'd, may be NULL). */
+static int64_t latest_step(job *j, char **latest) {
+  ps_status e;
+  int64_t step = -1;
+  *latest = NULL;
+  if (j->o.ckpt_dir && j->m.step &&
+      ps_latest_checkpoint(j->o.ckpt_dir, latest, &e) == 0 && *latest) {
+    ps_bundle_reader *r = ps_bundle_reader_open(*latest, &e);
+    if (r && ps_bundle_reader_read_into(r, ps_variable_name(j->m.step), &step,
+                                        sizeof step, &e) != 0)
+      step = -1;
+    ps_bundle_reader_close(r);
+  }
+  return step;
+}
+
+bool ps_worker_ckpt_done_(job *j) {
+  char *latest = NULL;
+  bool done = latest_step(j, &latest) >= j->o.steps;
+  free(latest);
+  return done;
+}
+
 /* A non-chief worker that could not go on (its start-up or a recovery
  * ended): is the job already done?  The chief marked it done on ps/0
  * (PS_COORDINATOR_DONE_MSG), or the ps are gone (UNAVAILABLE) and the
@@ -318,15 +342,7 @@ bool ps_worker_found_job_done_(job *j, const ps_status *st) {
   }
   if (st->code != PS_UNAVAILABLE || j->o.ckpt_dir == NULL) return false;
   char *latest = NULL;
-  ps_status e;
-  int64_t step = -1;
-  if (ps_latest_checkpoint(j->o.ckpt_dir, &latest, &e) == 0 && latest) {
-    ps_bundle_reader *r = ps_bundle_reader_open(latest, &e);
-    if (r && ps_bundle_reader_read_into(r, ps_variable_name(j->m.step), &step,
-                                        sizeof step, &e) != 0)
-      step = -1;
-    ps_bundle_reader_close(r);
-  }
+  int64_t step = latest_step(j, &latest);
   bool done = step >= j->o.steps;
   if (done)
     PS_INFO("the ps went away (%s), and the latest checkpoint %s holds global step %lld "

@@ -141,6 +141,8 @@ watch *ps_worker_watch_new_(const ps_cluster *cl, const ps_task_id *self);
 void ps_worker_watch_read_(watch *w, ps_client *c);
 int ps_worker_finish_(job *j, ps_status *st);
 bool ps_worker_found_job_done_(job *j, const ps_status *st);
+/* Whether the latest checkpoint of --checkpoint-dir holds --steps (quiet). */
+bool ps_worker_ckpt_done_(job *j);
 void ps_worker_chief_failed_(job *j, const char *phase, const ps_status *e);
 
 /* ps_worker_train.c */

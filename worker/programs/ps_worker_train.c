@@ -16,6 +16,31 @@ static bool recoverable(const ps_status *e) {
          e->code == PS_ABORTED;
 }
 
+/* A non-chief worker with --checkpoint-dir and no --ps-timeout waits for
+ * the ps in rounds of this long; between two, a latest checkpoint that
+ * holds --steps means the job ended before this worker got to its ps
+ * (the chief shut them down): it stops waiting for ps that are gone, and
+ * ends as done (ps_worker_found_job_done_). */
+#define LATE_ROUND_SECS 10.0
+
+static int prepare(job *j, ps_coordinator_outcome *outcome, ps_status *st) {
+  if (j->chief || j->evaluator || j->o.ps_timeout > 0 || j->o.ckpt_dir == NULL)
+    return ps_coordinator_prepare(j->s, &j->co, outcome, st);
+  ps_coordinator_options co = j->co;
+  co.ps_timeout_secs = LATE_ROUND_SECS;
+  for (;;) {
+    int rc = ps_coordinator_prepare(j->s, &co, outcome, st);
+    if (rc == 0 || st->code != PS_DEADLINE_EXCEEDED ||
+        !strstr(st->msg, "did not answer within"))
+      return rc;
+    if (ps_worker_ckpt_done_(j)) {
+      ps_status_set(st, PS_UNAVAILABLE, "the ps did not answer for %.0f s",
+                    LATE_ROUND_SECS);
+      return rc;
+    }
+  }
+}
+
 /* Data, client, model, saver, session, and the coordinator's start-up;
  * then the iterator over this worker's share of the training data. */
 
@@ -58,7 +83,7 @@ int ps_worker_set_up_(job *j, ps_status *st) {
                                    .no_restore = o->no_restore,
                                    .saver = j->saver};
   ps_coordinator_outcome outcome;
-  if (ps_coordinator_prepare(j->s, &j->co, &outcome, st)) return -1;
+  if (prepare(j, &outcome, st)) return -1;
   if (!j->chief && j->client) { /* the chief waits for joined workers at the end */
     char me[PS_CLUSTER_MAX_JOB_NAME + 16];
     snprintf(me, sizeof me, "%s/%d", j->self.job, j->self.task);
@@ -86,7 +111,7 @@ static int recover(job *j, const ps_status *e, ps_status *st) {
   ps_session_destroy(j->s);
   if ((j->s = ps_session_create(j->m.g, j->client, st)) == NULL) return -1;
   ps_coordinator_outcome outcome;
-  if (ps_coordinator_prepare(j->s, &j->co, &outcome, st)) return -1;
+  if (prepare(j, &outcome, st)) return -1;
   PS_INFO("recovered (%s)", ps_coordinator_outcome_name(outcome));
   /* (a restarted ps/0 lost this worker's heartbeat: its next beat makes it
    * again) */
