@@ -370,7 +370,14 @@ static int rep_data(ps_rpc_call *c, ps_status *st) {
   Paramserver__ReplicateResponse resp = PARAMSERVER__REPLICATE_RESPONSE__INIT;
   int rc = ps_repl_batch_apply(s, ps_rpc_call_ctx(c), &resp.applied, &resp.epoch, st);
   if (rc != 0) return rc;
-  ps_repl_link_offer(s->repl, ((ps_repl_batch *)ps_rpc_call_ctx(c))->req, &resp);
+  /* the replication link's port and key, to a primary that asks
+   * (repl_link.c listens; none with TLS or --no-repl-link) */
+  ps_repl *r = s->repl;
+  if (((ps_repl_batch *)ps_rpc_call_ctx(c))->req->open_link && r->link_fd >= 0) {
+    resp.link_port = r->link_port;
+    resp.link_key.data = r->link_key;
+    resp.link_key.len = sizeof r->link_key;
+  }
   ps_rpc_call_reply(c, &resp.base);
   return 0;
 }

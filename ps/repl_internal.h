@@ -282,9 +282,6 @@ size_t ps_link_put_ack(uint8_t *b, int code, int64_t applied, int64_t epoch,
 int ps_link_get_ack(const uint8_t *p, size_t n, int64_t *applied, ps_status *res,
                     ps_status *st);
 
-/* Backup: fills the link's port and key into @resp when @req asks for it. */
-void ps_repl_link_offer(ps_repl *r, const struct Paramserver__ReplicateRequest *req,
-                        struct Paramserver__ReplicateResponse *resp);
 /* Backup: stops the listener and every connection (in ps_repl_destroy). */
 void ps_repl_link_stop(ps_repl *r);
 /* Primary, on sender @snd's thread: asks backup @snd->task for its link

@@ -415,14 +415,6 @@ void ps_repl_link_stop(ps_repl *r) {
   conns_reap(r, true);
 }
 
-void ps_repl_link_offer(ps_repl *r, const Paramserver__ReplicateRequest *req,
-                        Paramserver__ReplicateResponse *resp) {
-  if (!req->open_link || r->link_fd < 0) return;
-  resp->link_port = r->link_port;
-  resp->link_key.data = r->link_key;
-  resp->link_key.len = sizeof r->link_key;
-}
-
 /* ---- the primary ---- */
 
 void ps_repl_link_close(ps_repl_sender *snd) {
