@@ -15,7 +15,8 @@
 #     more updates, psctl verify says identical, their logs hold no ERROR
 #     and no sanitizer report;
 #  c. the same cluster with --no-repl-link: no link port, no primary over
-#     a link, and the updates still replicate (psctl verify identical).
+#     a link, and the updates still replicate (psctl verify identical);
+#     no ERROR, no sanitizer report.
 set -u
 source "$(dirname "$0")/../support/lib.sh"
 source "$(dirname "$0")/../support/etcd.sh"
@@ -144,6 +145,20 @@ hostile() {
   fi
 }
 
+# clean_logs: the logs of $JOB's ps (stopped) hold no ERROR and no
+# sanitizer report
+clean_logs() {
+  local t
+  for t in 0 1; do
+    if grep -qE " ERROR |runtime error|Sanitizer|==[0-9]+==" "$dir/$JOB$t.log"; then
+      bad "$JOB: ps/$t's log holds no ERROR and no sanitizer report" \
+        "$(grep -E " ERROR |runtime error|Sanitizer|==[0-9]+==" "$dir/$JOB$t.log")"
+    else
+      ok "$JOB: ps/$t's log holds no ERROR and no sanitizer report"
+    fi
+  done
+}
+
 # ---- a. the link carries the batches ----
 if repl_start 2 "$dir/$JOB.json" "$JOB"; then
   ok "2 ps-server --replicas 2 start"
@@ -199,13 +214,7 @@ for t in 0 1; do
     bad "ps/$t opened its link once ($n)" "$(grep -h "replication" "$dir/$JOB$t.log")"
 done
 stop_all
-for t in 0 1; do
-  if grep -E " ERROR |ERROR ps/|runtime error|Sanitizer|==[0-9]+==" "$dir/$JOB$t.log"; then
-    bad "ps/$t's log holds no ERROR and no sanitizer report" "$(grep -E "ERROR|runtime error|Sanitizer|==[0-9]+==" "$dir/$JOB$t.log")"
-  else
-    ok "ps/$t's log holds no ERROR and no sanitizer report"
-  fi
-done
+clean_logs
 
 # ---- c. --no-repl-link ----
 JOB=nolink
@@ -227,5 +236,6 @@ for t in 0 1; do
   fi
 done
 stop_all
+clean_logs
 etcd_stop
 finish
