@@ -1,8 +1,9 @@
 /* Fuzz target for the frames of the replication link (ps/repl_link.c): a
  * backup reads headers from anyone who connects to its link port, a
- * primary reads the backup's ACKs.  Input: bytes 0-1 pick the limits (a
- * power of two near the header's own sizes, or the sizes themselves, or
- * none), the rest is a 24-byte header followed by ACK meta.
+ * primary reads the backup's ACKs.  Input: bytes 0-1 pick the limits of
+ * meta and data (none, the header's own sizes, one below them, or a power
+ * of two), the rest is a 24-byte header followed by ACK meta (shorter: ACK
+ * meta only).
  *
  * Besides "no crash, no leak, no UB" it checks properties:
  *  - ps_link_get_hdr, for every kind (the 3 and the one in the input):
