@@ -5,7 +5,8 @@
 # "replica" role, and failover_client updating shard 0 over TLS.
 #  1. 3 ps start and replicate under TLS; kill -9 of shard 0's primary:
 #     its backup takes over, no acknowledged update lost, psctl verify
-#     (over TLS, admin token) says the replicas are identical.
+#     (over TLS, admin token) says the replicas are identical; no ps
+#     opens a replication link (it would carry the data in the clear).
 #  2. a ps whose replica token has the worker role on its backup: every
 #     Replicate is refused PERMISSION_DENIED naming the role, the primary
 #     logs it and drops the backup, the backup holds nothing.
@@ -102,6 +103,12 @@ if grep -q "replication to ps/1 failed" "$dir/tls0.log"; then
   bad "no Replicate to the backup failed" "$(grep "replication to" "$dir/tls0.log")"
 else
   ok "no Replicate to the backup failed"
+fi
+# the replication link would carry the batches in the clear: none under TLS
+if grep -q "replication link on port" "$dir"/tls[012].log; then
+  bad "under TLS no ps opens a replication link" "$(grep -h "replication link" "$dir"/tls[012].log)"
+else
+  ok "under TLS no ps opens a replication link"
 fi
 kill -KILL "${P[0]}"
 killed_ms=$(date +%s%3N)
