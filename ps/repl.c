@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/log.h"
 #include "ps.pb-c.h"
@@ -69,6 +70,7 @@ ps_repl *ps_repl_create(struct ps_service *svc, int self, int ntasks,
   if (r == NULL) goto oom;
   r->svc = svc;
   r->store = svc->store;
+  r->max_batch_bytes = (int64_t)svc->limits.max_tensor_bytes;
   r->self = self;
   r->ntasks = ntasks;
   r->link_fd = -1;
@@ -144,6 +146,10 @@ void ps_repl_destroy(ps_repl *r) {
   pthread_mutex_unlock(&r->mu);
   fail_all_waits(r, PS_UNAVAILABLE, msg);
   ps_repl_link_stop(r);
+  /* a request still in ps_repl_commit (sending on its own thread: it ends
+   * within the link's stall timeout) or holding meta */
+  while (atomic_load(&r->users) > 0)
+    nanosleep(&(struct timespec){0, 1000000}, NULL);
   ps_repl_senders_join(r);
   view_free(&r->view);
   for (int i = 0; i < r->ntasks; i++)
@@ -473,8 +479,19 @@ int64_t ps_repl_primary_set(ps_repl *r, bool *is_primary, size_t n) {
   return e;
 }
 
+static int commit(ps_repl *r, ps_repl_group *g, ps_repl_done_fn fn, void *arg,
+                  ps_status *st);
+
 int ps_repl_commit(ps_repl *r, ps_repl_group *g, ps_repl_done_fn fn, void *arg,
                    ps_status *st) {
+  atomic_fetch_add(&r->users, 1);
+  int rc = commit(r, g, fn, arg, st);
+  atomic_fetch_sub(&r->users, 1);
+  return rc;
+}
+
+static int commit(ps_repl *r, ps_repl_group *g, ps_repl_done_fn fn, void *arg,
+                  ps_status *st) {
   int rc = 0;
   if (g->oom) {
     ps_repl_group_fini(g);
@@ -578,11 +595,13 @@ out:
 }
 
 void ps_repl_meta_lock(ps_repl *r) {
+  atomic_fetch_add(&r->users, 1);
   pthread_mutex_lock(&r->meta);
 }
 
 void ps_repl_meta_unlock(ps_repl *r) {
   pthread_mutex_unlock(&r->meta);
+  atomic_fetch_sub(&r->users, 1);
 }
 
 /* ---- Status ---- */

@@ -22,6 +22,7 @@
 #include "common/tensor.h"
 #include "common/view.h"
 #include "repl.h"
+#include "repl_frame.h"
 #include "store.h"
 
 /* Entry kinds (ReplicateEntry.Kind of proto/ps.proto). */
@@ -121,6 +122,8 @@ typedef struct ps_repl_sender {
   /* a request's thread sends its batch over the link itself (under
    * r->mu): the sender thread waits, and does not end, meanwhile */
   bool inline_busy;
+  int inline_rc; /* != 0: the in-flight batch failed so on a request's thread */
+  ps_status inline_st;
 } ps_repl_sender;
 
 typedef struct ps_link_conn ps_link_conn;
@@ -166,6 +169,10 @@ struct ps_repl {
   ps_link_conn *link_conns;
   int nlink_conns;
   bool link_asked; /* primaries may ask for the link (ps_repl_link_start) */
+  /* request threads inside ps_repl_commit or between meta_lock and
+   * meta_unlock: ps_repl_destroy waits for them */
+  atomic_int users;
+  int64_t max_batch_bytes; /* --max-tensor-bytes: what a backup takes at once */
   /* dedup records */
   pthread_mutex_t dmu;
   ps_dedup_client *clients;
@@ -257,30 +264,7 @@ const ProtobufCBinaryData *ps_repl_batch_inline(const ps_repl_batch *b);
 
 /* ---- repl_link.c: batches over a plain TCP connection ---- */
 
-/* Frames: a 24-byte header (magic "PSRL", kind, meta bytes, data bytes,
- * little-endian), then meta, then data.  HELLO (primary): meta = its task
- * (u32) and the backup's link key; BATCH: meta = a packed ReplicateRequest,
- * data = its entries' bulk bytes; ACK (backup, to each): meta = code (u32),
- * entries applied (i64), view epoch (i64), message. */
-#define PS_LINK_HDR 24
-#define PS_LINK_HELLO 1u
-#define PS_LINK_BATCH 2u
-#define PS_LINK_ACK 3u
-#define PS_LINK_ACK_MAX (20 + 255)
-typedef struct ps_link_hdr {
-  uint32_t kind;
-  uint64_t meta, data;
-} ps_link_hdr;
-void ps_link_put_hdr(uint8_t *b, uint32_t kind, uint64_t meta, uint64_t data);
-/* A header of kind @kind with meta <= @max_meta and data <= @max_data. */
-int ps_link_get_hdr(const uint8_t *b, uint32_t kind, uint64_t max_meta, uint64_t max_data,
-                    ps_link_hdr *h, ps_status *st);
-/* ACK meta into @b (PS_LINK_ACK_MAX bytes); returns its length. */
-size_t ps_link_put_ack(uint8_t *b, int code, int64_t applied, int64_t epoch,
-                       const char *msg);
-/* Decodes ACK meta: 0 and *@res (the backup's code and text), or an error. */
-int ps_link_get_ack(const uint8_t *p, size_t n, int64_t *applied, ps_status *res,
-                    ps_status *st);
+/* (the frames: ps/repl_frame.h) */
 
 /* Backup: stops the listener and every connection (in ps_repl_destroy). */
 void ps_repl_link_stop(ps_repl *r);

@@ -190,15 +190,34 @@ static int send_ack(int fd, int code, int64_t applied, int64_t epoch, const char
   return write_full(fd, b, PS_LINK_HDR + m);
 }
 
-/* HELLO: the key this ps handed out.  0, or -1 (answered, to close). */
+/* @n bytes by @deadline (monotonic ms): 0, or -1 (late, EOF, error). */
+static int read_by(int fd, void *p, size_t n, int64_t deadline) {
+  uint8_t *b = p;
+  while (n > 0) {
+    int64_t left = deadline - mono_ms();
+    struct pollfd pf = {.fd = fd, .events = POLLIN};
+    if (left <= 0) return -1;
+    int k = poll(&pf, 1, (int)left);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return -1;
+    ssize_t m = recv(fd, b, n, MSG_DONTWAIT);
+    if (m < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
+    if (m <= 0) return -1;
+    b += m;
+    n -= (size_t)m;
+  }
+  return 0;
+}
+
+/* HELLO, whole within LINK_HELLO_MS: the key this ps handed out.  0, or
+ * -1 (answered, to close). */
 static int conn_hello(ps_link_conn *c, int *from) {
   ps_repl *r = c->r;
   uint8_t h[PS_LINK_HDR], meta[4 + LINK_KEY];
   ps_link_hdr hd;
   ps_status st;
-  struct timeval tv = {LINK_HELLO_MS / 1000, 0};
-  setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  if (read_full(c->fd, h, sizeof h) != 0) return -1;
+  int64_t deadline = mono_ms() + LINK_HELLO_MS;
+  if (read_by(c->fd, h, sizeof h, deadline) != 0) return -1;
   int rc = ps_link_get_hdr(h, PS_LINK_HELLO, sizeof meta, 0, &hd, &st);
   if (rc == 0 && hd.meta != sizeof meta)
     rc =
@@ -208,7 +227,7 @@ static int conn_hello(ps_link_conn *c, int *from) {
     send_ack(c->fd, st.code, 0, 0, st.msg);
     return -1;
   }
-  if (read_full(c->fd, meta, sizeof meta) != 0) return -1;
+  if (read_by(c->fd, meta, sizeof meta, deadline) != 0) return -1;
   *from = (int)get32(meta);
   if (!key_equal(meta + 4, r->link_key) || *from < 0 || *from >= r->ntasks ||
       *from == r->self) {
@@ -219,8 +238,6 @@ static int conn_hello(ps_link_conn *c, int *from) {
              "replication link: wrong key (ask for the link with a Replicate call)");
     return -1;
   }
-  tv.tv_sec = 0;
-  setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   return send_ack(c->fd, 0, 0, 0, NULL);
 }
 
@@ -284,6 +301,9 @@ static void *conn_main(void *arg) {
     while (conn_batch(c) == 0) {
     }
   }
+  /* the primary sees the end at once (the descriptor is closed when the
+   * thread is joined) */
+  shutdown(c->fd, SHUT_RDWR);
   pthread_mutex_lock(&c->r->mu);
   c->done = true;
   pthread_mutex_unlock(&c->r->mu);
@@ -331,6 +351,12 @@ static void *accept_main(void *arg) {
     }
     conns_reap(r, false);
     nodelay(fd);
+    /* a primary whose host vanished without closing is noticed (~90 s) */
+    int one = 1, idle = 60, intvl = 10, cnt = 3;
+    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
     ps_link_conn *c = calloc(1, sizeof *c);
     pthread_mutex_lock(&r->mu);
     bool stop = r->stopping || r->nlink_conns >= LINK_MAX_CONNS;
@@ -377,6 +403,8 @@ int ps_repl_link_start(ps_repl *r, const char *bind_host, int port, ps_status *s
   for (struct addrinfo *a = ai; a && fd < 0; a = a->ai_next) {
     fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, 0);
     if (fd < 0) continue;
+    int one = 1; /* a restart within TIME_WAIT binds the same --repl-link-port */
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     if (bind(fd, a->ai_addr, a->ai_addrlen) != 0 || listen(fd, 64) != 0) {
       close(fd);
       fd = -1;
@@ -676,6 +704,9 @@ int ps_repl_link_send(ps_repl_sender *snd, const Paramserver__ReplicateRequest *
   if (res.code != PS_OK) {
     *st = res;
     rc = st->code;
+    /* only "a view behind" leaves the backup's side open (it read the
+     * batch whole); after anything else it may have closed it */
+    if (rc != PS_ABORTED) ps_repl_link_close(snd);
   }
 out:
   free(buf);

@@ -306,7 +306,9 @@ static void copy_shard(ps_repl_sender *snd, int s) {
       ps_repl_add_create(&g, v);
       ps_repl_add_value(&g, v);
     }
-    pthread_rwlock_unlock(&v->lock);
+    /* enqueued before the read lock is let go: an update of the variable
+     * (which needs its write lock) is enqueued after this copy of it, never
+     * before (r->mu is taken after variable locks) */
     pthread_mutex_lock(&r->mu);
     ok = !g.oom && !snd->retired && !r->stopping;
     for (size_t k = 0; ok && k < g.n; k++) {
@@ -320,6 +322,7 @@ static void copy_shard(ps_repl_sender *snd, int s) {
       ps_repl_sender_push(snd, c);
     }
     pthread_mutex_unlock(&r->mu);
+    pthread_rwlock_unlock(&v->lock);
     nv++;
     ps_repl_group_fini(&g);
   }
@@ -384,10 +387,10 @@ int ps_repl_send_inline(ps_repl *r, ps_repl_sender *const *snds, size_t n,
   w->pending++; /* this thread's: a view meanwhile cannot bring it to 0 */
   pthread_mutex_unlock(&r->mu);
   int rc[4];
+  ps_status bst[4];
   for (size_t i = 0; i < n; i++) {
-    ps_status bst;
-    ps_status_clear(&bst);
-    rc[i] = send_batch(snds[i], snds[i]->inflight, epoch, &bst);
+    ps_status_clear(&bst[i]);
+    rc[i] = send_batch(snds[i], snds[i]->inflight, epoch, &bst[i]);
   }
   pthread_mutex_lock(&r->mu);
   ps_repl_entry *freed = NULL;
@@ -411,8 +414,13 @@ int ps_repl_send_inline(ps_repl *r, ps_repl_sender *const *snds, size_t n,
         freed = b;
       }
     }
-    /* else the batch stays in flight: the sender thread sends it again
-     * (or reports the backup failed) as it would its own */
+    /* else the batch stays in flight, and the sender thread handles the
+     * error as if it had sent it (a view behind: again; stale: a pause;
+     * else the backup reported failed) */
+    if (rc[i] != 0) {
+      snd->inline_rc = rc[i];
+      snd->inline_st = bst[i];
+    }
     pthread_cond_signal(&snd->cv);
   }
   w->held = false;
@@ -455,6 +463,12 @@ static void *sender_main(void *arg) {
   size_t batch_entries = PS_REPL_BATCH_ENTRIES;
   const char *tb = getenv("PS_TEST_REPL_BATCH_ENTRIES");
   if (tb && atoi(tb) > 0) batch_entries = (size_t)atoi(tb);
+  /* a backup refuses a batch over --max-tensor-bytes (as one request): no
+   * more than that in one, unless one group is (it fits the limit: a
+   * variable does) */
+  int64_t batch_bytes = PS_REPL_BATCH_BYTES;
+  if (r->max_batch_bytes > 0 && r->max_batch_bytes < batch_bytes)
+    batch_bytes = r->max_batch_bytes;
   pthread_mutex_lock(&r->mu);
   for (;;) {
     if (snd->inline_busy) { /* a request's thread has the link: wait for it */
@@ -481,7 +495,7 @@ static void *sender_main(void *arg) {
       for (ps_repl_entry *e = snd->head; e; e = e->next) {
         /* cut only at a group's end: a backup never holds half a request */
         if (n > 0 && last->group_end &&
-            (n >= batch_entries || bytes + e->bytes > PS_REPL_BATCH_BYTES))
+            (n >= batch_entries || bytes + e->bytes > batch_bytes))
           break;
         n++;
         bytes += e->bytes;
@@ -506,13 +520,25 @@ static void *sender_main(void *arg) {
       snd->lag_bytes -= e->bytes;
       ps_repl_entry_free(e);
     }
-    if (snd->inflight == NULL) continue;
+    if (snd->inflight == NULL) {
+      snd->inline_rc = 0;
+      continue;
+    }
     int64_t epoch = r->view.epoch;
-    pthread_mutex_unlock(&r->mu);
     ps_status st;
     ps_status_clear(&st);
-    int rc = send_batch(snd, snd->inflight, epoch, &st);
-    pthread_mutex_lock(&r->mu);
+    int rc;
+    if (snd->inline_rc != 0) {
+      /* sent on a request's thread, which failed: handled as if sent here,
+       * never sent again blindly (it may yet be applied on the backup) */
+      rc = snd->inline_rc;
+      st = snd->inline_st;
+      snd->inline_rc = 0;
+    } else {
+      pthread_mutex_unlock(&r->mu);
+      rc = send_batch(snd, snd->inflight, epoch, &st);
+      pthread_mutex_lock(&r->mu);
+    }
     if (rc == PS_ABORTED && behind++ < RETRY_BEHIND_MAX) { /* its view is behind */
       pthread_mutex_unlock(&r->mu);
       sleep_ms(RETRY_BEHIND_MS);

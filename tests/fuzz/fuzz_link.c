@@ -29,27 +29,7 @@
 
 #include "common/status.h"
 #include "driver.h"
-
-/* The frame functions of ps/repl_link.c as ps/repl_internal.h declares
- * them ("repl_link.c" section).  That header is private to ps/ (tests go
- * through a folder's interface, tests/check_layers.sh), so they are
- * declared again here: keep the two in step. */
-#define PS_LINK_HDR 24
-#define PS_LINK_HELLO 1u
-#define PS_LINK_BATCH 2u
-#define PS_LINK_ACK 3u
-#define PS_LINK_ACK_MAX (20 + 255)
-typedef struct ps_link_hdr {
-  uint32_t kind;
-  uint64_t meta, data;
-} ps_link_hdr;
-void ps_link_put_hdr(uint8_t *b, uint32_t kind, uint64_t meta, uint64_t data);
-int ps_link_get_hdr(const uint8_t *b, uint32_t kind, uint64_t max_meta, uint64_t max_data,
-                    ps_link_hdr *h, ps_status *st);
-size_t ps_link_put_ack(uint8_t *b, int code, int64_t applied, int64_t epoch,
-                       const char *msg);
-int ps_link_get_ack(const uint8_t *p, size_t n, int64_t *applied, ps_status *res,
-                    ps_status *st);
+#include "ps/repl_frame.h"
 
 #define FAIL(...)                                                                        \
   do {                                                                                   \
