@@ -90,9 +90,17 @@ void ps_repl_sender_drop(ps_repl_sender *snd, int (*keep)(ps_repl *, int, int),
                          ps_repl_wait ***done, size_t *ndone, size_t *cap) {
   ps_repl *r = snd->r;
   ps_repl_entry *lists[2] = {snd->inflight, snd->head};
+  /* a group (one request's entries for this backup, its wait on the last)
+   * may span shards: one this ps lost fails the whole request, even when
+   * the wait's own entry is of a shard it keeps (a group never spans the
+   * two lists: a batch ends at a group's end) */
+  int glost = -1;
   for (int l = 0; l < 2; l++)
     for (ps_repl_entry *e = lists[l]; e; e = e->next) {
       int k = keep ? keep(r, e->shard, snd->task) : PS_REPL_DROP_ACK;
+      if (k == PS_REPL_DROP_LOST) glost = e->shard;
+      if (e->wait && glost >= 0) e->wait->lost = glost;
+      if (e->group_end) glost = -1;
       if (k == PS_REPL_KEEP) continue;
       if (l == 0 && keep) e->dropped = true; /* (send_batch never reads it) */
       ps_repl_wait *w = e->wait;
