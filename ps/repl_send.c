@@ -23,13 +23,13 @@
 #include "repl_internal.h"
 
 #define RETRY_BEHIND_MS 20
+#define RETRY_BEHIND_MAX 250 /* 5 s for the backup's view to catch up */
 
 static int64_t mono_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
-#define RETRY_BEHIND_MAX 250 /* 5 s for the backup's view to catch up */
 
 static void *sender_main(void *arg);
 
@@ -372,7 +372,6 @@ static void copy_shard(ps_repl_sender *snd, int s) {
 #define INLINE_MAX_BYTES ((int64_t)256 << 10)
 
 bool ps_repl_sender_inline_ok(const ps_repl_sender *snd) {
-
   if (snd->link_fd < 0 || snd->inflight || snd->head == NULL || snd->failed ||
       snd->stale || snd->retired || snd->inline_busy || snd->ncopy > 0)
     return false;
