@@ -373,7 +373,12 @@ static void *accept_main(void *arg) {
     }
     pthread_mutex_unlock(&r->mu);
     if (fd >= 0) {
-      if (!stop) PS_WARN("replication link: a connection refused (out of resources)");
+      static int64_t warned; /* (this thread's alone) */
+      if (!r->stopping && mono_ms() - warned >= 10000) {
+        PS_WARN("replication link: a connection refused (%s)",
+                stop ? "64 connections at once already" : "out of resources");
+        warned = mono_ms();
+      }
       close(fd);
     }
     free(c);
@@ -397,8 +402,8 @@ int ps_repl_link_start(ps_repl *r, const char *bind_host, int port, ps_status *s
   int e = getaddrinfo(bind_host, ps, &hints, &ai);
   if (e != 0)
     return ps_status_set(st, PS_INVALID_ARGUMENT,
-                         "replication link: cannot resolve %s: %s", bind_host,
-                         gai_strerror(e));
+                         "replication link: cannot resolve %s: %s",
+                         bind_host ? bind_host : "every interface", gai_strerror(e));
   int fd = -1;
   for (struct addrinfo *a = ai; a && fd < 0; a = a->ai_next) {
     fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, 0);
