@@ -117,7 +117,7 @@ typedef struct ps_repl_sender {
   int64_t copied_bytes;
   /* the sender thread's own: the link to the backup (repl_link.c) */
   int link_fd;             /* -1: none (batches go as Replicate calls) */
-  int64_t link_retry_ns;   /* when to ask for a link again (monotonic) */
+  int64_t link_retry_ms;   /* when to ask for a link again (ps_repl_now_ms) */
   int64_t link_backoff_ms; /* after one offered but out of reach: doubles */
   /* a request's thread sends its batch over the link itself (under
    * r->mu): the sender thread waits, and does not end, meanwhile */
@@ -278,6 +278,8 @@ int ps_repl_link_send(ps_repl_sender *snd,
                       const struct Paramserver__ReplicateRequest *req,
                       const ps_rpc_segs *segs, int64_t *applied, ps_status *st);
 void ps_repl_link_close(ps_repl_sender *snd);
+/* CLOCK_MONOTONIC in ms (the link's timeouts, its retries). */
+int64_t ps_repl_now_ms(void);
 
 /* ---- repl_send.c ---- */
 

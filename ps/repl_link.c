@@ -138,7 +138,7 @@ int ps_link_get_ack(const uint8_t *p, size_t n, int64_t *applied, ps_status *res
 
 /* ---- I/O ---- */
 
-static int64_t mono_ms(void) {
+int64_t ps_repl_now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
@@ -194,7 +194,7 @@ static int send_ack(int fd, int code, int64_t applied, int64_t epoch, const char
 static int read_by(int fd, void *p, size_t n, int64_t deadline) {
   uint8_t *b = p;
   while (n > 0) {
-    int64_t left = deadline - mono_ms();
+    int64_t left = deadline - ps_repl_now_ms();
     struct pollfd pf = {.fd = fd, .events = POLLIN};
     if (left <= 0) return -1;
     int k = poll(&pf, 1, (int)left);
@@ -216,7 +216,7 @@ static int conn_hello(ps_link_conn *c, int *from) {
   uint8_t h[PS_LINK_HDR], meta[4 + LINK_KEY];
   ps_link_hdr hd;
   ps_status st;
-  int64_t deadline = mono_ms() + LINK_HELLO_MS;
+  int64_t deadline = ps_repl_now_ms() + LINK_HELLO_MS;
   if (read_by(c->fd, h, sizeof h, deadline) != 0) return -1;
   int rc = ps_link_get_hdr(h, PS_LINK_HELLO, sizeof meta, 0, &hd, &st);
   if (rc == 0 && hd.meta != sizeof meta)
@@ -374,10 +374,10 @@ static void *accept_main(void *arg) {
     pthread_mutex_unlock(&r->mu);
     if (fd >= 0) {
       static int64_t warned; /* (this thread's alone) */
-      if (!r->stopping && mono_ms() - warned >= 10000) {
+      if (!r->stopping && ps_repl_now_ms() - warned >= 10000) {
         PS_WARN("replication link: a connection refused (%s)",
                 stop ? "64 connections at once already" : "out of resources");
-        warned = mono_ms();
+        warned = ps_repl_now_ms();
       }
       close(fd);
     }
@@ -495,7 +495,7 @@ static void host_of(const char *addr, char *out, size_t n) {
 static int wait_fd(ps_repl_sender *snd, int fd, short ev, int64_t start, int64_t *heard,
                    ps_status *st) {
   for (;;) {
-    int64_t now = mono_ms();
+    int64_t now = ps_repl_now_ms();
     if (now - start > LINK_CALL_MS) {
       ps_status_set(st, PS_DEADLINE_EXCEEDED, "Replicate to ps/%d: no answer within %d s",
                     snd->task, LINK_CALL_MS / 1000);
@@ -510,7 +510,7 @@ static int wait_fd(ps_repl_sender *snd, int fd, short ev, int64_t start, int64_t
       return -1;
     }
     if (k > 0) return 0; /* ready, or an error the next call reports */
-    if (mono_ms() - *heard >= LINK_STALL_MS) {
+    if (ps_repl_now_ms() - *heard >= LINK_STALL_MS) {
       ps_status_set(st, PS_DEADLINE_EXCEEDED,
                     "Replicate: no answer for %g s over the replication link",
                     LINK_STALL_MS / 1000.0);
@@ -523,7 +523,7 @@ static int wait_fd(ps_repl_sender *snd, int fd, short ev, int64_t start, int64_t
                      .unary_response = true,
                      .timeout_ms = 1000};
     ps_rpc_run(&pr, 1);
-    if (pr.st.code == PS_OK) *heard = mono_ms();
+    if (pr.st.code == PS_OK) *heard = ps_repl_now_ms();
   }
 }
 
@@ -544,7 +544,7 @@ static int link_write(ps_repl_sender *snd, struct iovec *iov, int niov, int64_t 
                     snd->task, strerror(errno));
       return -1;
     }
-    *heard = mono_ms();
+    *heard = ps_repl_now_ms();
     size_t left = (size_t)k;
     while (niov > 0 && left >= iov->iov_len) {
       left -= iov->iov_len;
@@ -574,7 +574,7 @@ static int link_read(ps_repl_sender *snd, void *p, size_t n, int64_t start,
                     snd->task, k == 0 ? "closed by the backup" : strerror(errno));
       return -1;
     }
-    *heard = mono_ms();
+    *heard = ps_repl_now_ms();
     b += k;
     n -= (size_t)k;
   }
@@ -663,7 +663,7 @@ int ps_repl_link_open(ps_repl_sender *snd, int64_t epoch, ps_status *st) {
   put32(hello + PS_LINK_HDR, (uint32_t)r->self);
   memcpy(hello + PS_LINK_HDR + 4, o.key, LINK_KEY);
   struct iovec iov = {hello, sizeof hello};
-  int64_t start = mono_ms(), heard = start, applied = 0;
+  int64_t start = ps_repl_now_ms(), heard = start, applied = 0;
   ps_status res;
   if (link_write(snd, &iov, 1, start, &heard, st) != 0 ||
       link_ack(snd, start, &heard, &applied, &res, st) != 0) {
@@ -698,7 +698,7 @@ int ps_repl_link_send(ps_repl_sender *snd, const Paramserver__ReplicateRequest *
   iov[0] = (struct iovec){buf, PS_LINK_HDR + mlen};
   for (size_t i = 0; i < segs->n; i++)
     iov[1 + i] = (struct iovec){segs->v[i].ptr, segs->v[i].len};
-  int64_t start = mono_ms(), heard = start;
+  int64_t start = ps_repl_now_ms(), heard = start;
   ps_status res;
   if (link_write(snd, iov, (int)(1 + segs->n), start, &heard, st) != 0 ||
       link_ack(snd, start, &heard, applied, &res, st) != 0) {

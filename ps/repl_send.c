@@ -25,12 +25,6 @@
 #define RETRY_BEHIND_MS 20
 #define RETRY_BEHIND_MAX 250 /* 5 s for the backup's view to catch up */
 
-static int64_t mono_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 static void *sender_main(void *arg);
 
 ps_repl_sender *ps_repl_sender_get(ps_repl *r, int task) {
@@ -229,7 +223,7 @@ static int send_batch(ps_repl_sender *snd, ps_repl_entry *batch, int64_t epoch,
     goto out;
   }
   /* the replication link when there is one (repl_link.c) */
-  if (snd->link_fd < 0 && r->link_asked && mono_ns() >= snd->link_retry_ns) {
+  if (snd->link_fd < 0 && r->link_asked && ps_repl_now_ms() >= snd->link_retry_ms) {
     ps_status ls;
     int lrc = ps_repl_link_open(snd, epoch, &ls);
     if (lrc == PS_UNIMPLEMENTED) {
@@ -237,9 +231,9 @@ static int send_batch(ps_repl_sender *snd, ps_repl_entry *batch, int64_t epoch,
        * firewall): asked again after 30 s, then less and less often */
       int64_t b = snd->link_backoff_ms ? snd->link_backoff_ms * 2 : 30000;
       snd->link_backoff_ms = b > 600000 ? 600000 : b;
-      snd->link_retry_ns = mono_ns() + snd->link_backoff_ms * 1000000LL;
+      snd->link_retry_ms = ps_repl_now_ms() + snd->link_backoff_ms;
     } else if (lrc != 0) { /* it did not answer: in a second */
-      snd->link_retry_ns = mono_ns() + 1000 * 1000000LL;
+      snd->link_retry_ms = ps_repl_now_ms() + 1000;
     } else {
       snd->link_backoff_ms = 0;
     }

@@ -24,21 +24,15 @@ static bool recoverable(const ps_status *e) {
 #define LATE_ROUND_SECS 10.0
 
 static int prepare(job *j, ps_coordinator_outcome *outcome, ps_status *st) {
-  if (j->chief || j->evaluator || j->o.ps_timeout > 0 || j->o.ckpt_dir == NULL)
-    return ps_coordinator_prepare(j->s, &j->co, outcome, st);
-  ps_coordinator_options co = j->co;
-  co.ps_timeout_secs = LATE_ROUND_SECS;
-  for (;;) {
-    int rc = ps_coordinator_prepare(j->s, &co, outcome, st);
-    if (rc == 0 || st->code != PS_DEADLINE_EXCEEDED ||
-        !strstr(st->msg, "did not answer within"))
-      return rc;
-    if (ps_worker_ckpt_done_(j)) {
-      ps_status_set(st, PS_UNAVAILABLE, "the ps did not answer for %.0f s",
-                    LATE_ROUND_SECS);
-      return rc;
-    }
+  bool rounds = !j->chief && !j->evaluator && j->o.ps_timeout <= 0 && j->o.ckpt_dir;
+  /* (a ps that accepts but does not answer ends a round at once: stalled) */
+  while (rounds && ps_coordinator_wait_for_ps(j->s, LATE_ROUND_SECS, st) != 0) {
+    if (st->code != PS_DEADLINE_EXCEEDED || ps_client_stalled(st)) return st->code;
+    if (ps_worker_ckpt_done_(j))
+      return ps_status_set(st, PS_UNAVAILABLE, "the ps did not answer for %.0f s",
+                           LATE_ROUND_SECS);
   }
+  return ps_coordinator_prepare(j->s, &j->co, outcome, st);
 }
 
 /* Data, client, model, saver, session, and the coordinator's start-up;
