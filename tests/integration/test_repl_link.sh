@@ -237,5 +237,22 @@ for t in 0 1; do
 done
 stop_all
 clean_logs
+
+# ---- d. --repl-link-port: a bad value, a port taken ----
+expect "--repl-link-port x: exit 2, saying the range" 2 \
+  "ps-server: --repl-link-port must be 0..65535, got 'x'" \
+  "$PS_SERVER" --cluster "$dir/$JOB.json" --job ps --task 0 --repl-link-port x
+# a port held by a listener of the test's own: ps/0 cannot listen there
+python3 -c 'import socket, time
+s = socket.socket(); s.bind(("0.0.0.0", 0)); s.listen()
+print(s.getsockname()[1], flush=True); time.sleep(120)' > "$dir/held.port" &
+holder=$!
+wait_for "$dir/held.port" "^[0-9]+$" 10 || bad "the test holds a port"
+held=$(head -n 1 "$dir/held.port")
+expect "--repl-link-port $held (taken): exit 1, naming the port" 1 \
+  "replication link: cannot listen on port $held of every interface" \
+  "$PS_SERVER" --cluster "$dir/$JOB.json" --job ps --task 0 --replicas 2 \
+  --etcd "$ETCD_ENDPOINTS" --repl-job taken --lease-ttl "$TTL" --repl-link-port "$held"
+kill "$holder" 2> /dev/null; wait "$holder" 2> /dev/null
 etcd_stop
 finish
