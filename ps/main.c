@@ -782,6 +782,8 @@ static int replication_create(daemon_state *d, const ps_repl_conf *conf,
   }
   if (link && ps_repl_link_start(d->repl, bind, link_port, &st) != 0) {
     PS_ERROR("%s (--repl-link-port picks another, --no-repl-link goes without)", st.msg);
+    ps_repl_destroy(d->repl); /* (not the service's yet: freed here) */
+    d->repl = NULL;
     goto out;
   }
   ps_service_set_repl(d->svc, d->repl);
