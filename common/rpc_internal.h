@@ -211,6 +211,7 @@ struct ps_rpc_server {
   int monitor_on;
   pthread_mutex_t accept_mu; /* accepting + handing fds to gRPC */
   int accepting;
+  int started; /* ps_rpc_server_start ran */
   atomic_int stop_monitor;
   atomic_int grpc_stopped; /* grpc_server_shutdown_and_notify was called */
   int64_t stop_begin_ms;   /* ps_rpc_server_shutdown was called then */

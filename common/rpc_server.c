@@ -406,6 +406,19 @@ static void server_free(ps_rpc_server *s) {
   free(s);
 }
 
+/* A server that was made but never started: nothing of gRPC's runs yet and
+ * no connection was handed to it, so it goes without a shutdown. */
+static void destroy_unstarted(ps_rpc_server *s) {
+  grpc_server_destroy(s->srv);
+  grpc_completion_queue_shutdown(s->cq);
+  while (
+      grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
+      GRPC_QUEUE_SHUTDOWN) {
+  }
+  grpc_completion_queue_destroy(s->cq);
+  server_free(s);
+}
+
 /* The channel argument of TLS_EXTERNAL_PORT: where gRPC puts its handler. */
 static void *slot_copy(void *p) {
   return p;
@@ -498,14 +511,8 @@ ps_rpc_server *ps_rpc_server_create(const char *addr, const ps_rpc_handler *h, s
                         : GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER,
         0);
   if (s->tls && ps_rpc_tls_listen_(s, addr, st) != 0) {
-    /* never started: nothing of gRPC's runs yet */
-    grpc_server_destroy(s->srv);
-    grpc_completion_queue_shutdown(s->cq);
-    while (grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL)
-               .type != GRPC_QUEUE_SHUTDOWN) {
-    }
-    grpc_completion_queue_destroy(s->cq);
-    goto fail;
+    destroy_unstarted(s);
+    return NULL;
   }
   return s;
 fail:
@@ -522,6 +529,7 @@ void *ps_rpc_server_user(const ps_rpc_server *s) {
 
 void ps_rpc_server_start(ps_rpc_server *s) {
   grpc_server_start(s->srv);
+  s->started = 1;
   for (size_t i = 0; i < s->nh; i++)
     for (int k = 0; k < REQS_PER_METHOD; k++)
       post_request(s, i);
@@ -570,6 +578,10 @@ void ps_rpc_server_cancel_all(ps_rpc_server *s) {
 
 void ps_rpc_server_destroy(ps_rpc_server *s) {
   if (s == NULL) return;
+  if (!s->started) {
+    destroy_unstarted(s);
+    return;
+  }
   if (s->monitor_on) {
     atomic_store(&s->stop_monitor, 1);
     ssize_t w = write(s->wake[1], "x", 1);

@@ -1029,6 +1029,7 @@ run:
   ps_member_destroy(d.member);
   d.member = NULL;
   ps_rpc_server_destroy(srv);
+  srv = NULL;
   int64_t nvars, bytes;
   ps_store_totals(store, &nvars, &bytes);
   PS_INFO("stopped (%lld variables, %lld bytes released)", (long long)nvars,
@@ -1044,6 +1045,7 @@ out:
     ps_repl_destroy(d.repl);
   }
   ps_member_destroy(d.member);
+  ps_rpc_server_destroy(srv); /* made but never started (a failed replication) */
   repl_sec_free(&rsec);
   ps_auth_destroy(auth);
   ps_service_destroy(svc);
