@@ -194,7 +194,12 @@ clean() { # NAME N: N ranks ended otherwise (their lines shown if not)
   for t in $(sed -n 's/^paramserver.sbatch: rank [0-9]* (\([a-z]*\/[0-9]*\)).*/\1/p' "$f" | sort -u); do
     echo "    $t, its last warnings and errors:"
     grep -E "(WARN|ERROR) $t: |^ps-(worker|server): " "$f" | tail -15 | sed 's/^/      /'
+    echo "    $t, its last lines:"
+    grep -E " $t: " "$f" | tail -8 | sed 's/^/      /'
   done
+  # and ps/0's (the coordinator's variables: a worker's last calls go there)
+  echo "    ps/0, its last lines:"
+  grep -E " ps/0: " "$f" | tail -12 | sed 's/^/      /'
   return 1
 }
 check "repl: no rank ended otherwise than with 0; no sanitizer report" clean repl 0

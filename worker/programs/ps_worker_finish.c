@@ -288,11 +288,21 @@ int ps_worker_finish_(job *j, ps_status *st) {
     ps_coordinator_heartbeat *hb = j->hb;
     j->hb = NULL;
     if (ps_coordinator_heartbeat_stop(hb, true, st) == 0) return 0;
-    if (!atomic_load(&ps_worker_stop_requested_)) return -1;
-    /* stopped by a signal: the mark is best effort (the chief, stopped
-     * too, does not wait; one that does finds the heartbeat standing) */
-    PS_WARN("%s", st->msg);
-    return 0;
+    if (atomic_load(&ps_worker_stop_requested_)) {
+      /* stopped by a signal: the mark is best effort (the chief, stopped
+       * too, does not wait; one that does finds the heartbeat standing) */
+      PS_WARN("%s", st->msg);
+      return 0;
+    }
+    if (j->gs >= o->steps &&
+        (st->code == PS_DEADLINE_EXCEEDED || st->code == PS_UNAVAILABLE)) {
+      /* the job is done: a chief still waiting takes the silent heartbeat
+       * for a worker that ended; one that ended shut ps/0 down */
+      PS_WARN("%s: ending all the same, global step %lld holds --steps %lld", st->msg,
+              (long long)j->gs, (long long)o->steps);
+      return 0;
+    }
+    return -1;
   }
   const char *failed = NULL;
   int rc = finish_chief(j, &failed, st);

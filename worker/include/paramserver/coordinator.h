@@ -119,7 +119,9 @@ PS_API ps_coordinator_heartbeat *
 ps_coordinator_heartbeat_start(ps_client *c, const char *task, ps_status *st);
 
 /* Stops the thread and frees @h (NULL: nothing); @done: then marks the
- * task done.  0, or the error of that mark. */
+ * task done, tried again every PS_COORDINATOR_HEARTBEAT_SECS while ps/0
+ * is unavailable or does not answer, for up to
+ * PS_COORDINATOR_HEARTBEAT_TIMEOUT_SECS.  0, or the error of that mark. */
 PS_API int ps_coordinator_heartbeat_stop(ps_coordinator_heartbeat *h, bool done,
                                          ps_status *st);
 
