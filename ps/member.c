@@ -25,6 +25,8 @@
 #define CHECK_DEADLINE_MS 300
 #define WARN_EVERY_S 10 /* a peer it cannot check: one WARN so often */
 #define REJOIN_MS 2000
+#define REJOIN_MAX_MS 8000
+#define REJOIN_RESET_MS 30000 /* a rejoin this long after the last: that one held */
 
 static void sleep_ms(int ms) {
   struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
@@ -481,11 +483,24 @@ void *ps_member_worker(void *arg) {
         sleep_ms(100);
       }
     /* dropped from a shard of its placement while alive: back as a
-     * syncing backup, at most every REJOIN_MS (a link still down fails
-     * the copy, which drops it again) */
+     * syncing backup, after REJOIN_MS.  A rejoin that is dropped again
+     * soon (a link still down fails the copy; a variable name this ps
+     * holds for another shard fails its CREATE) doubles the wait, up to
+     * REJOIN_MAX_MS, so that a lasting fault does not churn the view. */
+    int64_t now = ps_member_now_ns();
+    if (m->rejoin_gap_ms == 0) m->rejoin_gap_ms = REJOIN_MS;
     if (!fenced && ps_member_wants_rejoin(m) &&
-        ps_member_now_ns() - m->rejoin_ns > (int64_t)REJOIN_MS * 1000000) {
-      m->rejoin_ns = ps_member_now_ns();
+        now - m->rejoin_ns > m->rejoin_gap_ms * 1000000) {
+      if (m->rejoin_ns == 0 || now - m->rejoin_ns > (int64_t)REJOIN_RESET_MS * 1000000)
+        m->rejoin_gap_ms = REJOIN_MS; /* the last one held */
+      else if (m->rejoin_gap_ms < REJOIN_MAX_MS) {
+        m->rejoin_gap_ms =
+            m->rejoin_gap_ms * 2 > REJOIN_MAX_MS ? REJOIN_MAX_MS : m->rejoin_gap_ms * 2;
+        PS_WARN("replication: dropped again %.0f s after rejoining: the next rejoin in "
+                "%lld s (the drop's WARN above says why)",
+                (double)(now - m->rejoin_ns) / 1e9, (long long)(m->rejoin_gap_ms / 1000));
+      }
+      m->rejoin_ns = now;
       (void)ps_member_transition(m, PS_MEMBER_REJOIN, m->self, -1);
     }
     for (int k = 0; k < nsyn && !fenced; k++)

@@ -33,11 +33,12 @@ struct ps_member {
   int nsyn, capsyn;
   int *drp_s, *drp_t; /* (shard, backup) pairs to drop, capsyn of them */
   int ndrp;
-  int64_t rejoin_ns;  /* when the last rejoin was tried (CLOCK_MONOTONIC) */
-  ps_view cur;        /* the newest view applied (epoch 0: none) */
-  bool *lone;         /* [ntasks]: shard down to one replica, warned */
-  int *fails;         /* [ntasks]: the prober's refusals in a row */
-  int64_t *warned_ns; /* [ntasks]: when a Check it could not make was last logged */
+  int64_t rejoin_ns;     /* when the last rejoin was tried (CLOCK_MONOTONIC) */
+  int64_t rejoin_gap_ms; /* the wait before the next one (REJOIN_MS, doubling) */
+  ps_view cur;           /* the newest view applied (epoch 0: none) */
+  bool *lone;            /* [ntasks]: shard down to one replica, warned */
+  int *fails;            /* [ntasks]: the prober's refusals in a row */
+  int64_t *warned_ns;    /* [ntasks]: when a Check it could not make was last logged */
   pthread_t worker, prober;
   bool worker_on, prober_on;
 };

@@ -184,7 +184,8 @@ static int rep_check(ps_repl *r, const Paramserver__ReplicateRequest *q, ps_stat
 
 /* The apply_* functions: 0, or an error in @st when the entry cannot be
  * applied (ignored on a SYNCING copy, a divergence on an in-sync one). */
-static int apply_create(ps_service *s, const Paramserver__ReplicateEntry *e,
+/* @clash: the name is another shard's here, which no copy mends */
+static int apply_create(ps_service *s, const Paramserver__ReplicateEntry *e, bool *clash,
                         ps_status *stp) {
   Paramserver__VariableSpec *v = e->spec;
   ps_status st;
@@ -208,6 +209,16 @@ static int apply_create(ps_service *s, const Paramserver__ReplicateEntry *e,
     }
     off = v->initializer->offset;
   }
+  ps_var *have = ps_store_lookup(s->store, v->name);
+  if (have && have->shard != e->shard) { /* (a shard is fixed once made) */
+    ps_status_set(
+        &st, PS_ALREADY_EXISTS,
+        "variable %s already exists in shard %d (on %s); with --replicas a "
+        "variable name belongs to one shard: it cannot also be made in shard %d",
+        v->name, have->shard, s->task, e->shard);
+    *clash = true;
+    goto bad;
+  }
   bool created;
   if (ps_store_create_var_in(s->store, e->shard, v->name, (ps_dtype)v->dtype, &shape, ip,
                              fn, fs, off, &created, &st) == 0)
@@ -217,7 +228,13 @@ bad:
   return st.code ? st.code : PS_INTERNAL;
 }
 
-static void apply_delete(ps_service *s, const char *name) {
+static void apply_delete(ps_service *s, const char *name, int shard) {
+  ps_var *v = ps_store_lookup(s->store, name);
+  if (v && v->shard != shard) { /* another shard's name here: not this delete's */
+    PS_WARN("Replicate: DELETE of %s for shard %d: the name is shard %d's here, kept",
+            name, shard, v->shard);
+    return;
+  }
   char *names[1] = {(char *)name};
   ps_var **gone = NULL;
   size_t ngone = 0;
@@ -243,11 +260,19 @@ static int apply_value(ps_service *s, const Paramserver__ReplicateEntry *e, ps_b
   ps_shape sh;
   int rc = 0;
   ps_svc_shape_from_(&sh, e->shape, e->n_shape, e->name, st); /* checked */
+  /* the name is another shard's here: never this entry's to change (and
+   * not waited for: that shard's own update may hold its lock while it
+   * waits for this ps's acknowledgement).  A variable's shard is fixed. */
+  if (v->shard != e->shard)
+    return ps_status_set(st, PS_ALREADY_EXISTS,
+                         "variable %s is shard %d's on ps/%d, the entry is for shard %d",
+                         e->name, v->shard, s->repl->self, e->shard);
   pthread_rwlock_wrlock(&v->lock);
   if (v->deleted) {
     rc = ps_status_set(st, PS_NOT_FOUND, "variable %s was deleted", e->name);
     goto out;
   }
+
   if ((int)v->dtype != e->dtype) {
     rc = ps_status_set(st, PS_INVALID_ARGUMENT, "variable %s has dtype %d, the entry %d",
                        e->name, (int)v->dtype, e->dtype);
@@ -314,14 +339,15 @@ int ps_repl_batch_apply(ps_service *s, ps_repl_batch *x, int64_t *applied,
     Paramserver__ReplicateEntry *e = x->req->entries[i];
     bytes += e->value_bytes + e->index_bytes;
     int arc = 0;
+    bool clash = false;
     ps_status est;
     ps_status_clear(&est);
     switch (e->kind) {
     case PARAMSERVER__REPLICATE_ENTRY__KIND__CREATE:
-      arc = apply_create(s, e, &est);
+      arc = apply_create(s, e, &clash, &est);
       break;
     case PARAMSERVER__REPLICATE_ENTRY__KIND__DELETE:
-      apply_delete(s, e->name);
+      apply_delete(s, e->name, e->shard);
       break;
     case PARAMSERVER__REPLICATE_ENTRY__KIND__VALUE:
     case PARAMSERVER__REPLICATE_ENTRY__KIND__ROWS:
@@ -335,11 +361,12 @@ int ps_repl_batch_apply(ps_service *s, ps_repl_batch *x, int64_t *applied,
     }
     /* a SYNCING copy ignores what it cannot apply yet (the copy brings
      * it); an in-sync replica that cannot has diverged: the primary
-     * reports it failed and membership copies it afresh (review r23 #8) */
+     * reports it failed and membership copies it afresh (review r23 #8).
+     * A name clash fails a copy too: no copy would bring it. */
     const char *what = e->kind == PARAMSERVER__REPLICATE_ENTRY__KIND__CREATE && e->spec
                            ? e->spec->name
                            : e->name;
-    if (arc != 0 && in_sync_for(r, e->shard)) {
+    if (arc != 0 && (clash || in_sync_for(r, e->shard))) {
       pthread_rwlock_unlock(&r->apply_rw);
       static const char *kinds[] = {"VALUE", "ROWS", "CREATE"};
       PS_ERROR("Replicate: %s of %s for shard %d: %s", kinds[e->kind], what, e->shard,

@@ -352,7 +352,17 @@ int ps_store_create_var_in(ps_store *s, int shard, const char *name, ps_dtype dt
   if (v) {
     char a[256], b[256];
     int rc = 0;
-    if (v->dtype != dtype || !ps_shape_equal(&v->shape, shape))
+    if (v->shard != shard)
+      /* replicated: this ps holds the name for another shard (as its
+       * primary or a backup); one store, keyed by name, holds every shard
+       * this ps replicates, so a name is the cluster's (DESIGN.md "Shards
+       * and their placement") */
+      rc = ps_status_set(st, PS_ALREADY_EXISTS,
+                         "variable %s already exists in shard %d (on %s); with "
+                         "--replicas a variable name belongs to one shard: it cannot "
+                         "also be made in shard %d",
+                         name, v->shard, s->task, shard);
+    else if (v->dtype != dtype || !ps_shape_equal(&v->shape, shape))
       rc = ps_status_set(st, PS_ALREADY_EXISTS,
                          "variable %s already exists on %s with dtype %s shape "
                          "%s; requested dtype %s shape %s",

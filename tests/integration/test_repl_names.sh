@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# With --replicas a ps holds the shards it backs up in the same store as
+# its own, keyed by name: a variable name belongs to one shard (DESIGN.md
+# "Shards and their placement").  A real etcd, real ps-server --replicas 2,
+# failover_client making and updating variable x:
+#  a. 2 ps (each holds both shards): x made and updated on shard 0; making
+#     x on shard 1 is refused (ALREADY_EXISTS, naming x and both shards)
+#     by ps/1, which holds shard 0's x as its backup.  Nothing changed:
+#     the view's epoch is the same, both shards keep their in-sync
+#     backup, psctl verify says identical, shard 0's x holds its acks.
+#  b. 3 ps (shard 0 on ps/0+ps/1, shard 2 on ps/2+ps/0): x made on shard
+#     0, then on shard 2, whose primary ps/2 does not hold shard 0.  ps/0
+#     refuses shard 2's CREATE of x (an ERROR naming x and both shards)
+#     and is dropped from shard 2, which goes on, degraded, on ps/2; shard
+#     0's x is never touched by shard 2's updates (its value is its own
+#     acks, psctl verify: shard 0 identical); the rejoins that fail again
+#     back off (a WARN), so the view's epoch grows slowly; once x is
+#     deleted from shard 2, ps/0 rejoins it and every shard is identical.
+#  No ps crashes, no sanitizer report.
+set -u
+source "$(dirname "$0")/../support/lib.sh"
+source "$(dirname "$0")/../support/etcd.sh"
+source "$(dirname "$0")/../support/repl.sh"
+test_init repl_names
+export PS_RPC_TIMEOUT=20
+etcd_start repl_names || { bad "etcd starts"; finish; exit 1; }
+
+declare -a P
+JOB=two
+N=2
+start_one() {
+  : > "$dir/$JOB$1.out"
+  "$PS_SERVER" --cluster "$dir/$JOB.json" --job ps --task "$1" --replicas 2 \
+    --etcd "$ETCD_ENDPOINTS" --repl-job "$JOB" --lease-ttl 2 --grace-secs 2 \
+    > "$dir/$JOB$1.out" 2>> "$dir/$JOB$1.log" &
+  P[$1]=$!
+}
+repl_start_one() { start_one "$1"; }
+st_() { "$PSCTL" --cluster "$dir/$JOB.json" --etcd "$ETCD_ENDPOINTS" --repl-job "$JOB" \
+  --replicas 2 --timeout-ms 5000 "$@"; }
+stop_all() {
+  local t
+  for ((t = 0; t < N; t++)); do kill -TERM "${P[$t]}" 2> /dev/null; wait "${P[$t]}" 2> /dev/null; done
+}
+test_cleanup_hook() { stop_all; }
+epoch() { st_ status 2>&1 | sed -n 's/^replication: .*view epoch \([0-9]*\).*/\1/p' | head -1; }
+
+# raw_create T SHARD NAME: a Create of float NAME in SHARD sent straight
+# to ps/T (what the client library would refuse to send: it checks every
+# ps for the name first); prints "ok" or "code C: TEXT"
+raw_create() {
+  local addr
+  addr=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["ps"][int(sys.argv[2])])' "$dir/$JOB.json" "$1")
+  timeout 20 /usr/bin/python3 - "$addr" "$2" "$3" "$(epoch)" << 'PY'
+import grpc, sys
+addr, shard, name, epoch = sys.argv[1], int(sys.argv[2]), sys.argv[3].encode(), int(sys.argv[4])
+def varint(v):
+    b = b""
+    while True:
+        c = v & 0x7F
+        v >>= 7
+        if v:
+            b += bytes([c | 0x80])
+        else:
+            return b + bytes([c])
+def ld(field, data):
+    return varint(field << 3 | 2) + varint(len(data)) + data
+spec = ld(1, name) + varint(2 << 3) + varint(1)  # DT_FLOAT
+route = varint(1 << 3) + varint(shard) + varint(2 << 3) + varint(epoch)
+req = ld(1, spec) + ld(100, route)
+ch = grpc.insecure_channel(addr)
+call = ch.unary_unary("/paramserver.Ps/Create")
+try:
+    call(req, timeout=10)
+    print("ok")
+except grpc.RpcError as e:
+    print("code %s: %s" % (e.code().name, e.details()))
+PY
+}
+
+# client TAG SHARD [N]: failover_client making x on SHARD; with N, until
+# N acknowledged updates, then stopped; without, it runs on ($CPID)
+client() {
+  "$FAILOVER_CLIENT" "$dir/$JOB.json" "$ETCD_ENDPOINTS" "$JOB" "$2" x "$dir/stop-$1" \
+    > "$dir/$1.out" 2> "$dir/$1.log" &
+  CPID=$!
+  [ -n "${3:-}" ] || return 0
+  wait_for "$dir/$1.out" "^ack $3 " 60
+  touch "$dir/stop-$1"
+  wait "$CPID"
+}
+# acked TAG: the client's acknowledged updates equal the value it read
+acked() {
+  local a v
+  a=$(grep -c '^ack ' "$dir/$1.out")
+  v=$(awk '$1 == "value" { print $2 }' "$dir/$1.out")
+  [ "$a" -gt 0 ] && [ "$v" = "$a" ]
+}
+alive() {
+  local t
+  for ((t = 0; t < N; t++)); do kill -0 "${P[$t]}" 2> /dev/null || return 1; done
+}
+no_sanitizer() { ! grep -qE "runtime error|Sanitizer|==[0-9]+==" "$dir/$JOB"*.log; }
+
+# ---- a. 2 ps ----
+repl_start 2 "$dir/$JOB.json" "$JOB" || { bad "2 ps-server --replicas 2 start" "$(tail -n 5 "$dir/$JOB"*.log)"; finish; exit 1; }
+IN2=('^shard 0: ps/0 primary.*ps/1 backup' '^shard 1: ps/1 primary.*ps/0 backup')
+repl_wait_status "${IN2[@]}" || bad "two: each shard in sync" "$out"
+e0=$(epoch)
+client a0 0 50
+show="$dir/a0.out $dir/a1.out $dir/${JOB}0.log $dir/${JOB}1.log"
+check "two: x on shard 0 takes 50 updates, none lost" acked a0
+out=$(raw_create 1 1 x)
+check "two: a Create of x in shard 1 sent to ps/1 is refused: ALREADY_EXISTS naming x and both shards" \
+  grep -q '^code ALREADY_EXISTS: variable x already exists in shard 0 (on ps/1); with --replicas a variable name belongs to one shard: it cannot also be made in shard 1$' <<< "$out"
+
+check "two: the view's epoch did not move ($e0)" test "$(epoch)" = "$e0"
+check "two: both shards keep their in-sync backup" repl_wait_status "${IN2[@]}"
+out=$(st_ verify 2>&1)
+check "two: psctl verify: shard 0 identical (1 variable), shard 1 identical (0)" \
+  bash -c "grep -q '^shard 0: ps/0 ps/1 identical (1 variables)' <<< \"\$1\" && grep -q '^shard 1: ps/1 ps/0 identical (0 variables)' <<< \"\$1\"" _ "$out"
+check "two: both ps alive, no sanitizer report" bash -c "$(declare -f alive no_sanitizer); P=(${P[*]}); N=$N; dir='$dir'; JOB=$JOB; alive && no_sanitizer"
+stop_all
+
+# ---- b. 3 ps ----
+JOB=three
+N=3
+repl_start 3 "$dir/$JOB.json" "$JOB" || { bad "3 ps-server --replicas 2 start" "$(tail -n 5 "$dir/$JOB"*.log)"; finish; exit 1; }
+IN3=('^shard 0: ps/0 primary.*ps/1 backup' '^shard 1: ps/1 primary.*ps/2 backup' '^shard 2: ps/2 primary.*ps/0 backup')
+repl_wait_status "${IN3[@]}" || bad "three: each shard in sync" "$out"
+show="$dir/b0.out $dir/b2.out $dir/${JOB}0.log $dir/${JOB}2.log"
+client b0 0
+B0=$CPID
+wait_for "$dir/b0.out" "^ack 20 " 60
+e0=$(epoch)
+out=$(raw_create 2 2 x)
+check "three: a Create of x in shard 2 sent to ps/2 (which holds no shard 0) is made ($out)" \
+  test "$out" = ok
+check "three: ps/0 refuses shard 2's CREATE of x, naming both shards" wait_for "$dir/${JOB}0.log" \
+  'ERROR ps/0: Replicate: CREATE of x for shard 2: variable x already exists in shard 0 \(on ps/0\)' 5
+check "three: ps/2 drops ps/0 from shard 2 and goes on degraded" wait_for "$dir/${JOB}2.log" \
+  'WARN ps/2: shard 2 runs on one replica \(ps/2\)' 5
+# the rejoins fail again (the CREATE): they back off
+check "three: a rejoin dropped again backs off (a WARN)" wait_for "$dir/${JOB}0.log" \
+  'WARN ps/0: replication: dropped again [0-9]+ s after rejoining: the next rejoin in [0-9]+ s' 30
+sleep 4
+e1=$(epoch)
+check "three: the view's epoch grows slowly while the names clash ($e0 -> $e1)" \
+  test "$((e1 - e0))" -le 12
+touch "$dir/stop-b0"
+wait "$B0"
+check "three: shard 0's x took only its own updates, none lost" acked b0
+# x gone from shard 2: ps/0 rejoins it
+# (psctl rm deletes on every ps: shard 0's x goes too)
+check "three: psctl rm x" st_ rm x
+# (the rejoin's wait may have grown to 8 s)
+insync3() { repl_wait_status "${IN3[@]}" || repl_wait_status "${IN3[@]}" || repl_wait_status "${IN3[@]}"; }
+check "three: after x is deleted, every shard is in sync again" insync3
+out=$(st_ verify 2>&1)
+check "three: psctl verify: every shard identical" \
+  bash -c "[ \$(grep -c ' identical (' <<< \"\$1\") = 3 ]" _ "$out"
+check "three: the 3 ps alive, no sanitizer report" bash -c "$(declare -f alive no_sanitizer); P=(${P[*]}); N=$N; dir='$dir'; JOB=$JOB; alive && no_sanitizer"
+stop_all
+finish
