@@ -5,7 +5,8 @@
 #     calls the test's own `repl_start_one T` for each task, which starts
 #     ps/T, writes its stdout to $dir/PFX$T.out, its log to $dir/PFX$T.log,
 #     and sets P[T]; waits until every one printed its readiness line.
-#     A port taken meanwhile (address in use): all are killed and it
+#     A port taken meanwhile ("address in use", also a --repl-link-port
+#     "Address already in use"): all are killed and it
 #     tries again on new ports, up to 5 times.  0, or 1.
 #   repl_wait_status REGEX...: until the test's `st_ status` matches every
 #     REGEX (20 s); $out is its last output.  0, or 1.
@@ -29,7 +30,7 @@ repl_start() {
     done
     [ "$up" = "$n" ] && return 0
     for ((t = 0; t < n; t++)); do kill -KILL "${P[$t]}" 2> /dev/null; wait "${P[$t]}" 2> /dev/null; done
-    grep -q "address in use" "$dir/$pfx"*.log || return 1
+    grep -qiE "address (already )?in use" "$dir/$pfx"*.log || return 1
   done
   return 1
 }
