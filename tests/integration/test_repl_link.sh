@@ -42,35 +42,6 @@ st_() { "$PSCTL" --cluster "$dir/$JOB.json" --etcd "$ETCD_ENDPOINTS" --repl-job 
 IN_SYNC=('^shard 0: ps/0 primary.*ps/1 backup' '^shard 1: ps/1 primary.*ps/0 backup')
 stop_all() { for t in 0 1; do kill -TERM "${P[$t]}" 2> /dev/null; wait "${P[$t]}" 2> /dev/null; done; }
 
-# updates NAME N: failover_client on shard 0 and on shard 1 (variables
-# NAME0 and NAME1: a name is the cluster's, one shard's) until each has N
-# acknowledged updates; then no acknowledged update lost
-updates() {
-  local s pid crc acks value all=1
-  local -a pids
-  for s in 0 1; do
-    [ ! -e "$dir/stop-$1-$s" ] || { bad "updates: name $1 used twice"; return; }
-    "$FAILOVER_CLIENT" "$dir/$JOB.json" "$ETCD_ENDPOINTS" "$JOB" "$s" "$1$s" "$dir/stop-$1-$s" \
-      > "$dir/$1-$s.out" 2> "$dir/$1-$s.log" &
-    pids[$s]=$!
-  done
-  for s in 0 1; do
-    wait_for "$dir/$1-$s.out" "^ack $2 " 60 || all=0
-    touch "$dir/stop-$1-$s"
-  done
-  for s in 0 1; do
-    wait "${pids[$s]}"; crc=$?
-    acks=$(grep -c '^ack ' "$dir/$1-$s.out")
-    value=$(awk '$1 == "value" { print $2 }' "$dir/$1-$s.out")
-    if [ "$all" = 1 ] && [ "$crc" = 0 ] && [ "$acks" -ge "$2" ] && [ "$value" = "$acks" ]; then
-      ok "$JOB: $acks updates of $1$s on shard $s acknowledged, none lost"
-    else
-      bad "$JOB: $2 updates of $1$s on shard $s acknowledged, none lost (exit $crc, $acks acknowledged, value '$value')" \
-        "$(tail -n 3 "$dir/$1-$s.out" "$dir/$1-$s.log" "$dir/$JOB"[01].log)"
-    fi
-  done
-}
-
 # verify NVARS: psctl verify says both shards identical with NVARS variables each
 verify() {
   local out r
@@ -176,7 +147,7 @@ for t in 0 1; do
   fi
 done
 repl_wait_status "${IN_SYNC[@]}" || bad "each shard has its primary and in-sync backup" "$out"
-updates a 100
+repl_updates a 100
 for t in 0 1; do
   b=$((1 - t))
   if wait_for "$dir/$JOB$t.log" "INFO .*replication to ps/$b over its replication link \(127\.0\.0\.1:${LP[$b]}\)" 10; then
@@ -205,7 +176,7 @@ for t in 0 1; do
   kill -0 "${P[$t]}" 2> /dev/null && ok "ps/$t is alive after the hostile frames" ||
     bad "ps/$t is alive after the hostile frames" "$(tail -n 5 "$dir/$JOB$t.log")"
 done
-updates b 50
+repl_updates b 50
 verify 2
 # the primaries kept their links: no batch went another way since
 for t in 0 1; do
@@ -226,7 +197,7 @@ else
   finish; exit 1
 fi
 repl_wait_status "${IN_SYNC[@]}" || bad "--no-repl-link: each shard has its primary and in-sync backup" "$out"
-updates c 50
+repl_updates c 50
 verify 1
 for t in 0 1; do
   if grep -q -e "replication link on port" -e "over its replication link" "$dir/$JOB$t.log"; then

@@ -9,7 +9,7 @@
 #    address and port, and that its batches go as Replicate calls; it
 #    never replicates over ps/1's link;
 #  - ps/1 replicates over ps/0's link, which is not blocked;
-#  - no acknowledged update is lost on either shard, psctl verify says
+#  - no acknowledged update is lost on either shard (repl_updates), psctl verify says
 #    the replicas are identical, no ERROR, no sanitizer report.
 set -u
 if [ -z "${PS_LINK_NETNS:-}" ]; then
@@ -54,23 +54,7 @@ check "iptables rejects port ${LPORT[1]} (ps/1's link) in the test's namespace" 
   bash -c "iptables -S INPUT | grep -q -- '--dport ${LPORT[1]} .*REJECT'"
 repl_wait_status '^shard 0: ps/0 primary.*ps/1 backup' '^shard 1: ps/1 primary.*ps/0 backup' ||
   bad "each shard has its primary and in-sync backup" "$out"
-for s in 0 1; do
-  "$FAILOVER_CLIENT" "$dir/$JOB.json" "$ETCD_ENDPOINTS" "$JOB" "$s" "v$s" "$dir/stop-$s" \
-    > "$dir/c$s.out" 2> "$dir/c$s.log" &
-  C[$s]=$!
-done
-for s in 0 1; do
-  wait_for "$dir/c$s.out" "^ack 100 " 60
-  touch "$dir/stop-$s"
-done
-for s in 0 1; do
-  wait "${C[$s]}"; rc=$?
-  a=$(grep -c '^ack ' "$dir/c$s.out")
-  v=$(awk '$1 == "value" { print $2 }' "$dir/c$s.out")
-  show="$dir/c$s.out $dir/c$s.log"
-  check "shard $s: $a updates acknowledged, none lost (exit $rc, value ${v:-none})" \
-    test "$rc" = 0 -a "$a" -ge 100 -a "${v:-x}" = "$a"
-done
+repl_updates v 100
 show="$dir/${JOB}0.log"
 check "ps/0 WARNs it cannot reach ps/1's link, and goes on with Replicate calls" \
   wait_for "$dir/${JOB}0.log" "WARN ps/0: replication link: cannot connect to ps/1 at 127\.0\.0\.1:${LPORT[1]}: its batches go as Replicate calls \(the port may be blocked between the ps hosts; --no-repl-link on every ps turns the link off\)" 5

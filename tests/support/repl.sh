@@ -10,6 +10,10 @@
 #     tries again on new ports, up to 5 times.  0, or 1.
 #   repl_wait_status REGEX...: until the test's `st_ status` matches every
 #     REGEX (20 s); $out is its last output.  0, or 1.
+#   repl_updates NAME N: $FAILOVER_CLIENT on shard 0 and on shard 1 of the
+#     test's 2-ps cluster $dir/$JOB.json (variables NAME0 and NAME1: a name
+#     is one shard's) until each has N acknowledged updates; then checks
+#     (ok/bad) that no acknowledged update was lost.
 
 repl_start() {
   local n=$1 spec=$2 pfx=$3 extra=${4:-} try t i up list
@@ -45,4 +49,30 @@ repl_wait_status() {
     sleep 0.1
   done
   return 1
+}
+
+repl_updates() {
+  local s crc acks value all=1
+  local -a pids
+  for s in 0 1; do
+    [ ! -e "$dir/stop-$1-$s" ] || { bad "repl_updates: name $1 used twice"; return; }
+    "$FAILOVER_CLIENT" "$dir/$JOB.json" "$ETCD_ENDPOINTS" "$JOB" "$s" "$1$s" "$dir/stop-$1-$s" \
+      > "$dir/$1-$s.out" 2> "$dir/$1-$s.log" &
+    pids[$s]=$!
+  done
+  for s in 0 1; do
+    wait_for "$dir/$1-$s.out" "^ack $2 " 60 || all=0
+    touch "$dir/stop-$1-$s"
+  done
+  for s in 0 1; do
+    wait "${pids[$s]}"; crc=$?
+    acks=$(grep -c '^ack ' "$dir/$1-$s.out")
+    value=$(awk '$1 == "value" { print $2 }' "$dir/$1-$s.out")
+    if [ "$all" = 1 ] && [ "$crc" = 0 ] && [ "$acks" -ge "$2" ] && [ "$value" = "$acks" ]; then
+      ok "$JOB: $acks updates of $1$s on shard $s acknowledged, none lost"
+    else
+      bad "$JOB: $2 updates of $1$s on shard $s acknowledged, none lost (exit $crc, $acks acknowledged, value '$value')" \
+        "$(tail -n 3 "$dir/$1-$s.out" "$dir/$1-$s.log" "$dir/$JOB"[01].log)"
+    fi
+  done
 }
