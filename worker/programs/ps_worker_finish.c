@@ -288,6 +288,25 @@ int ps_worker_finish_(job *j, ps_status *st) {
     ps_coordinator_heartbeat *hb = j->hb;
     j->hb = NULL;
     if (ps_coordinator_heartbeat_stop(hb, true, st) == 0) return 0;
+    /* ps/0 busy or away for a moment: tried again every second for as
+     * long as the chief would still wait for a beat, unless a signal
+     * stops this worker */
+    char me[PS_CLUSTER_MAX_JOB_NAME + 16];
+    snprintf(me, sizeof me, "%s/%d", j->self.job, j->self.task);
+    double t0 = ps_worker_now_secs_();
+    int tries = 1;
+    while ((st->code == PS_DEADLINE_EXCEEDED || st->code == PS_UNAVAILABLE) &&
+           !atomic_load(&ps_worker_stop_requested_) &&
+           ps_worker_now_secs_() - t0 + PS_COORDINATOR_HEARTBEAT_SECS <
+               PS_COORDINATOR_HEARTBEAT_TIMEOUT_SECS) {
+      nanosleep(&(struct timespec){(time_t)PS_COORDINATOR_HEARTBEAT_SECS, 0}, NULL);
+      tries++;
+      if (ps_coordinator_heartbeat_mark_done(j->hbc, me, st) == 0) return 0;
+    }
+    size_t ml = strlen(st->msg);
+    if (tries > 1 && ml < sizeof st->msg)
+      snprintf(st->msg + ml, sizeof st->msg - ml, " (%d tries in %.0f s)", tries,
+               ps_worker_now_secs_() - t0);
     if (atomic_load(&ps_worker_stop_requested_)) {
       /* stopped by a signal: the mark is best effort (the chief, stopped
        * too, does not wait; one that does finds the heartbeat standing) */

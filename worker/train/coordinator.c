@@ -721,25 +721,18 @@ int ps_coordinator_heartbeat_stop(ps_coordinator_heartbeat *h, bool done, ps_sta
   pthread_cond_destroy(&h->cv);
   pthread_mutex_destroy(&h->mu);
   int rc = 0;
-  /* ps/0 busy or away for a moment: tried again every second for as long
-   * as the chief would still wait for a beat */
-  struct timespec t0, t;
-  clock_gettime(CLOCK_MONOTONIC, &t0);
-  for (int tries = 1; done; tries++) {
-    rc = heartbeat_update(h->c, h->name, PS_ASSIGN, PS_COORDINATOR_HEARTBEAT_DONE, true,
-                          st);
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    double secs = (double)(t.tv_sec - t0.tv_sec) + (double)(t.tv_nsec - t0.tv_nsec) / 1e9;
-    if (rc == 0 || (rc != PS_DEADLINE_EXCEEDED && rc != PS_UNAVAILABLE) ||
-        secs + PS_COORDINATOR_HEARTBEAT_SECS >= PS_COORDINATOR_HEARTBEAT_TIMEOUT_SECS) {
-      if (rc != 0)
-        ps_status_prefix(st, "marking %s done on ps/0 (%d tr%s in %.0f s)", h->name,
-                         tries, tries == 1 ? "y" : "ies", secs);
-      break;
-    }
-    nanosleep(&(struct timespec){(time_t)PS_COORDINATOR_HEARTBEAT_SECS, 0}, NULL);
-  }
+  if (done && (rc = heartbeat_update(h->c, h->name, PS_ASSIGN,
+                                     PS_COORDINATOR_HEARTBEAT_DONE, true, st)) != 0)
+    ps_status_prefix(st, "marking %s done on ps/0", h->name);
   free(h);
+  return rc;
+}
+
+int ps_coordinator_heartbeat_mark_done(ps_client *c, const char *task, ps_status *st) {
+  char name[256];
+  if (heartbeat_name(name, sizeof name, task, st) != 0) return st->code;
+  int rc = heartbeat_update(c, name, PS_ASSIGN, PS_COORDINATOR_HEARTBEAT_DONE, true, st);
+  if (rc != 0) ps_status_prefix(st, "marking %s done on ps/0", name);
   return rc;
 }
 

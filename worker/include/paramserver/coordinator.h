@@ -119,11 +119,15 @@ PS_API ps_coordinator_heartbeat *
 ps_coordinator_heartbeat_start(ps_client *c, const char *task, ps_status *st);
 
 /* Stops the thread and frees @h (NULL: nothing); @done: then marks the
- * task done, tried again every PS_COORDINATOR_HEARTBEAT_SECS while ps/0
- * is unavailable or does not answer, for up to
- * PS_COORDINATOR_HEARTBEAT_TIMEOUT_SECS.  0, or the error of that mark. */
+ * task done.  0, or the error of that mark. */
 PS_API int ps_coordinator_heartbeat_stop(ps_coordinator_heartbeat *h, bool done,
                                          ps_status *st);
+
+/* Marks task @task ("worker/1") done on ps/0 of @c, as
+ * ps_coordinator_heartbeat_stop does: one try (a caller whose ps/0 is busy
+ * or away tries again).  0, or its error. */
+PS_API int ps_coordinator_heartbeat_mark_done(ps_client *c, const char *task,
+                                              ps_status *st);
 
 /* Task @task's heartbeat value on ps/0 into *@value: a count of beats, 0
  * if none (no variable: it never joined, or ps/0 restarted since), or
