@@ -205,8 +205,8 @@ static void drop_shard(ps_repl *r, int s) {
   ps_var **gone = NULL;
   size_t ngone = 0;
   ps_status st;
-  if (k > 0 && ps_store_remove(r->store, names, k, PS_REMOVE_MISSING_OK, &gone, &ngone,
-                               NULL, &st) == 0) {
+  if (k > 0 && ps_store_remove_in(r->store, s, names, k, PS_REMOVE_MISSING_OK, &gone,
+                                  &ngone, NULL, &st) == 0) {
     for (size_t i = 0; i < ngone; i++) {
       pthread_rwlock_wrlock(&gone[i]->lock);
       ps_var_mark_deleted(r->store, gone[i]);

@@ -229,18 +229,14 @@ bad:
 }
 
 static void apply_delete(ps_service *s, const char *name, int shard) {
-  ps_var *v = ps_store_lookup(s->store, name);
-  if (v && v->shard != shard) { /* another shard's name here: not this delete's */
-    PS_WARN("Replicate: DELETE of %s for shard %d: the name is shard %d's here, kept",
-            name, shard, v->shard);
-    return;
-  }
   char *names[1] = {(char *)name};
   ps_var **gone = NULL;
   size_t ngone = 0;
   ps_status st;
-  if (ps_store_remove(s->store, names, 1, PS_REMOVE_MISSING_OK, &gone, &ngone, NULL,
-                      &st) != 0) {
+  /* (shard's own only: another shard's variable of that name is not this
+   * delete's) */
+  if (ps_store_remove_in(s->store, shard, names, 1, PS_REMOVE_MISSING_OK, &gone, &ngone,
+                         NULL, &st) != 0) {
     PS_ERROR("Replicate: DELETE of %s: %s", name, st.msg);
     return;
   }

@@ -577,8 +577,10 @@ static int delete_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *
     if (rc != 0) goto out;
     ps_repl_meta_lock(s->repl);
   }
-  rc =
-      ps_store_remove(s->store, req->names, req->n_names, flags, &vars, &nv, missing, st);
+  /* replicated: the route's shard only (its parts and slots too: the
+   * other shards' copies here are their primaries' to delete) */
+  rc = ps_store_remove_in(s->store, s->repl ? ps_svc_route_shard_(s, req->route) : -1,
+                          req->names, req->n_names, flags, &vars, &nv, missing, st);
   if (rc != 0 && s->repl) ps_repl_meta_unlock(s->repl);
   if (rc != 0) goto out;
   for (size_t i = 0; i < req->n_names; i++)

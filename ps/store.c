@@ -482,6 +482,11 @@ static bool is_slot_of_any(const char *name, ps_var **vs, size_t n) {
 
 int ps_store_remove(ps_store *s, char *const *names, size_t n, int flags, ps_var ***out,
                     size_t *nout, bool *missing, ps_status *st) {
+  return ps_store_remove_in(s, -1, names, n, flags, out, nout, missing, st);
+}
+
+int ps_store_remove_in(ps_store *s, int shard, char *const *names, size_t n, int flags,
+                       ps_var ***out, size_t *nout, bool *missing, ps_status *st) {
   ps_var **vs = NULL;
   size_t nv = 0, cap = 0;
   int rc = 0;
@@ -490,11 +495,16 @@ int ps_store_remove(ps_store *s, char *const *names, size_t n, int flags, ps_var
   pthread_rwlock_wrlock(&s->lock);
   for (size_t i = 0; i < n && rc == 0; i++) {
     ps_var *v = lookup_locked(s, names[i]);
+    if (v && shard >= 0 && v->shard != shard) v = NULL;
     if (v && push(&vs, &nv, &cap, v) != 0) goto oom;
     part_group *g = group_find(s, names[i]);
-    for (size_t k = 0; g && k < g->n; k++)
+    bool parts = false;
+    for (size_t k = 0; g && k < g->n; k++) {
+      if (shard >= 0 && g->parts[k]->shard != shard) continue;
+      parts = true;
       if (push(&vs, &nv, &cap, g->parts[k]) != 0) goto oom;
-    bool none = v == NULL && (g == NULL || g->n == 0);
+    }
+    bool none = v == NULL && !parts;
     if (missing) missing[i] = none;
     if (none && !(flags & PS_REMOVE_MISSING_OK))
       rc = ps_status_set(st, PS_NOT_FOUND, "variable %s does not exist on %s", names[i],
@@ -506,7 +516,8 @@ int ps_store_remove(ps_store *s, char *const *names, size_t n, int flags, ps_var
     size_t nmatched = nv = dedup(vs, nv);
     for (size_t b = 0; b < s->nbuckets; b++)
       for (ps_var *v = s->buckets[b]; v; v = v->next)
-        if (is_slot_of_any(v->name, vs, nmatched) && push(&vs, &nv, &cap, v) != 0)
+        if ((shard < 0 || v->shard == shard) && is_slot_of_any(v->name, vs, nmatched) &&
+            push(&vs, &nv, &cap, v) != 0)
           goto oom;
   }
   nv = dedup(vs, nv);

@@ -97,6 +97,11 @@ int ps_var_gone(ps_store *s, const ps_var *v, ps_status *st);
  * created again at once. */
 int ps_store_remove(ps_store *s, char *const *names, size_t n, int flags, ps_var ***out,
                     size_t *nout, bool *missing, ps_status *st);
+/* The same, matching only variables of @shard (its parts and slots too;
+ * -1: any): a replicated ps holds other shards' variables beside the
+ * ones a request names. */
+int ps_store_remove_in(ps_store *s, int shard, char *const *names, size_t n, int flags,
+                       ps_var ***out, size_t *nout, bool *missing, ps_status *st);
 /* Marks removed @v deleted and frees its value (caller holds the write
  * lock).  Its accumulator's waiters must have been failed first. */
 void ps_var_mark_deleted(ps_store *s, ps_var *v);

@@ -21,6 +21,9 @@ if [ -z "${PS_LINK_NETNS:-}" ]; then
   exit 77
 fi
 ip link set lo up || { echo "FAIL: lo up in the namespace"; exit 1; }
+# (an iptables that cannot work here, e.g. without its kernel tables)
+iptables -w -L INPUT -n > /dev/null 2>&1 ||
+  { echo "SKIP: iptables does not work in a network namespace here"; exit 77; }
 source "$(dirname "$0")/../support/lib.sh"
 source "$(dirname "$0")/../support/etcd.sh"
 source "$(dirname "$0")/../support/repl.sh"
@@ -36,7 +39,7 @@ declare -a LPORT
 start_one() {
   LPORT[$1]=$(pick_ports 1)
   # ps/1's link port refused (the namespace's own firewall)
-  [ "$1" != 1 ] || iptables -A INPUT -p tcp --dport "${LPORT[1]}" -j REJECT --reject-with tcp-reset
+  [ "$1" != 1 ] || iptables -w -A INPUT -p tcp --dport "${LPORT[1]}" -j REJECT --reject-with tcp-reset
   : > "$dir/$JOB$1.out"
   "$PS_SERVER" --cluster "$dir/$JOB.json" --job ps --task "$1" --replicas 2 \
     --etcd "$ETCD_ENDPOINTS" --repl-job "$JOB" --lease-ttl 2 --grace-secs 2 \
@@ -51,7 +54,7 @@ test_cleanup_hook() { stop_all; }
 
 repl_start 2 "$dir/$JOB.json" "$JOB" || { bad "2 ps-server --replicas 2 start" "$(tail -n 5 "$dir/$JOB"*.log)"; finish; exit 1; }
 check "iptables rejects port ${LPORT[1]} (ps/1's link) in the test's namespace" \
-  bash -c "iptables -S INPUT | grep -q -- '--dport ${LPORT[1]} .*REJECT'"
+  bash -c "iptables -w -S INPUT | grep -q -- '--dport ${LPORT[1]} .*REJECT'"
 repl_wait_status '^shard 0: ps/0 primary.*ps/1 backup' '^shard 1: ps/1 primary.*ps/0 backup' ||
   bad "each shard has its primary and in-sync backup" "$out"
 repl_updates v 100

@@ -8,6 +8,9 @@
 #     by ps/1, which holds shard 0's x as its backup.  Nothing changed:
 #     the view's epoch is the same, both shards keep their in-sync
 #     backup, psctl verify says identical, shard 0's x holds its acks.
+#     Then a partitioned w, a part in each shard: a Delete of w sent to
+#     shard 0 removes shard 0's part only, not ps/0's copy of shard 1's
+#     (psctl verify: identical).
 #  b. 3 ps (shard 0 on ps/0+ps/1, shard 2 on ps/2+ps/0): x made on shard
 #     0, then on shard 2, whose primary ps/2 does not hold shard 0.  ps/0
 #     refuses shard 2's CREATE of x (an ERROR naming x and both shards)
@@ -23,6 +26,8 @@ source "$(dirname "$0")/../support/etcd.sh"
 source "$(dirname "$0")/../support/repl.sh"
 test_init repl_names
 export PS_RPC_TIMEOUT=20
+/usr/bin/python3 -c 'import grpc' 2> /dev/null ||
+  { bad "/usr/bin/python3 has grpc (deploy/setup.sh installs python3-grpcio)"; finish; exit 1; }
 etcd_start repl_names || { bad "etcd starts"; finish; exit 1; }
 
 declare -a P
@@ -42,18 +47,29 @@ stop_all() {
   local t
   for ((t = 0; t < N; t++)); do kill -TERM "${P[$t]}" 2> /dev/null; wait "${P[$t]}" 2> /dev/null; done
 }
-test_cleanup_hook() { stop_all; }
+test_cleanup_hook() {
+  [ -z "${B0:-}" ] || kill -KILL "$B0" 2> /dev/null
+  stop_all
+}
 epoch() { st_ status 2>&1 | sed -n 's/^replication: .*view epoch \([0-9]*\).*/\1/p' | head -1; }
 
-# raw_create T SHARD NAME: a Create of float NAME in SHARD sent straight
-# to ps/T (what the client library would refuse to send: it checks every
-# ps for the name first); prints "ok" or "code C: TEXT"
-raw_create() {
+# raw_create T SHARD NAME: a Create of float scalar NAME in SHARD sent
+# straight to ps/T (what the client library would refuse to send: it
+# checks every ps for the name first); raw_assign T SHARD NAME VALUE: an
+# Update assigning VALUE to it.  Each prints "ok" or "code C: TEXT".
+raw_create() { raw_call "$1" "$2" "$3" create; }
+# raw_part T SHARD NAME OFFSET: a Create of NAME, a [2] float part at
+# OFFSET of partitioned variable w [4] (zeros); raw_delete T SHARD NAME
+raw_part() { raw_call "$1" "$2" "$3" "part:$4"; }
+raw_delete() { raw_call "$1" "$2" "$3" delete; }
+raw_assign() { raw_call "$1" "$2" "$3" "$4"; }
+raw_call() {
   local addr
   addr=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["ps"][int(sys.argv[2])])' "$dir/$JOB.json" "$1")
-  timeout 20 /usr/bin/python3 - "$addr" "$2" "$3" "$(epoch)" << 'PY'
-import grpc, sys
+  timeout 20 /usr/bin/python3 - "$addr" "$2" "$3" "$(epoch)" "$4" << 'PY'
+import grpc, struct, sys
 addr, shard, name, epoch = sys.argv[1], int(sys.argv[2]), sys.argv[3].encode(), int(sys.argv[4])
+what = sys.argv[5]
 def varint(v):
     b = b""
     while True:
@@ -65,11 +81,22 @@ def varint(v):
             return b + bytes([c])
 def ld(field, data):
     return varint(field << 3 | 2) + varint(len(data)) + data
-spec = ld(1, name) + varint(2 << 3) + varint(1)  # DT_FLOAT
 route = varint(1 << 3) + varint(shard) + varint(2 << 3) + varint(epoch)
-req = ld(1, spec) + ld(100, route)
+if what == "create":
+    spec = ld(1, name) + varint(2 << 3) + varint(1)  # DT_FLOAT
+    req, method = ld(1, spec) + ld(100, route), "Create"
+elif what.startswith("part:"):
+    init = ld(1, b"zeros") + ld(12, b"w") + ld(13, varint(4)) + varint(14 << 3) + varint(int(what[5:]))
+    spec = ld(1, name) + varint(2 << 3) + varint(1) + ld(3, varint(2)) + ld(4, init)
+    req, method = ld(1, spec) + ld(100, route), "Create"
+elif what == "delete":
+    req, method = ld(1, name) + ld(100, route), "Delete"
+else:  # an ASSIGN (op 0) of a float scalar, its 4 bytes inline
+    upd = ld(1, name) + varint(3 << 3) + varint(1)
+    req = ld(1, upd) + ld(2, struct.pack("<f", float(what))) + ld(100, route)
+    method = "Update"
 ch = grpc.insecure_channel(addr)
-call = ch.unary_unary("/paramserver.Ps/Create")
+call = ch.unary_unary("/paramserver.Ps/" + method)
 try:
     call(req, timeout=10)
     print("ok")
@@ -119,6 +146,17 @@ check "two: both shards keep their in-sync backup" repl_wait_status "${IN2[@]}"
 out=$(st_ verify 2>&1)
 check "two: psctl verify: shard 0 identical (1 variable), shard 1 identical (0)" \
   bash -c "grep -q '^shard 0: ps/0 ps/1 identical (1 variables)' <<< \"\$1\" && grep -q '^shard 1: ps/1 ps/0 identical (0 variables)' <<< \"\$1\"" _ "$out"
+# a Delete of partitioned w on shard 0 takes shard 0's part only: ps/0
+# also holds shard 1's part, as its backup
+r0=$(raw_part 0 0 w/part_0 0)
+r1=$(raw_part 1 1 w/part_1 2)
+check "two: parts w/part_0 (shard 0) and w/part_1 (shard 1) made ($r0, $r1)" \
+  test "$r0" = ok -a "$r1" = ok
+out=$(raw_delete 0 0 w)
+check "two: a Delete of w on shard 0 ($out)" test "$out" = ok
+out=$(st_ verify 2>&1)
+check "two: shard 1's part is still on both its replicas (psctl verify: identical)" \
+  bash -c "grep -q '^shard 0: ps/0 ps/1 identical (1 variables)' <<< \"\$1\" && grep -q '^shard 1: ps/1 ps/0 identical (1 variables)' <<< \"\$1\"" _ "$out"
 check "two: both ps alive, no sanitizer report" bash -c "$(declare -f alive no_sanitizer); P=(${P[*]}); N=$N; dir='$dir'; JOB=$JOB; alive && no_sanitizer"
 stop_all
 
@@ -132,10 +170,13 @@ show="$dir/b0.out $dir/b2.out $dir/${JOB}0.log $dir/${JOB}2.log"
 client b0 0
 B0=$CPID
 wait_for "$dir/b0.out" "^ack 20 " 60
-e0=$(epoch)
 out=$(raw_create 2 2 x)
 check "three: a Create of x in shard 2 sent to ps/2 (which holds no shard 0) is made ($out)" \
   test "$out" = ok
+# (before the fix ps/0 shared its own x with shard 2, and this Assign
+# reached it)
+out=$(raw_assign 2 2 x 1000)
+check "three: an Assign of 1000 to shard 2's x is acknowledged ($out)" test "$out" = ok
 check "three: ps/0 refuses shard 2's CREATE of x, naming both shards" wait_for "$dir/${JOB}0.log" \
   'ERROR ps/0: Replicate: CREATE of x for shard 2: variable x already exists in shard 0 \(on ps/0\)' 5
 check "three: ps/2 drops ps/0 from shard 2 and goes on degraded" wait_for "$dir/${JOB}2.log" \
@@ -143,12 +184,15 @@ check "three: ps/2 drops ps/0 from shard 2 and goes on degraded" wait_for "$dir/
 # the rejoins fail again (the CREATE): they back off
 check "three: a rejoin dropped again backs off (a WARN)" wait_for "$dir/${JOB}0.log" \
   'WARN ps/0: replication: dropped again [0-9]+ s after rejoining: the next rejoin in [0-9]+ s' 30
-sleep 4
+# without the backoff a rejoin and its drop every 2 s: 16 epochs in 16 s
 e1=$(epoch)
-check "three: the view's epoch grows slowly while the names clash ($e0 -> $e1)" \
-  test "$((e1 - e0))" -le 12
+sleep 16
+e2=$(epoch)
+check "three: the view's epoch grows slowly while the names clash ($e1 -> $e2 in 16 s)" \
+  test "$((e2 - e1))" -le 8
 touch "$dir/stop-b0"
 wait "$B0"
+B0=""
 check "three: shard 0's x took only its own updates, none lost" acked b0
 # x gone from shard 2: ps/0 rejoins it
 # (psctl rm deletes on every ps: shard 0's x goes too)

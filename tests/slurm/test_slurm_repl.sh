@@ -167,8 +167,19 @@ check "ext: trained to --steps, a checkpoint at $step" \
 check "ext: the template started no etcd" bash -c "! grep -q 'started etcd' '$dir/ext.out'"
 check "ext: every ps ran with --replicas 2 (its view logged)" \
   test "$(grep -oE "ps/[012]: .*view epoch" "$dir/ext.out" | grep -oE "^ps/[012]" | sort -u | wc -l)" = 3
-ext_view() { ETCDCTL_API=3 etcdctl --endpoints "$ETCD_ENDPOINT" get --prefix --keys-only "/paramserver/ext-$$/" \
-  | grep -qx "/paramserver/ext-$$/view"; }
+# (etcdctl tried up to 5 times: on 2 busy cores one call can miss its
+# deadline; its errors are shown when none finds the key)
+ext_view() {
+  local i keys
+  for ((i = 0; i < 5; i++)); do
+    keys=$(ETCDCTL_API=3 etcdctl --endpoints "$ETCD_ENDPOINT" --command-timeout 10s \
+      get --prefix --keys-only "/paramserver/ext-$$/" 2>&1)
+    grep -qx "/paramserver/ext-$$/view" <<< "$keys" && return 0
+    sleep 0.5
+  done
+  echo "etcdctl: $keys"
+  return 1
+}
 check "ext: the view is in the test's etcd under /paramserver/ext-$$/" ext_view
 
 # 4. a ps that fails at its start
