@@ -189,8 +189,8 @@ static int keep_entry(ps_repl *r, int s, int task) {
 }
 
 /* Drops every variable of shard @s (a copy this ps is about to receive
- * afresh). */
-static void drop_shard(ps_repl *r, int s) {
+ * afresh, or one of a shard it no longer holds); @why for the log. */
+static void drop_shard(ps_repl *r, int s, const char *why) {
   size_t n = 0, k = 0;
   ps_var **vars = ps_store_list(r->store, &n);
   char **names = calloc(n + 1, sizeof *names);
@@ -212,8 +212,7 @@ static void drop_shard(ps_repl *r, int s) {
       ps_var_mark_deleted(r->store, gone[i]);
       pthread_rwlock_unlock(&gone[i]->lock);
     }
-    PS_INFO("replication: dropped %zu variable(s) of shard %d before its copy arrives",
-            ngone, s);
+    PS_INFO("replication: dropped %zu variable(s) of shard %d (%s)", ngone, s, why);
     free(gone);
   }
   free(names);
@@ -247,13 +246,21 @@ void ps_repl_set_view(ps_repl *r, const ps_view *v) {
   pthread_mutex_lock(&r->mu);
   bool newer = nv.epoch > r->view.epoch;
   /* shards where this ps is newly SYNCING: its old copy goes first */
-  bool *drop = calloc((size_t)r->ntasks, sizeof *drop);
+  unsigned char *drop = calloc((size_t)r->ntasks, sizeof *drop); /* 1 copy, 2 left */
   for (int s = 0; newer && drop && s < r->ntasks; s++) {
     int i = role_in(&nv, s, r->self), j = role_in(&r->view, s, r->self);
     if (i > 0 && nv.shard[s].state[i] == PS_REPLICA_SYNCING &&
         (j < 0 || r->view.shard[s].state[j] != PS_REPLICA_SYNCING)) {
-      drop[s] = true;
+      drop[s] = 1;
       r->shard_applied[s] = 0; /* a copy starts */
+    } else if (j > 0 && i < 0 && nv.shard[s].n > 0) {
+      /* a backup dropped from a shard others still hold: its copy here is
+       * stale (a rejoin copies it afresh), and its names would clash with
+       * a variable made later in another shard.  (A shard left with no
+       * replica keeps it; a primary taken out is fenced and keeps its
+       * own.) */
+      drop[s] = 2;
+      r->shard_applied[s] = 0;
     }
   }
   pthread_mutex_unlock(&r->mu);
@@ -265,7 +272,8 @@ void ps_repl_set_view(ps_repl *r, const ps_view *v) {
   }
   for (int s = 0; drop && s < r->ntasks; s++)
     if (drop[s]) {
-      drop_shard(r, s);
+      drop_shard(r, s,
+                 drop[s] == 1 ? "before its copy arrives" : "no longer a replica of it");
       ps_repl_dedup_forget(r, s); /* the copy brings the primary's */
     }
   free(drop);

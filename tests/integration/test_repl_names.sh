@@ -17,7 +17,9 @@
 #     and is dropped from shard 2, which goes on, degraded, on ps/2; shard
 #     0's x is never touched by shard 2's updates (its value is its own
 #     acks, psctl verify: shard 0 identical); the rejoins that fail again
-#     back off (a WARN), so the view's epoch grows slowly; once x is
+#     back off (a WARN), so the view's epoch grows slowly; out of shard 2,
+#     ps/0 keeps no copy of it (shard 2's y, deleted there, is made again
+#     in shard 0 on ps/0); once x is
 #     deleted from shard 2, ps/0 rejoins it and every shard is identical.
 #  No ps crashes, no sanitizer report.
 set -u
@@ -105,10 +107,11 @@ except grpc.RpcError as e:
 PY
 }
 
-# client TAG SHARD [N]: failover_client making x on SHARD; with N, until
-# N acknowledged updates, then stopped; without, it runs on ($CPID)
+# client TAG SHARD [N [NAME]]: failover_client making NAME (x) on SHARD;
+# with N, until N acknowledged updates, then stopped; without, it runs on
+# ($CPID)
 client() {
-  "$FAILOVER_CLIENT" "$dir/$JOB.json" "$ETCD_ENDPOINTS" "$JOB" "$2" x "$dir/stop-$1" \
+  "$FAILOVER_CLIENT" "$dir/$JOB.json" "$ETCD_ENDPOINTS" "$JOB" "$2" "${4:-x}" "$dir/stop-$1" \
     > "$dir/$1.out" 2> "$dir/$1.log" &
   CPID=$!
   [ -n "${3:-}" ] || return 0
@@ -170,6 +173,8 @@ show="$dir/b0.out $dir/b2.out $dir/${JOB}0.log $dir/${JOB}2.log"
 client b0 0
 B0=$CPID
 wait_for "$dir/b0.out" "^ack 20 " 60
+client y2 2 10 y # y, a variable of shard 2 (ps/2, and ps/0 as its backup)
+check "three: y on shard 2 takes 10 updates" acked y2
 out=$(raw_create 2 2 x)
 check "three: a Create of x in shard 2 sent to ps/2 (which holds no shard 0) is made ($out)" \
   test "$out" = ok
@@ -190,6 +195,14 @@ sleep 16
 e2=$(epoch)
 check "three: the view's epoch grows slowly while the names clash ($e1 -> $e2 in 16 s)" \
   test "$((e2 - e1))" -le 8
+# ps/0, out of shard 2, keeps no copy of it: y deleted from shard 2 (on
+# ps/2 alone) can be made in shard 0 on ps/0
+check "three: ps/0 drops its copy of shard 2 when it is out of it" wait_for "$dir/${JOB}0.log" \
+  'INFO ps/0: replication: dropped [0-9]+ variable\(s\) of shard 2 \(no longer a replica of it\)' 5
+out=$(raw_delete 2 2 y)
+check "three: a Delete of y on shard 2 ($out)" test "$out" = ok
+out=$(raw_create 0 0 y)
+check "three: y made again in shard 0 on ps/0 ($out)" test "$out" = ok
 touch "$dir/stop-b0"
 wait "$B0"
 B0=""
