@@ -496,9 +496,10 @@ void *ps_member_worker(void *arg) {
       else if (m->rejoin_gap_ms < REJOIN_MAX_MS) {
         m->rejoin_gap_ms =
             m->rejoin_gap_ms * 2 > REJOIN_MAX_MS ? REJOIN_MAX_MS : m->rejoin_gap_ms * 2;
-        PS_WARN("replication: dropped again %.0f s after rejoining: the next rejoin in "
-                "%lld s (the drop's WARN above says why)",
-                (double)(now - m->rejoin_ns) / 1e9, (long long)(m->rejoin_gap_ms / 1000));
+        PS_WARN(
+            "replication: out of a shard again %.0f s after the last rejoin: the next "
+            "rejoin waits %lld s (the drop's WARN above says why)",
+            (double)(now - m->rejoin_ns) / 1e9, (long long)(m->rejoin_gap_ms / 1000));
       }
       m->rejoin_ns = now;
       (void)ps_member_transition(m, PS_MEMBER_REJOIN, m->self, -1);

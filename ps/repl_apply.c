@@ -223,6 +223,9 @@ static int apply_create(ps_service *s, const Paramserver__ReplicateEntry *e, boo
   if (ps_store_create_var_in(s->store, e->shard, v->name, (ps_dtype)v->dtype, &shape, ip,
                              fn, fs, off, &created, &st) == 0)
     return 0;
+  /* (made for another shard since the look above: a clash too) */
+  have = ps_store_lookup(s->store, v->name);
+  if (have && have->shard != e->shard) *clash = true;
 bad:
   *stp = st;
   return st.code ? st.code : PS_INTERNAL;
@@ -249,7 +252,7 @@ static void apply_delete(ps_service *s, const char *name, int shard) {
 }
 
 static int apply_value(ps_service *s, const Paramserver__ReplicateEntry *e, ps_buf *val,
-                       ps_buf *idx, ps_status *st) {
+                       ps_buf *idx, bool *clash, ps_status *st) {
   ps_var *v = ps_store_lookup(s->store, e->name);
   if (v == NULL) /* on a copy: its CREATE comes with the state copy */
     return ps_status_set(st, PS_NOT_FOUND, "variable %s does not exist", e->name);
@@ -259,10 +262,12 @@ static int apply_value(ps_service *s, const Paramserver__ReplicateEntry *e, ps_b
   /* the name is another shard's here: never this entry's to change (and
    * not waited for: that shard's own update may hold its lock while it
    * waits for this ps's acknowledgement).  A variable's shard is fixed. */
-  if (v->shard != e->shard)
+  if (v->shard != e->shard) {
+    *clash = true;
     return ps_status_set(st, PS_ALREADY_EXISTS,
                          "variable %s is shard %d's on ps/%d, the entry is for shard %d",
                          e->name, v->shard, s->repl->self, e->shard);
+  }
   pthread_rwlock_wrlock(&v->lock);
   if (v->deleted) {
     rc = ps_status_set(st, PS_NOT_FOUND, "variable %s was deleted", e->name);
@@ -347,7 +352,7 @@ int ps_repl_batch_apply(ps_service *s, ps_repl_batch *x, int64_t *applied,
       break;
     case PARAMSERVER__REPLICATE_ENTRY__KIND__VALUE:
     case PARAMSERVER__REPLICATE_ENTRY__KIND__ROWS:
-      arc = apply_value(s, e, x->val[i], x->idx[i], &est);
+      arc = apply_value(s, e, x->val[i], x->idx[i], &clash, &est);
       break;
     case PARAMSERVER__REPLICATE_ENTRY__KIND__DEDUP:
       ps_repl_dedup_record(r, e->shard, e->client_id, e->seq);
@@ -358,7 +363,8 @@ int ps_repl_batch_apply(ps_service *s, ps_repl_batch *x, int64_t *applied,
     /* a SYNCING copy ignores what it cannot apply yet (the copy brings
      * it); an in-sync replica that cannot has diverged: the primary
      * reports it failed and membership copies it afresh (review r23 #8).
-     * A name clash fails a copy too: no copy would bring it. */
+     * A name clash (a CREATE, VALUE or ROWS entry of a name this ps holds
+     * for another shard) fails a copy too: no copy would mend it. */
     const char *what = e->kind == PARAMSERVER__REPLICATE_ENTRY__KIND__CREATE && e->spec
                            ? e->spec->name
                            : e->name;

@@ -188,7 +188,7 @@ check "three: ps/2 drops ps/0 from shard 2 and goes on degraded" wait_for "$dir/
   'WARN ps/2: shard 2 runs on one replica \(ps/2\)' 5
 # the rejoins fail again (the CREATE): they back off
 check "three: a rejoin dropped again backs off (a WARN)" wait_for "$dir/${JOB}0.log" \
-  'WARN ps/0: replication: dropped again [0-9]+ s after rejoining: the next rejoin in [0-9]+ s' 30
+  'WARN ps/0: replication: out of a shard again [0-9]+ s after the last rejoin: the next rejoin waits [0-9]+ s' 30
 # without the backoff a rejoin and its drop every 2 s: 16 epochs in 16 s
 e1=$(epoch)
 sleep 16
