@@ -53,7 +53,7 @@ packages=(build-essential meson ninja-build pkg-config
   libjson-c-dev libsnappy-dev zlib1g-dev libopenblas-dev iperf3 clang-format
   dataset-fashion-mnist python3-grpcio libmicrohttpd-dev
   prometheus curl slurm-wlm munge
-  etcd-server etcd-client)
+  etcd-server etcd-client iproute2 iptables)
 
 missing=()
 for p in "${packages[@]}"; do
