@@ -27,6 +27,9 @@ ps_etcd *ps_etcd_connect(const char *endpoints, int64_t timeout_ms, ps_status *s
 /* Stop every keeper and watch of @e first. */
 void ps_etcd_close(ps_etcd *e);
 const char *ps_etcd_endpoints(const ps_etcd *e);
+/* The endpoint ("HOST:PORT") that answered last: the next call starts
+ * there. */
+const char *ps_etcd_endpoint_in_use(ps_etcd *e);
 
 /* A key's value (malloc'd, NUL-terminated after @len bytes; caller
  * frees), its mod_revision, and the store's revision at the read.  A

@@ -224,6 +224,10 @@ const char *ps_etcd_endpoints(const ps_etcd *e) {
   return e->all;
 }
 
+const char *ps_etcd_endpoint_in_use(ps_etcd *e) {
+  return e->ep[atomic_load(&e->cur) % e->n];
+}
+
 /* ---- unary calls ---- */
 
 /* One attempt of @method on endpoint @ep with @deadline_ms (monotonic):
