@@ -70,19 +70,9 @@ raw_call() {
   addr=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["ps"][int(sys.argv[2])])' "$dir/$JOB.json" "$1")
   timeout 20 /usr/bin/python3 - "$addr" "$2" "$3" "$(epoch)" "$4" << 'PY'
 import grpc, struct, sys
+from pbwire import ld, varint  # tests/support (lib.sh sets PYTHONPATH)
 addr, shard, name, epoch = sys.argv[1], int(sys.argv[2]), sys.argv[3].encode(), int(sys.argv[4])
 what = sys.argv[5]
-def varint(v):
-    b = b""
-    while True:
-        c = v & 0x7F
-        v >>= 7
-        if v:
-            b += bytes([c | 0x80])
-        else:
-            return b + bytes([c])
-def ld(field, data):
-    return varint(field << 3 | 2) + varint(len(data)) + data
 route = varint(1 << 3) + varint(shard) + varint(2 << 3) + varint(epoch)
 if what == "create":
     spec = ld(1, name) + varint(2 << 3) + varint(1)  # DT_FLOAT
