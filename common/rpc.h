@@ -188,6 +188,11 @@ void ps_rpc_call_set_ctx(ps_rpc_call *c, void *ctx);
 void *ps_rpc_call_ctx(ps_rpc_call *c);
 /* Where the request's bulk bytes go; the call takes the list over. */
 void ps_rpc_call_expect(ps_rpc_call *c, ps_rpc_segs *sink);
+/* @fn(@c, bytes) after each message of bulk bytes landed in the sink,
+ * with how many of them arrived so far (on the call's thread, before
+ * on_data; never after a failure).  NULL: none. */
+typedef void (*ps_rpc_progress_fn)(ps_rpc_call *c, size_t received);
+void ps_rpc_call_on_progress(ps_rpc_call *c, ps_rpc_progress_fn fn);
 /* Sets the response header (packed now; @m is not kept). */
 int ps_rpc_call_reply(ps_rpc_call *c, const ProtobufCMessage *m);
 /* on_data may return PS_RPC_PENDING to answer later from any thread with

@@ -240,6 +240,10 @@ void ps_rpc_call_expect(ps_rpc_call *c, ps_rpc_segs *sink) {
   memset(sink, 0, sizeof *sink);
 }
 
+void ps_rpc_call_on_progress(ps_rpc_call *c, ps_rpc_progress_fn fn) {
+  c->progress = fn;
+}
+
 int ps_rpc_call_reply(ps_rpc_call *c, const ProtobufCMessage *m) {
   if (c->reply) grpc_byte_buffer_destroy(c->reply);
   c->reply = ps_rpc_pack_message_(m);

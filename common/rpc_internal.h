@@ -128,6 +128,7 @@ struct ps_rpc_call {
   void *ctx;
   ps_rpc_segs sink;
   size_t received;
+  ps_rpc_progress_fn progress; /* ps_rpc_call_on_progress */
   grpc_byte_buffer *reply;
   ps_rpc_segs out;
   cursor cur;

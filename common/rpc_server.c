@@ -299,6 +299,7 @@ static void scall_event(ps_rpc_call *c, int ok) {
     if (rc == 0)
       rc = ps_rpc_consume_chunk_(bb, &c->sink, &c->received, s->h[c->hi].method, &c->st);
     grpc_byte_buffer_destroy(bb);
+    if (rc == 0 && c->progress) c->progress(c, c->received);
     if (rc != 0)
       ps_rpc_scall_fail_(c);
     else

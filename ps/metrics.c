@@ -110,6 +110,11 @@ static void render(ps_mbuf *b, void *arg) {
     ps_mbuf_family(b, "ps_replication_lag_bytes", "gauge",
                    "Replication bytes sent to backups and not yet acknowledged.");
     ps_mbuf_printf(b, "ps_replication_lag_bytes %lld\n", rs.lag_bytes);
+    ps_mbuf_family(b, "ps_replication_cut_through_bytes_total", "counter",
+                   "Bytes of large assigns forwarded to backups while they still "
+                   "arrived from the client.");
+    ps_mbuf_printf(b, "ps_replication_cut_through_bytes_total %lld\n",
+                   rs.cut_through_bytes);
   }
   pthread_mutex_unlock(&m->repl_mu);
   struct timespec now;

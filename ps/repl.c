@@ -145,6 +145,7 @@ void ps_repl_destroy(ps_repl *r) {
   r->stopping = true;
   pthread_mutex_unlock(&r->mu);
   fail_all_waits(r, PS_UNAVAILABLE, msg);
+  ps_repl_stage_orphan_all(r);
   ps_repl_link_stop(r);
   /* a request still in ps_repl_commit (sending on its own thread: it ends
    * within the link's stall timeout) or holding meta */
@@ -394,6 +395,7 @@ void ps_repl_get_stats(ps_repl *r, ps_repl_stats *out) {
   }
   out->sent_bytes = r->sent_bytes;
   out->applied_bytes = r->applied_bytes;
+  out->cut_through_bytes = r->cut_through_bytes;
   pthread_mutex_unlock(&r->mu);
 }
 
@@ -557,6 +559,7 @@ static int commit(ps_repl *r, ps_repl_group *g, ps_repl_done_fn fn, void *arg,
           break;
         }
         ps_repl_sender_push(snd, c);
+        if (!snd->failed) ps_repl_stage_claim(snd, c);
         last = c;
       }
       if (last) last->group_end = true;

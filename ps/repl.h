@@ -64,6 +64,21 @@ void ps_repl_set_view(ps_repl *r, const ps_view *v);
 int ps_repl_link_start(ps_repl *r, const char *bind_host, int port, ps_status *st);
 int64_t ps_repl_epoch(const ps_repl *r);
 
+/* Cut-through (ps/repl_stage.c): an Update about to receive large assign
+ * values @bufs[i] (filled from byte @offs[i] of its bulk bytes; each at
+ * least PS_REPL_STAGE_MIN) for shard @shard, which this ps is primary of,
+ * forwards them to the shard's backups while they arrive.  NULL: nothing
+ * to forward to (no link, no backup, out of memory): the values go with
+ * the update's entries as usual.  Progress: how many bulk bytes arrived
+ * (ps_rpc_call_on_progress).  End: once the update's effects are
+ * committed, or it failed (a stage no entry names is dropped). */
+typedef struct ps_repl_staging ps_repl_staging;
+#define PS_REPL_STAGE_MIN ((size_t)2 << 20)
+ps_repl_staging *ps_repl_stage_begin(ps_repl *r, int shard, ps_buf *const *bufs,
+                                     const size_t *offs, size_t n);
+void ps_repl_stage_progress(ps_repl_staging *g, size_t received);
+void ps_repl_stage_end(ps_repl_staging *g);
+
 /* Cut off (its lease is gone, or a view names another primary of a shard
  * it served): from now on it acknowledges nothing; held and new updates
  * fail UNAVAILABLE "ps/N is fenced: REASON".  Health answers NOT_SERVING.
@@ -79,6 +94,7 @@ typedef struct ps_repl_stats {
   long long failovers;  /* promotions of this ps */
   long long lag_entries, lag_bytes;
   long long sent_bytes, applied_bytes;
+  long long cut_through_bytes; /* forwarded while they arrived */
 } ps_repl_stats;
 void ps_repl_get_stats(ps_repl *r, ps_repl_stats *out);
 

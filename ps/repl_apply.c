@@ -119,7 +119,12 @@ int ps_repl_batch_decode(ps_service *s, const uint8_t *p, size_t n, ps_repl_batc
          (x->idx[i] = ps_buf_create((size_t)e->index_bytes, false)) == NULL ||
          ps_rpc_segs_add(sink, x->idx[i]->data, x->idx[i]->size, NULL) != 0))
       rc = rc ? rc : ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Replicate: out of memory");
-    if (rc == 0 && e->value_bytes &&
+    if (rc == 0 && e->staged &&
+        (e->kind != PARAMSERVER__REPLICATE_ENTRY__KIND__VALUE || e->value_bytes == 0))
+      rc = ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "Replicate: entry %zu (%s) names stage %llu but is no value", i,
+                         e->name, (unsigned long long)e->staged);
+    if (rc == 0 && e->value_bytes && !e->staged &&
         ((rc = ps_svc_add_staged_(s, &staged, (size_t)e->value_bytes, "Replicate", st)) !=
              0 ||
          (x->val[i] = ps_buf_create((size_t)e->value_bytes, false)) == NULL ||
@@ -129,10 +134,30 @@ int ps_repl_batch_decode(ps_service *s, const uint8_t *p, size_t n, ps_repl_batc
   return rc;
 }
 
+int ps_repl_batch_take_staged(ps_repl_batch *x, ps_link_stages *t, ps_status *st) {
+  for (size_t i = 0; i < x->req->n_entries; i++) {
+    const Paramserver__ReplicateEntry *e = x->req->entries[i];
+    if (e->staged == 0) continue;
+    if (t == NULL)
+      return ps_status_set(st, PS_INVALID_ARGUMENT,
+                           "Replicate: entry %zu (%s) names stage %llu: staged bytes "
+                           "come only over the replication link",
+                           i, e->name, (unsigned long long)e->staged);
+    if ((x->val[i] = ps_link_stages_take(t, e->staged, (size_t)e->value_bytes)) == NULL)
+      return ps_status_set(st, PS_INVALID_ARGUMENT,
+                           "replication link: entry %zu (%s) names stage %llu, which did "
+                           "not come whole with %lld bytes",
+                           i, e->name, (unsigned long long)e->staged,
+                           (long long)e->value_bytes);
+  }
+  return 0;
+}
+
 static int rep_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *st) {
   ps_repl_batch *x = NULL;
   ps_rpc_segs sink = {0};
   int rc = ps_repl_batch_decode(ps_svc_of_(c), p, n, &x, &sink, st);
+  if (rc == 0) rc = ps_repl_batch_take_staged(x, NULL, st);
   ps_rpc_call_set_ctx(c, x);
   if (x == NULL || x->req == NULL) {
     ps_rpc_segs_fini(&sink);

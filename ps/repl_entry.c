@@ -148,6 +148,7 @@ void ps_repl_entry_fini(ps_repl_entry *e) {
   free(e->spec);
   ps_buf_unref(e->val);
   ps_buf_unref(e->idx);
+  ps_repl_stage_unref(e->stage);
 }
 
 void ps_repl_group_fini(ps_repl_group *g) {
@@ -163,6 +164,7 @@ ps_repl_entry *ps_repl_entry_clone(const ps_repl_entry *e) {
   *c = *e;
   c->next = NULL;
   c->wait = NULL;
+  c->stage = NULL;
   c->name = NULL;
   c->spec = NULL;
   if ((e->name && (c->name = strdup(e->name)) == NULL) ||

@@ -1,4 +1,4 @@
-/* The frames of the replication link (ps/repl_link.c; DESIGN.md "The
+/* The frames of the replication link (ps/repl_frame.c; DESIGN.md "The
  * replication link"): their encoders and decoders, the part of the link
  * that reads bytes from outside (tests/fuzz/fuzz_link.c fuzzes them). */
 #ifndef PS_REPL_FRAME_H
@@ -12,13 +12,30 @@
 /* Frames: a 24-byte header (magic "PSRL", kind, meta bytes, data bytes,
  * little-endian), then meta, then data.  HELLO (primary): meta = its task
  * (u32) and the backup's link key; BATCH: meta = a packed ReplicateRequest,
- * data = its entries' bulk bytes; ACK (backup, to each): meta = code (u32),
- * entries applied (i64), view epoch (i64), message. */
+ * data = its entries' bulk bytes; ACK (backup, to each BATCH): meta = code
+ * (u32), entries applied (i64), view epoch (i64), message.
+ *
+ * Cut-through (DESIGN.md "The replication link"): while a large assign's
+ * bytes still arrive from its client, the primary forwards them in STAGE
+ * frames: meta = stage id (u64, not 0), the stage's total bytes (u64) and
+ * this piece's offset in it (u64); data = the piece.  Pieces of one id come
+ * in order, without gaps.  A BATCH entry with `staged` = id then takes the
+ * staged bytes as its value; UNSTAGE (meta = the id) drops a stage no entry
+ * will take.  Neither is answered; a connection's stages end with it. */
 #define PS_LINK_HDR 24
 #define PS_LINK_HELLO 1u
 #define PS_LINK_BATCH 2u
 #define PS_LINK_ACK 3u
+#define PS_LINK_STAGE 4u
+#define PS_LINK_UNSTAGE 5u
+#define PS_LINK_STAGE_META 24
+#define PS_LINK_UNSTAGE_META 8
 #define PS_LINK_ACK_MAX (20 + 255)
+/* Little-endian fields. */
+void ps_link_put32(uint8_t *b, uint32_t v);
+void ps_link_put64(uint8_t *b, uint64_t v);
+uint32_t ps_link_get32(const uint8_t *b);
+uint64_t ps_link_get64(const uint8_t *b);
 typedef struct ps_link_hdr {
   uint32_t kind;
   uint64_t meta, data;
@@ -33,5 +50,18 @@ size_t ps_link_put_ack(uint8_t *b, int code, int64_t applied, int64_t epoch,
 /* Decodes ACK meta: 0 and *@res (the backup's code and text), or an error. */
 int ps_link_get_ack(const uint8_t *p, size_t n, int64_t *applied, ps_status *res,
                     ps_status *st);
+/* The kind of the frame whose header is @b (unchecked: ps_link_get_hdr
+ * checks it). */
+uint32_t ps_link_kind(const uint8_t *b);
+typedef struct ps_link_stage {
+  uint64_t id, total, offset;
+} ps_link_stage;
+/* STAGE meta into @b (PS_LINK_STAGE_META bytes). */
+void ps_link_put_stage(uint8_t *b, const ps_link_stage *s);
+/* Decodes the meta (@n bytes) of a STAGE frame carrying @data bytes: 0,
+ * or INVALID_ARGUMENT (a wrong length, id 0, a total of 0 or over
+ * @max_total, a piece past the total). */
+int ps_link_get_stage(const uint8_t *p, size_t n, uint64_t data, uint64_t max_total,
+                      ps_link_stage *s, ps_status *st);
 
 #endif

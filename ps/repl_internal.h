@@ -63,6 +63,29 @@ typedef struct ps_repl_wait {
   void *arg;
 } ps_repl_wait;
 
+/* Cut-through (repl_stage.c, DESIGN.md "The replication link"): the
+ * bytes of a large assign forwarded to one backup in STAGE frames while
+ * they still arrive from the client.  One per (request item, backup), in
+ * its sender's list; references: the list's, the request's until it is
+ * done with it (ps_repl_stage_end), each entry that may name it.  Fields
+ * under r->mu. */
+typedef struct ps_repl_stage {
+  struct ps_repl_stage *next; /* in snd->stages */
+  struct ps_repl_sender *snd; /* NULL once out of the list */
+  atomic_int refs;
+  ps_buf *buf;  /* the item's value (a reference) */
+  uint64_t id;  /* the frames' stage id */
+  size_t avail; /* bytes of buf the request has filled */
+  size_t sent;  /* bytes written in STAGE frames */
+  int64_t gen;  /* the link connection they went on */
+  bool closed;  /* the request is done with it */
+  bool used;    /* a BATCH named it: the backup took it */
+  bool skip;    /* not forwarded (no link, or it broke) */
+} ps_repl_stage;
+/* At most this many stages per sender (and per link connection on a
+ * backup); a value of fewer bytes is not staged. */
+#define PS_REPL_MAX_STAGES 8
+
 typedef struct ps_repl_entry {
   struct ps_repl_entry *next;
   int kind, shard;
@@ -78,12 +101,13 @@ typedef struct ps_repl_entry {
   uint8_t *spec; /* CREATE: a packed VariableSpec */
   size_t spec_len;
   uint64_t client_id, seq;
-  ps_repl_wait *wait; /* the last entry of a waited group for this backup */
-  int64_t bytes;      /* bulk bytes */
-  bool group_end;     /* the last entry of its group for this backup: a batch
-                         is cut only after such an entry */
-  bool dropped;       /* inflight, of a shard this ps no longer sends to that
-                         backup: left out of the batch when it is re-sent */
+  ps_repl_wait *wait;   /* the last entry of a waited group for this backup */
+  int64_t bytes;        /* bulk bytes */
+  bool group_end;       /* the last entry of its group for this backup: a batch
+                           is cut only after such an entry */
+  bool dropped;         /* inflight, of a shard this ps no longer sends to that
+                           backup: left out of the batch when it is re-sent */
+  ps_repl_stage *stage; /* VALUE: the stage of its buffer (a reference) */
 } ps_repl_entry;
 
 /* The effects of one request, gathered while it holds its locks and
@@ -122,6 +146,14 @@ typedef struct ps_repl_sender {
   /* a request's thread sends its batch over the link itself (under
    * r->mu): the sender thread waits, and does not end, meanwhile */
   bool inline_busy;
+  /* cut-through: its stages (in order), how many, the last id given; the
+   * thread writes a STAGE or UNSTAGE frame (no inline send meanwhile);
+   * the link connection's number (the thread's own: +1 at each open) */
+  ps_repl_stage *stages;
+  int nstages;
+  uint64_t stage_ids;
+  bool stage_io;
+  int64_t link_gen;
   int inline_rc; /* != 0: the in-flight batch failed so on a request's thread */
   ps_status inline_st;
 } ps_repl_sender;
@@ -154,6 +186,9 @@ struct ps_repl {
   int *last_holders;       /* [ntasks * PS_VIEW_MAX_REPLICAS]: for lost shards */
   int64_t *shard_applied;  /* [ntasks]: bytes applied per shard (a copy's progress) */
   long long failovers, sent_bytes, applied_bytes;
+  long long cut_through_bytes; /* values named by stage (repl_stage.c) */
+  /* requests forwarding bytes (repl_stage.c: under its own lock) */
+  struct ps_repl_staging *stagings;
   pthread_mutex_t meta;
   /* Replicate holds it (read) from its fencing check through the last
    * entry applied; ps_repl_set_view holds it (write) while it installs a
@@ -254,6 +289,11 @@ struct Paramserver__ReplicateResponse;
  * batch, @sink the buffers its bulk bytes go into, in order. */
 int ps_repl_batch_decode(struct ps_service *s, const uint8_t *p, size_t n,
                          ps_repl_batch **out, ps_rpc_segs *sink, ps_status *st);
+/* The staged values of @b's entries (the decode left them out of @sink)
+ * from the link connection's stages @t; INVALID_ARGUMENT naming the stage
+ * when one is missing, or for any with @t NULL (a Replicate call). */
+struct ps_link_stages;
+int ps_repl_batch_take_staged(ps_repl_batch *b, struct ps_link_stages *t, ps_status *st);
 /* Fencing, then the entries applied in order: *@applied, *@epoch (the
  * view's). */
 int ps_repl_batch_apply(struct ps_service *s, ps_repl_batch *b, int64_t *applied,
@@ -280,6 +320,52 @@ int ps_repl_link_send(ps_repl_sender *snd,
 void ps_repl_link_close(ps_repl_sender *snd);
 /* CLOCK_MONOTONIC in ms (the link's timeouts, its retries). */
 int64_t ps_repl_now_ms(void);
+
+/* Primary, on the link's owner thread: one STAGE frame (@n bytes of
+ * @buf from @off) or UNSTAGE; 0, or UNAVAILABLE (the link is closed). */
+int ps_repl_link_stage(ps_repl_sender *snd, uint64_t id, const ps_buf *buf, size_t off,
+                       size_t n, ps_status *st);
+int ps_repl_link_unstage(ps_repl_sender *snd, uint64_t id, ps_status *st);
+
+/* ---- repl_stage.c: cut-through ---- */
+
+void ps_repl_stage_unref(ps_repl_stage *s);
+/* ps_repl_destroy (before the senders stop): the requests still holding
+ * stages let go of @r (they may outlive it: a client that stopped sending
+ * halfway must not hold up the shutdown). */
+void ps_repl_stage_orphan_all(ps_repl *r);
+/* Commit (under r->mu): entry @c, just queued for @snd, names the stage of
+ * its value buffer when there is one. */
+void ps_repl_stage_claim(ps_repl_sender *snd, ps_repl_entry *c);
+/* The sender's thread (under r->mu, released meanwhile): one step of
+ * stage work (a STAGE piece, an UNSTAGE, a stage let go); false: none. */
+bool ps_repl_stage_work(ps_repl_sender *snd);
+/* The link's owner (r->mu not held), building a batch: the stage id entry
+ * @e may name (the rest of its bytes written first), or 0 (its bytes go
+ * in the batch). */
+uint64_t ps_repl_stage_use(ps_repl_sender *snd, const ps_repl_entry *e);
+/* The sender's thread ends (under r->mu): it lets go of its stages. */
+void ps_repl_stage_release_all(ps_repl_sender *snd);
+
+/* Backup: the stages of one link connection. */
+typedef struct ps_link_stages {
+  struct {
+    uint64_t id;
+    ps_buf *buf;
+    size_t got;
+  } v[PS_REPL_MAX_STAGES];
+  int n;
+} ps_link_stages;
+/* Where the @data bytes of STAGE piece @m go (a new stage made at offset
+ * 0): NULL and an error (@st) for a piece out of order, a total that
+ * changed, too many stages. */
+uint8_t *ps_link_stages_dest(ps_link_stages *t, const ps_link_stage *m, uint64_t data,
+                             ps_status *st);
+void ps_link_stages_got(ps_link_stages *t, uint64_t id, uint64_t data);
+void ps_link_stages_drop(ps_link_stages *t, uint64_t id);
+/* Takes stage @id, complete with @bytes bytes: its buffer, or NULL. */
+ps_buf *ps_link_stages_take(ps_link_stages *t, uint64_t id, size_t bytes);
+void ps_link_stages_fini(ps_link_stages *t);
 
 /* ---- repl_send.c ---- */
 

@@ -35,7 +35,6 @@
 #include "repl_internal.h"
 #include "service_internal.h"
 
-#define LINK_MAGIC 0x4c525350u /* "PSRL" */
 #define LINK_KEY 32
 #define LINK_MAX_CONNS 64
 #define LINK_HELLO_MS 5000
@@ -50,91 +49,9 @@ struct ps_link_conn {
   ps_repl *r;
   int fd;
   pthread_t th;
-  bool done; /* its thread ended (under r->mu) */
+  bool done;             /* its thread ended (under r->mu) */
+  ps_link_stages stages; /* its thread's: cut-through */
 };
-
-/* ---- frames ---- */
-
-static void put32(uint8_t *b, uint32_t v) {
-  for (int i = 0; i < 4; i++)
-    b[i] = (uint8_t)(v >> (8 * i));
-}
-static void put64(uint8_t *b, uint64_t v) {
-  for (int i = 0; i < 8; i++)
-    b[i] = (uint8_t)(v >> (8 * i));
-}
-static uint32_t get32(const uint8_t *b) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; i++)
-    v |= (uint32_t)b[i] << (8 * i);
-  return v;
-}
-static uint64_t get64(const uint8_t *b) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; i++)
-    v |= (uint64_t)b[i] << (8 * i);
-  return v;
-}
-
-void ps_link_put_hdr(uint8_t *b, uint32_t kind, uint64_t meta, uint64_t data) {
-  put32(b, LINK_MAGIC);
-  put32(b + 4, kind);
-  put64(b + 8, meta);
-  put64(b + 16, data);
-}
-
-int ps_link_get_hdr(const uint8_t *b, uint32_t kind, uint64_t max_meta, uint64_t max_data,
-                    ps_link_hdr *h, ps_status *st) {
-  if (get32(b) != LINK_MAGIC)
-    return ps_status_set(st, PS_INVALID_ARGUMENT,
-                         "replication link: not a frame (magic %08x)", get32(b));
-  h->kind = get32(b + 4);
-  h->meta = get64(b + 8);
-  h->data = get64(b + 16);
-  if (h->kind != kind)
-    return ps_status_set(st, PS_INVALID_ARGUMENT,
-                         "replication link: a frame of kind %u where %u belongs", h->kind,
-                         kind);
-  if (h->meta > max_meta || h->data > max_data)
-    return ps_status_set(st, PS_RESOURCE_EXHAUSTED,
-                         "replication link: a frame of %llu + %llu bytes, over the limit "
-                         "of %llu + %llu",
-                         (unsigned long long)h->meta, (unsigned long long)h->data,
-                         (unsigned long long)max_meta, (unsigned long long)max_data);
-  return 0;
-}
-
-size_t ps_link_put_ack(uint8_t *b, int code, int64_t applied, int64_t epoch,
-                       const char *msg) {
-  put32(b, (uint32_t)code);
-  put64(b + 4, (uint64_t)applied);
-  put64(b + 12, (uint64_t)epoch);
-  size_t n = msg ? strnlen(msg, PS_LINK_ACK_MAX - 20) : 0;
-  if (n) memcpy(b + 20, msg, n);
-  return 20 + n;
-}
-
-int ps_link_get_ack(const uint8_t *p, size_t n, int64_t *applied, ps_status *res,
-                    ps_status *st) {
-  if (n < 20 || n > PS_LINK_ACK_MAX)
-    return ps_status_set(st, PS_INTERNAL, "replication link: an answer of %zu bytes", n);
-  uint32_t code = get32(p);
-  if (code > 16)
-    return ps_status_set(st, PS_INTERNAL, "replication link: an answer with code %u",
-                         code);
-  *applied = (int64_t)get64(p + 4);
-  ps_status_clear(res);
-  if (code != 0) {
-    char msg[PS_LINK_ACK_MAX];
-    size_t m = n - 20;
-    memcpy(msg, p + 20, m);
-    msg[m] = '\0';
-    for (size_t i = 0; i < m; i++) /* an outsider's text: printable only */
-      if ((unsigned char)msg[i] < 0x20 || (unsigned char)msg[i] > 0x7e) msg[i] = '?';
-    ps_status_set(res, (int)code, "%s", msg);
-  }
-  return 0;
-}
 
 /* ---- I/O ---- */
 
@@ -228,7 +145,7 @@ static int conn_hello(ps_link_conn *c, int *from) {
     return -1;
   }
   if (read_by(c->fd, meta, sizeof meta, deadline) != 0) return -1;
-  *from = (int)get32(meta);
+  *from = (int)ps_link_get32(meta);
   if (!key_equal(meta + 4, r->link_key) || *from < 0 || *from >= r->ntasks ||
       *from == r->self) {
     PS_WARN("replication link: a connection that did not present this ps's key "
@@ -241,15 +158,50 @@ static int conn_hello(ps_link_conn *c, int *from) {
   return send_ack(c->fd, 0, 0, 0, NULL);
 }
 
-/* One BATCH: 0 to go on, -1 to close. */
-static int conn_batch(ps_link_conn *c) {
+/* A STAGE piece (header @h) into its stage, or UNSTAGE: 0 to go on, -1
+ * to close (answered by an ACK with the error, as a bad BATCH). */
+static int conn_stage(ps_link_conn *c, const uint8_t *h) {
+  uint64_t max_data = (uint64_t)c->r->svc->limits.max_tensor_bytes;
+  bool un = ps_link_kind(h) == PS_LINK_UNSTAGE;
+  uint8_t meta[PS_LINK_STAGE_META];
+  ps_link_hdr hd;
+  ps_link_stage m;
+  ps_status st;
+  ps_status_clear(&st);
+  uint8_t *dest = NULL;
+  if (ps_link_get_hdr(h, un ? PS_LINK_UNSTAGE : PS_LINK_STAGE,
+                      un ? PS_LINK_UNSTAGE_META : PS_LINK_STAGE_META, un ? 0 : max_data,
+                      &hd, &st) != 0)
+    goto bad;
+  if (read_full(c->fd, meta, hd.meta) != 0) return -1;
+  if (un) {
+    if (hd.meta != PS_LINK_UNSTAGE_META) {
+      ps_status_set(&st, PS_INVALID_ARGUMENT,
+                    "replication link: an unstage header of %llu bytes",
+                    (unsigned long long)hd.meta);
+      goto bad;
+    }
+    ps_link_stages_drop(&c->stages, ps_link_get64(meta));
+    return 0;
+  }
+  if (ps_link_get_stage(meta, hd.meta, hd.data, max_data, &m, &st) != 0 ||
+      (dest = ps_link_stages_dest(&c->stages, &m, hd.data, &st)) == NULL)
+    goto bad;
+  if (read_full(c->fd, dest, hd.data) != 0) return -1;
+  ps_link_stages_got(&c->stages, m.id, hd.data);
+  return 0;
+bad:
+  send_ack(c->fd, st.code, 0, 0, st.msg);
+  return -1;
+}
+
+/* One BATCH (header @h): 0 to go on, -1 to close. */
+static int conn_batch(ps_link_conn *c, const uint8_t *h) {
   ps_repl *r = c->r;
   ps_service *s = r->svc;
-  uint8_t h[PS_LINK_HDR];
   ps_link_hdr hd;
   ps_status st;
   ps_status_clear(&st);
-  if (read_full(c->fd, h, sizeof h) != 0) return -1;
   uint64_t max_data = (uint64_t)s->limits.max_tensor_bytes;
   if (ps_link_get_hdr(h, PS_LINK_BATCH, (uint64_t)PS_RPC_DEFAULT_MAX_MESSAGE_BYTES,
                       max_data, &hd, &st) != 0) {
@@ -269,6 +221,7 @@ static int conn_batch(ps_link_conn *c) {
   ps_rpc_segs sink = {0};
   int rc = ps_repl_batch_decode(s, meta, hd.meta, &b, &sink, &st);
   free(meta);
+  if (rc == 0) rc = ps_repl_batch_take_staged(b, &c->stages, &st);
   if (rc == 0 && (ps_repl_batch_inline(b)->len > 0 || sink.total != hd.data))
     rc = ps_status_set(
         &st, PS_INVALID_ARGUMENT,
@@ -298,9 +251,15 @@ static void *conn_main(void *arg) {
   int from = -1;
   if (conn_hello(c, &from) == 0) {
     PS_DEBUG("replication link: ps/%d connected", from);
-    while (conn_batch(c) == 0) {
+    uint8_t h[PS_LINK_HDR];
+    while (read_full(c->fd, h, sizeof h) == 0) {
+      uint32_t k = ps_link_kind(h);
+      if ((k == PS_LINK_STAGE || k == PS_LINK_UNSTAGE ? conn_stage(c, h)
+                                                      : conn_batch(c, h)) != 0)
+        break;
     }
   }
+  ps_link_stages_fini(&c->stages);
   /* the primary sees the end at once (the descriptor is closed when the
    * thread is joined) */
   shutdown(c->fd, SHUT_RDWR);
@@ -658,9 +617,10 @@ int ps_repl_link_open(ps_repl_sender *snd, int64_t epoch, ps_status *st) {
   }
   nodelay(fd);
   snd->link_fd = fd;
+  snd->link_gen++;
   uint8_t hello[PS_LINK_HDR + 4 + LINK_KEY];
   ps_link_put_hdr(hello, PS_LINK_HELLO, 4 + LINK_KEY, 0);
-  put32(hello + PS_LINK_HDR, (uint32_t)r->self);
+  ps_link_put32(hello + PS_LINK_HDR, (uint32_t)r->self);
   memcpy(hello + PS_LINK_HDR + 4, o.key, LINK_KEY);
   struct iovec iov = {hello, sizeof hello};
   int64_t start = ps_repl_now_ms(), heard = start, applied = 0;
@@ -679,6 +639,33 @@ int ps_repl_link_open(ps_repl_sender *snd, int64_t epoch, ps_status *st) {
   }
   PS_INFO("replication to ps/%d over its replication link (%s:%d)", snd->task, host,
           o.port);
+  return 0;
+}
+
+int ps_repl_link_stage(ps_repl_sender *snd, uint64_t id, const ps_buf *buf, size_t off,
+                       size_t n, ps_status *st) {
+  uint8_t h[PS_LINK_HDR + PS_LINK_STAGE_META];
+  ps_link_put_hdr(h, PS_LINK_STAGE, PS_LINK_STAGE_META, n);
+  ps_link_put_stage(h + PS_LINK_HDR, &(ps_link_stage){id, buf->size, off});
+  struct iovec iov[2] = {{h, sizeof h}, {(uint8_t *)buf->data + off, n}};
+  int64_t start = ps_repl_now_ms(), heard = start;
+  if (link_write(snd, iov, 2, start, &heard, st) != 0) {
+    ps_repl_link_close(snd);
+    return st->code;
+  }
+  return 0;
+}
+
+int ps_repl_link_unstage(ps_repl_sender *snd, uint64_t id, ps_status *st) {
+  uint8_t h[PS_LINK_HDR + PS_LINK_UNSTAGE_META];
+  ps_link_put_hdr(h, PS_LINK_UNSTAGE, PS_LINK_UNSTAGE_META, 0);
+  ps_link_put64(h + PS_LINK_HDR, id);
+  struct iovec iov[1] = {{h, sizeof h}};
+  int64_t start = ps_repl_now_ms(), heard = start;
+  if (link_write(snd, iov, 1, start, &heard, st) != 0) {
+    ps_repl_link_close(snd);
+    return st->code;
+  }
   return 0;
 }
 

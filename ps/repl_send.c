@@ -174,9 +174,33 @@ static int send_batch(ps_repl_sender *snd, ps_repl_entry *batch, int64_t epoch,
   Paramserver__VariableSpec **specs = calloc(n + 1, sizeof *specs);
   ps_rpc_segs segs = {0};
   int rc = 0;
+  bool staged = false;
   if (ents == NULL || ptrs == NULL || specs == NULL) {
     rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Replicate: out of memory");
     goto out;
+  }
+  if (snd->ch == NULL &&
+      (snd->ch = ps_rpc_channel_create_secure(r->addrs[snd->task], &r->sec)) == NULL) {
+    rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Replicate: cannot open a channel");
+    goto out;
+  }
+  /* the replication link when there is one (repl_link.c) */
+  if (snd->link_fd < 0 && r->link_asked && ps_repl_now_ms() >= snd->link_retry_ms) {
+    ps_status ls;
+    int lrc = ps_repl_link_open(snd, epoch, &ls);
+    if (lrc == PS_UNIMPLEMENTED) {
+      /* a backup without a link (--no-repl-link), or one out of reach (a
+       * firewall): asked again after 30 s, then less and less often */
+      int64_t b = snd->link_backoff_ms ? snd->link_backoff_ms * 2 : 30000;
+      snd->link_backoff_ms = b > 600000 ? 600000 : b;
+      snd->link_retry_ms = ps_repl_now_ms() + snd->link_backoff_ms;
+    } else if (lrc != 0) { /* it did not answer: in a second */
+      snd->link_retry_ms = ps_repl_now_ms() + 1000;
+    } else {
+      snd->link_backoff_ms = 0;
+    }
+    if (lrc != 0)
+      PS_DEBUG("replication to ps/%d without a link for now: %s", snd->task, ls.msg);
   }
   size_t i = 0;
   for (ps_repl_entry *e = batch; e; e = e->next, i++) {
@@ -208,7 +232,11 @@ static int send_batch(ps_repl_sender *snd, ps_repl_entry *batch, int64_t epoch,
     }
     if (e->val) {
       m->value_bytes = (int64_t)e->val->size;
-      if (ps_rpc_segs_add(&segs, e->val->data, e->val->size, e->val) != 0) goto oom;
+      /* cut-through: its bytes went before in STAGE frames */
+      if (snd->link_fd >= 0 && (m->staged = ps_repl_stage_use(snd, e)) != 0)
+        staged = true;
+      if (!m->staged && ps_rpc_segs_add(&segs, e->val->data, e->val->size, e->val) != 0)
+        goto oom;
     }
     ptrs[i] = m;
   }
@@ -217,28 +245,10 @@ static int send_batch(ps_repl_sender *snd, ps_repl_entry *batch, int64_t epoch,
   req.from_task = r->self;
   req.entries = ptrs;
   req.n_entries = n;
-  if (snd->ch == NULL &&
-      (snd->ch = ps_rpc_channel_create_secure(r->addrs[snd->task], &r->sec)) == NULL) {
-    rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Replicate: cannot open a channel");
+  if (staged && snd->link_fd < 0) { /* it broke while the rest was written */
+    rc = ps_status_set(st, PS_UNAVAILABLE,
+                       "Replicate to ps/%d: the replication link broke", snd->task);
     goto out;
-  }
-  /* the replication link when there is one (repl_link.c) */
-  if (snd->link_fd < 0 && r->link_asked && ps_repl_now_ms() >= snd->link_retry_ms) {
-    ps_status ls;
-    int lrc = ps_repl_link_open(snd, epoch, &ls);
-    if (lrc == PS_UNIMPLEMENTED) {
-      /* a backup without a link (--no-repl-link), or one out of reach (a
-       * firewall): asked again after 30 s, then less and less often */
-      int64_t b = snd->link_backoff_ms ? snd->link_backoff_ms * 2 : 30000;
-      snd->link_backoff_ms = b > 600000 ? 600000 : b;
-      snd->link_retry_ms = ps_repl_now_ms() + snd->link_backoff_ms;
-    } else if (lrc != 0) { /* it did not answer: in a second */
-      snd->link_retry_ms = ps_repl_now_ms() + 1000;
-    } else {
-      snd->link_backoff_ms = 0;
-    }
-    if (lrc != 0)
-      PS_DEBUG("replication to ps/%d without a link for now: %s", snd->task, ls.msg);
   }
   if (snd->link_fd >= 0) {
     int64_t applied = 0;
@@ -367,7 +377,7 @@ static void copy_shard(ps_repl_sender *snd, int s) {
 
 bool ps_repl_sender_inline_ok(const ps_repl_sender *snd) {
   if (snd->link_fd < 0 || snd->inflight || snd->head == NULL || snd->failed ||
-      snd->stale || snd->retired || snd->inline_busy || snd->ncopy > 0)
+      snd->stale || snd->retired || snd->inline_busy || snd->stage_io || snd->ncopy > 0)
     return false;
   int64_t bytes = 0;
   for (const ps_repl_entry *e = snd->head; e; e = e->next)
@@ -477,6 +487,7 @@ static void *sender_main(void *arg) {
       continue;
     }
     if (r->stopping || snd->retired) break;
+    if (ps_repl_stage_work(snd)) continue; /* forwarding comes first */
     if (snd->ncopy > 0 && !snd->failed) {
       int s = snd->copy_shards[0];
       memmove(snd->copy_shards, snd->copy_shards + 1, --snd->ncopy * sizeof(int));
@@ -646,6 +657,7 @@ static void *sender_main(void *arg) {
   ps_repl_entry *lists[2] = {snd->inflight, snd->head};
   snd->inflight = snd->head = snd->tail = NULL;
   snd->lag_entries = snd->lag_bytes = 0;
+  ps_repl_stage_release_all(snd);
   snd->exited = true; /* ps_repl_senders_reap may join it now */
   pthread_mutex_unlock(&r->mu);
   for (int l = 0; l < 2; l++)

@@ -29,6 +29,7 @@ typedef struct upd_item {
   ps_var *v;
   ps_shape shape;                  /* value shape */
   ps_buf *val;                     /* staged value */
+  size_t val_off;                  /* where it starts in the bulk bytes */
   ps_buf *idx;                     /* staged indices (scatter, sparse gradient) */
   size_t isize;                    /* bytes per index */
   const ps_opt_info *opt;          /* optimizer ops, else NULL */
@@ -50,10 +51,11 @@ typedef struct upd_ctx {
   size_t n;
   ps_rpc_call *call;
   bool any_sync;
-  int64_t bytes;        /* staged bytes (values and indices) */
-  ps_sync_waiter *held; /* calls whose step this one applied: answered with it */
-  atomic_int pending;   /* waiting updates + 1 while the handler runs */
-  ps_status err;        /* a failure after validation (out of memory) */
+  int64_t bytes;            /* staged bytes (values and indices) */
+  ps_sync_waiter *held;     /* calls whose step this one applied: answered with it */
+  atomic_int pending;       /* waiting updates + 1 while the handler runs */
+  ps_status err;            /* a failure after validation (out of memory) */
+  ps_repl_staging *staging; /* replication: values forwarded as they arrive */
 } upd_ctx;
 
 /* An APPLY_* op minus APPLY_GRADIENT_DESCENT is its ps_opt_kind. */
@@ -244,6 +246,7 @@ static int check_sync_unique(upd_ctx *x, ps_status *st) {
 static void update_free(ps_rpc_call *c) {
   upd_ctx *x = ps_rpc_call_ctx(c);
   if (x == NULL) return;
+  ps_repl_stage_end(x->staging);
   for (size_t i = 0; i < x->n; i++) {
     ps_buf_unref(x->items[i].val);
     ps_buf_unref(x->items[i].idx);
@@ -251,6 +254,28 @@ static void update_free(ps_rpc_call *c) {
   free(x->items);
   if (x->req) paramserver__update_request__free_unpacked(x->req, NULL);
   free(x);
+}
+
+/* Replication: as the bytes of large assigns arrive, the backups get them
+ * (ps_repl_stage_begin). */
+static void update_progress(ps_rpc_call *c, size_t received) {
+  upd_ctx *x = ps_rpc_call_ctx(c);
+  ps_repl_stage_progress(x->staging, received);
+}
+
+static void stage(upd_ctx *x, int shard) {
+  ps_buf *bufs[8];
+  size_t offs[8], n = 0;
+  for (size_t i = 0; i < x->n && n < 8; i++) {
+    upd_item *it = &x->items[i];
+    if (it->u->op == PARAMSERVER__UPDATE_OP__ASSIGN && !it->u->fill && !it->sync &&
+        it->val->size >= PS_REPL_STAGE_MIN) {
+      bufs[n] = it->val;
+      offs[n++] = it->val_off;
+    }
+  }
+  x->staging = ps_repl_stage_begin(ps_svc_of_(x->call)->repl, shard, bufs, offs, n);
+  if (x->staging) ps_rpc_call_on_progress(x->call, update_progress);
 }
 
 static int update_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *st) {
@@ -338,11 +363,13 @@ static int update_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *
     if (u->fill) {
       if (!zero && (rc = ps_svc_run_fill_(u, &it->shape, it->val->data, st)) != 0) break;
     } else {
+      it->val_off = sink.total;
       ps_rpc_segs_add(&sink, it->val->data, it->val->size, NULL);
     }
   }
   if (rc == 0 && x->any_sync) rc = check_sync_unique(x, st);
   x->bytes = (int64_t)sink.total;
+  if (rc == 0 && s->repl && sink.total > PS_RPC_INLINE_MAX) stage(x, shard);
   return ps_svc_expect_(c, rc, &x->req->inline_data, &sink, "Update", "updates", st);
 }
 
@@ -954,6 +981,8 @@ static int update_apply(ps_rpc_call *c, ps_status *st) {
     ps_status rst;
     int rr = ps_svc_update_effects_(s, vars, nlock, before, rows, nrows, cid, seq,
                                     update_replicated, x, &rst);
+    ps_repl_stage_end(x->staging); /* its entries name their stages now */
+    x->staging = NULL;
     if (rr != PS_RPC_PENDING) { /* nothing to wait for (or fenced) */
       if (rr != 0) x->err = rst;
       done = x->held;
