@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "common/status.h"
+#include "common/tensor.h"
 
 /* Frames: a 24-byte header (magic "PSRL", kind, meta bytes, data bytes,
  * little-endian), then meta, then data.  HELLO (primary): meta = its task
@@ -63,5 +64,27 @@ void ps_link_put_stage(uint8_t *b, const ps_link_stage *s);
  * @max_total, a piece past the total). */
 int ps_link_get_stage(const uint8_t *p, size_t n, uint64_t data, uint64_t max_total,
                       ps_link_stage *s, ps_status *st);
+
+#define PS_LINK_MAX_STAGES 8
+/* Backup: the stages of one link connection (at most PS_LINK_MAX_STAGES
+ * at once). */
+typedef struct ps_link_stages {
+  struct {
+    uint64_t id;
+    ps_buf *buf;
+    size_t got;
+  } v[PS_LINK_MAX_STAGES];
+  int n;
+} ps_link_stages;
+/* Where the @data bytes of STAGE piece @m go (a new stage made at offset
+ * 0): NULL and an error (@st) for a piece out of order, a total that
+ * changed, too many stages. */
+uint8_t *ps_link_stages_dest(ps_link_stages *t, const ps_link_stage *m, uint64_t data,
+                             ps_status *st);
+void ps_link_stages_got(ps_link_stages *t, uint64_t id, uint64_t data);
+void ps_link_stages_drop(ps_link_stages *t, uint64_t id);
+/* Takes stage @id, complete with @bytes bytes: its buffer, or NULL. */
+ps_buf *ps_link_stages_take(ps_link_stages *t, uint64_t id, size_t bytes);
+void ps_link_stages_fini(ps_link_stages *t);
 
 #endif

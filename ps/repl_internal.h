@@ -84,7 +84,7 @@ typedef struct ps_repl_stage {
 } ps_repl_stage;
 /* At most this many stages per sender (and per link connection on a
  * backup); a value of fewer bytes is not staged. */
-#define PS_REPL_MAX_STAGES 8
+#define PS_REPL_MAX_STAGES PS_LINK_MAX_STAGES
 
 typedef struct ps_repl_entry {
   struct ps_repl_entry *next;
@@ -292,8 +292,7 @@ int ps_repl_batch_decode(struct ps_service *s, const uint8_t *p, size_t n,
 /* The staged values of @b's entries (the decode left them out of @sink)
  * from the link connection's stages @t; INVALID_ARGUMENT naming the stage
  * when one is missing, or for any with @t NULL (a Replicate call). */
-struct ps_link_stages;
-int ps_repl_batch_take_staged(ps_repl_batch *b, struct ps_link_stages *t, ps_status *st);
+int ps_repl_batch_take_staged(ps_repl_batch *b, ps_link_stages *t, ps_status *st);
 /* Fencing, then the entries applied in order: *@applied, *@epoch (the
  * view's). */
 int ps_repl_batch_apply(struct ps_service *s, ps_repl_batch *b, int64_t *applied,
@@ -346,26 +345,6 @@ bool ps_repl_stage_work(ps_repl_sender *snd);
 uint64_t ps_repl_stage_use(ps_repl_sender *snd, const ps_repl_entry *e);
 /* The sender's thread ends (under r->mu): it lets go of its stages. */
 void ps_repl_stage_release_all(ps_repl_sender *snd);
-
-/* Backup: the stages of one link connection. */
-typedef struct ps_link_stages {
-  struct {
-    uint64_t id;
-    ps_buf *buf;
-    size_t got;
-  } v[PS_REPL_MAX_STAGES];
-  int n;
-} ps_link_stages;
-/* Where the @data bytes of STAGE piece @m go (a new stage made at offset
- * 0): NULL and an error (@st) for a piece out of order, a total that
- * changed, too many stages. */
-uint8_t *ps_link_stages_dest(ps_link_stages *t, const ps_link_stage *m, uint64_t data,
-                             ps_status *st);
-void ps_link_stages_got(ps_link_stages *t, uint64_t id, uint64_t data);
-void ps_link_stages_drop(ps_link_stages *t, uint64_t id);
-/* Takes stage @id, complete with @bytes bytes: its buffer, or NULL. */
-ps_buf *ps_link_stages_take(ps_link_stages *t, uint64_t id, size_t bytes);
-void ps_link_stages_fini(ps_link_stages *t);
 
 /* ---- repl_send.c ---- */
 
