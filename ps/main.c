@@ -950,21 +950,6 @@ int main(int argc, char **argv) {
     }
     a.ropt.auth = auth;
   }
-  if (a.ropt.tls_cert_file == NULL && auth == NULL)
-    PS_WARN("no TLS and no tokens: anyone who can reach port %s can read, change, "
-            "restore, save over and delete every variable and checkpoint of this ps "
-            "(common/SECURITY.md: --tls-cert/--tls-key, --auth-token-file, "
-            "--require-auth)",
-            colon + 1);
-  else if (a.ropt.tls_cert_file == NULL)
-    PS_WARN("tokens without TLS: they and every value cross the network in the clear "
-            "(--tls-cert/--tls-key)");
-  else if (auth == NULL)
-    PS_WARN("TLS without tokens%s: every client %s may do everything, admin calls "
-            "included (--auth-token-file)",
-            a.ropt.tls_client_ca_file ? "" : " or client certificates",
-            a.ropt.tls_client_ca_file ? "with a certificate of --tls-client-ca"
-                                      : "that can reach the port");
   size_t nh;
   const ps_rpc_handler *h = ps_service_handlers(&nh);
   rc = 1;
@@ -976,6 +961,21 @@ int main(int argc, char **argv) {
   char real_addr[300];
   snprintf(real_addr, sizeof real_addr, "%s:%d", host, ps_rpc_server_port(srv));
   ps_service_set_address(svc, real_addr);
+  if (a.ropt.tls_cert_file == NULL && auth == NULL)
+    PS_WARN("no TLS and no tokens: anyone who can reach port %d can read, change, "
+            "restore, save over and delete every variable and checkpoint of this ps "
+            "(common/SECURITY.md: --tls-cert/--tls-key, --auth-token-file, "
+            "--require-auth)",
+            ps_rpc_server_port(srv));
+  else if (a.ropt.tls_cert_file == NULL)
+    PS_WARN("tokens without TLS: they and every value cross the network in the clear "
+            "(--tls-cert/--tls-key)");
+  else if (auth == NULL)
+    PS_WARN("TLS without tokens%s: every client %s may do everything, admin calls "
+            "included (--auth-token-file)",
+            a.ropt.tls_client_ca_file ? "" : " or client certificates",
+            a.ropt.tls_client_ca_file ? "with a certificate of --tls-client-ca"
+                                      : "that can reach the port");
   atomic_store(&metrics.srv, srv);
   if (rconf.replicas >= 2 &&
       replication_create(&d, &rconf, cluster, self.task, addr, &rsec.sec, a.bind,
