@@ -183,7 +183,8 @@ static void on_task_event(void *arg, const char *key, const char *val, size_t le
     if (!leaving) ps_member_fence(m, "its task key in etcd was deleted (lease expired)");
     return;
   }
-  ps_member_mark_dead(m, (int)t, "its etcd lease expired");
+  /* (a clean stop revokes its lease too: it left the view first) */
+  ps_member_mark_dead(m, (int)t, "its etcd lease ended: it stopped, or expired");
 }
 
 /* ---- lifecycle ---- */
