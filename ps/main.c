@@ -172,8 +172,8 @@ static void begin_shutdown(daemon_state *d) {
   ps_service_shutdown(d->svc);
   if (d->repl) { /* held updates fail UNAVAILABLE: their clients retry */
     ps_server_metrics_set_repl(d->metrics, NULL);
+    ps_service_set_repl(d->svc, NULL); /* new requests: no data plane */
     ps_repl_destroy(d->repl);
-    ps_service_set_repl(d->svc, NULL);
     d->repl = NULL;
   }
   uv_timer_start(&d->grace, on_grace, (uint64_t)d->grace_ms, 0);

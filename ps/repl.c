@@ -319,10 +319,9 @@ void ps_repl_set_view(ps_repl *r, const ps_view *v) {
   for (ps_repl_sender *snd = r->senders; snd; snd = snd->next) {
     if (snd->retired) continue;
     ps_repl_sender_drop(snd, keep_entry, &done, &ndone, &cap);
-    if (snd->stale) { /* it paused for a newer view: this one */
-      snd->stale = false;
-      pthread_cond_signal(&snd->cv);
-    }
+    snd->stale = false; /* (it paused for a newer view: this one) */
+    /* and stages the dropped entries named may be let go */
+    pthread_cond_signal(&snd->cv);
     bool any = false;
     for (int s = 0; s < r->ntasks; s++)
       if (still_backup(r, s, snd->task))

@@ -50,6 +50,7 @@ struct ps_link_conn {
   int fd;
   pthread_t th;
   bool done;             /* its thread ended (under r->mu) */
+  int from;              /* the primary's task (its HELLO) */
   ps_link_stages stages; /* its thread's: cut-through */
 };
 
@@ -191,7 +192,11 @@ static int conn_stage(ps_link_conn *c, const uint8_t *h) {
   ps_link_stages_got(&c->stages, m.id, hd.data);
   return 0;
 bad:
-  send_ack(c->fd, st.code, 0, 0, st.msg);
+  /* no answer is awaited: the ACK (entries applied -1: "a frame before
+   * the batch") reaches the primary only if it reads one next; the log
+   * says it in any case */
+  PS_WARN("replication link: a frame from ps/%d was refused: %s", c->from, st.msg);
+  send_ack(c->fd, st.code, -1, 0, st.msg);
   return -1;
 }
 
@@ -251,6 +256,7 @@ static void *conn_main(void *arg) {
   int from = -1;
   if (conn_hello(c, &from) == 0) {
     PS_DEBUG("replication link: ps/%d connected", from);
+    c->from = from;
     uint8_t h[PS_LINK_HDR];
     while (read_full(c->fd, h, sizeof h) == 0) {
       uint32_t k = ps_link_kind(h);
@@ -695,6 +701,9 @@ int ps_repl_link_send(ps_repl_sender *snd, const Paramserver__ReplicateRequest *
   }
   if (res.code != PS_OK) {
     *st = res;
+    if (*applied < 0) /* the answer to a STAGE frame it refused */
+      ps_status_set(st, res.code, "ps/%d refused a frame before the batch: %s", snd->task,
+                    res.msg);
     rc = st->code;
     /* only "a view behind" leaves the backup's side open (it read the
      * batch whole); after anything else it may have closed it */

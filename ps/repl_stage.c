@@ -172,8 +172,9 @@ void ps_repl_stage_claim(ps_repl_sender *snd, ps_repl_entry *c) {
     }
 }
 
-/* Under r->mu: takes @s out of @snd's list (dropping the list's
- * reference). */
+/* Under r->mu: takes @s out of @snd's list; the caller drops the list's
+ * reference (the last one frees a buffer of up to --max-tensor-bytes:
+ * better not under r->mu). */
 static void stage_unlink(ps_repl_sender *snd, ps_repl_stage *s) {
   for (ps_repl_stage **pp = &snd->stages; *pp; pp = &(*pp)->next)
     if (*pp == s) {
@@ -182,7 +183,6 @@ static void stage_unlink(ps_repl_sender *snd, ps_repl_stage *s) {
     }
   snd->nstages--;
   s->snd = NULL;
-  ps_repl_stage_unref(s);
 }
 
 /* Under r->mu: writes a frame with r->mu released (inline sends wait). */
@@ -211,6 +211,9 @@ bool ps_repl_stage_work(ps_repl_sender *snd) {
       uint64_t id = s->id;
       stage_unlink(snd, s);
       if (drop) stage_io(snd, NULL, id, 0, 0);
+      pthread_mutex_unlock(&snd->r->mu);
+      ps_repl_stage_unref(s);
+      pthread_mutex_lock(&snd->r->mu);
       return true;
     }
     if (s->skip || s->used || s->avail <= s->sent) continue;
@@ -237,27 +240,23 @@ uint64_t ps_repl_stage_use(ps_repl_sender *snd, const ps_repl_entry *e) {
   if (s == NULL || snd->link_fd < 0) return 0;
   ps_repl *r = snd->r;
   pthread_mutex_lock(&r->mu);
-  size_t size = s->buf->size, off = s->sent;
+  /* every byte went before on this connection (the sender thread does its
+   * stage work before it takes a batch, and the entry exists only once
+   * the request had all its bytes; otherwise they go in the batch) */
   bool ok = s->snd == snd && !s->used && !s->skip && s->buf == e->val &&
-            s->avail == size && off > 0 && s->gen == snd->link_gen;
-  pthread_mutex_unlock(&r->mu);
-  if (!ok) return 0;
-  /* the rest first (this thread owns the link: no stage work meanwhile) */
-  ps_status st;
-  int rc = off < size ? ps_repl_link_stage(snd, s->id, s->buf, off, size - off, &st) : 0;
-  pthread_mutex_lock(&r->mu);
-  if (rc == 0) {
-    s->sent = size;
+            s->sent == s->buf->size && s->gen == snd->link_gen;
+  if (ok) {
     s->used = true;
-    r->cut_through_bytes += (long long)size;
-  } else {
-    s->skip = true;
+    r->cut_through_bytes += (long long)s->buf->size;
   }
   pthread_mutex_unlock(&r->mu);
-  return rc == 0 ? s->id : 0;
+  return ok ? s->id : 0;
 }
 
 void ps_repl_stage_release_all(ps_repl_sender *snd) {
-  while (snd->stages)
-    stage_unlink(snd, snd->stages);
+  while (snd->stages) {
+    ps_repl_stage *s = snd->stages;
+    stage_unlink(snd, s);
+    ps_repl_stage_unref(s); /* (the thread is ending) */
+  }
 }
