@@ -42,18 +42,6 @@ st_() { "$PSCTL" --cluster "$dir/$JOB.json" --etcd "$ETCD_ENDPOINTS" --repl-job 
 IN_SYNC=('^shard 0: ps/0 primary.*ps/1 backup' '^shard 1: ps/1 primary.*ps/0 backup')
 stop_all() { for t in 0 1; do kill -TERM "${P[$t]}" 2> /dev/null; wait "${P[$t]}" 2> /dev/null; done; }
 
-# verify NVARS: psctl verify says both shards identical with NVARS variables each
-verify() {
-  local out r
-  out=$(st_ verify 2>&1); r=$?
-  if [ "$r" = 0 ] && grep -q "^shard 0: ps/0 ps/1 identical ($1 variables)" <<< "$out" &&
-    grep -q "^shard 1: ps/1 ps/0 identical ($1 variables)" <<< "$out"; then
-    ok "$JOB: psctl verify: both shards' replicas identical ($1 variables)"
-  else
-    bad "$JOB: psctl verify: both shards' replicas identical ($1 variables) (exit $r)" "$out"
-  fi
-}
-
 # frame PORT CASE: sends one hostile frame to 127.0.0.1:PORT and prints
 # what came back: "code C", "text T", then "closed" or "open" (the
 # connection after the ACK), or "no answer" / "bad header ..."
@@ -157,7 +145,7 @@ for t in 0 1; do
       "$(grep -h "replication" "$dir/$JOB$t.log")"
   fi
 done
-verify 1
+repl_verify 1
 
 # ---- b. hostile frames on the link ports ----
 for t in 0 1; do
@@ -177,7 +165,7 @@ for t in 0 1; do
     bad "ps/$t is alive after the hostile frames" "$(tail -n 5 "$dir/$JOB$t.log")"
 done
 repl_updates b 50
-verify 2
+repl_verify 2
 # the primaries kept their links: no batch went another way since
 for t in 0 1; do
   n=$(grep -c "replication to ps/$((1 - t)) over its replication link" "$dir/$JOB$t.log")
@@ -198,7 +186,7 @@ else
 fi
 repl_wait_status "${IN_SYNC[@]}" || bad "--no-repl-link: each shard has its primary and in-sync backup" "$out"
 repl_updates c 50
-verify 1
+repl_verify 1
 for t in 0 1; do
   if grep -q -e "replication link on port" -e "over its replication link" "$dir/$JOB$t.log"; then
     bad "--no-repl-link: ps/$t neither listens for nor uses a link" "$(grep -h "replication link" "$dir/$JOB$t.log")"

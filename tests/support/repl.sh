@@ -14,6 +14,9 @@
 #     test's 2-ps cluster $dir/$JOB.json (variables NAME0 and NAME1: a name
 #     is one shard's) until each has N acknowledged updates; then checks
 #     (ok/bad) that no acknowledged update was lost.
+#   repl_verify N0 [N1]: checks (ok/bad) that the test's `st_ verify` says
+#     shard 0 (N0 variables) and shard 1 (N1, else N0) are identical on
+#     both ps of its 2-ps cluster.
 
 repl_start() {
   local n=$1 spec=$2 pfx=$3 extra=${4:-} try t i up list
@@ -75,4 +78,15 @@ repl_updates() {
         "$(tail -n 3 "$dir/$1-$s.out" "$dir/$1-$s.log" "$dir/$JOB"[01].log)"
     fi
   done
+}
+
+repl_verify() {
+  local out r n1=${2:-$1}
+  out=$(st_ verify 2>&1); r=$?
+  if [ "$r" = 0 ] && grep -qE "^shard 0: ps/[01] ps/[01] identical \($1 variables\)" <<< "$out" &&
+    grep -qE "^shard 1: ps/[01] ps/[01] identical \($n1 variables\)" <<< "$out"; then
+    ok "$JOB: psctl verify: both shards' replicas identical ($1 and $n1 variables)"
+  else
+    bad "$JOB: psctl verify: both shards' replicas identical ($1 and $n1 variables) (exit $r)" "$out"
+  fi
 }
