@@ -17,6 +17,15 @@
  *                             STOPFILE exists, "ack N MS" after each (MS:
  *                             CLOCK_REALTIME milliseconds), then "last N"
  *                             and reads NAME as `read` does with seed N
+ *   multi SHARD SEED T TELEMS A AELEMS S SELEMS B BELEMS
+ *                             one Update of 4 items, in this order: a
+ *                             SCATTER_UPDATE of every row of float [TELEMS]
+ *                             T, int64 indices TELEMS-1 down to 0, which
+ *                             leaves T the value of SEED; ASSIGNs of the
+ *                             values of SEED+1 to A, SEED+2 to S and
+ *                             SEED+3 to B.  The request's bulk bytes are
+ *                             T's indices, T's rows, A's, S's, B's value:
+ *                             "ack multi SEED BYTES" (BYTES: all of them)
  * A command that fails prints "error NAME CODE: MSG" (a stream stops at
  * its first).  Exits 0 when every command succeeded, 1 otherwise, 2 on a
  * usage error or without a client. */
@@ -49,15 +58,17 @@ static void print_error(const char *name, const ps_status *st) {
   putchar('\n');
 }
 
-static int assign(ps_client *c, int shard, const char *name, int64_t elems, uint64_t seed,
-                  ps_dtype dt, ps_status *st) {
+static int no_memory(ps_status *st) {
+  st->code = PS_RESOURCE_EXHAUSTED;
+  snprintf(st->msg, sizeof st->msg, "out of memory");
+  return st->code;
+}
+
+/* The [elems] value of @seed in @dt; NULL when out of memory. */
+static ps_tensor *value(ps_dtype dt, int64_t elems, uint64_t seed) {
   ps_shape s = {.rank = 1, .dim = {elems}};
   ps_tensor *t = ps_tensor_create(dt, &s, false);
-  if (t == NULL) {
-    st->code = PS_RESOURCE_EXHAUSTED;
-    snprintf(st->msg, sizeof st->msg, "out of memory");
-    return st->code;
-  }
+  if (t == NULL) return NULL;
   void *p = ps_tensor_data(t);
   if (dt == PS_DT_FLOAT) { /* (most of the calls: the quick way) */
     float *f = p;
@@ -67,9 +78,52 @@ static int assign(ps_client *c, int shard, const char *name, int64_t elems, uint
     for (int64_t i = 0; i < elems; i++)
       ps_elem_set(dt, p, i, elem(seed, i));
   }
+  return t;
+}
+
+static int assign(ps_client *c, int shard, const char *name, int64_t elems, uint64_t seed,
+                  ps_dtype dt, ps_status *st) {
+  ps_tensor *t = value(dt, elems, seed);
+  if (t == NULL) return no_memory(st);
   ps_update u = {.name = name, .op = PS_ASSIGN, .value = t};
   int rc = ps_client_update(c, shard, &u, 1, st);
   ps_tensor_destroy(t);
+  return rc;
+}
+
+/* `multi` (argv as in the usage above, from SEED on): one Update of a
+ * scatter with int64 indices and 3 assigns; the bytes sent in @bytes. */
+static int multi(ps_client *c, int shard, uint64_t seed, char **argv, size_t *bytes,
+                 ps_status *st) {
+  int64_t tn = strtoll(argv[1], NULL, 10);
+  ps_shape ts = {.rank = 1, .dim = {tn}};
+  ps_tensor *t[5] = {ps_tensor_create(PS_DT_INT64, &ts, false),
+                     ps_tensor_create(PS_DT_FLOAT, &ts, false)};
+  for (int k = 0; k < 3; k++)
+    t[2 + k] = value(PS_DT_FLOAT, strtoll(argv[3 + 2 * k], NULL, 10), seed + 1 + k);
+  int rc = 0;
+  for (int k = 0; k < 5; k++)
+    if (t[k] == NULL) rc = no_memory(st);
+  if (rc == 0) {
+    int64_t *ix = ps_tensor_data(t[0]);
+    float *rows = ps_tensor_data(t[1]);
+    for (int64_t k = 0; k < tn; k++) { /* row k of the value goes to ix[k] */
+      ix[k] = tn - 1 - k;
+      rows[k] = (float)elem(seed, ix[k]);
+    }
+    ps_update u[4] = {
+        {.name = argv[0], .op = PS_SCATTER_UPDATE, .value = t[1], .indices = t[0]},
+        {.name = argv[2], .op = PS_ASSIGN, .value = t[2]},
+        {.name = argv[4], .op = PS_ASSIGN, .value = t[3]},
+        {.name = argv[6], .op = PS_ASSIGN, .value = t[4]},
+    };
+    *bytes = 0;
+    for (int k = 0; k < 5; k++)
+      *bytes += ps_tensor_nbytes(t[k]);
+    rc = ps_client_update(c, shard, u, 4, st);
+  }
+  for (int k = 0; k < 5; k++)
+    ps_tensor_destroy(t[k]);
   return rc;
 }
 
@@ -107,9 +161,9 @@ static int check(ps_client *c, int shard, const char *name, int64_t elems,
 }
 
 static int run(ps_client *c, char *line) {
-  char *argv[8];
+  char *argv[12];
   int argc = 0;
-  for (char *t = strtok(line, " \t\n"); t && argc < 8; t = strtok(NULL, " \t\n"))
+  for (char *t = strtok(line, " \t\n"); t && argc < 12; t = strtok(NULL, " \t\n"))
     argv[argc++] = t;
   if (argc == 0) return 0;
   ps_status st;
@@ -140,6 +194,15 @@ static int run(ps_client *c, char *line) {
   }
   if (strcmp(argv[0], "read") == 0 && argc == 5)
     return check(c, shard, name, elems, seed);
+  if (strcmp(argv[0], "multi") == 0 && argc == 11) {
+    size_t bytes = 0;
+    if (multi(c, shard, strtoull(argv[2], NULL, 10), argv + 3, &bytes, &st) != 0) {
+      print_error("multi", &st);
+      return 1;
+    }
+    printf("ack multi %s %zu\n", argv[2], bytes);
+    return 0;
+  }
   if (strcmp(argv[0], "stream") == 0 && argc == 5) {
     uint64_t n = 0;
     int rc = 0;
