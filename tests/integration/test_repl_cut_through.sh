@@ -129,23 +129,6 @@ big() {
     < "$dir/$1.cmd" > "$dir/$1.out" 2> "$dir/$1.log"
   rc=$?
 }
-# identical N0 N1: psctl verify says shard 0 (N0 variables) and shard 1
-# (N1) identical on both ps: 0, or 1; $vout is what it said
-identical() {
-  local r
-  vout=$(st_ verify 2>&1); r=$?
-  vout+=$'\n'"(exit $r)"
-  [ "$r" = 0 ] && grep -qE "^shard 0: ps/[01] ps/[01] identical \($1 variables\)" <<< "$vout" &&
-    grep -qE "^shard 1: ps/[01] ps/[01] identical \($2 variables\)" <<< "$vout"
-}
-# verify N0 N1: identical N0 N1, as ok or bad
-verify() {
-  if identical "$1" "$2"; then
-    ok "$JOB: psctl verify: both shards' replicas identical ($1 and $2 variables)"
-  else
-    bad "$JOB: psctl verify: both shards' replicas identical ($1 and $2 variables)" "$vout"
-  fi
-}
 # clean_logs WHAT: no ERROR and no sanitizer report in $JOB's ps logs
 clean_logs() {
   local t pat=" ERROR |runtime error|Sanitizer|==[0-9]+=="
@@ -259,7 +242,7 @@ counted 0 "$c0" "${LARGE[0]}" "$((LARGE[0] + SMALL[0]))" \
   "shard 0's assigns of >= 2 MiB, ${LARGE[0]} bytes, not one of the smaller"
 counted 1 "$c1" "${LARGE[1]}" "$((LARGE[1] + SMALL[1]))" \
   "shard 1's assigns of >= 2 MiB, ${LARGE[1]} bytes, not one of the smaller"
-verify 4 4
+repl_verify 4 4
 
 # ---- b. failing large assigns: their stages dropped ----
 V=2097152 # 8 MiB
@@ -299,7 +282,7 @@ e1=$(epoch)
 [ -n "$e0" ] && [ "$e0" = "$e1" ] && ok "b: the view's epoch did not move ($e0)" ||
   bad "b: the view's epoch did not move ('$e0' -> '$e1')"
 links_opened 0 1
-verify 5 4
+repl_verify 5 4
 if grep -q "stages at once" "$dir/$JOB"[01].log; then
   bad "b: no ps ran out of stages" "$(grep -h "stages at once" "$dir/$JOB"[01].log)"
 else
@@ -531,7 +514,7 @@ repl_wait_status "${IN_SYNC[@]}" && ok "c: both shards keep their in-sync backup
   bad "c: both shards keep their in-sync backup" "$out"
 links_opened 0 1
 links_opened 1 1
-verify 5 4
+repl_verify 5 4
 clean_logs "after c"
 
 # ---- d. kill -9 of the backup during streams of large assigns ----
@@ -608,7 +591,7 @@ for k in 0 1; do
   fi
 done
 links_opened 0 2
-verify 7 4
+repl_verify 7 4
 stop_all
 stopped "stopped after d"
 
@@ -647,7 +630,7 @@ for ((r = 1; r <= NMULTI; r++)); do
   echo "multi 0 $((10 * r)) ${MULTI[*]}" > "$dir/e-$r.cmd"
   big "e-$r"
   [ "$rc" = 0 ] && grep -qx "ack multi $((10 * r)) [0-9]*" "$dir/e-$r.out" && nack=$((nack + 1))
-  if ! identical 4 0; then
+  if ! repl_identical 4 0; then
     diverged=$((diverged + 1))
     vouts+="after Update $r:"$'\n'"$vout"$'\n'
   fi
@@ -719,7 +702,7 @@ e1=$(epoch)
 [ -n "$e0" ] && [ "$e0" = "$e1" ] && ok "f: the view's epoch did not move ($e0)" ||
   bad "f: the view's epoch did not move ('$e0' -> '$e1')"
 links_opened 1 1
-verify 4 12
+repl_verify 4 12
 
 stop_all
 stopped "f, stopped"
@@ -743,7 +726,7 @@ for t in 0 1; do
   [ "$v" = 0 ] && ok "g: ps/$t's ps_replication_cut_through_bytes_total stays 0" ||
     bad "g: ps/$t's ps_replication_cut_through_bytes_total stays 0 ('$v')"
 done
-verify 4 4
+repl_verify 4 4
 for t in 0 1; do
   if grep -q -e "replication link on port" -e "over its replication link" "$dir/$JOB$t.log"; then
     bad "g: ps/$t neither listens for nor uses a link" "$(grep -h "replication link" "$dir/$JOB$t.log")"

@@ -14,9 +14,10 @@
 #     test's 2-ps cluster $dir/$JOB.json (variables NAME0 and NAME1: a name
 #     is one shard's) until each has N acknowledged updates; then checks
 #     (ok/bad) that no acknowledged update was lost.
-#   repl_verify N0 [N1]: checks (ok/bad) that the test's `st_ verify` says
-#     shard 0 (N0 variables) and shard 1 (N1, else N0) are identical on
-#     both ps of its 2-ps cluster.
+#   repl_identical N0 N1: the test's `st_ verify` says shard 0 (N0
+#     variables) and shard 1 (N1) are identical on both ps of its 2-ps
+#     cluster: 0, or 1; $vout is what it said.
+#   repl_verify N0 [N1]: repl_identical N0 N1 (N1 else N0), as ok or bad.
 
 repl_start() {
   local n=$1 spec=$2 pfx=$3 extra=${4:-} try t i up list
@@ -80,13 +81,19 @@ repl_updates() {
   done
 }
 
+repl_identical() {
+  local r
+  vout=$(st_ verify 2>&1); r=$?
+  vout+=$'\n'"(exit $r)"
+  [ "$r" = 0 ] && grep -qE "^shard 0: ps/[01] ps/[01] identical \($1 variables\)" <<< "$vout" &&
+    grep -qE "^shard 1: ps/[01] ps/[01] identical \($2 variables\)" <<< "$vout"
+}
+
 repl_verify() {
-  local out r n1=${2:-$1}
-  out=$(st_ verify 2>&1); r=$?
-  if [ "$r" = 0 ] && grep -qE "^shard 0: ps/[01] ps/[01] identical \($1 variables\)" <<< "$out" &&
-    grep -qE "^shard 1: ps/[01] ps/[01] identical \($n1 variables\)" <<< "$out"; then
+  local n1=${2:-$1}
+  if repl_identical "$1" "$n1"; then
     ok "$JOB: psctl verify: both shards' replicas identical ($1 and $n1 variables)"
   else
-    bad "$JOB: psctl verify: both shards' replicas identical ($1 and $n1 variables) (exit $r)" "$out"
+    bad "$JOB: psctl verify: both shards' replicas identical ($1 and $n1 variables)" "$vout"
   fi
 }
