@@ -213,14 +213,20 @@ counted() {
   fi
 }
 
+# start2 WHAT: 2 ps-server --replicas 2 of $JOB ("WHAT start"), or the
+# test ends; then their ports (ports)
+start2() {
+  if repl_start 2 "$dir/$JOB.json" "$JOB"; then
+    ok "$1 start"
+  else
+    bad "$1 start" "$(tail -n 5 "$dir/$JOB"[01].log)"
+    finish; exit 1
+  fi
+  for t in 0 1; do ports "$t"; done
+}
+
 # ---- a. large assigns on 2 ps --replicas 2 ----
-if repl_start 2 "$dir/$JOB.json" "$JOB"; then
-  ok "2 ps-server --replicas 2 start"
-else
-  bad "2 ps-server --replicas 2 start" "$(tail -n 5 "$dir/$JOB"[01].log)"
-  finish; exit 1
-fi
-for t in 0 1; do ports "$t"; done
+start2 "2 ps-server --replicas 2"
 if [ -n "${MP[0]}" ] && [ -n "${MP[1]}" ] && [ -n "${LP[0]}" ] && [ -n "${LP[1]}" ]; then
   ok "each ps logs its metrics port and its link port (${MP[*]}; ${LP[*]})"
 else
@@ -601,13 +607,7 @@ stopped "stopped after d"
 # goes over the backup's limit, the backup refuses it, and the primary
 # waits on the half-written batch)
 JOB=many
-if repl_start 2 "$dir/$JOB.json" "$JOB"; then
-  ok "2 ps-server --replicas 2 start again"
-else
-  bad "2 ps-server --replicas 2 start again" "$(tail -n 5 "$dir/$JOB"[01].log)"
-  finish; exit 1
-fi
-for t in 0 1; do ports "$t"; done
+start2 "2 ps-server --replicas 2 (again)"
 repl_wait_status "${IN_SYNC[@]}" || bad "e: each shard has its primary and in-sync backup" "$out"
 
 # ---- e. multi-item Updates: a scatter with indices, then 3 assigns ----
@@ -710,13 +710,7 @@ stopped "f, stopped"
 # ---- g. --no-repl-link ----
 JOB=nolink
 FLAGS=(--no-repl-link)
-if repl_start 2 "$dir/$JOB.json" "$JOB"; then
-  ok "2 ps-server --replicas 2 --no-repl-link start"
-else
-  bad "2 ps-server --replicas 2 --no-repl-link start" "$(tail -n 5 "$dir/$JOB"[01].log)"
-  finish; exit 1
-fi
-for t in 0 1; do ports "$t"; done
+start2 "2 ps-server --replicas 2 --no-repl-link"
 repl_wait_status "${IN_SYNC[@]}" || bad "g: each shard has its primary and in-sync backup" "$out"
 rounds g 2
 big g
@@ -727,13 +721,7 @@ for t in 0 1; do
     bad "g: ps/$t's ps_replication_cut_through_bytes_total stays 0 ('$v')"
 done
 repl_verify 4 4
-for t in 0 1; do
-  if grep -q -e "replication link on port" -e "over its replication link" "$dir/$JOB$t.log"; then
-    bad "g: ps/$t neither listens for nor uses a link" "$(grep -h "replication link" "$dir/$JOB$t.log")"
-  else
-    ok "g: ps/$t neither listens for nor uses a link"
-  fi
-done
+repl_no_link g
 stop_all
 stopped "g, stopped"
 etcd_stop

@@ -187,13 +187,7 @@ fi
 repl_wait_status "${IN_SYNC[@]}" || bad "--no-repl-link: each shard has its primary and in-sync backup" "$out"
 repl_updates c 50
 repl_verify 1
-for t in 0 1; do
-  if grep -q -e "replication link on port" -e "over its replication link" "$dir/$JOB$t.log"; then
-    bad "--no-repl-link: ps/$t neither listens for nor uses a link" "$(grep -h "replication link" "$dir/$JOB$t.log")"
-  else
-    ok "--no-repl-link: ps/$t neither listens for nor uses a link"
-  fi
-done
+repl_no_link --no-repl-link
 stop_all
 clean_logs
 

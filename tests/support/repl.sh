@@ -18,6 +18,8 @@
 #     variables) and shard 1 (N1) are identical on both ps of its 2-ps
 #     cluster: 0, or 1; $vout is what it said.
 #   repl_verify N0 [N1]: repl_identical N0 N1 (N1 else N0), as ok or bad.
+#   repl_no_link WHAT: checks (ok/bad) that neither ps of $JOB logged a
+#     link port or a primary over a link (--no-repl-link).
 
 repl_start() {
   local n=$1 spec=$2 pfx=$3 extra=${4:-} try t i up list
@@ -96,4 +98,15 @@ repl_verify() {
   else
     bad "$JOB: psctl verify: both shards' replicas identical ($1 and $n1 variables)" "$vout"
   fi
+}
+
+repl_no_link() {
+  local t
+  for t in 0 1; do
+    if grep -q -e "replication link on port" -e "over its replication link" "$dir/$JOB$t.log"; then
+      bad "$1: ps/$t neither listens for nor uses a link" "$(grep -h "replication link" "$dir/$JOB$t.log")"
+    else
+      ok "$1: ps/$t neither listens for nor uses a link"
+    fi
+  done
 }
