@@ -114,6 +114,16 @@ st_() { "$PSCTL" --cluster "$dir/$JOB.json" --etcd "$ETCD_ENDPOINTS" --repl-job 
   --replicas 2 --timeout-ms 5000 "$@"; }
 IN_SYNC=('^shard 0: ps/0 primary.*ps/1 backup' '^shard 1: ps/1 primary.*ps/0 backup')
 epoch() { st_ status 2>&1 | sed -n 's/^replication: .*view epoch \([0-9]*\).*/\1/p' | head -n 1; }
+# steady WHAT: both shards keep their in-sync backup, and the view's epoch
+# is still $e0
+steady() {
+  local e1
+  repl_wait_status "${IN_SYNC[@]}" && ok "$1: both shards keep their in-sync backup" ||
+    bad "$1: both shards keep their in-sync backup" "$out"
+  e1=$(epoch)
+  [ -n "$e0" ] && [ "$e0" = "$e1" ] && ok "$1: the view's epoch did not move ($e0)" ||
+    bad "$1: the view's epoch did not move ('$e0' -> '$e1')"
+}
 # ports T: MP[T] and LP[T], ps/T's metrics and link ports from its log
 ports() {
   MP[$1]=$(sed -n 's/.*metrics on port \([0-9]*\) .*/\1/p' "$dir/$JOB$1.log" | tail -n 1)
@@ -279,14 +289,7 @@ grep -qx "ack v 77 $((4 * V))" "$dir/b.out" && grep -qx "same v 77" "$dir/b.out"
   ok "b: then a good assign of v is acknowledged and reads back" ||
   bad "b: then a good assign of v is acknowledged and reads back" "$(tail -n 3 "$dir/b.out" "$dir/b.log")"
 counted 0 "$c0" "$((4 * V))" "$((8 * V))" "the good assign only, not the 14 refused"
-if repl_wait_status "${IN_SYNC[@]}"; then
-  ok "b: both shards keep their in-sync backup"
-else
-  bad "b: both shards keep their in-sync backup" "$out"
-fi
-e1=$(epoch)
-[ -n "$e0" ] && [ "$e0" = "$e1" ] && ok "b: the view's epoch did not move ($e0)" ||
-  bad "b: the view's epoch did not move ('$e0' -> '$e1')"
+steady b
 links_opened 0 1
 repl_verify 5 4
 if grep -q "stages at once" "$dir/$JOB"[01].log; then
@@ -696,11 +699,7 @@ since=$(for t in 0 1; do
 done)
 [ -z "$since" ] && ok "f: no WARN or ERROR in either log, no \"stages at once\", no refused frame" ||
   bad "f: no WARN or ERROR in either log, no \"stages at once\", no refused frame" "$since"
-repl_wait_status "${IN_SYNC[@]}" && ok "f: both shards keep their in-sync backup" ||
-  bad "f: both shards keep their in-sync backup" "$out"
-e1=$(epoch)
-[ -n "$e0" ] && [ "$e0" = "$e1" ] && ok "f: the view's epoch did not move ($e0)" ||
-  bad "f: the view's epoch did not move ('$e0' -> '$e1')"
+steady f
 links_opened 1 1
 repl_verify 4 12
 
