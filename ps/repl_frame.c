@@ -141,9 +141,9 @@ uint8_t *ps_link_stages_dest(ps_link_stages *t, const ps_link_stage *m, uint64_t
                     (unsigned long long)m->id, (unsigned long long)m->offset);
       return NULL;
     }
-    if (t->n == PS_REPL_MAX_STAGES) {
+    if (t->n == PS_LINK_MAX_STAGES) {
       ps_status_set(st, PS_RESOURCE_EXHAUSTED,
-                    "replication link: more than %d stages at once", PS_REPL_MAX_STAGES);
+                    "replication link: more than %d stages at once", PS_LINK_MAX_STAGES);
       return NULL;
     }
     ps_buf *b = ps_buf_create((size_t)m->total, false);

@@ -266,10 +266,15 @@ static void *conn_main(void *arg) {
     }
   }
   ps_link_stages_fini(&c->stages);
-  /* the primary sees the end at once (the descriptor is closed when the
-   * thread is joined) */
+  /* the primary sees the end at once: closed now, with bytes of a refused
+   * frame still unread, the socket answers RST, so a primary still
+   * writing that frame fails at once (after a mere shutdown the bytes
+   * would fill the buffers, and a primary that hears the backup answer
+   * its probes would wait for its write up to LINK_CALL_MS) */
   shutdown(c->fd, SHUT_RDWR);
   pthread_mutex_lock(&c->r->mu);
+  close(c->fd);
+  c->fd = -1;
   c->done = true;
   pthread_mutex_unlock(&c->r->mu);
   return NULL;
@@ -282,7 +287,7 @@ static void conns_reap(ps_repl *r, bool all) {
   pthread_mutex_lock(&r->mu);
   for (ps_link_conn **pp = &r->link_conns; *pp;) {
     ps_link_conn *c = *pp;
-    if (all && !c->done) shutdown(c->fd, SHUT_RDWR);
+    if (all && !c->done) shutdown(c->fd, SHUT_RDWR); /* (its thread closes it) */
     if (all || c->done) {
       *pp = c->next;
       c->next = gone;
@@ -296,7 +301,6 @@ static void conns_reap(ps_repl *r, bool all) {
   while (gone) {
     ps_link_conn *n = gone->next;
     pthread_join(gone->th, NULL);
-    close(gone->fd);
     free(gone);
     gone = n;
   }

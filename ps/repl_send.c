@@ -504,14 +504,22 @@ static void *sender_main(void *arg) {
       ps_repl_entry *last = NULL;
       size_t n = 0;
       int64_t bytes = 0;
-      for (ps_repl_entry *e = snd->head; e; e = e->next) {
-        /* cut only at a group's end: a backup never holds half a request */
-        if (n > 0 && last->group_end &&
-            (n >= batch_entries || bytes + e->bytes > batch_bytes))
-          break;
-        n++;
-        bytes += e->bytes;
-        last = e;
+      /* whole groups (a backup never holds half a request), weighed whole
+       * before one joins (a state copy's group is a CREATE of no bytes,
+       * then the VALUE), so no batch but a lone group passes the limits */
+      for (ps_repl_entry *e = snd->head; e; e = last->next) {
+        size_t gn = 0;
+        int64_t gb = 0;
+        ps_repl_entry *g = e;
+        for (;; g = g->next) {
+          gn++;
+          gb += g->bytes;
+          if (g->group_end || g->next == NULL) break;
+        }
+        if (n > 0 && (n + gn > batch_entries || bytes + gb > batch_bytes)) break;
+        n += gn;
+        bytes += gb;
+        last = g;
       }
       snd->inflight = snd->head;
       snd->head = last->next;
