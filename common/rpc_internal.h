@@ -222,8 +222,12 @@ struct ps_rpc_server {
   int64_t idle_since_ms;          /* shutting down: since when no call runs (monitor) */
   int64_t trim_check_ms, trim_ms; /* heap_trim: last look, last trim (monitor) */
   size_t trim_free;               /* heap_trim: free heap bytes at the last trim */
-  int64_t look_rss, look_until;   /* heap_trim: RSS at the last look, busy window */
-  int idle_closed;                /* the idle connections are shut (monitor) */
+  /* idle_trim: bytes the calls had moved when they last moved, then; done */
+  unsigned long long quiet_bytes;
+  int64_t quiet_since_ms;
+  int quiet_trimmed;
+  int64_t look_rss, look_until; /* heap_trim: RSS at the last look, busy window */
+  int idle_closed;              /* the idle connections are shut (monitor) */
   /* TLS: gRPC's own listener (see "Listener"); the next certificate
    * config for its fetcher (tls_pending), under tls_mu */
   /* Methods are registered without their payload and a call's first

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "tensor.h"
 
 /* Cancels calls that waited on their client for too long. */
 static void check_stalls(ps_rpc_server *s) {
@@ -200,6 +201,46 @@ static void heap_trim(ps_rpc_server *s, int64_t t) {
   s->trim_ms = t;
 }
 
+/* A ps at rest gives back its warm memory.  While it moves bytes, the
+ * buffer cache (tensor.c) and the free heap tune_malloc keeps make each
+ * transfer cheaper; once the calls have moved less than IDLE_TRIM_BYTES
+ * for IDLE_TRIM_MS (health probes and scalar updates don't count), the
+ * cached buffers are freed and the heap trimmed, once until bytes move
+ * again, so its resident memory comes back to the variables it holds. */
+#define IDLE_TRIM_MS 2000
+#define IDLE_TRIM_BYTES ((unsigned long long)1 << 20)
+
+static unsigned long long bytes_moved(const ps_rpc_server *s) {
+  unsigned long long n = 0;
+  for (size_t i = 0; i < s->nh; i++)
+    n += atomic_load_explicit(&s->stats[i].bytes_in, memory_order_relaxed) +
+         atomic_load_explicit(&s->stats[i].bytes_out, memory_order_relaxed);
+  return n;
+}
+
+static void idle_trim(ps_rpc_server *s, int64_t t) {
+  unsigned long long moved = bytes_moved(s);
+  if (moved - s->quiet_bytes >= IDLE_TRIM_BYTES) {
+    s->quiet_bytes = moved;
+    s->quiet_since_ms = t;
+    s->quiet_trimmed = 0;
+    return;
+  }
+  if (s->quiet_trimmed || t - s->quiet_since_ms < IDLE_TRIM_MS) return;
+  s->quiet_trimmed = 1;
+  int64_t before = rss_bytes();
+  size_t cached = ps_buf_cache_release();
+  if (__sanitizer_purge_allocator)
+    __sanitizer_purge_allocator();
+  else
+    malloc_trim(0);
+  int64_t after = rss_bytes();
+  if (cached == 0 && before - after < (int64_t)1 << 20) return; /* nothing to say */
+  PS_DEBUG("at rest: gave back %zu MiB of cached buffers and the free heap "
+           "(RSS %lld -> %lld MiB)",
+           cached >> 20, (long long)(before >> 20), (long long)(after >> 20));
+}
+
 void *ps_rpc_monitor_thread_(void *arg) {
   ps_rpc_server *s = arg;
   int64_t backoff_until = 0;
@@ -245,6 +286,7 @@ void *ps_rpc_monitor_thread_(void *arg) {
     stop_when_settled(s);
     close_idle(s);
     heap_trim(s, now_ms());
+    idle_trim(s, now_ms());
   }
   return NULL;
 }

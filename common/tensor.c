@@ -256,8 +256,9 @@ int ps_size_bytes(int dtype, const ps_shape *s, size_t *out) {
 /* Recently freed big buffers, reused by exact size.  glibc hands every
  * allocation above 32 MiB to mmap, so without this each 64 MiB assign on
  * the ps pays ~16k page faults and an munmap; with it, a same-size buffer
- * comes back warm.  Bounded (PS_BUF_CACHE_MB, default 256 MiB) so that
- * resident memory stays close to the bytes actually held. */
+ * comes back warm.  Bounded (PS_BUF_CACHE_MB, default 256 MiB), and
+ * emptied by ps_buf_cache_release() when the ps has been idle a while
+ * (rpc_monitor.c), so that a ps at rest holds only its variables. */
 #define CACHE_SLOTS 4
 #define CACHE_MIN ((size_t)1 << 20)
 static pthread_mutex_t cache_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -323,6 +324,24 @@ static bool cache_put(void *p, size_t alloc) {
   for (int i = 0; i < ne; i++)
     free(evict[i]);
   return taken;
+}
+
+size_t ps_buf_cache_release(void) {
+  void *drop[CACHE_SLOTS];
+  int n = 0;
+  size_t bytes;
+  pthread_mutex_lock(&cache_mu);
+  bytes = cache_bytes;
+  for (int i = 0; i < CACHE_SLOTS; i++)
+    if (cache[i].data) {
+      drop[n++] = cache[i].data;
+      cache[i].data = NULL;
+    }
+  cache_bytes = 0;
+  pthread_mutex_unlock(&cache_mu);
+  for (int i = 0; i < n; i++)
+    free(drop[i]);
+  return bytes;
 }
 
 /* Big tensors (an embedding table) on transparent huge pages where the

@@ -53,6 +53,8 @@ ps_buf *ps_buf_create_for_read(size_t size);
 void ps_buf_advise_huge(ps_buf *b);
 ps_buf *ps_buf_ref(ps_buf *b);
 void ps_buf_unref(ps_buf *b); /* NULL is a no-op */
+/* Frees the big buffers the cache keeps for reuse; returns their bytes. */
+size_t ps_buf_cache_release(void);
 
 /* Internal code reads the buffer pointer inline; the public function of
  * the same name (tensor.c) serves library users. */
