@@ -39,6 +39,8 @@
  * is forked so both sides agree. */
 extern size_t bulk_bytes;
 #define NSMALL 1000
+/* (a): repetitions of the second size per repetition of the first */
+#define SMALL_PER_REP 8
 #define PING_METHOD "/bench.Bare/Ping"
 #define PING_REQ 16
 #define PING_REPLY 8
@@ -46,6 +48,7 @@ extern size_t bulk_bytes;
 typedef struct opts {
   int reps;         /* (a) repetitions per kind */
   int bulk_mib;     /* (a) transfer size */
+  int small_mib;    /* (a) second size, SMALL_PER_REP x reps (0: none) */
   int iters;        /* latency samples per side */
   int warmup;       /* latency warm-up calls per side */
   int steps;        /* per-variable steps for (c); batched gets 10x */
