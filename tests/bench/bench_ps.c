@@ -13,16 +13,22 @@
  *      tensor): one kernel copy each way, no framing, no extra user-space
  *      copy.  read_4MiB / assign_4MiB (--small-mib): the same with a 4 MiB
  *      variable and a peer of its own, SMALL_PER_REP repetitions after each
- *      64 MiB one.  Then the ps's peak RSS, holding both variables.  Client on one CPU,
- * servers on the other. (b) assign_add_latency: median round trip of
- * ps_client_update(ASSIGN_ADD) of one float.  Baseline: a bare gRPC core unary ping-pong
- * (16-byte request, 8-byte reply) against a minimal server in a forked child: registered
- * method with the request payload read up front, one completion-queue thread, reply in
- * one batch.  Both servers are separate processes, both clients use a registered call
- * with a deadline, one batch and a `next' completion queue, both channels carry the ps
- * client's channel arguments, and calls alternate in blocks of 100.  Client and both
- * servers share one CPU (see place()): with one call outstanding nothing overlaps anyway,
- * and it keeps the VM's cross-CPU wake-ups (random, ~50 us each) out of the comparison.
+ *      64 MiB one.  After each repetition, iperf3 (iperf3.c) moves 64 MiB
+ *      each way, placed as the ps and the client: *_vs_iperf3 compare the
+ *      ps's and the raw TCP's medians with it, the wire limit.  Then the
+ *      ps's peak RSS, holding both variables.  Client on one CPU, servers
+ *      on the other.
+ *  (b) assign_add_latency: median round trip of ps_client_update(ASSIGN_ADD)
+ *      of one float.  Baseline: a bare gRPC core unary ping-pong (16-byte
+ *      request, 8-byte reply) against a minimal server in a forked child:
+ *      registered method with the request payload read up front, one
+ *      completion-queue thread, reply in one batch.  Both servers are
+ *      separate processes, both clients use a registered call with a
+ *      deadline, one batch and a `next' completion queue, both channels
+ *      carry the ps client's channel arguments, and calls alternate in
+ *      blocks of 100.  Client and both servers share one CPU (see place()):
+ *      with one call outstanding nothing overlaps anyway, and it keeps the
+ *      VM's cross-CPU wake-ups (random, ~50 us each) out of the comparison.
  *      The difference is the ps itself: its client library, protobuf
  *      framing, name lookup, locking, arithmetic and its server threads.
  *  (c) read_1000_vars_batched: one step reading 1000 small variables
@@ -86,6 +92,7 @@
 #include "bench_ps_internal.h"
 #include "common/rpc.h"
 #include "harness.h"
+#include "iperf3.h"
 #include "paramserver/client.h"
 #include "tcp.h"
 #include "zipf.h"
@@ -347,29 +354,78 @@ static void bulk_report(bulk_size *b, double target, double *med) {
   fflush(stdout);
 }
 
+/* iperf3's lines: the ps's and our raw TCP's medians @med of bulk_bytes
+ * against iperf3's, @push and @pull (@n each). */
+static void iperf3_report(const double *med, double *push, double *pull, int n) {
+  int mib = (int)(bulk_bytes >> 20);
+  print_reps("iperf3 push", push, n);
+  print_reps("iperf3 pull", pull, n);
+  double ip = quantile(push, (size_t)n, 0.5), il = quantile(pull, (size_t)n, 0.5);
+  printf("bench: assign_%dMiB_vs_iperf3 %.2f ours=%.2f GB/s iperf3=%.2f GB/s "
+         "target=>= 0.85\n",
+         mib, med[K_ASSIGN] / ip, med[K_ASSIGN], ip);
+  printf("bench: read_%dMiB_vs_iperf3 %.2f ours=%.2f GB/s iperf3=%.2f GB/s "
+         "target=>= 0.85\n",
+         mib, med[K_READ] / il, med[K_READ], il);
+  printf("bench: tcp_push_%dMiB_vs_iperf3 %.2f tcp=%.2f GB/s iperf3=%.2f GB/s "
+         "(the raw TCP baseline against the wire limit)\n",
+         mib, med[K_TCP_PUSH] / ip, med[K_TCP_PUSH], ip);
+  printf("bench: tcp_pull_%dMiB_vs_iperf3 %.2f tcp=%.2f GB/s iperf3=%.2f GB/s "
+         "(the raw TCP baseline against the wire limit)\n",
+         mib, med[K_TCP_PULL] / il, med[K_TCP_PULL], il);
+  fflush(stdout);
+}
+
 /* (a): bulk_bytes against TCP on @tfd and, when @sfd >= 0, --small-mib
  * against TCP on @sfd, SMALL_PER_REP of its repetitions after each of the
- * first's; at the end the peak RSS of the ps (@ps_pid), which then holds
- * both variables. */
-static int bench_bulk(ps_client *c, int tfd, int sfd, pid_t ps_pid, const opts *o) {
+ * first's; after each repetition one iperf3 transfer of bulk_bytes each
+ * way (started by @h's harness), when there is iperf3; at the end the
+ * peak RSS of the ps (@ps_pid), which then holds both variables. */
+static int bench_bulk(ps_client *c, int tfd, int sfd, ps_harness *h, pid_t ps_pid,
+                      const opts *o) {
   bulk_size big = {0}, small = {0};
-  int rc = -1;
+  double *ip = NULL; /* [2 * reps]: iperf3 push, then pull */
+  int rc = -1, nip = 0, iperf = o->iperf3 != NULL, scpu = -1, ccpu = -1;
+  if (o->pin && cpu_a >= 0) { /* as place(): the ps's CPU and ours */
+    ccpu = cpu_a;
+    scpu = cpu_b >= 0 ? cpu_b : cpu_a;
+  }
   if (bulk_init(&big, c, "big", bulk_bytes, tfd, o->reps) != 0) goto out;
   if (sfd >= 0 && bulk_init(&small, c, "bulk_small", (size_t)o->small_mib << 20, sfd,
                             o->reps * SMALL_PER_REP) != 0)
     goto out;
+  if (iperf && (ip = calloc(2 * (size_t)o->reps, sizeof *ip)) == NULL) {
+    fprintf(stderr, "bench: out of memory\n");
+    goto out;
+  }
+  if (!iperf) printf("bench: iperf3 baseline skipped (no iperf3)\n");
   for (int r = 0; r < o->reps; r++) {
     if (bulk_rep(&big, c, r) != 0) goto out;
     for (int k = 0; k < SMALL_PER_REP && sfd >= 0; k++)
       if (bulk_rep(&small, c, r * SMALL_PER_REP + k) != 0) goto out;
+    double push = -1, pull = -1;
+    if (iperf) {
+      push = iperf3_gbs(h, o->iperf3, bulk_bytes, 0, scpu, ccpu);
+      pull = push > 0 ? iperf3_gbs(h, o->iperf3, bulk_bytes, 1, scpu, ccpu) : -1;
+      if (pull > 0) {
+        ip[nip] = push;
+        ip[o->reps + nip++] = pull;
+      } else {
+        iperf = 0;
+        printf("bench: iperf3 baseline skipped (iperf3 failed, see stderr)\n");
+      }
+    }
     fprintf(stderr,
-            "  rep %d: tcp pull %.2f, ps read %.2f, tcp push %.2f, ps assign %.2f GB/s\n",
+            "  rep %d: tcp pull %.2f, ps read %.2f, tcp push %.2f, ps assign %.2f GB/s",
             r + 1, bulk_kind(&big, K_TCP_PULL)[r], bulk_kind(&big, K_READ)[r],
             bulk_kind(&big, K_TCP_PUSH)[r], bulk_kind(&big, K_ASSIGN)[r]);
+    if (pull > 0) fprintf(stderr, "; iperf3 push %.2f, pull %.2f", push, pull);
+    fprintf(stderr, "\n");
   }
   double med[NKINDS], smed[NKINDS];
   bulk_report(&big, 0.6, med);
   if (sfd >= 0) bulk_report(&small, 0.8, smed);
+  if (iperf) iperf3_report(med, ip, ip + o->reps, nip);
   /* The ps held both variables while each assign brought a new value. */
   double peak = proc_peak_rss_mib(ps_pid);
   double held = (double)(bulk_bytes + (sfd >= 0 ? small.n : 0)) / (1 << 20);
@@ -384,6 +440,7 @@ static int bench_bulk(ps_client *c, int tfd, int sfd, pid_t ps_pid, const opts *
 out:
   bulk_fini(&big);
   bulk_fini(&small);
+  free(ip);
   return rc;
 }
 
@@ -829,15 +886,18 @@ int main(int argc, char **argv) {
    * one CPU and no cross-CPU wake-up blurs the software cost. */
   pid_t servers[3] = {h.pids[0], tcp_pid, bare_pid};
   if (strchr(o.only, 'a')) {
+    char iperf3[4096];
+    if (iperf3_find(iperf3, sizeof iperf3) == 0) o.iperf3 = iperf3;
     fprintf(stderr, "bench: (a) %d MiB read/assign vs raw TCP, %d reps", o.bulk_mib,
             o.reps);
     if (sfd >= 0)
       fprintf(stderr, "; %d MiB, %d reps", o.small_mib, o.reps * SMALL_PER_REP);
-    fprintf(stderr, "\n");
+    fprintf(stderr, "; iperf3: %s\n", o.iperf3 ? o.iperf3 : "none");
     pid_t bulk_servers[3] = {h.pids[0], tcp_pid, small_pid};
     place(&o, bulk_servers, sfd >= 0 ? 3 : 2, 1);
-    int r = bench_bulk(c, tfd, sfd, h.pids[0], &o);
+    int r = bench_bulk(c, tfd, sfd, &h, h.pids[0], &o);
     unplace(&o, bulk_servers, sfd >= 0 ? 3 : 2);
+    o.iperf3 = NULL;
     if (r != 0) goto done;
   }
   if (strchr(o.only, 'b')) {

@@ -11,9 +11,10 @@
 #                                (against dmlc/ps-lite: the sparse workload;
 #                                 --bulk-mib N dense; --agg 2 ps + 2 workers)
 # Configures build-release (meson setup build-release -Dbuildtype=release)
-# if it is missing, builds only what the benches need, and runs bench_ps,
-# bench_agg (2 ps + 2 workers, then 1 ps serving 4 workers against 1
-# alone), bench_train, bench_repl (R=2 against R=1 on a local etcd),
+# if it is missing, builds only what the benches need, and runs bench_ps
+# (its part (a) also against iperf3 when it is installed), bench_agg
+# (2 ps + 2 workers, then 1 ps serving 4 workers against 1 alone),
+# bench_train, bench_repl (R=2 against R=1 on a local etcd),
 # bench_ckpt (about 1 GiB written and read 4 times per
 # repetition, in $TMPDIR or /tmp), bench_jobs.sh (ps-worker on 2 ps +
 # 2 workers against one process) and failover.sh (kill -9 of a primary
