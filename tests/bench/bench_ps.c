@@ -4,15 +4,20 @@
  * shared box hits both sides alike), with the same CPU placement.
  *
  *  (a) read_64MiB / assign_64MiB: ps_client_read / ps_client_update(ASSIGN)
- *      of a 64 MiB float32 variable (--bulk-mib N: read_NMiB ...), in GB/s (1e9 bytes/s),
- * median of
- *      --reps repetitions.  Baseline: raw TCP over loopback between this
- *      process and a forked child, one request byte then 64 MiB back (pull,
- *      for reads) or 64 MiB then one ack byte (push, for assigns); the
- *      receiver writes into a reused, pre-touched buffer, as the client's
- *      read does (it passes a preallocated output tensor).  This is the
- *      practical ceiling: one kernel copy each way, no framing, no extra
- *      user-space copy.  Client on one CPU, servers on the other.
+ *      of a 64 MiB float32 variable (--bulk-mib N: read_NMiB ...), in GB/s
+ *      (1e9 bytes/s), median of --reps repetitions.  Baseline: raw TCP over
+ *      loopback between this process and a forked child, one request byte
+ *      then 64 MiB back (pull, for reads) or 64 MiB then one ack byte
+ *      (push, for assigns); the receiver writes into a reused, pre-touched
+ *      buffer, as the client's read does (it passes a preallocated output
+ *      tensor): one kernel copy each way, no framing, no extra user-space
+ *      copy.  read_4MiB / assign_4MiB (--small-mib): the same with a 4 MiB
+ *      variable and a peer of its own, SMALL_PER_REP repetitions after each
+ *      64 MiB one.  After each repetition, iperf3 (iperf3.c) moves 64 MiB
+ *      each way, placed as the ps and the client: *_vs_iperf3 compare the
+ *      ps's and the raw TCP's medians with it, the wire limit.  Then the
+ *      ps's peak RSS, holding both variables.  Client on one CPU, servers
+ *      on the other.
  *  (b) assign_add_latency: median round trip of ps_client_update(ASSIGN_ADD)
  *      of one float.  Baseline: a bare gRPC core unary ping-pong (16-byte
  *      request, 8-byte reply) against a minimal server in a forked child:
@@ -87,6 +92,7 @@
 #include "bench_ps_internal.h"
 #include "common/rpc.h"
 #include "harness.h"
+#include "iperf3.h"
 #include "paramserver/client.h"
 #include "tcp.h"
 #include "zipf.h"
@@ -231,98 +237,210 @@ void print_reps(const char *name, const double *gbs, int n) {
   fprintf(stderr, "\n");
 }
 
-/* (a) a bulk_bytes read and assign against TCP pull and push. */
-static int bench_bulk(ps_client *c, int tfd, const opts *o) {
+/* ---- (a) dense reads and assigns against TCP pulls and pushes ---- */
+
+enum { K_TCP_PULL, K_READ, K_TCP_PUSH, K_ASSIGN, NKINDS };
+static const char *const kind_name[NKINDS] = {"tcp pull", "ps read", "tcp push",
+                                              "ps assign"};
+
+/* One size of (a): the ps variable @var, its value and the reused output
+ * tensor, the TCP peer serving this size on @fd and the receiver's buffer,
+ * and the GB/s of each kind of transfer, one per repetition. */
+typedef struct bulk_size {
+  const char *var;
+  size_t n;
+  int fd, reps;
+  ps_tensor *val, *out;
+  char *tbuf;
+  double *v; /* [NKINDS * reps] */
+  ps_update up;
+  ps_read rd;
+} bulk_size;
+
+static double *bulk_kind(const bulk_size *b, int k) {
+  return b->v + (size_t)k * (size_t)b->reps;
+}
+
+static void bulk_fini(bulk_size *b) {
+  ps_tensor_destroy(b->val);
+  ps_tensor_destroy(b->out);
+  free(b->tbuf);
+  free(b->v);
+}
+
+/* Creates @b's variable on @c, then warms both sides up (connections,
+ * flow-control windows, allocators) and checks the value read back.  0,
+ * or -1 after saying why; bulk_fini() in both cases. */
+static int bulk_init(bulk_size *b, ps_client *c, const char *var, size_t n, int fd,
+                     int reps) {
   ps_status st;
-  int64_t dims[1] = {(int64_t)(bulk_bytes / 4)};
+  int64_t ne = (int64_t)(n / 4);
+  *b = (bulk_size){.var = var, .n = n, .fd = fd, .reps = reps};
   ps_var_spec spec = {
-      .name = "big", .dtype = PS_DT_FLOAT, .shape = {.rank = 1, .dim = {dims[0]}}};
-  if (ps_client_create_vars(c, 0, &spec, 1, &st) != 0) return ps_fail("create big", &st);
-  ps_tensor *val = ps_tensor_new(PS_DT_FLOAT, 1, dims);
-  ps_tensor *out = ps_tensor_new(PS_DT_FLOAT, 1, dims);
-  char *tbuf = malloc(bulk_bytes);
-  double *v = calloc((size_t)o->reps * 4, sizeof *v);
-  int rc = -1;
-  if (!val || !out || !tbuf || !v) {
+      .name = var, .dtype = PS_DT_FLOAT, .shape = {.rank = 1, .dim = {ne}}};
+  if (ps_client_create_vars(c, 0, &spec, 1, &st) != 0) return ps_fail("create", &st);
+  b->val = ps_tensor_new(PS_DT_FLOAT, 1, &ne);
+  b->out = ps_tensor_new(PS_DT_FLOAT, 1, &ne);
+  b->tbuf = malloc(n);
+  b->v = calloc((size_t)reps * NKINDS, sizeof *b->v);
+  if (!b->val || !b->out || !b->tbuf || !b->v) {
+    fprintf(stderr, "bench: out of memory\n");
+    return -1;
+  }
+  float *pv = ps_tensor_data(b->val);
+  for (size_t i = 0; i < n / 4; i++)
+    pv[i] = (float)(i % 4099);
+  memset(ps_tensor_data(b->out), 0, n); /* reused, pre-touched */
+  memset(b->tbuf, 0, n);
+  b->up = (ps_update){.name = var, .op = PS_ASSIGN, .value = b->val};
+  b->rd = (ps_read){.name = var, .out = b->out};
+  if (ps_client_update(c, 0, &b->up, 1, &st) != 0) return ps_fail("assign", &st);
+  if (ps_client_read(c, 0, &b->rd, 1, &st) != 0) return ps_fail("read", &st);
+  if (memcmp(ps_tensor_data(b->out), pv, n) != 0) {
+    fprintf(stderr, "bench: read of %s returned other values than assigned\n", var);
+    return -1;
+  }
+  if (tcp_bulk_xfer(fd, 'R', b->tbuf, n) != 0 ||
+      tcp_bulk_xfer(fd, 'W', b->tbuf, n) != 0) {
+    fprintf(stderr, "bench: tcp baseline failed\n");
+    return -1;
+  }
+  return 0;
+}
+
+/* Repetition @r of @b: TCP pull, ps read, TCP push, ps assign.  0, or -1
+ * after saying why. */
+static int bulk_rep(bulk_size *b, ps_client *c, int r) {
+  ps_status st;
+  double t[NKINDS + 1];
+  t[0] = now_s();
+  if (tcp_bulk_xfer(b->fd, 'R', b->tbuf, b->n) != 0) goto tcp_err;
+  t[1] = now_s();
+  if (ps_client_read(c, 0, &b->rd, 1, &st) != 0) return ps_fail("read", &st);
+  t[2] = now_s();
+  if (tcp_bulk_xfer(b->fd, 'W', b->tbuf, b->n) != 0) goto tcp_err;
+  t[3] = now_s();
+  if (ps_client_update(c, 0, &b->up, 1, &st) != 0) return ps_fail("assign", &st);
+  t[4] = now_s();
+  for (int k = 0; k < NKINDS; k++)
+    bulk_kind(b, k)[r] = (double)b->n / 1e9 / (t[k + 1] - t[k]);
+  return 0;
+tcp_err:
+  fprintf(stderr, "bench: tcp baseline failed\n");
+  return -1;
+}
+
+/* Prints @b's repetitions (stderr) and its read and assign lines against
+ * TCP with the target >= @target; the medians of the kinds go to @med. */
+static void bulk_report(bulk_size *b, double target, double *med) {
+  size_t n = (size_t)b->reps;
+  int mib = (int)(b->n >> 20);
+  for (int k = 0; k < NKINDS; k++) {
+    char name[32];
+    snprintf(name, sizeof name, "%s %dMiB", kind_name[k], mib);
+    print_reps(name, bulk_kind(b, k), b->reps);
+  }
+  for (int k = 0; k < NKINDS; k++)
+    med[k] = quantile(bulk_kind(b, k), n, 0.5); /* sorts: the best is last */
+  fprintf(
+      stderr,
+      "  best %d MiB: tcp pull %.2f, ps read %.2f, tcp push %.2f, ps assign %.2f GB/s\n",
+      mib, bulk_kind(b, K_TCP_PULL)[n - 1], bulk_kind(b, K_READ)[n - 1],
+      bulk_kind(b, K_TCP_PUSH)[n - 1], bulk_kind(b, K_ASSIGN)[n - 1]);
+  printf("bench: read_%dMiB %.2f GB/s baseline=%.2f ratio=%.2f target=>= %.1f\n", mib,
+         med[K_READ], med[K_TCP_PULL], med[K_READ] / med[K_TCP_PULL], target);
+  printf("bench: assign_%dMiB %.2f GB/s baseline=%.2f ratio=%.2f target=>= %.1f\n", mib,
+         med[K_ASSIGN], med[K_TCP_PUSH], med[K_ASSIGN] / med[K_TCP_PUSH], target);
+  fflush(stdout);
+}
+
+/* iperf3's lines: the ps's and our raw TCP's medians @med of bulk_bytes
+ * against iperf3's, @push and @pull (@n each). */
+static void iperf3_report(const double *med, double *push, double *pull, int n) {
+  int mib = (int)(bulk_bytes >> 20);
+  print_reps("iperf3 push", push, n);
+  print_reps("iperf3 pull", pull, n);
+  double ip = quantile(push, (size_t)n, 0.5), il = quantile(pull, (size_t)n, 0.5);
+  printf("bench: assign_%dMiB_vs_iperf3 %.2f ours=%.2f GB/s iperf3=%.2f GB/s "
+         "target=>= 0.85\n",
+         mib, med[K_ASSIGN] / ip, med[K_ASSIGN], ip);
+  printf("bench: read_%dMiB_vs_iperf3 %.2f ours=%.2f GB/s iperf3=%.2f GB/s "
+         "target=>= 0.85\n",
+         mib, med[K_READ] / il, med[K_READ], il);
+  printf("bench: tcp_push_%dMiB_vs_iperf3 %.2f tcp=%.2f GB/s iperf3=%.2f GB/s "
+         "(the raw TCP baseline against the wire limit)\n",
+         mib, med[K_TCP_PUSH] / ip, med[K_TCP_PUSH], ip);
+  printf("bench: tcp_pull_%dMiB_vs_iperf3 %.2f tcp=%.2f GB/s iperf3=%.2f GB/s "
+         "(the raw TCP baseline against the wire limit)\n",
+         mib, med[K_TCP_PULL] / il, med[K_TCP_PULL], il);
+  fflush(stdout);
+}
+
+/* (a): bulk_bytes against TCP on @tfd and, when @sfd >= 0, --small-mib
+ * against TCP on @sfd, SMALL_PER_REP of its repetitions after each of the
+ * first's; after each repetition one iperf3 transfer of bulk_bytes each
+ * way (started by @h's harness), when there is iperf3; at the end the
+ * peak RSS of the ps (@ps_pid), which then holds both variables. */
+static int bench_bulk(ps_client *c, int tfd, int sfd, ps_harness *h, pid_t ps_pid,
+                      const opts *o) {
+  bulk_size big = {0}, small = {0};
+  double *ip = NULL; /* [2 * reps]: iperf3 push, then pull */
+  int rc = -1, nip = 0, iperf = o->iperf3 != NULL, scpu = -1, ccpu = -1;
+  if (o->pin && cpu_a >= 0) { /* as place(): the ps's CPU and ours */
+    ccpu = cpu_a;
+    scpu = cpu_b >= 0 ? cpu_b : cpu_a;
+  }
+  if (bulk_init(&big, c, "big", bulk_bytes, tfd, o->reps) != 0) goto out;
+  if (sfd >= 0 && bulk_init(&small, c, "bulk_small", (size_t)o->small_mib << 20, sfd,
+                            o->reps * SMALL_PER_REP) != 0)
+    goto out;
+  if (iperf && (ip = calloc(2 * (size_t)o->reps, sizeof *ip)) == NULL) {
     fprintf(stderr, "bench: out of memory\n");
     goto out;
   }
-  float *pv = ps_tensor_data(val);
-  for (size_t i = 0; i < bulk_bytes / 4; i++)
-    pv[i] = (float)(i % 4099);
-  memset(ps_tensor_data(out), 0, bulk_bytes); /* reused, pre-touched */
-  memset(tbuf, 0, bulk_bytes);
-  ps_update up = {.name = "big", .op = PS_ASSIGN, .value = val};
-  ps_read rd = {.name = "big", .out = out};
-  /* Warm-up (connections, flow-control windows, allocator); checks values. */
-  if (ps_client_update(c, 0, &up, 1, &st) != 0) {
-    ps_fail("assign big", &st);
-    goto out;
-  }
-  if (ps_client_read(c, 0, &rd, 1, &st) != 0) {
-    ps_fail("read big", &st);
-    goto out;
-  }
-  if (memcmp(ps_tensor_data(out), pv, bulk_bytes) != 0) {
-    fprintf(stderr, "bench: read of big returned other values than assigned\n");
-    goto out;
-  }
-  if (tcp_once(tfd, 'R', tbuf) < 0 || tcp_once(tfd, 'W', tbuf) < 0) {
-    fprintf(stderr, "bench: tcp baseline failed\n");
-    goto out;
-  }
-  double *tpull = v, *pread = v + o->reps, *tpush = v + 2 * o->reps,
-         *passign = v + 3 * o->reps;
-  const double gb = (double)bulk_bytes / 1e9;
+  if (!iperf) printf("bench: iperf3 baseline skipped (no iperf3)\n");
   for (int r = 0; r < o->reps; r++) {
-    double t;
-    if ((t = tcp_once(tfd, 'R', tbuf)) < 0) goto tcp_err;
-    tpull[r] = gb / t;
-    t = now_s();
-    if (ps_client_read(c, 0, &rd, 1, &st) != 0) {
-      ps_fail("read big", &st);
-      goto out;
+    if (bulk_rep(&big, c, r) != 0) goto out;
+    for (int k = 0; k < SMALL_PER_REP && sfd >= 0; k++)
+      if (bulk_rep(&small, c, r * SMALL_PER_REP + k) != 0) goto out;
+    double push = -1, pull = -1;
+    if (iperf) {
+      push = iperf3_gbs(h, o->iperf3, bulk_bytes, 0, scpu, ccpu);
+      pull = push > 0 ? iperf3_gbs(h, o->iperf3, bulk_bytes, 1, scpu, ccpu) : -1;
+      if (pull > 0) {
+        ip[nip] = push;
+        ip[o->reps + nip++] = pull;
+      } else {
+        iperf = 0;
+        printf("bench: iperf3 baseline skipped (iperf3 failed, see stderr)\n");
+      }
     }
-    pread[r] = gb / (now_s() - t);
-    if ((t = tcp_once(tfd, 'W', tbuf)) < 0) goto tcp_err;
-    tpush[r] = gb / t;
-    t = now_s();
-    if (ps_client_update(c, 0, &up, 1, &st) != 0) {
-      ps_fail("assign big", &st);
-      goto out;
-    }
-    passign[r] = gb / (now_s() - t);
     fprintf(stderr,
-            "  rep %d: tcp pull %.2f, ps read %.2f, tcp push %.2f, ps assign %.2f GB/s\n",
-            r + 1, tpull[r], pread[r], tpush[r], passign[r]);
+            "  rep %d: tcp pull %.2f, ps read %.2f, tcp push %.2f, ps assign %.2f GB/s",
+            r + 1, bulk_kind(&big, K_TCP_PULL)[r], bulk_kind(&big, K_READ)[r],
+            bulk_kind(&big, K_TCP_PUSH)[r], bulk_kind(&big, K_ASSIGN)[r]);
+    if (pull > 0) fprintf(stderr, "; iperf3 push %.2f, pull %.2f", push, pull);
+    fprintf(stderr, "\n");
   }
-  print_reps("tcp pull", tpull, o->reps);
-  print_reps("ps read", pread, o->reps);
-  print_reps("tcp push", tpush, o->reps);
-  print_reps("ps assign", passign, o->reps);
-  {
-    size_t n = (size_t)o->reps;
-    double mpull = quantile(tpull, n, 0.5), mread = quantile(pread, n, 0.5);
-    double mpush = quantile(tpush, n, 0.5), massign = quantile(passign, n, 0.5);
-    fprintf(stderr,
-            "  best: tcp pull %.2f, ps read %.2f, tcp push %.2f, ps assign %.2f GB/s\n",
-            tpull[n - 1], pread[n - 1], tpush[n - 1], passign[n - 1]);
-    int mib = (int)(bulk_bytes >> 20);
-    printf("bench: read_%dMiB %.2f GB/s baseline=%.2f ratio=%.2f target=>= 0.6\n", mib,
-           mread, mpull, mread / mpull);
-    printf("bench: assign_%dMiB %.2f GB/s baseline=%.2f ratio=%.2f target=>= 0.6\n", mib,
-           massign, mpush, massign / mpush);
-    fflush(stdout);
+  double med[NKINDS], smed[NKINDS];
+  bulk_report(&big, 0.6, med);
+  if (sfd >= 0) bulk_report(&small, 0.8, smed);
+  if (iperf) iperf3_report(med, ip, ip + o->reps, nip);
+  /* The ps held both variables while each assign brought a new value. */
+  double peak = proc_peak_rss_mib(ps_pid);
+  double held = (double)(bulk_bytes + (sfd >= 0 ? small.n : 0)) / (1 << 20);
+  if (peak > 0) {
+    printf("bench: ps_peak_rss %.1f MiB baseline=%.1f ratio=%.2f target=<= 1.0 "
+           "(ratio: peak / (1.1 x held + 16 MiB))\n",
+           peak, held, peak / (1.1 * held + 16));
+    fprintf(stderr, "  ps_peak_rss against the earlier bound 1.1 x held + 64 MiB: %.2f\n",
+            peak / (1.1 * held + 64));
   }
   rc = 0;
-  goto out;
-tcp_err:
-  fprintf(stderr, "bench: tcp baseline failed\n");
 out:
-  ps_tensor_destroy(val);
-  ps_tensor_destroy(out);
-  free(tbuf);
-  free(v);
+  bulk_fini(&big);
+  bulk_fini(&small);
+  free(ip);
   return rc;
 }
 
@@ -528,6 +646,41 @@ out:
   return rc;
 }
 
+/* Forks a TCP peer that serves tcp_bulk_serve() of @n bytes on one
+ * connection, dying with the bench; its pid with our end in *@fd, or -1
+ * after saying why.  Fork before grpc_init().  The peer holds no other
+ * descriptor of ours, so it sees EOF when we close *@fd, and no other
+ * peer holds its connection. */
+static pid_t fork_bulk_peer(size_t n, int *fd) {
+  int port, lfd = tcp_listen(&port);
+  if (lfd < 0) {
+    perror("bench: tcp listen");
+    return -1;
+  }
+  pid_t pid = fork();
+  if (pid < 0) {
+    perror("bench: fork");
+    close(lfd);
+    return -1;
+  }
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    int c = accept(lfd, NULL, NULL);
+    if (c < 0 || dup2(c, 3) != 3) _exit(1);
+    close_range(4, ~0u, 0);
+    set_nodelay(3);
+    _exit(tcp_bulk_serve(3, n) == 0 ? 0 : 1);
+  }
+  close(lfd);
+  if ((*fd = tcp_connect(port)) < 0) {
+    perror("bench: tcp connect");
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    return -1;
+  }
+  return pid;
+}
+
 /* (d) the sparse embedding workload; see the top of the file. */
 
 static int parse_int(const char *s, int lo, int hi, int *out) {
@@ -547,6 +700,7 @@ static const char usage[] =
     "  --ps-threads N  pass --threads N to ps-server (default: its own)\n"
     "  --only LIST     run only these parts, e.g. --only b (default abcde)\n"
     "  --bulk-mib N    (a): the read and assign size in MiB (default 64)\n"
+    "  --small-mib N   (a): a second size, 8x the reps (default 4, 0: none)\n"
     "  --rows N --dim N --batch N --zipf S --sparse-steps N\n"
     "                  (d): table rows (1048576) and width (64), ids per step\n"
     "                  (8192) from Zipf(S) (1.1), timed steps (100)\n"
@@ -568,7 +722,8 @@ int main(int argc, char **argv) {
             .batch = 8192,
             .sparse_steps = 100,
             .zipf = 1.1,
-            .bulk_mib = 64};
+            .bulk_mib = 64,
+            .small_mib = 4};
   for (int i = 1; i < argc; i++) {
     int *dst = NULL, lo = 1, hi = 1000000;
     if (!strcmp(argv[i], "--reps"))
@@ -581,6 +736,8 @@ int main(int argc, char **argv) {
       dst = &o.ps_threads, hi = 256;
     else if (!strcmp(argv[i], "--bulk-mib"))
       dst = &o.bulk_mib, hi = 1024;
+    else if (!strcmp(argv[i], "--small-mib"))
+      dst = &o.small_mib, lo = 0, hi = 1024;
     else if (!strcmp(argv[i], "--rows"))
       dst = &o.rows, hi = 1 << 26;
     else if (!strcmp(argv[i], "--dim"))
@@ -637,7 +794,8 @@ int main(int argc, char **argv) {
   cpus_init();
 
   /* Children first: gRPC does not survive a fork after grpc_init(). */
-  int tcp_port = 0, lfd = tcp_listen(&tcp_port);
+  int tcp_port = 0, lfd = tcp_listen(&tcp_port), sfd = -1;
+  pid_t small_pid = -1;
   if (lfd < 0) {
     perror("bench: tcp listen");
     return 1;
@@ -683,6 +841,12 @@ int main(int argc, char **argv) {
     perror("bench: tcp connect");
     goto done;
   }
+  /* (a)'s second size, unless it is the first (two lines of one name) */
+  if (strchr(o.only, 'a') && o.small_mib > 0 && o.small_mib != o.bulk_mib &&
+      (small_pid = fork_bulk_peer((size_t)o.small_mib << 20, &sfd)) < 0) {
+    fprintf(stderr, "bench: cannot start the tcp peer of %d MiB\n", o.small_mib);
+    goto done;
+  }
   if (poll(&pfd, 1, 30000) != 1 ||
       read(port_pipe[0], &bare_port, sizeof bare_port) != (ssize_t)sizeof bare_port ||
       bare_port <= 0) {
@@ -722,19 +886,19 @@ int main(int argc, char **argv) {
    * one CPU and no cross-CPU wake-up blurs the software cost. */
   pid_t servers[3] = {h.pids[0], tcp_pid, bare_pid};
   if (strchr(o.only, 'a')) {
-    fprintf(stderr, "bench: (a) %d MiB read/assign vs raw TCP, %d reps\n", o.bulk_mib,
+    char iperf3[4096];
+    if (iperf3_find(iperf3, sizeof iperf3) == 0) o.iperf3 = iperf3;
+    fprintf(stderr, "bench: (a) %d MiB read/assign vs raw TCP, %d reps", o.bulk_mib,
             o.reps);
-    place(&o, servers, 2, 1);
-    int r = bench_bulk(c, tfd, &o);
-    unplace(&o, servers, 2);
+    if (sfd >= 0)
+      fprintf(stderr, "; %d MiB, %d reps", o.small_mib, o.reps * SMALL_PER_REP);
+    fprintf(stderr, "; iperf3: %s\n", o.iperf3 ? o.iperf3 : "none");
+    pid_t bulk_servers[3] = {h.pids[0], tcp_pid, small_pid};
+    place(&o, bulk_servers, sfd >= 0 ? 3 : 2, 1);
+    int r = bench_bulk(c, tfd, sfd, &h, h.pids[0], &o);
+    unplace(&o, bulk_servers, sfd >= 0 ? 3 : 2);
+    o.iperf3 = NULL;
     if (r != 0) goto done;
-    /* The ps held the variable while each assign brought a new
-     * value: its peak against the issue's bound 1.1 x held + 64 MiB. */
-    double peak = proc_peak_rss_mib(h.pids[0]), held = (double)bulk_bytes / (1 << 20);
-    if (peak > 0)
-      printf("bench: ps_peak_rss %.1f MiB baseline=%.1f ratio=%.2f target=<= 1.0 "
-             "(ratio: peak / (1.1 x held + 64 MiB))\n",
-             peak, held, peak / (1.1 * held + 64));
   }
   if (strchr(o.only, 'b')) {
     fprintf(stderr, "bench: (b) scalar assign_add vs bare gRPC unary, %d calls each\n",
@@ -776,6 +940,7 @@ done:
   if (port_pipe[0] >= 0) close(port_pipe[0]);
   close(ctl);               /* EOF: the bare server shuts down */
   if (tfd >= 0) close(tfd); /* EOF: the tcp peer exits */
+  if (sfd >= 0) close(sfd); /* and the second size's */
   int status;
   if (waitpid(bare_pid, &status, 0) == bare_pid &&
       (!WIFEXITED(status) || WEXITSTATUS(status) != 0)) {
@@ -785,6 +950,12 @@ done:
   if (waitpid(tcp_pid, &status, 0) == tcp_pid &&
       (!WIFEXITED(status) || WEXITSTATUS(status) != 0)) {
     fprintf(stderr, "bench: tcp peer exited with status 0x%x\n", status);
+    rc = 1;
+  }
+  if (small_pid > 0 && waitpid(small_pid, &status, 0) == small_pid &&
+      (!WIFEXITED(status) || WEXITSTATUS(status) != 0)) {
+    fprintf(stderr, "bench: tcp peer of %d MiB exited with status 0x%x\n", o.small_mib,
+            status);
     rc = 1;
   }
   fprintf(stderr, "bench: %s in %.1f s\n", rc ? "FAILED" : "done", now_s() - t_start);

@@ -39,19 +39,23 @@
  * is forked so both sides agree. */
 extern size_t bulk_bytes;
 #define NSMALL 1000
+/* (a): repetitions of the second size per repetition of the first */
+#define SMALL_PER_REP 8
 #define PING_METHOD "/bench.Bare/Ping"
 #define PING_REQ 16
 #define PING_REPLY 8
 
 typedef struct opts {
-  int reps;         /* (a) repetitions per kind */
-  int bulk_mib;     /* (a) transfer size */
-  int iters;        /* latency samples per side */
-  int warmup;       /* latency warm-up calls per side */
-  int steps;        /* per-variable steps for (c); batched gets 10x */
-  int ps_threads;   /* 0: ps-server default */
-  const char *only; /* subset of "abcde" to run */
-  int pin;          /* control CPU placement (see place()) */
+  int reps;           /* (a) repetitions per kind */
+  int bulk_mib;       /* (a) transfer size */
+  int small_mib;      /* (a) second size, SMALL_PER_REP x reps (0: none) */
+  const char *iperf3; /* (a) iperf3's path, NULL: no iperf3 baseline */
+  int iters;          /* latency samples per side */
+  int warmup;         /* latency warm-up calls per side */
+  int steps;          /* per-variable steps for (c); batched gets 10x */
+  int ps_threads;     /* 0: ps-server default */
+  const char *only;   /* subset of "abcde" to run */
+  int pin;            /* control CPU placement (see place()) */
   /* (d) sparse */
   int rows, dim, batch, sparse_steps;
   double zipf;

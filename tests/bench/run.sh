@@ -2,7 +2,8 @@
 # One-command benchmark run in a release build:
 #   tests/bench/run.sh [bench_ps options]     (e.g. --reps 15 --iters 20000)
 #   tests/bench/run.sh ckpt [bench_ckpt options]   (only the checkpoint bench)
-#   tests/bench/run.sh agg [bench_agg options]     (only 2 ps + 2 workers)
+#   tests/bench/run.sh agg [bench_agg options]     (only 2 ps + 2 workers;
+#                                 --clients 4: only 1 ps serving 4 workers)
 #   tests/bench/run.sh jobs [STEPS] [REPS]         (only the training-job bench)
 #   tests/bench/run.sh failover [KILLS]  (only failover and rejoin, R=2 on etcd)
 #   tests/bench/run.sh repl [bench_repl options]  (only R=2 against R=1)
@@ -10,8 +11,10 @@
 #                                (against dmlc/ps-lite: the sparse workload;
 #                                 --bulk-mib N dense; --agg 2 ps + 2 workers)
 # Configures build-release (meson setup build-release -Dbuildtype=release)
-# if it is missing, builds only what the benches need, and runs bench_ps,
-# bench_agg, bench_train, bench_repl (R=2 against R=1 on a local etcd),
+# if it is missing, builds only what the benches need, and runs bench_ps
+# (its part (a) also against iperf3 when it is installed), bench_agg
+# (2 ps + 2 workers, then 1 ps serving 4 workers against 1 alone),
+# bench_train, bench_repl (R=2 against R=1 on a local etcd),
 # bench_ckpt (about 1 GiB written and read 4 times per
 # repetition, in $TMPDIR or /tmp), bench_jobs.sh (ps-worker on 2 ps +
 # 2 workers against one process) and failover.sh (kill -9 of a primary
@@ -55,6 +58,7 @@ if [ "${1:-}" = agg ]; then
 fi
 "$root/$build/tests/bench/bench_ps" "$@"
 "$root/$build/tests/bench/bench_agg"
+"$root/$build/tests/bench/bench_agg" --clients 4
 "$root/$build/tests/bench/bench_train"
 "$root/$build/tests/bench/bench_repl"
 "$root/$build/tests/bench/bench_ckpt"
