@@ -426,6 +426,23 @@ static int bench_bulk(ps_client *c, int tfd, int sfd, ps_harness *h, pid_t ps_pi
   bulk_report(&big, 0.6, med);
   if (sfd >= 0) bulk_report(&small, 0.8, smed);
   if (iperf) iperf3_report(med, ip, ip + o->reps, nip);
+  if (iperf) { /* the wire's steady rate: iperf3 -t 1 each way */
+    double sp = iperf3_gbs(h, o->iperf3, 0, 0, scpu, ccpu);
+    double sl = sp > 0 ? iperf3_gbs(h, o->iperf3, 0, 1, scpu, ccpu) : -1;
+    int mib = (int)(bulk_bytes >> 20);
+    fprintf(stderr, "  iperf3 -t 1: push %.2f, pull %.2f GB/s\n", sp, sl);
+    if (sl > 0) {
+      printf("bench: assign_%dMiB_vs_iperf3_steady %.2f ours=%.2f GB/s iperf3=%.2f GB/s "
+             "(iperf3 -t 1) target=>= 0.85\n",
+             mib, med[K_ASSIGN] / sp, med[K_ASSIGN], sp);
+      printf("bench: read_%dMiB_vs_iperf3_steady %.2f ours=%.2f GB/s iperf3=%.2f GB/s "
+             "(iperf3 -t 1 -R) target=>= 0.85\n",
+             mib, med[K_READ] / sl, med[K_READ], sl);
+    } else {
+      printf("bench: iperf3 steady baseline skipped (iperf3 failed, see stderr)\n");
+    }
+    fflush(stdout);
+  }
   /* The ps held both variables while each assign brought a new value. */
   double peak = proc_peak_rss_mib(ps_pid);
   double held = (double)(bulk_bytes + (sfd >= 0 ? small.n : 0)) / (1 << 20);

@@ -168,6 +168,10 @@ double iperf3_gbs(ps_harness *h, const char *prog, size_t bytes, int reverse,
   snprintf(cs, sizeof cs, "%d", client_cpu);
   const char *argv[12] = {prog, "-c", "127.0.0.1", "-p", ps, "-n", ns, "-J"};
   int k = 8;
+  if (bytes == 0) { /* steady state: -t 1 */
+    argv[5] = "-t";
+    argv[6] = "1";
+  }
   if (reverse) argv[k++] = "-R";
   if (client_cpu >= 0) {
     argv[k++] = "-A";

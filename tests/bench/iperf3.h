@@ -13,7 +13,8 @@
  * printed: the caller says it skips). */
 int iperf3_find(char *path, size_t n);
 
-/* One iperf3 transfer of @bytes over 127.0.0.1, client to server, or
+/* One iperf3 transfer of @bytes (0: a steady run of 1 s, -t 1, as iperf3's
+ * users run it) over 127.0.0.1, client to server, or
  * server to client when @reverse (-R): a one-off server (-s -1) on a port
  * picked at run time, on CPU @server_cpu, and a client with -J on CPU
  * @client_cpu (< 0: not pinned).  Returns the receiver's rate in GB/s
