@@ -22,8 +22,11 @@ inline double median(std::vector<double> v) {
 }
 
 // Starts ps-lite; a server serves with @handle (prepared by @prepare, run
-// on servers only), a worker runs @worker; then ps-lite's finalize
-// barrier.  Returns the exit status.
+// on servers only), a worker runs @worker once every server has its
+// handle; then ps-lite's finalize barrier.  Returns the exit status.
+// (A KVServer takes requests from its construction on, before
+// set_request_handle: a worker that did not wait for the servers could
+// reach one in between and abort it, `Check failed: request_handle_'.)
 template <typename Handle, typename Prepare, typename Worker>
 int pslite_run(Handle &handle, Prepare prepare, Worker worker) {
   ps::Start(0);
@@ -33,6 +36,8 @@ int pslite_run(Handle &handle, Prepare prepare, Worker worker) {
     server = new ps::KVServer<float>(0);
     server->set_request_handle(handle);
   }
+  if (!ps::IsScheduler())
+    ps::Postoffice::Get()->Barrier(0, ps::kWorkerGroup + ps::kServerGroup);
   if (ps::IsWorker()) worker();
   ps::Finalize(0, true);
   delete server;
