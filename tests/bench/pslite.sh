@@ -10,10 +10,13 @@
 # workers at once, unpinned.  Each round runs one round of ours, then the
 # same workload on ps-lite (pslite_sparse.cc, pslite_dense.cc or
 # pslite_agg.cc; one server and one worker pinned as bench_ps pins its
-# client and server, or 2 + 2 unpinned; compiled as the ps's kernels
-# are: -O3 -fno-math-errno).
-# stdout: each round's figures, then `bench:' lines with the median of the
-# rounds' ratios (this project / ps-lite) and their range.
+# servers and client, the scheduler beside the server, or 2 + 2
+# unpinned; compiled as the ps's kernels are: -O3 -fno-math-errno).
+# stdout: each round's figures (with how much CPU the rest of the machine
+# took meanwhile: a busy neighbour skews a round), then `bench:' lines
+# with the median of the rounds' ratios (this project / ps-lite) and their
+# range.  Every process started here is stopped when the script ends, in
+# every outcome; ps-lite's get PSLITE_TIMEOUT seconds (default 600).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:?usage: pslite.sh BUILD [ROUNDS] [bench_ps options]}
@@ -21,6 +24,7 @@ rounds=${2:-3}
 shift $(($# >= 2 ? 2 : 1))
 pl=${PSLITE_DIR:?set PSLITE_DIR to a built dmlc/ps-lite (see tests/bench/README.md)}
 [ -f "$pl/build/libps.a" ] || { echo "pslite.sh: $pl/build/libps.a missing: build ps-lite first" >&2; exit 2; }
+tmo=${PSLITE_TIMEOUT:-600}
 rows=1048576 dim=64 batch=8192 zipf=1.1 steps=100 op=add bulk= reps= agg= mib=4
 args=("$@") ours=()
 for ((i = 0; i < ${#args[@]}; i++)); do
@@ -44,65 +48,124 @@ src=pslite_sparse part=d pargs=($rows $dim $batch $zipf $steps $op)
 bin="$build/tests/bench/$src"
 g++ -std=c++14 -O3 -fno-math-errno -isystem "$pl/include" -I"$here" "$here/$src.cc" \
   "$pl/build/libps.a" -lprotobuf-lite -lzmq -pthread -o "$bin"
-cpus=($(taskset -pc $$ | sed 's/.*: //' | tr ',' ' '))
-c0=${cpus[0]%%-*}; c1=$((c0 + 1))
-tmp=$(mktemp -d); trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
-pslite_agg_round() {
-  local port
-  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-  export DMLC_NUM_SERVER=2 DMLC_NUM_WORKER=2 DMLC_PS_ROOT_URI=127.0.0.1 DMLC_PS_ROOT_PORT=$port
-  DMLC_ROLE=scheduler "$bin" "${pargs[@]}" > /dev/null 2>> "$tmp/pslite.err" &
-  DMLC_ROLE=server "$bin" "${pargs[@]}" > /dev/null 2>> "$tmp/pslite.err" &
-  DMLC_ROLE=server "$bin" "${pargs[@]}" > /dev/null 2>> "$tmp/pslite.err" &
-  DMLC_ROLE=worker "$bin" "${pargs[@]}" 2>> "$tmp/pslite.err" &
-  DMLC_ROLE=worker "$bin" "${pargs[@]}" 2>> "$tmp/pslite.err"
-  wait
+# the first two CPUs this script may use, as bench_ps takes them
+cpus=()
+IFS=, read -ra spans <<< "$(taskset -pc $$ | sed 's/.*: //')"
+for s in "${spans[@]}"; do
+  for ((c = ${s%-*}; c <= ${s#*-}; c++)); do cpus+=($c); done
+done
+c0=${cpus[0]} c1=${cpus[1]:-${cpus[0]}}
+tmp=$(mktemp -d)
+# (set +e: under -e the trap would stop at kill's complaint of no jobs)
+trap 'set +e; kill $(jobs -p) 2> /dev/null; wait 2> /dev/null; rm -rf "$tmp"' EXIT
+trap 'exit 130' INT TERM HUP
+
+# The CPU the rest of the machine took between load_mark and load_others
+# (into $others), in % of all its CPUs: /proc/stat's user + nice + system
+# time less what this script's children (waited for) took.  Both run in
+# this shell, never in $(...): a subshell's `times' does not see them.
+load_mark() {
+  local _c u n s rest
+  read -r _c u n s rest < /proc/stat
+  times > "$tmp/times"
+  echo $((u + n + s)) "$(awk -v hz="$(getconf CLK_TCK)" 'END { gsub(/[ms]/, " "); print int(($1 * 60 + $2 + $3 * 60 + $4) * hz) }' "$tmp/times")" "$(awk '/^cpu / { t = 0; for (i = 2; i <= NF; i++) t += $i; print t }' /proc/stat)"
 }
-pslite_round() {
-  local port
-  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-  export DMLC_NUM_SERVER=1 DMLC_NUM_WORKER=1 DMLC_PS_ROOT_URI=127.0.0.1 DMLC_PS_ROOT_PORT=$port
-  DMLC_ROLE=scheduler "$bin" "${pargs[@]}" > /dev/null 2>> "$tmp/pslite.err" &
-  DMLC_ROLE=server taskset -c $c1 "$bin" "${pargs[@]}" > /dev/null 2>> "$tmp/pslite.err" &
-  DMLC_ROLE=worker taskset -c $c0 "$bin" "${pargs[@]}" 2>> "$tmp/pslite.err"
-  wait
+load_others() {
+  local b0 m0 t0 b1 m1 t1
+  load_mark > "$tmp/mark1"
+  read -r b0 m0 t0 < "$tmp/mark0"
+  read -r b1 m1 t1 < "$tmp/mark1"
+  others=$(((b1 - b0 - (m1 - m0)) * 100 / (t1 - t0 > 0 ? t1 - t0 : 1)))
+  [ $others -ge 0 ] || others=0 # the two clocks' rounding
 }
+
+# ps-lite: a scheduler, 1 server and 1 worker (@2 @3 @4: the CPUs of
+# scheduler, server and worker; - leaves one unpinned), or 2 + 2
+# unpinned (@1: one or agg); the worker's stdout to stdout.
+pin() { [ "$1" = - ] || echo "taskset -c $1"; }
+pslite_once() {
+  local port n=1 c pids=()
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  [ "$1" = agg ] && n=2
+  export DMLC_NUM_SERVER=$n DMLC_NUM_WORKER=$n DMLC_PS_ROOT_URI=127.0.0.1 DMLC_PS_ROOT_PORT=$port
+  DMLC_ROLE=scheduler timeout -k 5 "$tmo" $(pin "${2:--}") "$bin" "${pargs[@]}" > /dev/null 2>> "$tmp/pslite.err" &
+  pids+=($!)
+  for ((c = 0; c < n; c++)); do
+    DMLC_ROLE=server timeout -k 5 "$tmo" $(pin "${3:--}") "$bin" "${pargs[@]}" > /dev/null 2>> "$tmp/pslite.err" &
+    pids+=($!)
+  done
+  for ((c = 0; c < n; c++)); do
+    DMLC_ROLE=worker timeout -k 5 "$tmo" $(pin "${4:--}") "$bin" "${pargs[@]}" 2>> "$tmp/pslite.err" &
+    pids+=($!)
+  done
+  # one that fails leaves the others waiting for it: then stop them all
+  local rc=0
+  for ((c = 0; c < ${#pids[@]}; c++)); do
+    wait -n "${pids[@]}" 2> /dev/null || { rc=1; break; }
+  done
+  [ $rc -eq 0 ] || kill $(jobs -p) 2> /dev/null
+  wait
+  return $rc
+}
+pslite_round() { pslite_once one "$c1" "$c1" "$c0"; }
+pslite_fail() { echo "pslite.sh: ps-lite failed" >&2; tail -5 "$tmp/pslite.err" >&2; exit 1; }
+
+# ours: bench_ps --only @1 [options]; stdout to $tmp/ours, stderr to
+# $tmp/ours.cur (and appended to $tmp/ours.err).  Waited for in the
+# background, so that a signal to this script ends it at once.
+ours_wait() {
+  local rc=0
+  wait $! || rc=1
+  cat "$tmp/ours.cur" >> "$tmp/ours.err"
+  [ $rc -eq 0 ] || { echo "pslite.sh: bench_ps failed" >&2; tail -5 "$tmp/ours.cur" >&2; exit 1; }
+}
+ours_once() {
+  local p=$1
+  shift
+  PS_SERVER="$build/ps/ps-server" "$build/tests/bench/bench_ps" --only "$p" "$@" > "$tmp/ours" 2> "$tmp/ours.cur" &
+  ours_wait
+}
+
 num() { sed -n "s/.*$1 \([0-9.]*\).*/\1/p"; }
 # the in-run raw TCP baseline of a `bench:' line of ours
 base() { sed -n "s/.*$1[a-z_]* [0-9.]* [^ ]* baseline=\([0-9.]*\).*/\1/p"; }
 for ((r = 1; r <= rounds; r++)); do
+  load_mark > "$tmp/mark0"
   if [ -n "$agg" ]; then
-    PS_SERVER="$build/ps/ps-server" "$build/tests/bench/bench_agg" --rounds 1 "${ours[@]}" > "$tmp/ours" 2>> "$tmp/ours.err" \
-      || { echo "pslite.sh: bench_agg failed" >&2; tail -5 "$tmp/ours.err" >&2; exit 1; }
-    pslite_agg_round > "$tmp/theirs" || { echo "pslite.sh: ps-lite failed" >&2; tail -5 "$tmp/pslite.err" >&2; exit 1; }
+    PS_SERVER="$build/ps/ps-server" "$build/tests/bench/bench_agg" --rounds 1 "${ours[@]}" > "$tmp/ours" 2>> "$tmp/ours.err" &
+    wait $! || { echo "pslite.sh: bench_agg failed" >&2; tail -5 "$tmp/ours.err" >&2; exit 1; }
+    pslite_once agg > "$tmp/theirs" || pslite_fail
     # aggregate GB/s: all bytes of both workers over the longer worker's time
     gb=$(awk -v m="$mib" -v n="${reps:-50}" 'BEGIN { print m * 1048576 * 2 * 2 * n / 1e9 }')
     o_push=$(num "agg_push_${mib}MiB" < "$tmp/ours"); o_pull=$(num "agg_pull_${mib}MiB" < "$tmp/ours")
     t_push=$(num agg_push_s < "$tmp/theirs" | sort -g | tail -1); t_pull=$(num agg_pull_s < "$tmp/theirs" | sort -g | tail -1)
     t_push=$(awk -v g="$gb" -v s="$t_push" 'BEGIN { printf "%.2f", g / s }'); t_pull=$(awk -v g="$gb" -v s="$t_pull" 'BEGIN { printf "%.2f", g / s }')
     b_push=$(base "agg_push_${mib}MiB" < "$tmp/ours"); b_pull=$(base "agg_pull_${mib}MiB" < "$tmp/ours")
-    echo "round $r: aggregate push $o_push vs ps-lite $t_push GB/s (raw TCP $b_push); pull $o_pull vs $t_pull GB/s (raw TCP $b_pull)"
+    load_others
+    echo "round $r: aggregate push $o_push vs ps-lite $t_push GB/s (raw TCP $b_push); pull $o_pull vs $t_pull GB/s (raw TCP $b_pull); others $others% CPU"
     echo "$o_push $t_push $o_pull $t_pull $b_push $b_pull" >> "$tmp/rounds"
     continue
   fi
-  PS_SERVER="$build/ps/ps-server" "$build/tests/bench/bench_ps" --only $part "${ours[@]}" > "$tmp/ours" 2>> "$tmp/ours.err" \
-    || { echo "pslite.sh: bench_ps failed" >&2; tail -5 "$tmp/ours.err" >&2; exit 1; }
-  pslite_round > "$tmp/theirs" || { echo "pslite.sh: ps-lite failed" >&2; tail -5 "$tmp/pslite.err" >&2; exit 1; }
+  ours_once $part "${ours[@]}"
   if [ -n "$bulk" ]; then
+    pslite_round > "$tmp/theirs" || pslite_fail
     # push = assign, pull = read; GB/s, larger is better: ratio ours / theirs
     o_push=$(num "assign_${bulk}MiB" < "$tmp/ours"); o_pull=$(num "read_${bulk}MiB" < "$tmp/ours")
     t_push=$(num dense_push < "$tmp/theirs"); t_pull=$(num dense_pull < "$tmp/theirs")
     b_push=$(base "assign_${bulk}MiB" < "$tmp/ours"); b_pull=$(base "read_${bulk}MiB" < "$tmp/ours")
-    echo "round $r: push $o_push vs ps-lite $t_push GB/s (raw TCP $b_push); pull $o_pull vs $t_pull GB/s (raw TCP $b_pull)"
+    load_others
+    echo "round $r: push $o_push vs ps-lite $t_push GB/s (raw TCP $b_push); pull $o_pull vs $t_pull GB/s (raw TCP $b_pull); others $others% CPU"
     echo "$o_push $t_push $o_pull $t_pull $b_push $b_pull" >> "$tmp/rounds"
     continue
   fi
+  pslite_round > "$tmp/theirs" || pslite_fail
   o_step=$(grep 'sparse_step' "$tmp/ours" | num 'sparse_step[a-z_]*')
   o_pull=$(grep 'sparse_pull_rows' "$tmp/ours" | num 'sparse_pull_rows[a-z_]*')
   o_push=$(grep 'sparse_push_rows' "$tmp/ours" | num 'sparse_push_rows[a-z_]*')
   t_step=$(num sparse_step < "$tmp/theirs"); t_pull=$(num pull_rows < "$tmp/theirs"); t_push=$(num push_rows < "$tmp/theirs")
   b_step=$(base sparse_step < "$tmp/ours"); b_pull=$(base sparse_pull_rows < "$tmp/ours"); b_push=$(base sparse_push_rows < "$tmp/ours")
-  echo "round $r: step $o_step ms vs ps-lite $t_step ms (raw TCP $b_step); pull $o_pull vs $t_pull M rows/s (raw TCP $b_pull); push $o_push vs $t_push M rows/s (raw TCP $b_push)"
+  load_others
+  echo "round $r: step $o_step ms vs ps-lite $t_step ms (raw TCP $b_step); pull $o_pull vs $t_pull M rows/s (raw TCP $b_pull); push $o_push vs $t_push M rows/s (raw TCP $b_push); others $others% CPU"
   echo "$o_step $t_step $o_pull $t_pull $o_push $t_push $b_step $b_pull $b_push" >> "$tmp/rounds"
 done
 # awk: the median of a[1..n], sorting a in place (a[1], a[n] are the range)
