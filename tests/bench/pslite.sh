@@ -6,12 +6,14 @@
 # with Debian's libzmq3-dev libprotobuf-dev protobuf-compiler): ps-lite is
 # only run and linked, never copied.  The workload is bench_ps (d), the
 # sparse one; with --bulk-mib N bench_ps (a), dense N MiB pushes and
-# pulls; with --agg [--mib N] [--reps N] bench_agg, 2 servers and 2
-# workers at once, unpinned.  Each round runs one round of ours, then the
-# same workload on ps-lite (pslite_sparse.cc, pslite_dense.cc or
-# pslite_agg.cc; one server and one worker pinned as bench_ps pins its
-# servers and client, the scheduler beside the server, or 2 + 2
-# unpinned; compiled as the ps's kernels are: -O3 -fno-math-errno).
+# pulls; with --scalar [--iters N] bench_ps (b), the scalar add's round trip, on one
+# CPU and on two; with --agg [--mib N] [--reps N] bench_agg, 2 servers and
+# 2 workers at once, unpinned.  Each round runs one round of ours, then
+# the same workload on ps-lite (pslite_sparse.cc, pslite_dense.cc,
+# pslite_scalar.cc or pslite_agg.cc; one server and one worker pinned as
+# bench_ps pins its servers and client, the scheduler beside the server,
+# or 2 + 2 unpinned; compiled as the ps's kernels are: -O3
+# -fno-math-errno).
 # stdout: each round's figures (with how much CPU the rest of the machine
 # took meanwhile: a busy neighbour skews a round), then `bench:' lines
 # with the median of the rounds' ratios (this project / ps-lite) and their
@@ -25,7 +27,7 @@ shift $(($# >= 2 ? 2 : 1))
 pl=${PSLITE_DIR:?set PSLITE_DIR to a built dmlc/ps-lite (see tests/bench/README.md)}
 [ -f "$pl/build/libps.a" ] || { echo "pslite.sh: $pl/build/libps.a missing: build ps-lite first" >&2; exit 2; }
 tmo=${PSLITE_TIMEOUT:-600}
-rows=1048576 dim=64 batch=8192 zipf=1.1 steps=100 op=add bulk= reps= agg= mib=4
+rows=1048576 dim=64 batch=8192 zipf=1.1 steps=100 op=add bulk= reps= agg= mib=4 scalar= iters=5000
 args=("$@") ours=()
 for ((i = 0; i < ${#args[@]}; i++)); do
   case "${args[$i]}" in
@@ -38,12 +40,16 @@ for ((i = 0; i < ${#args[@]}; i++)); do
     --bulk-mib) bulk=${args[$((i + 1))]} ;;
     --reps) reps=${args[$((i + 1))]} ;;
     --mib) mib=${args[$((i + 1))]} ;;
+    --iters) iters=${args[$((i + 1))]} ;;
     --agg) agg=1; continue ;;
+    --scalar) scalar=1; continue ;;
   esac
   ours+=("${args[$i]}")
 done
+# bench_ps (b) warms up with 500 calls (fewer when --iters is smaller)
 src=pslite_sparse part=d pargs=($rows $dim $batch $zipf $steps $op)
 [ -n "$bulk" ] && src=pslite_dense part=a pargs=($((bulk << 20)) ${reps:-11})
+[ -n "$scalar" ] && src=pslite_scalar part=b pargs=($iters $((iters < 500 ? iters : 500)))
 [ -n "$agg" ] && src=pslite_agg pargs=($((mib << 20)) ${reps:-50})
 bin="$build/tests/bench/$src"
 g++ -std=c++14 -O3 -fno-math-errno -isystem "$pl/include" -I"$here" "$here/$src.cc" \
@@ -125,6 +131,17 @@ ours_once() {
   PS_SERVER="$build/ps/ps-server" "$build/tests/bench/bench_ps" --only "$p" "$@" > "$tmp/ours" 2> "$tmp/ours.cur" &
   ours_wait
 }
+# ours' scalar round trip with the client on $c0 and the ps-server alone
+# on $c1.  bench_ps (b) always puts them on one CPU, so it runs with
+# --no-pin inside taskset $c0, and its harness starts the ps-server
+# through a PS_SERVER that is taskset $c1 (every thread of the ps-server
+# is made there).
+ours_scalar_split() {
+  printf '#!/bin/sh\nexec taskset -c %s "%s" "$@"\n' "$c1" "$build/ps/ps-server" > "$tmp/ps-server-c1"
+  chmod +x "$tmp/ps-server-c1"
+  PS_SERVER="$tmp/ps-server-c1" taskset -c "$c0" "$build/tests/bench/bench_ps" --only b --no-pin "${ours[@]}" > "$tmp/ours" 2> "$tmp/ours.cur" &
+  ours_wait
+}
 
 num() { sed -n "s/.*$1 \([0-9.]*\).*/\1/p"; }
 # the in-run raw TCP baseline of a `bench:' line of ours
@@ -144,6 +161,27 @@ for ((r = 1; r <= rounds; r++)); do
     load_others
     echo "round $r: aggregate push $o_push vs ps-lite $t_push GB/s (raw TCP $b_push); pull $o_pull vs $t_pull GB/s (raw TCP $b_pull); others $others% CPU"
     echo "$o_push $t_push $o_pull $t_pull $b_push $b_pull" >> "$tmp/rounds"
+    continue
+  fi
+  if [ -n "$scalar" ]; then
+    # one CPU: bench_ps (b) as it pins itself; ps-lite all on $c0
+    ours_once b "${ours[@]}"
+    o1=$(num assign_add_latency < "$tmp/ours"); o1p=$(sed -n 's/.*ps assign_add:.* p99 \([0-9.]*\) us.*/\1/p' "$tmp/ours.cur")
+    pslite_once one "$c0" "$c0" "$c0" > "$tmp/theirs" || pslite_fail
+    t1=$(num median < "$tmp/theirs"); t1p=$(num p99 < "$tmp/theirs")
+    line="round $r: one CPU $o1 vs ps-lite $t1 us (p99 $o1p vs $t1p)"
+    if [ "$c1" != "$c0" ]; then
+      ours_scalar_split
+      o2=$(num assign_add_latency < "$tmp/ours"); o2p=$(sed -n 's/.*ps assign_add:.* p99 \([0-9.]*\) us.*/\1/p' "$tmp/ours.cur")
+      pslite_round > "$tmp/theirs" || pslite_fail
+      t2=$(num median < "$tmp/theirs"); t2p=$(num p99 < "$tmp/theirs")
+      line="$line; two CPUs $o2 vs $t2 us (p99 $o2p vs $t2p)"
+    else
+      o2=1 t2=1 o2p=1 t2p=1
+    fi
+    load_others
+    echo "$line; others $others% CPU"
+    echo "$o1 $t1 $o1p $t1p $o2 $t2 $o2p $t2p" >> "$tmp/rounds"
     continue
   fi
   ours_once $part "${ours[@]}"
@@ -170,6 +208,20 @@ for ((r = 1; r <= rounds; r++)); do
 done
 # awk: the median of a[1..n], sorting a in place (a[1], a[n] are the range)
 med='function med(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }; return a[int((n + 1) / 2)] }'
+if [ -n "$scalar" ]; then
+  awk -v two="$([ "$c1" != "$c0" ] && echo 1)" "$med"'
+function row(what, where, o, t, n, target,   i, q, mq, mo, mt) {
+  for (i = 1; i <= n; i++) q[i] = o[i] / t[i]
+  mq = med(q, n); mo = med(o, n); mt = med(t, n)
+  printf "bench: pslite_scalar_%s_ratio %.2f range=%.2f-%.2f placement=%s ours=%.1f us ps-lite=%.1f us%s\n", what, mq, q[1], q[n], where, mo, mt, target
+}
+{ n++; a[n] = $1; b[n] = $2; c[n] = $3; d[n] = $4; e[n] = $5; f[n] = $6; g[n] = $7; h[n] = $8 }
+END {
+  row("us", "one-cpu", a, b, n, " target=<= 0.9"); row("p99_us", "one-cpu", c, d, n, "")
+  if (two) { row("us", "two-cpus", e, f, n, " target=<= 0.9"); row("p99_us", "two-cpus", g, h, n, "") }
+}' "$tmp/rounds"
+  exit 0
+fi
 if [ -n "$bulk" ] || [ -n "$agg" ]; then
   what=dense_${bulk}MiB; [ -n "$agg" ] && what=agg_${mib}MiB
   awk -v what="$what" "$med"'

@@ -1,6 +1,7 @@
 // What the ps-lite comparison programs (pslite_*.cc) share: a clock, a
-// median, and the run of one process as ps-lite's scheduler, server or
-// worker after DMLC_ROLE.  Only for those programs, which link ps-lite.
+// median and quantiles, and the run of one process as ps-lite's
+// scheduler, server or worker after DMLC_ROLE.  Only for those programs,
+// which link ps-lite.
 #ifndef PS_BENCH_PSLITE_UTIL_H
 #define PS_BENCH_PSLITE_UTIL_H
 
@@ -19,6 +20,14 @@ inline double now_s() {
 inline double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
+}
+
+// The value at quantile @q (0..1) of @v, taken as bench_ps takes it.
+inline double quantile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t i = size_t(q * double(v.size() - 1) + 0.5);
+  return v[std::min(i, v.size() - 1)];
 }
 
 // Starts ps-lite; a server serves with @handle (prepared by @prepare, run
