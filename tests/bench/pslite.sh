@@ -6,7 +6,8 @@
 # with Debian's libzmq3-dev libprotobuf-dev protobuf-compiler): ps-lite is
 # only run and linked, never copied.  The workload is bench_ps (d), the
 # sparse one; with --bulk-mib N bench_ps (a), dense N MiB pushes and
-# pulls; with --scalar [--iters N] bench_ps (b), the scalar add's round trip, on one
+# pulls, and the servers' peak RSS holding what (a) left on ours; with
+# --scalar [--iters N] bench_ps (b), the scalar add's round trip, on one
 # CPU and on two; with --agg [--mib N] [--reps N] bench_agg, 2 servers and
 # 2 workers at once, unpinned.  Each round runs one round of ours, then
 # the same workload on ps-lite (pslite_sparse.cc, pslite_dense.cc,
@@ -87,17 +88,19 @@ load_others() {
 
 # ps-lite: a scheduler, 1 server and 1 worker (@2 @3 @4: the CPUs of
 # scheduler, server and worker; - leaves one unpinned), or 2 + 2
-# unpinned (@1: one or agg); the worker's stdout to stdout.
+# unpinned (@1: one or agg); the worker's stdout to stdout, the servers' to
+# $tmp/server.
 pin() { [ "$1" = - ] || echo "taskset -c $1"; }
 pslite_once() {
   local port n=1 c pids=()
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
   [ "$1" = agg ] && n=2
   export DMLC_NUM_SERVER=$n DMLC_NUM_WORKER=$n DMLC_PS_ROOT_URI=127.0.0.1 DMLC_PS_ROOT_PORT=$port
+  : > "$tmp/server"
   DMLC_ROLE=scheduler timeout -k 5 "$tmo" $(pin "${2:--}") "$bin" "${pargs[@]}" > /dev/null 2>> "$tmp/pslite.err" &
   pids+=($!)
   for ((c = 0; c < n; c++)); do
-    DMLC_ROLE=server timeout -k 5 "$tmo" $(pin "${3:--}") "$bin" "${pargs[@]}" > /dev/null 2>> "$tmp/pslite.err" &
+    DMLC_ROLE=server timeout -k 5 "$tmo" $(pin "${3:--}") "$bin" "${pargs[@]}" >> "$tmp/server" 2>> "$tmp/pslite.err" &
     pids+=($!)
   done
   for ((c = 0; c < n; c++)); do
@@ -186,14 +189,23 @@ for ((r = 1; r <= rounds; r++)); do
   fi
   ours_once $part "${ours[@]}"
   if [ -n "$bulk" ]; then
+    # ours' ps then holds what (a) left (its ps_peak_rss line: baseline=
+    # the held MiB): bulk, and on a bench_ps with a second size of (a)
+    # that size too, 8 of its transfers after each bulk one (its
+    # SMALL_PER_REP); ps-lite's server gets the same keys and transfers.
+    o_rss=$(num ps_peak_rss < "$tmp/ours"); held=$(base ps_peak_rss < "$tmp/ours")
+    small=$(awk -v h="${held:-0}" -v b="$bulk" 'BEGIN { s = h - b; print (s > 0 ? int(s * 1048576 + 0.5) : 0) }')
+    pargs=($((bulk << 20)) ${reps:-11})
+    [ "$small" -gt 0 ] && pargs+=($small 8)
     pslite_round > "$tmp/theirs" || pslite_fail
     # push = assign, pull = read; GB/s, larger is better: ratio ours / theirs
     o_push=$(num "assign_${bulk}MiB" < "$tmp/ours"); o_pull=$(num "read_${bulk}MiB" < "$tmp/ours")
     t_push=$(num dense_push < "$tmp/theirs"); t_pull=$(num dense_pull < "$tmp/theirs")
     b_push=$(base "assign_${bulk}MiB" < "$tmp/ours"); b_pull=$(base "read_${bulk}MiB" < "$tmp/ours")
+    t_rss=$(num server_peak_rss < "$tmp/server")
     load_others
-    echo "round $r: push $o_push vs ps-lite $t_push GB/s (raw TCP $b_push); pull $o_pull vs $t_pull GB/s (raw TCP $b_pull); others $others% CPU"
-    echo "$o_push $t_push $o_pull $t_pull $b_push $b_pull" >> "$tmp/rounds"
+    echo "round $r: push $o_push vs ps-lite $t_push GB/s (raw TCP $b_push); pull $o_pull vs $t_pull GB/s (raw TCP $b_pull); server peak RSS ${o_rss:-?} vs ${t_rss:-?} MiB holding ${held:-?} MiB; others $others% CPU"
+    echo "$o_push $t_push $o_pull $t_pull $b_push $b_pull ${o_rss:-0} ${t_rss:-0} ${held:-0}" >> "$tmp/rounds"
     continue
   fi
   pslite_round > "$tmp/theirs" || pslite_fail
@@ -224,14 +236,19 @@ END {
 fi
 if [ -n "$bulk" ] || [ -n "$agg" ]; then
   what=dense_${bulk}MiB; [ -n "$agg" ] && what=agg_${mib}MiB
-  awk -v what="$what" "$med"'
-{ n++; q[n] = $1 / $2; p[n] = $3 / $4; bq[n] = $5 / $2; bp[n] = $6 / $4 }
+  awk -v what="$what" -v rss="$bulk" "$med"'
+{ n++; q[n] = $1 / $2; p[n] = $3 / $4; bq[n] = $5 / $2; bp[n] = $6 / $4
+  if ($7 > 0 && $8 > 0) { m++; s[m] = $7 / $8; so[m] = $7; st[m] = $8; held = $9 } }
 END {
   mq = med(q, n); mp = med(p, n); mbq = med(bq, n); mbp = med(bp, n)
   printf "bench: pslite_%s_push_ratio %.2f range=%.2f-%.2f target=>= 1.2\n", what, mq, q[1], q[n]
   printf "bench: pslite_%s_pull_ratio %.2f range=%.2f-%.2f target=>= 1.2\n", what, mp, p[1], p[n]
   printf "bench: pslite_%s_push_tcp_bound %.2f range=%.2f-%.2f (raw TCP / ps-lite)\n", what, mbq, bq[1], bq[n]
   printf "bench: pslite_%s_pull_tcp_bound %.2f range=%.2f-%.2f (raw TCP / ps-lite)\n", what, mbp, bp[1], bp[n]
+  if (rss != "" && m > 0) {
+    ms = med(s, m); mo = med(so, m); mt = med(st, m)
+    printf "bench: pslite_peak_rss_ratio %.2f range=%.2f-%.2f ours=%.1f MiB ps-lite=%.1f MiB held=%.1f MiB target=<= 1.1\n", ms, s[1], s[m], mo, mt, held
+  }
 }' "$tmp/rounds"
   exit 0
 fi

@@ -1,12 +1,13 @@
 // What the ps-lite comparison programs (pslite_*.cc) share: a clock, a
-// median and quantiles, and the run of one process as ps-lite's
-// scheduler, server or worker after DMLC_ROLE.  Only for those programs,
-// which link ps-lite.
+// median and quantiles, the peak RSS, and the run of one process as
+// ps-lite's scheduler, server or worker after DMLC_ROLE.  Only for those
+// programs, which link ps-lite.
 #ifndef PS_BENCH_PSLITE_UTIL_H
 #define PS_BENCH_PSLITE_UTIL_H
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <vector>
 
 #include "ps/ps.h"
@@ -28,6 +29,18 @@ inline double quantile(std::vector<double> v, double q) {
   std::sort(v.begin(), v.end());
   size_t i = size_t(q * double(v.size() - 1) + 0.5);
   return v[std::min(i, v.size() - 1)];
+}
+
+// This process's peak resident set (VmHWM) in MiB, or -1.
+inline double peak_rss_mib() {
+  FILE *f = fopen("/proc/self/status", "r");
+  if (f == nullptr) return -1;
+  char line[256];
+  double kib = -1;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "VmHWM: %lf kB", &kib) == 1) break;
+  fclose(f);
+  return kib < 0 ? -1 : kib / 1024;
 }
 
 // Starts ps-lite; a server serves with @handle (prepared by @prepare, run
