@@ -79,7 +79,6 @@ double quantile(double *v, size_t n, double q);
 int ps_fail(const char *what, const ps_status *st);
 void print_reps(const char *name, const double *gbs, int n);
 void tcp_child(int lfd);
-double tcp_once(int fd, char cmd, char *buf);
 int bench_sparse(ps_client *c, int tfd, const opts *o);
 void bare_server_main(int port_fd, int ctl_fd);
 int bare_client_init(bare_client *b, int port);

@@ -116,19 +116,6 @@ void tcp_child(int lfd) {
   _exit(0);
 }
 
-/* Seconds for one bulk_bytes pull ('R') or push ('W'); < 0 on failure. */
-double tcp_once(int fd, char cmd, char *buf) {
-  double t0 = now_s();
-  if (write_full(fd, &cmd, 1) != 0) return -1;
-  if (cmd == 'R') {
-    if (read_full(fd, buf, bulk_bytes) != 0) return -1;
-  } else {
-    char ack;
-    if (write_full(fd, buf, bulk_bytes) != 0 || read_full(fd, &ack, 1) != 0) return -1;
-  }
-  return now_s() - t0;
-}
-
 static void local_gather(const float *t, const int64_t *ids, size_t n, int64_t dim,
                          float *out) {
   for (size_t i = 0; i < n; i++)
