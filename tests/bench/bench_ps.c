@@ -378,9 +378,11 @@ static void iperf3_report(const double *med, double *push, double *pull, int n) 
 
 /* (a): bulk_bytes against TCP on @tfd and, when @sfd >= 0, --small-mib
  * against TCP on @sfd, SMALL_PER_REP of its repetitions after each of the
- * first's; after each repetition one iperf3 transfer of bulk_bytes each
- * way (started by @h's harness), when there is iperf3; at the end the
+ * first's; after the repetitions IPERF3_RUNS iperf3 transfers of
+ * bulk_bytes each way (started by @h's harness), when there is iperf3,
+ * and one steady run (iperf3 -t 1) each way; at the end the
  * peak RSS of the ps (@ps_pid), which then holds both variables. */
+#define IPERF3_RUNS 7 /* same-bytes iperf3 transfers each way */
 static int bench_bulk(ps_client *c, int tfd, int sfd, ps_harness *h, pid_t ps_pid,
                       const opts *o) {
   bulk_size big = {0}, small = {0};
@@ -403,24 +405,24 @@ static int bench_bulk(ps_client *c, int tfd, int sfd, ps_harness *h, pid_t ps_pi
     if (bulk_rep(&big, c, r) != 0) goto out;
     for (int k = 0; k < SMALL_PER_REP && sfd >= 0; k++)
       if (bulk_rep(&small, c, r * SMALL_PER_REP + k) != 0) goto out;
-    double push = -1, pull = -1;
-    if (iperf) {
-      push = iperf3_gbs(h, o->iperf3, bulk_bytes, 0, scpu, ccpu);
-      pull = push > 0 ? iperf3_gbs(h, o->iperf3, bulk_bytes, 1, scpu, ccpu) : -1;
-      if (pull > 0) {
-        ip[nip] = push;
-        ip[o->reps + nip++] = pull;
-      } else {
-        iperf = 0;
-        printf("bench: iperf3 baseline skipped (iperf3 failed, see stderr)\n");
-      }
-    }
     fprintf(stderr,
-            "  rep %d: tcp pull %.2f, ps read %.2f, tcp push %.2f, ps assign %.2f GB/s",
+            "  rep %d: tcp pull %.2f, ps read %.2f, tcp push %.2f, ps assign %.2f GB/s\n",
             r + 1, bulk_kind(&big, K_TCP_PULL)[r], bulk_kind(&big, K_READ)[r],
             bulk_kind(&big, K_TCP_PUSH)[r], bulk_kind(&big, K_ASSIGN)[r]);
-    if (pull > 0) fprintf(stderr, "; iperf3 push %.2f, pull %.2f", push, pull);
-    fprintf(stderr, "\n");
+  }
+  /* iperf3 after the repetitions, not between them: run between them, it
+   * slowed the next repetition's transfers (a 4 MiB read: 1.05 against
+   * 2.83 GB/s without it). */
+  for (int r = 0; iperf && r < o->reps && r < IPERF3_RUNS; r++) {
+    double push = iperf3_gbs(h, o->iperf3, bulk_bytes, 0, scpu, ccpu);
+    double pull = push > 0 ? iperf3_gbs(h, o->iperf3, bulk_bytes, 1, scpu, ccpu) : -1;
+    if (pull > 0) {
+      ip[nip] = push;
+      ip[o->reps + nip++] = pull;
+    } else {
+      iperf = 0;
+      printf("bench: iperf3 baseline skipped (iperf3 failed, see stderr)\n");
+    }
   }
   double med[NKINDS], smed[NKINDS];
   bulk_report(&big, 0.6, med);
