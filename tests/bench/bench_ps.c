@@ -354,25 +354,25 @@ static void bulk_report(bulk_size *b, double target, double *med) {
   fflush(stdout);
 }
 
+/* One line of (a) against iperf3: NAME_<mib>MiB_vs_iperf3SFX, @ours over
+ * @wire (GB/s); @who names our side (ours, tcp); @tail ends the line. */
+static void iperf3_line(const char *name, const char *sfx, const char *who, double ours,
+                        double wire, const char *tail) {
+  printf("bench: %s_%dMiB_vs_iperf3%s %.2f %s=%.2f GB/s iperf3=%.2f GB/s %s\n", name,
+         (int)(bulk_bytes >> 20), sfx, ours / wire, who, ours, wire, tail);
+}
+
 /* iperf3's lines: the ps's and our raw TCP's medians @med of bulk_bytes
  * against iperf3's, @push and @pull (@n each). */
 static void iperf3_report(const double *med, double *push, double *pull, int n) {
-  int mib = (int)(bulk_bytes >> 20);
   print_reps("iperf3 push", push, n);
   print_reps("iperf3 pull", pull, n);
   double ip = quantile(push, (size_t)n, 0.5), il = quantile(pull, (size_t)n, 0.5);
-  printf("bench: assign_%dMiB_vs_iperf3 %.2f ours=%.2f GB/s iperf3=%.2f GB/s "
-         "target=>= 0.85\n",
-         mib, med[K_ASSIGN] / ip, med[K_ASSIGN], ip);
-  printf("bench: read_%dMiB_vs_iperf3 %.2f ours=%.2f GB/s iperf3=%.2f GB/s "
-         "target=>= 0.85\n",
-         mib, med[K_READ] / il, med[K_READ], il);
-  printf("bench: tcp_push_%dMiB_vs_iperf3 %.2f tcp=%.2f GB/s iperf3=%.2f GB/s "
-         "(the raw TCP baseline against the wire limit)\n",
-         mib, med[K_TCP_PUSH] / ip, med[K_TCP_PUSH], ip);
-  printf("bench: tcp_pull_%dMiB_vs_iperf3 %.2f tcp=%.2f GB/s iperf3=%.2f GB/s "
-         "(the raw TCP baseline against the wire limit)\n",
-         mib, med[K_TCP_PULL] / il, med[K_TCP_PULL], il);
+  const char *tcp_tail = "(the raw TCP baseline against the wire limit)";
+  iperf3_line("assign", "", "ours", med[K_ASSIGN], ip, "target=>= 0.85");
+  iperf3_line("read", "", "ours", med[K_READ], il, "target=>= 0.85");
+  iperf3_line("tcp_push", "", "tcp", med[K_TCP_PUSH], ip, tcp_tail);
+  iperf3_line("tcp_pull", "", "tcp", med[K_TCP_PULL], il, tcp_tail);
   fflush(stdout);
 }
 
@@ -431,15 +431,12 @@ static int bench_bulk(ps_client *c, int tfd, int sfd, ps_harness *h, pid_t ps_pi
   if (iperf) { /* the wire's steady rate: iperf3 -t 1 each way */
     double sp = iperf3_gbs(h, o->iperf3, 0, 0, scpu, ccpu);
     double sl = sp > 0 ? iperf3_gbs(h, o->iperf3, 0, 1, scpu, ccpu) : -1;
-    int mib = (int)(bulk_bytes >> 20);
     fprintf(stderr, "  iperf3 -t 1: push %.2f, pull %.2f GB/s\n", sp, sl);
     if (sl > 0) {
-      printf("bench: assign_%dMiB_vs_iperf3_steady %.2f ours=%.2f GB/s iperf3=%.2f GB/s "
-             "(iperf3 -t 1) target=>= 0.85\n",
-             mib, med[K_ASSIGN] / sp, med[K_ASSIGN], sp);
-      printf("bench: read_%dMiB_vs_iperf3_steady %.2f ours=%.2f GB/s iperf3=%.2f GB/s "
-             "(iperf3 -t 1 -R) target=>= 0.85\n",
-             mib, med[K_READ] / sl, med[K_READ], sl);
+      iperf3_line("assign", "_steady", "ours", med[K_ASSIGN], sp,
+                  "(iperf3 -t 1) target=>= 0.85");
+      iperf3_line("read", "_steady", "ours", med[K_READ], sl,
+                  "(iperf3 -t 1 -R) target=>= 0.85");
     } else {
       printf("bench: iperf3 steady baseline skipped (iperf3 failed, see stderr)\n");
     }
