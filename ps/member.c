@@ -93,7 +93,10 @@ void ps_member_mark_dead(ps_member *m, int task, const char *why) {
   pthread_mutex_lock(&m->mu);
   if (!m->dead[task]) {
     m->dead[task] = true;
-    if (m->detect_ns == 0) m->detect_ns = ps_member_now_ns();
+    if (m->detect_ns == 0) {
+      m->detect_ns = ps_member_now_ns();
+      m->detect_task = task;
+    }
     PS_INFO("ps/%d looks dead (%s): removing it from the view", task, why);
   }
   wake(m);
@@ -203,6 +206,7 @@ ps_member *ps_member_create(const ps_repl_conf *conf, int self, int ntasks,
   pthread_cond_init(&m->cv, NULL);
   m->capsyn = ntasks * PS_VIEW_MAX_REPLICAS + 16;
   m->dead = calloc((size_t)ntasks, sizeof *m->dead);
+  m->detect_task = -1;
   m->hosts = calloc((size_t)ntasks, sizeof *m->hosts);
   m->addrs = calloc((size_t)ntasks, sizeof *m->addrs);
   m->fails = calloc((size_t)ntasks, sizeof *m->fails);

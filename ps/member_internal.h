@@ -29,6 +29,7 @@ struct ps_member {
   bool stop, view_dirty, fenced, leaving;
   bool *dead;         /* [ntasks]: to remove from the view */
   int64_t detect_ns;  /* when the first pending failure was seen (0: none) */
+  int detect_task;    /* whose failure that was (-1: none) */
   int *syn_s, *syn_t; /* (shard, task) pairs to mark in sync */
   int nsyn, capsyn;
   int *drp_s, *drp_t; /* (shard, backup) pairs to drop, capsyn of them */

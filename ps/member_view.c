@@ -77,12 +77,13 @@ static void apply_view(ps_member *m, const ps_view *v) {
   }
   m->cur = copy;
   int64_t detect = m->detect_ns;
-  bool primary_moved = false, removed = false;
+  bool primary_moved = false, removed = false, gone = true;
   for (int s = 0; old.shard && s < m->ntasks; s++) {
     const ps_view_shard *o = &old.shard[s], *n = &v->shard[s];
     if (o->n > 0 && n->n > 0 && o->task[0] != n->task[0]) primary_moved = true;
     for (int k = 0; k < o->n; k++)
       removed |= !listed(n, o->task[k]);
+    if (listed(n, m->detect_task)) gone = false;
     /* fenced when it lost a shard it was the primary of; a backup
      * dropped from a shard (its primary could not reach it) serves on and
      * rejoins that shard (ps_member_wants_rejoin) */
@@ -92,13 +93,20 @@ static void apply_view(ps_member *m, const ps_view *v) {
       snprintf(why, sizeof why, "view epoch %lld took shard %d from it",
                (long long)v->epoch, s);
   }
-  /* the measurement ends with the view that takes a replica out; a view
-   * that only adds one (a join delivered late) leaves it running */
-  if (primary_moved || removed) m->detect_ns = 0;
+  /* The measurement ends with the view that takes the failed task out of
+   * its last shard.  A view that only adds a replica (a join delivered
+   * late), or drops the failed task from one shard as a backup its
+   * primary could not reach (that view can come first: then the one that
+   * moves its primaries is the failover), leaves it running. */
+  bool ends = detect && (m->detect_task < 0 ? primary_moved || removed : gone);
+  if (ends) {
+    m->detect_ns = 0;
+    m->detect_task = -1;
+  }
   pthread_mutex_unlock(&m->mu);
 
   ps_view_describe(v, desc, sizeof desc);
-  if (old.epoch && detect && primary_moved)
+  if (old.epoch && ends && primary_moved)
     PS_INFO("view %s (failover %.0f ms after the failure was detected)", desc,
             (double)(ps_member_now_ns() - detect) / 1e6);
   else
@@ -142,6 +150,7 @@ static void apply_view(ps_member *m, const ps_view *v) {
 void ps_member_end_detection(ps_member *m) {
   pthread_mutex_lock(&m->mu);
   m->detect_ns = 0;
+  m->detect_task = -1;
   pthread_mutex_unlock(&m->mu);
 }
 
