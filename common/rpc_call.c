@@ -180,6 +180,8 @@ void ps_rpc_scall_send_next_(ps_rpc_call *c, int first) {
                    "out of memory building a response chunk");
       return;
     }
+    atomic_fetch_add_explicit(&c->srv->bulk_bytes, grpc_byte_buffer_length(c->bb),
+                              memory_order_relaxed);
     ops[n].op = GRPC_OP_SEND_MESSAGE;
     ops[n].data.send_message.send_message = c->bb;
     n++;

@@ -203,6 +203,7 @@ struct ps_rpc_server {
   atomic_long in_flight;       /* calls linked (being served) */
   atomic_int nstreams;         /* open response streams (also in in_flight) */
   atomic_ullong calls_started; /* calls ever linked */
+  atomic_ullong bulk_bytes;    /* request and reply chunk bytes moved so far */
   int cancelled_all;           /* under calls_mu */
   /* listener and monitor thread */
   int lfd[MAX_LISTENERS];
@@ -222,7 +223,7 @@ struct ps_rpc_server {
   int64_t idle_since_ms;          /* shutting down: since when no call runs (monitor) */
   int64_t trim_check_ms, trim_ms; /* heap_trim: last look, last trim (monitor) */
   size_t trim_free;               /* heap_trim: free heap bytes at the last trim */
-  /* idle_trim: bytes the calls had moved when they last moved, then; done */
+  /* idle_trim: bulk_bytes when bytes last moved, then; done */
   unsigned long long quiet_bytes;
   int64_t quiet_since_ms;
   int quiet_trimmed;

@@ -203,23 +203,17 @@ static void heap_trim(ps_rpc_server *s, int64_t t) {
 
 /* A ps at rest gives back its warm memory.  While it moves bytes, the
  * buffer cache (tensor.c) and the free heap tune_malloc keeps make each
- * transfer cheaper; once the calls have moved less than IDLE_TRIM_BYTES
- * for IDLE_TRIM_MS (health probes and scalar updates don't count), the
- * cached buffers are freed and the heap trimmed, once until bytes move
- * again, so its resident memory comes back to the variables it holds. */
+ * transfer cheaper; once less than IDLE_TRIM_BYTES of request and reply
+ * chunks have moved for IDLE_TRIM_MS (counted chunk by chunk, so a long
+ * transfer is never idle; health probes and scalar updates carry no
+ * chunks), the cached buffers are freed and the heap trimmed, once until
+ * bytes move again, so its resident memory comes back to the variables
+ * it holds. */
 #define IDLE_TRIM_MS 2000
 #define IDLE_TRIM_BYTES ((unsigned long long)1 << 20)
 
-static unsigned long long bytes_moved(const ps_rpc_server *s) {
-  unsigned long long n = 0;
-  for (size_t i = 0; i < s->nh; i++)
-    n += atomic_load_explicit(&s->stats[i].bytes_in, memory_order_relaxed) +
-         atomic_load_explicit(&s->stats[i].bytes_out, memory_order_relaxed);
-  return n;
-}
-
 static void idle_trim(ps_rpc_server *s, int64_t t) {
-  unsigned long long moved = bytes_moved(s);
+  unsigned long long moved = atomic_load_explicit(&s->bulk_bytes, memory_order_relaxed);
   if (moved - s->quiet_bytes >= IDLE_TRIM_BYTES) {
     s->quiet_bytes = moved;
     s->quiet_since_ms = t;

@@ -298,6 +298,8 @@ static void scall_event(ps_rpc_call *c, int ok) {
     int rc = check_size(c, bb, false);
     if (rc == 0)
       rc = ps_rpc_consume_chunk_(bb, &c->sink, &c->received, s->h[c->hi].method, &c->st);
+    atomic_fetch_add_explicit(&s->bulk_bytes, grpc_byte_buffer_length(bb),
+                              memory_order_relaxed);
     grpc_byte_buffer_destroy(bb);
     if (rc == 0 && c->progress) c->progress(c, c->received);
     if (rc != 0)
