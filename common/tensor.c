@@ -589,6 +589,23 @@ uint16_t ps_float_to_bf16(float f) {
   return (uint16_t)(x >> 16);
 }
 
+__attribute__((target_clones("avx512f", "avx2", "default"))) void
+ps_bf16_widen(float *dst, const uint16_t *src, size_t n) {
+  uint32_t *d = (uint32_t *)(void *)dst;
+  for (size_t i = 0; i < n; i++)
+    d[i] = (uint32_t)src[i] << 16;
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default"))) void
+ps_bf16_narrow(uint16_t *dst, const float *src, size_t n) {
+  const uint32_t *s = (const uint32_t *)(const void *)src;
+  for (size_t i = 0; i < n; i++) {
+    uint32_t x = s[i];
+    uint32_t r = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+    dst[i] = (uint16_t)((x & 0x7fffffffu) > 0x7f800000u ? (x >> 16) | 0x40u : r);
+  }
+}
+
 /* Element access per kind: native types convert as a C cast does; half
  * and bfloat16 go through float; bool reads nonzero as 1 and stores v != 0;
  * complex and string have no single value (get 0, set nothing). */

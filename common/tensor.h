@@ -68,6 +68,12 @@ static inline void *ps_tensor_data_inline(const ps_tensor *t) {
  * Returns -1 for a dtype without arithmetic. */
 int ps_elem_apply(int dtype, char op, void *dst, const void *src, int64_t n);
 
+/* @n bfloat16 values to float32 (exact) and float32 to bfloat16 (rounded to
+ * nearest even, NaN kept a NaN), as ps_bf16_to_float / ps_float_to_bf16
+ * do one at a time: the wire form of gradients sent as bfloat16. */
+void ps_bf16_widen(float *dst, const uint16_t *src, size_t n);
+void ps_bf16_narrow(uint16_t *dst, const float *src, size_t n);
+
 /* TensorFlow's other dtypes (types.proto), which a checkpoint may hold but
  * the ps computes nothing on, written once:
  *   X(number, enum name, bytes per element: 0 when not a fixed size) */

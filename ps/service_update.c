@@ -35,6 +35,7 @@ typedef struct upd_item {
   const ps_opt_info *opt;          /* optimizer ops, else NULL */
   ps_var *slots[PS_OPT_MAX_SLOTS]; /* its slot variables */
   bool sparse;                     /* optimizer op with a sparse gradient */
+  bool widen;                      /* bfloat16 on the wire for a float variable */
   /* synchronous updates */
   bool sync;
   ps_sync_update su;
@@ -104,6 +105,16 @@ static bool is_scatter(int op) {
 static bool is_optimizer(int op) {
   return op >= PARAMSERVER__UPDATE_OP__APPLY_GRADIENT_DESCENT &&
          op <= PARAMSERVER__UPDATE_OP__APPLY_ADAM;
+}
+
+/* Ops whose value is added to the variable (a delta or a gradient): the
+ * ones that take bfloat16 values for a float variable (widened on arrival,
+ * summed in float32). */
+static bool adds_to_var(int op) {
+  return op == PARAMSERVER__UPDATE_OP__ASSIGN_ADD ||
+         op == PARAMSERVER__UPDATE_OP__ASSIGN_SUB ||
+         op == PARAMSERVER__UPDATE_OP__SCATTER_ADD ||
+         op == PARAMSERVER__UPDATE_OP__SCATTER_SUB || is_optimizer(op);
 }
 
 /* The kernel's name in errors: SparseApplyMomentum for a sparse gradient. */
@@ -321,6 +332,17 @@ static int update_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *
     }
     if ((rc = ps_svc_shape_from_(&it->shape, u->shape, u->n_shape, u->name, st)) != 0)
       break;
+    if (u->dtype == PS_DT_BFLOAT16 && it->v->dtype == PS_DT_FLOAT) {
+      if (!adds_to_var(u->op) || u->fill) {
+        rc = ps_status_set(st, PS_INVALID_ARGUMENT,
+                           "%s %s: a bfloat16 value for a float variable is taken only "
+                           "by the ops that add to it (AssignAdd, AssignSub, ScatterAdd, "
+                           "ScatterSub, optimizer gradients)",
+                           op, u->name);
+        break;
+      }
+      it->widen = true;
+    }
     if (is_scatter(u->op) || it->sparse) {
       if (u->index_dtype != PS_DT_INT32 && u->index_dtype != PS_DT_INT64) {
         rc = ps_status_set(st, PS_INVALID_ARGUMENT,
@@ -352,7 +374,8 @@ static int update_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *
       break;
     size_t vb;
     if ((rc = ps_svc_tensor_bytes_(s, u->dtype, &it->shape, op, u->name, &vb, st)) != 0 ||
-        (rc = ps_svc_add_staged_(s, &staged, vb, "Update", st)) != 0)
+        (rc = ps_svc_add_staged_(s, &staged, vb, "Update", st)) != 0 ||
+        (it->widen && (rc = ps_svc_add_staged_(s, &staged, 2 * vb, "Update", st)) != 0))
       break;
     bool zero = u->fill && ps_init_type_from_name(u->fill->type) == PS_INIT_ZEROS;
     if ((it->val = ps_buf_create(vb, zero)) == NULL) {
@@ -886,9 +909,32 @@ static void update_deferred(void *arg) {
   if (rc != PS_RPC_PENDING) ps_rpc_call_resume(c, rc, &st);
 }
 
+/* The bfloat16 values of float variables, now all here, become float32
+ * values (exact: every bfloat16 is a float); from here on the update is
+ * as if it had come as float32. */
+static int widen_values(upd_ctx *x, ps_status *st) {
+  for (size_t i = 0; i < x->n; i++) {
+    upd_item *it = &x->items[i];
+    if (!it->widen) continue;
+    size_t ne = it->val->size / sizeof(uint16_t);
+    ps_buf *f = ps_buf_create(ne * sizeof(float), false);
+    if (f == NULL)
+      return ps_status_set(st, PS_RESOURCE_EXHAUSTED,
+                           "%s %s: cannot allocate %zu bytes to widen its bfloat16 value",
+                           item_op(it), it->u->name, ne * sizeof(float));
+    ps_bf16_widen(f->data, it->val->data, ne);
+    ps_buf_unref(it->val);
+    it->val = f;
+    it->u->dtype = PS_DT_FLOAT;
+    it->widen = false;
+  }
+  return 0;
+}
+
 static int update_data(ps_rpc_call *c, ps_status *st) {
   ps_service *s = ps_rpc_call_server_user(c);
   upd_ctx *x = ps_rpc_call_ctx(c);
+  if (widen_values(x, st) != 0) return st->code;
   bool parked;
   int rc0 = ps_store_update_admit(s->store, update_deferred, c, x->bytes, &parked, st);
   if (rc0 != 0) return rc0;

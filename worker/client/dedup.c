@@ -1,6 +1,8 @@
 /* Gather ids deduplicated with an open-addressing hash table; see dedup.h. */
 #include "dedup.h"
 
+#include "common/tensor.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -187,10 +189,36 @@ sum_rows_float(const ps_gather_dedup *d, const ps_tensor *val, ps_tensor *out,
   SUM_ROWS(float);
 }
 
+/* bfloat16 rows (gradients sent narrow): each id's rows summed in float32,
+ * rounded to bfloat16 once. */
+static int sum_rows_bf16(const ps_gather_dedup *d, const ps_tensor *val, ps_tensor *out,
+                         int64_t row) {
+  size_t n = (size_t)d->nu * (size_t)row;
+  float *acc = malloc((n + 1) * sizeof *acc);
+  if (acc == NULL) return -1;
+  const uint16_t *src = ps_tensor_data(val);
+  int64_t seen = 0;
+  for (int64_t i = 0; i < d->n; i++) {
+    float *o = acc + (int64_t)d->from[i] * row;
+    const uint16_t *g = src + i * row;
+    if (d->from[i] == seen) {
+      ps_bf16_widen(o, g, (size_t)row);
+      seen++;
+    } else {
+      for (int64_t k = 0; k < row; k++)
+        o[k] += ps_bf16_to_float(g[k]);
+    }
+  }
+  ps_bf16_narrow(ps_tensor_data(out), acc, n);
+  free(acc);
+  return 0;
+}
+
 ps_tensor *ps_dedup_sum_rows(const ps_gather_dedup *d, const ps_tensor *val) {
   if (d->uix == NULL || val->shape.rank < 1 || val->shape.dim[0] != d->n) return NULL;
   if (val->dtype != PS_DT_FLOAT && val->dtype != PS_DT_DOUBLE &&
-      val->dtype != PS_DT_INT32 && val->dtype != PS_DT_INT64)
+      val->dtype != PS_DT_INT32 && val->dtype != PS_DT_INT64 &&
+      val->dtype != PS_DT_BFLOAT16)
     return NULL;
   int64_t row = 1;
   for (int r = 1; r < val->shape.rank; r++)
@@ -202,6 +230,12 @@ ps_tensor *ps_dedup_sum_rows(const ps_gather_dedup *d, const ps_tensor *val) {
   switch (val->dtype) {
   case PS_DT_FLOAT:
     sum_rows_float(d, val, out, row);
+    break;
+  case PS_DT_BFLOAT16:
+    if (sum_rows_bf16(d, val, out, row) != 0) {
+      ps_tensor_destroy(out);
+      return NULL;
+    }
     break;
   case PS_DT_DOUBLE:
     SUM_ROWS(double);
