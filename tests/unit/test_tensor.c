@@ -106,6 +106,37 @@ START_TEST(half_and_bfloat16_round_trip) {
 }
 END_TEST
 
+/* The bulk conversions are the one-at-a-time ones, bit for bit: every
+ * bfloat16 widened, and floats narrowed at the rounding ties, around
+ * them, at the ends of the range, infinities and NaNs (kept NaN). */
+START_TEST(bfloat16_bulk_conversions_match_the_scalar_ones) {
+  enum { NB = 65536 };
+  uint16_t *h = malloc(NB * sizeof *h), *n = malloc(NB * sizeof *n);
+  float *f = malloc(NB * sizeof *f);
+  ck_assert(h && n && f);
+  for (uint32_t i = 0; i < NB; i++)
+    h[i] = (uint16_t)i;
+  ps_bf16_widen(f, h, NB);
+  for (uint32_t i = 0; i < NB; i++) {
+    float want = ps_bf16_to_float(h[i]);
+    ck_assert_int_eq(memcmp(&f[i], &want, 4), 0);
+  }
+  uint32_t lows[] = {0, 1, 0x7fff, 0x8000, 0x8001, 0xffff};
+  for (uint32_t i = 0; i < NB; i++) { /* each bf16's neighbourhood */
+    uint32_t bits = ((uint32_t)(i & 0xffff) << 16) | lows[i % 6];
+    memcpy(&f[i], &bits, 4);
+  }
+  ps_bf16_narrow(n, f, NB);
+  for (uint32_t i = 0; i < NB; i++) {
+    ck_assert_uint_eq(n[i], ps_float_to_bf16(f[i]));
+    if (f[i] != f[i]) ck_assert((n[i] & 0x7fff) > 0x7f80); /* a NaN stays one */
+  }
+  free(h);
+  free(n);
+  free(f);
+}
+END_TEST
+
 START_TEST(elementwise_arithmetic) {
   float a[4] = {1, 2, 3, 4}, b[4] = {10, 20, 30, 40};
   ck_assert_int_eq(ps_elem_apply(PS_DT_FLOAT, '+', a, b, 4), 0);
@@ -132,6 +163,7 @@ int main(void) {
   tcase_add_test(tc, buffers_are_refcounted);
   tcase_add_test(tc, zeroed_buffers_are_aligned_and_zero);
   tcase_add_test(tc, half_and_bfloat16_round_trip);
+  tcase_add_test(tc, bfloat16_bulk_conversions_match_the_scalar_ones);
   tcase_add_test(tc, elementwise_arithmetic);
   suite_add_tcase(s, tc);
   return ps_test_run(s);
