@@ -207,6 +207,33 @@ START_TEST(optimizer_bf16_gradient_is_the_widened_one) {
 }
 END_TEST
 
+/* A synchronous AssignAdd (one replica to aggregate: its step applies at
+ * once) with a bfloat16 value: the accumulator sums the widened one. */
+START_TEST(synchronous_bf16_update) {
+  make_var("s", PS_DT_FLOAT, 3, 5);
+  ps_tensor *want = read_var("s");
+  ps_tensor *g = bf16_rows(3, 5, 42);
+  ps_update_result res = {0};
+  ps_update u = {.name = "s",
+                 .op = PS_ASSIGN_ADD,
+                 .value = g,
+                 .replicas_to_aggregate = 1,
+                 .sync_local_step = 0,
+                 .result = &res};
+  ps_status st;
+  PS_ASSERT_OK(ps_client_update(C, 0, &u, 1, &st), st);
+  ck_assert(!res.stale);
+  for (int64_t i = 0; i < 15; i++)
+    ((float *)ps_tensor_data(want))[i] +=
+        ps_bf16_to_float(((uint16_t *)ps_tensor_data(g))[i]);
+  ps_tensor *got = read_var("s");
+  ck_assert_int_eq(memcmp(ps_tensor_data(got), ps_tensor_data(want), 15 * 4), 0);
+  ps_tensor_destroy(got);
+  ps_tensor_destroy(want);
+  ps_tensor_destroy(g);
+}
+END_TEST
+
 /* The ops that set a value refuse bfloat16 for a float variable (naming
  * the op and the variable), a bfloat16 scatter-add into a double variable
  * is the dtype mismatch it always was, and a batch holding either applies
@@ -252,6 +279,7 @@ int main(void) {
   tcase_add_test(tc, scatter_add_bf16_rows_into_float);
   tcase_add_test(tc, assign_add_sub_bf16_into_float);
   tcase_add_test(tc, optimizer_bf16_gradient_is_the_widened_one);
+  tcase_add_test(tc, synchronous_bf16_update);
   tcase_add_test(tc, bf16_refused_where_it_would_set_values);
   suite_add_tcase(s, tc);
   return ps_test_run(s);
