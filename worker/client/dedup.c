@@ -189,8 +189,20 @@ sum_rows_float(const ps_gather_dedup *d, const ps_tensor *val, ps_tensor *out,
   SUM_ROWS(float);
 }
 
-/* bfloat16 rows (gradients sent narrow): each id's rows summed in float32,
- * rounded to bfloat16 once. */
+/* o[k] += g[k] widened, @n elements: a bfloat16 is the top half of its
+ * float, so the loop vectorizes (picked at load time, as sum_rows_float). */
+__attribute__((target_clones("avx512f", "avx2", "default"))) static void
+add_bf16_row(float *o, const uint16_t *g, int64_t n) {
+  for (int64_t k = 0; k < n; k++) {
+    uint32_t bits = (uint32_t)g[k] << 16;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    o[k] += f;
+  }
+}
+
+/* bfloat16 rows (gradients sent narrow): each id's rows summed in float32
+ * in the order they come, each sum rounded to bfloat16 once. */
 static int sum_rows_bf16(const ps_gather_dedup *d, const ps_tensor *val, ps_tensor *out,
                          int64_t row) {
   size_t n = (size_t)d->nu * (size_t)row;
@@ -205,8 +217,7 @@ static int sum_rows_bf16(const ps_gather_dedup *d, const ps_tensor *val, ps_tens
       ps_bf16_widen(o, g, (size_t)row);
       seen++;
     } else {
-      for (int64_t k = 0; k < row; k++)
-        o[k] += ps_bf16_to_float(g[k]);
+      add_bf16_row(o, g, row);
     }
   }
   ps_bf16_narrow(ps_tensor_data(out), acc, n);
