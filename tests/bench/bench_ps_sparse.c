@@ -412,9 +412,14 @@ int bench_sparse(ps_client *c, int tfd, const opts *o) {
       g[j] = grad_value((int64_t)i, j);
     memcpy(ps_tensor_data(ix), si, (size_t)b * sizeof *si);
     double tp, tq;
-    /* the order of the three (four) rotates, so that drift hits each alike */
+    /* the order of the three (four) rotates, so that drift hits each alike;
+     * the cycle is ps, TCP, (ps bfloat16,) in-process: the float32 ps still
+     * follows the in-process step, whose server CPU is idle, and not the
+     * other ps table's push */
+    static const int cycle3[3] = {0, 1, 2}, cycle4[4] = {0, 1, 3, 2};
+    const int *cycle = bf16 ? cycle4 : cycle3;
     for (int k = 0; k < nslot; k++) {
-      int which = (int)((i + (size_t)k) % (size_t)nslot);
+      int which = cycle[(i + (size_t)k) % (size_t)nslot];
       if (which == 0) { /* the ps */
         ps_read r = {.name = "emb", .indices = ix, .out = out};
         ps_update u = {.name = "emb", .op = PS_SCATTER_ADD, .value = gt, .indices = ix};
