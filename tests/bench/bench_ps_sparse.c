@@ -1,7 +1,9 @@
 /* bench_ps's raw TCP baseline (a forked child with no gRPC in it: bulk
  * transfers, and the sparse steps of (d) on its own table) and (d) itself:
  * sparse gathers and scatter-adds on a Zipf-drawn batch of rows, against
- * the TCP peer and against the same work on a table in this process. */
+ * the TCP peer and against the same work on a table in this process; with
+ * the scatter-add, the same steps pushing bfloat16 rows to a second ps
+ * table, against the float32 push (checked against a mirror here). */
 #include "bench_ps_internal.h"
 
 /* ---- raw TCP baseline (forked child, no gRPC in it) ---- */
@@ -168,6 +170,96 @@ batch_sum(batch_scratch *w, int64_t n, int64_t dim, const float *g) {
   }
 }
 
+/* ---- the bfloat16 push (scatter-add only) ---- */
+
+/* The user's conversion of a float32 gradient batch to bfloat16: round to
+ * nearest even, a NaN kept a NaN, bit for bit ps_float_to_bf16 (checked by
+ * bf16_conversion_ok, and by the mirror, which converts with
+ * ps_float_to_bf16), written as a loop the compiler vectorizes. */
+__attribute__((target_clones("avx512f", "avx2", "default"))) static void
+to_bf16(uint16_t *dst, const float *src, size_t n) {
+  const uint32_t *s = (const uint32_t *)(const void *)src;
+  for (size_t i = 0; i < n; i++) {
+    uint32_t x = s[i], r = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+    dst[i] = (uint16_t)((x & 0x7fffffffu) > 0x7f800000u ? (x >> 16) | 0x40u : r);
+  }
+}
+
+/* to_bf16 against ps_float_to_bf16 on every bfloat16 neighbourhood: each
+ * high half with low halves 0, the tie 0x8000 and either side of it, and
+ * 0xffff (the gradients of (d), multiples of 1/8, convert exactly, so the
+ * mirror alone would not see a wrong rounding). */
+static int bf16_conversion_ok(void) {
+  static const uint32_t lo[5] = {0, 0x7fff, 0x8000, 0x8001, 0xffff};
+  enum { N = 65536 * 5 };
+  float *f = malloc(N * sizeof *f);
+  uint16_t *h = malloc(N * sizeof *h);
+  int ok = f != NULL && h != NULL;
+  if (ok) {
+    for (uint32_t i = 0; i < N; i++) {
+      uint32_t x = (i / 5) << 16 | lo[i % 5];
+      memcpy(&f[i], &x, sizeof x);
+    }
+    to_bf16(h, f, N);
+    for (uint32_t i = 0; i < N && ok; i++)
+      ok = h[i] == ps_float_to_bf16(f[i]);
+    if (!ok) fprintf(stderr, "bench: the bench's bfloat16 conversion differs\n");
+  } else {
+    fprintf(stderr, "bench: out of memory\n");
+  }
+  free(f);
+  free(h);
+  return ok;
+}
+
+/* One step on the bfloat16 table's mirror: what the client and the ps do
+ * with step @g pushed as bfloat16 (each element converted by the user's
+ * ps_float_to_bf16).  The client sums the rows of each distinct id in
+ * float32 in the order they come (worker/client/dedup.c, the first widened,
+ * the others added) and rounds each sum to bfloat16 once; the ps widens it
+ * and adds it to the row in float32. */
+static void bf16_mirror_step(float *t, batch_scratch *w, const int64_t *ids, int64_t n,
+                             int64_t dim, const float *g) {
+  int64_t nu = batch_unique(w, ids, n);
+  int32_t seen = 0;
+  for (int64_t i = 0; i < n; i++) {
+    float *o = w->usum + (int64_t)w->from[i] * dim;
+    const float *v = g + i * dim;
+    int first = w->from[i] == seen;
+    seen += first;
+    for (int64_t k = 0; k < dim; k++) {
+      float x = ps_bf16_to_float(ps_float_to_bf16(v[k]));
+      o[k] = first ? x : o[k] + x;
+    }
+  }
+  for (int64_t q = 0; q < nu; q++) {
+    float *d = t + w->uid[q] * dim;
+    const float *s = w->usum + q * dim;
+    for (int64_t k = 0; k < dim; k++)
+      d[k] += ps_bf16_to_float(ps_float_to_bf16(s[k]));
+  }
+}
+
+/* A second client of ps 0 for the bfloat16 table: each client remembers
+ * its last deduplications (worker/client/dedup.h), and with one client the
+ * second table's pull would find the first's, a saving a worker pushing
+ * one table does not get. */
+static ps_client *second_client(ps_client *c, ps_status *st) {
+  char json[600];
+  const char *addr = ps_client_address(c, 0);
+  if (addr == NULL ||
+      snprintf(json, sizeof json, "{\"ps\": [\"%s\"]}", addr) >= (int)sizeof json) {
+    st->code = PS_INVALID_ARGUMENT;
+    snprintf(st->msg, sizeof st->msg, "no address of ps 0");
+    return NULL;
+  }
+  ps_cluster *cl = ps_cluster_parse(json, strlen(json), NULL, st);
+  if (cl == NULL) return NULL;
+  ps_client *c2 = ps_client_create(cl, "ps", NULL, st);
+  ps_cluster_destroy(cl);
+  return c2;
+}
+
 static void local_scatter_add(float *t, const int64_t *ids, size_t n, int64_t dim,
                               const float *v) {
   for (size_t i = 0; i < n; i++) {
@@ -216,32 +308,43 @@ int bench_sparse(ps_client *c, int tfd, const opts *o) {
   const int64_t rows = o->rows, dim = o->dim, b = o->batch;
   const size_t warm = 10, ns = (size_t)o->sparse_steps, nall = warm + ns;
   const size_t rb = (size_t)(b * dim) * sizeof(float);
+  const int bf16 = !o->adagrad; /* the bfloat16 push: with the scatter-add only */
+  const int nslot = bf16 ? 4 : 3;
   int rc = -1;
+  ps_client *c2 = NULL;
   int64_t *ids = zipf_ids(rows, o->zipf, nall, (size_t)b);
   float *local = table_alloc((size_t)(rows * dim));
   float *lacc = o->adagrad ? table_alloc((size_t)(rows * dim)) : NULL;
   float *lrows = malloc(rb), *trows = malloc(rb);
   float *peer = malloc((size_t)(rows * dim) * sizeof *peer);
+  float *mirror = bf16 ? table_alloc((size_t)(rows * dim)) : NULL;
   batch_scratch w = {.stamp = calloc((size_t)rows, sizeof(int32_t)),
                      .slot = calloc((size_t)rows, sizeof(int32_t)),
                      .uid = malloc((size_t)b * sizeof(int64_t)),
                      .from = malloc((size_t)b * sizeof(int32_t)),
                      .urows = malloc(rb),
                      .usum = malloc(rb)};
-  double *t[9];
-  for (int k = 0; k < 9; k++)
+  /* ps pull, push, step; tcp; local; ps bfloat16 pull, push, step, and the
+   * conversion inside its push */
+  double *t[13];
+  for (int k = 0; k < 13; k++)
     t[k] = calloc(ns + 1, sizeof(double));
   ps_tensor *ix = ps_tensor_new(PS_DT_INT64, 1, &b);
   int64_t gd[2] = {b, dim};
   ps_tensor *gt = ps_tensor_new(PS_DT_FLOAT, 2, gd),
             *out = ps_tensor_new(PS_DT_FLOAT, 2, gd);
-  ps_read whole = {.name = "emb"};
-  if (!ids || !local || (o->adagrad && !lacc) || !lrows || !trows || !peer || !ix ||
-      !gt || !out || !t[8] || !w.stamp || !w.slot || !w.uid || !w.from || !w.urows ||
-      !w.usum) {
+  ps_tensor *gh = bf16 ? ps_tensor_new(PS_DT_BFLOAT16, 2, gd) : NULL;
+  ps_read whole = {.name = "emb"}, whole16 = {.name = "emb_bf16"};
+  int tok = 1;
+  for (int k = 0; k < 13; k++)
+    tok &= t[k] != NULL;
+  if (!ids || !local || (o->adagrad && !lacc) || !lrows || !trows || !peer ||
+      (bf16 && (!mirror || !gh)) || !ix || !gt || !out || !tok || !w.stamp || !w.slot ||
+      !w.uid || !w.from || !w.urows || !w.usum) {
     fprintf(stderr, "bench: out of memory\n");
     goto out;
   }
+  if (bf16 && !bf16_conversion_ok()) goto out;
   size_t uniq = 0;
   {
     int64_t *s = malloc((size_t)b * sizeof *s);
@@ -264,6 +367,7 @@ int bench_sparse(ps_client *c, int tfd, const opts *o) {
   ps_init_spec a0;
   ps_init_spec_default(&a0, PS_INIT_CONSTANT);
   a0.value = ADAGRAD_INIT;
+  /* emb and its Adagrad slot, or emb and emb_bf16 (the same, zeroed) */
   ps_var_spec spec[2] = {{.name = "emb",
                           .dtype = PS_DT_FLOAT,
                           .shape = {.rank = 2, .dim = {rows, dim}},
@@ -272,11 +376,18 @@ int bench_sparse(ps_client *c, int tfd, const opts *o) {
                           .dtype = PS_DT_FLOAT,
                           .shape = {.rank = 2, .dim = {rows, dim}},
                           .init = &a0}};
-  const char *nm[2] = {"emb", "emb/Adagrad"};
-  size_t nv = o->adagrad ? 2 : 1;
+  if (bf16)
+    spec[1] = (ps_var_spec){
+        .name = "emb_bf16", .dtype = PS_DT_FLOAT, .shape = spec[0].shape, .init = &z};
+  const char *nm[2] = {"emb", spec[1].name};
+  size_t nv = 2;
   if (ps_client_create_vars(c, 0, spec, nv, &st) != 0 ||
       ps_client_initialize(c, 0, nm, nv, false, NULL, &st) != 0) {
-    rc = ps_fail("create emb", &st);
+    rc = ps_fail(bf16 ? "create emb, emb_bf16" : "create emb", &st);
+    goto out;
+  }
+  if (bf16 && (c2 = second_client(c, &st)) == NULL) {
+    rc = ps_fail("second client", &st);
     goto out;
   }
   if (o->adagrad)
@@ -285,7 +396,8 @@ int bench_sparse(ps_client *c, int tfd, const opts *o) {
   fprintf(stderr, "  push: %s\n",
           o->adagrad ? "sparse Adagrad (lr 0.01; rows of an id summed first, as "
                        "TensorFlow's optimizer does)"
-                     : "scatter-add");
+                     : "scatter-add; and the same as bfloat16 rows (converted in the "
+                       "timed push) to emb_bf16 through a second client");
   int64_t hdr[4] = {rows, dim, b, o->adagrad};
   char ack;
   if (write_full(tfd, "T", 1) != 0 || write_full(tfd, hdr, sizeof hdr) != 0 ||
@@ -300,9 +412,14 @@ int bench_sparse(ps_client *c, int tfd, const opts *o) {
       g[j] = grad_value((int64_t)i, j);
     memcpy(ps_tensor_data(ix), si, (size_t)b * sizeof *si);
     double tp, tq;
-    /* the order of the three rotates, so that drift hits each alike */
-    for (int k = 0; k < 3; k++) {
-      int which = (int)((i + (size_t)k) % 3);
+    /* the order of the three (four) rotates, so that drift hits each alike;
+     * the cycle is ps, TCP, (ps bfloat16,) in-process: the float32 ps still
+     * follows the in-process step, whose server CPU is idle, and not the
+     * other ps table's push */
+    static const int cycle3[3] = {0, 1, 2}, cycle4[4] = {0, 1, 3, 2};
+    const int *cycle = bf16 ? cycle4 : cycle3;
+    for (int k = 0; k < nslot; k++) {
+      int which = cycle[(i + (size_t)k) % (size_t)nslot];
       if (which == 0) { /* the ps */
         ps_read r = {.name = "emb", .indices = ix, .out = out};
         ps_update u = {.name = "emb", .op = PS_SCATTER_ADD, .value = gt, .indices = ix};
@@ -353,6 +470,28 @@ int bench_sparse(ps_client *c, int tfd, const opts *o) {
           goto out;
         }
         if (i >= warm) t[3][i - warm] = tp, t[4][i - warm] = tq, t[5][i - warm] = tp + tq;
+      } else if (which == 3) { /* the ps, bfloat16 rows, through its own client */
+        ps_read r = {.name = "emb_bf16", .indices = ix, .out = out};
+        ps_update u = {
+            .name = "emb_bf16", .op = PS_SCATTER_ADD, .value = gh, .indices = ix};
+        double t0 = now_s();
+        if (ps_client_read(c2, 0, &r, 1, &st) != 0) {
+          rc = ps_fail("sparse pull (emb_bf16)", &st);
+          goto out;
+        }
+        double t1 = now_s();
+        to_bf16(ps_tensor_data(gh), g, (size_t)(b * dim));
+        double t2 = now_s();
+        if (ps_client_update(c2, 0, &u, 1, &st) != 0) {
+          rc = ps_fail("sparse push (bfloat16)", &st);
+          goto out;
+        }
+        tp = t1 - t0, tq = now_s() - t1;
+        if (i >= warm) {
+          t[9][i - warm] = tp, t[10][i - warm] = tq, t[11][i - warm] = tp + tq;
+          t[12][i - warm] = t2 - t1;
+        }
+        bf16_mirror_step(mirror, &w, si, b, dim, g);
       } else { /* in this process */
         double t0 = now_s();
         local_gather(local, si, (size_t)b, dim, lrows);
@@ -388,10 +527,40 @@ int bench_sparse(ps_client *c, int tfd, const opts *o) {
     goto out;
   }
   fprintf(stderr, "  tables equal after %zu steps (ps, tcp peer, local)\n", nall);
-  const char *what[9] = {"ps pull",      "ps push",           "ps step",
-                         "tcp pull",     "tcp push",          "tcp step",
-                         "local gather", "local scatter-add", "local step"};
-  for (int k = 0; k < 9; k++)
+  if (bf16) {
+    if (ps_client_read(c2, 0, &whole16, 1, &st) != 0) {
+      rc = ps_fail("read emb_bf16", &st);
+      goto out;
+    }
+    const float *p16 = ps_tensor_data(whole16.out);
+    if (memcmp(p16, mirror, tb) != 0) {
+      size_t k = 0;
+      while (memcmp(p16 + k, mirror + k, sizeof *p16) == 0)
+        k++;
+      fprintf(stderr,
+              "bench: the ps's emb_bf16 differs from its mirror after the steps "
+              "(first at row %zu column %zu: %.9g, mirror %.9g)\n",
+              k / (size_t)dim, k % (size_t)dim, (double)p16[k], (double)mirror[k]);
+      goto out;
+    }
+    /* how far the bfloat16 pushes took it from the float32 table */
+    double dmax = 0;
+    size_t ndiff = 0;
+    for (size_t k = 0; k < (size_t)(rows * dim); k++) {
+      double d = fabs((double)p16[k] - (double)local[k]);
+      ndiff += d != 0;
+      dmax = d > dmax ? d : dmax;
+    }
+    fprintf(stderr,
+            "  emb_bf16 equals its mirror after %zu steps; %zu of its values differ "
+            "from the float32 table's, by at most %.6g\n",
+            nall, ndiff, dmax);
+  }
+  const char *what[13] = {
+      "ps pull",      "ps push",      "ps step",           "tcp pull",   "tcp push",
+      "tcp step",     "local gather", "local scatter-add", "local step", "ps bf16 pull",
+      "ps bf16 push", "ps bf16 step", "bf16 conversion"};
+  for (int k = 0; k < (bf16 ? 13 : 9); k++)
     sparse_report(what[k], t[k], ns);
   double ps_step = quantile(t[2], ns, 0.5), tcp_step = quantile(t[5], ns, 0.5);
   double pp = (double)b / quantile(t[0], ns, 0.5) / 1e6,
@@ -407,17 +576,31 @@ int bench_sparse(ps_client *c, int tfd, const opts *o) {
          sfx, pp, tp, pp / tp);
   printf("bench: sparse_push_rows%s %.2f M/s baseline=%.2f ratio=%.2f target=>= 0.8\n",
          sfx, pq, tq, pq / tq);
+  if (bf16) { /* against the float32 push of this run */
+    double hq = (double)b / quantile(t[10], ns, 0.5) / 1e6,
+           h_step = quantile(t[11], ns, 0.5);
+    printf(
+        "bench: sparse_push_rows_bf16 %.2f M/s baseline=%.2f ratio=%.2f target=>= 1.0\n",
+        hq, pq, hq / pq);
+    printf("bench: sparse_step_bf16 %.3f ms baseline=%.3f ratio=%.2f target=<= 1.0\n",
+           h_step * 1e3, ps_step * 1e3, h_step / ps_step);
+  }
   rc = 0;
 out : {
   ps_status dst;
-  const char *nm2 = "emb";
-  ps_client_delete(c, 0, &nm2, 1, PS_DELETE_MISSING_OK | PS_DELETE_SLOTS, NULL, &dst);
+  const char *nm2[2] = {"emb", "emb_bf16"};
+  ps_client_delete(c, 0, nm2, bf16 ? 2 : 1, PS_DELETE_MISSING_OK | PS_DELETE_SLOTS, NULL,
+                   &dst);
 }
+  ps_client_destroy(c2);
   ps_tensor_destroy(whole.out);
+  ps_tensor_destroy(whole16.out);
+  ps_tensor_destroy(gh);
+  free(mirror);
   ps_tensor_destroy(ix);
   ps_tensor_destroy(gt);
   ps_tensor_destroy(out);
-  for (int k = 0; k < 9; k++)
+  for (int k = 0; k < 13; k++)
     free(t[k]);
   free(ids);
   free(local);

@@ -209,14 +209,17 @@ for ((r = 1; r <= rounds; r++)); do
     continue
   fi
   pslite_round > "$tmp/theirs" || pslite_fail
-  o_step=$(grep 'sparse_step' "$tmp/ours" | num 'sparse_step[a-z_]*')
+  o_step=$(grep 'sparse_step' "$tmp/ours" | grep -v _bf16 | num 'sparse_step[a-z_]*')
   o_pull=$(grep 'sparse_pull_rows' "$tmp/ours" | num 'sparse_pull_rows[a-z_]*')
-  o_push=$(grep 'sparse_push_rows' "$tmp/ours" | num 'sparse_push_rows[a-z_]*')
+  o_push=$(grep 'sparse_push_rows' "$tmp/ours" | grep -v _bf16 | num 'sparse_push_rows[a-z_]*')
+  # the bfloat16 push of the same run (scatter-add only: else 0)
+  h_step=$(num sparse_step_bf16 < "$tmp/ours"); h_push=$(num sparse_push_rows_bf16 < "$tmp/ours")
   t_step=$(num sparse_step < "$tmp/theirs"); t_pull=$(num pull_rows < "$tmp/theirs"); t_push=$(num push_rows < "$tmp/theirs")
   b_step=$(base sparse_step < "$tmp/ours"); b_pull=$(base sparse_pull_rows < "$tmp/ours"); b_push=$(base sparse_push_rows < "$tmp/ours")
   load_others
-  echo "round $r: step $o_step ms vs ps-lite $t_step ms (raw TCP $b_step); pull $o_pull vs $t_pull M rows/s (raw TCP $b_pull); push $o_push vs $t_push M rows/s (raw TCP $b_push); others $others% CPU"
-  echo "$o_step $t_step $o_pull $t_pull $o_push $t_push $b_step $b_pull $b_push" >> "$tmp/rounds"
+  bf=; [ -n "$h_push" ] && bf="; bfloat16 push $h_push M rows/s, step $h_step ms"
+  echo "round $r: step $o_step ms vs ps-lite $t_step ms (raw TCP $b_step); pull $o_pull vs $t_pull M rows/s (raw TCP $b_pull); push $o_push vs $t_push M rows/s (raw TCP $b_push)$bf; others $others% CPU"
+  echo "$o_step $t_step $o_pull $t_pull $o_push $t_push $b_step $b_pull $b_push ${h_step:-0} ${h_push:-0}" >> "$tmp/rounds"
 done
 # awk: the median of a[1..n], sorting a in place (a[1], a[n] are the range)
 med='function med(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }; return a[int((n + 1) / 2)] }'
@@ -254,7 +257,8 @@ END {
 fi
 sfx=; [ "$op" = adagrad ] && sfx=_adagrad
 awk -v sfx="$sfx" "$med"'
-{ n++; s[n] = $1 / $2; p[n] = $3 / $4; q[n] = $5 / $6; bs[n] = $7 / $2; bp[n] = $8 / $4; bq[n] = $9 / $6 }
+{ n++; s[n] = $1 / $2; p[n] = $3 / $4; q[n] = $5 / $6; bs[n] = $7 / $2; bp[n] = $8 / $4; bq[n] = $9 / $6
+  if ($10 > 0 && $11 > 0) { m++; hs[m] = $10 / $2; hq[m] = $11 / $6 } }
 END {
   ms = med(s, n); mp = med(p, n); mq = med(q, n); mbs = med(bs, n); mbp = med(bp, n); mbq = med(bq, n)
   printf "bench: pslite_sparse_step%s_ratio %.2f range=%.2f-%.2f target=<= 0.6\n", sfx, ms, s[1], s[n]
@@ -263,4 +267,9 @@ END {
   printf "bench: pslite_sparse_step%s_tcp_bound %.2f range=%.2f-%.2f (raw TCP / ps-lite)\n", sfx, mbs, bs[1], bs[n]
   printf "bench: pslite_sparse_pull_rows%s_tcp_bound %.2f range=%.2f-%.2f (raw TCP / ps-lite)\n", sfx, mbp, bp[1], bp[n]
   printf "bench: pslite_sparse_push_rows%s_tcp_bound %.2f range=%.2f-%.2f (raw TCP / ps-lite)\n", sfx, mbq, bq[1], bq[n]
+  if (m > 0) { # ours pushing bfloat16 against ps-lite pushing float32
+    mhs = med(hs, m); mhq = med(hq, m)
+    printf "bench: pslite_sparse_step_bf16_ratio %.2f range=%.2f-%.2f target=<= 0.6\n", mhs, hs[1], hs[m]
+    printf "bench: pslite_sparse_push_rows_bf16_ratio %.2f range=%.2f-%.2f target=>= 1.5\n", mhq, hq[1], hq[m]
+  }
 }' "$tmp/rounds"
