@@ -351,6 +351,43 @@ START_TEST(refused_dtypes) {
 }
 END_TEST
 
+/* ---- ps-worker --gradient-dtype ---- */
+
+/* Runs ps-worker with @args: exit status @want_rc, and the output holds
+ * @want_text and @also (when not NULL). */
+static void expect_run(const char *args, int want_rc, const char *want_text,
+                       const char *also) {
+  char cmd[2048];
+  snprintf(cmd, sizeof cmd, "'%s' %s",
+           harness_prog("PS_WORKER", "build/worker/ps-worker"), args);
+  char *out = NULL;
+  int rc = harness_run(cmd, &out);
+  ck_assert_msg(rc == want_rc && strstr(out, want_text) != NULL &&
+                    (also == NULL || strstr(out, also) != NULL),
+                "%s: exit %d (want %d), output lacks \"%s\" or \"%s\":\n%s", cmd, rc,
+                want_rc, want_text, also ? also : "", out);
+  free(out);
+}
+
+START_TEST(ps_worker_flag) {
+  expect_run("--help", 0, "--gradient-dtype T    float or bfloat16", NULL);
+  expect_run("--gradient-dtype half", 2,
+             "ps-worker: unknown --gradient-dtype 'half' (float, bfloat16)", NULL);
+  expect_run("--import-meta /nonexistent.meta --gradient-dtype bfloat16", 2,
+             "ps-worker: --gradient-dtype bfloat16 applies to the built-in models' "
+             "optimizers, not to an --import-meta graph",
+             NULL);
+  char args[1024];
+  snprintf(
+      args, sizeof args,
+      "--cluster '%s' --job worker --task 0 --model linreg --steps 30 --log-every 10 "
+      "--gradient-dtype bfloat16 --keep-ps",
+      H.spec);
+  expect_run(args, 0, "gradients go to the ps as bfloat16 (--gradient-dtype)",
+             "test mse");
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("bf16_gradients");
   TCase *tc = tcase_create("bf16_gradients");
@@ -363,6 +400,7 @@ int main(void) {
   tcase_add_test(tc, adagrad_rounds_each_distinct_row_once);
   tcase_add_test(tc, in_process_variables_ignore_the_setting);
   tcase_add_test(tc, refused_dtypes);
+  tcase_add_test(tc, ps_worker_flag);
   suite_add_tcase(s, tc);
   return ps_test_run(s);
 }
