@@ -105,6 +105,10 @@ typedef struct ps_apply_extra {
   size_t nhparams;
   size_t ndynamic; /* more hparams from inputs 1..ndynamic (scalars) */
   bool use_nesterov;
+  /* ps_optimizer_set_gradient_dtype(PS_DT_BFLOAT16): the session sends
+   * input 0 (the gradient) as bfloat16 when the variable is float32 and on
+   * a ps (worker/train/session_remote.c); false: as computed. */
+  bool bf16_gradient;
   /* SyncReplicasOptimizer (0: an asynchronous update).  The ps aggregates
    * sync_replicas_to_aggregate updates of each step (proto/ps.proto); the
    * local step is input 1 + ndynamic, a read of global_step.  The update

@@ -35,6 +35,7 @@ typedef struct options {
   int64_t steps, batch, log_every, save_every_steps, vocab;
   int hidden, replicas, parts, max_to_keep, metrics_port;
   bool greedy;
+  bool bf16_gradients; /* --gradient-dtype bfloat16 */
   int num_workers;
   double lr, save_every_secs, ps_timeout;
   uint64_t seed;

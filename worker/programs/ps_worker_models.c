@@ -35,6 +35,14 @@ static ps_optimizer *make_optimizer(const options *o, ps_status *st) {
   if (o->sync) {
     opt = ps_sync_replicas_optimizer(opt, o->replicas, o->num_workers);
   }
+  if (opt && o->bf16_gradients) {
+    if (ps_optimizer_set_gradient_dtype(opt, PS_DT_BFLOAT16, st) != 0) {
+      ps_optimizer_destroy(opt);
+      return NULL;
+    }
+    PS_INFO("gradients go to the ps as bfloat16 (--gradient-dtype)%s",
+            o->local ? ": ignored with --local, nothing goes to a ps" : "");
+  }
   return opt;
 }
 

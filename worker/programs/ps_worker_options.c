@@ -36,6 +36,9 @@ static const char usage[] =
     "  --batch N             examples per step and worker (default 100)\n"
     "  --optimizer NAME      sgd, momentum, adagrad, adam (default per model)\n"
     "  --learning-rate X     (default per model)\n"
+    "  --gradient-dtype T    float or bfloat16: the dtype gradients go to the ps\n"
+    "                        in (default float; bfloat16 halves their bytes, the\n"
+    "                        ps sums in float32; built-in models only)\n"
     "  --seed N              data order and initializers (default 1)\n"
     "  --sync                synchronous training (SyncReplicas)\n"
     "  --replicas-to-aggregate N  gradients per --sync step (default: all)\n"
@@ -102,6 +105,7 @@ enum {
   O_BATCH,
   O_OPT,
   O_LR,
+  O_GRAD_DTYPE,
   O_SEED,
   O_SYNC,
   O_REPL,
@@ -193,6 +197,14 @@ static int model_option(int c, options *o) {
     break;
   case O_LR:
     if (parse_f64("--learning-rate", optarg, 0, &o->lr)) return 2;
+    break;
+  case O_GRAD_DTYPE:
+    if (strcmp(optarg, "float") && strcmp(optarg, "bfloat16")) {
+      fprintf(stderr, "ps-worker: unknown --gradient-dtype '%s' (float, bfloat16)\n",
+              optarg);
+      return 2;
+    }
+    o->bf16_gradients = !strcmp(optarg, "bfloat16");
     break;
   case O_SEED:
     if (parse_i64("--seed", optarg, 0, &v)) return 2;
@@ -321,6 +333,7 @@ int ps_worker_parse_args_(int argc, char **argv, options *o) {
       {"batch", required_argument, NULL, O_BATCH},
       {"optimizer", required_argument, NULL, O_OPT},
       {"learning-rate", required_argument, NULL, O_LR},
+      {"gradient-dtype", required_argument, NULL, O_GRAD_DTYPE},
       {"seed", required_argument, NULL, O_SEED},
       {"sync", no_argument, NULL, O_SYNC},
       {"replicas-to-aggregate", required_argument, NULL, O_REPL},
@@ -374,6 +387,12 @@ int ps_worker_parse_args_(int argc, char **argv, options *o) {
     }
   if (optind < argc) {
     fprintf(stderr, "ps-worker: unexpected argument '%s'\n%s", argv[optind], usage);
+    return 2;
+  }
+  if (o->bf16_gradients && o->meta) {
+    fprintf(stderr, "ps-worker: --gradient-dtype bfloat16 applies to the built-in "
+                    "models' optimizers, not to an --import-meta graph (its train op "
+                    "is the chief's)\n");
     return 2;
   }
   if (o->metrics_bind && o->metrics_port < 0) {

@@ -27,6 +27,7 @@ struct ps_optimizer {
   int op; /* PS_APPLY_* */
   double lr, momentum, init_accum, beta1, beta2, epsilon;
   bool nesterov;
+  bool bf16_gradient; /* ps_optimizer_set_gradient_dtype(PS_DT_BFLOAT16) */
   /* SyncReplicasOptimizer: wraps @inner (owned) */
   bool sync;
   ps_optimizer *inner;
@@ -93,6 +94,20 @@ void ps_optimizer_destroy(ps_optimizer *o) {
   if (o == NULL) return;
   if (o->sync) ps_optimizer_destroy(o->inner);
   free(o);
+}
+
+int ps_optimizer_set_gradient_dtype(ps_optimizer *o, ps_dtype dtype, ps_status *st) {
+  if (o == NULL)
+    return ps_status_set(st, PS_INVALID_ARGUMENT, "set_gradient_dtype: no optimizer");
+  if (dtype != PS_DT_FLOAT && dtype != PS_DT_BFLOAT16)
+    return ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "set_gradient_dtype: gradients go to the ps as float or "
+                         "bfloat16, not %s",
+                         ps_dtype_name(dtype));
+  /* a SyncReplicasOptimizer's apply nodes are its inner optimizer's */
+  if (o->sync && o->inner) o = o->inner;
+  o->bf16_gradient = dtype == PS_DT_BFLOAT16;
+  return 0;
 }
 
 /* The wrapped optimizer of a SyncReplicasOptimizer with its settings
@@ -328,6 +343,7 @@ static ps_node *apply_update(const minimize_ctx *c, ps_variable *v, ps_node *gra
   ps_apply_extra *e = calloc(1, sizeof *e);
   if (e == NULL) return ps_graph_oom_(c->g);
   e->use_nesterov = o->nesterov;
+  e->bf16_gradient = o->bf16_gradient;
   e->sync_replicas_to_aggregate = c->replicas;
   e->sync_total_num_replicas = c->total;
   ps_node *in[4] = {grad, c->b1r, c->b2r, NULL};

@@ -1,7 +1,10 @@
 /* The remote nodes of a run's wave (session.c says how a run goes): the
  * reads, initializers and updates of the variables on the ps, batched
  * into one Read and one Update RPC per ps, every ps at once; and the
- * creation of the variables on their ps. */
+ * creation of the variables on their ps.  An optimizer update marked
+ * bf16_gradient (ps_optimizer_set_gradient_dtype) of a float variable
+ * sends its gradient as a bfloat16 copy made here, freed with the batch;
+ * the ps widens it back (ps/service_update.c). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -95,6 +98,8 @@ typedef struct remote_batch {
   ps_task_updates *tu;
   double **hparams; /* the per-update hyperparameter arrays, owned */
   size_t nhparams;
+  ps_tensor **narrow; /* the bfloat16 copies of gradients, owned */
+  size_t nnarrow;
 } remote_batch;
 
 static void batch_free(remote_batch *b, run *r, int rc) {
@@ -114,6 +119,9 @@ static void batch_free(remote_batch *b, run *r, int rc) {
   for (size_t i = 0; i < b->nhparams; i++)
     free(b->hparams[i]);
   free(b->hparams);
+  for (size_t i = 0; i < b->nnarrow; i++)
+    ps_tensor_destroy(b->narrow[i]);
+  free(b->narrow);
   free(b->tw);
   free(b->tr);
   free(b->tu);
@@ -194,6 +202,27 @@ static int set_hparams(run *r, remote_batch *b, ps_node *n, ps_update *u) {
   return 0;
 }
 
+/* The gradient @val of optimizer update @n rounded to bfloat16 (a new
+ * tensor the batch owns) when @n asks for it and the variable is float;
+ * else @val itself.  NULL when out of memory. */
+static const ps_tensor *wire_value(run *r, remote_batch *b, ps_node *n, int op,
+                                   const ps_tensor *val) {
+  const ps_apply_extra *e = n->extra;
+  if (op < PS_APPLY_GRADIENT_DESCENT || e == NULL || !e->bf16_gradient ||
+      val->dtype != PS_DT_FLOAT)
+    return val;
+  ps_tensor *t = ps_tensor_create(PS_DT_BFLOAT16, &val->shape, false);
+  if (t == NULL || !GROW(b->narrow, b->nnarrow)) {
+    ps_tensor_destroy(t);
+    ps_session_oom_(r->st);
+    return NULL;
+  }
+  ps_bf16_narrow(ps_tensor_data(t), ps_tensor_data(val),
+                 (size_t)ps_tensor_num_elements(val));
+  b->narrow[b->nnarrow++] = t; /* room made above */
+  return t;
+}
+
 /* An update of @n's variable (or the assign of its computed initial value). */
 static int batch_add_update(run *r, remote_batch *b, task_work *w, ps_node *n) {
   ps_variable *v = n->var;
@@ -205,11 +234,14 @@ static int batch_add_update(run *r, remote_batch *b, task_work *w, ps_node *n) {
     return ps_status_set(r->st, PS_INVALID_ARGUMENT,
                          "%s: value has dtype %s but %s is %s", n->name,
                          ps_dtype_name(val->dtype), v->name, ps_dtype_name(v->dtype));
+  const ps_tensor *wv =
+      n->def->kind == PS_OPK_VAR_UPDATE ? wire_value(r, b, n, op, val) : val;
+  if (wv == NULL) return r->st->code;
   if (!GROW(w->ups, w->nups) || !GROW(w->up_nodes, w->nups) ||
       !GROW(w->up_results, w->nups))
     return ps_session_oom_(r->st);
   ps_update *u = &w->ups[w->nups];
-  *u = (ps_update){.name = v->name, .op = (ps_update_op)op, .value = val, .indices = idx};
+  *u = (ps_update){.name = v->name, .op = (ps_update_op)op, .value = wv, .indices = idx};
   w->up_results[w->nups] = (ps_update_result){0};
   ps_apply_extra *se = n->def->kind == PS_OPK_VAR_UPDATE ? n->extra : NULL;
   if (se && se->sync_replicas_to_aggregate > 0 &&

@@ -53,6 +53,26 @@ PS_API ps_optimizer *ps_sync_replicas_optimizer(ps_optimizer *inner,
                                                 int total_num_replicas);
 PS_API void ps_optimizer_destroy(ps_optimizer *o); /* NULL: no-op; frees a wrapped one */
 
+/* The dtype in which the train op sends each float32 variable's gradient
+ * to its ps: PS_DT_FLOAT (the default: as computed) or PS_DT_BFLOAT16 (half
+ * the bytes: each element rounded to nearest even once, after duplicate
+ * sparse indices are summed in float32 where the optimizer sums them; the
+ * ps widens it back and applies the update in float32).  Applies to the
+ * apply nodes of the minimize() calls that follow; variables of other
+ * dtypes, reads, assigns, global_step and Adam's beta powers always go as
+ * they are.  Only what goes to a ps changes: variables the session holds
+ * itself (placed on this worker, or a session without a client) are
+ * updated in float32, the setting ignored, since nothing crosses a
+ * network.  On a ps_sync_replicas_optimizer it is forwarded to
+ * the wrapped optimizer (setting either one is the same), and the ps then
+ * averages the widened gradients in float32.  Returns 0, or
+ * INVALID_ARGUMENT "set_gradient_dtype: gradients go to the ps as float or
+ * bfloat16, not DTYPE" (DTYPE as ps_dtype_name names it), or
+ * INVALID_ARGUMENT "set_gradient_dtype: no optimizer" for NULL; the
+ * optimizer is left as it was then.  Call from the thread that owns @o. */
+PS_API int ps_optimizer_set_gradient_dtype(ps_optimizer *o, ps_dtype dtype,
+                                           ps_status *st);
+
 /* tf.train.create_global_step: int64 scalar "global_step", zeros, not
  * trainable, in GLOBAL_VARIABLES and GLOBAL_STEP. */
 PS_API ps_variable *ps_create_global_step(ps_graph *g, ps_status *st);
