@@ -10,6 +10,10 @@
 #   PSLITE_DIR=DIR tests/bench/run.sh pslite [ROUNDS] [options]
 #                                (against dmlc/ps-lite: the sparse workload;
 #                                 --bulk-mib N dense; --agg 2 ps + 2 workers)
+#   sudo tests/bench/run.sh shaped [RATE ...] [-- bench_wire options]
+#                                (root: bfloat16 against float32 pushes to a
+#                                 ps behind a tbf-shaped veth; RATE as tc
+#                                 takes it or none, default none 10gbit 25gbit)
 # Configures build-release (meson setup build-release -Dbuildtype=release)
 # if it is missing, builds only what the benches need, and runs bench_ps
 # (its part (a) also against iperf3 when it is installed), bench_agg
@@ -27,6 +31,15 @@ cd "$root"
 build=${BENCH_BUILD:-build-release}
 if [ ! -f "$build/build.ninja" ]; then
   meson setup "$build" -Dbuildtype=release >&2
+fi
+if [ "${1:-}" = shaped ]; then
+  shift
+  if [ "$(id -u)" != 0 ]; then
+    echo "run.sh shaped: needs root (network namespaces, tc): sudo tests/bench/run.sh shaped" >&2
+    exit 2
+  fi
+  ninja -C "$build" tests/bench/bench_wire ps/ps-server >&2
+  PS_SERVER="$root/$build/ps/ps-server" exec bash "$root/tests/bench/shaped.sh" "$root/$build" "$@"
 fi
 ninja -C "$build" tests/bench/bench_ps tests/bench/bench_agg tests/bench/bench_train tests/bench/bench_ckpt tests/bench/bench_repl \
   ps/ps-server worker/ps-worker deploy/ps-launch tests/chaos/chaos_client worker/psctl >&2
