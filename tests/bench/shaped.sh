@@ -130,7 +130,9 @@ for r in "${rates[@]}"; do
   fi
   bps=0
   [ "$r" != none ] && bps=$(rate_bps "$r")
-  ip netns exec "$nsc" "$wire" "$net.1:2222" --label "$r" --link-bps "$bps" "$@" || status=1
+  # in the background: a signal's trap runs at once, not after the run
+  ip netns exec "$nsc" "$wire" "$net.1:2222" --label "$r" --link-bps "$bps" "$@" &
+  wait $! || status=1
 done
 kill -TERM "$ps_pid"
 wait "$ps_pid"
