@@ -26,7 +26,10 @@
  * smaller data may travel inline in the header (inline_data fields). */
 #define PS_RPC_INLINE_MAX (64 * 1024)
 
-void ps_rpc_global_init(void);     /* grpc_init(); call after any fork */
+void ps_rpc_global_init(void); /* grpc_init(); call after any fork */
+/* ps_rpc_global_init for the ps-server: also gives gRPC's TCP reads
+ * buffers that are freed as the chunks are consumed (rpc.c). */
+void ps_rpc_global_init_server(void);
 void ps_rpc_global_shutdown(void); /* grpc_shutdown() */
 
 /* A list of byte ranges.  For sending, each range is kept alive by @owner

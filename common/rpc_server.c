@@ -482,7 +482,7 @@ ps_rpc_server *ps_rpc_server_create(const char *addr, const ps_rpc_handler *h, s
     }
   }
   if (ps_rpc_open_listeners_(s, addr, st) != 0) goto fail;
-  grpc_arg a[5];
+  grpc_arg a[6];
   ps_rpc_unlimited_args_(a, 1);
   /* A connection that has made no call after UNAUTH_CONN_MS is shut by
    * the monitor (and logged); gRPC's own handshake deadline (120 s by
@@ -496,7 +496,12 @@ ps_rpc_server *ps_rpc_server_create(const char *addr, const ps_rpc_handler *h, s
     a[0].value.integer = s->opt.max_message_bytes > INT_MAX / 2
                              ? INT_MAX
                              : (int)(2 * s->opt.max_message_bytes);
-  grpc_channel_args args = {4, a};
+  /* A TCP read takes one buffer of at most a chunk message (see
+   * ps_rpc_global_init_server in rpc.c). */
+  a[4] = (grpc_arg){.type = GRPC_ARG_INTEGER,
+                    .key = GRPC_ARG_TCP_MAX_READ_CHUNK_SIZE,
+                    .value.integer = (int)PS_RPC_CHUNK_MAX};
+  grpc_channel_args args = {5, a};
   static const grpc_arg_pointer_vtable slot_vtable = {slot_copy, slot_destroy, slot_cmp};
   if (s->tls && ps_rpc_tls_external_ok_()) { /* see tls_hand_over */
     a[args.num_args++] = (grpc_arg){.type = GRPC_ARG_POINTER,

@@ -921,7 +921,7 @@ int main(int argc, char **argv) {
   /* Threads started from here on (gRPC's, checkpoint jobs) never take
    * SIGTERM or SIGINT: the main thread's loop does (loop_init). */
   mask_stop_signals(SIG_BLOCK);
-  ps_rpc_global_init();
+  ps_rpc_global_init_server();
   ps_store *store = ps_store_create(taskname);
   ps_service *svc = ps_service_create(store, taskname);
   ps_server_metrics metrics = {
