@@ -5,6 +5,7 @@
  * the scatter-add, the same steps pushing bfloat16 rows to a second ps
  * table, against the float32 push (checked against a mirror here). */
 #include "bench_ps_internal.h"
+#include "bf16_batch.h"
 
 /* ---- raw TCP baseline (forked child, no gRPC in it) ---- */
 
@@ -124,34 +125,6 @@ static void local_gather(const float *t, const int64_t *ids, size_t n, int64_t d
     memcpy(out + (int64_t)i * dim, t + ids[i] * dim, (size_t)dim * sizeof *t);
 }
 
-/* What the ps client does with a batch whose ids repeat, done the same
- * way for the baselines: the distinct ids in first-occurrence order and
- * each position's slot among them (stamp/slot: per-row scratch), and the
- * gradient rows summed per distinct id in the order they come (the first
- * copied, the others added), so every table gets the same arithmetic. */
-typedef struct batch_scratch {
-  int32_t *stamp, *slot; /* [rows] */
-  int32_t gen;
-  int64_t *uid; /* [batch] */
-  int32_t *from;
-  float *urows, *usum; /* [batch * dim] */
-} batch_scratch;
-
-static int64_t batch_unique(batch_scratch *w, const int64_t *ids, int64_t n) {
-  int64_t nu = 0;
-  w->gen++;
-  for (int64_t i = 0; i < n; i++) {
-    int64_t id = ids[i];
-    if (w->stamp[id] != w->gen) {
-      w->stamp[id] = w->gen;
-      w->slot[id] = (int32_t)nu;
-      w->uid[nu++] = id;
-    }
-    w->from[i] = w->slot[id];
-  }
-  return nu;
-}
-
 /* Built as the client's sum is (worker/client/dedup.c), wide vectors where
  * the CPU has them. */
 __attribute__((target_clones("avx512f", "avx2", "default"))) static void
@@ -171,74 +144,6 @@ batch_sum(batch_scratch *w, int64_t n, int64_t dim, const float *g) {
 }
 
 /* ---- the bfloat16 push (scatter-add only) ---- */
-
-/* The user's conversion of a float32 gradient batch to bfloat16: round to
- * nearest even, a NaN kept a NaN, bit for bit ps_float_to_bf16 (checked by
- * bf16_conversion_ok, and by the mirror, which converts with
- * ps_float_to_bf16), written as a loop the compiler vectorizes. */
-__attribute__((target_clones("avx512f", "avx2", "default"))) static void
-to_bf16(uint16_t *dst, const float *src, size_t n) {
-  const uint32_t *s = (const uint32_t *)(const void *)src;
-  for (size_t i = 0; i < n; i++) {
-    uint32_t x = s[i], r = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
-    dst[i] = (uint16_t)((x & 0x7fffffffu) > 0x7f800000u ? (x >> 16) | 0x40u : r);
-  }
-}
-
-/* to_bf16 against ps_float_to_bf16 on every bfloat16 neighbourhood: each
- * high half with low halves 0, the tie 0x8000 and either side of it, and
- * 0xffff (the gradients of (d), multiples of 1/8, convert exactly, so the
- * mirror alone would not see a wrong rounding). */
-static int bf16_conversion_ok(void) {
-  static const uint32_t lo[5] = {0, 0x7fff, 0x8000, 0x8001, 0xffff};
-  enum { N = 65536 * 5 };
-  float *f = malloc(N * sizeof *f);
-  uint16_t *h = malloc(N * sizeof *h);
-  int ok = f != NULL && h != NULL;
-  if (ok) {
-    for (uint32_t i = 0; i < N; i++) {
-      uint32_t x = (i / 5) << 16 | lo[i % 5];
-      memcpy(&f[i], &x, sizeof x);
-    }
-    to_bf16(h, f, N);
-    for (uint32_t i = 0; i < N && ok; i++)
-      ok = h[i] == ps_float_to_bf16(f[i]);
-    if (!ok) fprintf(stderr, "bench: the bench's bfloat16 conversion differs\n");
-  } else {
-    fprintf(stderr, "bench: out of memory\n");
-  }
-  free(f);
-  free(h);
-  return ok;
-}
-
-/* One step on the bfloat16 table's mirror: what the client and the ps do
- * with step @g pushed as bfloat16 (each element converted by the user's
- * ps_float_to_bf16).  The client sums the rows of each distinct id in
- * float32 in the order they come (worker/client/dedup.c, the first widened,
- * the others added) and rounds each sum to bfloat16 once; the ps widens it
- * and adds it to the row in float32. */
-static void bf16_mirror_step(float *t, batch_scratch *w, const int64_t *ids, int64_t n,
-                             int64_t dim, const float *g) {
-  int64_t nu = batch_unique(w, ids, n);
-  int32_t seen = 0;
-  for (int64_t i = 0; i < n; i++) {
-    float *o = w->usum + (int64_t)w->from[i] * dim;
-    const float *v = g + i * dim;
-    int first = w->from[i] == seen;
-    seen += first;
-    for (int64_t k = 0; k < dim; k++) {
-      float x = ps_bf16_to_float(ps_float_to_bf16(v[k]));
-      o[k] = first ? x : o[k] + x;
-    }
-  }
-  for (int64_t q = 0; q < nu; q++) {
-    float *d = t + w->uid[q] * dim;
-    const float *s = w->usum + q * dim;
-    for (int64_t k = 0; k < dim; k++)
-      d[k] += ps_bf16_to_float(ps_float_to_bf16(s[k]));
-  }
-}
 
 /* A second client of ps 0 for the bfloat16 table: each client remembers
  * its last deduplications (worker/client/dedup.h), and with one client the
@@ -344,7 +249,7 @@ int bench_sparse(ps_client *c, int tfd, const opts *o) {
     fprintf(stderr, "bench: out of memory\n");
     goto out;
   }
-  if (bf16 && !bf16_conversion_ok()) goto out;
+  if (bf16 && !bf16_conversion_ok("bench")) goto out;
   size_t uniq = 0;
   {
     int64_t *s = malloc((size_t)b * sizeof *s);
@@ -480,7 +385,7 @@ int bench_sparse(ps_client *c, int tfd, const opts *o) {
           goto out;
         }
         double t1 = now_s();
-        to_bf16(ps_tensor_data(gh), g, (size_t)(b * dim));
+        bf16_from_float(ps_tensor_data(gh), g, (size_t)(b * dim));
         double t2 = now_s();
         if (ps_client_update(c2, 0, &u, 1, &st) != 0) {
           rc = ps_fail("sparse push (bfloat16)", &st);

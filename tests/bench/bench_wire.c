@@ -22,6 +22,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bf16_batch.h"
 #include "paramserver/client.h"
 #include "zipf.h"
 
@@ -51,104 +52,11 @@ static double quantile(double *v, size_t n, double q) {
   return v[(size_t)(q * (double)(n - 1) + 0.5)];
 }
 
-/* The user's conversion of float32 values to bfloat16: round to nearest
- * even, a NaN kept a NaN, bit for bit ps_float_to_bf16 (checked by
- * bf16_conversion_ok), written as a loop the compiler vectorizes; the
- * same as bench_ps_sparse.c's. */
-__attribute__((target_clones("avx512f", "avx2", "default"))) static void
-to_bf16(uint16_t *dst, const float *src, size_t n) {
-  const uint32_t *s = (const uint32_t *)(const void *)src;
-  for (size_t i = 0; i < n; i++) {
-    uint32_t x = s[i], r = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
-    dst[i] = (uint16_t)((x & 0x7fffffffu) > 0x7f800000u ? (x >> 16) | 0x40u : r);
-  }
-}
-
-/* to_bf16 against ps_float_to_bf16 on every bfloat16 neighbourhood: each
- * high half with low halves 0, the tie 0x8000 and either side of it, and
- * 0xffff. */
-static int bf16_conversion_ok(void) {
-  static const uint32_t lo[5] = {0, 0x7fff, 0x8000, 0x8001, 0xffff};
-  enum { N = 65536 * 5 };
-  float *f = malloc(N * sizeof *f);
-  uint16_t *h = malloc(N * sizeof *h);
-  int ok = f != NULL && h != NULL;
-  if (ok) {
-    for (uint32_t i = 0; i < N; i++) {
-      uint32_t x = (i / 5) << 16 | lo[i % 5];
-      memcpy(&f[i], &x, sizeof x);
-    }
-    to_bf16(h, f, N);
-    for (uint32_t i = 0; i < N && ok; i++)
-      ok = h[i] == ps_float_to_bf16(f[i]);
-    if (!ok) fprintf(stderr, "bench_wire: the bench's bfloat16 conversion differs\n");
-  } else {
-    fprintf(stderr, "bench_wire: out of memory\n");
-  }
-  free(f);
-  free(h);
-  return ok;
-}
-
 /* The dense value of element @j at step @i: not a bfloat16 value, so the
  * rounding shows in the check. */
 static float dense_value(int64_t i, int64_t j) {
   return (float)((uint64_t)(j * 2654435761ll + i * 40503ll) % 4093u) * (1.0f / 1024.0f) -
          2.0f;
-}
-
-/* The distinct ids of a batch in first-occurrence order and each position's
- * slot among them, to mirror the client's per-id sum (stamp, slot: per
- * row; uid, from: per position; usum: a row per distinct id). */
-typedef struct batch_scratch {
-  int32_t *stamp, *slot;
-  int32_t gen;
-  int64_t *uid;
-  int32_t *from;
-  float *usum;
-} batch_scratch;
-
-static int64_t batch_unique(batch_scratch *w, const int64_t *ids, int64_t n) {
-  int64_t nu = 0;
-  w->gen++;
-  for (int64_t i = 0; i < n; i++) {
-    int64_t id = ids[i];
-    if (w->stamp[id] != w->gen) {
-      w->stamp[id] = w->gen;
-      w->slot[id] = (int32_t)nu;
-      w->uid[nu++] = id;
-    }
-    w->from[i] = w->slot[id];
-  }
-  return nu;
-}
-
-/* One step on the bfloat16 table's mirror: the client sums the widened rows
- * of each distinct id in float32 in the order they come (the first copied,
- * the others added) and rounds each sum to bfloat16 once; the ps widens
- * it and adds it to the row in float32 (as bench_ps_sparse.c's mirror).
- * Returns the number of distinct ids. */
-static int64_t bf16_mirror_step(float *t, batch_scratch *w, const int64_t *ids, int64_t n,
-                                int64_t dim, const float *g) {
-  int64_t nu = batch_unique(w, ids, n);
-  int32_t seen = 0;
-  for (int64_t i = 0; i < n; i++) {
-    float *o = w->usum + (int64_t)w->from[i] * dim;
-    const float *v = g + i * dim;
-    int first = w->from[i] == seen;
-    seen += first;
-    for (int64_t k = 0; k < dim; k++) {
-      float x = ps_bf16_to_float(ps_float_to_bf16(v[k]));
-      o[k] = first ? x : o[k] + x;
-    }
-  }
-  for (int64_t q = 0; q < nu; q++) {
-    float *d = t + w->uid[q] * dim;
-    const float *s = w->usum + q * dim;
-    for (int64_t k = 0; k < dim; k++)
-      d[k] += ps_bf16_to_float(ps_float_to_bf16(s[k]));
-  }
-  return nu;
 }
 
 /* 0 when the ps's @name equals @want (@n floats) bit for bit. */
@@ -287,7 +195,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bench_wire: out of memory\n");
     goto out;
   }
-  if (!bf16_conversion_ok()) goto out;
+  if (!bf16_conversion_ok("bench_wire")) goto out;
   char json[600];
   if (snprintf(json, sizeof json, "{\"ps\": [\"%s\"]}", o.addr) >= (int)sizeof json) {
     fprintf(stderr, "bench_wire: address too long\n");
@@ -344,7 +252,7 @@ int main(int argc, char **argv) {
       } else if (which == 1) {
         ps_update u = {
             .name = names[1], .op = PS_SCATTER_ADD, .value = g16, .indices = ix};
-        to_bf16(ps_tensor_data(g16), g, gn);
+        bf16_from_float(ps_tensor_data(g16), g, gn);
         t1 = now_s();
         urc = ps_client_update(c16, 0, &u, 1, &st);
       } else if (which == 2) {
@@ -352,7 +260,7 @@ int main(int argc, char **argv) {
         urc = ps_client_update(c32, 0, &u, 1, &st);
       } else {
         ps_update u = {.name = names[3], .op = PS_ASSIGN_ADD, .value = d16};
-        to_bf16(ps_tensor_data(d16), dv, (size_t)nd);
+        bf16_from_float(ps_tensor_data(d16), dv, (size_t)nd);
         t1 = now_s();
         urc = ps_client_update(c16, 0, &u, 1, &st);
       }
