@@ -594,16 +594,17 @@ uint16_t ps_float_to_bf16(float f) {
  * visibility). */
 __attribute__((target_clones("avx512f", "avx2", "default"))) static void
 bf16_widen(float *dst, const uint16_t *src, size_t n) {
-  uint32_t *d = (uint32_t *)(void *)dst;
-  for (size_t i = 0; i < n; i++)
-    d[i] = (uint32_t)src[i] << 16;
+  for (size_t i = 0; i < n; i++) {
+    uint32_t x = (uint32_t)src[i] << 16;
+    memcpy(&dst[i], &x, sizeof x);
+  }
 }
 
 __attribute__((target_clones("avx512f", "avx2", "default"))) static void
 bf16_narrow(uint16_t *dst, const float *src, size_t n) {
-  const uint32_t *s = (const uint32_t *)(const void *)src;
   for (size_t i = 0; i < n; i++) {
-    uint32_t x = s[i];
+    uint32_t x;
+    memcpy(&x, &src[i], sizeof x);
     uint32_t r = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
     dst[i] = (uint16_t)((x & 0x7fffffffu) > 0x7f800000u ? (x >> 16) | 0x40u : r);
   }

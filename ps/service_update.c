@@ -52,7 +52,7 @@ typedef struct upd_ctx {
   size_t n;
   ps_rpc_call *call;
   bool any_sync;
-  int64_t bytes;            /* staged bytes (values and indices) */
+  int64_t bytes;            /* held once admitted: indices, values (widened) */
   ps_sync_waiter *held;     /* calls whose step this one applied: answered with it */
   atomic_int pending;       /* waiting updates + 1 while the handler runs */
   ps_status err;            /* a failure after validation (out of memory) */
@@ -306,7 +306,7 @@ static int update_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *
   if (x->items == NULL) return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
   ps_rpc_segs sink = {0};
   int rc = 0;
-  size_t staged = 0;
+  size_t staged = 0, widened = 0; /* widened: what float32 adds to the wire bytes */
   for (size_t i = 0; i < x->n && rc == 0; i++) {
     upd_item *it = &x->items[i];
     Paramserver__Update *u = x->req->updates[i];
@@ -333,7 +333,7 @@ static int update_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *
     if ((rc = ps_svc_shape_from_(&it->shape, u->shape, u->n_shape, u->name, st)) != 0)
       break;
     if (u->dtype == PS_DT_BFLOAT16 && it->v->dtype == PS_DT_FLOAT) {
-      if (!adds_to_var(u->op) || u->fill) {
+      if (!adds_to_var(u->op)) { /* fills: only on Assign (ps_svc_check_fill_) */
         rc = ps_status_set(st, PS_INVALID_ARGUMENT,
                            "%s %s: a bfloat16 value for a float variable is taken only "
                            "by the ops that add to it (AssignAdd, AssignSub, ScatterAdd, "
@@ -377,6 +377,7 @@ static int update_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *
         (rc = ps_svc_add_staged_(s, &staged, vb, "Update", st)) != 0 ||
         (it->widen && (rc = ps_svc_add_staged_(s, &staged, 2 * vb, "Update", st)) != 0))
       break;
+    if (it->widen) widened += vb;
     bool zero = u->fill && ps_init_type_from_name(u->fill->type) == PS_INIT_ZEROS;
     if ((it->val = ps_buf_create(vb, zero)) == NULL) {
       rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED,
@@ -391,7 +392,8 @@ static int update_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *
     }
   }
   if (rc == 0 && x->any_sync) rc = check_sync_unique(x, st);
-  x->bytes = (int64_t)sink.total;
+  /* what the update holds once admitted (update_data): its values widened */
+  x->bytes = (int64_t)(sink.total + widened);
   if (rc == 0 && s->repl && sink.total > PS_RPC_INLINE_MAX) stage(x, shard);
   return ps_svc_expect_(c, rc, &x->req->inline_data, &sink, "Update", "updates", st);
 }
