@@ -589,19 +589,18 @@ uint16_t ps_float_to_bf16(float f) {
   return (uint16_t)(x >> 16);
 }
 
-/* The loops, picked for the CPU at load time (static: an ifunc of an
- * external name would be exported from libpsworker whatever its
- * visibility). */
-__attribute__((target_clones("avx512f", "avx2", "default"))) static void
-bf16_widen(float *dst, const uint16_t *src, size_t n) {
+/* Plain loops the compiler vectorizes (no target_clones here: an ifunc
+ * of an external name is exported from libpsworker whatever its
+ * visibility, and ifunc resolvers run before ThreadSanitizer's runtime is
+ * up, which kills every program of common/ under TSan). */
+static void bf16_widen(float *dst, const uint16_t *src, size_t n) {
   for (size_t i = 0; i < n; i++) {
     uint32_t x = (uint32_t)src[i] << 16;
     memcpy(&dst[i], &x, sizeof x);
   }
 }
 
-__attribute__((target_clones("avx512f", "avx2", "default"))) static void
-bf16_narrow(uint16_t *dst, const float *src, size_t n) {
+static void bf16_narrow(uint16_t *dst, const float *src, size_t n) {
   for (size_t i = 0; i < n; i++) {
     uint32_t x;
     memcpy(&x, &src[i], sizeof x);
