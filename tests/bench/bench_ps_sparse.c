@@ -439,9 +439,7 @@ int bench_sparse(ps_client *c, int tfd, const opts *o) {
     }
     const float *p16 = ps_tensor_data(whole16.out);
     if (memcmp(p16, mirror, tb) != 0) {
-      size_t k = 0;
-      while (memcmp(p16 + k, mirror + k, sizeof *p16) == 0)
-        k++;
+      size_t k = first_difference(p16, mirror, tb / sizeof *p16);
       fprintf(stderr,
               "bench: the ps's emb_bf16 differs from its mirror after the steps "
               "(first at row %zu column %zu: %.9g, mirror %.9g)\n",

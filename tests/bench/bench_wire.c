@@ -73,9 +73,7 @@ static int check_var(ps_client *c, const char *name, const float *want, size_t n
     fprintf(stderr, "bench_wire: %s has %zu bytes, not %zu\n", name,
             ps_tensor_nbytes(r.out), n * sizeof *want);
   } else if (memcmp(got, want, n * sizeof *want) != 0) {
-    size_t k = 0;
-    while (memcmp(got + k, want + k, sizeof *got) == 0)
-      k++;
+    size_t k = first_difference(got, want, n);
     fprintf(stderr,
             "bench_wire: %s differs from what the adds give (first at %zu: %.9g, "
             "expected %.9g)\n",

@@ -76,3 +76,10 @@ int64_t bf16_mirror_step(float *t, batch_scratch *w, const int64_t *ids, int64_t
   }
   return nu;
 }
+
+size_t first_difference(const float *a, const float *b, size_t n) {
+  size_t k = 0;
+  while (k < n && memcmp(a + k, b + k, sizeof *a) == 0)
+    k++;
+  return k;
+}

@@ -44,4 +44,7 @@ int bf16_conversion_ok(const char *who);
 int64_t bf16_mirror_step(float *t, batch_scratch *w, const int64_t *ids, int64_t n,
                          int64_t dim, const float *g);
 
+/* The first of @n floats where @a and @b differ bit for bit (@n if none). */
+size_t first_difference(const float *a, const float *b, size_t n);
+
 #endif
