@@ -526,6 +526,7 @@ int ps_rpc_run(ps_rpc_req *reqs, size_t n) {
   size_t live = 0, nprobe = 0;
   bool watching = false, probes_cancelled = false;
   int64_t t0 = mono_ns(), next_warn = t0 + PS_RPC_SLOW_WARN_NS, last_turn = t0;
+  int64_t spin_ns = ps_rpc_poll_spin_us() * 1000;
   for (size_t i = 0; i < n; i++) {
     ccall *cc = &cs[i];
     ccall_init(cc, &reqs[i]);
@@ -553,11 +554,10 @@ int ps_rpc_run(ps_rpc_req *reqs, size_t n) {
         if (w[k].probing) grpc_call_cancel(cs[n + k].call, NULL);
       probes_cancelled = true;
     }
-    grpc_event ev = grpc_completion_queue_next(
-        cq,
+    grpc_event ev = ps_rpc_cq_wait_(
+        cq, spin_ns,
         gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
-                     gpr_time_from_millis(watching ? 100 : 500, GPR_TIMESPAN)),
-        NULL);
+                     gpr_time_from_millis(watching ? 100 : 500, GPR_TIMESPAN)));
     now = mono_ns();
     if (live > 0 && now >= next_warn) { /* a dead link or a stuck ps shows in the log */
       for (size_t i = 0; i < n; i++)

@@ -47,6 +47,11 @@ static inline int64_t mono_ns(void) {
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+/* The next event of @cq: polled for up to @spin_ns first (rpc.h,
+ * PS_RPC_DEFAULT_POLL_SPIN_US), then waited for until @deadline. */
+grpc_event ps_rpc_cq_wait_(grpc_completion_queue *cq, int64_t spin_ns,
+                           gpr_timespec deadline);
+
 /* The server.
  *
  * Lifetime.  Every call object (a registered call, a generic call, posted
@@ -192,6 +197,7 @@ struct ps_rpc_server {
   int nthreads;
   void *user;
   ps_rpc_server_options opt;
+  atomic_int polling; /* a thread polls before sleeping: one at a time */
   atomic_int shutting_down;
   atomic_long live; /* see "Lifetime" above */
   tag shutdown_tag;

@@ -39,6 +39,7 @@ void ps_rpc_server_options_default(ps_rpc_server_options *o) {
   o->max_message_bytes = PS_RPC_DEFAULT_MAX_MESSAGE_BYTES;
   o->stream_timeout_ms = (int64_t)PS_RPC_DEFAULT_STREAM_TIMEOUT_SECS * 1000;
   o->max_connections = PS_RPC_DEFAULT_MAX_CONNECTIONS;
+  o->poll_spin_us = PS_RPC_DEFAULT_POLL_SPIN_US;
 }
 
 static void post_request(ps_rpc_server *s, size_t hi) {
@@ -367,9 +368,14 @@ static void generic_event(generic_call *g, int ok) {
 
 static void *server_thread(void *arg) {
   ps_rpc_server *s = arg;
+  int64_t spin_ns = s->opt.poll_spin_us * 1000;
   for (;;) {
+    /* one poller is enough to catch the next event; the others sleep */
+    int idle = 0;
+    bool poll = spin_ns > 0 && atomic_compare_exchange_strong(&s->polling, &idle, 1);
     grpc_event ev =
-        grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        ps_rpc_cq_wait_(s->cq, poll ? spin_ns : 0, gpr_inf_future(GPR_CLOCK_REALTIME));
+    if (poll) atomic_store(&s->polling, 0);
     if (ev.type == GRPC_QUEUE_SHUTDOWN) break;
     if (ev.type != GRPC_OP_COMPLETE) continue;
     tag *t = ev.tag;
@@ -456,6 +462,9 @@ ps_rpc_server *ps_rpc_server_create(const char *addr, const ps_rpc_handler *h, s
   s->nh = nh;
   s->user = user;
   s->nthreads = s->opt.nthreads < 1 ? 1 : s->opt.nthreads;
+  if (s->opt.poll_spin_us < 0) s->opt.poll_spin_us = 0;
+  if (s->opt.poll_spin_us > PS_RPC_MAX_POLL_SPIN_US)
+    s->opt.poll_spin_us = PS_RPC_MAX_POLL_SPIN_US;
   s->shutdown_tag.kind = TAG_SHUTDOWN;
   atomic_init(&s->live, 1); /* the shutdown tag's */
   s->reg = calloc(nh ? nh : 1, sizeof *s->reg);

@@ -43,6 +43,9 @@ static const char usage[] =
     "  --task N                 task index (default 0)\n"
     "  --bind HOST              listen on HOST only (default: every interface)\n"
     "  --threads N              RPC threads (default: one per two cores)\n"
+    "  --poll-spin-us N         after each event an RPC thread polls for N us\n"
+    "                           before it sleeps (default PS_POLL_SPIN_US, else\n"
+    "                           1000; 0: never)\n"
     "  --grace-secs S           on SIGTERM, let calls finish for S s (default 10)\n"
     "  --drain-secs S           on SIGTERM, first serve on for S s (default 0)\n"
     "  --checkpoint-dir D       save and restore checkpoints under D\n"
@@ -324,6 +327,7 @@ static const struct option opts[] = {
     {"job", required_argument, NULL, 'j'},
     {"task", required_argument, NULL, 't'},
     {"threads", required_argument, NULL, 'n'},
+    {"poll-spin-us", required_argument, NULL, 4000},
     {"grace-secs", required_argument, NULL, 'g'},
     {"checkpoint-dir", required_argument, NULL, 'C'},
     {"bind", required_argument, NULL, 'b'},
@@ -426,6 +430,15 @@ static int other_option(server_args *a, int o, bool *exit_now) {
     a->threads = (int)strtol(optarg, &end, 10);
     if (*end || a->threads < 1 || a->threads > 256) {
       fprintf(stderr, "ps-server: --threads must be 1..256, got '%s'\n", optarg);
+      return 2;
+    }
+    break;
+  case 4000:
+    if (ps_rpc_parse_poll_spin_us(optarg, &a->ropt.poll_spin_us) != 0) {
+      fprintf(stderr,
+              "ps-server: --poll-spin-us must be an integer from 0 to %d (microseconds), "
+              "got '%s'\n",
+              PS_RPC_MAX_POLL_SPIN_US, optarg);
       return 2;
     }
     break;
@@ -546,6 +559,7 @@ static int parse_args(int argc, char **argv, server_args *a) {
   a->lease_ttl = -1;
   ps_service_limits_default(&a->limits);
   ps_rpc_server_options_default(&a->ropt);
+  a->ropt.poll_spin_us = -1; /* not given: PS_POLL_SPIN_US, else the default */
   int o, li = 0, rc;
   bool exit_now = false;
   /* the environment first: flags override it */
@@ -922,6 +936,10 @@ int main(int argc, char **argv) {
    * SIGTERM or SIGINT: the main thread's loop does (loop_init). */
   mask_stop_signals(SIG_BLOCK);
   ps_rpc_global_init_server();
+  if (a.ropt.poll_spin_us < 0)
+    a.ropt.poll_spin_us = ps_rpc_poll_spin_us();
+  else /* its own calls (replication, etcd) poll alike */
+    ps_rpc_set_poll_spin_us(a.ropt.poll_spin_us);
   ps_store *store = ps_store_create(taskname);
   ps_service *svc = ps_service_create(store, taskname);
   ps_server_metrics metrics = {
@@ -1009,8 +1027,11 @@ int main(int argc, char **argv) {
   if (auth)
     snprintf(sec + strlen(sec), sizeof sec - strlen(sec), "%zu token(s), %zu admin", ntok,
              nadmin);
-  PS_INFO("serving on %s with %d threads (pid %d, at most %d connections; %s)", real_addr,
-          a.threads, (int)getpid(), a.ropt.max_connections, sec);
+  PS_INFO(
+      "serving on %s with %d threads polling %lld us (pid %d, at most %d connections; "
+      "%s)",
+      real_addr, a.threads, (long long)a.ropt.poll_spin_us, (int)getpid(),
+      a.ropt.max_connections, sec);
   printf("%s ready on %s\n", taskname, real_addr);
   fflush(stdout);
 run:

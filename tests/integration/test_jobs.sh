@@ -92,8 +92,9 @@ spec="$dir/spec.json"
 "$PS_WORKER" "${W[@]}" --cluster "$spec" --job worker --task 0 --steps 100 --no-final-save --keep-ps \
   > "$dir/c1.out" 2> "$dir/c1.err"
 check "chief: first start initializes" has "$dir/c1.err" "cluster ready (initialized) at global step 0"
+# (with no polling before sleeping: --poll-spin-us 0 changes nothing but CPU)
 "$PS_WORKER" "${W[@]}" --cluster "$spec" --job worker --task 0 --steps 150 --no-final-save --keep-ps \
-  > "$dir/c2.out" 2> "$dir/c2.err"
+  --poll-spin-us 0 > "$dir/c2.out" 2> "$dir/c2.err"
 check "chief: second start finds the live cluster and continues at step 100" \
   has "$dir/c2.err" "cluster ready (live) at global step 10[01]"
 check "chief: second start trains on to 150" test "$(step_of "$dir/c2.out")" -ge 150
@@ -296,6 +297,9 @@ check "restart: the job still reaches its accuracy" test -n "$(accuracy "$dir/rs
 # ---- 7. argument errors
 expect "ps-worker --model nope" 2 "unknown --model 'nope'" "$PS_WORKER" --model nope
 expect "ps-worker --steps -3" 2 "--steps must be an integer >= 0" "$PS_WORKER" --steps -3
+expect "ps-worker --poll-spin-us 20000" 2 \
+  "ps-worker: --poll-spin-us must be an integer from 0 to 10000 (microseconds), got '20000'" \
+  "$PS_WORKER" --poll-spin-us 20000
 expect "ps-worker --placement nope" 2 "unknown --placement 'nope'" "$PS_WORKER" --placement nope
 expect "ps-worker missing spec" 2 "$dir/none.json" "$PS_WORKER" --cluster "$dir/none.json"
 echo '{"worker": ["127.0.0.1:0"]}' > "$dir/nops.json"

@@ -750,6 +750,10 @@ START_TEST(bad_flag_values_exit_2) {
       {"--max-read-names", "", "--max-read-names must be a positive integer"},
       {"--max-gather-rows", "0", "--max-gather-rows must be a positive integer"},
       {"--max-hold-ms", "1.5", "--max-hold-ms must be a positive integer"},
+      {"--poll-spin-us", "10001",
+       "--poll-spin-us must be an integer from 0 to 10000 (microseconds), got '10001'"},
+      {"--poll-spin-us", "-1", "--poll-spin-us must be an integer from 0 to 10000"},
+      {"--poll-spin-us", "5us", "--poll-spin-us must be an integer from 0 to 10000"},
   };
   const char *prog = harness_prog("PS_SERVER", "build/ps/ps-server");
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -767,7 +771,7 @@ START_TEST(bad_flag_values_exit_2) {
   static const char *const flags[] = {"--max-tensor-bytes",  "--max-read-names",
                                       "--max-gather-rows",   "--max-hold-ms",
                                       "--max-message-bytes", "--stream-timeout-secs",
-                                      "--max-connections"};
+                                      "--max-connections",   "--poll-spin-us"};
   for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
     ck_assert_msg(strstr(out, flags[i]), "--help lacks %s", flags[i]);
   free(out);
@@ -789,9 +793,85 @@ START_TEST(good_flag_values_start) {
                                "0",
                                "--max-connections",
                                "100",
+                               "--poll-spin-us",
+                               "250",
                                NULL};
+  setenv("PS_POLL_SPIN_US", "0", 1); /* the flag wins */
   srv_start(extra, 0);
+  unsetenv("PS_POLL_SPIN_US");
   ck_assert(log_has("at most 100 connections"));
+  ck_assert(log_has(" threads polling 250 us"));
+  srv_stop_ok();
+  cleanup();
+}
+END_TEST
+
+/* ---- polling before sleeping (--poll-spin-us) ---- */
+
+/* CPU seconds (user + system) process @pid has used so far. */
+static double cpu_secs(pid_t pid) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  FILE *f = fopen(path, "r");
+  ck_assert_msg(f, "cannot open %s", path);
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  const char *p = strrchr(buf, ')'); /* the name may hold spaces */
+  ck_assert(p);
+  unsigned long long ut = 0, stime = 0;
+  /* after ")": state, then fields 4..13, then utime (14) and stime (15) */
+  ck_assert_int_eq(
+      sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &stime),
+      2);
+  return (double)(ut + stime) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* The longest poll there is, 10 ms after each event: after a burst of
+ * calls the ps goes back to sleep, so an idle ps uses (next to) no CPU.
+ * A poll that never ended would use a whole core. */
+START_TEST(poll_spin_ends_when_idle) {
+  const char *extra[] = {"--poll-spin-us", "10000", NULL};
+  srv_start(extra, 0);
+  ck_assert(log_wait("polling 10000 us", 10000));
+  ps_rpc_global_init();
+  ck_assert_int_eq(ps_rpc_set_poll_spin_us(10000), 0);
+  ck_assert_int_eq(ps_rpc_poll_spin_us(), 10000);
+  ck_assert_int_eq(ps_rpc_set_poll_spin_us(10001), -1);
+  ck_assert_int_eq(ps_rpc_set_poll_spin_us(-1), -1);
+  ck_assert_int_eq(ps_rpc_poll_spin_us(), 10000); /* unchanged */
+  ps_client *c = client();
+  ps_task_status ts;
+  ps_status st;
+  for (int i = 0; i < 300; i++)
+    PS_ASSERT_OK(ps_client_status(c, 0, &ts, &st), st);
+  pause_ms(300);
+  double t0 = cpu_secs(S.h.pids[0]);
+  pause_ms(1500);
+  double used = cpu_secs(S.h.pids[0]) - t0;
+  ck_assert_msg(used < 0.3, "an idle ps-server used %.2f CPU s in 1.5 s", used);
+  ps_client_destroy(c);
+  ps_rpc_global_shutdown();
+  srv_stop_ok();
+  cleanup();
+}
+END_TEST
+
+/* PS_POLL_SPIN_US is the default of --poll-spin-us; a bad one is logged
+ * and the default kept. */
+START_TEST(poll_spin_environment) {
+  setenv("PS_POLL_SPIN_US", "0", 1);
+  srv_start(NULL, 0);
+  ck_assert(log_wait("polling 0 us", 10000));
+  srv_stop_ok();
+  cleanup();
+  setenv("PS_POLL_SPIN_US", "fast", 1);
+  srv_start(NULL, 0);
+  unsetenv("PS_POLL_SPIN_US");
+  ck_assert(log_wait("polling 1000 us", 10000));
+  ck_assert(
+      log_has("PS_POLL_SPIN_US must be an integer from 0 to 10000 (microseconds), got "
+              "'fast'; using 1000"));
   srv_stop_ok();
   cleanup();
 }
@@ -956,6 +1036,8 @@ int main(int argc, char **argv) {
   tcase_add_test(tr, data_after_announced_bytes);
   tcase_add_test(tr, bad_flag_values_exit_2);
   tcase_add_test(tr, good_flag_values_start);
+  tcase_add_test(tr, poll_spin_ends_when_idle);
+  tcase_add_test(tr, poll_spin_environment);
   tcase_add_test(tr, log_escapes_control_characters);
   tcase_add_unchecked_fixture(tr, base_make, base_remove);
   suite_add_tcase(s, tr);

@@ -250,7 +250,8 @@ expect "secure: a Secret mounted read-write is refused" 1 \
 sed '0,/defaultMode: 288/s//defaultMode: 420/' "$sec" > "$dir/sbad4.yaml"
 expect "secure: a Secret volume of mode 0644 is refused" 1 \
   "StatefulSet ps: secret volume tls has mode 0644, not 0400 or 0440" v --secure "$dir/sbad4.yaml"
-sed "/^        - name: worker\$/a\          env: [{name: PS_AUTH_TOKEN, value: \"$(openssl rand -hex 32)\"}]" \
+# (into the worker container's env list, beside PS_POLL_SPIN_US)
+sed "/^        - name: worker\$/,/^          env:\$/s/^          env:\$/&\n            - {name: PS_AUTH_TOKEN, value: \"$(openssl rand -hex 32)\"}/" \
   "$sec" > "$dir/sbad5.yaml"
 expect "secure: an inline token is refused" 1 \
   "Job worker container worker: a token inline in env PS_AUTH_TOKEN" v --secure "$dir/sbad5.yaml"

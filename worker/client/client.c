@@ -37,6 +37,10 @@ void ps_library_shutdown(void) {
   pthread_mutex_unlock(&lib_mu);
 }
 
+int ps_library_set_poll_spin_us(int64_t us) {
+  return ps_rpc_set_poll_spin_us(us);
+}
+
 const char *ps_library_version(void) {
   return PS_VERSION;
 }

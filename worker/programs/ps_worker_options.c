@@ -54,6 +54,8 @@ static const char usage[] =
     "other:\n"
     "  --ps-timeout SECS     give up waiting for the ps (default 0: never)\n"
     "  --rpc-timeout SECS    fail when a ps is silent for SECS (default 60)\n"
+    "  --poll-spin-us N      poll N us for an answer before sleeping (default\n"
+    "                        PS_POLL_SPIN_US, else 1000; 0: never)\n"
     "  --metrics-port N      Prometheus metrics on port N (0: any; default none)\n"
     "  --metrics-bind HOST   serve them on HOST (default: every interface)\n"
     "  --keep-ps             leave the ps running when the job is "
@@ -106,6 +108,7 @@ enum {
   O_OPT,
   O_LR,
   O_GRAD_DTYPE,
+  O_POLL_SPIN,
   O_SEED,
   O_SYNC,
   O_REPL,
@@ -205,6 +208,16 @@ static int model_option(int c, options *o) {
       return 2;
     }
     o->bf16_gradients = !strcmp(optarg, "bfloat16");
+    break;
+  case O_POLL_SPIN:
+    if (ps_rpc_parse_poll_spin_us(optarg, &v) != 0) {
+      fprintf(stderr,
+              "ps-worker: --poll-spin-us must be an integer from 0 to %d (microseconds), "
+              "got '%s'\n",
+              PS_RPC_MAX_POLL_SPIN_US, optarg);
+      return 2;
+    }
+    ps_library_set_poll_spin_us(v);
     break;
   case O_SEED:
     if (parse_i64("--seed", optarg, 0, &v)) return 2;
@@ -334,6 +347,7 @@ int ps_worker_parse_args_(int argc, char **argv, options *o) {
       {"optimizer", required_argument, NULL, O_OPT},
       {"learning-rate", required_argument, NULL, O_LR},
       {"gradient-dtype", required_argument, NULL, O_GRAD_DTYPE},
+      {"poll-spin-us", required_argument, NULL, O_POLL_SPIN},
       {"seed", required_argument, NULL, O_SEED},
       {"sync", no_argument, NULL, O_SYNC},
       {"replicas-to-aggregate", required_argument, NULL, O_REPL},
