@@ -17,6 +17,7 @@
 
 #include "log.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <grpc/grpc.h>
@@ -129,6 +130,27 @@ grpc_event ps_rpc_cq_wait_(grpc_completion_queue *cq, int64_t spin_ns,
   return grpc_completion_queue_next(cq, deadline, NULL);
 }
 
+/* Debian 12's Abseil is built without NDEBUG, so every absl::Mutex that
+ * gRPC 1.51 locks (its grpc_core::Mutex) also updates Abseil's global
+ * lock-order graph for deadlock detection (GraphCycles::GetId, stack
+ * traces for new edges): 15-20K of the ~73K instructions a scalar call
+ * costs the ps-server (callgrind, bench_ps (b)).  Release builds of
+ * Abseil have it off; this turns it off too, through Abseil's own switch
+ * (absl::SetMutexDeadlockDetectionMode(kIgnore)), found by its mangled
+ * name in the Abseil gRPC is linked with, so another Abseil (another
+ * inline namespace) is simply left as it is.  PS_ABSL_DEADLOCK_DETECTION=1
+ * keeps it (debugging gRPC itself). */
+void ps_rpc_quiet_abseil(void) {
+  const char *e = getenv("PS_ABSL_DEADLOCK_DETECTION");
+  if (e && !strcmp(e, "1")) return;
+  void *sym = dlsym(RTLD_DEFAULT,
+                    "_ZN4absl7debian329SetMutexDeadlockDetectionModeENS0_15OnDeadlockCycleE");
+  if (sym == NULL) return;
+  void (*set_mode)(int);
+  memcpy(&set_mode, &sym, sizeof set_mode);
+  set_mode(0); /* absl::OnDeadlockCycle::kIgnore */
+}
+
 void ps_rpc_global_init(void) {
   /* A connection attempt of a channel with no call waiting on it (calls
    * fail fast while it reconnects) makes progress only when gRPC's backup
@@ -146,6 +168,7 @@ void ps_rpc_global_init(void) {
               "using %lld",
               PS_RPC_MAX_POLL_SPIN_US, spin, (long long)ps_rpc_poll_spin_us());
   }
+  ps_rpc_quiet_abseil();
   grpc_init();
 }
 /* gRPC 1.51's TCP reads (its default experiment "tcp_read_chunks") take

@@ -31,6 +31,11 @@ void ps_rpc_global_init(void); /* grpc_init(); call after any fork */
  * buffers that are freed as the chunks are consumed (rpc.c). */
 void ps_rpc_global_init_server(void);
 void ps_rpc_global_shutdown(void); /* grpc_shutdown() */
+/* Turns off Abseil's mutex deadlock detection, which Debian's Abseil
+ * leaves on under every lock gRPC takes (rpc.c); ps_rpc_global_init does
+ * it.  For a process that calls grpc_init() itself (the bench's bare
+ * gRPC server). */
+void ps_rpc_quiet_abseil(void);
 
 /* Polling before sleeping.  A thread that waits for gRPC's events (one
  * of a server's completion-queue threads at a time, after each event; a

@@ -106,6 +106,7 @@ static void *bare_watch(void *arg) {
 }
 
 void bare_server_main(int port_fd, int ctl_fd) {
+  ps_rpc_quiet_abseil(); /* as ours: gRPC without Debian's debug locks */
   grpc_init();
   grpc_arg a[3];
   unlimited_args(a, 1);
