@@ -46,6 +46,7 @@ static _Atomic int64_t client_spin_us = PS_RPC_DEFAULT_POLL_SPIN_US;
 static atomic_bool client_spin_set; /* by a call: the environment no longer counts */
 
 int ps_rpc_parse_poll_spin_us(const char *s, int64_t *us) {
+  if (s[0] < '0' || s[0] > '9') return -1; /* no sign, no space */
   char *end;
   errno = 0;
   long long v = strtoll(s, &end, 10);
@@ -65,7 +66,12 @@ int64_t ps_rpc_poll_spin_us(void) {
   return atomic_load(&client_spin_us);
 }
 
-/* Each poll is one epoll_wait with no timeout; between polls the thread
+/* Each poll is a grpc_completion_queue_next with a past deadline: one
+ * epoll_wait with no timeout when this thread holds gRPC 1.51's one
+ * epoll poller role (epoll1: one thread of the process at a time waits in
+ * epoll), else a look at the queue alone, so polling pays where the
+ * waiting thread is the process's only gRPC waiter (the ps-server's one
+ * RPC thread, a single-threaded training loop).  Between polls the thread
  * yields, so a thread sharing the core (the ps and its client on one CPU)
  * runs at once.  A yield that came back late means another thread had
  * work for this core: the thread then polls once more and sleeps, so on
@@ -77,9 +83,11 @@ int64_t ps_rpc_poll_spin_us(void) {
  * "running" count of /proc/loadavg (this thread included), read at most
  * once a millisecond by whichever thread asks.  A polling thread keeps its
  * core looking busy to the scheduler, which then does not move a waiting
- * thread of another core onto it (2 ps and 2 clients on 2 cores moved 6-9%
- * less with 1 ms of polling), so it polls only while every runnable thread
- * has a core. */
+ * thread of another core onto it (2 ps and 2 clients on 2 cores moved up
+ * to 9% less with 1 ms of polling), so it polls only while every runnable
+ * thread has a core.  Both figures are the host's (or container's view of
+ * it): in a container held to a few of many cores only the yield check
+ * below guards. */
 #define CROWD_CHECK_NS 1000000
 static _Atomic int64_t crowd_checked;
 static atomic_bool crowd;
@@ -92,14 +100,14 @@ static bool crowded(int64_t now) {
     return atomic_load(&crowd);
   int fd = atomic_load(&loadavg_fd);
   if (fd < 0) { /* first time; a race opens it twice and closes one */
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    atomic_store(&ncpu, n > 0 ? (int)n : 1); /* before the fd that says it is set */
     int nfd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
     if (nfd < 0) return false;
     if (!atomic_compare_exchange_strong(&loadavg_fd, &fd, nfd))
       close(nfd);
     else
       fd = nfd;
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    atomic_store(&ncpu, n > 0 ? (int)n : 1);
   }
   char buf[128];
   ssize_t r = pread(fd, buf, sizeof buf - 1, 0);
@@ -143,9 +151,16 @@ grpc_event ps_rpc_cq_wait_(grpc_completion_queue *cq, int64_t spin_ns,
 void ps_rpc_quiet_abseil(void) {
   const char *e = getenv("PS_ABSL_DEADLOCK_DETECTION");
   if (e && !strcmp(e, "1")) return;
-  void *sym = dlsym(RTLD_DEFAULT,
-                    "_ZN4absl7debian329SetMutexDeadlockDetectionModeENS0_15OnDeadlockCycleE");
-  if (sym == NULL) return;
+  static const char name[] =
+      "_ZN4absl7debian329SetMutexDeadlockDetectionModeENS0_15OnDeadlockCycleE";
+  void *sym = dlsym(RTLD_DEFAULT, name);
+  if (sym == NULL) { /* libpsworker loaded RTLD_LOCAL (Python's ctypes) */
+    void *lib = dlopen("libabsl_synchronization.so.20220623", RTLD_LAZY | RTLD_NOLOAD);
+    if (lib == NULL) return;
+    sym = dlsym(lib, name);
+    dlclose(lib);
+    if (sym == NULL) return;
+  }
   void (*set_mode)(int);
   memcpy(&set_mode, &sym, sizeof set_mode);
   set_mode(0); /* absl::OnDeadlockCycle::kIgnore */

@@ -37,9 +37,9 @@ void ps_rpc_global_shutdown(void); /* grpc_shutdown() */
  * gRPC server). */
 void ps_rpc_quiet_abseil(void);
 
-/* Polling before sleeping.  A thread that waits for gRPC's events (one
- * of a server's completion-queue threads at a time, after each event; a
- * client waiting for its calls' answers) first polls without blocking,
+/* Polling before sleeping.  A thread that waits for gRPC's events (a
+ * server's completion-queue thread after each event, when it has just
+ * one; a client waiting for its calls' answers) first polls without blocking,
  * yielding its core between polls, for up to this many microseconds, and
  * only then sleeps in epoll.  On a host whose idle cores sleep deeply (a
  * VM: a halted vCPU is woken by the hypervisor) a round trip between two

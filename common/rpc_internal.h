@@ -197,7 +197,6 @@ struct ps_rpc_server {
   int nthreads;
   void *user;
   ps_rpc_server_options opt;
-  atomic_int polling; /* a thread polls before sleeping: one at a time */
   atomic_int shutting_down;
   atomic_long live; /* see "Lifetime" above */
   tag shutdown_tag;

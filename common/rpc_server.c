@@ -368,14 +368,11 @@ static void generic_event(generic_call *g, int ok) {
 
 static void *server_thread(void *arg) {
   ps_rpc_server *s = arg;
-  int64_t spin_ns = s->opt.poll_spin_us * 1000;
+  /* With several threads only one at a time can wait in epoll (rpc.c): the
+   * others' polls would only look at the queue, so they sleep at once. */
+  int64_t spin_ns = s->nthreads == 1 ? s->opt.poll_spin_us * 1000 : 0;
   for (;;) {
-    /* one poller is enough to catch the next event; the others sleep */
-    int idle = 0;
-    bool poll = spin_ns > 0 && atomic_compare_exchange_strong(&s->polling, &idle, 1);
-    grpc_event ev =
-        ps_rpc_cq_wait_(s->cq, poll ? spin_ns : 0, gpr_inf_future(GPR_CLOCK_REALTIME));
-    if (poll) atomic_store(&s->polling, 0);
+    grpc_event ev = ps_rpc_cq_wait_(s->cq, spin_ns, gpr_inf_future(GPR_CLOCK_REALTIME));
     if (ev.type == GRPC_QUEUE_SHUTDOWN) break;
     if (ev.type != GRPC_OP_COMPLETE) continue;
     tag *t = ev.tag;

@@ -938,7 +938,7 @@ int main(int argc, char **argv) {
   ps_rpc_global_init_server();
   if (a.ropt.poll_spin_us < 0)
     a.ropt.poll_spin_us = ps_rpc_poll_spin_us();
-  else /* its own calls (replication, etcd) poll alike */
+  else /* its own calls to other ps tasks poll alike (etcd's do not) */
     ps_rpc_set_poll_spin_us(a.ropt.poll_spin_us);
   ps_store *store = ps_store_create(taskname);
   ps_service *svc = ps_service_create(store, taskname);
@@ -1030,8 +1030,8 @@ int main(int argc, char **argv) {
   PS_INFO(
       "serving on %s with %d threads polling %lld us (pid %d, at most %d connections; "
       "%s)",
-      real_addr, a.threads, (long long)a.ropt.poll_spin_us, (int)getpid(),
-      a.ropt.max_connections, sec);
+      real_addr, a.threads, (long long)(a.threads == 1 ? a.ropt.poll_spin_us : 0),
+      (int)getpid(), a.ropt.max_connections, sec);
   printf("%s ready on %s\n", taskname, real_addr);
   fflush(stdout);
 run:

@@ -21,7 +21,11 @@
 extern "C" {
 #endif
 
-/* Returns 0 (the RPC runtime cannot fail to start; the int leaves room). */
+/* Returns 0 (the RPC runtime cannot fail to start; the int leaves room).
+ * The first init also turns off Abseil's mutex deadlock detection, which
+ * Debian 12's Abseil leaves on under every lock gRPC takes (release
+ * builds of Abseil have it off); it is process-wide, and
+ * PS_ABSL_DEADLOCK_DETECTION=1 in the environment keeps it. */
 PS_API int ps_library_init(void);
 /* Undoes one ps_library_init(); a call without a matching init is a no-op. */
 PS_API void ps_library_shutdown(void);
