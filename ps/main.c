@@ -46,6 +46,9 @@ static const char usage[] =
     "  --poll-spin-us N         after each event an RPC thread polls for N us\n"
     "                           before it sleeps (default PS_POLL_SPIN_US, else\n"
     "                           1000; 0: never)\n"
+    "  --recv-window N          fix each stream's HTTP/2 receive window at N\n"
+    "                           bytes, no probing: lower peak memory (default 0:\n"
+    "                           gRPC's bandwidth-delay probing)\n"
     "  --grace-secs S           on SIGTERM, let calls finish for S s (default 10)\n"
     "  --drain-secs S           on SIGTERM, first serve on for S s (default 0)\n"
     "  --checkpoint-dir D       save and restore checkpoints under D\n"
@@ -328,6 +331,7 @@ static const struct option opts[] = {
     {"task", required_argument, NULL, 't'},
     {"threads", required_argument, NULL, 'n'},
     {"poll-spin-us", required_argument, NULL, 4000},
+    {"recv-window", required_argument, NULL, 4001},
     {"grace-secs", required_argument, NULL, 'g'},
     {"checkpoint-dir", required_argument, NULL, 'C'},
     {"bind", required_argument, NULL, 'b'},
@@ -439,6 +443,18 @@ static int other_option(server_args *a, int o, bool *exit_now) {
               "ps-server: --poll-spin-us must be an integer from 0 to %d (microseconds), "
               "got '%s'\n",
               PS_RPC_MAX_POLL_SPIN_US, optarg);
+      return 2;
+    }
+    break;
+  case 4001:
+    if (ps_parse_size(optarg, 0, PS_RPC_MAX_RECV_WINDOW, &a->ropt.recv_window_bytes) !=
+            0 ||
+        (a->ropt.recv_window_bytes > 0 &&
+         a->ropt.recv_window_bytes < PS_RPC_MIN_RECV_WINDOW)) {
+      fprintf(stderr,
+              "ps-server: --recv-window must be 0 (gRPC's probing) or a size from 64K to "
+              "1G, got '%s'\n",
+              optarg);
       return 2;
     }
     break;
@@ -1032,6 +1048,9 @@ int main(int argc, char **argv) {
       "%s)",
       real_addr, a.threads, (long long)(a.threads == 1 ? a.ropt.poll_spin_us : 0),
       (int)getpid(), a.ropt.max_connections, sec);
+  if (a.ropt.recv_window_bytes > 0)
+    PS_INFO("HTTP/2 receive windows fixed at %lld bytes, no probing (--recv-window)",
+            (long long)a.ropt.recv_window_bytes);
   printf("%s ready on %s\n", taskname, real_addr);
   fflush(stdout);
 run:

@@ -755,6 +755,10 @@ START_TEST(bad_flag_values_exit_2) {
        "--poll-spin-us must be an integer from 0 to 10000 (microseconds), got '10001'"},
       {"--poll-spin-us", "-1", "--poll-spin-us must be an integer from 0 to 10000"},
       {"--poll-spin-us", "5us", "--poll-spin-us must be an integer from 0 to 10000"},
+      {"--recv-window", "1K",
+       "--recv-window must be 0 (gRPC's probing) or a size from 64K to 1G, got '1K'"},
+      {"--recv-window", "2G", "--recv-window must be 0 (gRPC's probing) or a size"},
+      {"--recv-window", "-8M", "--recv-window must be 0 (gRPC's probing) or a size"},
   };
   const char *prog = harness_prog("PS_SERVER", "build/ps/ps-server");
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -769,10 +773,10 @@ START_TEST(bad_flag_values_exit_2) {
   char cmd[512], *out = NULL;
   snprintf(cmd, sizeof cmd, "%s --help", prog);
   ck_assert_int_eq(harness_run(cmd, &out), 0);
-  static const char *const flags[] = {"--max-tensor-bytes",  "--max-read-names",
-                                      "--max-gather-rows",   "--max-hold-ms",
-                                      "--max-message-bytes", "--stream-timeout-secs",
-                                      "--max-connections",   "--poll-spin-us"};
+  static const char *const flags[] = {
+      "--max-tensor-bytes", "--max-read-names",    "--max-gather-rows",
+      "--max-hold-ms",      "--max-message-bytes", "--stream-timeout-secs",
+      "--max-connections",  "--poll-spin-us",      "--recv-window"};
   for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
     ck_assert_msg(strstr(out, flags[i]), "--help lacks %s", flags[i]);
   free(out);
@@ -802,6 +806,37 @@ START_TEST(good_flag_values_start) {
   unsetenv("PS_POLL_SPIN_US");
   ck_assert(log_has("at most 100 connections"));
   ck_assert(log_has(" threads polling 250 us"));
+  srv_stop_ok();
+  cleanup();
+}
+END_TEST
+
+/* --recv-window: a fixed HTTP/2 receive window, the smallest there is,
+ * still carries a 16 MiB assign and read whole and in order (each value
+ * its own index, so a lost or repeated window's worth shows). */
+START_TEST(recv_window_fixed) {
+  const char *extra[] = {"--recv-window", "64K", NULL};
+  srv_start(extra, 0);
+  ck_assert(log_wait("HTTP/2 receive windows fixed at 65536 bytes, no probing", 10000));
+  ps_rpc_global_init();
+  ps_client *c = client();
+  const int64_t n = (int64_t)4 << 20; /* 16 MiB of floats */
+  create_float(c, "w", n);
+  ps_tensor *t = ftensor(n, 0);
+  float *p = ps_tensor_data(t);
+  for (int64_t i = 0; i < n; i++)
+    p[i] = (float)i;
+  assign(c, "w", t);
+  ps_read r = {.name = "w"};
+  ps_status st;
+  PS_ASSERT_OK(ps_client_read(c, 0, &r, 1, &st), st);
+  const float *q = ps_tensor_data(r.out);
+  for (int64_t i = 0; i < n; i++)
+    if (q[i] != (float)i) ck_abort_msg("w[%lld] is %g", (long long)i, (double)q[i]);
+  ps_tensor_destroy(r.out);
+  ps_tensor_destroy(t);
+  ps_client_destroy(c);
+  ps_rpc_global_shutdown();
   srv_stop_ok();
   cleanup();
 }
@@ -1134,6 +1169,7 @@ int main(int argc, char **argv) {
   tcase_add_test(tr, poll_spin_environment);
   tcase_add_test(tr, poll_spin_polls_after_each_event);
   tcase_add_test(tr, poll_spin_values);
+  tcase_add_test(tr, recv_window_fixed);
   tcase_add_test(tr, log_escapes_control_characters);
   tcase_add_unchecked_fixture(tr, base_make, base_remove);
   suite_add_tcase(s, tr);
