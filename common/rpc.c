@@ -122,8 +122,8 @@ static bool crowded(int64_t now) {
 
 grpc_event ps_rpc_cq_wait_(grpc_completion_queue *cq, int64_t spin_ns,
                            gpr_timespec deadline) {
-  if (spin_ns > 0 && !crowded(mono_ns())) {
-    int64_t now = mono_ns(), end = now + spin_ns;
+  int64_t now = spin_ns > 0 ? mono_ns() : 0, end = now + spin_ns;
+  if (spin_ns > 0 && !crowded(now)) {
     for (;;) {
       grpc_event ev =
           grpc_completion_queue_next(cq, gpr_inf_past(GPR_CLOCK_MONOTONIC), NULL);
