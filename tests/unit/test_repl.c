@@ -14,6 +14,7 @@
 #include "common/view.h"
 #include "health.pb-c.h"
 #include "test_repl_internal.h"
+#include "testdir.h"
 #include "tests/support/assert.h"
 
 /* ---- tests ---- */
@@ -447,8 +448,7 @@ END_TEST
  * the backup when Restore answers.  Save writes only the shards this ps
  * is the primary of. */
 START_TEST(restore_fills_every_replica) {
-  char dir[] = "/tmp/test_repl_XXXXXX";
-  ck_assert_ptr_nonnull(mkdtemp(dir));
+  const char *dir = tmpdir; /* removed in every outcome (testdir.h) */
   rpt_start(2);
   for (int i = 0; i < 2; i++)
     ps_service_set_checkpoint_dir(rpt_nodes[i].svc, dir);
@@ -488,9 +488,6 @@ START_TEST(restore_fills_every_replica) {
   free(saved);
   free(now);
   rpt_stop_all();
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-  ck_assert_int_eq(system(cmd), 0);
 }
 END_TEST
 
@@ -744,6 +741,8 @@ static Suite *suite(void) {
   Suite *s = suite_create("repl");
   TCase *t = tcase_create("data plane");
   tcase_set_timeout(t, 60);
+  tcase_add_unchecked_fixture(t, setup_basedir, teardown_basedir);
+  tcase_add_checked_fixture(t, setup_tmpdir, teardown_tmpdir);
   tcase_add_test(t, every_update_kind_is_on_the_backup_when_answered);
   tcase_add_test(t, a_failed_backup_holds_updates_until_the_view_drops_it);
   tcase_add_test(t, a_fenced_ps_acknowledges_nothing);
