@@ -31,6 +31,9 @@
  *      VM's cross-CPU wake-ups (random, ~50 us each) out of the comparison.
  *      The difference is the ps itself: its client library, protobuf
  *      framing, name lookup, locking, arithmetic and its server threads.
+ *      assign_add_tcp_rtt: a third block, raw TCP round trips of the bare
+ *      call's payloads to the forked tcp peer: what any protocol over TCP
+ *      pays.  --split-b puts the three servers on the second CPU.
  *  (c) read_1000_vars_batched: one step reading 1000 small variables
  *      (scalars and [4] floats) on one ps in one ps_client_read, against
  *      1000 one-variable ps_client_read calls; ms per step, ratio = speedup.
@@ -460,10 +463,26 @@ out:
   return rc;
 }
 
-/* (b) scalar assign_add round trip against a bare gRPC unary ping-pong,
- * alternating blocks of calls so both see the same background load. */
-static int bench_latency(ps_client *c, bare_client *b, pid_t ps_pid, pid_t bare_pid,
-                         const opts *o) {
+/* One raw TCP round trip on @fd to the tcp peer: 'P' and the bare call's
+ * request bytes, its reply bytes back; 0 or -1 (message on stderr). */
+static int tcp_ping(int fd, uint32_t seq) {
+  uint8_t req[1 + PING_REQ] = {'P'}, rep[PING_REPLY];
+  memcpy(req + 1, &seq, sizeof seq);
+  uint32_t echo = 0;
+  if (write_full(fd, req, sizeof req) != 0 || read_full(fd, rep, sizeof rep) != 0) {
+    perror("bench: tcp ping");
+    return -1;
+  }
+  memcpy(&echo, rep, sizeof echo);
+  if (echo != seq) fprintf(stderr, "bench: tcp ping: reply %u to %u\n", echo, seq);
+  return echo == seq ? 0 : -1;
+}
+
+/* (b) scalar assign_add round trip against a bare gRPC unary ping-pong and
+ * a raw TCP one on @tfd, alternating blocks of calls so all three see the
+ * same background load. */
+static int bench_latency(ps_client *c, bare_client *b, int tfd, pid_t ps_pid,
+                         pid_t bare_pid, const opts *o) {
   ps_status st;
   ps_init_spec zeros;
   ps_init_spec_default(&zeros, PS_INIT_ZEROS);
@@ -477,9 +496,10 @@ static int bench_latency(ps_client *c, bare_client *b, pid_t ps_pid, pid_t bare_
   ps_shape s0 = {.rank = 0};
   ps_tensor *one = ps_tensor_create(PS_DT_FLOAT, &s0, false);
   size_t n = (size_t)o->iters;
-  double *tp = calloc(n + 1, sizeof *tp), *tb = calloc(n + 1, sizeof *tb);
+  double *tp = calloc(n + 1, sizeof *tp), *tb = calloc(n + 1, sizeof *tb),
+         *tt = calloc(n + 1, sizeof *tt);
   int rc = -1;
-  if (!one || !tp || !tb) {
+  if (!one || !tp || !tb || !tt) {
     fprintf(stderr, "bench: out of memory\n");
     goto out;
   }
@@ -493,10 +513,10 @@ static int bench_latency(ps_client *c, bare_client *b, pid_t ps_pid, pid_t bare_
       goto out;
     }
     adds++;
-    if (bare_ping(b, ++seq) != 0) goto out;
+    if (bare_ping(b, ++seq) != 0 || tcp_ping(tfd, seq) != 0) goto out;
   }
   const size_t block = 100;
-  size_t ip = 0, ib = 0;
+  size_t ip = 0, ib = 0, it = 0;
   double w0 = now_s(), wp = 0, wb = 0, cp = 0, cb = 0;
   double sp0 = proc_cpu_s(ps_pid), sb0 = proc_cpu_s(bare_pid);
   while (ip < n || ib < n) {
@@ -521,6 +541,11 @@ static int bench_latency(ps_client *c, bare_client *b, pid_t ps_pid, pid_t bare_
     wb += now_s() - t1;
     cp += c1 - c0;
     cb += thread_cpu_s() - c1;
+    for (size_t k = 0; k < block && it < n; k++, it++) {
+      double t = now_s();
+      if (tcp_ping(tfd, ++seq) != 0) goto out;
+      tt[it] = (now_s() - t) * 1e6;
+    }
   }
   double sp = proc_cpu_s(ps_pid) - sp0, sb = proc_cpu_s(bare_pid) - sb0;
   /* The ps must have applied every add exactly once. */
@@ -536,7 +561,7 @@ static int bench_latency(ps_client *c, bare_client *b, pid_t ps_pid, pid_t bare_
             adds);
     goto out;
   }
-  double pm = quantile(tp, n, 0.5), bm = quantile(tb, n, 0.5);
+  double pm = quantile(tp, n, 0.5), bm = quantile(tb, n, 0.5), tm = quantile(tt, n, 0.5);
   fprintf(stderr,
           "  ps assign_add: min %.1f p10 %.1f median %.1f p90 %.1f p99 %.1f us, %.0f "
           "calls/s\n",
@@ -547,6 +572,9 @@ static int bench_latency(ps_client *c, bare_client *b, pid_t ps_pid, pid_t bare_
           "calls/s\n",
           tb[0], quantile(tb, n, 0.1), bm, quantile(tb, n, 0.9), quantile(tb, n, 0.99),
           (double)n / wb);
+  fprintf(stderr,
+          "  raw TCP ping-pong: min %.1f p10 %.1f median %.1f p90 %.1f p99 %.1f us\n",
+          tt[0], quantile(tt, n, 0.1), tm, quantile(tt, n, 0.9), quantile(tt, n, 0.99));
   fprintf(stderr, "  (%zu samples each, %.1f s wall)\n", n, now_s() - w0);
   fprintf(stderr,
           "  CPU per call: ps server %.1f us, bare server %.1f us; "
@@ -555,12 +583,16 @@ static int bench_latency(ps_client *c, bare_client *b, pid_t ps_pid, pid_t bare_
           cp * 1e6 / (double)n, cb * 1e6 / (double)n);
   printf("bench: assign_add_latency %.1f us baseline=%.1f ratio=%.2f target=<= 1.3\n", pm,
          bm, pm / bm);
+  printf("bench: assign_add_tcp_rtt %.1f us ours=%.1f ratio=%.2f (raw TCP round trip of "
+         "the bare call's %d and %d payload bytes)\n",
+         tm, pm, pm / tm, PING_REQ, PING_REPLY);
   fflush(stdout);
   rc = 0;
 out:
   ps_tensor_destroy(one);
   free(tp);
   free(tb);
+  free(tt);
   return rc;
 }
 
@@ -723,6 +755,7 @@ static const char usage[] =
     "  --sparse-op OP  (d): the push is a scatter-add (add, default) or a\n"
     "                  sparse Adagrad step (adagrad)\n"
     "  --no-pin        leave CPU placement to the scheduler (noisy ratios)\n"
+    "  --split-b       (b): the servers on a second CPU, not the client's\n"
     "Needs PS_SERVER (path of ps-server); see tests/bench/README.md.\n";
 
 int main(int argc, char **argv) {
@@ -780,6 +813,8 @@ int main(int argc, char **argv) {
       continue;
     } else if (!strcmp(argv[i], "--no-pin")) {
       o.pin = 0;
+    } else if (!strcmp(argv[i], "--split-b")) {
+      o.split_b = 1;
       continue;
     } else if (!strcmp(argv[i], "--only") && i + 1 < argc) {
       o.only = argv[++i];
@@ -919,8 +954,8 @@ int main(int argc, char **argv) {
   if (strchr(o.only, 'b')) {
     fprintf(stderr, "bench: (b) scalar assign_add vs bare gRPC unary, %d calls each\n",
             o.iters);
-    place(&o, servers, 3, 0);
-    int r = bench_latency(c, &bc, h.pids[0], bare_pid, &o);
+    place(&o, servers, 3, o.split_b);
+    int r = bench_latency(c, &bc, tfd, h.pids[0], bare_pid, &o);
     unplace(&o, servers, 3);
     if (r != 0) goto done;
   }

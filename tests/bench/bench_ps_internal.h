@@ -56,6 +56,7 @@ typedef struct opts {
   int ps_threads;     /* 0: ps-server default */
   const char *only;   /* subset of "abcde" to run */
   int pin;            /* control CPU placement (see place()) */
+  int split_b;        /* (b): the servers on the second CPU, not the client's */
   /* (d) sparse */
   int rows, dim, batch, sparse_steps;
   double zipf;

@@ -87,7 +87,9 @@ static int sparse_cmd(int fd, char cmd, sparse_peer *p) {
 }
 
 /* Child: 'R' -> sends bulk_bytes; 'W' -> receives them into a reused buffer
- * and acks with one byte; 'T' 'G' 'S' 'D': the sparse peer; EOF -> exits. */
+ * and acks with one byte; 'P' -> reads PING_REQ bytes, answers PING_REPLY
+ * (the bare gRPC call's payloads: (b)'s raw TCP round trip); 'T' 'G' 'S'
+ * 'D': the sparse peer; EOF -> exits. */
 void tcp_child(int lfd) {
   int fd = accept(lfd, NULL, NULL);
   close(lfd);
@@ -104,6 +106,11 @@ void tcp_child(int lfd) {
       if (write_full(fd, buf, bulk_bytes) != 0) break;
     } else if (cmd == 'W') {
       if (read_full(fd, buf, bulk_bytes) != 0 || write_full(fd, "k", 1) != 0) break;
+    } else if (cmd == 'P') {
+      char req[PING_REQ], rep[PING_REPLY];
+      if (read_full(fd, req, sizeof req) != 0) break;
+      memcpy(rep, req, sizeof rep);
+      if (write_full(fd, rep, sizeof rep) != 0) break;
     } else if (strchr("TGSAD", cmd)) {
       if (sparse_cmd(fd, cmd, &sp) != 0) break;
     } else {
