@@ -16,6 +16,7 @@
 #include "rpc_internal.h"
 
 #include "log.h"
+#include "units.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -40,6 +41,24 @@ static void tune_malloc(void) {
   if ((e && !strcmp(e, "0")) || (t && strstr(t, "glibc.malloc."))) return;
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 64 << 20);
+}
+
+static _Atomic int64_t client_recv_window; /* 0: PS_RPC_DEFAULT_RECV_WINDOW */
+
+int ps_rpc_parse_recv_window(const char *s, int64_t *w) {
+  int64_t v;
+  if (s && !strcmp(s, "0")) {
+    *w = PS_RPC_RECV_WINDOW_PROBE;
+    return 0;
+  }
+  if (ps_parse_size(s, PS_RPC_MIN_RECV_WINDOW, PS_RPC_MAX_RECV_WINDOW, &v) != 0)
+    return -1;
+  *w = v;
+  return 0;
+}
+
+int64_t ps_rpc_client_recv_window(void) {
+  return atomic_load(&client_recv_window);
 }
 
 static _Atomic int64_t client_spin_us = PS_RPC_DEFAULT_POLL_SPIN_US;
@@ -182,6 +201,18 @@ void ps_rpc_global_init(void) {
       PS_WARN("PS_POLL_SPIN_US must be an integer from 0 to %d (microseconds), got '%s'; "
               "using %lld",
               PS_RPC_MAX_POLL_SPIN_US, spin, (long long)ps_rpc_poll_spin_us());
+  }
+  const char *win = getenv("PS_RECV_WINDOW");
+  int64_t w;
+  if (win && *win) {
+    if (ps_rpc_parse_recv_window(win, &w) == 0)
+      atomic_store(&client_recv_window, w);
+    else
+      PS_WARN("PS_RECV_WINDOW must be 0 (gRPC's probing) or a size from 64K to 1G, got "
+              "'%s'; using %lld",
+              win,
+              (long long)(ps_rpc_client_recv_window() ? ps_rpc_client_recv_window()
+                                                      : PS_RPC_DEFAULT_RECV_WINDOW));
   }
   ps_rpc_quiet_abseil();
   grpc_init();

@@ -152,16 +152,32 @@ typedef struct ps_rpc_server_options {
   /* Polling before sleeping, per completion-queue thread (see
    * PS_RPC_DEFAULT_POLL_SPIN_US; ps-server --poll-spin-us). */
   int64_t poll_spin_us;
-  /* 0: gRPC's HTTP/2 receive windows grow with its bandwidth-delay probing
-   * (the default).  Else each stream's window is fixed at this many bytes
-   * (PS_RPC_MIN_RECV_WINDOW..PS_RPC_MAX_RECV_WINDOW) and probing is off:
-   * received data waiting to be copied stays within it, so a ps holding
-   * 68 MiB peaks at ~156 MiB instead of 162-183, at the price of ~5% of a
-   * 4 MiB assign's speed (ps-server --recv-window; tests/bench/README.md). */
+  /* Each stream's HTTP/2 receive window (ps-server --recv-window): 0 is
+   * PS_RPC_DEFAULT_RECV_WINDOW, PS_RPC_RECV_WINDOW_PROBE gRPC's own
+   * bandwidth-delay probing, else PS_RPC_MIN_RECV_WINDOW ..
+   * PS_RPC_MAX_RECV_WINDOW bytes. */
   int64_t recv_window_bytes;
 } ps_rpc_server_options;
+/* HTTP/2 receive windows, of a server and of a client's channels alike.
+ * Fixed (the default): each stream's window is fixed at W bytes, the peer
+ * may send frames of up to W bytes (at most 16 MiB - 1), and gRPC's
+ * bandwidth-delay probe is off.  The probe grows the windows without a
+ * bound the ps sets (received data waiting to be copied lifted a ps
+ * holding 68 MiB to a peak of 162-188 MiB; fixed: ~156), and it grows the
+ * frame size only as it measures, from 16 KiB on each new connection
+ * (2 ps + 2 clients pushing 4 MiB moved 2.4-2.9 GB/s with it, 3.3-3.4
+ * fixed).  16 MiB covers 100 Gbit/s at a round trip of 1 ms.  A client's
+ * is PS_RECV_WINDOW in the environment at ps_rpc_global_init. */
+#define PS_RPC_DEFAULT_RECV_WINDOW ((int64_t)16 << 20)
 #define PS_RPC_MIN_RECV_WINDOW ((int64_t)64 << 10)
 #define PS_RPC_MAX_RECV_WINDOW ((int64_t)1 << 30)
+#define PS_RPC_RECV_WINDOW_PROBE ((int64_t)-1)
+/* @s as a window: "0" is PS_RPC_RECV_WINDOW_PROBE, else a size (units.h)
+ * from PS_RPC_MIN_RECV_WINDOW to PS_RPC_MAX_RECV_WINDOW; 0, or -1 (and
+ * *@w unchanged). */
+int ps_rpc_parse_recv_window(const char *s, int64_t *w);
+/* The window of the channels this process creates from now on. */
+int64_t ps_rpc_client_recv_window(void);
 
 #define PS_RPC_DEFAULT_MAX_MESSAGE_BYTES ((int64_t)32 << 20)
 #define PS_RPC_DEFAULT_STREAM_TIMEOUT_SECS 60

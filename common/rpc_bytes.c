@@ -13,7 +13,8 @@
 
 #include "array.h"
 
-#define ZEROCOPY_MIN 4096 /* smaller ranges are copied */
+#define ZEROCOPY_MIN 4096        /* smaller ranges are copied */
+#define HTTP2_MAX_FRAME 16777215 /* the largest SETTINGS_MAX_FRAME_SIZE (RFC 9113) */
 
 int ps_rpc_segs_add(ps_rpc_segs *s, void *ptr, size_t len, ps_buf *owner) {
   if (len == 0) return 0;
@@ -220,6 +221,24 @@ grpc_slice ps_rpc_read_all_(grpc_byte_buffer *bb) {
   grpc_slice s = grpc_byte_buffer_reader_readall(&r);
   grpc_byte_buffer_reader_destroy(&r);
   return s;
+}
+
+size_t ps_rpc_window_args_(grpc_arg *a, int64_t w) {
+  if (w == PS_RPC_RECV_WINDOW_PROBE) return 0;
+  if (w == 0) w = PS_RPC_DEFAULT_RECV_WINDOW;
+  if (w < PS_RPC_MIN_RECV_WINDOW) w = PS_RPC_MIN_RECV_WINDOW;
+  if (w > PS_RPC_MAX_RECV_WINDOW) w = PS_RPC_MAX_RECV_WINDOW;
+  a[0] = (grpc_arg){
+      .type = GRPC_ARG_INTEGER, .key = GRPC_ARG_HTTP2_BDP_PROBE, .value.integer = 0};
+  a[1] = (grpc_arg){.type = GRPC_ARG_INTEGER,
+                    .key = GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES,
+                    .value.integer = (int)w};
+  /* the probe is also what grows the frames a peer may send, from 16 KiB,
+   * with the bandwidth it measures: without it they would stay small */
+  a[2] = (grpc_arg){.type = GRPC_ARG_INTEGER,
+                    .key = GRPC_ARG_HTTP2_MAX_FRAME_SIZE,
+                    .value.integer = (int)(w < HTTP2_MAX_FRAME ? w : HTTP2_MAX_FRAME)};
+  return 3;
 }
 
 void ps_rpc_unlimited_args_(grpc_arg *a, int server) {

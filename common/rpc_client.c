@@ -48,7 +48,7 @@ ps_rpc_channel *ps_rpc_channel_create_secure(const char *target,
     }
     snprintf(c->auth, n, "Bearer %s", sec->token);
   }
-  grpc_arg a[7];
+  grpc_arg a[10]; /* 6, the window's 3, TLS's 1 */
   ps_rpc_unlimited_args_(a, 0);
   /* A restarted ps should be found again within ~1 s, not after gRPC's
    * default backoff of up to two minutes (nor its 20 s minimum connect
@@ -66,6 +66,7 @@ ps_rpc_channel *ps_rpc_channel_create_secure(const char *target,
     a[0].value.integer =
         sec->max_recv_bytes > INT_MAX ? INT_MAX : (int)sec->max_recv_bytes;
   grpc_channel_args args = {6, a};
+  args.num_args += ps_rpc_window_args_(a + args.num_args, ps_rpc_client_recv_window());
   grpc_channel_credentials *cc;
   if (sec && sec->ca_pem) {
     grpc_ssl_pem_key_cert_pair kp = {sec->key_pem, sec->cert_pem};

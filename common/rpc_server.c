@@ -488,7 +488,7 @@ ps_rpc_server *ps_rpc_server_create(const char *addr, const ps_rpc_handler *h, s
     }
   }
   if (ps_rpc_open_listeners_(s, addr, st) != 0) goto fail;
-  grpc_arg a[8];
+  grpc_arg a[9]; /* 5, the window's 3, TLS's 1 */
   ps_rpc_unlimited_args_(a, 1);
   /* A connection that has made no call after UNAUTH_CONN_MS is shut by
    * the monitor (and logged); gRPC's own handshake deadline (120 s by
@@ -508,16 +508,7 @@ ps_rpc_server *ps_rpc_server_create(const char *addr, const ps_rpc_handler *h, s
                     .key = GRPC_ARG_TCP_MAX_READ_CHUNK_SIZE,
                     .value.integer = (int)PS_RPC_CHUNK_MAX};
   grpc_channel_args args = {5, a};
-  if (s->opt.recv_window_bytes > 0) { /* a fixed window, no probing */
-    int64_t w = s->opt.recv_window_bytes;
-    if (w < PS_RPC_MIN_RECV_WINDOW) w = PS_RPC_MIN_RECV_WINDOW;
-    if (w > PS_RPC_MAX_RECV_WINDOW) w = PS_RPC_MAX_RECV_WINDOW;
-    a[args.num_args++] = (grpc_arg){
-        .type = GRPC_ARG_INTEGER, .key = GRPC_ARG_HTTP2_BDP_PROBE, .value.integer = 0};
-    a[args.num_args++] = (grpc_arg){.type = GRPC_ARG_INTEGER,
-                                    .key = GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES,
-                                    .value.integer = (int)w};
-  }
+  args.num_args += ps_rpc_window_args_(a + args.num_args, s->opt.recv_window_bytes);
   static const grpc_arg_pointer_vtable slot_vtable = {slot_copy, slot_destroy, slot_cmp};
   if (s->tls && ps_rpc_tls_external_ok_()) { /* see tls_hand_over */
     a[args.num_args++] = (grpc_arg){.type = GRPC_ARG_POINTER,

@@ -46,9 +46,9 @@ static const char usage[] =
     "  --poll-spin-us N         after each event an RPC thread polls for N us\n"
     "                           before it sleeps (default PS_POLL_SPIN_US, else\n"
     "                           1000; 0: never)\n"
-    "  --recv-window N          fix each stream's HTTP/2 receive window at N\n"
-    "                           bytes, no probing: lower peak memory (default 0:\n"
-    "                           gRPC's bandwidth-delay probing)\n"
+    "  --recv-window N          each stream's HTTP/2 receive window and largest\n"
+    "                           frame: N bytes, 64K to 1G (default 16M); 0: gRPC's\n"
+    "                           bandwidth-delay probing grows them instead\n"
     "  --grace-secs S           on SIGTERM, let calls finish for S s (default 10)\n"
     "  --drain-secs S           on SIGTERM, first serve on for S s (default 0)\n"
     "  --checkpoint-dir D       save and restore checkpoints under D\n"
@@ -447,10 +447,7 @@ static int other_option(server_args *a, int o, bool *exit_now) {
     }
     break;
   case 4001:
-    if (ps_parse_size(optarg, 0, PS_RPC_MAX_RECV_WINDOW, &a->ropt.recv_window_bytes) !=
-            0 ||
-        (a->ropt.recv_window_bytes > 0 &&
-         a->ropt.recv_window_bytes < PS_RPC_MIN_RECV_WINDOW)) {
+    if (ps_rpc_parse_recv_window(optarg, &a->ropt.recv_window_bytes) != 0) {
       fprintf(stderr,
               "ps-server: --recv-window must be 0 (gRPC's probing) or a size from 64K to "
               "1G, got '%s'\n",
@@ -1048,9 +1045,13 @@ int main(int argc, char **argv) {
       "%s)",
       real_addr, a.threads, (long long)(a.threads == 1 ? a.ropt.poll_spin_us : 0),
       (int)getpid(), a.ropt.max_connections, sec);
-  if (a.ropt.recv_window_bytes > 0)
+  if (a.ropt.recv_window_bytes == PS_RPC_RECV_WINDOW_PROBE)
+    PS_INFO("HTTP/2 receive windows grow with gRPC's bandwidth-delay probing "
+            "(--recv-window 0)");
+  else
     PS_INFO("HTTP/2 receive windows fixed at %lld bytes, no probing (--recv-window)",
-            (long long)a.ropt.recv_window_bytes);
+            (long long)(a.ropt.recv_window_bytes ? a.ropt.recv_window_bytes
+                                                 : PS_RPC_DEFAULT_RECV_WINDOW));
   printf("%s ready on %s\n", taskname, real_addr);
   fflush(stdout);
 run:

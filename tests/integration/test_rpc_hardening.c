@@ -811,15 +811,9 @@ START_TEST(good_flag_values_start) {
 }
 END_TEST
 
-/* --recv-window: a fixed HTTP/2 receive window, the smallest there is,
- * still carries a 16 MiB assign and read whole and in order (each value
- * its own index, so a lost or repeated window's worth shows). */
-START_TEST(recv_window_fixed) {
-  const char *extra[] = {"--recv-window", "64K", NULL};
-  srv_start(extra, 0);
-  ck_assert(log_wait("HTTP/2 receive windows fixed at 65536 bytes, no probing", 10000));
-  ps_rpc_global_init();
-  ps_client *c = client();
+/* A 16 MiB assign and read through client @c, whole and in order (each
+ * value its own index, so a lost or repeated window's worth shows). */
+static void big_round_trip(ps_client *c) {
   const int64_t n = (int64_t)4 << 20; /* 16 MiB of floats */
   create_float(c, "w", n);
   ps_tensor *t = ftensor(n, 0);
@@ -835,6 +829,67 @@ START_TEST(recv_window_fixed) {
     if (q[i] != (float)i) ck_abort_msg("w[%lld] is %g", (long long)i, (double)q[i]);
   ps_tensor_destroy(r.out);
   ps_tensor_destroy(t);
+}
+
+/* ps_rpc_global_init with PS_RECV_WINDOW=@value: what it wrote to stderr. */
+static char *init_with_window(const char *value) {
+  char path[] = "/tmp/ps-win-XXXXXX";
+  int fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  int saved = dup(2);
+  dup2(fd, 2);
+  setenv("PS_RECV_WINDOW", value, 1);
+  ps_rpc_global_init();
+  unsetenv("PS_RECV_WINDOW");
+  dup2(saved, 2);
+  close(saved);
+  close(fd);
+  char *b = slurp(path);
+  unlink(path);
+  return b;
+}
+
+/* --recv-window and PS_RECV_WINDOW: the smallest fixed window there is,
+ * on the ps and on the client, still carries 16 MiB whole. */
+START_TEST(recv_window_fixed) {
+  const char *extra[] = {"--recv-window", "64K", NULL};
+  srv_start(extra, 0);
+  ck_assert(log_wait("HTTP/2 receive windows fixed at 65536 bytes, no probing", 10000));
+  free(init_with_window("64K"));
+  ck_assert_int_eq(ps_rpc_client_recv_window(), 65536);
+  ps_client *c = client();
+  big_round_trip(c);
+  ps_client_destroy(c);
+  ps_rpc_global_shutdown();
+  srv_stop_ok();
+  cleanup();
+}
+END_TEST
+
+/* The default (16 MiB, fixed) and 0 (gRPC's probing) on both sides; a
+ * bad PS_RECV_WINDOW is said and changes nothing. */
+START_TEST(recv_window_default_and_probing) {
+  srv_start(NULL, 0);
+  ck_assert(
+      log_wait("HTTP/2 receive windows fixed at 16777216 bytes, no probing", 10000));
+  srv_stop_ok();
+  cleanup();
+  const char *extra[] = {"--recv-window", "0", NULL};
+  srv_start(extra, 0);
+  ck_assert(log_wait("HTTP/2 receive windows grow with gRPC's bandwidth-delay probing "
+                     "(--recv-window 0)",
+                     10000));
+  char *err = init_with_window("fast");
+  ck_assert_msg(strstr(err, "PS_RECV_WINDOW must be 0 (gRPC's probing) or a size from "
+                            "64K to 1G, got 'fast'; using 16777216"),
+                "%s", err);
+  free(err);
+  ck_assert_int_eq(ps_rpc_client_recv_window(), 0); /* the default */
+  ps_rpc_global_shutdown();
+  free(init_with_window("0"));
+  ck_assert_int_eq(ps_rpc_client_recv_window(), PS_RPC_RECV_WINDOW_PROBE);
+  ps_client *c = client();
+  big_round_trip(c);
   ps_client_destroy(c);
   ps_rpc_global_shutdown();
   srv_stop_ok();
@@ -1170,6 +1225,7 @@ int main(int argc, char **argv) {
   tcase_add_test(tr, poll_spin_polls_after_each_event);
   tcase_add_test(tr, poll_spin_values);
   tcase_add_test(tr, recv_window_fixed);
+  tcase_add_test(tr, recv_window_default_and_probing);
   tcase_add_test(tr, log_escapes_control_characters);
   tcase_add_unchecked_fixture(tr, base_make, base_remove);
   suite_add_tcase(s, tr);
