@@ -811,9 +811,11 @@ START_TEST(good_flag_values_start) {
 }
 END_TEST
 
-/* A 16 MiB assign and read through client @c, whole and in order (each
- * value its own index, so a lost or repeated window's worth shows). */
-static void big_round_trip(ps_client *c) {
+/* A 16 MiB assign and read through a new client, whole and in order
+ * (each value its own index, so a lost or repeated window's worth shows);
+ * then the client, gRPC and the ps are stopped. */
+static void big_round_trip_then_stop(void) {
+  ps_client *c = client();
   const int64_t n = (int64_t)4 << 20; /* 16 MiB of floats */
   create_float(c, "w", n);
   ps_tensor *t = ftensor(n, 0);
@@ -829,6 +831,10 @@ static void big_round_trip(ps_client *c) {
     if (q[i] != (float)i) ck_abort_msg("w[%lld] is %g", (long long)i, (double)q[i]);
   ps_tensor_destroy(r.out);
   ps_tensor_destroy(t);
+  ps_client_destroy(c);
+  ps_rpc_global_shutdown();
+  srv_stop_ok();
+  cleanup();
 }
 
 /* ps_rpc_global_init with PS_RECV_WINDOW=@value: what it wrote to stderr. */
@@ -857,12 +863,7 @@ START_TEST(recv_window_fixed) {
   ck_assert(log_wait("HTTP/2 receive windows fixed at 65536 bytes, no probing", 10000));
   free(init_with_window("64K"));
   ck_assert_int_eq(ps_rpc_client_recv_window(), 65536);
-  ps_client *c = client();
-  big_round_trip(c);
-  ps_client_destroy(c);
-  ps_rpc_global_shutdown();
-  srv_stop_ok();
-  cleanup();
+  big_round_trip_then_stop();
 }
 END_TEST
 
@@ -888,12 +889,7 @@ START_TEST(recv_window_default_and_probing) {
   ps_rpc_global_shutdown();
   free(init_with_window("0"));
   ck_assert_int_eq(ps_rpc_client_recv_window(), PS_RPC_RECV_WINDOW_PROBE);
-  ps_client *c = client();
-  big_round_trip(c);
-  ps_client_destroy(c);
-  ps_rpc_global_shutdown();
-  srv_stop_ok();
-  cleanup();
+  big_round_trip_then_stop();
 }
 END_TEST
 
