@@ -61,6 +61,11 @@ int64_t ps_rpc_client_recv_window(void) {
   return atomic_load(&client_recv_window);
 }
 
+int64_t ps_rpc_recv_window(int64_t w, int tls) {
+  if (w != 0) return w;
+  return tls ? PS_RPC_RECV_WINDOW_PROBE : PS_RPC_DEFAULT_RECV_WINDOW;
+}
+
 static _Atomic int64_t client_spin_us = PS_RPC_DEFAULT_POLL_SPIN_US;
 static atomic_bool client_spin_set; /* by a call: the environment no longer counts */
 

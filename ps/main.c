@@ -1045,13 +1045,15 @@ int main(int argc, char **argv) {
       "%s)",
       real_addr, a.threads, (long long)(a.threads == 1 ? a.ropt.poll_spin_us : 0),
       (int)getpid(), a.ropt.max_connections, sec);
-  if (a.ropt.recv_window_bytes == PS_RPC_RECV_WINDOW_PROBE)
+  int64_t win = ps_rpc_recv_window(a.ropt.recv_window_bytes,
+                                   a.ropt.tls_cert_file || a.ropt.tls_key_file);
+  if (win == PS_RPC_RECV_WINDOW_PROBE)
     PS_INFO("HTTP/2 receive windows grow with gRPC's bandwidth-delay probing "
-            "(--recv-window 0)");
+            "(--recv-window %s)",
+            a.ropt.recv_window_bytes ? "0" : "not given, with TLS");
   else
     PS_INFO("HTTP/2 receive windows fixed at %lld bytes, no probing (--recv-window)",
-            (long long)(a.ropt.recv_window_bytes ? a.ropt.recv_window_bytes
-                                                 : PS_RPC_DEFAULT_RECV_WINDOW));
+            (long long)win);
   printf("%s ready on %s\n", taskname, real_addr);
   fflush(stdout);
 run:
