@@ -212,12 +212,19 @@ void ps_rpc_global_init(void) {
   if (win && *win) {
     if (ps_rpc_parse_recv_window(win, &w) == 0)
       atomic_store(&client_recv_window, w);
-    else
+    else {
+      char keep[64];
+      int64_t cur = ps_rpc_client_recv_window();
+      if (cur == 0)
+        snprintf(keep, sizeof keep, "the default (16M; gRPC's probing with TLS)");
+      else if (cur == PS_RPC_RECV_WINDOW_PROBE)
+        snprintf(keep, sizeof keep, "0 (gRPC's probing)");
+      else
+        snprintf(keep, sizeof keep, "%lld", (long long)cur);
       PS_WARN("PS_RECV_WINDOW must be 0 (gRPC's probing) or a size from 64K to 1G, got "
-              "'%s'; using %lld",
-              win,
-              (long long)(ps_rpc_client_recv_window() ? ps_rpc_client_recv_window()
-                                                      : PS_RPC_DEFAULT_RECV_WINDOW));
+              "'%s'; keeping %s",
+              win, keep);
+    }
   }
   ps_rpc_quiet_abseil();
   grpc_init();

@@ -49,6 +49,7 @@ static const char usage[] =
     "  --recv-window N          each stream's HTTP/2 receive window and largest\n"
     "                           frame: N bytes, 64K to 1G (default 16M); 0: gRPC's\n"
     "                           bandwidth-delay probing grows them instead\n"
+    "                           (the default with TLS)\n"
     "  --grace-secs S           on SIGTERM, let calls finish for S s (default 10)\n"
     "  --drain-secs S           on SIGTERM, first serve on for S s (default 0)\n"
     "  --checkpoint-dir D       save and restore checkpoints under D\n"

@@ -813,6 +813,7 @@ int main(int argc, char **argv) {
       continue;
     } else if (!strcmp(argv[i], "--no-pin")) {
       o.pin = 0;
+      continue;
     } else if (!strcmp(argv[i], "--split-b")) {
       o.split_b = 1;
       continue;

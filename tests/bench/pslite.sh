@@ -95,14 +95,15 @@ ip3=${IPERF3:-$(command -v iperf3 || true)}
 # transfer over 127.0.0.1 (BYTES 0: a steady run, -t 1), client to
 # server (REVERSE 1: -R, server to client), a one-off server on CPU SCPU
 # and the client on CCPU (-: unpinned); prints nothing when it failed
-# (why: on stderr).  Both processes are gone when it returns.
+# (why: on stderr).  Both processes are gone when it returns, each
+# bounded by 60 s.
 wire_gbs() {
   local tag=$1 bytes=$2 rev=$3 sc=$4 cc=$5 port spid try t
   [ -n "$ip3" ] || return 0
   for try in 1 2 3; do # a port taken between the pick and the bind
     port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
     : > "$tmp/$tag.s"
-    $(pin "$sc") "$ip3" -s -1 -B 127.0.0.1 -p "$port" --forceflush > "$tmp/$tag.s" 2>&1 &
+    timeout -k 5 60 $(pin "$sc") "$ip3" -s -1 -B 127.0.0.1 -p "$port" --forceflush > "$tmp/$tag.s" 2>&1 &
     spid=$!
     for ((t = 0; t < 500; t++)); do # readiness: its own line, 5 s at most
       grep -q "Server listening" "$tmp/$tag.s" && break
@@ -110,8 +111,9 @@ wire_gbs() {
       sleep 0.01
     done
     if grep -q "Server listening" "$tmp/$tag.s"; then
-      $(pin "$cc") "$ip3" -c 127.0.0.1 -p "$port" $([ "$bytes" -gt 0 ] && echo "-n $bytes" || echo "-t 1") \
+      timeout -k 5 60 $(pin "$cc") "$ip3" -c 127.0.0.1 -p "$port" $([ "$bytes" -gt 0 ] && echo "-n $bytes" || echo "-t 1") \
         $([ "$rev" = 1 ] && echo -R) -J > "$tmp/$tag.c" 2>&1 || true
+      kill $spid 2> /dev/null || true # a client that never connected
       wait $spid 2> /dev/null || true
       python3 -c 'import json, sys
 try:
@@ -225,7 +227,7 @@ for ((r = 1; r <= rounds; r++)); do
     fi
     load_others
     echo "$line; others $others% CPU"
-    echo "$o1 $t1 $o1p $t1p $o2 $t2 $o2p $t2p $b1 $b2" >> "$tmp/rounds"
+    echo "$o1 $t1 $o1p $t1p $o2 $t2 $o2p $t2p ${b1:-0} ${b2:-0}" >> "$tmp/rounds"
     continue
   fi
   ours_once $part "${ours[@]}"
@@ -268,6 +270,7 @@ for ((r = 1; r <= rounds; r++)); do
   i_step= i_pull= i_push=
   if [ -n "$w_up" ] && [ -n "$w_down" ] && [ -n "$uniq" ]; then
     read -r i_step i_pull i_push <<< "$(awk -v u="$uniq" -v d="$dim" -v b="$batch" -v up="$w_up" -v dn="$w_down" 'BEGIN {
+      if (u <= 0 || up <= 0 || dn <= 0) { print "0 0 0"; exit }
       push = u * (8 + 4 * d) / (up * 1e9); pull = u * 8 / (up * 1e9) + u * 4 * d / (dn * 1e9)
       printf "%.3f %.2f %.2f", (push + pull) * 1e3, b / pull / 1e6, b / push / 1e6 }')"
   fi
@@ -281,6 +284,7 @@ med='function med(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j 
 if [ -n "$scalar" ]; then
   awk -v two="$([ "$c1" != "$c0" ] && echo 1)" "$med"'
 function row(what, where, o, t, n, target, who,   i, q, mq, mo, mt) {
+  for (i = 1; i <= n; i++) if (o[i] <= 0 || t[i] <= 0) return # a figure missing
   for (i = 1; i <= n; i++) q[i] = o[i] / t[i]
   mq = med(q, n); mo = med(o, n); mt = med(t, n)
   printf "bench: pslite_scalar_%s %.2f range=%.2f-%.2f placement=%s %s=%.1f us ps-lite=%.1f us%s\n", what, mq, q[1], q[n], where, who, mo, mt, target

@@ -880,12 +880,14 @@ START_TEST(recv_window_default_and_probing) {
   ck_assert(log_wait("HTTP/2 receive windows grow with gRPC's bandwidth-delay probing "
                      "(--recv-window 0)",
                      10000));
+  free(init_with_window("16M"));
+  ps_rpc_global_shutdown();
   char *err = init_with_window("fast");
   ck_assert_msg(strstr(err, "PS_RECV_WINDOW must be 0 (gRPC's probing) or a size from "
-                            "64K to 1G, got 'fast'; using 16777216"),
+                            "64K to 1G, got 'fast'; keeping 16777216"),
                 "%s", err);
   free(err);
-  ck_assert_int_eq(ps_rpc_client_recv_window(), 0); /* the default */
+  ck_assert_int_eq(ps_rpc_client_recv_window(), 16777216);
   ps_rpc_global_shutdown();
   free(init_with_window("0"));
   ck_assert_int_eq(ps_rpc_client_recv_window(), PS_RPC_RECV_WINDOW_PROBE);
