@@ -43,7 +43,7 @@ static void tune_malloc(void) {
   mallopt(M_TRIM_THRESHOLD, 64 << 20);
 }
 
-static _Atomic int64_t client_recv_window; /* 0: PS_RPC_DEFAULT_RECV_WINDOW */
+static _Atomic int64_t client_recv_window; /* 0: the default (ps_rpc_recv_window) */
 
 int ps_rpc_parse_recv_window(const char *s, int64_t *w) {
   int64_t v;
@@ -61,9 +61,8 @@ int64_t ps_rpc_client_recv_window(void) {
   return atomic_load(&client_recv_window);
 }
 
-int64_t ps_rpc_recv_window(int64_t w, int tls) {
-  if (w != 0) return w;
-  return tls ? PS_RPC_RECV_WINDOW_PROBE : PS_RPC_DEFAULT_RECV_WINDOW;
+int64_t ps_rpc_recv_window(int64_t w) {
+  return w != 0 ? w : PS_RPC_RECV_WINDOW_PROBE;
 }
 
 static _Atomic int64_t client_spin_us = PS_RPC_DEFAULT_POLL_SPIN_US;
@@ -216,7 +215,7 @@ void ps_rpc_global_init(void) {
       char keep[64];
       int64_t cur = ps_rpc_client_recv_window();
       if (cur == 0)
-        snprintf(keep, sizeof keep, "the default (16M; gRPC's probing with TLS)");
+        snprintf(keep, sizeof keep, "the default (gRPC's probing)");
       else if (cur == PS_RPC_RECV_WINDOW_PROBE)
         snprintf(keep, sizeof keep, "0 (gRPC's probing)");
       else

@@ -46,10 +46,9 @@ static const char usage[] =
     "  --poll-spin-us N         after each event an RPC thread polls for N us\n"
     "                           before it sleeps (default PS_POLL_SPIN_US, else\n"
     "                           1000; 0: never)\n"
-    "  --recv-window N          each stream's HTTP/2 receive window and largest\n"
-    "                           frame: N bytes, 64K to 1G (default 16M); 0: gRPC's\n"
-    "                           bandwidth-delay probing grows them instead\n"
-    "                           (the default with TLS)\n"
+    "  --recv-window N          fix each stream's HTTP/2 receive window and largest\n"
+    "                           frame at N bytes, 64K to 1G: lower peak memory\n"
+    "                           (default 0: gRPC's bandwidth-delay probing)\n"
     "  --grace-secs S           on SIGTERM, let calls finish for S s (default 10)\n"
     "  --drain-secs S           on SIGTERM, first serve on for S s (default 0)\n"
     "  --checkpoint-dir D       save and restore checkpoints under D\n"
@@ -1046,12 +1045,11 @@ int main(int argc, char **argv) {
       "%s)",
       real_addr, a.threads, (long long)(a.threads == 1 ? a.ropt.poll_spin_us : 0),
       (int)getpid(), a.ropt.max_connections, sec);
-  int64_t win = ps_rpc_recv_window(a.ropt.recv_window_bytes,
-                                   a.ropt.tls_cert_file || a.ropt.tls_key_file);
+  int64_t win = ps_rpc_recv_window(a.ropt.recv_window_bytes);
   if (win == PS_RPC_RECV_WINDOW_PROBE)
-    PS_INFO("HTTP/2 receive windows grow with gRPC's bandwidth-delay probing "
-            "(--recv-window %s)",
-            a.ropt.recv_window_bytes ? "0" : "not given, with TLS");
+    PS_INFO("HTTP/2 receive windows grow with gRPC's bandwidth-delay probing (%s)",
+            a.ropt.recv_window_bytes ? "--recv-window 0"
+                                     : "the default; --recv-window N fixes them");
   else
     PS_INFO("HTTP/2 receive windows fixed at %lld bytes, no probing (--recv-window)",
             (long long)win);

@@ -867,12 +867,13 @@ START_TEST(recv_window_fixed) {
 }
 END_TEST
 
-/* The default (16 MiB, fixed) and 0 (gRPC's probing) on both sides; a
+/* The default and 0 (both gRPC's probing) on both sides; a
  * bad PS_RECV_WINDOW is said and changes nothing. */
 START_TEST(recv_window_default_and_probing) {
   srv_start(NULL, 0);
-  ck_assert(
-      log_wait("HTTP/2 receive windows fixed at 16777216 bytes, no probing", 10000));
+  ck_assert(log_wait("HTTP/2 receive windows grow with gRPC's bandwidth-delay probing "
+                     "(the default; --recv-window N fixes them)",
+                     10000));
   srv_stop_ok();
   cleanup();
   const char *extra[] = {"--recv-window", "0", NULL};

@@ -90,8 +90,8 @@ kill -TERM "$PID"; wait "$PID"
 start_ps "$dir/one.json" 0 "$dir/tls.log" "${TLS[@]}" --auth-token-file "$C/tokens"
 TP=$PID; spec_of "$ADDR" "$dir/tls.json"
 check "TLS ps logs what protects it" has "$dir/tls.log" "TLS, 2 token(s), 1 admin"
-check "TLS ps: gRPC's window probing unless --recv-window is given" has "$dir/tls.log" \
-  "HTTP/2 receive windows grow with gRPC's bandwidth-delay probing (--recv-window not given, with TLS)"
+check "TLS ps: gRPC's window probing, the default" has "$dir/tls.log" \
+  "HTTP/2 receive windows grow with gRPC's bandwidth-delay probing (the default; --recv-window N fixes them)"
 expect "TLS ps: psctl with CA and token" 0 "up vars=0" "$PSCTL" --cluster "$dir/tls.json" "${WORKER[@]}" status
 expect "TLS ps: a plaintext client is refused" 1 "Socket closed (if the ps serves TLS, give --tls-ca" "$PSCTL" --cluster "$dir/tls.json" --token-file "$C/worker.token" status
 expect "a client sending its token without TLS is warned" 1 "sending a bearer token without TLS" \
@@ -107,7 +107,7 @@ PS_PREFIX="env PS_SERVER_TLS_CERT=$C/server.crt PS_SERVER_TLS_KEY=$C/server.key 
   start_ps "$dir/one.json" 0 "$dir/envps.log"
 spec_of "$ADDR" "$dir/envps.json"
 check "ps: TLS from PS_SERVER_TLS_CERT/KEY" has "$dir/envps.log" "TLS, no tokens"
-check "ps: TLS from the environment, window probing too" has "$dir/envps.log" "bandwidth-delay probing (--recv-window not given, with TLS)"
+check "ps: TLS from the environment, window probing too" has "$dir/envps.log" "bandwidth-delay probing (the default; --recv-window N fixes them)"
 expect "ps: TLS from the environment serves" 0 "up vars=0" "$PSCTL" --cluster "$dir/envps.json" --tls-ca "$C/ca.crt" status
 kill -TERM "$PID"; wait "$PID"
 start_ps "$dir/one.json" 0 "$dir/mtls.log" "${TLS[@]}" --tls-client-ca "$C/ca.crt"
