@@ -159,15 +159,16 @@ typedef struct ps_rpc_server_options {
   int64_t recv_window_bytes;
 } ps_rpc_server_options;
 /* HTTP/2 receive windows, of a server and of a client's channels alike.
- * Fixed (the default): each stream's window is fixed at W bytes, the peer
- * may send frames of up to W bytes (at most 16 MiB - 1), and gRPC's
- * bandwidth-delay probe is off.  The probe grows the windows without a
- * bound the ps sets (received data waiting to be copied lifted a ps
- * holding 68 MiB to a peak of 162-188 MiB; fixed: ~156), and it grows the
- * frame size only as it measures, from 16 KiB on each new connection
- * (2 ps + 2 clients pushing 4 MiB moved 2.4-2.9 GB/s with it, 3.3-3.4
- * fixed).  16 MiB covers 100 Gbit/s at a round trip of 1 ms.  A client's
- * is PS_RECV_WINDOW in the environment at ps_rpc_global_init. */
+ * By default gRPC's bandwidth-delay probe grows them.  Fixed (opt-in):
+ * each stream's window is fixed at W bytes, the peer may send frames of
+ * up to W bytes (at most 16 MiB - 1), and the probe is off.  The probe
+ * grows the windows without a bound the ps sets (received data waiting
+ * to be copied lifted a ps holding 68 MiB to a peak of 162-188 MiB;
+ * fixed: ~156), and the frame size only as it measures, from 16 KiB on
+ * each new connection (2 ps + 2 clients pushing 4 MiB moved 2.4-2.9 GB/s
+ * with it, 3.3-3.4 fixed).  A client's is PS_RECV_WINDOW in the
+ * environment at ps_rpc_global_init.  PS_RPC_DEFAULT_RECV_WINDOW is what
+ * ps_rpc_window_args_ takes for 0. */
 #define PS_RPC_DEFAULT_RECV_WINDOW ((int64_t)16 << 20)
 #define PS_RPC_MIN_RECV_WINDOW ((int64_t)64 << 10)
 #define PS_RPC_MAX_RECV_WINDOW ((int64_t)1 << 30)
