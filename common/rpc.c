@@ -43,12 +43,12 @@ static void tune_malloc(void) {
   mallopt(M_TRIM_THRESHOLD, 64 << 20);
 }
 
-static _Atomic int64_t client_recv_window; /* 0: the default (ps_rpc_recv_window) */
+static _Atomic int64_t client_recv_window; /* 0: gRPC's probing */
 
 int ps_rpc_parse_recv_window(const char *s, int64_t *w) {
   int64_t v;
   if (s && !strcmp(s, "0")) {
-    *w = PS_RPC_RECV_WINDOW_PROBE;
+    *w = 0;
     return 0;
   }
   if (ps_parse_size(s, PS_RPC_MIN_RECV_WINDOW, PS_RPC_MAX_RECV_WINDOW, &v) != 0)
@@ -59,10 +59,6 @@ int ps_rpc_parse_recv_window(const char *s, int64_t *w) {
 
 int64_t ps_rpc_client_recv_window(void) {
   return atomic_load(&client_recv_window);
-}
-
-int64_t ps_rpc_recv_window(int64_t w) {
-  return w != 0 ? w : PS_RPC_RECV_WINDOW_PROBE;
 }
 
 static _Atomic int64_t client_spin_us = PS_RPC_DEFAULT_POLL_SPIN_US;
@@ -211,19 +207,10 @@ void ps_rpc_global_init(void) {
   if (win && *win) {
     if (ps_rpc_parse_recv_window(win, &w) == 0)
       atomic_store(&client_recv_window, w);
-    else {
-      char keep[64];
-      int64_t cur = ps_rpc_client_recv_window();
-      if (cur == 0)
-        snprintf(keep, sizeof keep, "the default (gRPC's probing)");
-      else if (cur == PS_RPC_RECV_WINDOW_PROBE)
-        snprintf(keep, sizeof keep, "0 (gRPC's probing)");
-      else
-        snprintf(keep, sizeof keep, "%lld", (long long)cur);
+    else
       PS_WARN("PS_RECV_WINDOW must be 0 (gRPC's probing) or a size from 64K to 1G, got "
-              "'%s'; keeping %s",
-              win, keep);
-    }
+              "'%s'; keeping %lld",
+              win, (long long)ps_rpc_client_recv_window());
   }
   ps_rpc_quiet_abseil();
   grpc_init();

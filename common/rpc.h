@@ -153,40 +153,33 @@ typedef struct ps_rpc_server_options {
    * PS_RPC_DEFAULT_POLL_SPIN_US; ps-server --poll-spin-us). */
   int64_t poll_spin_us;
   /* Each stream's HTTP/2 receive window (ps-server --recv-window): 0 is
-   * the default (ps_rpc_recv_window), PS_RPC_RECV_WINDOW_PROBE gRPC's own
-   * bandwidth-delay probing, else PS_RPC_MIN_RECV_WINDOW ..
-   * PS_RPC_MAX_RECV_WINDOW bytes. */
+   * gRPC's own bandwidth-delay probing (the default), else
+   * PS_RPC_MIN_RECV_WINDOW .. PS_RPC_MAX_RECV_WINDOW bytes. */
   int64_t recv_window_bytes;
 } ps_rpc_server_options;
 /* HTTP/2 receive windows, of a server and of a client's channels alike.
- * By default gRPC's bandwidth-delay probe grows them.  Fixed (opt-in):
+ * By default (0) gRPC's bandwidth-delay probe grows them.  Fixed (opt-in):
  * each stream's window is fixed at W bytes, the peer may send frames of
  * up to W bytes (at most 16 MiB - 1), and the probe is off.  The probe
  * grows the windows without a bound the ps sets (received data waiting
  * to be copied lifted a ps holding 68 MiB to a peak of 162-188 MiB;
  * fixed: ~156), and the frame size only as it measures, from 16 KiB on
  * each new connection (2 ps + 2 clients pushing 4 MiB moved 2.4-2.9 GB/s
- * with it, 3.3-3.4 fixed).  A client's is PS_RECV_WINDOW in the
- * environment at ps_rpc_global_init.  PS_RPC_DEFAULT_RECV_WINDOW is what
- * ps_rpc_window_args_ takes for 0. */
-#define PS_RPC_DEFAULT_RECV_WINDOW ((int64_t)16 << 20)
+ * with it, 3.3-3.4 fixed).  It is opt-in because as the default it
+ * stalled some transfers for seconds (bench_repl: a 64 MiB assign at
+ * 0.3 GB/s, a run taking 6.7 s instead of 3), and made 64 MiB TLS
+ * transfers ~30% slower and replicated ones ~11% slower, causes not found
+ * yet (tests/bench/README.md).  A client's is PS_RECV_WINDOW in the
+ * environment at ps_rpc_global_init. */
 #define PS_RPC_MIN_RECV_WINDOW ((int64_t)64 << 10)
 #define PS_RPC_MAX_RECV_WINDOW ((int64_t)1 << 30)
-#define PS_RPC_RECV_WINDOW_PROBE ((int64_t)-1)
-/* @s as a window: "0" is PS_RPC_RECV_WINDOW_PROBE, else a size (units.h)
+/* @s as a window: "0" is 0 (gRPC's probing), else a size (units.h)
  * from PS_RPC_MIN_RECV_WINDOW to PS_RPC_MAX_RECV_WINDOW; 0, or -1 (and
  * *@w unchanged). */
 int ps_rpc_parse_recv_window(const char *s, int64_t *w);
-/* The window of the channels this process creates from now on (0: the
- * default). */
+/* The window of the channels this process creates from now on (0:
+ * gRPC's probing). */
 int64_t ps_rpc_client_recv_window(void);
-/* Window @w as it applies to a connection: 0 (not given) is gRPC's
- * probing, any other value itself.  A fixed window is opt-in: as the
- * default it stalled some transfers for seconds (bench_repl: a 64 MiB
- * assign at 0.3 GB/s, a run taking 6.7 s instead of 3), made 64 MiB
- * TLS transfers ~30% slower and replicated ones ~11% slower, causes not
- * found yet (tests/bench/README.md). */
-int64_t ps_rpc_recv_window(int64_t w);
 
 #define PS_RPC_DEFAULT_MAX_MESSAGE_BYTES ((int64_t)32 << 20)
 #define PS_RPC_DEFAULT_STREAM_TIMEOUT_SECS 60

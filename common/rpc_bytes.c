@@ -224,8 +224,7 @@ grpc_slice ps_rpc_read_all_(grpc_byte_buffer *bb) {
 }
 
 size_t ps_rpc_window_args_(grpc_arg *a, int64_t w) {
-  if (w == PS_RPC_RECV_WINDOW_PROBE) return 0;
-  if (w == 0) w = PS_RPC_DEFAULT_RECV_WINDOW;
+  if (w == 0) return 0; /* gRPC's probing */
   if (w < PS_RPC_MIN_RECV_WINDOW) w = PS_RPC_MIN_RECV_WINDOW;
   if (w > PS_RPC_MAX_RECV_WINDOW) w = PS_RPC_MAX_RECV_WINDOW;
   a[0] = (grpc_arg){

@@ -66,8 +66,7 @@ ps_rpc_channel *ps_rpc_channel_create_secure(const char *target,
     a[0].value.integer =
         sec->max_recv_bytes > INT_MAX ? INT_MAX : (int)sec->max_recv_bytes;
   grpc_channel_args args = {6, a};
-  args.num_args += ps_rpc_window_args_(a + args.num_args,
-                                       ps_rpc_recv_window(ps_rpc_client_recv_window()));
+  args.num_args += ps_rpc_window_args_(a + args.num_args, ps_rpc_client_recv_window());
   grpc_channel_credentials *cc;
   if (sec && sec->ca_pem) {
     grpc_ssl_pem_key_cert_pair kp = {sec->key_pem, sec->cert_pem};

@@ -280,8 +280,8 @@ int ps_rpc_consume_chunk_(grpc_byte_buffer *bb, ps_rpc_segs *sink, size_t *recei
 grpc_byte_buffer *ps_rpc_pack_message_(const ProtobufCMessage *m);
 grpc_slice ps_rpc_read_all_(grpc_byte_buffer *bb);
 void ps_rpc_unlimited_args_(grpc_arg *a, int server);
-/* The arguments of receive window @w (rpc.h; 0: the default) at @a, which
- * has room for 3; how many it wrote (0 for gRPC's probing). */
+/* The arguments of receive window @w (rpc.h) at @a, which has room for
+ * 3; how many it wrote (none for 0, gRPC's probing). */
 size_t ps_rpc_window_args_(grpc_arg *a, int64_t w);
 
 /* rpc_call.c */

@@ -508,8 +508,7 @@ ps_rpc_server *ps_rpc_server_create(const char *addr, const ps_rpc_handler *h, s
                     .key = GRPC_ARG_TCP_MAX_READ_CHUNK_SIZE,
                     .value.integer = (int)PS_RPC_CHUNK_MAX};
   grpc_channel_args args = {5, a};
-  args.num_args += ps_rpc_window_args_(a + args.num_args,
-                                       ps_rpc_recv_window(s->opt.recv_window_bytes));
+  args.num_args += ps_rpc_window_args_(a + args.num_args, s->opt.recv_window_bytes);
   static const grpc_arg_pointer_vtable slot_vtable = {slot_copy, slot_destroy, slot_cmp};
   if (s->tls && ps_rpc_tls_external_ok_()) { /* see tls_hand_over */
     a[args.num_args++] = (grpc_arg){.type = GRPC_ARG_POINTER,

@@ -1045,14 +1045,12 @@ int main(int argc, char **argv) {
       "%s)",
       real_addr, a.threads, (long long)(a.threads == 1 ? a.ropt.poll_spin_us : 0),
       (int)getpid(), a.ropt.max_connections, sec);
-  int64_t win = ps_rpc_recv_window(a.ropt.recv_window_bytes);
-  if (win == PS_RPC_RECV_WINDOW_PROBE)
-    PS_INFO("HTTP/2 receive windows grow with gRPC's bandwidth-delay probing (%s)",
-            a.ropt.recv_window_bytes ? "--recv-window 0"
-                                     : "the default; --recv-window N fixes them");
+  if (a.ropt.recv_window_bytes == 0)
+    PS_INFO("HTTP/2 receive windows grow with gRPC's bandwidth-delay probing (the "
+            "default; --recv-window N fixes them)");
   else
     PS_INFO("HTTP/2 receive windows fixed at %lld bytes, no probing (--recv-window)",
-            (long long)win);
+            (long long)a.ropt.recv_window_bytes);
   printf("%s ready on %s\n", taskname, real_addr);
   fflush(stdout);
 run:
