@@ -165,12 +165,10 @@ typedef struct ps_rpc_server_options {
  * to be copied lifted a ps holding 68 MiB to a peak of 162-188 MiB;
  * fixed: ~156), and the frame size only as it measures, from 16 KiB on
  * each new connection (2 ps + 2 clients pushing 4 MiB moved 2.4-2.9 GB/s
- * with it, 3.3-3.4 fixed).  It is opt-in because as the default it
- * stalled some transfers for seconds (bench_repl: a 64 MiB assign at
- * 0.3 GB/s, a run taking 6.7 s instead of 3), and made 64 MiB TLS
- * transfers ~30% slower and replicated ones ~11% slower, causes not found
- * yet (tests/bench/README.md).  A client's is PS_RECV_WINDOW in the
- * environment at ps_rpc_global_init. */
+ * with it, 3.3-3.4 fixed).  It is opt-in because as the default it made
+ * 64 MiB TLS transfers ~30% slower and replicated ones ~11% slower,
+ * causes not found yet (tests/bench/README.md).  A client's is
+ * PS_RECV_WINDOW in the environment at ps_rpc_global_init. */
 #define PS_RPC_MIN_RECV_WINDOW ((int64_t)64 << 10)
 #define PS_RPC_MAX_RECV_WINDOW ((int64_t)1 << 30)
 /* @s as a window: "0" is 0 (gRPC's probing), else a size (units.h)
