@@ -269,6 +269,16 @@ int ps_rpc_call_reply(ps_rpc_call *c, const ProtobufCMessage *m);
 #define PS_RPC_STREAM (-2)
 #define PS_RPC_MAX_STREAMS 1024
 void ps_rpc_call_resume(ps_rpc_call *c, int rc, const ps_status *st);
+/* on_data may also leave work for after its answer: it sets the reply,
+ * registers @fn here and returns 0.  The reply then goes out first and
+ * @fn(@c) runs right after, on the same thread, before the call can be
+ * freed (a completion on another thread waits for it) and whatever
+ * became of the send.  An update applies its validated effects there
+ * while it still holds the variables' locks, so its client is answered
+ * without waiting for the arithmetic and no reader sees the old value
+ * after the answer.  Only on_data's own thread may call this. */
+typedef void (*ps_rpc_after_fn)(ps_rpc_call *c);
+void ps_rpc_call_after_reply(ps_rpc_call *c, ps_rpc_after_fn fn);
 
 /* Appends response bulk bytes, sent zero-copy; the call refs @owner. */
 int ps_rpc_call_reply_data(ps_rpc_call *c, void *ptr, size_t len, ps_buf *owner);

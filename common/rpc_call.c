@@ -103,6 +103,8 @@ ps_rpc_method_stats *ps_rpc_server_stats(const ps_rpc_server *s, size_t *n) {
 }
 
 void ps_rpc_scall_free_(ps_rpc_call *c) {
+  int pinned = 1; /* after-reply work still running: it frees the call */
+  if (atomic_compare_exchange_strong(&c->pin, &pinned, 2)) return;
   ps_rpc_server *s = c->srv;
   const ps_rpc_handler *h = &s->h[c->hi];
   if (c->state != S_REQUESTED) record_call(c);
@@ -220,6 +222,21 @@ void ps_rpc_call_resume(ps_rpc_call *c, int rc, const ps_status *st) {
   } else {
     ps_rpc_scall_send_next_(c, 1);
   }
+}
+
+void ps_rpc_call_after_reply(ps_rpc_call *c, ps_rpc_after_fn fn) {
+  c->after = fn;
+}
+
+/* Sends the reply, then runs the handler's after-reply work with the call
+ * pinned; frees the call if its last completion came meanwhile. */
+void ps_rpc_scall_reply_then_after_(ps_rpc_call *c) {
+  ps_rpc_after_fn fn = c->after;
+  c->after = NULL;
+  atomic_store(&c->pin, 1);
+  ps_rpc_scall_send_next_(c, 1);
+  fn(c);
+  if (atomic_exchange(&c->pin, 0) == 2) ps_rpc_scall_free_(c);
 }
 
 bool ps_rpc_call_expired(const ps_rpc_call *c) {

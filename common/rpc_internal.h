@@ -155,6 +155,10 @@ struct ps_rpc_call {
   int st_free;    /* the call is being freed */
   grpc_byte_buffer *st_next; /* the message to send next (the newest only) */
   ps_role role;              /* the caller's (ps_rpc_call_role) */
+  /* ps_rpc_call_after_reply: the work, and while it runs a pin that
+   * keeps the call alive (1; 2 once a completion wanted it freed) */
+  ps_rpc_after_fn after;
+  atomic_int pin;
 };
 
 typedef struct conn_slot {
@@ -293,6 +297,7 @@ void ps_rpc_scall_free_(ps_rpc_call *c);
 void ps_rpc_scall_fail_(ps_rpc_call *c);
 void ps_rpc_scall_recv_next_(ps_rpc_call *c);
 void ps_rpc_scall_send_next_(ps_rpc_call *c, int first);
+void ps_rpc_scall_reply_then_after_(ps_rpc_call *c);
 
 /* rpc_stream.c */
 ps_rpc_call *ps_rpc_call_of_close_tag_(tag *t);

@@ -95,7 +95,10 @@ static void scall_complete(ps_rpc_call *c) {
     ps_rpc_scall_fail_(c);
     return;
   }
-  ps_rpc_scall_send_next_(c, 1);
+  if (c->after)
+    ps_rpc_scall_reply_then_after_(c);
+  else
+    ps_rpc_scall_send_next_(c, 1);
 }
 
 /* RESOURCE_EXHAUSTED if @bb is over the message limit (--max-message-bytes).

@@ -57,6 +57,8 @@ typedef struct upd_ctx {
   atomic_int pending;       /* waiting updates + 1 while the handler runs */
   ps_status err;            /* a failure after validation (out of memory) */
   ps_repl_staging *staging; /* replication: values forwarded as they arrive */
+  ps_var **locked;          /* answered early: the lock set update_after_reply releases */
+  size_t nlocked;
 } upd_ctx;
 
 /* An APPLY_* op minus APPLY_GRADIENT_DESCENT is its ps_opt_kind. */
@@ -886,7 +888,7 @@ static void update_replicated(void *arg, int rc, const ps_status *st) {
  * simulated state, and applies it only if all of it is valid.  Returns 0
  * (replied), an error, or PS_RPC_PENDING when synchronous updates wait for
  * their step. */
-static int update_apply(ps_rpc_call *c, ps_status *st);
+static int update_apply(ps_rpc_call *c, ps_status *st, bool early);
 
 /* An update that found the snapshot gate closed runs here when it opens. */
 static void update_deferred(void *arg) {
@@ -906,7 +908,7 @@ static void update_deferred(void *arg) {
                        "snapshot on %s; not applied",
                        s->task);
   else
-    rc = update_apply(c, &st);
+    rc = update_apply(c, &st, false);
   ps_store_update_leave(s->store);
   if (rc != PS_RPC_PENDING) ps_rpc_call_resume(c, rc, &st);
 }
@@ -941,12 +943,54 @@ static int update_data(ps_rpc_call *c, ps_status *st) {
   int rc0 = ps_store_update_admit(s->store, update_deferred, c, x->bytes, &parked, st);
   if (rc0 != 0) return rc0;
   if (parked) return PS_RPC_PENDING;
-  int rc = update_apply(c, st);
-  ps_store_update_leave(s->store);
+  int rc = update_apply(c, st, true);
+  if (x->locked == NULL) /* else update_after_reply leaves, once applied */
+    ps_store_update_leave(s->store);
   return rc;
 }
 
-static int update_apply(ps_rpc_call *c, ps_status *st) {
+/* Every buffer the update will write its own (a snapshot may share one),
+ * before anything changes: an out-of-memory fails the call whole. */
+static int make_private_all(upd_ctx *x, ps_status *st) {
+  for (size_t i = 0; i < x->n; i++) {
+    upd_item *it = &x->items[i];
+    if (it->sync || (!it->opt && it->u->op == PARAMSERVER__UPDATE_OP__ASSIGN)) continue;
+    if (ps_var_make_private(it->v, st) != 0) return st->code;
+    for (size_t k = 0; it->opt && k < it->opt->nslots; k++)
+      if (ps_var_make_private(it->slots[k], st) != 0) return st->code;
+  }
+  return 0;
+}
+
+/* Whether @vars[0..n) (variables and slots) name each variable once, so
+ * that each item's version after the apply is its variable's + 1. */
+static bool vars_distinct(ps_var *const *vars, size_t n) {
+  if (n < 2) return true;
+  ps_var **v = malloc(n * sizeof *v);
+  if (v == NULL) return false;
+  memcpy(v, vars, n * sizeof *v);
+  qsort(v, n, sizeof *v, cmp_ptr);
+  bool ok = true;
+  for (size_t i = 1; i < n && ok; i++)
+    ok = v[i] != v[i - 1];
+  free(v);
+  return ok;
+}
+
+/* An update answered before its apply (update_apply's early answer): its
+ * validated effects, under the locks it still holds. */
+static void update_after_reply(ps_rpc_call *c) {
+  ps_service *s = ps_rpc_call_server_user(c);
+  upd_ctx *x = ps_rpc_call_ctx(c);
+  for (size_t i = 0; i < x->n; i++)
+    apply_update(s->store, &x->items[i]);
+  ps_store_unlock_set(x->locked, x->nlocked);
+  free(x->locked);
+  x->locked = NULL;
+  ps_store_update_leave(s->store);
+}
+
+static int update_apply(ps_rpc_call *c, ps_status *st, bool early) {
   ps_service *s = ps_rpc_call_server_user(c);
   upd_ctx *x = ps_rpc_call_ctx(c);
   size_t nlock = 0;
@@ -1003,6 +1047,23 @@ static int update_apply(ps_rpc_call *c, ps_status *st) {
       rc = validate_update(it, sm, st);
     }
     if (rc == 0 && it->sync) rc = validate_sync(s, it, sm, st);
+  }
+  if (rc == 0 && !dup) rc = make_private_all(x, st);
+  /* Unreplicated and asynchronous, the call is answered before the
+   * arithmetic runs (update_after_reply), the locks still held: the
+   * client goes on while the ps applies, and a read or update of these
+   * variables, by it or anyone, waits for the locks and sees the effects. */
+  if (rc == 0 && early && !s->repl && !x->any_sync && vars_distinct(vars, nlock)) {
+    for (size_t i = 0; i < x->n; i++)
+      x->items[i].version = x->items[i].v->version + 1;
+    rc = update_reply(x, st);
+    if (rc == 0) {
+      x->locked = vars;
+      x->nlocked = nlock;
+      ps_rpc_call_after_reply(c, update_after_reply);
+      free(sims);
+      return 0;
+    }
   }
   ps_sync_waiter *done = NULL;
   size_t nrows = 0;

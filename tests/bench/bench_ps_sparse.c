@@ -30,9 +30,11 @@ typedef struct sparse_peer {
 } sparse_peer;
 
 /* 'T' rows dim cap adagrad: a zeroed table (and an accumulator of
- * ADAGRAD_INIT); 'G' n ids -> n rows; 'S' n ids rows -> added in order,
- * then an ack; 'A' n ids rows -> a sparse Adagrad step, then an ack;
- * 'D' -> the whole table. */
+ * ADAGRAD_INIT); 'G' n ids -> n rows; 'S' n ids rows -> an ack, then
+ * added in order; 'A' n ids rows -> an ack, then a sparse Adagrad step;
+ * 'D' -> the whole table.  The ack goes before the arithmetic, as the ps
+ * answers an unreplicated update (DESIGN.md, "A training step"): the peer
+ * reads its next command only after it, so the next gather sees it. */
 static int sparse_cmd(int fd, char cmd, sparse_peer *p) {
   int64_t h[4];
   if (cmd == 'T') {
@@ -70,20 +72,21 @@ static int sparse_cmd(int fd, char cmd, sparse_peer *p) {
       memcpy(p->vals + i * p->dim, p->table + p->ids[i] * p->dim, row);
     return write_full(fd, p->vals, (size_t)n * row);
   }
-  if (read_full(fd, p->vals, (size_t)n * row) != 0) return -1;
+  if (read_full(fd, p->vals, (size_t)n * row) != 0 || (cmd == 'A' && p->acc == NULL) ||
+      write_full(fd, "k", 1) != 0)
+    return -1;
   if (cmd == 'A') {
-    if (p->acc == NULL) return -1;
     for (int64_t i = 0; i < n; i++)
       adagrad_row(p->table + p->ids[i] * p->dim, p->acc + p->ids[i] * p->dim,
                   p->vals + i * p->dim, p->dim, ADAGRAD_LR);
-    return write_full(fd, "k", 1);
+    return 0;
   }
   for (int64_t i = 0; i < n; i++) {
     float *d = p->table + p->ids[i] * p->dim, *v = p->vals + i * p->dim;
     for (int64_t k = 0; k < p->dim; k++)
       d[k] += v[k];
   }
-  return write_full(fd, "k", 1);
+  return 0;
 }
 
 /* Child: 'R' -> sends bulk_bytes; 'W' -> receives them into a reused buffer

@@ -920,6 +920,56 @@ START_TEST(calls_meeting_a_sigterm_fail_unavailable) {
 }
 END_TEST
 
+/* A ps answers an unreplicated update once it is validated, and applies
+ * it after the answer went out, still holding the variable's lock
+ * (DESIGN.md "Updates").  With two RPC threads, a read sent the moment the
+ * answer came is taken by the other thread while the first one may still
+ * be adding: it must wait and see the whole update, its last row too (the
+ * add runs from the first element to the last), and the answered version
+ * must be the one the ps then lists. */
+static void threads2_setup(void) {
+  static const char *const extra[] = {"--threads", "2", NULL};
+  C = harness_start_client(&H, 1, extra);
+  ck_assert_ptr_nonnull(C);
+}
+
+START_TEST(answered_update_is_seen_by_the_next_read) {
+  enum { ROWS = 1024, COLS = 4096, ROUNDS = 12 };
+  ps_init_spec z;
+  ps_init_spec_default(&z, PS_INIT_ZEROS);
+  create(0, "big", PS_DT_FLOAT, shp(2, ROWS, COLS), &z);
+  ps_status st;
+  PS_ASSERT_OK(ps_client_initialize(C, 0, NULL, 0, false, NULL, &st), st);
+  ps_tensor *ones = ftensor(2, ROWS, COLS, NULL);
+  for (int64_t i = 0; i < (int64_t)ROWS * COLS; i++)
+    fdata(ones)[i] = 1;
+  int64_t last[2] = {ROWS - 1, 0};
+  ps_tensor *ix = itensor(2, last);
+  for (int r = 1; r <= ROUNDS; r++) {
+    ps_update_result res;
+    ps_update u = {.name = "big", .op = PS_ASSIGN_ADD, .value = ones, .result = &res};
+    PS_ASSERT_OK(ps_client_update(C, 0, &u, 1, &st), st);
+    ps_read rd = {.name = "big", .indices = ix};
+    PS_ASSERT_OK(ps_client_read(C, 0, &rd, 1, &st), st);
+    const float *got = fdata(rd.out);
+    ck_assert_msg(got[COLS - 1] == (float)r && got[0] == (float)r &&
+                      got[2 * COLS - 1] == (float)r,
+                  "round %d: the read right after the answer saw %g (the last "
+                  "element) and %g (the first row's last)",
+                  r, (double)got[COLS - 1], (double)got[2 * COLS - 1]);
+    ps_tensor_destroy(rd.out);
+    ps_var_info *vi = NULL;
+    size_t nv = 0;
+    PS_ASSERT_OK(ps_client_list(C, 0, &vi, &nv, &st), st);
+    ck_assert_uint_eq(nv, 1);
+    ck_assert_int_eq(vi[0].version, res.version);
+    ps_client_free_var_info(vi, nv);
+  }
+  ps_tensor_destroy(ones);
+  ps_tensor_destroy(ix);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("ps");
   TCase *tc = tcase_create("ops");
@@ -938,6 +988,12 @@ int main(void) {
   tcase_add_test(tc, sigterm_lets_in_flight_calls_finish);
   tcase_add_test(tc, calls_meeting_a_sigterm_fail_unavailable);
   suite_add_tcase(s, tc);
+  TCase *tt = tcase_create("threads");
+  tcase_add_checked_fixture(tt, threads2_setup, teardown);
+  tcase_set_timeout(tt, 240);
+  tcase_add_test(tt, answered_update_is_seen_by_the_next_read);
+  suite_add_tcase(s, tt);
+
   TCase *te = tcase_create("errors");
   tcase_add_checked_fixture(te, errors_setup, teardown);
   tcase_set_timeout(te, 240);

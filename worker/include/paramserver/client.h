@@ -290,7 +290,10 @@ typedef struct ps_update {
   const ps_update_fill *fill; /* PS_ASSIGN without @value: the ps fills it */
 } ps_update;
 
-/* Applies @n updates on one ps atomically: if one fails, none applies. */
+/* Applies @n updates on one ps atomically: if one fails, none applies.
+ * An unreplicated ps may answer once it has checked them and apply them
+ * after the answer; any read or update of those variables that reaches
+ * it after the answer, from this client or another, sees them. */
 PS_API int ps_client_update(ps_client *c, int task, const ps_update *u, size_t n,
                             ps_status *st);
 
