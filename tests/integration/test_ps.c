@@ -271,6 +271,36 @@ END_TEST
  * the wrong shape, fail with the caller's positions and shapes and change
  * nothing; in a two-task call, the task that applied is not applied twice
  * when the other is sent again. */
+/* Distinct rows of a deduplicated gather are received straight into the
+ * output, piece by piece as the transport hands them over: rows of 70001
+ * floats (not a multiple of any slice or frame size) straddle the pieces
+ * and the 1 MiB chunk messages of the answer. */
+START_TEST(gather_with_repeated_wide_rows) {
+  enum { ROWS = 12, COLS = 70001, N = 96 };
+  create(0, "wide", PS_DT_FLOAT, shp(2, ROWS, COLS), NULL);
+  ps_tensor *t = ftensor(2, ROWS, COLS, NULL);
+  for (int64_t i = 0; i < (int64_t)ROWS * COLS; i++)
+    fdata(t)[i] = (float)(i % 100003);
+  ps_status st;
+  ps_update u = {.name = "wide", .op = PS_ASSIGN, .value = t};
+  PS_ASSERT_OK(ps_client_update(C, 0, &u, 1, &st), st);
+  int64_t id[N];
+  for (int i = 0; i < N; i++)
+    id[i] = (i * 5 + i / 7) % ROWS;
+  ps_tensor *ix = itensor(N, id);
+  ps_read r = {.name = "wide", .indices = ix};
+  PS_ASSERT_OK(ps_client_read(C, 0, &r, 1, &st), st);
+  ck_assert_int_eq(r.out->shape.dim[0], N);
+  for (int i = 0; i < N; i++)
+    ck_assert_msg(memcmp(fdata(r.out) + (size_t)i * COLS, fdata(t) + (size_t)id[i] * COLS,
+                         COLS * sizeof(float)) == 0,
+                  "row %d (id %lld) differs", i, (long long)id[i]);
+  ps_tensor_destroy(r.out);
+  ps_tensor_destroy(ix);
+  ps_tensor_destroy(t);
+}
+END_TEST
+
 START_TEST(scatter_add_with_repeated_ids_adds_every_occurrence) {
   enum { ROWS = 40, N = 600 };
   create(0, "acc", PS_DT_FLOAT, shp(2, ROWS, 2), NULL);
@@ -980,6 +1010,7 @@ int main(void) {
   tcase_add_test(tc, assign_add_sub_and_validate_shape);
   tcase_add_test(tc, scatter_and_gather);
   tcase_add_test(tc, gather_with_repeated_ids_returns_every_row);
+  tcase_add_test(tc, gather_with_repeated_wide_rows);
   tcase_add_test(tc, scatter_add_with_repeated_ids_adds_every_occurrence);
   tcase_add_test(tc, scatter_after_gather_on_changing_ids_adds_the_new_ids);
   tcase_add_test(tc, tensors_beyond_message_limits);
