@@ -68,7 +68,8 @@ typedef void (*ps_rpc_fill_fn)(void *arg, size_t off, const void *p, size_t n);
 /* A list of byte ranges.  For sending, each range is kept alive by @owner
  * (referenced while gRPC holds it; NULL means the bytes are copied). For
  * receiving, ranges are filled in order, each into memory at @ptr or,
- * with @fill set, through @fill(@ptr, ...). */
+ * with @fill set, through @fill(@ptr, ...); only ps_rpc_segs_fill knows
+ * @fill, so such a range is only for a client's answer sink. */
 typedef struct ps_rpc_seg {
   void *ptr;
   size_t len;
@@ -278,11 +279,13 @@ int ps_rpc_call_reply(ps_rpc_call *c, const ProtobufCMessage *m);
 #define PS_RPC_STREAM (-2)
 #define PS_RPC_MAX_STREAMS 1024
 void ps_rpc_call_resume(ps_rpc_call *c, int rc, const ps_status *st);
-/* on_data may also leave work for after its answer: it sets the reply,
- * registers @fn here and returns 0.  The reply then goes out first and
- * @fn(@c) runs right after, on the same thread, before the call can be
- * freed (a completion on another thread waits for it) and whatever
- * became of the send.  An update applies its validated effects there
+/* on_data may also leave work for after its answer: it sets the reply
+ * (a header with no reply data), registers @fn here and returns 0.  The
+ * reply then goes out first and @fn(@c) runs right after, on the same
+ * thread, before the call can be freed (a completion on another thread
+ * waits for it) and whatever became of the send.  Registered with any
+ * other outcome, @fn runs at once, before anything is sent (logged: a
+ * handler bug), so it never stays undone.  An update applies its validated effects there
  * while it still holds the variables' locks, so its client is answered
  * without waiting for the arithmetic and no reader sees the old value
  * after the answer.  Only on_data's own thread may call this. */

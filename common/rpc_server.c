@@ -81,6 +81,14 @@ static void scall_complete(ps_rpc_call *c) {
   const ps_rpc_handler *h = &c->srv->h[c->hi];
   c->state = S_PARKED;
   int rc = h->on_data(c, &c->st);
+  if (c->after && (rc != 0 || c->reply == NULL || c->out.total != 0)) {
+    /* not a plain answer (ps_rpc_call_after_reply's contract): the work
+     * runs now, before anything is sent, so that it never stays undone */
+    ps_rpc_after_fn fn = c->after;
+    c->after = NULL;
+    PS_ERROR("%s: after-reply work with no plain reply; run first", h->method);
+    fn(c);
+  }
   if (rc == PS_RPC_PENDING) return; /* ps_rpc_call_resume() finishes it */
   if (rc == PS_RPC_STREAM && c->reply) {
     ps_rpc_stream_start_(c);

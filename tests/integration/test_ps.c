@@ -265,12 +265,6 @@ START_TEST(gather_with_repeated_ids_returns_every_row) {
 }
 END_TEST
 
-/* A scatter-add whose ids repeat goes with one summed row per distinct id
- * (as TensorFlow's optimizers sum them): every occurrence is added, for
- * float and int32 tables, add and sub.  An id out of range, or updates of
- * the wrong shape, fail with the caller's positions and shapes and change
- * nothing; in a two-task call, the task that applied is not applied twice
- * when the other is sent again. */
 /* Distinct rows of a deduplicated gather are received straight into the
  * output, piece by piece as the transport hands them over: rows of 70001
  * floats (not a multiple of any slice or frame size) straddle the pieces
@@ -287,6 +281,7 @@ START_TEST(gather_with_repeated_wide_rows) {
   int64_t id[N];
   for (int i = 0; i < N; i++)
     id[i] = (i * 5 + i / 7) % ROWS;
+  id[1] = id[0]; /* no distinct row lands at its own index: first[u] != u */
   ps_tensor *ix = itensor(N, id);
   ps_read r = {.name = "wide", .indices = ix};
   PS_ASSERT_OK(ps_client_read(C, 0, &r, 1, &st), st);
@@ -301,6 +296,12 @@ START_TEST(gather_with_repeated_wide_rows) {
 }
 END_TEST
 
+/* A scatter-add whose ids repeat goes with one summed row per distinct id
+ * (as TensorFlow's optimizers sum them): every occurrence is added, for
+ * float and int32 tables, add and sub.  An id out of range, or updates of
+ * the wrong shape, fail with the caller's positions and shapes and change
+ * nothing; in a two-task call, the task that applied is not applied twice
+ * when the other is sent again. */
 START_TEST(scatter_add_with_repeated_ids_adds_every_occurrence) {
   enum { ROWS = 40, N = 600 };
   create(0, "acc", PS_DT_FLOAT, shp(2, ROWS, 2), NULL);
@@ -952,7 +953,7 @@ END_TEST
 
 /* A ps answers an unreplicated update once it is validated, and applies
  * it after the answer went out, still holding the variable's lock
- * (DESIGN.md "Updates").  With two RPC threads, a read sent the moment the
+ * (DESIGN.md "A training step").  With two RPC threads, a read sent the moment the
  * answer came is taken by the other thread while the first one may still
  * be adding: it must wait and see the whole update, its last row too (the
  * add runs from the first element to the last), and the answered version

@@ -52,7 +52,8 @@ static int fuzz_read(const uint8_t *p, size_t n, const uint8_t *data, size_t nda
   /* a retried call (ps_cl_run_reqs_) parses its header a second time */
   ps_rpc_segs first = {0};
   ps_status st1;
-  ps_cl_parse_read_(&b, p, n, &first, &st1);
+  if (ps_cl_parse_read_(&b, p, n, &first, &st1) == 0) /* part of its data came */
+    ps_rpc_segs_fill(&first, 0, data, (ndata < first.total ? ndata : first.total) / 2);
   ps_rpc_segs_fini(&first);
   rc = ps_cl_parse_read_(&b, p, n, &sink, st);
   if (rc == 0 && ndata != sink.total)

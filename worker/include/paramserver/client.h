@@ -301,7 +301,9 @@ typedef struct ps_read {
   const char *name;
   const ps_tensor *indices; /* NULL: whole variable; else gather rows (axis 0) */
   ps_tensor *out;           /* in: NULL (allocated) or a tensor of the right
-                               dtype and size, filled in place; out: result */
+                               dtype and size, filled in place (as the answer
+                               arrives: a failed call may leave part of one
+                               in it); out: result */
 } ps_read;
 
 /* Reads @n variables of one ps in one RPC, all as of one moment.  On
