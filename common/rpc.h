@@ -61,20 +61,13 @@ int64_t ps_rpc_poll_spin_us(void);
 /* Parses a --poll-spin-us value ("0".."10000"); -1 when it is not one. */
 int ps_rpc_parse_poll_spin_us(const char *s, int64_t *us);
 
-/* Bytes of a receiving range handed to a function instead of copied to
- * memory: @n bytes at @p that belong at byte @off of the range. */
-typedef void (*ps_rpc_fill_fn)(void *arg, size_t off, const void *p, size_t n);
-
 /* A list of byte ranges.  For sending, each range is kept alive by @owner
  * (referenced while gRPC holds it; NULL means the bytes are copied). For
- * receiving, ranges are filled in order, each into memory at @ptr or,
- * with @fill set, through @fill(@ptr, ...); only ps_rpc_segs_fill knows
- * @fill, so such a range is only for a client's answer sink. */
+ * receiving, ranges are filled in order. */
 typedef struct ps_rpc_seg {
   void *ptr;
   size_t len;
   ps_buf *owner;
-  ps_rpc_fill_fn fill;
 } ps_rpc_seg;
 
 typedef struct ps_rpc_segs {
@@ -85,9 +78,6 @@ typedef struct ps_rpc_segs {
 
 /* Appends a range; takes a reference on @owner (if any). -1 on no memory. */
 int ps_rpc_segs_add(ps_rpc_segs *s, void *ptr, size_t len, ps_buf *owner);
-/* Appends a receiving range of @len bytes that go to @fn(@arg, ...).  -1 on
- * no memory. */
-int ps_rpc_segs_add_fill(ps_rpc_segs *s, ps_rpc_fill_fn fn, void *arg, size_t len);
 void ps_rpc_segs_fini(ps_rpc_segs *s); /* drops owner refs, frees the array */
 /* Copies @n bytes into the ranges, starting at byte @off of the whole list. */
 void ps_rpc_segs_fill(ps_rpc_segs *s, size_t off, const void *p, size_t n);

@@ -19,15 +19,7 @@
 int ps_rpc_segs_add(ps_rpc_segs *s, void *ptr, size_t len, ps_buf *owner) {
   if (len == 0) return 0;
   if (ps_array_grow(&s->v, &s->cap, s->n + 1, sizeof *s->v) != 0) return -1;
-  s->v[s->n++] = (ps_rpc_seg){ptr, len, ps_buf_ref(owner), NULL};
-  s->total += len;
-  return 0;
-}
-
-int ps_rpc_segs_add_fill(ps_rpc_segs *s, ps_rpc_fill_fn fn, void *arg, size_t len) {
-  if (len == 0) return 0;
-  if (ps_array_grow(&s->v, &s->cap, s->n + 1, sizeof *s->v) != 0) return -1;
-  s->v[s->n++] = (ps_rpc_seg){arg, len, NULL, fn};
+  s->v[s->n++] = (ps_rpc_seg){ptr, len, ps_buf_ref(owner)};
   s->total += len;
   return 0;
 }
@@ -48,10 +40,7 @@ void ps_rpc_segs_fill(ps_rpc_segs *s, size_t off, const void *p, size_t n) {
     }
     size_t k = s->v[i].len - off;
     if (k > n) k = n;
-    if (s->v[i].fill)
-      s->v[i].fill(s->v[i].ptr, off, src, k);
-    else
-      memcpy((uint8_t *)s->v[i].ptr + off, src, k);
+    memcpy((uint8_t *)s->v[i].ptr + off, src, k);
     src += k;
     n -= k;
     off = 0;

@@ -265,10 +265,10 @@ START_TEST(gather_with_repeated_ids_returns_every_row) {
 }
 END_TEST
 
-/* Distinct rows of a deduplicated gather are received straight into the
- * output, piece by piece as the transport hands them over: rows of 70001
- * floats (not a multiple of any slice or frame size) straddle the pieces
- * and the 1 MiB chunk messages of the answer. */
+/* A deduplicated gather of wide rows: rows of 70001 floats (not a
+ * multiple of any slice or frame size) straddle the pieces the transport
+ * hands over and the 1 MiB chunk messages of the answer, and the distinct
+ * rows are not asked for in their own order. */
 START_TEST(gather_with_repeated_wide_rows) {
   enum { ROWS = 12, COLS = 70001, N = 96 };
   create(0, "wide", PS_DT_FLOAT, shp(2, ROWS, COLS), NULL);
@@ -281,7 +281,7 @@ START_TEST(gather_with_repeated_wide_rows) {
   int64_t id[N];
   for (int i = 0; i < N; i++)
     id[i] = (i * 5 + i / 7) % ROWS;
-  id[1] = id[0]; /* no distinct row lands at its own index: first[u] != u */
+  id[1] = id[0]; /* distinct row u is not first asked for at position u */
   ps_tensor *ix = itensor(N, id);
   ps_read r = {.name = "wide", .indices = ix};
   PS_ASSERT_OK(ps_client_read(C, 0, &r, 1, &st), st);

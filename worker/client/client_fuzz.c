@@ -60,11 +60,14 @@ static int fuzz_read(const uint8_t *p, size_t n, const uint8_t *data, size_t nda
     rc = ps_status_set(st, ndata > sink.total ? PS_INTERNAL : PS_DATA_LOSS,
                        "Read: %zu bytes of data for %zu announced", ndata, sink.total);
   if (rc == 0) {
-    /* in pieces, as gRPC's slices come: rows straddle them */
+    /* in pieces, as gRPC's slices come */
     size_t piece = 1 + ndata % 13;
     for (size_t off = 0; off < ndata; off += piece)
       ps_rpc_segs_fill(&sink, off, data + off, ndata - off < piece ? ndata - off : piece);
-    ps_cl_read_spread_(&b);
+    for (size_t k = 0; k < t.n; k++)
+      if (b.dd[k].uix && b.rows[k])
+        ps_gather_dedup_expand(&b.dd[k], b.rows[k], b.row_bytes[k],
+                               ps_tensor_data(reads[k].out));
   }
 out:
   for (size_t k = 0; k < t.n; k++)

@@ -185,15 +185,6 @@ int ps_cl_parse_update_(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sin
                         ps_status *st);
 
 /* client_read.c */
-/* A deduplicated gather's distinct rows, received straight into the
- * output at the first position asking for each (ps_gather_dedup_first);
- * ps_cl_read_spread_ then copies them to the other positions. */
-typedef struct read_fill {
-  uint8_t *out;
-  size_t row_bytes;
-  int32_t *first;
-} read_fill;
-
 typedef struct read_build {
   answer ans;
   bool *allocated; /* outputs this call allocated (freed again on failure) */
@@ -202,15 +193,14 @@ typedef struct read_build {
   Paramserver__ReadItem **ip;
   ps_rpc_segs segs;
   ps_task_reads *t;
-  /* gathers sent deduplicated: the ids, and where their distinct rows go */
+  /* gathers sent deduplicated: the ids, and the distinct rows received */
   ps_gather_dedup *dd;
-  read_fill *fills;
+  void **rows;
+  size_t *row_bytes;
 } read_build;
 
 int ps_cl_parse_read_(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
                       ps_status *st);
-/* After a successful call: every position of the deduplicated gathers. */
-void ps_cl_read_spread_(read_build *b);
 int ps_cl_read_build_init_(read_build *b, ps_task_reads *t, ps_dedup_memo *dedup,
                            ps_status *st);
 void ps_cl_read_build_fini_(read_build *b);

@@ -8,34 +8,14 @@
 #include "common/tensor.h"
 #include "common/wire.h"
 
-/* Distinct rows as they arrive, each piece to its first position. */
-static void fill_rows(void *arg, size_t off, const void *p, size_t n) {
-  read_fill *f = arg;
-  const uint8_t *src = p;
-  while (n > 0) {
-    size_t u = off / f->row_bytes, in = off % f->row_bytes, k = f->row_bytes - in;
-    if (k > n) k = n;
-    memcpy(f->out + (size_t)f->first[u] * f->row_bytes + in, src, k);
-    src += k;
-    off += k;
-    n -= k;
-  }
-}
-
-void ps_cl_read_spread_(read_build *b) {
-  for (size_t k = 0; k < b->t->n; k++)
-    if (b->dd[k].uix && b->fills[k].first)
-      ps_gather_dedup_spread(&b->dd[k], b->fills[k].first, b->fills[k].row_bytes,
-                             b->fills[k].out);
-}
-
 int ps_cl_parse_read_(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
                       ps_status *st) {
   read_build *b = user;
   /* A retried call parses a header again: what the last one gave goes. */
   for (size_t k = 0; k < b->t->n; k++) {
-    free(b->fills[k].first);
-    memset(&b->fills[k], 0, sizeof b->fills[k]);
+    free(b->rows[k]);
+    b->rows[k] = NULL;
+    b->row_bytes[k] = 0;
     if (b->allocated[k]) {
       ps_tensor_destroy(b->t->reads[k].out);
       b->t->reads[k].out = NULL;
@@ -65,7 +45,7 @@ int ps_cl_parse_read_(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
       break;
     }
     ps_shape shape;
-    size_t need, unique = 0;
+    size_t need;
     if ((rc = ps_cl_answer_shape_(b->t->task, M_READ, rd->name, m->dtype, m->shape,
                                   m->n_shape, &shape, &need, st)) != 0)
       break;
@@ -84,18 +64,23 @@ int ps_cl_parse_read_(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
                                (long long)dd->nu);
         break;
       }
-      b->fills[i].row_bytes = need / (size_t)dd->nu;
+      b->row_bytes[i] = need / (size_t)dd->nu;
       size_t all;
-      if (ps_size_mul(b->fills[i].row_bytes, (size_t)dd->n, &all) != 0 ||
+      if (ps_size_mul(b->row_bytes[i], (size_t)dd->n, &all) != 0 ||
           all > ps_cl_tensor_limit_()) {
         rc = ps_status_set(
             st, PS_RESOURCE_EXHAUSTED,
             "ps/%d: Read: variable %s: %lld rows of %zu bytes are more than "
             "this machine's memory",
-            b->t->task, rd->name, (long long)dd->n, b->fills[i].row_bytes);
+            b->t->task, rd->name, (long long)dd->n, b->row_bytes[i]);
         break;
       }
-      unique = need;
+      b->rows[i] = malloc(need ? need : 1);
+      if (b->rows[i] == NULL || ps_rpc_segs_add(sink, b->rows[i], need, NULL) != 0) {
+        rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED,
+                           "read %s: cannot allocate %zu bytes", rd->name, need);
+        break;
+      }
       shape.dim[0] = dd->n;
       need = all;
     }
@@ -119,15 +104,9 @@ int ps_cl_parse_read_(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
       b->allocated[i] = true;
     }
     rd->out->shape = shape;
-    if (dd->uix) {
-      read_fill *f = &b->fills[i];
-      f->out = ps_tensor_data(rd->out);
-      f->first = ps_gather_dedup_first(dd);
-      if (f->first == NULL || ps_rpc_segs_add_fill(sink, fill_rows, f, unique) != 0)
-        rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "read %s: out of memory", rd->name);
-    } else if (ps_rpc_segs_add(sink, ps_tensor_data(rd->out), need, NULL) != 0) {
+    if (dd->uix == NULL &&
+        ps_rpc_segs_add(sink, ps_tensor_data(rd->out), need, NULL) != 0)
       rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
-    }
   }
   paramserver__read_response__free_unpacked(r, NULL);
   return rc;
@@ -142,8 +121,9 @@ int ps_cl_read_build_init_(read_build *b, ps_task_reads *t, ps_dedup_memo *dedup
   b->ip = calloc(t->n + 1, sizeof *b->ip);
   b->allocated = calloc(t->n + 1, sizeof *b->allocated);
   b->dd = calloc(t->n + 1, sizeof *b->dd);
-  b->fills = calloc(t->n + 1, sizeof *b->fills);
-  if (!b->items || !b->ip || !b->allocated || !b->dd || !b->fills)
+  b->rows = calloc(t->n + 1, sizeof *b->rows);
+  b->row_bytes = calloc(t->n + 1, sizeof *b->row_bytes);
+  if (!b->items || !b->ip || !b->allocated || !b->dd || !b->rows || !b->row_bytes)
     return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
   for (size_t i = 0; i < t->n; i++) {
     Paramserver__ReadItem *it = &b->items[i];
@@ -177,13 +157,14 @@ int ps_cl_read_build_init_(read_build *b, ps_task_reads *t, ps_dedup_memo *dedup
 void ps_cl_read_build_fini_(read_build *b) {
   for (size_t k = 0; b->t && k < b->t->n; k++) {
     if (b->dd) ps_gather_dedup_fini(&b->dd[k]);
-    if (b->fills) free(b->fills[k].first);
+    if (b->rows) free(b->rows[k]);
   }
   free(b->allocated);
   free(b->items);
   free(b->ip);
   free(b->dd);
-  free(b->fills);
+  free(b->rows);
+  free(b->row_bytes);
   ps_rpc_segs_fini(&b->segs);
 }
 
@@ -214,7 +195,11 @@ static int read_many(ps_client *c, ps_task_reads *t, size_t n, bool dedup,
   ps_cl_run_reqs_(c, reqs, tasks, n, true);
   for (size_t i = 0; i < n; i++) {
     t[i].st = reqs[i].st;
-    if (reqs[i].st.code == PS_OK) ps_cl_read_spread_(&bs[i]);
+    if (reqs[i].st.code == PS_OK)
+      for (size_t k = 0; k < t[i].n; k++)
+        if (bs[i].dd[k].uix && bs[i].rows[k])
+          ps_gather_dedup_expand(&bs[i].dd[k], bs[i].rows[k], bs[i].row_bytes[k],
+                                 ps_tensor_data(t[i].reads[k].out));
     if (reqs[i].st.code != PS_OK)
       for (size_t k = 0; k < t[i].n; k++)
         if (bs[i].allocated[k]) {

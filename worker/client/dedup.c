@@ -77,22 +77,12 @@ out:
   return rc;
 }
 
-int32_t *ps_gather_dedup_first(const ps_gather_dedup *d) {
-  int32_t *first = malloc((size_t)(d->nu ? d->nu : 1) * sizeof *first);
-  if (first == NULL) return NULL;
-  memset(first, 0xff, (size_t)d->nu * sizeof *first);
+void ps_gather_dedup_expand(const ps_gather_dedup *d, const void *rows, size_t row_bytes,
+                            void *out) {
+  const char *src = rows;
+  char *dst = out;
   for (int64_t i = 0; i < d->n; i++)
-    if (first[d->from[i]] < 0) first[d->from[i]] = (int32_t)i;
-  return first;
-}
-
-void ps_gather_dedup_spread(const ps_gather_dedup *d, const int32_t *first,
-                            size_t row_bytes, void *out) {
-  char *o = out;
-  for (int64_t i = 0; i < d->n; i++) {
-    int32_t f = first[d->from[i]];
-    if (f != i) memcpy(o + (size_t)i * row_bytes, o + (size_t)f * row_bytes, row_bytes);
-  }
+    memcpy(dst + (size_t)i * row_bytes, src + (size_t)d->from[i] * row_bytes, row_bytes);
 }
 
 void ps_gather_dedup_fini(ps_gather_dedup *d) {

@@ -21,14 +21,9 @@ typedef struct ps_gather_dedup {
 /* 1 when @ix (1-D int32/int64) repeats enough ids to pay (fills @d), 0
  * when not (@d stays empty), -1 when out of memory. */
 int ps_gather_dedup_init(ps_gather_dedup *d, const ps_tensor *ix);
-/* Where each distinct row is asked for first: a new array of nu
- * positions, NULL when out of memory.  The distinct rows are received
- * straight into those positions of the output (no staging copy), then
- * ps_gather_dedup_spread copies them to the other positions. */
-int32_t *ps_gather_dedup_first(const ps_gather_dedup *d);
-/* Copies row first[from[i]] of @out to row i wherever they differ. */
-void ps_gather_dedup_spread(const ps_gather_dedup *d, const int32_t *first,
-                            size_t row_bytes, void *out);
+/* Copies row from[i] of @rows (nu rows of @row_bytes) to row i of @out. */
+void ps_gather_dedup_expand(const ps_gather_dedup *d, const void *rows, size_t row_bytes,
+                            void *out);
 void ps_gather_dedup_fini(ps_gather_dedup *d); /* an empty one is a no-op */
 
 /* The rows of @val ([n, ...], float32/64 or int32/64) summed per distinct
