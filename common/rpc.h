@@ -275,10 +275,11 @@ void ps_rpc_call_resume(ps_rpc_call *c, int rc, const ps_status *st);
  * thread, before the call can be freed (a completion on another thread
  * waits for it) and whatever became of the send.  Registered with any
  * other outcome, @fn runs at once, before anything is sent (logged: a
- * handler bug), so it never stays undone.  An update applies its validated effects there
- * while it still holds the variables' locks, so its client is answered
- * without waiting for the arithmetic and no reader sees the old value
- * after the answer.  Only on_data's own thread may call this. */
+ * handler bug), so it never stays undone.  An update applies its
+ * validated effects there while it still holds the variables' locks, so
+ * its client is answered without waiting for the arithmetic and no reader
+ * sees the old value after the answer.  Only on_data's own thread may
+ * call this. */
 typedef void (*ps_rpc_after_fn)(ps_rpc_call *c);
 void ps_rpc_call_after_reply(ps_rpc_call *c, ps_rpc_after_fn fn);
 
