@@ -962,21 +962,6 @@ static int make_private_all(upd_ctx *x, ps_status *st) {
   return 0;
 }
 
-/* Whether @vars[0..n) (variables and slots) name each variable once, so
- * that each item's version after the apply is its variable's + 1. */
-static bool vars_distinct(ps_var *const *vars, size_t n) {
-  if (n < 2) return true;
-  ps_var **v = malloc(n * sizeof *v);
-  if (v == NULL) return false;
-  memcpy(v, vars, n * sizeof *v);
-  qsort(v, n, sizeof *v, cmp_ptr);
-  bool ok = true;
-  for (size_t i = 1; i < n && ok; i++)
-    ok = v[i] != v[i - 1];
-  free(v);
-  return ok;
-}
-
 /* An update answered before its apply (update_apply's early answer): its
  * validated effects, under the locks it still holds. */
 static void update_after_reply(ps_rpc_call *c) {
@@ -1014,7 +999,9 @@ static int update_apply(ps_rpc_call *c, ps_status *st, bool early) {
     for (size_t k = 0; it->opt && k < it->opt->nslots; k++)
       vars[nlock++] = it->slots[k];
   }
-  ps_store_lock_set(vars, nlock, true);
+  /* each variable (and slot) once: each item's version after the apply
+   * is then its variable's + 1, which an early answer can tell */
+  bool distinct = ps_store_lock_set(vars, nlock, true);
   int rc = 0;
   size_t nsim = 0;
   for (size_t i = 0; i < nlock && rc == 0; i++)
@@ -1053,7 +1040,7 @@ static int update_apply(ps_rpc_call *c, ps_status *st, bool early) {
    * arithmetic runs (update_after_reply), the locks still held: the
    * client goes on while the ps applies, and a read or update of these
    * variables, by it or anyone, waits for the locks and sees the effects. */
-  if (rc == 0 && early && !s->repl && !x->any_sync && vars_distinct(vars, nlock)) {
+  if (rc == 0 && early && !s->repl && !x->any_sync && distinct) {
     for (size_t i = 0; i < x->n; i++)
       x->items[i].version = x->items[i].v->version + 1;
     rc = update_reply(x, st);

@@ -583,13 +583,13 @@ void ps_store_account(ps_store *s, int64_t delta) {
   atomic_fetch_add(&s->bytes, delta);
 }
 
-void ps_store_lock_set(ps_var **vars, size_t n, bool write) {
+bool ps_store_lock_set(ps_var **vars, size_t n, bool write) {
   if (n == 1) { /* the common case: no sorting */
     if (write)
       pthread_rwlock_wrlock(&vars[0]->lock);
     else
       pthread_rwlock_rdlock(&vars[0]->lock);
-    return;
+    return true;
   }
   ps_var **sorted = malloc(n * sizeof *sorted);
   if (sorted == NULL) { /* fall back: lock one by one in given order */
@@ -597,14 +597,19 @@ void ps_store_lock_set(ps_var **vars, size_t n, bool write) {
   }
   memcpy(sorted, vars, n * sizeof *sorted);
   qsort(sorted, n, sizeof *sorted, cmp_var_name);
+  bool distinct = true;
   for (size_t i = 0; i < n; i++) {
-    if (i > 0 && sorted[i] == sorted[i - 1]) continue;
+    if (i > 0 && sorted[i] == sorted[i - 1]) {
+      distinct = false;
+      continue;
+    }
     if (write)
       pthread_rwlock_wrlock(&sorted[i]->lock);
     else
       pthread_rwlock_rdlock(&sorted[i]->lock);
   }
   free(sorted);
+  return distinct;
 }
 
 void ps_store_unlock_set(ps_var **vars, size_t n) {

@@ -111,8 +111,9 @@ ps_var **ps_store_list(ps_store *s, size_t *n);
 void ps_store_totals(ps_store *s, int64_t *nvars, int64_t *bytes);
 const char *ps_store_task(const ps_store *s);
 
-/* Locks @vars (duplicates allowed) in name order; write or read mode. */
-void ps_store_lock_set(ps_var **vars, size_t n, bool write);
+/* Locks @vars (duplicates allowed) in name order; write or read mode.
+ * Returns whether each variable appeared once. */
+bool ps_store_lock_set(ps_var **vars, size_t n, bool write);
 void ps_store_unlock_set(ps_var **vars, size_t n);
 
 /* Runs @v's initializer (caller holds @v's write lock).  FAILED_PRECONDITION

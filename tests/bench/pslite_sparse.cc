@@ -124,7 +124,8 @@ struct Table {
     size_t n = req.keys.size();
     size_t row = size_t(g_dim);
     ps::KVPairs<float> res;
-    if (first && meta.push && !meta.pull) server->Response(meta, res);
+    bool early = first && meta.push && !meta.pull;
+    if (early) server->Response(meta, res);
     if (meta.push && meta.cmd == 1) {
       for (size_t i = 0; i < n; i++)
         adagrad_row(t + req.keys[i] * row, acc + req.keys[i] * row,
@@ -142,7 +143,7 @@ struct Table {
       for (size_t i = 0; i < n; i++)
         memcpy(res.vals.data() + i * row, t + req.keys[i] * row, row * sizeof(float));
     }
-    if (!(first && meta.push && !meta.pull)) server->Response(meta, res);
+    if (!early) server->Response(meta, res);
   }
 };
 
