@@ -166,9 +166,13 @@ typedef struct ps_rpc_server_options {
  * fixed: ~156), and the frame size only as it measures, from 16 KiB on
  * each new connection (2 ps + 2 clients pushing 4 MiB moved 2.4-2.9 GB/s
  * with it, 3.3-3.4 fixed).  It is opt-in because as the default it made
- * 64 MiB TLS transfers ~30% slower and replicated ones ~11% slower,
- * causes not found yet (tests/bench/README.md).  A client's is
- * PS_RECV_WINDOW in the environment at ps_rpc_global_init. */
+ * 64 MiB TLS transfers ~30% slower and replicated ones ~11% slower, and
+ * sparse pushes and pulls (~800 KB) 4-9% slower: gRPC 1.51 applies the
+ * window to each stream but leaves the connection's at 64 KiB plus what
+ * waiting readers ask for, so a message over 64 KiB stops after 64 KiB
+ * until the receiver has read its length and sent a WINDOW_UPDATE, one
+ * more round trip (tests/bench/README.md).  A client's is PS_RECV_WINDOW
+ * in the environment at ps_rpc_global_init. */
 #define PS_RPC_MIN_RECV_WINDOW ((int64_t)64 << 10)
 #define PS_RPC_MAX_RECV_WINDOW ((int64_t)1 << 30)
 /* @s as a window: "0" is 0 (gRPC's probing), else a size (units.h)
