@@ -446,6 +446,7 @@ static int run_clients(agg_run *a, int rounds) {
 
 static const char usage[] =
     "usage: bench_agg [--clients N] [--mib N] [--reps N] [--rounds N] [--ps-threads N]\n"
+    "                 [--recv-window N]\n"
     "  Default: 2 ps and 2 worker processes at once, against raw TCP with the\n"
     "  same pattern: aggregate push (assign) and pull (read) GB/s.\n"
     "  --clients N     instead: 1 ps serving N worker processes at once,\n"
@@ -455,12 +456,19 @@ static const char usage[] =
     "  --rounds N      interleaved rounds of the phases (default 3; 5 with\n"
     "                  --clients)\n"
     "  --ps-threads N  pass --threads N to ps-server (default: its own)\n"
+    "  --recv-window N pass --recv-window N to every ps-server (which checks\n"
+    "                  it) and set the workers' PS_RECV_WINDOW to N\n"
     "Needs PS_SERVER (path of ps-server).\n";
 
 int main(int argc, char **argv) {
   if (argc >= 8 && !strcmp(argv[1], "--worker")) return worker_main(argc - 2, argv + 2);
   int mib = 4, reps = 50, rounds = 0, clients = 0, ps_threads = 0;
+  const char *window = NULL;
   for (int i = 1; i < argc; i += 2) { /* FLAG VALUE pairs */
+    if (!strcmp(argv[i], "--recv-window") && i + 1 < argc && argv[i + 1][0]) {
+      window = argv[i + 1];
+      continue;
+    }
     int *dst = !strcmp(argv[i], "--mib")          ? &mib
                : !strcmp(argv[i], "--reps")       ? &reps
                : !strcmp(argv[i], "--rounds")     ? &rounds
@@ -492,8 +500,19 @@ int main(int argc, char **argv) {
   a.reps = reps;
   char threads[16];
   snprintf(threads, sizeof threads, "%d", ps_threads);
-  const char *const extra[] = {"--threads", threads, NULL};
-  int rc = agg_start(&a, ps_threads ? extra : NULL) != 0 ||
+  const char *extra[5];
+  int n = 0;
+  if (ps_threads) {
+    extra[n++] = "--threads";
+    extra[n++] = threads;
+  }
+  if (window) { /* the workers (this program again) read PS_RECV_WINDOW */
+    extra[n++] = "--recv-window";
+    extra[n++] = window;
+    setenv("PS_RECV_WINDOW", window, 1);
+  }
+  extra[n] = NULL;
+  int rc = agg_start(&a, n ? extra : NULL) != 0 ||
            (clients ? run_clients(&a, rounds) : run_pairs(&a, rounds)) != 0;
   return agg_stop(&a, rc);
 }

@@ -739,6 +739,21 @@ static int parse_int(const char *s, int lo, int hi, int *out) {
   return 0;
 }
 
+int bench_ps_args(const opts *o, const char **argv, char threads[16]) {
+  int n = 0;
+  snprintf(threads, 16, "%d", o->ps_threads);
+  if (o->ps_threads > 0) {
+    argv[n++] = "--threads";
+    argv[n++] = threads;
+  }
+  if (o->recv_window) {
+    argv[n++] = "--recv-window";
+    argv[n++] = o->recv_window;
+  }
+  argv[n] = NULL;
+  return n;
+}
+
 static const char usage[] =
     "usage: bench_ps [--reps N] [--iters N] [--steps N] [--ps-threads N]\n"
     "  --reps N        64 MiB repetitions of each kind (default 11)\n"
@@ -746,6 +761,8 @@ static const char usage[] =
     "  --steps N       per-variable steps of the 1000-variable read; the\n"
     "                  batched read runs 10x as many (default 10)\n"
     "  --ps-threads N  pass --threads N to ps-server (default: its own)\n"
+    "  --recv-window N pass --recv-window N to every ps-server and set the\n"
+    "                  clients' PS_RECV_WINDOW to N (default: the defaults)\n"
     "  --only LIST     run only these parts, e.g. --only b (default abcde)\n"
     "  --bulk-mib N    (a): the read and assign size in MiB (default 64)\n"
     "  --small-mib N   (a): a second size, 8x the reps (default 4, 0: none)\n"
@@ -817,6 +834,18 @@ int main(int argc, char **argv) {
     } else if (!strcmp(argv[i], "--split-b")) {
       o.split_b = 1;
       continue;
+    } else if (!strcmp(argv[i], "--recv-window") && i + 1 < argc) {
+      int64_t w;
+      if (ps_rpc_parse_recv_window(argv[++i], &w) != 0) {
+        fprintf(
+            stderr,
+            "bench_ps: --recv-window must be 0 (gRPC's probing) or a size from 64K to "
+            "1G, got '%s'\n%s",
+            argv[i], usage);
+        return 2;
+      }
+      o.recv_window = argv[i];
+      continue;
     } else if (!strcmp(argv[i], "--only") && i + 1 < argc) {
       o.only = argv[++i];
       continue;
@@ -840,6 +869,9 @@ int main(int argc, char **argv) {
       "PS_AUTH_TOKEN",      "PS_AUTH_TOKEN_FILE", "PS_REQUIRE_AUTH"};
   for (size_t i = 0; i < sizeof sec_env / sizeof *sec_env; i++)
     unsetenv(sec_env[i]);
+  /* read by ps_rpc_global_init: this process's channels and the bare
+   * client's own window stay gRPC's (bench_ps_bare.c sets no window) */
+  if (o.recv_window) setenv("PS_RECV_WINDOW", o.recv_window, 1);
   bulk_bytes = (size_t)o.bulk_mib << 20;
   setvbuf(stdout, NULL, _IOLBF, 0);
   double t_start = now_s();
@@ -909,9 +941,8 @@ int main(int argc, char **argv) {
   port_pipe[0] = -1;
 
   char threads_arg[16];
-  const char *extra[3] = {"--threads", threads_arg, NULL};
-  snprintf(threads_arg, sizeof threads_arg, "%d", o.ps_threads);
-  if (harness_start(&h, 1, o.ps_threads > 0 ? extra : NULL) != 0) {
+  const char *extra[5];
+  if (harness_start(&h, 1, bench_ps_args(&o, extra, threads_arg) ? extra : NULL) != 0) {
     fprintf(stderr, "bench: cannot start ps-server (PS_SERVER=%s)\n",
             harness_prog("PS_SERVER", "build/ps/ps-server"));
     goto done;

@@ -54,14 +54,22 @@ typedef struct opts {
   int warmup;         /* latency warm-up calls per side */
   int steps;          /* per-variable steps for (c); batched gets 10x */
   int ps_threads;     /* 0: ps-server default */
-  const char *only;   /* subset of "abcde" to run */
-  int pin;            /* control CPU placement (see place()) */
-  int split_b;        /* (b): the servers on the second CPU, not the client's */
+  /* every ps-server's --recv-window and the clients' PS_RECV_WINDOW
+   * (NULL: the defaults) */
+  const char *recv_window;
+  const char *only; /* subset of "abcde" to run */
+  int pin;          /* control CPU placement (see place()) */
+  int split_b;      /* (b): the servers on the second CPU, not the client's */
   /* (d) sparse */
   int rows, dim, batch, sparse_steps;
   double zipf;
   int adagrad; /* the push is a sparse Adagrad step, not a plain add */
 } opts;
+
+/* The ps-server options of @o (--threads, --recv-window) into @argv
+ * (room for 5), @threads holding the number; how many were written.
+ * @argv is NULL-terminated. */
+int bench_ps_args(const opts *o, const char **argv, char threads[16]);
 
 /* A bare gRPC core client (bench_ps_bare.c). */
 typedef struct bare_client {

@@ -270,21 +270,20 @@ int bench_tls(const opts *o) {
   char ca[128], token[128], threads[16];
   snprintf(ca, sizeof ca, "%s/certs/ca.crt", dir);
   snprintf(token, sizeof token, "%s/certs/worker.token", dir);
-  snprintf(threads, sizeof threads, "%d", o->ps_threads);
-  /* The same --threads on both; the TLS one adds only security flags. */
-  const char *plain_args[] = {"--threads", threads, NULL};
-  const char *tls_args[] = {
-      "--tls-cert", f[0],        "--tls-key", f[1], "--auth-token-file",
-      f[2],         "--threads", threads,     NULL};
-  if (o->ps_threads <= 0) tls_args[6] = NULL;
+  /* The same options on both; the TLS one adds only security flags. */
+  const char *plain_args[5];
+  const int np = bench_ps_args(o, plain_args, threads);
+  const char *tls_args[11] = {"--tls-cert",        f[0], "--tls-key", f[1],
+                              "--auth-token-file", f[2]};
+  for (int k = 0; k <= np; k++)
+    tls_args[6 + k] = plain_args[k];
   ps_client_options plain_co, tls_co;
   ps_client_options_default(&plain_co); /* main() cleared PS_TLS_* etc. */
   ps_client_options_default(&tls_co);
   tls_co.tls_ca_file = ca;
   tls_co.token_file = token; /* a worker's token: reads and assigns */
   const int64_t nfloats = (int64_t)(bulk_bytes / 4);
-  if (tls_side_start(&sd[0], o->ps_threads > 0 ? plain_args : NULL, &plain_co, nfloats) !=
-          0 ||
+  if (tls_side_start(&sd[0], np ? plain_args : NULL, &plain_co, nfloats) != 0 ||
       tls_side_start(&sd[1], tls_args, &tls_co, nfloats) != 0)
     goto out;
   pid_t servers[2] = {sd[0].h.pids[0], sd[1].h.pids[0]};

@@ -9,7 +9,9 @@
 # pulls, and the servers' peak RSS holding what (a) left on ours; with
 # --scalar [--iters N] bench_ps (b), the scalar add's round trip, on one
 # CPU and on two; with --agg [--mib N] [--reps N] bench_agg, 2 servers and
-# 2 workers at once, unpinned.  Each round runs one round of ours, then
+# 2 workers at once, unpinned; --recv-window N, in any mode, fixes our
+# side's HTTP/2 windows (bench_ps and bench_agg pass it on).  Each round
+# runs one round of ours, then
 # the same workload on ps-lite (pslite_sparse.cc, pslite_dense.cc,
 # pslite_scalar.cc or pslite_agg.cc; one server and one worker pinned as
 # bench_ps pins its servers and client, the scheduler beside the server,
