@@ -583,49 +583,70 @@ void ps_store_account(ps_store *s, int64_t delta) {
   atomic_fetch_add(&s->bytes, delta);
 }
 
-bool ps_store_lock_set(ps_var **vars, size_t n, bool write) {
-  if (n == 1) { /* the common case: no sorting */
-    if (write)
-      pthread_rwlock_wrlock(&vars[0]->lock);
-    else
-      pthread_rwlock_rdlock(&vars[0]->lock);
-    return true;
-  }
-  ps_var **sorted = malloc(n * sizeof *sorted);
-  if (sorted == NULL) { /* fall back: lock one by one in given order */
-    abort();
+static void var_lock(ps_var *v, int how) {
+  if (how == 1)
+    pthread_rwlock_wrlock(&v->lock);
+  else if (how == 0)
+    pthread_rwlock_rdlock(&v->lock);
+  else
+    pthread_rwlock_unlock(&v->lock);
+}
+
+/* The lock order: by name, then (a deleted variable and its namesake) by
+ * address. */
+static int lock_order(const ps_var *x, const ps_var *y) {
+  int c = strcmp(x->name, y->name);
+  return c ? c : (x > y) - (x < y);
+}
+
+static int cmp_lock_order(const void *a, const void *b) {
+  return lock_order(*(ps_var *const *)a, *(ps_var *const *)b);
+}
+
+/* var_lock(v, @how) once for each distinct variable of @vars, in name
+ * order (the one order every lock set takes, so two never deadlock); how
+ * many distinct there were.  Sorts a copy, on the stack for small sets;
+ * with no memory for a larger copy, picks the next name by passes over
+ * @vars (n x distinct comparisons) rather than fail. */
+static size_t each_distinct(ps_var **vars, size_t n, int how) {
+  ps_var *small[16], **sorted = n <= 16 ? small : malloc(n * sizeof *sorted);
+  size_t nd = 0;
+  if (sorted == NULL) {
+    for (const ps_var *last = NULL;; nd++) {
+      ps_var *next = NULL;
+      for (size_t i = 0; i < n; i++)
+        if ((last == NULL || lock_order(vars[i], last) > 0) &&
+            (next == NULL || lock_order(vars[i], next) < 0))
+          next = vars[i];
+      if (next == NULL) return nd;
+      var_lock(next, how);
+      last = next;
+    }
   }
   memcpy(sorted, vars, n * sizeof *sorted);
-  qsort(sorted, n, sizeof *sorted, cmp_var_name);
-  bool distinct = true;
-  for (size_t i = 0; i < n; i++) {
-    if (i > 0 && sorted[i] == sorted[i - 1]) {
-      distinct = false;
-      continue;
+  qsort(sorted, n, sizeof *sorted, cmp_lock_order);
+  for (size_t i = 0; i < n; i++)
+    if (i == 0 || sorted[i] != sorted[i - 1]) {
+      var_lock(sorted[i], how);
+      nd++;
     }
-    if (write)
-      pthread_rwlock_wrlock(&sorted[i]->lock);
-    else
-      pthread_rwlock_rdlock(&sorted[i]->lock);
+  if (sorted != small) free(sorted);
+  return nd;
+}
+
+bool ps_store_lock_set(ps_var **vars, size_t n, bool write) {
+  if (n == 1) { /* the common case: no sorting */
+    var_lock(vars[0], write);
+    return true;
   }
-  free(sorted);
-  return distinct;
+  return each_distinct(vars, n, write) == n;
 }
 
 void ps_store_unlock_set(ps_var **vars, size_t n) {
-  if (n == 1) {
+  if (n == 1)
     pthread_rwlock_unlock(&vars[0]->lock);
-    return;
-  }
-  ps_var **sorted = malloc(n * sizeof *sorted);
-  if (sorted == NULL) abort();
-  memcpy(sorted, vars, n * sizeof *sorted);
-  qsort(sorted, n, sizeof *sorted, cmp_var_name);
-  for (size_t i = 0; i < n; i++) {
-    if (i > 0 && sorted[i] == sorted[i - 1]) continue;
-    pthread_rwlock_unlock(&sorted[i]->lock);
-  }
-  free(sorted);
+  else
+    each_distinct(vars, n, -1);
 }
 
 void ps_var_set_buf(ps_store *s, ps_var *v, ps_buf *buf, const ps_shape *shape) {

@@ -112,7 +112,8 @@ void ps_store_totals(ps_store *s, int64_t *nvars, int64_t *bytes);
 const char *ps_store_task(const ps_store *s);
 
 /* Locks @vars (duplicates allowed) in name order; write or read mode.
- * Returns whether each variable appeared once. */
+ * Returns whether each variable appeared once.  Never fails: with no
+ * memory to sort a large set it orders it by passes over @vars. */
 bool ps_store_lock_set(ps_var **vars, size_t n, bool write);
 void ps_store_unlock_set(ps_var **vars, size_t n);
 
