@@ -64,10 +64,7 @@ static int fuzz_read(const uint8_t *p, size_t n, const uint8_t *data, size_t nda
     size_t piece = 1 + ndata % 13;
     for (size_t off = 0; off < ndata; off += piece)
       ps_rpc_segs_fill(&sink, off, data + off, ndata - off < piece ? ndata - off : piece);
-    for (size_t k = 0; k < t.n; k++)
-      if (b.dd[k].uix && b.rows[k])
-        ps_gather_dedup_expand(&b.dd[k], b.rows[k], b.row_bytes[k],
-                               ps_tensor_data(reads[k].out));
+    ps_cl_read_expand_(&b);
   }
 out:
   for (size_t k = 0; k < t.n; k++)

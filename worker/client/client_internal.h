@@ -201,6 +201,9 @@ typedef struct read_build {
 
 int ps_cl_parse_read_(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
                       ps_status *st);
+/* After a successful call: the deduplicated gathers' rows to every
+ * position that asked for them. */
+void ps_cl_read_expand_(read_build *b);
 int ps_cl_read_build_init_(read_build *b, ps_task_reads *t, ps_dedup_memo *dedup,
                            ps_status *st);
 void ps_cl_read_build_fini_(read_build *b);

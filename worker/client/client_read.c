@@ -8,6 +8,13 @@
 #include "common/tensor.h"
 #include "common/wire.h"
 
+void ps_cl_read_expand_(read_build *b) {
+  for (size_t k = 0; k < b->t->n; k++)
+    if (b->dd[k].uix && b->rows[k])
+      ps_gather_dedup_expand(&b->dd[k], b->rows[k], b->row_bytes[k],
+                             ps_tensor_data(b->t->reads[k].out));
+}
+
 int ps_cl_parse_read_(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
                       ps_status *st) {
   read_build *b = user;
@@ -195,11 +202,7 @@ static int read_many(ps_client *c, ps_task_reads *t, size_t n, bool dedup,
   ps_cl_run_reqs_(c, reqs, tasks, n, true);
   for (size_t i = 0; i < n; i++) {
     t[i].st = reqs[i].st;
-    if (reqs[i].st.code == PS_OK)
-      for (size_t k = 0; k < t[i].n; k++)
-        if (bs[i].dd[k].uix && bs[i].rows[k])
-          ps_gather_dedup_expand(&bs[i].dd[k], bs[i].rows[k], bs[i].row_bytes[k],
-                                 ps_tensor_data(t[i].reads[k].out));
+    if (reqs[i].st.code == PS_OK) ps_cl_read_expand_(&bs[i]);
     if (reqs[i].st.code != PS_OK)
       for (size_t k = 0; k < t[i].n; k++)
         if (bs[i].allocated[k]) {
