@@ -1,14 +1,18 @@
 /* ps-server's Prometheus page (--metrics-port): RPCs by method and code,
  * their latency, bytes in and out, the variables held, updates that waited
- * at a snapshot gate, and the last checkpoint shard this ps saved. */
+ * at a snapshot gate, the embedding tables, and the last checkpoint shard
+ * this ps saved. */
 #include "metrics.h"
 #include "repl.h"
 
+#include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "common/log.h"
+#include "embed.h"
 #include "paramserver/status.h"
 #include "store.h"
 
@@ -55,6 +59,41 @@ static void render_rpcs(ps_mbuf *b, const ps_rpc_method_stats *ms, size_t n) {
                    method_label(ms[i].method), ms[i].bytes_out);
 }
 
+/* One sample per table of family @name, from the stats' field at @off. */
+static void table_family(ps_mbuf *b, const ps_embed_stats *v, size_t n, const char *name,
+                         const char *type, const char *help, size_t off) {
+  ps_mbuf_family(b, name, type, help);
+  for (size_t i = 0; i < n; i++) {
+    int64_t x;
+    memcpy(&x, (const char *)&v[i] + off, sizeof x);
+    ps_mbuf_printf(b, "%s{table=\"", name);
+    ps_mbuf_label(b, v[i].name);
+    ps_mbuf_printf(b, "\"} %lld\n", (long long)x);
+  }
+}
+
+static void render_tables(ps_mbuf *b, ps_embed_store *es) {
+  size_t n = 0;
+  ps_embed_stats *v = ps_embed_list(es, &n);
+  table_family(b, v, n, "ps_embedding_rows", "gauge",
+               "Rows of each embedding table on this ps.",
+               offsetof(ps_embed_stats, rows));
+  table_family(b, v, n, "ps_embedding_bytes", "gauge",
+               "Bytes of each embedding table on this ps (rows, slots, index, sketch).",
+               offsetof(ps_embed_stats, bytes));
+  table_family(b, v, n, "ps_embedding_evicted_total", "counter",
+               "Rows evicted for room (max_rows).",
+               offsetof(ps_embed_stats, evicted_total));
+  table_family(b, v, n, "ps_embedding_expired_total", "counter",
+               "Rows removed for age (ttl_steps, ttl_seconds).",
+               offsetof(ps_embed_stats, expired_total));
+  table_family(b, v, n, "ps_embedding_admission_refused_total", "counter",
+               "Training lookups of keys that admission did not give a row yet "
+               "(min_count).",
+               offsetof(ps_embed_stats, refused_total));
+  free(v);
+}
+
 static void render(ps_mbuf *b, void *arg) {
   ps_server_metrics *m = arg;
   size_t n = 0;
@@ -73,6 +112,7 @@ static void render(ps_mbuf *b, void *arg) {
   ps_mbuf_family(b, "ps_variable_bytes", "gauge",
                  "Bytes of the variables this ps holds.");
   ps_mbuf_printf(b, "ps_variable_bytes %lld\n", (long long)bytes);
+  render_tables(b, ps_service_tables(m->svc));
   ps_mbuf_family(b, "ps_snapshot_gate_waits_total", "counter",
                  "Updates that waited at a closed snapshot gate (a consistent save).");
   ps_mbuf_printf(b, "ps_snapshot_gate_waits_total %llu\n", ps_store_gate_waits(m->store));

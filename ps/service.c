@@ -37,6 +37,7 @@
  * Variables may be deleted while other calls hold them (ps/store.h): a
  * handler checks ps_var_gone() once it holds a variable's lock. */
 #include "service.h"
+#include "embed.h"
 #include "service_internal.h"
 
 #include <errno.h>
@@ -77,10 +78,18 @@ const ps_service_limits *ps_service_limits_of(const ps_service *s) {
   return &s->limits;
 }
 
+ps_embed_store *ps_service_tables(ps_service *s) {
+  return s->tables;
+}
+
 ps_service *ps_service_create(ps_store *store, const char *task) {
   ps_service *s = calloc(1, sizeof *s);
   if (s == NULL) return NULL;
   s->store = store;
+  if ((s->tables = ps_embed_store_create()) == NULL) {
+    free(s);
+    return NULL;
+  }
   ps_service_limits_default(&s->limits);
   ps_store_set_gate_limits(store, s->limits.max_hold_ms, s->limits.max_tensor_bytes);
   snprintf(s->task, sizeof s->task, "%s", task);
@@ -92,6 +101,7 @@ ps_service *ps_service_create(ps_store *store, const char *task) {
 void ps_service_destroy(ps_service *s) {
   if (s == NULL) return;
   free(s->ckpt_dir);
+  ps_embed_store_destroy(s->tables);
   pthread_mutex_destroy(&s->ckpt_mu);
   free(s);
 }

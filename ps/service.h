@@ -38,6 +38,9 @@ void ps_service_destroy(ps_service *svc);
 /* Address reported by Status (set once bound). */
 void ps_service_set_address(ps_service *svc, const char *addr);
 ps_store *ps_service_store(ps_service *svc);
+/* The embedding tables of this ps (ps/embed.h). */
+struct ps_embed_store;
+struct ps_embed_store *ps_service_tables(ps_service *svc);
 /* Replaces the limits (call before the server starts); passes the gate's
  * to the store (ps_store_set_gate_limits). */
 void ps_service_set_limits(ps_service *svc, const ps_service_limits *l);

@@ -35,7 +35,8 @@ struct ps_service {
   long long ckpt_bytes, ckpt_count;
   void (*on_shutdown)(void *); /* the daemon's stop, for Shutdown calls */
   void *shutdown_arg;
-  struct ps_repl *repl; /* replication (NULL: R = 1, no hook runs) */
+  struct ps_repl *repl;          /* replication (NULL: R = 1, no hook runs) */
+  struct ps_embed_store *tables; /* embedding tables (service_embed.c) */
 };
 
 /* The request's list (field 1) and strings are checked on the wire before
@@ -93,6 +94,7 @@ extern const ps_rpc_handler ps_svc_handlers[10];       /* service.c */
 extern const ps_rpc_handler ps_svc_update_handlers[1]; /* service_update.c */
 extern const ps_rpc_handler ps_svc_read_handlers[1];   /* service_read.c */
 extern const ps_rpc_handler ps_repl_handlers[2];       /* repl_apply.c */
+extern const ps_rpc_handler ps_svc_embed_handlers[4];  /* service_embed.c */
 /* service_repl.c: a request's Route (NULL: none) checked: 0, or
  * FAILED_PRECONDITION / UNAVAILABLE as ps_repl_check_route says. */
 struct Paramserver__Route;

@@ -15,6 +15,7 @@
 #include "paramserver/cluster.h"
 #include "paramserver/coordinator.h"
 #include "paramserver/dataset.h"
+#include "paramserver/embedding.h"
 #include "paramserver/graph.h"
 #include "paramserver/init.h"
 #include "paramserver/library.h"

@@ -1,0 +1,338 @@
+/* Integration tests of embedding tables (paramserver/embedding.h): real
+ * ps-server processes, the libpsworker client.  Rows made the same on
+ * any ps count, keys spread by the documented rule, training with the
+ * sparse optimizers, repeated keys, inference lookups, the policies, and
+ * every user-facing error with its text, with nothing changed after it. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "paramserver/client.h"
+#include "paramserver/embedding.h"
+#include "tests/support/assert.h"
+
+static ps_harness H;
+static ps_client *C;
+
+static void setup(void) {
+  C = harness_start_client(&H, 2, NULL);
+  ck_assert_ptr_nonnull(C);
+}
+
+static void teardown(void) {
+  ck_assert_int_eq(harness_stop_client(&H, C), 0);
+}
+
+static ps_tensor *keys_of(const int64_t *k, int64_t n) {
+  ps_shape s = {.rank = 1, .dim = {n}};
+  ps_tensor *t = ps_tensor_create(PS_DT_INT64, &s, false);
+  ck_assert_ptr_nonnull(t);
+  memcpy(ps_tensor_data(t), k, (size_t)n * sizeof *k);
+  return t;
+}
+
+static ps_tensor *rows_of(int64_t n, int64_t dim, float v) {
+  ps_shape s = {.rank = 2, .dim = {n, dim}};
+  ps_tensor *t = ps_tensor_create(PS_DT_FLOAT, &s, false);
+  ck_assert_ptr_nonnull(t);
+  float *f = ps_tensor_data(t);
+  for (int64_t i = 0; i < n * dim; i++)
+    f[i] = v;
+  return t;
+}
+
+static ps_tensor *lookup(ps_client *c, const char *name, const ps_tensor *k, bool train) {
+  ps_tensor *out = NULL;
+  ps_status st;
+  PS_ASSERT_OK(ps_client_table_lookup(c, name, k, train, 1, &out, NULL, &st), st);
+  return out;
+}
+
+static int64_t rows_on(ps_client *c, int task, const char *name, ps_table_info *copy) {
+  ps_table_info *v;
+  size_t n;
+  ps_status st;
+  PS_ASSERT_OK(ps_client_table_list(c, task, &v, &n, &st), st);
+  int64_t rows = -1;
+  for (size_t i = 0; i < n; i++)
+    if (strcmp(v[i].name, name) == 0) {
+      rows = v[i].rows;
+      if (copy) {
+        *copy = v[i];
+        copy->name = copy->optimizer = NULL;
+      }
+    }
+  ps_client_free_table_info(v, n);
+  return rows;
+}
+
+START_TEST(rows_are_the_same_on_any_ps_count_and_spread_by_key) {
+  ps_table_spec sp;
+  ps_table_spec_default(&sp, "emb", 8);
+  sp.init.seed = 3;
+  ps_status st;
+  PS_ASSERT_OK(ps_client_table_create(C, &sp, &st), st);
+  PS_ASSERT_OK(ps_client_table_create(C, &sp, &st), st); /* the same spec: fine */
+  int64_t k[64];
+  for (int i = 0; i < 64; i++)
+    k[i] = (int64_t)((uint64_t)i * 0x9E3779B97F4A7C15ull);
+  ps_tensor *keys = keys_of(k, 64);
+  ps_tensor *two = lookup(C, "emb", keys, true);
+  /* each task holds the keys the rule gives it */
+  int64_t on0 = 0;
+  for (int i = 0; i < 64; i++)
+    on0 += ps_table_key_task(k[i], 2) == 0;
+  ck_assert_int_eq(rows_on(C, 0, "emb", NULL), on0);
+  ck_assert_int_eq(rows_on(C, 1, "emb", NULL), 64 - on0);
+  ck_assert(on0 > 10 && on0 < 54);
+  /* three other ps tasks make the same rows */
+  ps_harness h3;
+  ps_client *c3 = harness_start_client(&h3, 3, NULL);
+  ck_assert_ptr_nonnull(c3);
+  PS_ASSERT_OK(ps_client_table_create(c3, &sp, &st), st);
+  ps_tensor *three = lookup(c3, "emb", keys, true);
+  ck_assert_mem_eq(ps_tensor_data(two), ps_tensor_data(three), 64 * 8 * sizeof(float));
+  ps_tensor_destroy(three);
+  ck_assert_int_eq(harness_stop_client(&h3, c3), 0);
+  ps_tensor_destroy(two);
+  ps_tensor_destroy(keys);
+}
+END_TEST
+
+START_TEST(adagrad_training_with_repeated_keys) {
+  ps_table_spec sp;
+  ps_table_spec_default(&sp, "emb", 4);
+  sp.optimizer = PS_TABLE_ADAGRAD;
+  sp.slot_init = 0.1;
+  ps_status st;
+  PS_ASSERT_OK(ps_client_table_create(C, &sp, &st), st);
+  int64_t k[] = {5, -7, 5, 1LL << 62};
+  ps_tensor *keys = keys_of(k, 4);
+  ps_table_counts cnt;
+  ps_tensor *r0 = NULL;
+  PS_ASSERT_OK(ps_client_table_lookup(C, "emb", keys, true, 1, &r0, &cnt, &st), st);
+  ck_assert_int_eq(cnt.created, 3);
+  const float *w0 = ps_tensor_data(r0);
+  ck_assert_mem_eq(w0, w0 + 8, 4 * sizeof(float)); /* key 5 twice: one row */
+  ps_tensor *g = rows_of(4, 4, 0.5f);
+  double lr = 0.1;
+  PS_ASSERT_OK(ps_client_table_update(C, "emb", PS_TABLE_OP_ADAGRAD, keys, g, &lr, 1, 1,
+                                      &cnt, &st),
+               st);
+  ck_assert_int_eq(cnt.missing, 0);
+  ps_tensor *r1 = lookup(C, "emb", keys, false);
+  const float *w1 = ps_tensor_data(r1);
+  for (int i = 0; i < 4; i++)
+    for (int j = 0; j < 4; j++) {
+      double gsum = k[i] == 5 ? 1.0 : 0.5; /* key 5's two gradients summed */
+      double acc = 0.1 + gsum * gsum;
+      double want = w0[i * 4 + j] - lr * gsum / sqrt(acc);
+      ck_assert_msg(fabs(w1[i * 4 + j] - want) < 1e-6, "row %d: %g, want %g", i,
+                    w1[i * 4 + j], want);
+    }
+  ps_tensor_destroy(r0);
+  ps_tensor_destroy(r1);
+  ps_tensor_destroy(g);
+  ps_tensor_destroy(keys);
+}
+END_TEST
+
+START_TEST(inference_lookups_make_no_rows) {
+  ps_table_spec sp;
+  ps_table_spec_default(&sp, "emb", 4);
+  ps_status st;
+  PS_ASSERT_OK(ps_client_table_create(C, &sp, &st), st);
+  int64_t k[] = {1, 2, 3};
+  ps_tensor *keys = keys_of(k, 3);
+  ps_table_counts cnt;
+  ps_tensor *a = NULL, *b = NULL;
+  PS_ASSERT_OK(ps_client_table_lookup(C, "emb", keys, false, 0, &a, &cnt, &st), st);
+  ck_assert_int_eq(cnt.missing, 3);
+  ck_assert_int_eq(rows_on(C, 0, "emb", NULL) + rows_on(C, 1, "emb", NULL), 0);
+  /* the rows a training lookup then makes are the ones inference read */
+  PS_ASSERT_OK(ps_client_table_lookup(C, "emb", keys, true, 0, &b, &cnt, &st), st);
+  ck_assert_int_eq(cnt.created, 3);
+  ck_assert_mem_eq(ps_tensor_data(a), ps_tensor_data(b), 12 * sizeof(float));
+  ps_tensor_destroy(a);
+  ps_tensor_destroy(b);
+  ps_tensor_destroy(keys);
+}
+END_TEST
+
+START_TEST(policies_admit_expire_and_evict) {
+  ps_table_spec sp;
+  ps_table_spec_default(&sp, "adm", 4);
+  sp.policy.min_count = 2;
+  ps_status st;
+  PS_ASSERT_OK(ps_client_table_create(C, &sp, &st), st);
+  int64_t k[] = {10, 11, 12, 13};
+  ps_tensor *keys = keys_of(k, 4);
+  ps_table_counts cnt;
+  ps_tensor *r = NULL;
+  PS_ASSERT_OK(ps_client_table_lookup(C, "adm", keys, true, 1, &r, &cnt, &st), st);
+  ck_assert_int_eq(cnt.created, 0);
+  ck_assert_int_eq(cnt.missing, 4);
+  PS_ASSERT_OK(ps_client_table_lookup(C, "adm", keys, true, 2, &r, &cnt, &st), st);
+  ck_assert_int_eq(cnt.created, 4);
+  ps_table_info info;
+  int64_t refused = 0;
+  for (int t = 0; t < 2; t++) {
+    rows_on(C, t, "adm", &info);
+    refused += info.refused;
+    ck_assert_int_eq(info.policy.min_count, 2);
+  }
+  ck_assert_int_eq(refused, 4);
+  /* expiry by steps */
+  ps_table_spec_default(&sp, "ttl", 4);
+  sp.policy.ttl_steps = 3;
+  PS_ASSERT_OK(ps_client_table_create(C, &sp, &st), st);
+  PS_ASSERT_OK(ps_client_table_lookup(C, "ttl", keys, true, 1, &r, &cnt, &st), st);
+  ps_tensor *g = rows_of(4, 4, 1.0f);
+  PS_ASSERT_OK(ps_client_table_update(C, "ttl", PS_TABLE_OP_SCATTER_ADD, keys, g, NULL, 0,
+                                      10, &cnt, &st),
+               st);
+  ck_assert_int_eq(cnt.missing, 4); /* 9 steps old at step 10: gone */
+  /* capacity per ps, least recently used first */
+  ps_table_spec_default(&sp, "cap", 4);
+  sp.policy.max_rows = 2;
+  PS_ASSERT_OK(ps_client_table_create(C, &sp, &st), st);
+  int64_t many[40];
+  for (int i = 0; i < 40; i++)
+    many[i] = 1000 + i;
+  ps_tensor *mk = keys_of(many, 40);
+  ps_tensor_destroy(r);
+  r = NULL;
+  PS_ASSERT_OK(ps_client_table_lookup(C, "cap", mk, true, 1, &r, &cnt, &st), st);
+  int64_t evicted = 0;
+  for (int t = 0; t < 2; t++) {
+    ck_assert_int_eq(rows_on(C, t, "cap", &info), 2);
+    evicted += info.evicted;
+  }
+  ck_assert_int_eq(evicted, 36);
+  ps_tensor_destroy(r);
+  ps_tensor_destroy(g);
+  ps_tensor_destroy(mk);
+  ps_tensor_destroy(keys);
+}
+END_TEST
+
+START_TEST(errors_name_the_table_and_change_nothing) {
+  ps_table_spec sp;
+  ps_table_spec_default(&sp, "emb", 4);
+  ps_status st;
+  PS_ASSERT_OK(ps_client_table_create(C, &sp, &st), st);
+  ps_table_spec other = sp;
+  other.dim = 8;
+  PS_ASSERT_STATUS(ps_client_table_create(C, &other, &st), st, PS_ALREADY_EXISTS,
+                   "TableCreate emb: the table exists with another dim");
+  other = sp;
+  other.name = "bad";
+  other.policy.max_rows = -1;
+  PS_ASSERT_STATUS(ps_client_table_create(C, &other, &st), st, PS_INVALID_ARGUMENT,
+                   "TableCreate bad: max_rows -1 is out of range (0 to 4294967168)");
+  other.policy.max_rows = 0;
+  other.policy.min_count = 1 << 20;
+  PS_ASSERT_STATUS(ps_client_table_create(C, &other, &st), st, PS_INVALID_ARGUMENT,
+                   "TableCreate bad: min_count 1048576 is out of range (0 to 65535)");
+  other.policy.min_count = 0;
+  other.dtype = PS_DT_DOUBLE;
+  PS_ASSERT_STATUS(ps_client_table_create(C, &other, &st), st, PS_INVALID_ARGUMENT,
+                   "TableCreate bad: dtype double is not supported");
+  int64_t k[] = {1, 2, 3};
+  ps_tensor *keys = keys_of(k, 3);
+  ps_tensor *before = lookup(C, "emb", keys, true);
+  /* keys of another dtype */
+  ps_shape s3 = {.rank = 1, .dim = {3}};
+  ps_tensor *k32 = ps_tensor_create(PS_DT_INT32, &s3, true);
+  ps_tensor *out = NULL;
+  PS_ASSERT_STATUS(ps_client_table_lookup(C, "emb", k32, true, 0, &out, NULL, &st), st,
+                   PS_INVALID_ARGUMENT, "TableLookup emb: keys must be int64, got int32");
+  /* gradient rows of another dim: the ps refuses, nothing changes */
+  ps_tensor *g8 = rows_of(3, 8, 1.0f);
+  PS_ASSERT_STATUS(ps_client_table_update(C, "emb", PS_TABLE_OP_SCATTER_ADD, keys, g8,
+                                          NULL, 0, 0, NULL, &st),
+                   st, PS_INVALID_ARGUMENT,
+                   "TableUpdate emb: gradient rows have dim 8, the table's dim is 4");
+  /* an optimizer the table keeps no slots for */
+  ps_tensor *g4 = rows_of(3, 4, 1.0f);
+  double lr = 0.1;
+  PS_ASSERT_STATUS(ps_client_table_update(C, "emb", PS_TABLE_OP_ADAGRAD, keys, g4, &lr, 1,
+                                          0, NULL, &st),
+                   st, PS_INVALID_ARGUMENT,
+                   "ApplyAdagrad needs a table made for its optimizer");
+  /* the wrong number of hyperparameters */
+  PS_ASSERT_STATUS(
+      ps_client_table_update(C, "emb", PS_TABLE_OP_SGD, keys, g4, NULL, 0, 0, NULL, &st),
+      st, PS_INVALID_ARGUMENT,
+      "TableUpdate emb: ApplyGradientDescent takes 1 hparams, got 0");
+  ps_tensor *after = lookup(C, "emb", keys, false);
+  ck_assert_mem_eq(ps_tensor_data(before), ps_tensor_data(after), 12 * sizeof(float));
+  /* a table that does not exist */
+  PS_ASSERT_STATUS(ps_client_table_lookup(C, "nope", keys, true, 0, &out, NULL, &st), st,
+                   PS_NOT_FOUND, "table nope not found");
+  ps_tensor_destroy(after);
+  ps_tensor_destroy(before);
+  ps_tensor_destroy(g4);
+  ps_tensor_destroy(g8);
+  ps_tensor_destroy(k32);
+  ps_tensor_destroy(keys);
+}
+END_TEST
+
+/* Many keys (chunked on the wire, not inline), from keys of rank 2. */
+START_TEST(large_batches_travel_in_chunks) {
+  ps_table_spec sp;
+  ps_table_spec_default(&sp, "big", 16);
+  ps_init_spec_default(&sp.init, PS_INIT_ZEROS);
+  ps_status st;
+  PS_ASSERT_OK(ps_client_table_create(C, &sp, &st), st);
+  enum { N = 50000 };
+  ps_shape ks = {.rank = 2, .dim = {N / 10, 10}};
+  ps_tensor *keys = ps_tensor_create(PS_DT_INT64, &ks, false);
+  int64_t *k = ps_tensor_data(keys);
+  for (int i = 0; i < N; i++)
+    k[i] = (int64_t)i * 1000003 % 20011; /* repeats */
+  ps_shape gs = {.rank = 3, .dim = {N / 10, 10, 16}};
+  ps_tensor *g = ps_tensor_create(PS_DT_FLOAT, &gs, false);
+  float *gf = ps_tensor_data(g);
+  for (int i = 0; i < N * 16; i++)
+    gf[i] = 1.0f;
+  ps_tensor *r = lookup(C, "big", keys, true);
+  ck_assert_int_eq(r->shape.rank, 3);
+  ck_assert_int_eq(r->shape.dim[2], 16);
+  PS_ASSERT_OK(ps_client_table_update(C, "big", PS_TABLE_OP_SCATTER_ADD, keys, g, NULL, 0,
+                                      1, NULL, &st),
+               st);
+  ps_tensor_destroy(r);
+  r = lookup(C, "big", keys, false);
+  /* each row holds how often its key came */
+  int *times = calloc(20011, sizeof *times);
+  for (int i = 0; i < N; i++)
+    times[k[i]]++;
+  const float *rf = ps_tensor_data(r);
+  for (int i = 0; i < N; i++)
+    ck_assert_float_eq(rf[i * 16 + 15], (float)times[k[i]]);
+  free(times);
+  ps_tensor_destroy(r);
+  ps_tensor_destroy(g);
+  ps_tensor_destroy(keys);
+}
+END_TEST
+
+int main(void) {
+  Suite *s = suite_create("embed");
+  TCase *tc = tcase_create("embed");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, rows_are_the_same_on_any_ps_count_and_spread_by_key);
+  tcase_add_test(tc, adagrad_training_with_repeated_keys);
+  tcase_add_test(tc, inference_lookups_make_no_rows);
+  tcase_add_test(tc, policies_admit_expire_and_evict);
+  tcase_add_test(tc, errors_name_the_table_and_change_nothing);
+  tcase_add_test(tc, large_batches_travel_in_chunks);
+  suite_add_tcase(s, tc);
+  return ps_test_run(s);
+}
