@@ -221,6 +221,27 @@ static const char *spec_diff(const ps_embed_spec *a, const ps_embed_spec *b) {
   return NULL;
 }
 
+static unsigned sketch_bits(int64_t width, int nstripes) {
+  unsigned bits = 6;
+  while (((int64_t)1 << bits) < width / nstripes)
+    bits++;
+  return bits;
+}
+
+static int stripes_for(const ps_embed_policy *p) {
+  /* small capacities stay exact: one stripe holds them all */
+  return p->max_rows > 0 && p->max_rows < 65536 ? 1 : PS_EMBED_STRIPES;
+}
+
+int64_t ps_embed_sketch_bytes(const ps_embed_spec *spec) {
+  ps_embed_spec sp = *spec;
+  normalize(&sp);
+  if (sp.policy.min_count <= 1) return 0;
+  int n = stripes_for(&sp.policy);
+  return (int64_t)n * sp.policy.sketch_depth * 2 *
+         ((int64_t)1 << sketch_bits(sp.policy.sketch_width, n));
+}
+
 /* ---- records ---- */
 
 static inline uint8_t *rec(const ps_embed_table *t, const stripe *s, uint32_t r) {
@@ -838,6 +859,10 @@ int ps_embed_create(ps_embed_store *s, const ps_embed_spec *spec, bool *created,
       rc = ps_status_set(st, PS_ALREADY_EXISTS,
                          "TableCreate %s: the table exists with another %s", spec->name,
                          d);
+  } else if (s->n >= PS_EMBED_MAX_TABLES) {
+    rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED,
+                       "TableCreate %s: this ps holds %d tables, the most it takes",
+                       spec->name, PS_EMBED_MAX_TABLES);
   } else if (s->n == s->cap) {
     size_t cap = s->cap ? s->cap * 2 : 8;
     ps_embed_table **v = realloc(s->v, cap * sizeof *v);

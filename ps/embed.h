@@ -25,6 +25,7 @@
 
 #define PS_EMBED_STRIPES 64
 #define PS_EMBED_MAX_DIM 65536
+#define PS_EMBED_MAX_TABLES 4096 /* per ps */
 #define PS_EMBED_MAX_MIN_COUNT 65535
 #define PS_EMBED_MAX_SKETCH_DEPTH 8
 #define PS_EMBED_DEFAULT_SKETCH_WIDTH ((int64_t)1 << 20)
@@ -108,7 +109,7 @@ int ps_embed_check_spec(const ps_embed_spec *spec, ps_status *st);
 /* Makes table @spec->name (its strings are copied).  An existing table
  * with the same spec: 0 and *@created false; another spec: ALREADY_EXISTS
  * saying what differs.  Also INVALID_ARGUMENT (ps_embed_check_spec) and
- * RESOURCE_EXHAUSTED. */
+ * RESOURCE_EXHAUSTED (memory, or PS_EMBED_MAX_TABLES tables already). */
 int ps_embed_create(ps_embed_store *s, const ps_embed_spec *spec, bool *created,
                     ps_status *st);
 /* The table @name, referenced (ps_embed_unref), or NULL with NOT_FOUND
@@ -125,6 +126,8 @@ void ps_embed_totals(ps_embed_store *s, int64_t *tables, int64_t *rows, int64_t 
 
 const ps_embed_spec *ps_embed_table_spec(const ps_embed_table *t);
 void ps_embed_table_stats(ps_embed_table *t, ps_embed_stats *out);
+/* Bytes of admission's sketch of @spec's table once made (0: none). */
+int64_t ps_embed_sketch_bytes(const ps_embed_spec *spec);
 /* Slots per row of @o (0, 1 or 2). */
 int ps_embed_optimizer_slots(ps_embed_optimizer o);
 const char *ps_embed_optimizer_name(ps_embed_optimizer o); /* "adagrad" */

@@ -81,6 +81,13 @@ static int create_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *
   if (rc == 0) rc = tables_here(s, "TableCreate", req->spec->name, st);
   if (rc == 0) rc = ps_svc_route_(s, req->route, "TableCreate", st);
   if (rc == 0) rc = spec_from_proto(req->spec, &spec, st);
+  if (rc == 0) rc = ps_embed_check_spec(&spec, st);
+  if (rc == 0 && ps_embed_sketch_bytes(&spec) > s->limits.max_tensor_bytes)
+    rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED,
+                       "TableCreate %s: admission's sketch takes %lld bytes, above the "
+                       "limit of %lld bytes (--max-tensor-bytes)",
+                       spec.name, (long long)ps_embed_sketch_bytes(&spec),
+                       (long long)s->limits.max_tensor_bytes);
   if (rc == 0) rc = ps_embed_create(s->tables, &spec, &created, st);
   if (rc == 0) {
     Paramserver__TableCreateResponse resp = PARAMSERVER__TABLE_CREATE_RESPONSE__INIT;

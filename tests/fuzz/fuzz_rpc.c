@@ -7,7 +7,8 @@
  * --checkpoint-dir in a scratch directory and small limits, and a
  * ps_rpc_server on 127.0.0.1:0, created once with a few variables of
  * several dtypes and shapes (plain, a partitioned one, optimizer slots, an
- * uninitialized one) and a checkpoint "seed" to restore.
+ * uninitialized one), two embedding tables ("t" with every policy,
+ * "plain") and a checkpoint "seed" to restore.
  *
  * An input is a little-endian uint32 L, then L bytes of request header
  * (the method's request message, as raw bytes: nothing checks it on the
@@ -116,11 +117,35 @@ static int read_sink(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
   return 0;
 }
 
+/* TableLookup responses: room for the rows (the ps checks sizes). */
+static int lookup_sink(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
+                       ps_status *st) {
+  sink_ctx *x = user;
+  Paramserver__TableLookupResponse *r =
+      paramserver__table_lookup_response__unpack(NULL, n, p);
+  if (r == NULL)
+    return ps_status_set(st, PS_INTERNAL, "TableLookupResponse does not parse");
+  size_t b = 0;
+  int rc = 0;
+  if (r->num_keys < 0 || r->dim < 1 || r->dim > 65536 ||
+      __builtin_mul_overflow((size_t)r->num_keys, (size_t)r->dim * 4, &b) ||
+      b > MAX_RESPONSE)
+    rc = ps_status_set(st, PS_INTERNAL, "TableLookupResponse: %lld rows of dim %lld",
+                       (long long)r->num_keys, (long long)r->dim);
+  paramserver__table_lookup_response__free_unpacked(r, NULL);
+  if (rc || b == 0) return rc;
+  x->buf = malloc(b);
+  if (x->buf == NULL || ps_rpc_segs_add(sink, x->buf, b, NULL) != 0)
+    return ps_status_set(st, PS_INTERNAL, "no memory for %zu response bytes", b);
+  return 0;
+}
+
 /* One call of @method with a raw header and bulk bytes; returns its code. */
 static int call_raw(const char *method, const uint8_t *hdr, size_t nh,
                     const uint8_t *bulk, size_t nb, int64_t timeout_ms, ps_status *out) {
   ps_rpc_segs send = {0};
   bool read = strcmp(method, "/paramserver.Ps/Read") == 0;
+  bool lookup = strcmp(method, "/paramserver.Ps/TableLookup") == 0;
   sink_ctx x = {NULL};
   if (nb && ps_rpc_segs_add(&send, (void *)bulk, nb, NULL) != 0) FAIL("no memory");
   ps_rpc_req r = {.ch = F.ch,
@@ -128,9 +153,11 @@ static int call_raw(const char *method, const uint8_t *hdr, size_t nh,
                   .raw_request = nh ? hdr : (const uint8_t *)"",
                   .raw_len = nh,
                   .send = nb ? &send : NULL,
-                  .unary_response = !read,
+                  .unary_response = !read && !lookup,
                   .timeout_ms = timeout_ms,
-                  .on_header = read ? read_sink : NULL,
+                  .on_header = read     ? read_sink
+                               : lookup ? lookup_sink
+                                        : NULL,
                   .user = &x};
   ps_rpc_run(&r, 1);
   ps_rpc_segs_fini(&send);
@@ -228,6 +255,29 @@ static void create_vars(void) {
   ir.names = names;
   ir.n_names = sizeof names / sizeof names[0];
   call_ok("/paramserver.Ps/Initialize", &ir.base);
+  /* an embedding table with every policy, and one without */
+  Paramserver__Initializer ti = PARAMSERVER__INITIALIZER__INIT;
+  ti.type = "random_normal";
+  ti.stddev = 0.1;
+  Paramserver__TablePolicy tp = PARAMSERVER__TABLE_POLICY__INIT;
+  tp.min_count = 2;
+  tp.sketch_width = 4096;
+  tp.ttl_steps = 5;
+  tp.max_rows = 100;
+  Paramserver__TableSpec ts = PARAMSERVER__TABLE_SPEC__INIT;
+  ts.name = "t";
+  ts.dtype = 1;
+  ts.dim = 4;
+  ts.initializer = &ti;
+  ts.optimizer = "adagrad";
+  ts.policy = &tp;
+  Paramserver__TableCreateRequest tc = PARAMSERVER__TABLE_CREATE_REQUEST__INIT;
+  tc.spec = &ts;
+  call_ok("/paramserver.Ps/TableCreate", &tc.base);
+  ts.name = "plain";
+  ts.optimizer = "adam";
+  ts.policy = NULL;
+  call_ok("/paramserver.Ps/TableCreate", &tc.base);
 }
 
 /* Writes checkpoint @prefix (shard 0 of 1), merged unless @merge is false. */
@@ -538,6 +588,10 @@ static const struct {
     {"Delete", &paramserver__delete_request__descriptor},
     {"Replicate", &paramserver__replicate_request__descriptor},
     {"Digest", &paramserver__digest_request__descriptor},
+    {"TableCreate", &paramserver__table_create_request__descriptor},
+    {"TableLookup", &paramserver__table_lookup_request__descriptor},
+    {"TableUpdate", &paramserver__table_update_request__descriptor},
+    {"TableList", &paramserver__table_list_request__descriptor},
 };
 
 static const ProtobufCMessageDescriptor *request_descriptor(void) {

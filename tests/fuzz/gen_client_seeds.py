@@ -186,6 +186,39 @@ seeds = {
         "slices_flood": seed(ld(2, b"p") + vi(4, 1) +
                              ld(5, ld(1, b"a") + vi(2, 1) + b"\x22\x00" * 4096)),
     },
+    # embedding tables: 5 keys of table "emb" (dim 4)
+    "TableCreate": {
+        "created": seed(vi(1, 1)),
+        "existed": seed(b""),
+        "junk": seed(b"\xff\xff"),
+    },
+    "TableLookup": {
+        "ok": seed(vi(1, 5) + vi(2, 4) + vi(3, 1) + vi(4, 2) + vi(5, 3), F4 * 20),
+        "few_rows": seed(vi(1, 4) + vi(2, 4) + vi(3, 1), F4 * 16),
+        "huge_dim": seed(vi(1, 5) + vi(2, 1 << 40) + vi(3, 1)),
+        "dim_65536": seed(vi(1, 5) + vi(2, 65536) + vi(3, 1)),
+        "zero_dim": seed(vi(1, 5) + vi(2, 0) + vi(3, 1)),
+        "double": seed(vi(1, 5) + vi(2, 4) + vi(3, 2), F4 * 40),
+        "negative_counts": seed(vi(1, 5) + vi(2, 4) + vi(3, 1) + vi(4, -1) + vi(5, -7),
+                                F4 * 20),
+        "short_data": seed(vi(1, 5) + vi(2, 4) + vi(3, 1), F4 * 7),
+    },
+    "TableUpdate": {
+        "ok": seed(vi(1, 3) + vi(2, 2)),
+        "all_missing": seed(vi(2, 5)),
+        "too_many": seed(vi(1, 9) + vi(2, 0)),
+        "negative": seed(vi(1, -1) + vi(2, 6)),
+    },
+    "TableList": {
+        "ok": seed(ld(1, ld(1, b"emb") + vi(2, 1) + vi(3, 4) + ld(4, b"adagrad") +
+                      vi(5, 10) + vi(6, 1000) +
+                      ld(7, vi(1, 2) + vi(4, 5) + vi(6, 100) + ld(7, b"lfu")) +
+                      vi(8, 1) + vi(9, 2) + vi(10, 3) + vi(11, 4)) +
+                   ld(1, ld(1, b"other") + vi(3, 8))),
+        "empty": seed(b""),
+        "flood": seed(b"\x0a\x00" * 1000),
+        "bad_name": seed(ld(1, ld(1, b"a\x00b"))),
+    },
     "Shutdown": {
         "ok": seed(ld(1, b"ps/0")),
         "empty": seed(b""),

@@ -8,6 +8,7 @@
  * A method without seeds here still gets the generic ones (an empty
  * request; it is fuzzed from those). */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -445,6 +446,86 @@ static void replication(void) {
   put("Digest", "shard0", &d.base, NULL, 0);
 }
 
+/* Embedding tables: fuzz_rpc makes "t" (dim 4, adagrad, every policy) and
+ * "plain" (dim 4, adam). */
+static void tables(void) {
+  Paramserver__Initializer in = PARAMSERVER__INITIALIZER__INIT;
+  in.type = "truncated_normal";
+  in.stddev = 0.5;
+  Paramserver__TablePolicy pol = PARAMSERVER__TABLE_POLICY__INIT;
+  Paramserver__TableSpec sp = PARAMSERVER__TABLE_SPEC__INIT;
+  sp.name = "n";
+  sp.dtype = 1;
+  sp.dim = 8;
+  sp.initializer = &in;
+  Paramserver__TableCreateRequest c = PARAMSERVER__TABLE_CREATE_REQUEST__INIT;
+  c.spec = &sp;
+  put("TableCreate", "plain", &c.base, NULL, 0);
+  sp.optimizer = "ftrl";
+  sp.slot_init = 0.5;
+  sp.policy = &pol;
+  pol.min_count = 3;
+  pol.sketch_width = 1024;
+  pol.sketch_depth = 2;
+  pol.ttl_steps = 10;
+  pol.ttl_seconds = 60;
+  pol.max_rows = 1000;
+  pol.evict = "lfu";
+  put("TableCreate", "policies", &c.base, NULL, 0);
+  sp.name = "t";
+  put("TableCreate", "existing_other", &c.base, NULL, 0);
+  int64_t keys[6] = {1, -1, 1, INT64_MAX, INT64_MIN, 42};
+  Paramserver__TableLookupRequest l = PARAMSERVER__TABLE_LOOKUP_REQUEST__INIT;
+  l.name = "t";
+  l.key_dtype = 9;
+  l.num_keys = 6;
+  l.train = true;
+  l.step = 3;
+  put("TableLookup", "bulk", &l.base, keys, sizeof keys);
+  l.inline_data.data = (uint8_t *)keys;
+  l.inline_data.len = sizeof keys;
+  put("TableLookup", "inline", &l.base, NULL, 0);
+  l.name = "plain";
+  l.train = false;
+  put("TableLookup", "inference", &l.base, NULL, 0);
+  struct {
+    int op;
+    const char *name, *table;
+    double hp[6];
+    size_t nhp;
+  } ops[] = {{0, "scatter_add", "t", {0}, 0},
+             {1, "sgd", "t", {0.1}, 1},
+             {2, "adagrad", "t", {0.1}, 1},
+             {3, "adam", "plain", {0.01, 0.9, 0.999, 1e-7, 0.9, 0.999}, 6},
+             {4, "ftrl", "t", {0.1, 0.01, 0.01, -0.5}, 4}};
+  uint8_t bulk[6 * 8 + 6 * 4 * 4];
+  memcpy(bulk, keys, sizeof keys);
+  for (int i = 0; i < 24; i++) {
+    float g = 0.25f * (float)(i % 5) - 0.5f;
+    memcpy(bulk + 48 + 4 * i, &g, 4);
+  }
+  for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
+    Paramserver__TableUpdateRequest u = PARAMSERVER__TABLE_UPDATE_REQUEST__INIT;
+    u.name = (char *)ops[i].table;
+    u.op = (Paramserver__TableOp)ops[i].op;
+    u.key_dtype = 9;
+    u.num_keys = 6;
+    u.dtype = 1;
+    u.dim = 4;
+    u.hparams = ops[i].hp;
+    u.n_hparams = ops[i].nhp;
+    u.step = 4;
+    put("TableUpdate", ops[i].name, &u.base, bulk, sizeof bulk);
+    if (i == 2) {
+      u.inline_data.data = bulk;
+      u.inline_data.len = sizeof bulk;
+      put("TableUpdate", "adagrad_inline", &u.base, NULL, 0);
+    }
+  }
+  Paramserver__TableListRequest tl = PARAMSERVER__TABLE_LIST_REQUEST__INIT;
+  put("TableList", "all", &tl.base, NULL, 0);
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: %s DIR\n", argv[0]);
@@ -461,5 +542,6 @@ int main(int argc, char **argv) {
   updates();
   reads();
   others();
+  tables();
   return 0;
 }

@@ -33,8 +33,8 @@ int ps_table_key_task(int64_t key, int ntasks) {
 
 /* ---- TableCreate ---- */
 
-static int parse_create(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
-                        ps_status *st) {
+int ps_cl_parse_table_create_(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
+                              ps_status *st) {
   Paramserver__TableCreateResponse *r =
       paramserver__table_create_response__unpack(NULL, n, p);
   if (r == NULL) return ps_cl_bad_answer_(st, M_TCREATE, "the answer does not parse");
@@ -87,7 +87,8 @@ int ps_client_table_create(ps_client *c, const ps_table_spec *spec, ps_status *s
   for (int t = 0; t < n; t++) {
     tasks[t] = t;
     ps_cl_req_init_(c, &reqs[t], t, M_TCREATE, &req.base, true, false);
-    ps_cl_answer_init_(c, t, &reqs[t], &ans[t], parse_create, &created[t], spec->name);
+    ps_cl_answer_init_(c, t, &reqs[t], &ans[t], ps_cl_parse_table_create_, &created[t],
+                       spec->name);
   }
   ps_cl_run_reqs_(c, reqs, tasks, (size_t)n, true);
   for (int t = 0; t < n && rc == 0; t++)
@@ -200,21 +201,9 @@ static int keys_ok(const char *method, const char *name, const ps_tensor *keys,
 
 /* ---- TableLookup ---- */
 
-typedef struct lk_task {
-  answer ans;
-  Paramserver__TableLookupRequest req;
-  ps_rpc_segs segs;
-  const char *name;
-  int task;
-  int64_t n;
-  int64_t dim;
-  float *rows;
-  int64_t created, missing;
-} lk_task;
-
-static int parse_lookup(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
-                        ps_status *st) {
-  lk_task *k = user;
+int ps_cl_parse_table_lookup_(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
+                              ps_status *st) {
+  table_lookup_out *k = user;
   free(k->rows); /* a retried call parses a header again */
   k->rows = NULL;
   Paramserver__TableLookupResponse *r =
@@ -276,7 +265,7 @@ int ps_client_table_lookup(ps_client *c, const char *name, const ps_tensor *keys
     return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "TableLookup %s: out of memory",
                          name);
   int nps = c->nps;
-  lk_task *lt = calloc((size_t)nps + 1, sizeof *lt);
+  table_lookup_out *lt = calloc((size_t)nps + 1, sizeof *lt);
   ps_rpc_req *reqs = calloc((size_t)nps + 1, sizeof *reqs);
   int *tasks = calloc((size_t)nps + 1, sizeof *tasks);
   size_t nreq = 0;
@@ -289,7 +278,7 @@ int ps_client_table_lookup(ps_client *c, const char *name, const ps_tensor *keys
   for (int t = 0; t < nps; t++) {
     int64_t kn = ks.start[t + 1] - ks.start[t];
     if (kn == 0 && !(n == 0 && t == 0)) continue;
-    lk_task *k = &lt[nreq];
+    table_lookup_out *k = &lt[nreq];
     k->name = name;
     k->task = t;
     k->n = kn;
@@ -310,7 +299,7 @@ int ps_client_table_lookup(ps_client *c, const char *name, const ps_tensor *keys
     }
     ps_cl_req_init_(c, &reqs[nreq], t, M_TLOOKUP, &k->req.base, false, true);
     reqs[nreq].send = &k->segs;
-    ps_cl_answer_init_(c, t, &reqs[nreq], &k->ans, parse_lookup, k, name);
+    ps_cl_answer_init_(c, t, &reqs[nreq], &k->ans, ps_cl_parse_table_lookup_, k, name);
     tasks[nreq++] = t;
   }
   if ((rc = run_tasks(c, reqs, tasks, nreq, true, st)) != 0) goto out;
@@ -378,19 +367,9 @@ out:
 
 /* ---- TableUpdate ---- */
 
-typedef struct up_task {
-  answer ans;
-  Paramserver__TableUpdateRequest req;
-  ps_rpc_segs segs;
-  const char *name;
-  int64_t n;
-  uint8_t *buf; /* n keys, then n rows of gradients */
-  int64_t applied, missing;
-} up_task;
-
-static int parse_update(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
-                        ps_status *st) {
-  up_task *k = user;
+int ps_cl_parse_table_update_(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
+                              ps_status *st) {
+  table_update_out *k = user;
   Paramserver__TableUpdateResponse *r =
       paramserver__table_update_response__unpack(NULL, n, p);
   if (r == NULL) return ps_cl_bad_answer_(st, M_TUPDATE, "the answer does not parse");
@@ -438,7 +417,7 @@ int ps_client_table_update(ps_client *c, const char *name, ps_table_op op,
     return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "TableUpdate %s: out of memory",
                          name);
   int nps = c->nps;
-  up_task *ut = calloc((size_t)nps + 1, sizeof *ut);
+  table_update_out *ut = calloc((size_t)nps + 1, sizeof *ut);
   ps_rpc_req *reqs = calloc((size_t)nps + 1, sizeof *reqs);
   int *tasks = calloc((size_t)nps + 1, sizeof *tasks);
   size_t nreq = 0;
@@ -451,7 +430,7 @@ int ps_client_table_update(ps_client *c, const char *name, ps_table_op op,
   for (int t = 0; t < nps; t++) {
     int64_t kn = ks.start[t + 1] - ks.start[t];
     if (kn == 0) continue;
-    up_task *k = &ut[nreq];
+    table_update_out *k = &ut[nreq];
     k->name = name;
     k->n = kn;
     size_t kb = (size_t)kn * sizeof(int64_t), gb = (size_t)kn * rowb;
@@ -486,7 +465,7 @@ int ps_client_table_update(ps_client *c, const char *name, ps_table_op op,
       row[j] += src[j];
   }
   for (size_t i = 0; i < nreq; i++) {
-    up_task *k = &ut[i];
+    table_update_out *k = &ut[i];
     size_t total = (size_t)k->n * (sizeof(int64_t) + rowb);
     if (total <= PS_RPC_INLINE_MAX) {
       k->req.inline_data.data = k->buf;
@@ -498,7 +477,8 @@ int ps_client_table_update(ps_client *c, const char *name, ps_table_op op,
     }
     ps_cl_req_init_(c, &reqs[i], tasks[i], M_TUPDATE, &k->req.base, true, true);
     reqs[i].send = &k->segs;
-    ps_cl_answer_init_(c, tasks[i], &reqs[i], &k->ans, parse_update, k, name);
+    ps_cl_answer_init_(c, tasks[i], &reqs[i], &k->ans, ps_cl_parse_table_update_, k,
+                       name);
   }
   if ((rc = run_tasks(c, reqs, tasks, nreq, false, st)) != 0) goto out;
   if (counts) {
@@ -520,18 +500,13 @@ out:
 
 /* ---- TableList ---- */
 
-typedef struct tlist_out {
-  ps_table_info *v;
-  size_t n;
-} tlist_out;
-
 static char *dup_str(const char *s) {
   return strdup(s ? s : "");
 }
 
-static int parse_tlist(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
-                       ps_status *st) {
-  tlist_out *o = user;
+int ps_cl_parse_table_list_(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
+                            ps_status *st) {
+  table_list_out *o = user;
   ps_client_free_table_info(o->v, o->n);
   o->v = NULL;
   o->n = 0;
@@ -578,8 +553,9 @@ static int parse_tlist(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink
 int ps_client_table_list(ps_client *c, int task, ps_table_info **out, size_t *n,
                          ps_status *st) {
   Paramserver__TableListRequest req = PARAMSERVER__TABLE_LIST_REQUEST__INIT;
-  tlist_out o = {0};
-  int rc = ps_cl_control_call_(c, task, M_TLIST, &req.base, true, parse_tlist, &o, st);
+  table_list_out o = {0};
+  int rc = ps_cl_control_call_(c, task, M_TLIST, &req.base, true, ps_cl_parse_table_list_,
+                               &o, st);
   if (rc != 0) {
     ps_client_free_table_info(o.v, o.n);
     return rc;

@@ -13,7 +13,8 @@
  * "Restore", "RestoreList" (the answer to RestoreRequest.list),
  * "Shutdown", "StatusRepl" (Status's replication fields), "Digest",
  * "Epoch" (an Update answer's view epoch, as a replicated client scans
- * it, then the answer)) to a typical request of this client, fills the
+ * it, then the answer), "TableCreate", "TableLookup" (5 keys),
+ * "TableUpdate" (5 keys), "TableList") to a typical request of this client, fills the
  * bulk ranges it names from @data as the transport would (more or fewer
  * bytes fail as there), and frees everything.  0, or a code with @st set;
  * INVALID_ARGUMENT for an unknown @method.  Not public API: without the
@@ -78,6 +79,25 @@ out:
   return rc;
 }
 
+/* TableLookup: 5 keys of table "emb"; the rows come as bulk bytes. */
+static int fuzz_table_lookup(const uint8_t *p, size_t n, const uint8_t *data,
+                             size_t ndata, ps_status *st) {
+  table_lookup_out o = {.name = "emb", .task = 0, .n = 5};
+  ps_rpc_segs sink = {0};
+  (void)ps_cl_parse_table_lookup_(&o, p, n, &sink, st); /* retried: parsed twice */
+  ps_rpc_segs_fini(&sink);
+  ps_status_clear(st);
+  int rc = ps_cl_parse_table_lookup_(&o, p, n, &sink, st);
+  if (rc == 0 && ndata != sink.total)
+    rc = ps_status_set(st, ndata > sink.total ? PS_INTERNAL : PS_DATA_LOSS,
+                       "TableLookup: %zu bytes of data for %zu announced", ndata,
+                       sink.total);
+  if (rc == 0) ps_rpc_segs_fill(&sink, 0, data, ndata);
+  ps_rpc_segs_fini(&sink);
+  free(o.rows);
+  return rc;
+}
+
 /* Each header is parsed twice into the same outputs, as a call retried
  * after UNAVAILABLE does (ps_cl_run_reqs_): nothing of the first may leak. */
 #define TWICE(call)                                                                      \
@@ -94,6 +114,7 @@ int fuzz_client_answer(const char *method, const uint8_t *p, size_t n,
   ps_rpc_segs sink = {0};
   int rc;
   if (!strcmp(method, "Read")) return fuzz_read(p, n, data, ndata, st);
+  if (!strcmp(method, "TableLookup")) return fuzz_table_lookup(p, n, data, ndata, st);
   if (!strcmp(method, "List")) {
     list_out o = {NULL, 0, 0, PS_CLIENT_DEFAULT_MAX_MESSAGE_BYTES, "fuzz"};
     TWICE(ps_cl_parse_list_(&o, p, n, &sink, st));
@@ -156,6 +177,16 @@ int fuzz_client_answer(const char *method, const uint8_t *p, size_t n,
     ps_update u[2] = {{.name = "w", .result = &res[0]}, {.name = "b", .result = &res[1]}};
     ps_task_updates t = {.task = 0, .updates = u, .n = 2};
     TWICE(ps_cl_parse_update_(&t, p, n, &sink, st));
+  } else if (!strcmp(method, "TableCreate")) {
+    bool created;
+    TWICE(ps_cl_parse_table_create_(&created, p, n, &sink, st));
+  } else if (!strcmp(method, "TableUpdate")) {
+    table_update_out o = {.name = "emb", .n = 5};
+    TWICE(ps_cl_parse_table_update_(&o, p, n, &sink, st));
+  } else if (!strcmp(method, "TableList")) {
+    table_list_out o = {0};
+    TWICE(ps_cl_parse_table_list_(&o, p, n, &sink, st));
+    ps_client_free_table_info(o.v, o.n);
   } else if (!strcmp(method, "Shutdown")) {
     TWICE(ps_cl_parse_shutdown_(NULL, p, n, &sink, st));
   } else {

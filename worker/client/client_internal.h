@@ -13,6 +13,7 @@
  *   client_recover.c psctl restore's checks: what the checkpoint holds
  *                    that no ps has, created on request;
  *   client_digest.c  replication's queries: a ps's shards, Digest;
+ *   client_embed.c   embedding tables (paramserver/embedding.h);
  *   client_fuzz.c    the answer decoders for the fuzz target.
  * Each file calls only files listed above it (no circles).  Private to
  * worker/client/. */
@@ -28,6 +29,7 @@
 #include "common/status.h"
 #include "dedup.h"
 #include "paramserver/client.h"
+#include "paramserver/embedding.h"
 #include "ps.pb-c.h"
 
 #define M_CREATE "/paramserver.Ps/Create"
@@ -221,6 +223,41 @@ int ps_cl_parse_status_repl_(void *user, const uint8_t *p, size_t n, ps_rpc_segs
                              ps_status *st);
 int ps_cl_parse_digest_(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
                         ps_status *st);
+
+/* client_embed.c: one ps task's part of a table call, and the answers'
+ * decoders */
+typedef struct table_lookup_out {
+  answer ans;
+  Paramserver__TableLookupRequest req;
+  ps_rpc_segs segs;
+  const char *name;
+  int task;
+  int64_t n;
+  int64_t dim;
+  float *rows;
+  int64_t created, missing;
+} table_lookup_out;
+typedef struct table_update_out {
+  answer ans;
+  Paramserver__TableUpdateRequest req;
+  ps_rpc_segs segs;
+  const char *name;
+  int64_t n;
+  uint8_t *buf; /* n keys, then n rows of gradients */
+  int64_t applied, missing;
+} table_update_out;
+typedef struct table_list_out {
+  ps_table_info *v;
+  size_t n;
+} table_list_out;
+int ps_cl_parse_table_create_(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
+                              ps_status *st);
+int ps_cl_parse_table_lookup_(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
+                              ps_status *st);
+int ps_cl_parse_table_update_(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
+                              ps_status *st);
+int ps_cl_parse_table_list_(void *user, const uint8_t *p, size_t n, ps_rpc_segs *sink,
+                            ps_status *st);
 
 /* client_ckpt.c */
 typedef struct save_out {
