@@ -4,6 +4,7 @@
  *   ckpt_jobs.c     the save, merge and restore threads, the quota, the
  *                   parts no merge took, fault injection;
  *   ckpt_sweep.c    the sweep of leftover temp directories;
+ *   ckpt_table.c    embedding tables read back from a checkpoint;
  *   ckpt_save.c, ckpt_merge.c, ckpt_restore.c  those RPCs;
  *   ckpt.c          Snapshot, Release and the handler table.
  * Each file calls only files listed above it (no circles).  Private to
@@ -80,6 +81,7 @@ typedef struct job {
   Paramserver__MergeRequest *mrq; /* owns su.own */
   /* restore */
   Paramserver__RestoreRequest *rq;
+  size_t *item_of; /* per variable restored: its item of rq */
   ps_status st;
   int64_t reserved; /* --max-checkpoint-bytes: bytes this save holds back */
 } job;
@@ -103,6 +105,23 @@ int ps_ckpt_check_quota_(job *j, const char *op, const char *what, int64_t adds,
 
 /* ckpt_sweep.c */
 int ps_ckpt_sweep_dir_(int dfd, const char *shown, int depth);
+
+/* ckpt_table.c */
+struct ps_bundle_reader;
+struct ps_embed_table;
+/* A table a restore puts back: from the checkpoint's table @key. */
+typedef struct ps_ckpt_table {
+  struct ps_embed_table *t;        /* referenced */
+  const char *key;                 /* borrowed */
+  struct ps_embed_table *prepared; /* its new rows, until committed */
+  int64_t rows;
+} ps_ckpt_table;
+/* Reads every shard of the table into this ps's rows (task @task of
+ * @ntasks) and, unless @check_only, prepares them (ps_embed_replace_prepare).
+ * NOT_FOUND (no such table), INVALID_ARGUMENT (dtype, shape, dim),
+ * DATA_LOSS (a shard missing or corrupt), RESOURCE_EXHAUSTED. */
+int ps_ckpt_table_stage_(struct ps_bundle_reader *r, ps_ckpt_table *tj, int task,
+                         int ntasks, bool check_only, ps_status *st);
 
 /* ckpt_save.c, ckpt_merge.c, ckpt_restore.c: the handlers */
 void ps_ckpt_remove_bundle_(const char *prefix, int nshards);

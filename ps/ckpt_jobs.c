@@ -212,6 +212,7 @@ void ps_ckpt_job_free_(ps_rpc_call *c) {
   free(j->pi);
   ps_snapshot_free(j->snap);
   if (j->rq) paramserver__restore_request__free_unpacked(j->rq, NULL);
+  free(j->item_of);
   if (j->mrq) paramserver__merge_request__free_unpacked(j->mrq, NULL);
   if (j->reserved) {
     pthread_mutex_lock(&ps_ckpt_quota_mu_);

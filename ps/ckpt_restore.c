@@ -13,6 +13,7 @@
 #include "common/bundle.h"
 #include "common/log.h"
 #include "common/wire.h"
+#include "embed.h"
 #include "paramserver/checkpoint.h"
 #include "ps.pb-c.h"
 #include "repl_internal.h"
@@ -103,7 +104,7 @@ static int restore_one(ps_bundle_reader *r, ps_var *v, const char *key, ps_buf *
  * request, else every variable).  The index, then (their number is in it)
  * the data files, are confined before a byte of them is read. */
 static int restore_open(job *j, held_dir *pd, ps_bundle_reader **r, ps_var ***vars,
-                        size_t *nv, ps_status *st) {
+                        size_t *nv, ps_ckpt_table **tabs, size_t *ntabs, ps_status *st) {
   ps_store *store = ps_service_store(j->svc);
   const char *root = ps_service_checkpoint_dir(j->svc);
   char idx[PATH_MAX + 16], conf[PATH_MAX + 16], pdir[PATH_MAX], in[PATH_MAX + 16];
@@ -121,7 +122,23 @@ static int restore_open(job *j, held_dir *pd, ps_bundle_reader **r, ps_var ***va
                                     st)) != 0)
     return rc;
   if (j->rq->list) return 0; /* no variable is looked at (restore_list) */
+  ps_embed_store *es = ps_service_tables(j->svc);
   if (j->rq->n_items == 0) {
+    /* every table too, each from its own name */
+    size_t nt = 0;
+    ps_embed_table **all = ps_embed_tables(es, &nt);
+    if (all == NULL && nt > 0)
+      return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Restore: out of memory");
+    if ((*tabs = calloc(nt + 1, sizeof **tabs)) == NULL) {
+      for (size_t i = 0; i < nt; i++)
+        ps_embed_unref(all[i]);
+      free(all);
+      return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Restore: out of memory");
+    }
+    for (size_t i = 0; i < nt; i++)
+      (*tabs)[i] = (ps_ckpt_table){.t = all[i], .key = ps_embed_table_spec(all[i])->name};
+    *ntabs = nt;
+    free(all);
     *vars = ps_store_list(store, nv);
     size_t nsh = 0, k = 0; /* replicated: the shards it is primary of */
     bool *sh = ps_svc_primary_shards_(j->svc, &nsh);
@@ -133,12 +150,26 @@ static int restore_open(job *j, held_dir *pd, ps_bundle_reader **r, ps_var ***va
     free(sh);
     return 0;
   }
-  *nv = j->rq->n_items;
-  if ((*vars = calloc(*nv + 1, sizeof **vars)) == NULL)
+  size_t n = j->rq->n_items;
+  *nv = 0;
+  if ((*vars = calloc(n + 1, sizeof **vars)) == NULL ||
+      (j->item_of = calloc(n + 1, sizeof *j->item_of)) == NULL ||
+      (*tabs = calloc(n + 1, sizeof **tabs)) == NULL)
     return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Restore: out of memory");
-  for (size_t i = 0; i < *nv; i++)
-    if (((*vars)[i] = ps_store_find(store, j->rq->items[i]->name, st)) == NULL)
-      return st->code;
+  for (size_t i = 0; i < n; i++) {
+    Paramserver__RestoreItem *it = j->rq->items[i];
+    ps_var *v = ps_store_find(store, it->name, st);
+    if (v) {
+      j->item_of[*nv] = i;
+      (*vars)[(*nv)++] = v;
+      continue;
+    }
+    /* an embedding table of that name, from the checkpoint's table @key */
+    ps_status st2;
+    ps_embed_table *t = ps_embed_find(es, it->name, &st2);
+    if (t == NULL) return st->code; /* the variable's NOT_FOUND */
+    (*tabs)[(*ntabs)++] = (ps_ckpt_table){.t = t, .key = it->key[0] ? it->key : it->name};
+  }
   return 0;
 }
 
@@ -155,7 +186,7 @@ static int restore_stage(job *j, ps_bundle_reader *r, ps_var **vars, staged *sv,
   for (size_t i = 0; i < nv && rc == 0; i++) {
     ps_ckpt_slow_point_("restore_tensor");
     if ((rc = ps_ckpt_job_check_(j, "restore")) != 0) break;
-    const char *key = j->rq->n_items ? j->rq->items[i]->key : NULL;
+    const char *key = j->rq->n_items ? j->rq->items[j->item_of[i]]->key : NULL;
     sv[i].v = vars[i];
     rc = restore_one(r, vars[i], key, j->rq->check_only ? NULL : &sv[i].buf, st);
   }
@@ -223,24 +254,28 @@ static int restore_apply(job *j, ps_var **vars, staged *sv, size_t nv, ps_status
   return rc;
 }
 
-/* The response: the names restored. */
-static int restore_reply(job *j, ps_var **vars, size_t nv, ps_status *st) {
+/* The response: the names restored (variables, then tables). */
+static int restore_reply(job *j, ps_var **vars, size_t nv, const ps_ckpt_table *tabs,
+                         size_t ntabs, ps_status *st) {
   Paramserver__RestoreResponse resp = PARAMSERVER__RESTORE_RESPONSE__INIT;
-  char **names = calloc(nv + 1, sizeof *names);
+  char **names = calloc(nv + ntabs + 1, sizeof *names);
   if (names == NULL)
     return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Restore: out of memory");
   for (size_t i = 0; i < nv; i++)
     names[i] = vars[i]->name;
+  for (size_t i = 0; i < ntabs; i++)
+    names[nv + i] = (char *)ps_embed_table_spec(tabs[i].t)->name;
   resp.restored = names;
-  resp.n_restored = nv;
+  resp.n_restored = nv + ntabs;
   resp.prefix = j->prefix;
   resp.checked = j->rq->check_only;
   ps_rpc_call_reply(j->c, &resp.base);
   free(names);
   if (j->rq->check_only)
-    PS_INFO("checked %zu variables of %s for a restore", nv, j->prefix);
+    PS_INFO("checked %zu variables and %zu tables of %s for a restore", nv, ntabs,
+            j->prefix);
   else
-    PS_INFO("restored %zu variables from %s", nv, j->prefix);
+    PS_INFO("restored %zu variables and %zu tables from %s", nv, ntabs, j->prefix);
   return 0;
 }
 
@@ -303,8 +338,10 @@ static void *restore_thread(void *arg) {
   staged *sv = NULL;
   size_t nv = 0;
   ps_var **vars = NULL;
+  ps_ckpt_table *tabs = NULL;
+  size_t ntabs = 0;
   held_dir pd = {.fd = -1};
-  int rc = restore_open(j, &pd, &r, &vars, &nv, st);
+  int rc = restore_open(j, &pd, &r, &vars, &nv, &tabs, &ntabs, st);
   if (rc == 0 && j->rq->list) {
     rc = restore_list(j, r, st);
   } else if (rc == 0) {
@@ -316,9 +353,29 @@ static void *restore_thread(void *arg) {
               nv, j->prefix);
   }
   if (rc == 0 && !j->rq->list) rc = restore_stage(j, r, vars, sv, nv, st);
+  /* the tables' rows read, checked and built aside too, before anything
+   * changes */
+  int task = j->rq->table_tasks > 0 ? j->rq->table_task : 0;
+  int ntasks = j->rq->table_tasks > 0 ? j->rq->table_tasks : 1;
+  for (size_t i = 0; i < ntabs && rc == 0 && !j->rq->list; i++) {
+    if ((rc = ps_ckpt_job_check_(j, "restore")) != 0) break;
+    rc = ps_ckpt_table_stage_(r, &tabs[i], task, ntasks, j->rq->check_only, st);
+  }
   if (rc == 0 && !j->rq->list && !j->rq->check_only)
     rc = restore_apply(j, vars, sv, nv, st);
-  if (rc == 0 && !j->rq->list) rc = restore_reply(j, vars, nv, st);
+  /* the variables are in: the tables follow (their commit cannot fail) */
+  for (size_t i = 0; i < ntabs && rc == 0 && !j->rq->list && !j->rq->check_only; i++) {
+    ps_embed_replace_commit(tabs[i].t, tabs[i].prepared);
+    tabs[i].prepared = NULL;
+    PS_INFO("restored table %s from %s: %lld rows", ps_embed_table_spec(tabs[i].t)->name,
+            tabs[i].key, (long long)tabs[i].rows);
+  }
+  if (rc == 0 && !j->rq->list) rc = restore_reply(j, vars, nv, tabs, ntabs, st);
+  for (size_t i = 0; i < ntabs; i++) {
+    ps_embed_unref(tabs[i].prepared);
+    ps_embed_unref(tabs[i].t);
+  }
+  free(tabs);
   for (size_t i = 0; sv && i < nv; i++)
     ps_buf_unref(sv[i].buf);
   free(sv);
@@ -344,6 +401,12 @@ int ps_ckpt_restore_header_(ps_rpc_call *c, const uint8_t *p, size_t n, ps_statu
     rc = ps_wire_check_strings(&paramserver__restore_request__descriptor, p, n, "Restore",
                                st);
   if (rc == 0) rc = ps_svc_route_(j->svc, j->rq->route, "Restore", st);
+  if (rc == 0 &&
+      (j->rq->table_tasks < 0 || j->rq->table_tasks > 99999 || j->rq->table_task < 0 ||
+       (j->rq->table_tasks > 0 && j->rq->table_task >= j->rq->table_tasks)))
+    rc = ps_status_set(st, PS_INVALID_ARGUMENT,
+                       "Restore: table task %d of %d is not valid", j->rq->table_task,
+                       j->rq->table_tasks);
   if (rc) return rc;
   /* test hook: answer as an older ps-server, which ignores check_only and
    * restores (tests of the client's guard against it) */

@@ -15,6 +15,7 @@
 #include "common/bundle.h"
 #include "common/log.h"
 #include "common/wire.h"
+#include "embed.h"
 #include "paramserver/checkpoint.h"
 #include "ps.pb-c.h"
 #include "service.h"
@@ -29,6 +30,45 @@ void ps_ckpt_remove_bundle_(const char *prefix, int nshards) {
   unlink(p);
   for (int k = 0; k < nshards; k++)
     if (ps_bundle_data_filename(prefix, k, nshards, p, sizeof p)) unlink(p);
+}
+
+/* Embedding table @es of this ps's part, TensorFlow's MutableHashTable
+ * layout as TensorFlow Recommenders-Addons shards it (DESIGN.md
+ * "Embedding tables"): NAME_mht_SofN-keys [n] int64, -values [n, dim]
+ * float, -versions and -freqs [n] int64 (the step each row was last
+ * touched at, its training lookups), and per slot NAME/SLOT_mht_SofN-keys
+ * and -values; S is this shard + 1 of N.  Adds the tensors written to
+ * *@count. */
+static int write_table(job *j, ps_bundle_writer *w, ps_embed_snap *es, int64_t *count) {
+  ps_status *st = &j->st;
+  const ps_embed_spec *sp = ps_embed_snap_spec(es);
+  ps_embed_export e;
+  int rc = ps_embed_snap_export(es, &e, st);
+  if (rc != 0) return rc;
+  ps_shape keys = {.rank = 1, .dim = {e.n}}, rows = {.rank = 2, .dim = {e.n, e.dim}};
+  size_t kb = (size_t)e.n * sizeof(int64_t), rb = (size_t)e.n * (size_t)e.dim * 4;
+  char key[1024];
+  for (int k = -1; k < e.nslots && rc == 0; k++) {
+    const char *slot = k < 0 ? NULL : ps_embed_slot_name(sp->optimizer, k);
+    char base[600];
+    snprintf(base, sizeof base, "%s%s%s_mht_%dof%d", sp->name, slot ? "/" : "",
+             slot ? slot : "", j->shard + 1, j->nshards);
+    snprintf(key, sizeof key, "%s-keys", base);
+    rc = ps_bundle_writer_add(w, key, PS_DT_INT64, &keys, e.keys, kb, st);
+    snprintf(key, sizeof key, "%s-values", base);
+    if (rc == 0)
+      rc = ps_bundle_writer_add(w, key, PS_DT_FLOAT, &rows, k < 0 ? e.values : e.slots[k],
+                                rb, st);
+    *count += 2;
+    if (k >= 0 || rc != 0) continue;
+    snprintf(key, sizeof key, "%s-versions", base);
+    rc = ps_bundle_writer_add(w, key, PS_DT_INT64, &keys, e.versions, kb, st);
+    snprintf(key, sizeof key, "%s-freqs", base);
+    if (rc == 0) rc = ps_bundle_writer_add(w, key, PS_DT_INT64, &keys, e.freqs, kb, st);
+    *count += 2;
+  }
+  ps_embed_export_fini(&e);
+  return rc;
 }
 
 static int write_shard(job *j, int64_t *tensors, int64_t *bytes) {
@@ -101,13 +141,21 @@ static int write_shard(job *j, int64_t *tensors, int64_t *bytes) {
     e->buf = NULL;
     if (i == 0) ps_ckpt_crash_point_("save_mid_shard");
   }
+  int64_t ntab = 0;
+  for (size_t i = 0; i < j->snap->ntables && rc == 0; i++) {
+    if ((rc = ps_ckpt_job_check_(j, "save")) != 0) break;
+    rc = write_table(j, w, j->snap->tables[i], &ntab);
+    if (rc == PS_CANCELLED) rc = ps_ckpt_job_check_(j, "save");
+    ps_embed_snap_free(j->snap->tables[i]); /* its copies go as soon as they are out */
+    j->snap->tables[i] = NULL;
+  }
   if (rc == 0) rc = ps_ckpt_job_check_(j, "save");
   if (rc == 0) rc = ps_bundle_writer_finish(w, st);
   if (rc == 0) ps_ckpt_crash_point_("save_after_shard");
   /* shutdown asked during the finish: no merge will come for it */
   if (rc == 0) rc = ps_ckpt_job_check_(j, "save");
   *bytes = (int64_t)ps_bundle_writer_bytes(w);
-  *tensors = (int64_t)j->snap->n;
+  *tensors = (int64_t)j->snap->n + ntab;
   ps_bundle_writer_destroy(w); /* an unfinished part's files go with it */
   ps_ckpt_held_msg_(st, &td);
   if (rc != 0) {
@@ -213,6 +261,13 @@ int ps_ckpt_save_header_(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *
   int64_t shard = 0;
   for (size_t i = 0; i < j->snap->n; i++)
     if (j->snap->e[i].buf) shard += (int64_t)j->snap->e[i].buf->size;
+  for (size_t i = 0; i < j->snap->ntables; i++) { /* keys, rows, slots, counters */
+    const ps_embed_spec *sp = ps_embed_snap_spec(j->snap->tables[i]);
+    int ns = ps_embed_optimizer_slots(sp->optimizer);
+    shard +=
+        ps_embed_snap_rows(j->snap->tables[i]) * (24 + 8 * ns + 4 * sp->dim * (1 + ns));
+    shard += 2 * (6 + 2 * ns) * (2 * (int64_t)strlen(sp->name) + 200);
+  }
   shard += 2 * index_estimate(j->snap); /* its part's, then the merged one */
   char what[128];
   snprintf(what, sizeof what, "shard %d of %s (tensors and index)", j->shard, j->task);

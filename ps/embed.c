@@ -67,8 +67,9 @@ typedef struct stripe {
   uint32_t nrec;
   uint32_t cursor; /* the sweep's next record */
   uint64_t rng;
-  uint16_t *sketch; /* depth x width, made at the first unseen key */
-  int64_t cap;      /* rows at most (0: no bound) */
+  uint16_t *sketch;           /* depth x width, made at the first unseen key */
+  struct ps_embed_snap *snap; /* a snapshot that has not copied this stripe yet */
+  int64_t cap;                /* rows at most (0: no bound) */
 } stripe;
 
 struct ps_embed_table {
@@ -457,7 +458,7 @@ int ps_embed_default_row(const ps_embed_table *t, int64_t key, float *out,
 /* A new row for @key in @s (room made already), as its initializer and
  * the optimizer's slot starts say; its record, or NULL (RESOURCE_EXHAUSTED). */
 static uint8_t *insert(ps_embed_table *t, stripe *s, int64_t key, uint64_t h,
-                       uint32_t step, uint32_t now, ps_status *st) {
+                       uint32_t step, uint32_t now, bool fill, ps_status *st) {
   if ((int64_t)s->nrec >= PS_EMBED_MAX_STRIPE_ROWS) {
     ps_status_set(st, PS_RESOURCE_EXHAUSTED,
                   "table %s: a stripe holds %lld rows, its most (%lld per stripe, %d "
@@ -482,19 +483,23 @@ static uint8_t *insert(ps_embed_table *t, stripe *s, int64_t key, uint64_t h,
   }
   uint8_t *p = rec(t, s, s->nrec);
   float *row = rec_row(p);
-  if (fill_default(t, key, row, st) != 0) return NULL; /* checked at create */
+  if (fill && fill_default(t, key, row, st) != 0) return NULL; /* checked at create */
   memcpy(p, &key, sizeof key);
   *rec_u32(p, 0) = step;
   *rec_u32(p, 1) = now;
   *rec_u32(p, 2) = 0;
   size_t dim = (size_t)t->spec.dim;
   float acc = (float)t->spec.slot_init;
-  if (t->spec.optimizer == PS_EMBED_OPT_ADAGRAD || t->spec.optimizer == PS_EMBED_OPT_FTRL)
+  if (!fill) {
+    /* the caller writes the row */
+  } else if (t->spec.optimizer == PS_EMBED_OPT_ADAGRAD ||
+             t->spec.optimizer == PS_EMBED_OPT_FTRL)
     for (size_t i = 0; i < dim; i++)
       row[dim + i] = acc;
   else if (t->nslots)
     memset(row + dim, 0, dim * sizeof *row);
-  if (t->spec.optimizer == PS_EMBED_OPT_ADAM || t->spec.optimizer == PS_EMBED_OPT_FTRL)
+  if (fill &&
+      (t->spec.optimizer == PS_EMBED_OPT_ADAM || t->spec.optimizer == PS_EMBED_OPT_FTRL))
     memset(row + 2 * dim, 0, dim * sizeof *row);
   uint32_t fp = 0;
   find(t, s, key, h, &fp);
@@ -526,6 +531,40 @@ static void sweep_some(ps_embed_table *t, stripe *s, size_t budget, uint32_t ste
     if (c) c->expired++;
     atomic_fetch_add(&t->expired, 1);
   }
+}
+
+/* ---- snapshots (copy on write, a stripe at a time) ---- */
+
+struct ps_embed_snap {
+  ps_embed_table *t;  /* referenced */
+  uint32_t step, now; /* the table's step and time at the snapshot */
+  bool failed;        /* a copy found no memory: the save fails */
+  struct {
+    uint8_t *recs; /* the stripe's records as they were */
+    uint32_t nrec;
+  } s[];
+};
+
+/* Copies stripe @si (locked) into the snapshot waiting for it, if any, and
+ * detaches it: called before anything changes a stripe. */
+static void cow(ps_embed_table *t, int si) {
+  stripe *s = &t->stripes[si];
+  ps_embed_snap *snap = s->snap;
+  if (snap == NULL) return;
+  s->snap = NULL;
+  snap->s[si].nrec = s->nrec;
+  if (s->nrec == 0) return;
+  uint8_t *r = malloc((size_t)s->nrec * t->stride);
+  if (r == NULL) {
+    snap->failed = true;
+    return;
+  }
+  for (uint32_t c = 0; c * CHUNK_ROWS < s->nrec; c++) {
+    uint32_t k =
+        s->nrec - c * CHUNK_ROWS < CHUNK_ROWS ? s->nrec - c * CHUNK_ROWS : CHUNK_ROWS;
+    memcpy(r + (size_t)c * CHUNK_ROWS * t->stride, s->chunks[c], (size_t)k * t->stride);
+  }
+  snap->s[si].recs = r;
 }
 
 /* ---- grouping keys by stripe ---- */
@@ -583,6 +622,7 @@ int ps_embed_lookup(ps_embed_table *t, const int64_t *keys, size_t n, bool train
     if (start[si] == start[si + 1]) continue;
     stripe *s = &t->stripes[si];
     pthread_mutex_lock(&s->mu);
+    if (train) cow(t, si);
     for (uint32_t k = start[si]; k < start[si + 1] && rc == 0; k++) {
       uint32_t i = order[k];
       int64_t key = keys[i];
@@ -606,7 +646,7 @@ int ps_embed_lookup(ps_embed_table *t, const int64_t *keys, size_t n, bool train
           atomic_fetch_add(&t->refused, 1);
         } else {
           if (s->cap > 0 && (int64_t)s->nrec >= s->cap) evict_one(t, s, cur, now, c);
-          if ((p = insert(t, s, key, h, cur, now, st)) == NULL) {
+          if ((p = insert(t, s, key, h, cur, now, true, st)) == NULL) {
             rc = st->code;
             break;
           }
@@ -721,6 +761,7 @@ int ps_embed_update(ps_embed_table *t, ps_embed_op op, const int64_t *keys, size
     if (start[si] == start[si + 1]) continue;
     stripe *s = &t->stripes[si];
     pthread_mutex_lock(&s->mu);
+    cow(t, si);
     for (uint32_t k = start[si]; k < start[si + 1]; k++) {
       uint32_t i = order[k];
       int64_t pos = find(t, s, keys[i], ps_embed_key_hash(keys[i]), NULL);
@@ -752,11 +793,236 @@ int64_t ps_embed_sweep(ps_embed_table *t) {
   for (int si = 0; si < t->nstripes; si++) {
     stripe *s = &t->stripes[si];
     pthread_mutex_lock(&s->mu);
+    cow(t, si);
     s->cursor = 0;
     sweep_some(t, s, s->nrec, cur, now, &c);
     pthread_mutex_unlock(&s->mu);
   }
   return c.expired;
+}
+
+/* ---- snapshots and restores ---- */
+
+static ps_embed_table *table_new(const ps_embed_spec *spec, ps_status *st);
+
+static const char *const slot_names[4][2] = {
+    {NULL, NULL}, {"Adagrad", NULL}, {"Adam", "Adam_1"}, {"Ftrl", "Ftrl_1"}};
+
+const char *ps_embed_slot_name(ps_embed_optimizer o, int k) {
+  return (unsigned)o < 4 && (unsigned)k < 2 ? slot_names[o][k] : NULL;
+}
+
+ps_embed_snap *ps_embed_snap_begin(ps_embed_table *t) {
+  ps_embed_snap *snap = calloc(1, sizeof *snap + (size_t)t->nstripes * sizeof snap->s[0]);
+  if (snap == NULL) return NULL;
+  atomic_fetch_add(&t->refs, 1);
+  snap->t = t;
+  snap->step = clamp_step(atomic_load(&t->step));
+  snap->now = now_cs(t);
+  for (int si = 0; si < t->nstripes; si++) {
+    stripe *s = &t->stripes[si];
+    pthread_mutex_lock(&s->mu);
+    cow(t, si); /* an older snapshot still waiting takes its copy now */
+    s->snap = snap;
+    pthread_mutex_unlock(&s->mu);
+  }
+  return snap;
+}
+
+int64_t ps_embed_snap_rows(const ps_embed_snap *snap) {
+  return atomic_load(&snap->t->rows);
+}
+
+const ps_embed_spec *ps_embed_snap_spec(const ps_embed_snap *snap) {
+  return &snap->t->spec;
+}
+
+/* Copies the stripes no mutation copied and detaches the snapshot. */
+static void collect(ps_embed_snap *snap) {
+  ps_embed_table *t = snap->t;
+  for (int si = 0; si < t->nstripes; si++) {
+    stripe *s = &t->stripes[si];
+    pthread_mutex_lock(&s->mu);
+    if (s->snap == snap) cow(t, si);
+    pthread_mutex_unlock(&s->mu);
+  }
+}
+
+void ps_embed_export_fini(ps_embed_export *e) {
+  free(e->keys);
+  free(e->values);
+  free(e->slots[0]);
+  free(e->slots[1]);
+  free(e->versions);
+  free(e->freqs);
+  memset(e, 0, sizeof *e);
+}
+
+int ps_embed_snap_export(ps_embed_snap *snap, ps_embed_export *e, ps_status *st) {
+  ps_embed_table *t = snap->t;
+  memset(e, 0, sizeof *e);
+  collect(snap);
+  if (snap->failed)
+    return ps_status_set(st, PS_RESOURCE_EXHAUSTED,
+                         "table %s: no memory to keep its snapshot while it changed",
+                         t->spec.name);
+  size_t n = 0, dim = (size_t)t->spec.dim;
+  for (int si = 0; si < t->nstripes; si++)
+    for (uint32_t r = 0; r < snap->s[si].nrec; r++)
+      n += !expired(t, snap->s[si].recs + (size_t)r * t->stride, snap->step, snap->now);
+  e->n = (int64_t)n;
+  e->dim = (int64_t)dim;
+  e->nslots = t->nslots;
+  e->keys = malloc((n + 1) * sizeof *e->keys);
+  e->values = malloc((n * dim + 1) * sizeof *e->values);
+  e->versions = malloc((n + 1) * sizeof *e->versions);
+  e->freqs = malloc((n + 1) * sizeof *e->freqs);
+  bool ok = e->keys && e->values && e->versions && e->freqs;
+  for (int k = 0; k < t->nslots && ok; k++)
+    ok = (e->slots[k] = malloc((n * dim + 1) * sizeof(float))) != NULL;
+  if (!ok) {
+    ps_embed_export_fini(e);
+    return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "table %s: out of memory to save it",
+                         t->spec.name);
+  }
+  size_t i = 0;
+  for (int si = 0; si < t->nstripes; si++)
+    for (uint32_t r = 0; r < snap->s[si].nrec; r++) {
+      uint8_t *p = snap->s[si].recs + (size_t)r * t->stride;
+      if (expired(t, p, snap->step, snap->now)) continue;
+      const float *row = rec_row(p);
+      e->keys[i] = rec_key(p);
+      memcpy(e->values + i * dim, row, dim * sizeof(float));
+      for (int k = 0; k < t->nslots; k++)
+        memcpy(e->slots[k] + i * dim, row + (size_t)(k + 1) * dim, dim * sizeof(float));
+      e->versions[i] = *rec_u32(p, 0);
+      e->freqs[i] = *rec_u32(p, 2);
+      i++;
+    }
+  return 0;
+}
+
+void ps_embed_snap_free(ps_embed_snap *snap) {
+  if (snap == NULL) return;
+  ps_embed_table *t = snap->t;
+  for (int si = 0; si < t->nstripes; si++) {
+    stripe *s = &t->stripes[si];
+    pthread_mutex_lock(&s->mu);
+    if (s->snap == snap) s->snap = NULL;
+    pthread_mutex_unlock(&s->mu);
+    free(snap->s[si].recs);
+  }
+  ps_embed_unref(t);
+  free(snap);
+}
+
+/* Empties stripe @s (locked) of @t: its rows, index and chunks go. */
+static void stripe_clear(ps_embed_table *t, stripe *s) {
+  for (size_t k = 0; k < s->nchunks; k++)
+    free(s->chunks[k]);
+  atomic_fetch_sub(&t->bytes, (long long)(s->nchunks * t->chunk_bytes));
+  if (s->bits) atomic_fetch_sub(&t->bytes, (long long)((size_t)4 << s->bits));
+  atomic_fetch_sub(&t->rows, (long long)s->nrec);
+  free(s->chunks);
+  free(s->index);
+  s->chunks = NULL;
+  s->index = NULL;
+  s->nchunks = s->chunks_cap = 0;
+  s->bits = 0;
+  s->nrec = s->cursor = 0;
+}
+
+ps_embed_table *ps_embed_replace_prepare(ps_embed_table *t, const ps_embed_export *in,
+                                         ps_status *st) {
+  const ps_embed_spec *sp = &t->spec;
+  if (in->dim != sp->dim) {
+    ps_status_set(st, PS_INVALID_ARGUMENT,
+                  "table %s: the rows have dim %lld, the table's dim is %lld", sp->name,
+                  (long long)in->dim, (long long)sp->dim);
+    return NULL;
+  }
+  /* the rows go into a new table of the same spec first: a failure there
+   * changes nothing */
+  ps_embed_table *nt = table_new(sp, st);
+  if (nt == NULL) return NULL;
+  size_t dim = (size_t)sp->dim;
+  uint32_t now = now_cs(t), top = 0;
+  ps_embed_counts c = {0};
+  int rc = 0;
+  for (int64_t i = 0; i < in->n && rc == 0; i++) {
+    int64_t key = in->keys[i];
+    uint64_t h = ps_embed_key_hash(key);
+    stripe *s = &nt->stripes[(h >> 32) & (uint64_t)(nt->nstripes - 1)];
+    uint32_t step = clamp_step(in->versions ? in->versions[i] : 0);
+    if (step > top) top = step;
+    int64_t pos = find(nt, s, key, h, NULL);
+    uint8_t *p = pos >= 0 ? rec(nt, s, (s->index[pos] & ID_MASK) - 1) : NULL;
+    if (p == NULL) {
+      if (s->cap > 0 && (int64_t)s->nrec >= s->cap) evict_one(nt, s, step, now, &c);
+      if ((p = insert(nt, s, key, h, step, now, false, st)) == NULL) {
+        rc = st->code;
+        break;
+      }
+    }
+    float *row = rec_row(p);
+    memcpy(row, in->values + (size_t)i * dim, dim * sizeof *row);
+    for (int k = 0; k < nt->nslots; k++) {
+      if (in->slots[k]) {
+        memcpy(row + (size_t)(k + 1) * dim, in->slots[k] + (size_t)i * dim,
+               dim * sizeof *row);
+      } else {
+        bool acc = k == 0 && (sp->optimizer == PS_EMBED_OPT_ADAGRAD ||
+                              sp->optimizer == PS_EMBED_OPT_FTRL);
+        for (size_t j = 0; j < dim; j++)
+          row[(size_t)(k + 1) * dim + j] = acc ? (float)sp->slot_init : 0.0f;
+      }
+    }
+    *rec_u32(p, 0) = step;
+    *rec_u32(p, 2) = in->freqs ? clamp_step(in->freqs[i]) : 0;
+  }
+  if (rc != 0) {
+    ps_embed_unref(nt);
+    return NULL;
+  }
+  atomic_store(&nt->step, top);
+  return nt;
+}
+
+void ps_embed_replace_commit(ps_embed_table *t, ps_embed_table *nt) {
+  /* each stripe takes the new one's rows at once; a snapshot waiting for
+   * it copies the old rows first */
+  for (int si = 0; si < t->nstripes; si++) {
+    stripe *s = &t->stripes[si], *n = &nt->stripes[si];
+    pthread_mutex_lock(&s->mu);
+    cow(t, si);
+    stripe_clear(t, s);
+    s->chunks = n->chunks;
+    s->nchunks = n->nchunks;
+    s->chunks_cap = n->chunks_cap;
+    s->index = n->index;
+    s->bits = n->bits;
+    s->nrec = n->nrec;
+    atomic_fetch_add(&t->rows, (long long)n->nrec);
+    atomic_fetch_add(&t->bytes, (long long)(n->nchunks * t->chunk_bytes +
+                                            (n->bits ? (size_t)4 << n->bits : 0)));
+    n->chunks = NULL;
+    n->index = NULL;
+    n->nchunks = n->chunks_cap = 0;
+    n->bits = 0;
+    n->nrec = 0;
+    pthread_mutex_unlock(&s->mu);
+  }
+  long long top = atomic_load(&nt->step), seen = atomic_load(&t->step);
+  while (top > seen && !atomic_compare_exchange_weak(&t->step, &seen, top)) {
+  }
+  ps_embed_unref(nt);
+}
+
+int ps_embed_replace(ps_embed_table *t, const ps_embed_export *in, ps_status *st) {
+  ps_embed_table *nt = ps_embed_replace_prepare(t, in, st);
+  if (nt == NULL) return st->code;
+  ps_embed_replace_commit(t, nt);
+  return 0;
 }
 
 /* ---- tables ---- */
@@ -938,6 +1204,24 @@ ps_embed_stats *ps_embed_list(ps_embed_store *s, size_t *n) {
     ps_embed_table_stats(s->v[i], &v[i]);
   pthread_mutex_unlock(&s->mu);
   if (v) qsort(v, *n, sizeof *v, by_name);
+  return v;
+}
+
+static int table_by_name(const void *a, const void *b) {
+  return strcmp((*(ps_embed_table *const *)a)->spec.name,
+                (*(ps_embed_table *const *)b)->spec.name);
+}
+
+ps_embed_table **ps_embed_tables(ps_embed_store *s, size_t *n) {
+  pthread_mutex_lock(&s->mu);
+  *n = s->n;
+  ps_embed_table **v = malloc((s->n + 1) * sizeof *v);
+  for (size_t i = 0; v && i < s->n; i++) {
+    v[i] = s->v[i];
+    atomic_fetch_add(&v[i]->refs, 1);
+  }
+  pthread_mutex_unlock(&s->mu);
+  if (v) qsort(v, *n, sizeof *v, table_by_name);
   return v;
 }
 

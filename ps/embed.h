@@ -121,6 +121,9 @@ int ps_embed_drop(ps_embed_store *s, const char *name, ps_status *st);
 /* The tables' stats, sorted by name (malloc'd, *@n of them; NULL with *@n
  * 0 when there are none or memory is short). */
 ps_embed_stats *ps_embed_list(ps_embed_store *s, size_t *n);
+/* Every table, referenced (ps_embed_unref each), sorted by name
+ * (malloc'd; NULL with *@n > 0: out of memory). */
+ps_embed_table **ps_embed_tables(ps_embed_store *s, size_t *n);
 /* Rows and bytes of every table. */
 void ps_embed_totals(ps_embed_store *s, int64_t *tables, int64_t *rows, int64_t *bytes);
 
@@ -159,5 +162,53 @@ int ps_embed_update(ps_embed_table *t, ps_embed_op op, const int64_t *keys, size
 int64_t ps_embed_sweep(ps_embed_table *t);
 /* The initializer row of @key (what a new row starts as), @dim floats. */
 int ps_embed_default_row(const ps_embed_table *t, int64_t key, float *out, ps_status *st);
+
+/* ---- snapshots and restores (checkpoints: ps/ckpt_save.c,
+ * ps/ckpt_restore.c, DESIGN.md "Embedding tables") ----
+ *
+ * A snapshot costs no copy when it is taken: each stripe is copied when
+ * something is about to change it, or when the snapshot is exported,
+ * whichever comes first; so a save pauses no training call by more than
+ * the copy of one stripe (1/64 of the table). */
+typedef struct ps_embed_snap ps_embed_snap;
+/* The table as it is now; call while no call changes it (the store's
+ * gate is closed).  NULL: out of memory. */
+ps_embed_snap *ps_embed_snap_begin(ps_embed_table *t);
+const ps_embed_spec *ps_embed_snap_spec(const ps_embed_snap *snap);
+int64_t ps_embed_snap_rows(const ps_embed_snap *snap); /* an estimate, for quotas */
+void ps_embed_snap_free(ps_embed_snap *snap);          /* NULL is a no-op */
+
+/* A table's rows as arrays (its unexpired rows, in no order): keys, row
+ * values [n x dim], the optimizer's slots [n x dim each] (NULL: absent),
+ * and per row the step it was last touched at and its training lookups. */
+typedef struct ps_embed_export {
+  int64_t n, dim;
+  int nslots;
+  int64_t *keys;
+  float *values;
+  float *slots[2];
+  int64_t *versions, *freqs;
+} ps_embed_export;
+/* The snapshot's rows (the arrays are malloc'd; ps_embed_export_fini).
+ * RESOURCE_EXHAUSTED: no memory for them, or for a copy the snapshot
+ * needed while the table changed. */
+int ps_embed_snap_export(ps_embed_snap *snap, ps_embed_export *out, ps_status *st);
+void ps_embed_export_fini(ps_embed_export *e);
+/* TensorFlow's slot name of slot @k of @o ("Adagrad"; Adam's "Adam",
+ * "Adam_1"; FTRL's "Ftrl" (accumulator), "Ftrl_1" (linear)), NULL past
+ * the last. */
+const char *ps_embed_slot_name(ps_embed_optimizer o, int k);
+/* Replaces every row of @t with @in's (a repeated key: the last wins;
+ * slots NULL: their start values; versions, freqs NULL: 0), evicting as
+ * the table's capacity says.  All or nothing: INVALID_ARGUMENT (another
+ * dim) or RESOURCE_EXHAUSTED leave the table as it was. */
+int ps_embed_replace(ps_embed_table *t, const ps_embed_export *in, ps_status *st);
+/* ps_embed_replace in two steps, for a restore of several tables and
+ * variables at once: _prepare builds the rows aside (NULL with @st set:
+ * nothing changed), _commit puts them in and cannot fail; a prepared
+ * table not committed goes with ps_embed_unref. */
+ps_embed_table *ps_embed_replace_prepare(ps_embed_table *t, const ps_embed_export *in,
+                                         ps_status *st);
+void ps_embed_replace_commit(ps_embed_table *t, ps_embed_table *prepared);
 
 #endif

@@ -90,6 +90,7 @@ ps_service *ps_service_create(ps_store *store, const char *task) {
     free(s);
     return NULL;
   }
+  ps_store_set_tables(store, s->tables);
   ps_service_limits_default(&s->limits);
   ps_store_set_gate_limits(store, s->limits.max_hold_ms, s->limits.max_tensor_bytes);
   snprintf(s->task, sizeof s->task, "%s", task);

@@ -5,6 +5,8 @@
  * fails has changed nothing, except a lookup that ran out of memory
  * after making some rows (each made row is a valid row). */
 #include <math.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,6 +14,7 @@
 #include "embed.h"
 #include "ps.pb-c.h"
 #include "service_internal.h"
+#include "store.h"
 
 static int no_data(ps_rpc_call *c, ps_status *st) {
   return 0;
@@ -179,8 +182,7 @@ static int lookup_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *
   return rc;
 }
 
-static int lookup_data(ps_rpc_call *c, ps_status *st) {
-  ps_service *s = ps_rpc_call_server_user(c);
+static int lookup_run(ps_rpc_call *c, ps_status *st) {
   table_call *x = ps_rpc_call_ctx(c);
   int64_t dim = ps_embed_table_spec(x->t)->dim;
   ps_buf *rows = ps_buf_create((size_t)x->n * (size_t)dim * sizeof(float), false);
@@ -197,7 +199,6 @@ static int lookup_data(ps_rpc_call *c, ps_status *st) {
     resp.dtype = PS_DT_FLOAT;
     resp.created = cnt.created;
     resp.missing = cnt.missing;
-    (void)s;
     ps_rpc_call_reply(c, &resp.base);
     ps_rpc_call_reply_data(c, rows->data, rows->size, rows);
   }
@@ -274,7 +275,7 @@ static int update_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *
   return rc;
 }
 
-static int update_data(ps_rpc_call *c, ps_status *st) {
+static int update_run(ps_rpc_call *c, ps_status *st) {
   table_call *x = ps_rpc_call_ctx(c);
   ps_embed_counts cnt;
   int rc = ps_embed_update(x->t, x->op, x->keys->data, (size_t)x->n, x->grads->data,
@@ -286,6 +287,56 @@ static int update_data(ps_rpc_call *c, ps_status *st) {
     ps_rpc_call_reply(c, &resp.base);
   }
   return rc;
+}
+
+/* Training lookups and updates change the table: like Update they pass
+ * the store's gate, so a cluster save sees every table and variable as
+ * of one moment; while a snapshot holds the gate closed they wait
+ * (parked, not holding an RPC thread). */
+static void table_deferred(void *arg) {
+  ps_rpc_call *c = arg;
+  ps_service *s = ps_rpc_call_server_user(c);
+  table_call *x = ps_rpc_call_ctx(c);
+  const char *m = x->grads ? "TableUpdate" : "TableLookup";
+  ps_status st;
+  ps_status_clear(&st);
+  int rc;
+  if (atomic_load(&s->sync_closed))
+    rc = ps_status_set(&st, PS_UNAVAILABLE,
+                       "%s is shutting down: the %s waited for a snapshot and was not "
+                       "applied",
+                       s->task, m);
+  else if (ps_rpc_call_expired(c))
+    rc = ps_status_set(&st, PS_DEADLINE_EXCEEDED,
+                       "%s: the deadline passed while the call waited for a snapshot on "
+                       "%s; not applied",
+                       m, s->task);
+  else
+    rc = x->grads ? update_run(c, &st) : lookup_run(c, &st);
+  ps_store_update_leave(s->store);
+  ps_rpc_call_resume(c, rc, &st);
+}
+
+static int gated(ps_rpc_call *c, int (*run)(ps_rpc_call *, ps_status *), ps_status *st) {
+  ps_service *s = ps_rpc_call_server_user(c);
+  table_call *x = ps_rpc_call_ctx(c);
+  bool parked;
+  int64_t held = (int64_t)x->keys->size + (x->grads ? (int64_t)x->grads->size : 0);
+  int rc = ps_store_update_admit(s->store, table_deferred, c, held, &parked, st);
+  if (rc != 0) return rc;
+  if (parked) return PS_RPC_PENDING;
+  rc = run(c, st);
+  ps_store_update_leave(s->store);
+  return rc;
+}
+
+static int lookup_data(ps_rpc_call *c, ps_status *st) {
+  table_call *x = ps_rpc_call_ctx(c);
+  return x->train ? gated(c, lookup_run, st) : lookup_run(c, st);
+}
+
+static int update_data(ps_rpc_call *c, ps_status *st) {
+  return gated(c, update_run, st);
 }
 
 /* ---- TableList ---- */

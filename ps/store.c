@@ -16,6 +16,8 @@
  * is destroyed, because other calls may still hold pointers to them. */
 #include "store.h"
 
+#include "embed.h"
+
 #include "common/variable.h"
 
 #include <stdatomic.h>
@@ -52,7 +54,8 @@ struct ps_store {
   ps_var *graveyard;          /* deleted variables, freed by destroy */
   atomic_llong bytes;
   char task[64];
-  int own_shard; /* N of "ps/N" */
+  int own_shard;          /* N of "ps/N" */
+  ps_embed_store *tables; /* the embedding tables a cluster save takes too */
 };
 
 #define GROUP_BUCKETS 256
@@ -716,8 +719,15 @@ int ps_var_run_initializer(ps_store *s, ps_var *v, ps_status *st) {
 
 /* ---- snapshots ---- */
 
+void ps_store_set_tables(ps_store *s, ps_embed_store *tables) {
+  s->tables = tables;
+}
+
 void ps_snapshot_free(ps_snapshot *snap) {
   if (snap == NULL) return;
+  for (size_t i = 0; i < snap->ntables; i++)
+    ps_embed_snap_free(snap->tables[i]);
+  free(snap->tables);
   for (size_t i = 0; i < snap->n; i++) {
     free(snap->e[i].name);
     free(snap->e[i].full_name);
@@ -860,6 +870,34 @@ int ps_store_snapshot_begin_sel(ps_store *s, int64_t id, int64_t hold_ms,
   return ps_store_snapshot_begin_in(s, id, hold_ms, skip_uninitialized, sel, NULL, 0, st);
 }
 
+/* Every table of @s into @snap, as of now (the gate is closed). */
+static int snapshot_tables(ps_store *s, ps_snapshot *snap, int64_t id, ps_status *st) {
+  size_t n = 0;
+  ps_embed_table **t = ps_embed_tables(s->tables, &n);
+  if (t == NULL && n > 0)
+    return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory taking snapshot %lld",
+                         (long long)id);
+  int rc = 0;
+  snap->tables = calloc(n + 1, sizeof *snap->tables);
+  if (snap->tables == NULL)
+    rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory taking snapshot %lld",
+                       (long long)id);
+  for (size_t i = 0; i < n && rc == 0; i++) {
+    ps_embed_snap *es = ps_embed_snap_begin(t[i]);
+    if (es == NULL) {
+      rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory taking snapshot %lld",
+                         (long long)id);
+      break;
+    }
+    snap->tables[snap->ntables++] = es;
+    snap->bytes += ps_embed_snap_rows(es) * ps_embed_snap_spec(es)->dim * 4;
+  }
+  for (size_t i = 0; i < n; i++)
+    ps_embed_unref(t[i]);
+  free(t);
+  return rc;
+}
+
 int ps_store_snapshot_begin_in(ps_store *s, int64_t id, int64_t hold_ms,
                                bool skip_uninitialized, const ps_snapshot_select *sel,
                                const bool *shards, size_t nshards, ps_status *st) {
@@ -953,6 +991,10 @@ int ps_store_snapshot_begin_in(ps_store *s, int64_t id, int64_t hold_ms,
     pthread_rwlock_unlock(&v->lock);
   }
   free(vars);
+  /* a cluster save of this ps takes its embedding tables too (a Saver's
+   * selection names variables only) */
+  if (rc == 0 && sel == NULL && shards == NULL && s->tables)
+    rc = snapshot_tables(s, snap, id, st);
   for (size_t i = 0; sel && rc == 0 && i < sel->n; i++)
     if (!seen[i])
       rc = ps_status_set(st, PS_NOT_FOUND, "variable %s does not exist on %s",

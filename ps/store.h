@@ -160,14 +160,22 @@ typedef struct ps_snapshot_entry {
   char *key;
 } ps_snapshot_entry;
 
+struct ps_embed_snap;
 typedef struct ps_snapshot {
   int64_t id;
   size_t n;
   ps_snapshot_entry *e; /* sorted by name */
   int64_t bytes;
+  /* the embedding tables (ps/embed.h), in a cluster save of the whole ps */
+  struct ps_embed_snap **tables;
+  size_t ntables;
 } ps_snapshot;
 
 void ps_snapshot_free(ps_snapshot *snap);
+/* The embedding tables a snapshot of every variable (no selection, no
+ * shards) takes too; set once, before serving. */
+struct ps_embed_store;
+void ps_store_set_tables(ps_store *s, struct ps_embed_store *tables);
 
 /* Enters the gate and returns true, or, while a snapshot holds it closed,
  * queues @fn(@arg) to run (entered) when it reopens and returns false: an

@@ -398,6 +398,20 @@ static void others(void) {
   rs.check_only = 1;
   rs.list = 1;
   put("Restore", "list", &rs.base, NULL, 0);
+  /* embedding tables: "t" from itself and "plain" from "t" (another
+   * optimizer's slots), as task 1 of 3 */
+  rs.list = 0;
+  rs.check_only = 0;
+  it1.name = "t";
+  it1.key = "";
+  it2.name = "plain";
+  it2.key = "t";
+  rs.n_items = 2;
+  rs.table_task = 1;
+  rs.table_tasks = 3;
+  put("Restore", "tables", &rs.base, NULL, 0);
+  rs.n_items = 0;
+  put("Restore", "all_task1of3", &rs.base, NULL, 0);
 }
 
 /* Replicate (a ps without replication decodes and checks it, then

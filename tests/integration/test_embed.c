@@ -5,9 +5,12 @@
  * every user-facing error with its text, with nothing changed after it. */
 #include <check.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "harness.h"
 #include "paramserver/client.h"
@@ -322,6 +325,201 @@ START_TEST(large_batches_travel_in_chunks) {
 }
 END_TEST
 
+/* Cluster saves take the tables; a restore brings them back on the same
+ * ps count and on another, whole, in part and under another name. */
+START_TEST(checkpoints_save_and_restore_tables_on_any_ps_count) {
+  char base[256], dir[300];
+  harness_scratch_base(base, sizeof base, "embck");
+  ck_assert_int_eq(harness_scratch_dir(dir, sizeof dir, base), 0);
+  const char *extra[] = {"--checkpoint-dir", dir, NULL};
+  ps_harness h2;
+  ps_client *c2 = harness_start_client(&h2, 2, extra);
+  ck_assert_ptr_nonnull(c2);
+  ps_table_spec sp;
+  ps_table_spec_default(&sp, "emb", 4);
+  sp.optimizer = PS_TABLE_ADAGRAD;
+  ps_status st;
+  PS_ASSERT_OK(ps_client_table_create(c2, &sp, &st), st);
+  enum { N = 300 };
+  int64_t k[N];
+  for (int i = 0; i < N; i++)
+    k[i] = (int64_t)i * 7919 - 1000;
+  ps_tensor *keys = keys_of(k, N);
+  ps_tensor *g = rows_of(N, 4, 0.5f);
+  double lr = 0.1;
+  ps_tensor_destroy(lookup(c2, "emb", keys, true));
+  PS_ASSERT_OK(ps_client_table_update(c2, "emb", PS_TABLE_OP_ADAGRAD, keys, g, &lr, 1, 1,
+                                      NULL, &st),
+               st);
+  ps_tensor *saved = lookup(c2, "emb", keys, false);
+  PS_ASSERT_OK(ps_client_save(c2, "ck", NULL, NULL, NULL, &st), st);
+  /* the checkpoint lists the table's tensors, TensorFlow Recommenders-Addons' way */
+  char cmd[1024], *out = NULL;
+  snprintf(cmd, sizeof cmd, "%s inspect %s/ck 2>&1", harness_prog("PSCTL", "psctl"), dir);
+  ck_assert_int_eq(harness_run(cmd, &out), 0);
+  const char *want[] = {"emb_mht_1of2-keys", "emb_mht_2of2-values",
+                        "emb_mht_1of2-versions", "emb_mht_2of2-freqs",
+                        "emb/Adagrad_mht_1of2-values"};
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+    ck_assert_msg(strstr(out, want[i]), "psctl inspect lacks %s:\n%s", want[i], out);
+  free(out);
+  /* training goes on; the restore brings the saved rows back */
+  PS_ASSERT_OK(ps_client_table_update(c2, "emb", PS_TABLE_OP_ADAGRAD, keys, g, &lr, 1, 2,
+                                      NULL, &st),
+               st);
+  int64_t extra_key[1] = {123456789};
+  ps_tensor *ek = keys_of(extra_key, 1);
+  ps_tensor_destroy(lookup(c2, "emb", ek, true));
+  size_t n = 0;
+  PS_ASSERT_OK(ps_client_restore(c2, "ck", &n, &st), st);
+  ck_assert_int_eq(n, 2); /* the table, on each ps */
+  ps_tensor *back = lookup(c2, "emb", keys, false);
+  ck_assert_mem_eq(ps_tensor_data(back), ps_tensor_data(saved), N * 4 * sizeof(float));
+  ck_assert_int_eq(rows_on(c2, 0, "emb", NULL) + rows_on(c2, 1, "emb", NULL), N);
+  ps_tensor_destroy(back);
+  /* the accumulators came back too: the same step gives the same rows */
+  PS_ASSERT_OK(ps_client_table_update(c2, "emb", PS_TABLE_OP_ADAGRAD, keys, g, &lr, 1, 2,
+                                      NULL, &st),
+               st);
+  ps_tensor *step2 = lookup(c2, "emb", keys, false);
+  ck_assert_int_eq(harness_stop_client(&h2, c2), 0);
+
+  /* three ps: each takes the rows of its keys */
+  ps_harness h3;
+  ps_client *c3 = harness_start_client(&h3, 3, extra);
+  ck_assert_ptr_nonnull(c3);
+  PS_ASSERT_OK(ps_client_table_create(c3, &sp, &st), st);
+  PS_ASSERT_OK(ps_client_restore(c3, "ck", &n, &st), st);
+  back = lookup(c3, "emb", keys, false);
+  ck_assert_mem_eq(ps_tensor_data(back), ps_tensor_data(saved), N * 4 * sizeof(float));
+  ps_tensor_destroy(back);
+  for (int t = 0; t < 3; t++) {
+    int64_t mine = 0;
+    for (int i = 0; i < N; i++)
+      mine += ps_table_key_task(k[i], 3) == t;
+    ck_assert_int_eq(rows_on(c3, t, "emb", NULL), mine);
+  }
+  PS_ASSERT_OK(ps_client_table_update(c3, "emb", PS_TABLE_OP_ADAGRAD, keys, g, &lr, 1, 2,
+                                      NULL, &st),
+               st);
+  back = lookup(c3, "emb", keys, false);
+  ck_assert_mem_eq(ps_tensor_data(back), ps_tensor_data(step2), N * 4 * sizeof(float));
+  ps_tensor_destroy(back);
+  /* one table, under another name */
+  ps_table_spec other = sp;
+  other.name = "renamed";
+  PS_ASSERT_OK(ps_client_table_create(c3, &other, &st), st);
+  PS_ASSERT_OK(ps_client_table_restore(c3, "renamed", "ck", "emb", &st), st);
+  back = lookup(c3, "renamed", keys, false);
+  ck_assert_mem_eq(ps_tensor_data(back), ps_tensor_data(saved), N * 4 * sizeof(float));
+  ps_tensor_destroy(back);
+  /* into a table of another dim: refused on every ps, nothing changes */
+  ps_table_spec wide = sp;
+  wide.name = "wide";
+  wide.dim = 8;
+  PS_ASSERT_OK(ps_client_table_create(c3, &wide, &st), st);
+  PS_ASSERT_STATUS(
+      ps_client_table_restore(c3, "wide", "ck", "emb", &st), st, PS_INVALID_ARGUMENT,
+      "restoring table wide from emb_mht_1of2-values: the checkpoint has dim 4, "
+      "the table has dim 8");
+  for (int t = 0; t < 3; t++)
+    ck_assert_int_eq(rows_on(c3, t, "wide", NULL), 0);
+  /* a table the checkpoint lacks */
+  PS_ASSERT_STATUS(ps_client_table_restore(c3, "wide", "ck", "nope", &st), st,
+                   PS_NOT_FOUND, "checkpoint");
+  ck_assert_int_eq(harness_stop_client(&h3, c3), 0);
+  ps_tensor_destroy(step2);
+  ps_tensor_destroy(saved);
+  ps_tensor_destroy(ek);
+  ps_tensor_destroy(g);
+  ps_tensor_destroy(keys);
+  harness_scratch_remove(base);
+}
+END_TEST
+
+/* A save while training: each ps's part of an update of 1000 keys (over
+ * every stripe) is in a checkpoint whole or not at all. */
+typedef struct trainer {
+  ps_client *c;
+  ps_tensor *keys, *g;
+  atomic_int stop;
+  atomic_int steps;
+  char err[256];
+} trainer;
+
+static void *train_loop(void *p) {
+  trainer *tr = p;
+  ps_status st;
+  while (!atomic_load(&tr->stop)) {
+    if (ps_client_table_update(tr->c, "emb", PS_TABLE_OP_SCATTER_ADD, tr->keys, tr->g,
+                               NULL, 0, atomic_load(&tr->steps), NULL, &st) != 0) {
+      snprintf(tr->err, sizeof tr->err, "%s", st.msg);
+      atomic_store(&tr->stop, 1);
+      break;
+    }
+    atomic_fetch_add(&tr->steps, 1);
+  }
+  return NULL;
+}
+
+START_TEST(saves_while_training_take_whole_updates) {
+  char base[256], dir[300];
+  harness_scratch_base(base, sizeof base, "embsv");
+  ck_assert_int_eq(harness_scratch_dir(dir, sizeof dir, base), 0);
+  const char *extra[] = {"--checkpoint-dir", dir, NULL};
+  ps_harness h;
+  ps_client *c = harness_start_client(&h, 2, extra);
+  ck_assert_ptr_nonnull(c);
+  ps_table_spec sp;
+  ps_table_spec_default(&sp, "emb", 2);
+  ps_init_spec_default(&sp.init, PS_INIT_ZEROS);
+  ps_status st;
+  PS_ASSERT_OK(ps_client_table_create(c, &sp, &st), st);
+  enum { N = 1000 };
+  int64_t k[N];
+  for (int i = 0; i < N; i++)
+    k[i] = i;
+  trainer tr = {.c = c, .keys = keys_of(k, N), .g = rows_of(N, 2, 1.0f)};
+  ps_tensor_destroy(lookup(c, "emb", tr.keys, true));
+  pthread_t th;
+  pthread_create(&th, NULL, train_loop, &tr);
+  for (int i = 0; i < 3; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "s%d", i);
+    /* a readiness wait: until the trainer is 5 steps further */
+    while (atomic_load(&tr.steps) < 5 * (i + 1) && !atomic_load(&tr.stop))
+      nanosleep(&(struct timespec){0, 5000000}, NULL);
+    PS_ASSERT_OK(ps_client_save(c, name, NULL, NULL, NULL, &st), st);
+  }
+  atomic_store(&tr.stop, 1);
+  pthread_join(th, NULL);
+  ck_assert_msg(tr.err[0] == '\0', "training failed: %s", tr.err);
+  for (int i = 0; i < 3; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "s%d", i);
+    PS_ASSERT_OK(ps_client_restore(c, name, NULL, &st), st);
+    ps_tensor *r = lookup(c, "emb", tr.keys, false);
+    const float *f = ps_tensor_data(r);
+    /* per ps, every row alike (one call is one moment); across the two ps
+     * a step's two calls may fall on either side of the save */
+    float first[2] = {-1, -1};
+    for (int j = 0; j < N; j++) {
+      int t = ps_table_key_task(k[j], 2);
+      if (first[t] < 0) first[t] = f[2 * j];
+      ck_assert_msg(f[2 * j] == first[t] && f[2 * j + 1] == first[t],
+                    "%s: row %d holds %g, ps/%d's first %g: a torn update", name, j,
+                    f[2 * j], t, first[t]);
+    }
+    ck_assert(first[0] >= 5 * (i + 1) - 1 && fabsf(first[0] - first[1]) <= 1);
+    ps_tensor_destroy(r);
+  }
+  ps_tensor_destroy(tr.keys);
+  ps_tensor_destroy(tr.g);
+  ck_assert_int_eq(harness_stop_client(&h, c), 0);
+  harness_scratch_remove(base);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("embed");
   TCase *tc = tcase_create("embed");
@@ -333,6 +531,8 @@ int main(void) {
   tcase_add_test(tc, policies_admit_expire_and_evict);
   tcase_add_test(tc, errors_name_the_table_and_change_nothing);
   tcase_add_test(tc, large_batches_travel_in_chunks);
+  tcase_add_test(tc, checkpoints_save_and_restore_tables_on_any_ps_count);
+  tcase_add_test(tc, saves_while_training_take_whole_updates);
   suite_add_tcase(s, tc);
   return ps_test_run(s);
 }

@@ -474,6 +474,85 @@ START_TEST(optimizers_follow_their_formulas) {
 }
 END_TEST
 
+/* A snapshot keeps the rows as they were when it was taken, however the
+ * table changes before it is exported; a replace brings them back, with
+ * their slots and counters. */
+START_TEST(snapshots_copy_on_write_and_replace_restores) {
+  ps_embed_store *es = ps_embed_store_create();
+  ps_embed_spec sp = spec_of("emb", 4);
+  sp.optimizer = PS_EMBED_OPT_ADAGRAD;
+  ps_embed_table *t = make(es, &sp);
+  enum { N = 5000 };
+  int64_t *keys = malloc(N * sizeof *keys);
+  float *before = malloc(N * 4 * sizeof *before), *out = malloc(N * 4 * sizeof *out);
+  float *g = malloc(N * 4 * sizeof *g);
+  for (int i = 0; i < N; i++)
+    keys[i] = i * 31;
+  for (int i = 0; i < N * 4; i++)
+    g[i] = 0.5f;
+  ps_status st;
+  ps_embed_counts c;
+  double lr[1] = {0.1};
+  PS_ASSERT_OK(ps_embed_lookup(t, keys, N, true, 3, before, &c, &st), st);
+  ps_embed_snap *snap = ps_embed_snap_begin(t);
+  ck_assert_ptr_nonnull(snap);
+  /* half the keys change, and new ones come */
+  PS_ASSERT_OK(ps_embed_update(t, PS_EMBED_ADAGRAD, keys, N / 2, g, lr, 4, &c, &st), st);
+  int64_t fresh[3] = {-1, -2, -3};
+  float f3[12];
+  PS_ASSERT_OK(ps_embed_lookup(t, fresh, 3, true, 4, f3, &c, &st), st);
+  ps_embed_snap *second = ps_embed_snap_begin(t); /* taken while the first waits */
+  ps_embed_export e;
+  PS_ASSERT_OK(ps_embed_snap_export(snap, &e, &st), st);
+  ck_assert_int_eq(e.n, N);
+  ck_assert_int_eq(e.nslots, 1);
+  for (int64_t i = 0; i < e.n; i++) {
+    int64_t k = e.keys[i];
+    ck_assert(k >= 0 && k % 31 == 0);
+    ck_assert_mem_eq(e.values + i * 4, before + (k / 31) * 4, 4 * sizeof(float));
+    ck_assert_float_eq(e.slots[0][i * 4], 0.1f);
+    ck_assert_int_eq(e.versions[i], 3);
+    ck_assert_int_eq(e.freqs[i], 1);
+  }
+  ps_embed_export e2;
+  PS_ASSERT_OK(ps_embed_snap_export(second, &e2, &st), st);
+  ck_assert_int_eq(e2.n, N + 3);
+  ps_embed_snap_free(second);
+  ps_embed_export_fini(&e2);
+  /* another dim is refused, nothing changes */
+  ps_embed_export bad = e;
+  bad.dim = 8;
+  PS_ASSERT_STATUS(ps_embed_replace(t, &bad, &st), st, PS_INVALID_ARGUMENT,
+                   "table emb: the rows have dim 8, the table's dim is 4");
+  ck_assert_int_eq(rows_of(t), N + 3);
+  /* the snapshot back: the updates and the new keys are gone */
+  PS_ASSERT_OK(ps_embed_replace(t, &e, &st), st);
+  ck_assert_int_eq(rows_of(t), N);
+  PS_ASSERT_OK(ps_embed_lookup(t, keys, N, false, 0, out, &c, &st), st);
+  ck_assert_int_eq(c.missing, 0);
+  ck_assert_mem_eq(out, before, N * 4 * sizeof(float));
+  /* the accumulators came back too: the same update gives the same rows */
+  float *again = malloc(N * 4 * sizeof *again);
+  PS_ASSERT_OK(ps_embed_update(t, PS_EMBED_ADAGRAD, keys, N / 2, g, lr, 4, &c, &st), st);
+  PS_ASSERT_OK(ps_embed_lookup(t, keys, N, false, 0, again, &c, &st), st);
+  for (int i = 0; i < N / 2; i++)
+    ck_assert_float_eq_tol(again[i * 4],
+                           before[i * 4] - 0.1f * 0.5f / sqrtf(0.1f + 0.25f), 1e-6);
+  free(again);
+  ps_embed_export_fini(&e);
+  ps_embed_snap_free(snap);
+  /* a snapshot dropped without an export lets go of the table */
+  ps_embed_snap_free(ps_embed_snap_begin(t));
+  PS_ASSERT_OK(ps_embed_update(t, PS_EMBED_ADAGRAD, keys, N, g, lr, 5, &c, &st), st);
+  free(keys);
+  free(before);
+  free(out);
+  free(g);
+  ps_embed_unref(t);
+  ps_embed_store_destroy(es);
+}
+END_TEST
+
 /* Lookups and updates from several threads on shared keys (also run
  * under ThreadSanitizer): the counts add up. */
 typedef struct worker_arg {
@@ -552,6 +631,7 @@ int main(void) {
   tcase_add_test(tc, capacity_evicts_least_recently_used);
   tcase_add_test(tc, capacity_evicts_least_frequently_used);
   tcase_add_test(tc, optimizers_follow_their_formulas);
+  tcase_add_test(tc, snapshots_copy_on_write_and_replace_restores);
   tcase_add_test(tc, threads_share_a_table);
   suite_add_tcase(s, tc);
   return ps_test_run(s);

@@ -449,6 +449,8 @@ int ps_client_check_restore_all(ps_client *c, const char *prefix,
     paramserver__restore_request__init(&rq[t]);
     rq[t].prefix = (char *)(prefix ? prefix : "");
     rq[t].check_only = true;
+    rq[t].table_task = t; /* embedding tables: the rows of this ps */
+    rq[t].table_tasks = nps;
     if (names) {
       rq[t].items = &ip[k];
       rq[t].n_items = n[t];
@@ -498,8 +500,16 @@ int ps_cl_restore_all_(ps_client *c, const char *prefix, size_t *nrestored,
     plan_fini(&plan);
     return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Restore: out of memory");
   }
+  /* per ps: which embedding table rows are its (RestoreRequest.table_task) */
+  Paramserver__RestoreRequest *per = calloc((size_t)c->nps + 1, sizeof *per);
+  if (per == NULL) {
+    free(msgs);
+    free(outs);
+    plan_fini(&plan);
+    return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "Restore: out of memory");
+  }
   for (int t = 0; t < plan.k; t++)
-    msgs[t] = &rq.base;
+    msgs[t] = &per[t].base;
   /* all or nothing across the ps: every ps checks first (all at once),
    * none changes anything unless every one would succeed; then every ps
    * restores the checkpoint they checked, by its path ("the latest" is
@@ -509,9 +519,17 @@ int ps_cl_restore_all_(ps_client *c, const char *prefix, size_t *nrestored,
     rc = ps_client_check_restore_all(c, prefix, NULL, NULL, NULL, &checked, st);
     if (rc == 0) rq.prefix = checked;
   }
+  for (int t = 0; t < plan.k; t++) {
+    per[t] = rq;
+    if (!c->view) {
+      per[t].table_task = plan.dst[t];
+      per[t].table_tasks = c->nps;
+    }
+  }
   if (rc == 0)
     rc = all_ps(c, &plan, M_RESTORE, msgs, ps_cl_parse_restore_, outs,
                 c->opt.data_timeout_ms, st);
+  free(per);
   if (nrestored) {
     *nrestored = 0;
     for (int t = 0; t < plan.k; t++)
@@ -547,6 +565,8 @@ int ps_cl_restore_vars_(ps_client *c, int task, const char *prefix,
   }
   rq.items = ip;
   rq.n_items = n;
+  rq.table_task = task;
+  rq.table_tasks = c->nps;
   save_out out = {.asked = n};
   int rc = ps_cl_control_call_(c, task, M_RESTORE, &rq.base, false, ps_cl_parse_restore_,
                                &out, st);

@@ -572,3 +572,20 @@ void ps_client_free_table_info(ps_table_info *v, size_t n) {
   }
   free(v);
 }
+
+/* ---- restore of one table ---- */
+
+int ps_client_table_restore(ps_client *c, const char *name, const char *prefix,
+                            const char *from, ps_status *st) {
+  if (name == NULL || name[0] == '\0')
+    return ps_status_set(st, PS_INVALID_ARGUMENT, "Restore: no table name");
+  const char *names[1] = {name}, *keys[1] = {from ? from : ""};
+  /* every ps checks, then every ps restores: one that would fail changes
+   * nothing anywhere */
+  for (int pass = 0; pass < 2; pass++)
+    for (int t = 0; t < c->nps; t++) {
+      int rc = ps_cl_restore_vars_(c, t, prefix, names, keys, 1, pass == 0, NULL, st);
+      if (rc != 0) return rc;
+    }
+  return 0;
+}

@@ -120,11 +120,32 @@ static int cmp_part_offset(const void *a, const void *b) {
  * (named "KEY/part_I" in row order); a tensor of a dtype no ps variable
  * has (DT_STRING, DT_RESOURCE, DT_VARIANT...: what a program keeps in its
  * session) is not a ps variable: counted in o->skipped, left out. */
+/* Whether @key is a tensor of an embedding table (NAME_mht_SofN-keys,
+ * -values, -versions, -freqs; ps/ckpt_save.c): the ps restores those
+ * into its tables itself, they are no variables. */
+static bool table_tensor(const char *key) {
+  static const char *const kinds[] = {"-keys", "-values", "-versions", "-freqs"};
+  const char *m = strstr(key, "_mht_");
+  while (m) {
+    const char *p = m + 5;
+    size_t a = strspn(p, "0123456789");
+    if (a > 0 && strncmp(p + a, "of", 2) == 0) {
+      p += a + 2;
+      size_t b = strspn(p, "0123456789");
+      for (size_t k = 0; b > 0 && k < 4; k++)
+        if (strcmp(p + b, kinds[k]) == 0) return true;
+    }
+    m = strstr(m + 1, "_mht_");
+  }
+  return false;
+}
+
 static int list_entry(ckpt_vars *o, const Paramserver__CheckpointEntry *e,
                       ps_status *st) {
   ps_shape full;
   if (e->key == NULL || e->key[0] == '\0')
     return ps_cl_bad_answer_(st, M_RESTORE, "a tensor of the checkpoint has no name");
+  if (e->n_slices == 0 && table_tensor(e->key)) return 0;
   if (ps_dtype_size(e->dtype) == 0) {
     o->skipped++;
     return 0;

@@ -130,6 +130,17 @@ PS_API int ps_client_table_update(ps_client *c, const char *name, ps_table_op op
                                   const double *hparams, size_t nhparams, int64_t step,
                                   ps_table_counts *counts, ps_status *st);
 
+/* Checkpoints: a cluster save (ps_client_save without a selection, psctl
+ * save) writes every table of every ps as of the same moment as the
+ * variables, and ps_client_restore puts them back, into any number of ps
+ * tasks (each takes the rows of its keys).  This restores the one table
+ * @name (made already, on every ps) from the checkpoint's table @from
+ * (NULL: @name) of @prefix (NULL: the latest): every ps checks first,
+ * then every ps restores.  NOT_FOUND when the checkpoint has no such
+ * table, INVALID_ARGUMENT when its rows have another dim. */
+PS_API int ps_client_table_restore(ps_client *c, const char *name, const char *prefix,
+                                   const char *from, ps_status *st);
+
 typedef struct ps_table_info {
   char *name;
   int64_t dim;
