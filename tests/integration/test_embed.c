@@ -15,6 +15,9 @@
 #include "harness.h"
 #include "paramserver/client.h"
 #include "paramserver/embedding.h"
+#include "paramserver/ops.h"
+#include "paramserver/optimizer.h"
+#include "paramserver/session.h"
 #include "tests/support/assert.h"
 
 static ps_harness H;
@@ -520,6 +523,86 @@ START_TEST(saves_while_training_take_whole_updates) {
 }
 END_TEST
 
+/* In a graph: a ragged lookup with a combiner, its gradient, and the
+ * table update minimize() adds, run by a session on real ps tasks. */
+static ps_tensor *i64_tensor(const int64_t *v, int64_t n) {
+  return keys_of(v, n);
+}
+
+START_TEST(graphs_look_up_combine_and_train_tables) {
+  ps_status st;
+  ps_graph *g = ps_graph_create();
+  ps_table_spec sp;
+  ps_table_spec_default(&sp, "gemb", 2);
+  ps_init_spec_default(&sp.init, PS_INIT_ZEROS);
+  ps_embedding_table *t = ps_get_embedding_table(g, &sp, &st);
+  ck_assert_ptr_nonnull(t);
+  ck_assert_ptr_eq(ps_get_embedding_table(g, &sp, &st), t); /* the same name: the same */
+  ps_node *keys = ps_placeholder(g, PS_DT_INT64, &(ps_shape){1, {-1}}, "keys");
+  ps_node *splits = ps_placeholder(g, PS_DT_INT64, &(ps_shape){1, {-1}}, "splits");
+  ps_node *mean =
+      ps_embedding_table_lookup_sparse(t, keys, splits, PS_COMBINER_MEAN, NULL);
+  ps_node *sqrtn =
+      ps_embedding_table_lookup_sparse(t, keys, splits, PS_COMBINER_SQRTN, NULL);
+  ps_node *loss = ps_reduce_sum(mean, PS_ALL_AXES, false);
+  ps_optimizer *opt = ps_gradient_descent_optimizer(0.5);
+  ps_node *train = ps_optimizer_minimize(opt, g, loss, NULL, NULL, 0, &st);
+  ps_optimizer_destroy(opt);
+  ck_assert_msg(train != NULL, "%s", st.msg);
+  ps_session *s = ps_session_create(g, C, &st);
+  ck_assert_ptr_nonnull(s);
+  /* example 0 holds keys 5, 6, 5; example 1 key 7; example 2 none */
+  int64_t kv[] = {5, 6, 5, 7}, sv[] = {0, 3, 4, 4};
+  ps_tensor *kt = i64_tensor(kv, 4), *stt = i64_tensor(sv, 4);
+  ps_feed f[2] = {{keys, kt}, {splits, stt}};
+  PS_ASSERT_OK(ps_session_run(s, f, 2, NULL, 0, &train, 1, NULL, &st), st);
+  /* d loss / d row: 1/3 for each of example 0's keys (5 twice: summed),
+   * 1 for key 7 */
+  int64_t q[] = {5, 6, 7};
+  ps_tensor *qk = keys_of(q, 3);
+  ps_tensor *rows = lookup(C, "gemb", qk, false);
+  const float *r = ps_tensor_data(rows);
+  float want[3] = {-0.5f * 2 / 3, -0.5f / 3, -0.5f};
+  for (int i = 0; i < 3; i++) {
+    ck_assert_float_eq_tol(r[2 * i], want[i], 1e-6);
+    ck_assert_float_eq_tol(r[2 * i + 1], want[i], 1e-6);
+  }
+  /* the combiners forward: mean and sum / sqrt(count); no keys: zeros */
+  ps_node *fetch[2] = {mean, sqrtn};
+  ps_tensor *out[2] = {NULL, NULL};
+  PS_ASSERT_OK(ps_session_run(s, f, 2, fetch, 2, NULL, 0, out, &st), st);
+  const float *m = ps_tensor_data(out[0]), *q2 = ps_tensor_data(out[1]);
+  float sum0 = 2 * want[0] + want[1];
+  ck_assert_int_eq(out[0]->shape.dim[0], 3);
+  ck_assert_float_eq_tol(m[0], sum0 / 3, 1e-6);
+  ck_assert_float_eq_tol(m[2], want[2], 1e-6);
+  ck_assert_float_eq(m[4], 0);
+  ck_assert_float_eq_tol(q2[0], sum0 / sqrtf(3), 1e-6);
+  /* ragged splits that do not fit the keys are refused */
+  int64_t bad[] = {0, 5};
+  ps_tensor *bt = i64_tensor(bad, 2);
+  ps_feed fb[2] = {{keys, kt}, {splits, bt}};
+  ps_tensor *o1 = NULL;
+  PS_ASSERT_STATUS(ps_session_run(s, fb, 2, &mean, 1, NULL, 0, &o1, &st), st,
+                   PS_INVALID_ARGUMENT,
+                   "row_splits must start at 0 and end at the 4 keys");
+  ps_tensor_destroy(bt);
+  ps_tensor_destroy(out[0]);
+  ps_tensor_destroy(out[1]);
+  ps_tensor_destroy(rows);
+  ps_tensor_destroy(qk);
+  ps_tensor_destroy(kt);
+  ps_tensor_destroy(stt);
+  ps_session_destroy(s);
+  /* an optimizer the table keeps no slots for */
+  ps_optimizer *ada = ps_adagrad_optimizer(0.1, 0.1);
+  ck_assert_ptr_null(ps_optimizer_minimize(ada, g, loss, NULL, NULL, 0, &st));
+  PS_ASSERT_MSG_HAS(st, "minimize: table gemb keeps slots for sgd, which Adagrad cannot");
+  ps_optimizer_destroy(ada);
+  ps_graph_destroy(g);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("embed");
   TCase *tc = tcase_create("embed");
@@ -533,6 +616,7 @@ int main(void) {
   tcase_add_test(tc, large_batches_travel_in_chunks);
   tcase_add_test(tc, checkpoints_save_and_restore_tables_on_any_ps_count);
   tcase_add_test(tc, saves_while_training_take_whole_updates);
+  tcase_add_test(tc, graphs_look_up_combine_and_train_tables);
   suite_add_tcase(s, tc);
   return ps_test_run(s);
 }

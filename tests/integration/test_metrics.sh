@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Prometheus metrics of ps-server (--metrics-port): the page passes
 # `promtool check metrics`, counts what the ps did (RPCs by method and
-# code, a checkpoint shard, the variables held), and a real Prometheus
+# code, a checkpoint shard, the variables held, an embedding table's rows,
+# evictions and refused keys), and a real Prometheus
 # (Debian's) scrapes it and answers a query over it.  Ports are picked at
 # run time; every process is stopped however the script ends.
 set -uo pipefail
@@ -31,6 +32,23 @@ echo "{\"ps\": [\"$A\"]}" > "$dir/cc.json"
 "$PSCTL" --cluster "$dir/cc.json" status > /dev/null
 "$PSCTL" --cluster "$dir/cc.json" restore nosuch > /dev/null 2>&1
 "$PSCTL" --cluster "$dir/cc.json" save snap > /dev/null
+# an embedding table (admission after 2 lookups, 2 rows at most): keys 1-4
+# looked up twice, raw gRPC (pbwire)
+/usr/bin/python3 - "$A" <<'PY' > "$dir/tables.out" 2>&1 || bad "table calls" "$(cat "$dir/tables.out")"
+import struct, sys
+import grpc
+from pbwire import ld, vi
+ch = grpc.insecure_channel(sys.argv[1])
+raw = dict(request_serializer=lambda b: b, response_deserializer=lambda b: b)
+policy = vi(1, 2) + vi(6, 2)
+spec = ld(1, b"emb") + vi(2, 1) + vi(3, 4) + ld(7, policy)
+ch.unary_unary("/paramserver.Ps/TableCreate", **raw)(ld(1, spec), timeout=10)
+keys = struct.pack("<4q", 1, 2, 3, 4)
+look = ld(1, b"emb") + vi(2, 9) + vi(3, 4) + vi(4, 1) + ld(6, keys)
+for _ in range(2):
+    list(ch.stream_stream("/paramserver.Ps/TableLookup", **raw)(iter([look]), timeout=10))
+print("ok")
+PY
 
 curl -sf "http://127.0.0.1:$MP/metrics" > "$dir/m.txt"; rc=$?
 [ "$rc" = 0 ] && ok "GET /metrics" || bad "GET /metrics (curl exit $rc)"
@@ -40,6 +58,11 @@ check "latency histogram" grep -q '^ps_rpc_duration_seconds_bucket{method="param
 check "bytes sent" grep -Eq '^ps_rpc_sent_bytes_total\{method="paramserver.Ps/Status"\} [1-9][0-9]*$' "$dir/m.txt"
 check "the checkpoint shard" grep -q '^ps_checkpoint_saves_total 1$' "$dir/m.txt"
 check "variables held" grep -q '^ps_variables 0$' "$dir/m.txt"
+check "an embedding table's rows" grep -q '^ps_embedding_rows{table="emb"} 2$' "$dir/m.txt"
+check "rows evicted for room" grep -q '^ps_embedding_evicted_total{table="emb"} 2$' "$dir/m.txt"
+check "keys admission refused" \
+  grep -q '^ps_embedding_admission_refused_total{table="emb"} 4$' "$dir/m.txt"
+check "rows expired" grep -q '^ps_embedding_expired_total{table="emb"} 0$' "$dir/m.txt"
 code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$MP/other")
 [ "$code" = 404 ] && ok "another path is 404" || bad "another path is 404 (got $code)"
 

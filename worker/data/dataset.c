@@ -120,10 +120,12 @@ static int64_t rng_below(rng *r, int64_t n) {
 
 /* seed2 of each purpose's Philox stream */
 enum {
-  STREAM_PARAMS = 1,   /* prototypes, true weights */
-  STREAM_TRAIN = 2,    /* examples (train split) */
-  STREAM_TEST = 3,     /* examples (test split) */
-  STREAM_ID_WEIGHT = 4 /* ctr: weight of id k is the normal at counter k */
+  STREAM_PARAMS = 1,    /* prototypes, true weights */
+  STREAM_TRAIN = 2,     /* examples (train split) */
+  STREAM_TEST = 3,      /* examples (test split) */
+  STREAM_ID_WEIGHT = 4, /* ctr: weight of id k is the normal at counter k */
+  STREAM_LOG = 5,       /* ctr_log: the examples */
+  STREAM_KEY_WEIGHT = 6 /* ctr_log: the weight of a key (counter: its hash) */
 };
 
 /* ---- IDX files ---- */
@@ -611,6 +613,201 @@ int ps_dataset_ctr(int64_t n, int64_t vocab, int nfields, uint64_t seed, ps_data
   }
   *out = d;
   return 0;
+}
+
+/* ---- click log with hash keys (embedding tables) ---- */
+
+static uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+/* The key of rank @rank of field @f: any 64-bit value. */
+static int64_t log_key(uint64_t seed, int f, int64_t rank) {
+  return (int64_t)mix64(mix64(seed ^ 0x6A09E667F3BCC909ull) +
+                        (uint64_t)f * 0x9E3779B97F4A7C15ull +
+                        (uint64_t)rank * 0xD1B54A32D192ED03ull);
+}
+
+static double log_key_weight(uint64_t seed, int64_t key) {
+  rng r;
+  rng_init(&r, seed, STREAM_KEY_WEIGHT);
+  ps_philox_skip(&r.p, mix64((uint64_t)key) >> 2);
+  return rng_normal(&r);
+}
+
+int ps_dataset_ctr_log(int64_t n, int nfields, int64_t vocab, uint64_t seed,
+                       ps_dataset *out, float *prob, ps_status *st) {
+  if (n < 0 || nfields < 1 || vocab < 2)
+    return ps_status_set(st, PS_INVALID_ARGUMENT,
+                         "ctr log: bad size n=%lld nfields=%d vocab=%lld (need n >= 0, "
+                         "nfields >= 1, vocab >= 2)",
+                         (long long)n, nfields, (long long)vocab);
+  ps_dataset d = {.n = n};
+  d.ids = new_tensor(PS_DT_INT64, 2, n, nfields);
+  d.dense = new_tensor(PS_DT_FLOAT, 2, n, PS_DATASET_CTR_DENSE);
+  d.y = new_tensor(PS_DT_INT64, 1, n, 0);
+  if (d.ids == NULL || d.dense == NULL || d.y == NULL) {
+    ps_dataset_free(&d);
+    return oom(st, "ctr log");
+  }
+  rng r;
+  rng_init(&r, seed, STREAM_PARAMS);
+  double v[PS_DATASET_CTR_DENSE];
+  for (int k = 0; k < PS_DATASET_CTR_DENSE; k++)
+    v[k] = rng_normal(&r);
+  rng_init(&r, seed, STREAM_LOG);
+  int64_t *ids = ps_tensor_data(d.ids), *y = ps_tensor_data(d.y);
+  float *dense = ps_tensor_data(d.dense);
+  const double s = PS_DATASET_CTR_LOG_ZIPF, wscale = 2.0 / sqrt((double)nfields);
+  for (int64_t i = 0; i < n; i++) {
+    /* the vocabulary grows from half to all of @vocab over the log: new
+     * keys keep arriving */
+    double nv = (double)vocab * (0.5 + 0.5 * (double)i / (double)(n > 1 ? n - 1 : 1));
+    double a = pow(nv + 1.0, 1.0 - s) - 1.0;
+    double logit = -1.0;
+    for (int f = 0; f < nfields; f++) {
+      /* Zipf(s) rank by inverting the continuous CDF ~ x^(1-s) */
+      double u = rng_uniform(&r);
+      int64_t rank = (int64_t)(pow(a * u + 1.0, 1.0 / (1.0 - s)) - 1.0);
+      if (rank < 0) rank = 0;
+      if (rank >= vocab) rank = vocab - 1;
+      int64_t key = log_key(seed, f, rank);
+      ids[i * nfields + f] = key;
+      logit += wscale * log_key_weight(seed, key);
+    }
+    for (int k = 0; k < PS_DATASET_CTR_DENSE; k++) {
+      float dk = (float)rng_normal(&r);
+      dense[i * PS_DATASET_CTR_DENSE + k] = dk;
+      logit += 0.5 * v[k] * dk;
+    }
+    double p = 1.0 / (1.0 + exp(-logit));
+    if (prob) prob[i] = (float)p;
+    y[i] = rng_uniform(&r) < p;
+  }
+  *out = d;
+  return 0;
+}
+
+/* ---- Criteo's TSV layout ---- */
+
+static int criteo_line(char *line, int64_t *ids, float *dense, int64_t *y,
+                       const char *path, int64_t lineno, ps_status *st) {
+  char *f[PS_DATASET_CRITEO_DENSE + PS_DATASET_CRITEO_FIELDS + 1];
+  int nf = 0;
+  char *p = line;
+  size_t len = strlen(p);
+  while (len && (p[len - 1] == '\n' || p[len - 1] == '\r'))
+    p[--len] = '\0';
+  for (;;) {
+    if (nf == (int)(sizeof f / sizeof f[0])) {
+      nf++;
+      break;
+    }
+    f[nf++] = p;
+    char *tab = strchr(p, '\t');
+    if (tab == NULL) break;
+    *tab = '\0';
+    p = tab + 1;
+  }
+  int want = 1 + PS_DATASET_CRITEO_DENSE + PS_DATASET_CRITEO_FIELDS;
+  if (nf != want)
+    return ps_status_set(st, PS_DATA_LOSS,
+                         "%s:%lld: %s%d tab-separated fields, Criteo's layout has %d "
+                         "(label, 13 integers, 26 categories)",
+                         path, (long long)lineno, nf > want ? "more than " : "",
+                         nf > want ? want : nf, want);
+  if (strcmp(f[0], "0") != 0 && strcmp(f[0], "1") != 0)
+    return ps_status_set(st, PS_DATA_LOSS, "%s:%lld: the label is '%.32s', not 0 or 1",
+                         path, (long long)lineno, f[0]);
+  *y = f[0][0] == '1';
+  for (int k = 0; k < PS_DATASET_CRITEO_DENSE; k++) {
+    const char *v = f[1 + k];
+    if (v[0] == '\0') {
+      dense[k] = 0;
+      continue;
+    }
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (*end != '\0' || errno)
+      return ps_status_set(st, PS_DATA_LOSS,
+                           "%s:%lld: integer feature %d is '%.32s', not an integer", path,
+                           (long long)lineno, k + 1, v);
+    dense[k] = (float)log1p(x > 0 ? (double)x : 0.0);
+  }
+  for (int k = 0; k < PS_DATASET_CRITEO_FIELDS; k++) {
+    uint64_t h = 1469598103934665603ull; /* FNV-1a of the string, per field */
+    for (const char *c = f[1 + PS_DATASET_CRITEO_DENSE + k]; *c; c++)
+      h = (h ^ (unsigned char)*c) * 1099511628211ull;
+    ids[k] = (int64_t)mix64(h + (uint64_t)(k + 1) * 0x9E3779B97F4A7C15ull);
+  }
+  return 0;
+}
+
+int ps_dataset_criteo_tsv(const char *path, int64_t max_rows, ps_dataset *out,
+                          ps_status *st) {
+  FILE *fp = fopen(path, "r");
+  if (fp == NULL)
+    return ps_status_set(st, ps_status_code_from_errno(errno), "%s: %s", path,
+                         strerror(errno));
+  int64_t cap = 0, n = 0;
+  int64_t *ids = NULL, *y = NULL;
+  float *dense = NULL;
+  char *line = NULL;
+  size_t lcap = 0;
+  int rc = 0;
+  int64_t lineno = 0;
+  while ((max_rows <= 0 || n < max_rows) && getline(&line, &lcap, fp) > 0) {
+    lineno++;
+    if (n == cap) {
+      int64_t c = cap ? cap * 2 : 4096;
+      int64_t *i2 = realloc(ids, (size_t)c * PS_DATASET_CRITEO_FIELDS * sizeof *ids);
+      if (i2) ids = i2;
+      float *d2 =
+          i2 ? realloc(dense, (size_t)c * PS_DATASET_CRITEO_DENSE * sizeof *dense) : NULL;
+      if (d2) dense = d2;
+      int64_t *y2 = d2 ? realloc(y, (size_t)c * sizeof *y) : NULL;
+      if (y2) y = y2;
+      if (!i2 || !d2 || !y2) {
+        rc = oom(st, "Criteo log");
+        break;
+      }
+      cap = c;
+    }
+    if ((rc = criteo_line(line, ids + n * PS_DATASET_CRITEO_FIELDS,
+                          dense + n * PS_DATASET_CRITEO_DENSE, y + n, path, lineno,
+                          st)) != 0)
+      break;
+    n++;
+  }
+  if (rc == 0 && ferror(fp))
+    rc = ps_status_set(st, PS_DATA_LOSS, "%s: read error after line %lld", path,
+                       (long long)lineno);
+  fclose(fp);
+  free(line);
+  ps_dataset d = {.n = n};
+  if (rc == 0) {
+    d.ids = new_tensor(PS_DT_INT64, 2, n, PS_DATASET_CRITEO_FIELDS);
+    d.dense = new_tensor(PS_DT_FLOAT, 2, n, PS_DATASET_CRITEO_DENSE);
+    d.y = new_tensor(PS_DT_INT64, 1, n, 0);
+    if (d.ids == NULL || d.dense == NULL || d.y == NULL) {
+      ps_dataset_free(&d);
+      rc = oom(st, "Criteo log");
+    } else if (n > 0) {
+      memcpy(ps_tensor_data(d.ids), ids,
+             (size_t)n * PS_DATASET_CRITEO_FIELDS * sizeof *ids);
+      memcpy(ps_tensor_data(d.dense), dense,
+             (size_t)n * PS_DATASET_CRITEO_DENSE * sizeof *dense);
+      memcpy(ps_tensor_data(d.y), y, (size_t)n * sizeof *y);
+    }
+  }
+  free(ids);
+  free(dense);
+  free(y);
+  if (rc == 0) *out = d;
+  return rc;
 }
 
 /* ---- batches ---- */

@@ -56,6 +56,7 @@ void ps_graph_destroy(ps_graph *g) {
     free(g->pvars[i]);
   }
   free(g->pvars);
+  if (g->tables_free) g->tables_free(g);
   for (size_t i = 0; i < g->nnames; i++)
     free(g->names[i].name);
   free(g->names);

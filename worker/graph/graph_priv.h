@@ -64,6 +64,9 @@ struct ps_graph {
   int nctxmarks;
   bool has_seed; /* tf.set_random_seed */
   int64_t seed;
+  struct ps_embedding_table **tables; /* tables.c */
+  size_t ntables;
+  void (*tables_free)(ps_graph *g); /* set by tables.c with its first table */
 };
 
 /* The op of a variable's node ("VariableV2", graph.c): ps_node_new does

@@ -18,6 +18,7 @@
 #include "common/init.h"
 #include "common/tensor.h"
 #include "paramserver/client.h"
+#include "paramserver/embedding.h"
 #include "paramserver/graph.h"
 #include "paramserver/ops.h"
 
@@ -61,10 +62,11 @@ struct ps_node {
   /* attributes */
   int64_t ia[4];
   double fa[4];
-  ps_tensor *value; /* Const */
-  ps_variable *var; /* variable ops */
-  int update_op;    /* PS_ASSIGN... / PS_APPLY_... */
-  void *extra;      /* op-specific, freed with free() */
+  ps_tensor *value;                       /* Const */
+  ps_variable *var;                       /* variable ops */
+  int update_op;                          /* PS_ASSIGN... / PS_APPLY_... */
+  void *extra;                            /* op-specific, freed with free() */
+  struct ps_embedding_table *extra_table; /* table ops (tables.c): the graph's */
   ps_node *sparse_indices;
   ps_shape sparse_dense_shape;
 };
@@ -141,6 +143,19 @@ typedef struct ps_report_extra {
  * so, as TensorFlow's per-session kernels, a new session starts the
  * sequence again. */
 extern _Thread_local uint64_t *ps_kernel_runs_;
+/* Set by the session around a local op's compute() too: its client (NULL
+ * without ps tasks).  The embedding tables' kernels call it (tables.c). */
+extern _Thread_local ps_client *ps_kernel_client_;
+
+/* tables.c: an update of table @t (ps_optimizer_minimize): keys, gradients
+ * of keys.shape + [dim], @nhparams constant hyperparameters and
+ * @ndynamic more from nodes (scalars), the global step (or NULL). */
+ps_node *ps_table_update_node_(struct ps_embedding_table *t, ps_table_op op,
+                               ps_node *keys, ps_node *grads, const double *hparams,
+                               size_t nhparams, ps_node *const *dynamic, size_t ndynamic,
+                               ps_node *step);
+/* The table a TableLookup node reads (NULL: another op). */
+struct ps_embedding_table *ps_table_of_lookup_(const ps_node *n);
 
 /* Creates a node named @name_hint inside the current name scope (made
  * unique), placed by the device stack, with inputs @in (NULL inputs:
@@ -166,7 +181,8 @@ extern const ps_op_def *const ps_opdefs_math_[],
                                             *const ps_opdefs_partition_[],
                                                 *const ps_opdefs_optimizer_[],
                                                     *const ps_opdefs_random_[],
-                                                        *const ps_opdefs_conv_[];
+                                                        *const ps_opdefs_conv_[],
+                                                            *const ps_opdefs_tables_[];
 ps_node *ps_graph_node(const ps_graph *g, size_t i);
 
 /* A failed constructor adds nothing: one that adds several nodes (or

@@ -132,6 +132,7 @@ static void job_free(job *j) {
   ps_dataset_free(&j->batch);
   ps_dataset_free(&j->train);
   ps_dataset_free(&j->test);
+  free(j->truth);
   ps_session_destroy(j->s);
   ps_saver_destroy(j->saver);
   ps_graph_destroy(j->m.g);

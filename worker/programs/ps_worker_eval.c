@@ -18,10 +18,10 @@ eval_vars ps_worker_ev_;
 
 int ps_worker_set_up_evaluator_(job *j, ps_status *st) {
   const options *o = &j->o;
-  if (o->meta || o->model == M_WIDE_DEEP) {
+  if (o->meta || o->model == M_WIDE_DEEP || o->model == M_CTR) {
     return ps_status_set(st, PS_INVALID_ARGUMENT,
                          "an evaluator builds linreg, softmax or mlp in code (not "
-                         "--import-meta, not partitioned wide_deep)");
+                         "--import-meta, not partitioned wide_deep, not ctr)");
   }
   /* the model with its variables in this process: no ps is touched */
   if (ps_worker_build_model_(o, NULL, 0, &j->m, st)) return -1;

@@ -273,6 +273,20 @@ static int finish_chief(job *j, const char **failed, ps_status *st) {
   const char *what = j->m.classifier ? "accuracy" : "mse";
   PS_INFO("global step %lld: test %s %.4f", (long long)j->gs, what, metric);
   printf("global step %lld\ntest %s %.4f\n", (long long)j->gs, what, metric);
+  if (j->m.prob) {
+    ctr_report r;
+    if (ps_worker_ctr_report_(&j->m, j->s, &j->test, j->truth, &r, st)) {
+      *failed = "the evaluation failed";
+      return -1;
+    }
+    PS_INFO("test auc %.4f, log loss %.4f", r.auc, r.logloss);
+    printf("test auc %.4f\ntest logloss %.4f\n", r.auc, r.logloss);
+    if (j->truth) {
+      PS_INFO("best achievable (the log's own probabilities): auc %.4f, log loss %.4f",
+              r.best_auc, r.best_logloss);
+      printf("best auc %.4f\nbest logloss %.4f\n", r.best_auc, r.best_logloss);
+    }
+  }
   fflush(stdout);
   return 0;
 }

@@ -24,11 +24,13 @@
 #include "paramserver/saver.h"
 #include "paramserver/session.h"
 
-typedef enum model_kind { M_LINREG, M_SOFTMAX, M_MLP, M_WIDE_DEEP } model_kind;
+typedef enum model_kind { M_LINREG, M_SOFTMAX, M_MLP, M_WIDE_DEEP, M_CTR } model_kind;
 
 typedef struct options {
   const char *cluster_file, *job, *data_dir, *ckpt_dir, *restore, *optimizer, *meta;
   const char *metrics_bind;
+  const char *ctr_data; /* --data: a Criteo TSV log (ctr) */
+  int64_t examples, table_max_rows, table_min_count, table_ttl_steps;
   int task;
   bool local, sync, final_save, no_restore, keep_ps;
   model_kind model;
@@ -46,6 +48,7 @@ typedef struct model {
   ps_graph *g;
   ps_node *x, *ids, *dense, *y; /* placeholders (some NULL) */
   ps_node *loss, *train, *metric;
+  ps_node *prob; /* ctr: the click probability of each example */
   ps_variable *step;
   bool classifier;
 } model;
@@ -85,6 +88,7 @@ typedef struct job {
   ps_session *s;
   ps_saver *saver;
   ps_dataset train, test, batch;
+  float *truth; /* ctr on a generated log: each test example's true p */
   ps_dataset_iter *it;
   bool rpc_up;
   ps_coordinator_options co;
@@ -123,12 +127,22 @@ const char *ps_worker_model_name_(model_kind k);
 int ps_worker_build_model_(const options *o, const ps_cluster *cluster, int nps, model *m,
                            ps_status *st);
 int ps_worker_import_model_(const char *path, model *m, ps_saver **saver, ps_status *st);
+/* @truth: ctr on a generated log, each test example's true P(click)
+ * (malloc'd), else NULL. */
 int ps_worker_load_data_(const options *o, ps_dataset *train, ps_dataset *test,
-                         ps_status *st);
+                         float **truth, ps_status *st);
 size_t ps_worker_feeds_of_(const model *m, const ps_dataset *b, ps_feed *f);
 int ps_worker_evaluate_(const model *m, ps_session *s, const ps_dataset *test,
                         double *out, ps_status *st);
 int64_t ps_worker_read_step_(const model *m, ps_session *s, ps_status *st);
+/* ctr: AUC and log loss of the model on @test, and of the true
+ * probabilities @truth (the best achievable; 0 without them). */
+#define PS_CTR_FIELDS 8 /* fields of the generated click log */
+typedef struct ctr_report {
+  double auc, logloss, best_auc, best_logloss;
+} ctr_report;
+int ps_worker_ctr_report_(const model *m, ps_session *s, const ps_dataset *test,
+                          const float *truth, ctr_report *out, ps_status *st);
 
 /* ps_worker_eval.c */
 extern eval_vars ps_worker_ev_;

@@ -1,18 +1,20 @@
-/* ps-worker's built-in models (linreg, softmax, mlp, wide_deep): their
- * graphs (built, or imported from a MetaGraph), their data, and the test
- * metric. */
+/* ps-worker's built-in models (linreg, softmax, mlp, wide_deep, ctr):
+ * their graphs (built, or imported from a MetaGraph), their data, and the
+ * test metric (ctr: also AUC and log loss against the best achievable). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/log.h"
+#include "paramserver/embedding.h"
 #include "paramserver/ops.h"
 #include "paramserver/optimizer.h"
 #include "paramserver/partition.h"
 #include "ps_worker_internal.h"
 
 const char *ps_worker_model_name_(model_kind k) {
-  static const char *names[] = {"linreg", "softmax", "mlp", "wide_deep"};
+  static const char *names[] = {"linreg", "softmax", "mlp", "wide_deep", "ctr"};
   return names[k];
 }
 
@@ -133,6 +135,54 @@ int ps_worker_build_model_(const options *o, const ps_cluster *cluster, int nps,
     logits = ps_add(deep, wsum);
     break;
   }
+  case M_CTR: {
+    /* a small DLRM: hash-keyed embedding tables on the ps (deep: 8 per key,
+     * wide: a weight per key and class), the dense features, an MLP */
+    m->classifier = true;
+    int nf = o->ctr_data ? PS_DATASET_CRITEO_FIELDS : PS_CTR_FIELDS;
+    int nd = o->ctr_data ? PS_DATASET_CRITEO_DENSE : PS_DATASET_CTR_DENSE;
+    const int emb = 8;
+    m->ids = ps_placeholder(g, PS_DT_INT64, &(ps_shape){2, {-1, nf}}, "ids");
+    m->dense = ps_placeholder(g, PS_DT_FLOAT, &(ps_shape){2, {-1, nd}}, "dense");
+    m->y = ps_placeholder(g, PS_DT_INT64, &(ps_shape){1, {-1}}, "y");
+    ps_table_optimizer to = !strcmp(o->optimizer, "adagrad") ? PS_TABLE_ADAGRAD
+                            : !strcmp(o->optimizer, "adam")  ? PS_TABLE_ADAM
+                                                             : PS_TABLE_SGD;
+    ps_table_policy pol = {.min_count = o->table_min_count,
+                           .ttl_steps = o->table_ttl_steps,
+                           .max_rows = o->table_max_rows};
+    ps_table_spec es, ws;
+    ps_table_spec_default(&es, "ctr/embeddings", emb);
+    es.init.stddev = 0.05;
+    es.init.seed = (int64_t)o->seed;
+    es.optimizer = to;
+    es.policy = pol;
+    ps_table_spec_default(&ws, "ctr/wide", 2);
+    ps_init_spec_default(&ws.init, PS_INIT_ZEROS);
+    ws.optimizer = to;
+    ws.policy = pol;
+    ps_embedding_table *et = ps_get_embedding_table(g, &es, st);
+    ps_embedding_table *wt = et ? ps_get_embedding_table(g, &ws, st) : NULL;
+    if (wt == NULL) return st->code;
+    ps_node *step = ps_variable_value(m->step);
+    ps_node *e = ps_embedding_table_lookup(et, m->ids, step);
+    ps_node *cat[2] = {ps_reshape(e, &(ps_shape){2, {-1, nf * emb}}), m->dense};
+    ps_node *h = ps_relu(
+        dense_layer(g, "ctr/hidden", ps_concat(cat, 2, 1), nf * emb + nd, o->hidden, st));
+    ps_node *deep = dense_layer(g, "ctr/logits", h, o->hidden, 2, st);
+    ps_node *wsum = ps_reduce_sum(ps_embedding_table_lookup(wt, m->ids, step), 1, false);
+    logits = ps_add(deep, wsum);
+    /* P(click) = sigmoid(logit 1 - logit 0) */
+    ps_shape s21 = {2, {2, 1}};
+    ps_tensor *d = ps_tensor_create(PS_DT_FLOAT, &s21, false);
+    if (d == NULL) return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+    ((float *)ps_tensor_data(d))[0] = -1;
+    ((float *)ps_tensor_data(d))[1] = 1;
+    ps_node *diff = ps_matmul(logits, ps_constant(g, d, "class_diff"), false, false);
+    ps_tensor_destroy(d);
+    m->prob = ps_reshape(ps_sigmoid(diff), &(ps_shape){1, {-1}});
+    break;
+  }
   }
   if (m->classifier) {
     m->loss = ps_reduce_mean(ps_sparse_softmax_cross_entropy_with_logits(m->y, logits),
@@ -186,7 +236,8 @@ int ps_worker_import_model_(const char *path, model *m, ps_saver **saver, ps_sta
 }
 
 int ps_worker_load_data_(const options *o, ps_dataset *train, ps_dataset *test,
-                         ps_status *st) {
+                         float **truth, ps_status *st) {
+  *truth = NULL;
   switch (o->model) {
   case M_LINREG: {
     double w[10], b;
@@ -207,6 +258,39 @@ int ps_worker_load_data_(const options *o, ps_dataset *train, ps_dataset *test,
     PS_INFO("Fashion-MNIST: %lld training and %lld test examples%s", (long long)train->n,
             (long long)test->n, synthetic ? " (synthetic)" : "");
     return 0;
+  }
+  case M_CTR: {
+    /* the log's first 80% trains, its last 20% (newer keys) tests */
+    ps_dataset all = {0};
+    float *p = NULL;
+    if (o->ctr_data) {
+      if (ps_dataset_criteo_tsv(o->ctr_data, 0, &all, st)) return st->code;
+      if (all.n < 10)
+        return ps_status_set(st, PS_INVALID_ARGUMENT,
+                             "%s: %lld examples, need 10 or more", o->ctr_data,
+                             (long long)all.n);
+    } else {
+      if ((p = malloc((size_t)o->examples * sizeof *p)) == NULL)
+        return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+      if (ps_dataset_ctr_log(o->examples, PS_CTR_FIELDS, o->vocab, 11, &all, p, st)) {
+        free(p);
+        return st->code;
+      }
+    }
+    int64_t ntrain = all.n * 4 / 5;
+    int rc = ps_dataset_batch(&all, 0, ntrain, train, st) ||
+             ps_dataset_batch(&all, ntrain, all.n - ntrain, test, st);
+    ps_dataset_free(&all);
+    if (p && rc == 0) {
+      memmove(p, p + ntrain, (size_t)(test->n) * sizeof *p);
+      *truth = p;
+    } else {
+      free(p);
+    }
+    PS_INFO("click log: %lld training and %lld test examples%s%s", (long long)train->n,
+            (long long)test->n, o->ctr_data ? " from " : " (generated)",
+            o->ctr_data ? o->ctr_data : "");
+    return rc ? st->code : 0;
   }
   case M_WIDE_DEEP: {
     ps_dataset all = {0};
@@ -249,6 +333,82 @@ int ps_worker_evaluate_(const model *m, ps_session *s, const ps_dataset *test,
   }
   ps_dataset_free(&b);
   *out = seen ? sum / (double)seen : 0;
+  return rc;
+}
+
+/* AUC (the probability that a random click scores above a random
+ * non-click; ties count half) of @score for labels @y. */
+typedef struct scored {
+  float s;
+  int64_t y;
+} scored;
+
+static int by_score(const void *a, const void *b) {
+  float x = ((const scored *)a)->s, z = ((const scored *)b)->s;
+  return (x > z) - (x < z);
+}
+
+static double auc_of(scored *v, int64_t n) {
+  qsort(v, (size_t)n, sizeof *v, by_score);
+  double pos = 0, neg = 0, rank_sum = 0;
+  for (int64_t i = 0; i < n;) {
+    int64_t j = i;
+    while (j < n && v[j].s == v[i].s)
+      j++;
+    double mid = (double)(i + j + 1) / 2.0; /* ranks i+1..j, averaged */
+    for (int64_t k = i; k < j; k++)
+      if (v[k].y) {
+        rank_sum += mid;
+        pos++;
+      } else {
+        neg++;
+      }
+    i = j;
+  }
+  if (pos == 0 || neg == 0) return 0.5;
+  return (rank_sum - pos * (pos + 1) / 2) / (pos * neg);
+}
+
+static double logloss_of(const scored *v, int64_t n) {
+  double sum = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double p = v[i].s < 1e-7 ? 1e-7 : v[i].s > 1 - 1e-7 ? 1 - 1e-7 : v[i].s;
+    sum -= v[i].y ? log(p) : log(1 - p);
+  }
+  return n ? sum / (double)n : 0;
+}
+
+int ps_worker_ctr_report_(const model *m, ps_session *s, const ps_dataset *test,
+                          const float *truth, ctr_report *out, ps_status *st) {
+  memset(out, 0, sizeof *out);
+  scored *v = malloc(((size_t)test->n + 1) * sizeof *v);
+  if (v == NULL) return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+  ps_dataset b = {0};
+  int rc = 0;
+  const int64_t *y = ps_tensor_data(test->y);
+  for (int64_t start = 0; start < test->n && rc == 0; start += 1000) {
+    if ((rc = ps_dataset_batch(test, start, 1000, &b, st)) != 0) break;
+    ps_feed f[4];
+    size_t nf = ps_worker_feeds_of_(m, &b, f);
+    ps_tensor *p = NULL;
+    ps_node *prob = m->prob;
+    if ((rc = ps_session_run(s, f, nf, &prob, 1, NULL, 0, &p, st)) != 0) break;
+    for (int64_t i = 0; i < b.n; i++)
+      v[start + i] = (scored){((const float *)ps_tensor_data(p))[i], y[start + i]};
+    ps_tensor_destroy(p);
+  }
+  ps_dataset_free(&b);
+  if (rc == 0) {
+    out->logloss = logloss_of(v, test->n);
+    out->auc = auc_of(v, test->n);
+    if (truth) {
+      for (int64_t i = 0; i < test->n; i++)
+        v[i] = (scored){truth[i], y[i]};
+      out->best_logloss = logloss_of(v, test->n);
+      out->best_auc = auc_of(v, test->n);
+    }
+  }
+  free(v);
   return rc;
 }
 

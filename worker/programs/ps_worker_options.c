@@ -23,17 +23,24 @@ static const char usage[] =
     "Identity: --cluster/--job/--task, else TF_CONFIG, else Slurm's environment.\n"
     "\n"
     "model and data:\n"
-    "  --model NAME          linreg, softmax, mlp, wide_deep (default mlp)\n"
+    "  --model NAME          linreg, softmax, mlp, wide_deep, ctr (default mlp)\n"
     "  --data-dir DIR        Fashion-MNIST IDX files\n"
     "                        (default /usr/share/datasets/fashion-mnist)\n"
-    "  --hidden N            mlp hidden units (default 128)\n"
-    "  --vocab N             wide_deep ids per field (default 10000)\n"
+    "  --hidden N            hidden units: mlp (default 128), ctr (default 16)\n"
+    "  --vocab N             ids per field: wide_deep (default 10000), ctr's\n"
+    "                        generated log at its end (default 300)\n"
     "  --embedding-parts N   wide_deep table parts (default: one per ps)\n"
+    "  --data FILE           ctr: a click log in Criteo's TSV layout (default: a\n"
+    "                        generated one, README \"A click-through model\")\n"
+    "  --examples N          ctr: examples generated (default 100000; 80% train)\n"
+    "  --table-max-rows N    ctr: rows per embedding table and ps (default 0: any)\n"
+    "  --table-min-count N   ctr: lookups before a key gets a row (default 0)\n"
+    "  --table-ttl-steps N   ctr: rows untouched for N steps go (default 0: never)\n"
     "  --placement NAME      round_robin or greedy (default round_robin)\n"
     "  --import-meta FILE    import the graph from a .meta instead\n"
     "training:\n"
     "  --steps N             train until global_step is N (default per model)\n"
-    "  --batch N             examples per step and worker (default 100)\n"
+    "  --batch N             examples per step and worker (default 100; ctr 200)\n"
     "  --optimizer NAME      sgd, momentum, adagrad, adam (default per model)\n"
     "  --learning-rate X     (default per model)\n"
     "  --gradient-dtype T    float or bfloat16: the dtype gradients go to the ps\n"
@@ -100,6 +107,11 @@ enum {
   O_LOCAL,
   O_MODEL,
   O_DATA,
+  O_CTR_DATA,
+  O_EXAMPLES,
+  O_TABLE_MAX_ROWS,
+  O_TABLE_MIN_COUNT,
+  O_TABLE_TTL_STEPS,
   O_HIDDEN,
   O_VOCAB,
   O_PARTS,
@@ -168,15 +180,32 @@ static int model_option(int c, options *o) {
       o->model = M_MLP;
     else if (!strcmp(optarg, "wide_deep") || !strcmp(optarg, "wide-deep"))
       o->model = M_WIDE_DEEP;
+    else if (!strcmp(optarg, "ctr"))
+      o->model = M_CTR;
     else {
       fprintf(stderr,
-              "ps-worker: unknown --model '%s' (linreg, softmax, mlp, wide_deep)\n",
+              "ps-worker: unknown --model '%s' (linreg, softmax, mlp, wide_deep, ctr)\n",
               optarg);
       return 2;
     }
     break;
   case O_DATA:
     o->data_dir = optarg;
+    break;
+  case O_CTR_DATA:
+    o->ctr_data = optarg;
+    break;
+  case O_EXAMPLES:
+    if (parse_i64("--examples", optarg, 10, &o->examples)) return 2;
+    break;
+  case O_TABLE_MAX_ROWS:
+    if (parse_i64("--table-max-rows", optarg, 0, &o->table_max_rows)) return 2;
+    break;
+  case O_TABLE_MIN_COUNT:
+    if (parse_i64("--table-min-count", optarg, 0, &o->table_min_count)) return 2;
+    break;
+  case O_TABLE_TTL_STEPS:
+    if (parse_i64("--table-ttl-steps", optarg, 0, &o->table_ttl_steps)) return 2;
     break;
   case O_HIDDEN:
     if (parse_i64("--hidden", optarg, 1, &v)) return 2;
@@ -340,6 +369,11 @@ int ps_worker_parse_args_(int argc, char **argv, options *o) {
       {"model", required_argument, NULL, O_MODEL},
       {"data-dir", required_argument, NULL, O_DATA},
       {"hidden", required_argument, NULL, O_HIDDEN},
+      {"data", required_argument, NULL, O_CTR_DATA},
+      {"examples", required_argument, NULL, O_EXAMPLES},
+      {"table-max-rows", required_argument, NULL, O_TABLE_MAX_ROWS},
+      {"table-min-count", required_argument, NULL, O_TABLE_MIN_COUNT},
+      {"table-ttl-steps", required_argument, NULL, O_TABLE_TTL_STEPS},
       {"vocab", required_argument, NULL, O_VOCAB},
       {"embedding-parts", required_argument, NULL, O_PARTS},
       {"steps", required_argument, NULL, O_STEPS},
@@ -378,10 +412,11 @@ int ps_worker_parse_args_(int argc, char **argv, options *o) {
   o->task = -1;
   o->model = M_MLP;
   o->steps = -1;
-  o->batch = 100;
+  o->batch = -1;
   o->log_every = 100;
-  o->hidden = 128;
-  o->vocab = 10000;
+  o->hidden = -1;
+  o->vocab = -1;
+  o->examples = 100000;
   o->seed = 1;
   o->final_save = true;
   o->lr = -1;
@@ -409,6 +444,11 @@ int ps_worker_parse_args_(int argc, char **argv, options *o) {
                     "is the chief's)\n");
     return 2;
   }
+  if ((o->ctr_data || o->table_max_rows || o->table_min_count || o->table_ttl_steps) &&
+      o->model != M_CTR) {
+    fprintf(stderr, "ps-worker: --data and --table-* apply to --model ctr\n");
+    return 2;
+  }
   if (o->metrics_bind && o->metrics_port < 0) {
     fprintf(stderr, "ps-worker: --metrics-bind needs --metrics-port\n");
     return 2;
@@ -420,8 +460,12 @@ int ps_worker_parse_args_(int argc, char **argv, options *o) {
   } defaults[] = {{1000, "sgd", 0.1},
                   {1500, "adam", 0.001},
                   {2000, "adam", 0.001},
-                  {2000, "adagrad", 0.1}};
+                  {2000, "adagrad", 0.1},
+                  {4000, "adagrad", 0.05}};
   if (o->steps < 0) o->steps = defaults[o->model].steps;
+  if (o->vocab < 0) o->vocab = o->model == M_CTR ? 300 : 10000;
+  if (o->batch < 0) o->batch = o->model == M_CTR ? 200 : 100;
+  if (o->hidden < 0) o->hidden = o->model == M_CTR ? 16 : 128;
   if (o->optimizer == NULL) o->optimizer = defaults[o->model].opt;
   if (o->lr < 0) o->lr = defaults[o->model].lr;
   return 0;

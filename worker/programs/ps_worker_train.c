@@ -40,7 +40,7 @@ static int prepare(job *j, ps_coordinator_outcome *outcome, ps_status *st) {
 
 int ps_worker_set_up_(job *j, ps_status *st) {
   const options *o = &j->o;
-  if (ps_worker_load_data_(o, &j->train, &j->test, st)) return -1;
+  if (ps_worker_load_data_(o, &j->train, &j->test, &j->truth, st)) return -1;
   if (j->evaluator) return ps_worker_set_up_evaluator_(j, st);
   if (j->cluster) {
     ps_library_init();

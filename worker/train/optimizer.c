@@ -367,6 +367,52 @@ static ps_node *apply_update(const minimize_ctx *c, ps_variable *v, ps_node *gra
   return ap;
 }
 
+static const char *optimizer_base_name(const ps_optimizer *o);
+
+/* The update of the table lookup @look reads, with @grad the gradient of
+ * its rows, by @c's optimizer's sparse rule for tables. */
+static ps_node *table_update(const minimize_ctx *c, ps_node *look, ps_node *grad,
+                             ps_status *st) {
+  const ps_optimizer *o = c->o;
+  ps_embedding_table *t = ps_table_of_lookup_(look);
+  const ps_table_spec *sp = ps_embedding_table_spec(t);
+  ps_node *step = c->global_step ? ps_variable_value(c->global_step) : NULL;
+  ps_node *keys = look->in[0];
+  double hp[4];
+  switch (o->op) {
+  case PS_APPLY_GRADIENT_DESCENT:
+    hp[0] = o->lr;
+    return ps_table_update_node_(t, PS_TABLE_OP_SGD, keys, grad, hp, 1, NULL, 0, step);
+  case PS_APPLY_ADAGRAD:
+    if (sp->optimizer != PS_TABLE_ADAGRAD) break;
+    hp[0] = o->lr;
+    return ps_table_update_node_(t, PS_TABLE_OP_ADAGRAD, keys, grad, hp, 1, NULL, 0,
+                                 step);
+  case PS_APPLY_ADAM: {
+    if (sp->optimizer != PS_TABLE_ADAM) break;
+    if (c->b1r == NULL) {
+      ps_status_set(st, PS_INVALID_ARGUMENT,
+                    "minimize: Adam keeps its beta powers beside a variable; table %s "
+                    "needs one trainable variable with a gradient too",
+                    sp->name);
+      return NULL;
+    }
+    hp[0] = o->lr, hp[1] = o->beta1, hp[2] = o->beta2, hp[3] = o->epsilon;
+    ps_node *dyn[2] = {c->b1r, c->b2r};
+    return ps_table_update_node_(t, PS_TABLE_OP_ADAM, keys, grad, hp, 4, dyn, 2, step);
+  }
+  default:
+    break;
+  }
+  static const char *const names[] = {"sgd", "adagrad", "adam", "ftrl"};
+  ps_status_set(st, PS_INVALID_ARGUMENT,
+                "minimize: table %s keeps slots for %s, which %s cannot update (make it "
+                "with the optimizer's: PS_TABLE_ADAGRAD, PS_TABLE_ADAM; any table takes "
+                "GradientDescent)",
+                sp->name, names[sp->optimizer & 3], optimizer_base_name(o));
+  return NULL;
+}
+
 /* Adam's beta powers, slots of the first variable (by name) that has a
  * gradient; 0, or -1 with @st set. */
 static int adam_powers(minimize_ctx *c, ps_variable *const *vars, ps_node *const *dxs,
@@ -446,13 +492,36 @@ ps_node *ps_optimizer_minimize(ps_optimizer *o, ps_graph *g, ps_node *loss,
   if (n) memcpy(vars, var_list, n * sizeof *vars);
   for (size_t i = 0; i < n; i++)
     xs[i] = ps_variable_value(vars[i]);
-  if (ps_gradients(g, loss, xs, n, dxs, st) != 0) goto out;
+  /* the embedding tables' lookups too, in the same backward pass */
+  size_t nl = 0, nn = ps_graph_num_nodes(g);
+  for (size_t i = 0; i < nn; i++)
+    nl += ps_table_of_lookup_(ps_graph_node(g, i)) != NULL;
+  if (nl > 0) {
+    ps_node **x2 = realloc(xs, (n + nl + 1) * sizeof *xs);
+    ps_node **d2 = x2 ? realloc(dxs, (n + nl + 1) * sizeof *dxs) : NULL;
+    ps_node **u2 = d2 ? realloc(updates, (n + nl + 4) * sizeof *updates) : NULL;
+    if (x2) xs = x2;
+    if (d2) dxs = d2;
+    if (u2) updates = u2;
+    if (!x2 || !d2 || !u2) {
+      ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+      goto out;
+    }
+    for (size_t i = 0, k = n; i < nn; i++)
+      if (ps_table_of_lookup_(ps_graph_node(g, i))) xs[k++] = ps_graph_node(g, i);
+    memset(dxs + n, 0, nl * sizeof *dxs);
+  }
+  if (ps_gradients(g, loss, xs, n + nl, dxs, st) != 0) goto out;
   if (o->op == PS_APPLY_ADAM && adam_powers(&c, vars, dxs, n, st) != 0) goto out;
   c.local_step = c.replicas ? ps_variable_value(global_step) : NULL;
   if (ps_name_scope_push(g, optimizer_base_name(o), st) != 0) goto out;
   for (size_t i = 0; i < n; i++) {
     if (dxs[i] == NULL) continue;
     if ((updates[nup++] = apply_update(&c, vars[i], dxs[i], st)) == NULL) goto out_scope;
+  }
+  for (size_t i = n; i < n + nl; i++) {
+    if (dxs[i] == NULL) continue;
+    if ((updates[nup++] = table_update(&c, xs[i], dxs[i], st)) == NULL) goto out_scope;
   }
   step_updates(&c, updates, &nup);
   train = ps_group(g, updates, nup, "train");

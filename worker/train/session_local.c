@@ -219,8 +219,10 @@ int ps_session_run_local_(run *r, ps_node *n) {
       r->s->nkruns = nn;
     }
     ps_kernel_runs_ = &r->s->kruns[id];
+    ps_kernel_client_ = r->s->client;
     int rc = n->def->compute(n, inp, &r->val[n->id], st);
     ps_kernel_runs_ = NULL;
+    ps_kernel_client_ = NULL;
     if (inp != in) free(inp);
     if (rc != 0) ps_status_prefix(st, "%s (%s)", n->name, n->def->type);
     return rc;

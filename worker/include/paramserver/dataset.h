@@ -116,6 +116,32 @@ PS_API int ps_dataset_linreg(int64_t n, int64_t dim, uint64_t seed, ps_dataset *
 PS_API int ps_dataset_ctr(int64_t n, int64_t vocab, int nfields, uint64_t seed,
                           ps_dataset *out, ps_status *st);
 
+/* A click log for embedding tables (paramserver/embedding.h): as
+ * ps_dataset_ctr, but each field's ids are 64-bit keys (any int64 value,
+ * a hash of the field and the key's rank), ranks follow Zipf(s =
+ * PS_DATASET_CTR_LOG_ZIPF) over a vocabulary that grows from @vocab / 2
+ * to @vocab keys per field along the log (new keys keep arriving, so a
+ * test split from the log's end holds keys training never saw), and the
+ * label is drawn from a planted logistic model
+ *   p = sigmoid(-1 + 2/sqrt(nfields) * sum_f w(key_f) + 0.5 * v . dense)
+ * with w(key) and v standard normal (from @seed).  @prob (may be NULL)
+ * receives each example's p: the best any model can predict, for AUC and
+ * log loss to be compared with.  n >= 0, nfields >= 1, vocab >= 2. */
+#define PS_DATASET_CTR_LOG_ZIPF 1.1
+PS_API int ps_dataset_ctr_log(int64_t n, int nfields, int64_t vocab, uint64_t seed,
+                              ps_dataset *out, float *prob, ps_status *st);
+
+/* Reads a click log in Criteo's TSV layout: per line a 0/1 label, 13
+ * integer features and 26 categorical ones (hex strings), tab-separated,
+ * any of them empty.  ids int64 [n,26]: each a hash of its field and
+ * string (an empty one is its own key per field); dense float [n,13]:
+ * log(1 + max(x, 0)) (empty: 0); y int64 [n].  At most @max_rows lines
+ * (0: all).  NOT_FOUND / DATA_LOSS name the file and line. */
+#define PS_DATASET_CRITEO_DENSE 13
+#define PS_DATASET_CRITEO_FIELDS 26
+PS_API int ps_dataset_criteo_tsv(const char *path, int64_t max_rows, ps_dataset *out,
+                                 ps_status *st);
+
 /* ---- Batches ---- */
 
 /* Rows [start, min(start + size, n)) of @d into @b (a batch is a dataset

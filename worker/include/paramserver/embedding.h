@@ -33,6 +33,7 @@
 
 #include "paramserver/api.h"
 #include "paramserver/client.h"
+#include "paramserver/graph.h"
 #include "paramserver/init.h"
 #include "paramserver/status.h"
 #include "paramserver/tensor.h"
@@ -155,6 +156,43 @@ typedef struct ps_table_info {
 PS_API int ps_client_table_list(ps_client *c, int task, ps_table_info **out, size_t *n,
                                 ps_status *st);
 PS_API void ps_client_free_table_info(ps_table_info *v, size_t n);
+
+/* ---- in graphs ----
+ *
+ * A graph's table: ps_get_embedding_table registers @spec in @g (the same
+ * name again: the same table).  Its lookups are ops of the graph; the
+ * first lookup or update a session runs makes the table on every ps.  An
+ * optimizer's minimize() (paramserver/optimizer.h) also updates every
+ * table looked up on the way to the loss, with its sparse rule:
+ * GradientDescent any table, Adagrad a PS_TABLE_ADAGRAD one, Adam a
+ * PS_TABLE_ADAM one (lazy Adam, with the beta powers of the graph's
+ * variables).  Tables are saved by cluster saves (ps_client_save without
+ * a selection, psctl save), not by a Saver's. */
+typedef struct ps_embedding_table ps_embedding_table;
+
+PS_API ps_embedding_table *ps_get_embedding_table(ps_graph *g, const ps_table_spec *spec,
+                                                  ps_status *st);
+PS_API const ps_table_spec *ps_embedding_table_spec(const ps_embedding_table *t);
+
+/* The rows of @keys (int64, any shape): float keys.shape + [dim].  A
+ * training lookup (rows made and marked used).  @step: the global step
+ * (an int scalar node, e.g. the read of global_step), or NULL. */
+PS_API ps_node *ps_embedding_table_lookup(ps_embedding_table *t, ps_node *keys,
+                                          ps_node *step);
+
+typedef enum ps_combiner {
+  PS_COMBINER_SUM = 0,
+  PS_COMBINER_MEAN,
+  PS_COMBINER_SQRTN, /* sum / sqrt(count) */
+} ps_combiner;
+
+/* TensorFlow's embedding_lookup_sparse over a ragged batch: @keys [nnz]
+ * int64, @row_splits [B + 1] int64 (example b holds keys
+ * row_splits[b]..row_splits[b+1]) -> [B, dim], each example's rows
+ * combined; an example without keys gets zeros.  Differentiable. */
+PS_API ps_node *ps_embedding_table_lookup_sparse(ps_embedding_table *t, ps_node *keys,
+                                                 ps_node *row_splits,
+                                                 ps_combiner combiner, ps_node *step);
 
 #ifdef __cplusplus
 }
