@@ -91,6 +91,10 @@ static int snapshot_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status
     rc = ps_store_snapshot_begin_in(ps_service_store(svc), rq->id, hold,
                                     rq->skip_uninitialized, rq->select ? &sel : NULL, sh,
                                     nsh, st);
+  /* a Saver's selection with the tables: the gate is still closed */
+  if (rc == 0 && rq->select && rq->tables && sh == NULL &&
+      (rc = ps_store_snapshot_add_tables(ps_service_store(svc), rq->id, st)) != 0)
+    ps_store_snapshot_release(ps_service_store(svc), rq->id);
   free(sh);
   free(names);
   free(keys);

@@ -1016,6 +1016,23 @@ int ps_store_snapshot_begin_in(ps_store *s, int64_t id, int64_t hold_ms,
   return rc;
 }
 
+int ps_store_snapshot_add_tables(ps_store *s, int64_t id, ps_status *st) {
+  pthread_mutex_lock(&s->gate_mu);
+  ps_snapshot *snap = NULL;
+  for (int i = 0; i < 8; i++)
+    if (s->pending[i] && s->pending[i]->id == id) snap = s->pending[i];
+  bool held = s->gate_closed && s->gate_id == id;
+  pthread_mutex_unlock(&s->gate_mu);
+  /* the gate stays closed until the Snapshot call that holds it ends: no
+   * update runs, and nothing else takes or frees the pending snapshot */
+  if (snap == NULL || !held || snap->tables || s->tables == NULL)
+    return snap && held ? 0
+                        : ps_status_set(st, PS_FAILED_PRECONDITION,
+                                        "%s: snapshot %lld does not hold the gate",
+                                        s->task, (long long)id);
+  return snapshot_tables(s, snap, id, st);
+}
+
 void ps_store_snapshot_release(ps_store *s, int64_t id) {
   pthread_mutex_lock(&s->gate_mu);
   if (s->gate_closed && s->gate_id == id) {

@@ -2,7 +2,8 @@
 # The click-through model on embedding tables (ps-worker --model ctr),
 # through ps-launch with 2 ps + 2 workers on 127.0.0.1: on the generated
 # click log it comes within 2% of the best achievable AUC (the log's own
-# probabilities); it trains on a log in Criteo's TSV layout; the memory
+# probabilities) and its checkpoint, tables included, restores into 3 ps;
+# it trains on a log in Criteo's TSV layout; the memory
 # policies' flags train too; a malformed log and misplaced flags say what
 # is wrong.  Prints "N passed, N failed".
 set -uo pipefail
@@ -12,8 +13,10 @@ test_init ctr
 BAD_TAIL=40
 val() { sed -n "s/^\(worker\/0: \)\{0,1\}$2 //p" "$1" | tail -1; }
 
-# ---- 1. the generated log, the full default run
-"$PS_LAUNCH" --ps 2 --workers 2 -- "$PS_WORKER" --model ctr --log-every 1000 \
+# ---- 1. the generated log, the full default run, checkpointed
+ck="$dir/ck"; mkdir -p "$ck"
+"$PS_LAUNCH" --ps 2 --workers 2 --ps-arg "--checkpoint-dir=$ck" -- \
+  "$PS_WORKER" --model ctr --log-every 1000 --checkpoint-dir "$ck" \
   > "$dir/gen.out" 2> "$dir/gen.err"
 rc=$?
 auc=$(val "$dir/gen.out" "test auc"); best=$(val "$dir/gen.out" "best auc")
@@ -26,6 +29,15 @@ check "generated log: log loss $ll near the best $bll" \
   awk -v a="${ll:-9}" -v b="${bll:-0}" 'BEGIN { exit !(b > 0 && a <= 1.1 * b) }'
 check "generated log: both workers trained" \
   grep -q 'worker/1: .*trained [0-9]* local steps' "$dir/gen.err"
+# a new cluster of 3 ps restores the chief's checkpoint, tables included:
+# the same AUC without a step of training
+"$PS_LAUNCH" --ps 3 --workers 1 --ps-arg "--checkpoint-dir=$ck" -- \
+  "$PS_WORKER" --model ctr --steps 0 --checkpoint-dir "$ck" > "$dir/re.out" 2> "$dir/re.err"
+rc=$?
+show="$dir/re.err"
+check "restore: a new cluster of 3 ps restores (exit $rc)" has "$dir/re.err" "cluster ready (restored)"
+check "restore: the tables came back: AUC $(val "$dir/re.out" "test auc") = $auc" \
+  test -n "$auc" -a "$(val "$dir/re.out" "test auc")" = "$auc"
 show=""
 
 # ---- 2. Criteo's TSV layout: label, 13 integers, 26 hex categories

@@ -239,6 +239,7 @@ static int save_once(ps_client *c, const char *prefix, const ps_save_options *o,
     snaps[t].hold_ms = o->hold_ms > 0 ? o->hold_ms : 10000;
     snaps[t].skip_uninitialized = o->skip_uninitialized;
     snaps[t].select = o->select;
+    snaps[t].tables = o->select && o->tables;
     snaps[t].items = &sptr[k];
     if (c->view) snaps[t].route = &plan.route;
     for (size_t i = 0; o->select && i < o->nitems; i++) {

@@ -156,6 +156,8 @@ ps_node *ps_table_update_node_(struct ps_embedding_table *t, ps_table_op op,
                                ps_node *step);
 /* The table a TableLookup node reads (NULL: another op). */
 struct ps_embedding_table *ps_table_of_lookup_(const ps_node *n);
+/* The graph's tables (a Saver saves and restores them). */
+struct ps_embedding_table *const *ps_graph_tables_(const ps_graph *g, size_t *n);
 
 /* Creates a node named @name_hint inside the current name scope (made
  * unique), placed by the device stack, with inputs @in (NULL inputs:

@@ -83,6 +83,11 @@ ps_embedding_table *ps_get_embedding_table(ps_graph *g, const ps_table_spec *spe
   return t;
 }
 
+ps_embedding_table *const *ps_graph_tables_(const ps_graph *g, size_t *n) {
+  *n = g->ntables;
+  return g->tables;
+}
+
 const ps_table_spec *ps_embedding_table_spec(const ps_embedding_table *t) {
   return &t->spec;
 }

@@ -191,7 +191,10 @@ static int save(ps_saver *s, ps_session *sess, const char *prefix, int64_t globa
    * its .meta is there too. */
   meta_file mf = {.s = s, .dir = meta_dir};
   int64_t step = global_step;
+  size_t ntables = 0;
+  ps_graph_tables_(s->g, &ntables);
   ps_save_options o = {.select = true,
+                       .tables = ntables > 0,
                        .meta_graph = meta,
                        .meta_graph_len = meta ? meta_len : 0,
                        .items = items,
@@ -379,7 +382,22 @@ int ps_saver_restore(ps_saver *s, ps_session *sess, const char *prefix, ps_statu
     if (vars[i]->task < 0)
       rc = stage_in(&sg, c, vars[i], keys[i], prefix ? prefix : "", &held[i], st);
   staging_free(&sg, c);
+  /* the graph's embedding tables: checked on every ps too, before anything
+   * changes, then restored after the variables */
+  size_t ntab = 0;
+  ps_embedding_table *const *tabs = ps_graph_tables_(g, &ntab);
+  for (size_t i = 0; i < ntab && rc == 0; i++) {
+    const char *tn = ps_embedding_table_spec(tabs[i])->name;
+    rc = ps_client_table_create(c, ps_embedding_table_spec(tabs[i]), st);
+    for (int t = 0; t < nps && rc == 0; t++)
+      rc = ps_client_check_restore_vars(c, t, prefix ? prefix : "", &tn, &tn, 1, st);
+  }
   if (rc == 0) rc = restore_tasks(c, vars, keys, n, prefix ? prefix : "", st);
+  for (size_t i = 0; i < ntab && rc == 0; i++) {
+    const char *tn = ps_embedding_table_spec(tabs[i])->name;
+    for (int t = 0; t < nps && rc == 0; t++)
+      rc = ps_client_restore_vars(c, t, prefix ? prefix : "", &tn, &tn, 1, st);
+  }
   free(checked);
   for (size_t i = 0; i < n; i++) {
     if (rc == 0 && held[i]) {

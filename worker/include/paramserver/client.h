@@ -471,6 +471,9 @@ typedef struct ps_save_options {
   bool select;
   const ps_save_item *items;
   size_t nitems;
+  /* With select: every embedding table of every ps too
+   * (paramserver/embedding.h; a Saver of a graph with tables). */
+  bool tables;
   int max_to_keep;           /* 0: 5 (TensorFlow's default); -1: keep all */
   double keep_every_n_hours; /* 0: never */
   bool skip_uninitialized;   /* else an uninitialized variable fails the save */
