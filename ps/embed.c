@@ -567,6 +567,30 @@ static void cow(ps_embed_table *t, int si) {
   snap->s[si].recs = r;
 }
 
+/* ---- prefetching a call's keys ----
+ *
+ * A key's row costs two cache misses at random (its index entry, then its
+ * record).  While key k is served, key k + PF_AHEAD's index entry is
+ * fetched, and key k + PF_AHEAD / 2's record (its entry is in the cache
+ * by then): the misses of several keys overlap.  Reads only. */
+#define PF_AHEAD 8
+
+static inline void prefetch_key(const ps_embed_table *t, const stripe *s,
+                                const int64_t *keys, const uint32_t *order, uint32_t k,
+                                uint32_t end) {
+  if (s->bits == 0) return;
+  if (k + PF_AHEAD < end) {
+    uint64_t h = ps_embed_key_hash(keys[order[k + PF_AHEAD]]);
+    __builtin_prefetch(&s->index[index_home(h, s->bits)], 0, 1);
+  }
+  if (k + PF_AHEAD / 2 < end) {
+    uint64_t h = ps_embed_key_hash(keys[order[k + PF_AHEAD / 2]]);
+    uint32_t e = s->index[index_home(h, s->bits)];
+    if (e && (e & ID_MASK) - 1 < s->nrec)
+      __builtin_prefetch(rec(t, s, (e & ID_MASK) - 1), 1, 1);
+  }
+}
+
 /* ---- grouping keys by stripe ---- */
 
 /* The positions of @keys ordered by stripe: @order[start[s]..start[s+1]). */
@@ -624,6 +648,7 @@ int ps_embed_lookup(ps_embed_table *t, const int64_t *keys, size_t n, bool train
     pthread_mutex_lock(&s->mu);
     if (train) cow(t, si);
     for (uint32_t k = start[si]; k < start[si + 1] && rc == 0; k++) {
+      prefetch_key(t, s, keys, order, k, start[si + 1]);
       uint32_t i = order[k];
       int64_t key = keys[i];
       uint64_t h = ps_embed_key_hash(key);
@@ -763,6 +788,7 @@ int ps_embed_update(ps_embed_table *t, ps_embed_op op, const int64_t *keys, size
     pthread_mutex_lock(&s->mu);
     cow(t, si);
     for (uint32_t k = start[si]; k < start[si + 1]; k++) {
+      prefetch_key(t, s, keys, order, k, start[si + 1]);
       uint32_t i = order[k];
       int64_t pos = find(t, s, keys[i], ps_embed_key_hash(keys[i]), NULL);
       uint8_t *p = pos >= 0 ? rec(t, s, (s->index[pos] & ID_MASK) - 1) : NULL;

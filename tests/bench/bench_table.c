@@ -25,6 +25,9 @@
  * less key, row and slot, against the 24 bytes DESIGN.md allows; and the
  * ps's resident set per row.
  *
+ * --policy 0 leaves the policy table out, --optimizer sgd the accumulator
+ * (the scale run: --rows 100000000 --ps 4).
+ *
  * Rounds (--rounds 3) interleave ours, the baseline and the policy table;
  * medians are reported.  stdout: `bench: NAME VALUE ...' lines.  Needs
  * PS_SERVER.  Exit 0 when everything ran, 1 when something failed. */
@@ -71,6 +74,8 @@ typedef struct opts {
   int64_t rows, dim, batch, steps;
   double zipf;
   int nps, rounds;
+  int policy; /* --policy 0: no second table (the scale run) */
+  int slots;  /* --optimizer sgd: 0 (no accumulator), else adagrad: 1 */
 } opts;
 
 /* ---- the baseline's peer: per step, u keys in and u rows out; u keys and
@@ -182,7 +187,7 @@ static int make_table(ps_client *c, const char *name, const opts *o, int64_t min
                       int64_t ttl_steps, ps_status *st) {
   ps_table_spec sp;
   ps_table_spec_default(&sp, name, o->dim);
-  sp.optimizer = PS_TABLE_ADAGRAD;
+  sp.optimizer = o->slots ? PS_TABLE_ADAGRAD : PS_TABLE_SGD;
   sp.policy.min_count = min_count;
   sp.policy.ttl_steps = ttl_steps;
   return ps_client_table_create(c, &sp, st);
@@ -317,7 +322,7 @@ int main(int argc, char **argv) {
     long long peak;
     rss += harness_rss(h.pids[t], &peak);
   }
-  if (rc == 0 && (rc = make_table(c, "policy", &o, 2, 1000000000, &st)) == 0)
+  if (rc == 0 && o.policy && (rc = make_table(c, "policy", &o, 2, 1000000000, &st)) == 0)
     rc = fill(c, "policy", &o, keys, 2, &st);
   double *ol = calloc((size_t)o.rounds * 6, sizeof *ol);
   double *ou = ol + o.rounds, *bl = ol + 2 * o.rounds, *bu = ol + 3 * o.rounds;
@@ -328,7 +333,7 @@ int main(int argc, char **argv) {
       rc = ps_status_set(&st, PS_INTERNAL, "the TCP baseline failed");
       break;
     }
-    rc = ours_round(c, "policy", &o, keys, ids, &pl[r], &pu[r], &st);
+    if (o.policy) rc = ours_round(c, "policy", &o, keys, ids, &pl[r], &pu[r], &st);
     fprintf(stderr,
             "bench_table: round %d: lookup %.3f s (tcp %.3f), update %.3f s (tcp %.3f), "
             "policy step %.3f s\n",
@@ -347,7 +352,7 @@ int main(int argc, char **argv) {
     double mbl = median(bl, o.rounds), mbu = median(bu, o.rounds);
     double sp = median(steps_plain, o.rounds < 64 ? o.rounds : 64);
     double sq = median(steps_policy, o.rounds < 64 ? o.rounds : 64);
-    double slot = 8.0 + 8.0 * (double)o.dim; /* key, row and accumulator */
+    double slot = 8.0 + 4.0 * (double)o.dim * (o.slots ? 2 : 1); /* key, row, slot */
     printf("bench: table_fill_rows_per_s %.0f (%lld rows in %.1f s)\n",
            (double)rows / fill_s, (long long)rows, fill_s);
     printf("bench: table_lookup_rows_per_s %.0f baseline_tcp=%.0f ratio=%.2f\n", n / mol,
@@ -363,9 +368,11 @@ int main(int argc, char **argv) {
     printf("bench: table_rss_bytes_per_row %.1f (every ps's resident set, both tables "
            "not yet: after the first fill)\n",
            rows ? (double)rss / (double)rows : 0);
-    printf("bench: table_policy_step_ratio %.3f target=<= 1.15 (admission + expiry sweep "
-           "against none)\n",
-           sq / sp);
+    if (o.policy)
+      printf(
+          "bench: table_policy_step_ratio %.3f target=<= 1.15 (admission + expiry sweep "
+          "against none)\n",
+          sq / sp);
   }
   free(ol);
   close(fd);

@@ -4,10 +4,10 @@
 # click log it comes within 2% of the best achievable AUC (the log's own
 # probabilities) and its checkpoint, tables included, restores into 3 ps;
 # it trains on a log in Criteo's TSV layout; the memory
-# policies' flags train too; a malformed log and misplaced flags say what
+# policies' flags work, as psctl tables shows; a malformed log and misplaced flags say what
 # is wrong.  Prints "N passed, N failed".
 set -uo pipefail
-PS_WORKER=${PS_WORKER:?}; PS_LAUNCH=${PS_LAUNCH:?}
+PS_WORKER=${PS_WORKER:?}; PS_LAUNCH=${PS_LAUNCH:?}; PSCTL=${PSCTL:?}
 source "$(dirname "$0")/../support/lib.sh"
 test_init ctr
 BAD_TAIL=40
@@ -65,14 +65,32 @@ check "Criteo TSV: no best achievable for a real log" \
   bash -c "! grep -q 'best auc' '$dir/tsv.out'"
 show=""
 
-# ---- 3. the memory policies' flags
-"$PS_LAUNCH" --ps 2 --workers 1 -- "$PS_WORKER" --model ctr --examples 20000 --steps 300 \
-  --table-max-rows 100 --table-min-count 2 --table-ttl-steps 50 --log-every 100 \
-  > "$dir/pol.out" 2> "$dir/pol.err"
-rc=$?
-show="$dir/pol.err"
-check "policies: the job exits 0 (exit $rc)" test "$rc" = 0
-check "policies: it reports AUC" test -n "$(val "$dir/pol.out" "test auc")"
+# ---- 3. the memory policies' flags, seen by psctl tables on the ps the
+# job leaves running (--keep-ps)
+echo '{"ps": ["127.0.0.1:0", "127.0.0.1:0"], "worker": ["127.0.0.1:0"]}' > "$dir/boot.json"
+"$PS_LAUNCH" --cluster "$dir/boot.json" --write-cluster "$dir/pol.json" \
+  > "$dir/launch.out" 2> "$dir/launch.err" &
+lpid=$!
+if wait_for "$dir/launch.err" "cluster ready" 60; then
+  "$PS_WORKER" --cluster "$dir/pol.json" --job worker --task 0 --model ctr --examples 20000 \
+    --steps 300 --table-max-rows 100 --table-min-count 2 --table-ttl-steps 50 \
+    --log-every 100 --keep-ps > "$dir/pol.out" 2> "$dir/pol.err"
+  rc=$?
+  show="$dir/pol.err"
+  check "policies: the job exits 0 (exit $rc)" test "$rc" = 0
+  "$PSCTL" --cluster "$dir/pol.json" tables > "$dir/tables.out" 2>&1
+  show="$dir/tables.out"
+  check "policies: psctl tables lists both tables on both ps" \
+    test "$(grep -cE '^ctr/(embeddings|wide) +ps/[01] ' "$dir/tables.out")" = 4
+  check "policies: at most 100 rows per table and ps" \
+    awk '/^ctr\// { if ($5 > 100) bad = 1 } END { exit bad }' "$dir/tables.out"
+  check "policies: rows evicted, keys refused, the policy shown" \
+    awk '/^ctr\/embeddings/ && $7 > 0 && $9 > 0 && /min_count=2 ttl_steps=50/ { ok = 1 }
+         END { exit !ok }' "$dir/tables.out"
+else
+  bad "policies: the ps cluster started" "$(cat "$dir/launch.err")"
+fi
+kill -TERM "$lpid" 2>/dev/null; wait "$lpid" 2>/dev/null
 show=""
 
 # ---- 4. what is wrong, said plainly

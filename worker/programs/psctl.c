@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "paramserver/checkpoint.h"
 #include "paramserver/client.h"
+#include "paramserver/embedding.h"
 #include "psctl_internal.h"
 #include "security_flags.h"
 
@@ -21,6 +22,8 @@ static const char usage[] =
     "                    replicated: each shard's replicas, roles, lag, view epoch\n"
     "  verify            compare every shard's replicas (Digest): identical or not\n"
     "  vars              every variable: name, dtype, shape, task, initialized\n"
+    "  tables            every embedding table on every ps: rows, bytes, policies,\n"
+    "                    rows evicted and expired, keys admission refused\n"
     "  read NAME         print the value of variable NAME\n"
     "  rm NAME...        delete variables, their parts and slots, on every ps\n"
     "  save [PREFIX]     save every variable of every ps, as of one moment\n"
@@ -317,6 +320,35 @@ static int cmd_vars(const psctl_args *a, ps_client *c, ps_status *st) {
   return rc;
 }
 
+static int cmd_tables(const psctl_args *a, ps_client *c, ps_status *st) {
+  int rc = 0;
+  printf("%-32s %-6s %-5s %-8s %12s %14s %10s %10s %10s  %s\n", "TABLE", "TASK", "DIM",
+         "SLOTS", "ROWS", "BYTES", "EVICTED", "EXPIRED", "REFUSED", "POLICY");
+  for (int i = 0; i < ps_client_num_ps(c); i++) {
+    ps_table_info *v;
+    size_t n;
+    if (ps_client_table_list(c, i, &v, &n, st) != 0) {
+      psctl_task_error(a, i, st);
+      rc = 1;
+      continue;
+    }
+    for (size_t k = 0; k < n; k++) {
+      char task[32];
+      snprintf(task, sizeof task, "%s/%d", a->job, i);
+      const ps_table_policy *p = &v[k].policy;
+      printf("%-32s %-6s %-5lld %-8s %12lld %14lld %10lld %10lld %10lld  min_count=%lld "
+             "ttl_steps=%lld ttl_seconds=%lld max_rows=%lld evict=%s\n",
+             v[k].name, task, (long long)v[k].dim, v[k].optimizer, (long long)v[k].rows,
+             (long long)v[k].bytes, (long long)v[k].evicted, (long long)v[k].expired,
+             (long long)v[k].refused, (long long)p->min_count, (long long)p->ttl_steps,
+             (long long)p->ttl_seconds, (long long)p->max_rows,
+             p->evict == PS_TABLE_EVICT_LFU ? "lfu" : "lru");
+    }
+    ps_client_free_table_info(v, n);
+  }
+  return rc;
+}
+
 static int cmd_save(const psctl_args *a, ps_client *c, ps_status *st) {
   int nps = ps_client_num_ps(c);
   char prefix[1024];
@@ -497,6 +529,7 @@ static const struct {
 } commands[] = {
     {"status", cmd_status, NULL},
     {"vars", cmd_vars, NULL},
+    {"tables", cmd_tables, NULL},
     {"read", cmd_read, "psctl: read needs a variable name\n"},
     {"save", cmd_save, NULL},
     {"restore", cmd_restore, NULL},
