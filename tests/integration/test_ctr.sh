@@ -4,10 +4,12 @@
 # click log it comes within 2% of the best achievable AUC (the log's own
 # probabilities) and its checkpoint, tables included, restores into 3 ps;
 # it trains on a log in Criteo's TSV layout; the memory
-# policies' flags work, as psctl tables shows; a malformed log and misplaced flags say what
+# policies' flags work, as psctl tables shows; the README's C example
+# (table-demo) runs; a malformed log and misplaced flags say what
 # is wrong.  Prints "N passed, N failed".
 set -uo pipefail
 PS_WORKER=${PS_WORKER:?}; PS_LAUNCH=${PS_LAUNCH:?}; PSCTL=${PSCTL:?}
+TABLE_DEMO=${TABLE_DEMO:?}
 source "$(dirname "$0")/../support/lib.sh"
 test_init ctr
 BAD_TAIL=40
@@ -87,6 +89,15 @@ if wait_for "$dir/launch.err" "cluster ready" 60; then
   check "policies: rows evicted, keys refused, the policy shown" \
     awk '/^ctr\/embeddings/ && $7 > 0 && $9 > 0 && /min_count=2 ttl_steps=50/ { ok = 1 }
          END { exit !ok }' "$dir/tables.out"
+  # the README's worked example, on the same cluster
+  out=$("$TABLE_DEMO" "$dir/pol.json" 2>&1); rc=$?
+  check "table-demo: exits 0 (exit $rc)" test "$rc" = 0
+  check "table-demo: a repeated key reads one row" grep -q "5 rows made, key 7 twice: the same row" <<< "$out"
+  check "table-demo: the step moved the row" \
+    awk '/^key -1, element 0:/ { ok = $5 != $9 } END { exit !ok }' <<< "$out"
+  check "table-demo: each ps holds its keys' rows" \
+    bash -c "grep -q 'ps/0: table user_emb dim 8 (adagrad): 2 rows' <<< \"\$0\" &&
+             grep -q 'ps/1: table user_emb dim 8 (adagrad): 3 rows' <<< \"\$0\"" "$out"
 else
   bad "policies: the ps cluster started" "$(cat "$dir/launch.err")"
 fi
