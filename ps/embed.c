@@ -576,16 +576,12 @@ static void cow(ps_embed_table *t, int si) {
 #define PF_AHEAD 8
 
 static inline void prefetch_key(const ps_embed_table *t, const stripe *s,
-                                const int64_t *keys, const uint32_t *order, uint32_t k,
-                                uint32_t end) {
+                                const uint64_t *hs, uint32_t k, uint32_t end) {
   if (s->bits == 0) return;
-  if (k + PF_AHEAD < end) {
-    uint64_t h = ps_embed_key_hash(keys[order[k + PF_AHEAD]]);
-    __builtin_prefetch(&s->index[index_home(h, s->bits)], 0, 1);
-  }
+  if (k + PF_AHEAD < end)
+    __builtin_prefetch(&s->index[index_home(hs[k + PF_AHEAD], s->bits)], 0, 1);
   if (k + PF_AHEAD / 2 < end) {
-    uint64_t h = ps_embed_key_hash(keys[order[k + PF_AHEAD / 2]]);
-    uint32_t e = s->index[index_home(h, s->bits)];
+    uint32_t e = s->index[index_home(hs[k + PF_AHEAD / 2], s->bits)];
     if (e && (e & ID_MASK) - 1 < s->nrec)
       __builtin_prefetch(rec(t, s, (e & ID_MASK) - 1), 1, 1);
   }
@@ -593,29 +589,36 @@ static inline void prefetch_key(const ps_embed_table *t, const stripe *s,
 
 /* ---- grouping keys by stripe ---- */
 
-/* The positions of @keys ordered by stripe: @order[start[s]..start[s+1]). */
+/* The positions of @keys ordered by stripe: @order[start[s]..start[s+1]),
+ * and @hs[k] the hash of keys[order[k]] (each key hashed once a call). */
 static int group(const ps_embed_table *t, const int64_t *keys, size_t n, uint32_t *order,
-                 uint32_t start[PS_EMBED_STRIPES + 1]) {
+                 uint64_t *hs, uint32_t start[PS_EMBED_STRIPES + 1]) {
   uint32_t cnt[PS_EMBED_STRIPES] = {0};
-  uint8_t *sid = malloc(n ? n : 1);
-  if (sid == NULL) return -1;
+  uint64_t *h = malloc((n ? n : 1) * sizeof *h);
+  if (h == NULL) return -1;
+  uint64_t mask = (uint64_t)(t->nstripes - 1);
   for (size_t i = 0; i < n; i++) {
-    sid[i] = (uint8_t)((ps_embed_key_hash(keys[i]) >> 32) & (uint64_t)(t->nstripes - 1));
-    cnt[sid[i]]++;
+    h[i] = ps_embed_key_hash(keys[i]);
+    cnt[(h[i] >> 32) & mask]++;
   }
   start[0] = 0;
   for (int s = 0; s < PS_EMBED_STRIPES; s++)
     start[s + 1] = start[s] + (s < t->nstripes ? cnt[s] : 0);
   uint32_t at[PS_EMBED_STRIPES];
   memcpy(at, start, sizeof at);
-  for (size_t i = 0; i < n; i++)
-    order[at[sid[i]]++] = (uint32_t)i;
-  free(sid);
+  for (size_t i = 0; i < n; i++) {
+    uint32_t k = at[(h[i] >> 32) & mask]++;
+    order[k] = (uint32_t)i;
+    hs[k] = h[i];
+  }
+  free(h);
   return 0;
 }
 
+/* A call's keys grouped (group); *@order and *@hs are one allocation:
+ * free(*order). */
 static int prepare(ps_embed_table *t, const int64_t *keys, size_t n, int64_t step,
-                   uint32_t **order, uint32_t start[PS_EMBED_STRIPES + 1],
+                   uint32_t **order, uint64_t **hs, uint32_t start[PS_EMBED_STRIPES + 1],
                    uint32_t *cur_step, ps_status *st) {
   if (n > UINT32_MAX)
     return ps_status_set(st, PS_INVALID_ARGUMENT, "table %s: %zu keys in one call",
@@ -624,20 +627,23 @@ static int prepare(ps_embed_table *t, const int64_t *keys, size_t n, int64_t ste
   while (step > seen && !atomic_compare_exchange_weak(&t->step, &seen, step)) {
   }
   *cur_step = clamp_step(step > seen ? step : seen);
-  *order = malloc((n ? n : 1) * sizeof **order);
-  if (*order == NULL || group(t, keys, n, *order, start) != 0) {
-    free(*order);
+  size_t m = n ? n : 1;
+  *hs = malloc(m * (sizeof **hs + sizeof **order));
+  *order = *hs ? (uint32_t *)(*hs + m) : NULL;
+  if (*hs == NULL || group(t, keys, n, *order, *hs, start) != 0) {
+    free(*hs);
     return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "table %s: out of memory",
                          t->spec.name);
   }
+  *order = (uint32_t *)(*hs + m);
   return 0;
 }
-
 int ps_embed_lookup(ps_embed_table *t, const int64_t *keys, size_t n, bool train,
                     int64_t step, float *out, ps_embed_counts *c, ps_status *st) {
   uint32_t *order, start[PS_EMBED_STRIPES + 1], cur;
+  uint64_t *hs;
   memset(c, 0, sizeof *c);
-  int rc = prepare(t, keys, n, step, &order, start, &cur, st);
+  int rc = prepare(t, keys, n, step, &order, &hs, start, &cur, st);
   if (rc != 0) return rc;
   size_t dim = (size_t)t->spec.dim;
   uint32_t now = now_cs(t);
@@ -648,10 +654,10 @@ int ps_embed_lookup(ps_embed_table *t, const int64_t *keys, size_t n, bool train
     pthread_mutex_lock(&s->mu);
     if (train) cow(t, si);
     for (uint32_t k = start[si]; k < start[si + 1] && rc == 0; k++) {
-      prefetch_key(t, s, keys, order, k, start[si + 1]);
+      prefetch_key(t, s, hs, k, start[si + 1]);
       uint32_t i = order[k];
       int64_t key = keys[i];
-      uint64_t h = ps_embed_key_hash(key);
+      uint64_t h = hs[k];
       float *dst = out + (size_t)i * dim;
       int64_t pos = find(t, s, key, h, NULL);
       uint8_t *p = pos >= 0 ? rec(t, s, (s->index[pos] & ID_MASK) - 1) : NULL;
@@ -694,7 +700,7 @@ int ps_embed_lookup(ps_embed_table *t, const int64_t *keys, size_t n, bool train
       sweep_some(t, s, 2 * (size_t)(start[si + 1] - start[si]) + 16, cur, now, c);
     pthread_mutex_unlock(&s->mu);
   }
-  free(order);
+  free(hs);
   return rc;
 }
 
@@ -778,7 +784,8 @@ int ps_embed_update(ps_embed_table *t, ps_embed_op op, const int64_t *keys, size
   for (size_t i = 0; i < ps_embed_op_hparams(op); i++)
     h[i] = (float)hp[i];
   uint32_t *order, start[PS_EMBED_STRIPES + 1], cur;
-  int rc = prepare(t, keys, n, step, &order, start, &cur, st);
+  uint64_t *hs;
+  int rc = prepare(t, keys, n, step, &order, &hs, start, &cur, st);
   if (rc != 0) return rc;
   size_t dim = (size_t)t->spec.dim;
   uint32_t now = now_cs(t);
@@ -788,9 +795,9 @@ int ps_embed_update(ps_embed_table *t, ps_embed_op op, const int64_t *keys, size
     pthread_mutex_lock(&s->mu);
     cow(t, si);
     for (uint32_t k = start[si]; k < start[si + 1]; k++) {
-      prefetch_key(t, s, keys, order, k, start[si + 1]);
+      prefetch_key(t, s, hs, k, start[si + 1]);
       uint32_t i = order[k];
-      int64_t pos = find(t, s, keys[i], ps_embed_key_hash(keys[i]), NULL);
+      int64_t pos = find(t, s, keys[i], hs[k], NULL);
       uint8_t *p = pos >= 0 ? rec(t, s, (s->index[pos] & ID_MASK) - 1) : NULL;
       if (p && expired(t, p, cur, now)) {
         remove_at(t, s, (uint32_t)pos);
@@ -809,7 +816,7 @@ int ps_embed_update(ps_embed_table *t, ps_embed_op op, const int64_t *keys, size
     sweep_some(t, s, 2 * (size_t)(start[si + 1] - start[si]) + 16, cur, now, c);
     pthread_mutex_unlock(&s->mu);
   }
-  free(order);
+  free(hs);
   return 0;
 }
 

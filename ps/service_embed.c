@@ -262,7 +262,8 @@ static int update_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status *
   if (rc == 0) {
     x->op = op;
     x->step = req->step;
-    memcpy(x->hp, req->hparams, req->n_hparams * sizeof *req->hparams);
+    if (req->n_hparams)
+      memcpy(x->hp, req->hparams, req->n_hparams * sizeof *req->hparams);
     size_t gb = (size_t)x->n * (size_t)dim * sizeof(float); /* checked in keys_in */
     if ((x->grads = ps_buf_create(gb, false)) == NULL ||
         ps_rpc_segs_add(&sink, x->grads->data, gb, NULL) != 0)

@@ -240,8 +240,8 @@ static int ours_round(ps_client *c, const char *name, const opts *o, const int64
     if ((rc = ps_client_table_lookup(c, name, k, true, s + 2, &rows, NULL, st)) != 0)
       break;
     double t1 = now_s();
-    rc = ps_client_table_update(c, name, PS_TABLE_OP_ADAGRAD, k, g, &lr, 1, s + 2, NULL,
-                                st);
+    rc = ps_client_table_update(c, name, o->slots ? PS_TABLE_OP_ADAGRAD : PS_TABLE_OP_SGD,
+                                k, g, &lr, 1, s + 2, NULL, st);
     double t2 = now_s();
     l += t1 - t0;
     w += t2 - t1;
@@ -261,7 +261,9 @@ int main(int argc, char **argv) {
             .steps = 200,
             .zipf = 1.1,
             .nps = 1,
-            .rounds = 3};
+            .rounds = 3,
+            .policy = 1,
+            .slots = 1};
   for (int i = 1; i + 1 < argc; i += 2) {
     const char *f = argv[i], *v = argv[i + 1];
     if (!strcmp(f, "--rows"))
@@ -278,6 +280,10 @@ int main(int argc, char **argv) {
       o.nps = atoi(v);
     else if (!strcmp(f, "--rounds"))
       o.rounds = atoi(v);
+    else if (!strcmp(f, "--policy"))
+      o.policy = atoi(v);
+    else if (!strcmp(f, "--optimizer"))
+      o.slots = strcmp(v, "sgd") != 0;
     else {
       fprintf(stderr, "bench_table: unknown option %s\n", f);
       return 2;

@@ -7,6 +7,10 @@
 #   tests/bench/run.sh jobs [STEPS] [REPS]         (only the training-job bench)
 #   tests/bench/run.sh failover [KILLS]  (only failover and rejoin, R=2 on etcd)
 #   tests/bench/run.sh repl [bench_repl options]  (only R=2 against R=1)
+#   tests/bench/run.sh table [bench_table options] (only the embedding table)
+#   PSLITE_DIR=DIR tests/bench/run.sh pslite-table [ROUNDS] [options]
+#                                 (the embedding table against ps-lite's KV
+#                                 server, interleaved rounds)
 #   PSLITE_DIR=DIR tests/bench/run.sh pslite [ROUNDS] [options]
 #                                (against dmlc/ps-lite: the sparse workload;
 #                                 --bulk-mib N dense; --agg 2 ps + 2 workers)
@@ -41,7 +45,7 @@ if [ "${1:-}" = shaped ]; then
   ninja -C "$build" tests/bench/bench_wire ps/ps-server >&2
   PS_SERVER="$root/$build/ps/ps-server" exec bash "$root/tests/bench/shaped.sh" "$root/$build" "$@"
 fi
-ninja -C "$build" tests/bench/bench_ps tests/bench/bench_agg tests/bench/bench_train tests/bench/bench_ckpt tests/bench/bench_repl \
+ninja -C "$build" tests/bench/bench_ps tests/bench/bench_agg tests/bench/bench_train tests/bench/bench_ckpt tests/bench/bench_repl tests/bench/bench_table \
   ps/ps-server worker/ps-worker deploy/ps-launch tests/chaos/chaos_client worker/psctl >&2
 PS_SERVER="$root/$build/ps/ps-server"
 export PS_SERVER
@@ -56,6 +60,14 @@ fi
 if [ "${1:-}" = pslite ]; then
   shift
   exec bash "$root/tests/bench/pslite.sh" "$root/$build" "$@"
+fi
+if [ "${1:-}" = pslite-table ]; then
+  shift
+  exec bash "$root/tests/bench/pslite_table.sh" "$root/$build" "$@"
+fi
+if [ "${1:-}" = table ]; then
+  shift
+  exec "$root/$build/tests/bench/bench_table" "$@"
 fi
 if [ "${1:-}" = repl ]; then
   shift
@@ -74,6 +86,7 @@ fi
 "$root/$build/tests/bench/bench_agg" --clients 4
 "$root/$build/tests/bench/bench_train"
 "$root/$build/tests/bench/bench_repl"
+"$root/$build/tests/bench/bench_table"
 "$root/$build/tests/bench/bench_ckpt"
 bash "$root/tests/bench/bench_jobs.sh" "$root/$build"
 exec bash "$root/tests/bench/failover.sh" "$root/$build"

@@ -201,7 +201,7 @@ ps_node *ps_table_update_node_(ps_embedding_table *t, ps_table_op op, ps_node *k
     return ps_graph_oom_(g);
   }
   e->op = op;
-  memcpy(e->hparams, hparams, nhparams * sizeof *hparams);
+  if (nhparams) memcpy(e->hparams, hparams, nhparams * sizeof *hparams);
   e->nhparams = nhparams;
   e->ndynamic = ndynamic;
   e->has_step = step != NULL;
