@@ -78,13 +78,13 @@ jobs=$(nproc 2>/dev/null || echo 2)
 # TSan, so tests through it would only report its uninstrumented
 # synchronisation).  No suppressions are needed for them; if one ever is,
 # it must name uninstrumented third-party code only (tests/unit/tsan.supp).
-tsan_tests=(unit_store_threads unit_store unit_tensor)
+tsan_tests=(unit_store_threads unit_store unit_tensor unit_embed)
 tsan() {
   if [ ! -f build-tsan/build.ninja ]; then
     meson setup build-tsan -Db_sanitize=thread -Db_lundef=false >/dev/null
   fi
   ninja -C build-tsan -j "$jobs" tests/unit/test_store_threads tests/unit/test_store \
-    tests/unit/test_tensor >/dev/null
+    tests/unit/test_tensor tests/unit/test_embed >/dev/null
   echo "== concurrency tests under ThreadSanitizer (build-tsan/)"
   TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/unit/tsan.supp" \
     meson test -C build-tsan --no-rebuild --print-errorlogs --num-processes "$jobs" "${tsan_tests[@]}"

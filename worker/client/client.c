@@ -205,6 +205,7 @@ ps_client *ps_client_create(const ps_cluster *cluster, const char *ps_job,
   ps_client *c = calloc(1, sizeof *c);
   if (c == NULL) goto oom;
   ps_dedup_memo_init(&c->memo);
+  pthread_mutex_init(&c->tmemo.mu, NULL);
   if (opt)
     c->opt = *opt;
   else
@@ -281,6 +282,9 @@ void ps_client_destroy(ps_client *c) {
   free(c->wait_us);
   free(c->silent_since);
   ps_dedup_memo_fini(&c->memo);
+  ps_cl_keyset_fini_(&c->tmemo.ks);
+  free(c->tmemo.keys);
+  pthread_mutex_destroy(&c->tmemo.mu);
   free(c);
 }
 

@@ -106,17 +106,10 @@ out:
 
 /* ---- a call's keys, deduplicated and split by task ---- */
 
-typedef struct keyset {
-  int64_t *u;     /* distinct keys, grouped by task */
-  int64_t *from;  /* [n]: the position in u of each key asked */
-  int64_t *start; /* [ntasks + 1]: task t's keys are u[start[t]..start[t+1]) */
-  int64_t n, nu;
-} keyset;
+typedef ps_cl_keyset keyset;
 
 static void keyset_fini(keyset *k) {
-  free(k->u);
-  free(k->from);
-  free(k->start);
+  ps_cl_keyset_fini_(k);
 }
 
 static int keyset_init(keyset *k, const int64_t *keys, int64_t n, int ntasks) {
@@ -176,6 +169,56 @@ out:
   free(rank);
   if (rc != 0) keyset_fini(k);
   return rc;
+}
+
+/* A copy of @src into @dst (@ntasks tasks); -1: out of memory. */
+static int keyset_copy(keyset *dst, const keyset *src, int ntasks) {
+  memset(dst, 0, sizeof *dst);
+  dst->n = src->n;
+  dst->nu = src->nu;
+  dst->u = malloc(((size_t)src->nu + 1) * sizeof *dst->u);
+  dst->from = malloc(((size_t)src->n + 1) * sizeof *dst->from);
+  dst->start = malloc(((size_t)ntasks + 2) * sizeof *dst->start);
+  if (!dst->u || !dst->from || !dst->start) {
+    keyset_fini(dst);
+    return -1;
+  }
+  memcpy(dst->u, src->u, (size_t)src->nu * sizeof *dst->u);
+  memcpy(dst->from, src->from, (size_t)src->n * sizeof *dst->from);
+  memcpy(dst->start, src->start, ((size_t)ntasks + 1) * sizeof *dst->start);
+  return 0;
+}
+
+/* @keys' keyset: the memo's copy when the last training lookup had these
+ * keys (a training step's update), else made; a training lookup's
+ * (@remember) goes into the memo.  -1: out of memory. */
+static int keyset_get(ps_client *c, const int64_t *keys, int64_t n, bool remember,
+                      keyset *out) {
+  ps_cl_table_memo *m = &c->tmemo;
+  pthread_mutex_lock(&m->mu);
+  bool hit = m->valid && m->ks.n == n && m->nps == c->nps &&
+             memcmp(m->keys, keys, (size_t)n * sizeof *keys) == 0;
+  int rc = hit ? keyset_copy(out, &m->ks, c->nps) : 1;
+  pthread_mutex_unlock(&m->mu);
+  if (rc <= 0) return rc;
+  if (keyset_init(out, keys, n, c->nps) != 0) return -1;
+  if (!remember || n > ((int64_t)1 << 20)) return 0;
+  keyset copy;
+  int64_t *kc = malloc(((size_t)n + 1) * sizeof *kc);
+  if (kc == NULL || keyset_copy(&copy, out, c->nps) != 0) {
+    free(kc);
+    return 0; /* not remembered: nothing lost */
+  }
+  memcpy(kc, keys, (size_t)n * sizeof *kc);
+  pthread_mutex_lock(&m->mu);
+  keyset_fini(&m->ks);
+  free(m->keys);
+  m->ks = copy;
+  m->keys = kc;
+  m->nps = c->nps;
+  m->valid = true;
+  pthread_mutex_unlock(&m->mu);
+  return 0;
 }
 
 /* The checks of a call's keys; their count into *@n. */
@@ -261,7 +304,7 @@ int ps_client_table_lookup(ps_client *c, const char *name, const ps_tensor *keys
   if (out == NULL)
     return ps_status_set(st, PS_INVALID_ARGUMENT, "TableLookup %s: no output", name);
   keyset ks;
-  if (keyset_init(&ks, ps_tensor_data(keys), n, c->nps) != 0)
+  if (keyset_get(c, ps_tensor_data(keys), n, train, &ks) != 0)
     return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "TableLookup %s: out of memory",
                          name);
   int nps = c->nps;
@@ -413,7 +456,7 @@ int ps_client_table_update(ps_client *c, const char *name, ps_table_op op,
                          name);
   int64_t dim = grads->shape.dim[grads->shape.rank - 1];
   keyset ks;
-  if (keyset_init(&ks, ps_tensor_data(keys), n, c->nps) != 0)
+  if (keyset_get(c, ps_tensor_data(keys), n, false, &ks) != 0)
     return ps_status_set(st, PS_RESOURCE_EXHAUSTED, "TableUpdate %s: out of memory",
                          name);
   int nps = c->nps;

@@ -20,10 +20,12 @@
 #ifndef PS_CLIENT_INTERNAL_H
 #define PS_CLIENT_INTERNAL_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "common/rpc.h"
 #include "common/status.h"
@@ -44,6 +46,30 @@
 #define M_SHUTDOWN "/paramserver.Ps/Shutdown"
 #define M_RESTORE "/paramserver.Ps/Restore"
 
+/* A table call's keys deduplicated and split by task (client_embed.c), and
+ * the last one kept: an update of the keys a lookup just used (a training
+ * step) takes a copy instead of hashing them again. */
+typedef struct ps_cl_keyset {
+  int64_t *u;     /* distinct keys, grouped by task */
+  int64_t *from;  /* [n]: the position in u of each key asked */
+  int64_t *start; /* [ntasks + 1]: task t's keys are u[start[t]..start[t+1]) */
+  int64_t n, nu;
+} ps_cl_keyset;
+typedef struct ps_cl_table_memo {
+  pthread_mutex_t mu;
+  int64_t *keys; /* a copy of the keys, n of them */
+  int nps;
+  ps_cl_keyset ks;
+  bool valid;
+} ps_cl_table_memo;
+/* Frees what the memo holds (client.c, at ps_client_destroy). */
+static inline void ps_cl_keyset_fini_(ps_cl_keyset *k) {
+  free(k->u);
+  free(k->from);
+  free(k->start);
+  k->u = k->from = k->start = NULL;
+}
+
 struct ps_client {
   ps_client_options opt;
   int nps;
@@ -53,8 +79,9 @@ struct ps_client {
   atomic_ullong *calls, *wait_us;
   /* per task: since when (CLOCK_MONOTONIC ns) waiting calls heard nothing */
   atomic_llong *silent_since;
-  ps_dedup_memo memo;    /* a gather's ids deduplicated, for the scatter after it */
-  bool tls, client_cert; /* the channels' security, for hints in errors */
+  ps_dedup_memo memo;     /* a gather's ids deduplicated, for the scatter after it */
+  ps_cl_table_memo tmemo; /* a table lookup's keys, for the update after it */
+  bool tls, client_cert;  /* the channels' security, for hints in errors */
   /* replication (client_view.c): NULL when unreplicated */
   struct ps_cl_view *view;
   uint64_t client_id; /* Update's dedup id (random, never 0) */
