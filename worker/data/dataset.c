@@ -565,6 +565,26 @@ static double ctr_id_weight(uint64_t seed, int64_t k) {
   return rng_normal(&r);
 }
 
+/* A click-through dataset's tensors (@n examples of @nfields ids and the
+ * dense features), the hidden dense weights @v, and @r at the start of
+ * the examples' @stream.  -1: out of memory (@d freed). */
+static int ctr_start(int64_t n, int nfields, uint64_t seed, uint64_t stream,
+                     ps_dataset *d, rng *r, double v[PS_DATASET_CTR_DENSE]) {
+  *d = (ps_dataset){.n = n};
+  d->ids = new_tensor(PS_DT_INT64, 2, n, nfields);
+  d->dense = new_tensor(PS_DT_FLOAT, 2, n, PS_DATASET_CTR_DENSE);
+  d->y = new_tensor(PS_DT_INT64, 1, n, 0);
+  if (d->ids == NULL || d->dense == NULL || d->y == NULL) {
+    ps_dataset_free(d);
+    return -1;
+  }
+  rng_init(r, seed, STREAM_PARAMS);
+  for (int k = 0; k < PS_DATASET_CTR_DENSE; k++)
+    v[k] = rng_normal(r);
+  rng_init(r, seed, stream);
+  return 0;
+}
+
 int ps_dataset_ctr(int64_t n, int64_t vocab, int nfields, uint64_t seed, ps_dataset *out,
                    ps_status *st) {
   if (n < 0 || vocab < 1 || nfields < 1)
@@ -572,20 +592,11 @@ int ps_dataset_ctr(int64_t n, int64_t vocab, int nfields, uint64_t seed, ps_data
                          "ctr dataset: bad size n=%lld vocab=%lld nfields=%d (need n >= "
                          "0, vocab >= 1, nfields >= 1)",
                          (long long)n, (long long)vocab, nfields);
-  ps_dataset d = {.n = n};
-  d.ids = new_tensor(PS_DT_INT64, 2, n, nfields);
-  d.dense = new_tensor(PS_DT_FLOAT, 2, n, PS_DATASET_CTR_DENSE);
-  d.y = new_tensor(PS_DT_INT64, 1, n, 0);
-  if (d.ids == NULL || d.dense == NULL || d.y == NULL) {
-    ps_dataset_free(&d);
-    return oom(st, "ctr dataset");
-  }
+  ps_dataset d;
   rng r;
-  rng_init(&r, seed, STREAM_PARAMS);
   double v[PS_DATASET_CTR_DENSE];
-  for (int k = 0; k < PS_DATASET_CTR_DENSE; k++)
-    v[k] = rng_normal(&r);
-  rng_init(&r, seed, STREAM_TRAIN);
+  if (ctr_start(n, nfields, seed, STREAM_TRAIN, &d, &r, v) != 0)
+    return oom(st, "ctr dataset");
   int64_t *ids = ps_tensor_data(d.ids), *y = ps_tensor_data(d.y);
   float *dense = ps_tensor_data(d.dense);
   /* Rank k with probability ~ log((k+2)/(k+1)) ~ 1/(k+1): (vocab+1)^u - 1
@@ -644,20 +655,10 @@ int ps_dataset_ctr_log(int64_t n, int nfields, int64_t vocab, uint64_t seed,
                          "ctr log: bad size n=%lld nfields=%d vocab=%lld (need n >= 0, "
                          "nfields >= 1, vocab >= 2)",
                          (long long)n, nfields, (long long)vocab);
-  ps_dataset d = {.n = n};
-  d.ids = new_tensor(PS_DT_INT64, 2, n, nfields);
-  d.dense = new_tensor(PS_DT_FLOAT, 2, n, PS_DATASET_CTR_DENSE);
-  d.y = new_tensor(PS_DT_INT64, 1, n, 0);
-  if (d.ids == NULL || d.dense == NULL || d.y == NULL) {
-    ps_dataset_free(&d);
-    return oom(st, "ctr log");
-  }
+  ps_dataset d;
   rng r;
-  rng_init(&r, seed, STREAM_PARAMS);
   double v[PS_DATASET_CTR_DENSE];
-  for (int k = 0; k < PS_DATASET_CTR_DENSE; k++)
-    v[k] = rng_normal(&r);
-  rng_init(&r, seed, STREAM_LOG);
+  if (ctr_start(n, nfields, seed, STREAM_LOG, &d, &r, v) != 0) return oom(st, "ctr log");
   int64_t *ids = ps_tensor_data(d.ids), *y = ps_tensor_data(d.y);
   float *dense = ps_tensor_data(d.dense);
   const double s = PS_DATASET_CTR_LOG_ZIPF, wscale = 2.0 / sqrt((double)nfields);
