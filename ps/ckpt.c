@@ -87,14 +87,13 @@ static int snapshot_header(ps_rpc_call *c, const uint8_t *p, size_t n, ps_status
   if (rc == 0) rc = ps_svc_route_(svc, rq->route, "Snapshot", st);
   if (rc == 0 && ps_service_repl(svc) && (sh = ps_svc_primary_shards_(svc, &nsh)) == NULL)
     rc = ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
-  if (rc == 0)
+  if (rc == 0 && rq->select && rq->tables && sh == NULL)
+    rc = ps_store_snapshot_begin_tables(ps_service_store(svc), rq->id, hold,
+                                        rq->skip_uninitialized, &sel, st);
+  else if (rc == 0)
     rc = ps_store_snapshot_begin_in(ps_service_store(svc), rq->id, hold,
                                     rq->skip_uninitialized, rq->select ? &sel : NULL, sh,
                                     nsh, st);
-  /* a Saver's selection with the tables: the gate is still closed */
-  if (rc == 0 && rq->select && rq->tables && sh == NULL &&
-      (rc = ps_store_snapshot_add_tables(ps_service_store(svc), rq->id, st)) != 0)
-    ps_store_snapshot_release(ps_service_store(svc), rq->id);
   free(sh);
   free(names);
   free(keys);

@@ -365,7 +365,9 @@ static uint32_t clamp_step(int64_t step) {
 
 static bool expired(const ps_embed_table *t, uint8_t *p, uint32_t step, uint32_t now) {
   const ps_embed_policy *pol = &t->spec.policy;
-  if (pol->ttl_steps > 0 && step > *rec_u32(p, 0) &&
+  /* step 0: not known (a row restored from a checkpoint without versions,
+   * TensorFlow's own tables): it ages by steps once it is touched */
+  if (pol->ttl_steps > 0 && *rec_u32(p, 0) != 0 && step > *rec_u32(p, 0) &&
       (int64_t)(step - *rec_u32(p, 0)) > pol->ttl_steps)
     return true;
   return pol->ttl_seconds > 0 && now > *rec_u32(p, 1) &&
@@ -539,6 +541,7 @@ struct ps_embed_snap {
   ps_embed_table *t;  /* referenced */
   uint32_t step, now; /* the table's step and time at the snapshot */
   bool failed;        /* a copy found no memory: the save fails */
+  bool superseded;    /* a newer snapshot came before this one copied a stripe */
   struct {
     uint8_t *recs; /* the stripe's records as they were */
     uint32_t nrec;
@@ -618,15 +621,19 @@ static int group(const ps_embed_table *t, const int64_t *keys, size_t n, uint32_
 /* A call's keys grouped (group); *@order and *@hs are one allocation:
  * free(*order). */
 static int prepare(ps_embed_table *t, const int64_t *keys, size_t n, int64_t step,
-                   uint32_t **order, uint64_t **hs, uint32_t start[PS_EMBED_STRIPES + 1],
-                   uint32_t *cur_step, ps_status *st) {
+                   bool advance, uint32_t **order, uint64_t **hs,
+                   uint32_t start[PS_EMBED_STRIPES + 1], uint32_t *cur_step,
+                   ps_status *st) {
   if (n > UINT32_MAX)
     return ps_status_set(st, PS_INVALID_ARGUMENT, "table %s: %zu keys in one call",
                          t->spec.name, n);
+  /* only a call that changes the table moves its clock: an inference
+   * lookup's step (a serving client's, maybe not a step at all) cannot
+   * expire rows */
   long long seen = atomic_load(&t->step);
-  while (step > seen && !atomic_compare_exchange_weak(&t->step, &seen, step)) {
+  while (advance && step > seen && !atomic_compare_exchange_weak(&t->step, &seen, step)) {
   }
-  *cur_step = clamp_step(step > seen ? step : seen);
+  *cur_step = clamp_step(advance && step > seen ? step : seen);
   size_t m = n ? n : 1;
   *hs = malloc(m * (sizeof **hs + sizeof **order));
   *order = *hs ? (uint32_t *)(*hs + m) : NULL;
@@ -643,7 +650,7 @@ int ps_embed_lookup(ps_embed_table *t, const int64_t *keys, size_t n, bool train
   uint32_t *order, start[PS_EMBED_STRIPES + 1], cur;
   uint64_t *hs;
   memset(c, 0, sizeof *c);
-  int rc = prepare(t, keys, n, step, &order, &hs, start, &cur, st);
+  int rc = prepare(t, keys, n, step, train, &order, &hs, start, &cur, st);
   if (rc != 0) return rc;
   size_t dim = (size_t)t->spec.dim;
   uint32_t now = now_cs(t);
@@ -785,7 +792,7 @@ int ps_embed_update(ps_embed_table *t, ps_embed_op op, const int64_t *keys, size
     h[i] = (float)hp[i];
   uint32_t *order, start[PS_EMBED_STRIPES + 1], cur;
   uint64_t *hs;
-  int rc = prepare(t, keys, n, step, &order, &hs, start, &cur, st);
+  int rc = prepare(t, keys, n, step, true, &order, &hs, start, &cur, st);
   if (rc != 0) return rc;
   size_t dim = (size_t)t->spec.dim;
   uint32_t now = now_cs(t);
@@ -855,7 +862,10 @@ ps_embed_snap *ps_embed_snap_begin(ps_embed_table *t) {
   for (int si = 0; si < t->nstripes; si++) {
     stripe *s = &t->stripes[si];
     pthread_mutex_lock(&s->mu);
-    cow(t, si); /* an older snapshot still waiting takes its copy now */
+    /* an older snapshot still waiting for this stripe is given up (its save
+     * fails, saying so): copying it here would hold the gate, and one
+     * whose save never comes would keep a copy of every table */
+    if (s->snap) s->snap->superseded = true;
     s->snap = snap;
     pthread_mutex_unlock(&s->mu);
   }
@@ -895,6 +905,11 @@ int ps_embed_snap_export(ps_embed_snap *snap, ps_embed_export *e, ps_status *st)
   ps_embed_table *t = snap->t;
   memset(e, 0, sizeof *e);
   collect(snap);
+  if (snap->superseded)
+    return ps_status_set(st, PS_ABORTED,
+                         "table %s: a newer snapshot was taken before this save copied "
+                         "the table; save again",
+                         t->spec.name);
   if (snap->failed)
     return ps_status_set(st, PS_RESOURCE_EXHAUSTED,
                          "table %s: no memory to keep its snapshot while it changed",
@@ -1045,9 +1060,9 @@ void ps_embed_replace_commit(ps_embed_table *t, ps_embed_table *nt) {
     n->nrec = 0;
     pthread_mutex_unlock(&s->mu);
   }
-  long long top = atomic_load(&nt->step), seen = atomic_load(&t->step);
-  while (top > seen && !atomic_compare_exchange_weak(&t->step, &seen, top)) {
-  }
+  /* the table's clock is the checkpoint's: rows fresh when saved are
+   * fresh after the restore, whatever step this ps had reached */
+  atomic_store(&t->step, atomic_load(&nt->step));
   ps_embed_unref(nt);
 }
 

@@ -199,8 +199,10 @@ void ps_embed_export_fini(ps_embed_export *e);
  * the last. */
 const char *ps_embed_slot_name(ps_embed_optimizer o, int k);
 /* Replaces every row of @t with @in's (a repeated key: the last wins;
- * slots NULL: their start values; versions, freqs NULL: 0), evicting as
- * the table's capacity says.  All or nothing: INVALID_ARGUMENT (another
+ * slots NULL: their start values; versions, freqs NULL: 0, a row whose
+ * age in steps is not known until it is touched), evicting as the
+ * table's capacity says; the table's step becomes the largest of the
+ * rows', the checkpoint's clock.  All or nothing: INVALID_ARGUMENT (another
  * dim) or RESOURCE_EXHAUSTED leave the table as it was. */
 int ps_embed_replace(ps_embed_table *t, const ps_embed_export *in, ps_status *st);
 /* ps_embed_replace in two steps, for a restore of several tables and

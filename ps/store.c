@@ -898,9 +898,27 @@ static int snapshot_tables(ps_store *s, ps_snapshot *snap, int64_t id, ps_status
   return rc;
 }
 
+static int snapshot_begin(ps_store *s, int64_t id, int64_t hold_ms,
+                          bool skip_uninitialized, const ps_snapshot_select *sel,
+                          const bool *shards, size_t nshards, bool tables, ps_status *st);
+
 int ps_store_snapshot_begin_in(ps_store *s, int64_t id, int64_t hold_ms,
                                bool skip_uninitialized, const ps_snapshot_select *sel,
                                const bool *shards, size_t nshards, ps_status *st) {
+  return snapshot_begin(s, id, hold_ms, skip_uninitialized, sel, shards, nshards,
+                        sel == NULL && shards == NULL, st);
+}
+
+int ps_store_snapshot_begin_tables(ps_store *s, int64_t id, int64_t hold_ms,
+                                   bool skip_uninitialized, const ps_snapshot_select *sel,
+                                   ps_status *st) {
+  return snapshot_begin(s, id, hold_ms, skip_uninitialized, sel, NULL, 0, true, st);
+}
+
+static int snapshot_begin(ps_store *s, int64_t id, int64_t hold_ms,
+                          bool skip_uninitialized, const ps_snapshot_select *sel,
+                          const bool *shards, size_t nshards, bool tables,
+                          ps_status *st) {
   size_t *sorted = NULL;
   bool *seen = NULL;
   if (sel) {
@@ -993,8 +1011,7 @@ int ps_store_snapshot_begin_in(ps_store *s, int64_t id, int64_t hold_ms,
   free(vars);
   /* a cluster save of this ps takes its embedding tables too (a Saver's
    * selection names variables only) */
-  if (rc == 0 && sel == NULL && shards == NULL && s->tables)
-    rc = snapshot_tables(s, snap, id, st);
+  if (rc == 0 && tables && s->tables) rc = snapshot_tables(s, snap, id, st);
   for (size_t i = 0; sel && rc == 0 && i < sel->n; i++)
     if (!seen[i])
       rc = ps_status_set(st, PS_NOT_FOUND, "variable %s does not exist on %s",
@@ -1014,23 +1031,6 @@ int ps_store_snapshot_begin_in(ps_store *s, int64_t id, int64_t hold_ms,
   pthread_mutex_unlock(&s->gate_mu);
   ps_snapshot_free(snap);
   return rc;
-}
-
-int ps_store_snapshot_add_tables(ps_store *s, int64_t id, ps_status *st) {
-  pthread_mutex_lock(&s->gate_mu);
-  ps_snapshot *snap = NULL;
-  for (int i = 0; i < 8; i++)
-    if (s->pending[i] && s->pending[i]->id == id) snap = s->pending[i];
-  bool held = s->gate_closed && s->gate_id == id;
-  pthread_mutex_unlock(&s->gate_mu);
-  /* the gate stays closed until the Snapshot call that holds it ends: no
-   * update runs, and nothing else takes or frees the pending snapshot */
-  if (snap == NULL || !held || snap->tables || s->tables == NULL)
-    return snap && held ? 0
-                        : ps_status_set(st, PS_FAILED_PRECONDITION,
-                                        "%s: snapshot %lld does not hold the gate",
-                                        s->task, (long long)id);
-  return snapshot_tables(s, snap, id, st);
 }
 
 void ps_store_snapshot_release(ps_store *s, int64_t id) {

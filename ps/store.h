@@ -229,11 +229,12 @@ int ps_store_snapshot_begin_in(ps_store *s, int64_t id, int64_t hold_ms,
                                bool skip_uninitialized, const ps_snapshot_select *sel,
                                const bool *shards, size_t nshards, ps_status *st);
 void ps_store_snapshot_release(ps_store *s, int64_t id);
-/* Adds every embedding table to the held snapshot @id whose gate is still
- * closed (a Saver's selection of variables, and its graph's tables):
- * 0, FAILED_PRECONDITION (no such snapshot holds the gate) or
- * RESOURCE_EXHAUSTED. */
-int ps_store_snapshot_add_tables(ps_store *s, int64_t id, ps_status *st);
+/* ps_store_snapshot_begin_sel of a Saver's selection that also takes
+ * every embedding table (its graph has tables), all before the snapshot
+ * is kept. */
+int ps_store_snapshot_begin_tables(ps_store *s, int64_t id, int64_t hold_ms,
+                                   bool skip_uninitialized, const ps_snapshot_select *sel,
+                                   ps_status *st);
 /* Size of the held snapshot @id (0, 0 if none). */
 void ps_store_snapshot_stats(ps_store *s, int64_t id, int64_t *nvars, int64_t *bytes);
 /* The snapshot with @id (caller owns it), or NULL. */

@@ -594,6 +594,10 @@ START_TEST(graphs_look_up_combine_and_train_tables) {
   ps_tensor_destroy(kt);
   ps_tensor_destroy(stt);
   ps_session_destroy(s);
+  /* a step that is no integer scalar is refused when the graph is built */
+  ck_assert_ptr_null(ps_embedding_table_lookup(t, keys, ps_scalar(g, PS_DT_FLOAT, 1.0)));
+  ck_assert_str_eq(ps_graph_status(g)->msg,
+                   "table gemb: the step must be an int32 or int64 scalar, got float");
   /* an optimizer the table keeps no slots for */
   ps_optimizer *ada = ps_adagrad_optimizer(0.1, 0.1);
   ck_assert_ptr_null(ps_optimizer_minimize(ada, g, loss, NULL, NULL, 0, &st));

@@ -300,21 +300,38 @@ START_TEST(rows_expire_by_steps) {
   int64_t k = 1;
   PS_ASSERT_OK(ps_embed_update(t, PS_EMBED_SCATTER_ADD, &k, 1, g, NULL, 6, &c, &st), st);
   ck_assert_int_eq(rows_of(t), 2);
-  /* at step 7, key 2 is 6 steps old: expired, read as missing */
+  /* an inference lookup's step moves no clock: at step 6, key 2 (touched
+   * at 1) is 5 steps old and still there */
   k = 2;
+  PS_ASSERT_OK(ps_embed_lookup(t, &k, 1, false, 7, r, &c, &st), st);
+  ck_assert_int_eq(c.missing, 0);
+  /* a training call at step 7: now key 2 is 6 steps old, expired */
+  lookup1(t, 1, 7, r);
+  ck_assert_float_eq(r[0], first[0] + 1);
   PS_ASSERT_OK(ps_embed_lookup(t, &k, 1, false, 7, r, &c, &st), st);
   ck_assert_int_eq(c.missing, 1);
   ck_assert_int_eq(rows_of(t), 2); /* inference changes nothing */
   ck_assert_int_eq(ps_embed_sweep(t), 1);
   ck_assert_int_eq(rows_of(t), 1);
-  lookup1(t, 1, 7, r);
-  ck_assert_float_eq(r[0], first[0] + 1);
   /* a key that comes back gets a fresh row */
   float d[4];
   lookup1(t, 2, 13, r);
   PS_ASSERT_OK(ps_embed_default_row(t, 2, d, &st), st);
   ck_assert_mem_eq(r, d, sizeof r);
   ck_assert_int_eq(ps_embed_sweep(t), 1); /* key 1, touched at 7 */
+  /* an inference lookup's step (a serving client's) moves no clock */
+  k = 2;
+  PS_ASSERT_OK(ps_embed_lookup(t, &k, 1, false, 1000000, r, &c, &st), st);
+  ck_assert_int_eq(ps_embed_sweep(t), 0);
+  ck_assert_int_eq(rows_of(t), 1);
+  /* rows restored without versions (TensorFlow's own tables) age once
+   * touched, not at once */
+  ps_embed_export x = {.n = 1, .dim = 4, .keys = (int64_t[]){55}, .values = r};
+  PS_ASSERT_OK(ps_embed_replace(t, &x, &st), st);
+  k = 56;
+  PS_ASSERT_OK(ps_embed_lookup(t, &k, 1, true, 500, r, &c, &st), st);
+  ck_assert_int_eq(ps_embed_sweep(t), 0);
+  ck_assert_int_eq(rows_of(t), 2);
   /* training calls sweep the stripes they visit: 10000 old rows go while
    * 10000 new keys arrive, with no sweep of its own */
   enum { N = 10000 };
@@ -322,10 +339,10 @@ START_TEST(rows_expire_by_steps) {
   float *out = malloc(N * 4 * sizeof *out);
   for (int i = 0; i < N; i++)
     keys[i] = 100 + i;
-  PS_ASSERT_OK(ps_embed_lookup(t, keys, N, true, 20, out, &c, &st), st);
+  PS_ASSERT_OK(ps_embed_lookup(t, keys, N, true, 520, out, &c, &st), st);
   for (int i = 0; i < N; i++)
     keys[i] = 100000 + i;
-  PS_ASSERT_OK(ps_embed_lookup(t, keys, N, true, 30, out, &c, &st), st);
+  PS_ASSERT_OK(ps_embed_lookup(t, keys, N, true, 530, out, &c, &st), st);
   ck_assert_int_ge(c.expired, N * 9 / 10);
   ps_embed_stats s;
   ps_embed_table_stats(t, &s);
@@ -501,9 +518,9 @@ START_TEST(snapshots_copy_on_write_and_replace_restores) {
   int64_t fresh[3] = {-1, -2, -3};
   float f3[12];
   PS_ASSERT_OK(ps_embed_lookup(t, fresh, 3, true, 4, f3, &c, &st), st);
-  ps_embed_snap *second = ps_embed_snap_begin(t); /* taken while the first waits */
   ps_embed_export e;
   PS_ASSERT_OK(ps_embed_snap_export(snap, &e, &st), st);
+  ps_embed_snap *second = ps_embed_snap_begin(t);
   ck_assert_int_eq(e.n, N);
   ck_assert_int_eq(e.nslots, 1);
   for (int64_t i = 0; i < e.n; i++) {
@@ -519,6 +536,17 @@ START_TEST(snapshots_copy_on_write_and_replace_restores) {
   ck_assert_int_eq(e2.n, N + 3);
   ps_embed_snap_free(second);
   ps_embed_export_fini(&e2);
+  /* a snapshot taken while an older one still waits: the older one's save
+   * fails (no copy under the closed gate), the newer one's works */
+  ps_embed_snap *older = ps_embed_snap_begin(t), *newer = ps_embed_snap_begin(t);
+  PS_ASSERT_STATUS(ps_embed_snap_export(older, &e2, &st), st, PS_ABORTED,
+                   "table emb: a newer snapshot was taken before this save copied the "
+                   "table; save again");
+  PS_ASSERT_OK(ps_embed_snap_export(newer, &e2, &st), st);
+  ck_assert_int_eq(e2.n, N + 3);
+  ps_embed_export_fini(&e2);
+  ps_embed_snap_free(older);
+  ps_embed_snap_free(newer);
   /* another dim is refused, nothing changes */
   ps_embed_export bad = e;
   bad.dim = 8;

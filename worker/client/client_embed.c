@@ -345,7 +345,9 @@ int ps_client_table_lookup(ps_client *c, const char *name, const ps_tensor *keys
     ps_cl_answer_init_(c, t, &reqs[nreq], &k->ans, ps_cl_parse_table_lookup_, k, name);
     tasks[nreq++] = t;
   }
-  if ((rc = run_tasks(c, reqs, tasks, nreq, true, st)) != 0) goto out;
+  /* an inference lookup is safe to repeat; a training one counts toward
+   * admission and makes rows: not retried */
+  if ((rc = run_tasks(c, reqs, tasks, nreq, !train, st)) != 0) goto out;
   int64_t dim = lt[0].dim;
   for (size_t i = 1; i < nreq; i++)
     if (lt[i].dim != dim) {
@@ -623,12 +625,27 @@ int ps_client_table_restore(ps_client *c, const char *name, const char *prefix,
   if (name == NULL || name[0] == '\0')
     return ps_status_set(st, PS_INVALID_ARGUMENT, "Restore: no table name");
   const char *names[1] = {name}, *keys[1] = {from ? from : ""};
-  /* every ps checks, then every ps restores: one that would fail changes
-   * nothing anywhere */
-  for (int pass = 0; pass < 2; pass++)
-    for (int t = 0; t < c->nps; t++) {
-      int rc = ps_cl_restore_vars_(c, t, prefix, names, keys, 1, pass == 0, NULL, st);
-      if (rc != 0) return rc;
-    }
-  return 0;
+  int nps = c->nps;
+  const char *const **pn = calloc((size_t)nps + 1, sizeof *pn);
+  const char *const **pk = calloc((size_t)nps + 1, sizeof *pk);
+  size_t *cnt = calloc((size_t)nps + 1, sizeof *cnt);
+  char *checked = NULL;
+  int rc =
+      pn && pk && cnt ? 0 : ps_status_set(st, PS_RESOURCE_EXHAUSTED, "out of memory");
+  for (int t = 0; t < nps && rc == 0; t++) {
+    pn[t] = names;
+    pk[t] = keys;
+    cnt[t] = 1;
+  }
+  /* every ps checks, all at once, the one checkpoint then restored ("the
+   * latest" resolved once): one that would fail changes nothing anywhere */
+  if (rc == 0) rc = ps_client_check_restore_all(c, prefix, pn, pk, cnt, &checked, st);
+  for (int t = 0; t < nps && rc == 0; t++)
+    rc = ps_cl_restore_vars_(c, t, checked ? checked : prefix, names, keys, 1, false,
+                             NULL, st);
+  free(checked);
+  free(cnt);
+  free(pk);
+  free(pn);
+  return rc;
 }

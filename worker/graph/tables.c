@@ -147,6 +147,11 @@ ps_node *ps_embedding_table_lookup(ps_embedding_table *t, ps_node *keys, ps_node
   if (keys->shape.rank >= PS_MAX_RANK)
     return ps_graph_fail(g, PS_INVALID_ARGUMENT, "table %s: keys of rank %d",
                          t->spec.name, keys->shape.rank);
+  if (step && ((step->dtype != PS_DT_INT32 && step->dtype != PS_DT_INT64) ||
+               step->shape.rank > 0))
+    return ps_graph_fail(g, PS_INVALID_ARGUMENT,
+                         "table %s: the step must be an int32 or int64 scalar, got %s",
+                         t->spec.name, ps_dtype_name(step->dtype));
   ps_node *in[2] = {keys, step};
   ps_node *n = ps_node_new(g, &op_lookup, "TableLookup", in, step ? 2 : 1);
   if (n == NULL) return NULL;

@@ -64,13 +64,17 @@ typedef struct ps_table_policy {
   int64_t sketch_width;
   int sketch_depth;
   /* Expiry: a row untouched for more than ttl_steps global steps (the
-   * largest step the calls brought) or ttl_seconds seconds is removed. */
+   * largest step the training calls brought; an inference lookup's step
+   * moves nothing) or ttl_seconds seconds is removed.  A row restored
+   * without its step (TensorFlow's own tables) ages by steps once it is
+   * touched. */
   int64_t ttl_steps;
   int64_t ttl_seconds;
   /* Capacity: at most max_rows rows per ps task; at capacity the least
    * recently (LRU) or least frequently (LFU: fewest training lookups)
-   * used row goes, chosen among 16 sampled rows (exact below 65536 rows,
-   * where the table is one stripe). */
+   * used row goes, chosen among 16 sampled rows (all of them while the
+   * stripe holds no more).  Below 65536 rows the table is one stripe, so
+   * the bound is exact; above, each of the 64 stripes holds its share. */
   int64_t max_rows;
   ps_table_evict evict;
 } ps_table_policy;
@@ -167,7 +171,8 @@ PS_API void ps_client_free_table_info(ps_table_info *v, size_t n);
  * GradientDescent any table, Adagrad a PS_TABLE_ADAGRAD one, Adam a
  * PS_TABLE_ADAM one (lazy Adam, with the beta powers of the graph's
  * variables).  Tables are saved by cluster saves (ps_client_save without
- * a selection, psctl save), not by a Saver's. */
+ * a selection, psctl save) and by the graph's Saver, which restores them
+ * too. */
 typedef struct ps_embedding_table ps_embedding_table;
 
 PS_API ps_embedding_table *ps_get_embedding_table(ps_graph *g, const ps_table_spec *spec,
