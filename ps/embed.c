@@ -647,8 +647,8 @@ static int prepare(ps_embed_table *t, const int64_t *keys, size_t n, int64_t ste
 }
 int ps_embed_lookup(ps_embed_table *t, const int64_t *keys, size_t n, bool train,
                     int64_t step, float *out, ps_embed_counts *c, ps_status *st) {
-  uint32_t *order, start[PS_EMBED_STRIPES + 1], cur;
-  uint64_t *hs;
+  uint32_t *order = NULL, start[PS_EMBED_STRIPES + 1], cur = 0;
+  uint64_t *hs = NULL;
   memset(c, 0, sizeof *c);
   int rc = prepare(t, keys, n, step, train, &order, &hs, start, &cur, st);
   if (rc != 0) return rc;
@@ -790,8 +790,8 @@ int ps_embed_update(ps_embed_table *t, ps_embed_op op, const int64_t *keys, size
   float h[6] = {0};
   for (size_t i = 0; i < ps_embed_op_hparams(op); i++)
     h[i] = (float)hp[i];
-  uint32_t *order, start[PS_EMBED_STRIPES + 1], cur;
-  uint64_t *hs;
+  uint32_t *order = NULL, start[PS_EMBED_STRIPES + 1], cur = 0;
+  uint64_t *hs = NULL;
   int rc = prepare(t, keys, n, step, true, &order, &hs, start, &cur, st);
   if (rc != 0) return rc;
   size_t dim = (size_t)t->spec.dim;
