@@ -22,6 +22,18 @@
 
 static ps_harness H;
 static ps_client *C;
+/* The checkpoint tests' scratch directories live under one base made and
+ * removed by an unchecked fixture: its teardown runs in Check's parent
+ * process, so a failing test leaves nothing behind. */
+static char base[256];
+
+static void setup_base(void) {
+  harness_scratch_base(base, sizeof base, "embed");
+}
+
+static void teardown_base(void) {
+  harness_scratch_remove(base);
+}
 
 static void setup(void) {
   C = harness_start_client(&H, 2, NULL);
@@ -331,8 +343,7 @@ END_TEST
 /* Cluster saves take the tables; a restore brings them back on the same
  * ps count and on another, whole, in part and under another name. */
 START_TEST(checkpoints_save_and_restore_tables_on_any_ps_count) {
-  char base[256], dir[300];
-  harness_scratch_base(base, sizeof base, "embck");
+  char dir[300];
   ck_assert_int_eq(harness_scratch_dir(dir, sizeof dir, base), 0);
   const char *extra[] = {"--checkpoint-dir", dir, NULL};
   ps_harness h2;
@@ -436,7 +447,6 @@ START_TEST(checkpoints_save_and_restore_tables_on_any_ps_count) {
   ps_tensor_destroy(ek);
   ps_tensor_destroy(g);
   ps_tensor_destroy(keys);
-  harness_scratch_remove(base);
 }
 END_TEST
 
@@ -466,8 +476,7 @@ static void *train_loop(void *p) {
 }
 
 START_TEST(saves_while_training_take_whole_updates) {
-  char base[256], dir[300];
-  harness_scratch_base(base, sizeof base, "embsv");
+  char dir[300];
   ck_assert_int_eq(harness_scratch_dir(dir, sizeof dir, base), 0);
   const char *extra[] = {"--checkpoint-dir", dir, NULL};
   ps_harness h;
@@ -519,7 +528,6 @@ START_TEST(saves_while_training_take_whole_updates) {
   ps_tensor_destroy(tr.keys);
   ps_tensor_destroy(tr.g);
   ck_assert_int_eq(harness_stop_client(&h, c), 0);
-  harness_scratch_remove(base);
 }
 END_TEST
 
@@ -610,6 +618,7 @@ END_TEST
 int main(void) {
   Suite *s = suite_create("embed");
   TCase *tc = tcase_create("embed");
+  tcase_add_unchecked_fixture(tc, setup_base, teardown_base);
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, rows_are_the_same_on_any_ps_count_and_spread_by_key);
