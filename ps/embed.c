@@ -1,9 +1,10 @@
 /* Embedding tables (embed.h): the data structure.
  *
- * A stripe keeps its rows as records in chunks of 256, numbered densely
- * 0..nrec-1 (a removed row's place takes the last record), and finds them
- * through an open-addressing index of 32-bit entries, linear probing,
- * at most 3/4 full:
+ * A stripe keeps its rows as records in chunks of 256 (the first 8 from
+ * malloc, the rest from the table's pool of huge-page blocks: "chunks"
+ * below), numbered densely 0..nrec-1 (a removed row's place takes the last
+ * record), and finds them through an open-addressing index of 32-bit
+ * entries, linear probing, at most 3/4 full:
  *
  *   entry  = tag << 26 | (record + 1)      0: empty
  *   record = key (8 bytes) | step (u32) | time (u32) | count (u32)
@@ -42,6 +43,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "common/embed_key.h"
@@ -57,6 +59,14 @@
 #define SAMPLES 16
 #define MIN_INDEX_BITS 4
 #define DEFAULT_SEED 87654321
+#define HUGE_BYTES ((size_t)2 << 20)
+#define MALLOC_CHUNKS 8 /* a stripe's first chunks; the rest come from the pool */
+#define BLOCK_HDR 64
+
+/* a freed chunk of a block, on its table's free list */
+struct fchunk {
+  struct fchunk *prev, *next;
+};
 
 typedef struct stripe {
   pthread_mutex_t mu;
@@ -78,6 +88,13 @@ struct ps_embed_table {
   int nslots;
   size_t stride; /* bytes of a record */
   size_t chunk_bytes;
+  size_t cpb; /* chunks a block holds (0: every chunk from malloc) */
+  struct pool {
+    pthread_mutex_t mu;
+    uint8_t *cur;        /* the block chunks are carved from, or NULL */
+    struct fchunk *free; /* freed chunks of the blocks, to reuse */
+    size_t nblocks;
+  } pool;
   uint64_t seed; /* the initializer's, mixed with the table's name */
   int nstripes;
   unsigned sketch_bits;
@@ -260,6 +277,150 @@ static inline float *rec_row(uint8_t *p) {
   return (float *)(void *)(p + HDR);
 }
 
+/* ---- chunks ----
+ *
+ * A stripe's first MALLOC_CHUNKS chunks come from malloc, so a small
+ * table takes little; the rest come from its table's pool of 2 MiB
+ * blocks, mapped at 2 MiB boundaries and marked for huge pages
+ * (MADV_HUGEPAGE), so that a lookup at random over a large table misses
+ * the TLB far less (issue 25's profile: most of a call's time was that
+ * miss).  A block starts with its count of live and carved chunks; its
+ * chunks are carved in order, freed ones are reused first, and a block
+ * whose chunks are all free again is unmapped.  The pool's lock is taken
+ * under a stripe's, once per 256 rows made or removed. */
+
+typedef struct block {
+  uint32_t live, carved;
+} block;
+
+static inline block *block_of(const void *chunk) {
+  return (block *)((uintptr_t)chunk & ~(uintptr_t)(HUGE_BYTES - 1));
+}
+static inline uint8_t *block_chunk(const ps_embed_table *t, block *b, uint32_t j) {
+  return (uint8_t *)b + BLOCK_HDR + (size_t)j * t->chunk_bytes;
+}
+static inline bool chunk_pooled(const ps_embed_table *t, size_t k) {
+  return t->cpb > 0 && k >= MALLOC_CHUNKS;
+}
+
+static void fchunk_unlink(struct pool *p, struct fchunk *f) {
+  if (f->prev)
+    f->prev->next = f->next;
+  else
+    p->free = f->next;
+  if (f->next) f->next->prev = f->prev;
+}
+
+/* Unmaps block @b, its carved chunks (but @except) on the free list. */
+static void block_unmap(ps_embed_table *t, block *b, const void *except) {
+  for (uint32_t j = 0; j < b->carved; j++) {
+    uint8_t *c = block_chunk(t, b, j);
+    if (c != except) fchunk_unlink(&t->pool, (struct fchunk *)(void *)c);
+  }
+  munmap(b, HUGE_BYTES);
+  t->pool.nblocks--;
+  atomic_fetch_sub(&t->bytes, (long long)HUGE_BYTES);
+}
+
+static uint8_t *pool_get(ps_embed_table *t) {
+  struct pool *p = &t->pool;
+  uint8_t *c = NULL;
+  pthread_mutex_lock(&p->mu);
+  if (p->free) {
+    c = (uint8_t *)p->free;
+    fchunk_unlink(p, p->free);
+  } else {
+    block *b = (block *)p->cur;
+    if (b == NULL || b->carved == t->cpb) {
+      /* a new block at a 2 MiB boundary: map twice its size, trim both ends */
+      uint8_t *m = mmap(NULL, 2 * HUGE_BYTES, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (m == MAP_FAILED) goto out;
+      uint8_t *a =
+          (uint8_t *)(((uintptr_t)m + HUGE_BYTES - 1) & ~(uintptr_t)(HUGE_BYTES - 1));
+      if (a > m) munmap(m, (size_t)(a - m));
+      munmap(a + HUGE_BYTES, (size_t)(m + HUGE_BYTES - a));
+      (void)madvise(a, HUGE_BYTES, MADV_HUGEPAGE); /* a kernel without THP: no matter */
+      if (b && b->live == 0) block_unmap(t, b, NULL);
+      b = (block *)a;
+      b->live = b->carved = 0;
+      p->cur = a;
+      p->nblocks++;
+      atomic_fetch_add(&t->bytes, (long long)HUGE_BYTES);
+    }
+    c = block_chunk(t, b, b->carved++);
+  }
+  block_of(c)->live++;
+out:
+  pthread_mutex_unlock(&p->mu);
+  return c;
+}
+
+static void pool_put(ps_embed_table *t, uint8_t *c) {
+  struct pool *p = &t->pool;
+  pthread_mutex_lock(&p->mu);
+  block *b = block_of(c);
+  if (--b->live == 0 && (uint8_t *)b != p->cur) {
+    block_unmap(t, b, c);
+  } else {
+    struct fchunk *f = (struct fchunk *)(void *)c;
+    f->prev = NULL;
+    f->next = p->free;
+    if (p->free) p->free->prev = f;
+    p->free = f;
+  }
+  pthread_mutex_unlock(&p->mu);
+}
+
+/* Stripe @s's next chunk (its number s->nchunks), or NULL. */
+static uint8_t *chunk_new(ps_embed_table *t, stripe *s) {
+  if (chunk_pooled(t, s->nchunks)) return pool_get(t);
+  uint8_t *c = malloc(t->chunk_bytes);
+  if (c) atomic_fetch_add(&t->bytes, (long long)t->chunk_bytes);
+  return c;
+}
+
+/* Frees stripe @s's chunk @k (its last). */
+static void chunk_free(ps_embed_table *t, stripe *s, size_t k) {
+  if (chunk_pooled(t, k)) {
+    pool_put(t, s->chunks[k]);
+    return;
+  }
+  free(s->chunks[k]);
+  atomic_fetch_sub(&t->bytes, (long long)t->chunk_bytes);
+}
+
+/* Table @t takes over @nt's pool (@nt's stripes' chunks move to @t's). */
+static void pool_merge(ps_embed_table *t, ps_embed_table *nt) {
+  struct pool *p = &t->pool, *q = &nt->pool;
+  pthread_mutex_lock(&p->mu);
+  if (q->free) {
+    struct fchunk *f = q->free;
+    while (f->next)
+      f = f->next;
+    f->next = p->free;
+    if (p->free) p->free->prev = f;
+    p->free = q->free;
+  }
+  p->nblocks += q->nblocks;
+  atomic_fetch_add(&t->bytes, (long long)(q->nblocks * HUGE_BYTES));
+  atomic_fetch_sub(&nt->bytes, (long long)(q->nblocks * HUGE_BYTES));
+  /* nt's block being carved is carved no further */
+  block *b = (block *)q->cur;
+  if (b && b->live == 0) block_unmap(t, b, NULL);
+  q->cur = NULL;
+  q->free = NULL;
+  q->nblocks = 0;
+  pthread_mutex_unlock(&p->mu);
+}
+
+/* Frees what is left of @t's pool once every chunk is back. */
+static void pool_free(ps_embed_table *t) {
+  block *b = (block *)t->pool.cur;
+  if (b) block_unmap(t, b, NULL);
+  t->pool.cur = NULL;
+  pthread_mutex_destroy(&t->pool.mu);
+}
 static inline uint32_t index_home(uint64_t h, unsigned bits) {
   return (uint32_t)((h * 0x9E3779B97F4A7C15ull) >> (64 - bits));
 }
@@ -343,8 +504,8 @@ static void remove_at(ps_embed_table *t, stripe *s, uint32_t pos) {
   /* a chunk goes once the one before it is empty too (no flapping) */
   size_t need = ((size_t)s->nrec + CHUNK_ROWS - 1) / CHUNK_ROWS;
   while (s->nchunks > need + 1) {
-    free(s->chunks[--s->nchunks]);
-    atomic_fetch_sub(&t->bytes, (long long)t->chunk_bytes);
+    s->nchunks--;
+    chunk_free(t, s, s->nchunks);
   }
   atomic_fetch_sub(&t->rows, 1);
 }
@@ -479,9 +640,8 @@ static uint8_t *insert(ps_embed_table *t, stripe *s, int64_t key, uint64_t h,
       s->chunks = v;
       s->chunks_cap = cap;
     }
-    if ((s->chunks[s->nchunks] = malloc(t->chunk_bytes)) == NULL) goto oom;
+    if ((s->chunks[s->nchunks] = chunk_new(t, s)) == NULL) goto oom;
     s->nchunks++;
-    atomic_fetch_add(&t->bytes, (long long)t->chunk_bytes);
   }
   uint8_t *p = rec(t, s, s->nrec);
   float *row = rec_row(p);
@@ -573,21 +733,40 @@ static void cow(ps_embed_table *t, int si) {
 /* ---- prefetching a call's keys ----
  *
  * A key's row costs two cache misses at random (its index entry, then its
- * record).  While key k is served, key k + PF_AHEAD's index entry is
- * fetched, and key k + PF_AHEAD / 2's record (its entry is in the cache
- * by then): the misses of several keys overlap.  Reads only. */
-#define PF_AHEAD 8
+ * record).  A stripe's keys are served in windows of PF_WINDOW: first the
+ * window's index entries are fetched, then the records they name (each
+ * line of each), then the keys are served, so that up to a window's
+ * misses overlap instead of coming one after another.  Reads only, and
+ * only hints: a record a window's key then moves or removes is still
+ * found by find(). */
+#define PF_WINDOW 32
 
-static inline void prefetch_key(const ps_embed_table *t, const stripe *s,
-                                const uint64_t *hs, uint32_t k, uint32_t end) {
+static void prefetch_window(const ps_embed_table *t, const stripe *s, const uint64_t *hs,
+                            uint32_t a, uint32_t b) {
   if (s->bits == 0) return;
-  if (k + PF_AHEAD < end)
-    __builtin_prefetch(&s->index[index_home(hs[k + PF_AHEAD], s->bits)], 0, 1);
-  if (k + PF_AHEAD / 2 < end) {
-    uint32_t e = s->index[index_home(hs[k + PF_AHEAD / 2], s->bits)];
-    if (e && (e & ID_MASK) - 1 < s->nrec)
-      __builtin_prefetch(rec(t, s, (e & ID_MASK) - 1), 1, 1);
+  for (uint32_t k = a; k < b; k++)
+    __builtin_prefetch(&s->index[index_home(hs[k], s->bits)], 0, 3);
+  uint32_t mask = ((uint32_t)1 << s->bits) - 1;
+  for (uint32_t k = a; k < b; k++) {
+    /* the first entry of the key's probe run with its tag */
+    uint32_t pos = index_home(hs[k], s->bits), tag = tag_of(hs[k]), e;
+    for (int i = 0; (e = s->index[pos]) != 0 && e >> ID_BITS != tag && i < 8; i++)
+      pos = (pos + 1) & mask;
+    if (e == 0 || e >> ID_BITS != tag || (e & ID_MASK) - 1 >= s->nrec) continue;
+    const uint8_t *p = rec(t, s, (e & ID_MASK) - 1);
+    for (size_t off = 0; off < t->stride; off += 64)
+      __builtin_prefetch(p + off, 1, 3);
+    __builtin_prefetch(p + t->stride - 1, 1, 3);
   }
+}
+
+/* Prefetches the window that starts at @k, if one does, of the keys
+ * [@first, @end) of stripe @s. */
+static inline void prefetch_at(const ps_embed_table *t, const stripe *s,
+                               const uint64_t *hs, uint32_t k, uint32_t first,
+                               uint32_t end) {
+  if ((k - first) % PF_WINDOW == 0)
+    prefetch_window(t, s, hs, k, end - k < PF_WINDOW ? end : k + PF_WINDOW);
 }
 
 /* ---- grouping keys by stripe ---- */
@@ -661,7 +840,7 @@ int ps_embed_lookup(ps_embed_table *t, const int64_t *keys, size_t n, bool train
     pthread_mutex_lock(&s->mu);
     if (train) cow(t, si);
     for (uint32_t k = start[si]; k < start[si + 1] && rc == 0; k++) {
-      prefetch_key(t, s, hs, k, start[si + 1]);
+      prefetch_at(t, s, hs, k, start[si], start[si + 1]);
       uint32_t i = order[k];
       int64_t key = keys[i];
       uint64_t h = hs[k];
@@ -802,7 +981,7 @@ int ps_embed_update(ps_embed_table *t, ps_embed_op op, const int64_t *keys, size
     pthread_mutex_lock(&s->mu);
     cow(t, si);
     for (uint32_t k = start[si]; k < start[si + 1]; k++) {
-      prefetch_key(t, s, hs, k, start[si + 1]);
+      prefetch_at(t, s, hs, k, start[si], start[si + 1]);
       uint32_t i = order[k];
       int64_t pos = find(t, s, keys[i], hs[k], NULL);
       uint8_t *p = pos >= 0 ? rec(t, s, (s->index[pos] & ID_MASK) - 1) : NULL;
@@ -966,9 +1145,8 @@ void ps_embed_snap_free(ps_embed_snap *snap) {
 
 /* Empties stripe @s (locked) of @t: its rows, index and chunks go. */
 static void stripe_clear(ps_embed_table *t, stripe *s) {
-  for (size_t k = 0; k < s->nchunks; k++)
-    free(s->chunks[k]);
-  atomic_fetch_sub(&t->bytes, (long long)(s->nchunks * t->chunk_bytes));
+  for (size_t k = s->nchunks; k-- > 0;)
+    chunk_free(t, s, k);
   if (s->bits) atomic_fetch_sub(&t->bytes, (long long)((size_t)4 << s->bits));
   atomic_fetch_sub(&t->rows, (long long)s->nrec);
   free(s->chunks);
@@ -1039,6 +1217,7 @@ ps_embed_table *ps_embed_replace_prepare(ps_embed_table *t, const ps_embed_expor
 void ps_embed_replace_commit(ps_embed_table *t, ps_embed_table *nt) {
   /* each stripe takes the new one's rows at once; a snapshot waiting for
    * it copies the old rows first */
+  pool_merge(t, nt);
   for (int si = 0; si < t->nstripes; si++) {
     stripe *s = &t->stripes[si], *n = &nt->stripes[si];
     pthread_mutex_lock(&s->mu);
@@ -1051,7 +1230,8 @@ void ps_embed_replace_commit(ps_embed_table *t, ps_embed_table *nt) {
     s->bits = n->bits;
     s->nrec = n->nrec;
     atomic_fetch_add(&t->rows, (long long)n->nrec);
-    atomic_fetch_add(&t->bytes, (long long)(n->nchunks * t->chunk_bytes +
+    size_t own = t->cpb > 0 && n->nchunks > MALLOC_CHUNKS ? MALLOC_CHUNKS : n->nchunks;
+    atomic_fetch_add(&t->bytes, (long long)(own * t->chunk_bytes +
                                             (n->bits ? (size_t)4 << n->bits : 0)));
     n->chunks = NULL;
     n->index = NULL;
@@ -1078,13 +1258,14 @@ int ps_embed_replace(ps_embed_table *t, const ps_embed_export *in, ps_status *st
 static void table_free(ps_embed_table *t) {
   for (int i = 0; i < t->nstripes; i++) {
     stripe *s = &t->stripes[i];
-    for (size_t k = 0; k < s->nchunks; k++)
-      free(s->chunks[k]);
+    for (size_t k = s->nchunks; k-- > 0;)
+      chunk_free(t, s, k);
     free(s->chunks);
     free(s->index);
     free(s->sketch);
     pthread_mutex_destroy(&s->mu);
   }
+  pool_free(t);
   free((char *)t->spec.name);
   free((double *)t->spec.init.values);
   free(t);
@@ -1118,6 +1299,10 @@ static ps_embed_table *table_new(const ps_embed_spec *spec, ps_status *st) {
   t->nslots = ps_embed_optimizer_slots(sp.optimizer);
   t->stride = HDR + (size_t)sp.dim * sizeof(float) * (size_t)(1 + t->nslots);
   t->chunk_bytes = t->stride * CHUNK_ROWS;
+  t->cpb = t->chunk_bytes <= HUGE_BYTES - BLOCK_HDR
+               ? (HUGE_BYTES - BLOCK_HDR) / t->chunk_bytes
+               : 0;
+  pthread_mutex_init(&t->pool.mu, NULL);
   t->seed = (uint64_t)sp.init.seed ^ ps_init_name_hash(name);
   t->nstripes = nstripes;
   int64_t w = sp.policy.sketch_width / nstripes;

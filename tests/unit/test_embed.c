@@ -494,6 +494,64 @@ END_TEST
 /* A snapshot keeps the rows as they were when it was taken, however the
  * table changes before it is exported; a replace brings them back, with
  * their slots and counters. */
+/* A large table's chunks come from its pool of 2 MiB blocks: they move
+ * with a restore, and blocks whose rows are all gone are given back. */
+START_TEST(large_tables_take_and_give_back_blocks) {
+  ps_embed_store *es = ps_embed_store_create();
+  ps_embed_spec sp = spec_of("emb", 16);
+  sp.policy.ttl_steps = 5;
+  ps_embed_table *t = make(es, &sp);
+  enum { N = 400000, B = 8192 };
+  int64_t *keys = malloc(N * sizeof *keys);
+  float *out = malloc((size_t)N * 16 * sizeof *out);
+  ck_assert(keys && out);
+  for (int64_t i = 0; i < N; i++)
+    keys[i] = (int64_t)ps_embed_key_hash(i) * 3;
+  ps_status st;
+  ps_embed_counts c;
+  for (int64_t i = 0; i < N; i += B)
+    PS_ASSERT_OK(ps_embed_lookup(t, keys + i, (size_t)(N - i < B ? N - i : B), true, 1,
+                                 out + i * 16, &c, &st),
+                 st);
+  ps_embed_stats s0, s1, s2;
+  ps_embed_table_stats(t, &s0);
+  ck_assert_int_eq(s0.rows, N);
+  /* a restore of the table's own rows: the same rows, the same memory */
+  ps_embed_snap *snap = ps_embed_snap_begin(t);
+  ck_assert_ptr_nonnull(snap);
+  ps_embed_export e;
+  PS_ASSERT_OK(ps_embed_snap_export(snap, &e, &st), st);
+  ps_embed_snap_free(snap);
+  PS_ASSERT_OK(ps_embed_replace(t, &e, &st), st);
+  ps_embed_export_fini(&e);
+  ps_embed_table_stats(t, &s1);
+  ck_assert_int_eq(s1.rows, N);
+  ck_assert_int_le(llabs(s1.bytes - s0.bytes), 4 << 20);
+  float *again = malloc((size_t)B * 16 * sizeof *again);
+  ck_assert_ptr_nonnull(again);
+  for (int64_t i = 0; i < N; i += B) {
+    size_t n = (size_t)(N - i < B ? N - i : B);
+    PS_ASSERT_OK(ps_embed_lookup(t, keys + i, n, false, 0, again, &c, &st), st);
+    ck_assert_int_eq(c.missing, 0);
+    ck_assert_mem_eq(again, out + i * 16, n * 16 * sizeof(float));
+  }
+  /* every row expires: the blocks go back, the index and each stripe's
+   * first chunks stay */
+  PS_ASSERT_OK(ps_embed_lookup(t, keys, 1, true, 100, again, &c, &st), st);
+  /* (the lookup's own key expired and came back; the call swept some) */
+  ck_assert_int_eq(c.expired + ps_embed_sweep(t), N);
+  ps_embed_table_stats(t, &s2);
+  ck_assert_int_eq(s2.rows, 1);
+  ck_assert_msg(s2.bytes < 12 << 20, "%lld bytes left of %lld", (long long)s2.bytes,
+                (long long)s1.bytes);
+  ps_embed_unref(t);
+  ps_embed_store_destroy(es);
+  free(keys);
+  free(out);
+  free(again);
+}
+END_TEST
+
 START_TEST(snapshots_copy_on_write_and_replace_restores) {
   ps_embed_store *es = ps_embed_store_create();
   ps_embed_spec sp = spec_of("emb", 4);
@@ -659,6 +717,7 @@ int main(void) {
   tcase_add_test(tc, capacity_evicts_least_recently_used);
   tcase_add_test(tc, capacity_evicts_least_frequently_used);
   tcase_add_test(tc, optimizers_follow_their_formulas);
+  tcase_add_test(tc, large_tables_take_and_give_back_blocks);
   tcase_add_test(tc, snapshots_copy_on_write_and_replace_restores);
   tcase_add_test(tc, threads_share_a_table);
   suite_add_tcase(s, tc);
