@@ -166,10 +166,11 @@ int ps_embed_default_row(const ps_embed_table *t, int64_t key, float *out, ps_st
 /* ---- snapshots and restores (checkpoints: ps/ckpt_save.c,
  * ps/ckpt_restore.c, DESIGN.md "Embedding tables") ----
  *
- * A snapshot costs no copy when it is taken: each stripe is copied when
- * something is about to change it, or when the snapshot is exported,
- * whichever comes first; so a save pauses no training call by more than
- * the copy of one stripe (1/64 of the table). */
+ * A snapshot costs no copy when it is taken: a page of 16 records is
+ * copied when something is about to change one of them, and each stripe
+ * when the snapshot is exported (from its copied pages and the live
+ * rest); so a save pauses a training call by the copies of the pages it
+ * writes, or one stripe's copy (1/64 of the table). */
 typedef struct ps_embed_snap ps_embed_snap;
 /* The table as it is now; call while no call changes it (the store's
  * gate is closed).  NULL: out of memory. */

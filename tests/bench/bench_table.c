@@ -25,15 +25,28 @@
  * less key, row and slot, against the 24 bytes DESIGN.md allows; and the
  * ps's resident set per row.
  *
+ * A save's pause (--pause 0 skips it; needs Adagrad): a training loop on
+ * its own thread (lookup + update of the table, or gather + sparse Adagrad
+ * of a dense variable [rows, dim] with its accumulator on ps 0: the
+ * table's bytes) runs from 1 s before to 1 s after a save of the table
+ * alone, or of the dense variable alone (ps_save_options.select), twice
+ * each in alternating order, into a directory of $TMPDIR (each checkpoint
+ * removed after it).  Reported: the longest step that overlapped each
+ * kind's save, table against dense (target: no longer), with the saves'
+ * durations and the steps' median outside them.
+ *
  * --policy 0 leaves the policy table out, --optimizer sgd the accumulator
  * (the scale run: --rows 100000000 --ps 4).
  *
  * Rounds (--rounds 3) interleave ours, the baseline and the policy table;
  * medians are reported.  stdout: `bench: NAME VALUE ...' lines.  Needs
  * PS_SERVER.  Exit 0 when everything ran, 1 when something failed. */
+#include <errno.h>
 #include <math.h>
 
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +55,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "paramserver/checkpoint.h"
 #include "paramserver/client.h"
 #include "paramserver/embedding.h"
 #include "paramserver/library.h"
@@ -76,6 +90,7 @@ typedef struct opts {
   int nps, rounds;
   int policy; /* --policy 0: no second table (the scale run) */
   int slots;  /* --optimizer sgd: 0 (no accumulator), else adagrad: 1 */
+  int pause;  /* --pause 0: no save-pause phase */
 } opts;
 
 /* ---- the baseline's peer: per step, u keys in and u rows out; u keys and
@@ -254,6 +269,225 @@ static int ours_round(ps_client *c, const char *name, const opts *o, const int64
   return rc;
 }
 
+/* ---- a save's pause: the table's steps against a dense variable's ---- */
+
+/* A training loop on its own thread: the table's steps (lookup + Adagrad
+ * update of a batch) or the dense variable's (gather of the batch's rows +
+ * SparseApplyAdagrad), each step's start and latency recorded. */
+typedef struct trainer {
+  ps_client *c;
+  const opts *o;
+  const int64_t *keys, *ids;
+  int dense;
+  atomic_int stop;
+  double *start, *lat;
+  size_t n, cap;
+  int failed;
+  ps_status st;
+} trainer;
+
+static int cmp_i64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+
+static int dense_step(trainer *tr, int64_t s, int64_t *u) {
+  const opts *o = tr->o;
+  int64_t n = 0;
+  for (int64_t i = 0; i < o->batch; i++)
+    u[n++] = tr->ids[s * o->batch + i];
+  qsort(u, (size_t)n, sizeof *u, cmp_i64);
+  int64_t m = 0;
+  for (int64_t i = 0; i < n; i++)
+    if (m == 0 || u[m - 1] != u[i]) u[m++] = u[i];
+  ps_shape is = {.rank = 1, .dim = {m}}, gs = {.rank = 2, .dim = {m, o->dim}};
+  ps_tensor *ix = ps_tensor_create(PS_DT_INT64, &is, false);
+  ps_tensor *g = ps_tensor_create(PS_DT_FLOAT, &gs, false);
+  int rc = -1;
+  if (ix && g) {
+    memcpy(ps_tensor_data(ix), u, (size_t)m * sizeof *u);
+    float *gp = ps_tensor_data(g);
+    for (int64_t i = 0; i < m; i++)
+      for (int64_t j = 0; j < o->dim; j++)
+        gp[i * o->dim + j] = grad_value(s, j);
+    ps_read r = {.name = "dense", .indices = ix};
+    static const char *slots[1] = {"dense/Adagrad"};
+    static const double hp[1] = {ADAGRAD_LR};
+    ps_update up = {.name = "dense",
+                    .op = PS_APPLY_ADAGRAD,
+                    .value = g,
+                    .indices = ix,
+                    .slots = slots,
+                    .nslots = 1,
+                    .hparams = hp,
+                    .nhparams = 1};
+    rc = ps_client_read(tr->c, 0, &r, 1, &tr->st);
+    ps_tensor_destroy(r.out);
+    if (rc == 0) rc = ps_client_update(tr->c, 0, &up, 1, &tr->st);
+  } else {
+    ps_status_set(&tr->st, PS_RESOURCE_EXHAUSTED, "out of memory");
+  }
+  ps_tensor_destroy(ix);
+  ps_tensor_destroy(g);
+  return rc;
+}
+
+static int table_step(trainer *tr, int64_t s, ps_tensor *k, ps_tensor *g) {
+  const opts *o = tr->o;
+  int64_t *kp = ps_tensor_data(k);
+  float *gp = ps_tensor_data(g);
+  for (int64_t i = 0; i < o->batch; i++) {
+    kp[i] = tr->keys[tr->ids[s * o->batch + i]];
+    for (int64_t j = 0; j < o->dim; j++)
+      gp[i * o->dim + j] = grad_value(s, j);
+  }
+  ps_tensor *rows = NULL;
+  double lr = ADAGRAD_LR;
+  int rc = ps_client_table_lookup(tr->c, "plain", k, true, s + 2, &rows, NULL, &tr->st);
+  ps_tensor_destroy(rows);
+  if (rc == 0)
+    rc = ps_client_table_update(tr->c, "plain", PS_TABLE_OP_ADAGRAD, k, g, &lr, 1, s + 2,
+                                NULL, &tr->st);
+  return rc;
+}
+
+static void *trainer_main(void *arg) {
+  trainer *tr = arg;
+  const opts *o = tr->o;
+  ps_shape ks = {.rank = 1, .dim = {o->batch}},
+           gs = {.rank = 2, .dim = {o->batch, o->dim}};
+  ps_tensor *k = ps_tensor_create(PS_DT_INT64, &ks, false);
+  ps_tensor *g = ps_tensor_create(PS_DT_FLOAT, &gs, false);
+  int64_t *u = malloc((size_t)o->batch * sizeof *u);
+  if (k == NULL || g == NULL || u == NULL) tr->failed = 1;
+  for (int64_t s = 0; !tr->failed && !atomic_load(&tr->stop); s = (s + 1) % o->steps) {
+    double t0 = now_s();
+    int rc = tr->dense ? dense_step(tr, s, u) : table_step(tr, s, k, g);
+    double t1 = now_s();
+    if (rc != 0) {
+      tr->failed = 1;
+      break;
+    }
+    if (tr->n == tr->cap) {
+      size_t cap = tr->cap ? tr->cap * 2 : 4096;
+      double *a = realloc(tr->start, cap * sizeof *a);
+      if (a) tr->start = a;
+      double *l = realloc(tr->lat, cap * sizeof *l);
+      if (l) tr->lat = l;
+      if (a == NULL || l == NULL) {
+        tr->failed = 1;
+        break;
+      }
+      tr->cap = cap;
+    }
+    tr->start[tr->n] = t0;
+    tr->lat[tr->n++] = t1 - t0;
+  }
+  ps_tensor_destroy(k);
+  ps_tensor_destroy(g);
+  free(u);
+  return NULL;
+}
+
+static void sleep_s(double s) {
+  struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+  while (nanosleep(&ts, &ts) != 0) {
+  }
+}
+
+typedef struct pause_result {
+  double max_ms, max_at_ms, save_ms, median_ms; /* the longest step during the save
+                                                 (its start from the save's); steps
+                                                 outside */
+} pause_result;
+
+/* A save of the table, or (@dense) of the dense variable, with its own
+ * training loop running from 1 s before to 1 s after it. */
+static int save_pause(ps_client *c, const opts *o, const int64_t *keys,
+                      const int64_t *ids, int dense, int rep, pause_result *pr,
+                      ps_status *st) {
+  trainer tr = {.c = c, .o = o, .keys = keys, .ids = ids, .dense = dense};
+  pthread_t th;
+  if (pthread_create(&th, NULL, trainer_main, &tr) != 0)
+    return ps_status_set(st, PS_INTERNAL, "pthread_create failed");
+  sleep_s(1.0);
+  char prefix[64], *written = NULL;
+  snprintf(prefix, sizeof prefix, "pause-%s-%d", dense ? "dense" : "table", rep);
+  /* the table alone, or the dense variable and its accumulator alone */
+  static const ps_save_item items[2] = {{0, "dense", "dense"},
+                                        {0, "dense/Adagrad", "dense/Adagrad"}};
+  ps_save_options so = {.select = true, .max_to_keep = -1};
+  if (dense) {
+    so.items = items;
+    so.nitems = 2;
+  } else {
+    so.tables = true;
+  }
+  double s0 = now_s();
+  int rc = ps_client_save(c, prefix, &so, &written, NULL, st);
+  double s1 = now_s();
+  sleep_s(1.0);
+  atomic_store(&tr.stop, 1);
+  pthread_join(th, NULL);
+  if (written) {
+    ps_status rs;
+    if (ps_ckpt_remove(written, &rs) != 0)
+      fprintf(stderr, "bench_table: removing %s: %s\n", written, rs.msg);
+    free(written);
+  }
+  if (rc == 0 && tr.failed)
+    rc = ps_status_set(st, tr.st.code, "%s step: %s", dense ? "dense" : "table",
+                       tr.st.msg);
+  memset(pr, 0, sizeof *pr);
+  pr->save_ms = (s1 - s0) * 1e3;
+  double *out = malloc((tr.n ? tr.n : 1) * sizeof *out);
+  size_t nout = 0, during = 0;
+  for (size_t i = 0; out && i < tr.n; i++) {
+    double b = tr.start[i], e = b + tr.lat[i];
+    if (b < s1 && e > s0) {
+      during++;
+      if (tr.lat[i] * 1e3 > pr->max_ms) {
+        pr->max_ms = tr.lat[i] * 1e3;
+        pr->max_at_ms = (b - s0) * 1e3;
+      }
+    } else {
+      out[nout++] = tr.lat[i] * 1e3;
+    }
+  }
+  if (nout) pr->median_ms = median(out, (int)nout);
+  if (rc == 0 && (out == NULL || during == 0))
+    rc = ps_status_set(st, PS_INTERNAL, "no step overlapped the save");
+  free(out);
+  free(tr.start);
+  free(tr.lat);
+  fprintf(stderr,
+          "bench_table: save with %s steps: %.0f ms; longest step during it %.1f ms "
+          "(began at %+.0f ms), median outside %.2f ms\n",
+          dense ? "dense" : "table", pr->save_ms, pr->max_ms, pr->max_at_ms,
+          pr->median_ms);
+  return rc;
+}
+
+/* The dense variable of the table's bytes: [rows, dim] and its Adagrad
+ * accumulator, on ps 0, filled on the ps. */
+static int make_dense(ps_client *c, const opts *o, ps_status *st) {
+  ps_init_spec ru, acc;
+  ps_init_spec_default(&ru, PS_INIT_RANDOM_UNIFORM);
+  ps_init_spec_default(&acc, PS_INIT_CONSTANT);
+  acc.value = 0.1;
+  ps_var_spec v[2] = {{.name = "dense",
+                       .dtype = PS_DT_FLOAT,
+                       .shape = {2, {o->rows, o->dim}},
+                       .init = &ru},
+                      {.name = "dense/Adagrad",
+                       .dtype = PS_DT_FLOAT,
+                       .shape = {2, {o->rows, o->dim}},
+                       .init = &acc}};
+  int rc = ps_client_create_vars(c, 0, v, 2, st);
+  if (rc == 0) rc = ps_client_initialize(c, 0, NULL, 0, false, NULL, st);
+  return rc;
+}
+
 int main(int argc, char **argv) {
   opts o = {.rows = 10000000,
             .dim = 16,
@@ -263,7 +497,8 @@ int main(int argc, char **argv) {
             .nps = 1,
             .rounds = 3,
             .policy = 1,
-            .slots = 1};
+            .slots = 1,
+            .pause = 1};
   for (int i = 1; i + 1 < argc; i += 2) {
     const char *f = argv[i], *v = argv[i + 1];
     if (!strcmp(f, "--rows"))
@@ -284,6 +519,8 @@ int main(int argc, char **argv) {
       o.policy = atoi(v);
     else if (!strcmp(f, "--optimizer"))
       o.slots = strcmp(v, "sgd") != 0;
+    else if (!strcmp(f, "--pause"))
+      o.pause = atoi(v);
     else {
       fprintf(stderr, "bench_table: unknown option %s\n", f);
       return 2;
@@ -306,8 +543,17 @@ int main(int argc, char **argv) {
   if (peer == 0) peer_main(lfd, o.dim, o.batch);
   close(lfd);
   int fd = tcp_connect(port);
+  /* the save-pause phase saves into a directory of its own */
+  const char *tmp = getenv("TMPDIR");
+  char dir[256];
+  snprintf(dir, sizeof dir, "%s/bench-table-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+  if (o.pause && mkdtemp(dir) == NULL) {
+    perror("bench_table: mkdtemp");
+    return 1;
+  }
+  const char *extra[] = {"--checkpoint-dir", dir, NULL};
   ps_harness h;
-  ps_client *c = harness_start_client(&h, o.nps, NULL);
+  ps_client *c = harness_start_client(&h, o.nps, o.pause ? extra : NULL);
   if (c == NULL || fd < 0) return 1;
   ps_status st;
   int rc = 0;
@@ -379,6 +625,46 @@ int main(int argc, char **argv) {
           "bench: table_policy_step_ratio %.3f target=<= 1.15 (admission + expiry sweep "
           "against none)\n",
           sq / sp);
+  }
+  if (rc == 0 && o.pause && o.slots) {
+    /* a save of the table while it trains, and one of a dense variable
+     * of its bytes while that trains, twice, in alternating order: the
+     * longest step of each */
+    pause_result pr, worst[2] = {{0}};
+    double med[2][2] = {{0}};
+    double t1 = now_s();
+    if ((rc = make_dense(c, &o, &st)) == 0)
+      fprintf(
+          stderr,
+          "bench_table: dense variable [%lld, %lld] and its accumulator made in %.1f s\n",
+          (long long)o.rows, (long long)o.dim, now_s() - t1);
+    for (int r = 0; r < 2 && rc == 0; r++)
+      for (int k = 0; k < 2 && rc == 0; k++) {
+        int dense = k ^ r;
+        if ((rc = save_pause(c, &o, keys, ids, dense, r, &pr, &st)) != 0) break;
+        med[dense][r] = pr.median_ms;
+        if (pr.max_ms > worst[dense].max_ms) worst[dense] = pr;
+      }
+    if (rc != 0) {
+      fprintf(stderr, "bench_table: save pause: %s\n", st.msg);
+    } else {
+      printf("bench: table_save_pause_max_ms %.1f (save %.0f ms; steps outside: median "
+             "%.2f ms) "
+             "dense_save_pause_max_ms=%.1f (save %.0f ms; median %.2f ms) ratio=%.2f "
+             "target=<= 1 (the longest step of a training loop during a save of a table "
+             "of %lld "
+             "rows, and of a dense variable of its bytes)\n",
+             worst[0].max_ms, worst[0].save_ms, (med[0][0] + med[0][1]) / 2,
+             worst[1].max_ms, worst[1].save_ms, (med[1][0] + med[1][1]) / 2,
+             worst[0].max_ms / worst[1].max_ms, (long long)o.rows);
+    }
+  }
+  if (o.pause) { /* the saves are removed; their state file is left */
+    char f[300];
+    snprintf(f, sizeof f, "%s/checkpoint", dir);
+    unlink(f);
+    if (rmdir(dir) != 0)
+      fprintf(stderr, "bench_table: rmdir %s: %s\n", dir, strerror(errno));
   }
   free(ol);
   close(fd);

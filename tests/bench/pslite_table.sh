@@ -59,7 +59,7 @@ field() { sed -n "s/.*$2 \([0-9.]*\).*/\1/p" "$1" | head -1; }
 : > "$tmp/ratios"
 for ((r = 1; r <= rounds; r++)); do
   PS_SERVER=$build/ps/ps-server "$build/tests/bench/bench_table" --rows "$rows" --dim "$dim" \
-    --batch "$batch" --zipf "$zipf" --steps "$steps" --rounds 1 --policy 0 \
+    --batch "$batch" --zipf "$zipf" --steps "$steps" --rounds 1 --policy 0 --pause 0 \
     > "$tmp/ours" 2> "$tmp/ours.err" || { echo "pslite_table.sh: bench_table failed" >&2; tail -5 "$tmp/ours.err" >&2; exit 1; }
   pslite_once || { echo "pslite_table.sh: ps-lite failed" >&2; tail -5 "$tmp/pslite.err" >&2; exit 1; }
   ol=$(field "$tmp/ours" table_lookup_rows_per_s); ou=$(field "$tmp/ours" table_update_rows_per_s)

@@ -639,6 +639,75 @@ START_TEST(snapshots_copy_on_write_and_replace_restores) {
 }
 END_TEST
 
+/* A snapshot holds the rows as they were while rows expire (their places
+ * taken by the last records, chunks freed), new rows take the freed
+ * places, and a restore replaces every row. */
+START_TEST(snapshots_hold_through_removals_and_reuse) {
+  ps_embed_store *es = ps_embed_store_create();
+  ps_embed_spec sp = spec_of("emb", 4);
+  sp.policy.ttl_steps = 5;
+  sp.policy.max_rows = 60000; /* one stripe: chunks free as it shrinks */
+  ps_embed_table *t = make(es, &sp);
+  enum { N = 8000 };
+  int64_t *keys = malloc(2 * N * sizeof *keys);
+  float *before = malloc(N * 4 * sizeof *before), *out = malloc(2 * N * 4 * sizeof *out);
+  ck_assert(keys && before && out);
+  for (int i = 0; i < 2 * N; i++)
+    keys[i] = (int64_t)ps_embed_key_hash(i) | 1;
+  ps_status st;
+  ps_embed_counts c;
+  PS_ASSERT_OK(ps_embed_lookup(t, keys, N, true, 1, before, &c, &st), st);
+  for (int round = 0; round < 2; round++) {
+    ps_embed_snap *snap = ps_embed_snap_begin(t);
+    ck_assert_ptr_nonnull(snap);
+    if (round == 0) {
+      /* the first half of the keys (the first records) is touched at step
+       * 10; the rest expire and are swept, the last records moving into
+       * their places and the last chunks freed; new keys take them */
+      PS_ASSERT_OK(ps_embed_lookup(t, keys, N / 2, true, 10, out, &c, &st), st);
+      ps_embed_sweep(t);
+      ck_assert_int_eq(rows_of(t), N / 2);
+      PS_ASSERT_OK(ps_embed_lookup(t, keys + N, N, true, 10, out, &c, &st), st);
+      ck_assert_int_eq(rows_of(t), N / 2 + N);
+    } else {
+      /* a restore of other rows replaces them all */
+      ps_embed_export other = {0};
+      PS_ASSERT_OK(ps_embed_lookup(t, keys + N, 10, false, 0, out, &c, &st), st);
+      other.n = 10;
+      other.dim = 4;
+      other.keys = keys + N;
+      other.values = out;
+      PS_ASSERT_OK(ps_embed_replace(t, &other, &st), st);
+      ck_assert_int_eq(rows_of(t), 10);
+    }
+    ps_embed_export e;
+    PS_ASSERT_OK(ps_embed_snap_export(snap, &e, &st), st);
+    ps_embed_snap_free(snap);
+    /* round 0: the first N keys at step 1; round 1: the table after round
+     * 0 (half of them touched at step 10, N new ones) */
+    ck_assert_int_eq(e.n, round == 0 ? N : N / 2 + N);
+    int64_t seen = 0;
+    for (int64_t i = 0; i < e.n; i++) {
+      int64_t k = e.keys[i];
+      for (int j = 0; j < N; j++) {
+        if (keys[j] != k) continue;
+        ck_assert_mem_eq(e.values + i * 4, before + j * 4, 4 * sizeof(float));
+        ck_assert_int_eq(e.versions[i], round == 0 ? 1 : 10);
+        seen++;
+        break;
+      }
+    }
+    ck_assert_int_eq(seen, round == 0 ? N : N / 2);
+    ps_embed_export_fini(&e);
+  }
+  free(keys);
+  free(before);
+  free(out);
+  ps_embed_unref(t);
+  ps_embed_store_destroy(es);
+}
+END_TEST
+
 /* Lookups and updates from several threads on shared keys (also run
  * under ThreadSanitizer): the counts add up. */
 typedef struct worker_arg {
@@ -718,6 +787,7 @@ int main(void) {
   tcase_add_test(tc, capacity_evicts_least_frequently_used);
   tcase_add_test(tc, optimizers_follow_their_formulas);
   tcase_add_test(tc, large_tables_take_and_give_back_blocks);
+  tcase_add_test(tc, snapshots_hold_through_removals_and_reuse);
   tcase_add_test(tc, snapshots_copy_on_write_and_replace_restores);
   tcase_add_test(tc, threads_share_a_table);
   suite_add_tcase(s, tc);
