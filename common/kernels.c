@@ -214,3 +214,68 @@ int ps_kernel_apply(const ps_kernel_args *a) {
     return -1;
   }
 }
+
+/* ---- a row of an embedding table (ps/embed.c) ---- */
+
+/* Adagrad on 8 elements: a fixed count and unaliased pointers, so that
+ * -O2's cheap vectorizer takes it (sqrtps, divps: the same bits as the
+ * scalar forms); a loop over dim is not vectorized at -O2. */
+static inline void adagrad8(float *restrict w, float *restrict a, const float *restrict g,
+                            float lr) {
+  for (int j = 0; j < 8; j++) {
+    a[j] += g[j] * g[j];
+    w[j] -= lr * g[j] / sqrtf(a[j]);
+  }
+}
+
+void ps_kernel_table_row(int op, float *w, size_t dim, const float *g, const float *hp) {
+  float *a = w + dim, *b = w + 2 * dim;
+  switch (op) {
+  case PS_KERNEL_ROW_SCATTER_ADD:
+    for (size_t j = 0; j < dim; j++)
+      w[j] += g[j];
+    break;
+  case PS_KERNEL_ROW_SGD:
+    for (size_t j = 0; j < dim; j++)
+      w[j] -= hp[0] * g[j];
+    break;
+  case PS_KERNEL_ROW_ADAGRAD: {
+    size_t j = 0;
+    for (; j + 8 <= dim; j += 8)
+      adagrad8(w + j, a + j, g + j, hp[0]);
+    for (; j < dim; j++) {
+      a[j] += g[j] * g[j];
+      w[j] -= hp[0] * g[j] / sqrtf(a[j]);
+    }
+    break;
+  }
+  case PS_KERNEL_ROW_ADAM: { /* hp: lr, b1, b2, eps, b1^t, b2^t */
+    float alpha = hp[0] * sqrtf(1 - hp[5]) / (1 - hp[4]);
+    for (size_t j = 0; j < dim; j++) {
+      a[j] += (g[j] - a[j]) * (1 - hp[1]);
+      b[j] += (g[j] * g[j] - b[j]) * (1 - hp[2]);
+      w[j] -= a[j] * alpha / (sqrtf(b[j]) + hp[3]);
+    }
+    break;
+  }
+  case PS_KERNEL_ROW_FTRL: /* hp: lr, l1, l2, lr_power; slots: accum, linear */
+    for (size_t j = 0; j < dim; j++) {
+      float na = a[j] + g[j] * g[j];
+      float pn, po;
+      if (hp[3] == -0.5f) {
+        pn = sqrtf(na);
+        po = sqrtf(a[j]);
+      } else {
+        pn = powf(na, -hp[3]);
+        po = powf(a[j], -hp[3]);
+      }
+      b[j] += g[j] - (pn - po) / hp[0] * w[j];
+      float quad = pn / hp[0] + 2 * hp[2];
+      w[j] = fabsf(b[j]) > hp[1] ? ((b[j] > 0 ? hp[1] : -hp[1]) - b[j]) / quad : 0.0f;
+      a[j] = na;
+    }
+    break;
+  default:
+    break;
+  }
+}

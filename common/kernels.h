@@ -83,4 +83,16 @@ ps_prefetch_row(const void *row, size_t bytes, bool write) {
  * dtype or optimizer the kernels do not implement. */
 int ps_kernel_apply(const ps_kernel_args *a);
 
+/* One row of an embedding table (ps/embed.c) and its slots beside it
+ * (@w: dim floats of row, then each slot's dim), one step of @op with the
+ * gradient row @g, in float as TensorFlow's sparse kernels: */
+typedef enum ps_kernel_row_op {
+  PS_KERNEL_ROW_SCATTER_ADD = 0, /* w += g */
+  PS_KERNEL_ROW_SGD,             /* hp: lr */
+  PS_KERNEL_ROW_ADAGRAD,         /* hp: lr; slot accum */
+  PS_KERNEL_ROW_ADAM,            /* hp: lr, beta1, beta2, epsilon, beta1^t, beta2^t */
+  PS_KERNEL_ROW_FTRL,            /* hp: lr, l1, l2, lr_power; slots accum, linear */
+} ps_kernel_row_op;
+void ps_kernel_table_row(int op, float *w, size_t dim, const float *g, const float *hp);
+
 #endif

@@ -48,6 +48,7 @@
 
 #include "common/embed_key.h"
 #include "common/init.h"
+#include "common/kernels.h"
 #include "common/tensor.h"
 
 #define CHUNK_BITS 8
@@ -776,11 +777,14 @@ static void sweep_some(ps_embed_table *t, stripe *s, size_t budget, uint32_t ste
  * line of each), then the keys are served, so that up to a window's
  * misses overlap instead of coming one after another.  Reads only, and
  * only hints: a record a window's key then moves or removes is still
- * found by find(). */
+ * found by find().  always_inline: GCC takes a function of nothing but
+ * loads and prefetches for pure and deletes its calls (common/kernels.h,
+ * ps_prefetch_row); without it no prefetch was left in the lookups. */
 #define PF_WINDOW 32
 
-static void prefetch_window(const ps_embed_table *t, const stripe *s, const uint64_t *hs,
-                            uint32_t a, uint32_t b) {
+__attribute__((always_inline)) static inline void
+prefetch_window(const ps_embed_table *t, const stripe *s, const uint64_t *hs, uint32_t a,
+                uint32_t b) {
   if (s->bits == 0) return;
   for (uint32_t k = a; k < b; k++)
     __builtin_prefetch(&s->index[index_home(hs[k], s->bits)], 0, 3);
@@ -800,9 +804,9 @@ static void prefetch_window(const ps_embed_table *t, const stripe *s, const uint
 
 /* Prefetches the window that starts at @k, if one does, of the keys
  * [@first, @end) of stripe @s. */
-static inline void prefetch_at(const ps_embed_table *t, const stripe *s,
-                               const uint64_t *hs, uint32_t k, uint32_t first,
-                               uint32_t end) {
+__attribute__((always_inline)) static inline void
+prefetch_at(const ps_embed_table *t, const stripe *s, const uint64_t *hs, uint32_t k,
+            uint32_t first, uint32_t end) {
   if ((k - first) % PF_WINDOW == 0)
     prefetch_window(t, s, hs, k, end - k < PF_WINDOW ? end : k + PF_WINDOW);
 }
@@ -945,55 +949,14 @@ static bool op_fits(const ps_embed_table *t, ps_embed_op op) {
   }
 }
 
-/* One row's step of @op (TensorFlow's kernels, in float). */
-static void apply_row(ps_embed_op op, float *w, size_t dim, const float *g,
-                      const float *hp) {
-  float *a = w + dim, *b = w + 2 * dim;
-  switch (op) {
-  case PS_EMBED_SCATTER_ADD:
-    for (size_t j = 0; j < dim; j++)
-      w[j] += g[j];
-    break;
-  case PS_EMBED_SGD:
-    for (size_t j = 0; j < dim; j++)
-      w[j] -= hp[0] * g[j];
-    break;
-  case PS_EMBED_ADAGRAD:
-    for (size_t j = 0; j < dim; j++) {
-      a[j] += g[j] * g[j];
-      w[j] -= hp[0] * g[j] / sqrtf(a[j]);
-    }
-    break;
-  case PS_EMBED_ADAM: { /* hp: lr, b1, b2, eps, b1^t, b2^t */
-    float alpha = hp[0] * sqrtf(1 - hp[5]) / (1 - hp[4]);
-    for (size_t j = 0; j < dim; j++) {
-      a[j] += (g[j] - a[j]) * (1 - hp[1]);
-      b[j] += (g[j] * g[j] - b[j]) * (1 - hp[2]);
-      w[j] -= a[j] * alpha / (sqrtf(b[j]) + hp[3]);
-    }
-    break;
-  }
-  case PS_EMBED_FTRL: /* hp: lr, l1, l2, lr_power; slots: accum, linear */
-    for (size_t j = 0; j < dim; j++) {
-      float na = a[j] + g[j] * g[j];
-      float pn, po;
-      if (hp[3] == -0.5f) {
-        pn = sqrtf(na);
-        po = sqrtf(a[j]);
-      } else {
-        pn = powf(na, -hp[3]);
-        po = powf(a[j], -hp[3]);
-      }
-      b[j] += g[j] - (pn - po) / hp[0] * w[j];
-      float quad = pn / hp[0] + 2 * hp[2];
-      w[j] = fabsf(b[j]) > hp[1] ? ((b[j] > 0 ? hp[1] : -hp[1]) - b[j]) / quad : 0.0f;
-      a[j] = na;
-    }
-    break;
-  default:
-    break;
-  }
-}
+/* ps_kernel_table_row (common/kernels.c, built without errno so that its
+ * square roots vectorize) numbers the ops as ps_embed_op does. */
+_Static_assert((int)PS_EMBED_SCATTER_ADD == (int)PS_KERNEL_ROW_SCATTER_ADD &&
+                   (int)PS_EMBED_SGD == (int)PS_KERNEL_ROW_SGD &&
+                   (int)PS_EMBED_ADAGRAD == (int)PS_KERNEL_ROW_ADAGRAD &&
+                   (int)PS_EMBED_ADAM == (int)PS_KERNEL_ROW_ADAM &&
+                   (int)PS_EMBED_FTRL == (int)PS_KERNEL_ROW_FTRL,
+               "ps_embed_op and ps_kernel_row_op differ");
 
 int ps_embed_update(ps_embed_table *t, ps_embed_op op, const int64_t *keys, size_t n,
                     const float *grads, const double *hp, int64_t step,
@@ -1034,7 +997,7 @@ int ps_embed_update(ps_embed_table *t, ps_embed_op op, const int64_t *keys, size
         continue;
       }
       cow_rec(t, s, (s->index[pos] & ID_MASK) - 1);
-      apply_row(op, rec_row(p), dim, grads + (size_t)i * dim, h);
+      ps_kernel_table_row((int)op, rec_row(p), dim, grads + (size_t)i * dim, h);
       *rec_u32(p, 0) = cur;
       *rec_u32(p, 1) = now;
     }

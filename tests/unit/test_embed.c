@@ -506,7 +506,7 @@ START_TEST(large_tables_take_and_give_back_blocks) {
   float *out = malloc((size_t)N * 16 * sizeof *out);
   ck_assert(keys && out);
   for (int64_t i = 0; i < N; i++)
-    keys[i] = (int64_t)ps_embed_key_hash(i) * 3;
+    keys[i] = (int64_t)(ps_embed_key_hash(i) * 3u);
   ps_status st;
   ps_embed_counts c;
   for (int64_t i = 0; i < N; i += B)
