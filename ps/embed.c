@@ -26,10 +26,10 @@
  * random (all of them when it holds no more) are compared and the least
  * recently (or frequently) used goes, Redis's approximation of LRU; an
  * expired one goes first.  Expiry is lazy plus a sweep: a row found
- * expired is removed then, and each training call's visit to a stripe
- * examines twice as many records as it touched (at least 16) from a
- * cursor that walks the stripe, so every row is seen again while traffic
- * flows and the cost stays proportional to the call.
+ * expired is removed then, and each training lookup's visit to a stripe
+ * examines twice as many records as it touched, plus 16 (an update's:
+ * 16), from a cursor that walks the stripe, so every row is seen again
+ * while traffic flows and the cost stays proportional to the step.
  *
  * Admission counts unseen keys in a count-min sketch per stripe (depth
  * rows of 16-bit counters, conservative update), never one entry per
@@ -758,6 +758,8 @@ static void sweep_some(ps_embed_table *t, stripe *s, size_t budget, uint32_t ste
   while (budget-- > 0 && s->nrec > 0) {
     if (s->cursor >= s->nrec) s->cursor = 0;
     uint8_t *p = rec(t, s, s->cursor);
+    if (s->cursor + 8 < s->nrec) /* the step and time of the records ahead */
+      __builtin_prefetch(rec(t, s, s->cursor + 8) + 8, 0, 3);
     if (!expired(t, p, step, now)) {
       s->cursor++;
       continue;
@@ -1001,7 +1003,7 @@ int ps_embed_update(ps_embed_table *t, ps_embed_op op, const int64_t *keys, size
       *rec_u32(p, 0) = cur;
       *rec_u32(p, 1) = now;
     }
-    sweep_some(t, s, 2 * (size_t)(start[si + 1] - start[si]) + 16, cur, now, c);
+    sweep_some(t, s, 16, cur, now, c);
     pthread_mutex_unlock(&s->mu);
   }
   free(hs);
