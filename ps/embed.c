@@ -64,6 +64,14 @@
 #define MALLOC_CHUNKS 8 /* a stripe's first chunks; the rest come from the pool */
 #define BLOCK_HDR 64
 
+/* A 2 MiB block cut into pieces of one size for indexes (ix_alloc). */
+struct ixblock {
+  uint8_t *base;
+  size_t piece;
+  uint32_t used; /* a bit per piece */
+  struct ixblock *next;
+};
+
 /* a freed chunk of a block, on its table's free list */
 struct fchunk {
   struct fchunk *prev, *next;
@@ -95,6 +103,7 @@ struct ps_embed_table {
     uint8_t *cur;        /* the block chunks are carved from, or NULL */
     struct fchunk *free; /* freed chunks of the blocks, to reuse */
     size_t nblocks;
+    struct ixblock *ix; /* the blocks that hold indexes (ix_alloc), a list */
   } pool;
   uint64_t seed; /* the initializer's, mixed with the table's name */
   int nstripes;
@@ -294,6 +303,21 @@ typedef struct block {
   uint32_t live, carved;
 } block;
 
+/* @bytes (a multiple of 2 MiB) mapped at a 2 MiB boundary and marked for
+ * huge pages (a kernel without them: no matter), zeroed; NULL: no memory.
+ * Maps @bytes + 2 MiB and trims both ends. */
+static uint8_t *map_huge(size_t bytes) {
+  uint8_t *m = mmap(NULL, bytes + HUGE_BYTES, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) return NULL;
+  uint8_t *a =
+      (uint8_t *)(((uintptr_t)m + HUGE_BYTES - 1) & ~(uintptr_t)(HUGE_BYTES - 1));
+  if (a > m) munmap(m, (size_t)(a - m));
+  munmap(a + bytes, (size_t)(m + HUGE_BYTES - a));
+  (void)madvise(a, bytes, MADV_HUGEPAGE);
+  return a;
+}
+
 static inline block *block_of(const void *chunk) {
   return (block *)((uintptr_t)chunk & ~(uintptr_t)(HUGE_BYTES - 1));
 }
@@ -333,15 +357,8 @@ static uint8_t *pool_get(ps_embed_table *t) {
   } else {
     block *b = (block *)p->cur;
     if (b == NULL || b->carved == t->cpb) {
-      /* a new block at a 2 MiB boundary: map twice its size, trim both ends */
-      uint8_t *m = mmap(NULL, 2 * HUGE_BYTES, PROT_READ | PROT_WRITE,
-                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-      if (m == MAP_FAILED) goto out;
-      uint8_t *a =
-          (uint8_t *)(((uintptr_t)m + HUGE_BYTES - 1) & ~(uintptr_t)(HUGE_BYTES - 1));
-      if (a > m) munmap(m, (size_t)(a - m));
-      munmap(a + HUGE_BYTES, (size_t)(m + HUGE_BYTES - a));
-      (void)madvise(a, HUGE_BYTES, MADV_HUGEPAGE); /* a kernel without THP: no matter */
+      uint8_t *a = map_huge(HUGE_BYTES);
+      if (a == NULL) goto out;
       if (b && b->live == 0) block_unmap(t, b, NULL);
       b = (block *)a;
       b->live = b->carved = 0;
@@ -412,6 +429,84 @@ static void pool_merge(ps_embed_table *t, ps_embed_table *nt) {
   q->cur = NULL;
   q->free = NULL;
   q->nblocks = 0;
+  /* and the blocks of its indexes */
+  if (q->ix) {
+    struct ixblock *last = q->ix;
+    while (last->next)
+      last = last->next;
+    last->next = p->ix;
+    p->ix = q->ix;
+    q->ix = NULL;
+  }
+  pthread_mutex_unlock(&p->mu);
+}
+
+/* ---- indexes ----
+ *
+ * An index of 256 KiB or more is on huge pages too: at 10M rows a lookup's
+ * keys fall on thousands of index pages, more than the TLB holds (13% of
+ * a lookup on the ps).  One of 2 MiB or more is mapped by itself; a
+ * smaller one is a piece of a 2 MiB block cut into pieces of its size,
+ * unmapped once all its pieces are free.  Smaller indexes come from
+ * calloc.  An index is allocated only when a stripe's grows, so the
+ * pool's list of blocks is searched by a walk; a restore's list joins the
+ * table's with its rows (pool_merge). */
+
+#define IX_POOLED_MIN ((size_t)256 << 10)
+
+/* A zeroed index of @bytes (a power of two), or NULL. */
+static uint32_t *ix_alloc(ps_embed_table *t, size_t bytes) {
+  if (bytes < IX_POOLED_MIN) return calloc(1, bytes);
+  if (bytes >= HUGE_BYTES) return (uint32_t *)(void *)map_huge(bytes);
+  struct pool *p = &t->pool;
+  uint8_t *r = NULL;
+  pthread_mutex_lock(&p->mu);
+  struct ixblock *b = p->ix;
+  uint32_t full = (uint32_t)((1ull << (HUGE_BYTES / bytes)) - 1);
+  while (b && (b->piece != bytes || b->used == full))
+    b = b->next;
+  if (b == NULL) {
+    if ((b = malloc(sizeof *b)) == NULL) goto out;
+    *b = (struct ixblock){.base = map_huge(HUGE_BYTES), .piece = bytes, .next = p->ix};
+    if (b->base == NULL) {
+      free(b);
+      goto out;
+    }
+    p->ix = b;
+  }
+  uint32_t k = (uint32_t)__builtin_ctz(~b->used);
+  b->used |= 1u << k;
+  r = b->base + (size_t)k * bytes;
+  memset(r, 0, bytes); /* (a piece used before) */
+out:
+  pthread_mutex_unlock(&p->mu);
+  return (uint32_t *)(void *)r;
+}
+
+static void ix_free(ps_embed_table *t, uint32_t *ix, size_t bytes) {
+  if (ix == NULL) return;
+  if (bytes < IX_POOLED_MIN) {
+    free(ix);
+    return;
+  }
+  if (bytes >= HUGE_BYTES) {
+    munmap(ix, bytes);
+    return;
+  }
+  struct pool *p = &t->pool;
+  uint8_t *a = (uint8_t *)ix;
+  pthread_mutex_lock(&p->mu);
+  for (struct ixblock **at = &p->ix; *at; at = &(*at)->next) {
+    struct ixblock *b = *at;
+    if (a < b->base || a >= b->base + HUGE_BYTES) continue;
+    b->used &= ~(1u << ((size_t)(a - b->base) / b->piece));
+    if (b->used == 0) {
+      munmap(b->base, HUGE_BYTES);
+      *at = b->next;
+      free(b);
+    }
+    break;
+  }
   pthread_mutex_unlock(&p->mu);
 }
 
@@ -420,6 +515,12 @@ static void pool_free(ps_embed_table *t) {
   block *b = (block *)t->pool.cur;
   if (b) block_unmap(t, b, NULL);
   t->pool.cur = NULL;
+  while (t->pool.ix) { /* (none: each stripe freed its index) */
+    struct ixblock *x = t->pool.ix;
+    t->pool.ix = x->next;
+    munmap(x->base, HUGE_BYTES);
+    free(x);
+  }
   pthread_mutex_destroy(&t->pool.mu);
 }
 static inline uint32_t index_home(uint64_t h, unsigned bits) {
@@ -450,7 +551,7 @@ static int64_t find(const ps_embed_table *t, const stripe *s, int64_t key, uint6
 /* The index at twice the size (or its first one).  -1: out of memory. */
 static int grow_index(ps_embed_table *t, stripe *s) {
   unsigned bits = s->bits ? s->bits + 1 : MIN_INDEX_BITS;
-  uint32_t *ix = calloc((size_t)1 << bits, sizeof *ix);
+  uint32_t *ix = ix_alloc(t, (size_t)4 << bits);
   if (ix == NULL) return -1;
   uint32_t mask = ((uint32_t)1 << bits) - 1;
   for (uint32_t r = 0; r < s->nrec; r++) {
@@ -462,7 +563,7 @@ static int grow_index(ps_embed_table *t, stripe *s) {
   }
   if (s->bits) atomic_fetch_sub(&t->bytes, (long long)((size_t)4 << s->bits));
   atomic_fetch_add(&t->bytes, (long long)((size_t)4 << bits));
-  free(s->index);
+  if (s->bits) ix_free(t, s->index, (size_t)4 << s->bits);
   s->index = ix;
   s->bits = bits;
   return 0;
@@ -1199,7 +1300,7 @@ static void stripe_clear(ps_embed_table *t, stripe *s) {
   if (s->bits) atomic_fetch_sub(&t->bytes, (long long)((size_t)4 << s->bits));
   atomic_fetch_sub(&t->rows, (long long)s->nrec);
   free(s->chunks);
-  free(s->index);
+  if (s->bits) ix_free(t, s->index, (size_t)4 << s->bits);
   s->chunks = NULL;
   s->index = NULL;
   s->nchunks = s->chunks_cap = 0;
@@ -1314,7 +1415,7 @@ static void table_free(ps_embed_table *t) {
     for (size_t k = s->nchunks; k-- > 0;)
       chunk_free(t, s, k);
     free(s->chunks);
-    free(s->index);
+    if (s->bits) ix_free(t, s->index, (size_t)4 << s->bits);
     free(s->sketch);
     pthread_mutex_destroy(&s->mu);
   }

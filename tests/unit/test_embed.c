@@ -545,6 +545,30 @@ START_TEST(large_tables_take_and_give_back_blocks) {
   ck_assert_msg(s2.bytes < 12 << 20, "%lld bytes left of %lld", (long long)s2.bytes,
                 (long long)s1.bytes);
   ps_embed_unref(t);
+  /* one stripe of 60000 rows: its index grows through 256 and 512 KiB,
+   * pieces of the pool's blocks, and moves with a restore */
+  ps_embed_spec one = spec_of("one", 16);
+  one.policy.max_rows = 60000;
+  t = make(es, &one);
+  enum { M = 60000 };
+  for (int64_t i = 0; i < M; i += B)
+    PS_ASSERT_OK(ps_embed_lookup(t, keys + i, (size_t)(M - i < B ? M - i : B), true, 1,
+                                 out + i * 16, &c, &st),
+                 st);
+  snap = ps_embed_snap_begin(t);
+  ck_assert_ptr_nonnull(snap);
+  PS_ASSERT_OK(ps_embed_snap_export(snap, &e, &st), st);
+  ps_embed_snap_free(snap);
+  PS_ASSERT_OK(ps_embed_replace(t, &e, &st), st);
+  ps_embed_export_fini(&e);
+  ck_assert_int_eq(rows_of(t), M);
+  for (int64_t i = 0; i < M; i += B) {
+    size_t n = (size_t)(M - i < B ? M - i : B);
+    PS_ASSERT_OK(ps_embed_lookup(t, keys + i, n, false, 0, again, &c, &st), st);
+    ck_assert_int_eq(c.missing, 0);
+    ck_assert_mem_eq(again, out + i * 16, n * 16 * sizeof(float));
+  }
+  ps_embed_unref(t);
   ps_embed_store_destroy(es);
   free(keys);
   free(out);
