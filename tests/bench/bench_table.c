@@ -488,6 +488,42 @@ static int make_dense(ps_client *c, const opts *o, ps_status *st) {
   return rc;
 }
 
+/* The save-pause measurement: a save of the table while it trains, and
+ * one of a dense variable of its bytes while that trains, twice, in
+ * alternating order: the longest step of each.  Run while "plain" is the
+ * only table (a save of tables takes them all). */
+static int save_pause_phase(ps_client *c, const opts *o, const int64_t *keys,
+                            const int64_t *ids, ps_status *st) {
+  int rc = 0;
+  pause_result pr, worst[2] = {{0}};
+  double med[2][2] = {{0}};
+  double t1 = now_s();
+  if ((rc = make_dense(c, o, st)) == 0)
+    fprintf(
+        stderr,
+        "bench_table: dense variable [%lld, %lld] and its accumulator made in %.1f s\n",
+        (long long)o->rows, (long long)o->dim, now_s() - t1);
+  for (int r = 0; r < 2 && rc == 0; r++)
+    for (int k = 0; k < 2 && rc == 0; k++) {
+      int dense = k ^ r;
+      if ((rc = save_pause(c, o, keys, ids, dense, r, &pr, st)) != 0) break;
+      med[dense][r] = pr.median_ms;
+      if (pr.max_ms > worst[dense].max_ms) worst[dense] = pr;
+    }
+  if (rc != 0) {
+    fprintf(stderr, "bench_table: save pause: %s\n", st->msg);
+  } else {
+    printf("bench: table_save_pause_max_ms %.1f (save %.0f ms; steps outside: median "
+           "%.2f ms) dense_save_pause_max_ms=%.1f (save %.0f ms; median %.2f ms) "
+           "ratio=%.2f target=<= 1 (the longest step of a training loop during a save "
+           "of a table of %lld rows, and of a dense variable of its bytes)\n",
+           worst[0].max_ms, worst[0].save_ms, (med[0][0] + med[0][1]) / 2,
+           worst[1].max_ms, worst[1].save_ms, (med[1][0] + med[1][1]) / 2,
+           worst[0].max_ms / worst[1].max_ms, (long long)o->rows);
+  }
+  return rc;
+}
+
 int main(int argc, char **argv) {
   opts o = {.rows = 10000000,
             .dim = 16,
@@ -574,6 +610,7 @@ int main(int argc, char **argv) {
     long long peak;
     rss += harness_rss(h.pids[t], &peak);
   }
+  if (rc == 0 && o.pause && o.slots) rc = save_pause_phase(c, &o, keys, ids, &st);
   if (rc == 0 && o.policy && (rc = make_table(c, "policy", &o, 2, 1000000000, &st)) == 0)
     rc = fill(c, "policy", &o, keys, 2, &st);
   double *ol = calloc((size_t)o.rounds * 6, sizeof *ol);
@@ -625,39 +662,6 @@ int main(int argc, char **argv) {
           "bench: table_policy_step_ratio %.3f target=<= 1.15 (admission + expiry sweep "
           "against none)\n",
           sq / sp);
-  }
-  if (rc == 0 && o.pause && o.slots) {
-    /* a save of the table while it trains, and one of a dense variable
-     * of its bytes while that trains, twice, in alternating order: the
-     * longest step of each */
-    pause_result pr, worst[2] = {{0}};
-    double med[2][2] = {{0}};
-    double t1 = now_s();
-    if ((rc = make_dense(c, &o, &st)) == 0)
-      fprintf(
-          stderr,
-          "bench_table: dense variable [%lld, %lld] and its accumulator made in %.1f s\n",
-          (long long)o.rows, (long long)o.dim, now_s() - t1);
-    for (int r = 0; r < 2 && rc == 0; r++)
-      for (int k = 0; k < 2 && rc == 0; k++) {
-        int dense = k ^ r;
-        if ((rc = save_pause(c, &o, keys, ids, dense, r, &pr, &st)) != 0) break;
-        med[dense][r] = pr.median_ms;
-        if (pr.max_ms > worst[dense].max_ms) worst[dense] = pr;
-      }
-    if (rc != 0) {
-      fprintf(stderr, "bench_table: save pause: %s\n", st.msg);
-    } else {
-      printf("bench: table_save_pause_max_ms %.1f (save %.0f ms; steps outside: median "
-             "%.2f ms) "
-             "dense_save_pause_max_ms=%.1f (save %.0f ms; median %.2f ms) ratio=%.2f "
-             "target=<= 1 (the longest step of a training loop during a save of a table "
-             "of %lld "
-             "rows, and of a dense variable of its bytes)\n",
-             worst[0].max_ms, worst[0].save_ms, (med[0][0] + med[0][1]) / 2,
-             worst[1].max_ms, worst[1].save_ms, (med[1][0] + med[1][1]) / 2,
-             worst[0].max_ms / worst[1].max_ms, (long long)o.rows);
-    }
   }
   if (o.pause) { /* the saves are removed; their state file is left */
     char f[300];

@@ -8,6 +8,7 @@
 #   tests/bench/run.sh failover [KILLS]  (only failover and rejoin, R=2 on etcd)
 #   tests/bench/run.sh repl [bench_repl options]  (only R=2 against R=1)
 #   tests/bench/run.sh table [bench_table options] (only the embedding table)
+#   tests/bench/run.sh ctr [EXAMPLES] [STEPS]  (only the CTR job at full size)
 #   PSLITE_DIR=DIR tests/bench/run.sh pslite-table [ROUNDS] [options]
 #                                 (the embedding table against ps-lite's KV
 #                                 server, interleaved rounds)
@@ -23,9 +24,10 @@
 # (its part (a) also against iperf3 when it is installed), bench_agg
 # (2 ps + 2 workers, then 1 ps serving 4 workers against 1 alone),
 # bench_train, bench_repl (R=2 against R=1 on a local etcd),
-# bench_ckpt (about 1 GiB written and read 4 times per
-# repetition, in $TMPDIR or /tmp), bench_jobs.sh (ps-worker on 2 ps +
-# 2 workers against one process) and failover.sh (kill -9 of a primary
+# bench_table (10M rows, with saves of 1.6 GB), bench_ckpt (about 1 GiB
+# written and read 4 times per repetition, in $TMPDIR or /tmp),
+# bench_jobs.sh (ps-worker on 2 ps + 2 workers against one process),
+# bench_ctr.sh (the CTR job on 1M examples) and failover.sh (kill -9 of a primary
 # and rejoin of a 256 MiB shard, R=2 on a local etcd).  BENCH_BUILD=DIR uses another build
 # directory (configured the same way if missing).
 # Results: `bench:' lines on stdout; detail on stderr.
@@ -52,6 +54,10 @@ export PS_SERVER
 if [ "${1:-}" = jobs ]; then
   shift
   exec bash "$root/tests/bench/bench_jobs.sh" "$root/$build" "$@"
+fi
+if [ "${1:-}" = ctr ]; then
+  shift
+  exec bash "$root/tests/bench/bench_ctr.sh" "$root/$build" "$@"
 fi
 if [ "${1:-}" = failover ]; then
   shift
@@ -89,4 +95,5 @@ fi
 "$root/$build/tests/bench/bench_table"
 "$root/$build/tests/bench/bench_ckpt"
 bash "$root/tests/bench/bench_jobs.sh" "$root/$build"
+bash "$root/tests/bench/bench_ctr.sh" "$root/$build"
 exec bash "$root/tests/bench/failover.sh" "$root/$build"
