@@ -36,7 +36,7 @@
  * durations and the steps' median outside them.
  *
  * --policy 0 leaves the policy table out, --optimizer sgd the accumulator
- * (the scale run: --rows 100000000 --ps 4).
+ * (the scale run: --rows 100000000 --ps 4 --policy 0 --pause 0).
  *
  * Rounds (--rounds 3) interleave ours, the baseline and the policy table;
  * medians are reported.  stdout: `bench: NAME VALUE ...' lines.  Needs

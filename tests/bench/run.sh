@@ -24,7 +24,8 @@
 # (its part (a) also against iperf3 when it is installed), bench_agg
 # (2 ps + 2 workers, then 1 ps serving 4 workers against 1 alone),
 # bench_train, bench_repl (R=2 against R=1 on a local etcd),
-# bench_table (10M rows, with saves of 1.6 GB), bench_ckpt (about 1 GiB
+# bench_table (10M rows, with saves of 1.6 GB), bench_embed_threads (one
+# table, 1 thread against 2), bench_ckpt (about 1 GiB
 # written and read 4 times per repetition, in $TMPDIR or /tmp),
 # bench_jobs.sh (ps-worker on 2 ps + 2 workers against one process),
 # bench_ctr.sh (the CTR job on 1M examples) and failover.sh (kill -9 of a primary
@@ -47,7 +48,7 @@ if [ "${1:-}" = shaped ]; then
   ninja -C "$build" tests/bench/bench_wire ps/ps-server >&2
   PS_SERVER="$root/$build/ps/ps-server" exec bash "$root/tests/bench/shaped.sh" "$root/$build" "$@"
 fi
-ninja -C "$build" tests/bench/bench_ps tests/bench/bench_agg tests/bench/bench_train tests/bench/bench_ckpt tests/bench/bench_repl tests/bench/bench_table \
+ninja -C "$build" tests/bench/bench_ps tests/bench/bench_agg tests/bench/bench_train tests/bench/bench_ckpt tests/bench/bench_repl tests/bench/bench_table tests/bench/bench_embed_threads \
   ps/ps-server worker/ps-worker deploy/ps-launch tests/chaos/chaos_client worker/psctl >&2
 PS_SERVER="$root/$build/ps/ps-server"
 export PS_SERVER
@@ -93,6 +94,7 @@ fi
 "$root/$build/tests/bench/bench_train"
 "$root/$build/tests/bench/bench_repl"
 "$root/$build/tests/bench/bench_table"
+"$root/$build/tests/bench/bench_embed_threads"
 "$root/$build/tests/bench/bench_ckpt"
 bash "$root/tests/bench/bench_jobs.sh" "$root/$build"
 bash "$root/tests/bench/bench_ctr.sh" "$root/$build"
