@@ -83,6 +83,7 @@
 #include "harness.h"
 #include "paramserver/checkpoint.h"
 #include "paramserver/client.h"
+#include "steps.h"
 
 extern char **environ;
 
@@ -367,8 +368,7 @@ static int fingerprint(ps_client *c, uint64_t fp[NPS]) {
 typedef struct ticker {
   ps_client *c;
   atomic_int stop;
-  double *start, *lat; /* per step */
-  size_t n, cap;
+  step_log log;
   int failed;
   ps_status st;
 } ticker;
@@ -390,20 +390,10 @@ static void *ticker_main(void *arg) {
       break;
     }
     double t1 = now_s();
-    if (tk->n == tk->cap) {
-      size_t cap = tk->cap ? tk->cap * 2 : 65536;
-      double *s = realloc(tk->start, cap * sizeof *s);
-      if (s) tk->start = s;
-      double *l = realloc(tk->lat, cap * sizeof *l);
-      if (l) tk->lat = l;
-      if (s == NULL || l == NULL) {
-        tk->failed = 1;
-        break;
-      }
-      tk->cap = cap;
+    if (step_log_add(&tk->log, t0, t1 - t0) != 0) {
+      tk->failed = 1;
+      break;
     }
-    tk->start[tk->n] = t0;
-    tk->lat[tk->n++] = t1 - t0;
   }
   ps_tensor_destroy(one);
   return NULL;
@@ -442,18 +432,18 @@ static int bench_pause(ps_client *c, const char *prefix, const ps_save_options *
   }
   memset(pr, 0, sizeof *pr);
   pr->save_ms = (s1 - s0) * 1e3;
-  double *base = malloc((tk.n ? tk.n : 1) * sizeof *base);
+  double *base = malloc((tk.log.n ? tk.log.n : 1) * sizeof *base);
   if (base == NULL) rc = -1;
-  for (size_t i = 0; base && i < tk.n; i++) {
-    double b = tk.start[i], e = b + tk.lat[i];
+  for (size_t i = 0; base && i < tk.log.n; i++) {
+    double b = tk.log.start[i], e = b + tk.log.lat[i];
     if (b < s1 && e > s0) {
       pr->during++;
-      if (tk.lat[i] * 1e3 > pr->max_ms) {
-        pr->max_ms = tk.lat[i] * 1e3;
+      if (tk.log.lat[i] * 1e3 > pr->max_ms) {
+        pr->max_ms = tk.log.lat[i] * 1e3;
         pr->max_at_ms = (b - s0) * 1e3;
       }
     } else {
-      base[pr->outside++] = tk.lat[i] * 1e3;
+      base[pr->outside++] = tk.log.lat[i] * 1e3;
     }
   }
   if (base && pr->outside > 0) {
@@ -463,8 +453,7 @@ static int bench_pause(ps_client *c, const char *prefix, const ps_save_options *
     pr->base_max_ms = base[pr->outside - 1];
   }
   free(base);
-  free(tk.start);
-  free(tk.lat);
+  step_log_free(&tk.log);
   return rc == 0 && pr->during > 0 ? 0 : -1;
 }
 

@@ -59,6 +59,7 @@
 #include "paramserver/client.h"
 #include "paramserver/embedding.h"
 #include "paramserver/library.h"
+#include "steps.h"
 #include "tcp.h"
 #include "zipf.h"
 
@@ -280,8 +281,7 @@ typedef struct trainer {
   const int64_t *keys, *ids;
   int dense;
   atomic_int stop;
-  double *start, *lat;
-  size_t n, cap;
+  step_log log;
   int failed;
   ps_status st;
 } trainer;
@@ -368,20 +368,10 @@ static void *trainer_main(void *arg) {
       tr->failed = 1;
       break;
     }
-    if (tr->n == tr->cap) {
-      size_t cap = tr->cap ? tr->cap * 2 : 4096;
-      double *a = realloc(tr->start, cap * sizeof *a);
-      if (a) tr->start = a;
-      double *l = realloc(tr->lat, cap * sizeof *l);
-      if (l) tr->lat = l;
-      if (a == NULL || l == NULL) {
-        tr->failed = 1;
-        break;
-      }
-      tr->cap = cap;
+    if (step_log_add(&tr->log, t0, t1 - t0) != 0) {
+      tr->failed = 1;
+      break;
     }
-    tr->start[tr->n] = t0;
-    tr->lat[tr->n++] = t1 - t0;
   }
   ps_tensor_destroy(k);
   ps_tensor_destroy(g);
@@ -440,26 +430,25 @@ static int save_pause(ps_client *c, const opts *o, const int64_t *keys,
                        tr.st.msg);
   memset(pr, 0, sizeof *pr);
   pr->save_ms = (s1 - s0) * 1e3;
-  double *out = malloc((tr.n ? tr.n : 1) * sizeof *out);
+  double *out = malloc((tr.log.n ? tr.log.n : 1) * sizeof *out);
   size_t nout = 0, during = 0;
-  for (size_t i = 0; out && i < tr.n; i++) {
-    double b = tr.start[i], e = b + tr.lat[i];
+  for (size_t i = 0; out && i < tr.log.n; i++) {
+    double b = tr.log.start[i], e = b + tr.log.lat[i];
     if (b < s1 && e > s0) {
       during++;
-      if (tr.lat[i] * 1e3 > pr->max_ms) {
-        pr->max_ms = tr.lat[i] * 1e3;
+      if (tr.log.lat[i] * 1e3 > pr->max_ms) {
+        pr->max_ms = tr.log.lat[i] * 1e3;
         pr->max_at_ms = (b - s0) * 1e3;
       }
     } else {
-      out[nout++] = tr.lat[i] * 1e3;
+      out[nout++] = tr.log.lat[i] * 1e3;
     }
   }
   if (nout) pr->median_ms = median(out, (int)nout);
   if (rc == 0 && (out == NULL || during == 0))
     rc = ps_status_set(st, PS_INTERNAL, "no step overlapped the save");
   free(out);
-  free(tr.start);
-  free(tr.lat);
+  step_log_free(&tr.log);
   fprintf(stderr,
           "bench_table: save with %s steps: %.0f ms; longest step during it %.1f ms "
           "(began at %+.0f ms), median outside %.2f ms\n",
