@@ -89,10 +89,17 @@ tsan() {
   TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/unit/tsan.supp" \
     meson test -C build-tsan --no-rebuild --print-errorlogs --num-processes "$jobs" "${tsan_tests[@]}"
 }
-build() { # dir, meson options...
-  local dir=$1; shift
-  if [ ! -f "$dir/build.ninja" ]; then meson setup "$dir" "$@" >/dev/null; fi
-  ninja -C "$dir" -j "$jobs" >/dev/null
+build() { # dir, meson options... (quiet; a failure shows its output)
+  local dir=$1 log; shift
+  log=$(mktemp)
+  if { [ ! -f "$dir/build.ninja" ] && ! meson setup "$dir" "$@" > "$log" 2>&1; } ||
+    ! ninja -C "$dir" -j "$jobs" > "$log" 2>&1; then
+    echo "setup.sh: the build in $dir failed:" >&2
+    tail -n 60 "$log" >&2
+    rm -f "$log"
+    return 1
+  fi
+  rm -f "$log"
 }
 
 case "$mode" in
