@@ -399,12 +399,6 @@ static void *ticker_main(void *arg) {
   return NULL;
 }
 
-static void sleep_s(double s) {
-  struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-  }
-}
-
 typedef struct pause_result {
   double max_ms, max_at_ms, save_ms, base_median_ms, base_p99_ms, base_max_ms;
   size_t during, outside;
@@ -433,19 +427,11 @@ static int bench_pause(ps_client *c, const char *prefix, const ps_save_options *
   memset(pr, 0, sizeof *pr);
   pr->save_ms = (s1 - s0) * 1e3;
   double *base = malloc((tk.log.n ? tk.log.n : 1) * sizeof *base);
-  if (base == NULL) rc = -1;
-  for (size_t i = 0; base && i < tk.log.n; i++) {
-    double b = tk.log.start[i], e = b + tk.log.lat[i];
-    if (b < s1 && e > s0) {
-      pr->during++;
-      if (tk.log.lat[i] * 1e3 > pr->max_ms) {
-        pr->max_ms = tk.log.lat[i] * 1e3;
-        pr->max_at_ms = (b - s0) * 1e3;
-      }
-    } else {
-      base[pr->outside++] = tk.log.lat[i] * 1e3;
-    }
-  }
+  if (base == NULL)
+    rc = -1;
+  else
+    pr->during =
+        step_log_split(&tk.log, s0, s1, &pr->max_ms, &pr->max_at_ms, base, &pr->outside);
   if (base && pr->outside > 0) {
     qsort(base, pr->outside, sizeof *base, cmp_double);
     pr->base_median_ms = base[pr->outside / 2];

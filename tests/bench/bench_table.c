@@ -379,12 +379,6 @@ static void *trainer_main(void *arg) {
   return NULL;
 }
 
-static void sleep_s(double s) {
-  struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-  while (nanosleep(&ts, &ts) != 0) {
-  }
-}
-
 typedef struct pause_result {
   double max_ms, max_at_ms, save_ms, median_ms; /* the longest step during the save
                                                  (its start from the save's); steps
@@ -432,18 +426,8 @@ static int save_pause(ps_client *c, const opts *o, const int64_t *keys,
   pr->save_ms = (s1 - s0) * 1e3;
   double *out = malloc((tr.log.n ? tr.log.n : 1) * sizeof *out);
   size_t nout = 0, during = 0;
-  for (size_t i = 0; out && i < tr.log.n; i++) {
-    double b = tr.log.start[i], e = b + tr.log.lat[i];
-    if (b < s1 && e > s0) {
-      during++;
-      if (tr.log.lat[i] * 1e3 > pr->max_ms) {
-        pr->max_ms = tr.log.lat[i] * 1e3;
-        pr->max_at_ms = (b - s0) * 1e3;
-      }
-    } else {
-      out[nout++] = tr.log.lat[i] * 1e3;
-    }
-  }
+  if (out)
+    during = step_log_split(&tr.log, s0, s1, &pr->max_ms, &pr->max_at_ms, out, &nout);
   if (nout) pr->median_ms = median(out, (int)nout);
   if (rc == 0 && (out == NULL || during == 0))
     rc = ps_status_set(st, PS_INTERNAL, "no step overlapped the save");
